@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Builds the local cluster's binaries from their Go modules (through the Go module proxy) into a
+# cache outside the clone, keyed by version, and prints the directory that holds them.
+#
+#   hack/cluster-tools.sh          build what is missing, print the bin directory
+#   hack/cluster-tools.sh --pin    rewrite tools/*/go.mod from tools/versions.env, then build
+#
+# Cache: ${RINGMASTER_CACHE_DIR:-$HOME/.cache/ringmaster}/bin/<component>-<version>/
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=../tools/versions.env
+source "$root/tools/versions.env"
+cache=${RINGMASTER_CACHE_DIR:-$HOME/.cache/ringmaster}
+log() { printf '[cluster-tools] %s\n' "$*" >&2; }
+
+# component dir -> "module version" pairs that its go.mod must require
+declare -A want=(
+  [kube]="k8s.io/kubernetes v$KUBE_VERSION"
+  [etcd]="go.etcd.io/etcd/server/v3 v$ETCD_VERSION"
+  [kwok]="sigs.k8s.io/kwok v$KWOK_VERSION"
+  [helm]="helm.sh/helm/v3 v$HELM_VERSION"
+)
+declare -A version=([kube]=$KUBE_VERSION [etcd]=$ETCD_VERSION [kwok]=$KWOK_VERSION [helm]=$HELM_VERSION)
+
+if [[ ${1:-} == --pin ]]; then
+  for c in "${!want[@]}"; do
+    read -r mod ver <<<"${want[$c]}"
+    (cd "$root/tools/$c" && go mod edit -require="$mod@$ver")
+    if [[ $c == kube ]]; then
+      # k8s.io/kubernetes replaces its staging modules with paths; pin each to v0.<minor>.<patch>.
+      staging=$(go mod edit -json "$root/tools/kube/go.mod" | python3 -c \
+        'import json,sys; print(" ".join(r["Old"]["Path"] for r in json.load(sys.stdin).get("Replace") or []))')
+      for m in $staging; do (cd "$root/tools/kube" && go mod edit -replace="$m=$m@v0.${KUBE_VERSION#1.}"); done
+    fi
+    (cd "$root/tools/$c" && go mod tidy)
+  done
+fi
+
+for c in "${!want[@]}"; do
+  read -r mod ver <<<"${want[$c]}"
+  if ! grep -Eq "^\s*(require )?$mod $ver( |\$)" "$root/tools/$c/go.mod"; then
+    log "tools/$c/go.mod does not require $mod $ver (tools/versions.env): run $0 --pin"
+    exit 1
+  fi
+done
+
+export GOFLAGS="-trimpath -buildvcs=false"
+export CGO_ENABLED=0
+for c in etcd kwok helm kube; do
+  out="$cache/bin/$c-${version[$c]}"
+  if [[ -f $out/.complete ]]; then
+    continue
+  fi
+  log "building $c ${version[$c]} into $out (cold: a few minutes; kube is the slowest)"
+  start=$SECONDS
+  rm -rf "$out.tmp" && mkdir -p "$out.tmp"
+  (cd "$root/tools/$c" && go build -ldflags="-s -w" -o "$out.tmp/" tool)
+  # etcd's main package is the module root, so the binary is named after it.
+  if [[ $c == etcd ]]; then mv "$out.tmp/v3" "$out.tmp/etcd"; fi
+  touch "$out.tmp/.complete"
+  rm -rf "$out" && mv "$out.tmp" "$out"
+  log "built $c in $((SECONDS - start))s: $(cd "$out" && echo *)"
+done
+
+# One directory with every binary, so callers need one PATH entry.
+all="$cache/bin/all-k$KUBE_VERSION-e$ETCD_VERSION-w$KWOK_VERSION-h$HELM_VERSION"
+mkdir -p "$all"
+for c in etcd kwok helm kube; do
+  for f in "$cache/bin/$c-${version[$c]}"/*; do ln -sf "$f" "$all/"; done
+done
+echo "$all"

@@ -1,0 +1,3 @@
+from ringmaster.cli import main
+
+raise SystemExit(main())
