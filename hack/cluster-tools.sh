@@ -55,8 +55,17 @@ for c in etcd kwok helm kube; do
   start=$SECONDS
   rm -rf "$out.tmp" && mkdir -p "$out.tmp"
   (cd "$root/tools/$c" && go build -ldflags="-s -w" -o "$out.tmp/" tool)
-  # etcd's main package is the module root, so the binary is named after it.
-  if [[ $c == etcd ]]; then mv "$out.tmp/v3" "$out.tmp/etcd"; fi
+  # etcd's main package is the module root (server/), so go names the binary "server".
+  if [[ $c == etcd ]]; then mv "$out.tmp/server" "$out.tmp/etcd"; fi
+  # kwok's own default stages (node heartbeat, pod ready/complete/delete) at the pinned version:
+  # a cluster that adds stages of its own must list the defaults too.
+  if [[ $c == kwok ]]; then
+    src=$(cd "$root/tools/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)/kustomize/stage
+    mkdir -p "$out.tmp/kwok-stages"
+    cp "$src/node/fast/node-initialize.yaml" "$src/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml" \
+      "$src/pod/fast/pod-ready.yaml" "$src/pod/fast/pod-complete.yaml" "$src/pod/fast/pod-delete.yaml" \
+      "$out.tmp/kwok-stages/"
+  fi
   touch "$out.tmp/.complete"
   rm -rf "$out" && mv "$out.tmp" "$out"
   log "built $c in $((SECONDS - start))s: $(cd "$out" && echo *)"

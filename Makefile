@@ -1,0 +1,52 @@
+# Ringmaster's everyday commands. The README names the two that matter most:
+#   make demo   the operator's main job end to end on the local cluster
+#   make test   the whole test suite (lint, unit, e2e on the local cluster)
+SHELL := /bin/bash
+PYTHON ?= python3
+PYTEST ?= $(PYTHON) -m pytest
+# The control-plane binaries: built once per version into ~/.cache/ringmaster (hack/cluster-tools.sh).
+BIN_DIR = $(shell bash hack/cluster-tools.sh)
+
+.PHONY: help install tools cluster-up cluster-down demo test test-unit test-e2e lint format bench-engine crds
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+install:  ## install the package and its test tools into the current Python
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+
+tools:  ## build (or find cached) etcd, kube-*, kubectl, kwok, helm
+	@bash hack/cluster-tools.sh
+
+cluster-up:  ## bring the local kwok cluster up with its simulated node pools
+	RINGMASTER_BIN_DIR=$(BIN_DIR) ringmaster cluster up
+
+cluster-down:  ## delete the local cluster
+	RINGMASTER_BIN_DIR=$(BIN_DIR) ringmaster cluster down
+
+demo: install  ## cluster up, CRDs and examples applied, the operator's decisions shown
+	RINGMASTER_BIN_DIR=$(BIN_DIR) bash hack/demo.sh
+
+test: install lint  ## the whole suite: lint, unit tests, e2e tests on the local cluster
+	$(PYTEST) -m "not bench"
+
+test-unit:  ## the tests that need no cluster
+	$(PYTEST) --ignore=tests/e2e -m "not bench"
+
+test-e2e:  ## the tests on the local cluster
+	RINGMASTER_BIN_DIR=$(BIN_DIR) $(PYTEST) tests/e2e
+
+lint:  ## ruff and mypy
+	ruff check operator tests benchmarks
+	ruff format --check operator tests benchmarks
+	mypy
+
+format:  ## apply ruff's formatting and safe fixes
+	ruff check --fix operator tests benchmarks
+	ruff format operator tests benchmarks
+
+bench-engine:  ## the engine's speed: evaluations per second, one plan's latency, import time
+	$(PYTHON) benchmarks/bench_engine.py
+
+crds:  ## regenerate crds/ from the API models
+	ringmaster crds --output-dir crds

@@ -1,0 +1,238 @@
+"""Bring the local control plane up and down: kwokctl's binary runtime, our node pools, our stages.
+
+No container runs: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok's
+controller run as processes built from their Go modules (hack/cluster-tools.sh), and kwok plays
+the kubelet of every node.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from ringmaster.localcluster.pools import node_list
+
+DEFAULT_NAME = "ringmaster"
+COMPONENT_BINARIES = {
+    "--etcd-binary": "etcd",
+    "--kube-apiserver-binary": "kube-apiserver",
+    "--kube-controller-manager-binary": "kube-controller-manager",
+    "--kube-scheduler-binary": "kube-scheduler",
+    "--kwok-controller-binary": "kwok",
+}
+
+
+class ClusterError(RuntimeError):
+    pass
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("RINGMASTER_CACHE_DIR", Path.home() / ".cache" / "ringmaster"))
+
+
+def kwok_workdir() -> Path:
+    return cache_dir() / "kwok"
+
+
+def kubeconfig_path(name: str = DEFAULT_NAME) -> Path:
+    return kwok_workdir() / "clusters" / name / "kubeconfig.yaml"
+
+
+def _log(message: str) -> None:
+    print(f"[cluster] {message}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Binaries:
+    """The directory that hack/cluster-tools.sh prints: every binary, plus kwok's default stages."""
+
+    directory: Path
+
+    @classmethod
+    def locate(cls, explicit: str | None = None) -> Binaries:
+        directory = explicit or os.environ.get("RINGMASTER_BIN_DIR")
+        if not directory:
+            raise ClusterError(
+                "no control-plane binaries: pass --bin-dir or set RINGMASTER_BIN_DIR to the "
+                "directory that `hack/cluster-tools.sh` prints (`make tools` builds them)"
+            )
+        binaries = cls(Path(directory))
+        needed = [*COMPONENT_BINARIES.values(), "kwokctl", "kubectl"]
+        missing = [b for b in needed if not binaries.has(b)]
+        if missing:
+            raise ClusterError(f"{directory} lacks {', '.join(missing)}: run hack/cluster-tools.sh")
+        return binaries
+
+    def has(self, name: str) -> bool:
+        return (self.directory / name).exists()
+
+    def path(self, name: str) -> str:
+        return str((self.directory / name).resolve())
+
+    @functools.cache  # noqa: B019 - one Binaries per process; the answer never changes
+    def kube_version(self) -> str:
+        out = subprocess.run(
+            [self.path("kube-apiserver"), "--version"], capture_output=True, text=True, check=True
+        ).stdout  # "Kubernetes v1.36.1"
+        return out.split()[-1]
+
+    def stage_files(self) -> list[Path]:
+        defaults = sorted((self.directory / "kwok-stages").glob("*.yaml"))
+        if not defaults:
+            raise ClusterError(f"{self.directory}/kwok-stages is empty: rerun hack/cluster-tools.sh")
+        ours = resources.files("ringmaster.localcluster") / "stages"
+        return defaults + [Path(str(p)) for p in ours.iterdir() if p.name.endswith(".yaml")]
+
+
+class LocalCluster:
+    def __init__(self, binaries: Binaries, name: str = DEFAULT_NAME) -> None:
+        self.binaries = binaries
+        self.name = name
+        self.kubeconfig = kubeconfig_path(name)
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["KWOK_WORKDIR"] = str(kwok_workdir())
+        env["PATH"] = f"{self.binaries.directory}{os.pathsep}{env.get('PATH', '')}"
+        # kwokctl takes these two from the environment only (no flags in kwok 0.8).
+        env["KWOK_KUBE_VERSION"] = self.binaries.kube_version()
+        env["KWOK_KUBECTL_BINARY"] = self.binaries.path("kubectl")
+        return env
+
+    def kwokctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [self.binaries.path("kwokctl"), "--name", self.name, *args],
+            env=self._env(),
+            text=True,
+            check=check,
+        )
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [self.binaries.path("kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            env=self._env(),
+        )
+        if check and result.returncode != 0:
+            raise ClusterError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
+        return result
+
+    def exists(self) -> bool:
+        return self.kubeconfig.exists()
+
+    def is_healthy(self) -> bool:
+        if not self.exists():
+            return False
+        return self.kubectl("get", "--raw", "/readyz", check=False).returncode == 0
+
+    def up(self, pool_sizes: Mapping[str, int] | None = None, wait_seconds: int = 180) -> None:
+        nodes = node_list(pool_sizes)
+        if self.is_healthy():
+            _log(f"cluster {self.name!r} is already up ({self.kubeconfig})")
+        else:
+            if self.exists():
+                _log(f"cluster {self.name!r} exists but does not answer: recreating it")
+                self.down()
+            self._create(wait_seconds)
+        self.apply_nodes(nodes, wait_seconds)
+
+    def _create(self, wait_seconds: int) -> None:
+        version = self.binaries.kube_version()
+        with tempfile.TemporaryDirectory() as tmp:
+            config = Path(tmp) / "kwokctl-stages.yaml"
+            config.write_text(
+                "\n---\n".join(p.read_text() for p in self.binaries.stage_files()), encoding="utf-8"
+            )
+            flags = [f"{flag}={self.binaries.path(b)}" for flag, b in COMPONENT_BINARIES.items()]
+            _log(f"creating cluster {self.name!r} (Kubernetes {version}, kwok binary runtime)")
+            start = time.monotonic()
+            self.kwokctl(
+                "create",
+                "cluster",
+                "--runtime=binary",
+                *flags,
+                f"--config={config}",
+                # RBAC on, as in every real cluster: least-privilege tests need it.
+                "--kube-authorization=true",
+                # Keep the user's ~/.kube/config untouched; our kubeconfig is the cluster's own.
+                "--kubeconfig=",
+                f"--wait={wait_seconds}s",
+            )
+        _log(f"control plane up in {time.monotonic() - start:.0f}s; kubeconfig: {self.kubeconfig}")
+
+    def apply_nodes(self, nodes: Mapping[str, object], wait_seconds: int = 180) -> None:
+        items = nodes["items"]
+        assert isinstance(items, list)
+        _log(f"applying {len(items)} simulated nodes")
+        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
+                     input=json.dumps(nodes))
+        self.kubectl("wait", "--for=condition=Ready", "nodes", "--all",
+                     f"--timeout={wait_seconds}s")
+
+    def down(self) -> None:
+        _log(f"deleting cluster {self.name!r}")
+        self.kwokctl("delete", "cluster", "--kubeconfig=", check=False)
+        # kwokctl leaves the workdir when a component is already gone; make `down` total.
+        shutil.rmtree(self.kubeconfig.parent, ignore_errors=True)
+
+
+def pool_summary(nodes: Sequence[Mapping[str, object]]) -> list[dict[str, object]]:
+    """Group node objects by pool: what `ringmaster cluster pools` prints."""
+    from ringmaster.placement.labels import ACCELERATOR_TAINT_KEYS, pool_identity
+
+    pools: dict[str, dict[str, object]] = {}
+    for node in nodes:
+        metadata = node["metadata"]
+        status = node.get("status", {})
+        assert isinstance(metadata, dict) and isinstance(status, dict)
+        identity = pool_identity(metadata.get("labels", {}))
+        allocatable = status.get("allocatable", {})
+        per_node = next((int(allocatable[k]) for k in ACCELERATOR_TAINT_KEYS if k in allocatable), 0)
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in status.get("conditions", [])
+        )
+        entry = pools.setdefault(
+            identity.pool or "(no pool label)",
+            {
+                "pool": identity.pool or "(no pool label)",
+                "instanceType": identity.instance_type or "",
+                "accelerator": identity.accelerator or "",
+                "topology": identity.tpu_topology or "",
+                "acceleratorsPerNode": per_node,
+                "nodes": 0,
+                "ready": 0,
+            },
+        )
+        entry["nodes"] = int(str(entry["nodes"])) + 1
+        entry["ready"] = int(str(entry["ready"])) + int(ready)
+    return sorted(pools.values(), key=lambda e: str(e["pool"]))
+
+
+def format_pool_summary(rows: Sequence[Mapping[str, object]]) -> str:
+    headers = ["POOL", "INSTANCE TYPE", "ACCELERATOR", "TOPOLOGY", "PER NODE", "NODES", "READY"]
+    keys = ["pool", "instanceType", "accelerator", "topology", "acceleratorsPerNode", "nodes",
+            "ready"]
+    table = [headers] + [[str(row[k]) if row[k] != "" else "-" for k in keys] for row in rows]
+    widths = [max(len(r[i]) for r in table) for i in range(len(headers))]
+    return "\n".join("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+                     for r in table)
+
+
+def show_pools(cluster: LocalCluster) -> str:
+    nodes = json.loads(cluster.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+    return format_pool_summary(pool_summary(nodes))

@@ -1,0 +1,104 @@
+"""The simulated node pools and the kind config carry labels that placement recognises."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ringmaster.localcluster.cluster import pool_summary
+from ringmaster.localcluster.pools import (
+    POOLS,
+    POOLS_BY_NAME,
+    node_list,
+    node_manifest,
+    parse_sizes,
+)
+from ringmaster.placement import labels as L
+
+pytestmark = pytest.mark.unit
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("pool", POOLS, ids=lambda p: p.name)
+def test_node_identity_round_trips_through_placement(pool):
+    node = node_manifest(pool, 0)
+    identity = L.pool_identity(node["metadata"]["labels"])
+    assert identity.pool == pool.name
+    assert identity.instance_type == pool.instance_type
+    assert identity.accelerator == pool.accelerator
+    assert identity.tpu_topology == pool.tpu_topology
+
+
+def test_accelerator_nodes_are_tainted_and_advertise_their_devices():
+    gpu = node_manifest(POOLS_BY_NAME["a100-highgpu-8g"], 3)
+    tpu = node_manifest(POOLS_BY_NAME["tpu-v4-2x2x4"], 0)
+    cpu = node_manifest(POOLS_BY_NAME["reducers"], 0)
+    assert gpu["metadata"]["name"] == "a100-highgpu-8g-0003"
+    assert gpu["spec"]["taints"] == [
+        {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    ]
+    assert gpu["status"]["allocatable"]["nvidia.com/gpu"] == "8"
+    assert tpu["spec"]["taints"][0]["key"] == "google.com/tpu"
+    assert tpu["status"]["allocatable"]["google.com/tpu"] == "4"
+    assert "taints" not in cpu["spec"]
+    assert not {"nvidia.com/gpu", "google.com/tpu"} & set(cpu["status"]["allocatable"])
+
+
+def test_pool_sizes_are_parameters():
+    nodes = node_list({"a100-highgpu-8g": 1000, "reducers": 0})["items"]
+    names = [n["metadata"]["name"] for n in nodes]
+    assert sum(n.startswith("a100-highgpu-8g-") for n in names) == 1000
+    assert not any(n.startswith("reducers-") for n in names)
+    assert len(set(names)) == len(names)
+    assert sum(n.startswith("tpu-v4-2x2x4-") for n in names) == POOLS_BY_NAME[
+        "tpu-v4-2x2x4"
+    ].default_size
+
+
+@pytest.mark.parametrize("bad", ["a100-highgpu-8g", "a100-highgpu-8g=x", "nosuchpool=3"])
+def test_bad_pool_sizes_are_refused(bad):
+    with pytest.raises(ValueError):
+        parse_sizes([bad])
+
+
+def test_pool_summary_counts_ready_nodes():
+    nodes = node_list({"a100-highgpu-8g": 2, "reducers": 1})["items"]
+    nodes[0]["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    rows = {r["pool"]: r for r in pool_summary(nodes)}
+    assert rows["a100-highgpu-8g"]["nodes"] == 2
+    assert rows["a100-highgpu-8g"]["ready"] == 1
+    assert rows["a100-highgpu-8g"]["acceleratorsPerNode"] == 8
+    assert rows["reducers"]["accelerator"] == ""
+
+
+def test_kind_config_workers_carry_recognised_pool_labels():
+    config = yaml.safe_load((REPO / "kind-config.yaml").read_text())
+    workers = [n for n in config["nodes"] if n["role"] == "worker"]
+    assert workers
+    known = {p.name: p for p in POOLS}
+    seen_accelerators = set()
+    for worker in workers:
+        labels = worker["labels"]
+        assert set(labels) <= L.RECOGNISED_LABELS, set(labels) - L.RECOGNISED_LABELS
+        identity = L.pool_identity(labels)
+        assert identity.pool and identity.instance_type
+        if identity.accelerator:
+            seen_accelerators.add(identity.accelerator)
+        # A pool that also exists locally must describe the same machine.
+        if identity.pool in known:
+            assert known[identity.pool].instance_type == identity.instance_type
+            assert known[identity.pool].accelerator == identity.accelerator
+        # Accelerator nodes must be tainted like GKE taints them.
+        if identity.accelerator:
+            patch = yaml.safe_load(worker["kubeadmConfigPatches"][0])
+            taint_keys = {t["key"] for t in patch["nodeRegistration"]["taints"]}
+            assert taint_keys & set(L.ACCELERATOR_TAINT_KEYS)
+    assert {"nvidia-tesla-a100", "tpu-v4-podslice", "nvidia-tesla-t4"} <= seen_accelerators
+
+
+def test_gpu_feature_discovery_labels_alone_identify_the_accelerator():
+    identity = L.pool_identity({L.GFD_GPU_PRODUCT: "NVIDIA-A100-SXM4-40GB"})
+    assert identity.accelerator == "nvidia-tesla-a100"
+    assert identity.pool is None
