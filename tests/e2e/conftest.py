@@ -8,19 +8,16 @@ it at the end unless RINGMASTER_E2E_KEEP=1.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import time
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from ringmaster.localcluster.cluster import Binaries, LocalCluster
+from tests.e2e.kube import Cluster
 
 REPO = Path(__file__).resolve().parents[2]
 E2E_CLUSTER_NAME = "ringmaster-e2e"
@@ -33,54 +30,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
 
 
-@dataclass
-class Cluster:
-    kubeconfig: Path
-    kubectl_binary: str
-    bin_dir: Path
-
-    def kubectl(
-        self, *args: str, input: str | None = None, check: bool = True
-    ) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(
-            [self.kubectl_binary, "--kubeconfig", str(self.kubeconfig), *args],
-            input=input,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        if check and result.returncode != 0:
-            raise AssertionError(
-                f"kubectl {' '.join(args)} failed ({result.returncode}):\n{result.stderr}"
-            )
-        return result
-
-    def get_json(self, *args: str) -> Any:
-        return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
-
-    def apply(self, manifest: dict[str, Any] | str, namespace: str | None = None) -> None:
-        body = manifest if isinstance(manifest, str) else json.dumps(manifest)
-        ns = ["-n", namespace] if namespace else []
-        self.kubectl("apply", *ns, "-f", "-", input=body)
-
-
-def wait_for(
-    condition: Callable[[], Any], timeout: float = 60, interval: float = 0.5, what: str = ""
-) -> Any:
-    """Poll until condition() returns something truthy; fail with `what` after timeout."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = condition()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what or condition}: {last!r}")
-
-
 def _build_binaries() -> Path:
     result = subprocess.run(
-        ["bash", str(REPO / "hack" / "cluster-tools.sh")], stdout=subprocess.PIPE, text=True,
+        ["bash", str(REPO / "hack" / "cluster-tools.sh")],
+        stdout=subprocess.PIPE,
+        text=True,
         check=True,
     )
     return Path(result.stdout.strip().splitlines()[-1])

@@ -1,1 +1,1 @@
-"""Node-pool discovery, fit and gang checks, pod placement (pure functions over node and pod data)."""
+"""Node-pool discovery, fit and gang checks, pod placement: pure functions."""

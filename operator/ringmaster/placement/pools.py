@@ -1,0 +1,188 @@
+"""Node pools from node objects, their free capacity, and whether a gang of pods fits.
+
+Pure functions over plain Kubernetes dicts (as kopf's indexes hold them), so the controllers can
+decide without I/O and the tests need no cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from kubernetes.utils.quantity import parse_quantity
+
+from ringmaster.placement.labels import (
+    ACCELERATOR_TAINT_KEYS,
+    GPU_RESOURCE,
+    POOL_NAME_KEYS,
+    TPU_RESOURCE,
+    PoolIdentity,
+    pool_identity,
+)
+
+Resources = Mapping[str, Decimal]
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    identity: PoolIdentity
+    allocatable: Resources
+    labels: Mapping[str, str]
+    schedulable: bool  # Ready and not cordoned
+
+    @property
+    def accelerators(self) -> int:
+        return int(
+            next((self.allocatable[k] for k in ACCELERATOR_TAINT_KEYS if k in self.allocatable), 0)
+        )
+
+
+@dataclass(frozen=True)
+class NodePool:
+    """Nodes that share a pool label (or, lacking one, a machine shape)."""
+
+    name: str
+    identity: PoolIdentity
+    nodes: tuple[Node, ...] = field(default=())
+
+    @property
+    def accelerators_per_node(self) -> int:
+        return max((n.accelerators for n in self.nodes), default=0)
+
+    @property
+    def accelerator_resource(self) -> str | None:
+        if self.identity.accelerator is None:
+            return None
+        return TPU_RESOURCE if self.identity.is_tpu else GPU_RESOURCE
+
+    def node_selector(self) -> dict[str, str]:
+        """The label that selects exactly this pool's nodes (the one discovery grouped them by)."""
+        labels = self.nodes[0].labels
+        key = next(k for k in POOL_NAME_KEYS if labels.get(k) == self.name)
+        return {key: self.name}
+
+
+def parse_resources(raw: Mapping[str, Any] | None) -> dict[str, Decimal]:
+    return {name: Decimal(parse_quantity(value)) for name, value in (raw or {}).items()}
+
+
+def node_from_object(obj: Mapping[str, Any]) -> Node:
+    metadata = obj.get("metadata", {})
+    status = obj.get("status", {})
+    labels = metadata.get("labels") or {}
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    return Node(
+        name=metadata["name"],
+        identity=pool_identity(labels),
+        allocatable=parse_resources(status.get("allocatable")),
+        labels=labels,
+        schedulable=ready and not (obj.get("spec") or {}).get("unschedulable", False),
+    )
+
+
+def discover_pools(nodes: Iterable[Node]) -> dict[str, NodePool]:
+    """Group nodes into pools by their pool label; nodes without one are not a pool."""
+    grouped: dict[str, list[Node]] = {}
+    for node in nodes:
+        if node.identity.pool:
+            grouped.setdefault(node.identity.pool, []).append(node)
+    return {
+        name: NodePool(name, members[0].identity, tuple(sorted(members, key=lambda n: n.name)))
+        for name, members in sorted(grouped.items())
+    }
+
+
+def pod_requests(pod: Mapping[str, Any]) -> dict[str, Decimal]:
+    """What the scheduler counts for a pod: the sum over containers, at least any init container
+    (requests default to limits for extended resources, which have no separate request)."""
+    spec = pod.get("spec") or {}
+
+    def container_requests(container: Mapping[str, Any]) -> dict[str, Decimal]:
+        resources = container.get("resources") or {}
+        merged = parse_resources(resources.get("limits"))
+        merged.update(parse_resources(resources.get("requests")))
+        return merged
+
+    total: dict[str, Decimal] = {}
+    for container in spec.get("containers") or []:
+        for name, value in container_requests(container).items():
+            total[name] = total.get(name, Decimal(0)) + value
+    for container in spec.get("initContainers") or []:
+        for name, value in container_requests(container).items():
+            total[name] = max(total.get(name, Decimal(0)), value)
+    return total
+
+
+def used_by_node(pods: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Decimal]]:
+    """Requests of the non-terminal pods bound to each node."""
+    used: dict[str, dict[str, Decimal]] = {}
+    for pod in pods:
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        if not node_name or (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
+            continue
+        bucket = used.setdefault(node_name, {})
+        for name, value in pod_requests(pod).items():
+            bucket[name] = bucket.get(name, Decimal(0)) + value
+    return used
+
+
+def free_capacity(node: Node, used: Mapping[str, Decimal]) -> dict[str, Decimal]:
+    return {name: total - used.get(name, Decimal(0)) for name, total in node.allocatable.items()}
+
+
+def pods_that_fit(free: Mapping[str, Decimal], request: Mapping[str, Decimal]) -> int:
+    """How many copies of `request` fit in `free` (a resource the node lacks fits none)."""
+    counts = [
+        int(free.get(name, Decimal(0)) // amount) for name, amount in request.items() if amount > 0
+    ]
+    return max(0, min(counts)) if counts else 0
+
+
+@dataclass(frozen=True)
+class GangFit:
+    fits: bool
+    available: int  # how many of the gang's pods the pool can take now (at most `wanted`)
+    wanted: int
+
+
+def _subtract(free: dict[str, Decimal], request: Mapping[str, Decimal]) -> None:
+    for name, amount in request.items():
+        free[name] = free.get(name, Decimal(0)) - amount
+
+
+def gang_fits(
+    pool: NodePool,
+    used: Mapping[str, Mapping[str, Decimal]],
+    request: Mapping[str, Decimal],
+    count: int,
+    *,
+    promised: Iterable[Mapping[str, Decimal]] = (),
+    one_per_node: bool = False,
+) -> GangFit:
+    """Whether `count` pods of `request` fit on the pool's schedulable nodes right now.
+
+    `promised` are the requests of pods of already-admitted gangs that the scheduler has not bound
+    yet: they are packed first (first fit, as the scheduler would find room for them), so two jobs
+    admitted back to back never both count the same free accelerators.
+    """
+    free = {
+        node.name: free_capacity(node, used.get(node.name, {}))
+        for node in pool.nodes
+        if node.schedulable
+    }
+    for pending in promised:
+        target = next((n for n, f in free.items() if pods_that_fit(f, pending) >= 1), None)
+        if target is not None:
+            _subtract(free[target], pending)
+    available = 0
+    for node_free in free.values():
+        fit = pods_that_fit(node_free, request)
+        available += min(fit, 1) if one_per_node else fit
+    return GangFit(fits=available >= count, available=min(available, count), wanted=count)
