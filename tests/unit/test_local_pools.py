@@ -52,9 +52,10 @@ def test_pool_sizes_are_parameters():
     assert sum(n.startswith("a100-highgpu-8g-") for n in names) == 1000
     assert not any(n.startswith("reducers-") for n in names)
     assert len(set(names)) == len(names)
-    assert sum(n.startswith("tpu-v4-2x2x4-") for n in names) == POOLS_BY_NAME[
-        "tpu-v4-2x2x4"
-    ].default_size
+    assert (
+        sum(n.startswith("tpu-v4-2x2x4-") for n in names)
+        == POOLS_BY_NAME["tpu-v4-2x2x4"].default_size
+    )
 
 
 @pytest.mark.parametrize("bad", ["a100-highgpu-8g", "a100-highgpu-8g=x", "nosuchpool=3"])

@@ -1,9 +1,9 @@
 """`ringmaster cluster`: a local Kubernetes control plane with simulated accelerator node pools.
 
-    ringmaster cluster up [--pool a100-highgpu-8g=64 ...]   create (or resize) the cluster
-    ringmaster cluster pools                                 the node pools and their readiness
-    ringmaster cluster kubeconfig                            print the kubeconfig's path
-    ringmaster cluster down                                  delete it
+ringmaster cluster up [--pool a100-highgpu-8g=64 ...]   create (or resize) the cluster
+ringmaster cluster pools                                 the node pools and their readiness
+ringmaster cluster kubeconfig                            print the kubeconfig's path
+ringmaster cluster down                                  delete it
 """
 
 from __future__ import annotations
@@ -33,7 +33,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--bin-dir", help="control-plane binaries (default $RINGMASTER_BIN_DIR; see `make tools`)"
     )
     parser.add_argument(
-        "--pool", action="append", default=[], metavar="POOL=COUNT",
+        "--pool",
+        action="append",
+        default=[],
+        metavar="POOL=COUNT",
         help="node count of a pool, repeatable (the scale bench asks for thousands)",
     )
 

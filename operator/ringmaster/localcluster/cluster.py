@@ -89,7 +89,7 @@ class Binaries:
     def stage_files(self) -> list[Path]:
         defaults = sorted((self.directory / "kwok-stages").glob("*.yaml"))
         if not defaults:
-            raise ClusterError(f"{self.directory}/kwok-stages is empty: rerun hack/cluster-tools.sh")
+            raise ClusterError(f"no kwok stages in {self.directory}: rerun hack/cluster-tools.sh")
         ours = resources.files("ringmaster.localcluster") / "stages"
         return defaults + [Path(str(p)) for p in ours.iterdir() if p.name.endswith(".yaml")]
 
@@ -178,10 +178,12 @@ class LocalCluster:
         items = nodes["items"]
         assert isinstance(items, list)
         _log(f"applying {len(items)} simulated nodes")
-        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
-                     input=json.dumps(nodes))
-        self.kubectl("wait", "--for=condition=Ready", "nodes", "--all",
-                     f"--timeout={wait_seconds}s")
+        self.kubectl(
+            "apply", "--server-side", "--force-conflicts", "-f", "-", input=json.dumps(nodes)
+        )
+        self.kubectl(
+            "wait", "--for=condition=Ready", "nodes", "--all", f"--timeout={wait_seconds}s"
+        )
 
     def down(self) -> None:
         _log(f"deleting cluster {self.name!r}")
@@ -201,7 +203,8 @@ def pool_summary(nodes: Sequence[Mapping[str, object]]) -> list[dict[str, object
         assert isinstance(metadata, dict) and isinstance(status, dict)
         identity = pool_identity(metadata.get("labels", {}))
         allocatable = status.get("allocatable", {})
-        per_node = next((int(allocatable[k]) for k in ACCELERATOR_TAINT_KEYS if k in allocatable), 0)
+        devices = [int(allocatable[k]) for k in ACCELERATOR_TAINT_KEYS if k in allocatable]
+        per_node = devices[0] if devices else 0
         ready = any(
             c.get("type") == "Ready" and c.get("status") == "True"
             for c in status.get("conditions", [])
@@ -225,12 +228,20 @@ def pool_summary(nodes: Sequence[Mapping[str, object]]) -> list[dict[str, object
 
 def format_pool_summary(rows: Sequence[Mapping[str, object]]) -> str:
     headers = ["POOL", "INSTANCE TYPE", "ACCELERATOR", "TOPOLOGY", "PER NODE", "NODES", "READY"]
-    keys = ["pool", "instanceType", "accelerator", "topology", "acceleratorsPerNode", "nodes",
-            "ready"]
+    keys = [
+        "pool",
+        "instanceType",
+        "accelerator",
+        "topology",
+        "acceleratorsPerNode",
+        "nodes",
+        "ready",
+    ]
     table = [headers] + [[str(row[k]) if row[k] != "" else "-" for k in keys] for row in rows]
     widths = [max(len(r[i]) for r in table) for i in range(len(headers))]
-    return "\n".join("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-                     for r in table)
+    return "\n".join(
+        "   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table
+    )
 
 
 def show_pools(cluster: LocalCluster) -> str:

@@ -145,7 +145,8 @@ def node_manifest(pool: PoolTemplate, index: int) -> dict[str, Any]:
     name = f"{pool.name}-{index:04d}"
     taints = []
     if pool.accelerator_resource:
-        taints.append({"key": pool.accelerator_resource, "value": "present", "effect": "NoSchedule"})
+        taint = {"key": pool.accelerator_resource, "value": "present", "effect": "NoSchedule"}
+        taints.append(taint)
     resources = node_resources(pool)
     return {
         "apiVersion": "v1",
