@@ -54,7 +54,17 @@ for c in etcd kwok helm kube; do
   log "building $c ${version[$c]} into $out (cold: a few minutes; kube is the slowest)"
   start=$SECONDS
   rm -rf "$out.tmp" && mkdir -p "$out.tmp"
-  (cd "$root/tools/$c" && go build -ldflags="-s -w" -o "$out.tmp/" tool)
+  ldflags="-s -w"
+  if [[ $c == kube ]]; then
+    # What Kubernetes' own build (hack/lib/version.sh) stamps: without it the binaries report
+    # v0.0.0-master, and kwokctl, kubectl and helm all read the server version.
+    minor=${KUBE_VERSION#*.}; minor=${minor%%.*}
+    for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+      ldflags+=" -X $pkg.gitVersion=v$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+      ldflags+=" -X $pkg.gitTreeState=clean"
+    done
+  fi
+  (cd "$root/tools/$c" && go build -ldflags="$ldflags" -o "$out.tmp/" tool)
   # etcd's main package is the module root (server/), so go names the binary "server".
   if [[ $c == etcd ]]; then mv "$out.tmp/server" "$out.tmp/etcd"; fi
   # kwok's own default stages (node heartbeat, pod ready/complete/delete) at the pinned version:

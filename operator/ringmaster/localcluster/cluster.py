@@ -111,7 +111,7 @@ class LocalCluster:
 
     def kwokctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [self.binaries.path("kwokctl"), "--name", self.name, *args],
+            [self.binaries.path("kwokctl"), "-v=WARN", "--name", self.name, *args],
             env=self._env(),
             text=True,
             check=check,
@@ -187,7 +187,11 @@ class LocalCluster:
 
     def down(self) -> None:
         _log(f"deleting cluster {self.name!r}")
-        self.kwokctl("delete", "cluster", "--kubeconfig=", check=False)
+        with tempfile.TemporaryDirectory() as tmp:
+            # kwokctl removes the cluster's context from this file; keep ~/.kube/config untouched.
+            scratch = Path(tmp) / "kubeconfig"
+            scratch.write_text("apiVersion: v1\nkind: Config\n", encoding="utf-8")
+            self.kwokctl("delete", "cluster", f"--kubeconfig={scratch}", check=False)
         # kwokctl leaves the workdir when a component is already gone; make `down` total.
         shutil.rmtree(self.kubeconfig.parent, ignore_errors=True)
 

@@ -161,7 +161,6 @@ def node_manifest(pool: PoolTemplate, index: int) -> dict[str, Any]:
         "status": {
             "allocatable": resources,
             "capacity": resources,
-            "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux"},
         },
     }
 
