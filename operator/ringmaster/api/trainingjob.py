@@ -1,0 +1,351 @@
+"""TrainingJob: data-parallel training, N worker hosts with K accelerators each, run as a gang."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import ConfigDict, Field
+
+from ringmaster.api.accelerators import (
+    CEL_HOST_SHAPES,
+    CEL_TOPOLOGY_PATTERNS,
+    CEL_TPU_TYPES,
+    HOST_SHAPES,
+    TOPOLOGY_PATTERNS,
+    AcceleratorType,
+    host_shapes_text,
+    is_tpu,
+    topology_chips,
+)
+from ringmaster.api.base import Rule, SpecModel, StatusModel
+from ringmaster.api.common import Condition, MachineType, PodTemplate, conditions_field
+from ringmaster.api.quantity import Count
+from ringmaster.api.resource import AGE, PrinterColumn, Resource
+
+DEFAULT_REDUCER_MACHINE_TYPE = "n1-highcpu-16"
+
+Strategy = Literal["Auto", "Ring", "ReductionServer"]
+GradientDType = Literal["fp32", "bf16", "fp16"]
+
+
+class TrainingAccelerator(SpecModel):
+    """The accelerators of each worker host. Immutable: a job's hardware is fixed once created."""
+
+    type: AcceleratorType
+    """Accelerator type as GKE labels nodes (``cloud.google.com/gke-accelerator`` or
+    ``cloud.google.com/gke-tpu-accelerator``)."""
+    per_worker: int = Field(ge=1, le=16)
+    """Accelerators per worker host; must be a host shape of the type (8 for a2-highgpu-8g)."""
+    topology: str | None = Field(default=None, max_length=11)
+    """TPU slice topology, chips per axis (``2x2x4`` for v4, ``2x4`` for v5e); TPU only."""
+
+    cel_rules = (
+        Rule(
+            cel=f"self.perWorker in {CEL_HOST_SHAPES}[self.type]",
+            message="perWorker must be a host shape of the accelerator type "
+            f"({host_shapes_text()})",
+            field_path=".perWorker",
+            check=lambda s: s.per_worker in HOST_SHAPES[s.type],
+        ),
+        Rule(
+            cel=f"!(self.type in {CEL_TPU_TYPES}) || has(self.topology)",
+            message="topology is required for a TPU accelerator (e.g. 2x2x4 for tpu-v4-podslice)",
+            field_path=".topology",
+            reason="FieldValueRequired",
+            check=lambda s: not is_tpu(s.type) or s.topology is not None,
+        ),
+        Rule(
+            cel=f"self.type in {CEL_TPU_TYPES} || !has(self.topology)",
+            message="topology applies only to TPU accelerators",
+            field_path=".topology",
+            reason="FieldValueForbidden",
+            check=lambda s: is_tpu(s.type) or s.topology is None,
+        ),
+        Rule(
+            cel=(
+                f"!has(self.topology) || !(self.type in {CEL_TPU_TYPES})"
+                f" || self.topology.matches({CEL_TOPOLOGY_PATTERNS}[self.type])"
+            ),
+            message="topology must be AxBxC for tpu-v4-podslice and AxB for the other TPU types",
+            field_path=".topology",
+            check=lambda s: (
+                s.topology is None
+                or not is_tpu(s.type)
+                or _matches(TOPOLOGY_PATTERNS[s.type], s.topology)
+            ),
+        ),
+        Rule(
+            cel="self == oldSelf",
+            message="accelerator is immutable: create a new TrainingJob to change hardware",
+            check_update=lambda old, new: old == new,
+        ),
+    )
+
+
+def _matches(pattern: str, value: str) -> bool:
+    return re.search(pattern, value) is not None
+
+
+# Chips of a 2-D or 3-D topology in CEL (no fold in CEL, so the product is spelled out).
+_ANY_TOPOLOGY = "^[1-9][0-9]{0,2}(x[1-9][0-9]{0,2}){1,2}$"
+_AXES = "self.accelerator.topology.split('x')"
+_CEL_TOPOLOGY_CHIPS = (
+    f"({_AXES}.size() == 2 ? int({_AXES}[0]) * int({_AXES}[1])"
+    f" : int({_AXES}[0]) * int({_AXES}[1]) * int({_AXES}[2]))"
+)
+
+
+class TrainingModel(SpecModel):
+    """What is trained: the figures the performance engine needs."""
+
+    name: str | None = Field(default=None, max_length=128)
+    """Free-form model name, for people (``bert-large``)."""
+    parameters: Count
+    """Number of parameters: an integer or ``"340M"``, ``"1.3B"`` (K, M, G/B, T)."""
+    gradient_dtype: GradientDType = Field(default="fp32", alias="gradientDType")
+    """Element type of the gradients that are all-reduced."""
+    compute_seconds_per_step: float | None = Field(default=None, gt=0, le=86400)
+    """Measured forward+backward time of one step on one worker (give this or flopsPerSample)."""
+    flops_per_sample: Count | None = None
+    """Training FLOPs per sample (forward + backward, about 6 x parameters per token); give this
+    or computeSecondsPerStep."""
+    batch_size_per_accelerator: int = Field(ge=1, le=65536)
+    """Samples per accelerator per step."""
+
+    cel_rules = (
+        Rule(
+            cel="has(self.computeSecondsPerStep) != has(self.flopsPerSample)",
+            message="give exactly one of computeSecondsPerStep and flopsPerSample",
+            field_path=".computeSecondsPerStep",
+            check=lambda s: (s.compute_seconds_per_step is None) != (s.flops_per_sample is None),
+        ),
+    )
+
+
+class ReductionServerSettings(SpecModel):
+    """Reducers for this job: a dedicated set (``replicas``) or a shared pool (``poolName``)."""
+
+    replicas: int | None = Field(default=None, ge=1, le=256)
+    """Dedicated reducers; omitted: sized by the engine (or by the pool when poolName is set)."""
+    machine_type: MachineType = DEFAULT_REDUCER_MACHINE_TYPE
+    """Machine type of dedicated reducers (CPU only)."""
+    pool_name: str | None = Field(
+        default=None, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+    )
+    """A ReductionServerPool in the job's namespace to use instead of dedicated reducers."""
+
+    cel_rules = (
+        Rule(
+            cel="!(has(self.replicas) && has(self.poolName))",
+            message="replicas sizes dedicated reducers; a shared pool (poolName) is sized by the "
+            "ReductionServerPool: give one or the other",
+            field_path=".replicas",
+            reason="FieldValueForbidden",
+            check=lambda s: s.replicas is None or s.pool_name is None,
+        ),
+    )
+
+
+class Communication(SpecModel):
+    """How gradients are summed across workers."""
+
+    strategy: Strategy = "Auto"
+    """``Auto`` lets the engine pick the faster of ring all-reduce and a reduction server."""
+    reduction_server: ReductionServerSettings | None = None
+
+    cel_rules = (
+        Rule(
+            cel="!has(self.reductionServer) || self.strategy != 'Ring'",
+            message="reductionServer is set but strategy is Ring: use ReductionServer or Auto",
+            field_path=".reductionServer",
+            reason="FieldValueForbidden",
+            check=lambda s: s.reduction_server is None or s.strategy != "Ring",
+        ),
+    )
+
+
+class RunPolicy(SpecModel):
+    """Lifecycle of the job (the names and meanings of batch/v1 Job's fields)."""
+
+    backoff_limit: int = Field(default=3, ge=0, le=100)
+    """Gang restarts after a worker fails before the job is Failed."""
+    active_deadline_seconds: int | None = Field(default=None, ge=1, le=31536000)
+    """Wall-clock limit from start; the job is Failed when it passes."""
+    ttl_seconds_after_finished: int | None = Field(default=None, ge=0, le=31536000)
+    """Delete the finished job (and its pods) this long after it ends."""
+    suspend: bool = False
+    """True: no pods run (existing ones are deleted); workers may be changed while suspended."""
+
+
+class TrainingJobSpec(SpecModel):
+    """The desired training run."""
+
+    workers: int = Field(ge=1, le=2048)
+    """Worker hosts (pods), each with ``accelerator.perWorker`` accelerators. Changes only while
+    the job is suspended."""
+    accelerator: TrainingAccelerator
+    machine_type: MachineType | None = None
+    """Worker machine type; omitted: derived from the accelerator and perWorker (8 x
+    nvidia-tesla-a100 -> a2-highgpu-8g, 16 -> a2-megagpu-16g)."""
+    model: TrainingModel
+    communication: Communication = Field(
+        default_factory=Communication, json_schema_extra={"default": {}}
+    )
+    template: PodTemplate
+    run_policy: RunPolicy = Field(default_factory=RunPolicy, json_schema_extra={"default": {}})
+
+    cel_rules = (
+        Rule(
+            cel=(
+                f"!(self.accelerator.type in {CEL_TPU_TYPES})"
+                " || !has(self.communication) || self.communication.strategy != 'ReductionServer'"
+            ),
+            message="a TPU slice all-reduces over its own interconnect (ICI): "
+            "strategy ReductionServer is for GPU workers only",
+            field_path=".communication.strategy",
+            check=lambda s: (
+                not is_tpu(s.accelerator.type) or s.communication.strategy != "ReductionServer"
+            ),
+        ),
+        Rule(
+            cel=(
+                f"!(self.accelerator.type in {CEL_TPU_TYPES})"
+                " || !has(self.communication) || !has(self.communication.reductionServer)"
+            ),
+            message="reductionServer does not apply to a TPU accelerator",
+            field_path=".communication.reductionServer",
+            reason="FieldValueForbidden",
+            check=lambda s: (
+                not is_tpu(s.accelerator.type) or s.communication.reduction_server is None
+            ),
+        ),
+        Rule(
+            # The gang is the slice: its hosts times chips per host are the topology's chips.
+            cel=(
+                "!has(self.accelerator.topology)"
+                f" || !self.accelerator.topology.matches('{_ANY_TOPOLOGY}')"
+                f" || self.workers * self.accelerator.perWorker == {_CEL_TOPOLOGY_CHIPS}"
+            ),
+            message="workers x accelerator.perWorker must equal the chips of the TPU topology "
+            "(2x2x4 = 16 chips = 4 workers x 4)",
+            field_path=".workers",
+            check=lambda s: (
+                s.accelerator.topology is None
+                or not _matches(_ANY_TOPOLOGY, s.accelerator.topology)
+                or s.workers * s.accelerator.per_worker == topology_chips(s.accelerator.topology)
+            ),
+        ),
+        Rule(
+            cel="self.workers == oldSelf.workers || self.runPolicy.suspend",
+            message="workers can change only while the job is suspended (runPolicy.suspend: true)",
+            field_path=".workers",
+            check_update=lambda old, new: old.workers == new.workers or new.run_policy.suspend,
+        ),
+    )
+
+
+class TrainingJobPhase(StrEnum):
+    """Values of ``status.phase`` (a string in the schema, so the operator can add phases)."""
+
+    PENDING = "Pending"  # accepted, not planned or placed yet
+    WAITING = "Waiting"  # planned, waiting for room for the whole gang (Schedulable=False)
+    RUNNING = "Running"
+    SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class TrainingPlan(StatusModel):
+    """The engine's decision and prediction. Fields not listed here are kept (the engine may
+    report more), so the schema preserves unknown fields under ``plan``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    strategy: str | None = None
+    """The strategy chosen (``Ring``, ``HierarchicalRing``, ``ReductionServer``)."""
+    step_seconds: float | None = None
+    """Predicted time of one training step."""
+    compute_seconds: float | None = None
+    communication_seconds: float | None = None
+    """Predicted all-reduce time not hidden behind backward computation."""
+    samples_per_second: float | None = None
+    bottleneck: str | None = None
+    """What limits the step: ``compute``, ``network``, ``reducers``, ``intra-host``..."""
+    machine_type: str | None = None
+    reducers: int | None = None
+    """Reducers used (reduction server only)."""
+    reducer_machine_type: str | None = None
+    cost_per_hour_usd: float | None = Field(default=None, alias="costPerHourUSD")
+    """Predicted on-demand cost of workers and reducers."""
+    alternatives: dict[str, float] | None = None
+    """Predicted step seconds of every strategy considered."""
+
+
+class WorkerCounts(StatusModel):
+    """Worker pods by state."""
+
+    total: int = 0
+    pending: int = 0
+    running: int = 0
+    succeeded: int = 0
+    failed: int = 0
+
+
+class TrainingJobStatus(StatusModel):
+    """What the operator observed and decided. Written only by the operator."""
+
+    observed_generation: int | None = None
+    phase: str | None = None
+    """One of :class:`TrainingJobPhase`."""
+    conditions: list[Condition] = conditions_field()
+    plan: TrainingPlan | None = None
+    workers: WorkerCounts | None = None
+    restarts: int | None = None
+    """Gang restarts so far (compared with runPolicy.backoffLimit)."""
+    pool: str | None = None
+    """The node pool the gang was placed on."""
+    reduction_server_pool: str | None = None
+    """The ReductionServerPool (shared or dedicated) the workers use."""
+    start_time: dt.datetime | None = None
+    completion_time: dt.datetime | None = None
+
+
+TRAINING_JOB = Resource(
+    kind="TrainingJob",
+    plural="trainingjobs",
+    short_name="tj",
+    description="Data-parallel training: N worker hosts with K accelerators each, placed as one "
+    "gang on one node pool; the operator picks ring all-reduce or a reduction server from its "
+    "performance model.",
+    spec=TrainingJobSpec,
+    status=TrainingJobStatus,
+    printer_columns=(
+        PrinterColumn("Phase", "string", ".status.phase", "Lifecycle phase"),
+        PrinterColumn(
+            "Strategy", "string", ".status.plan.strategy", "Gradient reduction strategy chosen"
+        ),
+        PrinterColumn("Workers", "integer", ".spec.workers", "Worker hosts"),
+        PrinterColumn(
+            "Per-Worker", "integer", ".spec.accelerator.perWorker", "Accelerators per worker"
+        ),
+        PrinterColumn("Accelerator", "string", ".spec.accelerator.type", "Accelerator type"),
+        PrinterColumn(
+            "Step-Seconds", "number", ".status.plan.stepSeconds", "Predicted seconds per step"
+        ),
+        PrinterColumn(
+            "Bottleneck", "string", ".status.plan.bottleneck", "What limits the step", priority=1
+        ),
+        PrinterColumn(
+            "Cost-USD/h",
+            "number",
+            ".status.plan.costPerHourUSD",
+            "Predicted cost per hour",
+            priority=1,
+        ),
+        PrinterColumn("Pool", "string", ".status.pool", "Node pool of the gang", priority=1),
+        AGE,
+    ),
+)
