@@ -1,0 +1,615 @@
+"""The hardware catalog: accelerators, host machine types, their links and their prices.
+
+Every figure carries its source and date in a comment beside it. Accelerator keys are the values
+GKE puts in the ``cloud.google.com/gke-accelerator`` / ``gke-tpu-accelerator`` node labels, so a
+node pool's labels name catalog entries directly. Throughputs are *dense* datasheet peaks (no
+structured sparsity); links are per direction. Users add or override entries without code changes
+through :meth:`Catalog.with_overrides` (a dict, e.g. a ConfigMap's data) or :func:`load_catalog`
+(a YAML or JSON file); see docs/engine.md for the format.
+
+Sources used below, abbreviated:
+  [points]  ../shared/calibration/points.yaml, section ``hardware`` (datasheet figures).
+  [A100-DS] NVIDIA A100 Tensor Core GPU datasheet (2020, rev. 2021).
+  [H100-DS] NVIDIA H100 Tensor Core GPU datasheet (2022, SXM5 column, dense).
+  [V100-DS] NVIDIA Tesla V100 datasheet (2017/2018, SXM2 column).
+  [T4-DS]   NVIDIA T4 datasheet (2018).
+  [P4-DS]   NVIDIA Tesla P4 datasheet (2016).
+  [TPU-CACM] Jouppi et al., "A Domain-Specific Supercomputer for Training Deep Neural Networks",
+            CACM 63(7), 2020: TPU v2/v3 HBM bandwidth and ICI link rates.
+  [TPU-DOCS] Cloud TPU system-architecture pages (v4, v5e), as read in 2024.
+  [GCE-NET] Compute Engine "Network bandwidth" page, 2024: N1 default egress is 2 Gbps per vCPU,
+            capped at 32 Gbps; A2 machines 24/32/50/100 Gbps for 1/2/4/8+ GPUs.
+  [GCE-PRICE] Google Cloud on-demand price list, us-central1 (us-central2 for TPU v4), 2024;
+            N1 from its per-vCPU (0.031611 USD/h) and per-GB (0.004237 USD/h) rates.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from ringmaster.engine.units import GB, TERA, gbps_to_bytes_per_second
+
+Kind = Literal["gpu", "tpu"]
+IntraLink = Literal["nvlink", "pcie", "ici"]
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "int8")
+
+
+class UnknownHardwareError(LookupError):
+    """A name that is not in the catalog; the message lists the known names."""
+
+    def __init__(self, what: str, name: str, known: Iterable[str]) -> None:
+        self.what = what
+        self.name = name
+        self.known = sorted(known)
+        super().__init__(f"unknown {what} {name!r}; known: {', '.join(self.known)}")
+
+    def __str__(self) -> str:  # LookupError would add quotes around the message
+        return str(self.args[0])
+
+
+class CatalogOverrideError(ValueError):
+    """An override entry that cannot be applied (unknown field, wrong type, missing field)."""
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """One accelerator chip (GPU or TPU chip)."""
+
+    name: str
+    kind: Kind
+    peak_flops: Mapping[str, float]  # precision -> dense FLOP/s (int8: op/s, 1 MAC = 2 ops)
+    memory_bytes: float
+    memory_bandwidth: float  # bytes/s
+    intra_link: IntraLink
+    intra_bandwidth: float  # bytes/s per accelerator, per direction, to its host peers
+    # USD per accelerator-hour when billed per chip (attached GPUs, TPU chips); None when the
+    # price is bundled in the machine type (A2, A3).
+    price_per_hour: float | None = None
+    # TPU ICI: bytes/s per link per direction; an axis is a wrapped ring (torus) when it is at
+    # least ici_wrap_axis long and the slice has at least ici_wrap_chips chips.
+    ici_link_bandwidth: float = 0.0
+    ici_wrap_axis: int = 0
+    ici_wrap_chips: int = 0
+    source: str = ""
+
+    def peak(self, precision: str) -> float:
+        """Dense peak at ``precision``, falling back as the hardware does (see ``effective``)."""
+        return self.peak_flops[self.effective_precision(precision)]
+
+    def effective_precision(self, precision: str) -> str:
+        """The precision the chip actually computes ``precision`` at.
+
+        A missing entry falls back: fp32 -> tf32 is *not* implied (TF32 changes numerics), but a
+        TPU has no FP32 matrix unit and XLA's default matmul precision runs fp32 through the bf16
+        MXU; fp16 without fast fp16 (P4) and int8 without int8 units fall back to fp32.
+        """
+        p = precision.lower()
+        if p in self.peak_flops:
+            return p
+        if self.kind == "tpu" and "bf16" in self.peak_flops:
+            return "bf16"
+        if p in ("fp16", "bf16") and "fp16" in self.peak_flops:
+            return "fp16"
+        return "fp32"
+
+    def supports(self, precision: str) -> bool:
+        return precision.lower() in self.peak_flops
+
+
+@dataclass(frozen=True)
+class MachineType:
+    """A host: vCPUs, NIC, price; A2/A3/TPU hosts bundle their accelerators."""
+
+    name: str
+    vcpus: int
+    nic_bandwidth: float  # bytes/s per direction (egress cap)
+    price_per_hour: float  # USD/h, including bundled accelerators
+    accelerator: str | None = None  # bundled accelerator key
+    accelerator_count: int = 0
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Host:
+    """A resolved worker or replica host: a machine with g accelerators."""
+
+    machine: MachineType
+    accelerator: Accelerator
+    count: int
+
+    @property
+    def price_per_hour(self) -> float:
+        extra = 0.0
+        if self.machine.accelerator is None and self.accelerator.price_per_hour is not None:
+            extra = self.count * self.accelerator.price_per_hour
+        return self.machine.price_per_hour + extra
+
+    @property
+    def nic_bandwidth(self) -> float:
+        return self.machine.nic_bandwidth
+
+
+def _acc(
+    name: str,
+    kind: Kind,
+    tflops: Mapping[str, float],
+    memory_gb: float,
+    memory_gbps: float,
+    link: IntraLink,
+    link_gbps: float,
+    price: float | None,
+    source: str,
+    **extra: Any,
+) -> Accelerator:
+    return Accelerator(
+        name=name,
+        kind=kind,
+        peak_flops={k: v * TERA for k, v in tflops.items()},
+        memory_bytes=memory_gb * GB,
+        memory_bandwidth=memory_gbps * GB,
+        intra_link=link,
+        intra_bandwidth=link_gbps * GB,
+        price_per_hour=price,
+        source=source,
+        **extra,
+    )
+
+
+def _machine(
+    name: str,
+    vcpus: int,
+    nic_gbps: float,
+    price: float,
+    source: str,
+    accelerator: str | None = None,
+    count: int = 0,
+) -> MachineType:
+    return MachineType(
+        name=name,
+        vcpus=vcpus,
+        nic_bandwidth=gbps_to_bytes_per_second(nic_gbps),
+        price_per_hour=price,
+        accelerator=accelerator,
+        accelerator_count=count,
+        source=source,
+    )
+
+
+_ACCELERATORS: tuple[Accelerator, ...] = (
+    _acc(
+        "nvidia-tesla-a100",
+        "gpu",
+        # [points]/[A100-DS] 2020: dense TF32 156, FP16/BF16 312, INT8 624, FP32 19.5.
+        {"fp32": 19.5, "tf32": 156, "fp16": 312, "bf16": 312, "int8": 624},
+        40,  # [points] 40 GB HBM2
+        1555,  # [points] 1,555 GB/s
+        "nvlink",
+        300,  # [points] 12 NVLink3 links x 25 GB/s per direction
+        None,  # bundled in a2-highgpu-*
+        "[A100-DS] 2020, [points]",
+    ),
+    _acc(
+        "nvidia-a100-80gb",
+        "gpu",
+        # [points]/[A100-DS] 2021 (80 GB SXM): same tensor cores as the 40 GB part.
+        {"fp32": 19.5, "tf32": 156, "fp16": 312, "bf16": 312, "int8": 624},
+        80,  # [points]
+        2039,  # [points] HBM2e 2,039 GB/s
+        "nvlink",
+        300,  # [A100-DS] NVLink3, as the 40 GB part
+        None,  # bundled in a2-ultragpu-*
+        "[A100-DS] 2021, [points]",
+    ),
+    _acc(
+        "nvidia-h100-80gb",
+        "gpu",
+        # [H100-DS] 2022, SXM5 dense: FP32 67, TF32 494.7, FP16/BF16 989.4, INT8 1,978.9.
+        {"fp32": 67, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4, "int8": 1978.9},
+        80,  # [H100-DS]
+        3350,  # [H100-DS] HBM3 3.35 TB/s
+        "nvlink",
+        450,  # [H100-DS] NVLink4 900 GB/s bidirectional = 450 per direction
+        None,  # bundled in a3-highgpu-*
+        "[H100-DS] 2022",
+    ),
+    _acc(
+        "nvidia-tesla-v100",
+        "gpu",
+        # [V100-DS] 2018 SXM2: FP32 15.7, tensor FP16 125; INT8 via DP4A = 4 x FP32 = 62.8.
+        {"fp32": 15.7, "fp16": 125, "int8": 62.8},
+        16,  # [V100-DS] 16 GB HBM2
+        900,  # [V100-DS] 900 GB/s
+        "nvlink",
+        150,  # [V100-DS] NVLink2 300 GB/s bidirectional (6 links) = 150 per direction
+        2.48,  # [GCE-PRICE] 2024: attached V100, USD per GPU-hour
+        "[V100-DS] 2018, [GCE-PRICE] 2024",
+    ),
+    _acc(
+        "nvidia-tesla-t4",
+        "gpu",
+        # [points]/[T4-DS] 2018: FP32 8.1, FP16 65, INT8 130.
+        {"fp32": 8.1, "fp16": 65, "int8": 130},
+        16,  # [points]
+        320,  # [points] 320 GB/s GDDR6
+        "pcie",
+        15.75,  # PCIe Gen3 x16 per direction (PCI-SIG 3.0 spec: 8 GT/s x 16 x 128/130 / 8)
+        0.35,  # [GCE-PRICE] 2024: attached T4, USD per GPU-hour
+        "[T4-DS] 2018, [points], [GCE-PRICE] 2024",
+    ),
+    _acc(
+        "nvidia-tesla-p4",
+        "gpu",
+        # [points]/[P4-DS] 2016: FP32 5.5, INT8 21.8; no fast FP16 (GP104 FP16 is 1/64 rate).
+        {"fp32": 5.5, "int8": 21.8},
+        8,  # [points]
+        192,  # [points] 192 GB/s GDDR5
+        "pcie",
+        15.75,  # PCIe Gen3 x16 per direction (PCI-SIG 3.0)
+        0.60,  # [GCE-PRICE] 2024: attached P4, USD per GPU-hour
+        "[P4-DS] 2016, [points], [GCE-PRICE] 2024",
+    ),
+    _acc(
+        "tpu-v2",
+        "tpu",
+        {"bf16": 45},  # [points] board of 4 chips = 180 TFLOPS -> 45 per chip
+        16,  # [points] 64 GB per board of 4 chips
+        700,  # [TPU-CACM] 2020: 700 GB/s per chip
+        "ici",
+        62,  # [TPU-CACM] ICI 496 Gbit/s per link = 62 GB/s
+        6.50 / 4,  # [points] 6.50 USD per board-hour (2018) / 4 chips
+        "[points], [TPU-CACM] 2020",
+        ici_link_bandwidth=62 * GB,  # [TPU-CACM] 496 Gbit/s per link
+        ici_wrap_axis=16,  # [TPU-CACM] a v2 pod is a 16x16 2D torus; smaller slices are meshes
+        ici_wrap_chips=256,
+    ),
+    _acc(
+        "tpu-v3-slice",
+        "tpu",
+        {"bf16": 123},  # [points] 123 bf16 TFLOPS per chip
+        32,  # [points]
+        900,  # [points] 900 GB/s
+        "ici",
+        82,  # [TPU-CACM] ICI 656 Gbit/s per link = 82 GB/s
+        2.00,  # [GCE-PRICE] v3-8 (4 chips) 8.00 USD/h, 2024 -> 2.00 per chip-hour
+        "[points], [TPU-CACM] 2020, [GCE-PRICE] 2024",
+        ici_link_bandwidth=82 * GB,
+        ici_wrap_axis=32,  # [points] a v3 pod is 1,024 chips, a 32x32 2D torus
+        ici_wrap_chips=1024,
+    ),
+    _acc(
+        "tpu-v4-podslice",
+        "tpu",
+        {"bf16": 275, "int8": 275},  # [points] 275 bf16; [TPU-DOCS] int8 at the same rate
+        32,  # [points]
+        1200,  # [points] 1,200 GB/s
+        "ici",
+        50,  # [TPU-DOCS] 2,400 Gbps of ICI per chip over 6 links = 50 GB/s per link
+        3.22,  # [GCE-PRICE] 2024, us-central2: 3.22 USD per chip-hour
+        "[points], [TPU-DOCS] 2024, [GCE-PRICE] 2024",
+        ici_link_bandwidth=50 * GB,
+        ici_wrap_axis=4,  # [TPU-DOCS] v4 slices of 64+ chips (4x4x4 cubes) close into tori
+        ici_wrap_chips=64,
+    ),
+    _acc(
+        "tpu-v5-lite-podslice",
+        "tpu",
+        {"bf16": 197, "int8": 393},  # [points] 197 bf16, 393 int8 per chip
+        16,  # [points]
+        819,  # [points] 819 GB/s
+        "ici",
+        50,  # [points] 400 GB/s bidirectional over 4 links = 50 GB/s per link per direction
+        1.20,  # [GCE-PRICE] 2024: 1.20 USD per chip-hour
+        "[points], [TPU-DOCS] 2024, [GCE-PRICE] 2024",
+        ici_link_bandwidth=50 * GB,
+        ici_wrap_axis=16,  # [TPU-DOCS] a v5e pod is 16x16; only the full pod wraps
+        ici_wrap_chips=256,
+    ),
+)
+
+_A2 = "[GCE-NET] 2024, [GCE-PRICE] 2024"
+_N1 = "[GCE-NET] 2024 (2 Gbps/vCPU, max 32), [GCE-PRICE] 2024 (vCPU + memory rates)"
+_TPU_HOST = "host price = chips x chip price [GCE-PRICE] 2024; ICI carries the gradients"
+
+_MACHINES: tuple[MachineType, ...] = (
+    # A2 with A100 40 GB: egress [GCE-NET]/[points] 24/32/50/100 Gbps; prices [GCE-PRICE] 2024.
+    _machine("a2-highgpu-1g", 12, 24, 3.673385, _A2, "nvidia-tesla-a100", 1),
+    _machine("a2-highgpu-2g", 24, 32, 7.346770, _A2, "nvidia-tesla-a100", 2),
+    _machine("a2-highgpu-4g", 48, 50, 14.693540, _A2, "nvidia-tesla-a100", 4),
+    _machine("a2-highgpu-8g", 96, 100, 29.387080, _A2, "nvidia-tesla-a100", 8),
+    _machine("a2-megagpu-16g", 96, 100, 55.739504, _A2, "nvidia-tesla-a100", 16),
+    # A2 ultra with A100 80 GB: same egress steps [GCE-NET]; prices [GCE-PRICE] 2024.
+    _machine("a2-ultragpu-1g", 12, 24, 5.068795, _A2, "nvidia-a100-80gb", 1),
+    _machine("a2-ultragpu-2g", 24, 32, 10.137590, _A2, "nvidia-a100-80gb", 2),
+    _machine("a2-ultragpu-4g", 48, 50, 20.275180, _A2, "nvidia-a100-80gb", 4),
+    _machine("a2-ultragpu-8g", 96, 100, 40.550360, _A2, "nvidia-a100-80gb", 8),
+    # A3 high with H100: [GCE-NET] 2024 25/50/100 Gbps for 1/2/4 GPUs, 8g 4 x 200 Gbps
+    # GPUDirect-TCPX NICs for GPU traffic; price of 8g [GCE-PRICE] 2024, smaller shapes prorated.
+    _machine("a3-highgpu-1g", 26, 25, 88.253716 / 8, _A2 + ", prorated", "nvidia-h100-80gb", 1),
+    _machine("a3-highgpu-2g", 52, 50, 88.253716 / 4, _A2 + ", prorated", "nvidia-h100-80gb", 2),
+    _machine("a3-highgpu-4g", 104, 100, 88.253716 / 2, _A2 + ", prorated", "nvidia-h100-80gb", 4),
+    _machine("a3-highgpu-8g", 208, 800, 88.253716, _A2, "nvidia-h100-80gb", 8),
+    # N1 reducer hosts: [points] n1-highcpu-16 32 Gbps (Vertex AI Reduction Server notebook).
+    _machine("n1-highcpu-16", 16, 32, 0.566789, _N1),  # 16 vCPU, 14.4 GB
+    _machine("n1-highcpu-32", 32, 32, 1.133578, _N1),  # 32 vCPU, 28.8 GB
+    _machine("n1-highcpu-64", 64, 32, 2.267156, _N1),  # 64 vCPU, 57.6 GB
+    # N1 hosts for attached T4/V100/P4 (GPU price added per GPU from the accelerator entry).
+    _machine("n1-standard-4", 4, 8, 0.189999, _N1),  # 4 vCPU, 15 GB
+    _machine("n1-standard-8", 8, 16, 0.379998, _N1),  # 8 vCPU, 30 GB
+    _machine("n1-standard-16", 16, 32, 0.759996, _N1),  # 16 vCPU, 60 GB
+    _machine("n1-standard-32", 32, 32, 1.519992, _N1),  # 32 vCPU, 120 GB
+    _machine("n1-standard-64", 64, 32, 3.039984, _N1),  # 64 vCPU, 240 GB
+    # TPU hosts: 4 chips per host (v2-8, ct3p, ct4p), 1/4/8 for v5e (ct5lp); the NIC figure is
+    # the host's data-center network (not used for gradients, which travel over ICI):
+    # [points] v5e host: 8 chips with 2 x 100 Gbps NICs; others assumed 100 Gbps.
+    _machine("tpu-v2-host", 96, 100, 6.50, _TPU_HOST + " ([points] 2018)", "tpu-v2", 4),
+    _machine("ct3p-hightpu-4t", 96, 100, 4 * 2.00, _TPU_HOST, "tpu-v3-slice", 4),
+    _machine("ct4p-hightpu-4t", 240, 100, 4 * 3.22, _TPU_HOST, "tpu-v4-podslice", 4),
+    _machine("ct5lp-hightpu-1t", 24, 50, 1.20, _TPU_HOST, "tpu-v5-lite-podslice", 1),
+    _machine("ct5lp-hightpu-4t", 112, 100, 4 * 1.20, _TPU_HOST, "tpu-v5-lite-podslice", 4),
+    _machine("ct5lp-hightpu-8t", 224, 200, 8 * 1.20, _TPU_HOST, "tpu-v5-lite-podslice", 8),
+)
+
+# The machine GKE gives an accelerator type and per-host count when the spec names none.
+_DEFAULT_MACHINES: dict[str, dict[int, str]] = {
+    "nvidia-tesla-a100": {
+        1: "a2-highgpu-1g",
+        2: "a2-highgpu-2g",
+        4: "a2-highgpu-4g",
+        8: "a2-highgpu-8g",
+        16: "a2-megagpu-16g",
+    },
+    "nvidia-a100-80gb": {
+        1: "a2-ultragpu-1g",
+        2: "a2-ultragpu-2g",
+        4: "a2-ultragpu-4g",
+        8: "a2-ultragpu-8g",
+    },
+    "nvidia-h100-80gb": {
+        1: "a3-highgpu-1g",
+        2: "a3-highgpu-2g",
+        4: "a3-highgpu-4g",
+        8: "a3-highgpu-8g",
+    },
+    # Attached GPUs: 8 vCPUs per GPU, the usual GKE sizing for data loading.
+    "nvidia-tesla-v100": {
+        1: "n1-standard-8",
+        2: "n1-standard-16",
+        4: "n1-standard-32",
+        8: "n1-standard-64",
+    },
+    "nvidia-tesla-t4": {1: "n1-standard-8", 2: "n1-standard-16", 4: "n1-standard-32"},
+    "nvidia-tesla-p4": {1: "n1-standard-8", 2: "n1-standard-16", 4: "n1-standard-32"},
+    "tpu-v2": {4: "tpu-v2-host"},
+    "tpu-v3-slice": {4: "ct3p-hightpu-4t"},
+    "tpu-v4-podslice": {4: "ct4p-hightpu-4t"},
+    "tpu-v5-lite-podslice": {1: "ct5lp-hightpu-1t", 4: "ct5lp-hightpu-4t", 8: "ct5lp-hightpu-8t"},
+}
+
+# Override fields as users write them (units people quote) -> (attribute, scale to SI).
+_ACCELERATOR_FIELDS: dict[str, tuple[str, float]] = {
+    "kind": ("kind", 1.0),
+    "peakTFLOPS": ("peak_flops", TERA),
+    "memoryGB": ("memory_bytes", GB),
+    "memoryBandwidthGBps": ("memory_bandwidth", GB),
+    "intraLink": ("intra_link", 1.0),
+    "intraBandwidthGBps": ("intra_bandwidth", GB),
+    "pricePerHourUSD": ("price_per_hour", 1.0),
+    "iciLinkGBps": ("ici_link_bandwidth", GB),
+    "iciWrapAxis": ("ici_wrap_axis", 1.0),
+    "iciWrapChips": ("ici_wrap_chips", 1.0),
+    "source": ("source", 1.0),
+}
+_MACHINE_FIELDS: dict[str, tuple[str, float]] = {
+    "vcpus": ("vcpus", 1.0),
+    "nicGbps": ("nic_bandwidth", 1e9 / 8.0),
+    "pricePerHourUSD": ("price_per_hour", 1.0),
+    "accelerator": ("accelerator", 1.0),
+    "acceleratorCount": ("accelerator_count", 1.0),
+    "source": ("source", 1.0),
+}
+_INT_ATTRS = frozenset({"vcpus", "accelerator_count", "ici_wrap_axis", "ici_wrap_chips"})
+_STR_ATTRS = frozenset({"kind", "intra_link", "accelerator", "source"})
+_ACCELERATOR_REQUIRED = (
+    "kind",
+    "peakTFLOPS",
+    "memoryGB",
+    "memoryBandwidthGBps",
+    "intraLink",
+    "intraBandwidthGBps",
+)
+_MACHINE_REQUIRED = ("vcpus", "nicGbps", "pricePerHourUSD")
+
+
+def _convert(where: str, key: str, attr: str, scale: float, value: Any) -> Any:
+    if attr in _STR_ATTRS:
+        if value is not None and not isinstance(value, str):
+            raise CatalogOverrideError(f"{where}.{key}: expected a string, got {value!r}")
+        return value
+    if attr == "peak_flops":
+        if not isinstance(value, Mapping) or not value:
+            raise CatalogOverrideError(
+                f"{where}.{key}: expected a map of precision to TFLOPS, e.g. {{fp16: 312}}"
+            )
+        unknown = set(value) - set(PRECISIONS)
+        if unknown:
+            raise CatalogOverrideError(
+                f"{where}.{key}: unknown precision {sorted(unknown)[0]!r}; "
+                f"known: {', '.join(PRECISIONS)}"
+            )
+        return {str(k): _number(f"{where}.{key}.{k}", v) * scale for k, v in value.items()}
+    if value is None and attr == "price_per_hour":
+        return None
+    number = _number(f"{where}.{key}", value) * scale
+    return int(number) if attr in _INT_ATTRS else number
+
+
+def _number(where: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise CatalogOverrideError(f"{where}: expected a non-negative number, got {value!r}")
+    return float(value)
+
+
+def _fields(where: str, entry: Any, table: Mapping[str, tuple[str, float]]) -> dict[str, Any]:
+    if not isinstance(entry, Mapping):
+        raise CatalogOverrideError(f"{where}: expected a map of fields, got {entry!r}")
+    out: dict[str, Any] = {}
+    for key, value in entry.items():
+        if key not in table:
+            raise CatalogOverrideError(
+                f"{where}.{key}: unknown field; known: {', '.join(sorted(table))}"
+            )
+        attr, scale = table[key]
+        out[attr] = _convert(where, key, attr, scale, value)
+    return out
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """Accelerators and machine types by name; immutable, cheap to copy with overrides."""
+
+    accelerators: Mapping[str, Accelerator]
+    machines: Mapping[str, MachineType]
+    default_machines: Mapping[str, Mapping[int, str]] = field(default_factory=dict)
+
+    def accelerator(self, name: str) -> Accelerator:
+        try:
+            return self.accelerators[name]
+        except KeyError:
+            raise UnknownHardwareError("accelerator", name, self.accelerators) from None
+
+    def machine(self, name: str) -> MachineType:
+        try:
+            return self.machines[name]
+        except KeyError:
+            raise UnknownHardwareError("machine type", name, self.machines) from None
+
+    def default_machine(self, accelerator: str, count: int) -> MachineType:
+        """The machine type a node pool of ``count`` x ``accelerator`` per host runs on."""
+        self.accelerator(accelerator)
+        shapes = self.default_machines.get(accelerator, {})
+        if count not in shapes:
+            known = ", ".join(str(c) for c in sorted(shapes)) or "none"
+            raise UnknownHardwareError(
+                f"host shape for {accelerator} (accelerators per host; known: {known})",
+                str(count),
+                [],
+            )
+        return self.machine(shapes[count])
+
+    def host(self, accelerator: str, count: int, machine_type: str | None = None) -> Host:
+        """Resolve a worker host; an explicit machine type must fit ``count`` accelerators."""
+        acc = self.accelerator(accelerator)
+        machine = (
+            self.default_machine(accelerator, count)
+            if machine_type is None
+            else self.machine(machine_type)
+        )
+        if machine.accelerator is not None and machine.accelerator != accelerator:
+            raise CatalogOverrideError(
+                f"machine type {machine.name} carries {machine.accelerator}, not {accelerator}"
+            )
+        if machine.accelerator is not None and count > machine.accelerator_count:
+            raise CatalogOverrideError(
+                f"machine type {machine.name} has {machine.accelerator_count} x "
+                f"{machine.accelerator}, fewer than the {count} asked for"
+            )
+        return Host(machine=machine, accelerator=acc, count=count)
+
+    def with_overrides(self, data: Mapping[str, Any]) -> Catalog:
+        """A new catalog with entries added or changed.
+
+        ``data`` has up to three maps: ``accelerators`` and ``machineTypes`` (name -> fields in
+        the units people quote: ``peakTFLOPS``, ``memoryBandwidthGBps``, ``nicGbps``,
+        ``pricePerHourUSD``...) and ``defaultMachines`` (accelerator -> {count: machine}).
+        Changing an existing entry needs only the changed fields; a new one needs them all.
+        """
+        unknown = set(data) - {"accelerators", "machineTypes", "defaultMachines"}
+        if unknown:
+            raise CatalogOverrideError(
+                f"{sorted(unknown)[0]}: unknown section; known: accelerators, defaultMachines, "
+                "machineTypes"
+            )
+        accelerators = dict(self.accelerators)
+        for name, entry in (data.get("accelerators") or {}).items():
+            where = f"accelerators.{name}"
+            values = _fields(where, entry, _ACCELERATOR_FIELDS)
+            if name in accelerators:
+                if "peak_flops" in values:  # merge precisions: {fp8: ...} adds one
+                    values["peak_flops"] = {**accelerators[name].peak_flops, **values["peak_flops"]}
+                accelerators[name] = replace(accelerators[name], **values)
+            else:
+                missing = [
+                    k for k in _ACCELERATOR_REQUIRED if _ACCELERATOR_FIELDS[k][0] not in values
+                ]
+                if missing:
+                    needs = ", ".join(missing)
+                    raise CatalogOverrideError(f"{where}: a new accelerator needs {needs}")
+                accelerators[name] = Accelerator(name=name, **values)
+        machines = dict(self.machines)
+        for name, entry in (data.get("machineTypes") or {}).items():
+            where = f"machineTypes.{name}"
+            values = _fields(where, entry, _MACHINE_FIELDS)
+            if name in machines:
+                machines[name] = replace(machines[name], **values)
+            else:
+                missing = [k for k in _MACHINE_REQUIRED if _MACHINE_FIELDS[k][0] not in values]
+                if missing:
+                    needs = ", ".join(missing)
+                    raise CatalogOverrideError(f"{where}: a new machine type needs {needs}")
+                machines[name] = MachineType(name=name, **values)
+        defaults = {k: dict(v) for k, v in self.default_machines.items()}
+        for acc_name, shapes in (data.get("defaultMachines") or {}).items():
+            if not isinstance(shapes, Mapping):
+                raise CatalogOverrideError(
+                    f"defaultMachines.{acc_name}: expected a map of count to machine type"
+                )
+            for count, machine in shapes.items():
+                if machine not in machines:
+                    raise UnknownHardwareError("machine type", str(machine), machines)
+                defaults.setdefault(str(acc_name), {})[int(count)] = str(machine)
+        return Catalog(accelerators, machines, defaults)
+
+
+DEFAULT_CATALOG = Catalog(
+    accelerators={a.name: a for a in _ACCELERATORS},
+    machines={m.name: m for m in _MACHINES},
+    default_machines=_DEFAULT_MACHINES,
+)
+
+
+def parse_overrides(text: str, *, where: str = "catalog") -> dict[str, Any]:
+    """Parse override text: JSON, or YAML (PyYAML is imported only when the text needs it)."""
+    stripped = text.lstrip()
+    if stripped.startswith("{"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise CatalogOverrideError(f"{where}: invalid JSON: {exc}") from None
+    else:
+        import yaml  # a ConfigMap or file in YAML; deferred so importing the engine stays fast
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise CatalogOverrideError(f"{where}: invalid YAML: {exc}".splitlines()[0]) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise CatalogOverrideError(f"{where}: expected a map at the top level")
+    return data
+
+
+def load_catalog(path: str | Path | None = None, base: Catalog = DEFAULT_CATALOG) -> Catalog:
+    """The built-in catalog, with the overrides in ``path`` (YAML or JSON) applied if given."""
+    if path is None:
+        return base
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CatalogOverrideError(f"{p}: cannot read: {exc.strerror}") from None
+    return base.with_overrides(parse_overrides(text, where=str(p)))
