@@ -1,0 +1,433 @@
+"""The TrainingJob state machine: what to create, delete and report, from a snapshot of the world.
+
+Pure: no I/O, no clock (``now`` is an argument), no kopf. The kopf shell (trainingjob.py) reads
+the job, its pods and the node pools from kopf's indexes, calls :func:`reconcile_training`, and
+applies the :class:`Decision`. Level-based: the same snapshot always gives the same decision, so
+running it again after a crash or on a resync is safe.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from ringmaster.api import (
+    TrainingJobSpec,
+    TrainingJobStatus,
+    TrainingPlan,
+    WorkerCounts,
+    find_condition,
+    set_condition,
+)
+from ringmaster.manifests.naming import ATTEMPT_ANNOTATION, RANK_LABEL
+from ringmaster.manifests.training import (
+    PoolPlacement,
+    rendezvous_service,
+    worker_pod,
+)
+from ringmaster.placement.pools import NodePool, gang_fits, pod_requests
+
+PENDING, ADMITTED, RUNNING = "Pending", "Admitted", "Running"
+SUCCEEDED, FAILED, SUSPENDED = "Succeeded", "Failed", "Suspended"
+FINISHED = (SUCCEEDED, FAILED)
+
+SCHEDULABLE, COMPLETE, FAILED_CONDITION, SUSPENDED_CONDITION = (
+    "Schedulable",
+    "Complete",
+    "Failed",
+    "Suspended",
+)
+
+# How soon to look again while something is in motion (pods starting or going away).
+SOON_SECONDS = 1.0
+
+Planner = Callable[[TrainingJobSpec, str | None], dict[str, Any]]
+"""(spec, machine type of the chosen pool) -> the plan for status.plan (camelCase keys)."""
+
+
+@dataclass(frozen=True)
+class WorkerPod:
+    """What the state machine needs to know of one worker pod."""
+
+    name: str
+    rank: int
+    attempt: int
+    phase: str
+    node: str | None
+    terminating: bool
+    exit_detail: str | None = None  # "exit code 137 (Error)" for a failed container
+
+    @classmethod
+    def from_object(cls, pod: Mapping[str, Any]) -> WorkerPod:
+        metadata = pod.get("metadata") or {}
+        status = pod.get("status") or {}
+        detail = None
+        for container in status.get("containerStatuses") or []:
+            terminated = (container.get("state") or {}).get("terminated")
+            if terminated and terminated.get("exitCode", 0) != 0:
+                detail = f"exit code {terminated['exitCode']} ({terminated.get('reason', '')})"
+        return cls(
+            name=metadata["name"],
+            rank=int((metadata.get("labels") or {}).get(RANK_LABEL, -1)),
+            attempt=int((metadata.get("annotations") or {}).get(ATTEMPT_ANNOTATION, 0)),
+            phase=status.get("phase") or "Pending",
+            node=(pod.get("spec") or {}).get("nodeName"),
+            terminating=bool(metadata.get("deletionTimestamp")),
+            exit_detail=detail,
+        )
+
+
+@dataclass(frozen=True)
+class JobView:
+    name: str
+    namespace: str
+    generation: int
+    spec: TrainingJobSpec
+    status: TrainingJobStatus
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """The world, as admission sees it."""
+
+    pools: Mapping[str, NodePool]
+    used: Mapping[str, Mapping[str, Decimal]]
+    """Requests of running pods, by node."""
+    promised: Mapping[str, Sequence[Mapping[str, Decimal]]] = field(default_factory=dict)
+    """Per pool: requests of other admitted gangs' pods that are not bound yet."""
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # Normal or Warning
+    reason: str
+    message: str
+
+
+@dataclass
+class Decision:
+    status: TrainingJobStatus
+    create: list[dict[str, Any]] = field(default_factory=list)
+    delete: list[str] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    delete_job: bool = False
+    requeue_after: float | None = None
+    admitted_pool: str | None = None
+    """Set when this decision admits a gang: the pool whose capacity it now holds."""
+
+
+@dataclass(frozen=True)
+class Unschedulable:
+    reason: str  # NoMatchingPool, TopologyMismatch
+    message: str
+
+
+def _accelerator_resource(spec: TrainingJobSpec) -> str:
+    return "google.com/tpu" if spec.accelerator.type.startswith("tpu-") else "nvidia.com/gpu"
+
+
+def choose_pool(
+    spec: TrainingJobSpec, capacity: Capacity, current: str | None = None
+) -> NodePool | Unschedulable:
+    """The pool for the gang: same accelerator, hosts big enough, machine type and TPU topology
+    as asked. Among those: the one the job already uses, else one where the gang fits now, else
+    the one whose hosts match perWorker exactly (no stranded accelerators)."""
+    accelerator = spec.accelerator.type
+    same_type = [p for p in capacity.pools.values() if p.identity.accelerator == accelerator]
+    if not same_type:
+        known = sorted({p.identity.accelerator for p in capacity.pools.values()} - {None})
+        return Unschedulable(
+            "NoMatchingPool",
+            f"no node pool has {accelerator} nodes (pools have: {', '.join(known) or 'none'})",
+        )
+    per_worker = spec.accelerator.per_worker
+    big_enough = [p for p in same_type if p.accelerators_per_node >= per_worker]
+    if not big_enough:
+        largest = max(p.accelerators_per_node for p in same_type)
+        return Unschedulable(
+            "NoMatchingPool",
+            f"perWorker is {per_worker} but {accelerator} nodes have at most {largest} each",
+        )
+    if spec.machine_type:
+        wanted = spec.machine_type
+        big_enough = [p for p in big_enough if p.identity.instance_type == wanted]
+        if not big_enough:
+            return Unschedulable(
+                "NoMatchingPool", f"no {accelerator} pool of machine type {wanted}"
+            )
+    if spec.accelerator.topology:
+        topology = spec.accelerator.topology
+        matching = [p for p in big_enough if p.identity.tpu_topology == topology]
+        if not matching:
+            seen = ", ".join(f"{p.name}={p.identity.tpu_topology}" for p in big_enough)
+            return Unschedulable(
+                "TopologyMismatch", f"no {accelerator} pool has topology {topology} ({seen})"
+            )
+        big_enough = matching
+    by_name = {p.name: p for p in big_enough}
+    if current in by_name:
+        return by_name[current]
+    request = {_accelerator_resource(spec): Decimal(per_worker)}
+
+    def preference(pool: NodePool) -> tuple[bool, bool, str]:
+        fits = gang_fits(
+            pool,
+            capacity.used,
+            request,
+            spec.workers,
+            promised=capacity.promised.get(pool.name, ()),
+        ).fits
+        return (not fits, pool.accelerators_per_node != per_worker, pool.name)
+
+    return min(big_enough, key=preference)
+
+
+def _set(
+    job: JobView,
+    status: TrainingJobStatus,
+    type_: str,
+    value: str,
+    reason: str,
+    message: str,
+    now: dt.datetime,
+) -> bool:
+    """Set a condition; True when it changed (so an Event is worth emitting)."""
+    before = find_condition(status.conditions, type_)
+    status.conditions = set_condition(
+        status.conditions,
+        type_,
+        value,  # type: ignore[arg-type]
+        reason,
+        message,
+        observed_generation=job.generation,
+        now=now,
+    )
+    return before is None or (before.status, before.reason, before.message) != (
+        value,
+        reason,
+        message,
+    )
+
+
+def _counts(pods: Sequence[WorkerPod], workers: int) -> dict[str, int]:
+    counts = {"total": workers, "pending": 0, "running": 0, "succeeded": 0, "failed": 0}
+    for pod in pods:
+        key = pod.phase.lower()
+        if key in counts and key != "total":
+            counts[key] += 1
+    return counts
+
+
+def _finish(
+    job: JobView,
+    decision: Decision,
+    live: Sequence[WorkerPod],
+    phase: str,
+    reason: str,
+    message: str,
+    now: dt.datetime,
+) -> Decision:
+    status = decision.status
+    status.phase = phase
+    status.completion_time = now
+    condition = COMPLETE if phase == SUCCEEDED else FAILED_CONDITION
+    _set(job, status, condition, "True", reason, message, now)
+    if phase == FAILED:
+        decision.delete = [p.name for p in live if p.phase not in FINISHED]
+    decision.events.append(Event("Normal" if phase == SUCCEEDED else "Warning", reason, message))
+    ttl = job.spec.run_policy.ttl_seconds_after_finished
+    decision.requeue_after = float(ttl) if ttl is not None else None
+    return decision
+
+
+def reconcile_training(
+    job: JobView,
+    pods: Sequence[WorkerPod],
+    capacity: Capacity,
+    now: dt.datetime,
+    planner: Planner,
+) -> Decision:
+    spec = job.spec
+    status = job.status.model_copy(deep=True)
+    status.observed_generation = job.generation
+    decision = Decision(status=status)
+    live = [p for p in pods if not p.terminating]
+    attempt = status.restarts or 0
+
+    # Finished: nothing runs again; only the TTL is left to honour.
+    if status.phase in FINISHED:
+        ttl = spec.run_policy.ttl_seconds_after_finished
+        if ttl is not None and status.completion_time is not None:
+            remaining = (status.completion_time - now).total_seconds() + ttl
+            if remaining <= 0:
+                decision.delete_job = True
+            else:
+                decision.requeue_after = remaining
+        return decision
+
+    if spec.run_policy.suspend:
+        decision.delete = [p.name for p in live]
+        if status.phase != SUSPENDED:
+            decision.events.append(Event("Normal", "Suspended", "job suspended: workers deleted"))
+        status.phase = SUSPENDED
+        _set(
+            job, status, SUSPENDED_CONDITION, "True", "Suspended", "runPolicy.suspend is true", now
+        )
+        status.workers = None
+        return decision
+    suspended = find_condition(status.conditions, SUSPENDED_CONDITION)
+    if suspended is not None and suspended.status == "True":
+        _set(
+            job, status, SUSPENDED_CONDITION, "False", "Resumed", "runPolicy.suspend is false", now
+        )
+        decision.events.append(Event("Normal", "Resumed", "job resumed: admitting the gang again"))
+        status.phase = PENDING
+
+    choice = choose_pool(spec, capacity, current=status.pool)
+    if isinstance(choice, Unschedulable):
+        status.phase = PENDING
+        if _set(job, status, SCHEDULABLE, "False", choice.reason, choice.message, now):
+            decision.events.append(Event("Warning", choice.reason, choice.message))
+        return decision
+    pool = choice
+
+    plan = planner(spec, pool.identity.instance_type)
+    previous_strategy = status.plan.strategy if status.plan else None
+    status.plan = TrainingPlan.model_validate(plan)
+    if status.plan.strategy != previous_strategy:
+        decision.events.append(
+            Event(
+                "Normal",
+                "StrategyChosen",
+                f"{status.plan.strategy}: predicted {plan.get('stepSeconds', 0):.3g} s/step, "
+                f"bottleneck {plan.get('bottleneck')}",
+            )
+        )
+
+    placement = PoolPlacement(
+        pool=pool.name,
+        node_selector=pool.node_selector(),
+        accelerator_resource=_accelerator_resource(spec),
+        machine_type=pool.identity.instance_type,
+    )
+    current = {p.rank: p for p in live if p.attempt == attempt}
+    stale = [p for p in live if p.attempt != attempt]
+    decision.delete += [p.name for p in stale]
+    status.workers = None
+
+    # A failed worker fails the gang: restart all of it, or give up at the backoff limit.
+    failed = sorted((p for p in current.values() if p.phase == "Failed"), key=lambda p: p.rank)
+    lost = status.phase == RUNNING and len(current) < spec.workers
+    if failed or lost:
+        what = (
+            f"worker {failed[0].rank} failed ({failed[0].exit_detail or 'Failed'})"
+            if failed
+            else f"{spec.workers - len(current)} worker pod(s) disappeared"
+        )
+        if attempt >= spec.run_policy.backoff_limit:
+            return _finish(
+                job,
+                decision,
+                live,
+                FAILED,
+                "BackoffLimitExceeded",
+                f"{what}; backoffLimit {spec.run_policy.backoff_limit} reached",
+                now,
+            )
+        decision.delete += [p.name for p in current.values()]
+        status.restarts = attempt + 1
+        status.phase = PENDING
+        decision.events.append(
+            Event(
+                "Warning",
+                "Restarted",
+                f"{what}; restarting the gang ({attempt + 1}/{spec.run_policy.backoff_limit})",
+            )
+        )
+        decision.requeue_after = SOON_SECONDS
+        return decision
+
+    if len(current) == spec.workers and all(p.phase == "Succeeded" for p in current.values()):
+        return _finish(
+            job,
+            decision,
+            live,
+            SUCCEEDED,
+            "Completed",
+            f"all {spec.workers} workers succeeded",
+            now,
+        )
+
+    deadline = spec.run_policy.active_deadline_seconds
+    started = status.start_time
+    if deadline is not None and started is not None and (now - started).total_seconds() >= deadline:
+        return _finish(
+            job,
+            decision,
+            live,
+            FAILED,
+            "DeadlineExceeded",
+            f"ran longer than activeDeadlineSeconds ({deadline})",
+            now,
+        )
+
+    if not current:
+        if stale or any(p.terminating for p in pods):
+            decision.requeue_after = SOON_SECONDS  # the previous gang is still going away
+            return decision
+        sample = worker_pod(job.name, job.namespace, spec, placement, 0, attempt)
+        fit = gang_fits(
+            pool,
+            capacity.used,
+            pod_requests(sample),
+            spec.workers,
+            promised=capacity.promised.get(pool.name, ()),
+            one_per_node=placement.accelerator_resource == "google.com/tpu",
+        )
+        if not fit.fits:
+            status.phase = PENDING
+            message = (
+                f"needs {spec.workers} workers x {spec.accelerator.per_worker} "
+                f"{placement.accelerator_resource} on pool {pool.name}; {fit.available} fit now"
+            )
+            if _set(job, status, SCHEDULABLE, "False", "InsufficientCapacity", message, now):
+                decision.events.append(Event("Normal", "InsufficientCapacity", message))
+            return decision
+        decision.create = [rendezvous_service(job.name)] + [
+            worker_pod(job.name, job.namespace, spec, placement, rank, attempt)
+            for rank in range(spec.workers)
+        ]
+        decision.admitted_pool = pool.name
+        status.phase = ADMITTED
+        status.pool = pool.name
+        message = (
+            f"gang of {spec.workers} workers x {spec.accelerator.per_worker} "
+            f"{spec.accelerator.type} admitted on pool {pool.name} "
+            f"({pool.identity.instance_type})"
+        )
+        if _set(job, status, SCHEDULABLE, "True", "Admitted", message, now):
+            decision.events.append(Event("Normal", "Admitted", message))
+        decision.requeue_after = SOON_SECONDS
+        return decision
+
+    # Admitted earlier: recreate pods that a crash kept us from creating.
+    missing = [r for r in range(spec.workers) if r not in current]
+    decision.create = [
+        worker_pod(job.name, job.namespace, spec, placement, rank, attempt) for rank in missing
+    ]
+    counts = _counts(list(current.values()), spec.workers)
+    status.workers = WorkerCounts(**counts)
+    if counts["running"] == spec.workers:
+        if status.phase != RUNNING:
+            decision.events.append(Event("Normal", "Running", f"all {spec.workers} workers run"))
+        status.phase = RUNNING
+        status.start_time = status.start_time or now
+        if deadline is not None:
+            decision.requeue_after = deadline - (now - status.start_time).total_seconds()
+    else:
+        status.phase = ADMITTED
+        decision.requeue_after = SOON_SECONDS
+    return decision

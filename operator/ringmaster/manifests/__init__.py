@@ -1,0 +1,1 @@
+"""Pure builders: a resource's spec and the operator's decisions -> Kubernetes object dicts."""

@@ -1,0 +1,160 @@
+"""A TrainingJob's worker pods and its headless rendezvous Service."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ringmaster.api import TrainingJobSpec
+from ringmaster.manifests.naming import (
+    ATTEMPT_ANNOTATION,
+    RANK_LABEL,
+    ROLE_LABEL,
+    TRAINING_JOB_LABEL,
+    common_labels,
+    rendezvous_service_name,
+    worker_hostname,
+    worker_pod_name,
+)
+
+MASTER_PORT = 29500  # torch.distributed's default rendezvous port
+CLUSTER_DOMAIN = "svc.cluster.local"
+
+
+@dataclass(frozen=True)
+class PoolPlacement:
+    """Where the gang goes: what placement decided, in the terms a pod spec needs."""
+
+    pool: str
+    node_selector: dict[str, str]
+    accelerator_resource: str  # nvidia.com/gpu or google.com/tpu
+    machine_type: str | None = None
+
+
+def selector_labels(job: str) -> dict[str, str]:
+    return {TRAINING_JOB_LABEL: job, ROLE_LABEL: "worker"}
+
+
+def rendezvous_service(job: str) -> dict[str, Any]:
+    """Headless, and publishing not-ready addresses: workers resolve each other while starting."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": rendezvous_service_name(job),
+            "labels": {**common_labels("rendezvous"), TRAINING_JOB_LABEL: job},
+        },
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": selector_labels(job),
+            "ports": [{"name": "rendezvous", "port": MASTER_PORT, "targetPort": MASTER_PORT}],
+        },
+    }
+
+
+def worker_fqdn(job: str, namespace: str, rank: int) -> str:
+    return f"{worker_hostname(rank)}.{rendezvous_service_name(job)}.{namespace}.{CLUSTER_DOMAIN}"
+
+
+def launcher_env(
+    job: str, namespace: str, spec: TrainingJobSpec, rank: int, is_tpu: bool
+) -> list[dict[str, str]]:
+    """The variables torchrun, Kubeflow-style launchers and JAX on TPU read.
+
+    WORLD_SIZE and RANK count worker pods (Kubeflow PyTorchJob's convention); torchrun's PET_*
+    variables carry nodes and processes per node.
+    """
+    per_worker = spec.accelerator.per_worker
+    master = worker_fqdn(job, namespace, 0)
+    env = {
+        "MASTER_ADDR": master,
+        "MASTER_PORT": str(MASTER_PORT),
+        "WORLD_SIZE": str(spec.workers),
+        "RANK": str(rank),
+        "NODE_RANK": str(rank),
+        "NPROC_PER_NODE": str(per_worker),
+        "PET_MASTER_ADDR": master,
+        "PET_MASTER_PORT": str(MASTER_PORT),
+        "PET_NNODES": str(spec.workers),
+        "PET_NODE_RANK": str(rank),
+        "PET_NPROC_PER_NODE": str(per_worker),
+    }
+    if is_tpu:
+        env["TPU_WORKER_ID"] = str(rank)
+        env["TPU_WORKER_HOSTNAMES"] = ",".join(
+            worker_fqdn(job, namespace, r) for r in range(spec.workers)
+        )
+    return [{"name": k, "value": v} for k, v in env.items()]
+
+
+def worker_pod(
+    job: str,
+    namespace: str,
+    spec: TrainingJobSpec,
+    placement: PoolPlacement,
+    rank: int,
+    attempt: int,
+    extra_env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    template = spec.template
+    is_tpu = placement.accelerator_resource == "google.com/tpu"
+    user_meta = template.metadata
+    labels = {
+        **(user_meta.labels if user_meta and user_meta.labels else {}),
+        **common_labels("worker"),
+        **selector_labels(job),
+        RANK_LABEL: str(rank),
+    }
+    annotations = {
+        **(user_meta.annotations if user_meta and user_meta.annotations else {}),
+        ATTEMPT_ANNOTATION: str(attempt),
+    }
+    resources = template.resources.to_k8s() if template.resources else {}
+    devices = str(spec.accelerator.per_worker)
+    # Extended resources are requested through limits (requests default to them).
+    resources["limits"] = {**resources.get("limits", {}), placement.accelerator_resource: devices}
+    if "requests" in resources:
+        resources["requests"][placement.accelerator_resource] = devices
+    # The user's variables first; ours after them win, so a template cannot break the rendezvous.
+    env = [e.to_k8s() for e in template.env or []]
+    env += launcher_env(job, namespace, spec, rank, is_tpu)
+    env += [{"name": k, "value": v} for k, v in sorted((extra_env or {}).items())]
+    container: dict[str, Any] = {
+        "name": "worker",
+        "image": template.image,
+        "env": env,
+        "resources": resources,
+        "ports": [{"name": "rendezvous", "containerPort": 29500}],
+    }
+    for field in ("command", "args"):
+        if getattr(template, field):
+            container[field] = list(getattr(template, field))
+    if template.image_pull_policy:
+        container["imagePullPolicy"] = template.image_pull_policy
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": worker_pod_name(job, rank),
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": annotations,
+        },
+        "spec": {
+            # The operator restarts the whole gang; a lone restarted worker would hang the ring.
+            "restartPolicy": "Never",
+            "hostname": worker_hostname(rank),
+            "subdomain": rendezvous_service_name(job),
+            "enableServiceLinks": False,
+            "nodeSelector": dict(placement.node_selector),
+            "tolerations": [
+                {
+                    "key": placement.accelerator_resource,
+                    "operator": "Exists",
+                    "effect": "NoSchedule",
+                }
+            ],
+            "containers": [container],
+        },
+    }
