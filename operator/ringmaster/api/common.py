@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from ringmaster.api.base import SpecModel, StatusModel
 from ringmaster.api.quantity import IntOrString
@@ -17,7 +17,6 @@ DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?
 MACHINE_TYPE = r"^[a-z][a-z0-9]*(-[a-z0-9]+)+$"
 
 MachineType = Annotated[str, Field(pattern=MACHINE_TYPE, max_length=63)]
-ResourceName = Annotated[str, Field(min_length=1, max_length=253)]
 
 
 class EnvVar(SpecModel):
@@ -33,17 +32,19 @@ class ResourceRequirements(SpecModel):
     """CPU and memory of the main container. Accelerators are added by the operator from
     ``spec.accelerator``; do not request them here."""
 
-    requests: dict[ResourceName, IntOrString] | None = Field(default=None, max_length=16)
-    limits: dict[ResourceName, IntOrString] | None = Field(default=None, max_length=16)
+    # Map keys are not constrained: a structural schema cannot say anything about them, and
+    # parse_manifest must not refuse what the apiserver accepts.
+    requests: dict[str, IntOrString] | None = Field(default=None, max_length=16)
+    limits: dict[str, IntOrString] | None = Field(default=None, max_length=16)
 
 
 class PodMetadata(SpecModel):
     """Labels and annotations copied onto every pod."""
 
-    labels: dict[Annotated[str, Field(max_length=317)], Annotated[str, Field(max_length=63)]] | (
-        None
-    ) = Field(default=None, max_length=64)
-    annotations: dict[Annotated[str, Field(max_length=317)], str] | None = Field(
+    labels: dict[str, Annotated[str, Field(max_length=63)]] | None = Field(
+        default=None, max_length=64
+    )
+    annotations: dict[str, Annotated[str, Field(max_length=65536)]] | None = Field(
         default=None, max_length=64
     )
 
@@ -66,6 +67,16 @@ class PodTemplate(SpecModel):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     resources: ResourceRequirements | None = None
+
+    @field_validator("env")
+    @classmethod
+    def _unique_env_names(cls, env: list[EnvVar] | None) -> list[EnvVar] | None:
+        # env is a list-map keyed by name: the apiserver refuses a repeated name.
+        names = [e.name for e in env or []]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"Duplicate value: name {', '.join(repeated)}")
+        return env
 
 
 ConditionStatus = Literal["True", "False", "Unknown"]

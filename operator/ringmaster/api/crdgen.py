@@ -20,12 +20,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
-    out = Path(args.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+def write_crds(output_dir: Path) -> list[Path]:
+    """Write every CRD into ``output_dir`` and return the paths written."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    written = []
     for name, crd in all_crds().items():
-        (out / name).write_text(render(crd), encoding="utf-8")
-        print(out / name)
+        path = output_dir / name
+        path.write_text(render(crd), encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def run(args: argparse.Namespace) -> int:
+    for path in write_crds(Path(args.output_dir)):
+        print(path)
     if args.reference:
         Path(args.reference).write_text(render_reference(), encoding="utf-8")
         print(args.reference)

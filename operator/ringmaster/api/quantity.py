@@ -50,13 +50,14 @@ def parse_count(value: Any) -> int:
 
 
 def format_count(value: int) -> str:
-    """The shortest suffixed spelling that is exact, for messages and status ("1.3B")."""
+    """A suffixed spelling that is exact and valid ("1.3B"), else the plain number."""
     for suffix, factor in (("T", 10**12), ("B", 10**9), ("M", 10**6), ("K", 10**3)):
         if value >= factor and (value * 1000) % factor == 0:
             text = f"{Decimal(value) / factor:f}"
             if "." in text:
                 text = text.rstrip("0").rstrip(".")
-            return f"{text}{suffix}"
+            if _COUNT_RE.match(text + suffix):
+                return f"{text}{suffix}"
     return str(value)
 
 
