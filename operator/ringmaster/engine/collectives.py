@@ -122,12 +122,14 @@ def hierarchical_ring(
     network_hop_latency: ArrayLike,
 ) -> Collective:
     """Reduce-scatter inside the host, ring across hosts on the NIC (g rings of M/g share it, so
-    2(n-1)/n * M per NIC), all-gather inside the host. Phases run one after another."""
+    2(n-1)/n * M per NIC), all-gather inside the host. The phases stream chunk by chunk (as NCCL
+    pipelines its steps), so the slower of the intra-host and the NIC traffic sets the pace;
+    latencies add."""
     m = _f(nbytes)
     n = _f(hosts)
     intra_bw, intra_lat = _intra_phases(m, _f(per_host), _f(intra_bandwidth), _f(intra_hop_latency))
     inter = ring_allreduce(m, n, nic_bandwidth, network_hop_latency)
-    bw = intra_bw + inter.bandwidth_seconds
+    bw = np.maximum(intra_bw, inter.bandwidth_seconds)
     lat = intra_lat + inter.latency_seconds
     code = np.where(inter.bandwidth_seconds >= intra_bw, BOTTLENECK_NIC, BOTTLENECK_INTRA)
     code = np.where(bw >= lat, code, BOTTLENECK_LATENCY)
@@ -144,8 +146,9 @@ def tree_allreduce(
     network_hop_latency: ArrayLike,
 ) -> Collective:
     """NCCL's double binary tree across hosts (after the same intra-host phases as the
-    hierarchical ring): each NIC sends and receives 2M (M reduced up, M broadcast down) but
-    only 2*ceil(log2 n) network hops. Infinite for one host (NCCL uses the ring there)."""
+    hierarchical ring, pipelined with them): each NIC sends and receives 2M (M reduced up, M
+    broadcast down) but only 2*ceil(log2 n) network hops. Infinite for one host (NCCL uses the
+    ring there)."""
     m = _f(nbytes)
     n = _f(hosts)
     intra_bw, intra_lat = _intra_phases(m, _f(per_host), _f(intra_bandwidth), _f(intra_hop_latency))
@@ -153,7 +156,7 @@ def tree_allreduce(
     depth = np.ceil(np.log2(np.maximum(n, 1.0)))
     inter_bw = 2.0 * m / _f(nic_bandwidth)
     inter_lat = NCCL_BASE_LATENCY + 2.0 * depth * _f(network_hop_latency)
-    bw = np.where(multi, intra_bw + inter_bw, np.inf)
+    bw = np.where(multi, np.maximum(intra_bw, inter_bw), np.inf)
     lat = np.where(multi, intra_lat + inter_lat, np.inf)
     code = np.where(inter_bw >= intra_bw, BOTTLENECK_NIC, BOTTLENECK_INTRA)
     code = np.where(bw >= lat, code, BOTTLENECK_LATENCY)
@@ -173,7 +176,9 @@ def reduction_server(
 ) -> Collective:
     """Vertex AI Reduction Server / BytePS: after the intra-host phases each host sends M to the
     reducers and receives M back; the k reducers together carry n*M each way. The inter-host
-    time is max(M / B_net, n*M / (k*B_r)), plus a push and a pull hop. Infinite for k = 0."""
+    time is max(M / B_net, n*M / (k*B_r)), plus a push and a pull hop. Partitions stream through
+    the intra-host and network phases (BytePS pipelines them), so the slower phase sets the
+    pace. Infinite for k = 0."""
     m = _f(nbytes)
     n = _f(hosts)
     k = _f(reducers)
@@ -183,7 +188,7 @@ def reduction_server(
         reducer_side = np.where(k > 0, n * m / (k * _f(reducer_bandwidth)), np.inf)
     inter_bw = np.maximum(worker_side, reducer_side)
     inter_lat = NCCL_BASE_LATENCY + 2.0 * _f(network_hop_latency)
-    bw = intra_bw + inter_bw
+    bw = np.maximum(intra_bw, inter_bw)
     lat = intra_lat + inter_lat
     code = np.where(reducer_side > worker_side, BOTTLENECK_REDUCERS, BOTTLENECK_NIC)
     code = np.where(inter_bw >= intra_bw, code, BOTTLENECK_INTRA)
