@@ -213,7 +213,11 @@ def predict_inference(
             f"p99 {_ms(inputs.latency_p99_seconds)}, below the target {target:,.0f} req/s "
             f"({needed} needed)"
         )
-    p99 = float(p99_latency(batches[best], t, target / replicas))
+    if replicas <= 0:
+        p99 = math.inf
+        reason = reason or f"replicas is 0: nothing serves the target {target:,.0f} req/s"
+    else:
+        p99 = float(p99_latency(batches[best], t, target / replicas))
     unit = "TOPS" if used == "int8" else "TFLOPS"
     words = {
         BOTTLENECK_COMPUTE: f"compute, {used.upper()} {peak / 1e12:g} {unit}",

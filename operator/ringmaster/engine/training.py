@@ -46,6 +46,9 @@ REDUCTION_SERVER = "ReductionServer"
 AUTO = "Auto"
 STRATEGIES = (AUTO, RING, REDUCTION_SERVER)
 DEFAULT_REDUCER_MACHINE = "n1-highcpu-16"  # Vertex AI's documented reducer machine
+# The API names the gradients' dtype, not the compute precision: training is assumed to run in
+# mixed precision (fp16/bf16 tensor cores), the norm for the models this operator targets.
+TRAINING_COMPUTE_PRECISION = "fp16"
 
 # Which all-reduce algorithm a strategy ran (``StrategyArrays.algorithm``).
 ALGORITHM_FLAT_RING = 0
@@ -73,7 +76,8 @@ class StrategyArrays(NamedTuple):
     exposed_seconds: F64  # the part backward does not hide
     samples_per_second: F64  # NaN without a batch size
     bus_bandwidth: F64  # bytes/s, nccl-tests convention; NaN for one rank
-    bottleneck: I64  # collectives.BOTTLENECK_*
+    bottleneck: I64  # collectives.BOTTLENECK_*: compute, or the communication's when it is larger
+    communication_bottleneck: I64  # what bounds the all-reduce itself
     cost_per_hour: F64  # USD, workers plus reducers
     cost_per_1000_samples: F64  # USD; NaN without a batch size
     scaling_efficiency: F64  # throughput per host against one host (same per-host shape)
@@ -123,6 +127,7 @@ def _finish(
         samples_per_second=sps,
         bus_bandwidth=C.bus_bandwidth(gradient_bytes, ranks, coll.seconds),
         bottleneck=bottleneck.astype(np.int64),
+        communication_bottleneck=coll.bottleneck,
         cost_per_hour=np.broadcast_to(cost_per_hour, step.shape).astype(np.float64),
         cost_per_1000_samples=per_1000,
         scaling_efficiency=scaling,
@@ -317,17 +322,19 @@ class TrainingPrediction:
 
 
 def compute_seconds_per_step(inputs: TrainingInputs, acc: Accelerator) -> tuple[float, str]:
-    """The measured step if given, else FLOPs x batch at the sustained peak for the gradients'
-    precision (fp32 gradients train in TF32 where the chip has it; TPUs compute in bf16)."""
+    """The measured step if given, else FLOPs x batch at the sustained peak of mixed-precision
+    training: the chip's 16-bit tensor rate (bf16/fp16; TPUs bf16), since fp32 *gradients* are
+    what AMP all-reduces, not what it computes in. Chips without fast 16-bit math fall back
+    to fp32 (see Accelerator.effective_precision)."""
     if inputs.compute_seconds_per_step is not None:
         return float(inputs.compute_seconds_per_step), "measured"
     if inputs.flops_per_sample is None:
         return 0.0, "none"
     if inputs.batch_per_accelerator is None:
         raise ValueError("model.batchSizePerAccelerator is needed with model.flopsPerSample")
-    precision = inputs.gradient_dtype.lower()
-    if precision == "fp32" and acc.supports("tf32"):
-        precision = "tf32"
+    precision = TRAINING_COMPUTE_PRECISION
+    if inputs.gradient_dtype.lower() == "bf16" and acc.supports("bf16"):
+        precision = "bf16"
     peak = acc.peak(precision) * COMPUTE_EFFICIENCY
     return inputs.flops_per_sample * inputs.batch_per_accelerator / peak, "roofline"
 
@@ -358,6 +365,28 @@ def _words(code: int, host: Host, inputs: TrainingInputs, reducer_gbps: float, k
     if code == C.BOTTLENECK_ICI:
         return f"ICI torus {inputs.topology or ''}, {acc.ici_link_bandwidth / 1e9:g} GB/s per link"
     return "all-reduce latency (many small steps)"
+
+
+# A secondary term is named beside the dominant one when it is at least this share of the step,
+# so "compute" never hides a NIC that still costs a quarter of the step.
+SECONDARY_SHARE = 0.10
+
+
+def _describe(
+    arrays: StrategyArrays, i: int, host: Host, inputs: TrainingInputs, gbps: float, k: int
+) -> str:
+    """The bottleneck in words: the dominant term, then the other if it matters."""
+    step = _at(arrays.step_seconds, i)
+    exposed = _at(arrays.exposed_seconds, i)
+    compute = step - exposed
+    comm_words = _words(int(_at(arrays.communication_bottleneck, i)), host, inputs, gbps, k)
+    if exposed > compute:
+        main, other, share = comm_words, "compute", compute / step
+    else:
+        main, other, share = "compute", comm_words, exposed / step
+    if step > 0 and share >= SECONDARY_SHARE:
+        return f"{main}; then {other} ({share:.0%} of the step)"
+    return main
 
 
 def _at(a: NDArray[np.generic], i: int) -> float:
@@ -456,15 +485,13 @@ def predict_training(
     chosen_k = inputs.reducers if inputs.reducers else rule
     i = chosen_k - 1
     reducer_gbps = bytes_per_second_to_gbps(reducer.nic_bandwidth)
-    ring_pred = _prediction(
-        RING, ring, 0, compute, _words(int(_at(ring.bottleneck, 0)), host, inputs, 0, 0)
-    )
+    ring_pred = _prediction(RING, ring, 0, compute, _describe(ring, 0, host, inputs, 0, 0))
     rs_pred = _prediction(
         REDUCTION_SERVER,
         rs,
         i,
         compute,
-        _words(int(_at(rs.bottleneck, i)), host, inputs, reducer_gbps, chosen_k),
+        _describe(rs, i, host, inputs, reducer_gbps, chosen_k),
         reducers=chosen_k,
         reducer_machine_type=reducer.name,
         vertex_reducers=rule,
@@ -545,7 +572,7 @@ def _predict_tpu(
     )
     ring = ring._replace(scaling_efficiency=one.step_seconds / ring.step_seconds)
     inputs_topology = inputs if inputs.topology else _with_topology(inputs, axes)
-    words = _words(int(_at(ring.bottleneck, 0)), host, inputs_topology, 0, 0)
+    words = _describe(ring, 0, host, inputs_topology, 0, 0)
     pred = _prediction(RING, ring, 0, compute, words)
     return TrainingPrediction(
         chosen_strategy=RING,

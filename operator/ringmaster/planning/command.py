@@ -1,0 +1,280 @@
+"""`ringmaster plan FILE [-o table|json] [--sweep FIELD=RANGE] [--plot FILE.png]`
+
+Reads the YAML a user applies (one or more documents) and prints what the operator would decide,
+with no cluster: the dry run of the operator's decision. Bad input prints one line naming the
+field and exits with status 2; never a traceback.
+
+JSON (``-o json``): one object per document (a list when the file holds several). TrainingJob:
+``kind, name, chosenStrategy, strategies{Ring, ReductionServer}`` (each with stepSeconds,
+communicationSeconds, samplesPerSecond, busBandwidthGBps, bottleneck, costPerHourUSD; the
+reduction server also reducers, reducerMachineType, costOptimalReducers). InferenceEndpoint:
+``kind, name, replicas, batchSize, perReplicaRequestsPerSecond, p99LatencyMilliseconds,
+bottleneck, costPerHourUSD``. Further keys may be added; these never change meaning.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ringmaster.engine.hardware import Catalog
+from ringmaster.planning import render
+from ringmaster.planning.plans import (
+    InferencePlan,
+    PlanError,
+    TrainingPlan,
+    _sig,
+    _strategy_json,
+    active_catalog,
+    inference_inputs,
+    plan_inference,
+    plan_training,
+    training_inputs,
+)
+from ringmaster.planning.sweep import Sweep, parse_sweep, sweep_inference, sweep_training
+
+EXIT_USAGE = 2
+EXIT_INTERNAL = 1
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", metavar="FILE", help="manifest(s) to plan; - reads stdin")
+    parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    parser.add_argument(
+        "--sweep",
+        metavar="FIELD=RANGE",
+        help="one plan per value, e.g. workers=1..64, reducers=1..32, "
+        "targetRequestsPerSecond=1000,2000,4000, batchSizePerAccelerator=8..256*2",
+    )
+    parser.add_argument("--plot", metavar="FILE.png", help="draw the sweep (needs matplotlib)")
+    parser.add_argument(
+        "--catalog",
+        metavar="FILE",
+        help="hardware catalog overrides, YAML or JSON (default: $RINGMASTER_CATALOG)",
+    )
+
+
+class _Usage(Exception):
+    """A bad-input error; the message is the one line the user sees."""
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _read(path: str) -> tuple[str, str]:
+    if path == "-":
+        return sys.stdin.read(), "<stdin>"
+    p = Path(path)
+    try:
+        return p.read_text(encoding="utf-8"), path
+    except FileNotFoundError:
+        raise _Usage(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise _Usage(f"{path}: is a directory, not a manifest file") from None
+    except UnicodeDecodeError:
+        raise _Usage(f"{path}: not a UTF-8 text file") from None
+    except OSError as exc:
+        raise _Usage(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def _plans(text: str, source: str, catalog: Catalog) -> list[Any]:
+    # pydantic only when planning
+    from ringmaster.api import InferenceEndpointSpec, ManifestError, TrainingJobSpec, load_manifests
+
+    try:
+        manifests = load_manifests(text, source=source)
+    except ManifestError as exc:
+        raise _Usage(str(exc)) from None
+    if not manifests:
+        raise _Usage(f"{source}: no TrainingJob or InferenceEndpoint documents")
+    out: list[Any] = []
+    for m in manifests:
+        if isinstance(m.spec, TrainingJobSpec):
+            out.append(
+                (m, plan_training(m.spec, name=m.name, namespace=m.namespace, catalog=catalog))
+            )
+        elif isinstance(m.spec, InferenceEndpointSpec):
+            out.append(
+                (m, plan_inference(m.spec, name=m.name, namespace=m.namespace, catalog=catalog))
+            )
+        else:
+            out.append((m, None))
+    return out
+
+
+def _pool_json(m: Any, catalog: Catalog) -> dict[str, Any]:
+    machine = catalog.machine(m.spec.machine_type)
+    replicas = m.spec.replicas
+    gbps = machine.nic_bandwidth * 8 / 1e9
+    return {
+        "kind": m.kind,
+        "name": m.name,
+        "replicas": replicas,
+        "machineType": machine.name,
+        "aggregateBandwidthGbps": None if replicas is None else _sig(replicas * gbps),
+        "costPerHourUSD": None if replicas is None else _sig(replicas * machine.price_per_hour),
+    }
+
+
+def _pool_text(m: Any, catalog: Catalog) -> str:
+    d = _pool_json(m, catalog)
+    if d["replicas"] is None:
+        return (
+            f"ReductionServerPool {m.name}: {d['machineType']} reducers, sized by the jobs that "
+            "name it (see their plans)"
+        )
+    return (
+        f"ReductionServerPool {m.name}: {d['replicas']} x {d['machineType']}, "
+        f"{d['aggregateBandwidthGbps']:g} Gbps aggregate, {render.money(d['costPerHourUSD'])}/hour"
+    )
+
+
+def _sweep_output(
+    plans: list[Any], sweep: Sweep, catalog: Catalog, fmt: str, plot: str | None
+) -> str:
+    targets = [(m, p) for m, p in plans if p is not None]
+    if len(targets) != 1:
+        raise _Usage("--sweep: the file must hold exactly one TrainingJob or InferenceEndpoint")
+    m, plan = targets[0]
+    if isinstance(plan, TrainingPlan):
+        tpoints = sweep_training(training_inputs(m.spec), sweep, catalog)
+        if plot:
+            _plot_training(plot, m.name, sweep.field, tpoints)
+        if fmt == "json":
+            return json.dumps(
+                {
+                    "kind": m.kind,
+                    "name": m.name,
+                    "sweep": {
+                        "field": sweep.field,
+                        "points": [
+                            {
+                                sweep.field: v,
+                                "chosenStrategy": p.chosen_strategy,
+                                "strategies": {
+                                    k: _strategy_json(s) for k, s in p.strategies.items()
+                                },
+                            }
+                            for v, p in tpoints
+                        ],
+                    },
+                },
+                indent=2,
+            )
+        return render.render_training_sweep(m.name, sweep.field, tpoints)
+    ipoints = sweep_inference(inference_inputs(m.spec), sweep, catalog)
+    if plot:
+        _plot_inference(plot, m.name, sweep.field, ipoints)
+    if fmt == "json":
+        pts = []
+        for v, p in ipoints:
+            d = InferencePlan(m.name, m.namespace, str(m.spec.precision), p).to_json()
+            pts.append({sweep.field: v, **{k: d[k] for k in list(d)[2:]}})
+        return json.dumps(
+            {"kind": m.kind, "name": m.name, "sweep": {"field": sweep.field, "points": pts}},
+            indent=2,
+        )
+    return render.render_inference_sweep(m.name, sweep.field, ipoints)
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise _Usage("--plot needs matplotlib: pip install 'ringmaster[plot]'") from None
+    return plt
+
+
+def _plot_training(path: str, name: str, field: str, points: list[Any]) -> None:
+    plt = _pyplot()
+    xs = [v for v, _ in points]
+    has_batch = points[0][1].strategies["Ring"].samples_per_second is not None
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for strategy in ("Ring", "ReductionServer"):
+        ys = [
+            (s.samples_per_second if has_batch else s.step_seconds)
+            for _, p in points
+            if (s := p.strategies.get(strategy)) is not None
+        ]
+        if len(ys) == len(xs):
+            ax.plot(xs, ys, marker="o", markersize=3, label=strategy)
+    ax.set_xlabel(field)
+    ax.set_ylabel("samples per second" if has_batch else "step seconds")
+    ax.set_title(f"TrainingJob {name}: predicted {'throughput' if has_batch else 'step time'}")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    _save(fig, plt, path)
+
+
+def _plot_inference(path: str, name: str, field: str, points: list[Any]) -> None:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.plot([v for v, _ in points], [p.replicas for _, p in points], marker="o", markersize=3)
+    ax.set_xlabel(field)
+    ax.set_ylabel("replicas")
+    ax.set_title(f"InferenceEndpoint {name}: replicas for the target")
+    ax.grid(True, alpha=0.3)
+    _save(fig, plt, path)
+
+
+def _save(fig: Any, plt: Any, path: str) -> None:
+    try:
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+    except OSError as exc:
+        raise _Usage(f"--plot: {path}: cannot write: {exc.strerror}") from None
+    finally:
+        plt.close(fig)
+
+
+def _render(plans: list[Any], catalog: Catalog, fmt: str) -> str:
+    if fmt == "json":
+        docs = [_pool_json(m, catalog) if plan is None else plan.to_json() for m, plan in plans]
+        return json.dumps(docs[0] if len(docs) == 1 else docs, indent=2)
+    blocks = []
+    for m, plan in plans:
+        if isinstance(plan, TrainingPlan):
+            blocks.append(render.render_training(plan))
+        elif isinstance(plan, InferencePlan):
+            blocks.append(render.render_inference(plan))
+        else:
+            blocks.append(_pool_text(m, catalog))
+    return "\n\n".join(blocks)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        sweep = parse_sweep(args.sweep) if args.sweep else None
+        if args.plot and sweep is None:
+            raise _Usage("--plot draws a sweep: give --sweep FIELD=RANGE too")
+        catalog = active_catalog(args.catalog)
+        text, source = _read(args.file)
+        plans = _plans(text, source, catalog)
+        if sweep is not None:
+            out = _sweep_output(plans, sweep, catalog, args.output, args.plot)
+        else:
+            out = _render(plans, catalog, args.output)
+    except (_Usage, PlanError) as exc:
+        print(f"ringmaster plan: {_one_line(str(exc))}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as exc:  # a bug, not bad input: still one line, and a different status
+        print(
+            f"ringmaster plan: internal error: {type(exc).__name__}: {_one_line(str(exc))}",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
+    try:
+        print(out)
+    except BrokenPipeError:  # `ringmaster plan ... | head`
+        sys.stderr.close()
+        return 0
+    if args.plot:
+        print(f"plot written to {args.plot}", file=sys.stderr)
+    return 0

@@ -1,0 +1,310 @@
+"""From API specs to the engine and back: the plans the controllers and `ringmaster plan` use.
+
+:func:`plan_training` and :func:`plan_inference` are pure (no I/O, no cluster): they translate a
+validated spec into engine inputs, run the engine, and return a plan whose :meth:`to_json` is the
+stable JSON contract of issue 4 (camelCase keys). Engine errors come back as :class:`PlanError`
+whose message starts with the offending field's path, like the API's own errors.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ringmaster.engine.hardware import (
+    DEFAULT_CATALOG,
+    Catalog,
+    CatalogOverrideError,
+    UnknownHardwareError,
+    load_catalog,
+)
+from ringmaster.engine.inference import InferenceInputs, InferencePrediction, predict_inference
+from ringmaster.engine.training import (
+    DEFAULT_REDUCER_MACHINE,
+    REDUCTION_SERVER,
+    RING,
+    StrategyPrediction,
+    TrainingInputs,
+    TrainingPrediction,
+    predict_training,
+)
+
+# A file of catalog overrides (YAML or JSON), e.g. a ConfigMap mounted into the operator's pod.
+CATALOG_ENV = "RINGMASTER_CATALOG"
+
+
+class PlanError(ValueError):
+    """Input the engine cannot plan; the message names the field (``spec.machineType: ...``)."""
+
+
+_catalog_cache: dict[str | None, Catalog] = {}
+
+
+def active_catalog(path: str | None = None) -> Catalog:
+    """The built-in catalog with the overrides of ``path`` or of $RINGMASTER_CATALOG."""
+    chosen = path or os.environ.get(CATALOG_ENV) or None
+    if chosen not in _catalog_cache:
+        try:
+            _catalog_cache[chosen] = load_catalog(chosen) if chosen else DEFAULT_CATALOG
+        except (CatalogOverrideError, UnknownHardwareError) as exc:
+            raise PlanError(f"catalog: {exc}") from None
+    return _catalog_cache[chosen]
+
+
+def _sig(x: float | None, digits: int = 6) -> float | None:
+    """Round to ``digits`` significant figures: stable JSON without float noise."""
+    if x is None or math.isnan(x) or math.isinf(x):
+        return None
+    return float(f"{x:.{digits}g}")
+
+
+# --- the specs' shape (structural, so tests and controllers can pass any object with it) ---------
+
+
+class _TrainingSpec(Protocol):
+    workers: int
+    accelerator: Any
+    machine_type: str | None
+    model: Any
+    communication: Any
+
+
+class _InferenceSpec(Protocol):
+    accelerator: Any
+    model: Any
+    precision: str
+    slo: Any
+    max_batch_size: int
+    replicas: int | None
+    min_replicas: int
+    max_replicas: int
+
+
+# --- training ------------------------------------------------------------------------------------
+
+
+def _strategy_json(p: StrategyPrediction) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "stepSeconds": _sig(p.step_seconds),
+        "communicationSeconds": _sig(p.communication_seconds),
+        "samplesPerSecond": _sig(p.samples_per_second),
+        "busBandwidthGBps": _sig(p.bus_bandwidth_gbps),
+        "bottleneck": p.bottleneck,
+        "costPerHourUSD": _sig(p.cost_per_hour_usd),
+        # Beyond the contract's required keys: what a reader needs to trust the figures.
+        "algorithm": p.algorithm,
+        "computeSeconds": _sig(p.compute_seconds),
+        "exposedCommunicationSeconds": _sig(p.exposed_communication_seconds),
+        "scalingEfficiency": _sig(p.scaling_efficiency),
+        "costPer1000SamplesUSD": _sig(p.cost_per_1000_samples_usd),
+    }
+    if p.name == REDUCTION_SERVER:
+        out["reducers"] = p.reducers
+        out["reducerMachineType"] = p.reducer_machine_type
+        out["costOptimalReducers"] = p.cost_optimal_reducers
+        out["vertexRuleReducers"] = p.vertex_reducers
+    return out
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    name: str
+    namespace: str | None
+    prediction: TrainingPrediction
+    kind: str = "TrainingJob"
+
+    @property
+    def chosen_strategy(self) -> str:
+        return self.prediction.chosen_strategy
+
+    @property
+    def chosen(self) -> StrategyPrediction:
+        return self.prediction.strategies[self.prediction.chosen_strategy]
+
+    def to_json(self) -> dict[str, Any]:
+        p = self.prediction
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "chosenStrategy": p.chosen_strategy,
+            "strategies": {k: _strategy_json(v) for k, v in p.strategies.items()},
+            "machineType": p.machine_type,
+            "workers": p.workers,
+            "acceleratorsPerWorker": p.per_worker,
+            "gradientBytes": _sig(p.gradient_bytes),
+            "notes": list(p.notes),
+        }
+
+
+def training_inputs(
+    spec: _TrainingSpec, machine_type: str | None = None, reducers: int | None = None
+) -> TrainingInputs:
+    """The engine's inputs for a TrainingJob spec; ``machine_type`` (from the chosen node pool's
+    labels) and ``reducers`` (the pool's actual size) override what the spec implies."""
+    model = spec.model
+    comm = spec.communication
+    rs = getattr(comm, "reduction_server", None)
+    return TrainingInputs(
+        accelerator=spec.accelerator.type,
+        per_worker=spec.accelerator.per_worker,
+        workers=spec.workers,
+        parameters=float(model.parameters),
+        gradient_dtype=str(model.gradient_dtype),
+        compute_seconds_per_step=model.compute_seconds_per_step,
+        flops_per_sample=None if model.flops_per_sample is None else float(model.flops_per_sample),
+        batch_per_accelerator=model.batch_size_per_accelerator,
+        machine_type=machine_type or spec.machine_type,
+        strategy=str(comm.strategy),
+        reducers=reducers if reducers is not None else (rs.replicas if rs else None),
+        reducer_machine_type=(rs.machine_type if rs else None) or DEFAULT_REDUCER_MACHINE,
+        topology=spec.accelerator.topology,
+    )
+
+
+def _check_hardware(inputs: TrainingInputs | InferenceInputs, catalog: Catalog, count: int) -> None:
+    """Name the field behind each unknown catalog name before the engine sees it."""
+    role = "perWorker" if isinstance(inputs, TrainingInputs) else "perReplica"
+    try:
+        catalog.accelerator(inputs.accelerator)
+    except UnknownHardwareError as exc:
+        raise PlanError(f"spec.accelerator.type: {exc}") from None
+    if inputs.machine_type is not None:
+        try:
+            catalog.host(inputs.accelerator, count, inputs.machine_type)
+        except (UnknownHardwareError, CatalogOverrideError) as exc:
+            raise PlanError(f"spec.machineType: {exc}") from None
+    else:
+        try:
+            catalog.default_machine(inputs.accelerator, count)
+        except UnknownHardwareError as exc:
+            raise PlanError(f"spec.accelerator.{role}: {exc}") from None
+    if isinstance(inputs, TrainingInputs):
+        try:
+            catalog.machine(inputs.reducer_machine_type)
+        except UnknownHardwareError as exc:
+            raise PlanError(f"spec.communication.reductionServer.machineType: {exc}") from None
+
+
+def _engine_error(exc: Exception) -> PlanError:
+    text = str(exc)
+    if text.startswith(("spec.", "communication.", "model.")):
+        return PlanError(text if text.startswith("spec.") else f"spec.{text}")
+    if text.startswith("topology"):
+        return PlanError(f"spec.accelerator.topology: {text}")
+    return PlanError(f"spec: {text}")
+
+
+def predict_training_inputs(inputs: TrainingInputs, catalog: Catalog) -> TrainingPrediction:
+    _check_hardware(inputs, catalog, inputs.per_worker)
+    try:
+        return predict_training(inputs, catalog)
+    except (ValueError, LookupError) as exc:
+        raise _engine_error(exc) from None
+
+
+def plan_training(
+    spec: _TrainingSpec,
+    machine_type: str | None = None,
+    reducers: int | None = None,
+    *,
+    name: str = "",
+    namespace: str | None = None,
+    catalog: Catalog | None = None,
+) -> TrainingPlan:
+    """What the operator decides for a TrainingJob: both strategies, the choice, the reducers."""
+    inputs = training_inputs(spec, machine_type, reducers)
+    prediction = predict_training_inputs(inputs, catalog or active_catalog())
+    return TrainingPlan(name=name, namespace=namespace, prediction=prediction)
+
+
+# --- inference -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InferencePlan:
+    name: str
+    namespace: str | None
+    precision: str
+    prediction: InferencePrediction
+    kind: str = "InferenceEndpoint"
+
+    def to_json(self) -> dict[str, Any]:
+        p = self.prediction
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "replicas": p.replicas,
+            "batchSize": p.batch_size,
+            "perReplicaRequestsPerSecond": _sig(p.per_replica_requests_per_second),
+            "p99LatencyMilliseconds": _sig(
+                None if p.p99_latency_seconds is None else p.p99_latency_seconds * 1e3
+            ),
+            "bottleneck": p.bottleneck,
+            "costPerHourUSD": _sig(p.cost_per_hour_usd),
+            # Beyond the contract's required keys: whether the target is met, and why not.
+            "feasible": p.feasible,
+            "reason": p.reason,
+            "replicasNeeded": p.replicas_needed,
+            "capacityRequestsPerSecond": _sig(p.per_replica_capacity),
+            "batchLatencyMilliseconds": _sig(p.batch_seconds * 1e3),
+            "precision": self.precision,
+            "machineType": p.machine_type,
+            "notes": list(p.notes),
+        }
+
+
+def inference_inputs(spec: _InferenceSpec) -> InferenceInputs:
+    return InferenceInputs(
+        accelerator=spec.accelerator.type,
+        per_replica=spec.accelerator.per_replica,
+        parameters=float(spec.model.parameters),
+        flops_per_request=float(spec.model.flops_per_request),
+        precision=str(spec.precision),
+        target_requests_per_second=float(spec.slo.target_requests_per_second),
+        latency_p99_seconds=float(spec.slo.latency_p99_milliseconds) / 1e3,
+        max_batch_size=spec.max_batch_size,
+        replicas=spec.replicas,
+        min_replicas=spec.min_replicas,
+        max_replicas=spec.max_replicas,
+        machine_type=getattr(spec, "machine_type", None),
+    )
+
+
+def predict_inference_inputs(inputs: InferenceInputs, catalog: Catalog) -> InferencePrediction:
+    _check_hardware(inputs, catalog, inputs.per_replica)
+    try:
+        return predict_inference(inputs, catalog)
+    except (ValueError, LookupError) as exc:
+        raise _engine_error(exc) from None
+
+
+def plan_inference(
+    spec: _InferenceSpec,
+    *,
+    name: str = "",
+    namespace: str | None = None,
+    catalog: Catalog | None = None,
+) -> InferencePlan:
+    """Batch size, replicas, p99 and cost for an InferenceEndpoint."""
+    inputs = inference_inputs(spec)
+    prediction = predict_inference_inputs(inputs, catalog or active_catalog())
+    return InferencePlan(
+        name=name, namespace=namespace, precision=inputs.precision, prediction=prediction
+    )
+
+
+__all__ = [
+    "CATALOG_ENV",
+    "REDUCTION_SERVER",
+    "RING",
+    "InferencePlan",
+    "PlanError",
+    "TrainingPlan",
+    "active_catalog",
+    "inference_inputs",
+    "plan_inference",
+    "plan_training",
+    "training_inputs",
+]

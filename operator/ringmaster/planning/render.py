@@ -1,0 +1,194 @@
+"""Tables for `ringmaster plan -o table`: aligned columns, units, the bottleneck, the cost."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ringmaster.engine.inference import InferencePrediction
+from ringmaster.engine.training import REDUCTION_SERVER, RING, TrainingPrediction
+from ringmaster.planning.plans import InferencePlan, TrainingPlan
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> str:
+    """Columns padded to their widest cell; numeric columns (``right``) right-aligned."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = []
+    for row in [header, *rows]:
+        cells = [
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def num(x: float | None, fmt: str = ".4g") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def money(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"${x:,.2f}" if x >= 1 else f"${x:.4g}"
+
+
+def _size(nbytes: float) -> str:
+    return f"{nbytes / 1e9:.3g} GB" if nbytes >= 1e9 else f"{nbytes / 1e6:.3g} MB"
+
+
+def render_training(plan: TrainingPlan) -> str:
+    p = plan.prediction
+    src = {"measured": "computeSecondsPerStep", "roofline": "flopsPerSample roofline"}.get(
+        p.compute_source, "none given"
+    )
+    lines = [
+        f"TrainingJob {plan.name}: {p.workers} x {p.machine_type} "
+        f"({p.per_worker} x {p.accelerator} each), gradients {_size(p.gradient_bytes)}, "
+        f"compute {p.compute_seconds:.4g} s/step ({src})",
+    ]
+    header = (
+        "strategy",
+        "algorithm",
+        "step s",
+        "comm s",
+        "exposed s",
+        "samples/s",
+        "scaling",
+        "busbw GB/s",
+        "$/hour",
+        "$/1k samples",
+        "bottleneck",
+    )
+    rows = []
+    for name, s in p.strategies.items():
+        mark = " *" if name == p.chosen_strategy else ""
+        rows.append(
+            (
+                name + mark,
+                s.algorithm,
+                num(s.step_seconds),
+                num(s.communication_seconds),
+                num(s.exposed_communication_seconds),
+                num(s.samples_per_second, ",.0f"),
+                f"{s.scaling_efficiency:.0%}",
+                num(s.bus_bandwidth_gbps, ".3g"),
+                money(s.cost_per_hour_usd),
+                money(s.cost_per_1000_samples_usd),
+                s.bottleneck,
+            )
+        )
+    lines.append(table(header, rows, right=set(range(2, 10))))
+    rs = p.strategies.get(REDUCTION_SERVER)
+    if rs is not None:
+        lines.append(
+            f"reducers: {rs.reducers} x {rs.reducer_machine_type} "
+            f"(Vertex rule: {rs.vertex_reducers}; cheapest per sample: {rs.cost_optimal_reducers})"
+        )
+    lines.append(_choice(p))
+    lines += [f"note: {n}" for n in p.notes]
+    return "\n".join(lines)
+
+
+def _choice(p: TrainingPrediction) -> str:
+    ring = p.strategies[RING]
+    rs = p.strategies.get(REDUCTION_SERVER)
+    if rs is None:
+        return "chosen: Ring (a TPU slice all-reduces over its ICI torus)"
+    faster = (ring.step_seconds - rs.step_seconds) / ring.step_seconds
+    return f"chosen: {p.chosen_strategy} (reduction server {faster:+.1%} faster than ring)"
+
+
+def _p99_ms(p: InferencePrediction) -> float | None:
+    return None if p.p99_latency_seconds is None else p.p99_latency_seconds * 1e3
+
+
+def render_inference(plan: InferencePlan) -> str:
+    p: InferencePrediction = plan.prediction
+    lines = [
+        f"InferenceEndpoint {plan.name}: {plan.precision} on {p.machine_type}",
+        table(
+            (
+                "replicas",
+                "batch",
+                "req/s per replica",
+                "capacity/replica",
+                "batch ms",
+                "p99 ms",
+                "$/hour",
+                "bottleneck",
+            ),
+            [
+                (
+                    str(p.replicas),
+                    str(p.batch_size),
+                    num(p.per_replica_requests_per_second, ",.0f"),
+                    num(p.per_replica_capacity, ",.0f"),
+                    num(p.batch_seconds * 1e3, ".3g"),
+                    num(
+                        None if p.p99_latency_seconds is None else p.p99_latency_seconds * 1e3,
+                        ".3g",
+                    ),
+                    money(p.cost_per_hour_usd),
+                    p.bottleneck,
+                )
+            ],
+            right=set(range(7)),
+        ),
+    ]
+    if not p.feasible:
+        lines.append(f"target NOT met: {p.reason}")
+    lines += [f"note: {n}" for n in p.notes]
+    return "\n".join(lines)
+
+
+def render_training_sweep(
+    name: str, field: str, points: Sequence[tuple[float, TrainingPrediction]]
+) -> str:
+    header = [field, "chosen", "ring step s", "ring samples/s", "ring $/1k"]
+    has_rs = any(REDUCTION_SERVER in p.strategies for _, p in points)
+    if has_rs:
+        header += ["rs step s", "rs samples/s", "rs $/1k", "reducers"]
+    rows = []
+    for v, p in points:
+        r = p.strategies[RING]
+        row = [
+            f"{v:g}",
+            p.chosen_strategy,
+            num(r.step_seconds),
+            num(r.samples_per_second, ",.0f"),
+            money(r.cost_per_1000_samples_usd),
+        ]
+        s = p.strategies.get(REDUCTION_SERVER)
+        if has_rs:
+            row += (
+                [
+                    num(s.step_seconds),
+                    num(s.samples_per_second, ",.0f"),
+                    money(s.cost_per_1000_samples_usd),
+                    str(s.reducers),
+                ]
+                if s
+                else ["-"] * 4
+            )
+        rows.append(row)
+    right = set(range(len(header))) - {1}
+    return f"TrainingJob {name}: sweep of {field}\n" + table(header, rows, right)
+
+
+def render_inference_sweep(
+    name: str, field: str, points: Sequence[tuple[float, InferencePrediction]]
+) -> str:
+    header = [field, "replicas", "batch", "req/s per replica", "p99 ms", "$/hour", "target met"]
+    rows = [
+        [
+            f"{v:g}",
+            str(p.replicas),
+            str(p.batch_size),
+            num(p.per_replica_requests_per_second, ",.0f"),
+            num(_p99_ms(p), ".3g"),
+            money(p.cost_per_hour_usd),
+            "yes" if p.feasible else "no",
+        ]
+        for v, p in points
+    ]
+    return f"InferenceEndpoint {name}: sweep of {field}\n" + table(header, rows, set(range(6)))

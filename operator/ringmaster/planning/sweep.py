@@ -1,0 +1,135 @@
+"""`ringmaster plan --sweep FIELD=RANGE`: one plan per value of a spec field.
+
+RANGE is ``A..B`` (every integer from A to B), ``A..B/S`` (step S), ``A..B*F`` (geometric: A,
+A*F, ... up to B) or a comma list ``1,2,4.5``. FIELD is the manifest's camelCase name.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ringmaster.engine.hardware import Catalog
+from ringmaster.engine.inference import InferenceInputs, InferencePrediction
+from ringmaster.engine.training import TrainingInputs, TrainingPrediction
+from ringmaster.planning.plans import (
+    PlanError,
+    predict_inference_inputs,
+    predict_training_inputs,
+)
+
+MAX_POINTS = 10_000
+
+# camelCase field -> (engine attribute, scale, integer?)
+TRAINING_FIELDS: dict[str, tuple[str, float, bool]] = {
+    "workers": ("workers", 1.0, True),
+    "perWorker": ("per_worker", 1.0, True),
+    "reducers": ("reducers", 1.0, True),
+    "batchSizePerAccelerator": ("batch_per_accelerator", 1.0, True),
+    "parameters": ("parameters", 1.0, False),
+    "computeSecondsPerStep": ("compute_seconds_per_step", 1.0, False),
+    "flopsPerSample": ("flops_per_sample", 1.0, False),
+}
+INFERENCE_FIELDS: dict[str, tuple[str, float, bool]] = {
+    "targetRequestsPerSecond": ("target_requests_per_second", 1.0, False),
+    "latencyP99Milliseconds": ("latency_p99_seconds", 1e-3, False),
+    "maxBatchSize": ("max_batch_size", 1.0, True),
+    "perReplica": ("per_replica", 1.0, True),
+    "parameters": ("parameters", 1.0, False),
+    "flopsPerRequest": ("flops_per_request", 1.0, False),
+    "maxReplicas": ("max_replicas", 1.0, True),
+}
+
+_RANGE = re.compile(r"^\s*([0-9.eE+-]+)\s*\.\.\s*([0-9.eE+-]+)\s*(?:([/*])\s*([0-9.eE+-]+))?\s*$")
+
+
+@dataclass(frozen=True)
+class Sweep:
+    field: str
+    values: tuple[float, ...]
+
+
+def _number(text: str, where: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise PlanError(f"--sweep: {where}: {text!r} is not a number") from None
+
+
+def parse_sweep(text: str) -> Sweep:
+    """``workers=1..64`` -> Sweep("workers", (1, 2, ..., 64))."""
+    if "=" not in text:
+        raise PlanError(f"--sweep: expected FIELD=RANGE (e.g. workers=1..64), got {text!r}")
+    name, _, spec = text.partition("=")
+    name = name.strip()
+    m = _RANGE.match(spec)
+    values: list[float] = []
+    if m:
+        lo, hi = _number(m.group(1), name), _number(m.group(2), name)
+        op, arg = m.group(3), m.group(4)
+        if hi < lo:
+            raise PlanError(f"--sweep: {name}: the range {spec} is empty")
+        if op == "*":
+            factor = _number(arg, name)
+            if factor <= 1 or lo <= 0:
+                raise PlanError(f"--sweep: {name}: a geometric range needs A > 0 and factor > 1")
+            v = lo
+            while v <= hi * (1 + 1e-12) and len(values) <= MAX_POINTS:
+                values.append(v)
+                v *= factor
+        else:
+            step = _number(arg, name) if op == "/" else 1.0
+            if step <= 0:
+                raise PlanError(f"--sweep: {name}: the step must be positive")
+            count = int((hi - lo) / step + 1e-9) + 1
+            if count > MAX_POINTS:
+                raise PlanError(f"--sweep: {name}: {count} points; at most {MAX_POINTS}")
+            values = [lo + i * step for i in range(count)]
+    else:
+        values = [_number(v.strip(), name) for v in spec.split(",") if v.strip()]
+    if not values:
+        raise PlanError(f"--sweep: {name}: no values in {spec!r}")
+    if len(values) > MAX_POINTS:
+        raise PlanError(f"--sweep: {name}: more than {MAX_POINTS} points")
+    return Sweep(name, tuple(values))
+
+
+def _apply(inputs: Any, fields: dict[str, tuple[str, float, bool]], sweep: Sweep) -> list[Any]:
+    if sweep.field not in fields:
+        raise PlanError(
+            f"--sweep: {sweep.field}: not a field this kind can sweep; known: "
+            f"{', '.join(sorted(fields))}"
+        )
+    attr, scale, integer = fields[sweep.field]
+    out = []
+    for v in sweep.values:
+        if integer and (v != int(v) or v < 1):
+            raise PlanError(f"--sweep: {sweep.field}: {v:g} is not a positive integer")
+        value: float | int = int(v) if integer else v * scale
+        changes: dict[str, Any] = {attr: value}
+        # A TPU topology fixes the chip count; a sweep of the size drops it (a line of chips).
+        if isinstance(inputs, TrainingInputs) and attr in ("workers", "per_worker"):
+            changes["topology"] = None
+        out.append(replace(inputs, **changes))
+    return out
+
+
+def sweep_training(
+    inputs: TrainingInputs, sweep: Sweep, catalog: Catalog
+) -> list[tuple[float, TrainingPrediction]]:
+    variants = _apply(inputs, TRAINING_FIELDS, sweep)
+    return [
+        (v, predict_training_inputs(x, catalog))
+        for v, x in zip(sweep.values, variants, strict=True)
+    ]
+
+
+def sweep_inference(
+    inputs: InferenceInputs, sweep: Sweep, catalog: Catalog
+) -> list[tuple[float, InferencePrediction]]:
+    variants = _apply(inputs, INFERENCE_FIELDS, sweep)
+    return [
+        (v, predict_inference_inputs(x, catalog))
+        for v, x in zip(sweep.values, variants, strict=True)
+    ]
