@@ -34,12 +34,8 @@ PENDING, ADMITTED, RUNNING = "Pending", "Admitted", "Running"
 SUCCEEDED, FAILED, SUSPENDED = "Succeeded", "Failed", "Suspended"
 FINISHED = (SUCCEEDED, FAILED)
 
-SCHEDULABLE, COMPLETE, FAILED_CONDITION, SUSPENDED_CONDITION = (
-    "Schedulable",
-    "Complete",
-    "Failed",
-    "Suspended",
-)
+SCHEDULABLE, PLANNED, COMPLETE = "Schedulable", "Planned", "Complete"
+FAILED_CONDITION, SUSPENDED_CONDITION = "Failed", "Suspended"
 
 # How soon to look again while something is in motion (pods starting or going away).
 SOON_SECONDS = 1.0
@@ -294,10 +290,19 @@ def reconcile_training(
         return decision
     pool = choice
 
-    plan = planner(spec, pool.identity.instance_type)
     previous_strategy = status.plan.strategy if status.plan else None
-    status.plan = TrainingPlan.model_validate(plan)
-    if status.plan.strategy != previous_strategy:
+    try:
+        plan = planner(spec, pool.identity.instance_type)
+    except ValueError as error:
+        # The engine cannot model this hardware: run anyway, without a prediction, and say why.
+        status.plan = None
+        if _set(job, status, PLANNED, "False", "PlanFailed", str(error), now):
+            decision.events.append(Event("Warning", "PlanFailed", str(error)))
+        plan = {}
+    else:
+        status.plan = TrainingPlan.model_validate(plan)
+        _set(job, status, PLANNED, "True", "Planned", f"strategy {plan.get('strategy')}", now)
+    if status.plan is not None and status.plan.strategy != previous_strategy:
         decision.events.append(
             Event(
                 "Normal",

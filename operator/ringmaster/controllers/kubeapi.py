@@ -1,0 +1,86 @@
+"""The few Kubernetes API calls the controllers make, with the kubernetes client.
+
+kopf watches and indexes; writes go through here, from worker threads so the event loop never
+blocks. Every write is idempotent: create tolerates AlreadyExists, delete tolerates NotFound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import kubernetes
+from kubernetes.client.exceptions import ApiException
+
+from ringmaster.api import GROUP, VERSION
+
+
+def load_config() -> None:
+    try:
+        kubernetes.config.load_incluster_config()
+    except kubernetes.config.ConfigException:
+        kubernetes.config.load_kube_config()
+
+
+class KubeApi:
+    def __init__(self) -> None:
+        client = kubernetes.client.ApiClient()
+        self.core = kubernetes.client.CoreV1Api(client)
+        self.custom = kubernetes.client.CustomObjectsApi(client)
+
+    async def create(self, namespace: str, obj: dict[str, Any]) -> bool:
+        """Create a Pod or Service; False when it already exists (a previous run made it)."""
+        create = {
+            "Pod": self.core.create_namespaced_pod,
+            "Service": self.core.create_namespaced_service,
+        }[obj["kind"]]
+        try:
+            await asyncio.to_thread(create, namespace, obj)
+        except ApiException as error:
+            if error.status == 409:
+                return False
+            raise
+        return True
+
+    async def delete_pod(self, namespace: str, name: str) -> None:
+        try:
+            await asyncio.to_thread(self.core.delete_namespaced_pod, name, namespace)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+    async def patch_status(
+        self, plural: str, namespace: str, name: str, status: dict[str, Any]
+    ) -> str | None:
+        """Merge-patch the status subresource; the object's new resourceVersion, or None when
+        the object is gone."""
+        try:
+            updated = await asyncio.to_thread(
+                self.custom.patch_namespaced_custom_object_status,
+                GROUP,
+                VERSION,
+                namespace,
+                plural,
+                name,
+                {"status": status},
+            )
+        except ApiException as error:
+            if error.status != 404:  # deleted meanwhile: nothing to report on
+                raise
+            return None
+        return str(updated["metadata"]["resourceVersion"])
+
+    async def delete_custom(self, plural: str, namespace: str, name: str) -> None:
+        try:
+            await asyncio.to_thread(
+                self.custom.delete_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                namespace,
+                plural,
+                name,
+                body={"propagationPolicy": "Background"},
+            )
+        except ApiException as error:
+            if error.status != 404:
+                raise

@@ -1,0 +1,62 @@
+"""`ringmaster run`: the operator process."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        action="append",
+        default=[],
+        dest="namespaces",
+        help="watch this namespace (repeatable; glob patterns as kopf accepts); default: all",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=8080,
+        help="serve Prometheus metrics on this port, 0 to disable (default %(default)s)",
+    )
+    parser.add_argument(
+        "--liveness",
+        metavar="URL",
+        default=None,
+        help="serve kopf's liveness probe, e.g. http://0.0.0.0:8081/healthz",
+    )
+    parser.add_argument(
+        "--peering",
+        metavar="NAME",
+        default=None,
+        help="run as one of several replicas, only one active (kopf peering object NAME); "
+        "default: standalone",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true")
+
+
+def run(args: argparse.Namespace) -> int:
+    import kopf
+    from prometheus_client import start_http_server
+
+    # Importing a controller module registers its kopf handlers.
+    from ringmaster.controllers import settings, trainingjob  # noqa: F401
+    from ringmaster.controllers.kubeapi import load_config
+
+    load_config()
+    if args.metrics_port:
+        start_http_server(args.metrics_port)
+    kopf.configure(verbose=args.verbose)
+    if not args.verbose:
+        # kopf logs every handler call at INFO; the controllers log and post what matters.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    kopf.run(
+        clusterwide=not args.namespaces,
+        namespaces=args.namespaces,
+        standalone=args.peering is None,
+        peering_name=args.peering,
+        liveness_endpoint=args.liveness,
+    )
+    return 0

@@ -1,0 +1,87 @@
+"""A rate-free work queue of object keys, in the manner of client-go's workqueue.
+
+Level-triggered reconciliation needs three guarantees, which this gives: a key queued many times
+is reconciled once; a key is never reconciled by two workers at once; and a key that changes while
+it is being reconciled is reconciled again afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Hashable
+
+log = logging.getLogger(__name__)
+
+Reconciler = Callable[[Hashable], Awaitable[float | None]]
+"""Reconcile one key; return seconds after which to look again, or None."""
+
+
+class WorkQueue:
+    def __init__(self, reconcile: Reconciler, workers: int = 4, retry_seconds: float = 5.0):
+        self._reconcile = reconcile
+        self._workers = workers
+        self._retry_seconds = retry_seconds
+        self._queue: asyncio.Queue[Hashable] = asyncio.Queue()
+        self._queued: set[Hashable] = set()
+        self._active: set[Hashable] = set()
+        self._dirty: set[Hashable] = set()
+        self._timers: dict[Hashable, asyncio.TimerHandle] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def add(self, key: Hashable, after: float = 0.0) -> None:
+        if after > 0:
+            loop = asyncio.get_running_loop()
+            existing = self._timers.get(key)
+            when = loop.time() + after
+            if existing is not None and existing.when() <= when:
+                return  # an earlier wake-up is already set
+            if existing is not None:
+                existing.cancel()
+            self._timers[key] = loop.call_at(when, self._fire, key)
+            return
+        if key in self._active:
+            self._dirty.add(key)
+        elif key not in self._queued:
+            self._queued.add(key)
+            self._queue.put_nowait(key)
+
+    def _fire(self, key: Hashable) -> None:
+        self._timers.pop(key, None)
+        self.add(key)
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._work()) for _ in range(self._workers)]
+
+    async def stop(self) -> None:
+        for handle in self._timers.values():
+            handle.cancel()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def drained(self) -> None:
+        """Wait until nothing is queued or running (for tests)."""
+        while self._queued or self._active:
+            await asyncio.sleep(0.01)
+
+    async def _work(self) -> None:
+        while True:
+            key = await self._queue.get()
+            self._queued.discard(key)
+            self._active.add(key)
+            again: float | None
+            try:
+                again = await self._reconcile(key)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("reconciling %s failed; retrying in %ss", key, self._retry_seconds)
+                again = self._retry_seconds
+            finally:
+                self._active.discard(key)
+            if key in self._dirty:
+                self._dirty.discard(key)
+                self.add(key)
+            elif again is not None:
+                self.add(key, after=max(again, 0.05))

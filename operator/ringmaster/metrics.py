@@ -1,0 +1,33 @@
+"""Prometheus metrics of the operator (served by `ringmaster run --metrics-port`)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+RECONCILE_SECONDS = Histogram(
+    "ringmaster_reconcile_duration_seconds",
+    "Time to reconcile one object (read, decide, apply).",
+    ["kind"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+RECONCILE_ERRORS = Counter(
+    "ringmaster_reconcile_errors_total",
+    "Reconciles that failed, by kind and reason.",
+    ["kind", "reason"],
+)
+TRAINING_JOBS = Gauge("ringmaster_trainingjobs", "TrainingJobs by phase.", ["phase"])
+ADMISSION_WAIT_SECONDS = Histogram(
+    "ringmaster_admission_wait_seconds",
+    "Time from a TrainingJob's creation (or its last restart) to the admission of its gang.",
+    buckets=(0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600),
+)
+PREDICTED_STEP_SECONDS = Gauge(
+    "ringmaster_predicted_step_seconds",
+    "The engine's predicted step time of a TrainingJob, for the strategy it runs with.",
+    ["namespace", "name"],
+)
+PREDICTED_SAMPLES_PER_SECOND = Gauge(
+    "ringmaster_predicted_samples_per_second",
+    "The engine's predicted training throughput of a TrainingJob.",
+    ["namespace", "name"],
+)
