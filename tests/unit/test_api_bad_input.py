@@ -175,7 +175,10 @@ class OfflineAdmission:
             except Exception as exc:  # an evaluation error refuses the object too
                 ok = f"evaluation error: {exc}"
             if (ok is not True and not isinstance(ok, celtypes.BoolType)) or not ok:
-                errors.append(("cel", path + rule.get("fieldPath", ""), rule["message"]))
+                message = rule["message"]
+                if "messageExpression" in rule:
+                    message = str(self._program(rule["messageExpression"]).evaluate(activation))
+                errors.append(("cel", path + rule.get("fieldPath", ""), message))
 
     def _program(self, rule: str) -> Any:
         if rule not in self.programs:
@@ -262,6 +265,23 @@ def test_bad_input_is_refused_by_parse_manifest_naming_the_field(row: BadInput) 
         else:
             validate_update(old, row.manifest())
     assert row.field in str(exc.value)
+
+
+CEL_ROWS = [r for r in ROWS if r.check == "cel"]
+
+
+@pytest.mark.parametrize("row", CEL_ROWS, ids=[r.name for r in CEL_ROWS])
+def test_a_rules_message_is_the_same_from_parse_manifest_and_the_crd(row: BadInput) -> None:
+    old = row.base_manifest() if row.update else None
+    crd_messages = {m for _, path, m in offline_admit(row.manifest(), old) if path == row.field}
+    with pytest.raises(ManifestError) as exc:
+        if old is None:
+            parse_manifest(row.manifest())
+        else:
+            validate_update(old, row.manifest())
+    python_messages = {e.message for e in exc.value.errors if e.path == row.field}
+    assert python_messages, exc.value
+    assert python_messages <= crd_messages, (python_messages, crd_messages)
 
 
 def test_docs_bad_input_is_generated_from_the_table() -> None:

@@ -72,6 +72,11 @@ def topology_chips(topology: str) -> int:
     return chips
 
 
+def shapes_text(accelerator_type: str) -> str:
+    """ "1, 2, 4, 8, 16": the host shapes of one type, for messages."""
+    return ", ".join(map(str, HOST_SHAPES[accelerator_type]))
+
+
 def host_shapes_text() -> str:
     """The host shapes as one line, for error messages and docs."""
     return "; ".join(
@@ -91,6 +96,9 @@ CEL_HOST_SHAPES = (
         f"'{name}': [{', '.join(map(str, shapes))}]" for name, shapes in HOST_SHAPES.items()
     )
     + "}"
+)
+CEL_HOST_SHAPES_TEXT = (
+    "{" + ", ".join(f"'{name}': '{shapes_text(name)}'" for name in HOST_SHAPES) + "}"
 )
 CEL_TOPOLOGY_PATTERNS = (
     "{" + ", ".join(f"'{name}': '{pattern}'" for name, pattern in TOPOLOGY_PATTERNS.items()) + "}"

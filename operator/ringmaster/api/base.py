@@ -45,6 +45,13 @@ class Rule:
     reason: RuleReason | None = None
     check: Callable[[Any], bool] | None = None
     check_update: Callable[[Any, Any], bool] | None = None
+    message_expression: str | None = None
+    """CEL building a message from the object (``messageExpression``); ``message`` remains the
+    fallback. Its Python twin is ``message_for``."""
+    message_for: Callable[[Any], str] | None = None
+
+    def message_about(self, model: Any) -> str:
+        return self.message_for(model) if self.message_for is not None else self.message
 
     @property
     def is_transition(self) -> bool:
@@ -52,6 +59,8 @@ class Rule:
 
     def to_crd(self) -> dict[str, Any]:
         out: dict[str, Any] = {"rule": self.cel, "message": self.message}
+        if self.message_expression:
+            out["messageExpression"] = self.message_expression
         if self.field_path:
             out["fieldPath"] = self.field_path
         if self.reason:
@@ -96,7 +105,7 @@ class SpecModel(ApiModel):
                 raise PydanticCustomError(
                     RULE_ERROR_TYPE,
                     "{message}",
-                    {"message": rule.message, "field_path": rule.field_path or ""},
+                    {"message": rule.message_about(self), "field_path": rule.field_path or ""},
                 )
         return self
 

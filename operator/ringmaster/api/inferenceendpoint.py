@@ -10,9 +10,11 @@ from pydantic import ConfigDict, Field
 
 from ringmaster.api.accelerators import (
     CEL_HOST_SHAPES,
+    CEL_HOST_SHAPES_TEXT,
     HOST_SHAPES,
     AcceleratorType,
     host_shapes_text,
+    shapes_text,
 )
 from ringmaster.api.base import Rule, SpecModel, StatusModel
 from ringmaster.api.common import Condition, PodTemplate, conditions_field
@@ -37,6 +39,13 @@ class InferenceAccelerator(SpecModel):
             f"({host_shapes_text()})",
             field_path=".perReplica",
             check=lambda s: s.per_replica in HOST_SHAPES[s.type],
+            message_expression=(
+                f"'perReplica must be a host shape of ' + self.type + ': ' + "
+                f"{CEL_HOST_SHAPES_TEXT}[self.type]"
+            ),
+            message_for=lambda s: (
+                f"perReplica must be a host shape of {s.type}: {shapes_text(s.type)}"
+            ),
         ),
     )
 

@@ -11,6 +11,7 @@ from pydantic import ConfigDict, Field
 
 from ringmaster.api.accelerators import (
     CEL_HOST_SHAPES,
+    CEL_HOST_SHAPES_TEXT,
     CEL_TOPOLOGY_PATTERNS,
     CEL_TPU_TYPES,
     HOST_SHAPES,
@@ -18,6 +19,7 @@ from ringmaster.api.accelerators import (
     AcceleratorType,
     host_shapes_text,
     is_tpu,
+    shapes_text,
     topology_chips,
 )
 from ringmaster.api.base import Rule, SpecModel, StatusModel
@@ -49,6 +51,13 @@ class TrainingAccelerator(SpecModel):
             f"({host_shapes_text()})",
             field_path=".perWorker",
             check=lambda s: s.per_worker in HOST_SHAPES[s.type],
+            message_expression=(
+                f"'perWorker must be a host shape of ' + self.type + ': ' + "
+                f"{CEL_HOST_SHAPES_TEXT}[self.type]"
+            ),
+            message_for=lambda s: (
+                f"perWorker must be a host shape of {s.type}: {shapes_text(s.type)}"
+            ),
         ),
         Rule(
             cel=f"!(self.type in {CEL_TPU_TYPES}) || has(self.topology)",
