@@ -170,12 +170,12 @@ def predict_inference(
     host = catalog.host(inputs.accelerator, inputs.per_replica, inputs.machine_type)
     acc = host.accelerator
     notes: list[str] = []
-    used = acc.effective_precision(precision.lower())
+    rate, used = acc.serving_peak(precision.lower())
     if used != precision.lower():
-        notes.append(f"{acc.name} has no {precision} units: computed at the {used.upper()} rate")
+        notes.append(f"{acc.name} runs {precision} fastest on its {used.upper()} units")
     weight_bytes = inputs.parameters * DTYPE_BYTES[precision.lower()]
     g = inputs.per_replica
-    peak = acc.peak(precision.lower()) * g
+    peak = rate * g
     bandwidth = acc.memory_bandwidth * g
     batches = np.arange(1, max(1, inputs.max_batch_size) + 1, dtype=np.float64)
     lat = batch_latency(batches, inputs.flops_per_request, weight_bytes, peak, bandwidth)

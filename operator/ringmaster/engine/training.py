@@ -136,10 +136,10 @@ def _finish(
 
 
 def _best_ring(
-    m: F64, n: F64, g: F64, nic: F64, intra: F64, intra_hop: F64
+    m: F64, n: F64, g: F64, nic: F64, intra: F64, intra_hop: F64, net_hop: F64
 ) -> tuple[C.Collective, I64]:
     """The fastest of NCCL's algorithms (flat ring, tree) and the hierarchical ring."""
-    args = (m, n, g, nic, intra, intra_hop, NETWORK_HOP_LATENCY)
+    args = (m, n, g, nic, intra, intra_hop, net_hop)
     candidates = (C.flat_ring(*args), C.hierarchical_ring(*args), C.tree_allreduce(*args))
     times = np.stack(np.broadcast_arrays(*(c.seconds for c in candidates)))
     choice = np.argmin(times, axis=0)
@@ -166,6 +166,7 @@ def gpu_training(
     reducers: ArrayLike,
     reducer_bandwidth: ArrayLike,
     reducer_price: ArrayLike,
+    network_hop_latency: ArrayLike = NETWORK_HOP_LATENCY,
 ) -> tuple[StrategyArrays, StrategyArrays]:
     """Ring and reduction server for GPU workers, over arrays of configurations.
 
@@ -180,14 +181,15 @@ def gpu_training(
     nic = _f(nic_bandwidth)
     intra = _f(intra_bandwidth)
     hop = _f(intra_hop_latency)
+    net_hop = _f(network_hop_latency)
     ranks = n * g
     workers_cost = n * _f(host_price)
 
     # One host of the same shape: the scaling baseline (its all-reduce is intra-host only).
-    single_coll, _ = _best_ring(m, np.ones_like(n), g, nic, intra, hop)
+    single_coll, _ = _best_ring(m, np.ones_like(n), g, nic, intra, hop, net_hop)
     single_step = compute + exposed_communication(single_coll.seconds, compute, m)
 
-    ring_coll, ring_alg = _best_ring(m, n, g, nic, intra, hop)
+    ring_coll, ring_alg = _best_ring(m, n, g, nic, intra, hop, net_hop)
     ring = _finish(
         ring_coll,
         ranks=ranks,
@@ -199,9 +201,7 @@ def gpu_training(
         algorithm=ring_alg,
     )
     k = _f(reducers)
-    rs_coll = C.reduction_server(
-        m, n, g, nic, intra, hop, NETWORK_HOP_LATENCY, k, _f(reducer_bandwidth)
-    )
+    rs_coll = C.reduction_server(m, n, g, nic, intra, hop, net_hop, k, _f(reducer_bandwidth))
     rs = _finish(
         rs_coll,
         ranks=ranks,

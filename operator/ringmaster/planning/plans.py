@@ -74,7 +74,7 @@ class _TrainingSpec(Protocol):
 class _InferenceSpec(Protocol):
     accelerator: Any
     model: Any
-    precision: str
+    precision: Any
     slo: Any
     max_batch_size: int
     replicas: int | None
@@ -226,7 +226,7 @@ def plan_training(
 class InferencePlan:
     name: str
     namespace: str | None
-    precision: str
+    precision: Any
     prediction: InferencePrediction
     kind: str = "InferenceEndpoint"
 

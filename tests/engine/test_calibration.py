@@ -1,0 +1,59 @@
+"""The engine against the published points, within the tolerance each row states."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ringmaster import calibration
+from ringmaster.engine import efficiency as E
+
+pytestmark = pytest.mark.unit
+
+
+def test_every_published_point_is_within_its_tolerance(points):
+    rows = calibration.report(points)
+    assert len(rows) >= 14
+    ids = {r.id for r in rows}
+    for section in ("collectives", "reduction_server", "inference"):
+        for point in points[section]:
+            assert point["id"] in ids, f"no calibration row for {point['id']}"
+    for r in rows:
+        assert r.ok, f"{r.id} {r.quantity}: published {r.published}, predicted {r.predicted}"
+    # the tolerances are the ones docs/engine.md states
+    by = {(r.id, r.how): r.tolerance for r in rows}
+    assert by[("a100-nvlink-8gpu-allreduce", "predicted")] == 0.05
+    assert by[("mlperf-v0.7-t4-resnet50-offline", "predicted")] == 0.15
+
+
+def test_constants_are_the_ones_the_points_give(points):
+    derived = calibration.derive_constants(points)
+    for name, value in derived.items():
+        assert getattr(E, name) == pytest.approx(value, rel=2e-3), name
+
+
+def test_a_changed_point_moves_the_derived_constant(points):
+    changed = yaml.safe_load(yaml.safe_dump(points))
+    changed["collectives"][0]["busbw_GBps"] = 150
+    assert calibration.derive_constants(changed)["NVLINK_EFFICIENCY"] == pytest.approx(0.5)
+    rows = calibration.report(changed)
+    nvlink = next(r for r in rows if r.id == "a100-nvlink-8gpu-allreduce")
+    assert not nvlink.ok  # the engine's constant no longer matches: the test can fail
+
+
+def test_packaged_points_match_the_shared_file():
+    shared = calibration.SHARED_POINTS
+    if not shared.exists():
+        pytest.skip("../shared/calibration/points.yaml is not present")
+    assert calibration.PACKAGED_POINTS.read_text() == shared.read_text()
+    assert (Path(__file__).parent / "data" / "points.yaml").read_text() == shared.read_text()
+
+
+def test_calibrate_command_prints_the_table(capsys, tmp_path):
+    from ringmaster.cli import main
+
+    assert main(["calibrate", "--points", str(calibration.PACKAGED_POINTS)]) == 0
+    out = capsys.readouterr().out
+    assert "a100-nvlink-8gpu-allreduce" in out and "within tolerance" in out
+    assert main(["calibrate", "--points", str(tmp_path / "none.yaml")]) == 2
+    assert "cannot read" in capsys.readouterr().err
