@@ -1,0 +1,193 @@
+"""`ringmaster plan`: both output forms, sweeps, and bad input (one line, exit status 2)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ringmaster.cli import main
+
+pytestmark = pytest.mark.unit
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+BERT = EXAMPLES / "trainingjob-bert-large-auto.yaml"
+TPU = EXAMPLES / "trainingjob-resnet50-tpu-v4.yaml"
+T4 = EXAMPLES / "inferenceendpoint-resnet50-int8-t4.yaml"
+
+STRATEGY_KEYS = {
+    "stepSeconds",
+    "communicationSeconds",
+    "samplesPerSecond",
+    "busBandwidthGBps",
+    "bottleneck",
+    "costPerHourUSD",
+}
+IE_KEYS = {
+    "kind",
+    "name",
+    "replicas",
+    "batchSize",
+    "perReplicaRequestsPerSecond",
+    "p99LatencyMilliseconds",
+    "bottleneck",
+    "costPerHourUSD",
+}
+
+
+def plan(capsys, *args):
+    code = main(["plan", *map(str, args)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_example_plans_in_both_forms(capsys, path):
+    code, out, err = plan(capsys, path)
+    assert code == 0, err
+    assert out.strip()
+    code, out, err = plan(capsys, path, "-o", "json")
+    assert code == 0, err
+    json.loads(out)
+
+
+def test_training_json_contract(capsys):
+    code, out, _ = plan(capsys, BERT, "-o", "json")
+    doc = json.loads(out)
+    assert code == 0
+    assert doc["kind"] == "TrainingJob" and doc["name"] == "bert-large-squad"
+    assert doc["chosenStrategy"] in ("Ring", "ReductionServer")
+    assert set(doc["strategies"]) == {"Ring", "ReductionServer"}
+    for s in doc["strategies"].values():
+        assert set(s) >= STRATEGY_KEYS
+    rs = doc["strategies"]["ReductionServer"]
+    assert {"reducers", "reducerMachineType", "costOptimalReducers"} <= set(rs)
+    assert rs["reducers"] == 25 and rs["reducerMachineType"] == "n1-highcpu-16"
+    # the choice is the faster one (Ring kept within 2%)
+    ring_step = doc["strategies"]["Ring"]["stepSeconds"]
+    faster = rs["stepSeconds"] < ring_step * 0.98
+    assert doc["chosenStrategy"] == ("ReductionServer" if faster else "Ring")
+
+
+def test_tpu_job_has_only_ring(capsys):
+    doc = json.loads(plan(capsys, TPU, "-o", "json")[1])
+    assert list(doc["strategies"]) == ["Ring"] and doc["chosenStrategy"] == "Ring"
+
+
+def test_inference_json_contract(capsys):
+    doc = json.loads(plan(capsys, T4, "-o", "json")[1])
+    assert set(doc) >= IE_KEYS
+    assert doc["kind"] == "InferenceEndpoint" and doc["replicas"] >= 2  # minReplicas: 2
+    assert doc["p99LatencyMilliseconds"] <= 25
+
+
+def test_table_has_units_bottleneck_and_cost(capsys):
+    code, out, _ = plan(capsys, BERT)
+    assert code == 0
+    for text in (
+        "step s",
+        "samples/s",
+        "$/hour",
+        "bottleneck",
+        "Ring",
+        "ReductionServer",
+        "chosen:",
+    ):
+        assert text in out
+
+
+def test_several_documents_give_a_list(capsys, tmp_path):
+    both = tmp_path / "both.yaml"
+    both.write_text(BERT.read_text() + "\n---\n" + T4.read_text())
+    docs = json.loads(plan(capsys, both, "-o", "json")[1])
+    assert [d["kind"] for d in docs] == ["TrainingJob", "InferenceEndpoint"]
+
+
+def test_sweep_workers_table_and_json(capsys):
+    code, out, _ = plan(capsys, BERT, "--sweep", "workers=1..16")
+    assert code == 0
+    assert len([line for line in out.splitlines() if line.strip()]) == 2 + 16
+    code, out, _ = plan(capsys, BERT, "--sweep", "workers=1..64*2", "-o", "json")
+    sweep = json.loads(out)["sweep"]
+    assert [p["workers"] for p in sweep["points"]] == [1, 2, 4, 8, 16, 32, 64]
+    steps = [p["strategies"]["Ring"]["stepSeconds"] for p in sweep["points"]]
+    assert steps == sorted(steps)  # more hosts: never a shorter ring step
+
+
+def test_sweep_inference_target(capsys):
+    code, out, _ = plan(
+        capsys, T4, "--sweep", "targetRequestsPerSecond=1000,8000,64000", "-o", "json"
+    )
+    replicas = [p["replicas"] for p in json.loads(out)["sweep"]["points"]]
+    assert code == 0 and replicas == sorted(replicas)
+
+
+def test_catalog_override_changes_the_plan(capsys, tmp_path):
+    cat = tmp_path / "catalog.yaml"
+    cat.write_text("machineTypes:\n  a2-highgpu-8g:\n    pricePerHourUSD: 1.0\n")
+    doc = json.loads(plan(capsys, BERT, "-o", "json", "--catalog", cat)[1])
+    assert doc["strategies"]["Ring"]["costPerHourUSD"] == pytest.approx(8.0)
+
+
+def bad(capsys, *args):
+    code, out, err = plan(capsys, *args)
+    assert code == 2, (out, err)
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def test_missing_file(capsys, tmp_path):
+    assert "no such file" in bad(capsys, tmp_path / "nope.yaml")
+
+
+def test_invalid_yaml(capsys, tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text("spec: [unclosed\n")
+    bad(capsys, f)
+
+
+def _variant(tmp_path, old, new, source=BERT):
+    text = source.read_text()
+    assert old in text
+    f = tmp_path / "variant.yaml"
+    f.write_text(text.replace(old, new, 1))
+    return f
+
+
+def test_unknown_accelerator_names_the_field(capsys, tmp_path):
+    f = _variant(tmp_path, "type: nvidia-tesla-a100", "type: nvidia-tesla-k80")
+    assert "spec.accelerator.type" in bad(capsys, f)
+
+
+def test_negative_workers_name_the_field(capsys, tmp_path):
+    f = _variant(tmp_path, "workers: 8", "workers: -3")
+    assert "spec.workers" in bad(capsys, f)
+
+
+def test_bad_sweep_field_and_range(capsys):
+    assert "known:" in bad(capsys, BERT, "--sweep", "gpus=1..4")
+    assert "FIELD=RANGE" in bad(capsys, BERT, "--sweep", "workers")
+    assert "empty" in bad(capsys, BERT, "--sweep", "workers=8..1")
+
+
+def test_plot_without_sweep(capsys, tmp_path):
+    assert "--sweep" in bad(capsys, BERT, "--plot", tmp_path / "x.png")
+
+
+def test_plot(capsys, tmp_path):
+    png = tmp_path / "curve.png"
+    code, _, err = plan(capsys, BERT, "--sweep", "workers=1..8", "--plot", png)
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert code == 2 and "matplotlib" in err
+    else:
+        assert code == 0 and png.stat().st_size > 0
+
+
+def test_bad_catalog_file(capsys, tmp_path):
+    cat = tmp_path / "catalog.yaml"
+    cat.write_text("machineTypes:\n  a2-highgpu-8g:\n    speed: 3\n")
+    assert "speed: unknown field" in bad(capsys, BERT, "--catalog", cat)
