@@ -185,6 +185,7 @@ INFERENCE_ENDPOINT = Resource(
     "performance model to meet a throughput and p99 latency target.",
     spec=InferenceEndpointSpec,
     status=InferenceEndpointStatus,
+    phases=InferenceEndpointPhase,
     printer_columns=(
         PrinterColumn("Phase", "string", ".status.phase", "Lifecycle phase"),
         PrinterColumn("Replicas", "integer", ".status.replicas", "Desired replicas"),

@@ -79,6 +79,7 @@ REDUCTION_SERVER_POOL = Resource(
     "pool (the reduction server design), sized by those jobs unless replicas is fixed.",
     spec=ReductionServerPoolSpec,
     status=ReductionServerPoolStatus,
+    phases=ReductionServerPoolPhase,
     printer_columns=(
         PrinterColumn("Phase", "string", ".status.phase", "Lifecycle phase"),
         PrinterColumn("Replicas", "integer", ".status.replicas", "Desired reducers"),

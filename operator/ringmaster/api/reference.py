@@ -90,6 +90,14 @@ def _resource_section(r: Resource) -> Iterator[str]:
     yield ""
     yield f"### {r.kind} `status` (written by the operator)"
     yield ""
+    yield (
+        "Conditions follow `metav1.Condition` (type, status, reason, message, "
+        "lastTransitionTime, observedGeneration) and are merged by `type`; `observedGeneration` "
+        "says which `metadata.generation` the status describes. `phase` is one of: "
+        + ", ".join(f"`{p.value}`" for p in r.phases)
+        + "."
+    )
+    yield ""
     yield from _field_table(status)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Literal
 
 from ringmaster.api.base import SpecModel, StatusModel
@@ -30,6 +31,8 @@ class Resource:
     spec: type[SpecModel]
     status: type[StatusModel]
     printer_columns: tuple[PrinterColumn, ...]
+    phases: type[StrEnum]
+    """The values of status.phase, documented (the schema keeps phase a free string)."""
     scale: bool = False
     """A scale subresource on .spec.replicas / .status.replicas / .status.selector."""
 

@@ -259,10 +259,10 @@ class TrainingJobSpec(SpecModel):
 class TrainingJobPhase(StrEnum):
     """Values of ``status.phase`` (a string in the schema, so the operator can add phases)."""
 
-    PENDING = "Pending"  # accepted, not planned or placed yet
-    WAITING = "Waiting"  # planned, waiting for room for the whole gang (Schedulable=False)
+    PENDING = "Pending"  # not placed yet; Schedulable=False says why (e.g. no room for the gang)
+    ADMITTED = "Admitted"  # the whole gang fits on a pool; worker pods are being created
     RUNNING = "Running"
-    SUSPENDED = "Suspended"
+    SUSPENDED = "Suspended"  # runPolicy.suspend: no pods
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
 
@@ -331,6 +331,7 @@ TRAINING_JOB = Resource(
     "performance model.",
     spec=TrainingJobSpec,
     status=TrainingJobStatus,
+    phases=TrainingJobPhase,
     printer_columns=(
         PrinterColumn("Phase", "string", ".status.phase", "Lifecycle phase"),
         PrinterColumn(
