@@ -101,7 +101,10 @@ class OfflineAdmission:
         def fail(message: str) -> None:
             errors.append(("schema", path, message))
 
-        is_int = isinstance(v, int) and not isinstance(v, bool)
+        # Like the apiserver, a whole-valued number is an integer (JSON 8.0, YAML 3.4e8).
+        is_int = (isinstance(v, int) and not isinstance(v, bool)) or (
+            isinstance(v, float) and v.is_integer()
+        )
         if s.get("x-kubernetes-int-or-string"):
             if not (is_int or isinstance(v, str)):
                 return fail("must be of type integer or string")
@@ -189,22 +192,26 @@ class OfflineAdmission:
 
 
 def _to_cel(s: dict[str, Any], v: Any) -> Any:
-    """JSON to CEL by the schema: `number` fields are doubles even when written as 25."""
-    return celpy.json_to_cel(_numbers_as_floats(s, v))
+    """JSON to CEL by the schema: `number` fields are doubles even when written as 25, and
+    `integer` fields are ints even when written as 8.0."""
+    return celpy.json_to_cel(_typed_numbers(s, v))
 
 
-def _numbers_as_floats(s: dict[str, Any], v: Any) -> Any:
+def _typed_numbers(s: dict[str, Any], v: Any) -> Any:
     if s.get("type") == "number" and isinstance(v, int) and not isinstance(v, bool):
         return float(v)
+    integer = s.get("type") == "integer" or s.get("x-kubernetes-int-or-string")
+    if integer and isinstance(v, float) and v.is_integer():
+        return int(v)
     if isinstance(v, dict):
         props = s.get("properties", {})
         extra = s.get("additionalProperties")
         return {
-            k: _numbers_as_floats(props.get(k) or (extra if isinstance(extra, dict) else {}), x)
+            k: _typed_numbers(props.get(k) or (extra if isinstance(extra, dict) else {}), x)
             for k, x in v.items()
         }
     if isinstance(v, list):
-        return [_numbers_as_floats(s.get("items", {}), x) for x in v]
+        return [_typed_numbers(s.get("items", {}), x) for x in v]
     return v
 
 
@@ -319,9 +326,9 @@ def maybe(*values: Any) -> st.SearchStrategy[Any]:
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     hardware=st.sampled_from(VALID_HARDWARE),
-    workers=maybe(0, 2, 3, 16, 3000),
+    workers=maybe(0, 2, 3, 16, 3000, 4.0, 2.5),
     accelerator=maybe(*sorted(ACCELERATOR_TYPES)),
-    per_worker=maybe(0, 1, 3, 4, 8, 16, 17),
+    per_worker=maybe(0, 1, 3, 4, 8, 16, 17, 8.0, 4.5),
     topology=maybe(MISSING, "2x2x4", "4x4", "2x4", "1x1", "2x2x2x2", "0x4", "axb"),
     strategy=st.sampled_from(["Auto", "Ring", "ReductionServer", "Tree"]),
     reducers=st.sampled_from(

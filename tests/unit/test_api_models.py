@@ -104,6 +104,22 @@ def test_every_example_parses(path: Path) -> None:
     assert load_manifests(path.read_text(), source=path.name)
 
 
+def test_whole_numbers_are_integers_as_for_the_apiserver() -> None:
+    # kubectl reads `3.4e8` and `8.0` as numbers and the apiserver stores them as integers.
+    text = (EXAMPLES / "trainingjob-bert-large-auto.yaml").read_text()
+    text = text.replace("parameters: 340M", "parameters: 3.4e8").replace(
+        "workers: 8", "workers: 8.0"
+    )
+    [parsed] = load_manifests(text)
+    assert isinstance(parsed.spec, TrainingJobSpec)
+    assert parsed.spec.model.parameters == 340_000_000
+    assert parsed.spec.workers == 8 and isinstance(parsed.spec.workers, int)
+    doc = bert()
+    doc["spec"]["workers"] = 8.5
+    with pytest.raises(ManifestError, match=r"spec\.workers: must be of type integer"):
+        parse_manifest(doc)
+
+
 def test_error_names_the_field_in_the_manifests_camel_case() -> None:
     doc = bert()
     doc["spec"]["accelerator"]["perWorker"] = 0

@@ -11,15 +11,27 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, Self
+from typing import Annotated, Any, ClassVar, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 GROUP = "ringmaster.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
+
+
+def whole_number(value: Any) -> Any:
+    """8.0 -> 8. The apiserver takes a whole-valued JSON number as an integer (YAML ``3.4e8``
+    is one), so parse_manifest must too; 8.5, "8" and true stay errors."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+Int = Annotated[int, BeforeValidator(whole_number)]
+"""An integer field of a spec: strict, except that whole-valued numbers count as integers."""
 
 RuleReason = Literal[
     "FieldValueInvalid", "FieldValueForbidden", "FieldValueRequired", "FieldValueDuplicate"

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
-from ringmaster.api.base import SpecModel, StatusModel
+from ringmaster.api.base import Int, SpecModel, StatusModel
 from ringmaster.api.quantity import IntOrString
 
 # Kubernetes names: a DNS-1123 label (pods, services) and a DNS-1123 subdomain (most objects).
@@ -99,7 +99,7 @@ class Condition(StatusModel):
     """Human-readable details."""
     last_transition_time: dt.datetime
     """When ``status`` last changed (not when the condition was last written)."""
-    observed_generation: int | None = Field(default=None, ge=0)
+    observed_generation: Int | None = Field(default=None, ge=0)
     """The ``metadata.generation`` the condition was computed from."""
 
 

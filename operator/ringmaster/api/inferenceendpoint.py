@@ -16,7 +16,7 @@ from ringmaster.api.accelerators import (
     host_shapes_text,
     shapes_text,
 )
-from ringmaster.api.base import Rule, SpecModel, StatusModel
+from ringmaster.api.base import Int, Rule, SpecModel, StatusModel
 from ringmaster.api.common import Condition, PodTemplate, conditions_field
 from ringmaster.api.quantity import Count
 from ringmaster.api.resource import AGE, PrinterColumn, Resource
@@ -29,7 +29,7 @@ class InferenceAccelerator(SpecModel):
 
     type: AcceleratorType
     """Accelerator type as GKE labels nodes."""
-    per_replica: int = Field(default=1, ge=1, le=16)
+    per_replica: Int = Field(default=1, ge=1, le=16)
     """Accelerators per replica; must be a host shape of the type."""
 
     cel_rules = (
@@ -85,7 +85,7 @@ class Autoscaling(SpecModel):
     enabled: bool = False
     """True: the operator creates an HPA (autoscaling/v2) between minReplicas and maxReplicas;
     the engine's replica count is then only the starting point."""
-    target_cpu_utilization_percentage: int = Field(
+    target_cpu_utilization_percentage: Int = Field(
         default=70, ge=1, le=100, alias="targetCPUUtilizationPercentage"
     )
 
@@ -99,15 +99,15 @@ class InferenceEndpointSpec(SpecModel):
     """Arithmetic the model is served in; INT8 needs fewer replicas where the accelerator has
     INT8 throughput (T4, A100)."""
     slo: Slo
-    max_batch_size: int = Field(default=32, ge=1, le=1024)
+    max_batch_size: Int = Field(default=32, ge=1, le=1024)
     """Largest batch the server forms; the engine picks the batch size up to this."""
-    replicas: int | None = Field(default=None, ge=0, le=1000)
+    replicas: Int | None = Field(default=None, ge=0, le=1000)
     """Fixed replica count, overriding the engine's sizing (also set by ``kubectl scale`` and an
     HPA through the scale subresource). Omitted: sized from the SLO."""
-    min_replicas: int = Field(default=1, ge=0, le=1000)
-    max_replicas: int = Field(default=10, ge=1, le=1000)
+    min_replicas: Int = Field(default=1, ge=0, le=1000)
+    max_replicas: Int = Field(default=10, ge=1, le=1000)
     autoscaling: Autoscaling = Field(default_factory=Autoscaling, json_schema_extra={"default": {}})
-    port: int = Field(default=8080, ge=1, le=65535)
+    port: Int = Field(default=8080, ge=1, le=65535)
     """Port the server listens on; the endpoint's Service exposes it."""
     template: PodTemplate
 

@@ -114,10 +114,22 @@ def validate_update(old: Any, new: Any) -> ParsedManifest:
     return after
 
 
+class _KubectlYamlLoader(yaml.SafeLoader):
+    """PyYAML reads ``3.4e8`` as a string (YAML 1.1 wants ``3.4e+8``); kubectl reads a number.
+    Read it as kubectl does, so `ringmaster plan` sees what the apiserver will."""
+
+
+_KubectlYamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
 def load_manifests(text: str, source: str | None = None) -> list[ParsedManifest]:
     """Parse every document of a YAML stream (empty documents are skipped)."""
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        docs = [d for d in yaml.load_all(text, Loader=_KubectlYamlLoader) if d is not None]
     except yaml.YAMLError as exc:
         raise ManifestError([FieldError("<yaml>", str(exc))], source=source) from exc
     parsed = []

@@ -8,7 +8,8 @@ way.
 
 The CRD states the same rule without CEL: the field is ``x-kubernetes-int-or-string`` with a
 ``pattern`` (checked only for strings) and ``minimum``/``maximum`` (checked only for integers).
-After validation the value is a plain ``int``.
+After validation the value is a plain ``int``. A whole-valued number (YAML ``3.4e8``) is an integer,
+as it is for the apiserver.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from decimal import Decimal
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, WithJsonSchema
+
+from ringmaster.api.base import whole_number
 
 SUFFIXES: dict[str, int] = {"K": 10**3, "M": 10**6, "G": 10**9, "B": 10**9, "T": 10**12}
 COUNT_MIN = 1
@@ -32,6 +35,7 @@ _COUNT_RE = re.compile(COUNT_PATTERN)
 
 def parse_count(value: Any) -> int:
     """An int from an integer or a suffixed string; ValueError (naming the rule) otherwise."""
+    value = whole_number(value)
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise ValueError('must be an integer or a string such as "340M" or "1.3B"')
     if isinstance(value, int):
@@ -74,6 +78,7 @@ Count = Annotated[int, BeforeValidator(parse_count), WithJsonSchema(COUNT_SCHEMA
 
 
 def _int_or_string(value: Any) -> int | str:
+    value = whole_number(value)
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise ValueError("must be an integer or a string")
     return value

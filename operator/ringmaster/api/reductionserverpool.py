@@ -7,7 +7,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from ringmaster.api.base import Rule, SpecModel, StatusModel
+from ringmaster.api.base import Int, Rule, SpecModel, StatusModel
 from ringmaster.api.common import Condition, MachineType, conditions_field
 from ringmaster.api.resource import AGE, PrinterColumn, Resource
 
@@ -17,18 +17,18 @@ DEFAULT_MACHINE_TYPE = "n1-highcpu-16"
 class ReductionServerPoolSpec(SpecModel):
     """The desired reducer pool."""
 
-    replicas: int | None = Field(default=None, ge=0, le=512)
+    replicas: Int | None = Field(default=None, ge=0, le=512)
     """Fixed reducer count (also set by ``kubectl scale``). Omitted: sized by the jobs that use
     the pool, up to maxReplicas."""
-    max_replicas: int = Field(default=64, ge=1, le=512)
+    max_replicas: Int = Field(default=64, ge=1, le=512)
     """Upper bound of the sized reducer count."""
     machine_type: MachineType = DEFAULT_MACHINE_TYPE
     """Machine type of the reducer hosts (CPU only; its NIC bandwidth sets a reducer's speed)."""
     image: str = Field(min_length=1, max_length=512)
     """Container image of the reducer."""
-    port: int = Field(default=5000, ge=1, le=65535)
+    port: Int = Field(default=5000, ge=1, le=65535)
     """Port reducers listen on."""
-    scale_down_grace_period_seconds: int = Field(default=300, ge=0, le=86400)
+    scale_down_grace_period_seconds: Int = Field(default=300, ge=0, le=86400)
     """How long reducers no job needs any more are kept before the pool shrinks (a job that
     restarts finds them still there)."""
 

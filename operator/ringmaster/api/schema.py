@@ -45,6 +45,10 @@ _KEEP = (
 )
 
 
+# Keys pydantic writes that mean nothing to the apiserver.
+_DROP = {"title"}
+
+
 def openapi_schema(model: type[BaseModel]) -> dict[str, Any]:
     """The structural OpenAPI v3 schema of ``model`` (camelCase property names)."""
     raw = model.model_json_schema(by_alias=True, mode="validation")
@@ -78,6 +82,18 @@ def _convert(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     if node.get("default", 0) is None:
         del node["default"]
 
+    # pydantic leaves a constraint it applies around a validator function (``Int | None``) in its
+    # own words; say it in JSON Schema's.
+    for raw, bound, strict_bound in (
+        ("ge", "minimum", False),
+        ("le", "maximum", False),
+        ("gt", "minimum", True),
+        ("lt", "maximum", True),
+    ):
+        if raw in node:
+            node[bound] = node.pop(raw)
+            if strict_bound:
+                node["exclusiveMinimum" if bound == "minimum" else "exclusiveMaximum"] = True
     # JSON Schema's numeric exclusive bounds are OpenAPI 3.0's booleans.
     for exclusive, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
         if isinstance(node.get(exclusive), int | float) and not isinstance(node[exclusive], bool):
@@ -103,6 +119,10 @@ def _convert(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     if "type" not in node and not node.get("x-kubernetes-int-or-string"):
         raise ValueError(f"not structural: no type in {node}")
 
+    unknown = set(node) - set(_KEEP) - _DROP
+    if unknown:
+        # Dropping a key silently could drop a constraint the Python model enforces.
+        raise ValueError(f"cannot express {sorted(unknown)} in a CRD schema: {node}")
     out = {k: node[k] for k in _KEEP if k in node}
     if "description" in out:
         # One line, with Markdown backticks (docstrings use reST's double ones).

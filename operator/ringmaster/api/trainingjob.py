@@ -22,7 +22,7 @@ from ringmaster.api.accelerators import (
     shapes_text,
     topology_chips,
 )
-from ringmaster.api.base import Rule, SpecModel, StatusModel
+from ringmaster.api.base import Int, Rule, SpecModel, StatusModel
 from ringmaster.api.common import Condition, MachineType, PodTemplate, conditions_field
 from ringmaster.api.quantity import Count
 from ringmaster.api.resource import AGE, PrinterColumn, Resource
@@ -39,7 +39,7 @@ class TrainingAccelerator(SpecModel):
     type: AcceleratorType
     """Accelerator type as GKE labels nodes (``cloud.google.com/gke-accelerator`` or
     ``cloud.google.com/gke-tpu-accelerator``)."""
-    per_worker: int = Field(ge=1, le=16)
+    per_worker: Int = Field(ge=1, le=16)
     """Accelerators per worker host; must be a host shape of the type (8 for a2-highgpu-8g)."""
     topology: str | None = Field(default=None, max_length=11)
     """TPU slice topology, chips per axis (``2x2x4`` for v4, ``2x4`` for v5e); TPU only."""
@@ -121,7 +121,7 @@ class TrainingModel(SpecModel):
     flops_per_sample: Count | None = None
     """Training FLOPs per sample (forward + backward, about 6 x parameters per token); give this
     or computeSecondsPerStep."""
-    batch_size_per_accelerator: int = Field(ge=1, le=65536)
+    batch_size_per_accelerator: Int = Field(ge=1, le=65536)
     """Samples per accelerator per step."""
 
     cel_rules = (
@@ -137,7 +137,7 @@ class TrainingModel(SpecModel):
 class ReductionServerSettings(SpecModel):
     """Reducers for this job: a dedicated set (``replicas``) or a shared pool (``poolName``)."""
 
-    replicas: int | None = Field(default=None, ge=1, le=256)
+    replicas: Int | None = Field(default=None, ge=1, le=256)
     """Dedicated reducers; omitted: sized by the engine (or by the pool when poolName is set)."""
     machine_type: MachineType = DEFAULT_REDUCER_MACHINE_TYPE
     """Machine type of dedicated reducers (CPU only)."""
@@ -179,11 +179,11 @@ class Communication(SpecModel):
 class RunPolicy(SpecModel):
     """Lifecycle of the job (the names and meanings of batch/v1 Job's fields)."""
 
-    backoff_limit: int = Field(default=3, ge=0, le=100)
+    backoff_limit: Int = Field(default=3, ge=0, le=100)
     """Gang restarts after a worker fails before the job is Failed."""
-    active_deadline_seconds: int | None = Field(default=None, ge=1, le=31536000)
+    active_deadline_seconds: Int | None = Field(default=None, ge=1, le=31536000)
     """Wall-clock limit from start; the job is Failed when it passes."""
-    ttl_seconds_after_finished: int | None = Field(default=None, ge=0, le=31536000)
+    ttl_seconds_after_finished: Int | None = Field(default=None, ge=0, le=31536000)
     """Delete the finished job (and its pods) this long after it ends."""
     suspend: bool = False
     """True: no pods run (existing ones are deleted); workers may be changed while suspended."""
@@ -192,7 +192,7 @@ class RunPolicy(SpecModel):
 class TrainingJobSpec(SpecModel):
     """The desired training run."""
 
-    workers: int = Field(ge=1, le=2048)
+    workers: Int = Field(ge=1, le=2048)
     """Worker hosts (pods), each with ``accelerator.perWorker`` accelerators. Changes only while
     the job is suspended."""
     accelerator: TrainingAccelerator
