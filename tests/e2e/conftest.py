@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from ringmaster.localcluster.cluster import Binaries, LocalCluster
-from tests.e2e.kube import Cluster
+from tests.e2e.kube import Cluster, OperatorProcess
 
 REPO = Path(__file__).resolve().parents[2]
 E2E_CLUSTER_NAME = "ringmaster-e2e"
@@ -74,3 +74,37 @@ def namespace(cluster: Cluster) -> Iterator[str]:
     cluster.kubectl("create", "namespace", name)
     yield name
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="session")
+def operator(
+    crds_installed: Cluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    """The operator, running as its own process for the whole session (its log is kept in the
+    session's temporary directory, printed on failure by the tests that need it)."""
+    process = OperatorProcess(
+        crds_installed.kubeconfig, tmp_path_factory.mktemp("operator") / "operator.log"
+    )
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+@pytest.fixture
+def quiet_namespace(cluster: Cluster) -> Iterator[str]:
+    """A fresh namespace that is completely gone before the next test starts, so tests that
+    measure a pool's free capacity never see another test's pods."""
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    cluster.kubectl("create", "namespace", name)
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--timeout=120s", check=False)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    """Keep each phase's report on the test item, so fixtures can tell a failed test."""
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report

@@ -39,6 +39,8 @@ class KubeApi:
         except ApiException as error:
             if error.status == 409:
                 return False
+            if error.status == 403 and "being terminated" in str(error.body):
+                return False  # the namespace is going away, and the owner with it
             raise
         return True
 

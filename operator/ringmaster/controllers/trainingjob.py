@@ -76,11 +76,14 @@ def ringmaster_nodes(name: str, body: kopf.Body, **_: Any) -> dict[str, Node]:
 @kopf.index("pods")
 def ringmaster_pod_usage(
     body: kopf.Body, spec: kopf.Spec, status: kopf.Status, **_: Any
-) -> dict[str, dict[str, Decimal]] | None:
-    """Requests of every pod bound to a node and not finished: what the nodes have given away."""
+) -> dict[str, dict[str, Decimal]]:
+    """Requests of every pod bound to a node and not finished: what the nodes have given away.
+
+    An empty mapping, not None, for the others: kopf keeps an object's previous entries when an
+    indexing function returns None, so a pod that finished would go on holding its node."""
     node = spec.get("nodeName")
     if not node or status.get("phase") in TERMINAL_PHASES:
-        return None
+        return {}
     return {node: pod_requests(body)}
 
 
@@ -245,7 +248,14 @@ class TrainingController:
                     requests,
                     time.monotonic(),
                 )
-        await self._apply(namespace, name, body, current, decision)
+        try:
+            await self._apply(namespace, name, body, current, decision)
+        except Exception:
+            # Nothing was admitted after all (a terminating namespace refuses new pods, say):
+            # release the capacity the decision held, or other gangs would wait for it.
+            if decision.admitted_pool:
+                self.ledger.pop((namespace, name), None)
+            raise
         self._observe(namespace, name, body, decision)
         return decision.requeue_after
 
