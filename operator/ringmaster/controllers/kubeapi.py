@@ -7,7 +7,8 @@ blocks. Every write is idempotent: create tolerates AlreadyExists, delete tolera
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import kubernetes
 from kubernetes.client.exceptions import ApiException
@@ -17,9 +18,9 @@ from ringmaster.api import GROUP, VERSION
 
 def load_config() -> None:
     try:
-        kubernetes.config.load_incluster_config()
+        kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
     except kubernetes.config.ConfigException:
-        kubernetes.config.load_kube_config()
+        kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
 
 
 class KubeApi:
@@ -30,10 +31,11 @@ class KubeApi:
 
     async def create(self, namespace: str, obj: dict[str, Any]) -> bool:
         """Create a Pod or Service; False when it already exists (a previous run made it)."""
-        create = {
+        creators: dict[str, Callable[..., Any]] = {
             "Pod": self.core.create_namespaced_pod,
             "Service": self.core.create_namespaced_service,
-        }[obj["kind"]]
+        }
+        create = creators[obj["kind"]]
         try:
             await asyncio.to_thread(create, namespace, obj)
         except ApiException as error:
@@ -70,7 +72,7 @@ class KubeApi:
             if error.status != 404:  # deleted meanwhile: nothing to report on
                 raise
             return None
-        return str(updated["metadata"]["resourceVersion"])
+        return str(cast(dict[str, Any], updated)["metadata"]["resourceVersion"])
 
     async def delete_custom(self, plural: str, namespace: str, name: str) -> None:
         try:
@@ -81,7 +83,7 @@ class KubeApi:
                 namespace,
                 plural,
                 name,
-                body={"propagationPolicy": "Background"},
+                body=kubernetes.client.V1DeleteOptions(propagation_policy="Background"),
             )
         except ApiException as error:
             if error.status != 404:

@@ -134,7 +134,7 @@ def choose_pool(
     accelerator = spec.accelerator.type
     same_type = [p for p in capacity.pools.values() if p.identity.accelerator == accelerator]
     if not same_type:
-        known = sorted({p.identity.accelerator for p in capacity.pools.values()} - {None})
+        known = sorted({a for p in capacity.pools.values() if (a := p.identity.accelerator)})
         return Unschedulable(
             "NoMatchingPool",
             f"no node pool has {accelerator} nodes (pools have: {', '.join(known) or 'none'})",
@@ -158,7 +158,7 @@ def choose_pool(
         topology = spec.accelerator.topology
         matching = [p for p in big_enough if p.identity.tpu_topology == topology]
         if not matching:
-            seen = ", ".join(f"{p.name}={p.identity.tpu_topology}" for p in big_enough)
+            seen = ", ".join(f"{p.name}={p.identity.tpu_topology or '-'}" for p in big_enough)
             return Unschedulable(
                 "TopologyMismatch", f"no {accelerator} pool has topology {topology} ({seen})"
             )

@@ -18,7 +18,7 @@ import time
 from collections import defaultdict
 from collections.abc import Hashable, Mapping
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 import kopf
 from pydantic import ValidationError
@@ -60,9 +60,15 @@ WRITTEN_SECONDS = 30.0
 Key = tuple[str, str]
 
 
+def _as_body(snapshot: dict[str, Any]) -> kopf.Body:
+    """kopf's posting and adoption need only apiVersion, kind and metadata, which a snapshot has."""
+    return cast(kopf.Body, snapshot)
+
+
 def _snapshot(body: Mapping[str, Any]) -> dict[str, Any]:
     """A plain, detached copy of a kopf body (the watch replaces bodies; we keep our own)."""
-    return json.loads(json.dumps(dict(body), default=str))
+    copy: dict[str, Any] = json.loads(json.dumps(dict(body), default=str))
+    return copy
 
 
 # ---------------------------------------------------------------- indexes (fed by kopf's watches)
@@ -90,7 +96,7 @@ def ringmaster_pod_usage(
 @kopf.index("pods", labels={MANAGED_BY: OPERATOR, TRAINING_JOB_LABEL: kopf.PRESENT})
 def ringmaster_worker_pods(
     body: kopf.Body,
-    namespace: str,
+    namespace: str | None,
     labels: kopf.Labels,
     spec: kopf.Spec,
     status: kopf.Status,
@@ -98,19 +104,21 @@ def ringmaster_worker_pods(
     **_: Any,
 ) -> dict[Hashable, Any]:
     job = labels[TRAINING_JOB_LABEL]
-    keys: dict[Hashable, Any] = {("job", namespace, job): WorkerPod.from_object(body)}
+    keys: dict[Hashable, Any] = {("job", namespace or "", job): WorkerPod.from_object(body)}
     unbound = not spec.get("nodeName") and status.get("phase") not in TERMINAL_PHASES
     if unbound and not meta.get("deletionTimestamp"):
         selector = spec.get("nodeSelector") or {}
         pool = next((selector[k] for k in POOL_NAME_KEYS if k in selector), None)
         if pool:
-            keys[("promised", pool)] = ((namespace, job), pod_requests(body))
+            keys[("promised", pool)] = ((namespace or "", job), pod_requests(body))
     return keys
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
-def ringmaster_trainingjobs(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[Key, Any]:
-    return {(namespace, name): _snapshot(body)}
+def ringmaster_trainingjobs(
+    namespace: str | None, name: str, body: kopf.Body, **_: Any
+) -> dict[Key, Any]:
+    return {(namespace or "", name): _snapshot(body)}
 
 
 # ---------------------------------------------------------------- the controller
@@ -196,7 +204,7 @@ class TrainingController:
             del self.ledger[key]
 
     async def reconcile(self, key: Hashable) -> float | None:
-        namespace, name = key  # type: ignore[misc]
+        namespace, name = cast(Key, key)
         store = self._index("ringmaster_trainingjobs").get((namespace, name))
         if not store:
             self.forget((namespace, name))
@@ -268,7 +276,7 @@ class TrainingController:
         decision: Decision,
     ) -> None:
         for obj in decision.create:
-            kopf.adopt(obj, owner=body)
+            kopf.adopt(obj, owner=_as_body(body))
             await self.api.create(namespace, obj)
         for pod in decision.delete:
             await self.api.delete_pod(namespace, pod)
@@ -278,10 +286,10 @@ class TrainingController:
             if version is not None:
                 self.written[(namespace, name)] = (version, new_status, time.monotonic())
         for event in decision.events:
-            kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+            kopf.event(_as_body(body), type=event.type, reason=event.reason, message=event.message)
         if decision.delete_job:
             kopf.event(
-                body,
+                _as_body(body),
                 type="Normal",
                 reason="Expired",
                 message="ttlSecondsAfterFinished passed: deleting the job",
@@ -306,7 +314,7 @@ class TrainingController:
             status.conditions, "Valid", "False", "InvalidSpec", message, generation
         )
         if status.to_k8s() != (body.get("status") or {}):
-            kopf.warn(body, reason="InvalidSpec", message=message)
+            kopf.warn(_as_body(body), reason="InvalidSpec", message=message)
             await self.api.patch_status(PLURAL, namespace, name, status.to_k8s())
 
     def _observe(self, namespace: str, name: str, body: dict[str, Any], decision: Decision) -> None:
@@ -369,14 +377,14 @@ async def stop_training_controller(**_: Any) -> None:
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-async def trainingjob_changed(namespace: str, name: str, **kwargs: Any) -> None:
+async def trainingjob_changed(namespace: str | None, name: str, **kwargs: Any) -> None:
     ctl = controller()
     ctl.bind(kwargs)
-    ctl.queue.add((namespace, name))
+    ctl.queue.add((namespace or "", name))
 
 
 @kopf.on.event("pods", labels={MANAGED_BY: OPERATOR, TRAINING_JOB_LABEL: kopf.PRESENT})
-async def worker_pod_changed(namespace: str, labels: kopf.Labels, **kwargs: Any) -> None:
+async def worker_pod_changed(namespace: str | None, labels: kopf.Labels, **kwargs: Any) -> None:
     ctl = controller()
     ctl.bind(kwargs)
-    ctl.queue.add((namespace, labels[TRAINING_JOB_LABEL]))
+    ctl.queue.add((namespace or "", labels[TRAINING_JOB_LABEL]))

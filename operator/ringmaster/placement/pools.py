@@ -67,7 +67,10 @@ class NodePool:
 
 
 def parse_resources(raw: Mapping[str, Any] | None) -> dict[str, Decimal]:
-    return {name: Decimal(parse_quantity(value)) for name, value in (raw or {}).items()}
+    return {
+        name: Decimal(parse_quantity(value))  # type: ignore[no-untyped-call]
+        for name, value in (raw or {}).items()
+    }
 
 
 def node_from_object(obj: Mapping[str, Any]) -> Node:
