@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # The README's first command: the operator's main job end to end on the local cluster.
 # Brings the kwok cluster up with its simulated A100 / TPU / CPU node pools, installs the CRDs,
-# applies the examples and shows what Ringmaster decides for each of them.
+# starts the operator, applies the examples and shows what Ringmaster decided and where the
+# real kube-scheduler put the pods. KEEP_OPERATOR=1 leaves the operator running afterwards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export RINGMASTER_BIN_DIR=${RINGMASTER_BIN_DIR:-$(bash hack/cluster-tools.sh)}
 export PATH="$RINGMASTER_BIN_DIR:$PATH"
+namespace=ringmaster-demo
+log=${RINGMASTER_CACHE_DIR:-$HOME/.cache/ringmaster}/demo-operator.log
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-step "local cluster (kube-apiserver, etcd, kube-scheduler, kube-controller-manager, kwok)"
+step "local cluster (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok)"
 ringmaster cluster up
 KUBECONFIG=$(ringmaster cluster kubeconfig)
 export KUBECONFIG
@@ -18,12 +21,35 @@ step "custom resources"
 kubectl apply --server-side --force-conflicts -f crds/
 kubectl wait --for=condition=Established -f crds/ --timeout=60s
 
-step "examples"
-kubectl apply --server-side -f examples/
-kubectl get tj,rsp,ie -A
+step "operator (ringmaster run; log: $log)"
+mkdir -p "$(dirname "$log")"
+ringmaster run --metrics-port 0 >"$log" 2>&1 &
+operator=$!
+if [[ ${KEEP_OPERATOR:-0} != 1 ]]; then trap 'kill $operator 2>/dev/null || true' EXIT; fi
 
-step "what Ringmaster decides (ringmaster plan: the engine's prediction, no cluster needed)"
+step "examples, applied to namespace $namespace"
+kubectl create namespace "$namespace" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+kubectl apply -n "$namespace" -f examples/
+for job in $(kubectl get trainingjobs -n "$namespace" -o name); do
+  # Each gang is admitted whole or waits for room: wait until the operator has decided.
+  kubectl wait -n "$namespace" "$job" --for=jsonpath='{.status.conditions[?(@.type=="Schedulable")].reason}' \
+    --timeout=60s >/dev/null 2>&1 || true
+done
+sleep 2
+
+step "TrainingJobs: the strategy the engine chose, its predicted step time and cost"
+kubectl get trainingjobs -n "$namespace" -o wide
+echo
+kubectl get trainingjobs -n "$namespace" \
+  -o custom-columns='NAME:.metadata.name,SCHEDULABLE:.status.conditions[?(@.type=="Schedulable")].message'
+
+step "worker pods, placed by kube-scheduler on the accelerator pools"
+kubectl get pods -n "$namespace" \
+  -o custom-columns='POD:.metadata.name,PHASE:.status.phase,NODE:.spec.nodeName'
+
+step "the whole plan, from the manifests alone (ringmaster plan: no cluster needed)"
 ringmaster plan examples/*.yaml
 
 echo
-echo "KUBECONFIG=$KUBECONFIG   (tear down: make cluster-down)"
+echo "KUBECONFIG=$KUBECONFIG"
+echo "explore: kubectl get tj,rsp,ie -n $namespace; tear down: make cluster-down"

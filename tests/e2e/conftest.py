@@ -3,7 +3,8 @@
 Like controller-runtime's envtest: set RINGMASTER_E2E_KUBECONFIG to use a cluster that is
 already running (it is then neither created nor deleted); otherwise the fixture builds the
 binaries if needed (hack/cluster-tools.sh), creates the kwok cluster `ringmaster-e2e`, and deletes
-it at the end unless RINGMASTER_E2E_KEEP=1.
+it at the end unless RINGMASTER_E2E_KEEP=1. RINGMASTER_E2E_CLUSTER names the cluster, so runs
+in parallel do not share one.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from ringmaster.localcluster.cluster import Binaries, LocalCluster
 from tests.e2e.kube import Cluster, OperatorProcess
 
 REPO = Path(__file__).resolve().parents[2]
-E2E_CLUSTER_NAME = "ringmaster-e2e"
+# Parallel runs (two checkouts, two engineers) each set their own name.
+E2E_CLUSTER_NAME = os.environ.get("RINGMASTER_E2E_CLUSTER", "ringmaster-e2e")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
