@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from ringmaster import metrics
 from ringmaster.api import GROUP, VERSION, TrainingJobSpec, TrainingJobStatus, set_condition
+from ringmaster.controllers import cluster_state
 from ringmaster.controllers.kubeapi import KubeApi
 from ringmaster.controllers.training_lifecycle import (
     FINISHED,
@@ -39,13 +40,7 @@ from ringmaster.controllers.training_lifecycle import (
 from ringmaster.controllers.workqueue import WorkQueue
 from ringmaster.manifests.naming import MANAGED_BY, OPERATOR, TRAINING_JOB_LABEL
 from ringmaster.placement.labels import POOL_NAME_KEYS
-from ringmaster.placement.pools import (
-    TERMINAL_PHASES,
-    Node,
-    discover_pools,
-    node_from_object,
-    pod_requests,
-)
+from ringmaster.placement.pools import TERMINAL_PHASES, pod_requests
 
 log = logging.getLogger(__name__)
 PLURAL = "trainingjobs"
@@ -72,25 +67,6 @@ def _snapshot(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- indexes (fed by kopf's watches)
-
-
-@kopf.index("nodes")
-def ringmaster_nodes(name: str, body: kopf.Body, **_: Any) -> dict[str, Node]:
-    return {name: node_from_object(body)}
-
-
-@kopf.index("pods")
-def ringmaster_pod_usage(
-    body: kopf.Body, spec: kopf.Spec, status: kopf.Status, **_: Any
-) -> dict[str, dict[str, Decimal]]:
-    """Requests of every pod bound to a node and not finished: what the nodes have given away.
-
-    An empty mapping, not None, for the others: kopf keeps an object's previous entries when an
-    indexing function returns None, so a pod that finished would go on holding its node."""
-    node = spec.get("nodeName")
-    if not node or status.get("phase") in TERMINAL_PHASES:
-        return {}
-    return {node: pod_requests(body)}
 
 
 @kopf.index("pods", labels={MANAGED_BY: OPERATOR, TRAINING_JOB_LABEL: kopf.PRESENT})
@@ -183,20 +159,14 @@ class TrainingController:
         return self.indexes[name]
 
     def capacity(self) -> Capacity:
-        nodes = [n for store in self._index("ringmaster_nodes").values() for n in store]
-        used: dict[str, dict[str, Decimal]] = {}
-        for node, store in self._index("ringmaster_pod_usage").items():
-            bucket = used.setdefault(node, {})
-            for requests in store:
-                for resource, amount in requests.items():
-                    bucket[resource] = bucket.get(resource, Decimal(0)) + amount
+        pools, used = cluster_state.pools_and_usage(self.indexes)
         promised: dict[str, list[Mapping[str, Decimal]]] = defaultdict(list)
         for key, store in self._index("ringmaster_worker_pods").items():
             if key[0] == "promised":
                 promised[key[1]] += [req for job, req in store if job not in self.ledger]
         for pool, requests, _since in self.ledger.values():
             promised[pool] += requests
-        return Capacity(pools=discover_pools(nodes), used=used, promised=dict(promised))
+        return Capacity(pools=pools, used=used, promised=dict(promised))
 
     def _settle_ledger(self, key: Key, pods_seen: int, workers: int) -> None:
         entry = self.ledger.get(key)
