@@ -7,6 +7,7 @@ blocks. Every write is idempotent: create tolerates AlreadyExists, delete tolera
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -21,6 +22,19 @@ def load_config() -> None:
         kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
     except kubernetes.config.ConfigException:
         kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
+
+
+FIELD_MANAGER = "ringmaster"
+
+# Where each kind the operator applies lives in the REST API: (path prefix, plural).
+_PATHS = {
+    "Service": ("/api/v1", "services"),
+    "Pod": ("/api/v1", "pods"),
+    "StatefulSet": ("/apis/apps/v1", "statefulsets"),
+    "Deployment": ("/apis/apps/v1", "deployments"),
+    "HorizontalPodAutoscaler": ("/apis/autoscaling/v2", "horizontalpodautoscalers"),
+    "ReductionServerPool": (f"/apis/{GROUP}/{VERSION}", "reductionserverpools"),
+}
 
 
 class KubeApi:
@@ -88,3 +102,32 @@ class KubeApi:
         except ApiException as error:
             if error.status != 404:
                 raise
+
+    async def apply(self, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """Server-side apply (field manager "ringmaster", conflicts forced: the operator owns the
+        fields it sets). Only the fields in `obj` are claimed, so another writer's fields (an
+        HPA's replicas, a user's labels) are left alone and an unchanged object is not rewritten.
+        """
+        prefix, plural = _PATHS[obj["kind"]]
+        path = f"{prefix}/namespaces/{namespace}/{plural}/{obj['metadata']['name']}"
+        client = self.core.api_client
+
+        def call() -> dict[str, Any]:
+            method, url, headers, body, _ = client.param_serialize(
+                method="PATCH",
+                resource_path=path,
+                query_params=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+                header_params={
+                    "Content-Type": "application/apply-patch+yaml",
+                    "Accept": "application/json",
+                },
+                body=obj,
+                auth_settings=["BearerToken"],
+            )
+            response = client.call_api(method, url, header_params=headers, body=body)
+            response.read()
+            if not 200 <= response.status < 300:
+                raise ApiException(http_resp=response)
+            return cast(dict[str, Any], json.loads(response.data))
+
+        return await asyncio.to_thread(call)
