@@ -48,5 +48,5 @@ format:  ## apply ruff's formatting and safe fixes
 bench-engine:  ## the engine's speed: evaluations per second, one plan's latency, import time
 	$(PYTHON) benchmarks/bench_engine.py
 
-crds:  ## regenerate crds/ from the API models
-	ringmaster crds --output-dir crds
+crds:  ## regenerate crds/ and docs/api.md from the API models
+	ringmaster crds --output-dir crds --reference docs/api.md

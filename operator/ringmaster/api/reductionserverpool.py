@@ -3,6 +3,7 @@ Reduction Server / BytePS design), shared by the jobs that name it."""
 
 from __future__ import annotations
 
+import datetime as dt
 from enum import StrEnum
 
 from pydantic import Field
@@ -69,6 +70,9 @@ class ReductionServerPoolStatus(StatusModel):
     """Predicted network bandwidth of all ready reducers together (Gbit/s)."""
     bound_jobs: list[str] = Field(default_factory=list, max_length=1024)
     """TrainingJobs that use the pool."""
+    idle_since: dt.datetime | None = None
+    """When the last job stopped using the pool (sized pools shrink to zero a grace period
+    later)."""
 
 
 REDUCTION_SERVER_POOL = Resource(

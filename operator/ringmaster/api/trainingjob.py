@@ -28,6 +28,8 @@ from ringmaster.api.quantity import Count
 from ringmaster.api.resource import AGE, PrinterColumn, Resource
 
 DEFAULT_REDUCER_MACHINE_TYPE = "n1-highcpu-16"
+# The reducer image Vertex AI documents for its Reduction Server ("Distributed training" docs).
+DEFAULT_REDUCER_IMAGE = "us-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest"
 
 Strategy = Literal["Auto", "Ring", "ReductionServer"]
 GradientDType = Literal["fp32", "bf16", "fp16"]
@@ -145,6 +147,8 @@ class ReductionServerSettings(SpecModel):
         default=None, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
     )
     """A ReductionServerPool in the job's namespace to use instead of dedicated reducers."""
+    image: str = Field(default=DEFAULT_REDUCER_IMAGE, min_length=1, max_length=512)
+    """Container image of dedicated reducers (a shared pool names its own)."""
 
     cel_rules = (
         Rule(
