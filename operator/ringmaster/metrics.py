@@ -31,3 +31,8 @@ PREDICTED_SAMPLES_PER_SECOND = Gauge(
     "The engine's predicted training throughput of a TrainingJob.",
     ["namespace", "name"],
 )
+REDUCERS = Gauge(
+    "ringmaster_reducers",
+    "Reducers of a ReductionServerPool, desired and ready.",
+    ["namespace", "name", "state"],
+)

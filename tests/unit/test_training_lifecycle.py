@@ -23,7 +23,7 @@ pytestmark = pytest.mark.unit
 NOW = dt.datetime(2026, 11, 21, 12, 0, tzinfo=dt.UTC)
 
 
-def planner(spec, machine_type):
+def planner(spec, machine_type, reducers=None):
     return {
         "strategy": "Ring",
         "stepSeconds": 0.5,

@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from prometheus_client import start_http_server
 
     # Importing a controller module registers its kopf handlers.
-    from ringmaster.controllers import settings, trainingjob  # noqa: F401
+    from ringmaster.controllers import reductionserverpool, settings, trainingjob  # noqa: F401
     from ringmaster.controllers.kubeapi import load_config
 
     load_config()

@@ -22,7 +22,9 @@ from ringmaster.api import (
     find_condition,
     set_condition,
 )
-from ringmaster.manifests.naming import ATTEMPT_ANNOTATION, RANK_LABEL
+from ringmaster.api.trainingjob import ReductionServerSettings
+from ringmaster.manifests.naming import ATTEMPT_ANNOTATION, RANK_LABEL, owned_reducer_pool_name
+from ringmaster.manifests.reduction import owned_reducer_pool
 from ringmaster.manifests.training import (
     PoolPlacement,
     rendezvous_service,
@@ -40,8 +42,24 @@ FAILED_CONDITION, SUSPENDED_CONDITION = "Failed", "Suspended"
 # How soon to look again while something is in motion (pods starting or going away).
 SOON_SECONDS = 1.0
 
-Planner = Callable[[TrainingJobSpec, str | None], dict[str, Any]]
-"""(spec, machine type of the chosen pool) -> the plan for status.plan (camelCase keys)."""
+REDUCTION_SERVER = "ReductionServer"
+REDUCERS_CONDITION = "ReductionServerReady"
+
+
+@dataclass(frozen=True)
+class ReducerPool:
+    """What a job needs to know of the ReductionServerPool it uses."""
+
+    name: str
+    replicas: int  # desired (status.replicas)
+    ready: int
+    endpoints: tuple[str, ...]
+    machine_type: str
+    message: str = ""  # the pool's Ready condition message ("3/25 ready; 22 cannot be scheduled")
+
+
+Planner = Callable[[TrainingJobSpec, str | None, ReducerPool | None], dict[str, Any]]
+"""(spec, machine type of the chosen pool, the reducer pool if any) -> status.plan (camelCase)."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +125,8 @@ class Event:
 class Decision:
     status: TrainingJobStatus
     create: list[dict[str, Any]] = field(default_factory=list)
+    apply: list[dict[str, Any]] = field(default_factory=list)
+    """Objects to server-side apply every time (the job's own ReductionServerPool)."""
     delete: list[str] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     delete_job: bool = False
@@ -119,6 +139,23 @@ class Decision:
 class Unschedulable:
     reason: str  # NoMatchingPool, TopologyMismatch
     message: str
+
+
+def _reducer_problem(
+    shared: str | None, reducers: ReducerPool | None, namespace: str
+) -> tuple[str, str] | None:
+    """Why the job's reducers cannot serve it yet (reason, message), or None when they can."""
+    if reducers is None:
+        if shared:
+            return (
+                "ReductionServerPoolNotFound",
+                f"ReductionServerPool {shared} does not exist in namespace {namespace}",
+            )
+        return "ReducersNotReady", "creating the job's reduction server pool"
+    if reducers.replicas == 0 or reducers.ready < reducers.replicas:
+        detail = reducers.message or f"{reducers.ready}/{reducers.replicas} ready"
+        return "ReducersNotReady", f"reducers of pool {reducers.name}: {detail}"
+    return None
 
 
 def _accelerator_resource(spec: TrainingJobSpec) -> str:
@@ -190,7 +227,8 @@ def _set(
     message: str,
     now: dt.datetime,
 ) -> bool:
-    """Set a condition; True when it changed (so an Event is worth emitting)."""
+    """Set a condition; True when its status or reason changed: a transition, worth an Event.
+    A new message alone (progress such as "11/25 reducers ready") updates it quietly."""
     before = find_condition(status.conditions, type_)
     status.conditions = set_condition(
         status.conditions,
@@ -201,11 +239,7 @@ def _set(
         observed_generation=job.generation,
         now=now,
     )
-    return before is None or (before.status, before.reason, before.message) != (
-        value,
-        reason,
-        message,
-    )
+    return before is None or (before.status, before.reason) != (value, reason)
 
 
 def _counts(pods: Sequence[WorkerPod], workers: int) -> dict[str, int]:
@@ -245,6 +279,7 @@ def reconcile_training(
     capacity: Capacity,
     now: dt.datetime,
     planner: Planner,
+    reducer_pools: Mapping[str, ReducerPool] | None = None,
 ) -> Decision:
     spec = job.spec
     status = job.status.model_copy(deep=True)
@@ -291,8 +326,11 @@ def reconcile_training(
     pool = choice
 
     previous_strategy = status.plan.strategy if status.plan else None
+    settings = spec.communication.reduction_server or ReductionServerSettings()
+    reducer_pool_name = settings.pool_name or owned_reducer_pool_name(job.name)
+    reducers = (reducer_pools or {}).get(reducer_pool_name)
     try:
-        plan = planner(spec, pool.identity.instance_type)
+        plan = planner(spec, pool.identity.instance_type, reducers)
     except ValueError as error:
         # The engine cannot model this hardware: run anyway, without a prediction, and say why.
         status.plan = None
@@ -312,12 +350,32 @@ def reconcile_training(
             )
         )
 
+    uses_reducers = plan.get("strategy") == REDUCTION_SERVER
+    status.reduction_server_pool = reducer_pool_name if uses_reducers else None
+    if uses_reducers and settings.pool_name is None:
+        wanted = settings.replicas or int(plan.get("reducersWanted") or 1)
+        decision.apply.append(owned_reducer_pool(job.name, settings, wanted))
+    reducer_problem = None
+    if uses_reducers:
+        reducer_problem = _reducer_problem(settings.pool_name, reducers, job.namespace)
+        if reducer_problem is None:
+            ready = reducers.ready if reducers else 0
+            message = f"{ready} reducers of pool {reducer_pool_name} ready"
+            _set(job, status, REDUCERS_CONDITION, "True", "ReducersReady", message, now)
+        else:
+            reason, message = reducer_problem
+            changed = _set(job, status, REDUCERS_CONDITION, "False", reason, message, now)
+            if changed and status.phase == RUNNING:
+                # Workers keep running (a reducer restarts in seconds); the user should know.
+                decision.events.append(Event("Warning", "ReducersLost", message))
+
     placement = PoolPlacement(
         pool=pool.name,
         node_selector=pool.node_selector(),
         accelerator_resource=_accelerator_resource(spec),
         machine_type=pool.identity.instance_type,
     )
+    endpoints = reducers.endpoints if uses_reducers and reducers else ()
     current = {p.rank: p for p in live if p.attempt == attempt}
     stale = [p for p in live if p.attempt != attempt]
     decision.delete += [p.name for p in stale]
@@ -383,6 +441,13 @@ def reconcile_training(
         if stale or any(p.terminating for p in pods):
             decision.requeue_after = SOON_SECONDS  # the previous gang is still going away
             return decision
+        if reducer_problem:
+            status.phase = PENDING
+            reason, message = reducer_problem
+            if _set(job, status, SCHEDULABLE, "False", reason, message, now):
+                decision.events.append(Event("Normal", reason, message))
+            decision.requeue_after = SOON_SECONDS
+            return decision
         sample = worker_pod(job.name, job.namespace, spec, placement, 0, attempt)
         fit = gang_fits(
             pool,
@@ -402,7 +467,7 @@ def reconcile_training(
                 decision.events.append(Event("Normal", "InsufficientCapacity", message))
             return decision
         decision.create = [rendezvous_service(job.name)] + [
-            worker_pod(job.name, job.namespace, spec, placement, rank, attempt)
+            worker_pod(job.name, job.namespace, spec, placement, rank, attempt, endpoints)
             for rank in range(spec.workers)
         ]
         decision.admitted_pool = pool.name
@@ -418,10 +483,33 @@ def reconcile_training(
         decision.requeue_after = SOON_SECONDS
         return decision
 
-    # Admitted earlier: recreate pods that a crash kept us from creating.
     missing = [r for r in range(spec.workers) if r not in current]
+    admitted = find_condition(status.conditions, SCHEDULABLE)
+    if missing and (admitted is None or admitted.status != "True"):
+        # A partial gang that was never recorded as admitted (the operator stopped while
+        # creating it): the missing workers must fit now, or the partial gang is released.
+        sample = worker_pod(job.name, job.namespace, spec, placement, 0, attempt)
+        fit = gang_fits(
+            pool,
+            capacity.used,
+            pod_requests(sample),
+            len(missing),
+            promised=capacity.promised.get(pool.name, ()),
+            one_per_node=placement.accelerator_resource == "google.com/tpu",
+        )
+        if not fit.fits:
+            decision.delete += [p.name for p in current.values()]
+            status.phase = PENDING
+            decision.requeue_after = SOON_SECONDS
+            return decision
+        message = f"gang of {spec.workers} workers completed on pool {pool.name}"
+        _set(job, status, SCHEDULABLE, "True", "Admitted", message, now)
+        status.pool = pool.name
+        decision.admitted_pool = pool.name
+    # Admitted earlier: recreate pods that a crash kept us from creating.
     decision.create = [
-        worker_pod(job.name, job.namespace, spec, placement, rank, attempt) for rank in missing
+        worker_pod(job.name, job.namespace, spec, placement, rank, attempt, endpoints)
+        for rank in missing
     ]
     counts = _counts(list(current.values()), spec.workers)
     status.workers = WorkerCounts(**counts)

@@ -12,6 +12,7 @@ MANAGED_BY = "app.kubernetes.io/managed-by"
 PART_OF = "app.kubernetes.io/part-of"
 OPERATOR = "ringmaster"
 TRAINING_JOB_LABEL = "ringmaster.dev/trainingjob"
+REDUCTION_POOL_LABEL = "ringmaster.dev/reductionserverpool"
 ROLE_LABEL = "ringmaster.dev/role"
 RANK_LABEL = "ringmaster.dev/rank"
 ATTEMPT_ANNOTATION = "ringmaster.dev/attempt"
@@ -47,3 +48,13 @@ def worker_hostname(rank: int) -> str:
 
 def rendezvous_service_name(job: str) -> str:
     return dns_label(job)
+
+
+def owned_reducer_pool_name(job: str) -> str:
+    """The ReductionServerPool a job creates for itself when it names no shared pool."""
+    return f"{job}-reducers"
+
+
+def reducer_set_name(pool: str) -> str:
+    """The StatefulSet (and headless Service) of a pool: a DNS label, as pod hostnames are."""
+    return dns_label(pool)

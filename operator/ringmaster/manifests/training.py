@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,6 +89,26 @@ def launcher_env(
     return [{"name": k, "value": v} for k, v in env.items()]
 
 
+def reducer_env(spec: TrainingJobSpec, rank: int, reducers: Sequence[str]) -> list[dict[str, str]]:
+    """Where the reduction servers are: RINGMASTER_REDUCTION_SERVERS (comma-separated host:port,
+    the documented form), and BytePS's DMLC_* variables for plugins of that family, whose first
+    server doubles as the scheduler."""
+    if not reducers:
+        return []
+    first_host, _, first_port = reducers[0].rpartition(":")
+    env = {
+        "RINGMASTER_REDUCTION_SERVERS": ",".join(reducers),
+        "RINGMASTER_REDUCTION_SERVER_COUNT": str(len(reducers)),
+        "DMLC_ROLE": "worker",
+        "DMLC_NUM_SERVER": str(len(reducers)),
+        "DMLC_NUM_WORKER": str(spec.workers),
+        "DMLC_WORKER_ID": str(rank),
+        "DMLC_PS_ROOT_URI": first_host,
+        "DMLC_PS_ROOT_PORT": first_port,
+    }
+    return [{"name": k, "value": v} for k, v in env.items()]
+
+
 def worker_pod(
     job: str,
     namespace: str,
@@ -95,7 +116,7 @@ def worker_pod(
     placement: PoolPlacement,
     rank: int,
     attempt: int,
-    extra_env: dict[str, str] | None = None,
+    reducers: Sequence[str] = (),
 ) -> dict[str, Any]:
     template = spec.template
     is_tpu = placement.accelerator_resource == "google.com/tpu"
@@ -119,7 +140,7 @@ def worker_pod(
     # The user's variables first; ours after them win, so a template cannot break the rendezvous.
     env = [e.to_k8s() for e in template.env or []]
     env += launcher_env(job, namespace, spec, rank, is_tpu)
-    env += [{"name": k, "value": v} for k, v in sorted((extra_env or {}).items())]
+    env += reducer_env(spec, rank, reducers)
     container: dict[str, Any] = {
         "name": "worker",
         "image": template.image,

@@ -1,0 +1,148 @@
+"""What every Ringmaster controller does the same way around its pure decision function.
+
+kopf watches feed indexes; watch events put keys on a work queue; a worker reconciles one key at
+a time from the indexes, writes status with the kubernetes client and posts Events. Subclasses
+name their kind and implement `reconcile_object`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Hashable, Mapping
+from typing import Any, ClassVar, cast
+
+import kopf
+
+from ringmaster import metrics
+from ringmaster.controllers.kubeapi import KubeApi
+from ringmaster.controllers.workqueue import WorkQueue
+
+Key = tuple[str, str]
+# How long our last status write may run ahead of the watch.
+WRITTEN_SECONDS = 30.0
+# Objects that are not finished are looked at again this often, even without an event of theirs.
+RESYNC_SECONDS = 5.0
+
+_CONTROLLERS: dict[str, Controller] = {}
+
+
+def controller_for(kind: str) -> Controller | None:
+    """The running controller of a kind (controllers wake each other's objects)."""
+    return _CONTROLLERS.get(kind)
+
+
+# Children get their owner through kopf.append_owner_reference, not kopf.adopt: adopt also copies
+# the owner's labels onto the child and its pod template, and a label such as
+# ringmaster.dev/trainingjob on a job's reducers would make them look like its workers.
+
+
+def as_body(snapshot: dict[str, Any]) -> kopf.Body:
+    """kopf's posting and adoption need only apiVersion, kind and metadata, which a snapshot has."""
+    return cast(kopf.Body, snapshot)
+
+
+def snapshot(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A plain, detached copy of a kopf body (the watch replaces bodies; indexes keep ours)."""
+    copy: dict[str, Any] = json.loads(json.dumps(dict(body), default=str))
+    return copy
+
+
+class Controller:
+    kind: ClassVar[str]
+    plural: ClassVar[str]
+    index: ClassVar[str]  # the kopf index holding the kind's objects by (namespace, name)
+
+    def __init__(self, api: KubeApi) -> None:
+        self.api = api
+        self.queue = WorkQueue(self.reconcile)
+        self.indexes: Mapping[str, Any] = {}
+        # The status we last wrote and the resourceVersion our write produced. The operator is
+        # the only writer of status, so until the watch brings that version back, our write is
+        # newer than what the index holds; deciding from the index would repeat Events.
+        self.written: dict[Key, tuple[str, dict[str, Any], float]] = {}
+        self.resync_task: asyncio.Task[None] | None = None
+        _CONTROLLERS[self.kind] = self
+
+    def bind(self, kwargs: Mapping[str, Any]) -> None:
+        """On the first watch event: keep references to kopf's live indexes (handed to every
+        handler as keyword args) and start the workers. Started from a handler, not from the
+        startup activity, so they inherit the context that kopf.event() posts Events through."""
+        if not self.indexes:
+            self.indexes = {k: v for k, v in kwargs.items() if k.startswith("ringmaster_")}
+            self.queue.start()
+            self.resync_task = asyncio.create_task(self.resync())
+
+    async def stop(self) -> None:
+        if self.resync_task is not None:
+            self.resync_task.cancel()
+        await self.queue.stop()
+        _CONTROLLERS.pop(self.kind, None)
+
+    def objects(self) -> Any:
+        return self.indexes[self.index]
+
+    async def reconcile(self, key: Hashable) -> float | None:
+        namespace, name = cast(Key, key)
+        store = self.objects().get((namespace, name))
+        if not store:
+            self.written.pop((namespace, name), None)
+            self.forget((namespace, name))
+            return None
+        body = next(iter(store))
+        with metrics.RECONCILE_SECONDS.labels(self.kind).time():
+            try:
+                return await self.reconcile_object(
+                    namespace, name, body, self.current_status((namespace, name), body)
+                )
+            except Exception as error:
+                metrics.RECONCILE_ERRORS.labels(self.kind, type(error).__name__).inc()
+                raise
+
+    async def reconcile_object(
+        self, namespace: str, name: str, body: dict[str, Any], status: dict[str, Any]
+    ) -> float | None:
+        raise NotImplementedError
+
+    def forget(self, key: Key) -> None:
+        """The object is gone: drop what the controller remembers of it."""
+
+    def current_status(self, key: Key, body: dict[str, Any]) -> dict[str, Any]:
+        written = self.written.get(key)
+        if written is None:
+            return body.get("status") or {}
+        version, status, since = written
+        if version == body["metadata"].get("resourceVersion") or (
+            time.monotonic() - since > WRITTEN_SECONDS
+        ):
+            del self.written[key]  # the watch has caught up (or a relist skipped our version)
+            return body.get("status") or {}
+        return status
+
+    async def write_status(
+        self, namespace: str, name: str, current: dict[str, Any], new: dict[str, Any]
+    ) -> None:
+        if new == current:
+            return
+        version = await self.api.patch_status(self.plural, namespace, name, new)
+        if version is not None:
+            self.written[(namespace, name)] = (version, new, time.monotonic())
+
+    def post(self, body: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        kopf.event(as_body(body), type=type_, reason=reason, message=message)
+
+    def is_settled(self, body: dict[str, Any]) -> bool:
+        """Objects that need no periodic look (finished jobs)."""
+        return False
+
+    async def resync(self) -> None:
+        while True:
+            await asyncio.sleep(RESYNC_SECONDS)
+            for key, store in self.objects().items():
+                if not all(self.is_settled(body) for body in store):
+                    self.queue.add(key)
+            self.after_resync()
+
+    def after_resync(self) -> None:
+        """Hook: refresh gauges."""

@@ -1,0 +1,201 @@
+"""The ReductionServerPool state machine, and how a TrainingJob uses its reducers."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from ringmaster.api import (
+    ReductionServerPoolSpec,
+    ReductionServerPoolStatus,
+    TrainingJobSpec,
+    TrainingJobStatus,
+    find_condition,
+)
+from ringmaster.controllers.reduction_lifecycle import (
+    BoundJob,
+    PoolView,
+    ReducerPods,
+    reconcile_reduction_pool,
+)
+from ringmaster.controllers.training_lifecycle import (
+    Capacity,
+    JobView,
+    ReducerPool,
+    WorkerPod,
+    reconcile_training,
+)
+from ringmaster.localcluster.pools import POOLS_BY_NAME, node_list
+from ringmaster.placement.pools import discover_pools, node_from_object
+
+pytestmark = pytest.mark.unit
+NOW = dt.datetime(2026, 11, 21, 12, 0, tzinfo=dt.UTC)
+
+
+def pool(replicas=None, max_replicas=64, grace=300, status=None):
+    spec = {"image": "reducer:1", "maxReplicas": max_replicas, "scaleDownGracePeriodSeconds": grace}
+    if replicas is not None:
+        spec["replicas"] = replicas
+    return PoolView(
+        "shared",
+        "ml",
+        1,
+        ReductionServerPoolSpec.model_validate(spec),
+        status or ReductionServerPoolStatus(),
+    )
+
+
+def statefulset_replicas(decision):
+    return next(o for o in decision.apply if o["kind"] == "StatefulSet")["spec"]["replicas"]
+
+
+def test_a_fixed_pool_has_its_replicas_whatever_the_jobs():
+    decision = reconcile_reduction_pool(
+        pool(replicas=4), [BoundJob("a", 25)], ReducerPods(), 32.0, NOW
+    )
+    assert statefulset_replicas(decision) == 4 and decision.status.replicas == 4
+
+
+def test_a_sized_pool_serves_its_largest_job_within_max_replicas():
+    jobs = [BoundJob("small", 8), BoundJob("large", 25), BoundJob("no-plan-yet", None)]
+    decision = reconcile_reduction_pool(pool(), jobs, ReducerPods(), 32.0, NOW)
+    assert decision.status.replicas == 25
+    assert decision.status.bound_jobs == ["large", "no-plan-yet", "small"]
+    capped = reconcile_reduction_pool(pool(max_replicas=16), jobs, ReducerPods(), 32.0, NOW)
+    assert capped.status.replicas == 16
+
+
+def test_an_unused_sized_pool_keeps_its_reducers_for_the_grace_period_then_scales_to_zero():
+    busy = reconcile_reduction_pool(pool(), [BoundJob("a", 10)], ReducerPods(), 32.0, NOW)
+    idle = reconcile_reduction_pool(pool(status=busy.status), [], ReducerPods(), 32.0, NOW)
+    assert idle.status.replicas == 10 and idle.status.idle_since == NOW
+    assert idle.requeue_after == pytest.approx(300)
+    later = NOW + dt.timedelta(seconds=301)
+    gone = reconcile_reduction_pool(pool(status=idle.status), [], ReducerPods(), 32.0, later)
+    assert gone.status.replicas == 0 and statefulset_replicas(gone) == 0
+    assert any(e.reason == "Resized" and "10 -> 0" in e.message for e in gone.events)
+    # A job coming back within the grace period finds the reducers and clears the idle mark.
+    back = reconcile_reduction_pool(
+        pool(status=idle.status), [BoundJob("b", 10)], ReducerPods(), 32.0, NOW
+    )
+    assert back.status.idle_since is None and back.status.replicas == 10
+
+
+def test_status_lists_ready_reducers_their_bandwidth_and_why_others_wait():
+    pods = ReducerPods(ready_ordinals=(0, 2, 3), unschedulable=2)
+    decision = reconcile_reduction_pool(pool(replicas=5), [BoundJob("a", 5)], pods, 32.0, NOW)
+    status = decision.status
+    assert status.ready_replicas == 3
+    assert status.aggregate_bandwidth_gbps == pytest.approx(96.0)
+    assert status.endpoints[1] == "shared-2.shared.ml.svc.cluster.local:5000"
+    ready = find_condition(status.conditions, "Ready")
+    assert (ready.status, ready.reason) == ("False", "Unschedulable")
+    assert "2 cannot be scheduled" in ready.message and "n1-highcpu-16" in ready.message
+    assert [e.reason for e in decision.events] == ["Unschedulable"]
+    sts = next(o for o in decision.apply if o["kind"] == "StatefulSet")
+    assert sts["spec"]["template"]["spec"]["nodeSelector"] == {
+        "node.kubernetes.io/instance-type": "n1-highcpu-16"
+    }
+
+
+# ---- the TrainingJob side
+
+
+def rs_planner(spec, machine_type, reducers=None):
+    count = reducers.replicas if reducers else 25
+    return {
+        "strategy": "ReductionServer",
+        "stepSeconds": 0.19,
+        "bottleneck": "compute",
+        "reducers": count,
+        "reducersWanted": 25,
+        "machineType": machine_type,
+    }
+
+
+def job(pool_name=None, status=None):
+    communication = {"strategy": "ReductionServer"}
+    if pool_name:
+        communication["reductionServer"] = {"poolName": pool_name}
+    spec = TrainingJobSpec.model_validate(
+        {
+            "workers": 2,
+            "accelerator": {"type": "nvidia-tesla-a100", "perWorker": 8},
+            "model": {
+                "parameters": 340_000_000,
+                "computeSecondsPerStep": 0.3,
+                "batchSizePerAccelerator": 32,
+            },
+            "communication": communication,
+            "template": {"image": "trainer:1"},
+        }
+    )
+    return JobView("bert", "ml", 1, spec, status or TrainingJobStatus())
+
+
+def world():
+    counts = dict.fromkeys(POOLS_BY_NAME, 0) | {"a100-highgpu-8g": 4}
+    objects = node_list(counts)["items"]
+    for obj in objects:
+        obj["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    return Capacity(pools=discover_pools(node_from_object(o) for o in objects), used={})
+
+
+ENDPOINTS = tuple(f"r-{i}.r.ml.svc.cluster.local:5000" for i in range(25))
+
+
+def test_a_job_without_a_pool_creates_its_own_sized_by_the_rule_and_waits_for_it():
+    first = reconcile_training(job(), [], world(), NOW, rs_planner)
+    owned = [o for o in first.apply if o["kind"] == "ReductionServerPool"]
+    assert owned[0]["metadata"]["name"] == "bert-reducers"
+    assert owned[0]["spec"]["replicas"] == 25
+    assert first.create == [] and first.status.phase == "Pending"
+    assert find_condition(first.status.conditions, "Schedulable").reason == "ReducersNotReady"
+    starting = {
+        "bert-reducers": ReducerPool("bert-reducers", 25, 11, ENDPOINTS[:11], "n1-highcpu-16")
+    }
+    waiting = reconcile_training(job(status=first.status), [], world(), NOW, rs_planner, starting)
+    assert waiting.create == []
+    assert "11/25" in find_condition(waiting.status.conditions, "Schedulable").message
+    assert not any(e.reason == "ReducersNotReady" for e in waiting.events)  # progress, quietly
+    ready = {"bert-reducers": ReducerPool("bert-reducers", 25, 25, ENDPOINTS, "n1-highcpu-16")}
+    admitted = reconcile_training(job(status=waiting.status), [], world(), NOW, rs_planner, ready)
+    pods = [o for o in admitted.create if o["kind"] == "Pod"]
+    assert len(pods) == 2
+    env = {e["name"]: e["value"] for e in pods[1]["spec"]["containers"][0]["env"]}
+    assert env["RINGMASTER_REDUCTION_SERVERS"].split(",") == list(ENDPOINTS)
+    assert env["DMLC_NUM_SERVER"] == "25" and env["DMLC_WORKER_ID"] == "1"
+    assert admitted.status.reduction_server_pool == "bert-reducers"
+
+
+def test_a_named_pool_that_does_not_exist_keeps_the_job_waiting_with_a_reason():
+    decision = reconcile_training(job("shared"), [], world(), NOW, rs_planner)
+    assert decision.apply == [] and decision.create == []
+    condition = find_condition(decision.status.conditions, "Schedulable")
+    assert condition.reason == "ReductionServerPoolNotFound" and "shared" in condition.message
+
+
+def test_the_plan_uses_the_pool_that_exists_and_lost_reducers_are_reported_once():
+    small = {"shared": ReducerPool("shared", 8, 8, ENDPOINTS[:8], "n1-highcpu-16")}
+    admitted = reconcile_training(job("shared"), [], world(), NOW, rs_planner, small)
+    assert admitted.status.plan.reducers == 8
+    running_pods = [
+        WorkerPod(o["metadata"]["name"], r, 0, "Running", "n", False)
+        for r, o in enumerate(p for p in admitted.create if p["kind"] == "Pod")
+    ]
+    running = reconcile_training(
+        job("shared", admitted.status), running_pods, world(), NOW, rs_planner, small
+    )
+    assert running.status.phase == "Running"
+    lost = {"shared": ReducerPool("shared", 8, 5, ENDPOINTS[:5], "n1-highcpu-16")}
+    degraded = reconcile_training(
+        job("shared", running.status), running_pods, world(), NOW, rs_planner, lost
+    )
+    assert degraded.status.phase == "Running" and degraded.delete == []
+    assert find_condition(degraded.status.conditions, "ReductionServerReady").status == "False"
+    assert [e.reason for e in degraded.events] == ["ReducersLost"]
+    again = reconcile_training(
+        job("shared", degraded.status), running_pods, world(), NOW, rs_planner, lost
+    )
+    assert again.events == []
