@@ -1,0 +1,61 @@
+{{/* The RBAC rules, one table for both layouts of rbac.yaml (see its header). */}}
+{{- define "ringmaster.namespacedRules" -}}
+# kopf indexes and watches the workers and reducers (cluster_state.py, trainingjob.py,
+# reductionserverpool.py); the TrainingJob controller creates worker pods and deletes them on
+# gang restart and suspend. Never patched: their spec is immutable, their status the kubelet's.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list, watch, create, delete]
+# Rendezvous Services (created by TrainingJobs), reducer Services (server-side applied by
+# ReductionServerPools: patch, and create when absent), serving Services (InferenceEndpoint).
+- apiGroups: [""]
+  resources: [services]
+  verbs: [get, list, watch, create, patch, update, delete]
+# kopf.event() posts core v1 Events (kopf creates them, it never patches or lists them).
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+# kopf's watches and indexes over the three kinds; the operator never writes their spec.
+- apiGroups: [ringmaster.dev]
+  resources: [inferenceendpoints]
+  verbs: [list, watch]
+# TTL: ttlSecondsAfterFinished deletes the finished TrainingJob.
+- apiGroups: [ringmaster.dev]
+  resources: [trainingjobs]
+  verbs: [list, watch, delete]
+# A TrainingJob that names no shared pool server-side applies its own ReductionServerPool.
+- apiGroups: [ringmaster.dev]
+  resources: [reductionserverpools]
+  verbs: [list, watch, create, patch]
+# phase, conditions and the engine's plan: a merge patch of the status subresource.
+- apiGroups: [ringmaster.dev]
+  resources: [trainingjobs/status, reductionserverpools/status, inferenceendpoints/status]
+  verbs: [patch]
+# Owned objects carry ownerReferences with blockOwnerDeletion; clusters that enable the
+# OwnerReferencesPermissionEnforcement admission plugin (OpenShift does) require update on the
+# owner's finalizers for that. No finalizer is ever set.
+- apiGroups: [ringmaster.dev]
+  resources: [trainingjobs/finalizers, reductionserverpools/finalizers, inferenceendpoints/finalizers]
+  verbs: [update]
+# Reducers of a ReductionServerPool: server-side applied (create when absent, then patch).
+- apiGroups: [apps]
+  resources: [statefulsets]
+  verbs: [create, patch]
+# InferenceEndpoint serving replicas: server-side applied, watched for readiness, scaled, removed.
+- apiGroups: [apps]
+  resources: [deployments]
+  verbs: [get, list, watch, create, patch, update, delete]
+- apiGroups: [autoscaling]
+  resources: [horizontalpodautoscalers]
+  verbs: [get, list, watch, create, patch, update, delete]
+{{- end }}
+{{- define "ringmaster.clusterRules" -}}
+# kopf indexes every node to discover the node pools (placement/pools.py). Read only.
+- apiGroups: [""]
+  resources: [nodes]
+  verbs: [list, watch]
+# kopf's resource observer lists and watches CRDs to notice its kinds (re)appearing.
+- apiGroups: [apiextensions.k8s.io]
+  resources: [customresourcedefinitions]
+  verbs: [list, watch]
+{{- end }}
