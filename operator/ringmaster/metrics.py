@@ -36,3 +36,19 @@ REDUCERS = Gauge(
     "Reducers of a ReductionServerPool, desired and ready.",
     ["namespace", "name", "state"],
 )
+INFERENCE_REPLICAS = Gauge(
+    "ringmaster_inference_replicas",
+    "Replicas of an InferenceEndpoint: desired (the plan, spec.replicas or the HPA) and ready.",
+    ["namespace", "name", "state"],
+)
+INFERENCE_CAPACITY_RPS = Gauge(
+    "ringmaster_inference_predicted_capacity_requests_per_second",
+    "The engine's predicted requests per second of an InferenceEndpoint's desired replicas "
+    "within its p99 latency target.",
+    ["namespace", "name"],
+)
+INFERENCE_TARGET_RPS = Gauge(
+    "ringmaster_inference_target_requests_per_second",
+    "An InferenceEndpoint's target requests per second (spec.slo).",
+    ["namespace", "name"],
+)

@@ -131,3 +131,55 @@ class KubeApi:
             return cast(dict[str, Any], json.loads(response.data))
 
         return await asyncio.to_thread(call)
+
+    async def apply_as(
+        self, namespace: str, obj: dict[str, Any], field_manager: str
+    ) -> dict[str, Any]:
+        """Server-side apply as another field manager (conflicts forced): for a field the
+        operator keeps while its main manager lets go of it (an apply that leaves a field out
+        deletes it when no other manager owns it). An InferenceEndpoint hands its Deployment's
+        replicas to an HPA this way."""
+        prefix, plural = _PATHS[obj["kind"]]
+        path = f"{prefix}/namespaces/{namespace}/{plural}/{obj['metadata']['name']}"
+        client = self.core.api_client
+
+        def call() -> dict[str, Any]:
+            method, url, headers, body, _ = client.param_serialize(
+                method="PATCH",
+                resource_path=path,
+                query_params=[("fieldManager", field_manager), ("force", "true")],
+                header_params={
+                    "Content-Type": "application/apply-patch+yaml",
+                    "Accept": "application/json",
+                },
+                body=obj,
+                auth_settings=["BearerToken"],
+            )
+            response = client.call_api(method, url, header_params=headers, body=body)
+            response.read()
+            if not 200 <= response.status < 300:
+                raise ApiException(http_resp=response)
+            return cast(dict[str, Any], json.loads(response.data))
+
+        return await asyncio.to_thread(call)
+
+    async def delete_object(self, namespace: str, kind: str, name: str) -> None:
+        """Delete one object of a kind in _PATHS (background propagation); gone already is fine."""
+        prefix, plural = _PATHS[kind]
+        path = f"{prefix}/namespaces/{namespace}/{plural}/{name}"
+        client = self.core.api_client
+
+        def call() -> None:
+            method, url, headers, body, _ = client.param_serialize(
+                method="DELETE",
+                resource_path=path,
+                header_params={"Content-Type": "application/json", "Accept": "application/json"},
+                body={"propagationPolicy": "Background"},
+                auth_settings=["BearerToken"],
+            )
+            response = client.call_api(method, url, header_params=headers, body=body)
+            response.read()
+            if response.status != 404 and not 200 <= response.status < 300:
+                raise ApiException(http_resp=response)
+
+        await asyncio.to_thread(call)

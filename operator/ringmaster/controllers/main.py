@@ -42,7 +42,12 @@ def run(args: argparse.Namespace) -> int:
     from prometheus_client import start_http_server
 
     # Importing a controller module registers its kopf handlers.
-    from ringmaster.controllers import reductionserverpool, settings, trainingjob  # noqa: F401
+    from ringmaster.controllers import (  # noqa: F401
+        inferenceendpoint,
+        reductionserverpool,
+        settings,
+        trainingjob,
+    )
     from ringmaster.controllers.kubeapi import load_config
 
     load_config()

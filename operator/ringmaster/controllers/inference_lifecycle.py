@@ -1,0 +1,437 @@
+"""The InferenceEndpoint decision: pool, replica count, objects to apply, status and Events.
+
+Pure: no I/O, no clock (``now`` is an argument), no kopf. The kopf shell (inferenceendpoint.py)
+reads the endpoint, its Deployment and the node pools from kopf's indexes, calls
+:func:`reconcile_inference` and applies the :class:`Decision`. Level-based: the same snapshot
+always gives the same decision, so running it again after a crash or on a resync is safe.
+
+Who owns the replica count:
+
+- autoscaling off: the operator. The count is ``spec.replicas`` when set (``kubectl scale
+  ie/NAME`` writes it through the scale subresource), else the engine's smallest count that meets
+  the target, clamped by minReplicas/maxReplicas; it goes into every apply of the Deployment.
+- autoscaling on: the HPA, on the Deployment. The operator applies the Deployment without
+  ``replicas`` so the two never fight. Server-side apply would *delete* a field its manager
+  stops applying, so before letting go the operator hands the count to a second field manager
+  (:data:`REPLICAS_MANAGER`, applied once with the count already running, or the engine's on
+  creation); that manager keeps it until the HPA writes its own.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from ringmaster.api import (
+    InferenceEndpointPhase,
+    InferenceEndpointSpec,
+    InferenceEndpointStatus,
+    InferencePlan,
+    find_condition,
+    set_condition,
+)
+from ringmaster.api.common import ConditionStatus
+from ringmaster.manifests.inference import (
+    ServingPlacement,
+    autoscaler,
+    endpoint_url,
+    replicas_only,
+    selector_string,
+    server_deployment,
+    server_service,
+)
+from ringmaster.placement.labels import GPU_RESOURCE, TPU_RESOURCE
+from ringmaster.placement.pools import NodePool, gang_fits
+from ringmaster.planning import PlanError
+
+READY, CAPACITY_MET = "Ready", "CapacityMet"
+# The operator's field manager, and the one that holds the replica count during the hand-over
+# to an HPA (see the module's docstring).
+MAIN_MANAGER = "ringmaster"
+REPLICAS_MANAGER = "ringmaster-replicas"
+
+Planner = Callable[[InferenceEndpointSpec], dict[str, Any]]
+"""spec -> the engine's plan in the JSON contract of ``ringmaster plan`` (raises PlanError)."""
+
+
+@dataclass(frozen=True)
+class EndpointView:
+    name: str
+    namespace: str
+    generation: int
+    spec: InferenceEndpointSpec
+    status: InferenceEndpointStatus
+
+
+@dataclass(frozen=True)
+class DeploymentView:
+    """What the decision needs to know of the endpoint's Deployment."""
+
+    generation: int
+    observed_generation: int
+    spec_replicas: int
+    replicas: int  # pods the Deployment has (status.replicas)
+    updated_replicas: int
+    ready_replicas: int
+    replicas_managers: frozenset[str] = frozenset()
+    """Field managers that own spec.replicas (server-side apply's managedFields)."""
+    progress_deadline_exceeded: bool = False
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any]) -> DeploymentView:
+        metadata = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
+        managers = frozenset(
+            str(entry.get("manager"))
+            for entry in metadata.get("managedFields") or []
+            if "f:replicas" in ((entry.get("fieldsV1") or {}).get("f:spec") or {})
+        )
+        stuck = any(
+            c.get("type") == "Progressing" and c.get("reason") == "ProgressDeadlineExceeded"
+            for c in status.get("conditions") or []
+        )
+        return cls(
+            generation=int(metadata.get("generation") or 0),
+            observed_generation=int(status.get("observedGeneration") or 0),
+            spec_replicas=int(spec.get("replicas", 1)),
+            replicas=int(status.get("replicas") or 0),
+            updated_replicas=int(status.get("updatedReplicas") or 0),
+            ready_replicas=int(status.get("readyReplicas") or 0),
+            replicas_managers=managers,
+            progress_deadline_exceeded=stuck,
+        )
+
+    def serves(self, desired: int) -> bool:
+        """The Deployment has acted on its latest spec and has `desired` ready pods of the
+        current template (extra pods still going away during a scale-in do not matter)."""
+        return (
+            self.observed_generation >= self.generation
+            and self.updated_replicas >= desired
+            and self.ready_replicas >= desired
+        )
+
+
+@dataclass(frozen=True)
+class NoPool:
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # Normal or Warning
+    reason: str
+    message: str
+
+
+@dataclass
+class Decision:
+    status: InferenceEndpointStatus
+    apply: list[dict[str, Any]] = field(default_factory=list)
+    """Objects to server-side apply, in order, as MAIN_MANAGER (owner references added by the
+    shell)."""
+    hold_replicas: dict[str, Any] | None = None
+    """Applied as REPLICAS_MANAGER after `apply`: the hand-over of the count to the HPA."""
+    delete_autoscaler: bool = False
+    events: list[Event] = field(default_factory=list)
+    desired_replicas: int = 0
+    target_requests_per_second: float = 0.0
+
+
+def accelerator_resource(spec: InferenceEndpointSpec) -> str:
+    return TPU_RESOURCE if spec.accelerator.type.startswith("tpu-") else GPU_RESOURCE
+
+
+def choose_pool(
+    spec: InferenceEndpointSpec,
+    pools: Mapping[str, NodePool],
+    used: Mapping[str, Mapping[str, Decimal]],
+    replicas: int,
+    current: str | None = None,
+) -> NodePool | NoPool:
+    """The pool for the replicas: nodes of the accelerator type with at least perReplica of them.
+    The pool already serving stays (moving would restart every replica); otherwise one where all
+    replicas fit now, then the one whose hosts strand the fewest accelerators, then by name."""
+    accelerator = spec.accelerator.type
+    same_type = [p for p in pools.values() if p.identity.accelerator == accelerator]
+    if not same_type:
+        known = sorted({a for p in pools.values() if (a := p.identity.accelerator)})
+        return NoPool(
+            "NoMatchingPool",
+            f"no node pool has {accelerator} nodes (pools have: {', '.join(known) or 'none'})",
+        )
+    per_replica = spec.accelerator.per_replica
+    big_enough = [p for p in same_type if p.accelerators_per_node >= per_replica]
+    if not big_enough:
+        largest = max(p.accelerators_per_node for p in same_type)
+        return NoPool(
+            "NoMatchingPool",
+            f"perReplica is {per_replica} but {accelerator} nodes have at most {largest} each",
+        )
+    by_name = {p.name: p for p in big_enough}
+    if current in by_name:
+        return by_name[current]
+    request = {accelerator_resource(spec): Decimal(per_replica)}
+
+    def preference(pool: NodePool) -> tuple[bool, int, str]:
+        fits = gang_fits(pool, used, request, max(replicas, 1)).fits
+        return (not fits, pool.accelerators_per_node % per_replica, pool.name)
+
+    return min(big_enough, key=preference)
+
+
+def _sig(x: float) -> float:
+    return float(f"{x:.6g}")
+
+
+def status_plan(plan: Mapping[str, Any], replicas: int, target: float) -> InferencePlan:
+    """The engine's plan in the shape of ``status.plan`` (InferencePlan keeps the extra keys)."""
+    per_replica = plan.get("perReplicaRequestsPerSecond") or 0.0
+    return InferencePlan.model_validate(
+        {
+            "batchSize": plan.get("batchSize"),
+            "perReplicaRequestsPerSecond": per_replica,
+            "capacityRequestsPerSecond": _sig(replicas * per_replica),
+            "latencyP99Milliseconds": plan.get("p99LatencyMilliseconds"),
+            "replicas": plan.get("replicasNeeded"),
+            "bottleneck": plan.get("bottleneck"),
+            "costPerHourUSD": plan.get("costPerHourUSD"),
+            "targetRequestsPerSecond": target,
+            "saturationRequestsPerSecond": plan.get("capacityRequestsPerSecond"),
+            "machineType": plan.get("machineType"),
+            "precision": plan.get("precision"),
+        }
+    )
+
+
+def _capacity_condition(plan: Mapping[str, Any], replicas: int) -> tuple[ConditionStatus, str, str]:
+    """CapacityMet with the numbers: the engine's own sentence when the target is out of reach."""
+    per_replica = plan.get("perReplicaRequestsPerSecond") or 0.0
+    if plan.get("feasible"):
+        p99 = plan.get("p99LatencyMilliseconds")
+        return (
+            "True",
+            "TargetMet",
+            f"{replicas} x {per_replica:,.0f} req/s = {replicas * per_replica:,.0f} req/s, "
+            f"predicted p99 {p99:.3g} ms",
+        )
+    needed = plan.get("replicasNeeded")
+    if needed is None:
+        reason = "LatencyTargetUnreachable"
+    elif replicas < needed:
+        reason = "TooFewReplicas"
+    else:
+        reason = "ModelDoesNotFit"
+    return "False", reason, str(plan.get("reason") or "the engine predicts the target is not met")
+
+
+def _sizing_source(spec: InferenceEndpointSpec, plan: Mapping[str, Any], hpa_owns: bool) -> str:
+    """Why the count is what it is, for the Scaled Event."""
+    if hpa_owns:
+        return "set by the HorizontalPodAutoscaler"
+    if spec.replicas is not None:
+        return "spec.replicas"
+    needed = plan.get("replicasNeeded")
+    rate = plan.get("perReplicaRequestsPerSecond") or 0.0
+    target = spec.slo.target_requests_per_second
+    latency = f"p99 {spec.slo.latency_p99_milliseconds:g} ms"
+    if needed is None:
+        return f"minReplicas; no batch size meets {latency}"
+    need = f"the engine needs {needed} x {rate:,.0f} req/s for {target:,.0f} req/s within {latency}"
+    if needed < spec.min_replicas:
+        return f"minReplicas; {need}"
+    if needed > spec.max_replicas:
+        return f"maxReplicas; {need}"
+    return need
+
+
+def _replicas(n: int) -> str:
+    return f"{n} replica" if n == 1 else f"{n} replicas"
+
+
+class _Conditions:
+    """Sets conditions on a status and remembers what they were before."""
+
+    def __init__(self, status: InferenceEndpointStatus, generation: int, now: dt.datetime):
+        self.status = status
+        self.generation = generation
+        self.now = now
+
+    def set(self, type_: str, value: ConditionStatus, reason: str, message: str) -> str | None:
+        """Set a condition; the previous (status, reason) as "True/Reason", None when new."""
+        before = find_condition(self.status.conditions, type_)
+        self.status.conditions = set_condition(
+            self.status.conditions, type_, value, reason, message, self.generation, self.now
+        )
+        return None if before is None else f"{before.status}/{before.reason}"
+
+
+def _fail(
+    decision: Decision,
+    conditions: _Conditions,
+    reason: str,
+    message: str,
+) -> Decision:
+    """A spec that cannot be planned: nothing is applied (what runs keeps running)."""
+    status = decision.status
+    status.phase = InferenceEndpointPhase.FAILED.value
+    before = conditions.set(READY, "False", reason, message)
+    if before != f"False/{reason}":
+        decision.events.append(Event("Warning", reason, message))
+    return decision
+
+
+def invalid_spec(
+    status: InferenceEndpointStatus, generation: int, message: str, now: dt.datetime
+) -> Decision:
+    """The decision for a spec the models refuse (a CRD older than the operator)."""
+    status = status.model_copy(deep=True)
+    status.observed_generation = generation
+    decision = Decision(status=status)
+    return _fail(decision, _Conditions(status, generation, now), "InvalidSpec", message)
+
+
+def reconcile_inference(
+    endpoint: EndpointView,
+    deployment: DeploymentView | None,
+    autoscaler_present: bool,
+    pools: Mapping[str, NodePool],
+    used: Mapping[str, Mapping[str, Decimal]],
+    planner: Planner,
+    now: dt.datetime,
+) -> Decision:
+    spec = endpoint.spec
+    name, namespace = endpoint.name, endpoint.namespace
+    previous = endpoint.status
+    status = previous.model_copy(deep=True)
+    status.observed_generation = endpoint.generation
+    decision = Decision(status=status)
+    conditions = _Conditions(status, endpoint.generation, now)
+    target = float(spec.slo.target_requests_per_second)
+    decision.target_requests_per_second = target
+
+    try:
+        plan = planner(spec)
+    except PlanError as error:
+        return _fail(decision, conditions, "PlanFailed", str(error))
+
+    # Who sets the count, and what it is (see the module's docstring).
+    autoscaled = spec.autoscaling.enabled
+    hpa_owns = (
+        autoscaled
+        and deployment is not None
+        and bool(deployment.replicas_managers - {MAIN_MANAGER})
+    )
+    if hpa_owns:
+        assert deployment is not None
+        desired = deployment.spec_replicas
+    elif autoscaled and deployment is not None:
+        desired = deployment.spec_replicas  # switching the HPA on: start from what runs
+    else:
+        desired = int(plan["replicas"])
+    if desired != plan["replicas"]:
+        # The figures (capacity, p99, cost) for the count that actually runs.
+        plan = planner(spec.model_copy(update={"replicas": desired}))
+    decision.desired_replicas = desired
+
+    status.replicas = desired
+    status.ready_replicas = deployment.ready_replicas if deployment else 0
+    status.selector = selector_string(name)
+    status.url = endpoint_url(name, namespace, spec.port)
+    status.plan = status_plan(plan, desired, target)
+
+    capacity = _capacity_condition(plan, desired)
+    capacity_before = conditions.set(CAPACITY_MET, *capacity)
+    if capacity[0] == "False" and capacity_before != f"False/{capacity[1]}":
+        decision.events.append(Event("Warning", "CapacityNotMet", capacity[2]))
+    elif capacity[0] == "True" and capacity_before is not None and capacity_before[:5] == "False":
+        decision.events.append(Event("Normal", "CapacityMet", capacity[2]))
+
+    pool = choose_pool(spec, pools, used, desired, current=previous.pool)
+    if isinstance(pool, NoPool):
+        # Nothing is applied: a Deployment without a pool's selector could land anywhere.
+        phase = InferenceEndpointPhase.DEGRADED if deployment else InferenceEndpointPhase.PENDING
+        status.phase = phase.value
+        before = conditions.set(READY, "False", pool.reason, pool.message)
+        if before != f"False/{pool.reason}":
+            decision.events.append(Event("Warning", pool.reason, pool.message))
+        return decision
+    if pool.name != previous.pool:
+        decision.events.append(
+            Event(
+                "Normal",
+                "PoolSelected",
+                f"serving on node pool {pool.name} ({spec.accelerator.per_replica} x "
+                f"{spec.accelerator.type} per replica)",
+            )
+        )
+    status.pool = pool.name
+    placement = ServingPlacement(
+        pool=pool.name,
+        node_selector=pool.node_selector(),
+        accelerator_resource=pool.accelerator_resource or accelerator_resource(spec),
+    )
+
+    decision.apply = [
+        server_deployment(name, namespace, spec, placement, None if hpa_owns else desired),
+        server_service(name, namespace, spec),
+    ]
+    if autoscaled:
+        decision.apply.append(
+            autoscaler(name, namespace, spec, plan.get("perReplicaRequestsPerSecond"))
+        )
+        if not hpa_owns:
+            decision.hold_replicas = replicas_only(name, namespace, desired)
+    elif autoscaler_present:
+        decision.delete_autoscaler = True
+
+    if previous.replicas != desired:
+        source = _sizing_source(spec, plan, hpa_owns)
+        message = (
+            f"{_replicas(desired)}: {source}"
+            if previous.replicas is None
+            else f"scaled from {previous.replicas} to {_replicas(desired)}: {source}"
+        )
+        decision.events.append(Event("Normal", "Scaled", message))
+
+    _readiness(decision, conditions, deployment, desired, capacity[0] == "True")
+    return decision
+
+
+def _readiness(
+    decision: Decision,
+    conditions: _Conditions,
+    deployment: DeploymentView | None,
+    desired: int,
+    capacity_met: bool,
+) -> None:
+    """Ready and the phase, from the Deployment's status."""
+    status = decision.status
+    ready = deployment.ready_replicas if deployment else 0
+    counts = f"{min(ready, desired)}/{desired} replicas ready"
+    if deployment is None:
+        value, reason, message = "False", "Creating", "creating the Deployment"
+    elif desired == 0:
+        value, reason, message = "False", "ScaledToZero", "no replicas are desired"
+    elif deployment.serves(desired):
+        value, reason, message = "True", "ReplicasReady", counts
+    elif deployment.progress_deadline_exceeded:
+        value, reason, message = "False", "ProgressDeadlineExceeded", counts
+    else:
+        value, reason, message = "False", "ReplicasNotReady", counts
+    before = conditions.set(READY, value, reason, message)  # type: ignore[arg-type]
+    if value == "True" and (before is None or not before.startswith("True")):
+        decision.events.append(Event("Normal", "Ready", counts))
+
+    if not capacity_met or reason == "ProgressDeadlineExceeded":
+        status.phase = InferenceEndpointPhase.DEGRADED.value
+    elif value == "True":
+        status.phase = InferenceEndpointPhase.READY.value
+    elif deployment is None:
+        status.phase = InferenceEndpointPhase.PENDING.value
+    else:
+        status.phase = InferenceEndpointPhase.PROGRESSING.value

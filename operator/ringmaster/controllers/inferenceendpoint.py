@@ -1,0 +1,327 @@
+"""The kopf shell of the InferenceEndpoint controller: read, decide (inference_lifecycle), apply,
+report.
+
+kopf watches InferenceEndpoints, their Deployments and HPAs, and keeps them in indexes, so no
+reconcile lists the cluster; watch events only put keys on a work queue, whose workers reconcile
+one endpoint at a time from the indexes. No kopf change handler, timer or daemon: those store
+progress in the object or add a finalizer, and an endpoint needs neither (its Deployment, Service
+and HPA carry ownerReferences, so the garbage collector removes them with it).
+
+Objects are server-side applied (field manager "ringmaster"): an unchanged object is not
+rewritten, and fields other managers own (an HPA's replica count) are left alone. The controller
+also remembers what it last applied, so a resync or a status-only event costs no API call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import time
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+
+import kopf
+from pydantic import ValidationError
+
+from ringmaster import metrics
+from ringmaster.api import GROUP, VERSION, InferenceEndpointSpec, InferenceEndpointStatus
+from ringmaster.controllers import cluster_state
+from ringmaster.controllers.inference_lifecycle import (
+    REPLICAS_MANAGER,
+    Decision,
+    DeploymentView,
+    EndpointView,
+    Planner,
+    invalid_spec,
+    reconcile_inference,
+)
+from ringmaster.controllers.kubeapi import KubeApi
+from ringmaster.controllers.workqueue import WorkQueue
+from ringmaster.manifests.inference import INFERENCE_ENDPOINT_LABEL, object_name
+from ringmaster.manifests.naming import MANAGED_BY, OPERATOR
+
+PLURAL = "inferenceendpoints"
+KIND = "InferenceEndpoint"
+# Endpoints are looked at again this often without an event of theirs (node pools appear).
+RESYNC_SECONDS = 30.0
+# What was applied is applied again after this long, even unchanged (someone edited it).
+REASSERT_SECONDS = 300.0
+# How long our last status write may run ahead of the watch.
+WRITTEN_SECONDS = 30.0
+
+Key = tuple[str, str]
+OWNED: dict[str, Any] = {
+    MANAGED_BY: OPERATOR,
+    INFERENCE_ENDPOINT_LABEL: kopf.PRESENT,
+}
+
+
+def _as_body(snapshot: dict[str, Any]) -> kopf.Body:
+    """kopf's posting and owner references need only apiVersion, kind and metadata."""
+    return cast(kopf.Body, snapshot)
+
+
+def _snapshot(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A plain, detached copy of a kopf body (the watch replaces bodies; we keep our own)."""
+    copy: dict[str, Any] = json.loads(json.dumps(dict(body), default=str))
+    return copy
+
+
+def _owner(meta: Mapping[str, Any]) -> str | None:
+    """The InferenceEndpoint that owns an object (its controller ownerReference)."""
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("kind") == KIND and str(ref.get("apiVersion", "")).startswith(f"{GROUP}/"):
+            return str(ref["name"])
+    return None
+
+
+def plan(spec: InferenceEndpointSpec) -> dict[str, Any]:
+    from ringmaster.planning import plan_inference
+
+    return plan_inference(spec).to_json()
+
+
+# ---------------------------------------------------------------- indexes (fed by kopf's watches)
+
+
+@kopf.index(GROUP, VERSION, PLURAL)
+def ringmaster_inferenceendpoints(
+    namespace: str | None, name: str, body: kopf.Body, **_: Any
+) -> dict[Key, Any]:
+    return {(namespace or "", name): _snapshot(body)}
+
+
+@kopf.index("apps", "v1", "deployments", labels=OWNED)
+def ringmaster_inference_deployments(
+    namespace: str | None, meta: kopf.Meta, body: kopf.Body, **_: Any
+) -> dict[Key, DeploymentView]:
+    owner = _owner(meta)
+    return {(namespace or "", owner): DeploymentView.from_object(body)} if owner else {}
+
+
+@kopf.index("autoscaling", "v2", "horizontalpodautoscalers", labels=OWNED)
+def ringmaster_inference_autoscalers(
+    namespace: str | None, meta: kopf.Meta, **_: Any
+) -> dict[Key, bool]:
+    owner = _owner(meta)
+    return {(namespace or "", owner): True} if owner else {}
+
+
+# ---------------------------------------------------------------- the controller
+
+
+@dataclass(frozen=True)
+class Applied:
+    fingerprint: str
+    generation: int
+    at: float
+
+
+class InferenceController:
+    def __init__(self, api: KubeApi, planner: Planner) -> None:
+        self.api = api
+        self.planner = planner
+        self.queue = WorkQueue(self.reconcile)
+        self.indexes: Mapping[str, Any] = {}
+        # The status we last wrote and the resourceVersion our write produced: until the watch
+        # brings that version back, our write is newer than the index (deciding from the index
+        # would repeat Events).
+        self.written: dict[Key, tuple[str, dict[str, Any], float]] = {}
+        # Per endpoint, per kind: what we last applied and the generation it produced.
+        self.applied: dict[Key, dict[str, Applied]] = {}
+        self.resync_task: asyncio.Task[None] | None = None
+
+    def bind(self, kwargs: Mapping[str, Any]) -> None:
+        """On the first watch event: keep kopf's live indexes (handed to every handler as
+        keyword args) and start the workers, from a handler so that they inherit the context
+        kopf.event() posts Events through."""
+        if not self.indexes:
+            self.indexes = {k: v for k, v in kwargs.items() if k.startswith("ringmaster_")}
+            self.queue.start()
+            self.resync_task = asyncio.create_task(self.resync())
+
+    async def stop(self) -> None:
+        if self.resync_task is not None:
+            self.resync_task.cancel()
+        await self.queue.stop()
+
+    def _first(self, index: str, key: Key) -> Any:
+        store = self.indexes[index].get(key)
+        return next(iter(store), None) if store else None
+
+    async def reconcile(self, key: Hashable) -> float | None:
+        namespace, name = cast(Key, key)
+        body = self._first("ringmaster_inferenceendpoints", (namespace, name))
+        if body is None:
+            self.forget((namespace, name))
+            return None
+        with metrics.RECONCILE_SECONDS.labels(KIND).time():
+            try:
+                await self._reconcile(namespace, name, body)
+            except Exception as error:
+                metrics.RECONCILE_ERRORS.labels(KIND, type(error).__name__).inc()
+                raise
+        return None
+
+    def _current_status(self, key: Key, body: dict[str, Any]) -> dict[str, Any]:
+        written = self.written.get(key)
+        if written is None:
+            return body.get("status") or {}
+        version, status, since = written
+        if version == body["metadata"].get("resourceVersion") or (
+            time.monotonic() - since > WRITTEN_SECONDS
+        ):
+            del self.written[key]  # the watch has caught up (or a relist skipped our version)
+            return body.get("status") or {}
+        return status
+
+    async def _reconcile(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+        key = (namespace, name)
+        current = self._current_status(key, body)
+        status = InferenceEndpointStatus.model_validate(current)
+        generation = int(body["metadata"].get("generation", 1))
+        now = dt.datetime.now(dt.UTC).replace(microsecond=0)
+        deployment: DeploymentView | None = self._first("ringmaster_inference_deployments", key)
+        autoscaler_present = bool(self._first("ringmaster_inference_autoscalers", key))
+        try:
+            spec = InferenceEndpointSpec.model_validate(body.get("spec") or {})
+        except ValidationError as error:
+            # The CRD admits what the models admit; this catches a CRD older than the operator.
+            message = "; ".join(
+                f"spec.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors()
+            )[:1000]
+            decision = invalid_spec(status, generation, message, now)
+        else:
+            pools, used = cluster_state.pools_and_usage(self.indexes)
+            decision = reconcile_inference(
+                EndpointView(name, namespace, generation, spec, status),
+                deployment,
+                autoscaler_present,
+                pools,
+                used,
+                self.planner,
+                now,
+            )
+        await self._apply(namespace, name, body, current, decision, deployment, autoscaler_present)
+        self._observe(namespace, name, decision)
+
+    def _needs_apply(
+        self,
+        key: Key,
+        obj: dict[str, Any],
+        fingerprint: str,
+        deployment: DeploymentView | None,
+        autoscaler_present: bool,
+    ) -> bool:
+        last = self.applied.get(key, {}).get(obj["kind"])
+        if last is None or last.fingerprint != fingerprint:
+            return True
+        if time.monotonic() - last.at > REASSERT_SECONDS:
+            return True
+        if obj["kind"] == "Deployment":
+            # Gone, or its spec changed since our apply (an edit, or the HPA's scaling).
+            return deployment is None or deployment.generation != last.generation
+        if obj["kind"] == "HorizontalPodAutoscaler":
+            return not autoscaler_present
+        return False
+
+    async def _apply(
+        self,
+        namespace: str,
+        name: str,
+        body: dict[str, Any],
+        current_status: dict[str, Any],
+        decision: Decision,
+        deployment: DeploymentView | None,
+        autoscaler_present: bool,
+    ) -> None:
+        key = (namespace, name)
+        for obj in decision.apply:
+            # Not kopf.adopt: it would also copy the endpoint's own labels onto the children
+            # and into the pod template, so relabelling an endpoint would roll its pods.
+            kopf.append_owner_reference(obj, owner=_as_body(body))
+            fingerprint = json.dumps(obj, sort_keys=True)
+            if self._needs_apply(key, obj, fingerprint, deployment, autoscaler_present):
+                result = await self.api.apply(namespace, obj)
+                generation = int((result.get("metadata") or {}).get("generation") or 0)
+                self.applied.setdefault(key, {})[obj["kind"]] = Applied(
+                    fingerprint, generation, time.monotonic()
+                )
+        if decision.hold_replicas is not None:
+            await self.api.apply_as(namespace, decision.hold_replicas, REPLICAS_MANAGER)
+        if decision.delete_autoscaler:
+            await self.api.delete_object(namespace, "HorizontalPodAutoscaler", object_name(name))
+            self.applied.get(key, {}).pop("HorizontalPodAutoscaler", None)
+        new_status = decision.status.to_k8s()
+        if new_status != current_status:
+            version = await self.api.patch_status(PLURAL, namespace, name, new_status)
+            if version is not None:
+                self.written[key] = (version, new_status, time.monotonic())
+        for event in decision.events:
+            kopf.event(_as_body(body), type=event.type, reason=event.reason, message=event.message)
+
+    def _observe(self, namespace: str, name: str, decision: Decision) -> None:
+        status = decision.status
+        metrics.INFERENCE_REPLICAS.labels(namespace, name, "desired").set(status.replicas or 0)
+        metrics.INFERENCE_REPLICAS.labels(namespace, name, "ready").set(status.ready_replicas or 0)
+        metrics.INFERENCE_TARGET_RPS.labels(namespace, name).set(
+            decision.target_requests_per_second
+        )
+        capacity = status.plan.capacity_requests_per_second if status.plan else None
+        metrics.INFERENCE_CAPACITY_RPS.labels(namespace, name).set(capacity or 0.0)
+
+    def forget(self, key: Key) -> None:
+        self.written.pop(key, None)
+        self.applied.pop(key, None)
+        for state in ("desired", "ready"):
+            with contextlib.suppress(KeyError):
+                metrics.INFERENCE_REPLICAS.remove(*key, state)
+        for gauge in (metrics.INFERENCE_TARGET_RPS, metrics.INFERENCE_CAPACITY_RPS):
+            with contextlib.suppress(KeyError):
+                gauge.remove(*key)
+
+    async def resync(self) -> None:
+        while True:
+            await asyncio.sleep(RESYNC_SECONDS)
+            for key in list(self.indexes["ringmaster_inferenceendpoints"].keys()):
+                self.queue.add(key)
+
+
+CONTROLLER: InferenceController | None = None
+
+
+def controller() -> InferenceController:
+    assert CONTROLLER is not None, "the InferenceEndpoint controller starts in the startup handler"
+    return CONTROLLER
+
+
+@kopf.on.startup()
+async def start_inference_controller(**_: Any) -> None:
+    global CONTROLLER
+    CONTROLLER = InferenceController(KubeApi(), plan)
+
+
+@kopf.on.cleanup()
+async def stop_inference_controller(**_: Any) -> None:
+    if CONTROLLER is not None:
+        await CONTROLLER.stop()
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def inferenceendpoint_changed(namespace: str | None, name: str, **kwargs: Any) -> None:
+    ctl = controller()
+    ctl.bind(kwargs)
+    ctl.queue.add((namespace or "", name))
+
+
+@kopf.on.event("apps", "v1", "deployments", labels=OWNED)
+@kopf.on.event("autoscaling", "v2", "horizontalpodautoscalers", labels=OWNED)
+async def inference_child_changed(namespace: str | None, meta: kopf.Meta, **kwargs: Any) -> None:
+    owner = _owner(meta)
+    if owner:
+        ctl = controller()
+        ctl.bind(kwargs)
+        ctl.queue.add((namespace or "", owner))

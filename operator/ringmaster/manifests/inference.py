@@ -1,0 +1,234 @@
+"""An InferenceEndpoint's model-server Deployment, its Service and its optional HPA.
+
+Pure builders. The pod template depends only on the user's template, the accelerator, the port
+and the pool: nothing the engine decides (batch size, replica count) goes into it, so a new
+target or precision changes the replica count and never rolls the pods that keep serving.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ringmaster.api import InferenceEndpointSpec
+from ringmaster.manifests.naming import ROLE_LABEL, common_labels, dns_label
+
+INFERENCE_ENDPOINT_LABEL = "ringmaster.dev/inferenceendpoint"
+SERVER_ROLE = "server"
+CONTAINER_NAME = "server"
+PORT_NAME = "http"
+CLUSTER_DOMAIN = "svc.cluster.local"
+# The per-pod metric the HPA reads besides CPU, as a metrics adapter (prometheus-adapter, the
+# Stackdriver adapter) serves it from the model server's request counter. Its target is the
+# engine's per-replica rate within the latency target: the HPA keeps each replica at the load
+# the plan was sized for.
+REQUESTS_PER_SECOND_METRIC = "requests_per_second"
+# An HPA needs at least one replica (below that it stops scaling: HPAScaleToZero is alpha).
+HPA_MIN_REPLICAS_FLOOR = 1
+
+
+@dataclass(frozen=True)
+class ServingPlacement:
+    """The pool the replicas run on, in the terms a pod spec needs."""
+
+    pool: str
+    node_selector: dict[str, str]
+    accelerator_resource: str  # nvidia.com/gpu or google.com/tpu
+
+
+def object_name(endpoint: str) -> str:
+    """The Deployment, Service and HPA share one name: a DNS label, as a Service name must be."""
+    return dns_label(endpoint)
+
+
+def selector_labels(endpoint: str) -> dict[str, str]:
+    # A label value is at most 63 characters; dns_label keeps long names distinct.
+    return {INFERENCE_ENDPOINT_LABEL: dns_label(endpoint), ROLE_LABEL: SERVER_ROLE}
+
+
+def selector_string(endpoint: str) -> str:
+    """The selector as the scale subresource and `kubectl get -l` take it."""
+    return ",".join(f"{k}={v}" for k, v in sorted(selector_labels(endpoint).items()))
+
+
+def object_labels(endpoint: str) -> dict[str, str]:
+    return {**common_labels("inference-server"), **selector_labels(endpoint)}
+
+
+def endpoint_url(endpoint: str, namespace: str, port: int) -> str:
+    return f"http://{object_name(endpoint)}.{namespace}.{CLUSTER_DOMAIN}:{port}"
+
+
+def _container(spec: InferenceEndpointSpec, placement: ServingPlacement) -> dict[str, Any]:
+    template = spec.template
+    resources = template.resources.to_k8s() if template.resources else {}
+    devices = str(spec.accelerator.per_replica)
+    # Extended resources are requested through limits (requests default to them).
+    resources["limits"] = {**resources.get("limits", {}), placement.accelerator_resource: devices}
+    if "requests" in resources:
+        resources["requests"][placement.accelerator_resource] = devices
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": template.image,
+        "ports": [{"name": PORT_NAME, "containerPort": spec.port, "protocol": "TCP"}],
+        "resources": resources,
+        # Traffic only once the server accepts connections (a model takes a while to load).
+        "readinessProbe": {
+            "tcpSocket": {"port": PORT_NAME},
+            "periodSeconds": 5,
+            "failureThreshold": 3,
+        },
+    }
+    if template.env:
+        container["env"] = [e.to_k8s() for e in template.env]
+    for field in ("command", "args"):
+        if getattr(template, field):
+            container[field] = list(getattr(template, field))
+    if template.image_pull_policy:
+        container["imagePullPolicy"] = template.image_pull_policy
+    return container
+
+
+def server_deployment(
+    endpoint: str,
+    namespace: str,
+    spec: InferenceEndpointSpec,
+    placement: ServingPlacement,
+    replicas: int | None,
+) -> dict[str, Any]:
+    """The model-server Deployment. ``replicas`` None leaves the field out, for when another
+    field manager (the HPA) owns it: applying it would take the count back."""
+    user_meta = spec.template.metadata
+    pod_labels = {
+        **(user_meta.labels if user_meta and user_meta.labels else {}),
+        **object_labels(endpoint),
+    }
+    pod_metadata: dict[str, Any] = {"labels": pod_labels}
+    if user_meta and user_meta.annotations:
+        pod_metadata["annotations"] = dict(user_meta.annotations)
+    deployment_spec: dict[str, Any] = {
+        "selector": {"matchLabels": selector_labels(endpoint)},
+        "revisionHistoryLimit": 3,
+        "template": {
+            "metadata": pod_metadata,
+            "spec": {
+                "enableServiceLinks": False,
+                "nodeSelector": dict(placement.node_selector),
+                "tolerations": [
+                    {
+                        "key": placement.accelerator_resource,
+                        "operator": "Exists",
+                        "effect": "NoSchedule",
+                    }
+                ],
+                "containers": [_container(spec, placement)],
+            },
+        },
+    }
+    if replicas is not None:
+        deployment_spec = {"replicas": replicas, **deployment_spec}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": object_name(endpoint),
+            "namespace": namespace,
+            "labels": object_labels(endpoint),
+        },
+        "spec": deployment_spec,
+    }
+
+
+def replicas_only(endpoint: str, namespace: str, replicas: int) -> dict[str, Any]:
+    """The Deployment's replica count alone: what a second field manager applies to hold the
+    count while the main apply leaves it out (see the controller's hand-over to the HPA)."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": object_name(endpoint), "namespace": namespace},
+        "spec": {"replicas": replicas},
+    }
+
+
+def server_service(endpoint: str, namespace: str, spec: InferenceEndpointSpec) -> dict[str, Any]:
+    """A ClusterIP Service in front of the ready replicas."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": object_name(endpoint),
+            "namespace": namespace,
+            "labels": object_labels(endpoint),
+        },
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector_labels(endpoint),
+            "ports": [
+                {
+                    "name": PORT_NAME,
+                    "port": spec.port,
+                    "targetPort": PORT_NAME,
+                    "protocol": "TCP",
+                }
+            ],
+        },
+    }
+
+
+def autoscaler(
+    endpoint: str,
+    namespace: str,
+    spec: InferenceEndpointSpec,
+    per_replica_requests_per_second: float | None,
+) -> dict[str, Any]:
+    """An autoscaling/v2 HPA on the Deployment, between minReplicas and maxReplicas.
+
+    It targets the Deployment, not the endpoint's scale subresource: an HPA does nothing while
+    its target's spec.replicas is 0, which is what the endpoint's scale reports when the engine
+    sizes it (spec.replicas unset). Two metrics: the engine's per-replica rate (left out when the
+    latency target admits none) and the CPU utilisation the spec asks for; the HPA follows the
+    larger recommendation.
+    """
+    metrics: list[dict[str, Any]] = []
+    rate = int(per_replica_requests_per_second or 0)
+    if rate > 0:
+        metrics.append(
+            {
+                "type": "Pods",
+                "pods": {
+                    "metric": {"name": REQUESTS_PER_SECOND_METRIC},
+                    "target": {"type": "AverageValue", "averageValue": str(rate)},
+                },
+            }
+        )
+    metrics.append(
+        {
+            "type": "Resource",
+            "resource": {
+                "name": "cpu",
+                "target": {
+                    "type": "Utilization",
+                    "averageUtilization": spec.autoscaling.target_cpu_utilization_percentage,
+                },
+            },
+        }
+    )
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {
+            "name": object_name(endpoint),
+            "namespace": namespace,
+            "labels": object_labels(endpoint),
+        },
+        "spec": {
+            "scaleTargetRef": {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "name": object_name(endpoint),
+            },
+            "minReplicas": max(spec.min_replicas, HPA_MIN_REPLICAS_FLOOR),
+            "maxReplicas": spec.max_replicas,
+            "metrics": metrics,
+        },
+    }
