@@ -6,11 +6,11 @@
 - apiGroups: [""]
   resources: [pods]
   verbs: [list, watch, create, delete]
-# Rendezvous Services (created by TrainingJobs), reducer Services (server-side applied by
-# ReductionServerPools: patch, and create when absent), serving Services (InferenceEndpoint).
+# Rendezvous Services (created by TrainingJobs); reducer and serving Services, server-side applied
+# by ReductionServerPools and InferenceEndpoints (patch, and create when absent). Never read back.
 - apiGroups: [""]
   resources: [services]
-  verbs: [get, list, watch, create, patch, update, delete]
+  verbs: [create, patch]
 # kopf.event() posts core v1 Events (kopf creates them, it never patches or lists them).
 - apiGroups: [""]
   resources: [events]
@@ -41,13 +41,15 @@
 - apiGroups: [apps]
   resources: [statefulsets]
   verbs: [create, patch]
-# InferenceEndpoint serving replicas: server-side applied, watched for readiness, scaled, removed.
+# InferenceEndpoint model servers: indexed and watched for readiness, server-side applied (also the
+# replica count under a second field manager); never deleted (garbage collection does that).
 - apiGroups: [apps]
   resources: [deployments]
-  verbs: [get, list, watch, create, patch, update, delete]
+  verbs: [list, watch, create, patch]
+# The optional HPA of an InferenceEndpoint: indexed, applied, and deleted when autoscaling is off.
 - apiGroups: [autoscaling]
   resources: [horizontalpodautoscalers]
-  verbs: [get, list, watch, create, patch, update, delete]
+  verbs: [list, watch, create, patch, delete]
 {{- end }}
 {{- define "ringmaster.clusterRules" -}}
 # kopf indexes every node to discover the node pools (placement/pools.py). Read only.

@@ -1,0 +1,218 @@
+"""The chart's RBAC: no wildcard, no secrets, and exactly the verbs the operator's code needs.
+
+The table below is the contract; templates/_rbac.tpl says why each rule exists. The other tests
+tie the table to the code: every resource kopf watches or indexes is listable and watchable,
+every kind the operator server-side applies can be created and patched. Sufficiency is proven on
+a real apiserver by tests/e2e/test_helm.py (the operator runs on the ServiceAccount's token).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections import defaultdict
+from typing import Any
+
+import pytest
+
+from tests.chart.conftest import Render
+
+CORE = ""
+RM = "ringmaster.dev"
+NAMESPACED_RULES = {
+    (CORE, "pods"): {"list", "watch", "create", "delete"},
+    (CORE, "services"): {"create", "patch"},
+    (CORE, "events"): {"create"},
+    (RM, "trainingjobs"): {"list", "watch", "delete"},
+    (RM, "reductionserverpools"): {"list", "watch", "create", "patch"},
+    (RM, "inferenceendpoints"): {"list", "watch"},
+    (RM, "trainingjobs/status"): {"patch"},
+    (RM, "reductionserverpools/status"): {"patch"},
+    (RM, "inferenceendpoints/status"): {"patch"},
+    (RM, "trainingjobs/finalizers"): {"update"},
+    (RM, "reductionserverpools/finalizers"): {"update"},
+    (RM, "inferenceendpoints/finalizers"): {"update"},
+    ("apps", "statefulsets"): {"create", "patch"},
+    ("apps", "deployments"): {"list", "watch", "create", "patch"},
+    ("autoscaling", "horizontalpodautoscalers"): {"list", "watch", "create", "patch", "delete"},
+}
+CLUSTER_RULES = {
+    (CORE, "nodes"): {"list", "watch"},
+    ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
+}
+
+# Every layout the values can produce.
+LAYOUTS = {
+    "all-namespaces": {},
+    "all-namespaces-peering": {"replicaCount": 2},
+    "some-namespaces": {"watchNamespaces": ["team-a", "team-b"]},
+    "some-namespaces-peering": {"watchNamespaces": ["team-a"], "replicaCount": 3},
+}
+
+
+def roles(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] in ("ClusterRole", "Role")]
+
+
+def table(role: dict[str, Any]) -> dict[tuple[str, str, tuple[str, ...]], set[str]]:
+    """(group, resource, resourceNames) -> verbs, merging rules that repeat a resource."""
+    out: dict[tuple[str, str, tuple[str, ...]], set[str]] = defaultdict(set)
+    for rule in role["rules"]:
+        names = tuple(rule.get("resourceNames", ()))
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                out[(group, resource, names)] |= set(rule["verbs"])
+    return dict(out)
+
+
+def unnamed(t: dict[tuple[str, str, tuple[str, ...]], set[str]]) -> dict[tuple[str, str], set[str]]:
+    return {(g, r): v for (g, r, names), v in t.items() if not names}
+
+
+def granted(objects: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
+    """What the ServiceAccount may do anywhere it is bound, without resourceNames."""
+    out: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for role in roles(objects):
+        for key, verbs in unnamed(table(role)).items():
+            out[key] |= verbs
+    return dict(out)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_no_wildcards_no_secrets_no_escalation(render: Render, layout: str):
+    found = roles(render(LAYOUTS[layout]))
+    assert found
+    for role in found:
+        assert "aggregationRule" not in role
+        for rule in role["rules"]:
+            assert "nonResourceURLs" not in rule, rule
+            for field in ("apiGroups", "resources", "verbs", "resourceNames"):
+                assert not any("*" in item for item in rule.get(field, [])), (field, rule)
+            assert not {"secrets", "configmaps", "serviceaccounts"} & set(rule["resources"]), rule
+            assert not any(r.startswith(("roles", "clusterroles")) for r in rule["resources"])
+            assert not {"escalate", "bind", "impersonate", "deletecollection"} & set(
+                rule["verbs"]
+            ), rule
+            assert "pods/exec" not in rule["resources"] and "nodes/proxy" not in rule["resources"]
+
+
+def test_all_namespaces_grants_exactly_the_table(render: Render):
+    objects = render()
+    (role,) = roles(objects)
+    assert table(role) == {
+        (g, r, ()): v for (g, r), v in {**CLUSTER_RULES, **NAMESPACED_RULES}.items()
+    }
+    (binding,) = [o for o in objects if o["kind"] == "ClusterRoleBinding"]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert [o for o in objects if o["kind"] == "RoleBinding"] == []
+
+
+def test_some_namespaces_grant_namespaced_rights_only_there(render: Render):
+    objects = render(LAYOUTS["some-namespaces"])
+    cluster_role = next(
+        o
+        for o in objects
+        if o["metadata"]["name"] == "rm-ringmaster" and o["kind"] == "ClusterRole"
+    )
+    namespaced = next(o for o in objects if o["metadata"]["name"] == "rm-ringmaster-namespaced")
+    # Cluster-wide: read nodes and CRDs, and follow the namespaces; no pod anywhere.
+    assert table(cluster_role) == {
+        **{(g, r, ()): v for (g, r), v in CLUSTER_RULES.items()},
+        (CORE, "namespaces", ()): {"list", "watch"},
+    }
+    assert table(namespaced) == {(g, r, ()): v for (g, r), v in NAMESPACED_RULES.items()}
+    cluster_bindings = [o for o in objects if o["kind"] == "ClusterRoleBinding"]
+    assert [b["roleRef"]["name"] for b in cluster_bindings] == ["rm-ringmaster"]
+    role_bindings = [o for o in objects if o["kind"] == "RoleBinding"]
+    assert {b["metadata"]["namespace"] for b in role_bindings} == {"team-a", "team-b"}
+    assert {b["roleRef"]["name"] for b in role_bindings} == {"rm-ringmaster-namespaced"}
+
+
+@pytest.mark.parametrize(
+    ("layout", "plural"),
+    [
+        ("all-namespaces-peering", "clusterkopfpeerings"),
+        ("some-namespaces-peering", "kopfpeerings"),
+    ],
+)
+def test_peering_may_write_only_its_own_peering_object(render: Render, layout: str, plural: str):
+    objects = render(LAYOUTS[layout])
+    rules = {k: v for role in roles(objects) for k, v in table(role).items() if k[0] == "kopf.dev"}
+    assert rules == {
+        ("kopf.dev", plural, ()): {"list", "watch"},
+        ("kopf.dev", plural, ("rm-ringmaster",)): {"patch"},
+    }
+    # Without replicas, no peering rights at all.
+    plain = render({k: v for k, v in LAYOUTS[layout].items() if k != "replicaCount"})
+    assert not [k for role in roles(plain) for k in table(role) if k[0] == "kopf.dev"]
+
+
+def _kopf_resources() -> set[tuple[str, str]]:
+    """(group, plural) of every resource the controllers' kopf handlers watch or index."""
+    import kopf
+
+    import ringmaster.controllers as package
+
+    for module in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"{package.__name__}.{module.name}")
+    registry = kopf.get_default_registry()
+    handlers: list[Any] = []
+    for sub in (registry._indexing, registry._watching, registry._spawning, registry._changing):
+        handlers.extend(sub.get_all_handlers())
+    out = set()
+    for handler in handlers:
+        selector = handler.selector
+        if selector.group:
+            out.add((selector.group, selector.plural or selector.any_name))
+        else:  # "pods", "nodes": core v1, named by plural
+            out.add((CORE, selector.any_name or selector.plural))
+    return out
+
+
+def test_every_resource_kopf_watches_is_listable_and_watchable(render: Render):
+    watched = _kopf_resources()
+    assert (CORE, "nodes") in watched and (RM, "trainingjobs") in watched
+    for layout, values in LAYOUTS.items():
+        rights = granted(render(values))
+        for key in watched:
+            assert {"list", "watch"} <= rights.get(key, set()), (layout, key)
+
+
+def test_every_kind_the_operator_applies_can_be_created_and_patched(render: Render):
+    from ringmaster.controllers.kubeapi import _PATHS
+
+    rights = granted(render())
+    for kind, (prefix, plural) in _PATHS.items():
+        group = "" if prefix == "/api/v1" else prefix.split("/")[2]
+        verbs = rights.get((group, plural), set())
+        # Server-side apply patches, and creates the object when it is absent.
+        if kind == "Pod":
+            continue  # pods are created (KubeApi.create), never applied: see the pod rule
+        assert {"create", "patch"} <= verbs, kind
+
+
+def test_every_delete_and_create_the_controllers_make_is_granted(render: Render):
+    """The writes outside server-side apply, read from the controllers' calls to KubeApi."""
+    import re
+    from pathlib import Path
+
+    import ringmaster.controllers as package
+    from ringmaster.controllers.kubeapi import _PATHS
+
+    rights = granted(render())
+    needs: set[tuple[str, str, str]] = set()
+    for path in Path(package.__path__[0]).glob("*.py"):
+        source = path.read_text()
+        for kind in re.findall(r'api\.delete_object\([^,]+,\s*"(\w+)"', source):
+            prefix, plural = _PATHS[kind]
+            needs.add(("" if prefix == "/api/v1" else prefix.split("/")[2], plural, "delete"))
+        if "api.delete_pod(" in source:
+            needs.add((CORE, "pods", "delete"))
+        for name in re.findall(r"api\.delete_custom\((\w+)", source):
+            module = importlib.import_module(f"{package.__name__}.{path.stem}")
+            needs.add((RM, getattr(module, name), "delete"))
+    for kind in ("Pod", "Service"):  # KubeApi.create's kinds
+        needs.add((CORE, _PATHS[kind][1], "create"))
+    assert (CORE, "pods", "delete") in needs and len(needs) >= 4, needs
+    for group, plural, verb in needs:
+        assert verb in rights.get((group, plural), set()), (group, plural, verb)
