@@ -13,7 +13,9 @@ log=${RINGMASTER_CACHE_DIR:-$HOME/.cache/ringmaster}/demo-operator.log
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 step "local cluster (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok)"
-ringmaster cluster up
+# Room for every example at once: two 8-host BERT gangs and a serving replica on the A100 pool,
+# 25 + 16 reducers on the CPU pool (one per host).
+ringmaster cluster up --pool a100-highgpu-8g=20 --pool reducers=48
 KUBECONFIG=$(ringmaster cluster kubeconfig)
 export KUBECONFIG
 
@@ -43,12 +45,15 @@ echo
 kubectl get trainingjobs -n "$namespace" \
   -o custom-columns='NAME:.metadata.name,SCHEDULABLE:.status.conditions[?(@.type=="Schedulable")].message'
 
-step "worker pods, placed by kube-scheduler on the accelerator pools"
+step "pools of reducers (ReductionServerPools) and serving endpoints (InferenceEndpoints)"
+kubectl get reductionserverpools,inferenceendpoints -n "$namespace" -o wide
+
+step "pods, placed by kube-scheduler on the pools (node names carry the pool)"
 kubectl get pods -n "$namespace" \
   -o custom-columns='POD:.metadata.name,PHASE:.status.phase,NODE:.spec.nodeName'
 
 step "the whole plan, from the manifests alone (ringmaster plan: no cluster needed)"
-ringmaster plan examples/*.yaml
+for manifest in examples/*.yaml; do ringmaster plan "$manifest"; echo; done
 
 echo
 echo "KUBECONFIG=$KUBECONFIG"

@@ -13,6 +13,7 @@ from tests.e2e.test_trainingjob import (
     events_of,
     job,
     phase,
+    pool_size,
     pools_of,
     training_job,
     wait_phase,
@@ -159,7 +160,8 @@ def test_a_pool_with_no_room_on_its_cpu_nodes_leaves_the_job_waiting_and_says_wh
     operator: OperatorProcess, cluster: Cluster, quiet_namespace: str
 ):
     ns = quiet_namespace
-    cluster.apply(shared_pool("too-big", replicas=40), ns)  # one per host, 32 hosts
+    hosts = pool_size(cluster, CPU_POOL)
+    cluster.apply(shared_pool("too-big", replicas=hosts + 8), ns)  # one reducer per host
     cluster.apply(reducer_job("starved", 2, pool="too-big"), ns)
 
     def unschedulable() -> dict[str, Any] | None:
@@ -182,7 +184,7 @@ def test_a_pool_with_no_room_on_its_cpu_nodes_leaves_the_job_waiting_and_says_wh
     assert phase(cluster, ns, "starved") == "Pending"
     assert worker_pods(cluster, ns, "starved") == []
     # Shrinking the pool to what fits lets the job start.
-    patch = json.dumps({"spec": {"replicas": 16}})
+    patch = json.dumps({"spec": {"replicas": hosts // 2}})
     cluster.kubectl(
         "patch", "reductionserverpool", "too-big", "-n", ns, "--type=merge", "-p", patch
     )

@@ -55,6 +55,12 @@ def training_job(
     }
 
 
+def pool_size(cluster: Cluster, pool: str) -> int:
+    """Hosts in a pool: the tests work on the default local cluster and on a bigger one."""
+    nodes = cluster.get_json("nodes", "-l", f"cloud.google.com/gke-nodepool={pool}")
+    return len(nodes["items"])
+
+
 def job(cluster: Cluster, ns: str, name: str) -> dict[str, Any]:
     return cluster.get_json("trainingjob", name, "-n", ns)
 
@@ -140,7 +146,8 @@ def test_a_job_too_big_for_the_free_capacity_waits_and_is_admitted_when_another_
     operator: OperatorProcess, cluster: Cluster, quiet_namespace: str
 ):
     ns = quiet_namespace
-    cluster.apply(training_job("first", 8, exit_code=0, run_for="10s"), ns)
+    hosts = pool_size(cluster, A100_POOL)
+    cluster.apply(training_job("first", hosts, exit_code=0, run_for="10s"), ns)
     wait_phase(cluster, ns, "first", "Running")
     cluster.apply(training_job("second", 2), ns)
     waiting = wait_for(
@@ -174,11 +181,11 @@ def test_two_competing_gangs_never_split_a_pool(
 
     winner = wait_for(one_running, what="one gang running, the other pending")[0]
     loser = "right" if winner == "left" else "left"
-    assert len(worker_pods(cluster, ns, winner)) == 6
+    assert len(worker_pods(cluster, ns, winner)) == each
     assert worker_pods(cluster, ns, loser) == []  # not a single pod of a partial gang
     cluster.kubectl("delete", "trainingjob", winner, "-n", ns)
     wait_phase(cluster, ns, loser, "Running", timeout=90)
-    assert len(worker_pods(cluster, ns, loser)) == 6
+    assert len(worker_pods(cluster, ns, loser)) == each
 
 
 def test_a_failing_worker_restarts_the_gang_until_the_backoff_limit(

@@ -134,12 +134,16 @@ def job(pool_name=None, status=None):
     return JobView("bert", "ml", 1, spec, status or TrainingJobStatus())
 
 
-def world():
-    counts = dict.fromkeys(POOLS_BY_NAME, 0) | {"a100-highgpu-8g": 4}
+def world(free_reducer_hosts=32, a100_hosts=4):
+    counts = dict.fromkeys(POOLS_BY_NAME, 0) | {"a100-highgpu-8g": a100_hosts}
     objects = node_list(counts)["items"]
     for obj in objects:
         obj["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
-    return Capacity(pools=discover_pools(node_from_object(o) for o in objects), used={})
+    return Capacity(
+        pools=discover_pools(node_from_object(o) for o in objects),
+        used={},
+        free_reducer_hosts={"n1-highcpu-16": free_reducer_hosts},
+    )
 
 
 ENDPOINTS = tuple(f"r-{i}.r.ml.svc.cluster.local:5000" for i in range(25))
@@ -152,6 +156,9 @@ def test_a_job_without_a_pool_creates_its_own_sized_by_the_rule_and_waits_for_it
     assert owned[0]["spec"]["replicas"] == 25
     assert first.create == [] and first.status.phase == "Pending"
     assert find_condition(first.status.conditions, "Schedulable").reason == "ReducersNotReady"
+    # The workers' room is held while the reducers start; the reducers are counted as asked.
+    assert first.held[0] == "a100-highgpu-8g" and first.held[1]["nvidia.com/gpu"] == 8
+    assert first.reducers_asked == ("n1-highcpu-16", 25)
     starting = {
         "bert-reducers": ReducerPool("bert-reducers", 25, 11, ENDPOINTS[:11], "n1-highcpu-16")
     }
@@ -199,3 +206,18 @@ def test_the_plan_uses_the_pool_that_exists_and_lost_reducers_are_reported_once(
         job("shared", degraded.status), running_pods, world(), NOW, rs_planner, lost
     )
     assert again.events == []
+
+
+@pytest.mark.parametrize(
+    ("capacity", "reason"),
+    [
+        (world(free_reducer_hosts=24), "InsufficientReducerCapacity"),
+        (world(a100_hosts=1), "InsufficientCapacity"),
+    ],
+)
+def test_a_job_creates_no_reducers_unless_its_whole_gang_fits(capacity, reason):
+    decision = reconcile_training(job(), [], capacity, NOW, rs_planner)
+    assert decision.apply == [] and decision.create == []
+    assert decision.held is None and decision.reducers_asked is None
+    condition = find_condition(decision.status.conditions, "Schedulable")
+    assert (condition.status, condition.reason) == ("False", reason)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import kopf
+from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from ringmaster import metrics
@@ -205,7 +206,14 @@ class InferenceController:
                 self.planner,
                 now,
             )
-        await self._apply(namespace, name, body, current, decision, deployment, autoscaler_present)
+        try:
+            await self._apply(
+                namespace, name, body, current, decision, deployment, autoscaler_present
+            )
+        except ApiException as error:
+            if error.status == 403 and "being terminated" in str(error.body):
+                return  # the namespace is going away, and the endpoint with it
+            raise
         self._observe(namespace, name, decision)
 
     def _needs_apply(

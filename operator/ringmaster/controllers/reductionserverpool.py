@@ -36,9 +36,14 @@ def ringmaster_reduction_pools(
 
 @kopf.index("pods", labels={ROLE_LABEL: "reducer", REDUCTION_POOL_LABEL: kopf.PRESENT})
 def ringmaster_reducer_pods(
-    name: str, namespace: str | None, labels: kopf.Labels, status: kopf.Status, **_: Any
-) -> dict[Hashable, tuple[int, bool, bool]]:
-    """(ordinal, ready, unschedulable) of each reducer pod, by (namespace, pool)."""
+    name: str,
+    namespace: str | None,
+    labels: kopf.Labels,
+    spec: kopf.Spec,
+    status: kopf.Status,
+    **_: Any,
+) -> dict[Hashable, tuple[int, bool, bool, str | None]]:
+    """(ordinal, ready, unschedulable, node) of each reducer pod, by (namespace, pool)."""
     conditions = {c.get("type"): c for c in status.get("conditions") or []}
     ready = conditions.get("Ready", {}).get("status") == "True"
     scheduled = conditions.get("PodScheduled", {})
@@ -46,7 +51,8 @@ def ringmaster_reducer_pods(
         "Unschedulable"
     )
     ordinal = int(name.rsplit("-", 1)[-1])
-    return {(namespace or "", labels[REDUCTION_POOL_LABEL]): (ordinal, ready, unschedulable)}
+    key = (namespace or "", labels[REDUCTION_POOL_LABEL])
+    return {key: (ordinal, ready, unschedulable, spec.get("nodeName"))}
 
 
 def reducer_gbps(machine_type: str) -> float | None:
@@ -82,8 +88,8 @@ class ReductionPoolController(Controller):
     def reducer_pods(self, namespace: str, pool: str) -> ReducerPods:
         pods = list(self.indexes["ringmaster_reducer_pods"].get((namespace, pool), []))
         return ReducerPods(
-            ready_ordinals=tuple(sorted(o for o, ready, _ in pods if ready)),
-            unschedulable=sum(1 for _, _, unschedulable in pods if unschedulable),
+            ready_ordinals=tuple(sorted(o for o, ready, _, _ in pods if ready)),
+            unschedulable=sum(1 for _, _, unschedulable, _ in pods if unschedulable),
         )
 
     async def reconcile_object(

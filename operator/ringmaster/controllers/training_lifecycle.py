@@ -112,6 +112,9 @@ class Capacity:
     """Requests of running pods, by node."""
     promised: Mapping[str, Sequence[Mapping[str, Decimal]]] = field(default_factory=dict)
     """Per pool: requests of other admitted gangs' pods that are not bound yet."""
+    free_reducer_hosts: Mapping[str, int] = field(default_factory=dict)
+    """Per machine type: CPU hosts with room for one more reducer (none there yet), less the
+    reducers already asked for that have no host."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +136,10 @@ class Decision:
     requeue_after: float | None = None
     admitted_pool: str | None = None
     """Set when this decision admits a gang: the pool whose capacity it now holds."""
+    held: tuple[str, dict[str, Decimal]] | None = None
+    """While the job's own reducers start: (pool, one worker's requests) whose room is held."""
+    reducers_asked: tuple[str, int] | None = None
+    """(machine type, count) of reducers this decision asks for, until they have hosts."""
 
 
 @dataclass(frozen=True)
@@ -350,11 +357,53 @@ def reconcile_training(
             )
         )
 
+    placement = PoolPlacement(
+        pool=pool.name,
+        node_selector=pool.node_selector(),
+        accelerator_resource=_accelerator_resource(spec),
+        machine_type=pool.identity.instance_type,
+    )
     uses_reducers = plan.get("strategy") == REDUCTION_SERVER
     status.reduction_server_pool = reducer_pool_name if uses_reducers else None
     if uses_reducers and settings.pool_name is None:
         wanted = settings.replicas or int(plan.get("reducersWanted") or 1)
+        waiting = not any(p.attempt == attempt for p in live)
+        if reducers is None and waiting:
+            # The job's reducers are part of its gang: create them only when the workers fit
+            # now and every reducer has a free host, or two jobs could each strand half a pool.
+            fit = gang_fits(
+                pool,
+                capacity.used,
+                pod_requests(worker_pod(job.name, job.namespace, spec, placement, 0, attempt)),
+                spec.workers,
+                promised=capacity.promised.get(pool.name, ()),
+                one_per_node=placement.accelerator_resource == "google.com/tpu",
+            )
+            free_hosts = capacity.free_reducer_hosts.get(settings.machine_type, 0)
+            shortage = None
+            if not fit.fits:
+                shortage = (
+                    "InsufficientCapacity",
+                    f"needs {spec.workers} workers x {spec.accelerator.per_worker} "
+                    f"{placement.accelerator_resource} on pool {pool.name}; "
+                    f"{fit.available} fit now",
+                )
+            elif free_hosts < wanted:
+                shortage = (
+                    "InsufficientReducerCapacity",
+                    f"needs {wanted} free {settings.machine_type} hosts for its reducers; "
+                    f"{free_hosts} free",
+                )
+            if shortage:
+                status.phase = PENDING
+                if _set(job, status, SCHEDULABLE, "False", *shortage, now):
+                    decision.events.append(Event("Normal", *shortage))
+                return decision
+            decision.reducers_asked = (settings.machine_type, wanted)
         decision.apply.append(owned_reducer_pool(job.name, settings, wanted))
+        if waiting:  # keep the workers' room while the reducers start
+            sample = worker_pod(job.name, job.namespace, spec, placement, 0, attempt)
+            decision.held = (pool.name, pod_requests(sample))
     reducer_problem = None
     if uses_reducers:
         reducer_problem = _reducer_problem(settings.pool_name, reducers, job.namespace)
@@ -369,12 +418,6 @@ def reconcile_training(
                 # Workers keep running (a reducer restarts in seconds); the user should know.
                 decision.events.append(Event("Warning", "ReducersLost", message))
 
-    placement = PoolPlacement(
-        pool=pool.name,
-        node_selector=pool.node_selector(),
-        accelerator_resource=_accelerator_resource(spec),
-        machine_type=pool.identity.instance_type,
-    )
     endpoints = reducers.endpoints if uses_reducers and reducers else ()
     current = {p.rank: p for p in live if p.attempt == attempt}
     stale = [p for p in live if p.attempt != attempt]

@@ -22,7 +22,14 @@ import kopf
 from pydantic import ValidationError
 
 from ringmaster import metrics
-from ringmaster.api import GROUP, VERSION, TrainingJobSpec, TrainingJobStatus, set_condition
+from ringmaster.api import (
+    DEFAULT_REDUCER_MACHINE_TYPE,
+    GROUP,
+    VERSION,
+    TrainingJobSpec,
+    TrainingJobStatus,
+    set_condition,
+)
 from ringmaster.controllers import cluster_state
 from ringmaster.controllers.base import Controller, Key, as_body, controller_for, snapshot
 from ringmaster.controllers.kubeapi import KubeApi
@@ -38,14 +45,29 @@ from ringmaster.controllers.training_lifecycle import (
     WorkerPod,
     reconcile_training,
 )
-from ringmaster.manifests.naming import MANAGED_BY, OPERATOR, ROLE_LABEL, TRAINING_JOB_LABEL
+from ringmaster.manifests.naming import (
+    MANAGED_BY,
+    OPERATOR,
+    ROLE_LABEL,
+    TRAINING_JOB_LABEL,
+    owned_reducer_pool_name,
+)
+from ringmaster.manifests.reduction import REDUCER_REQUESTS
 from ringmaster.placement.labels import POOL_NAME_KEYS
-from ringmaster.placement.pools import TERMINAL_PHASES, pod_requests
+from ringmaster.placement.pools import (
+    TERMINAL_PHASES,
+    NodePool,
+    free_capacity,
+    parse_resources,
+    pod_requests,
+    pods_that_fit,
+)
 
 PLURAL = "trainingjobs"
 # How long an admitted gang's capacity is held for it before its pods must show up.
 LEDGER_SECONDS = 60.0
 PHASES = ("Pending", "Admitted", "Running", "Succeeded", "Failed", "Suspended")
+REDUCER_REQUEST = parse_resources(REDUCER_REQUESTS)
 
 
 # ---------------------------------------------------------------- indexes (fed by kopf's watches)
@@ -155,8 +177,44 @@ class TrainingController(Controller):
         self.planner = planner
         # Admitted gangs whose pods the pod index may not show yet: (pool, requests, since).
         self.ledger: dict[Key, tuple[str, list[dict[str, Decimal]], float]] = {}
+        # Reducers a job's decision asked for, until its pool's pods show up: (machine, n, since).
+        self.reducers_asked: dict[Key, tuple[str, int, float]] = {}
         # Admission reads and changes the capacity all jobs share: one decision at a time.
         self.decide_lock = asyncio.Lock()
+
+    def free_reducer_hosts(
+        self, pools: Mapping[str, NodePool], used: Mapping[str, Mapping[str, Decimal]]
+    ) -> dict[str, int]:
+        """Per machine type: CPU hosts where one more reducer fits (reducers take one host
+        each), less reducers asked for that have no host yet."""
+        hosts_taken: set[str] = set()
+        unplaced: dict[Key, int] = defaultdict(int)
+        for key, store in self.indexes.get("ringmaster_reducer_pods", {}).items():
+            for _ordinal, _ready, _unschedulable, node in store:
+                if node:
+                    hosts_taken.add(node)
+                else:
+                    unplaced[key] += 1
+        free: dict[str, int] = defaultdict(int)
+        for pool in pools.values():
+            if pool.identity.accelerator is not None or not pool.identity.instance_type:
+                continue
+            for node in pool.nodes:
+                room = free_capacity(node, used.get(node.name, {}))
+                if (
+                    node.schedulable
+                    and node.name not in hosts_taken
+                    and pods_that_fit(room, REDUCER_REQUEST)
+                ):
+                    free[pool.identity.instance_type] += 1
+        reducer_pools = self.indexes.get("ringmaster_reduction_pools", {})
+        for key, count in unplaced.items():
+            bodies = list(reducer_pools.get(key, []))
+            machine = (bodies[0].get("spec") or {}).get("machineType") if bodies else None
+            free[machine or DEFAULT_REDUCER_MACHINE_TYPE] -= count
+        for machine, count, _since in self.reducers_asked.values():
+            free[machine] -= count
+        return dict(free)
 
     def capacity(self) -> Capacity:
         pools, used = cluster_state.pools_and_usage(self.indexes)
@@ -166,7 +224,12 @@ class TrainingController(Controller):
                 promised[key[1]] += [req for job, req in store if job not in self.ledger]
         for pool, requests, _since in self.ledger.values():
             promised[pool] += requests
-        return Capacity(pools=pools, used=used, promised=dict(promised))
+        return Capacity(
+            pools=pools,
+            used=used,
+            promised=dict(promised),
+            free_reducer_hosts=self.free_reducer_hosts(pools, used),
+        )
 
     def reducer_pools(self, namespace: str) -> dict[str, ReducerPool]:
         pools = self.indexes.get("ringmaster_reduction_pools", {})
@@ -178,9 +241,16 @@ class TrainingController(Controller):
         }
 
     def _settle_ledger(self, key: Key, pods_seen: int, workers: int) -> None:
+        now = time.monotonic()
         entry = self.ledger.get(key)
-        if entry and (pods_seen >= workers or time.monotonic() - entry[2] > LEDGER_SECONDS):
+        if entry and (pods_seen >= workers or now - entry[2] > LEDGER_SECONDS):
             del self.ledger[key]
+        asked = self.reducers_asked.get(key)
+        if asked:
+            pool_pods = self.indexes.get("ringmaster_reducer_pods", {})
+            seen = len(list(pool_pods.get((key[0], owned_reducer_pool_name(key[1])), [])))
+            if seen >= asked[1] or now - asked[2] > LEDGER_SECONDS:
+                del self.reducers_asked[key]
 
     async def reconcile_object(
         self, namespace: str, name: str, body: dict[str, Any], current: dict[str, Any]
@@ -211,6 +281,17 @@ class TrainingController(Controller):
                     requests,
                     time.monotonic(),
                 )
+            elif decision.held:
+                # Hold the workers' room while the job's reducers start (renewed each look).
+                held_pool, one_worker = decision.held
+                self.ledger[(namespace, name)] = (
+                    held_pool,
+                    [one_worker] * spec.workers,
+                    time.monotonic(),
+                )
+            if decision.reducers_asked:
+                machine, count = decision.reducers_asked
+                self.reducers_asked[(namespace, name)] = (machine, count, time.monotonic())
         try:
             await self._apply(namespace, name, body, current, decision)
         except Exception:
@@ -288,6 +369,7 @@ class TrainingController(Controller):
 
     def forget(self, key: Key) -> None:
         self.ledger.pop(key, None)
+        self.reducers_asked.pop(key, None)
         for gauge in (metrics.PREDICTED_STEP_SECONDS, metrics.PREDICTED_SAMPLES_PER_SECOND):
             with contextlib.suppress(KeyError):
                 gauge.remove(*key)

@@ -18,6 +18,9 @@ from ringmaster.manifests.naming import (
 from ringmaster.placement.labels import INSTANCE_TYPE
 
 CLUSTER_DOMAIN = "svc.cluster.local"
+# What a reducer asks of its host: little CPU and memory (it needs the host's NIC, which
+# anti-affinity gives it: one reducer per host).
+REDUCER_REQUESTS = {"cpu": "1", "memory": "1Gi"}
 
 
 def reducer_selector(pool: str) -> dict[str, str]:
@@ -84,7 +87,7 @@ def reducer_statefulset(pool: str, spec: ReductionServerPoolSpec, replicas: int)
                             "image": spec.image,
                             "ports": [{"name": "reduction", "containerPort": spec.port}],
                             "env": [{"name": "RINGMASTER_REDUCER_PORT", "value": str(spec.port)}],
-                            "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+                            "resources": {"requests": dict(REDUCER_REQUESTS)},
                         }
                     ],
                 },
