@@ -14,14 +14,13 @@ also remembers what it last applied, so a resync or a status-only event costs no
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import datetime as dt
 import json
 import time
-from collections.abc import Hashable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import kopf
 from kubernetes.client.exceptions import ApiException
@@ -30,6 +29,7 @@ from pydantic import ValidationError
 from ringmaster import metrics
 from ringmaster.api import GROUP, VERSION, InferenceEndpointSpec, InferenceEndpointStatus
 from ringmaster.controllers import cluster_state
+from ringmaster.controllers.base import Controller, Key, as_body, snapshot
 from ringmaster.controllers.inference_lifecycle import (
     REPLICAS_MANAGER,
     Decision,
@@ -40,35 +40,17 @@ from ringmaster.controllers.inference_lifecycle import (
     reconcile_inference,
 )
 from ringmaster.controllers.kubeapi import KubeApi
-from ringmaster.controllers.workqueue import WorkQueue
 from ringmaster.manifests.inference import INFERENCE_ENDPOINT_LABEL, object_name
 from ringmaster.manifests.naming import MANAGED_BY, OPERATOR
 
 PLURAL = "inferenceendpoints"
 KIND = "InferenceEndpoint"
-# Endpoints are looked at again this often without an event of theirs (node pools appear).
-RESYNC_SECONDS = 30.0
 # What was applied is applied again after this long, even unchanged (someone edited it).
 REASSERT_SECONDS = 300.0
-# How long our last status write may run ahead of the watch.
-WRITTEN_SECONDS = 30.0
-
-Key = tuple[str, str]
 OWNED: dict[str, Any] = {
     MANAGED_BY: OPERATOR,
     INFERENCE_ENDPOINT_LABEL: kopf.PRESENT,
 }
-
-
-def _as_body(snapshot: dict[str, Any]) -> kopf.Body:
-    """kopf's posting and owner references need only apiVersion, kind and metadata."""
-    return cast(kopf.Body, snapshot)
-
-
-def _snapshot(body: Mapping[str, Any]) -> dict[str, Any]:
-    """A plain, detached copy of a kopf body (the watch replaces bodies; we keep our own)."""
-    copy: dict[str, Any] = json.loads(json.dumps(dict(body), default=str))
-    return copy
 
 
 def _owner(meta: Mapping[str, Any]) -> str | None:
@@ -92,7 +74,7 @@ def plan(spec: InferenceEndpointSpec) -> dict[str, Any]:
 def ringmaster_inferenceendpoints(
     namespace: str | None, name: str, body: kopf.Body, **_: Any
 ) -> dict[Key, Any]:
-    return {(namespace or "", name): _snapshot(body)}
+    return {(namespace or "", name): snapshot(body)}
 
 
 @kopf.index("apps", "v1", "deployments", labels=OWNED)
@@ -121,67 +103,25 @@ class Applied:
     at: float
 
 
-class InferenceController:
+class InferenceController(Controller):
+    kind = KIND
+    plural = PLURAL
+    index = "ringmaster_inferenceendpoints"
+
     def __init__(self, api: KubeApi, planner: Planner) -> None:
-        self.api = api
+        super().__init__(api)
         self.planner = planner
-        self.queue = WorkQueue(self.reconcile)
-        self.indexes: Mapping[str, Any] = {}
-        # The status we last wrote and the resourceVersion our write produced: until the watch
-        # brings that version back, our write is newer than the index (deciding from the index
-        # would repeat Events).
-        self.written: dict[Key, tuple[str, dict[str, Any], float]] = {}
         # Per endpoint, per kind: what we last applied and the generation it produced.
         self.applied: dict[Key, dict[str, Applied]] = {}
-        self.resync_task: asyncio.Task[None] | None = None
-
-    def bind(self, kwargs: Mapping[str, Any]) -> None:
-        """On the first watch event: keep kopf's live indexes (handed to every handler as
-        keyword args) and start the workers, from a handler so that they inherit the context
-        kopf.event() posts Events through."""
-        if not self.indexes:
-            self.indexes = {k: v for k, v in kwargs.items() if k.startswith("ringmaster_")}
-            self.queue.start()
-            self.resync_task = asyncio.create_task(self.resync())
-
-    async def stop(self) -> None:
-        if self.resync_task is not None:
-            self.resync_task.cancel()
-        await self.queue.stop()
 
     def _first(self, index: str, key: Key) -> Any:
         store = self.indexes[index].get(key)
         return next(iter(store), None) if store else None
 
-    async def reconcile(self, key: Hashable) -> float | None:
-        namespace, name = cast(Key, key)
-        body = self._first("ringmaster_inferenceendpoints", (namespace, name))
-        if body is None:
-            self.forget((namespace, name))
-            return None
-        with metrics.RECONCILE_SECONDS.labels(KIND).time():
-            try:
-                await self._reconcile(namespace, name, body)
-            except Exception as error:
-                metrics.RECONCILE_ERRORS.labels(KIND, type(error).__name__).inc()
-                raise
-        return None
-
-    def _current_status(self, key: Key, body: dict[str, Any]) -> dict[str, Any]:
-        written = self.written.get(key)
-        if written is None:
-            return body.get("status") or {}
-        version, status, since = written
-        if version == body["metadata"].get("resourceVersion") or (
-            time.monotonic() - since > WRITTEN_SECONDS
-        ):
-            del self.written[key]  # the watch has caught up (or a relist skipped our version)
-            return body.get("status") or {}
-        return status
-
-    async def _reconcile(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+    async def reconcile_object(
+        self, namespace: str, name: str, body: dict[str, Any], current: dict[str, Any]
+    ) -> float | None:
         key = (namespace, name)
-        current = self._current_status(key, body)
         status = InferenceEndpointStatus.model_validate(current)
         generation = int(body["metadata"].get("generation", 1))
         now = dt.datetime.now(dt.UTC).replace(microsecond=0)
@@ -212,9 +152,10 @@ class InferenceController:
             )
         except ApiException as error:
             if error.status == 403 and "being terminated" in str(error.body):
-                return  # the namespace is going away, and the endpoint with it
+                return None  # the namespace is going away, and the endpoint with it
             raise
         self._observe(namespace, name, decision)
+        return None
 
     def _needs_apply(
         self,
@@ -250,7 +191,7 @@ class InferenceController:
         for obj in decision.apply:
             # Not kopf.adopt: it would also copy the endpoint's own labels onto the children
             # and into the pod template, so relabelling an endpoint would roll its pods.
-            kopf.append_owner_reference(obj, owner=_as_body(body))
+            kopf.append_owner_reference(obj, owner=as_body(body))
             fingerprint = json.dumps(obj, sort_keys=True)
             if self._needs_apply(key, obj, fingerprint, deployment, autoscaler_present):
                 result = await self.api.apply(namespace, obj)
@@ -263,13 +204,9 @@ class InferenceController:
         if decision.delete_autoscaler:
             await self.api.delete_object(namespace, "HorizontalPodAutoscaler", object_name(name))
             self.applied.get(key, {}).pop("HorizontalPodAutoscaler", None)
-        new_status = decision.status.to_k8s()
-        if new_status != current_status:
-            version = await self.api.patch_status(PLURAL, namespace, name, new_status)
-            if version is not None:
-                self.written[key] = (version, new_status, time.monotonic())
+        await self.write_status(namespace, name, current_status, decision.status.to_k8s())
         for event in decision.events:
-            kopf.event(_as_body(body), type=event.type, reason=event.reason, message=event.message)
+            self.post(body, event.type, event.reason, event.message)
 
     def _observe(self, namespace: str, name: str, decision: Decision) -> None:
         status = decision.status
@@ -282,7 +219,6 @@ class InferenceController:
         metrics.INFERENCE_CAPACITY_RPS.labels(namespace, name).set(capacity or 0.0)
 
     def forget(self, key: Key) -> None:
-        self.written.pop(key, None)
         self.applied.pop(key, None)
         for state in ("desired", "ready"):
             with contextlib.suppress(KeyError):
@@ -290,12 +226,6 @@ class InferenceController:
         for gauge in (metrics.INFERENCE_TARGET_RPS, metrics.INFERENCE_CAPACITY_RPS):
             with contextlib.suppress(KeyError):
                 gauge.remove(*key)
-
-    async def resync(self) -> None:
-        while True:
-            await asyncio.sleep(RESYNC_SECONDS)
-            for key in list(self.indexes["ringmaster_inferenceendpoints"].keys()):
-                self.queue.add(key)
 
 
 CONTROLLER: InferenceController | None = None
