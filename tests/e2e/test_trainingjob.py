@@ -167,10 +167,11 @@ def test_two_competing_gangs_never_split_a_pool(
     operator: OperatorProcess, cluster: Cluster, quiet_namespace: str
 ):
     ns = quiet_namespace
+    each = pool_size(cluster, A100_POOL) * 3 // 4  # two of them cannot both fit
     both = {
         "apiVersion": "v1",
         "kind": "List",
-        "items": [training_job("left", 6), training_job("right", 6)],
+        "items": [training_job("left", each), training_job("right", each)],
     }
     cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(both))
 

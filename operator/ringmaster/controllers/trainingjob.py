@@ -183,7 +183,10 @@ class TrainingController(Controller):
         self.decide_lock = asyncio.Lock()
 
     def free_reducer_hosts(
-        self, pools: Mapping[str, NodePool], used: Mapping[str, Mapping[str, Decimal]]
+        self,
+        pools: Mapping[str, NodePool],
+        used: Mapping[str, Mapping[str, Decimal]],
+        deciding: Key,
     ) -> dict[str, int]:
         """Per machine type: CPU hosts where one more reducer fits (reducers take one host
         each), less reducers asked for that have no host yet."""
@@ -212,23 +215,28 @@ class TrainingController(Controller):
             bodies = list(reducer_pools.get(key, []))
             machine = (bodies[0].get("spec") or {}).get("machineType") if bodies else None
             free[machine or DEFAULT_REDUCER_MACHINE_TYPE] -= count
-        for machine, count, _since in self.reducers_asked.values():
-            free[machine] -= count
+        for job, (machine, count, _since) in self.reducers_asked.items():
+            if job != deciding:
+                free[machine] -= count
         return dict(free)
 
-    def capacity(self) -> Capacity:
+    def capacity(self, deciding: Key) -> Capacity:
+        """The world as `deciding` sees it: what other jobs hold counts, its own hold does not."""
         pools, used = cluster_state.pools_and_usage(self.indexes)
         promised: dict[str, list[Mapping[str, Decimal]]] = defaultdict(list)
         for key, store in self.indexes["ringmaster_worker_pods"].items():
             if key[0] == "promised":
-                promised[key[1]] += [req for job, req in store if job not in self.ledger]
-        for pool, requests, _since in self.ledger.values():
-            promised[pool] += requests
+                promised[key[1]] += [
+                    req for job, req in store if job not in self.ledger and job != deciding
+                ]
+        for job, (pool, requests, _since) in self.ledger.items():
+            if job != deciding:
+                promised[pool] += requests
         return Capacity(
             pools=pools,
             used=used,
             promised=dict(promised),
-            free_reducer_hosts=self.free_reducer_hosts(pools, used),
+            free_reducer_hosts=self.free_reducer_hosts(pools, used, deciding),
         )
 
     def reducer_pools(self, namespace: str) -> dict[str, ReducerPool]:
@@ -269,7 +277,7 @@ class TrainingController(Controller):
             decision = reconcile_training(
                 JobView(name, namespace, generation, spec, status),
                 pods,
-                self.capacity(),
+                self.capacity((namespace, name)),
                 dt.datetime.now(dt.UTC).replace(microsecond=0),
                 self.planner,
                 self.reducer_pools(namespace),
