@@ -67,8 +67,9 @@ def free_port() -> int:
 class OperatorProcess:
     """`ringmaster run` as a real process against the test cluster; restartable mid-test."""
 
-    def __init__(self, kubeconfig: Path, log_path: Path) -> None:
+    def __init__(self, kubeconfig: Path, log_path: Path, extra_args: tuple[str, ...] = ()) -> None:
         self.kubeconfig = kubeconfig
+        self.extra_args = extra_args
         self.log_path = log_path
         self.metrics_port = free_port()
         self.health_port = free_port()
@@ -91,6 +92,7 @@ class OperatorProcess:
                 str(self.metrics_port),
                 "--liveness",
                 f"http://127.0.0.1:{self.health_port}/healthz",
+                *self.extra_args,
             ],
             env=env,
             stdout=log,

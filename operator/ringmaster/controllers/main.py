@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import random
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,6 +35,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run as one of several replicas, only one active (kopf peering object NAME); "
         "default: standalone",
     )
+    parser.add_argument(
+        "--priority",
+        type=int,
+        default=None,
+        help="peering priority (the highest active replica works, the others wait); "
+        "default: random, because kopf pauses every replica when the highest priority is shared",
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
 
 
@@ -57,7 +65,11 @@ def run(args: argparse.Namespace) -> int:
     if not args.verbose:
         # kopf logs every handler call at INFO; the controllers log and post what matters.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    priority = None
+    if args.peering is not None:
+        priority = args.priority if args.priority is not None else random.randint(1, 2**31 - 1)
     kopf.run(
+        priority=priority,
         clusterwide=not args.namespaces,
         namespaces=args.namespaces,
         standalone=args.peering is None,
