@@ -48,5 +48,6 @@ format:  ## apply ruff's formatting and safe fixes
 bench-engine:  ## the engine's speed: evaluations per second, one plan's latency, import time
 	$(PYTHON) benchmarks/bench_engine.py
 
-crds:  ## regenerate crds/ and docs/api.md from the API models
+crds:  ## regenerate crds/ and docs/api.md from the API models, and the chart's copy of crds/
 	ringmaster crds --output-dir crds --reference docs/api.md
+	cp crds/*.yaml charts/ringmaster/crds/

@@ -80,7 +80,8 @@ class Slo(SpecModel):
 
 
 class Autoscaling(SpecModel):
-    """Optional HorizontalPodAutoscaler on the endpoint's scale subresource."""
+    """Optional HorizontalPodAutoscaler on the endpoint's Deployment (an HPA on the endpoint's
+    own scale subresource cannot read a count while spec.replicas is unset)."""
 
     enabled: bool = False
     """True: the operator creates an HPA (autoscaling/v2) between minReplicas and maxReplicas;
@@ -102,8 +103,8 @@ class InferenceEndpointSpec(SpecModel):
     max_batch_size: Int = Field(default=32, ge=1, le=1024)
     """Largest batch the server forms; the engine picks the batch size up to this."""
     replicas: Int | None = Field(default=None, ge=0, le=1000)
-    """Fixed replica count, overriding the engine's sizing (also set by ``kubectl scale`` and an
-    HPA through the scale subresource). Omitted: sized from the SLO."""
+    """Fixed replica count, overriding the engine's sizing (also what ``kubectl scale`` sets).
+    Omitted: sized from the SLO."""
     min_replicas: Int = Field(default=1, ge=0, le=1000)
     max_replicas: Int = Field(default=10, ge=1, le=1000)
     autoscaling: Autoscaling = Field(default_factory=Autoscaling, json_schema_extra={"default": {}})
