@@ -44,7 +44,7 @@ from ringmaster.manifests.inference import (
     server_service,
 )
 from ringmaster.placement.labels import GPU_RESOURCE, TPU_RESOURCE
-from ringmaster.placement.pools import NodePool, gang_fits
+from ringmaster.placement.pools import NodePool, NoPool, accelerator_pools, gang_fits
 from ringmaster.planning import PlanError
 
 READY, CAPACITY_MET = "Ready", "CapacityMet"
@@ -116,12 +116,6 @@ class DeploymentView:
 
 
 @dataclass(frozen=True)
-class NoPool:
-    reason: str
-    message: str
-
-
-@dataclass(frozen=True)
 class Event:
     type: str  # Normal or Warning
     reason: str
@@ -157,21 +151,10 @@ def choose_pool(
     The pool already serving stays (moving would restart every replica); otherwise one where all
     replicas fit now, then the one whose hosts strand the fewest accelerators, then by name."""
     accelerator = spec.accelerator.type
-    same_type = [p for p in pools.values() if p.identity.accelerator == accelerator]
-    if not same_type:
-        known = sorted({a for p in pools.values() if (a := p.identity.accelerator)})
-        return NoPool(
-            "NoMatchingPool",
-            f"no node pool has {accelerator} nodes (pools have: {', '.join(known) or 'none'})",
-        )
     per_replica = spec.accelerator.per_replica
-    big_enough = [p for p in same_type if p.accelerators_per_node >= per_replica]
-    if not big_enough:
-        largest = max(p.accelerators_per_node for p in same_type)
-        return NoPool(
-            "NoMatchingPool",
-            f"perReplica is {per_replica} but {accelerator} nodes have at most {largest} each",
-        )
+    big_enough = accelerator_pools(pools, accelerator, per_replica, "perReplica")
+    if isinstance(big_enough, NoPool):
+        return big_enough
     by_name = {p.name: p for p in big_enough}
     if current in by_name:
         return by_name[current]

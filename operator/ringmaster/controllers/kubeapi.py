@@ -108,29 +108,7 @@ class KubeApi:
         fields it sets). Only the fields in `obj` are claimed, so another writer's fields (an
         HPA's replicas, a user's labels) are left alone and an unchanged object is not rewritten.
         """
-        prefix, plural = _PATHS[obj["kind"]]
-        path = f"{prefix}/namespaces/{namespace}/{plural}/{obj['metadata']['name']}"
-        client = self.core.api_client
-
-        def call() -> dict[str, Any]:
-            method, url, headers, body, _ = client.param_serialize(
-                method="PATCH",
-                resource_path=path,
-                query_params=[("fieldManager", FIELD_MANAGER), ("force", "true")],
-                header_params={
-                    "Content-Type": "application/apply-patch+yaml",
-                    "Accept": "application/json",
-                },
-                body=obj,
-                auth_settings=["BearerToken"],
-            )
-            response = client.call_api(method, url, header_params=headers, body=body)
-            response.read()
-            if not 200 <= response.status < 300:
-                raise ApiException(http_resp=response)
-            return cast(dict[str, Any], json.loads(response.data))
-
-        return await asyncio.to_thread(call)
+        return await self.apply_as(namespace, obj, FIELD_MANAGER)
 
     async def apply_as(
         self, namespace: str, obj: dict[str, Any], field_manager: str

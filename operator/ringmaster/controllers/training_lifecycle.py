@@ -30,7 +30,7 @@ from ringmaster.manifests.training import (
     rendezvous_service,
     worker_pod,
 )
-from ringmaster.placement.pools import NodePool, gang_fits, pod_requests
+from ringmaster.placement.pools import NodePool, NoPool, accelerator_pools, gang_fits, pod_requests
 
 PENDING, ADMITTED, RUNNING = "Pending", "Admitted", "Running"
 SUCCEEDED, FAILED, SUSPENDED = "Succeeded", "Failed", "Suspended"
@@ -142,10 +142,8 @@ class Decision:
     """(machine type, count) of reducers this decision asks for, until they have hosts."""
 
 
-@dataclass(frozen=True)
-class Unschedulable:
-    reason: str  # NoMatchingPool, TopologyMismatch
-    message: str
+# Why a job cannot be placed (the name the state machine has always used).
+Unschedulable = NoPool
 
 
 def _reducer_problem(
@@ -176,21 +174,10 @@ def choose_pool(
     as asked. Among those: the one the job already uses, else one where the gang fits now, else
     the one whose hosts match perWorker exactly (no stranded accelerators)."""
     accelerator = spec.accelerator.type
-    same_type = [p for p in capacity.pools.values() if p.identity.accelerator == accelerator]
-    if not same_type:
-        known = sorted({a for p in capacity.pools.values() if (a := p.identity.accelerator)})
-        return Unschedulable(
-            "NoMatchingPool",
-            f"no node pool has {accelerator} nodes (pools have: {', '.join(known) or 'none'})",
-        )
     per_worker = spec.accelerator.per_worker
-    big_enough = [p for p in same_type if p.accelerators_per_node >= per_worker]
-    if not big_enough:
-        largest = max(p.accelerators_per_node for p in same_type)
-        return Unschedulable(
-            "NoMatchingPool",
-            f"perWorker is {per_worker} but {accelerator} nodes have at most {largest} each",
-        )
+    big_enough = accelerator_pools(capacity.pools, accelerator, per_worker, "perWorker")
+    if isinstance(big_enough, NoPool):
+        return big_enough
     if spec.machine_type:
         wanted = spec.machine_type
         big_enough = [p for p in big_enough if p.identity.instance_type == wanted]

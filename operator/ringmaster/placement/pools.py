@@ -189,3 +189,33 @@ def gang_fits(
         fit = pods_that_fit(node_free, request)
         available += min(fit, 1) if one_per_node else fit
     return GangFit(fits=available >= count, available=min(available, count), wanted=count)
+
+
+@dataclass(frozen=True)
+class NoPool:
+    """Why no pool can take a workload: a condition reason and a message for people."""
+
+    reason: str  # NoMatchingPool, TopologyMismatch
+    message: str
+
+
+def accelerator_pools(
+    pools: Mapping[str, NodePool], accelerator: str, per_host: int, field: str
+) -> list[NodePool] | NoPool:
+    """The pools of this accelerator whose hosts carry at least `per_host` of it (`field` names
+    the spec field asking for them, for the message)."""
+    same_type = [p for p in pools.values() if p.identity.accelerator == accelerator]
+    if not same_type:
+        known = sorted({a for p in pools.values() if (a := p.identity.accelerator)})
+        return NoPool(
+            "NoMatchingPool",
+            f"no node pool has {accelerator} nodes (pools have: {', '.join(known) or 'none'})",
+        )
+    big_enough = [p for p in same_type if p.accelerators_per_node >= per_host]
+    if not big_enough:
+        largest = max(p.accelerators_per_node for p in same_type)
+        return NoPool(
+            "NoMatchingPool",
+            f"{field} is {per_host} but {accelerator} nodes have at most {largest} each",
+        )
+    return big_enough
