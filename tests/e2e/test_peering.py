@@ -12,9 +12,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_two_peered_replicas_reconcile_once(
-    crds_installed: Cluster, quiet_namespace: str, tmp_path: Path
+    operator: OperatorProcess, crds_installed: Cluster, quiet_namespace: str, tmp_path: Path
 ):
     cluster, ns = crds_installed, quiet_namespace
+    operator.stop()  # the session's standalone operator would reconcile this job too
     cluster.kubectl(
         "apply",
         "--server-side",
@@ -47,3 +48,4 @@ def test_two_peered_replicas_reconcile_once(
         for replica in replicas:
             replica.stop()
         cluster.kubectl("delete", "clusterkopfpeering", peering, check=False)
+        operator.start()
