@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any, ClassVar, cast
 
 import kopf
@@ -136,11 +136,17 @@ class Controller:
         """Objects that need no periodic look (finished jobs)."""
         return False
 
+    def resync_filter(self) -> Callable[[dict[str, Any]], bool]:
+        """Built once per resync tick: which unsettled objects are worth a look now."""
+        return lambda body: True
+
     async def resync(self) -> None:
         while True:
             await asyncio.sleep(RESYNC_SECONDS)
+            worth_a_look = self.resync_filter()
             for key, store in self.objects().items():
-                if not all(self.is_settled(body) for body in store):
+                bodies = list(store)
+                if any(not self.is_settled(b) and worth_a_look(b) for b in bodies):
                     self.queue.add(key)
             self.after_resync()
 

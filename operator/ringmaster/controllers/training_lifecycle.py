@@ -197,6 +197,8 @@ def choose_pool(
     by_name = {p.name: p for p in big_enough}
     if current in by_name:
         return by_name[current]
+    if len(big_enough) == 1:
+        return big_enough[0]  # nothing to rank
     request = {_accelerator_resource(spec): Decimal(per_worker)}
 
     def preference(pool: NodePool) -> tuple[bool, bool, str]:

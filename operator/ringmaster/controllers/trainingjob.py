@@ -14,7 +14,7 @@ import contextlib
 import datetime as dt
 import time
 from collections import defaultdict
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -34,7 +34,6 @@ from ringmaster.controllers import cluster_state
 from ringmaster.controllers.base import Controller, Key, as_body, controller_for, snapshot
 from ringmaster.controllers.kubeapi import KubeApi
 from ringmaster.controllers.training_lifecycle import (
-    FINISHED,
     PENDING,
     REDUCTION_SERVER,
     Capacity,
@@ -383,7 +382,44 @@ class TrainingController(Controller):
                 gauge.remove(*key)
 
     def is_settled(self, body: dict[str, Any]) -> bool:
-        return (body.get("status") or {}).get("phase") in FINISHED
+        """Only jobs waiting for room need a periodic look: capacity frees without an event of
+        theirs. Running jobs are woken by their pods' events, deadlines by requeue_after."""
+        phase = (body.get("status") or {}).get("phase")
+        return phase not in (None, PENDING)
+
+    def resync_filter(self) -> Callable[[dict[str, Any]], bool]:
+        """A job waiting for capacity is looked at again only when its accelerator type has at
+        least as many free devices as its gang needs. One snapshot a tick, instead of a full
+        decision for every waiting job: with hundreds waiting on thousands of hosts, re-deciding
+        them all every few seconds is what would saturate the operator."""
+        pools, used = cluster_state.pools_and_usage(self.indexes)
+        free: dict[str, Decimal] = defaultdict(Decimal)
+        for pool in pools.values():
+            resource = pool.accelerator_resource
+            if pool.identity.accelerator is None or resource is None:
+                continue
+            for node in pool.nodes:
+                if node.schedulable:
+                    taken = used.get(node.name, {}).get(resource, Decimal(0))
+                    room = node.allocatable.get(resource, Decimal(0)) - taken
+                    free[pool.identity.accelerator] += room
+        # Optimistic on purpose (holds are not subtracted): it only skips jobs that cannot fit
+        # even so; the decision itself checks everything.
+
+        def worth_a_look(body: dict[str, Any]) -> bool:
+            status = body.get("status") or {}
+            conditions: list[dict[str, Any]] = status.get("conditions") or []
+            waiting = next((c for c in conditions if c.get("type") == "Schedulable"), {})
+            if waiting.get("reason") != "InsufficientCapacity":
+                return True
+            spec = body.get("spec") or {}
+            accelerator = str((spec.get("accelerator") or {}).get("type", ""))
+            needed = int(spec.get("workers", 0)) * int(
+                (spec.get("accelerator") or {}).get("perWorker", 0)
+            )
+            return free.get(accelerator, Decimal(0)) >= needed
+
+        return worth_a_look
 
     def after_resync(self) -> None:
         phases: dict[str, int] = defaultdict(int)

@@ -175,19 +175,29 @@ def gang_fits(
     yet: they are packed first (first fit, as the scheduler would find room for them), so two jobs
     admitted back to back never both count the same free accelerators.
     """
-    free = {
-        node.name: free_capacity(node, used.get(node.name, {}))
-        for node in pool.nodes
-        if node.schedulable
-    }
+    wanted = [(name, amount) for name, amount in request.items() if amount > 0]
+    free: dict[str, dict[str, Decimal]] = {}
+    for node in pool.nodes:
+        if node.schedulable:
+            taken = used.get(node.name, {})
+            # Only the requested resources matter; this runs over every node of a pool.
+            free[node.name] = {
+                name: node.allocatable.get(name, Decimal(0)) - taken.get(name, Decimal(0))
+                for name, _ in wanted
+            }
     for pending in promised:
         target = next((n for n, f in free.items() if pods_that_fit(f, pending) >= 1), None)
         if target is not None:
             _subtract(free[target], pending)
     available = 0
     for node_free in free.values():
-        fit = pods_that_fit(node_free, request)
+        fit = min(
+            (int(node_free.get(name, Decimal(0)) // amount) for name, amount in wanted), default=0
+        )
+        fit = max(fit, 0)
         available += min(fit, 1) if one_per_node else fit
+        if available >= count and not one_per_node:
+            break  # enough: the rest of a large pool need not be looked at
     return GangFit(fits=available >= count, available=min(available, count), wanted=count)
 
 
