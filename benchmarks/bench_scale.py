@@ -144,7 +144,11 @@ def main() -> int:
             print(f"operator_resident_memory_mib    {float(rss.group(1)) / 2**20:.0f}")
     finally:
         operator.terminate()
-        operator.wait(timeout=30)
+        try:
+            operator.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            operator.kill()
+            operator.wait()
         if not args.keep:
             cluster.down()
     return 0

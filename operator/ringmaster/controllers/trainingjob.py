@@ -63,8 +63,10 @@ from ringmaster.placement.pools import (
 )
 
 PLURAL = "trainingjobs"
-# How long an admitted gang's capacity is held for it before its pods must show up.
-LEDGER_SECONDS = 60.0
+# A safety net only: a hold ends when the watch shows the gang's pods, when creating them fails,
+# or when the job goes. Under load the pod watch can run minutes behind the decisions, and a
+# hold that expired before its pods were seen let gangs be admitted twice over (bench_scale).
+LEDGER_SECONDS = 600.0
 PHASES = ("Pending", "Admitted", "Running", "Succeeded", "Failed", "Suspended")
 REDUCER_REQUEST = parse_resources(REDUCER_REQUESTS)
 
@@ -220,17 +222,23 @@ class TrainingController(Controller):
         return dict(free)
 
     def capacity(self, deciding: Key) -> Capacity:
-        """The world as `deciding` sees it: what other jobs hold counts, its own hold does not."""
+        """The world as `deciding` sees it: what other jobs hold counts, its own hold does not.
+
+        A pod counts once: bound (in `used`), or created and unbound (the index's "promised"),
+        or decided but not seen yet (the ledger, for the pods the index does not show)."""
         pools, used = cluster_state.pools_and_usage(self.indexes)
+        workers = self.indexes["ringmaster_worker_pods"]
         promised: dict[str, list[Mapping[str, Decimal]]] = defaultdict(list)
-        for key, store in self.indexes["ringmaster_worker_pods"].items():
+        for key, store in workers.items():
             if key[0] == "promised":
-                promised[key[1]] += [
-                    req for job, req in store if job not in self.ledger and job != deciding
-                ]
-        for job, (pool, requests, _since) in self.ledger.items():
-            if job != deciding:
-                promised[pool] += requests
+                promised[key[1]] += [req for job, req in store if job != deciding]
+        now = time.monotonic()
+        for job, (pool, requests, since) in list(self.ledger.items()):
+            seen = len(list(workers.get(("job", *job), [])))
+            if seen >= len(requests) or now - since > LEDGER_SECONDS:
+                del self.ledger[job]  # the index shows them all now (or they never came)
+            elif job != deciding:
+                promised[pool] += requests[: len(requests) - seen]
         return Capacity(
             pools=pools,
             used=used,
@@ -247,11 +255,8 @@ class TrainingController(Controller):
             for body in store
         }
 
-    def _settle_ledger(self, key: Key, pods_seen: int, workers: int) -> None:
+    def _settle_reducers_asked(self, key: Key) -> None:
         now = time.monotonic()
-        entry = self.ledger.get(key)
-        if entry and (pods_seen >= workers or now - entry[2] > LEDGER_SECONDS):
-            del self.ledger[key]
         asked = self.reducers_asked.get(key)
         if asked:
             pool_pods = self.indexes.get("ringmaster_reducer_pods", {})
@@ -272,7 +277,7 @@ class TrainingController(Controller):
             return None
         pods = list(self.indexes["ringmaster_worker_pods"].get(("job", namespace, name), []))
         async with self.decide_lock:
-            self._settle_ledger((namespace, name), len(pods), spec.workers)
+            self._settle_reducers_asked((namespace, name))
             decision = reconcile_training(
                 JobView(name, namespace, generation, spec, status),
                 pods,
@@ -323,7 +328,8 @@ class TrainingController(Controller):
             await self.api.apply(namespace, obj)
         for obj in decision.create:
             kopf.append_owner_reference(obj, owner=as_body(body))
-            await self.api.create(namespace, obj)
+        # A gang's pods at once: one by one, a large gang spends seconds in round trips.
+        await asyncio.gather(*(self.api.create(namespace, obj) for obj in decision.create))
         for pod in decision.delete:
             await self.api.delete_pod(namespace, pod)
         await self.write_status(namespace, name, current, decision.status.to_k8s())
