@@ -7,7 +7,7 @@ PYTEST ?= $(PYTHON) -m pytest
 # The control-plane binaries: built once per version into ~/.cache/ringmaster (hack/cluster-tools.sh).
 BIN_DIR = $(shell bash hack/cluster-tools.sh)
 
-.PHONY: help install tools cluster-up cluster-down demo test test-unit test-e2e lint format bench-engine crds
+.PHONY: help install tools cluster-up cluster-down demo test test-unit test-e2e lint format bench-engine bench-scale crds
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -47,6 +47,9 @@ format:  ## apply ruff's formatting and safe fixes
 
 bench-engine:  ## the engine's speed: evaluations per second, one plan's latency, import time
 	$(PYTHON) benchmarks/bench_engine.py
+
+bench-scale:  ## the operator on 2000 simulated A100 hosts with 300 gangs (about 10 minutes)
+	RINGMASTER_BIN_DIR=$(BIN_DIR) $(PYTHON) benchmarks/bench_scale.py
 
 crds:  ## regenerate crds/ and docs/api.md from the API models, and the chart's copy of crds/
 	ringmaster crds --output-dir crds --reference docs/api.md
