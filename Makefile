@@ -10,7 +10,7 @@ BIN_DIR = $(shell bash hack/cluster-tools.sh)
 .PHONY: help install tools cluster-up cluster-down demo test test-unit test-e2e lint format bench-engine bench-scale crds
 
 help:  ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 install:  ## install the package and its test tools into the current Python
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[test]'
