@@ -103,3 +103,23 @@ def test_gpu_feature_discovery_labels_alone_identify_the_accelerator():
     identity = L.pool_identity({L.GFD_GPU_PRODUCT: "NVIDIA-A100-SXM4-40GB"})
     assert identity.accelerator == "nvidia-tesla-a100"
     assert identity.pool is None
+
+
+def test_a_cluster_with_an_exited_component_is_not_healthy(tmp_path, monkeypatch):
+    """kwokctl does not restart a component that exits; `cluster up` must notice and recreate."""
+    import os
+    import subprocess
+
+    from ringmaster.localcluster.cluster import Binaries, LocalCluster
+
+    monkeypatch.setenv("RINGMASTER_CACHE_DIR", str(tmp_path))
+    cluster = LocalCluster(Binaries(tmp_path), "probe")
+    pids = cluster.kubeconfig.parent / "pids"
+    pids.mkdir(parents=True)
+    assert not cluster.components_alive()  # nothing started
+    (pids / "etcd.pid").write_text(str(os.getpid()))
+    assert cluster.components_alive()
+    exited = subprocess.Popen(["true"])
+    exited.wait()
+    (pids / "kube-controller-manager.pid").write_text(str(exited.pid))
+    assert not cluster.components_alive()

@@ -23,6 +23,19 @@ from pathlib import Path
 from ringmaster.localcluster.pools import node_list
 
 DEFAULT_NAME = "ringmaster"
+# One controller-manager and one scheduler need no leader election, and with it they exit when a
+# loaded machine delays a lease renewal (nothing restarts them here): seen under the scale bench.
+KWOKCTL_CONFIGURATION = """\
+apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokctlConfiguration
+componentsPatches:
+- name: kube-controller-manager
+  extraArgs:
+  - {key: leader-elect, value: "false"}
+- name: kube-scheduler
+  extraArgs:
+  - {key: leader-elect, value: "false"}
+"""
 COMPONENT_BINARIES = {
     "--etcd-binary": "etcd",
     "--kube-apiserver-binary": "kube-apiserver",
@@ -134,8 +147,19 @@ class LocalCluster:
     def exists(self) -> bool:
         return self.kubeconfig.exists()
 
+    def components_alive(self) -> bool:
+        """Every component kwokctl started still runs. kwokctl does not restart them, as a
+        kubelet would restart a static pod, so one that exited leaves a broken cluster."""
+        pid_files = list((self.kubeconfig.parent / "pids").glob("*.pid"))
+        for pid_file in pid_files:
+            try:
+                os.kill(int(pid_file.read_text().strip()), 0)
+            except (OSError, ValueError):
+                return False
+        return bool(pid_files)
+
     def is_healthy(self) -> bool:
-        if not self.exists():
+        if not self.exists() or not self.components_alive():
             return False
         return self.kubectl("get", "--raw", "/readyz", check=False).returncode == 0
 
@@ -154,9 +178,10 @@ class LocalCluster:
         version = self.binaries.kube_version()
         with tempfile.TemporaryDirectory() as tmp:
             config = Path(tmp) / "kwokctl-stages.yaml"
-            config.write_text(
-                "\n---\n".join(p.read_text() for p in self.binaries.stage_files()), encoding="utf-8"
-            )
+            documents = [KWOKCTL_CONFIGURATION] + [
+                p.read_text() for p in self.binaries.stage_files()
+            ]
+            config.write_text("\n---\n".join(documents), encoding="utf-8")
             flags = [f"{flag}={self.binaries.path(b)}" for flag, b in COMPONENT_BINARIES.items()]
             _log(f"creating cluster {self.name!r} (Kubernetes {version}, kwok binary runtime)")
             start = time.monotonic()
