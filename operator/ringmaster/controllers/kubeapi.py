@@ -60,13 +60,6 @@ class KubeApi:
             raise
         return True
 
-    async def delete_pod(self, namespace: str, name: str) -> None:
-        try:
-            await asyncio.to_thread(self.core.delete_namespaced_pod, name, namespace)
-        except ApiException as error:
-            if error.status != 404:
-                raise
-
     async def patch_status(
         self, plural: str, namespace: str, name: str, status: dict[str, Any]
     ) -> str | None:

@@ -352,6 +352,8 @@ def reconcile_training(
         accelerator_resource=_accelerator_resource(spec),
         machine_type=pool.identity.instance_type,
     )
+    # What one worker asks of a node: every fit check below needs it, and it is the same pod.
+    one_worker = pod_requests(worker_pod(job.name, job.namespace, spec, placement, 0, attempt))
     uses_reducers = plan.get("strategy") == REDUCTION_SERVER
     status.reduction_server_pool = reducer_pool_name if uses_reducers else None
     if uses_reducers and settings.pool_name is None:
@@ -363,7 +365,7 @@ def reconcile_training(
             fit = gang_fits(
                 pool,
                 capacity.used,
-                pod_requests(worker_pod(job.name, job.namespace, spec, placement, 0, attempt)),
+                one_worker,
                 spec.workers,
                 promised=capacity.promised.get(pool.name, ()),
                 one_per_node=placement.accelerator_resource == "google.com/tpu",
@@ -391,8 +393,7 @@ def reconcile_training(
             decision.reducers_asked = (settings.machine_type, wanted)
         decision.apply.append(owned_reducer_pool(job.name, settings, wanted))
         if waiting:  # keep the workers' room while the reducers start
-            sample = worker_pod(job.name, job.namespace, spec, placement, 0, attempt)
-            decision.held = (pool.name, pod_requests(sample))
+            decision.held = (pool.name, one_worker)
     reducer_problem = None
     if uses_reducers:
         reducer_problem = _reducer_problem(settings.pool_name, reducers, job.namespace)
@@ -480,11 +481,10 @@ def reconcile_training(
                 decision.events.append(Event("Normal", reason, message))
             decision.requeue_after = SOON_SECONDS
             return decision
-        sample = worker_pod(job.name, job.namespace, spec, placement, 0, attempt)
         fit = gang_fits(
             pool,
             capacity.used,
-            pod_requests(sample),
+            one_worker,
             spec.workers,
             promised=capacity.promised.get(pool.name, ()),
             one_per_node=placement.accelerator_resource == "google.com/tpu",
@@ -520,11 +520,10 @@ def reconcile_training(
     if missing and (admitted is None or admitted.status != "True"):
         # A partial gang that was never recorded as admitted (the operator stopped while
         # creating it): the missing workers must fit now, or the partial gang is released.
-        sample = worker_pod(job.name, job.namespace, spec, placement, 0, attempt)
         fit = gang_fits(
             pool,
             capacity.used,
-            pod_requests(sample),
+            one_worker,
             len(missing),
             promised=capacity.promised.get(pool.name, ()),
             one_per_node=placement.accelerator_resource == "google.com/tpu",

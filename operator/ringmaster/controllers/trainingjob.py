@@ -330,8 +330,9 @@ class TrainingController(Controller):
             kopf.append_owner_reference(obj, owner=as_body(body))
         # A gang's pods at once: one by one, a large gang spends seconds in round trips.
         await asyncio.gather(*(self.api.create(namespace, obj) for obj in decision.create))
-        for pod in decision.delete:
-            await self.api.delete_pod(namespace, pod)
+        await asyncio.gather(
+            *(self.api.delete_object(namespace, "Pod", pod) for pod in decision.delete)
+        )
         await self.write_status(namespace, name, current, decision.status.to_k8s())
         for event in decision.events:
             self.post(body, event.type, event.reason, event.message)
