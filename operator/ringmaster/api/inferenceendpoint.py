@@ -6,7 +6,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from ringmaster.api.accelerators import (
     CEL_HOST_SHAPES,
@@ -140,9 +140,7 @@ class InferenceEndpointPhase(StrEnum):
 
 
 class InferencePlan(StatusModel):
-    """The engine's sizing. Fields not listed here are kept (the engine may report more)."""
-
-    model_config = ConfigDict(extra="allow")
+    """The engine's sizing. Every field is declared: what is not here is not in status."""
 
     batch_size: int | None = None
     """Batch size chosen (at most maxBatchSize)."""
@@ -157,6 +155,12 @@ class InferencePlan(StatusModel):
     bottleneck: str | None = None
     """``compute`` or ``memory`` (roofline), or ``latency``."""
     cost_per_hour_usd: float | None = Field(default=None, alias="costPerHourUSD")
+    target_requests_per_second: float | None = None
+    """The target the plan was made for (spec.slo.targetRequestsPerSecond)."""
+    saturation_requests_per_second: float | None = None
+    """Predicted throughput of one replica at the chosen batch size with no latency bound."""
+    machine_type: str | None = None
+    precision: str | None = None
 
 
 class InferenceEndpointStatus(StatusModel):

@@ -6,9 +6,9 @@ Pure functions the controllers call (:func:`plan_training`, :func:`plan_inferenc
 
 from ringmaster.planning.plans import (
     CATALOG_ENV,
-    InferencePlan,
+    InferenceReport,
     PlanError,
-    TrainingPlan,
+    TrainingReport,
     active_catalog,
     inference_inputs,
     plan_inference,
@@ -18,9 +18,9 @@ from ringmaster.planning.plans import (
 
 __all__ = [
     "CATALOG_ENV",
-    "InferencePlan",
+    "InferenceReport",
     "PlanError",
-    "TrainingPlan",
+    "TrainingReport",
     "active_catalog",
     "inference_inputs",
     "plan_inference",

@@ -23,9 +23,9 @@ from typing import Any
 from ringmaster.engine.hardware import Catalog
 from ringmaster.planning import render
 from ringmaster.planning.plans import (
-    InferencePlan,
+    InferenceReport,
     PlanError,
-    TrainingPlan,
+    TrainingReport,
     _sig,
     _strategy_json,
     active_catalog,
@@ -140,7 +140,7 @@ def _sweep_output(
     if len(targets) != 1:
         raise _Usage("--sweep: the file must hold exactly one TrainingJob or InferenceEndpoint")
     m, plan = targets[0]
-    if isinstance(plan, TrainingPlan):
+    if isinstance(plan, TrainingReport):
         tpoints = sweep_training(training_inputs(m.spec), sweep, catalog)
         if plot:
             _plot_training(plot, m.name, sweep.field, tpoints)
@@ -172,7 +172,7 @@ def _sweep_output(
     if fmt == "json":
         pts = []
         for v, p in ipoints:
-            d = InferencePlan(m.name, m.namespace, str(m.spec.precision), p).to_json()
+            d = InferenceReport(m.name, m.namespace, str(m.spec.precision), p).to_json()
             pts.append({sweep.field: v, **{k: d[k] for k in list(d)[2:]}})
         return json.dumps(
             {"kind": m.kind, "name": m.name, "sweep": {"field": sweep.field, "points": pts}},
@@ -240,9 +240,9 @@ def _render(plans: list[Any], catalog: Catalog, fmt: str) -> str:
         return json.dumps(docs[0] if len(docs) == 1 else docs, indent=2)
     blocks = []
     for m, plan in plans:
-        if isinstance(plan, TrainingPlan):
+        if isinstance(plan, TrainingReport):
             blocks.append(render.render_training(plan))
-        elif isinstance(plan, InferencePlan):
+        elif isinstance(plan, InferenceReport):
             blocks.append(render.render_inference(plan))
         else:
             blocks.append(_pool_text(m, catalog))

@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ringmaster.api import TrainingPlan
 from ringmaster.engine.hardware import (
     DEFAULT_CATALOG,
     Catalog,
@@ -109,7 +110,7 @@ def _strategy_json(p: StrategyPrediction) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class TrainingPlan:
+class TrainingReport:
     name: str
     namespace: str | None
     prediction: TrainingPrediction
@@ -136,6 +137,34 @@ class TrainingPlan:
             "gradientBytes": _sig(p.gradient_bytes),
             "notes": list(p.notes),
         }
+
+    def to_status(self) -> TrainingPlan:
+        """The chosen strategy's figures in the shape of a TrainingJob's ``status.plan``."""
+        p = self.prediction
+        chosen = self.chosen
+        rule = p.strategies.get(REDUCTION_SERVER)
+        uses_reducers = chosen.name == REDUCTION_SERVER
+        return TrainingPlan(
+            strategy=p.chosen_strategy,
+            step_seconds=_sig(chosen.step_seconds),
+            compute_seconds=_sig(chosen.compute_seconds),
+            communication_seconds=_sig(chosen.communication_seconds),
+            samples_per_second=_sig(chosen.samples_per_second),
+            bus_bandwidth_gbps=_sig(chosen.bus_bandwidth_gbps),
+            bottleneck=chosen.bottleneck,
+            machine_type=p.machine_type,
+            reducers=chosen.reducers if uses_reducers else None,
+            reducer_machine_type=chosen.reducer_machine_type if uses_reducers else None,
+            # The bandwidth rule's count: what a pool sized by its jobs gives this one.
+            reducers_wanted=rule.vertex_reducers if rule else None,
+            cost_optimal_reducers=rule.cost_optimal_reducers if rule else None,
+            cost_per_hour_usd=_sig(chosen.cost_per_hour_usd),
+            alternatives={
+                name: step
+                for name, strategy in p.strategies.items()
+                if (step := _sig(strategy.step_seconds)) is not None
+            },
+        )
 
 
 def training_inputs(
@@ -212,18 +241,18 @@ def plan_training(
     name: str = "",
     namespace: str | None = None,
     catalog: Catalog | None = None,
-) -> TrainingPlan:
+) -> TrainingReport:
     """What the operator decides for a TrainingJob: both strategies, the choice, the reducers."""
     inputs = training_inputs(spec, machine_type, reducers)
     prediction = predict_training_inputs(inputs, catalog or active_catalog())
-    return TrainingPlan(name=name, namespace=namespace, prediction=prediction)
+    return TrainingReport(name=name, namespace=namespace, prediction=prediction)
 
 
 # --- inference -----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class InferencePlan:
+class InferenceReport:
     name: str
     namespace: str | None
     precision: Any
@@ -286,11 +315,11 @@ def plan_inference(
     name: str = "",
     namespace: str | None = None,
     catalog: Catalog | None = None,
-) -> InferencePlan:
+) -> InferenceReport:
     """Batch size, replicas, p99 and cost for an InferenceEndpoint."""
     inputs = inference_inputs(spec)
     prediction = predict_inference_inputs(inputs, catalog or active_catalog())
-    return InferencePlan(
+    return InferenceReport(
         name=name, namespace=namespace, precision=inputs.precision, prediction=prediction
     )
 
@@ -299,9 +328,9 @@ __all__ = [
     "CATALOG_ENV",
     "REDUCTION_SERVER",
     "RING",
-    "InferencePlan",
+    "InferenceReport",
     "PlanError",
-    "TrainingPlan",
+    "TrainingReport",
     "active_catalog",
     "inference_inputs",
     "plan_inference",

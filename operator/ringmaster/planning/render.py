@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from ringmaster.engine.inference import InferencePrediction
 from ringmaster.engine.training import REDUCTION_SERVER, RING, TrainingPrediction
-from ringmaster.planning.plans import InferencePlan, TrainingPlan
+from ringmaster.planning.plans import InferenceReport, TrainingReport
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> str:
@@ -36,7 +36,7 @@ def _size(nbytes: float) -> str:
     return f"{nbytes / 1e9:.3g} GB" if nbytes >= 1e9 else f"{nbytes / 1e6:.3g} MB"
 
 
-def render_training(plan: TrainingPlan) -> str:
+def render_training(plan: TrainingReport) -> str:
     p = plan.prediction
     src = {"measured": "computeSecondsPerStep", "roofline": "flopsPerSample roofline"}.get(
         p.compute_source, "none given"
@@ -102,7 +102,7 @@ def _p99_ms(p: InferencePrediction) -> float | None:
     return None if p.p99_latency_seconds is None else p.p99_latency_seconds * 1e3
 
 
-def render_inference(plan: InferencePlan) -> str:
+def render_inference(plan: InferenceReport) -> str:
     p: InferencePrediction = plan.prediction
     lines = [
         f"InferenceEndpoint {plan.name}: {plan.precision} on {p.machine_type}",
