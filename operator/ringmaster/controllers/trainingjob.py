@@ -50,7 +50,7 @@ from ringmaster.api import (
     TrainingJobStatus,
     TrainingPlan,
 )
-from ringmaster.controllers.base import Controller, Key, as_body, controller_for, snapshot
+from ringmaster.controllers.base import Controller, Key, as_body, snapshot
 from ringmaster.controllers.cluster_state import pod_facts
 from ringmaster.controllers.kubeapi import KubeApi
 from ringmaster.controllers.reporting import Conditions
@@ -220,6 +220,17 @@ class TrainingController(Controller):
             self.queue.add(facts.job)
         self.wake()
 
+    def reducer_pool_event(self, namespace: str, name: str, meta: Mapping[str, Any]) -> None:
+        """A reducer pool changed: the jobs that use it plan and admit with its real state."""
+        for ref in meta.get("ownerReferences") or []:
+            if ref.get("kind") == self.kind:
+                self.queue.add((namespace, str(ref["name"])))
+        for (job_namespace, job_name), store in self.objects().items():
+            if job_namespace == namespace and any(
+                (b.get("status") or {}).get("reductionServerPool") == name for b in store
+            ):
+                self.queue.add((job_namespace, job_name))
+
     def priority_class_event(self, event: str | None, name: str, body: Mapping[str, Any]) -> None:
         if event == "DELETED":
             self.snapshot.remove_priority_class(name)
@@ -347,10 +358,6 @@ class TrainingController(Controller):
         )
         for event in decision.events:
             self.post(body, event.type, event.reason, event.message)
-        pool = decision.status.reduction_server_pool
-        reducers = controller_for("ReductionServerPool")
-        if pool and reducers is not None:
-            reducers.queue.add((namespace, pool))  # the pool sizes itself from its jobs
         if decision.delete_job:
             self.post(body, "Normal", "Expired", "ttlSecondsAfterFinished passed: deleting it")
             await self.api.delete_custom(PLURAL, namespace, name)
@@ -477,3 +484,10 @@ async def priority_class_changed(
     type: str | None, name: str, body: kopf.Body, **kwargs: Any
 ) -> None:
     _controller(kwargs).priority_class_event(type, name, body)
+
+
+@kopf.on.event(GROUP, VERSION, "reductionserverpools")
+async def reducer_pool_changed(
+    namespace: str | None, name: str, meta: kopf.Meta, **kwargs: Any
+) -> None:
+    _controller(kwargs).reducer_pool_event(namespace or "", name, meta)
