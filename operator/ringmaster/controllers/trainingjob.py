@@ -38,6 +38,7 @@ from ringmaster.admission.cycle import (
     QueueingRule,
     QueueingSettings,
     Verdict,
+    Wait,
     WaitingGang,
     admission_cycle,
     promise_for,
@@ -77,6 +78,8 @@ BYPASS_LIMIT_ENV = "RINGMASTER_BYPASS_LIMIT_SECONDS"
 # At most one admission cycle this often: events arrive in bursts (a gang's pods, a node pool
 # coming up), and one cycle after the burst decides as well as one per event.
 CYCLE_SECONDS = 0.2
+# A waiting job's "N fit now" is rewritten at most this often while room churns.
+WAIT_REFRESH_SECONDS = 5.0
 
 
 def queueing_settings() -> QueueingSettings:
@@ -179,6 +182,7 @@ class TrainingController(Controller):
         self.waiting: dict[Key, WaitingGang] = {}
         self.verdicts: dict[Key, Verdict] = {}  # decided by a cycle, not yet acted on
         self.delivered: dict[Key, Verdict] = {}  # the last verdict each job acted on
+        self.delivered_at: dict[Key, dt.datetime] = {}
         self.wake_cycle = asyncio.Event()
         self.cycle_task: asyncio.Task[None] | None = None
         self._last_cycle: tuple[int, int] | None = None
@@ -271,10 +275,23 @@ class TrainingController(Controller):
                 self.snapshot.promise(promise_for(verdict.key, gang.attempt, verdict.option))
                 self.verdicts[verdict.key] = verdict
                 self.queue.add(verdict.key)
-            elif self.delivered.get(verdict.key) != verdict:
+            elif self._worth_writing(verdict, now):
                 self.verdicts[verdict.key] = verdict
                 self.queue.add(verdict.key)
         self._last_cycle = (self.snapshot.version, self._queue_version)
+
+    def _worth_writing(self, verdict: Verdict, now: dt.datetime) -> bool:
+        """A new reason at once; new numbers for the same reason at most every
+        WAIT_REFRESH_SECONDS (capacity churn would otherwise rewrite every waiting job)."""
+        before = self.delivered.get(verdict.key)
+        if before == verdict:
+            return False
+        if not isinstance(before, Wait) or not isinstance(verdict, Wait):
+            return True
+        if before.reason != verdict.reason:
+            return True
+        since = self.delivered_at.get(verdict.key)
+        return since is None or (now - since).total_seconds() >= WAIT_REFRESH_SECONDS
 
     # ------------------------------------------------------------ one job
 
@@ -323,6 +340,7 @@ class TrainingController(Controller):
     def _admission_bookkeeping(self, key: Key, verdict: Verdict | None, decision: Decision) -> None:
         if verdict is not None:
             self.delivered[key] = verdict
+            self.delivered_at[key] = dt.datetime.now(dt.UTC)
         if decision.promise is not None:
             self.snapshot.promise(decision.promise)
         elif decision.release or isinstance(verdict, Admit):
@@ -335,6 +353,7 @@ class TrainingController(Controller):
         elif self.waiting.pop(key, None) is not None:
             self._queue_version += 1
             self.delivered.pop(key, None)
+            self.delivered_at.pop(key, None)
 
     async def _apply(
         self,
@@ -409,6 +428,7 @@ class TrainingController(Controller):
         self.snapshot.release(key)
         self.verdicts.pop(key, None)
         self.delivered.pop(key, None)
+        self.delivered_at.pop(key, None)
         if self.waiting.pop(key, None) is not None:
             self._queue_version += 1
         self.wake()
