@@ -318,13 +318,19 @@ class TrainingController(Controller):
             return None
         pods = list(self.indexes["ringmaster_worker_pods"].get(key, []))
         verdict = self.verdicts.pop(key, None)
-        decision = reconcile_training(
-            JobView(name, namespace, generation, spec, status, _created(body)),
-            pods,
-            World(self.snapshot.pools(), self.reducer_pools(namespace), verdict),
-            dt.datetime.now(dt.UTC).replace(microsecond=0),
-            self.planner,
-        )
+        try:
+            decision = reconcile_training(
+                JobView(name, namespace, generation, spec, status, _created(body)),
+                pods,
+                World(self.snapshot.pools(), self.reducer_pools(namespace), verdict),
+                dt.datetime.now(dt.UTC).replace(microsecond=0),
+                self.planner,
+            )
+        except Exception:
+            if isinstance(verdict, Admit):  # admitted, and nothing recorded: decide again
+                self.snapshot.release(key)
+                self.wake()
+            raise
         self._admission_bookkeeping(key, verdict, decision)
         try:
             await self._apply(namespace, name, body, current, decision)
@@ -343,8 +349,9 @@ class TrainingController(Controller):
             self.delivered_at[key] = dt.datetime.now(dt.UTC)
         if decision.promise is not None:
             self.snapshot.promise(decision.promise)
-        elif decision.release or isinstance(verdict, Admit):
-            self.snapshot.release(key)  # done, or the job changed since the cycle admitted it
+        elif decision.release or decision.waiting is not None or isinstance(verdict, Admit):
+            # Done, waiting (a waiting job holds nothing), or changed since the cycle admitted it.
+            self.snapshot.release(key)
         if decision.waiting is not None:
             if self.waiting.get(key) != decision.waiting:
                 self.waiting[key] = decision.waiting
