@@ -311,7 +311,8 @@ def main() -> int:
         print(f"jobs_submitted                  {args.jobs} x {args.workers} workers")
         print(f"jobs_admitted                   {admitted} (room for {fits} whole gangs)")
         print(f"partial_gangs                   {len(partial)} {partial[:5]}")
-        print(f"seconds_until_all_decided       {decided_at}")
+        decided_text = f"{decided_at:.1f}" if decided_at is not None else "not all decided"
+        print(f"seconds_until_all_decided       {decided_text}")
         print(f"operator_seconds_to_all_running {operator_seconds:.1f}")
         for q in (0.5, 0.99):
             value = histogram_quantile(metrics, "ringmaster_reconcile_duration_seconds", q)
