@@ -95,6 +95,16 @@ def p99_latency(batch: ArrayLike, batch_seconds: ArrayLike, arrival_rate: ArrayL
     return np.where(rho < 1.0, t + wait, np.inf)
 
 
+def tail_wait(service_seconds: ArrayLike, utilisation: ArrayLike) -> F64:
+    """The LATENCY_PERCENTILE of the wait in an M/D/1 queue of deterministic service ``s`` at
+    utilisation rho: s / (2(1 - rho)) * ln(100 rho)+ (module docstring); infinite at rho >= 1."""
+    s = _f(service_seconds)
+    rho = _f(utilisation)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        wait = s / (2.0 * (1.0 - rho)) * np.maximum(0.0, _TAIL + np.log(np.maximum(rho, 1e-300)))
+    return np.where(rho < 1.0, wait, np.inf)
+
+
 def max_rate_within(batch: ArrayLike, batch_seconds: ArrayLike, latency_target: ArrayLike) -> F64:
     """The highest arrival rate a replica serves with p99 <= target and utilisation <=
     MAX_SERVING_UTILISATION; 0 where even an idle replica misses the target. p99 rises with
