@@ -14,7 +14,8 @@ step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 step "local cluster (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok)"
 # Room for every example at once: two 8-host BERT gangs and a serving replica on the A100 pool,
-# 25 + 16 reducers on the CPU pool (one per host).
+# 25 + 16 reducers on the CPU pool (one per host); the LLM examples fit the default
+# a100-ultragpu-8g (4 hosts: 6 x 4 + 2 x 1 GPUs) and h100-highgpu-8g (1 host: 2 x 1) pools.
 ringmaster cluster up --pool a100-highgpu-8g=20 --pool reducers=48
 KUBECONFIG=$(ringmaster cluster kubeconfig)
 export KUBECONFIG

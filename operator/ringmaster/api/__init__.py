@@ -33,8 +33,10 @@ from ringmaster.api.inferenceendpoint import (
     InferenceEndpointStatus,
     InferenceModel,
     InferencePlan,
+    KvCachePrecision,
     Precision,
     Slo,
+    TokenLengths,
 )
 from ringmaster.api.manifest import (
     RESOURCES,
@@ -96,6 +98,7 @@ __all__ = [
     "InferenceEndpointStatus",
     "InferenceModel",
     "InferencePlan",
+    "KvCachePrecision",
     "ManifestError",
     "ParsedManifest",
     "PodMetadata",
@@ -111,6 +114,7 @@ __all__ = [
     "RunPolicy",
     "Slo",
     "Strategy",
+    "TokenLengths",
     "TrainingAccelerator",
     "TrainingJobPhase",
     "TrainingJobSpec",

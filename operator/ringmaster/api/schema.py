@@ -100,6 +100,10 @@ def _convert(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
             node[bound] = node[exclusive]
             node[exclusive] = True
 
+    # A one-value Literal (``type: Literal["Transformer"]``) is JSON Schema's const: an enum of one.
+    if "const" in node:
+        node["enum"] = [node.pop("const")]
+
     if "properties" in node:
         node["type"] = "object"
         node["properties"] = {k: _convert(v, defs) for k, v in node["properties"].items()}

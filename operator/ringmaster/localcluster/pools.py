@@ -64,6 +64,27 @@ POOLS: tuple[PoolTemplate, ...] = (
         accelerators_per_node=16,
         gpu_product="NVIDIA-A100-SXM4-40GB",
     ),
+    # LLM serving: A100-80GB and H100 hosts (A2 Ultra, A3 High), room for the LLM examples.
+    PoolTemplate(
+        name="a100-ultragpu-8g",
+        instance_type="a2-ultragpu-8g",
+        vcpus=96,
+        memory_gib=1360,
+        default_size=4,
+        accelerator="nvidia-a100-80gb",
+        accelerators_per_node=8,
+        gpu_product="NVIDIA-A100-SXM4-80GB",
+    ),
+    PoolTemplate(
+        name="h100-highgpu-8g",
+        instance_type="a3-highgpu-8g",
+        vcpus=208,
+        memory_gib=1872,
+        default_size=1,
+        accelerator="nvidia-h100-80gb",
+        accelerators_per_node=8,
+        gpu_product="NVIDIA-H100-80GB-HBM3",
+    ),
     PoolTemplate(
         name="t4-serving",
         instance_type="n1-standard-8",
