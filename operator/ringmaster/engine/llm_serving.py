@@ -47,6 +47,7 @@ The constants are fitted on named published points and checked on the rest
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -340,41 +341,75 @@ def sustainable_rate(
     cap = _f(max_utilization) * saturation
     ttft = _f(ttft_target)
     tpot = _f(tpot_target)
-    shape = np.broadcast_shapes(cap.shape, ttft.shape, tpot.shape, _f(input_p99).shape)
-    lo = np.zeros((2, *shape))
-    hi = np.broadcast_to(np.minimum(fits, cap), (2, *shape)).copy()
+    prompt_p99 = _f(input_p99)
+    shape = np.broadcast_shapes(cap.shape, ttft.shape, tpot.shape, prompt_p99.shape)
+    top = np.broadcast_to(np.minimum(fits, cap), shape)
 
-    def ok(rate: F64) -> NDArray[np.bool_]:
-        # The search stays below the saturation rate, where tau is finite.
-        first, second = rate[0], rate[1]
-        ttft_ok = _ttft_p99(terms, first, _mean_step(terms, first)[0], input_p99) <= ttft
-        tpot_ok = _tpot_p99(terms, second, _mean_step(terms, second)[0]) <= tpot
-        return np.stack([ttft_ok, tpot_ok])
-
-    whole = ok(hi)
-    # Bracket refinement: each round evaluates k rates inside every bracket at once. One
-    # configuration (a plan) takes a few rounds of many points, a grid takes many rounds of one.
-    k, rounds = (_GRID_POINTS, _GRID_ROUNDS) if shape == () else (1, _BISECTION_STEPS)
-    fractions = np.arange(1.0, k + 1.0) / (k + 1.0)
-    for _ in range(rounds):
-        rates = lo[..., None] + (hi - lo)[..., None] * fractions
-        if k == 1:
-            good = ok(rates[..., 0])[..., None]
-        else:
-            good = ok(rates.reshape(2, -1)).reshape(rates.shape)  # monotone: a good prefix
-        count = good.sum(axis=-1)
-        last = np.take_along_axis(rates, np.maximum(count - 1, 0)[..., None], axis=-1)[..., 0]
-        first = np.take_along_axis(rates, np.minimum(count, k - 1)[..., None], axis=-1)[..., 0]
-        lo, hi = np.where(count > 0, last, lo), np.where(count < k, first, hi)
-    limits = np.concatenate(
-        [
-            np.where(whole, np.inf, lo),
-            np.broadcast_to(fits, (1, *shape)),
-            np.broadcast_to(cap, (1, *shape)),
-        ]
+    # The steady state's coefficients, once (the search evaluates them many times). Below the
+    # saturation rate both roofline branches have slope < 1, so tau is finite: no guards.
+    t = terms
+    fixed = t.overhead + t.allreduce_base
+    ar = t.allreduce_per_token
+    tokens = t.output_tokens + t.input_tokens
+    slope_c = (
+        tokens * ar
+        + t.output_tokens * t.decode_compute_per_token
+        + (t.input_tokens * t.prefill_compute_per_token)
     )
-    binding = np.argmin(limits, axis=0)
-    return SustainableRate(np.min(limits, axis=0), binding.astype(np.int64), saturation)
+    slope_m = tokens * ar + t.output_tokens * t.kv_read_per_sequence
+    with_weights = fixed + t.weights_read
+    service = t.input_tokens * t.prefill_compute_per_token
+
+    def step(n: F64, p: F64) -> F64:
+        compute = n * t.decode_compute_per_token + p * t.prefill_compute_per_token
+        return (
+            fixed + (n + p) * ar + np.maximum(compute, t.weights_read + n * t.kv_read_per_sequence)
+        )
+
+    def tau_of(lam: F64) -> F64:
+        return np.maximum(fixed / (1.0 - lam * slope_c), with_weights / (1.0 - lam * slope_m))
+
+    def ttft_ok(lam: F64) -> NDArray[np.bool_]:
+        tau = tau_of(lam)
+        carrying = step(lam * t.output_tokens * tau, prompt_p99)
+        return tau + carrying + tail_wait(service, lam * service) <= ttft
+
+    def tpot_ok(lam: F64) -> NDArray[np.bool_]:
+        tau = tau_of(lam)
+        n = lam * t.output_tokens * tau
+        return step(n + _Z99 * np.sqrt(n), lam * t.input_tokens * tau) <= tpot
+
+    limits = [_largest_ok(ttft_ok, top), _largest_ok(tpot_ok, top)]
+    stacked = np.stack([*limits, np.broadcast_to(fits, shape), np.broadcast_to(cap, shape)])
+    binding = np.argmin(stacked, axis=0)
+    return SustainableRate(np.min(stacked, axis=0), binding.astype(np.int64), saturation)
+
+
+def _largest_ok(ok: Callable[[F64], NDArray[np.bool_]], top: F64) -> F64:
+    """The largest rate in [0, top] where ``ok`` holds (it holds at 0 or nowhere, and fails
+    from some rate on); infinite where it holds at ``top`` (this constraint does not bind).
+    One configuration: a few rounds of many points; a grid: a bisection of all at once."""
+    whole = ok(top)
+    lo = np.zeros_like(top)
+    hi = np.array(top, dtype=np.float64)
+    if top.shape == ():
+        fractions = np.arange(1.0, _GRID_POINTS + 1.0) / (_GRID_POINTS + 1.0)
+        low, high = 0.0, float(hi)
+        for _ in range(_GRID_ROUNDS):
+            rates = low + (high - low) * fractions
+            count = int(np.count_nonzero(ok(rates)))  # monotone: a good prefix
+            low, high = (
+                float(rates[count - 1]) if count else low,
+                float(rates[count]) if count < _GRID_POINTS else high,
+            )
+        lo = np.asarray(low)
+    else:
+        for _ in range(_BISECTION_STEPS):
+            mid = 0.5 * (lo + hi)
+            good = ok(mid)
+            lo = np.where(good, mid, lo)
+            hi = np.where(good, hi, mid)
+    return np.where(whole, np.inf, lo)
 
 
 # --- the scalar path ----------------------------------------------------------------------------
