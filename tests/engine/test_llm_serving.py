@@ -152,6 +152,16 @@ def test_the_sustainable_rate_meets_both_targets_and_the_cache():
     assert p.max_model_len == 8192
 
 
+def test_max_num_seqs_is_the_largest_batch_within_the_tpot_target():
+    terms = L.serving_terms(LLAMA3_8B, H100, 1, H100.peak("fp8"), 1.0, 1.0, 512, 256)
+    for target in (0.005, 0.01, 0.02):
+        b = L.largest_batch_within(terms, target)
+        assert b < int(terms.max_sequences)
+        assert float(L.step_seconds(terms, b, 0)) <= target < float(L.step_seconds(terms, b + 1, 0))
+    assert L.largest_batch_within(terms, 10.0) == int(terms.max_sequences)  # the cache bounds it
+    assert L.largest_batch_within(terms, 1e-6) == 1
+
+
 def test_a_tight_tpot_target_binds_and_says_so():
     p = L.predict_llm_serving(replace(CHAT, tpot_p99_seconds=0.0065))
     assert p.feasible and p.binding == "TPOT target"

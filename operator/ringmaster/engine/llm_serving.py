@@ -231,6 +231,20 @@ def prefill_seconds(terms: ServingTerms, prompt_tokens: ArrayLike) -> F64:
     return step_seconds(terms, 0.0, prompt_tokens)
 
 
+def largest_batch_within(terms: ServingTerms, step_target: float) -> int:
+    """The most sequences one decode step serves within ``step_target``, at most the cache's
+    bound and at least 1. The step is linear in the batch on each roofline branch and must meet
+    the target on both: closed form."""
+    fixed = float(terms.overhead + terms.allreduce_base)
+    ar = float(terms.allreduce_per_token)
+    compute = (step_target - fixed) / (ar + float(terms.decode_compute_per_token))
+    memory = (step_target - fixed - float(terms.weights_read)) / (
+        ar + float(terms.kv_read_per_sequence)
+    )
+    largest = math.floor(min(compute, memory, float(terms.max_sequences)) + 1e-9)
+    return max(1, largest)
+
+
 class SteadyState(NamedTuple):
     step_seconds: F64  # tau, mean step time = mean TPOT
     sequences: F64  # N, mean running sequences
@@ -602,10 +616,7 @@ def predict_llm_serving(
         else:
             reason = f"no rate meets the targets on {tp} x {acc.name} at {precision}"
     # The batch the sizing assumes: the largest whose step meets the TPOT target, within the cache.
-    batches = np.arange(1.0, max(2.0, float(terms.max_sequences)) + 1.0)
-    steps = step_seconds(terms, batches, 0.0)
-    within = batches[(steps <= tpot_t) & (batches <= float(terms.max_sequences))]
-    max_num_seqs = int(within[-1]) if within.size else 1
+    max_num_seqs = largest_batch_within(terms, tpot_t)
 
     if inputs.target_output_tokens_per_second is not None:
         target = inputs.target_output_tokens_per_second / out_mean
