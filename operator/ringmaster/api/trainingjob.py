@@ -122,11 +122,10 @@ _DERIVED = cel_architecture_parameters("self.architecture")
 def _parameters_agree(s: Any) -> bool:
     if s.architecture is None or s.parameters is None:
         return True
+    given = int(s.parameters) * 100
     derived = architecture_parameters(s.architecture)
     tol = PARAMETERS_TOLERANCE_PERCENT
-    return s.parameters * 100 >= derived * (100 - tol) and s.parameters * 100 <= derived * (
-        100 + tol
-    )
+    return derived * (100 - tol) <= given <= derived * (100 + tol)
 
 
 class TrainingModel(SpecModel):
@@ -153,7 +152,10 @@ class TrainingModel(SpecModel):
 
     cel_rules = (
         Rule(
-            cel="has(self.architecture) || has(self.computeSecondsPerStep) != has(self.flopsPerSample)",
+            cel=(
+                "has(self.architecture)"
+                " || has(self.computeSecondsPerStep) != has(self.flopsPerSample)"
+            ),
             message="give exactly one of computeSecondsPerStep and flopsPerSample",
             field_path=".computeSecondsPerStep",
             check=lambda s: (
@@ -162,7 +164,10 @@ class TrainingModel(SpecModel):
             ),
         ),
         Rule(
-            cel="!has(self.architecture) || !has(self.computeSecondsPerStep) || !has(self.flopsPerSample)",
+            cel=(
+                "!has(self.architecture) || !has(self.computeSecondsPerStep)"
+                " || !has(self.flopsPerSample)"
+            ),
             message="give at most one of computeSecondsPerStep and flopsPerSample (with an "
             "architecture, FLOPs are derived)",
             field_path=".flopsPerSample",
@@ -203,16 +208,20 @@ class TrainingModel(SpecModel):
     )
 
 
-AUTO = "Auto"
+AUTO: Literal["Auto"] = "Auto"
 
 
 def _int_or_auto(value: Any) -> int | str:
     value = whole_number(value)
-    if isinstance(value, bool) or not (isinstance(value, int) or value == AUTO):
+    if isinstance(value, bool):
         raise ValueError('must be a positive integer or "Auto"')
-    if isinstance(value, int) and not 1 <= value <= 4096:
-        raise ValueError("must be between 1 and 4096")
-    return value
+    if isinstance(value, int):
+        if not 1 <= value <= 4096:
+            raise ValueError("must be between 1 and 4096")
+        return value
+    if value != AUTO:
+        raise ValueError('must be a positive integer or "Auto"')
+    return AUTO
 
 
 IntOrAuto = Annotated[
@@ -265,7 +274,7 @@ _ARCH = "self.model.architecture"
 
 
 def _auto(v: Any) -> bool:
-    return v == AUTO
+    return bool(v == AUTO)
 
 
 def _degree(v: int | str) -> int:

@@ -21,12 +21,6 @@ from ringmaster.engine.hardware import (
     load_catalog,
 )
 from ringmaster.engine.inference import InferenceInputs, InferencePrediction, predict_inference
-from ringmaster.planning.layouts import (
-    LayoutPlan,
-    layout_json,
-    layout_status,
-    plan_layout,
-)
 from ringmaster.engine.training import (
     DEFAULT_REDUCER_MACHINE,
     REDUCTION_SERVER,
@@ -35,6 +29,12 @@ from ringmaster.engine.training import (
     TrainingInputs,
     TrainingPrediction,
     predict_training,
+)
+from ringmaster.planning.layouts import (
+    LayoutPlan,
+    layout_json,
+    layout_status,
+    plan_layout,
 )
 
 # A file of catalog overrides (YAML or JSON), e.g. a ConfigMap mounted into the operator's pod.
