@@ -573,6 +573,8 @@ class TrainingPlan(StatusModel):
     virtual_pipeline_stages: int | None = None
     fits: bool | None = None
     """Whether the layout fits in the accelerators' memory."""
+    reason: str | None = None
+    """Why it does not fit, with the numbers."""
     tokens_per_second: float | None = None
     mfu: float | None = None
     """Model FLOPs utilisation: model FLOPs per second / the accelerators' dense peak."""
