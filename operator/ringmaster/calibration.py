@@ -283,5 +283,5 @@ def run(args: argparse.Namespace) -> int:
         print(render_table(rows))
         bad = sum(not r.ok for r in rows)
         print(f"{len(rows) - bad} of {len(rows)} within tolerance")
-        print("\n" + llm_calibration.render_llm_section(load_points(path)))
+        print("\n" + llm_calibration.render_llm_section(load_points(path), path))
     return 0 if all(r.ok for r in rows) else 1

@@ -260,8 +260,10 @@ def llm_report(points: Mapping[str, Any]) -> list[LlmRow]:
     return rows
 
 
-def render_llm_section(points: Mapping[str, Any]) -> str:
+def render_llm_section(points: Mapping[str, Any], where: object = "the points file") -> str:
     """The LLM training table for ``ringmaster calibrate``."""
+    if not points.get("llm_training"):
+        return f"LLM training: {where} has no llm_training section (see ../shared/calibration)"
     rows = llm_report(points)
     header = ("point", "setup", "quantity", "published", "predicted", "error", "role", "")
     body = [

@@ -5,9 +5,11 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ringmaster.calibration import SHARED_POINTS
 from ringmaster.engine import llm_training as L
 from ringmaster.engine.efficiency import NCCL_BASE_LATENCY, NVLINK_HOP_LATENCY
 from ringmaster.engine.hardware import DEFAULT_CATALOG
@@ -258,14 +260,27 @@ def test_auto_picks_the_fastest_fitting_layout_it_evaluated(
 # --- calibration ------------------------------------------------------------------------------
 
 
-def test_constants_are_the_fit_of_their_named_points(points):
-    derived = derive_llm_constants(points)
+@pytest.fixture(scope="module")
+def llm_points(points):
+    """The llm_training points: from ../shared/calibration when the copy in tests/engine/data does
+    not hold them yet (the network issue refreshes that copy)."""
+    if points.get("llm_training"):
+        return points
+    if SHARED_POINTS.exists():
+        shared = yaml.safe_load(SHARED_POINTS.read_text())
+        if shared.get("llm_training"):
+            return shared
+    pytest.skip("no llm_training points in tests/engine/data or ../shared/calibration")
+
+
+def test_constants_are_the_fit_of_their_named_points(llm_points):
+    derived = derive_llm_constants(llm_points)
     assert derived["LLM_MATMUL_EFFICIENCY"] == L.LLM_MATMUL_EFFICIENCY
     assert derived["LLM_MATMUL_EFFICIENCY_TPU"] == L.LLM_MATMUL_EFFICIENCY_TPU
 
 
-def test_every_llm_point_is_reported_fitted_apart_from_checked(points):
-    rows = llm_report(points)
+def test_every_llm_point_is_reported_fitted_apart_from_checked(llm_points):
+    rows = llm_report(llm_points)
     assert len(rows) == 10 + 4 + 4
     assert {r.role for r in rows} == {"fitted", "checked"}
     fitted = [r for r in rows if r.role == "fitted"]

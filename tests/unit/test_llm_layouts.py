@@ -15,8 +15,8 @@ import yaml
 from ringmaster.api import ManifestError, TrainingJobSpec, find_condition, parse_manifest
 from ringmaster.api.architecture import architecture_parameters
 from ringmaster.cli import main
-from ringmaster.controllers.trainingjob import status_plan
 from ringmaster.controllers.training_lifecycle import reconcile_training
+from ringmaster.controllers.trainingjob import status_plan
 from ringmaster.manifests.training import LAYOUT_ENV
 from tests.unit.test_api_bad_input import offline_admit
 from tests.unit.test_training_lifecycle import NOW, job, world
@@ -159,9 +159,9 @@ def test_plan_json_has_the_layout_contract(capsys):
     code, out, err = plan(capsys, AUTO, "-o", "json")
     assert code == 0, err
     doc = json.loads(out)
-    assert LAYOUT_KEYS <= set(doc["layout"])
+    assert set(doc["layout"]) >= LAYOUT_KEYS
     assert doc["fits"] is True and doc["reason"] is None
-    assert MEMORY_KEYS <= set(doc["memoryPerAcceleratorBytes"])
+    assert set(doc["memoryPerAcceleratorBytes"]) >= MEMORY_KEYS
     mem = doc["memoryPerAcceleratorBytes"]
     assert mem["total"] <= mem["capacity"]
     assert doc["tokensPerSecond"] > 0 and 0 < doc["mfu"] < 1

@@ -197,8 +197,8 @@ class TrainingModel(SpecModel):
             field_path=".parameters",
             check=_parameters_agree,
             message_expression=(
-                "'parameters ' + string(self.parameters) + ' differs by more than 3% from '"
-                f" + string({_DERIVED}) + ', the count the architecture implies'"
+                "'parameters %d differs by more than 3%% from %d, the count the architecture"
+                f" implies'.format([self.parameters, {_DERIVED}])"
             ),
             message_for=lambda s: (
                 f"parameters {s.parameters} differs by more than 3% from "
@@ -400,8 +400,8 @@ class TrainingJobSpec(SpecModel):
                 or s.model.architecture.attention_heads % int(s.parallelism.tensor) == 0
             ),
             message_expression=(
-                f"'tensor ' + string({_T}) + ' does not divide attentionHeads '"
-                f" + string({_ARCH}.attentionHeads)"
+                "'tensor %s does not divide attentionHeads %d'"
+                f".format([{_T}, {_ARCH}.attentionHeads])"
             ),
             message_for=lambda s: (
                 f"tensor {s.parallelism.tensor} does not divide attentionHeads "
@@ -421,7 +421,7 @@ class TrainingJobSpec(SpecModel):
                 or s.model.architecture.layers % int(s.parallelism.pipeline) == 0
             ),
             message_expression=(
-                f"'pipeline ' + string({_P}) + ' does not divide layers ' + string({_ARCH}.layers)"
+                f"'pipeline %s does not divide layers %d'.format([{_P}, {_ARCH}.layers])"
             ),
             message_for=lambda s: (
                 f"pipeline {s.parallelism.pipeline} does not divide layers "
@@ -442,9 +442,8 @@ class TrainingJobSpec(SpecModel):
                 == 0
             ),
             message_expression=(
-                f"'tensor ' + string({_T}) + ' x pipeline ' + string({_P})"
-                " + ' does not divide the ' + string(self.workers * self.accelerator.perWorker)"
-                " + ' accelerators (workers x perWorker)'"
+                "'tensor %s x pipeline %s does not divide the %d accelerators (workers x"
+                f" perWorker)'.format([{_T}, {_P}, self.workers * self.accelerator.perWorker])"
             ),
             message_for=lambda s: (
                 f"tensor {s.parallelism.tensor} x pipeline {s.parallelism.pipeline} does not "
@@ -467,9 +466,8 @@ class TrainingJobSpec(SpecModel):
                 or s.accelerator.per_worker % int(s.parallelism.tensor) == 0
             ),
             message_expression=(
-                f"'tensor ' + string({_T}) + ' does not divide perWorker '"
-                " + string(self.accelerator.perWorker) + ': tensor parallelism stays within a"
-                " host'"
+                "'tensor %s does not divide perWorker %d: tensor parallelism stays within a host'"
+                f".format([{_T}, self.accelerator.perWorker])"
             ),
             message_for=lambda s: (
                 f"tensor {s.parallelism.tensor} does not divide perWorker "
