@@ -140,6 +140,7 @@ def _megatron(points: Mapping[str, Any], efficiency: float) -> list[tuple[float,
             recompute=L.RECOMPUTE_FULL,
             global_batch=int(r["global_batch"]),
             strategy=L.RING,
+            flash_attention=False,  # 2021: attention scores materialised (FlashAttention: 2022)
         )
         flops = float(L.hardware_flops_per_token(model, L.RECOMPUTE_FULL))
         predicted = flops * float(a.tokens_per_second) / int(r["gpus"]) / 1e12

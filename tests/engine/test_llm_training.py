@@ -128,6 +128,16 @@ def test_tensor_parallel_within_a_host_only():
     assert all(LLAMA_70B.layers % p == 0 for p in grid["pipeline"].tolist())
 
 
+def test_elementwise_time_by_hand():
+    hw = hardware()
+    linear, working = L.activation_bytes_per_layer(LLAMA_7B, 2, 1, L.RECOMPUTE_NONE)
+    linear, _ = L.activation_bytes_per_layer(LLAMA_7B, 2, 1, L.RECOMPUTE_SELECTIVE)
+    flash = float(L.elementwise_seconds(LLAMA_7B, hw, 2, 1, 1, L.RECOMPUTE_NONE))
+    assert flash == pytest.approx(32 * 4 * float(linear) / hw.memory_bandwidth)
+    scores = float(L.elementwise_seconds(LLAMA_7B, hw, 2, 1, 1, L.RECOMPUTE_FULL, False))
+    assert scores == pytest.approx(32 * 6 * float(working) / hw.memory_bandwidth)
+
+
 def test_recompute_flops():
     model = LLAMA_7B
     base = model.training_flops_per_token()

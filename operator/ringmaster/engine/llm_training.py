@@ -21,11 +21,11 @@ Memory per accelerator (bytes), on the heavier of the first and the last pipelin
   fp32 logits, ``4 s b V / t`` (ibid. section 4.3);
 - FRAMEWORK_RESERVE_BYTES (runtime context, communicator buffers, allocator slack).
 
-Step time: each micro-batch costs its stage's FLOPs at peak x LLM_MATMUL_EFFICIENCY plus the
-stage's tensor-parallel collectives and its pipeline sends; a 1F1B pipeline takes
-``(m + (p - 1) / v)`` such slots (the bubble is (p - 1) / (m v) of the work); the data-parallel
-gradient reduction (or reduce-scatter + all-gather under sharding) is then added, less what
-overlaps with computation.
+Step time: each micro-batch costs its stage's FLOPs at peak x LLM_MATMUL_EFFICIENCY, the HBM time
+of its memory-bound (elementwise) kernels, its tensor-parallel collectives and its pipeline
+sends; a 1F1B pipeline takes ``(m + (p - 1) / v)`` such slots (the bubble is (p - 1) / (m v)
+of the work); the data-parallel gradient reduction (or reduce-scatter + all-gather under
+sharding) is then added, less what overlaps with computation.
 
 Every collective goes through the small adapters ``_tensor_parallel_seconds``,
 ``_pipeline_send_seconds`` and ``_data_parallel_seconds``, so a new network model changes one
@@ -45,6 +45,7 @@ from ringmaster.engine import collectives as C
 from ringmaster.engine.efficiency import (
     ICI_EFFICIENCY,
     ICI_HOP_LATENCY,
+    MEMORY_EFFICIENCY,
     NETWORK_HOP_LATENCY,
     NIC_EFFICIENCY,
     NVLINK_EFFICIENCY,
@@ -115,16 +116,26 @@ TP_ALLREDUCES_PER_LAYER = 4
 TP_ALLREDUCES_RECOMPUTE = 2
 
 # Sustained fraction of the dense peak that a transformer's forward and backward matmuls reach
-# in a large-scale training step. Calibrated (ringmaster.llm_calibration, fitted on the Megatron
+# in a large-scale training step (the memory-bound kernels around them are timed apart, at HBM
+# bandwidth: ELEMENTWISE_PASSES). Calibrated (ringmaster.llm_calibration, fitted on the Megatron
 # SC'21 Table 1 rows with tensor parallelism only, the least communication-bound ones): see that
 # module for the fit and for the checked rows; a test keeps this value equal to the fit.
-LLM_MATMUL_EFFICIENCY = 0.478
+LLM_MATMUL_EFFICIENCY = 0.584
 
-# The same for TPUs (XLA on the MXU). Calibrated on the MaxText v5e 16B row (ibid.).
-LLM_MATMUL_EFFICIENCY_TPU = 0.817
+# The same for TPUs (XLA on the MXU, which fuses much of the elementwise work into the matmuls:
+# the fitted value is high). Calibrated on the MaxText v5e 16B row (ibid.).
+LLM_MATMUL_EFFICIENCY_TPU = 0.903
 
 LINK_EFFICIENCY = {"nvlink": NVLINK_EFFICIENCY, "pcie": PCIE_EFFICIENCY, "ici": ICI_EFFICIENCY}
 LINK_HOP_LATENCY = {"nvlink": NVLINK_HOP_LATENCY, "pcie": PCIE_HOP_LATENCY, "ici": ICI_HOP_LATENCY}
+
+# The memory-bound kernels around the matmuls (norms, activation functions, dropout, residual
+# adds, rotary embeddings; softmax too where attention scores are materialised) move each stored
+# activation about this many times per micro-batch: written and read in the forward pass, its
+# gradient written and read in the backward pass. Assumed (no published point isolates it);
+# Full recompute runs the forward pass, two more passes, again.
+ELEMENTWISE_PASSES = 4
+ELEMENTWISE_PASSES_RECOMPUTE = 2
 
 # How many alternatives a search reports.
 ALTERNATIVES = 5
@@ -165,6 +176,7 @@ class LayoutHardware:
     reducer_price: float = 0.0
     reducer_machine_type: str = ""
     machine_type: str = ""
+    memory_bandwidth: float = 0.0  # HBM, achieved, bytes/s (0: elementwise time not modelled)
 
     @property
     def accelerators(self) -> int:
@@ -211,6 +223,7 @@ def layout_hardware(
         reducer_price=reducer_price,
         reducer_machine_type=reducer_machine_type or "",
         machine_type=host.machine.name,
+        memory_bandwidth=acc.memory_bandwidth * MEMORY_EFFICIENCY,
     )
 
 
@@ -377,6 +390,29 @@ def pipeline_bubble_fraction(
     return (_f(pipeline) - 1.0) / (_f(micro_batches) * _f(virtual_stages))
 
 
+def elementwise_seconds(
+    model: Transformer,
+    hw: LayoutHardware,
+    micro_batch: ArrayLike,
+    tensor: ArrayLike,
+    pipeline: ArrayLike,
+    recompute: ArrayLike,
+    flash_attention: bool = True,
+) -> F64:
+    """HBM time of one micro-batch's memory-bound kernels on the busiest stage: the layer's
+    activations (Korthikanti's accounting; the attention scores too unless a fused,
+    FlashAttention-style kernel keeps them on chip) moved ELEMENTWISE_PASSES times."""
+    if hw.memory_bandwidth <= 0:
+        return _f(0.0)
+    linear, _ = activation_bytes_per_layer(model, micro_batch, tensor, RECOMPUTE_SELECTIVE)
+    _, working = activation_bytes_per_layer(model, micro_batch, tensor, RECOMPUTE_NONE)
+    traffic = linear if flash_attention else working
+    passes = ELEMENTWISE_PASSES + np.where(
+        np.asarray(recompute) == RECOMPUTE_FULL, ELEMENTWISE_PASSES_RECOMPUTE, 0
+    )
+    return _f(model.layers / _f(pipeline) * passes * traffic / hw.memory_bandwidth)
+
+
 # --- communication: the one adapter onto the network model ------------------------------------
 
 
@@ -529,6 +565,7 @@ def evaluate_layouts(
     global_batch: int,
     virtual_stages: ArrayLike = 1,
     strategy: str = AUTO,
+    flash_attention: bool = True,
 ) -> LayoutArrays:
     """Memory, fit, step time, tokens/s and MFU of every layout (arrays broadcast together).
     The caller guarantees divisibility (t p | accelerators, d b | global batch)."""
@@ -555,6 +592,7 @@ def evaluate_layouts(
 
     rate = hw.peak_flops * hw.efficiency
     compute_mb = stage_flops_per_micro_batch(model, b, t, p, rec) / rate
+    compute_mb = compute_mb + elementwise_seconds(model, hw, b, t, p, rec, flash_attention)
     layers = model.layers / p
     act_bytes = BYTES_ACTIVATION * model.sequence_length * b * model.hidden
     tp_mb = layers * _tensor_parallel_seconds(
