@@ -46,9 +46,13 @@ def test_a_job_that_fits_only_with_auto_gets_a_layout_and_its_pods_carry_it(
     cluster.apply(doc, ns)
     name = doc["metadata"]["name"]
     pods = wait_for(
-        lambda: len(p := worker_pods(cluster, ns, name)) == 4 and p,
+        lambda: (
+            len(p := worker_pods(cluster, ns, name)) == 4
+            and all(q["spec"].get("nodeName") for q in p)
+            and p
+        ),
         timeout=90,
-        what=f"{name}'s 4 worker pods",
+        what=f"{name}'s 4 worker pods, bound",
     )
     plan = job(cluster, ns, name)["status"]["plan"]
     assert plan["fits"] is True
