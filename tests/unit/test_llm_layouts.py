@@ -261,3 +261,9 @@ def test_a_job_without_architecture_gets_no_layout_env():
     pod = next(o for o in decision.create if o["kind"] == "Pod")
     names = {e["name"] for e in pod["spec"]["containers"][0]["env"]}
     assert not names & {n for n, _ in LAYOUT_ENV}
+
+
+def test_a_sweep_of_an_architecture_job_is_refused_in_one_line(capsys):
+    code, _, err = plan(capsys, AUTO, "--sweep", "workers=1..4")
+    assert code == 2
+    assert "not yet for a model with an architecture" in err and "\n" not in err.strip()
