@@ -154,8 +154,8 @@ def test_engine_refuses_impossible_shapes(kwargs: dict[str, int], message: str) 
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"hiddenSize": 4100}, "hiddenSize must be divisible by attentionHeads"),
-        ({"kvHeads": 5}, "kvHeads must divide attentionHeads"),
+        ({"hiddenSize": 4100}, "hiddenSize 4100 must be divisible by attentionHeads 32"),
+        ({"kvHeads": 5}, "kvHeads 5 must divide attentionHeads 32"),
     ],
 )
 def test_api_refuses_impossible_shapes(fields: dict[str, int], message: str) -> None:

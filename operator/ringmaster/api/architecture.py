@@ -48,14 +48,27 @@ class TransformerArchitecture(SpecModel):
             message="hiddenSize must be divisible by attentionHeads",
             field_path=".attentionHeads",
             check=lambda s: s.hidden_size % s.attention_heads == 0,
-            # No messageExpression with string(int): the apiserver's cost estimate treats the
-            # converted string as unbounded and refuses the CRD (100x over the budget).
+            message_expression=(
+                "'hiddenSize %d must be divisible by attentionHeads %d'"
+                ".format([self.hiddenSize, self.attentionHeads])"
+            ),
+            message_for=lambda s: (
+                f"hiddenSize {s.hidden_size} must be divisible by attentionHeads "
+                f"{s.attention_heads}"
+            ),
         ),
         Rule(
             cel="!has(self.kvHeads) || self.attentionHeads % self.kvHeads == 0",
             message="kvHeads must divide attentionHeads",
             field_path=".kvHeads",
             check=lambda s: s.kv_heads is None or s.attention_heads % s.kv_heads == 0,
+            message_expression=(
+                "'kvHeads %d must divide attentionHeads %d'"
+                ".format([self.kvHeads, self.attentionHeads])"
+            ),
+            message_for=lambda s: (
+                f"kvHeads {s.kv_heads} must divide attentionHeads {s.attention_heads}"
+            ),
         ),
     )
 
