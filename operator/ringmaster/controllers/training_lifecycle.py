@@ -45,6 +45,8 @@ SUCCEEDED, FAILED, SUSPENDED = "Succeeded", "Failed", "Suspended"
 FINISHED = (SUCCEEDED, FAILED)
 
 SCHEDULABLE, PLANNED, COMPLETE = "Schedulable", "Planned", "Complete"
+DOES_NOT_FIT = "DoesNotFit"
+DOES_NOT_FIT = "DoesNotFit"
 FAILED_CONDITION, SUSPENDED_CONDITION = "Failed", "Suspended"
 
 # How soon to look again while something is in motion (pods starting or going away).
@@ -313,7 +315,7 @@ def _plan(step: _Step, pool: PoolSummary | None, reducers: ReducerPool | None) -
         return
     plan = status.plan
     step.conditions.set(PLANNED, "True", "Planned", f"strategy {plan.strategy}")
-    if plan.strategy != previous:
+    if plan.strategy != previous and plan.fits is not False:
         step.event(
             "Normal",
             "StrategyChosen",
@@ -392,7 +394,13 @@ def _wait(step: _Step, reason: str, message: str) -> None:
 
 # Reasons a user must act on (the others clear by themselves as room frees).
 _WARNINGS = frozenset(
-    {"NoMatchingPool", "TopologyMismatch", "ReductionServerPoolNotFound", "PriorityClassNotFound"}
+    {
+        "NoMatchingPool",
+        "TopologyMismatch",
+        "ReductionServerPoolNotFound",
+        "PriorityClassNotFound",
+        DOES_NOT_FIT,
+    }
 )
 
 
@@ -415,6 +423,10 @@ def _waiting(step: _Step, attempt: int) -> Admission | None:
         return None
     settings, reducer_pool_name, reducers = _reducer_settings(step)
     _plan(step, candidates[0], reducers)
+    if status.plan is not None and status.plan.fits is False:
+        # The model fits no layout on this pool's accelerators: wait, say why, create nothing.
+        _wait(step, DOES_NOT_FIT, status.plan.reason or "the model does not fit in memory")
+        return None
     uses_reducers = _uses_reducers(status.plan)
     status.reduction_server_pool = reducer_pool_name if uses_reducers else None
     if uses_reducers and settings.pool_name is not None:
@@ -540,8 +552,10 @@ def _admitted(
     missing = [r for r in range(spec.workers) if r not in current]
     if missing:
         # Admitted: create what is not there yet (all of it, or what a crash kept us from).
+        # The layout (tensor, pipeline, data...) reaches the workers as environment variables.
+        layout = status.plan.to_k8s() if status.plan else None
         decision.create = [rendezvous_service(job.name)] + [
-            worker_pod(job.name, job.namespace, spec, placement, rank, attempt, endpoints)
+            worker_pod(job.name, job.namespace, spec, placement, rank, attempt, endpoints, layout)
             for rank in missing
         ]
     counts = _counts(list(current.values()), spec.workers)
