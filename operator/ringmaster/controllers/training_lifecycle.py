@@ -46,7 +46,6 @@ FINISHED = (SUCCEEDED, FAILED)
 
 SCHEDULABLE, PLANNED, COMPLETE = "Schedulable", "Planned", "Complete"
 DOES_NOT_FIT = "DoesNotFit"
-DOES_NOT_FIT = "DoesNotFit"
 FAILED_CONDITION, SUSPENDED_CONDITION = "Failed", "Suspended"
 
 # How soon to look again while something is in motion (pods starting or going away).
@@ -117,6 +116,8 @@ class JobView:
     spec: TrainingJobSpec
     status: TrainingJobStatus
     created: dt.datetime | None = None
+    ending: bool = False
+    """The job is being deleted, or its namespace is: its pods go with it, which is no failure."""
 
     @property
     def key(self) -> Key:
@@ -190,6 +191,9 @@ def reconcile_training(
     status.observed_generation = job.generation
     decision = Decision(status=status)
     step = _Step(job, world, now, planner, decision, Conditions(status, job.generation, now))
+    if job.ending:
+        _ending(step)
+        return decision
     if status.phase in FINISHED:
         _finished(step)
     elif job.spec.run_policy.suspend:
@@ -201,7 +205,15 @@ def reconcile_training(
     return decision
 
 
-# ---------------------------------------------------------------- finished and suspended
+# ---------------------------------------------------------------- ending, finished, suspended
+
+
+def _ending(step: _Step) -> None:
+    """The job (or its namespace) is being deleted: its pods going is the deletion, not lost
+    workers. A quiet end: no restart, no attempt spent, nothing created (a terminating
+    namespace refuses it), no Event; the status stays as it was and the room is let go."""
+    step.decision.status = step.job.status.model_copy(deep=True)
+    step.decision.release = True
 
 
 def _finished(step: _Step) -> None:
