@@ -19,6 +19,7 @@ pytestmark = pytest.mark.unit
 def test_the_backoff_doubles_up_to_its_cap_and_jitter_only_shortens_it():
     backoff = Backoff(base=0.5, factor=2, cap=15, jitter=0.5)
     assert [backoff.delay(n, 0.0) for n in range(1, 8)] == [0.5, 1, 2, 4, 8, 15, 15]
+    assert Backoff().delay(100, 0.0) == 10  # the default cap: back within 10 s of the API
     assert backoff.delay(3, 0.999) == pytest.approx(1.0, abs=0.01)
     assert all(0.25 <= backoff.delay(n, d) <= 15 for n in range(1, 30) for d in (0, 0.5, 0.99))
 

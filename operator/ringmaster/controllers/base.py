@@ -136,6 +136,8 @@ class Controller:
     async def resync(self) -> None:
         while True:
             await asyncio.sleep(RESYNC_SECONDS)
+            if self.queue.outage.ongoing:
+                continue  # the API is away: the backoff of the keys that failed paces the retries
             worth_a_look = self.resync_filter()
             for key, store in self.objects().items():
                 bodies = list(store)

@@ -36,7 +36,7 @@ class Backoff:
 
     base: float = 0.5
     factor: float = 2.0
-    cap: float = 15.0
+    cap: float = 10.0
     jitter: float = 0.5
 
     def delay(self, retry: int, draw: float) -> float:
