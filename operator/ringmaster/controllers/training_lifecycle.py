@@ -33,7 +33,12 @@ from ringmaster.admission.pools import candidate_pools
 from ringmaster.admission.snapshot import Key, PoolSummary, Promise, shape
 from ringmaster.api import TrainingJobSpec, TrainingJobStatus, TrainingPlan, WorkerCounts
 from ringmaster.api.trainingjob import Admission, ReductionServerSettings
-from ringmaster.controllers.reporting import Conditions, Event
+from ringmaster.controllers.reporting import (
+    Conditions,
+    Event,
+    plan_warnings,
+    report_plausibility,
+)
 from ringmaster.manifests.naming import ATTEMPT_ANNOTATION, RANK_LABEL, owned_reducer_pool_name
 from ringmaster.manifests.reduction import owned_reducer_pool
 from ringmaster.manifests.training import PoolPlacement, rendezvous_service, worker_pod
@@ -201,8 +206,20 @@ def reconcile_training(
     else:
         _resumed(step)
         _active(step, pods)
+    if status.phase in FINISHED:
+        _settle_finished(step)
     step.conditions.stamp()
     return decision
+
+
+def _settle_finished(step: _Step) -> None:
+    """A finished job's conditions agree with its phase: a gang that ran was schedulable, even
+    if a later edit (or an older operator) left Schedulable=False on it."""
+    status = step.status
+    schedulable = step.conditions.get(SCHEDULABLE)
+    ran = status.admission is not None or status.start_time is not None
+    if ran and status.pool and (schedulable is None or schedulable.status != "True"):
+        step.conditions.set(SCHEDULABLE, "True", "Admitted", f"the gang ran on pool {status.pool}")
 
 
 # ---------------------------------------------------------------- ending, finished, suspended
@@ -327,6 +344,7 @@ def _plan(step: _Step, pool: PoolSummary | None, reducers: ReducerPool | None) -
         return
     plan = status.plan
     step.conditions.set(PLANNED, "True", "Planned", f"strategy {plan.strategy}")
+    step.decision.events += report_plausibility(step.conditions, plan_warnings(plan))
     if plan.strategy != previous and plan.fits is not False:
         step.event(
             "Normal",
