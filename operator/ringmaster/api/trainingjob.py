@@ -33,6 +33,7 @@ DEFAULT_REDUCER_IMAGE = "us-docker.pkg.dev/vertex-ai-restricted/training/reducti
 
 Strategy = Literal["Auto", "Ring", "ReductionServer"]
 GradientDType = Literal["fp32", "bf16", "fp16"]
+ComputePrecision = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
 
 
 class TrainingAccelerator(SpecModel):
@@ -125,6 +126,10 @@ class TrainingModel(SpecModel):
     or computeSecondsPerStep."""
     batch_size_per_accelerator: Int = Field(ge=1, le=65536)
     """Samples per accelerator per step."""
+    compute_precision: ComputePrecision | None = None
+    """Precision the matrix math runs in, for the flopsPerSample roofline (``fp32``, ``tf32``,
+    ``bf16``, ``fp16``, ``fp8``); omitted: ``bf16`` where the hardware has it, else ``fp16``,
+    else ``fp32``. A precision the accelerator lacks (fp8 on an A100) is reported on the job."""
 
     cel_rules = (
         Rule(

@@ -95,12 +95,14 @@ def _strategy_json(p: StrategyPrediction) -> dict[str, Any]:
         "costPerHourUSD": _sig(p.cost_per_hour_usd),
         # Beyond the contract's required keys: what a reader needs to trust the figures.
         "algorithm": p.algorithm,
+        "protocol": p.protocol,
         "computeSeconds": _sig(p.compute_seconds),
         "exposedCommunicationSeconds": _sig(p.exposed_communication_seconds),
         "scalingEfficiency": _sig(p.scaling_efficiency),
         "costPer1000SamplesUSD": _sig(p.cost_per_1000_samples_usd),
     }
     if p.name == REDUCTION_SERVER:
+        out["reducerShare"] = _sig(p.reducer_share)
         out["reducers"] = p.reducers
         out["reducerMachineType"] = p.reducer_machine_type
         out["costOptimalReducers"] = p.cost_optimal_reducers
@@ -134,18 +136,35 @@ class TrainingPlan:
             "workers": p.workers,
             "acceleratorsPerWorker": p.per_worker,
             "gradientBytes": _sig(p.gradient_bytes),
+            "computePrecision": p.compute_precision,
             "notes": list(p.notes),
         }
 
 
+def _nccl_env(spec: _TrainingSpec) -> tuple[tuple[str, str], ...]:
+    template = getattr(spec, "template", None)
+    env = getattr(template, "env", None) or []
+    return tuple(
+        (str(e.name), str(e.value))
+        for e in env
+        if str(getattr(e, "name", "")).startswith("NCCL_") and getattr(e, "value", None)
+    )
+
+
 def training_inputs(
-    spec: _TrainingSpec, machine_type: str | None = None, reducers: int | None = None
+    spec: _TrainingSpec,
+    machine_type: str | None = None,
+    reducers: int | None = None,
+    reducer_share: float = 1.0,
 ) -> TrainingInputs:
     """The engine's inputs for a TrainingJob spec; ``machine_type`` (from the chosen node pool's
-    labels) and ``reducers`` (the pool's actual size) override what the spec implies."""
+    labels) and ``reducers`` (the pool's actual size) override what the spec implies;
+    ``reducer_share`` is the part of a shared pool's bandwidth the job gets (1 / the jobs bound to
+    the pool that run at once; 1 for dedicated reducers)."""
     model = spec.model
     comm = spec.communication
     rs = getattr(comm, "reduction_server", None)
+    precision = getattr(model, "compute_precision", None)
     return TrainingInputs(
         accelerator=spec.accelerator.type,
         per_worker=spec.accelerator.per_worker,
@@ -160,6 +179,9 @@ def training_inputs(
         reducers=reducers if reducers is not None else (rs.replicas if rs else None),
         reducer_machine_type=(rs.machine_type if rs else None) or DEFAULT_REDUCER_MACHINE,
         topology=spec.accelerator.topology,
+        compute_precision=None if precision is None else str(precision),
+        reducer_share=reducer_share,
+        nccl_env=_nccl_env(spec),
     )
 
 
@@ -191,6 +213,10 @@ def _engine_error(exc: Exception) -> PlanError:
     text = str(exc)
     if text.startswith(("spec.", "communication.", "model.")):
         return PlanError(text if text.startswith("spec.") else f"spec.{text}")
+    if text.startswith(("NCCL_ALGO", "NCCL_PROTO")):
+        return PlanError(f"spec.template.env: {text}")
+    if text.startswith("reducer share"):
+        return PlanError(f"reducerShare: {text}")
     if text.startswith("topology"):
         return PlanError(f"spec.accelerator.topology: {text}")
     return PlanError(f"spec: {text}")
@@ -212,9 +238,12 @@ def plan_training(
     name: str = "",
     namespace: str | None = None,
     catalog: Catalog | None = None,
+    reducer_share: float = 1.0,
 ) -> TrainingPlan:
-    """What the operator decides for a TrainingJob: both strategies, the choice, the reducers."""
-    inputs = training_inputs(spec, machine_type, reducers)
+    """What the operator decides for a TrainingJob: both strategies, the choice, the reducers.
+    ``reducer_share``: for a job on a shared ReductionServerPool, 1 / the number of bound jobs
+    running at once (the controller knows them); plans and sizing then use that share."""
+    inputs = training_inputs(spec, machine_type, reducers, reducer_share)
     prediction = predict_training_inputs(inputs, catalog or active_catalog())
     return TrainingPlan(name=name, namespace=namespace, prediction=prediction)
 
