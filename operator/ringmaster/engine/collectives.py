@@ -378,16 +378,16 @@ class GpuFabric:
     arch: str = "ampere"  # NCCL's GPU-generation row
 
 
-def _tree_correction(nbytes: F64, protocol: int) -> F64:
-    table = np.asarray(E.NCCL_TREE_CORRECTION[protocol])
-    log_size = np.floor(np.log2(np.maximum(nbytes, 1.0) / 64.0))
-    inside = (log_size >= 0) & (log_size < 23)
-    idx = np.clip(log_size, 0, len(table) - 1).astype(np.int64)
-    return np.where(inside, table[idx], 1.0)
+def _floor_log2(x: F64) -> F64:
+    """floor(log2 x) for x >= 1, via the float's exponent (cheaper than log2 + floor)."""
+    _, exponent = np.frexp(np.maximum(x, 1.0))
+    return (exponent - 1).astype(np.float64)
 
 
-def _log2i(x: F64) -> F64:
-    return np.floor(np.log2(np.maximum(x, 1.0)))
+# 1 / NCCL's tree correction, with a last column of 1 for sizes outside its 64 B .. 256 MiB range.
+_INVERSE_TREE_CORRECTION = 1.0 / np.hstack(
+    [np.asarray(E.NCCL_TREE_CORRECTION)[:, :23], np.ones((3, 1))]
+)
 
 
 def nccl_collective(
@@ -399,9 +399,11 @@ def nccl_collective(
     *,
     algorithms: set[int] | None = None,
     protocols: set[int] | None = None,
+    with_busbw: bool = True,
 ) -> CollectiveTime:
     """The collective NCCL runs: every enabled (algorithm, protocol) timed as latency + bytes /
-    bandwidth, the fastest chosen (NCCL's tuner; tuning.cc). Infinite when nothing is enabled."""
+    bandwidth, the fastest chosen (NCCL's tuner; tuning.cc). Infinite when nothing is enabled.
+    ``with_busbw=False`` leaves bus_bandwidth NaN (sweeps that do not need it)."""
     m = _f(nbytes)
     n = _f(hosts)
     g = _f(per_host)
@@ -417,72 +419,79 @@ def nccl_collective(
     # LL128 needs NVLink between the GPUs (tuning.cc: typeIntra <= PATH_NVB).
     if link != "nvlink":
         protos = protos - {PROTO_LL128}
-    factor = bus_factor(kind, ranks)
     all_reduce = kind == ALL_REDUCE
-    ll_max = (
-        np.where(
-            multi,
-            np.where(n <= 2, E.NCCL_LL_MAX_BW_TWO_HOSTS_GBPS, E.NCCL_LL_MAX_BW_MANY_HOSTS_GBPS),
-            E.NCCL_LL_MAX_BW_ONE_HOST_GBPS.get(arch, E.NCCL_LL_MAX_BW_ONE_HOST_GBPS["volta"]),
-        )
-        * 1e9
-    )
+    factor = bus_factor(kind, ranks)
+    any_multi = bool(np.any(multi))
+    one_host_ll = E.NCCL_LL_MAX_BW_ONE_HOST_GBPS.get(arch, E.NCCL_LL_MAX_BW_ONE_HOST_GBPS["volta"])
+    if any_multi:
+        many = np.where(n <= 2, E.NCCL_LL_MAX_BW_TWO_HOSTS_GBPS, E.NCCL_LL_MAX_BW_MANY_HOSTS_GBPS)
+        ll_max = np.where(multi, many, one_host_ll) * 1e9
+    else:
+        ll_max = np.asarray(one_host_ll * 1e9)
     net_lat = E.NCCL_HW_LATENCY_US["net"]
     intra_lat = E.NCCL_HW_LATENCY_US[link]
+    picker = _Picker()
 
-    candidates: list[tuple[int, int, F64, F64]] = []  # (alg, proto, seconds, bottleneck code)
-
-    # --- Ring: one ring per channel through all N ranks, crossing every host once.
-    ring_bus = np.where(multi, np.where(g > 1, np.minimum(intra, net), net), intra)
-    ring_code = np.where(multi & ((g <= 1) | (net <= intra)), BOTTLENECK_NIC, BOTTLENECK_INTRA)
-    nsteps = np.where(all_reduce, 2.0, 1.0) * (ranks - 1.0)
-    inter_steps = np.where(multi, np.where(all_reduce, 2.0, 1.0) * (n - 1.0), 0.0)
+    # --- Ring: one ring per channel through all N ranks, crossing every host once, so its busbw
+    # is the smaller of the GPU's link and the host's NICs together.
     if ALG_RING in algos:
+        ring_bus = np.where(multi, np.where(g > 1, np.minimum(intra, net), net), intra)
+        ring_code = np.where(multi & ((g <= 1) | (net <= intra)), BOTTLENECK_NIC, BOTTLENECK_INTRA)
+        per_step = 2.0 if all_reduce else 1.0
+        inter_steps = np.where(multi, per_step * (n - 1.0), 0.0)
+        intra_steps = per_step * (ranks - 1.0) - inter_steps
+        simple_per_byte = factor / ring_bus  # per configuration; times the sizes below
         for p in sorted(protos):
-            bus = ring_bus
             if p == PROTO_LL:
-                bus = np.minimum(ll_max, bus * E.NCCL_RING_LL_FRACTION)
+                per_byte = factor / np.minimum(ll_max, ring_bus * E.NCCL_RING_LL_FRACTION)
             elif p == PROTO_LL128:
-                bus = bus * E.NCCL_RING_LL128_FRACTION
+                per_byte = simple_per_byte / E.NCCL_RING_LL128_FRACTION
+            else:
+                per_byte = simple_per_byte
             overhead = E.NCCL_NET_OVERHEAD_US * (3.0 if p == PROTO_SIMPLE else 1.0)
-            step_intra = np.where(multi, max(intra_lat["ring"][p], overhead), intra_lat["ring"][p])
+            own = intra_lat["ring"][p]
+            step_intra = np.where(multi, max(own, overhead), own) if any_multi else own
             # With one GPU per host NCCL charges the tree's network latency (ppn == 1).
             step_net = np.where(g > 1, net_lat["ring"][p], net_lat["tree"][p])
-            lat = (
+            lat_us = (
                 E.NCCL_BASE_LATENCY_US["ring"][p]
-                + (nsteps - inter_steps) * step_intra
+                + intra_steps * step_intra
                 + inter_steps * step_net
             )
-            if p == PROTO_SIMPLE and all_reduce:
-                plateau = multi & (m / (E.NCCL_ASSUMED_CHANNELS * ranks) >= 64)
-                lat = np.where(plateau, lat * E.NCCL_RING_PLATEAU.get(arch, 1.9), lat)
-            bw_seconds = factor * m / bus
-            candidates.append(
-                (ALG_RING, p, lat * US + bw_seconds, _code(bw_seconds, lat * US, ring_code))
-            )
+            if p == PROTO_SIMPLE and all_reduce and any_multi:
+                # "Plateau effect of ring": once each channel's share per rank reaches 64 bytes.
+                threshold = np.where(multi, 64.0 * E.NCCL_ASSUMED_CHANNELS * ranks, np.inf)
+                raised = lat_us * E.NCCL_RING_PLATEAU.get(arch, 1.9)
+                lat_us = np.where(m >= threshold, raised, lat_us)
+            bw_seconds = m * per_byte
+            picker.offer(ALG_RING, p, lat_us * US, bw_seconds, ring_code)
 
     # --- Tree (all-reduce, several hosts): a chain inside each host, a double binary tree across.
     # Each GPU's link carries the message up and down (2M); each host's NICs carry 2M, or M when
-    # there are only 2 hosts (the two trees' roots and leaves swap).
-    net_share = np.where(n <= 2, 1.0, 2.0)
-    if all_reduce and ALG_TREE in algos:
+    # there are only 2 hosts (each is root of one tree and leaf of the other).
+    if all_reduce and ALG_TREE in algos and any_multi:
+        net_share = np.where(n <= 2, 1.0, 2.0)
         intra_side = np.where(g > 1, 2.0 / intra, 0.0)
         net_side = net_share / net
         per_byte = np.maximum(intra_side, net_side) / E.NCCL_TREE_FRACTION
         code = np.where(net_side >= intra_side, BOTTLENECK_NIC, BOTTLENECK_INTRA)
+        # log2(bytes / 64) in 0..22 indexes the correction; anything else gets column 23 (1.0).
+        _, exponent = np.frexp(m * (1.0 / 64.0))
+        idx = np.where((exponent >= 1) & (exponent <= 23), exponent - 1, 23)
+        depth = _floor_log2(n)
         for p in sorted(protos):
-            algbw = 1.0 / per_byte
             if p == PROTO_LL:
-                algbw = np.minimum(algbw * E.NCCL_TREE_LL_FRACTION, ll_max / 2.0)
+                seconds_per_byte = np.maximum(per_byte / E.NCCL_TREE_LL_FRACTION, 2.0 / ll_max)
             elif p == PROTO_LL128:
-                algbw = algbw * E.NCCL_TREE_LL128_FRACTION
-            algbw = algbw * _tree_correction(m, p)
-            lat = E.NCCL_BASE_LATENCY_US["tree"][p] + 2.0 * (
-                (g - 1.0) * intra_lat["tree"][p] + _log2i(n) * net_lat["tree"][p]
+                seconds_per_byte = per_byte / E.NCCL_TREE_LL128_FRACTION
+            else:
+                seconds_per_byte = per_byte
+            bw_seconds = m * _INVERSE_TREE_CORRECTION[p][idx] * seconds_per_byte
+            lat_us = E.NCCL_BASE_LATENCY_US["tree"][p] + 2.0 * (
+                (g - 1.0) * intra_lat["tree"][p] + depth * net_lat["tree"][p]
             )
-            bw_seconds = m / algbw
-            t = np.where(multi, lat * US + bw_seconds, np.inf)
-            candidates.append((ALG_TREE, p, t, _code(bw_seconds, lat * US, code)))
+            lat = np.where(multi, lat_us * US, np.inf)
+            picker.offer(ALG_TREE, p, lat, bw_seconds, code)
 
     # --- NVLS: the NVSwitch reduces (Hopper+ on NVSwitch, Simple only, all-reduce here).
     has_nvls = (nvls_bw > 0) & (g > 1)
@@ -490,53 +499,82 @@ def nccl_collective(
         safe = np.where(nvls_bw > 0, nvls_bw, 1.0)
         if ALG_NVLS in algos:  # one host (multi-host NVLS needs CollNet, not modelled)
             lat = E.NCCL_HW_LATENCY_US["nvlink"]["nvls"][PROTO_SIMPLE] * US
-            bw_seconds = m / safe
-            t = np.where(has_nvls & ~multi, lat + bw_seconds, np.inf)
-            candidates.append(
-                (ALG_NVLS, PROTO_SIMPLE, t, _code(bw_seconds, lat, np.int64(BOTTLENECK_INTRA)))
+            picker.offer(
+                ALG_NVLS,
+                PROTO_SIMPLE,
+                np.where(has_nvls & ~multi, lat, np.inf),
+                m / safe,
+                np.int64(BOTTLENECK_INTRA),
             )
-        if ALG_NVLS_TREE in algos:  # NVLS inside hosts, trees across them
+        if ALG_NVLS_TREE in algos and any_multi:  # NVLS inside hosts, trees across them
             intra_side = 1.0 / safe
-            net_side = net_share / net
-            bw_seconds = m * np.maximum(intra_side, net_side)
-            lat = (
+            net_side = np.where(n <= 2, 1.0, 2.0) / net
+            lat_us = (
                 E.NCCL_HW_LATENCY_US["nvlink"]["nvls_tree"][PROTO_SIMPLE]
-                + 2.0 * _log2i(n) * net_lat["nvls_tree"][PROTO_SIMPLE]
-            ) * US
+                + 2.0 * _floor_log2(n) * net_lat["nvls_tree"][PROTO_SIMPLE]
+            )
             code = np.where(net_side >= intra_side, BOTTLENECK_NIC, BOTTLENECK_INTRA)
-            t = np.where(has_nvls & multi, lat + bw_seconds, np.inf)
-            candidates.append((ALG_NVLS_TREE, PROTO_SIMPLE, t, _code(bw_seconds, lat, code)))
+            picker.offer(
+                ALG_NVLS_TREE,
+                PROTO_SIMPLE,
+                np.where(has_nvls & multi, lat_us * US, np.inf),
+                m * np.maximum(intra_side, net_side),
+                code,
+            )
+    return picker.result(kind, m, ranks, with_busbw)
 
-    return _pick(kind, m, ranks, candidates)
 
+class _Picker:
+    """Keeps the fastest candidate seen so far, element by element (its time and index); the
+    winner's latency, algorithm and protocol are looked up once at the end."""
 
-def _code(bw_seconds: F64, lat_seconds: ArrayLike, link_code: ArrayLike) -> F64:
-    return np.where(bw_seconds >= lat_seconds, link_code, BOTTLENECK_LATENCY).astype(np.float64)
+    def __init__(self) -> None:
+        self.seconds: F64 | None = None
+        self.index: NDArray[np.int8] = np.asarray(0, dtype=np.int8)
+        self.algs: list[int] = []
+        self.protos: list[int] = []
+        self.codes: list[ArrayLike] = []
+        self.lats: list[ArrayLike] = []
 
+    def offer(self, alg: int, proto: int, lat: ArrayLike, bw: ArrayLike, code: ArrayLike) -> None:
+        t = np.add(lat, bw)
+        i = len(self.algs)
+        self.algs.append(alg)
+        self.protos.append(proto)
+        self.codes.append(code)
+        self.lats.append(lat)
+        if self.seconds is None:
+            self.seconds = t
+            self.index = np.zeros(np.shape(t), dtype=np.int8)
+            return
+        better = t < self.seconds
+        self.seconds = np.where(better, t, self.seconds)
+        self.index = np.where(better, np.int8(i), self.index)
 
-def _pick(
-    kind: str, m: F64, ranks: F64, candidates: list[tuple[int, int, F64, F64]]
-) -> CollectiveTime:
-    one = ranks <= 1
-    if not candidates:
-        inf = np.full(np.broadcast(m, ranks).shape, np.inf)
-        none = np.full(inf.shape, -1, dtype=np.int64)
-        return CollectiveTime(inf, none, none, inf * np.nan, none)
-    times = np.stack(np.broadcast_arrays(*(c[2] for c in candidates)))
-    best = np.argmin(times, axis=0)
-    seconds = np.take_along_axis(times, best[None], axis=0)[0]
-    algs = np.array([c[0] for c in candidates], dtype=np.int64)[best]
-    protos = np.array([c[1] for c in candidates], dtype=np.int64)[best]
-    codes = np.stack(np.broadcast_arrays(*(c[3] for c in candidates)))
-    code = np.take_along_axis(codes, best[None], axis=0)[0].astype(np.int64)
-    seconds = np.where(one, 0.0, seconds)
-    return CollectiveTime(
-        seconds=seconds,
-        algorithm=algs,
-        protocol=protos,
-        bus_bandwidth=bus_bandwidth_of(kind, m, ranks, seconds),
-        bottleneck=code,
-    )
+    def result(self, kind: str, m: F64, ranks: F64, with_busbw: bool) -> CollectiveTime:
+        shape = np.broadcast(m, ranks, *([] if self.seconds is None else [self.seconds])).shape
+        if self.seconds is None:
+            inf = np.full(shape, np.inf)
+            none = np.full(shape, -1, dtype=np.int64)
+            return CollectiveTime(inf, none, none, np.full(shape, np.nan), none)
+        seconds = np.broadcast_to(np.where(ranks <= 1, 0.0, self.seconds), shape)
+        index = np.broadcast_to(self.index, shape)
+        alg = np.asarray(self.algs, dtype=np.int64)[index]
+        proto = np.asarray(self.protos, dtype=np.int64)[index]
+        if len(self.codes) == 1:
+            link = np.broadcast_to(np.asarray(self.codes[0], dtype=np.int64), shape)
+            lat = np.broadcast_to(np.asarray(self.lats[0], dtype=np.float64), shape)
+        else:
+            link = np.choose(index, [np.asarray(c, dtype=np.int8) for c in self.codes])
+            lat = np.choose(index, [np.asarray(x, dtype=np.float64) for x in self.lats])
+        # Latency-bound when the latency is at least the bytes' part of the time.
+        code = np.where(2.0 * lat >= self.seconds, BOTTLENECK_LATENCY, link).astype(np.int64)
+        busbw = (
+            bus_bandwidth_of(kind, m, ranks, seconds)
+            if with_busbw
+            else np.broadcast_to(np.float64(np.nan), shape)
+        )
+        return CollectiveTime(seconds, alg, proto, busbw, np.broadcast_to(code, shape))
 
 
 # --- TPU: ICI inside a slice, DCN between slices --------------------------------------------------
@@ -653,15 +691,30 @@ def reduction_server_collective(
     n = _f(hosts)
     g = _f(per_host)
     k = _f(reducers)
-    intra_time = nccl_collective(ALL_REDUCE, m, 1.0, g, fabric)
+    # The in-host phases of large partitions: NCCL's ring with the Simple protocol inside the
+    # host (2(g-1)/g x M over the GPU's link), or NVLS where the NVSwitch reduces.
+    ring_per_byte = 2.0 * (g - 1.0) / np.maximum(g, 1.0) / _f(fabric.intra_bandwidth)
+    nvls = _f(fabric.nvls_bandwidth)
+    per_byte = np.where(
+        nvls > 0, np.minimum(ring_per_byte, 1.0 / np.where(nvls > 0, nvls, 1.0)), ring_per_byte
+    )
+    intra_lat = (
+        E.NCCL_BASE_LATENCY_US["ring"][PROTO_SIMPLE]
+        + 2.0
+        * (g - 1.0)
+        * E.NCCL_HW_LATENCY_US.get(fabric.intra_link, E.NCCL_HW_LATENCY_US["pcie"])["ring"][
+            PROTO_SIMPLE
+        ]
+    ) * US
+    intra_seconds = np.where(g > 1, intra_lat + m * per_byte, 0.0)
     worker_side = m / _f(fabric.net_bandwidth)
     with np.errstate(divide="ignore"):
         reducer_side = np.where(k > 0, n * m / (k * _f(reducer_rate)), np.inf)
     inter = np.maximum(worker_side, reducer_side)
     lat = NCCL_BASE_LATENCY + 2.0 * E.NETWORK_HOP_LATENCY
-    bw = np.maximum(intra_time.seconds, inter)
+    bw = np.maximum(intra_seconds, inter)
     code = np.where(reducer_side > worker_side, BOTTLENECK_REDUCERS, BOTTLENECK_NIC)
-    code = np.where(inter >= intra_time.seconds, code, BOTTLENECK_INTRA)
+    code = np.where(inter >= intra_seconds, code, BOTTLENECK_INTRA)
     code = np.where(bw >= lat, code, BOTTLENECK_LATENCY).astype(np.int64)
     seconds = bw + lat
     shape = seconds.shape

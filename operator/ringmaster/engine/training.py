@@ -121,18 +121,19 @@ def overlap_timeline(
     finish = np.maximum(finish, t_bwd + c_last)
     exposed = np.maximum(finish - t_bwd, 0.0)
     # The largest bucket's collective names the algorithm: a full bucket if any, else the first.
-    pick = np.where(full > 0, 1, np.where(last > first, 2, 0))
+    use_full = full > 0
+    use_last = ~use_full & (last > first)
 
     def at(a: NDArray[np.generic]) -> NDArray[np.generic]:
         arr = np.broadcast_to(a, sizes.shape)
-        return np.take_along_axis(arr, pick[None].astype(np.int64), axis=0)[0]
+        return np.where(use_full, arr[1], np.where(use_last, arr[2], arr[0]))
 
     largest = C.CollectiveTime(
-        seconds=at(times.seconds).astype(np.float64),
-        algorithm=at(times.algorithm).astype(np.int64),
-        protocol=at(times.protocol).astype(np.int64),
-        bus_bandwidth=at(times.bus_bandwidth).astype(np.float64),
-        bottleneck=at(times.bottleneck).astype(np.int64),
+        seconds=np.asarray(at(times.seconds), dtype=np.float64),
+        algorithm=np.asarray(at(times.algorithm), dtype=np.int64),
+        protocol=np.asarray(at(times.protocol), dtype=np.int64),
+        bus_bandwidth=np.broadcast_to(np.float64(np.nan), shape),
+        bottleneck=np.asarray(at(times.bottleneck), dtype=np.int64),
     )
     return Overlap(exposed, total, largest)
 
@@ -221,7 +222,14 @@ def gpu_training(
 
     def ring_of(sizes: F64) -> C.CollectiveTime:
         return C.nccl_collective(
-            C.ALL_REDUCE, sizes, n, g, fabric, algorithms=algorithms, protocols=protocols
+            C.ALL_REDUCE,
+            sizes,
+            n,
+            g,
+            fabric,
+            algorithms=algorithms,
+            protocols=protocols,
+            with_busbw=False,
         )
 
     shape = np.broadcast_shapes(
