@@ -698,20 +698,25 @@ def reduction_server_collective(
     per_byte = np.where(
         nvls > 0, np.minimum(ring_per_byte, 1.0 / np.where(nvls > 0, nvls, 1.0)), ring_per_byte
     )
+    hop = E.NCCL_HW_LATENCY_US.get(fabric.intra_link, E.NCCL_HW_LATENCY_US["pcie"])
+    # reduce-scatter and all-gather inside the host: a base and g-1 steps each
     intra_lat = (
-        E.NCCL_BASE_LATENCY_US["ring"][PROTO_SIMPLE]
-        + 2.0
-        * (g - 1.0)
-        * E.NCCL_HW_LATENCY_US.get(fabric.intra_link, E.NCCL_HW_LATENCY_US["pcie"])["ring"][
-            PROTO_SIMPLE
-        ]
-    ) * US
-    intra_seconds = np.where(g > 1, intra_lat + m * per_byte, 0.0)
+        np.where(
+            g > 1,
+            2.0
+            * (
+                E.NCCL_BASE_LATENCY_US["ring"][PROTO_SIMPLE] + (g - 1.0) * hop["ring"][PROTO_SIMPLE]
+            ),
+            0.0,
+        )
+        * US
+    )
+    intra_seconds = np.where(g > 1, m * per_byte, 0.0)
     worker_side = m / _f(fabric.net_bandwidth)
     with np.errstate(divide="ignore"):
         reducer_side = np.where(k > 0, n * m / (k * _f(reducer_rate)), np.inf)
     inter = np.maximum(worker_side, reducer_side)
-    lat = NCCL_BASE_LATENCY + 2.0 * E.NETWORK_HOP_LATENCY
+    lat = intra_lat + NCCL_BASE_LATENCY + 2.0 * E.NETWORK_HOP_LATENCY
     bw = np.maximum(intra_seconds, inter)
     code = np.where(reducer_side > worker_side, BOTTLENECK_REDUCERS, BOTTLENECK_NIC)
     code = np.where(inter >= intra_seconds, code, BOTTLENECK_INTRA)
