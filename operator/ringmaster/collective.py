@@ -1,4 +1,4 @@
-"""`ringmaster collective`: what nccl-tests should print on a set of hosts, and a check of a real run.
+"""`ringmaster collective`: what nccl-tests should print on given hosts, and a check of a real run.
 
     ringmaster collective {all-reduce,all-gather,reduce-scatter} --machine-type M --hosts N
         [--accelerators-per-host G] [--nic-gbps X] [--min-bytes 8] [--max-bytes 8G]
@@ -23,6 +23,7 @@ import argparse
 import json
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -233,7 +234,7 @@ def _sig(x: float | None, digits: int = 6) -> float | None:
     return float(f"{x:.{digits}g}")
 
 
-def _table(header: tuple[str, ...], body: list[tuple[str, ...]], left: set[int]) -> str:
+def _table(header: tuple[str, ...], body: Sequence[tuple[str, ...]], left: set[int]) -> str:
     widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
     lines = []
     for row in [header, *body]:

@@ -1,5 +1,7 @@
 """Properties that must hold for every configuration (hypothesis)."""
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -88,7 +90,7 @@ def test_reduction_server_gain_grows_with_hosts():
         / float(C.reduction_server_collective(m, n, 8, fabric, 64 * n, 4e9).seconds)
         for n in (2, 3, 4, 8, 16, 32)
     ]
-    assert all(b >= a - 1e-9 for a, b in zip(gains, gains[1:], strict=False))
+    assert all(b >= a - 1e-9 for a, b in itertools.pairwise(gains))
     assert gains[-1] < 2.0
 
 

@@ -1,5 +1,6 @@
 """Training: overlap, step time, strategy choice, reducer sizing, cost; hand-computed cases."""
 
+import itertools
 from dataclasses import replace
 
 import numpy as np
@@ -148,7 +149,7 @@ def test_reduction_server_step_gain_grows_with_hosts_and_stays_under_2_to_16_hos
     for n in (2, 3, 4, 8, 16):
         p = predict_training(replace(job, workers=n))
         gains.append(p.strategies[RING].step_seconds / p.strategies[REDUCTION_SERVER].step_seconds)
-    assert all(b > a for a, b in zip(gains, gains[1:], strict=False))
+    assert all(b > a for a, b in itertools.pairwise(gains))
     assert gains[-1] < 2.0
 
 

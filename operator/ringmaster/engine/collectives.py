@@ -498,11 +498,11 @@ def nccl_collective(
     if all_reduce and PROTO_SIMPLE in protos and np.any(has_nvls):
         safe = np.where(nvls_bw > 0, nvls_bw, 1.0)
         if ALG_NVLS in algos:  # one host (multi-host NVLS needs CollNet, not modelled)
-            lat = E.NCCL_HW_LATENCY_US["nvlink"]["nvls"][PROTO_SIMPLE] * US
+            nvls_lat = E.NCCL_HW_LATENCY_US["nvlink"]["nvls"][PROTO_SIMPLE] * US
             picker.offer(
                 ALG_NVLS,
                 PROTO_SIMPLE,
-                np.where(has_nvls & ~multi, lat, np.inf),
+                np.where(has_nvls & ~multi, nvls_lat, np.inf),
                 m / safe,
                 np.int64(BOTTLENECK_INTRA),
             )
@@ -652,7 +652,7 @@ def multislice_allreduce(
     )
 
 
-# --- the reduction server, with its machine's limits ------------------------------------------------
+# --- the reduction server, with its machine's limits ----------------------------------------------
 
 
 def reducer_bandwidth(
@@ -732,7 +732,7 @@ def reduction_server_collective(
     )
 
 
-# --- the catalog's hardware as fabrics: the functions other modules call ------------------------------
+# --- the catalog's hardware as fabrics: the functions other modules call --------------------------
 
 
 def link_efficiency(intra_link: str) -> float:

@@ -61,7 +61,7 @@ ICI_HOP_LATENCY = NVLINK_HOP_LATENCY
 # NCCL's network hop (both are TCP through a host NIC).
 DCN_HOP_LATENCY = NETWORK_HOP_LATENCY
 
-# --- NCCL's tuner (nvidia/nccl src/graph/tuning.cc, commit 5067397), copied verbatim ---------------
+# --- NCCL's tuner (nvidia/nccl src/graph/tuning.cc, commit 5067397), copied verbatim --------------
 # Algorithm x protocol, protocols in NCCL's order (LL, LL128, Simple), microseconds.
 NCCL_BASE_LATENCY_US: dict[str, tuple[float, float, float]] = {
     "tree": (6.8, 14.0, 8.4),
@@ -163,7 +163,7 @@ OVERLAP_INTERFERENCE = 0.15
 # 8-GPU host scale by about 93% rather than 99.9% when NVLink hides the all-reduce.
 COMPUTE_JITTER_CV = 0.03
 
-# --- the reduction server's own machine ------------------------------------------------------------
+# --- the reduction server's own machine -----------------------------------------------------------
 
 # Bytes of gradient one vCPU sums per second. fp32: an AVX2 add streams two inputs and one output
 # at a few GB/s per core; bf16/fp16 have no native CPU arithmetic before AVX512-BF16/FP16, so each

@@ -15,7 +15,7 @@ configuration from the catalog, calls the same functions with it and adds words 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -126,7 +126,8 @@ def overlap_timeline(
 
     def at(a: NDArray[np.generic]) -> NDArray[np.generic]:
         arr = np.broadcast_to(a, sizes.shape)
-        return np.where(use_full, arr[1], np.where(use_last, arr[2], arr[0]))
+        out: NDArray[np.generic] = np.where(use_full, arr[1], np.where(use_last, arr[2], arr[0]))
+        return out
 
     largest = C.CollectiveTime(
         seconds=np.asarray(at(times.seconds), dtype=np.float64),
@@ -488,7 +489,7 @@ def _prediction(
     i: int,
     compute: float,
     words: str,
-    **extra: int | str | None,
+    **extra: int | str | float | None,
 ) -> StrategyPrediction:
     def val(a: F64) -> float:
         return _at(a, i)
