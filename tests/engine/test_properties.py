@@ -65,7 +65,7 @@ def test_never_faster_than_the_compute_floor(n, g, m, c, nic, intra, k, b_r):
 
 @FAST
 @given(
-    st.integers(2, 64),
+    st.integers(2, 32),
     per_host,
     st.floats(1e9, 1e11),
     st.floats(1e8, 1e10),
@@ -105,18 +105,17 @@ def test_busbw_never_above_the_slowest_link(n, g, m, nic, intra, kind):
     if n * g == 1:
         assert np.isnan(busbw)
         return
+    ranks = n * g
     if n == 1:
         limit = intra
-    elif n == 2 and kind == C.ALL_REDUCE:
-        limit = 2 * nic if g == 1 else max(min(intra, nic), min(intra / 2, 2 * nic))
+    elif g == 1:
+        limit = nic  # ring: the NIC; a 2-host tree of single GPUs: 2(N-1)/N x NIC = NIC
     else:
-        limit = (
-            nic
-            if g == 1
-            else min(intra, nic)
-            if kind != C.ALL_REDUCE
-            else max(min(intra, nic), min(intra / 2, nic))
-        )
+        limit = min(intra, nic)
+        if n == 2 and kind == C.ALL_REDUCE:  # the tree sends half across: up to 2x the NICs
+            limit = max(limit, 2 * (ranks - 1) / ranks * min(intra / 2, nic))
+    assert busbw <= 2 * nic * (1 + 1e-9) or n == 1
+    assert busbw <= intra * (1 + 1e-9) or g == 1
     assert busbw <= limit * (1 + 1e-9)
 
 

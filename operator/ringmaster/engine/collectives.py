@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -384,9 +384,10 @@ def _floor_log2(x: F64) -> F64:
     return (exponent - 1).astype(np.float64)
 
 
-# 1 / NCCL's tree correction, with a last column of 1 for sizes outside its 64 B .. 256 MiB range.
+# 1 / NCCL's tree correction by frexp exponent of bytes / 64 (log2 + 1); 1 outside its
+# 64 B .. 256 MiB range (columns 0 and 24). NCCL applies the factors for log2 = 0..22.
 _INVERSE_TREE_CORRECTION = 1.0 / np.hstack(
-    [np.asarray(E.NCCL_TREE_CORRECTION)[:, :23], np.ones((3, 1))]
+    [np.ones((3, 1)), np.asarray(E.NCCL_TREE_CORRECTION)[:, :23], np.ones((3, 1))]
 )
 
 
@@ -430,7 +431,8 @@ def nccl_collective(
         ll_max = np.asarray(one_host_ll * 1e9)
     net_lat = E.NCCL_HW_LATENCY_US["net"]
     intra_lat = E.NCCL_HW_LATENCY_US[link]
-    picker = _Picker()
+    shape = np.broadcast_shapes(m.shape, n.shape, g.shape, intra.shape, net.shape, nvls_bw.shape)
+    picker = _Picker(m, shape)
 
     # --- Ring: one ring per channel through all N ranks, crossing every host once, so its busbw
     # is the smaller of the GPU's link and the host's NICs together.
@@ -463,8 +465,7 @@ def nccl_collective(
                 threshold = np.where(multi, 64.0 * E.NCCL_ASSUMED_CHANNELS * ranks, np.inf)
                 raised = lat_us * E.NCCL_RING_PLATEAU.get(arch, 1.9)
                 lat_us = np.where(m >= threshold, raised, lat_us)
-            bw_seconds = m * per_byte
-            picker.offer(ALG_RING, p, lat_us * US, bw_seconds, ring_code)
+            picker.offer(ALG_RING, p, lat_us * US, per_byte, ring_code)
 
     # --- Tree (all-reduce, several hosts): a chain inside each host, a double binary tree across.
     # Each GPU's link carries the message up and down (2M); each host's NICs carry 2M, or M when
@@ -475,9 +476,10 @@ def nccl_collective(
         net_side = net_share / net
         per_byte = np.maximum(intra_side, net_side) / E.NCCL_TREE_FRACTION
         code = np.where(net_side >= intra_side, BOTTLENECK_NIC, BOTTLENECK_INTRA)
-        # log2(bytes / 64) in 0..22 indexes the correction; anything else gets column 23 (1.0).
+        # frexp's exponent of bytes / 64 is log2 + 1: column 0 (below 64 B) and 24 (from 512 MiB)
+        # are 1, columns 1..23 NCCL's factors for log2 = 0..22.
         _, exponent = np.frexp(m * (1.0 / 64.0))
-        idx = np.where((exponent >= 1) & (exponent <= 23), exponent - 1, 23)
+        idx = np.clip(exponent, 0, 24)
         depth = _floor_log2(n)
         for p in sorted(protos):
             if p == PROTO_LL:
@@ -486,12 +488,12 @@ def nccl_collective(
                 seconds_per_byte = per_byte / E.NCCL_TREE_LL128_FRACTION
             else:
                 seconds_per_byte = per_byte
-            bw_seconds = m * _INVERSE_TREE_CORRECTION[p][idx] * seconds_per_byte
+            corrected = _INVERSE_TREE_CORRECTION[p][idx] * seconds_per_byte
             lat_us = E.NCCL_BASE_LATENCY_US["tree"][p] + 2.0 * (
                 (g - 1.0) * intra_lat["tree"][p] + depth * net_lat["tree"][p]
             )
             lat = np.where(multi, lat_us * US, np.inf)
-            picker.offer(ALG_TREE, p, lat, bw_seconds, code)
+            picker.offer(ALG_TREE, p, lat, corrected, code)
 
     # --- NVLS: the NVSwitch reduces (Hopper+ on NVSwitch, Simple only, all-reduce here).
     has_nvls = (nvls_bw > 0) & (g > 1)
@@ -503,7 +505,7 @@ def nccl_collective(
                 ALG_NVLS,
                 PROTO_SIMPLE,
                 np.where(has_nvls & ~multi, nvls_lat, np.inf),
-                m / safe,
+                1.0 / safe,
                 np.int64(BOTTLENECK_INTRA),
             )
         if ALG_NVLS_TREE in algos and any_multi:  # NVLS inside hosts, trees across them
@@ -518,63 +520,82 @@ def nccl_collective(
                 ALG_NVLS_TREE,
                 PROTO_SIMPLE,
                 np.where(has_nvls & multi, lat_us * US, np.inf),
-                m * np.maximum(intra_side, net_side),
+                np.maximum(intra_side, net_side),
                 code,
             )
     return picker.result(kind, m, ranks, with_busbw)
 
 
 class _Picker:
-    """Keeps the fastest candidate seen so far, element by element (its time and index); the
-    winner's latency, algorithm and protocol are looked up once at the end."""
+    """Keeps the fastest candidate seen so far, element by element: its time, its index, its
+    link and whether it is latency-bound. Blends are arithmetic, in place, on int8 and bool
+    arrays: several times faster than ``np.where`` or ``np.choose`` on large arrays."""
 
-    def __init__(self) -> None:
+    def __init__(self, nbytes: F64, shape: tuple[int, ...]) -> None:
+        self.m = nbytes
+        self.shape = shape
         self.seconds: F64 | None = None
-        self.index: NDArray[np.int8] = np.asarray(0, dtype=np.int8)
+        self.index: NDArray[np.int8] = np.zeros(shape, dtype=np.int8)
+        self.code: NDArray[np.int8] = np.zeros(shape, dtype=np.int8)
+        self.latency_bound: NDArray[np.bool_] = np.zeros(shape, dtype=bool)
         self.algs: list[int] = []
         self.protos: list[int] = []
-        self.codes: list[ArrayLike] = []
-        self.lats: list[ArrayLike] = []
 
-    def offer(self, alg: int, proto: int, lat: ArrayLike, bw: ArrayLike, code: ArrayLike) -> None:
-        t = np.add(lat, bw)
+    def offer(
+        self, alg: int, proto: int, lat: ArrayLike, per_byte: ArrayLike, code: ArrayLike
+    ) -> None:
+        """A candidate taking ``lat + nbytes * per_byte`` seconds, bounded by ``code``."""
+        bw = np.multiply(self.m, per_byte)
+        bound = np.greater_equal(lat, bw)
+        if isinstance(bw, np.ndarray) and bw.shape == self.shape:
+            t = np.add(bw, lat, out=bw)  # in place: no new array
+        else:
+            t = np.add(bw, lat)
         i = len(self.algs)
         self.algs.append(alg)
         self.protos.append(proto)
-        self.codes.append(code)
-        self.lats.append(lat)
+        code8 = np.asarray(code, dtype=np.int8)
         if self.seconds is None:
-            self.seconds = t
-            self.index = np.zeros(np.shape(t), dtype=np.int8)
+            self.seconds = np.array(np.broadcast_to(t, self.shape), dtype=np.float64)
+            self.index[...] = 0
+            self.code[...] = code8
+            self.latency_bound[...] = bound
             return
-        better = t < self.seconds
-        self.seconds = np.where(better, t, self.seconds)
-        self.index = np.where(better, np.int8(i), self.index)
+        better = np.less(t, self.seconds)
+        np.minimum(self.seconds, t, out=self.seconds)
+        b8 = better.view(np.int8)
+        step = np.subtract(np.int8(i), self.index)
+        step *= b8
+        self.index += step
+        step = np.subtract(code8, self.code)
+        step *= b8
+        self.code += step
+        self.latency_bound &= ~better
+        self.latency_bound |= bound & better
 
     def result(self, kind: str, m: F64, ranks: F64, with_busbw: bool) -> CollectiveTime:
-        shape = np.broadcast(m, ranks, *([] if self.seconds is None else [self.seconds])).shape
+        shape = self.shape
         if self.seconds is None:
             inf = np.full(shape, np.inf)
             none = np.full(shape, -1, dtype=np.int64)
             return CollectiveTime(inf, none, none, np.full(shape, np.nan), none)
-        seconds = np.broadcast_to(np.where(ranks <= 1, 0.0, self.seconds), shape)
-        index = np.broadcast_to(self.index, shape)
-        alg = np.asarray(self.algs, dtype=np.int64)[index]
-        proto = np.asarray(self.protos, dtype=np.int64)[index]
-        if len(self.codes) == 1:
-            link = np.broadcast_to(np.asarray(self.codes[0], dtype=np.int64), shape)
-            lat = np.broadcast_to(np.asarray(self.lats[0], dtype=np.float64), shape)
-        else:
-            link = np.choose(index, [np.asarray(c, dtype=np.int8) for c in self.codes])
-            lat = np.choose(index, [np.asarray(x, dtype=np.float64) for x in self.lats])
-        # Latency-bound when the latency is at least the bytes' part of the time.
-        code = np.where(2.0 * lat >= self.seconds, BOTTLENECK_LATENCY, link).astype(np.int64)
+        seconds = self.seconds
+        if np.any(ranks <= 1):
+            seconds = np.where(ranks <= 1, 0.0, seconds)
+        alg = np.asarray(self.algs, dtype=np.int64)[self.index]
+        proto = np.asarray(self.protos, dtype=np.int64)[self.index]
+        code = self.code.astype(np.int64)
+        code[self.latency_bound] = BOTTLENECK_LATENCY
         busbw = (
             bus_bandwidth_of(kind, m, ranks, seconds)
             if with_busbw
             else np.broadcast_to(np.float64(np.nan), shape)
         )
-        return CollectiveTime(seconds, alg, proto, busbw, np.broadcast_to(code, shape))
+        return CollectiveTime(seconds, alg, proto, busbw, code)
+
+
+def _shaped(a: NDArray[Any], shape: tuple[int, ...]) -> NDArray[Any]:
+    return a if a.shape == shape else np.broadcast_to(a, shape)
 
 
 # --- TPU: ICI inside a slice, DCN between slices --------------------------------------------------
@@ -681,6 +702,8 @@ def reduction_server_collective(
     fabric: GpuFabric,
     reducers: ArrayLike,
     reducer_rate: ArrayLike,
+    *,
+    with_busbw: bool = True,
 ) -> CollectiveTime:
     """Vertex AI Reduction Server / BytePS: the gradient is partitioned evenly over the k
     reducers; each host reduces inside itself (NCCL reduce-scatter / NVLS), sends M to the
@@ -711,23 +734,30 @@ def reduction_server_collective(
         )
         * US
     )
-    intra_seconds = np.where(g > 1, m * per_byte, 0.0)
-    worker_side = m / _f(fabric.net_bandwidth)
+    intra_per_byte = np.where(g > 1, per_byte, 0.0)
+    worker_per_byte = 1.0 / _f(fabric.net_bandwidth)
     with np.errstate(divide="ignore"):
-        reducer_side = np.where(k > 0, n * m / (k * _f(reducer_rate)), np.inf)
-    inter = np.maximum(worker_side, reducer_side)
+        reducer_per_byte = np.where(k > 0, n / (k * _f(reducer_rate)), np.inf)
+    # Every phase moves bytes in proportion to M: the slowest per-byte rate sets the pace, and
+    # which one it is does not depend on M (so the codes are computed per configuration).
+    inter_per_byte = np.maximum(worker_per_byte, reducer_per_byte)
+    slowest = np.maximum(intra_per_byte, inter_per_byte)
     lat = intra_lat + NCCL_BASE_LATENCY + 2.0 * E.NETWORK_HOP_LATENCY
-    bw = np.maximum(intra_seconds, inter)
-    code = np.where(reducer_side > worker_side, BOTTLENECK_REDUCERS, BOTTLENECK_NIC)
-    code = np.where(inter >= intra_seconds, code, BOTTLENECK_INTRA)
-    code = np.where(bw >= lat, code, BOTTLENECK_LATENCY).astype(np.int64)
+    bw = m * slowest
     seconds = bw + lat
     shape = seconds.shape
+    code = np.where(reducer_per_byte > worker_per_byte, BOTTLENECK_REDUCERS, BOTTLENECK_NIC)
+    code = np.where(inter_per_byte >= intra_per_byte, code, BOTTLENECK_INTRA)
+    code = np.where(bw >= lat, code, BOTTLENECK_LATENCY).astype(np.int64)
     return CollectiveTime(
         seconds=seconds,
-        algorithm=np.full(shape, ALG_REDUCTION_SERVER, dtype=np.int64),
-        protocol=np.full(shape, PROTO_NONE, dtype=np.int64),
-        bus_bandwidth=bus_bandwidth_of(ALL_REDUCE, m, n * g, seconds),
+        algorithm=np.broadcast_to(np.int64(ALG_REDUCTION_SERVER), shape),
+        protocol=np.broadcast_to(np.int64(PROTO_NONE), shape),
+        bus_bandwidth=(
+            bus_bandwidth_of(ALL_REDUCE, m, n * g, seconds)
+            if with_busbw
+            else np.broadcast_to(np.float64(np.nan), shape)
+        ),
         bottleneck=code,
     )
 

@@ -96,14 +96,17 @@ def overlap_timeline(
     maps an array of bucket sizes to their times; it is called once on the three sizes stacked
     (axis 0) over ``shape``, the broadcast shape of the configurations it closes over."""
     shape = np.broadcast_shapes(shape, np.shape(gradient_bytes), np.shape(backward_seconds))
-    m = np.broadcast_to(_f(gradient_bytes), shape)
-    t_bwd = np.broadcast_to(_f(backward_seconds), shape)
+    m = _f(gradient_bytes)
+    t_bwd = _f(backward_seconds)
     first = np.minimum(first_bucket_bytes, m)
     rest = m - first
     full = np.floor(rest / bucket_bytes)
     last = rest - full * bucket_bytes
-    sizes = np.stack(np.broadcast_arrays(first, np.full_like(first, bucket_bytes), last))
-    times = collective(np.maximum(sizes, 1.0))
+    sizes = np.empty((3, *shape))
+    sizes[0] = first
+    sizes[1] = bucket_bytes
+    sizes[2] = np.maximum(last, 1.0)
+    times = collective(sizes)
     t = np.broadcast_to(times.seconds, sizes.shape)
     c_first = t[0]
     c_full = np.where(full > 0, t[1], 0.0)
@@ -125,7 +128,9 @@ def overlap_timeline(
     use_last = ~use_full & (last > first)
 
     def at(a: NDArray[np.generic]) -> NDArray[np.generic]:
-        arr = np.broadcast_to(a, sizes.shape)
+        if a.ndim == 0 or not any(a.strides):  # the same value everywhere (a broadcast scalar)
+            return np.broadcast_to(a.flat[0], shape)
+        arr = a if a.shape == sizes.shape else np.broadcast_to(a, sizes.shape)
         out: NDArray[np.generic] = np.where(use_full, arr[1], np.where(use_last, arr[2], arr[0]))
         return out
 
@@ -252,7 +257,9 @@ def gpu_training(
     k = _f(reducers)
 
     def rs_of(sizes: F64) -> C.CollectiveTime:
-        return C.reduction_server_collective(sizes, n, g, fabric, k, _f(reducer_bandwidth))
+        return C.reduction_server_collective(
+            sizes, n, g, fabric, k, _f(reducer_bandwidth), with_busbw=False
+        )
 
     rs = _finish(
         overlap_timeline(rs_of, m, backward, shape=shape),
