@@ -586,11 +586,7 @@ class _Picker:
         proto = np.asarray(self.protos, dtype=np.int64)[self.index]
         code = self.code.astype(np.int64)
         code[self.latency_bound] = BOTTLENECK_LATENCY
-        busbw = (
-            bus_bandwidth_of(kind, m, ranks, seconds)
-            if with_busbw
-            else np.broadcast_to(np.float64(np.nan), shape)
-        )
+        busbw = bus_bandwidth_of(kind, m, ranks, seconds) if with_busbw else np.asarray(np.nan)
         return CollectiveTime(seconds, alg, proto, busbw, code)
 
 
@@ -751,12 +747,10 @@ def reduction_server_collective(
     code = np.where(bw >= lat, code, BOTTLENECK_LATENCY).astype(np.int64)
     return CollectiveTime(
         seconds=seconds,
-        algorithm=np.broadcast_to(np.int64(ALG_REDUCTION_SERVER), shape),
-        protocol=np.broadcast_to(np.int64(PROTO_NONE), shape),
+        algorithm=np.asarray(ALG_REDUCTION_SERVER, dtype=np.int64),
+        protocol=np.asarray(PROTO_NONE, dtype=np.int64),
         bus_bandwidth=(
-            bus_bandwidth_of(ALL_REDUCE, m, n * g, seconds)
-            if with_busbw
-            else np.broadcast_to(np.float64(np.nan), shape)
+            bus_bandwidth_of(ALL_REDUCE, m, n * g, seconds) if with_busbw else np.asarray(np.nan)
         ),
         bottleneck=code,
     )

@@ -52,7 +52,8 @@ COMPUTE_PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
 
 
 class StrategyArrays(NamedTuple):
-    """One strategy evaluated over an array of configurations (all arrays broadcast together)."""
+    """One strategy evaluated over an array of configurations. The arrays broadcast together;
+    one that does not vary over the configurations may be 0-d."""
 
     step_seconds: F64
     communication_seconds: F64  # all buckets' collectives, hidden or not
@@ -107,7 +108,11 @@ def overlap_timeline(
     sizes[1] = bucket_bytes
     sizes[2] = np.maximum(last, 1.0)
     times = collective(sizes)
-    t = np.broadcast_to(times.seconds, sizes.shape)
+    t = (
+        times.seconds
+        if times.seconds.shape == sizes.shape
+        else np.broadcast_to(times.seconds, sizes.shape)
+    )
     c_first = t[0]
     c_full = np.where(full > 0, t[1], 0.0)
     c_last = np.where(last > 0, t[2], 0.0)
@@ -129,7 +134,7 @@ def overlap_timeline(
 
     def at(a: NDArray[np.generic]) -> NDArray[np.generic]:
         if a.ndim == 0 or not any(a.strides):  # the same value everywhere (a broadcast scalar)
-            return np.broadcast_to(a.flat[0], shape)
+            return np.asarray(a.flat[0])
         arr = a if a.shape == sizes.shape else np.broadcast_to(a, sizes.shape)
         out: NDArray[np.generic] = np.where(use_full, arr[1], np.where(use_last, arr[2], arr[0]))
         return out
@@ -138,7 +143,7 @@ def overlap_timeline(
         seconds=np.asarray(at(times.seconds), dtype=np.float64),
         algorithm=np.asarray(at(times.algorithm), dtype=np.int64),
         protocol=np.asarray(at(times.protocol), dtype=np.int64),
-        bus_bandwidth=np.broadcast_to(np.float64(np.nan), shape),
+        bus_bandwidth=np.asarray(np.nan),
         bottleneck=np.asarray(at(times.bottleneck), dtype=np.int64),
     )
     return Overlap(exposed, total, largest)
@@ -177,12 +182,12 @@ def _finish(
         samples_per_second=sps,
         bus_bandwidth=busbw,
         bottleneck=bottleneck.astype(np.int64),
-        communication_bottleneck=np.broadcast_to(largest.bottleneck, shape).astype(np.int64),
-        cost_per_hour=np.broadcast_to(cost_per_hour, shape).astype(np.float64),
+        communication_bottleneck=largest.bottleneck,
+        cost_per_hour=np.asarray(cost_per_hour, dtype=np.float64),
         cost_per_1000_samples=per_1000,
         scaling_efficiency=scaling,
-        algorithm=np.broadcast_to(largest.algorithm, shape).astype(np.int64),
-        protocol=np.broadcast_to(largest.protocol, shape).astype(np.int64),
+        algorithm=largest.algorithm,
+        protocol=largest.protocol,
     )
 
 
