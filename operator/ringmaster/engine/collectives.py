@@ -741,7 +741,6 @@ def reduction_server_collective(
     lat = intra_lat + NCCL_BASE_LATENCY + 2.0 * E.NETWORK_HOP_LATENCY
     bw = m * slowest
     seconds = bw + lat
-    shape = seconds.shape
     code = np.where(reducer_per_byte > worker_per_byte, BOTTLENECK_REDUCERS, BOTTLENECK_NIC)
     code = np.where(inter_per_byte >= intra_per_byte, code, BOTTLENECK_INTRA)
     code = np.where(bw >= lat, code, BOTTLENECK_LATENCY).astype(np.int64)

@@ -174,7 +174,6 @@ def _finish(
         )
     largest = overlap.largest_bucket
     bottleneck = np.where(step - exposed >= exposed, C.BOTTLENECK_COMPUTE, largest.bottleneck)
-    shape = step.shape
     return StrategyArrays(
         step_seconds=step,
         communication_seconds=overlap.communication_seconds,
