@@ -422,7 +422,9 @@ _ACCELERATORS: tuple[Accelerator, ...] = (
 
 _A2 = "[GCE-NET] 2024, [GCE-PRICE] 2024"
 _N1 = "[GCE-NET] 2024 (2 Gbps/vCPU, max 32), [GCE-PRICE] 2024 (vCPU + memory rates)"
-_A3 = "[GCE-GPU-NET] 2025, [GCE-PRICE] 2025 (on-demand, us-central1, rounded)"
+# Prices of the 8-GPU A3 Mega/Ultra and A4 shapes: approximate on-demand us-central1 list prices
+# (2025); check the current price list and override them through the catalog.
+_A3 = "[GCE-GPU-NET] 2025, [GCE-PRICE] 2025 (approximate on-demand, us-central1)"
 _TPU_HOST = "host price = chips x chip price [GCE-PRICE] 2024; ICI carries the gradients"
 
 _MACHINES: tuple[MachineType, ...] = (
