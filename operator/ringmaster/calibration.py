@@ -282,7 +282,7 @@ def _collectives(points: Mapping[str, Any]) -> list[Row]:
     rows.append(
         Row(
             p["id"],
-            f"NCCL's default at 4 GiB: {chosen} (NVLS)",
+            f"algorithm at 4 GiB: {chosen} (NCCL: NVLS)",
             1.0,
             1.0 if chosen == "NVLS" else 0.0,
             0.0 if chosen == "NVLS" else -1.0,
