@@ -73,6 +73,22 @@ def _f(x: ArrayLike) -> F64:
     return np.asarray(x, dtype=np.float64)
 
 
+def exposed_communication(
+    communication_seconds: ArrayLike, compute_seconds: ArrayLike, gradient_bytes: ArrayLike
+) -> F64:
+    """The older scalar overlap, kept for callers that have one collective time and no
+    per-bucket model (engine.llm_training's data-parallel part): all buckets but the last hide
+    behind backward. The data-parallel model itself uses :func:`overlap_timeline`; switching is
+    passing the collective as a function of the bucket size."""
+    comm = _f(communication_seconds)
+    m = _f(gradient_bytes)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        last_bucket = np.where(m > 0, np.minimum(1.0, GRADIENT_BUCKET_BYTES / m), 1.0)
+    hideable = comm * (1.0 - last_bucket)
+    hidden = np.minimum(hideable, BACKWARD_FRACTION * _f(compute_seconds))
+    return comm - hidden
+
+
 class Overlap(NamedTuple):
     exposed_seconds: F64
     communication_seconds: F64

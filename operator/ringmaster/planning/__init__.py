@@ -7,6 +7,7 @@ Pure functions the controllers call (:func:`plan_training`, :func:`plan_inferenc
 from ringmaster.planning.plans import (
     CATALOG_ENV,
     InferencePlan,
+    LlmInferencePlan,
     PlanError,
     TrainingPlan,
     active_catalog,
@@ -19,6 +20,7 @@ from ringmaster.planning.plans import (
 __all__ = [
     "CATALOG_ENV",
     "InferencePlan",
+    "LlmInferencePlan",
     "PlanError",
     "TrainingPlan",
     "active_catalog",

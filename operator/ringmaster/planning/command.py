@@ -24,6 +24,7 @@ from ringmaster.engine.hardware import Catalog
 from ringmaster.planning import render
 from ringmaster.planning.plans import (
     InferencePlan,
+    LlmInferencePlan,
     PlanError,
     TrainingPlan,
     _sig,
@@ -140,7 +141,14 @@ def _sweep_output(
     if len(targets) != 1:
         raise _Usage("--sweep: the file must hold exactly one TrainingJob or InferenceEndpoint")
     m, plan = targets[0]
+    if isinstance(plan, LlmInferencePlan):
+        raise _Usage("--sweep: not available for LLM endpoints (spec.model.architecture) yet")
     if isinstance(plan, TrainingPlan):
+        if plan.layout is not None:
+            raise _Usage(
+                "--sweep: not yet for a model with an architecture (its layout is re-planned "
+                "for each point); plan each size on its own"
+            )
         tpoints = sweep_training(training_inputs(m.spec), sweep, catalog)
         if plot:
             _plot_training(plot, m.name, sweep.field, tpoints)
@@ -244,6 +252,8 @@ def _render(plans: list[Any], catalog: Catalog, fmt: str) -> str:
             blocks.append(render.render_training(plan))
         elif isinstance(plan, InferencePlan):
             blocks.append(render.render_inference(plan))
+        elif isinstance(plan, LlmInferencePlan):
+            blocks.append(render.render_llm_inference(plan))
         else:
             blocks.append(_pool_text(m, catalog))
     return "\n\n".join(blocks)

@@ -21,6 +21,11 @@ from ringmaster.engine.hardware import (
     load_catalog,
 )
 from ringmaster.engine.inference import InferenceInputs, InferencePrediction, predict_inference
+from ringmaster.engine.llm_serving import (
+    LlmServingInputs,
+    LlmServingPrediction,
+    predict_llm_serving,
+)
 from ringmaster.engine.training import (
     DEFAULT_REDUCER_MACHINE,
     REDUCTION_SERVER,
@@ -29,6 +34,13 @@ from ringmaster.engine.training import (
     TrainingInputs,
     TrainingPrediction,
     predict_training,
+)
+from ringmaster.planning.layouts import (
+    LayoutPlan,
+    layout_json,
+    layout_status,
+    plan_layout,
+    transformer_of,
 )
 
 # A file of catalog overrides (YAML or JSON), e.g. a ConfigMap mounted into the operator's pod.
@@ -75,6 +87,8 @@ class _InferenceSpec(Protocol):
     accelerator: Any
     model: Any
     precision: Any
+    kv_cache_precision: Any
+    tokens: Any
     slo: Any
     max_batch_size: int
     replicas: int | None
@@ -116,6 +130,7 @@ class TrainingPlan:
     namespace: str | None
     prediction: TrainingPrediction
     kind: str = "TrainingJob"
+    layout: LayoutPlan | None = None  # a model with an architecture: the layout and its fit
 
     @property
     def chosen_strategy(self) -> str:
@@ -138,7 +153,12 @@ class TrainingPlan:
             "gradientBytes": _sig(p.gradient_bytes),
             "computePrecision": p.compute_precision,
             "notes": list(p.notes),
+            **(layout_json(self.layout) if self.layout is not None else {}),
         }
+
+    def status_fields(self) -> dict[str, Any]:
+        """What status.plan adds for a layout (empty without an architecture)."""
+        return layout_status(self.layout) if self.layout is not None else {}
 
 
 def _nccl_env(spec: _TrainingSpec) -> tuple[tuple[str, str], ...]:
@@ -160,7 +180,8 @@ def training_inputs(
     """The engine's inputs for a TrainingJob spec; ``machine_type`` (from the chosen node pool's
     labels) and ``reducers`` (the pool's actual size) override what the spec implies;
     ``reducer_share`` is the part of a shared pool's bandwidth the job gets (1 / the jobs bound to
-    the pool that run at once; 1 for dedicated reducers)."""
+    the pool that run at once; 1 for dedicated reducers). With an architecture the parameters may
+    be left out (0 here: the layout planner derives them)."""
     model = spec.model
     comm = spec.communication
     rs = getattr(comm, "reduction_server", None)
@@ -169,7 +190,7 @@ def training_inputs(
         accelerator=spec.accelerator.type,
         per_worker=spec.accelerator.per_worker,
         workers=spec.workers,
-        parameters=float(model.parameters),
+        parameters=float(model.parameters) if model.parameters is not None else 0.0,
         gradient_dtype=str(model.gradient_dtype),
         compute_seconds_per_step=model.compute_seconds_per_step,
         flops_per_sample=None if model.flops_per_sample is None else float(model.flops_per_sample),
@@ -185,7 +206,9 @@ def training_inputs(
     )
 
 
-def _check_hardware(inputs: TrainingInputs | InferenceInputs, catalog: Catalog, count: int) -> None:
+def _check_hardware(
+    inputs: TrainingInputs | InferenceInputs | LlmServingInputs, catalog: Catalog, count: int
+) -> None:
     """Name the field behind each unknown catalog name before the engine sees it."""
     role = "perWorker" if isinstance(inputs, TrainingInputs) else "perReplica"
     try:
@@ -240,11 +263,20 @@ def plan_training(
     catalog: Catalog | None = None,
     reducer_share: float = 1.0,
 ) -> TrainingPlan:
-    """What the operator decides for a TrainingJob: both strategies, the choice, the reducers.
+    """What the operator decides for a TrainingJob: both strategies, the choice, the reducers;
+    for a model with an architecture, the layout (searched where the spec says Auto) first.
     ``reducer_share``: for a job on a shared ReductionServerPool, 1 / the number of bound jobs
     running at once (the controller knows them); plans and sizing then use that share."""
+    cat = catalog or active_catalog()
     inputs = training_inputs(spec, machine_type, reducers, reducer_share)
-    prediction = predict_training_inputs(inputs, catalog or active_catalog())
+    if getattr(spec.model, "architecture", None) is not None:
+        _check_hardware(inputs, cat, inputs.per_worker)
+        try:
+            layout, prediction = plan_layout(spec, inputs, cat)
+        except (ValueError, LookupError) as exc:
+            raise _engine_error(exc) from None
+        return TrainingPlan(name=name, namespace=namespace, prediction=prediction, layout=layout)
+    prediction = predict_training_inputs(inputs, cat)
     return TrainingPlan(name=name, namespace=namespace, prediction=prediction)
 
 
@@ -284,6 +316,86 @@ class InferencePlan:
         }
 
 
+@dataclass(frozen=True)
+class LlmInferencePlan:
+    """An LLM endpoint's plan (spec.model.architecture set): the JSON adds the LLM figures to
+    the keys every InferenceEndpoint plan has."""
+
+    name: str
+    namespace: str | None
+    precision: Any
+    prediction: LlmServingPrediction
+    kind: str = "InferenceEndpoint"
+
+    def to_json(self) -> dict[str, Any]:
+        p = self.prediction
+        ms = 1e3
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "replicas": p.replicas,
+            "replicasNeeded": p.replicas_needed,
+            "feasible": p.feasible,
+            "reason": p.reason,
+            "outputTokensPerSecondPerReplica": _sig(p.output_tokens_per_second_per_replica),
+            "ttftP99Milliseconds": _sig(
+                None if p.ttft_p99_seconds is None else p.ttft_p99_seconds * ms
+            ),
+            "tpotP99Milliseconds": _sig(
+                None if p.tpot_p99_seconds is None else p.tpot_p99_seconds * ms
+            ),
+            "maxConcurrentSequences": p.max_concurrent_sequences,
+            "kvCacheBytesPerToken": _sig(p.kv_cache_bytes_per_token),
+            "weightsBytesPerAccelerator": _sig(p.weights_bytes_per_accelerator),
+            # The keys every InferenceEndpoint plan has (status, HPA, events read them).
+            "perReplicaRequestsPerSecond": _sig(p.requests_per_second_per_replica),
+            "capacityRequestsPerSecond": _sig(p.saturation_requests_per_second),
+            "p99LatencyMilliseconds": None,
+            "batchSize": p.max_num_seqs,
+            "bottleneck": p.bottleneck,
+            "binding": p.binding or None,
+            "costPerHourUSD": _sig(p.cost_per_hour_usd),
+            "precision": p.precision,
+            "kvCachePrecision": p.kv_cache_precision,
+            "tensorParallel": p.tensor_parallel,
+            "maxNumSeqs": p.max_num_seqs,
+            "maxModelLen": p.max_model_len,
+            "machineType": p.machine_type,
+            "notes": list(p.notes),
+        }
+
+
+def _max_utilisation(spec: _InferenceSpec) -> float:
+    return float(getattr(spec.slo, "max_utilization_percent", 85)) / 100.0
+
+
+def llm_serving_inputs(spec: _InferenceSpec) -> LlmServingInputs:
+    slo = spec.slo
+    tokens = spec.tokens
+    ms = 1e-3
+    return LlmServingInputs(
+        model=transformer_of(spec.model.architecture),
+        model_name=spec.model.name,
+        accelerator=spec.accelerator.type,
+        per_replica=spec.accelerator.per_replica,
+        precision=str(spec.precision),
+        kv_cache_precision=spec.kv_cache_precision,
+        input_tokens_mean=float(tokens.input_mean),
+        output_tokens_mean=float(tokens.output_mean),
+        input_tokens_p99=None if tokens.input_p99 is None else float(tokens.input_p99),
+        output_tokens_p99=None if tokens.output_p99 is None else float(tokens.output_p99),
+        ttft_p99_seconds=float(slo.time_to_first_token_p99_milliseconds) * ms,
+        tpot_p99_seconds=float(slo.time_per_output_token_p99_milliseconds) * ms,
+        target_requests_per_second=slo.target_requests_per_second,
+        target_output_tokens_per_second=slo.target_output_tokens_per_second,
+        max_utilization=_max_utilisation(spec),
+        replicas=spec.replicas,
+        min_replicas=spec.min_replicas,
+        max_replicas=spec.max_replicas,
+        machine_type=getattr(spec, "machine_type", None),
+    )
+
+
 def inference_inputs(spec: _InferenceSpec) -> InferenceInputs:
     return InferenceInputs(
         accelerator=spec.accelerator.type,
@@ -298,6 +410,7 @@ def inference_inputs(spec: _InferenceSpec) -> InferenceInputs:
         min_replicas=spec.min_replicas,
         max_replicas=spec.max_replicas,
         machine_type=getattr(spec, "machine_type", None),
+        max_utilisation=_max_utilisation(spec),
     )
 
 
@@ -309,14 +422,29 @@ def predict_inference_inputs(inputs: InferenceInputs, catalog: Catalog) -> Infer
         raise _engine_error(exc) from None
 
 
+def predict_llm_serving_inputs(inputs: LlmServingInputs, catalog: Catalog) -> LlmServingPrediction:
+    _check_hardware(inputs, catalog, inputs.per_replica)
+    try:
+        return predict_llm_serving(inputs, catalog)
+    except (ValueError, LookupError) as exc:
+        raise _engine_error(exc) from None
+
+
 def plan_inference(
     spec: _InferenceSpec,
     *,
     name: str = "",
     namespace: str | None = None,
     catalog: Catalog | None = None,
-) -> InferencePlan:
-    """Batch size, replicas, p99 and cost for an InferenceEndpoint."""
+) -> InferencePlan | LlmInferencePlan:
+    """Batch size, replicas, p99 and cost for an InferenceEndpoint; for an LLM endpoint
+    (spec.model.architecture) throughput in tokens, TTFT / TPOT p99 and the KV cache."""
+    if getattr(spec.model, "architecture", None) is not None:
+        llm = llm_serving_inputs(spec)
+        found = predict_llm_serving_inputs(llm, catalog or active_catalog())
+        return LlmInferencePlan(
+            name=name, namespace=namespace, precision=llm.precision, prediction=found
+        )
     inputs = inference_inputs(spec)
     prediction = predict_inference_inputs(inputs, catalog or active_catalog())
     return InferencePlan(
@@ -329,6 +457,7 @@ __all__ = [
     "REDUCTION_SERVER",
     "RING",
     "InferencePlan",
+    "LlmInferencePlan",
     "PlanError",
     "TrainingPlan",
     "active_catalog",

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 from ringmaster.engine.inference import InferencePrediction
 from ringmaster.engine.training import REDUCTION_SERVER, RING, TrainingPrediction
-from ringmaster.planning.plans import InferencePlan, TrainingPlan
+from ringmaster.planning.layouts import LayoutPlan
+from ringmaster.planning.plans import InferencePlan, LlmInferencePlan, TrainingPlan
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> str:
@@ -38,9 +39,11 @@ def _size(nbytes: float) -> str:
 
 def render_training(plan: TrainingPlan) -> str:
     p = plan.prediction
-    src = {"measured": "computeSecondsPerStep", "roofline": "flopsPerSample roofline"}.get(
-        p.compute_source, "none given"
-    )
+    src = {
+        "measured": "computeSecondsPerStep",
+        "roofline": "flopsPerSample roofline",
+        "architecture": "the architecture's FLOPs, with the layout",
+    }.get(p.compute_source, "none given")
     if p.compute_precision:
         src += f", {p.compute_precision}"
     lines = [
@@ -93,7 +96,48 @@ def render_training(plan: TrainingPlan) -> str:
             f"{share})"
         )
     lines.append(_choice(p))
+    if plan.layout is not None:
+        lines.append(render_layout(plan.layout))
     lines += [f"note: {n}" for n in p.notes]
+    return "\n".join(lines)
+
+
+def _gib(nbytes: float) -> str:
+    return f"{nbytes / 2**30:.1f}"
+
+
+def render_layout(plan: LayoutPlan) -> str:
+    """The layout, its memory per accelerator, tokens/s and MFU, and the alternatives."""
+    c = plan.chosen
+    verdict = "fits" if plan.search.fits else "DOES NOT FIT"
+    lines = [
+        f"layout: {c.name} ({c.describe()}), {c.micro_batches} micro-batches per step; {verdict}",
+        f"memory per accelerator GiB: weights {_gib(c.weights_bytes)}, gradients "
+        f"{_gib(c.gradients_bytes)}, optimizer {_gib(c.optimizer_bytes)}, activations "
+        f"{_gib(c.activations_bytes)}, reserve {_gib(c.reserve_bytes)} = "
+        f"{_gib(c.total_bytes)} of {_gib(c.capacity_bytes)}",
+        f"tokens/s {c.tokens_per_second:,.0f}, MFU {c.mfu:.1%}, step {c.step_seconds:.4g} s "
+        f"(compute {c.compute_seconds:.4g}, tensor-parallel {c.tensor_parallel_seconds:.3g}, "
+        f"bubble {c.bubble_seconds:.3g}, pipeline sends {c.pipeline_send_seconds:.3g}, "
+        f"data-parallel exposed {c.exposed_data_parallel_seconds:.3g})",
+    ]
+    if plan.search.reason:
+        lines.append(f"does not fit: {plan.search.reason}")
+    if plan.search.alternatives:
+        header = ("alternative", "sharding", "micro", "recompute", "step s", "GiB", "why not")
+        rows = [
+            (
+                a.layout.name,
+                a.layout.sharding,
+                str(a.layout.micro_batch),
+                a.layout.recompute,
+                num(a.layout.step_seconds),
+                _gib(a.layout.total_bytes),
+                a.why,
+            )
+            for a in plan.search.alternatives
+        ]
+        lines.append(table(header, rows, right={2, 4, 5}))
     return "\n".join(lines)
 
 
@@ -141,6 +185,54 @@ def render_inference(plan: InferencePlan) -> str:
                 )
             ],
             right=set(range(7)),
+        ),
+    ]
+    if not p.feasible:
+        lines.append(f"target NOT met: {p.reason}")
+    lines += [f"note: {n}" for n in p.notes]
+    return "\n".join(lines)
+
+
+def _ms_or_dash(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    ms = seconds * 1e3
+    return f"{ms:,.0f}" if ms >= 100 else f"{ms:.3g}"
+
+
+def render_llm_inference(plan: LlmInferencePlan) -> str:
+    p = plan.prediction
+    kv = f"KV cache {p.kv_cache_precision} {p.kv_cache_bytes_per_token / 1e3:,.4g} kB/token"
+    tp = f"tensor parallel {p.tensor_parallel}, " if p.tensor_parallel > 1 else ""
+    lines = [
+        f"InferenceEndpoint {plan.name}: LLM in {p.precision} on {p.machine_type} ({tp}"
+        f"weights {_size(p.weights_bytes_per_accelerator)} per accelerator, {kv})",
+        table(
+            (
+                "replicas",
+                "req/s per replica",
+                "output tok/s per replica",
+                "TTFT p99 ms",
+                "TPOT p99 ms",
+                "max seqs (KV)",
+                "max-num-seqs",
+                "$/hour",
+                "bottleneck",
+            ),
+            [
+                (
+                    str(p.replicas),
+                    num(p.requests_per_second_per_replica, ",.4g"),
+                    num(p.output_tokens_per_second_per_replica, ",.0f"),
+                    _ms_or_dash(p.ttft_p99_seconds),
+                    _ms_or_dash(p.tpot_p99_seconds),
+                    f"{p.max_concurrent_sequences:,}",
+                    str(p.max_num_seqs),
+                    money(p.cost_per_hour_usd),
+                    p.bottleneck,
+                )
+            ],
+            right=set(range(8)),
         ),
     ]
     if not p.feasible:
