@@ -165,6 +165,12 @@ def overlap_timeline(
     return Overlap(exposed, total, largest)
 
 
+def _slowest_of(ranks: F64) -> F64:
+    """The expected slowest of N ranks' compute, as a multiple of one rank's:
+    1 + cv x sqrt(2 ln N) (COMPUTE_JITTER_CV)."""
+    return 1.0 + COMPUTE_JITTER_CV * np.sqrt(2.0 * np.log(np.maximum(ranks, 1.0)))
+
+
 def _finish(
     overlap: Overlap,
     *,
@@ -173,14 +179,14 @@ def _finish(
     compute: F64,
     batch: F64,
     cost_per_hour: F64,
+    slowest: F64 | None = None,
 ) -> StrategyArrays:
     exposed = overlap.exposed_seconds
     hidden = overlap.communication_seconds - exposed
+    if slowest is None:
+        slowest = _slowest_of(kind_ranks)
     # The slowest of N ranks sets the pace, and hidden collectives still take SMs from backward.
-    straggler = COMPUTE_JITTER_CV * np.sqrt(2.0 * np.log(np.maximum(kind_ranks, 1.0)))
-    step = (
-        compute * (1.0 + straggler) + exposed + OVERLAP_INTERFERENCE * np.minimum(hidden, compute)
-    )
+    step = compute * slowest + exposed + OVERLAP_INTERFERENCE * np.minimum(hidden, compute)
     with np.errstate(divide="ignore", invalid="ignore"):
         sps = np.where(step > 0, kind_ranks * batch / step, np.nan)
         per_1000 = cost_per_hour / 3600.0 / sps * 1000.0
@@ -237,6 +243,7 @@ def gpu_training(
     compute = _f(compute_seconds)
     batch = _f(batch_per_accelerator)
     ranks = n * g
+    slowest = _slowest_of(ranks)  # shared by both strategies
     backward = BACKWARD_FRACTION * compute
     fabric = C.GpuFabric(
         intra_bandwidth=_f(intra_bandwidth),
@@ -269,6 +276,7 @@ def gpu_training(
     ring = _finish(
         overlap_timeline(ring_of, m, backward, shape=shape),
         kind_ranks=ranks,
+        slowest=slowest,
         gradient_bytes=m,
         compute=compute,
         batch=batch,
@@ -284,6 +292,7 @@ def gpu_training(
     rs = _finish(
         overlap_timeline(rs_of, m, backward, shape=shape),
         kind_ranks=ranks,
+        slowest=slowest,
         gradient_bytes=m,
         compute=compute,
         batch=batch,
