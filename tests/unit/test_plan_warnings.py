@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import Field
 
 from ringmaster.api import TrainingJobStatus, TrainingPlan, find_condition
 from ringmaster.controllers.reporting import Conditions, plan_warnings, report_plausibility
@@ -17,7 +18,7 @@ MEMORY = "spec.model.parameters: needs 160000 TB per worker, beyond any accelera
 class WarnedPlan(TrainingPlan):
     """The typed plan once planning/plausibility.py fills it (the field is not on main yet)."""
 
-    warnings: list[str] = []
+    warnings: list[str] = Field(default_factory=list)
 
 
 def warned(*warnings: str):
