@@ -6,10 +6,10 @@ Pure functions the controllers call (:func:`plan_training`, :func:`plan_inferenc
 
 from ringmaster.planning.plans import (
     CATALOG_ENV,
-    InferencePlan,
-    LlmInferencePlan,
+    InferenceReport,
+    LlmInferenceReport,
     PlanError,
-    TrainingPlan,
+    TrainingReport,
     active_catalog,
     inference_inputs,
     plan_inference,
@@ -19,10 +19,10 @@ from ringmaster.planning.plans import (
 
 __all__ = [
     "CATALOG_ENV",
-    "InferencePlan",
-    "LlmInferencePlan",
+    "InferenceReport",
+    "LlmInferenceReport",
     "PlanError",
-    "TrainingPlan",
+    "TrainingReport",
     "active_catalog",
     "inference_inputs",
     "plan_inference",

@@ -23,10 +23,10 @@ from typing import Any
 from ringmaster.engine.hardware import Catalog
 from ringmaster.planning import render
 from ringmaster.planning.plans import (
-    InferencePlan,
-    LlmInferencePlan,
+    InferenceReport,
+    LlmInferenceReport,
     PlanError,
-    TrainingPlan,
+    TrainingReport,
     _sig,
     _strategy_json,
     active_catalog,
@@ -141,9 +141,9 @@ def _sweep_output(
     if len(targets) != 1:
         raise _Usage("--sweep: the file must hold exactly one TrainingJob or InferenceEndpoint")
     m, plan = targets[0]
-    if isinstance(plan, LlmInferencePlan):
+    if isinstance(plan, LlmInferenceReport):
         raise _Usage("--sweep: not available for LLM endpoints (spec.model.architecture) yet")
-    if isinstance(plan, TrainingPlan):
+    if isinstance(plan, TrainingReport):
         if plan.layout is not None:
             raise _Usage(
                 "--sweep: not yet for a model with an architecture (its layout is re-planned "
@@ -180,7 +180,7 @@ def _sweep_output(
     if fmt == "json":
         pts = []
         for v, p in ipoints:
-            d = InferencePlan(m.name, m.namespace, str(m.spec.precision), p).to_json()
+            d = InferenceReport(m.name, m.namespace, str(m.spec.precision), p).to_json()
             pts.append({sweep.field: v, **{k: d[k] for k in list(d)[2:]}})
         return json.dumps(
             {"kind": m.kind, "name": m.name, "sweep": {"field": sweep.field, "points": pts}},
@@ -248,11 +248,11 @@ def _render(plans: list[Any], catalog: Catalog, fmt: str) -> str:
         return json.dumps(docs[0] if len(docs) == 1 else docs, indent=2)
     blocks = []
     for m, plan in plans:
-        if isinstance(plan, TrainingPlan):
+        if isinstance(plan, TrainingReport):
             blocks.append(render.render_training(plan))
-        elif isinstance(plan, InferencePlan):
+        elif isinstance(plan, InferenceReport):
             blocks.append(render.render_inference(plan))
-        elif isinstance(plan, LlmInferencePlan):
+        elif isinstance(plan, LlmInferenceReport):
             blocks.append(render.render_llm_inference(plan))
         else:
             blocks.append(_pool_text(m, catalog))
