@@ -1,6 +1,7 @@
 """`ringmaster cluster`: a local Kubernetes control plane with simulated accelerator node pools.
 
 ringmaster cluster up [--pool a100-highgpu-8g=64 ...]   create (or resize) the cluster
+ringmaster cluster up --kueue                           ... and run Kueue beside it (kueue.py)
 ringmaster cluster pools                                 the node pools and their readiness
 ringmaster cluster kubeconfig                            print the kubeconfig's path
 ringmaster cluster down                                  delete it
@@ -19,6 +20,7 @@ from ringmaster.localcluster.cluster import (
     kubeconfig_path,
     show_pools,
 )
+from ringmaster.localcluster.kueue import LocalKueue
 from ringmaster.localcluster.pools import POOLS, parse_sizes
 
 
@@ -39,6 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="POOL=COUNT",
         help="node count of a pool, repeatable (the scale bench asks for thousands)",
     )
+    parser.add_argument("--kueue", action="store_true", help="up: also run Kueue (tools/kueue)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -50,10 +53,13 @@ def run(args: argparse.Namespace) -> int:
         cluster = LocalCluster(Binaries.locate(args.bin_dir), args.name)
         if args.action == "up":
             cluster.up(sizes)
+            if args.kueue:
+                LocalKueue(cluster).up()
             print(show_pools(cluster))
         elif args.action == "pools":
             print(show_pools(cluster))
         else:
+            LocalKueue(cluster).down()
             cluster.down()
     except (ClusterError, ValueError) as error:
         print(f"ringmaster cluster: {error}", file=sys.stderr)
