@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from ringmaster.api import parse_manifest
+from ringmaster.api import TRAINING_JOB, parse_manifest
 from tests.e2e.kube import Cluster
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,9 +36,19 @@ class BadInput:
     set: dict[str, Any] = field(default_factory=dict)
     unset: tuple[str, ...] = ()
     update: bool = False
+    status: dict[str, Any] | None = None
+    """For an update: the status the stored object has (the operator's, written through the
+    status subresource) when the change is applied."""
 
     def base_manifest(self) -> dict[str, Any]:
         return load_example(self.base)
+
+    def stored(self) -> dict[str, Any]:
+        """The base as the apiserver holds it when the update arrives: with this row's status."""
+        doc = self.base_manifest()
+        if self.status is not None:
+            doc["status"] = copy.deepcopy(self.status)
+        return doc
 
     def manifest(self) -> dict[str, Any]:
         """The base example with this row's change applied."""
@@ -60,6 +70,9 @@ class BadInput:
     def change_text(self) -> str:
         parts = [f"`{k}: {json.dumps(v)}`" for k, v in self.set.items()]
         parts += [f"remove `{p}`" for p in self.unset]
+        if self.update and self.status:
+            phase = self.status.get("phase")
+            return ", ".join(parts) + f" (as an update of a job in phase {phase})"
         return ", ".join(parts) + (" (as an update)" if self.update else "")
 
 
@@ -112,7 +125,21 @@ def render_bad_input_doc(rows: list[BadInput]) -> str:
         "run and comes back with the fields it was sent, plus the documented defaults",
         "([api.md](api.md)).",
         "",
+        "## Editing a running TrainingJob",
+        "",
+        "A gang is placed once, on one pool, in the shape its spec gives at admission; its pods",
+        "cannot move or change shape. So the apiserver refuses an edit of that shape while the",
+        "gang holds its pool (`status.phase` Admitted or Running), with a message naming the",
+        "field; the rules are CEL at the CRD's root, where `status` is visible. To change it,",
+        "suspend the job (`runPolicy.suspend: true`, in the same update or before): its pods go,",
+        "and the next gang takes the new shape. A waiting (Pending), suspended or finished job",
+        "may be edited freely (a Pending job with `NoMatchingPool` is fixed by editing it).",
+        "",
+        "| field | may change | why |",
+        "|---|---|---|",
     ]
+    lines += [f"| `spec.{c.field}` | {c.when} | {c.why} |" for c in TRAINING_JOB.spec_changes]
+    lines.append("")
     return "\n".join(lines)
 
 
@@ -131,6 +158,8 @@ def test_bad_input_is_refused_at_admission_naming_the_field(
     if row.update:
         created = _apply(crds_installed, namespace, row.base_manifest())
         assert created.returncode == 0, created.stderr
+        if row.status is not None:
+            set_status(crds_installed, namespace, doc, row.status)
     result = _apply(crds_installed, namespace, doc)
     assert result.returncode != 0, f"{row.name}: accepted, expected a refusal\n{result.stdout}"
     assert row.field in result.stderr, (
@@ -147,6 +176,21 @@ def test_bad_input_is_refused_at_admission_naming_the_field(
             doc["kind"].lower(), doc["metadata"]["name"], "-n", namespace
         )
         assert stored["spec"] == _merged(row.base_manifest()["spec"], stored["spec"])
+
+
+def set_status(cluster: Cluster, namespace: str, doc: dict[str, Any], status: Any) -> None:
+    """Write ``status`` as the operator does: through the status subresource."""
+    cluster.kubectl(
+        "patch",
+        doc["kind"].lower(),
+        doc["metadata"]["name"],
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": status}),
+    )
 
 
 def _merged(sent: Any, stored: Any) -> Any:
