@@ -239,6 +239,7 @@ def test_kubectl_get_shows_the_columns_short_names_categories_and_scale(
     assert header == [
         "NAME",
         "PHASE",
+        "REASON",
         "STRATEGY",
         "WORKERS",
         "PER-WORKER",
@@ -248,11 +249,11 @@ def test_kubectl_get_shows_the_columns_short_names_categories_and_scale(
     ]
     assert "bert-large-squad" in tj and "nvidia-tesla-a100" in tj
     ie_header = crds_installed.kubectl("get", "ie", "-n", namespace).stdout.splitlines()[0].split()
-    assert ie_header[:5] == ["NAME", "PHASE", "REPLICAS", "READY", "CAPACITY-RPS"]
+    assert ie_header[:6] == ["NAME", "PHASE", "REASON", "REPLICAS", "READY", "CAPACITY-RPS"]
     rsp_header = (
         crds_installed.kubectl("get", "rsp", "-n", namespace).stdout.splitlines()[0].split()
     )
-    assert rsp_header == ["NAME", "PHASE", "REPLICAS", "READY", "BANDWIDTH-GBPS", "AGE"]
+    assert rsp_header == ["NAME", "PHASE", "REASON", "REPLICAS", "READY", "BANDWIDTH-GBPS", "AGE"]
     every = crds_installed.kubectl("get", "ringmaster", "-n", namespace, "-o", "name").stdout
     assert len(every.split()) == len(example_files())
     ml = crds_installed.kubectl("get", "ml", "-n", namespace, "-o", "name").stdout

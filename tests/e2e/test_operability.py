@@ -1,0 +1,85 @@
+"""What an operator of the platform reads: `kubectl get` says why each resource is where it is
+(the REASON column of tj, ie and rsp), and `ringmaster cluster pools` needs nothing but the
+cluster's kubeconfig."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ringmaster.localcluster.cluster import kubeconfig_path
+from tests.e2e.conftest import E2E_CLUSTER_NAME
+from tests.e2e.kube import Cluster
+from tests.e2e.test_admission import load_example, set_status
+
+# kind's short name, the example, and the condition its REASON column reads.
+KINDS = [
+    ("tj", "trainingjob-bert-large-auto.yaml", "Schedulable"),
+    ("ie", "inferenceendpoint-resnet50-int8-t4.yaml", "Ready"),
+    ("rsp", "reductionserverpool-shared.yaml", "Ready"),
+]
+
+
+def column(cluster: Cluster, short: str, ns: str, name: str, title: str) -> str:
+    header, *rows = cluster.kubectl("get", short, "-n", ns).stdout.splitlines()
+    row = next(r for r in rows if r.split()[0] == name)
+    titles = header.split()
+    assert titles[:3] == ["NAME", "PHASE", "REASON"], header
+    return row.split()[titles.index(title)]
+
+
+@pytest.mark.parametrize(("short", "example", "condition"), KINDS, ids=[k[0] for k in KINDS])
+def test_the_reason_column_shows_the_main_conditions_reason(
+    crds_installed: Cluster, namespace: str, short: str, example: str, condition: str
+) -> None:
+    doc = load_example(example)
+    crds_installed.apply(doc, namespace)
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    other = {"type": "Planned", "status": "True", "reason": "Planned", "lastTransitionTime": now}
+    status = {
+        "phase": "Pending",
+        "conditions": [
+            other,  # another condition's reason must not show
+            {
+                "type": condition,
+                "status": "False",
+                "reason": "InsufficientCapacity",
+                "message": "needs 8 workers; 3 fit now",
+                "lastTransitionTime": now,
+            },
+        ],
+    }
+    set_status(crds_installed, namespace, doc, status)
+    name = doc["metadata"]["name"]
+    assert column(crds_installed, short, namespace, name, "REASON") == "InsufficientCapacity"
+    assert column(crds_installed, short, namespace, name, "PHASE") == "Pending"
+
+
+def test_cluster_pools_lists_the_pools_without_control_plane_binaries(cluster: Cluster) -> None:
+    if cluster.kubeconfig.resolve() != kubeconfig_path(E2E_CLUSTER_NAME).resolve():
+        pytest.skip("the test cluster is not the one `ringmaster cluster` knows by name")
+    env = {k: v for k, v in os.environ.items() if k != "RINGMASTER_BIN_DIR"}
+    env["PATH"] = os.path.dirname(sys.executable)  # no kubectl on the PATH either
+    result = subprocess.run(
+        [sys.executable, "-m", "ringmaster", "cluster", "pools", "--name", E2E_CLUSTER_NAME],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    header, *rows = result.stdout.splitlines()
+    assert header.split()[:2] == ["POOL", "INSTANCE"]
+    by_pool = {r.split()[0]: r.split() for r in rows}
+    nodes = json.loads(cluster.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+    a100 = [
+        n
+        for n in nodes
+        if n["metadata"]["labels"].get("cloud.google.com/gke-nodepool") == "a100-highgpu-8g"
+    ]
+    assert by_pool["a100-highgpu-8g"][-2:] == [str(len(a100)), str(len(a100))]  # nodes, ready
