@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from ringmaster.api import TRAINING_JOB, parse_manifest
+from ringmaster.planning import plausibility
 from tests.e2e.kube import Cluster
 
 REPO = Path(__file__).resolve().parents[2]
@@ -139,7 +140,25 @@ def render_bad_input_doc(rows: list[BadInput]) -> str:
         "|---|---|---|",
     ]
     lines += [f"| `spec.{c.field}` | {c.when} | {c.why} |" for c in TRAINING_JOB.spec_changes]
-    lines.append("")
+    lines += [
+        "",
+        "## Accepted, with a warning",
+        "",
+        "Some input is valid but almost surely a slip. It is accepted, planned, and reported as",
+        "a warning naming the field (`ringmaster plan` prints it under the table and lists it in",
+        "`-o json` as `warnings`; `planning/plausibility.py` has the checks and their sources):",
+        "",
+        "| reason | field | when |",
+        "|---|---|---|",
+        "| `ImplausibleParameterCount` | `spec.model.parameters` | more than "
+        f"{plausibility.IMPLAUSIBLE_PARAMETER_FACTOR:g} x the largest published model "
+        f"({plausibility.LARGEST_PUBLISHED_PARAMETERS:.4g} parameters) |",
+        "| `ExceedsAcceleratorMemory` | `spec.model.parameters` | weights and gradients alone do "
+        "not fit the memory of all the gang's accelerators, even fully sharded |",
+        "| `ImplausibleStepTime` | the input behind most of the step | the predicted step takes "
+        f"longer than {plausibility.LONGEST_PLAUSIBLE_STEP_SECONDS:g} s (a day) |",
+        "",
+    ]
     return "\n".join(lines)
 
 
