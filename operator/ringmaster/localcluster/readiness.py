@@ -136,6 +136,7 @@ def wait_for_ready_nodes(
     (default: :func:`wait_limit_seconds`) passes first.
     """
     from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
 
     limit = wait_limit_seconds(len(names)) if limit_seconds is None else limit_seconds
     count = ReadyCount(frozenset(names))
@@ -166,6 +167,8 @@ def wait_for_ready_nodes(
         except ApiException as error:
             if error.status != 410:  # 410 Gone: the resourceVersion is too old; list again
                 raise
+        except HTTPError:  # the watch connection broke (a busy apiserver): list again
+            time.sleep(1)
         elapsed = time.monotonic() - start
         if count.done:
             log(f"{count.summary()} in {elapsed:.0f}s")
