@@ -149,7 +149,7 @@ def wait_for_ready_nodes(
         count.ready.clear()
         for node in items:
             count.observe(node)
-        if progress.due(len(count.ready), time.monotonic()):
+        if not count.done and progress.due(len(count.ready), time.monotonic()):
             log(f"{count.summary()} ({time.monotonic() - start:.0f}s)")
         try:
             events = (
