@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# How long a wait for N nodes may take: the control plane's own start-up slack, plus kwok's
-# per-node work (it initialises each node with a status patch). Measured on this project's
-# 2-core CI machine: see docs/local-cluster.md ("Waiting for nodes") for the figures.
+# How long a wait for N nodes may take: slack for a loaded machine, plus kwok's per-node work (it
+# initialises each node with a status patch). Measured on the 2-core CI machine, 500 nodes were
+# all Ready 1 s after their 16 s apply (docs/local-cluster.md, "Waiting for nodes"); the limit
+# leaves an order of magnitude of room for a machine busy with other clusters.
 BASE_WAIT_SECONDS = 60.0
 WAIT_SECONDS_PER_NODE = 0.25
 # Progress: a line at least this often while nodes are still coming, and at every tenth.
