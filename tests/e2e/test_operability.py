@@ -11,9 +11,10 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from ringmaster.localcluster.cluster import kubeconfig_path
-from tests.e2e.conftest import E2E_CLUSTER_NAME
+from tests.e2e.conftest import E2E_CLUSTER_NAME, REPO
 from tests.e2e.kube import Cluster
 from tests.e2e.test_admission import load_example, set_status
 
@@ -83,3 +84,40 @@ def test_cluster_pools_lists_the_pools_without_control_plane_binaries(cluster: C
         if n["metadata"]["labels"].get("cloud.google.com/gke-nodepool") == "a100-highgpu-8g"
     ]
     assert by_pool["a100-highgpu-8g"][-2:] == [str(len(a100)), str(len(a100))]  # nodes, ready
+
+
+def test_the_charts_network_policy_is_accepted_by_the_apiserver(
+    cluster: Cluster, namespace: str
+) -> None:
+    """The rendered NetworkPolicy (every optional part on) is a valid object to a real
+    apiserver, not only well-formed YAML."""
+    values = {
+        "networkPolicy": {
+            "enabled": True,
+            "metricsFrom": [{"namespaceSelector": {"matchLabels": {"team": "monitoring"}}}],
+            "apiServer": {"cidrs": ["172.18.0.2/32"], "ports": [6443]},
+        }
+    }
+    rendered = subprocess.run(
+        [
+            str(cluster.bin_dir / "helm"),
+            "template",
+            "rm",
+            str(REPO / "charts" / "ringmaster"),
+            "--namespace",
+            namespace,
+            "--set-json",
+            f"networkPolicy={json.dumps(values['networkPolicy'])}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    (policy,) = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "NetworkPolicy"]
+    result = cluster.kubectl(
+        "apply", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(policy)
+    )
+    stored = json.loads(result.stdout)["spec"]
+    assert stored["ingress"][0]["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+    assert stored["egress"][0]["to"] == [{"ipBlock": {"cidr": "172.18.0.2/32"}}]
