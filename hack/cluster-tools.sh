@@ -53,7 +53,9 @@ for c in etcd kwok helm kube; do
   fi
   log "building $c ${version[$c]} into $out (cold: a few minutes; kube is the slowest)"
   start=$SECONDS
-  rm -rf "$out.tmp" && mkdir -p "$out.tmp"
+  # A private temporary directory: two builds at once (two checkouts) must not clobber each other.
+  mkdir -p "$cache/bin"
+  tmp=$(mktemp -d "$out.tmp.XXXXXX") && chmod 755 "$tmp"
   ldflags="-s -w"
   if [[ $c == kube ]]; then
     # What Kubernetes' own build (hack/lib/version.sh) stamps: without it the binaries report
@@ -64,20 +66,21 @@ for c in etcd kwok helm kube; do
       ldflags+=" -X $pkg.gitTreeState=clean"
     done
   fi
-  (cd "$root/tools/$c" && go build -ldflags="$ldflags" -o "$out.tmp/" tool)
+  (cd "$root/tools/$c" && go build -ldflags="$ldflags" -o "$tmp/" tool)
   # etcd's main package is the module root (server/), so go names the binary "server".
-  if [[ $c == etcd ]]; then mv "$out.tmp/server" "$out.tmp/etcd"; fi
+  if [[ $c == etcd ]]; then mv "$tmp/server" "$tmp/etcd"; fi
   # kwok's own default stages (node heartbeat, pod ready/complete/delete) at the pinned version:
   # a cluster that adds stages of its own must list the defaults too.
   if [[ $c == kwok ]]; then
     src=$(cd "$root/tools/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)/kustomize/stage
-    mkdir -p "$out.tmp/kwok-stages"
+    mkdir -p "$tmp/kwok-stages"
     cp "$src/node/fast/node-initialize.yaml" "$src/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml" \
       "$src/pod/fast/pod-ready.yaml" "$src/pod/fast/pod-complete.yaml" "$src/pod/fast/pod-delete.yaml" \
-      "$out.tmp/kwok-stages/"
+      "$tmp/kwok-stages/"
   fi
-  touch "$out.tmp/.complete"
-  rm -rf "$out" && mv "$out.tmp" "$out"
+  touch "$tmp/.complete"
+  # Whoever finishes first installs; a build that lost the race keeps the winner's copy.
+  if [[ -f $out/.complete ]]; then rm -rf "$tmp"; else rm -rf "$out" && mv "$tmp" "$out"; fi
   log "built $c in $((SECONDS - start))s: $(cd "$out" && echo *)"
 done
 

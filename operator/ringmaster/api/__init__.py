@@ -13,6 +13,7 @@ from ringmaster.api.accelerators import (
     is_tpu,
     topology_chips,
 )
+from ringmaster.api.architecture import TransformerArchitecture
 from ringmaster.api.base import API_VERSION, GROUP, VERSION, Rule
 from ringmaster.api.common import (
     Condition,
@@ -116,6 +117,7 @@ __all__ = [
     "TrainingJobStatus",
     "TrainingModel",
     "TrainingPlan",
+    "TransformerArchitecture",
     "WorkerCounts",
     "find_condition",
     "format_count",
