@@ -178,6 +178,9 @@ def test_bad_input_is_refused_at_admission_naming_the_field(
         created = _apply(crds_installed, namespace, row.base_manifest())
         assert created.returncode == 0, created.stderr
         if row.status is not None:
+            # As the operator would write it. These tests run with the CRDs only: an operator
+            # running in the same cluster would rewrite this status (the session's operator
+            # starts with the first test that asks for it, in the files after this one).
             set_status(crds_installed, namespace, doc, row.status)
     result = _apply(crds_installed, namespace, doc)
     assert result.returncode != 0, f"{row.name}: accepted, expected a refusal\n{result.stdout}"
@@ -195,6 +198,29 @@ def test_bad_input_is_refused_at_admission_naming_the_field(
             doc["kind"].lower(), doc["metadata"]["name"], "-n", namespace
         )
         assert stored["spec"] == _merged(row.base_manifest()["spec"], stored["spec"])
+
+
+@pytest.mark.e2e
+def test_a_suspension_is_lifted_only_once_the_job_is_suspended(
+    crds_installed: Cluster, namespace: str
+) -> None:
+    """suspend: true with a new shape, then suspend: false before the operator acted, would leave
+    the old gang running under the new shape; the apiserver refuses the second step until the
+    status says Suspended (written here as the operator would)."""
+    doc = load_example("trainingjob-bert-large-auto.yaml")
+    doc["spec"]["runPolicy"]["suspend"] = True
+    assert _apply(crds_installed, namespace, doc).returncode == 0
+    set_status(crds_installed, namespace, doc, {"phase": "Running", "pool": "a100-highgpu-8g"})
+    resume = json.dumps({"spec": {"runPolicy": {"suspend": False}}})
+    name = doc["metadata"]["name"]
+    args = ("patch", "tj", name, "-n", namespace, "--type=merge", "-p", resume)
+    refused = crds_installed.kubectl(*args, check=False)
+    assert refused.returncode != 0 and "spec.runPolicy.suspend" in refused.stderr
+    assert "wait for phase Suspended" in refused.stderr
+    set_status(crds_installed, namespace, doc, {"phase": "Suspended"})
+    crds_installed.kubectl(*args)
+    stored = crds_installed.get_json("tj", name, "-n", namespace)
+    assert stored["spec"]["runPolicy"]["suspend"] is False
 
 
 def set_status(cluster: Cluster, namespace: str, doc: dict[str, Any], status: Any) -> None:

@@ -76,7 +76,7 @@ def test_every_spec_field_has_a_decided_rule() -> None:
 
 def test_the_shape_fields_have_a_root_rule_naming_them() -> None:
     paths = {r.field_path for r in TRAINING_JOB.rules}
-    assert paths == {f".spec.{f}" for f in SHAPE}
+    assert paths == {f".spec.{f}" for f in SHAPE} | {".spec.runPolicy.suspend"}
     assert all(r.is_transition and r.check_update is not None for r in TRAINING_JOB.rules)
 
 
@@ -130,3 +130,17 @@ def test_the_message_says_what_to_do() -> None:
     assert "runPolicy.suspend: true" in message
     crd_messages = {m for _, path, m in offline_admit(edited(old, "machineType"), old)}
     assert {e.message for e in exc.value.errors} == crd_messages
+
+
+@pytest.mark.parametrize("phase", PHASES)
+def test_a_suspension_is_lifted_only_once_the_job_is_suspended(phase: str | None) -> None:
+    """suspend: true with a new shape, then suspend: false before the operator acted, would leave
+    the old gang running under the new shape."""
+    old = job(phase)
+    old["spec"]["runPolicy"]["suspend"] = True
+    resumed = copy.deepcopy(old)
+    resumed.pop("status", None)
+    resumed["spec"]["runPolicy"]["suspend"] = False
+    expected = {"spec.runPolicy.suspend"} if phase in ADMITTED_PHASES else set()
+    assert python_refuses(old, resumed) == expected
+    assert crd_refuses(old, resumed) == expected

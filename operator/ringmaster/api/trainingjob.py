@@ -199,7 +199,7 @@ class TrainingJobSpec(SpecModel):
 
     workers: Int = Field(ge=1, le=2048)
     """Worker hosts (pods), each with ``accelerator.perWorker`` accelerators. Fixed while the gang
-    is admitted, like the rest of the gang's shape (see the TrainingJob's change rules)."""
+    is admitted, like the rest of the gang's shape (docs/api.md: editing a live object)."""
     accelerator: TrainingAccelerator
     machine_type: MachineType | None = None
     """Worker machine type; omitted: derived from the accelerator and perWorker (8 x
@@ -366,12 +366,28 @@ def _fixed_while_admitted(field: str, attribute: str, optional: bool = False) ->
     )
 
 
+def _suspension_lifted_early(before: StoredObject, after: StoredObject) -> bool:
+    lifted = before.spec.run_policy.suspend and not after.spec.run_policy.suspend
+    return not lifted or not gang_admitted(before.status)
+
+
 TRAINING_JOB_RULES = (
     _fixed_while_admitted("workers", "workers"),
     _fixed_while_admitted("machineType", "machine_type", optional=True),
     _fixed_while_admitted("model", "model"),
     _fixed_while_admitted("communication", "communication"),
     _fixed_while_admitted("template", "template"),
+    # Otherwise suspend-edit-resume, done faster than the operator reacts, would leave the old
+    # gang running under the new shape: the very orphan the rules above prevent.
+    Rule(
+        cel="!oldSelf.spec.runPolicy.suspend || self.spec.runPolicy.suspend"
+        f" || !({_CEL_WAS_ADMITTED})",
+        message="runPolicy.suspend cannot be set back to false before the job is suspended "
+        "(status.phase is still Admitted or Running): wait for phase Suspended",
+        field_path=".spec.runPolicy.suspend",
+        reason="FieldValueForbidden",
+        check_update=_suspension_lifted_early,
+    ),
 )
 
 _WHILE_NOT_ADMITTED = (
@@ -409,10 +425,10 @@ TRAINING_JOB_SPEC_CHANGES = (
     ),
     SpecChange(
         "runPolicy",
-        "any time",
+        "any time, except that suspend: true is lifted only once the job is Suspended",
         "takes effect at once: backoffLimit at the next failure, activeDeadlineSeconds and "
         "ttlSecondsAfterFinished on the next check, suspend: true deletes the pods and releases "
-        "the gang",
+        "the gang (which must have happened before the job resumes, in whatever new shape)",
     ),
 )
 
