@@ -166,5 +166,28 @@ def main() -> None:
     print(f"import_engine_with_numpy_ms: {import_seconds(modules) * 1e3:.1f}")
 
 
+def llm_layout_search() -> None:
+    """Issue 12: every layout of a 70B model on 1,024 H100 (128 x a3-highgpu-8g); goal < 50 ms."""
+    from ringmaster.engine import llm_training as L
+    from ringmaster.engine.hardware import DEFAULT_CATALOG
+    from ringmaster.engine.transformer import KNOWN_TRANSFORMERS
+
+    host = DEFAULT_CATALOG.host("nvidia-h100-80gb", 8)
+    hw = L.layout_hardware(host, 128, DEFAULT_CATALOG, reducer_machine_type="n1-highcpu-16")
+    request = L.LayoutRequest(KNOWN_TRANSFORMERS["llama-3-70b"], global_batch=1024)
+    search = L.search_layouts(request, hw)
+    latency = best_of(lambda: L.search_layouts(request, hw), repeats=20)
+    grid = L.layout_grid(request, hw)
+    big = {k: np.tile(v, 1000) for k, v in grid.items()}
+    evaluate = best_of(
+        lambda: L.evaluate_layouts(request.model, hw, global_batch=request.global_batch, **big)
+    )
+    print(f"layouts_per_second: {big['tensor'].size / evaluate:,.0f}")
+    print(
+        f"llm_layout_search_ms (70B on 1,024 H100, {search.evaluated} layouts): {latency * 1e3:.2f}"
+    )
+
+
 if __name__ == "__main__":
     main()
+    llm_layout_search()

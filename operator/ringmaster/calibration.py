@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ringmaster import llm_calibration
 from ringmaster.engine import collectives as C
 from ringmaster.engine import efficiency as E
 from ringmaster.engine.hardware import DEFAULT_CATALOG
@@ -282,4 +283,5 @@ def run(args: argparse.Namespace) -> int:
         print(render_table(rows))
         bad = sum(not r.ok for r in rows)
         print(f"{len(rows) - bad} of {len(rows)} within tolerance")
+        print("\n" + llm_calibration.render_llm_section(load_points(path), path))
     return 0 if all(r.ok for r in rows) else 1

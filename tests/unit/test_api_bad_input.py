@@ -49,6 +49,16 @@ CRD_DIR = Path(__file__).resolve().parents[2] / "crds"
 Error = tuple[str, str, str]  # (layer, path, message)
 
 
+def _k8s_format(template: Any, args: Any) -> celtypes.StringType:
+    # Kubernetes' CEL strings extension: '%d and %s'.format([...]) (the messageExpressions use
+    # it: string(int) has no size bound, and the apiserver refuses its estimated cost).
+    values = iter(list(args))
+    text = re.sub(
+        r"%([ds%])", lambda m: "%" if m.group(1) == "%" else str(next(values)), str(template)
+    )
+    return celtypes.StringType(text)
+
+
 def _k8s_split(value: Any, separator: Any) -> celtypes.ListType:
     # Kubernetes' CEL strings extension (not in cel-python).
     return celtypes.ListType([celtypes.StringType(p) for p in str(value).split(str(separator))])
@@ -194,7 +204,7 @@ class OfflineAdmission:
     def _program(self, rule: str) -> Any:
         if rule not in self.programs:
             self.programs[rule] = self.env.program(
-                self.env.compile(rule), functions={"split": _k8s_split}
+                self.env.compile(rule), functions={"split": _k8s_split, "format": _k8s_format}
             )
         return self.programs[rule]
 

@@ -29,13 +29,17 @@ EDITS: dict[str, Any] = {
     "template": ("template.image", "pytorch/pytorch:2.4.0"),
     "runPolicy": ("runPolicy.backoffLimit", 5),
     "accelerator": ("accelerator.type", "nvidia-a100-80gb"),
+    "parallelism": ("parallelism.tensor", 2),
 }
+# The example each edit starts from (parallelism needs a model architecture).
+BASES = {"parallelism": "trainingjob-llama3-8b-fsdp-h100.yaml"}
+BERT = "trainingjob-bert-large-auto.yaml"
 PHASES = [None, *(p.value for p in TrainingJobPhase)]
-SHAPE = ["workers", "machineType", "model", "communication", "template"]
+SHAPE = ["workers", "machineType", "model", "communication", "template", "parallelism"]
 
 
-def job(phase: str | None) -> dict[str, Any]:
-    doc = load_example("trainingjob-bert-large-auto.yaml")
+def job(phase: str | None, example: str = BERT) -> dict[str, Any]:
+    doc = load_example(example)
     if phase is not None:
         doc["status"] = {"phase": phase, "pool": "a100-highgpu-8g"}
     return doc
@@ -83,7 +87,7 @@ def test_the_shape_fields_have_a_root_rule_naming_them() -> None:
 @pytest.mark.parametrize("phase", PHASES)
 @pytest.mark.parametrize("field", SHAPE)
 def test_the_gangs_shape_is_fixed_exactly_while_it_is_admitted(field: str, phase: str) -> None:
-    old = job(phase)
+    old = job(phase, BASES.get(field, BERT))
     new = edited(old, field)
     expected = {f"spec.{field}"} if phase in ADMITTED_PHASES else set()
     assert python_refuses(old, new) == expected
@@ -93,7 +97,7 @@ def test_the_gangs_shape_is_fixed_exactly_while_it_is_admitted(field: str, phase
 @pytest.mark.parametrize("phase", ADMITTED_PHASES)
 @pytest.mark.parametrize("field", SHAPE)
 def test_an_update_that_suspends_the_job_may_change_its_shape(field: str, phase: str) -> None:
-    old = job(phase)
+    old = job(phase, BASES.get(field, BERT))
     new = edited(old, field, suspend=True)
     assert python_refuses(old, new) == set()
     assert crd_refuses(old, new) == set()

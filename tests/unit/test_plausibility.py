@@ -125,3 +125,15 @@ def test_plan_prints_the_warnings_under_the_table_and_in_json(
     assert json.loads(out)["warnings"] == []
     code, out = plan_cli(capsys, EXAMPLES / "trainingjob-bert-large-auto.yaml")
     assert "warning" not in out
+
+
+def test_a_model_given_by_its_architecture_is_judged_by_the_parameters_it_implies() -> None:
+    # Llama-2-70B (about 69e9 parameters from its config) on one host of 8 A100s of 40 GB: its
+    # fp32 weights and gradients (about 550 GB) exceed the 320 GB of the gang.
+    doc = example("trainingjob-llama2-70b-auto-a100.yaml")
+    assert "parameters" not in doc["spec"]["model"]  # implied by the architecture
+    assert warnings_of(doc) == []
+    doc["spec"]["workers"] = 1
+    doc["spec"]["accelerator"]["type"] = "nvidia-tesla-a100"
+    found = {w.reason: w.field for w in warnings_of(doc)}
+    assert found.get("ExceedsAcceleratorMemory") == "spec.model.architecture"

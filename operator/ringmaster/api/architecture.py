@@ -49,8 +49,8 @@ class TransformerArchitecture(SpecModel):
             field_path=".attentionHeads",
             check=lambda s: s.hidden_size % s.attention_heads == 0,
             message_expression=(
-                "'hiddenSize ' + string(self.hiddenSize) + ' must be divisible by attentionHeads '"
-                " + string(self.attentionHeads)"
+                "'hiddenSize %d must be divisible by attentionHeads %d'"
+                ".format([self.hiddenSize, self.attentionHeads])"
             ),
             message_for=lambda s: (
                 f"hiddenSize {s.hidden_size} must be divisible by attentionHeads "
@@ -63,8 +63,8 @@ class TransformerArchitecture(SpecModel):
             field_path=".kvHeads",
             check=lambda s: s.kv_heads is None or s.attention_heads % s.kv_heads == 0,
             message_expression=(
-                "'kvHeads ' + string(self.kvHeads) + ' must divide attentionHeads '"
-                " + string(self.attentionHeads)"
+                "'kvHeads %d must divide attentionHeads %d'"
+                ".format([self.kvHeads, self.attentionHeads])"
             ),
             message_for=lambda s: (
                 f"kvHeads {s.kv_heads} must divide attentionHeads {s.attention_heads}"

@@ -81,6 +81,9 @@ def _convert(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         node.update(outer)
     if node.get("default", 0) is None:
         del node["default"]
+    if "const" in node:
+        # A one-value Literal (``type: Transformer``): OpenAPI 3.0 has no const; a one-value enum.
+        node["enum"] = [node.pop("const")]
 
     # pydantic leaves a constraint it applies around a validator function (``Int | None``) in its
     # own words; say it in JSON Schema's.

@@ -5,9 +5,9 @@ from __future__ import annotations
 import datetime as dt
 import re
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from ringmaster.api.accelerators import (
     CEL_HOST_SHAPES,
@@ -22,7 +22,12 @@ from ringmaster.api.accelerators import (
     shapes_text,
     topology_chips,
 )
-from ringmaster.api.base import Int, Rule, SpecModel, StatusModel, StoredObject
+from ringmaster.api.architecture import (
+    TransformerArchitecture,
+    architecture_parameters,
+    cel_architecture_parameters,
+)
+from ringmaster.api.base import Int, Rule, SpecModel, StatusModel, StoredObject, whole_number
 from ringmaster.api.common import Condition, MachineType, PodTemplate, conditions_field
 from ringmaster.api.quantity import Count
 from ringmaster.api.resource import AGE, PrinterColumn, Resource, SpecChange, condition_reason
@@ -109,13 +114,31 @@ _CEL_TOPOLOGY_CHIPS = (
 )
 
 
+# A given parameter count must be within this fraction of the one an architecture implies.
+PARAMETERS_TOLERANCE_PERCENT = 3
+_DERIVED = cel_architecture_parameters("self.architecture")
+
+
+def _parameters_agree(s: Any) -> bool:
+    if s.architecture is None or s.parameters is None:
+        return True
+    given = int(s.parameters) * 100
+    derived = architecture_parameters(s.architecture)
+    tol = PARAMETERS_TOLERANCE_PERCENT
+    return derived * (100 - tol) <= given <= derived * (100 + tol)
+
+
 class TrainingModel(SpecModel):
     """What is trained: the figures the performance engine needs."""
 
     name: str | None = Field(default=None, max_length=128)
     """Free-form model name, for people (``bert-large``)."""
-    parameters: Count
-    """Number of parameters: an integer or ``"340M"``, ``"1.3B"`` (K, M, G/B, T)."""
+    parameters: Count | None = None
+    """Number of parameters: an integer or ``"340M"``, ``"1.3B"`` (K, M, G/B, T). Derived from
+    the architecture when one is given (a given count must then agree within 3%)."""
+    architecture: TransformerArchitecture | None = None
+    """A transformer's shape: with it the engine derives parameters and FLOPs per token and
+    plans memory and the tensor / pipeline / data-parallel layout (spec.parallelism)."""
     gradient_dtype: GradientDType = Field(default="fp32", alias="gradientDType")
     """Element type of the gradients that are all-reduced."""
     compute_seconds_per_step: float | None = Field(default=None, gt=0, le=86400)
@@ -123,17 +146,146 @@ class TrainingModel(SpecModel):
     flops_per_sample: Count | None = None
     """Training FLOPs per sample (forward + backward, about 6 x parameters per token); give this
     or computeSecondsPerStep."""
-    batch_size_per_accelerator: Int = Field(ge=1, le=65536)
-    """Samples per accelerator per step."""
+    batch_size_per_accelerator: Int | None = Field(default=None, ge=1, le=65536)
+    """Samples per accelerator per step; may be left out when parallelism.globalBatchSize is
+    given (it is then derived)."""
 
     cel_rules = (
         Rule(
-            cel="has(self.computeSecondsPerStep) != has(self.flopsPerSample)",
+            cel=(
+                "has(self.architecture)"
+                " || has(self.computeSecondsPerStep) != has(self.flopsPerSample)"
+            ),
             message="give exactly one of computeSecondsPerStep and flopsPerSample",
             field_path=".computeSecondsPerStep",
-            check=lambda s: (s.compute_seconds_per_step is None) != (s.flops_per_sample is None),
+            check=lambda s: (
+                s.architecture is not None
+                or (s.compute_seconds_per_step is None) != (s.flops_per_sample is None)
+            ),
+        ),
+        Rule(
+            cel=(
+                "!has(self.architecture) || !has(self.computeSecondsPerStep)"
+                " || !has(self.flopsPerSample)"
+            ),
+            message="give at most one of computeSecondsPerStep and flopsPerSample (with an "
+            "architecture, FLOPs are derived)",
+            field_path=".flopsPerSample",
+            reason="FieldValueForbidden",
+            check=lambda s: (
+                s.architecture is None
+                or s.compute_seconds_per_step is None
+                or s.flops_per_sample is None
+            ),
+        ),
+        Rule(
+            cel="has(self.parameters) || has(self.architecture)",
+            message="give parameters, or an architecture to derive them from",
+            field_path=".parameters",
+            reason="FieldValueRequired",
+            check=lambda s: s.parameters is not None or s.architecture is not None,
+        ),
+        Rule(
+            # A suffixed string ("70B") is checked by the operator, which can parse it.
+            cel=(
+                "!has(self.architecture) || !has(self.parameters)"
+                " || type(self.parameters) == string"
+                f" || (self.parameters * 100 >= {_DERIVED} * {100 - PARAMETERS_TOLERANCE_PERCENT}"
+                f" && self.parameters * 100 <= {_DERIVED} * {100 + PARAMETERS_TOLERANCE_PERCENT})"
+            ),
+            message="parameters must agree with the architecture's derived count within 3%",
+            field_path=".parameters",
+            check=_parameters_agree,
+            message_expression=(
+                "'parameters %d differs by more than 3%% from %d, the count the architecture"
+                f" implies'.format([self.parameters, {_DERIVED}])"
+            ),
+            message_for=lambda s: (
+                f"parameters {s.parameters} differs by more than 3% from "
+                f"{architecture_parameters(s.architecture)}, the count the architecture implies"
+            ),
         ),
     )
+
+
+AUTO: Literal["Auto"] = "Auto"
+
+
+def _int_or_auto(value: Any) -> int | str:
+    value = whole_number(value)
+    if isinstance(value, bool):
+        raise ValueError('must be a positive integer or "Auto"')
+    if isinstance(value, int):
+        if not 1 <= value <= 4096:
+            raise ValueError("must be between 1 and 4096")
+        return value
+    if value != AUTO:
+        raise ValueError('must be a positive integer or "Auto"')
+    return AUTO
+
+
+IntOrAuto = Annotated[
+    int | str,
+    BeforeValidator(_int_or_auto),
+    WithJsonSchema(
+        {
+            "x-kubernetes-int-or-string": True,
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "pattern": "^Auto$",
+            "minimum": 1,
+            "maximum": 4096,
+        }
+    ),
+]
+"""A degree of parallelism: a positive integer, or ``Auto`` for the engine to choose."""
+
+Sharding = Literal["Auto", "None", "Optimizer", "Gradients", "Full"]
+Recompute = Literal["Auto", "None", "Selective", "Full"]
+
+
+class Parallelism(SpecModel):
+    """How the model is split over the job's accelerators. Every field left out (or ``Auto``)
+    is chosen by the engine: the fastest layout that fits in memory (``parallelism: {}`` is a
+    full search). The data-parallel degree is what remains: workers x perWorker / (tensor x
+    pipeline)."""
+
+    tensor: IntOrAuto = AUTO
+    """Tensor (Megatron) parallelism: within a host (a divisor of perWorker on GPUs), over
+    NVLink or ICI; must divide architecture.attentionHeads."""
+    pipeline: IntOrAuto = AUTO
+    """Pipeline stages (1F1B schedule); must divide architecture.layers."""
+    sharding: Sharding = AUTO
+    """Sharding of the data-parallel replicas: ``None`` (DDP), ``Optimizer`` (ZeRO-1),
+    ``Gradients`` (ZeRO-2), ``Full`` (ZeRO-3 / FSDP full shard)."""
+    micro_batch_size: IntOrAuto = AUTO
+    """Sequences per micro-batch."""
+    global_batch_size: Int | None = Field(default=None, ge=1, le=16777216)
+    """Sequences per step over all replicas (tokens: x architecture.sequenceLength); gradient
+    accumulation follows. Default: batchSizePerAccelerator x accelerators."""
+    activation_recompute: Recompute = AUTO
+    """``None``, ``Selective`` (the attention core, Korthikanti et al. 2022) or ``Full``."""
+    virtual_pipeline_stages: Int = Field(default=1, ge=1, le=64)
+    """Interleaved 1F1B: model chunks per pipeline stage (1 = plain 1F1B)."""
+
+
+_T = "self.parallelism.tensor"
+_P = "self.parallelism.pipeline"
+_ARCH = "self.model.architecture"
+
+
+def _auto(v: Any) -> bool:
+    return bool(v == AUTO)
+
+
+def _degree(v: int | str) -> int:
+    return 1 if v == AUTO else int(v)
+
+
+def _cel_degree(path: str) -> str:
+    return f"(string({path}) == 'Auto' ? 1 : int({path}))"
+
+
+_CEL_PARALLEL = f"has(self.parallelism) && has({_ARCH})"
 
 
 class ReductionServerSettings(SpecModel):
@@ -191,7 +343,8 @@ class RunPolicy(SpecModel):
     """Delete the finished job (and its pods) this long after it ends."""
     suspend: bool = False
     """True: no pods run (existing ones are deleted) and the gang is released; the gang's shape
-    (workers, machineType, model, communication, template) may change in the same update."""
+    (workers, machineType, model, communication, template, parallelism) may change in the same
+    update."""
 
 
 class TrainingJobSpec(SpecModel):
@@ -208,10 +361,121 @@ class TrainingJobSpec(SpecModel):
     communication: Communication = Field(
         default_factory=Communication, json_schema_extra={"default": {}}
     )
+    parallelism: Parallelism | None = None
+    """Tensor / pipeline / sharded data parallelism for a model with an architecture; left out,
+    the job is plain data-parallel as before."""
     template: PodTemplate
     run_policy: RunPolicy = Field(default_factory=RunPolicy, json_schema_extra={"default": {}})
 
     cel_rules = (
+        Rule(
+            cel=f"!has(self.parallelism) || has({_ARCH})",
+            message="parallelism needs model.architecture (layers and heads to split)",
+            field_path=".parallelism",
+            reason="FieldValueForbidden",
+            check=lambda s: s.parallelism is None or s.model.architecture is not None,
+        ),
+        Rule(
+            cel=(
+                "has(self.model.batchSizePerAccelerator)"
+                " || (has(self.parallelism) && has(self.parallelism.globalBatchSize))"
+            ),
+            message="give model.batchSizePerAccelerator, or parallelism.globalBatchSize",
+            field_path=".model.batchSizePerAccelerator",
+            reason="FieldValueRequired",
+            check=lambda s: (
+                s.model.batch_size_per_accelerator is not None
+                or (s.parallelism is not None and s.parallelism.global_batch_size is not None)
+            ),
+        ),
+        Rule(
+            cel=(
+                f"!({_CEL_PARALLEL}) || string({_T}) == 'Auto'"
+                f" || {_ARCH}.attentionHeads % int({_T}) == 0"
+            ),
+            message="parallelism.tensor must divide model.architecture.attentionHeads",
+            field_path=".parallelism.tensor",
+            check=lambda s: (
+                s.parallelism is None
+                or s.model.architecture is None
+                or _auto(s.parallelism.tensor)
+                or s.model.architecture.attention_heads % int(s.parallelism.tensor) == 0
+            ),
+            message_expression=(
+                "'tensor %s does not divide attentionHeads %d'"
+                f".format([{_T}, {_ARCH}.attentionHeads])"
+            ),
+            message_for=lambda s: (
+                f"tensor {s.parallelism.tensor} does not divide attentionHeads "
+                f"{s.model.architecture.attention_heads}"
+            ),
+        ),
+        Rule(
+            cel=(
+                f"!({_CEL_PARALLEL}) || string({_P}) == 'Auto' || {_ARCH}.layers % int({_P}) == 0"
+            ),
+            message="parallelism.pipeline must divide model.architecture.layers",
+            field_path=".parallelism.pipeline",
+            check=lambda s: (
+                s.parallelism is None
+                or s.model.architecture is None
+                or _auto(s.parallelism.pipeline)
+                or s.model.architecture.layers % int(s.parallelism.pipeline) == 0
+            ),
+            message_expression=(
+                f"'pipeline %s does not divide layers %d'.format([{_P}, {_ARCH}.layers])"
+            ),
+            message_for=lambda s: (
+                f"pipeline {s.parallelism.pipeline} does not divide layers "
+                f"{s.model.architecture.layers}"
+            ),
+        ),
+        Rule(
+            cel=(
+                "!has(self.parallelism) || (self.workers * self.accelerator.perWorker)"
+                f" % ({_cel_degree(_T)} * {_cel_degree(_P)}) == 0"
+            ),
+            message="tensor x pipeline must divide the accelerators (workers x perWorker)",
+            field_path=".parallelism",
+            check=lambda s: (
+                s.parallelism is None
+                or (s.workers * s.accelerator.per_worker)
+                % (_degree(s.parallelism.tensor) * _degree(s.parallelism.pipeline))
+                == 0
+            ),
+            message_expression=(
+                "'tensor %s x pipeline %s does not divide the %d accelerators (workers x"
+                f" perWorker)'.format([{_T}, {_P}, self.workers * self.accelerator.perWorker])"
+            ),
+            message_for=lambda s: (
+                f"tensor {s.parallelism.tensor} x pipeline {s.parallelism.pipeline} does not "
+                f"divide the {s.workers * s.accelerator.per_worker} accelerators "
+                "(workers x perWorker)"
+            ),
+        ),
+        Rule(
+            cel=(
+                f"!has(self.parallelism) || self.accelerator.type in {CEL_TPU_TYPES}"
+                f" || string({_T}) == 'Auto' || self.accelerator.perWorker % int({_T}) == 0"
+            ),
+            message="parallelism.tensor must divide accelerator.perWorker: tensor parallelism "
+            "stays within a host's NVLink",
+            field_path=".parallelism.tensor",
+            check=lambda s: (
+                s.parallelism is None
+                or is_tpu(s.accelerator.type)
+                or _auto(s.parallelism.tensor)
+                or s.accelerator.per_worker % int(s.parallelism.tensor) == 0
+            ),
+            message_expression=(
+                "'tensor %s does not divide perWorker %d: tensor parallelism stays within a host'"
+                f".format([{_T}, self.accelerator.perWorker])"
+            ),
+            message_for=lambda s: (
+                f"tensor {s.parallelism.tensor} does not divide perWorker "
+                f"{s.accelerator.per_worker}: tensor parallelism stays within a host"
+            ),
+        ),
         Rule(
             cel=(
                 f"!(self.accelerator.type in {CEL_TPU_TYPES})"
@@ -290,6 +554,26 @@ class TrainingPlan(StatusModel):
     """Predicted on-demand cost of workers and reducers."""
     alternatives: dict[str, float] | None = None
     """Predicted step seconds of every strategy considered."""
+    # The layout (a model with an architecture): what the engine chose or was given.
+    layout: str | None = None
+    """The layout in short, ``TP8 PP4 DP32``."""
+    tensor: int | None = None
+    pipeline: int | None = None
+    data: int | None = None
+    sharding: str | None = None
+    micro_batch_size: int | None = None
+    global_batch_size: int | None = None
+    activation_recompute: str | None = None
+    virtual_pipeline_stages: int | None = None
+    fits: bool | None = None
+    """Whether the layout fits in the accelerators' memory."""
+    reason: str | None = None
+    """Why it does not fit, with the numbers."""
+    tokens_per_second: float | None = None
+    mfu: float | None = None
+    """Model FLOPs utilisation: model FLOPs per second / the accelerators' dense peak."""
+    memory_per_accelerator_bytes: dict[str, float] | None = None
+    """weights, gradients, optimizer, activations, reserve, total and capacity, in bytes."""
 
 
 class WorkerCounts(StatusModel):
@@ -377,6 +661,7 @@ TRAINING_JOB_RULES = (
     _fixed_while_admitted("model", "model"),
     _fixed_while_admitted("communication", "communication"),
     _fixed_while_admitted("template", "template"),
+    _fixed_while_admitted("parallelism", "parallelism", optional=True),
     # Otherwise suspend-edit-resume, done faster than the operator reacts, would leave the old
     # gang running under the new shape: the very orphan the rules above prevent.
     Rule(
@@ -422,6 +707,11 @@ TRAINING_JOB_SPEC_CHANGES = (
         _WHILE_NOT_ADMITTED,
         "every worker of a gang runs the same pod; a pod recreated after a crash must match the "
         "others",
+    ),
+    SpecChange(
+        "parallelism",
+        _WHILE_NOT_ADMITTED,
+        "the layout (tensor, pipeline, sharding) every worker was started with",
     ),
     SpecChange(
         "runPolicy",
@@ -473,6 +763,12 @@ TRAINING_JOB = Resource(
             priority=1,
         ),
         PrinterColumn("Pool", "string", ".status.pool", "Node pool of the gang", priority=1),
+        PrinterColumn(
+            "Layout", "string", ".status.plan.layout", "Tensor x pipeline x data", priority=1
+        ),
+        PrinterColumn(
+            "MFU", "number", ".status.plan.mfu", "Predicted model FLOPs utilisation", priority=1
+        ),
         AGE,
     ),
     rules=TRAINING_JOB_RULES,

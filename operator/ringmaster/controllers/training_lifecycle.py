@@ -37,6 +37,7 @@ SUCCEEDED, FAILED, SUSPENDED = "Succeeded", "Failed", "Suspended"
 FINISHED = (SUCCEEDED, FAILED)
 
 SCHEDULABLE, PLANNED, COMPLETE = "Schedulable", "Planned", "Complete"
+DOES_NOT_FIT = "DoesNotFit"
 FAILED_CONDITION, SUSPENDED_CONDITION = "Failed", "Suspended"
 
 # How soon to look again while something is in motion (pods starting or going away).
@@ -336,6 +337,13 @@ def reconcile_training(
     else:
         status.plan = TrainingPlan.model_validate(plan)
         _set(job, status, PLANNED, "True", "Planned", f"strategy {plan.get('strategy')}", now)
+    if plan.get("fits") is False:
+        # The model fits no layout on this pool's accelerators: wait, say why, create nothing.
+        status.phase = PENDING
+        message = str(plan.get("reason") or "the model does not fit in accelerator memory")
+        if _set(job, status, SCHEDULABLE, "False", DOES_NOT_FIT, message, now):
+            decision.events.append(Event("Warning", DOES_NOT_FIT, message))
+        return decision
     if status.plan is not None and status.plan.strategy != previous_strategy:
         decision.events.append(
             Event(
@@ -353,7 +361,9 @@ def reconcile_training(
         machine_type=pool.identity.instance_type,
     )
     # What one worker asks of a node: every fit check below needs it, and it is the same pod.
-    one_worker = pod_requests(worker_pod(job.name, job.namespace, spec, placement, 0, attempt))
+    one_worker = pod_requests(
+        worker_pod(job.name, job.namespace, spec, placement, 0, attempt, layout=plan)
+    )
     uses_reducers = plan.get("strategy") == REDUCTION_SERVER
     status.reduction_server_pool = reducer_pool_name if uses_reducers else None
     if uses_reducers and settings.pool_name is None:
@@ -499,7 +509,7 @@ def reconcile_training(
                 decision.events.append(Event("Normal", "InsufficientCapacity", message))
             return decision
         decision.create = [rendezvous_service(job.name)] + [
-            worker_pod(job.name, job.namespace, spec, placement, rank, attempt, endpoints)
+            worker_pod(job.name, job.namespace, spec, placement, rank, attempt, endpoints, plan)
             for rank in range(spec.workers)
         ]
         decision.admitted_pool = pool.name
@@ -539,7 +549,7 @@ def reconcile_training(
         decision.admitted_pool = pool.name
     # Admitted earlier: recreate pods that a crash kept us from creating.
     decision.create = [
-        worker_pod(job.name, job.namespace, spec, placement, rank, attempt, endpoints)
+        worker_pod(job.name, job.namespace, spec, placement, rank, attempt, endpoints, plan)
         for rank in missing
     ]
     counts = _counts(list(current.values()), spec.workers)

@@ -128,7 +128,8 @@ def status_plan(
             settings = settings.model_copy(update={"machine_type": reducers.machine_type})
             communication = spec.communication.model_copy(update={"reduction_server": settings})
             spec = spec.model_copy(update={"communication": communication})
-    plan = plan_training(spec, machine_type=machine_type, reducers=count).to_json()
+    training_plan = plan_training(spec, machine_type=machine_type, reducers=count)
+    plan = training_plan.to_json()
     strategies = plan["strategies"]
     chosen = strategies[plan["chosenStrategy"]]
     rule = strategies.get(REDUCTION_SERVER, {})
@@ -148,6 +149,7 @@ def status_plan(
         "costOptimalReducers": rule.get("costOptimalReducers"),
         "costPerHourUSD": chosen["costPerHourUSD"],
         "alternatives": {name: s["stepSeconds"] for name, s in strategies.items()},
+        **training_plan.status_fields(),
     }
 
 

@@ -74,6 +74,38 @@ POOLS: tuple[PoolTemplate, ...] = (
         accelerators_per_node=1,
         gpu_product="Tesla-T4",
     ),
+    # LLM training (issue 12): H100 hosts for the FSDP fine-tune, A100 80GB hosts for the 70B
+    # layout search, a TPU v5e 2x4 slice (8 chips on 2 hosts of 4).
+    PoolTemplate(
+        name="h100-highgpu-8g",
+        instance_type="a3-highgpu-8g",
+        vcpus=208,
+        memory_gib=1872,
+        default_size=2,
+        accelerator="nvidia-h100-80gb",
+        accelerators_per_node=8,
+        gpu_product="NVIDIA-H100-80GB-HBM3",
+    ),
+    PoolTemplate(
+        name="a100-ultragpu-8g",
+        instance_type="a2-ultragpu-8g",
+        vcpus=96,
+        memory_gib=1360,
+        default_size=4,
+        accelerator="nvidia-a100-80gb",
+        accelerators_per_node=8,
+        gpu_product="NVIDIA-A100-SXM4-80GB",
+    ),
+    PoolTemplate(
+        name="tpu-v5e-2x4",
+        instance_type="ct5lp-hightpu-4t",
+        vcpus=112,
+        memory_gib=192,
+        default_size=2,
+        accelerator="tpu-v5-lite-podslice",
+        accelerators_per_node=4,
+        tpu_topology="2x4",
+    ),
     # A 2x2x4 TPU v4 slice: 16 chips on 4 hosts of 4 chips each.
     PoolTemplate(
         name="tpu-v4-2x2x4",

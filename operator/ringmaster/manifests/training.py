@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,6 +109,27 @@ def reducer_env(spec: TrainingJobSpec, rank: int, reducers: Sequence[str]) -> li
     return [{"name": k, "value": v} for k, v in env.items()]
 
 
+# The layout's variables, from status.plan's keys: a launcher passes them to Megatron-LM, NeMo,
+# torchtitan or MaxText flags (README, "LLM training layouts").
+LAYOUT_ENV = (
+    ("RINGMASTER_TENSOR_PARALLEL", "tensor"),
+    ("RINGMASTER_PIPELINE_PARALLEL", "pipeline"),
+    ("RINGMASTER_DATA_PARALLEL", "data"),
+    ("RINGMASTER_SHARDING", "sharding"),
+    ("RINGMASTER_MICRO_BATCH_SIZE", "microBatchSize"),
+    ("RINGMASTER_GLOBAL_BATCH_SIZE", "globalBatchSize"),
+    ("RINGMASTER_ACTIVATION_RECOMPUTE", "activationRecompute"),
+    ("RINGMASTER_VIRTUAL_PIPELINE_STAGES", "virtualPipelineStages"),
+)
+
+
+def layout_env(plan: Mapping[str, Any] | None) -> list[dict[str, str]]:
+    """The chosen layout as environment variables; none for a job without an architecture."""
+    if not plan or plan.get("tensor") is None:
+        return []
+    return [{"name": name, "value": str(plan[key])} for name, key in LAYOUT_ENV if key in plan]
+
+
 def worker_pod(
     job: str,
     namespace: str,
@@ -117,6 +138,7 @@ def worker_pod(
     rank: int,
     attempt: int,
     reducers: Sequence[str] = (),
+    layout: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     template = spec.template
     is_tpu = placement.accelerator_resource == "google.com/tpu"
@@ -141,6 +163,7 @@ def worker_pod(
     env = [e.to_k8s() for e in template.env or []]
     env += launcher_env(job, namespace, spec, rank, is_tpu)
     env += reducer_env(spec, rank, reducers)
+    env += layout_env(layout)
     container: dict[str, Any] = {
         "name": "worker",
         "image": template.image,

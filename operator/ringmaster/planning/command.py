@@ -144,6 +144,11 @@ def _sweep_output(
         raise _Usage("--sweep: the file must hold exactly one TrainingJob or InferenceEndpoint")
     m, plan = targets[0]
     if isinstance(plan, TrainingPlan):
+        if plan.layout is not None:
+            raise _Usage(
+                "--sweep: not yet for a model with an architecture (its layout is re-planned "
+                "for each point); plan each size on its own"
+            )
         tpoints = sweep_training(training_inputs(m.spec), sweep, catalog)
         if plot:
             _plot_training(plot, m.name, sweep.field, tpoints)

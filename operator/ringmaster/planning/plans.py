@@ -30,6 +30,12 @@ from ringmaster.engine.training import (
     TrainingPrediction,
     predict_training,
 )
+from ringmaster.planning.layouts import (
+    LayoutPlan,
+    layout_json,
+    layout_status,
+    plan_layout,
+)
 
 # A file of catalog overrides (YAML or JSON), e.g. a ConfigMap mounted into the operator's pod.
 CATALOG_ENV = "RINGMASTER_CATALOG"
@@ -114,6 +120,7 @@ class TrainingPlan:
     namespace: str | None
     prediction: TrainingPrediction
     kind: str = "TrainingJob"
+    layout: LayoutPlan | None = None  # a model with an architecture: the layout and its fit
 
     @property
     def chosen_strategy(self) -> str:
@@ -135,14 +142,22 @@ class TrainingPlan:
             "acceleratorsPerWorker": p.per_worker,
             "gradientBytes": _sig(p.gradient_bytes),
             "notes": list(p.notes),
+            **(layout_json(self.layout) if self.layout is not None else {}),
         }
+
+    def status_fields(self) -> dict[str, Any]:
+        """What status.plan adds for a layout (empty without an architecture)."""
+        return layout_status(self.layout) if self.layout is not None else {}
 
 
 def training_inputs(
-    spec: _TrainingSpec, machine_type: str | None = None, reducers: int | None = None
+    spec: _TrainingSpec,
+    machine_type: str | None = None,
+    reducers: int | None = None,
 ) -> TrainingInputs:
     """The engine's inputs for a TrainingJob spec; ``machine_type`` (from the chosen node pool's
-    labels) and ``reducers`` (the pool's actual size) override what the spec implies."""
+    labels) and ``reducers`` (the pool's actual size) override what the spec implies. With an
+    architecture the parameters may be left out (0 here: the layout planner derives them)."""
     model = spec.model
     comm = spec.communication
     rs = getattr(comm, "reduction_server", None)
@@ -150,7 +165,7 @@ def training_inputs(
         accelerator=spec.accelerator.type,
         per_worker=spec.accelerator.per_worker,
         workers=spec.workers,
-        parameters=float(model.parameters),
+        parameters=float(model.parameters) if model.parameters is not None else 0.0,
         gradient_dtype=str(model.gradient_dtype),
         compute_seconds_per_step=model.compute_seconds_per_step,
         flops_per_sample=None if model.flops_per_sample is None else float(model.flops_per_sample),
@@ -213,9 +228,19 @@ def plan_training(
     namespace: str | None = None,
     catalog: Catalog | None = None,
 ) -> TrainingPlan:
-    """What the operator decides for a TrainingJob: both strategies, the choice, the reducers."""
+    """What the operator decides for a TrainingJob: both strategies, the choice, the reducers;
+    for a model with an architecture, the layout (searched where the spec says Auto) first."""
+    cat = catalog or active_catalog()
+    if getattr(spec.model, "architecture", None) is not None:
+        inputs = training_inputs(spec, machine_type, reducers)
+        _check_hardware(inputs, cat, inputs.per_worker)
+        try:
+            layout, prediction = plan_layout(spec, inputs, cat)
+        except (ValueError, LookupError) as exc:
+            raise _engine_error(exc) from None
+        return TrainingPlan(name=name, namespace=namespace, prediction=prediction, layout=layout)
     inputs = training_inputs(spec, machine_type, reducers)
-    prediction = predict_training_inputs(inputs, catalog or active_catalog())
+    prediction = predict_training_inputs(inputs, cat)
     return TrainingPlan(name=name, namespace=namespace, prediction=prediction)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ringmaster.api.architecture import architecture_parameters
 from ringmaster.engine.hardware import Catalog
 from ringmaster.planning.plans import InferencePlan, TrainingPlan, active_catalog
 
@@ -64,16 +65,29 @@ def _bytes(n: float) -> str:
     return f"{n / 1e6:.3g} MB"
 
 
-def _parameters(parameters: float) -> Implausible | None:
+def _size_field(model: Any) -> str:
+    if getattr(model, "parameters", None) is None and getattr(model, "architecture", None):
+        return "spec.model.architecture"
+    return "spec.model.parameters"
+
+
+def _parameters(parameters: float, field: str = "spec.model.parameters") -> Implausible | None:
     limit = LARGEST_PUBLISHED_PARAMETERS * IMPLAUSIBLE_PARAMETER_FACTOR
     if parameters <= limit:
         return None
     return Implausible(
-        "spec.model.parameters",
+        field,
         "ImplausibleParameterCount",
         f"{parameters:.3g} parameters is more than {IMPLAUSIBLE_PARAMETER_FACTOR:g} times the "
         f"largest published model ({LARGEST_PUBLISHED_PARAMETERS:.4g}); is it a typo?",
     )
+
+
+def _parameter_count(model: Any) -> float:
+    """The parameters given, or those the architecture implies (they may be left out then)."""
+    if getattr(model, "parameters", None) is not None:
+        return float(model.parameters)
+    return float(architecture_parameters(model.architecture))
 
 
 def training_warnings(
@@ -84,8 +98,10 @@ def training_warnings(
     catalog = catalog or active_catalog()
     warnings: list[Implausible] = []
     model = spec.model
-    parameters = float(model.parameters)
-    too_many = _parameters(parameters)
+    parameters = _parameter_count(model)
+    # Where the parameter count comes from: given, or implied by the architecture.
+    size_field = _size_field(model)
+    too_many = _parameters(parameters, size_field)
     if too_many:
         warnings.append(too_many)
 
@@ -96,7 +112,7 @@ def training_warnings(
     if needed / accelerators > accelerator.memory_bytes:
         warnings.append(
             Implausible(
-                "spec.model.parameters",
+                size_field,
                 "ExceedsAcceleratorMemory",
                 f"weights and gradients alone ({model.gradient_dtype}) need {_bytes(needed)}: "
                 f"{_bytes(needed / accelerators)} per accelerator even sharded over all "
@@ -109,14 +125,17 @@ def training_warnings(
     if chosen.step_seconds > LONGEST_PLAUSIBLE_STEP_SECONDS:
         days = chosen.step_seconds / SECONDS_PER_DAY
         if chosen.exposed_communication_seconds > chosen.compute_seconds:
-            field = "spec.model.parameters"  # the gradients to all-reduce come from it
+            field = size_field  # the gradients to all-reduce come from it
             why = f"all-reducing {_bytes(prediction.gradient_bytes)} of gradients per step"
         elif prediction.compute_source == "measured":
             field = "spec.model.computeSecondsPerStep"
             why = "the measured compute time"
-        else:
+        elif model.flops_per_sample is not None:
             field = "spec.model.flopsPerSample"
             why = f"computing {float(model.flops_per_sample):.3g} FLOPs per sample"
+        else:
+            field = size_field  # the FLOPs follow from the architecture
+            why = "computation"
         warnings.append(
             Implausible(
                 field,
@@ -133,5 +152,5 @@ def inference_warnings(
 ) -> list[Implausible]:
     """What is implausible about an InferenceEndpoint ``spec`` (weights that do not fit a replica
     are already an infeasible plan, with its reason)."""
-    too_many = _parameters(float(spec.model.parameters))
+    too_many = _parameters(_parameter_count(spec.model))
     return [too_many] if too_many else []

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from ringmaster.engine.inference import InferencePrediction
 from ringmaster.engine.training import REDUCTION_SERVER, RING, TrainingPrediction
+from ringmaster.planning.layouts import LayoutPlan
 from ringmaster.planning.plans import InferencePlan, TrainingPlan
 
 
@@ -38,9 +39,11 @@ def _size(nbytes: float) -> str:
 
 def render_training(plan: TrainingPlan) -> str:
     p = plan.prediction
-    src = {"measured": "computeSecondsPerStep", "roofline": "flopsPerSample roofline"}.get(
-        p.compute_source, "none given"
-    )
+    src = {
+        "measured": "computeSecondsPerStep",
+        "roofline": "flopsPerSample roofline",
+        "architecture": "the architecture's FLOPs, with the layout",
+    }.get(p.compute_source, "none given")
     lines = [
         f"TrainingJob {plan.name}: {p.workers} x {p.machine_type} "
         f"({p.per_worker} x {p.accelerator} each), gradients {_size(p.gradient_bytes)}, "
@@ -85,7 +88,48 @@ def render_training(plan: TrainingPlan) -> str:
             f"(Vertex rule: {rs.vertex_reducers}; cheapest per sample: {rs.cost_optimal_reducers})"
         )
     lines.append(_choice(p))
+    if plan.layout is not None:
+        lines.append(render_layout(plan.layout))
     lines += [f"note: {n}" for n in p.notes]
+    return "\n".join(lines)
+
+
+def _gib(nbytes: float) -> str:
+    return f"{nbytes / 2**30:.1f}"
+
+
+def render_layout(plan: LayoutPlan) -> str:
+    """The layout, its memory per accelerator, tokens/s and MFU, and the alternatives."""
+    c = plan.chosen
+    verdict = "fits" if plan.search.fits else "DOES NOT FIT"
+    lines = [
+        f"layout: {c.name} ({c.describe()}), {c.micro_batches} micro-batches per step; {verdict}",
+        f"memory per accelerator GiB: weights {_gib(c.weights_bytes)}, gradients "
+        f"{_gib(c.gradients_bytes)}, optimizer {_gib(c.optimizer_bytes)}, activations "
+        f"{_gib(c.activations_bytes)}, reserve {_gib(c.reserve_bytes)} = "
+        f"{_gib(c.total_bytes)} of {_gib(c.capacity_bytes)}",
+        f"tokens/s {c.tokens_per_second:,.0f}, MFU {c.mfu:.1%}, step {c.step_seconds:.4g} s "
+        f"(compute {c.compute_seconds:.4g}, tensor-parallel {c.tensor_parallel_seconds:.3g}, "
+        f"bubble {c.bubble_seconds:.3g}, pipeline sends {c.pipeline_send_seconds:.3g}, "
+        f"data-parallel exposed {c.exposed_data_parallel_seconds:.3g})",
+    ]
+    if plan.search.reason:
+        lines.append(f"does not fit: {plan.search.reason}")
+    if plan.search.alternatives:
+        header = ("alternative", "sharding", "micro", "recompute", "step s", "GiB", "why not")
+        rows = [
+            (
+                a.layout.name,
+                a.layout.sharding,
+                str(a.layout.micro_batch),
+                a.layout.recompute,
+                num(a.layout.step_seconds),
+                _gib(a.layout.total_bytes),
+                a.why,
+            )
+            for a in plan.search.alternatives
+        ]
+        lines.append(table(header, rows, right={2, 4, 5}))
     return "\n".join(lines)
 
 

@@ -1,0 +1,297 @@
+"""LLM training beside its published points (the ``llm_training`` section of points.yaml).
+
+Two constants are fitted, each on a named subset, and every other row is only checked:
+
+- ``LLM_MATMUL_EFFICIENCY`` (GPUs) on :data:`FITTED_MEGATRON` (Megatron-LM SC'21 Table 1, the
+  rows with tensor parallelism only: the least communication-bound). Checked: the pipelined
+  Megatron rows and every torchtitan FSDP row.
+- ``LLM_MATMUL_EFFICIENCY_TPU`` on :data:`FITTED_MAXTEXT` (MaxText 16B on a v5e-256 slice).
+  Checked: the other MaxText rows.
+
+:func:`derive_llm_constants` recomputes both from the points (a test keeps engine.llm_training's
+values equal to it); :func:`llm_report` gives one row per published figure; ``ringmaster
+calibrate`` prints :func:`render_llm_section` after its own table.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ringmaster.engine import llm_training as L
+from ringmaster.engine.efficiency import NIC_EFFICIENCY
+from ringmaster.engine.hardware import DEFAULT_CATALOG
+from ringmaster.engine.transformer import KNOWN_TRANSFORMERS, Transformer
+from ringmaster.engine.units import gbps_to_bytes_per_second
+
+# Rows whose published figure sets a constant; every other row is a check.
+FITTED_MEGATRON = (1.7, 3.6, 7.5, 18.4)  # params_billion of the TP-only rows
+FITTED_MAXTEXT = (16,)  # params_billion
+
+# A row is "ok" within this error: the 14% that the engine's one compute constant leaves between
+# its own fitted points (engine.efficiency.COMPUTE_EFFICIENCY), rounded up.
+TOLERANCE = 0.15
+
+# Megatron-LM SC'21 setup (Narayanan et al., section 5): Selene DGX A100 80 GB nodes, 8 GPUs on
+# NVSwitch, 8 x 200 Gbps HDR InfiniBand per node; GPT with vocabulary 51,200 and sequence 2,048;
+# activation recomputation in every run (their FLOPs formula, eq. 3, counts it: 96 B s l h^2).
+SELENE_NIC_GBPS = 8 * 200
+MEGATRON_VOCAB = 51200
+MEGATRON_SEQUENCE = 2048
+# torchtitan's A100 table names no network: assumed a DGX-A100-class cluster like Selene.
+TORCHTITAN_NIC_GBPS = SELENE_NIC_GBPS
+TORCHTITAN_MODELS = {
+    "llama3-8b": KNOWN_TRANSFORMERS["llama-3-8b"],
+    "llama3-70b": KNOWN_TRANSFORMERS["llama-3-70b"],
+    "llama2-13b": KNOWN_TRANSFORMERS["llama-2-13b"],
+    "llama2-70b": KNOWN_TRANSFORMERS["llama-2-70b"],
+}
+
+
+def maxtext_model(params_billion: int) -> Transformer:
+    """MaxText's ``global_parameter_scale`` models (MaxText/pyconfig.py get_individual_scales on
+    base.yml: emb 2048, 16 heads of 128, MLP 7168 gated SiLU, 16 layers, vocabulary 32,000).
+    At scales 16 and 128 MaxText's attention is twice as wide (heads x 128) as the model
+    width; engine.transformer ties them, so the surplus attention weights are moved into the
+    FFN: the same parameters and matmul FLOPs, attention-core FLOPs counted at the model width
+    (a 3% under-count of the step's FLOPs at 16B)."""
+    shapes = {  # scale: (emb, heads, mlp, layers)
+        16: (4096, 64, 28672, 32),
+        32: (8192, 64, 28672, 32),
+        64: (8192, 64, 28672, 64),
+        128: (8192, 128, 57344, 64),
+    }
+    emb, heads, mlp, layers = shapes[params_billion]
+    width = heads * 128
+    surplus = 4 * emb * width - 4 * emb * emb  # Q, K, V, O at the attention width
+    return Transformer(
+        layers=layers,
+        hidden=emb,
+        heads=emb // 128,
+        vocab=32000,
+        sequence_length=2048,
+        ffn_hidden=mlp + surplus // (3 * emb),
+        gated_ffn=True,
+    )
+
+
+@dataclass(frozen=True)
+class LlmRow:
+    id: str
+    setup: str
+    quantity: str
+    published: float
+    predicted: float
+    role: str  # "fitted" or "checked"
+
+    @property
+    def error(self) -> float:
+        return (self.predicted - self.published) / self.published
+
+    @property
+    def ok(self) -> bool:
+        return abs(self.error) <= TOLERANCE
+
+
+def _gpu(acc: str, gpus: int, nic_gbps: float, efficiency: float) -> L.LayoutHardware:
+    host = DEFAULT_CATALOG.host(acc, 8)
+    hw = L.layout_hardware(host, gpus // 8, DEFAULT_CATALOG)
+    return replace(
+        hw,
+        nic_bandwidth=gbps_to_bytes_per_second(nic_gbps) * NIC_EFFICIENCY,
+        efficiency=efficiency,
+    )
+
+
+def _tpu_v5e_256(efficiency: float) -> L.LayoutHardware:
+    host = DEFAULT_CATALOG.host("tpu-v5-lite-podslice", 4)
+    hw = L.layout_hardware(
+        host, 64, DEFAULT_CATALOG, slice_axes=(16, 16, 1), wrapped=(True, True, False)
+    )
+    return replace(hw, efficiency=efficiency)
+
+
+def _one(model: Transformer, hw: L.LayoutHardware, **layout: Any) -> L.LayoutArrays:
+    global_batch = layout.pop("global_batch")
+    return L.evaluate_layouts(model, hw, global_batch=global_batch, **layout)
+
+
+def _megatron(points: Mapping[str, Any], efficiency: float) -> list[tuple[float, float, float]]:
+    """(params_billion, published, predicted TFLOP/s per GPU) per Table 1 row; predicted counts
+    FLOPs as the paper does (model FLOPs + full recompute)."""
+    point = _point(points, "megatron-sc21-table1")
+    out = []
+    for values in point["rows"]:
+        r = dict(zip(point["columns"], values, strict=True))
+        model = Transformer(
+            int(r["layers"]), int(r["hidden"]), int(r["heads"]), MEGATRON_VOCAB, MEGATRON_SEQUENCE
+        )
+        hw = _gpu("nvidia-a100-80gb", int(r["gpus"]), SELENE_NIC_GBPS, efficiency)
+        a = _one(
+            model,
+            hw,
+            tensor=int(r["tp"]),
+            pipeline=int(r["pp"]),
+            sharding=L.SHARD_NONE,
+            micro_batch=int(r["micro_batch"]),
+            recompute=L.RECOMPUTE_FULL,
+            global_batch=int(r["global_batch"]),
+            strategy=L.RING,
+            flash_attention=False,  # 2021: attention scores materialised (FlashAttention: 2022)
+        )
+        flops = float(L.hardware_flops_per_token(model, L.RECOMPUTE_FULL))
+        predicted = flops * float(a.tokens_per_second) / int(r["gpus"]) / 1e12
+        out.append((float(r["params_billion"]), float(r["tflops_per_gpu"]), predicted))
+    return out
+
+
+_RECOMPUTE = {
+    "none": L.RECOMPUTE_NONE,
+    "selective": L.RECOMPUTE_SELECTIVE,
+    "full": L.RECOMPUTE_FULL,
+}
+
+
+def _torchtitan(points: Mapping[str, Any], efficiency: float) -> list[tuple[str, float, float]]:
+    """(model, published MFU, predicted MFU) on 64 x A100-80GB with FSDP full sharding."""
+    out = []
+    for r in _point(points, "torchtitan-a100-fsdp")["rows"]:
+        model = replace(TORCHTITAN_MODELS[r["model"]], sequence_length=int(r["seq"]))
+        hw = _gpu("nvidia-a100-80gb", 64, TORCHTITAN_NIC_GBPS, efficiency)
+        b = int(r["local_batch"])
+        a = _one(
+            model,
+            hw,
+            tensor=1,
+            pipeline=1,
+            sharding=L.SHARD_FULL,
+            micro_batch=b,
+            recompute=_RECOMPUTE[r["activation_checkpointing"]],
+            global_batch=64 * b,
+            strategy=L.RING,
+        )
+        out.append((str(r["model"]), float(r["mfu"]), float(a.mfu)))
+    return out
+
+
+def _maxtext(points: Mapping[str, Any], efficiency: float) -> list[tuple[float, float, float]]:
+    """(params_billion, published MFU, predicted MFU) on one v5e-256 slice, FSDP over all
+    chips, full rematerialisation; the 128B row runs tensor 16 x FSDP 16 with
+    ``remat_policy=minimal_offloaded`` (MaxText configs/v5e/128b.sh), modelled as Selective."""
+    out = []
+    for r in _point(points, "maxtext-v5e")["rows"]:
+        size = int(r["params_billion"])
+        model = maxtext_model(size)
+        tensor = 16 if size == 128 else 1
+        b = int(r["per_device_batch"])
+        a = _one(
+            model,
+            _tpu_v5e_256(efficiency),
+            tensor=tensor,
+            pipeline=1,
+            sharding=L.SHARD_FULL,
+            micro_batch=b * tensor,
+            recompute=L.RECOMPUTE_SELECTIVE if size == 128 else L.RECOMPUTE_FULL,
+            global_batch=256 * b,
+        )
+        out.append((float(size), float(r["mfu"]), float(a.mfu)))
+    return out
+
+
+def _point(points: Mapping[str, Any], pid: str) -> dict[str, Any]:
+    for point in points.get("llm_training") or []:
+        if point.get("id") == pid:
+            return dict(point)
+    raise KeyError(f"llm_training point {pid!r}")
+
+
+def _fit(ratio: Callable[[float], float]) -> float:
+    """The efficiency at which the geometric mean of predicted / published is 1 (bisection: the
+    ratio grows with efficiency, sub-linearly where communication is exposed)."""
+    lo, hi = 0.05, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if ratio(mid) < 1.0:
+            lo = mid
+        else:
+            hi = mid
+    return round((lo + hi) / 2, 3)
+
+
+def _geomean(pairs: Sequence[tuple[float, float]]) -> float:
+    return math.exp(statistics.fmean(math.log(p / q) for q, p in pairs))
+
+
+def derive_llm_constants(points: Mapping[str, Any]) -> dict[str, float]:
+    """LLM_MATMUL_EFFICIENCY and LLM_MATMUL_EFFICIENCY_TPU from their fitted rows."""
+
+    def gpu(e: float) -> float:
+        rows = [(pub, pred) for k, pub, pred in _megatron(points, e) if k in FITTED_MEGATRON]
+        return _geomean(rows)
+
+    def tpu(e: float) -> float:
+        rows = [(pub, pred) for k, pub, pred in _maxtext(points, e) if k in FITTED_MAXTEXT]
+        return _geomean(rows)
+
+    return {"LLM_MATMUL_EFFICIENCY": _fit(gpu), "LLM_MATMUL_EFFICIENCY_TPU": _fit(tpu)}
+
+
+def llm_report(points: Mapping[str, Any]) -> list[LlmRow]:
+    """Every llm_training row: published, predicted with the engine's constants, fitted or not."""
+    rows = []
+    for size, pub, pred in _megatron(points, L.LLM_MATMUL_EFFICIENCY):
+        rows.append(
+            LlmRow(
+                "megatron-sc21-table1",
+                f"GPT {size:g}B",
+                "TFLOP/s per GPU",
+                pub,
+                pred,
+                "fitted" if size in FITTED_MEGATRON else "checked",
+            )
+        )
+    for name, pub, pred in _torchtitan(points, L.LLM_MATMUL_EFFICIENCY):
+        rows.append(LlmRow("torchtitan-a100-fsdp", name, "MFU", pub, pred, "checked"))
+    for size, pub, pred in _maxtext(points, L.LLM_MATMUL_EFFICIENCY_TPU):
+        role = "fitted" if size in FITTED_MAXTEXT else "checked"
+        rows.append(LlmRow("maxtext-v5e", f"{size:g}B", "MFU", pub, pred, role))
+    return rows
+
+
+def render_llm_section(points: Mapping[str, Any], where: object = "the points file") -> str:
+    """The LLM training table for ``ringmaster calibrate``."""
+    if not points.get("llm_training"):
+        return f"LLM training: {where} has no llm_training section (see ../shared/calibration)"
+    rows = llm_report(points)
+    header = ("point", "setup", "quantity", "published", "predicted", "error", "role", "")
+    body = [
+        (
+            r.id,
+            r.setup,
+            r.quantity,
+            f"{r.published:.4g}",
+            f"{r.predicted:.4g}",
+            f"{r.error:+.1%}",
+            r.role,
+            "ok" if r.ok else "OUT",
+        )
+        for r in rows
+    ]
+    widths = [max(len(x[i]) for x in [header, *body]) for i in range(len(header))]
+    lines = ["LLM training (fitted rows set a constant; checked rows only compare):"]
+    for line in [header, *body]:
+        cells = [
+            c.rjust(w) if i in (3, 4, 5) else c.ljust(w)
+            for i, (c, w) in enumerate(zip(line, widths, strict=True))
+        ]
+        lines.append("  ".join(cells).rstrip())
+    checked = [r for r in rows if r.role == "checked"]
+    bad = sum(not r.ok for r in checked)
+    lines.append(
+        f"{len(checked) - bad} of {len(checked)} checked rows within {TOLERANCE:.0%}; "
+        f"mean |error| of checked rows {statistics.fmean(abs(r.error) for r in checked):.1%}"
+    )
+    return "\n".join(lines)

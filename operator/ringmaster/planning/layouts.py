@@ -1,0 +1,288 @@
+"""A TrainingJob with a model architecture: its layout, planned by engine.llm_training.
+
+:func:`plan_layout` turns the spec into a layout request (``Auto`` fields searched, the others
+fixed), runs the search on the job's hardware, and expresses the chosen layout as the usual
+:class:`TrainingPrediction` (ring and reduction server for the data-parallel part), so
+``ringmaster plan``'s table, status.plan and the controllers keep one shape. :func:`layout_json`
+is the JSON contract's additions (issue 12) and :func:`layout_status` the one mapping of a layout
+to status.plan's fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ringmaster.engine import llm_training as L
+from ringmaster.engine.hardware import Catalog
+from ringmaster.engine.training import (
+    REDUCTION_SERVER,
+    RING,
+    StrategyPrediction,
+    TrainingInputs,
+    TrainingPrediction,
+    _wrapped,
+    slice_shape,
+)
+from ringmaster.engine.transformer import Transformer
+
+AUTO = "Auto"
+PARAMETERS_TOLERANCE = 0.03  # as the API's CEL rule (api.trainingjob.PARAMETERS_TOLERANCE_PERCENT)
+
+
+def transformer_of(arch: Any, sequence_length: int | None = None) -> Transformer:
+    """The engine's Transformer for an API TransformerArchitecture."""
+    return Transformer(
+        layers=arch.layers,
+        hidden=arch.hidden_size,
+        heads=arch.attention_heads,
+        vocab=arch.vocab_size,
+        sequence_length=sequence_length or arch.sequence_length,
+        kv_heads=arch.kv_heads or 0,
+        ffn_hidden=arch.ffn_hidden_size or 0,
+        gated_ffn=arch.ffn_type == "Gated",
+        tied_embeddings=arch.tied_embeddings,
+    )
+
+
+@dataclass(frozen=True)
+class LayoutPlan:
+    search: L.LayoutSearch
+    global_batch: int
+    parameters: int
+    hardware: L.LayoutHardware
+
+    @property
+    def chosen(self) -> L.Layout:
+        return self.search.chosen
+
+
+def _fixed(value: Any) -> Any:
+    return None if value is None or value == AUTO else value
+
+
+def layout_request(spec: Any) -> L.LayoutRequest:
+    """What the spec fixes and what it leaves to the search. Without spec.parallelism the job is
+    plain data-parallel, as before: tensor 1, pipeline 1, no sharding, one micro-batch of
+    batchSizePerAccelerator; only the recompute setting is searched."""
+    model = transformer_of(spec.model.architecture)
+    accelerators = spec.workers * spec.accelerator.per_worker
+    par = getattr(spec, "parallelism", None)
+    per_accelerator = spec.model.batch_size_per_accelerator
+    if par is None:
+        return L.LayoutRequest(
+            model=model,
+            global_batch=(per_accelerator or 1) * accelerators,
+            tensor=1,
+            pipeline=1,
+            sharding="None",
+            micro_batch=per_accelerator,
+            strategy=str(spec.communication.strategy),
+        )
+    global_batch = par.global_batch_size or (per_accelerator or 1) * accelerators
+    return L.LayoutRequest(
+        model=model,
+        global_batch=int(global_batch),
+        tensor=_fixed(par.tensor),
+        pipeline=_fixed(par.pipeline),
+        sharding=_fixed(par.sharding),
+        micro_batch=_fixed(par.micro_batch_size),
+        recompute=_fixed(par.activation_recompute),
+        virtual_stages=par.virtual_pipeline_stages,
+        strategy=str(spec.communication.strategy),
+    )
+
+
+def _check_parameters(spec: Any, derived: int) -> None:
+    given = spec.model.parameters
+    if given is not None and abs(given - derived) > PARAMETERS_TOLERANCE * derived:
+        raise ValueError(
+            f"spec.model.parameters: {given} differs by more than 3% from {derived}, the count "
+            "the architecture implies"
+        )
+
+
+def _bottleneck(layout: L.Layout) -> str:
+    terms = {
+        "compute": layout.compute_seconds,
+        "tensor-parallel collectives": layout.tensor_parallel_seconds,
+        "pipeline bubble": layout.bubble_seconds,
+        "pipeline sends": layout.pipeline_send_seconds,
+        "data-parallel reduction": layout.exposed_data_parallel_seconds,
+    }
+    ranked = sorted(terms.items(), key=lambda kv: -kv[1])
+    (main, _), (second, seconds) = ranked[0], ranked[1]
+    share = seconds / layout.step_seconds if layout.step_seconds > 0 else 0.0
+    return f"{main}; then {second} ({share:.0%} of the step)" if share >= 0.10 else main
+
+
+def _strategy(
+    name: str, layout: L.Layout, hw: L.LayoutHardware, global_batch: int
+) -> StrategyPrediction:
+    samples = global_batch / layout.step_seconds
+    rs = name == REDUCTION_SERVER
+    return StrategyPrediction(
+        name=name,
+        algorithm="reduction server" if rs else "best of ring and tree",
+        step_seconds=layout.step_seconds,
+        compute_seconds=layout.step_seconds - layout.exposed_data_parallel_seconds,
+        communication_seconds=layout.data_parallel_seconds,
+        exposed_communication_seconds=layout.exposed_data_parallel_seconds,
+        samples_per_second=samples,
+        bus_bandwidth_gbps=None,
+        bottleneck=_bottleneck(layout),
+        cost_per_hour_usd=layout.cost_per_hour,
+        cost_per_1000_samples_usd=layout.cost_per_hour / 3600.0 / samples * 1000.0,
+        scaling_efficiency=1.0,
+        reducers=hw.reducers if rs else None,
+        reducer_machine_type=hw.reducer_machine_type if rs else None,
+        vertex_reducers=hw.reducers if rs else None,
+        cost_optimal_reducers=hw.reducers if rs else None,
+    )
+
+
+def _at_strategy(
+    request: L.LayoutRequest, hw: L.LayoutHardware, layout: L.Layout, strategy: str
+) -> L.Layout:
+    a = L.evaluate_layouts(
+        request.model,
+        hw,
+        tensor=np.array([layout.tensor]),
+        pipeline=np.array([layout.pipeline]),
+        sharding=np.array([L.SHARDINGS.index(layout.sharding)]),
+        micro_batch=np.array([layout.micro_batch]),
+        recompute=np.array([L.RECOMPUTES.index(layout.recompute)]),
+        global_batch=request.global_batch,
+        virtual_stages=layout.virtual_stages,
+        strategy=strategy,
+    )
+    return L._layout(a, 0, hw.memory_bytes)
+
+
+def plan_layout(
+    spec: Any, inputs: TrainingInputs, catalog: Catalog
+) -> tuple[LayoutPlan, TrainingPrediction]:
+    """The layout search on the job's hardware, and the prediction it implies."""
+    request = layout_request(spec)
+    derived = request.model.parameters
+    _check_parameters(spec, derived)
+    host = catalog.host(inputs.accelerator, inputs.per_worker, inputs.machine_type)
+    acc = host.accelerator
+    axes: tuple[int, int, int] | None = None
+    wrapped = (False, False, False)
+    if acc.kind == "tpu":
+        axes = slice_shape(inputs)
+        wrapped = _wrapped(acc, axes)
+    use_reducers = acc.kind == "gpu" and inputs.strategy != RING and inputs.workers > 1
+    hw = L.layout_hardware(
+        host,
+        inputs.workers,
+        catalog,
+        reducer_machine_type=inputs.reducer_machine_type if use_reducers else None,
+        reducers=inputs.reducers,
+        slice_axes=axes,
+        wrapped=wrapped,
+    )
+    try:
+        search = L.search_layouts(request, hw)
+    except L.NoLayoutError as exc:
+        raise ValueError(f"spec.parallelism: {exc}") from None
+    chosen = search.chosen
+    strategies = {
+        RING: _strategy(RING, _at_strategy(request, hw, chosen, RING), hw, request.global_batch)
+    }
+    if hw.reducers > 0:
+        rs_layout = _at_strategy(request, hw, chosen, REDUCTION_SERVER)
+        strategies[REDUCTION_SERVER] = _strategy(
+            REDUCTION_SERVER, rs_layout, hw, request.global_batch
+        )
+    params = L.stage_parameters(request.model, chosen.tensor, chosen.pipeline)
+    notes = [f"layout: {chosen.describe()} ({search.evaluated} layouts evaluated)"]
+    if not search.fits:
+        notes.append(f"does not fit: {search.reason}")
+    prediction = TrainingPrediction(
+        chosen_strategy=chosen.strategy,
+        strategies=strategies,
+        machine_type=host.machine.name,
+        accelerator=acc.name,
+        workers=inputs.workers,
+        per_worker=inputs.per_worker,
+        gradient_bytes=float(np.maximum(params.first, params.last)) * L.BYTES_REDUCE,
+        compute_seconds=chosen.step_seconds - chosen.exposed_data_parallel_seconds,
+        compute_source="architecture",
+        notes=tuple(notes),
+    )
+    plan = LayoutPlan(
+        search=search, global_batch=request.global_batch, parameters=derived, hardware=hw
+    )
+    return plan, prediction
+
+
+def _sig(x: float, digits: int = 6) -> float:
+    return float(f"{x:.{digits}g}")
+
+
+def _layout_fields(layout: L.Layout, global_batch: int) -> dict[str, Any]:
+    return {
+        "tensor": layout.tensor,
+        "pipeline": layout.pipeline,
+        "data": layout.data,
+        "sharding": layout.sharding,
+        "microBatchSize": layout.micro_batch,
+        "globalBatchSize": global_batch,
+        "virtualPipelineStages": layout.virtual_stages,
+        "activationRecompute": layout.recompute,
+    }
+
+
+def _memory(layout: L.Layout) -> dict[str, float]:
+    return {
+        "weights": _sig(layout.weights_bytes),
+        "gradients": _sig(layout.gradients_bytes),
+        "optimizer": _sig(layout.optimizer_bytes),
+        "activations": _sig(layout.activations_bytes),
+        "reserve": _sig(layout.reserve_bytes),
+        "total": _sig(layout.total_bytes),
+        "capacity": _sig(layout.capacity_bytes),
+    }
+
+
+def layout_json(plan: LayoutPlan) -> dict[str, Any]:
+    """The top-level keys ``ringmaster plan -o json`` adds for a model with an architecture."""
+    c = plan.chosen
+    return {
+        "layout": _layout_fields(c, plan.global_batch),
+        "fits": plan.search.fits,
+        "reason": plan.search.reason,
+        "memoryPerAcceleratorBytes": _memory(c),
+        "tokensPerSecond": _sig(c.tokens_per_second),
+        "mfu": _sig(c.mfu, 4),
+        "parameters": plan.parameters,
+        "layoutsEvaluated": plan.search.evaluated,
+        "alternatives": [
+            {
+                "layout": _layout_fields(a.layout, plan.global_batch),
+                "fits": a.layout.fits,
+                "stepSeconds": _sig(a.layout.step_seconds),
+                "memoryPerAcceleratorBytes": _sig(a.layout.total_bytes),
+                "why": a.why,
+            }
+            for a in plan.search.alternatives
+        ],
+    }
+
+
+def layout_status(plan: LayoutPlan) -> dict[str, Any]:
+    """status.plan's layout fields (camelCase), the one place that maps a layout to status."""
+    c = plan.chosen
+    return {
+        "layout": c.name,
+        **_layout_fields(c, plan.global_batch),
+        "fits": plan.search.fits,
+        "reason": plan.search.reason,
+        "tokensPerSecond": _sig(c.tokens_per_second),
+        "mfu": _sig(c.mfu, 4),
+        "memoryPerAcceleratorBytes": _memory(c),
+    }

@@ -1,0 +1,110 @@
+"""LLM training layouts on the real control plane: a job that fits only with an Auto layout gets
+one and its pods carry it; a job that fits nowhere waits with DoesNotFit and creates nothing."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ringmaster.api import parse_manifest
+from ringmaster.planning import plan_training
+from tests.e2e.kube import Cluster, OperatorProcess, wait_for
+from tests.e2e.test_trainingjob import condition, events_of, job, pools_of, worker_pods
+
+REPO = Path(__file__).resolve().parents[2]
+AUTO_EXAMPLE = REPO / "examples" / "trainingjob-llama2-70b-auto-a100.yaml"
+LAYOUT_VARIABLES = (
+    ("RINGMASTER_TENSOR_PARALLEL", "tensor"),
+    ("RINGMASTER_PIPELINE_PARALLEL", "pipeline"),
+    ("RINGMASTER_DATA_PARALLEL", "data"),
+    ("RINGMASTER_SHARDING", "sharding"),
+    ("RINGMASTER_MICRO_BATCH_SIZE", "microBatchSize"),
+    ("RINGMASTER_GLOBAL_BATCH_SIZE", "globalBatchSize"),
+    ("RINGMASTER_ACTIVATION_RECOMPUTE", "activationRecompute"),
+)
+
+
+def example() -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load(AUTO_EXAMPLE.read_text())
+    doc["spec"]["template"] = {"image": "trainer:1", "command": ["python", "train.py"]}
+    return doc
+
+
+def test_a_job_that_fits_only_with_auto_gets_a_layout_and_its_pods_carry_it(
+    operator: OperatorProcess, cluster: Cluster, quiet_namespace: str
+):
+    ns = quiet_namespace
+    doc = example()
+    # Plain data parallelism (tensor 1, pipeline 1, no sharding) does not fit: 70B with Adam.
+    ddp = copy.deepcopy(doc)
+    ddp["spec"]["parallelism"].update(tensor=1, pipeline=1, sharding="None")
+    assert plan_training(parse_manifest(ddp).spec).to_json()["fits"] is False
+
+    cluster.apply(doc, ns)
+    name = doc["metadata"]["name"]
+    pods = wait_for(
+        lambda: (
+            len(p := worker_pods(cluster, ns, name)) == 4
+            and all(q["spec"].get("nodeName") for q in p)
+            and p
+        ),
+        timeout=90,
+        what=f"{name}'s 4 worker pods, bound",
+    )
+    plan = job(cluster, ns, name)["status"]["plan"]
+    assert plan["fits"] is True
+    assert plan["tensor"] * plan["pipeline"] * plan["data"] == 32
+    assert plan["layout"] == f"TP{plan['tensor']} PP{plan['pipeline']} DP{plan['data']}"
+    assert 0 < plan["mfu"] < 1 and plan["tokensPerSecond"] > 0
+    mem = plan["memoryPerAcceleratorBytes"]
+    assert mem["total"] <= mem["capacity"] == 80e9
+    assert pools_of(cluster, pods) == {"a100-ultragpu-8g"}
+    for pod in pods:
+        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+        for variable, key in LAYOUT_VARIABLES:
+            assert env[variable] == str(plan[key]), (variable, env)
+
+    table = cluster.kubectl("get", "tj", name, "-n", ns, "-o", "wide").stdout
+    header, row = table.splitlines()[:2]
+    assert "LAYOUT" in header and "MFU" in header
+    assert plan["layout"] in row
+
+
+def test_the_apiserver_refuses_a_layout_that_does_not_divide_naming_the_numbers(
+    crds_installed: Cluster, quiet_namespace: str
+):
+    doc = example()
+    doc["spec"]["parallelism"]["pipeline"] = 7
+    result = crds_installed.kubectl(
+        "apply", "-n", quiet_namespace, "-f", "-", input=yaml.safe_dump(doc), check=False
+    )
+    assert result.returncode != 0
+    assert "pipeline 7 does not divide layers 80" in result.stderr
+
+
+def test_a_job_that_fits_nowhere_waits_with_does_not_fit_and_creates_nothing(
+    operator: OperatorProcess, cluster: Cluster, quiet_namespace: str
+):
+    ns = quiet_namespace
+    doc = example()
+    doc["metadata"]["name"] = "too-big"
+    doc["spec"]["workers"] = 2
+    doc["spec"]["accelerator"] = {"type": "nvidia-tesla-a100", "perWorker": 8}
+    cluster.apply(doc, ns)
+    waiting = wait_for(
+        lambda: (c := condition(job(cluster, ns, "too-big"), "Schedulable")) and c,
+        timeout=60,
+        what="too-big's Schedulable condition",
+    )
+    assert (waiting["status"], waiting["reason"]) == ("False", "DoesNotFit")
+    assert "GiB per accelerator" in waiting["message"]
+    assert "nvidia-tesla-a100 has" in waiting["message"]
+    wait_for(lambda: "DoesNotFit" in events_of(cluster, ns, "too-big"), what="a DoesNotFit event")
+    status = job(cluster, ns, "too-big")["status"]
+    assert status["phase"] == "Pending" and status["plan"]["fits"] is False
+    assert worker_pods(cluster, ns, "too-big") == []
+    services = cluster.get_json("services", "-n", ns)["items"]
+    assert services == []

@@ -1,0 +1,269 @@
+"""LLM training layouts through the API, `ringmaster plan`, the state machine and the worker pods:
+CEL (offline, as the apiserver) and parse_manifest refusing the same layouts with the numbers,
+the JSON contract's additions, DoesNotFit, and the layout in the pods' environment."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from ringmaster.api import ManifestError, TrainingJobSpec, find_condition, parse_manifest
+from ringmaster.api.architecture import architecture_parameters
+from ringmaster.cli import main
+from ringmaster.controllers.training_lifecycle import reconcile_training
+from ringmaster.controllers.trainingjob import status_plan
+from ringmaster.manifests.training import LAYOUT_ENV
+from tests.unit.test_api_bad_input import offline_admit
+from tests.unit.test_training_lifecycle import NOW, job, world
+
+pytestmark = pytest.mark.unit
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+FSDP = EXAMPLES / "trainingjob-llama3-8b-fsdp-h100.yaml"
+AUTO = EXAMPLES / "trainingjob-llama2-70b-auto-a100.yaml"
+TPU = EXAMPLES / "trainingjob-maxtext-tpu-v5e.yaml"
+
+
+def load(path: Path) -> dict[str, Any]:
+    return yaml.safe_load(path.read_text())
+
+
+def refusals(doc: dict[str, Any]) -> tuple[list[tuple[str, str, str]], list[tuple[str, str]]]:
+    crd = offline_admit(doc)
+    try:
+        parse_manifest(doc)
+        python: list[tuple[str, str]] = []
+    except ManifestError as exc:
+        python = [(e.path, e.message) for e in exc.errors]
+    return crd, python
+
+
+# --- API -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", [FSDP, AUTO, TPU], ids=lambda p: p.name)
+def test_llm_examples_pass_both(path):
+    assert refusals(load(path)) == ([], [])
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "words"),
+    [
+        (lambda s: s["parallelism"].update(tensor=3), "spec.parallelism.tensor", "tensor 3"),
+        (
+            lambda s: s["parallelism"].update(pipeline=7),
+            "spec.parallelism.pipeline",
+            "pipeline 7 does not divide layers 80",
+        ),
+        (
+            lambda s: s["parallelism"].update(tensor=4, pipeline=16),
+            "spec.parallelism",
+            "tensor 4 x pipeline 16 does not divide the 32 accelerators",
+        ),
+        (
+            lambda s: s["model"].update(parameters=50_000_000_000),
+            "spec.model.parameters",
+            "parameters 50000000000 differs by more than 3% from",
+        ),
+        (lambda s: s["parallelism"].update(sharding="ZeRO3"), "spec.parallelism.sharding", ""),
+        (lambda s: s["parallelism"].update(tensor="auto"), "spec.parallelism.tensor", ""),
+        (lambda s: s["parallelism"].update(tensor=0), "spec.parallelism.tensor", ""),
+    ],
+    ids=["heads", "layers", "accelerators", "parameters", "sharding", "lowercase-auto", "zero"],
+)
+def test_bad_layouts_are_refused_by_crd_and_python_naming_the_numbers(change, field, words):
+    doc = load(AUTO)
+    change(doc["spec"])
+    crd, python = refusals(doc)
+    assert any(path.startswith(field) for _, path, _ in crd), crd
+    assert python, "parse_manifest accepted what the CRD refuses"
+    if words:
+        assert any(words in message for _, path, message in crd if path == field), crd
+        assert any(words in message for path, message in python), python
+
+
+def test_tensor_heads_message_names_both_numbers():
+    doc = load(AUTO)
+    doc["spec"]["parallelism"]["tensor"] = 3
+    doc["spec"]["workers"] = 3  # 24 accelerators: 3 divides them, not the 64 heads
+    crd, python = refusals(doc)
+    messages = [m for _, p, m in crd if p == "spec.parallelism.tensor"]
+    assert "tensor 3 does not divide attentionHeads 64" in messages
+    assert ("spec.parallelism.tensor", "tensor 3 does not divide attentionHeads 64") in python
+
+
+def test_tensor_must_stay_within_a_gpu_host():
+    doc = load(FSDP)
+    doc["spec"]["accelerator"]["perWorker"] = 4
+    doc["spec"]["workers"] = 4
+    doc["spec"]["parallelism"]["tensor"] = 8
+    crd, python = refusals(doc)
+    assert any("stays within a host" in m for _, _, m in crd), crd
+    assert python
+
+
+def test_parameters_and_batch_are_derivable():
+    doc = load(AUTO)
+    assert "parameters" not in doc["spec"]["model"]
+    assert "batchSizePerAccelerator" not in doc["spec"]["model"]
+    spec = parse_manifest(doc).spec
+    assert spec.model.parameters is None
+    derived = architecture_parameters(spec.model.architecture)
+    doc["spec"]["model"]["parameters"] = derived + derived // 50  # within 3%
+    assert refusals(doc) == ([], [])
+    doc["spec"]["model"]["parameters"] = "70B"  # a string: the operator checks it
+    assert offline_admit(doc) == []
+
+
+def test_without_architecture_parameters_and_batch_stay_required():
+    doc = load(EXAMPLES / "trainingjob-bert-large-auto.yaml")
+    del doc["spec"]["model"]["parameters"]
+    crd, python = refusals(doc)
+    assert any(p == "spec.model.parameters" for _, p, _ in crd) and python
+    doc = load(EXAMPLES / "trainingjob-bert-large-auto.yaml")
+    del doc["spec"]["model"]["batchSizePerAccelerator"]
+    crd, python = refusals(doc)
+    assert any(p == "spec.model.batchSizePerAccelerator" for _, p, _ in crd) and python
+    doc = load(EXAMPLES / "trainingjob-bert-large-auto.yaml")
+    doc["spec"]["parallelism"] = {}
+    crd, python = refusals(doc)
+    assert any(p == "spec.parallelism" for _, p, _ in crd) and python
+
+
+# --- `ringmaster plan` ----------------------------------------------------------------------------
+
+LAYOUT_KEYS = {
+    "tensor",
+    "pipeline",
+    "data",
+    "sharding",
+    "microBatchSize",
+    "virtualPipelineStages",
+    "activationRecompute",
+}
+MEMORY_KEYS = {"weights", "gradients", "optimizer", "activations", "total", "capacity"}
+
+
+def plan(capsys, *args):
+    code = main(["plan", *map(str, args)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_plan_json_has_the_layout_contract(capsys):
+    code, out, err = plan(capsys, AUTO, "-o", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert set(doc["layout"]) >= LAYOUT_KEYS
+    assert doc["fits"] is True and doc["reason"] is None
+    assert set(doc["memoryPerAcceleratorBytes"]) >= MEMORY_KEYS
+    mem = doc["memoryPerAcceleratorBytes"]
+    assert mem["total"] <= mem["capacity"]
+    assert doc["tokensPerSecond"] > 0 and 0 < doc["mfu"] < 1
+    assert doc["alternatives"] and all(a["why"] for a in doc["alternatives"])
+    layout = doc["layout"]
+    assert layout["tensor"] * layout["pipeline"] * layout["data"] == 32
+    for s in doc["strategies"].values():
+        assert s["stepSeconds"] > 0
+
+
+def test_a_model_that_fits_nowhere_is_still_a_plan(tmp_path, capsys):
+    doc = load(AUTO)
+    doc["spec"]["workers"] = 1
+    doc["spec"]["accelerator"] = {"type": "nvidia-tesla-a100", "perWorker": 8}
+    path = tmp_path / "too-big.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    code, out, err = plan(capsys, path, "-o", "json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["fits"] is False
+    assert "per accelerator" in result["reason"] and "nvidia-tesla-a100 has" in result["reason"]
+    code, out, _ = plan(capsys, path)
+    assert code == 0 and "DOES NOT FIT" in out
+
+
+def test_plan_table_shows_layout_memory_and_alternatives(capsys):
+    code, out, _ = plan(capsys, AUTO)
+    assert code == 0
+    assert "layout: TP" in out and "memory per accelerator GiB" in out and "MFU" in out
+    assert "alternative" in out
+
+
+def test_a_batch_that_divides_no_layout_is_invalid_input(tmp_path, capsys):
+    doc = load(FSDP)
+    doc["spec"]["parallelism"]["globalBatchSize"] = 33  # 16 replicas do not divide 33
+    path = tmp_path / "odd.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    code, _, err = plan(capsys, path)
+    assert code == 2
+    assert "spec.parallelism" in err and "no layout divides" in err
+
+
+# --- status, DoesNotFit, environment ------------------------------------------------------------
+
+
+def _spec(path: Path, **changes: Any) -> TrainingJobSpec:
+    doc = copy.deepcopy(load(path))
+    doc["spec"].update(changes)
+    return TrainingJobSpec.model_validate(doc["spec"])
+
+
+def real_planner(spec, machine_type, reducers=None):
+    return status_plan(spec, machine_type, reducers)
+
+
+def test_status_plan_carries_the_layout():
+    plan_ = status_plan(_spec(AUTO), "a2-ultragpu-8g", None)
+    assert plan_["layout"].startswith("TP") and plan_["fits"] is True
+    assert plan_["tensor"] * plan_["pipeline"] * plan_["data"] == 32
+    assert plan_["mfu"] > 0 and plan_["tokensPerSecond"] > 0
+    assert plan_["memoryPerAcceleratorBytes"]["total"] > 0
+
+
+def test_auto_layout_reaches_every_worker_pod():
+    decision = reconcile_training(
+        job(_spec(AUTO), name="llama"), [], world({"a100-ultragpu-8g": 4}), NOW, real_planner
+    )
+    pods = [o for o in decision.create if o["kind"] == "Pod"]
+    assert len(pods) == 4
+    plan_ = decision.status.plan
+    assert plan_ is not None and plan_.layout and plan_.fits
+    for pod in pods:
+        env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+        for name, _ in LAYOUT_ENV:
+            assert name in env
+        assert int(env["RINGMASTER_TENSOR_PARALLEL"]) == plan_.tensor
+        assert env["RINGMASTER_GLOBAL_BATCH_SIZE"] == "128"
+
+
+def test_does_not_fit_waits_with_the_numbers_and_creates_nothing():
+    too_big = _spec(AUTO, workers=2, accelerator={"type": "nvidia-tesla-a100", "perWorker": 8})
+    decision = reconcile_training(
+        job(too_big, name="llama"), [], world({"a100-highgpu-8g": 4}), NOW, real_planner
+    )
+    assert decision.create == [] and decision.apply == []
+    cond = find_condition(decision.status.conditions, "Schedulable")
+    assert cond is not None and cond.status == "False" and cond.reason == "DoesNotFit"
+    assert "GiB per accelerator" in cond.message and "nvidia-tesla-a100 has" in cond.message
+    assert [e.reason for e in decision.events] == ["DoesNotFit"]
+    assert decision.status.phase == "Pending"
+
+
+def test_a_job_without_architecture_gets_no_layout_env():
+    from tests.unit.test_training_lifecycle import planner, spec
+
+    decision = reconcile_training(job(spec()), [], world(), NOW, planner)
+    pod = next(o for o in decision.create if o["kind"] == "Pod")
+    names = {e["name"] for e in pod["spec"]["containers"][0]["env"]}
+    assert not names & {n for n, _ in LAYOUT_ENV}
+
+
+def test_a_sweep_of_an_architecture_job_is_refused_in_one_line(capsys):
+    code, _, err = plan(capsys, AUTO, "--sweep", "workers=1..4")
+    assert code == 2
+    assert "not yet for a model with an architecture" in err and "\n" not in err.strip()
