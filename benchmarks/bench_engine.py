@@ -32,6 +32,9 @@ from ringmaster.engine.inference import (  # noqa: E402
 )
 from ringmaster.engine.training import TrainingInputs, gpu_training, predict_training  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_llm_serving import llm_figures  # noqa: E402
+
 SIZE = 1_000_000
 REPEATS = 5
 ROOT = Path(__file__).resolve().parents[1]
@@ -164,6 +167,7 @@ def main() -> None:
     print(f"import_ringmaster_engine_ms: {import_seconds('import ringmaster.engine') * 1e3:.1f}")
     modules = "import ringmaster.engine.training, ringmaster.engine.inference"
     print(f"import_engine_with_numpy_ms: {import_seconds(modules) * 1e3:.1f}")
+    print("\n".join(llm_figures()))  # LLM serving (issue 16): benchmarks/bench_llm_serving.py
 
 
 def llm_layout_search() -> None:

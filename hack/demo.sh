@@ -14,9 +14,11 @@ step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 step "local cluster (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok)"
 # Room for every example at once: two 8-host BERT gangs and a serving replica on the A100 pool,
-# 25 + 16 reducers on the CPU pool (one per host). The LLM examples fit their pools' default
-# sizes: 2 H100 hosts, 4 A100 80GB hosts, a 2-host TPU v5e 2x4 slice.
-ringmaster cluster up --pool a100-highgpu-8g=20 --pool reducers=48
+# 25 + 16 reducers on the CPU pool (one per host). The LLM training examples take 2 H100 hosts,
+# 4 A100 80GB hosts and a 2-host TPU v5e 2x4 slice; the LLM endpoints 1 more H100 host (2 x 1 GPU)
+# and 4 more A100 80GB hosts (6 replicas x 4 GPUs of the 70B, 2 x 1 of the INT4 70B).
+ringmaster cluster up --pool a100-highgpu-8g=20 --pool reducers=48 \
+  --pool h100-highgpu-8g=3 --pool a100-ultragpu-8g=8
 KUBECONFIG=$(ringmaster cluster kubeconfig)
 export KUBECONFIG
 

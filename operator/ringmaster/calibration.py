@@ -25,6 +25,7 @@ from ringmaster.engine import collectives as C
 from ringmaster.engine import efficiency as E
 from ringmaster.engine.hardware import DEFAULT_CATALOG
 from ringmaster.engine.inference import batch_latency
+from ringmaster.engine.llm_calibration import llm_serving_rows, summary_line
 from ringmaster.engine.training import vertex_reducer_count
 from ringmaster.engine.units import GIB, gbps_to_bytes_per_second
 
@@ -226,6 +227,10 @@ def report(points: Mapping[str, Any]) -> list[Row]:
     ms = float(lat.seconds) * 1e3
     pub = float(p["latency_ms"])
     rows.append(Row(p["id"], "latency ms", pub, ms, _rel(ms, pub), 0.05, "predicted"))
+    rows += [
+        Row(r.id, r.quantity, r.published, r.predicted, r.error, r.tolerance, r.role)
+        for r in llm_serving_rows(points)
+    ]
     return rows
 
 
@@ -281,6 +286,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"calibration points: {path}")
         print(render_table(rows))
+        print(summary_line(load_points(path)) or "llm_inference: no points in this file")
         bad = sum(not r.ok for r in rows)
         print(f"{len(rows) - bad} of {len(rows)} within tolerance")
         print("\n" + llm_calibration.render_llm_section(load_points(path), path))

@@ -167,16 +167,16 @@ def test_raising_the_target_scales_out_and_lowering_it_scales_in_with_an_event_e
 
     high = example("t4", slo__targetRequestsPerSecond=16000)
     out = decide(high, ready.status, deployment(2), generation=2)
-    assert out.desired_replicas == planner(high)["replicas"] == 4
-    assert applied(out, "Deployment")["spec"]["replicas"] == 4
+    assert out.desired_replicas == planner(high)["replicas"] == 3
+    assert applied(out, "Deployment")["spec"]["replicas"] == 3
     assert out.status.phase == "Progressing"  # the Deployment has not acted yet
     assert reasons(out) == ["Scaled"]
-    assert message(out, "Scaled").startswith("scaled from 2 to 4 replicas: the engine needs 4 x")
+    assert message(out, "Scaled").startswith("scaled from 2 to 3 replicas: the engine needs 3 x")
 
-    scaled = decide(high, out.status, deployment(4), generation=2)
-    back = decide(low, scaled.status, deployment(4), generation=3)
+    scaled = decide(high, out.status, deployment(3), generation=2)
+    back = decide(low, scaled.status, deployment(3), generation=3)
     assert back.desired_replicas == 2
-    assert reasons(back) == ["Scaled"] and "from 4 to 2" in message(back, "Scaled")
+    assert reasons(back) == ["Scaled"] and "from 3 to 2" in message(back, "Scaled")
     # Scaling in keeps it Ready: the remaining replicas were ready all along.
     assert back.status.phase == "Ready"
 
@@ -198,7 +198,7 @@ def test_fp16_needs_more_replicas_than_int8_for_the_same_target():
     int8 = decide(example("t4", slo__targetRequestsPerSecond=8000))
     fp16 = decide(example("t4", precision="FP16", slo__targetRequestsPerSecond=8000))
     assert int8.desired_replicas == 2
-    assert fp16.desired_replicas == 4
+    assert fp16.desired_replicas == 3
     assert (
         fp16.status.plan.per_replica_requests_per_second
         < int8.status.plan.per_replica_requests_per_second
@@ -228,9 +228,9 @@ def test_too_few_max_replicas_gives_the_numbers():
     assert decision.desired_replicas == 8  # maxReplicas
     capacity = condition(decision, "CapacityMet")
     assert (capacity.status, capacity.reason) == ("False", "TooFewReplicas")
-    assert "maxReplicas 8 x 4,571 req/s = 36,571 req/s" in capacity.message
-    assert "below the target 60,000 req/s (14 needed)" in capacity.message
-    assert "maxReplicas; the engine needs 14" in message(decision, "Scaled")
+    assert "maxReplicas 8 x 5,551 req/s = 44,407 req/s" in capacity.message
+    assert "below the target 60,000 req/s (11 needed)" in capacity.message
+    assert "maxReplicas; the engine needs 11" in message(decision, "Scaled")
 
 
 def test_capacity_coming_back_is_reported_once():
@@ -241,7 +241,7 @@ def test_capacity_coming_back_is_reported_once():
 
 
 def test_spec_replicas_overrides_the_engine_and_the_figures_follow_it():
-    spec = example("t4", replicas=3, slo__targetRequestsPerSecond=16000)
+    spec = example("t4", replicas=3, slo__targetRequestsPerSecond=20000)
     decision = decide(spec)
     assert decision.desired_replicas == 3
     assert applied(decision, "Deployment")["spec"]["replicas"] == 3

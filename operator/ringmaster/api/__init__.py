@@ -33,8 +33,10 @@ from ringmaster.api.inferenceendpoint import (
     InferenceEndpointStatus,
     InferenceModel,
     InferencePlan,
+    KvCachePrecision,
     Precision,
     Slo,
+    TokenLengths,
 )
 from ringmaster.api.manifest import (
     RESOURCES,
@@ -97,6 +99,7 @@ __all__ = [
     "InferenceEndpointStatus",
     "InferenceModel",
     "InferencePlan",
+    "KvCachePrecision",
     "ManifestError",
     "Parallelism",
     "ParsedManifest",
@@ -113,6 +116,7 @@ __all__ = [
     "RunPolicy",
     "Slo",
     "Strategy",
+    "TokenLengths",
     "TrainingAccelerator",
     "TrainingJobPhase",
     "TrainingJobSpec",

@@ -16,12 +16,19 @@ from ringmaster.api.accelerators import (
     host_shapes_text,
     shapes_text,
 )
+from ringmaster.api.architecture import TransformerArchitecture
 from ringmaster.api.base import Int, Rule, SpecModel, StatusModel
 from ringmaster.api.common import Condition, PodTemplate, conditions_field
 from ringmaster.api.quantity import Count
 from ringmaster.api.resource import AGE, PrinterColumn, Resource, condition_reason
 
-Precision = Literal["FP32", "FP16", "INT8"]
+Precision = Literal["FP32", "FP16", "INT8", "BF16", "FP8", "INT4"]
+KvCachePrecision = Literal["BF16", "FP16", "FP8"]
+# The precisions of each engine: a model without an architecture is served as one block of
+# FLOPs (FP32/FP16/INT8); an LLM (with an architecture) in BF16/FP16, FP8 or weight-only INT4.
+BLOCK_PRECISIONS = ("FP32", "FP16", "INT8")
+LLM_PRECISIONS = ("BF16", "FP16", "FP8", "INT4")
+DEFAULT_MAX_UTILIZATION_PERCENT = 85
 
 
 class InferenceAccelerator(SpecModel):
@@ -51,30 +58,99 @@ class InferenceAccelerator(SpecModel):
 
 
 class InferenceModel(SpecModel):
-    """What is served: the figures the engine's roofline needs."""
+    """What is served: the figures the engine's roofline needs, or an LLM's architecture."""
 
     name: str | None = Field(default=None, max_length=128)
-    """Free-form model name, for people (``resnet-50``)."""
-    parameters: Count
-    """Number of parameters: an integer or ``"25.6M"``, ``"7B"`` (K, M, G/B, T)."""
-    flops_per_request: Count
-    """FLOPs of one request's forward pass (ResNet-50 at 224x224: about ``"8.2G"``)."""
+    """Free-form model name, for people (``resnet-50``, ``Llama-3-8B``)."""
+    parameters: Count | None = None
+    """Number of parameters: an integer or ``"25.6M"``, ``"7B"`` (K, M, G/B, T). Required
+    without an architecture; with one, the architecture's count is used."""
+    flops_per_request: Count | None = None
+    """FLOPs of one request's forward pass (ResNet-50 at 224x224: about ``"8.2G"``). Required
+    without an architecture; an LLM's FLOPs follow from the architecture and spec.tokens."""
+    architecture: TransformerArchitecture | None = None
+    """A decoder-only transformer: the endpoint is then sized as LLM serving (prefill, decode,
+    KV cache, continuous batching; spec.tokens and the TTFT / TPOT targets apply).
+    ``sequenceLength`` is the longest context served."""
+
+    cel_rules = (
+        Rule(
+            cel="has(self.architecture) || (has(self.parameters) && has(self.flopsPerRequest))",
+            message="parameters and flopsPerRequest are required without an architecture",
+            field_path=".parameters",
+            check=lambda s: (
+                s.architecture is not None
+                or (s.parameters is not None and s.flops_per_request is not None)
+            ),
+        ),
+    )
+
+
+class TokenLengths(SpecModel):
+    """Prompt and generation lengths of an LLM endpoint's requests, in tokens."""
+
+    input_mean: Int = Field(ge=1, le=4194304)
+    """Mean prompt length."""
+    output_mean: Int = Field(ge=1, le=4194304)
+    """Mean number of generated tokens."""
+    input_p99: Int | None = Field(default=None, ge=1, le=4194304)
+    """99th percentile prompt length (TTFT is sized for it). Default: inputMean."""
+    output_p99: Int | None = Field(default=None, ge=1, le=4194304)
+    """99th percentile generation length (the longest sequence must fit the KV cache).
+    Default: outputMean."""
+
+    cel_rules = (
+        Rule(
+            cel="!has(self.inputP99) || self.inputP99 >= self.inputMean",
+            message="inputP99 must be at least inputMean",
+            field_path=".inputP99",
+            check=lambda s: s.input_p99 is None or s.input_p99 >= s.input_mean,
+        ),
+        Rule(
+            cel="!has(self.outputP99) || self.outputP99 >= self.outputMean",
+            message="outputP99 must be at least outputMean",
+            field_path=".outputP99",
+            check=lambda s: s.output_p99 is None or s.output_p99 >= s.output_mean,
+        ),
+    )
 
 
 class Slo(SpecModel):
     """The service level the replica count is sized for."""
 
-    target_requests_per_second: float = Field(gt=0, le=10_000_000)
-    """Requests per second the endpoint must sustain."""
-    latency_p99_milliseconds: float = Field(le=600_000)
-    """99th percentile latency target, including batching delay; must be positive."""
+    target_requests_per_second: float | None = Field(default=None, gt=0, le=10_000_000)
+    """Requests per second the endpoint must sustain (or targetOutputTokensPerSecond)."""
+    target_output_tokens_per_second: float | None = Field(default=None, gt=0, le=1e12)
+    """LLM endpoints: generated tokens per second the endpoint must sustain, instead of
+    targetRequestsPerSecond."""
+    latency_p99_milliseconds: float | None = Field(default=None, le=600_000)
+    """99th percentile latency target, including batching delay; must be positive. Required
+    without an architecture."""
+    time_to_first_token_p99_milliseconds: float | None = Field(default=None, gt=0, le=600_000)
+    """LLM endpoints: 99th percentile time to first token (queueing + prefill). Required with
+    an architecture."""
+    time_per_output_token_p99_milliseconds: float | None = Field(default=None, gt=0, le=60_000)
+    """LLM endpoints: 99th percentile time per output token (one decode step of the running
+    batch). Required with an architecture."""
+    max_utilization_percent: Int = Field(default=DEFAULT_MAX_UTILIZATION_PERCENT, ge=1, le=100)
+    """The most of a replica's capacity the sizing uses, whatever the latency model allows:
+    headroom for the engine's own throughput error (docs/engine.md says why 85)."""
 
     cel_rules = (
         Rule(
-            cel="self.latencyP99Milliseconds > 0.0",
+            cel="!has(self.latencyP99Milliseconds) || self.latencyP99Milliseconds > 0.0",
             message="latencyP99Milliseconds must be greater than 0",
             field_path=".latencyP99Milliseconds",
-            check=lambda s: s.latency_p99_milliseconds > 0,
+            check=lambda s: s.latency_p99_milliseconds is None or s.latency_p99_milliseconds > 0,
+        ),
+        Rule(
+            cel="has(self.targetRequestsPerSecond) != has(self.targetOutputTokensPerSecond)",
+            message="set exactly one of targetRequestsPerSecond and targetOutputTokensPerSecond",
+            field_path=".targetRequestsPerSecond",
+            check=lambda s: (
+                (s.target_requests_per_second is None)
+                != (s.target_output_tokens_per_second is None)
+            ),
         ),
     )
 
@@ -98,7 +174,13 @@ class InferenceEndpointSpec(SpecModel):
     model: InferenceModel
     precision: Precision = "FP16"
     """Arithmetic the model is served in; INT8 needs fewer replicas where the accelerator has
-    INT8 throughput (T4, A100)."""
+    INT8 throughput (T4, A100). LLM endpoints (with an architecture): BF16, FP16, FP8 (FP8
+    tensor cores: H100 and later) or INT4 (weight-only, W4A16 as AWQ and GPTQ)."""
+    kv_cache_precision: KvCachePrecision | None = None
+    """LLM endpoints: the KV cache's element type. Default: the activations' precision (FP8 for
+    FP8, else 16-bit); FP8 halves the cache and doubles the sequences that fit."""
+    tokens: TokenLengths | None = None
+    """LLM endpoints: prompt and generation lengths. Required with an architecture."""
     slo: Slo
     max_batch_size: Int = Field(default=32, ge=1, le=1024)
     """Largest batch the server forms; the engine picks the batch size up to this."""
@@ -118,6 +200,60 @@ class InferenceEndpointSpec(SpecModel):
             message="minReplicas must not exceed maxReplicas",
             field_path=".minReplicas",
             check=lambda s: s.min_replicas <= s.max_replicas,
+        ),
+        Rule(
+            cel="has(self.model.architecture) == has(self.tokens)",
+            message="spec.tokens is required with model.architecture, and only used with one",
+            field_path=".tokens",
+            check=lambda s: (s.model.architecture is None) == (s.tokens is None),
+        ),
+        Rule(
+            cel="has(self.model.architecture) ? self.precision in "
+            f"{list(LLM_PRECISIONS)} : self.precision in {list(BLOCK_PRECISIONS)}",
+            message="precision must be BF16, FP16, FP8 or INT4 with model.architecture, and "
+            "FP32, FP16 or INT8 without",
+            field_path=".precision",
+            check=lambda s: (
+                s.precision
+                in (LLM_PRECISIONS if s.model.architecture is not None else BLOCK_PRECISIONS)
+            ),
+        ),
+        Rule(
+            cel="has(self.model.architecture) || !has(self.kvCachePrecision)",
+            message="kvCachePrecision needs model.architecture",
+            field_path=".kvCachePrecision",
+            check=lambda s: s.model.architecture is not None or s.kv_cache_precision is None,
+        ),
+        Rule(
+            cel="has(self.model.architecture) ? (has(self.slo.timeToFirstTokenP99Milliseconds)"
+            " && has(self.slo.timePerOutputTokenP99Milliseconds)) : "
+            "(has(self.slo.latencyP99Milliseconds) && has(self.slo.targetRequestsPerSecond))",
+            message="an LLM endpoint needs slo.timeToFirstTokenP99Milliseconds and "
+            "slo.timePerOutputTokenP99Milliseconds; any other needs slo.latencyP99Milliseconds "
+            "and slo.targetRequestsPerSecond",
+            field_path=".slo",
+            check=lambda s: (
+                (
+                    s.slo.time_to_first_token_p99_milliseconds is not None
+                    and s.slo.time_per_output_token_p99_milliseconds is not None
+                )
+                if s.model.architecture is not None
+                else (
+                    s.slo.latency_p99_milliseconds is not None
+                    and s.slo.target_requests_per_second is not None
+                )
+            ),
+        ),
+        Rule(
+            cel="!has(self.model.architecture) || self.model.architecture.attentionHeads % "
+            "self.accelerator.perReplica == 0",
+            message="accelerator.perReplica (the tensor-parallel degree) must divide "
+            "model.architecture.attentionHeads",
+            field_path=".accelerator.perReplica",
+            check=lambda s: (
+                s.model.architecture is None
+                or s.model.architecture.attention_heads % s.accelerator.per_replica == 0
+            ),
         ),
         Rule(
             cel="!has(self.replicas) || (self.replicas >= self.minReplicas"
@@ -157,6 +293,12 @@ class InferencePlan(StatusModel):
     bottleneck: str | None = None
     """``compute`` or ``memory`` (roofline), or ``latency``."""
     cost_per_hour_usd: float | None = Field(default=None, alias="costPerHourUSD")
+    output_tokens_per_second: float | None = None
+    """LLM endpoints: predicted output tokens per second of all desired replicas."""
+    ttft_p99_milliseconds: float | None = None
+    """LLM endpoints: predicted p99 time to first token at the target rate."""
+    tpot_p99_milliseconds: float | None = None
+    """LLM endpoints: predicted p99 time per output token at the target rate."""
 
 
 class InferenceEndpointStatus(StatusModel):
@@ -214,6 +356,24 @@ INFERENCE_ENDPOINT = Resource(
             ".status.plan.latencyP99Milliseconds",
             "Predicted p99 latency",
             priority=1,
+        ),
+        PrinterColumn(
+            "Tokens/s",
+            "number",
+            ".status.plan.outputTokensPerSecond",
+            "LLM: predicted output tokens per second of the desired replicas",
+        ),
+        PrinterColumn(
+            "TTFT-ms",
+            "number",
+            ".status.plan.ttftP99Milliseconds",
+            "LLM: predicted p99 time to first token",
+        ),
+        PrinterColumn(
+            "TPOT-ms",
+            "number",
+            ".status.plan.tpotP99Milliseconds",
+            "LLM: predicted p99 time per output token",
         ),
         PrinterColumn("URL", "string", ".status.url", "In-cluster URL", priority=1),
         AGE,

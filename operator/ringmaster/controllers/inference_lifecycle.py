@@ -35,6 +35,8 @@ from ringmaster.api import (
 )
 from ringmaster.api.common import ConditionStatus
 from ringmaster.manifests.inference import (
+    OUTPUT_TOKENS_PER_SECOND_METRIC,
+    REQUESTS_PER_SECOND_METRIC,
     ServingPlacement,
     autoscaler,
     endpoint_url,
@@ -42,6 +44,7 @@ from ringmaster.manifests.inference import (
     selector_string,
     server_deployment,
     server_service,
+    serving_env,
 )
 from ringmaster.placement.labels import GPU_RESOURCE, TPU_RESOURCE
 from ringmaster.placement.pools import NodePool, NoPool, accelerator_pools, gang_fits
@@ -171,30 +174,83 @@ def _sig(x: float) -> float:
     return float(f"{x:.6g}")
 
 
+def target_requests_per_second(spec: InferenceEndpointSpec) -> float:
+    """The SLO's rate in requests/s (an LLM target in output tokens/s over the mean output)."""
+    slo = spec.slo
+    if slo.target_requests_per_second is not None:
+        return float(slo.target_requests_per_second)
+    tokens = spec.tokens.output_mean if spec.tokens is not None else 1
+    return float(slo.target_output_tokens_per_second or 0.0) / tokens
+
+
 def status_plan(plan: Mapping[str, Any], replicas: int, target: float) -> InferencePlan:
-    """The engine's plan in the shape of ``status.plan`` (InferencePlan keeps the extra keys)."""
+    """The engine's plan in the shape of ``status.plan`` (InferencePlan keeps the extra keys);
+    an LLM plan adds its token figures."""
     per_replica = plan.get("perReplicaRequestsPerSecond") or 0.0
-    return InferencePlan.model_validate(
-        {
-            "batchSize": plan.get("batchSize"),
-            "perReplicaRequestsPerSecond": per_replica,
-            "capacityRequestsPerSecond": _sig(replicas * per_replica),
-            "latencyP99Milliseconds": plan.get("p99LatencyMilliseconds"),
-            "replicas": plan.get("replicasNeeded"),
-            "bottleneck": plan.get("bottleneck"),
-            "costPerHourUSD": plan.get("costPerHourUSD"),
-            "targetRequestsPerSecond": target,
-            "saturationRequestsPerSecond": plan.get("capacityRequestsPerSecond"),
-            "machineType": plan.get("machineType"),
-            "precision": plan.get("precision"),
+    fields: dict[str, Any] = {
+        "batchSize": plan.get("batchSize"),
+        "perReplicaRequestsPerSecond": per_replica,
+        "capacityRequestsPerSecond": _sig(replicas * per_replica),
+        "latencyP99Milliseconds": plan.get("p99LatencyMilliseconds"),
+        "replicas": plan.get("replicasNeeded"),
+        "bottleneck": plan.get("bottleneck"),
+        "costPerHourUSD": plan.get("costPerHourUSD"),
+        "targetRequestsPerSecond": _sig(target),
+        "saturationRequestsPerSecond": plan.get("capacityRequestsPerSecond"),
+        "machineType": plan.get("machineType"),
+        "precision": plan.get("precision"),
+    }
+    if _is_llm(plan):
+        tokens = plan.get("outputTokensPerSecondPerReplica") or 0.0
+        fields |= {
+            "outputTokensPerSecond": _sig(replicas * tokens),
+            "outputTokensPerSecondPerReplica": tokens,
+            "ttftP99Milliseconds": plan.get("ttftP99Milliseconds"),
+            "tpotP99Milliseconds": plan.get("tpotP99Milliseconds"),
+            "binding": plan.get("binding"),
+            **{
+                key: plan.get(key)
+                for key in (
+                    "maxConcurrentSequences",
+                    "kvCacheBytesPerToken",
+                    "weightsBytesPerAccelerator",
+                    "kvCachePrecision",
+                    "tensorParallel",
+                    "maxNumSeqs",
+                    "maxModelLen",
+                )
+            },
         }
-    )
+    return InferencePlan.model_validate(fields)
+
+
+def _autoscaling_target(
+    spec: InferenceEndpointSpec, plan: Mapping[str, Any]
+) -> tuple[float | None, str]:
+    """The HPA's per-pod target: the engine's sustainable rate at the SLO, in the SLO's unit."""
+    if spec.slo.target_output_tokens_per_second is not None:
+        return plan.get("outputTokensPerSecondPerReplica"), OUTPUT_TOKENS_PER_SECOND_METRIC
+    return plan.get("perReplicaRequestsPerSecond"), REQUESTS_PER_SECOND_METRIC
+
+
+def _is_llm(plan: Mapping[str, Any]) -> bool:
+    return "outputTokensPerSecondPerReplica" in plan
 
 
 def _capacity_condition(plan: Mapping[str, Any], replicas: int) -> tuple[ConditionStatus, str, str]:
-    """CapacityMet with the numbers: the engine's own sentence when the target is out of reach."""
+    """CapacityMet with the numbers: the engine's own sentence when the target is out of reach,
+    and for an LLM endpoint which target binds the per-replica rate."""
     per_replica = plan.get("perReplicaRequestsPerSecond") or 0.0
     if plan.get("feasible"):
+        if _is_llm(plan):
+            tokens = plan.get("outputTokensPerSecondPerReplica") or 0.0
+            return (
+                "True",
+                "TargetMet",
+                f"{replicas} x {tokens:,.0f} output tokens/s = {replicas * tokens:,.0f} output "
+                f"tokens/s, predicted TTFT p99 {plan.get('ttftP99Milliseconds'):.3g} ms and TPOT "
+                f"p99 {plan.get('tpotP99Milliseconds'):.3g} ms; {plan.get('binding')} binds",
+            )
         p99 = plan.get("p99LatencyMilliseconds")
         return (
             "True",
@@ -203,13 +259,21 @@ def _capacity_condition(plan: Mapping[str, Any], replicas: int) -> tuple[Conditi
             f"predicted p99 {p99:.3g} ms",
         )
     needed = plan.get("replicasNeeded")
+    text = str(plan.get("reason") or "")
     if needed is None:
-        reason = "LatencyTargetUnreachable"
+        # An LLM that no replica can hold (weights, cache, FP8 units) names no latency target.
+        unservable = _is_llm(plan) and "target" not in text
+        reason = "ModelDoesNotFit" if unservable else "LatencyTargetUnreachable"
     elif replicas < needed:
         reason = "TooFewReplicas"
     else:
         reason = "ModelDoesNotFit"
     return "False", reason, str(plan.get("reason") or "the engine predicts the target is not met")
+
+
+def _rate(x: float) -> str:
+    """Requests/s as people read them: whole numbers, but 0.47 stays 0.47."""
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
 
 
 def _sizing_source(spec: InferenceEndpointSpec, plan: Mapping[str, Any], hpa_owns: bool) -> str:
@@ -220,11 +284,21 @@ def _sizing_source(spec: InferenceEndpointSpec, plan: Mapping[str, Any], hpa_own
         return "spec.replicas"
     needed = plan.get("replicasNeeded")
     rate = plan.get("perReplicaRequestsPerSecond") or 0.0
-    target = spec.slo.target_requests_per_second
-    latency = f"p99 {spec.slo.latency_p99_milliseconds:g} ms"
+    target = target_requests_per_second(spec)
+    slo = spec.slo
+    if spec.model.architecture is not None:
+        latency = (
+            f"TTFT p99 {slo.time_to_first_token_p99_milliseconds:g} ms and TPOT p99 "
+            f"{slo.time_per_output_token_p99_milliseconds:g} ms"
+        )
+    else:
+        latency = f"p99 {slo.latency_p99_milliseconds:g} ms"
     if needed is None:
         return f"minReplicas; no batch size meets {latency}"
-    need = f"the engine needs {needed} x {rate:,.0f} req/s for {target:,.0f} req/s within {latency}"
+    need = (
+        f"the engine needs {needed} x {_rate(rate)} req/s for {_rate(target)} req/s within "
+        f"{latency}"
+    )
     if needed < spec.min_replicas:
         return f"minReplicas; {need}"
     if needed > spec.max_replicas:
@@ -294,7 +368,7 @@ def reconcile_inference(
     status.observed_generation = endpoint.generation
     decision = Decision(status=status)
     conditions = _Conditions(status, endpoint.generation, now)
-    target = float(spec.slo.target_requests_per_second)
+    target = target_requests_per_second(spec)
     decision.target_requests_per_second = target
 
     try:
@@ -334,6 +408,15 @@ def reconcile_inference(
     elif capacity[0] == "True" and capacity_before is not None and capacity_before[:5] == "False":
         decision.events.append(Event("Normal", "CapacityMet", capacity[2]))
 
+    if _is_llm(plan) and plan.get("replicasNeeded") is None:
+        # No replica can serve it: create nothing (what already runs keeps running) and wait
+        # for a spec that fits, with the engine's reason.
+        status.phase = (
+            InferenceEndpointPhase.DEGRADED if deployment else InferenceEndpointPhase.PENDING
+        ).value
+        conditions.set(READY, "False", capacity[1], capacity[2])
+        return decision
+
     pool = choose_pool(spec, pools, used, desired, current=previous.pool)
     if isinstance(pool, NoPool):
         # Nothing is applied: a Deployment without a pool's selector could land anywhere.
@@ -360,13 +443,13 @@ def reconcile_inference(
     )
 
     decision.apply = [
-        server_deployment(name, namespace, spec, placement, None if hpa_owns else desired),
+        server_deployment(
+            name, namespace, spec, placement, None if hpa_owns else desired, serving_env(plan)
+        ),
         server_service(name, namespace, spec),
     ]
     if autoscaled:
-        decision.apply.append(
-            autoscaler(name, namespace, spec, plan.get("perReplicaRequestsPerSecond"))
-        )
+        decision.apply.append(autoscaler(name, namespace, spec, *_autoscaling_target(spec, plan)))
         if not hpa_owns:
             decision.hold_replicas = replicas_only(name, namespace, desired)
     elif autoscaler_present:

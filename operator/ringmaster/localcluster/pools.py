@@ -75,7 +75,8 @@ POOLS: tuple[PoolTemplate, ...] = (
         gpu_product="Tesla-T4",
     ),
     # LLM training (issue 12): H100 hosts for the FSDP fine-tune, A100 80GB hosts for the 70B
-    # layout search, a TPU v5e 2x4 slice (8 chips on 2 hosts of 4).
+    # layout search, a TPU v5e 2x4 slice (8 chips on 2 hosts of 4). LLM serving (issue 16) uses
+    # the H100 and A100 80GB pools too.
     PoolTemplate(
         name="h100-highgpu-8g",
         instance_type="a3-highgpu-8g",

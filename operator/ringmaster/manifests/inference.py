@@ -1,12 +1,16 @@
 """An InferenceEndpoint's model-server Deployment, its Service and its optional HPA.
 
 Pure builders. The pod template depends only on the user's template, the accelerator, the port
-and the pool: nothing the engine decides (batch size, replica count) goes into it, so a new
-target or precision changes the replica count and never rolls the pods that keep serving.
+and the pool: nothing the engine decides for a target rate (batch size, replica count) goes into
+it, so a new target or precision changes the replica count and never rolls the pods that keep
+serving. An LLM endpoint's pods also get the serving engine's settings the sizing assumed
+(:func:`serving_env`); they follow from the architecture, the accelerators, the token lengths
+and the TPOT target, never from the target rate, so a new target still rolls no pod.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +27,15 @@ CLUSTER_DOMAIN = "svc.cluster.local"
 # engine's per-replica rate within the latency target: the HPA keeps each replica at the load
 # the plan was sized for.
 REQUESTS_PER_SECOND_METRIC = "requests_per_second"
+# The same for LLM endpoints whose target is in generated tokens (vLLM's and TensorRT-LLM's
+# generation-token counters, as a rate).
+OUTPUT_TOKENS_PER_SECOND_METRIC = "output_tokens_per_second"
+# An LLM endpoint's model-server settings, as the sizing assumed them: vLLM's
+# --tensor-parallel-size, --max-num-seqs and --max-model-len (TensorRT-LLM: tp_size,
+# max_batch_size, max_seq_len). Pass them through in the container's command (README).
+TENSOR_PARALLEL_ENV = "RINGMASTER_TENSOR_PARALLEL"
+MAX_NUM_SEQS_ENV = "RINGMASTER_MAX_NUM_SEQS"
+MAX_MODEL_LEN_ENV = "RINGMASTER_MAX_MODEL_LEN"
 # An HPA needs at least one replica (below that it stops scaling: HPAScaleToZero is alpha).
 HPA_MIN_REPLICAS_FLOOR = 1
 
@@ -59,7 +72,21 @@ def endpoint_url(endpoint: str, namespace: str, port: int) -> str:
     return f"http://{object_name(endpoint)}.{namespace}.{CLUSTER_DOMAIN}:{port}"
 
 
-def _container(spec: InferenceEndpointSpec, placement: ServingPlacement) -> dict[str, Any]:
+def serving_env(plan: Mapping[str, Any]) -> dict[str, str]:
+    """The model server's settings from an LLM plan (``ringmaster plan -o json``); none for
+    other endpoints."""
+    if plan.get("maxNumSeqs") is None:
+        return {}
+    return {
+        TENSOR_PARALLEL_ENV: str(plan["tensorParallel"]),
+        MAX_NUM_SEQS_ENV: str(plan["maxNumSeqs"]),
+        MAX_MODEL_LEN_ENV: str(plan["maxModelLen"]),
+    }
+
+
+def _container(
+    spec: InferenceEndpointSpec, placement: ServingPlacement, env: Mapping[str, str]
+) -> dict[str, Any]:
     template = spec.template
     resources = template.resources.to_k8s() if template.resources else {}
     devices = str(spec.accelerator.per_replica)
@@ -79,8 +106,11 @@ def _container(spec: InferenceEndpointSpec, placement: ServingPlacement) -> dict
             "failureThreshold": 3,
         },
     }
-    if template.env:
-        container["env"] = [e.to_k8s() for e in template.env]
+    own = [{"name": k, "value": v} for k, v in env.items()]
+    users = [e.to_k8s() for e in template.env or []]
+    if own or users:
+        # The operator's first, so a user's entry of the same name (listed later) wins.
+        container["env"] = own + users
     for field in ("command", "args"):
         if getattr(template, field):
             container[field] = list(getattr(template, field))
@@ -95,6 +125,7 @@ def server_deployment(
     spec: InferenceEndpointSpec,
     placement: ServingPlacement,
     replicas: int | None,
+    env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The model-server Deployment. ``replicas`` None leaves the field out, for when another
     field manager (the HPA) owns it: applying it would take the count back."""
@@ -121,7 +152,7 @@ def server_deployment(
                         "effect": "NoSchedule",
                     }
                 ],
-                "containers": [_container(spec, placement)],
+                "containers": [_container(spec, placement, env or {})],
             },
         },
     }
@@ -179,24 +210,26 @@ def autoscaler(
     endpoint: str,
     namespace: str,
     spec: InferenceEndpointSpec,
-    per_replica_requests_per_second: float | None,
+    per_replica_rate: float | None,
+    metric: str = REQUESTS_PER_SECOND_METRIC,
 ) -> dict[str, Any]:
     """An autoscaling/v2 HPA on the Deployment, between minReplicas and maxReplicas.
 
     It targets the Deployment, not the endpoint's scale subresource: an HPA does nothing while
     its target's spec.replicas is 0, which is what the endpoint's scale reports when the engine
-    sizes it (spec.replicas unset). Two metrics: the engine's per-replica rate (left out when the
-    latency target admits none) and the CPU utilisation the spec asks for; the HPA follows the
+    sizes it (spec.replicas unset). Two metrics: the engine's per-replica rate at the SLO, in
+    requests/s or, for a target in output tokens/s, in output tokens/s (left out when the
+    latency target admits none), and the CPU utilisation the spec asks for; the HPA follows the
     larger recommendation.
     """
     metrics: list[dict[str, Any]] = []
-    rate = int(per_replica_requests_per_second or 0)
+    rate = int(per_replica_rate or 0)
     if rate > 0:
         metrics.append(
             {
                 "type": "Pods",
                 "pods": {
-                    "metric": {"name": REQUESTS_PER_SECOND_METRIC},
+                    "metric": {"name": metric},
                     "target": {"type": "AverageValue", "averageValue": str(rate)},
                 },
             }

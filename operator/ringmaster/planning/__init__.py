@@ -8,6 +8,7 @@ the `ringmaster plan` command (:mod:`ringmaster.planning.command`).
 from ringmaster.planning.plans import (
     CATALOG_ENV,
     InferencePlan,
+    LlmInferencePlan,
     PlanError,
     TrainingPlan,
     active_catalog,
@@ -22,6 +23,7 @@ __all__ = [
     "CATALOG_ENV",
     "Implausible",
     "InferencePlan",
+    "LlmInferencePlan",
     "PlanError",
     "TrainingPlan",
     "active_catalog",

@@ -26,6 +26,7 @@ from ringmaster.engine.hardware import Catalog
 from ringmaster.planning import render
 from ringmaster.planning.plans import (
     InferencePlan,
+    LlmInferencePlan,
     PlanError,
     TrainingPlan,
     _sig,
@@ -143,6 +144,8 @@ def _sweep_output(
     if len(targets) != 1:
         raise _Usage("--sweep: the file must hold exactly one TrainingJob or InferenceEndpoint")
     m, plan = targets[0]
+    if isinstance(plan, LlmInferencePlan):
+        raise _Usage("--sweep: not available for LLM endpoints (spec.model.architecture) yet")
     if isinstance(plan, TrainingPlan):
         if plan.layout is not None:
             raise _Usage(
@@ -245,7 +248,7 @@ def _save(fig: Any, plt: Any, path: str) -> None:
 def _warnings(m: Any, plan: Any, catalog: Catalog) -> list[Implausible]:
     if isinstance(plan, TrainingPlan):
         return training_warnings(m.spec, plan, catalog)
-    if isinstance(plan, InferencePlan):
+    if isinstance(plan, InferencePlan | LlmInferencePlan):
         return inference_warnings(m.spec, plan, catalog)
     return []
 
@@ -268,6 +271,8 @@ def _render(plans: list[Any], catalog: Catalog, fmt: str) -> str:
             block = render.render_training(plan)
         elif isinstance(plan, InferencePlan):
             block = render.render_inference(plan)
+        elif isinstance(plan, LlmInferencePlan):
+            block = render.render_llm_inference(plan)
         else:
             block = _pool_text(m, catalog)
         warnings = [f"warning: {w}" for w in _warnings(m, plan, catalog)]

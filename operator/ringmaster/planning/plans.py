@@ -21,6 +21,11 @@ from ringmaster.engine.hardware import (
     load_catalog,
 )
 from ringmaster.engine.inference import InferenceInputs, InferencePrediction, predict_inference
+from ringmaster.engine.llm_serving import (
+    LlmServingInputs,
+    LlmServingPrediction,
+    predict_llm_serving,
+)
 from ringmaster.engine.training import (
     DEFAULT_REDUCER_MACHINE,
     REDUCTION_SERVER,
@@ -35,6 +40,7 @@ from ringmaster.planning.layouts import (
     layout_json,
     layout_status,
     plan_layout,
+    transformer_of,
 )
 
 # A file of catalog overrides (YAML or JSON), e.g. a ConfigMap mounted into the operator's pod.
@@ -81,6 +87,8 @@ class _InferenceSpec(Protocol):
     accelerator: Any
     model: Any
     precision: Any
+    kv_cache_precision: Any
+    tokens: Any
     slo: Any
     max_batch_size: int
     replicas: int | None
@@ -178,7 +186,9 @@ def training_inputs(
     )
 
 
-def _check_hardware(inputs: TrainingInputs | InferenceInputs, catalog: Catalog, count: int) -> None:
+def _check_hardware(
+    inputs: TrainingInputs | InferenceInputs | LlmServingInputs, catalog: Catalog, count: int
+) -> None:
     """Name the field behind each unknown catalog name before the engine sees it."""
     role = "perWorker" if isinstance(inputs, TrainingInputs) else "perReplica"
     try:
@@ -280,6 +290,86 @@ class InferencePlan:
         }
 
 
+@dataclass(frozen=True)
+class LlmInferencePlan:
+    """An LLM endpoint's plan (spec.model.architecture set): the JSON adds the LLM figures to
+    the keys every InferenceEndpoint plan has."""
+
+    name: str
+    namespace: str | None
+    precision: Any
+    prediction: LlmServingPrediction
+    kind: str = "InferenceEndpoint"
+
+    def to_json(self) -> dict[str, Any]:
+        p = self.prediction
+        ms = 1e3
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "replicas": p.replicas,
+            "replicasNeeded": p.replicas_needed,
+            "feasible": p.feasible,
+            "reason": p.reason,
+            "outputTokensPerSecondPerReplica": _sig(p.output_tokens_per_second_per_replica),
+            "ttftP99Milliseconds": _sig(
+                None if p.ttft_p99_seconds is None else p.ttft_p99_seconds * ms
+            ),
+            "tpotP99Milliseconds": _sig(
+                None if p.tpot_p99_seconds is None else p.tpot_p99_seconds * ms
+            ),
+            "maxConcurrentSequences": p.max_concurrent_sequences,
+            "kvCacheBytesPerToken": _sig(p.kv_cache_bytes_per_token),
+            "weightsBytesPerAccelerator": _sig(p.weights_bytes_per_accelerator),
+            # The keys every InferenceEndpoint plan has (status, HPA, events read them).
+            "perReplicaRequestsPerSecond": _sig(p.requests_per_second_per_replica),
+            "capacityRequestsPerSecond": _sig(p.saturation_requests_per_second),
+            "p99LatencyMilliseconds": None,
+            "batchSize": p.max_num_seqs,
+            "bottleneck": p.bottleneck,
+            "binding": p.binding or None,
+            "costPerHourUSD": _sig(p.cost_per_hour_usd),
+            "precision": p.precision,
+            "kvCachePrecision": p.kv_cache_precision,
+            "tensorParallel": p.tensor_parallel,
+            "maxNumSeqs": p.max_num_seqs,
+            "maxModelLen": p.max_model_len,
+            "machineType": p.machine_type,
+            "notes": list(p.notes),
+        }
+
+
+def _max_utilisation(spec: _InferenceSpec) -> float:
+    return float(getattr(spec.slo, "max_utilization_percent", 85)) / 100.0
+
+
+def llm_serving_inputs(spec: _InferenceSpec) -> LlmServingInputs:
+    slo = spec.slo
+    tokens = spec.tokens
+    ms = 1e-3
+    return LlmServingInputs(
+        model=transformer_of(spec.model.architecture),
+        model_name=spec.model.name,
+        accelerator=spec.accelerator.type,
+        per_replica=spec.accelerator.per_replica,
+        precision=str(spec.precision),
+        kv_cache_precision=spec.kv_cache_precision,
+        input_tokens_mean=float(tokens.input_mean),
+        output_tokens_mean=float(tokens.output_mean),
+        input_tokens_p99=None if tokens.input_p99 is None else float(tokens.input_p99),
+        output_tokens_p99=None if tokens.output_p99 is None else float(tokens.output_p99),
+        ttft_p99_seconds=float(slo.time_to_first_token_p99_milliseconds) * ms,
+        tpot_p99_seconds=float(slo.time_per_output_token_p99_milliseconds) * ms,
+        target_requests_per_second=slo.target_requests_per_second,
+        target_output_tokens_per_second=slo.target_output_tokens_per_second,
+        max_utilization=_max_utilisation(spec),
+        replicas=spec.replicas,
+        min_replicas=spec.min_replicas,
+        max_replicas=spec.max_replicas,
+        machine_type=getattr(spec, "machine_type", None),
+    )
+
+
 def inference_inputs(spec: _InferenceSpec) -> InferenceInputs:
     return InferenceInputs(
         accelerator=spec.accelerator.type,
@@ -294,6 +384,7 @@ def inference_inputs(spec: _InferenceSpec) -> InferenceInputs:
         min_replicas=spec.min_replicas,
         max_replicas=spec.max_replicas,
         machine_type=getattr(spec, "machine_type", None),
+        max_utilisation=_max_utilisation(spec),
     )
 
 
@@ -305,14 +396,29 @@ def predict_inference_inputs(inputs: InferenceInputs, catalog: Catalog) -> Infer
         raise _engine_error(exc) from None
 
 
+def predict_llm_serving_inputs(inputs: LlmServingInputs, catalog: Catalog) -> LlmServingPrediction:
+    _check_hardware(inputs, catalog, inputs.per_replica)
+    try:
+        return predict_llm_serving(inputs, catalog)
+    except (ValueError, LookupError) as exc:
+        raise _engine_error(exc) from None
+
+
 def plan_inference(
     spec: _InferenceSpec,
     *,
     name: str = "",
     namespace: str | None = None,
     catalog: Catalog | None = None,
-) -> InferencePlan:
-    """Batch size, replicas, p99 and cost for an InferenceEndpoint."""
+) -> InferencePlan | LlmInferencePlan:
+    """Batch size, replicas, p99 and cost for an InferenceEndpoint; for an LLM endpoint
+    (spec.model.architecture) throughput in tokens, TTFT / TPOT p99 and the KV cache."""
+    if getattr(spec.model, "architecture", None) is not None:
+        llm = llm_serving_inputs(spec)
+        found = predict_llm_serving_inputs(llm, catalog or active_catalog())
+        return LlmInferencePlan(
+            name=name, namespace=namespace, precision=llm.precision, prediction=found
+        )
     inputs = inference_inputs(spec)
     prediction = predict_inference_inputs(inputs, catalog or active_catalog())
     return InferencePlan(
@@ -325,6 +431,7 @@ __all__ = [
     "REDUCTION_SERVER",
     "RING",
     "InferencePlan",
+    "LlmInferencePlan",
     "PlanError",
     "TrainingPlan",
     "active_catalog",

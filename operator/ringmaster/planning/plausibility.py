@@ -17,7 +17,12 @@ from typing import Any
 
 from ringmaster.api.architecture import architecture_parameters
 from ringmaster.engine.hardware import Catalog
-from ringmaster.planning.plans import InferencePlan, TrainingPlan, active_catalog
+from ringmaster.planning.plans import (
+    InferencePlan,
+    LlmInferencePlan,
+    TrainingPlan,
+    active_catalog,
+)
 
 # A training step longer than a day: the API caps a *measured* computeSecondsPerStep at the same
 # (TrainingModel.compute_seconds_per_step, le=86400); a prediction beyond it means the inputs
@@ -84,10 +89,11 @@ def _parameters(parameters: float, field: str = "spec.model.parameters") -> Impl
 
 
 def _parameter_count(model: Any) -> float:
-    """The parameters given, or those the architecture implies (they may be left out then)."""
-    if getattr(model, "parameters", None) is not None:
-        return float(model.parameters)
-    return float(architecture_parameters(model.architecture))
+    """The parameters an architecture implies (the API's source of truth when one is given),
+    else the count given."""
+    if getattr(model, "architecture", None) is not None:
+        return float(architecture_parameters(model.architecture))
+    return float(model.parameters)
 
 
 def training_warnings(
@@ -148,7 +154,7 @@ def training_warnings(
 
 
 def inference_warnings(
-    spec: Any, plan: InferencePlan, catalog: Catalog | None = None
+    spec: Any, plan: InferencePlan | LlmInferencePlan, catalog: Catalog | None = None
 ) -> list[Implausible]:
     """What is implausible about an InferenceEndpoint ``spec`` (weights that do not fit a replica
     are already an infeasible plan, with its reason)."""

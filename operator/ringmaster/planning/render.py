@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from ringmaster.engine.inference import InferencePrediction
 from ringmaster.engine.training import REDUCTION_SERVER, RING, TrainingPrediction
 from ringmaster.planning.layouts import LayoutPlan
-from ringmaster.planning.plans import InferencePlan, TrainingPlan
+from ringmaster.planning.plans import InferencePlan, LlmInferencePlan, TrainingPlan
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> str:
@@ -177,6 +177,54 @@ def render_inference(plan: InferencePlan) -> str:
                 )
             ],
             right=set(range(7)),
+        ),
+    ]
+    if not p.feasible:
+        lines.append(f"target NOT met: {p.reason}")
+    lines += [f"note: {n}" for n in p.notes]
+    return "\n".join(lines)
+
+
+def _ms_or_dash(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    ms = seconds * 1e3
+    return f"{ms:,.0f}" if ms >= 100 else f"{ms:.3g}"
+
+
+def render_llm_inference(plan: LlmInferencePlan) -> str:
+    p = plan.prediction
+    kv = f"KV cache {p.kv_cache_precision} {p.kv_cache_bytes_per_token / 1e3:,.4g} kB/token"
+    tp = f"tensor parallel {p.tensor_parallel}, " if p.tensor_parallel > 1 else ""
+    lines = [
+        f"InferenceEndpoint {plan.name}: LLM in {p.precision} on {p.machine_type} ({tp}"
+        f"weights {_size(p.weights_bytes_per_accelerator)} per accelerator, {kv})",
+        table(
+            (
+                "replicas",
+                "req/s per replica",
+                "output tok/s per replica",
+                "TTFT p99 ms",
+                "TPOT p99 ms",
+                "max seqs (KV)",
+                "max-num-seqs",
+                "$/hour",
+                "bottleneck",
+            ),
+            [
+                (
+                    str(p.replicas),
+                    num(p.requests_per_second_per_replica, ",.4g"),
+                    num(p.output_tokens_per_second_per_replica, ",.0f"),
+                    _ms_or_dash(p.ttft_p99_seconds),
+                    _ms_or_dash(p.tpot_p99_seconds),
+                    f"{p.max_concurrent_sequences:,}",
+                    str(p.max_num_seqs),
+                    money(p.cost_per_hour_usd),
+                    p.bottleneck,
+                )
+            ],
+            right=set(range(8)),
         ),
     ]
     if not p.feasible:

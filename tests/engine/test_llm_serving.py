@@ -1,0 +1,435 @@
+"""LLM serving: prefill, decode, KV cache, continuous batching, replicas (hand-computed cases and
+properties), and the llm_inference calibration points."""
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ringmaster.engine import llm_calibration as LC
+from ringmaster.engine import llm_serving as L
+from ringmaster.engine.hardware import DEFAULT_CATALOG
+from ringmaster.engine.transformer import KNOWN_TRANSFORMERS, Transformer
+
+pytestmark = pytest.mark.unit
+
+A100 = DEFAULT_CATALOG.accelerator("nvidia-a100-80gb")
+H100 = DEFAULT_CATALOG.accelerator("nvidia-h100-80gb")
+LLAMA2_7B = KNOWN_TRANSFORMERS["llama-2-7b"]
+LLAMA3_8B = KNOWN_TRANSFORMERS["llama-3-8b"]
+LLAMA3_70B = KNOWN_TRANSFORMERS["llama-3-70b"]
+
+CHAT = L.LlmServingInputs(
+    model=LLAMA3_8B,
+    model_name="Llama-3-8B",
+    accelerator="nvidia-h100-80gb",
+    per_replica=1,
+    precision="FP8",
+    input_tokens_mean=512,
+    output_tokens_mean=256,
+    input_tokens_p99=2048,
+    output_tokens_p99=1024,
+    ttft_p99_seconds=0.5,
+    tpot_p99_seconds=0.03,
+    target_requests_per_second=100,
+    max_replicas=100,
+)
+FAST = settings(max_examples=60, deadline=None)
+
+
+def test_batch1_decode_is_weight_bytes_over_achieved_bandwidth():
+    # Llama-2-7B, BF16, one A100-80GB, a 1-token prompt and 2 output tokens (context 2).
+    terms = L.serving_terms(LLAMA2_7B, A100, 1, A100.peak("bf16"), 2.0, 2.0, 1, 2)
+    weights = LLAMA2_7B.matmul_parameters * 2.0  # the layers and the LM head, read once
+    kv = 2 * 32 * 4096 * 2.0 * 2  # 2 x layers x kv_hidden x bytes, 2 tokens of context
+    achieved = 2039e9 * L.LLM_MEMORY_EFFICIENCY
+    expected = L.LLM_STEP_OVERHEAD_SECONDS + (weights + kv) / achieved
+    assert float(L.step_seconds(terms, 1, 0)) == pytest.approx(expected, rel=1e-12)
+    # ~13.2 GB / 1,615 GB/s + 1.3 ms = 9.5 ms: gpt-fast's 104.9 tokens/s, the fitted point
+    assert 1.0 / expected == pytest.approx(104.9, rel=0.01)
+
+
+def test_kv_bytes_per_token_of_a_gqa_model():
+    # Llama-3-70B: 80 layers, 8 KV heads of 128: 2 x 80 x 8 x 128 x 2 bytes = 327,680
+    assert LLAMA3_70B.kv_cache_bytes_per_token(2) == 327_680
+    assert L.kv_bytes_per_token_per_accelerator(LLAMA3_70B, 1, 2) == 327_680
+    assert L.kv_bytes_per_token_per_accelerator(LLAMA3_70B, 4, 2) == 81_920  # heads split
+    assert L.kv_bytes_per_token_per_accelerator(LLAMA3_70B, 4, 1) == 40_960  # FP8 cache
+    # 16-way TP over 8 KV heads: a head is replicated, never split
+    assert L.kv_bytes_per_token_per_accelerator(LLAMA3_70B, 16, 2) == 2 * 80 * 128 * 2
+    p = L.predict_llm_serving(
+        replace(
+            CHAT,
+            model=LLAMA3_70B,
+            accelerator="nvidia-a100-80gb",
+            per_replica=4,
+            precision="BF16",
+            tpot_p99_seconds=0.1,
+            ttft_p99_seconds=2.0,
+        )
+    )
+    assert p.kv_cache_bytes_per_token == 327_680
+    assert p.weights_bytes_per_accelerator == pytest.approx(LLAMA3_70B.parameters * 2 / 4)
+    free = 80e9 * 0.9 - LLAMA3_70B.parameters * 2 / 4
+    assert p.max_concurrent_sequences == math.floor(free / (81_920 * (512 + 256)))
+
+
+def test_prefill_is_compute_bound_for_long_prompts_and_pays_the_weights_for_short_ones():
+    terms = L.serving_terms(LLAMA2_7B, A100, 1, A100.peak("fp16"), 2.0, 2.0, 2048, 1)
+    flops = (
+        2048 * (2 * 32 * LLAMA2_7B.parameters_per_layer + LLAMA2_7B.attention_flops_per_token(1024))
+        + 2 * 32000 * 4096
+    )
+    expected = L.LLM_STEP_OVERHEAD_SECONDS + flops / (312e12 * L.LLM_COMPUTE_EFFICIENCY)
+    assert float(L.prefill_seconds(terms, 2048)) == pytest.approx(expected, rel=1e-9)
+    short = L.serving_terms(LLAMA2_7B, A100, 1, A100.peak("fp16"), 2.0, 2.0, 16, 1)
+    weights = LLAMA2_7B.matmul_parameters * 2 / (2039e9 * L.LLM_MEMORY_EFFICIENCY)
+    assert float(L.prefill_seconds(short, 16)) == pytest.approx(
+        L.LLM_STEP_OVERHEAD_SECONDS + weights, rel=1e-9
+    )
+
+
+def test_prompt_heavy_and_generation_heavy_mixes():
+    prompt_heavy = replace(
+        CHAT,
+        input_tokens_mean=2048,
+        output_tokens_mean=128,
+        input_tokens_p99=2048,
+        output_tokens_p99=128,
+    )
+    generation_heavy = replace(
+        CHAT,
+        input_tokens_mean=128,
+        output_tokens_mean=2048,
+        input_tokens_p99=128,
+        output_tokens_p99=2048,
+    )
+    a = L.predict_llm_serving(prompt_heavy)
+    b = L.predict_llm_serving(generation_heavy)
+    assert a.feasible and b.feasible
+    # same tokens per request: the short generation finishes sooner, so more requests/s ...
+    assert a.requests_per_second_per_replica > b.requests_per_second_per_replica
+    # ... but fewer output tokens/s, and each prompt costs more to first token
+    assert a.output_tokens_per_second_per_replica < b.output_tokens_per_second_per_replica
+    ta = L.steady_state(
+        L.serving_terms(LLAMA3_8B, H100, 1, H100.peak("fp8"), 1.0, 1.0, 2048, 128), 1.0, 2048
+    )
+    tb = L.steady_state(
+        L.serving_terms(LLAMA3_8B, H100, 1, H100.peak("fp8"), 1.0, 1.0, 128, 2048), 1.0, 128
+    )
+    assert float(ta.ttft_p99) > float(tb.ttft_p99)
+    assert float(ta.sequences) < float(tb.sequences)  # generations are what keeps batches full
+
+
+def test_steady_state_is_the_fixed_point_of_littles_law():
+    terms = L.serving_terms(LLAMA3_8B, H100, 1, H100.peak("fp8"), 1.0, 1.0, 512, 256)
+    for rate in (0.5, 10.0, 60.0):
+        s = L.steady_state(terms, rate, 512)
+        n = float(s.sequences)
+        assert n == pytest.approx(rate * 256 * float(s.step_seconds))
+        step = float(L.step_seconds(terms, n, rate * 512 * float(s.step_seconds)))
+        assert step == pytest.approx(float(s.step_seconds), rel=1e-9)
+    assert math.isinf(float(L.steady_state(terms, 1e6, 512).step_seconds))
+
+
+def test_the_sustainable_rate_meets_both_targets_and_the_cache():
+    p = L.predict_llm_serving(CHAT)
+    assert p.feasible, p.reason
+    terms = L.serving_terms(LLAMA3_8B, H100, 1, H100.peak("fp8"), 1.0, 1.0, 512, 256)
+    s = L.steady_state(terms, p.requests_per_second_per_replica, 2048)
+    assert float(s.ttft_p99) <= CHAT.ttft_p99_seconds + 1e-9
+    assert float(s.tpot_p99) <= CHAT.tpot_p99_seconds + 1e-9
+    assert float(s.sequences_p99) <= p.max_concurrent_sequences + 1e-6
+    assert p.replicas == math.ceil(100 / p.requests_per_second_per_replica)
+    assert p.output_tokens_per_second_per_replica == pytest.approx(
+        256 * p.requests_per_second_per_replica
+    )
+    assert p.ttft_p99_seconds <= 0.5 and p.tpot_p99_seconds <= 0.03
+    assert 1 <= p.max_num_seqs <= p.max_concurrent_sequences
+    assert p.max_model_len == 8192
+
+
+def test_max_num_seqs_is_the_largest_batch_within_the_tpot_target():
+    terms = L.serving_terms(LLAMA3_8B, H100, 1, H100.peak("fp8"), 1.0, 1.0, 512, 256)
+    for target in (0.005, 0.01, 0.02):
+        b = L.largest_batch_within(terms, target)
+        assert b < int(terms.max_sequences)
+        assert float(L.step_seconds(terms, b, 0)) <= target < float(L.step_seconds(terms, b + 1, 0))
+    assert L.largest_batch_within(terms, 10.0) == int(terms.max_sequences)  # the cache bounds it
+    assert L.largest_batch_within(terms, 1e-6) == 1
+
+
+def test_a_tight_tpot_target_binds_and_says_so():
+    p = L.predict_llm_serving(replace(CHAT, tpot_p99_seconds=0.0065))
+    assert p.feasible and p.binding == "TPOT target"
+    assert "TPOT target" in p.bottleneck
+
+
+def test_a_tight_ttft_target_binds():
+    p = L.predict_llm_serving(replace(CHAT, ttft_p99_seconds=0.045, tpot_p99_seconds=0.1))
+    assert p.feasible and p.binding == "TTFT target", p
+
+
+def test_targets_in_output_tokens_per_second():
+    a = L.predict_llm_serving(
+        replace(CHAT, target_requests_per_second=None, target_output_tokens_per_second=256 * 300)
+    )
+    b = L.predict_llm_serving(replace(CHAT, target_requests_per_second=300))
+    assert a.replicas == b.replicas >= 2
+
+
+def test_70b_in_bf16_on_one_a100_is_infeasible_with_the_numbers():
+    p = L.predict_llm_serving(
+        replace(
+            CHAT,
+            model=LLAMA3_70B,
+            model_name="Llama-3-70B",
+            accelerator="nvidia-a100-80gb",
+            precision="BF16",
+        )
+    )
+    assert not p.feasible and p.replicas_needed is None
+    assert p.reason.startswith(
+        "Llama-3-70B in BF16 needs 141 GB of weights; one nvidia-a100-80gb has 80 GB"
+    )
+    assert p.reason.endswith("use perReplica: 2 or INT4")  # the issue's own example
+    assert p.bottleneck == "infeasible"
+
+
+def test_fp8_needs_fp8_units():
+    p = L.predict_llm_serving(replace(CHAT, accelerator="nvidia-a100-80gb"))
+    assert not p.feasible and "FP8 tensor cores" in p.reason and "nvidia-a100-80gb" in p.reason
+    p = L.predict_llm_serving(
+        replace(CHAT, accelerator="nvidia-a100-80gb", precision="BF16", kv_cache_precision="FP8")
+    )
+    assert not p.feasible and p.reason.startswith("kvCachePrecision FP8")
+
+
+def test_impossible_latency_targets_say_so():
+    p = L.predict_llm_serving(replace(CHAT, ttft_p99_seconds=0.001))
+    assert not p.feasible and "TTFT p99 target 1 ms is below" in p.reason
+    p = L.predict_llm_serving(replace(CHAT, tpot_p99_seconds=0.001))
+    assert not p.feasible and "TPOT p99 target 1 ms is below" in p.reason
+
+
+def test_tensor_parallelism_must_divide_the_heads():
+    odd = Transformer(32, 4032, 28, 32000, 4096)  # 28 heads
+    p = L.predict_llm_serving(replace(CHAT, model=odd, per_replica=8))
+    assert not p.feasible and "must divide the 28 attention heads" in p.reason
+
+
+def test_max_replicas_bound_is_reported():
+    p = L.predict_llm_serving(replace(CHAT, target_requests_per_second=10_000, max_replicas=3))
+    assert p.replicas == 3 and not p.feasible and "maxReplicas 3" in p.reason
+
+
+def test_vectorised_search_agrees_with_the_single_configuration():
+    inputs = np.array([128.0, 512.0, 2048.0])
+    outputs = np.array([1024.0, 256.0, 128.0])
+    tpot = np.array([0.01, 0.02, 0.05])
+    grid = L.sustainable_rate(
+        L.serving_terms(LLAMA3_8B, H100, 1, H100.peak("fp8"), 1.0, 1.0, inputs, outputs),
+        inputs * 2,
+        0.4,
+        tpot,
+        0.85,
+    )
+    for i in range(3):
+        one = L.sustainable_rate(
+            L.serving_terms(LLAMA3_8B, H100, 1, H100.peak("fp8"), 1.0, 1.0, inputs[i], outputs[i]),
+            inputs[i] * 2,
+            0.4,
+            tpot[i],
+            0.85,
+        )
+        assert float(grid.rate[i]) == pytest.approx(float(one.rate), rel=1e-5)
+        assert int(grid.binding[i]) == int(one.binding)
+
+
+# --- properties ---------------------------------------------------------------------------------
+
+tokens = st.integers(16, 4096)
+tpots = st.floats(0.005, 0.2)
+
+
+@FAST
+@given(tokens, tokens, st.integers(1, 2048))
+def test_more_output_tokens_never_raise_requests_per_second(n_in, n_out, more):
+    a = L.predict_llm_serving(
+        replace(
+            CHAT,
+            input_tokens_mean=n_in,
+            output_tokens_mean=n_out,
+            input_tokens_p99=None,
+            output_tokens_p99=None,
+        )
+    )
+    b = L.predict_llm_serving(
+        replace(
+            CHAT,
+            input_tokens_mean=n_in,
+            output_tokens_mean=n_out + more,
+            input_tokens_p99=None,
+            output_tokens_p99=None,
+        )
+    )
+    assert b.requests_per_second_per_replica <= a.requests_per_second_per_replica * (1 + 1e-6)
+
+
+@FAST
+@given(tpots, st.floats(0.1, 1.0), st.floats(1, 2000))
+def test_a_tighter_tpot_never_gives_fewer_replicas(tpot, tighter, target):
+    loose = L.predict_llm_serving(
+        replace(CHAT, tpot_p99_seconds=tpot, target_requests_per_second=target, max_replicas=None)
+    )
+    tight = L.predict_llm_serving(
+        replace(
+            CHAT,
+            tpot_p99_seconds=tpot * tighter,
+            target_requests_per_second=target,
+            max_replicas=None,
+        )
+    )
+    if tight.feasible:
+        assert loose.feasible and tight.replicas >= loose.replicas
+
+
+@FAST
+@given(
+    st.sampled_from(["llama-3-8b", "llama-2-13b", "llama-2-70b", "llama-3-70b"]),
+    st.sampled_from([1, 2, 4, 8]),
+    tokens,
+    tokens,
+    tpots,
+    st.floats(1, 500),
+)
+def test_fp8_or_int4_never_need_more_replicas_than_bf16(name, tp, n_in, n_out, tpot, target):
+    base = replace(
+        CHAT,
+        model=KNOWN_TRANSFORMERS[name],
+        per_replica=tp,
+        input_tokens_mean=n_in,
+        output_tokens_mean=n_out,
+        input_tokens_p99=None,
+        output_tokens_p99=None,
+        tpot_p99_seconds=tpot,
+        ttft_p99_seconds=5.0,
+        target_requests_per_second=target,
+        max_replicas=None,
+    )
+    bf16 = L.predict_llm_serving(replace(base, precision="BF16"))
+    for precision in ("FP8", "INT4"):
+        other = L.predict_llm_serving(replace(base, precision=precision))
+        if bf16.feasible:
+            assert other.feasible, (precision, other.reason)
+            assert other.replicas <= bf16.replicas, precision
+            assert other.max_concurrent_sequences >= bf16.max_concurrent_sequences
+
+
+@FAST
+@given(st.integers(8, 160), st.sampled_from(["BF16", "INT4"]), st.integers(64, 4096))
+def test_two_way_tensor_parallelism_fits_what_one_accelerator_fits_and_more(
+    billions, precision, length
+):
+    layers = 80
+    hidden = 8192
+    model = Transformer(
+        layers,
+        hidden,
+        64,
+        32000,
+        8192,
+        kv_heads=8,
+        ffn_hidden=int(billions * 1e9 / layers / (3 * hidden)),
+        gated_ffn=True,
+    )
+    base = replace(
+        CHAT,
+        model=model,
+        accelerator="nvidia-a100-80gb",
+        precision=precision,
+        input_tokens_mean=length,
+        output_tokens_mean=length,
+        input_tokens_p99=None,
+        output_tokens_p99=None,
+        ttft_p99_seconds=60,
+        tpot_p99_seconds=1.0,
+    )
+    one = L.predict_llm_serving(base)
+    two = L.predict_llm_serving(replace(base, per_replica=2))
+    assert two.max_concurrent_sequences >= one.max_concurrent_sequences
+    assert two.max_model_len >= one.max_model_len
+    if one.feasible:
+        assert two.feasible
+
+
+def test_two_way_tensor_parallelism_fits_a_70b_that_one_accelerator_does_not():
+    base = replace(
+        CHAT,
+        model=LLAMA3_70B,
+        accelerator="nvidia-a100-80gb",
+        precision="BF16",
+        ttft_p99_seconds=10,
+        tpot_p99_seconds=0.5,
+        target_requests_per_second=0.2,
+    )
+    one = L.predict_llm_serving(base)
+    two = L.predict_llm_serving(replace(base, per_replica=2))
+    assert not one.feasible and "needs 141 GB" in one.reason
+    assert two.feasible, two.reason
+    assert 0 < two.max_concurrent_sequences < 20  # 1.45 GB of cache per GPU is left
+    assert L.predict_llm_serving(replace(base, precision="INT4")).feasible  # 36 GB of weights
+
+
+# --- calibration ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def llm_points() -> dict:
+    """The shared points file (../shared/calibration/points.yaml) where present, else the copy in
+    the package: the llm_inference section is newer than the package's copy on some branches."""
+    import yaml
+
+    from ringmaster import calibration
+
+    path = calibration.SHARED_POINTS
+    if not path.exists():
+        path = calibration.PACKAGED_POINTS
+    return yaml.safe_load(path.read_text())
+
+
+def test_llm_constants_are_the_ones_their_points_give(llm_points):
+    derived = LC.derive_llm_constants(llm_points)
+    for name, value in derived.items():
+        assert getattr(L, name) == pytest.approx(value, rel=2e-3), name
+
+
+def test_every_llm_point_is_reported_fitted_and_checked_apart(llm_points):
+    rows = LC.llm_serving_rows(llm_points)
+    assert len(rows) == 14
+    fitted = [r for r in rows if r.role == LC.FITTED]
+    assert {r.quantity.split()[0] for r in fitted} == {
+        "llama2-7b-tp1",
+        "llama2-7b-tp2",
+        "A100-fp16-input2048",
+    }
+    for r in fitted:
+        assert abs(r.error) <= LC.FITTED_TOLERANCE
+    for r in rows:
+        assert abs(r.error) <= r.tolerance, (r.quantity, r.published, r.predicted)
+    median, largest = LC.checked_error_summary(rows)
+    assert median <= 0.15 and largest <= LC.CHECKED_TOLERANCE
+
+
+def test_a_changed_point_moves_its_fitted_constant(llm_points):
+    import yaml
+
+    changed = yaml.safe_load(yaml.safe_dump(llm_points))
+    for p in changed["llm_inference"]:
+        if p["id"] == "trtllm-batch1-ttft-7b":
+            p["ttft_ms"]["A100-fp16-input2048"] = 266
+    derived = LC.derive_llm_constants(changed)
+    assert derived["LLM_COMPUTE_EFFICIENCY"] < 0.5 * L.LLM_COMPUTE_EFFICIENCY + 0.01

@@ -1,0 +1,168 @@
+"""LLM endpoints without a cluster: `ringmaster plan` (table and JSON), the decision (Deployment,
+env, status, CapacityMet, HPA) and an endpoint no replica can hold."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ringmaster.api import InferenceEndpointSpec, parse_manifest
+from ringmaster.cli import main
+from ringmaster.manifests.inference import (
+    MAX_MODEL_LEN_ENV,
+    MAX_NUM_SEQS_ENV,
+    OUTPUT_TOKENS_PER_SECOND_METRIC,
+    TENSOR_PARALLEL_ENV,
+)
+from tests.unit.test_inference_lifecycle import applied, condition, decide, reasons
+
+pytestmark = pytest.mark.unit
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+LLAMA_8B = EXAMPLES / "inferenceendpoint-llama3-8b-fp8-h100.yaml"
+LLAMA_70B_TP4 = EXAMPLES / "inferenceendpoint-llama3-70b-a100-tp4.yaml"
+LLAMA_70B_INT4 = EXAMPLES / "inferenceendpoint-llama3-70b-int4-a100.yaml"
+LLM_SIZES = {"h100-highgpu-8g": 2, "a100-ultragpu-8g": 4}
+LLM_KEYS = {
+    "outputTokensPerSecondPerReplica",
+    "ttftP99Milliseconds",
+    "tpotP99Milliseconds",
+    "maxConcurrentSequences",
+    "kvCacheBytesPerToken",
+    "weightsBytesPerAccelerator",
+    "replicas",
+    "replicasNeeded",
+    "feasible",
+    "reason",
+}
+
+
+def spec_of(path: Path, **changes) -> InferenceEndpointSpec:
+    body = yaml.safe_load(path.read_text())
+    spec = body["spec"]
+    for key, value in changes.items():
+        *parents, leaf = key.split("__")
+        node = spec
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return InferenceEndpointSpec.model_validate(spec)
+
+
+def plan_json(capsys, path: Path | str) -> dict:
+    assert main(["plan", "-o", "json", str(path)]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_plan_json_has_the_llm_figures(capsys):
+    out = plan_json(capsys, LLAMA_8B)
+    assert set(out) >= LLM_KEYS
+    assert out["feasible"] is True and out["reason"] is None
+    assert out["kvCacheBytesPerToken"] == 2 * 32 * 8 * 128 * 1  # FP8 cache, GQA 8 KV heads
+    assert out["weightsBytesPerAccelerator"] == pytest.approx(8.03e9, rel=1e-3)
+    assert out["ttftP99Milliseconds"] <= 300 and out["tpotP99Milliseconds"] <= 25
+    assert out["replicas"] == out["replicasNeeded"] >= 1
+    assert out["tensorParallel"] == 1 and out["maxModelLen"] == 8192
+    tp4 = plan_json(capsys, LLAMA_70B_TP4)
+    assert tp4["feasible"] and tp4["tensorParallel"] == 4
+    assert tp4["kvCacheBytesPerToken"] == 327_680
+    assert tp4["weightsBytesPerAccelerator"] == pytest.approx(70.55e9 * 2 / 4, rel=1e-3)
+
+
+def test_an_infeasible_endpoint_is_still_a_plan(capsys, tmp_path):
+    bf16 = tmp_path / "bf16.yaml"
+    bf16.write_text(LLAMA_70B_INT4.read_text().replace("precision: INT4", "precision: BF16"))
+    out = plan_json(capsys, bf16)
+    assert out["feasible"] is False and out["replicasNeeded"] is None
+    assert out["reason"].startswith("Llama-3-70B in BF16 needs 141 GB of weights; one ")
+    assert out["reason"].endswith("use perReplica: 2 or INT4")
+    assert main(["plan", str(bf16)]) == 0
+    table = capsys.readouterr().out
+    assert "infeasible" in table and "target NOT met: Llama-3-70B in BF16 needs 141 GB" in table
+    assert plan_json(capsys, LLAMA_70B_INT4)["feasible"] is True  # the same model in INT4
+
+
+def test_plan_table_names_the_bottleneck(capsys, tmp_path):
+    assert main(["plan", str(LLAMA_70B_TP4)]) == 0
+    out = capsys.readouterr().out
+    assert "tensor parallel 4" in out and "TTFT p99 ms" in out and "TPOT p99 ms" in out
+    assert "HBM bandwidth in decode" in out
+    tight = tmp_path / "tight.yaml"
+    tight.write_text(
+        LLAMA_8B.read_text().replace(
+            "timeToFirstTokenP99Milliseconds: 300", "timeToFirstTokenP99Milliseconds: 45"
+        )
+    )
+    assert main(["plan", str(tight)]) == 0
+    assert "TTFT target (compute in prefill" in capsys.readouterr().out
+    assert main(["plan", "--sweep", "slo.targetRequestsPerSecond=1:10:3", str(LLAMA_8B)]) == 2
+
+
+def test_the_deployment_carries_the_serving_settings_and_the_status_the_figures():
+    spec = spec_of(LLAMA_70B_TP4)
+    decision = decide(spec, sizes=LLM_SIZES)
+    plan = json.loads(json.dumps(decision.status.plan.to_k8s()))
+    deployment = applied(decision, "Deployment")
+    assert deployment["spec"]["replicas"] == decision.desired_replicas == plan["replicas"]
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env[TENSOR_PARALLEL_ENV] == "4"
+    assert env[MAX_MODEL_LEN_ENV] == "8192"
+    assert int(env[MAX_NUM_SEQS_ENV]) == plan["maxNumSeqs"] >= 1
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    assert plan["outputTokensPerSecond"] == pytest.approx(
+        decision.desired_replicas * plan["outputTokensPerSecondPerReplica"], rel=1e-5
+    )
+    assert plan["ttftP99Milliseconds"] <= 2000 and plan["tpotP99Milliseconds"] <= 60
+    met = condition(decision, "CapacityMet")
+    assert met.status == "True" and "output tokens/s" in met.message
+    assert met.message.endswith("binds")  # which target binds the per-replica rate
+    assert decision.status.pool == "a100-ultragpu-8g"
+
+
+def test_a_new_target_rolls_no_llm_pod():
+    low = decide(spec_of(LLAMA_8B), sizes=LLM_SIZES)
+    high = decide(spec_of(LLAMA_8B, slo__targetRequestsPerSecond=300), sizes=LLM_SIZES)
+    assert high.desired_replicas > low.desired_replicas
+    template = [applied(d, "Deployment")["spec"]["template"] for d in (low, high)]
+    assert template[0] == template[1]
+
+
+def test_the_hpa_targets_output_tokens_when_the_slo_does():
+    spec = spec_of(LLAMA_70B_TP4, autoscaling={"enabled": True})
+    decision = decide(spec, sizes=LLM_SIZES)
+    hpa = applied(decision, "HorizontalPodAutoscaler")
+    pods = hpa["spec"]["metrics"][0]["pods"]
+    assert pods["metric"]["name"] == OUTPUT_TOKENS_PER_SECOND_METRIC
+    per_replica = decision.status.plan.model_extra["outputTokensPerSecondPerReplica"]
+    assert pods["target"]["averageValue"] == str(int(per_replica))
+
+
+def test_an_endpoint_no_replica_can_hold_waits_and_creates_nothing():
+    spec = spec_of(LLAMA_70B_INT4, precision="BF16")
+    decision = decide(spec, sizes=LLM_SIZES)
+    assert decision.apply == [] and decision.hold_replicas is None
+    assert decision.status.phase == "Pending"
+    ready = condition(decision, "Ready")
+    assert ready.status == "False" and ready.reason == "ModelDoesNotFit"
+    assert "needs 141 GB of weights" in ready.message
+    assert reasons(decision) == ["CapacityNotMet"]
+    again = decide(spec, decision.status, sizes=LLM_SIZES)
+    assert again.events == []  # the reason is reported once
+
+
+def test_parse_manifest_refuses_what_the_crd_refuses():
+    body = yaml.safe_load(LLAMA_8B.read_text())
+    body["spec"]["slo"].pop("timePerOutputTokenP99Milliseconds")
+    with pytest.raises(Exception, match="timePerOutputTokenP99Milliseconds"):
+        parse_manifest(body)
+    body = yaml.safe_load(LLAMA_8B.read_text())
+    body["spec"]["slo"]["targetOutputTokensPerSecond"] = 1000
+    with pytest.raises(Exception, match="exactly one of targetRequestsPerSecond"):
+        parse_manifest(body)
+    body = yaml.safe_load(LLAMA_8B.read_text())
+    body["spec"]["tokens"]["inputP99"] = 10
+    with pytest.raises(Exception, match="inputP99 must be at least inputMean"):
+        parse_manifest(body)
