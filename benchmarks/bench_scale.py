@@ -1,14 +1,19 @@
 """The scale bench: the operator on a local cluster of thousands of simulated A100 hosts.
 
-Brings up a private kwok cluster (`ringmaster-scale`), runs the operator, submits many
-TrainingJob gangs at once and prints:
-- how long the nodes took to come up;
-- how long until every gang was decided (admitted, or refused for capacity);
-- the operator's reconcile latency from its own histogram;
-- the operator's peak memory.
-It asserts nothing about time. Usage:
+Brings up a private kwok cluster (`ringmaster-scale`) and, in one run:
+1. floor (before): the pods the admitted gangs would run, created bare (no operator), timed until
+   all are bound and Running, then deleted;
+2. operator: submits many TrainingJob gangs at once; timed until every gang is decided and every
+   admitted gang's pods are bound and Running; checks no partial gang and exactly as many
+   admitted as fit;
+3. churn: admitted gangs finish in waves (their pods exit 0), the waiting ones take their room;
+   the time from a gang's hosts freed to the next gang's pods bound (p50, p99), and the
+   operator's CPU seconds per gang admitted meanwhile;
+4. floor (after): as 1, on the same cluster, with the operator stopped.
+It prints figures and asserts nothing about time. Usage:
 
-    python benchmarks/bench_scale.py [--hosts 2000] [--jobs 300] [--workers 8] [--keep]
+    python benchmarks/bench_scale.py [--hosts 2000] [--jobs 300] [--workers 8] [--waves 5]
+        [--keep]
 """
 
 from __future__ import annotations
@@ -17,19 +22,30 @@ import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tests.e2e.kube import free_port  # noqa: E402
 
+from ringmaster.api import TrainingJobSpec  # noqa: E402
 from ringmaster.localcluster.cluster import Binaries, LocalCluster  # noqa: E402
 from ringmaster.localcluster.pools import POOLS_BY_NAME  # noqa: E402
+from ringmaster.manifests.training import PoolPlacement, worker_pod  # noqa: E402
+
+POOL = "a100-highgpu-8g"
+NAMESPACE = "bench"
+# Makes a simulated worker exit 0 (docs/local-cluster.md): how the churn phase ends gangs.
+EXIT = {"metadata": {"annotations": {"sim.ringmaster.dev/exit-code": "0"}}}
 
 
 def job(name: str, workers: int) -> dict[str, object]:
@@ -65,11 +81,159 @@ def histogram_quantile(metrics: str, name: str, q: float) -> float | None:
     return next((le for le, count in buckets if count >= q * total), None)
 
 
+class PodClock:
+    """A watch on the bench namespace's pods: when each was first seen bound, Running and
+    Succeeded (wall clock of this process, monotonic)."""
+
+    def __init__(self, kubeconfig: Path) -> None:
+        import kubernetes
+
+        self.client = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))
+        self.core = kubernetes.client.CoreV1Api(self.client)
+        self.bound: dict[str, float] = {}
+        self.running: dict[str, float] = {}
+        self.succeeded: dict[str, float] = {}
+        self.job_of: dict[str, str] = {}
+        self.live: set[str] = set()
+        self._stop = False
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        import kubernetes
+
+        version = ""
+        while not self._stop:
+            try:
+                stream = kubernetes.watch.Watch().stream(
+                    self.core.list_namespaced_pod,
+                    NAMESPACE,
+                    resource_version=version or None,
+                    timeout_seconds=60,
+                )
+                for event in stream:
+                    pod = event["object"]
+                    version = pod.metadata.resource_version
+                    self._record(event["type"], pod, time.monotonic())
+            except Exception:  # a watch that expired or broke: list again
+                version = ""
+                time.sleep(0.5)
+
+    def _record(self, kind: str, pod: Any, now: float) -> None:
+        name = pod.metadata.name
+        if kind == "DELETED":
+            self.live.discard(name)
+            return
+        self.live.add(name)
+        labels = pod.metadata.labels or {}
+        if "ringmaster.dev/trainingjob" in labels:
+            self.job_of[name] = labels["ringmaster.dev/trainingjob"]
+        if pod.spec.node_name:
+            self.bound.setdefault(name, now)
+        phase = pod.status.phase if pod.status else None
+        if phase == "Running":
+            self.running.setdefault(name, now)
+        elif phase == "Succeeded":
+            self.succeeded.setdefault(name, now)
+
+    def forget(self) -> None:
+        for table in (self.bound, self.running, self.succeeded, self.job_of):
+            table.clear()
+
+    def count_running(self, names: set[str] | None = None) -> int:
+        return sum(1 for n in self.running if n in self.live and (names is None or n in names))
+
+    def stop(self) -> None:
+        self._stop = True
+
+
+def gang_pods(name: str, workers: int) -> list[dict[str, Any]]:
+    """The pods the operator creates for a gang on the A100 pool, without an owner."""
+    spec = TrainingJobSpec.model_validate(job(name, workers)["spec"])
+    placement = PoolPlacement(
+        pool=POOL,
+        node_selector={"cloud.google.com/gke-nodepool": POOL},
+        accelerator_resource="nvidia.com/gpu",
+        machine_type="a2-highgpu-8g",
+    )
+    pods = [worker_pod(name, NAMESPACE, spec, placement, r, 0) for r in range(workers)]
+    for pod in pods:
+        pod["metadata"]["labels"] = {"bench.ringmaster.dev/floor": "true"}
+    return pods
+
+
+def wait_until(what: str, done: Any, timeout: float, every: float = 0.5) -> float:
+    start = time.monotonic()
+    while not done():
+        if time.monotonic() - start > timeout:
+            raise TimeoutError(f"{what}: not done after {timeout:.0f}s")
+        time.sleep(every)
+    return time.monotonic() - start
+
+
+def floor(clock: PodClock, gangs: int, workers: int, label: str) -> float:
+    """Create the gangs' pods bare, as fast as the API takes them; seconds until all Running."""
+    pods = [p for i in range(gangs) for p in gang_pods(f"floor-{i:04d}", workers)]
+    names = {p["metadata"]["name"] for p in pods}
+    clock.forget()
+    start = time.monotonic()
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda p: clock.core.create_namespaced_pod(NAMESPACE, p), pods))
+    wait_until(
+        f"floor {label}: {len(names)} pods Running",
+        lambda: clock.count_running(names) == len(names),
+        900,
+    )
+    seconds = time.monotonic() - start
+    clock.core.delete_collection_namespaced_pod(
+        NAMESPACE, label_selector="bench.ringmaster.dev/floor=true", grace_period_seconds=0
+    )
+    wait_until("floor pods gone", lambda: not (clock.live & names), 600)
+    return seconds
+
+
+def job_states(cluster: LocalCluster) -> list[dict[str, Any]]:
+    items = json.loads(cluster.kubectl("get", "tj", "-n", NAMESPACE, "-o", "json").stdout)
+    return [
+        {
+            "name": i["metadata"]["name"],
+            "phase": (i.get("status") or {}).get("phase"),
+            "schedulable": {
+                c["type"]: c for c in (i.get("status") or {}).get("conditions", [])
+            }.get("Schedulable", {}).get("status"),
+        }
+        for i in items["items"]
+    ]
+
+
+def operator_metrics(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as response:
+        return str(response.read().decode())
+
+
+def operator_metrics_or_empty(port: int) -> str:
+    try:
+        return operator_metrics(port)
+    except OSError:
+        return ""
+
+
+def cpu_seconds(metrics: str) -> float:
+    found = re.search(r"^process_cpu_seconds_total (\S+)", metrics, re.M)
+    return float(found.group(1)) if found else float("nan")
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, default=2000, help="a2-highgpu-8g hosts")
     parser.add_argument("--jobs", type=int, default=300)
     parser.add_argument("--workers", type=int, default=8, help="workers (hosts) per job")
+    parser.add_argument("--waves", type=int, default=5, help="churn: waves of finishing gangs")
     parser.add_argument("--keep", action="store_true", help="leave the cluster up")
     args = parser.parse_args()
 
@@ -82,14 +246,19 @@ def main() -> int:
             check=True,
         ).stdout.strip()
     )
-    sizes = dict.fromkeys(POOLS_BY_NAME, 0) | {"a100-highgpu-8g": args.hosts}
+    fits = args.hosts // args.workers
+    sizes = dict.fromkeys(POOLS_BY_NAME, 0) | {POOL: args.hosts}
     cluster = LocalCluster(Binaries.locate(bin_dir), "ringmaster-scale")
     start = time.monotonic()
     cluster.up(sizes, wait_seconds=900)
     nodes_up = time.monotonic() - start
     cluster.kubectl("apply", "--server-side", "-f", str(REPO / "crds"))
     cluster.kubectl("wait", "--for=condition=Established", "-f", str(REPO / "crds"))
-    cluster.kubectl("create", "namespace", "bench")
+    cluster.kubectl("create", "namespace", NAMESPACE)
+    load_before = os.getloadavg()
+    clock = PodClock(cluster.kubeconfig)
+    floor_before = floor(clock, min(fits, args.jobs), args.workers, "before")
+    print(f"floor_before_seconds            {floor_before:.1f}", flush=True)
 
     metrics_port = free_port()
     log = (Path(os.environ.get("TMPDIR", "/tmp")) / "ringmaster-scale-operator.log").open("w")
@@ -100,55 +269,120 @@ def main() -> int:
         stderr=subprocess.STDOUT,
     )
     try:
-        time.sleep(5)
+        # Timed from a ready operator, as the floor is from a ready cluster: the gauge below is
+        # first set once kopf has listed everything and the controllers have started.
+        ready = wait_until(
+            "the operator to start",
+            lambda: "ringmaster_trainingjobs{" in operator_metrics_or_empty(metrics_port),
+            900,
+        )
+        print(f"operator_ready_seconds          {ready:.1f}", flush=True)
+        clock.forget()
         jobs = {
             "apiVersion": "v1",
             "kind": "List",
             "items": [job(f"job-{i:04d}", args.workers) for i in range(args.jobs)],
         }
         submitted = time.monotonic()
-        cluster.kubectl("apply", "-n", "bench", "-f", "-", input=json.dumps(jobs))
-        decided = admitted = 0
-        while time.monotonic() - submitted < 900:
-            items = json.loads(cluster.kubectl("get", "tj", "-n", "bench", "-o", "json").stdout)
-            conditions = [
-                {c["type"]: c for c in (i.get("status") or {}).get("conditions", [])}
-                for i in items["items"]
-            ]
-            decided = sum(1 for c in conditions if "Schedulable" in c)
-            admitted = sum(
-                1 for c in conditions if c.get("Schedulable", {}).get("status") == "True"
-            )
-            if decided == args.jobs:
+        cluster.kubectl("apply", "-n", NAMESPACE, "-f", "-", input=json.dumps(jobs))
+        decided_at = None
+        while time.monotonic() - submitted < 1800:
+            states = job_states(cluster)
+            decided = sum(1 for s in states if s["schedulable"] is not None)
+            admitted = sum(1 for s in states if s["schedulable"] == "True")
+            if decided == args.jobs and decided_at is None:
+                decided_at = time.monotonic() - submitted
+            want = min(admitted, fits) * args.workers
+            if decided_at is not None and admitted and clock.count_running() >= want:
                 break
             time.sleep(1)
-        all_decided = time.monotonic() - submitted
-        pods = len(
-            json.loads(cluster.kubectl("get", "pods", "-n", "bench", "-o", "json").stdout)["items"]
-        )
-        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics") as response:
-            metrics = response.read().decode()
+        operator_seconds = time.monotonic() - submitted
+        per_job: dict[str, int] = {}
+        for pod, owner in clock.job_of.items():
+            if pod in clock.live:
+                per_job[owner] = per_job.get(owner, 0) + 1
+        partial = sorted(j for j, n in per_job.items() if n != args.workers)
+        metrics = operator_metrics(metrics_port)
         rss = re.search(r"^process_resident_memory_bytes (\S+)", metrics, re.M)
-        fits = args.hosts // args.workers
+
         print(f"hosts                           {args.hosts} (a2-highgpu-8g, 8 GPUs each)")
         print(f"nodes_ready_seconds             {nodes_up:.1f}")
+        print(f"load_average_at_start           {' '.join(f'{x:.1f}' for x in load_before)}")
         print(f"jobs_submitted                  {args.jobs} x {args.workers} workers")
-        print(f"jobs_decided                    {decided}")
         print(f"jobs_admitted                   {admitted} (room for {fits} whole gangs)")
-        print(f"worker_pods_created             {pods}")
-        print(f"seconds_until_all_decided       {all_decided:.1f}")
+        print(f"partial_gangs                   {len(partial)} {partial[:5]}")
+        decided_text = f"{decided_at:.1f}" if decided_at is not None else "not all decided"
+        print(f"seconds_until_all_decided       {decided_text}")
+        print(f"operator_seconds_to_all_running {operator_seconds:.1f}")
         for q in (0.5, 0.99):
             value = histogram_quantile(metrics, "ringmaster_reconcile_duration_seconds", q)
             print(f"reconcile_seconds_p{int(q * 100):<2}          <= {value}")
         if rss:
-            print(f"operator_resident_memory_mib    {float(rss.group(1)) / 2**20:.0f}")
-    finally:
+            print(f"operator_resident_memory_mib    {float(rss.group(1)) / 2**20:.0f}", flush=True)
+
+        # Churn: gangs finish in waves; the waiting ones take their room.
+        waiting = args.jobs - admitted
+        per_wave = max(1, min(waiting, fits) // max(args.waves, 1)) if waiting else 0
+        cpu_before = cpu_seconds(metrics)
+        running_jobs = sorted({clock.job_of[p] for p in clock.running if p in clock.job_of})
+        finished: list[str] = []
+        churn_admitted: list[str] = []
+        for wave in range(args.waves if per_wave else 0):
+            batch = running_jobs[wave * per_wave : (wave + 1) * per_wave]
+            before = {s["name"] for s in job_states(cluster) if s["schedulable"] == "True"}
+            pods = [p for p, j in clock.job_of.items() if j in batch]
+            with ThreadPoolExecutor(16) as pool:
+                list(pool.map(lambda p: clock.core.patch_namespaced_pod(p, NAMESPACE, EXIT), pods))
+            finished += batch
+
+            def wave_bound(before: set[str] = before, n: int = len(batch)) -> bool:
+                now = {s["name"] for s in job_states(cluster) if s["schedulable"] == "True"}
+                new = now - before
+                return len(new) >= n and all(
+                    sum(1 for p, j in clock.job_of.items() if j == name and p in clock.bound)
+                    == args.workers
+                    for name in new
+                )
+
+            wait_until(f"churn wave {wave}", wave_bound, 600, every=1.0)
+            now_admitted = {s["name"] for s in job_states(cluster) if s["schedulable"] == "True"}
+            churn_admitted += sorted(now_admitted - before)
+        cpu_after = cpu_seconds(operator_metrics(metrics_port))
+
+        def last(table: dict[str, float], name: str) -> float:
+            return max(t for p, t in table.items() if clock.job_of.get(p) == name)
+
+        freed = sorted(last(clock.succeeded, j) for j in finished)
+        bound = sorted(last(clock.bound, j) for j in churn_admitted)
+        latencies = [b - f for f, b in zip(freed, bound, strict=False)]
+        if latencies:
+            print(f"churn_gangs_admitted            {len(churn_admitted)} in {args.waves} waves")
+            print(f"churn_freed_to_bound_p50        {statistics.median(latencies):.2f} s")
+            print(f"churn_freed_to_bound_p99        {percentile(latencies, 0.99):.2f} s")
+            print(
+                "operator_cpu_seconds_per_gang   "
+                f"{(cpu_after - cpu_before) / max(len(churn_admitted), 1):.3f}"
+            )
+
+        # The floor again, on the same cluster, without the operator.
+        cluster.kubectl("delete", "tj", "--all", "-n", NAMESPACE, "--wait=false")
         operator.terminate()
-        try:
-            operator.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            operator.kill()
-            operator.wait()
+        operator.wait(timeout=60)
+        wait_until("the jobs' pods gone", lambda: not clock.live, 900, every=1.0)
+        floor_after = floor(clock, min(fits, args.jobs), args.workers, "after")
+        floor_mean = (floor_before + floor_after) / 2
+        print(f"floor_after_seconds             {floor_after:.1f}")
+        print(f"operator_over_floor             {operator_seconds / floor_mean:.2f}")
+        print(f"load_average_at_end             {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    finally:
+        clock.stop()
+        if operator.poll() is None:
+            operator.terminate()
+            try:
+                operator.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                operator.kill()
+                operator.wait()
         if not args.keep:
             cluster.down()
     return 0

@@ -21,6 +21,14 @@ ADMISSION_WAIT_SECONDS = Histogram(
     "Time from a TrainingJob's creation (or its last restart) to the admission of its gang.",
     buckets=(0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600),
 )
+ADMISSION_CYCLE_SECONDS = Histogram(
+    "ringmaster_admission_cycle_seconds",
+    "Time of one admission cycle over the waiting TrainingJobs.",
+    buckets=(0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1),
+)
+ADMISSION_WAITING = Gauge(
+    "ringmaster_admission_waiting", "TrainingJobs in the admission queue (at the last resync)."
+)
 PREDICTED_STEP_SECONDS = Gauge(
     "ringmaster_predicted_step_seconds",
     "The engine's predicted step time of a TrainingJob, for the strategy it runs with.",

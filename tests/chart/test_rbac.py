@@ -38,6 +38,7 @@ NAMESPACED_RULES = {
 }
 CLUSTER_RULES = {
     (CORE, "nodes"): {"list", "watch"},
+    ("scheduling.k8s.io", "priorityclasses"): {"list", "watch"},
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
 }
 

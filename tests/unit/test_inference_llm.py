@@ -136,7 +136,7 @@ def test_the_hpa_targets_output_tokens_when_the_slo_does():
     hpa = applied(decision, "HorizontalPodAutoscaler")
     pods = hpa["spec"]["metrics"][0]["pods"]
     assert pods["metric"]["name"] == OUTPUT_TOKENS_PER_SECOND_METRIC
-    per_replica = decision.status.plan.model_extra["outputTokensPerSecondPerReplica"]
+    per_replica = decision.status.plan.output_tokens_per_second_per_replica
     assert pods["target"]["averageValue"] == str(int(per_replica))
 
 

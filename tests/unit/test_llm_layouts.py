@@ -15,11 +15,10 @@ import yaml
 from ringmaster.api import ManifestError, TrainingJobSpec, find_condition, parse_manifest
 from ringmaster.api.architecture import architecture_parameters
 from ringmaster.cli import main
-from ringmaster.controllers.training_lifecycle import reconcile_training
 from ringmaster.controllers.trainingjob import status_plan
 from ringmaster.manifests.training import LAYOUT_ENV
 from tests.unit.test_api_bad_input import offline_admit
-from tests.unit.test_training_lifecycle import NOW, job, world
+from tests.unit.training_world import TrainingWorld, job
 
 pytestmark = pytest.mark.unit
 
@@ -218,7 +217,7 @@ def real_planner(spec, machine_type, reducers=None):
 
 
 def test_status_plan_carries_the_layout():
-    plan_ = status_plan(_spec(AUTO), "a2-ultragpu-8g", None)
+    plan_ = status_plan(_spec(AUTO), "a2-ultragpu-8g", None).to_k8s()
     assert plan_["layout"].startswith("TP") and plan_["fits"] is True
     assert plan_["tensor"] * plan_["pipeline"] * plan_["data"] == 32
     assert plan_["mfu"] > 0 and plan_["tokensPerSecond"] > 0
@@ -226,9 +225,8 @@ def test_status_plan_carries_the_layout():
 
 
 def test_auto_layout_reaches_every_worker_pod():
-    decision = reconcile_training(
-        job(_spec(AUTO), name="llama"), [], world({"a100-ultragpu-8g": 4}), NOW, real_planner
-    )
+    world = TrainingWorld({"a100-ultragpu-8g": 4})
+    decision = world.decide(job(_spec(AUTO), name="llama"), planner=real_planner)
     pods = [o for o in decision.create if o["kind"] == "Pod"]
     assert len(pods) == 4
     plan_ = decision.status.plan
@@ -243,9 +241,8 @@ def test_auto_layout_reaches_every_worker_pod():
 
 def test_does_not_fit_waits_with_the_numbers_and_creates_nothing():
     too_big = _spec(AUTO, workers=2, accelerator={"type": "nvidia-tesla-a100", "perWorker": 8})
-    decision = reconcile_training(
-        job(too_big, name="llama"), [], world({"a100-highgpu-8g": 4}), NOW, real_planner
-    )
+    world = TrainingWorld({"a100-highgpu-8g": 4})
+    decision = world.decide(job(too_big, name="llama"), planner=real_planner)
     assert decision.create == [] and decision.apply == []
     cond = find_condition(decision.status.conditions, "Schedulable")
     assert cond is not None and cond.status == "False" and cond.reason == "DoesNotFit"
@@ -255,9 +252,9 @@ def test_does_not_fit_waits_with_the_numbers_and_creates_nothing():
 
 
 def test_a_job_without_architecture_gets_no_layout_env():
-    from tests.unit.test_training_lifecycle import planner, spec
+    from tests.unit.training_world import spec
 
-    decision = reconcile_training(job(spec()), [], world(), NOW, planner)
+    decision = TrainingWorld().decide(job(spec()))
     pod = next(o for o in decision.create if o["kind"] == "Pod")
     names = {e["name"] for e in pod["spec"]["containers"][0]["env"]}
     assert not names & {n for n, _ in LAYOUT_ENV}

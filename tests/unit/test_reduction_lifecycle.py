@@ -6,11 +6,13 @@ import datetime as dt
 
 import pytest
 
+from ringmaster.admission.snapshot import PodFacts
 from ringmaster.api import (
     ReductionServerPoolSpec,
     ReductionServerPoolStatus,
     TrainingJobSpec,
     TrainingJobStatus,
+    TrainingPlan,
     find_condition,
 )
 from ringmaster.controllers.reduction_lifecycle import (
@@ -19,15 +21,8 @@ from ringmaster.controllers.reduction_lifecycle import (
     ReducerPods,
     reconcile_reduction_pool,
 )
-from ringmaster.controllers.training_lifecycle import (
-    Capacity,
-    JobView,
-    ReducerPool,
-    WorkerPod,
-    reconcile_training,
-)
-from ringmaster.localcluster.pools import POOLS_BY_NAME, node_list
-from ringmaster.placement.pools import discover_pools, node_from_object
+from ringmaster.controllers.training_lifecycle import JobView, ReducerPool, WorkerPod
+from tests.unit.training_world import REDUCER_REQUEST, TrainingWorld
 
 pytestmark = pytest.mark.unit
 NOW = dt.datetime(2026, 11, 21, 12, 0, tzinfo=dt.UTC)
@@ -104,14 +99,14 @@ def test_status_lists_ready_reducers_their_bandwidth_and_why_others_wait():
 
 def rs_planner(spec, machine_type, reducers=None):
     count = reducers.replicas if reducers else 25
-    return {
-        "strategy": "ReductionServer",
-        "stepSeconds": 0.19,
-        "bottleneck": "compute",
-        "reducers": count,
-        "reducersWanted": 25,
-        "machineType": machine_type,
-    }
+    return TrainingPlan(
+        strategy="ReductionServer",
+        step_seconds=0.19,
+        bottleneck="compute",
+        reducers=count,
+        reducers_wanted=25,
+        machine_type=machine_type,
+    )
 
 
 def job(pool_name=None, status=None):
@@ -131,43 +126,44 @@ def job(pool_name=None, status=None):
             "template": {"image": "trainer:1"},
         }
     )
-    return JobView("bert", "ml", 1, spec, status or TrainingJobStatus())
+    return JobView("bert", "ml", 1, spec, status or TrainingJobStatus(), NOW)
 
 
 def world(free_reducer_hosts=32, a100_hosts=4):
-    counts = dict.fromkeys(POOLS_BY_NAME, 0) | {"a100-highgpu-8g": a100_hosts}
-    objects = node_list(counts)["items"]
-    for obj in objects:
-        obj["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
-    return Capacity(
-        pools=discover_pools(node_from_object(o) for o in objects),
-        used={},
-        free_reducer_hosts={"n1-highcpu-16": free_reducer_hosts},
-    )
+    """4 A100 hosts and the 32 CPU hosts of the reducer pool, some taken by other reducers."""
+    taken = [
+        PodFacts("other", f"r-{i}", (), node=f"reducers-{i:04d}", reducer_pool=("other", "x"))
+        for i in range(32 - free_reducer_hosts)
+    ]
+    return TrainingWorld({"a100-highgpu-8g": a100_hosts, "reducers": 32}, pods=taken)
 
 
 ENDPOINTS = tuple(f"r-{i}.r.ml.svc.cluster.local:5000" for i in range(25))
 
 
-def test_a_job_without_a_pool_creates_its_own_sized_by_the_rule_and_waits_for_it():
-    first = reconcile_training(job(), [], world(), NOW, rs_planner)
+def test_a_job_without_a_pool_is_admitted_with_its_reducers_and_starts_when_they_serve():
+    the_world = world()
+    assert the_world.snapshot.free_reducer_hosts("n1-highcpu-16") == 32
+    first = the_world.decide(job(), planner=rs_planner)
     owned = [o for o in first.apply if o["kind"] == "ReductionServerPool"]
     assert owned[0]["metadata"]["name"] == "bert-reducers"
     assert owned[0]["spec"]["replicas"] == 25
-    assert first.create == [] and first.status.phase == "Pending"
-    assert find_condition(first.status.conditions, "Schedulable").reason == "ReducersNotReady"
-    # The workers' room is held while the reducers start; the reducers are counted as asked.
-    assert first.held[0] == "a100-highgpu-8g" and first.held[1]["nvidia.com/gpu"] == 8
-    assert first.reducers_asked == ("n1-highcpu-16", 25)
+    # Workers and reducers are one gang: both are held, no worker starts before its reducers.
+    assert first.create == [] and first.status.phase == "Admitted"
+    assert first.status.admission.pool == "a100-highgpu-8g"
+    assert first.promise.workers == 2 and first.promise.reducers == 25
+    assert the_world.snapshot.free_reducer_hosts("n1-highcpu-16") == 7
+    ready_condition = find_condition(first.status.conditions, "ReductionServerReady")
+    assert ready_condition.reason == "ReducersNotReady"
     starting = {
         "bert-reducers": ReducerPool("bert-reducers", 25, 11, ENDPOINTS[:11], "n1-highcpu-16")
     }
-    waiting = reconcile_training(job(status=first.status), [], world(), NOW, rs_planner, starting)
+    waiting = the_world.decide(job(status=first.status), [], starting, planner=rs_planner)
     assert waiting.create == []
-    assert "11/25" in find_condition(waiting.status.conditions, "Schedulable").message
+    assert "11/25" in find_condition(waiting.status.conditions, "ReductionServerReady").message
     assert not any(e.reason == "ReducersNotReady" for e in waiting.events)  # progress, quietly
     ready = {"bert-reducers": ReducerPool("bert-reducers", 25, 25, ENDPOINTS, "n1-highcpu-16")}
-    admitted = reconcile_training(job(status=waiting.status), [], world(), NOW, rs_planner, ready)
+    admitted = the_world.decide(job(status=waiting.status), [], ready, planner=rs_planner)
     pods = [o for o in admitted.create if o["kind"] == "Pod"]
     assert len(pods) == 2
     env = {e["name"]: e["value"] for e in pods[1]["spec"]["containers"][0]["env"]}
@@ -176,48 +172,78 @@ def test_a_job_without_a_pool_creates_its_own_sized_by_the_rule_and_waits_for_it
     assert admitted.status.reduction_server_pool == "bert-reducers"
 
 
+def test_promised_reducers_count_once_whether_promised_unbound_or_bound():
+    the_world = world()
+    the_world.decide(job(), planner=rs_planner)
+    snapshot = the_world.snapshot
+    assert snapshot.free_reducer_hosts("n1-highcpu-16") == 7
+    # Ten reducer pods appear unbound, then five of them are bound: still 25 hosts held.
+    for i in range(10):
+        snapshot.set_pod(
+            PodFacts(
+                "ml",
+                f"bert-reducers-{i}",
+                tuple(sorted((k, v) for k, v in REDUCER_REQUEST.items())),
+                machine="n1-highcpu-16",
+                reducer_pool=("ml", "bert-reducers"),
+            )
+        )
+    assert snapshot.free_reducer_hosts("n1-highcpu-16") == 7
+    for i in range(5):
+        snapshot.set_pod(
+            PodFacts(
+                "ml",
+                f"bert-reducers-{i}",
+                tuple(sorted((k, v) for k, v in REDUCER_REQUEST.items())),
+                node=f"reducers-{i:04d}",
+                machine="n1-highcpu-16",
+                reducer_pool=("ml", "bert-reducers"),
+            )
+        )
+    assert snapshot.free_reducer_hosts("n1-highcpu-16") == 7
+
+
 def test_a_named_pool_that_does_not_exist_keeps_the_job_waiting_with_a_reason():
-    decision = reconcile_training(job("shared"), [], world(), NOW, rs_planner)
-    assert decision.apply == [] and decision.create == []
+    decision = world().decide(job("shared"), planner=rs_planner)
+    assert decision.apply == [] and decision.create == [] and decision.waiting is None
     condition = find_condition(decision.status.conditions, "Schedulable")
     assert condition.reason == "ReductionServerPoolNotFound" and "shared" in condition.message
 
 
 def test_the_plan_uses_the_pool_that_exists_and_lost_reducers_are_reported_once():
+    the_world = world()
     small = {"shared": ReducerPool("shared", 8, 8, ENDPOINTS[:8], "n1-highcpu-16")}
-    admitted = reconcile_training(job("shared"), [], world(), NOW, rs_planner, small)
+    admitted = the_world.decide(job("shared"), [], small, planner=rs_planner)
     assert admitted.status.plan.reducers == 8
+    assert admitted.promise.reducers == 0  # a shared pool holds its own hosts
     running_pods = [
         WorkerPod(o["metadata"]["name"], r, 0, "Running", "n", False)
         for r, o in enumerate(p for p in admitted.create if p["kind"] == "Pod")
     ]
-    running = reconcile_training(
-        job("shared", admitted.status), running_pods, world(), NOW, rs_planner, small
+    running = the_world.decide(
+        job("shared", admitted.status), running_pods, small, planner=rs_planner
     )
     assert running.status.phase == "Running"
     lost = {"shared": ReducerPool("shared", 8, 5, ENDPOINTS[:5], "n1-highcpu-16")}
-    degraded = reconcile_training(
-        job("shared", running.status), running_pods, world(), NOW, rs_planner, lost
+    degraded = the_world.decide(
+        job("shared", running.status), running_pods, lost, planner=rs_planner
     )
     assert degraded.status.phase == "Running" and degraded.delete == []
     assert find_condition(degraded.status.conditions, "ReductionServerReady").status == "False"
     assert [e.reason for e in degraded.events] == ["ReducersLost"]
-    again = reconcile_training(
-        job("shared", degraded.status), running_pods, world(), NOW, rs_planner, lost
-    )
+    again = the_world.decide(job("shared", degraded.status), running_pods, lost, planner=rs_planner)
     assert again.events == []
 
 
 @pytest.mark.parametrize(
-    ("capacity", "reason"),
+    ("the_world", "reason"),
     [
         (world(free_reducer_hosts=24), "InsufficientReducerCapacity"),
         (world(a100_hosts=1), "InsufficientCapacity"),
     ],
 )
-def test_a_job_creates_no_reducers_unless_its_whole_gang_fits(capacity, reason):
-    decision = reconcile_training(job(), [], capacity, NOW, rs_planner)
-    assert decision.apply == [] and decision.create == []
-    assert decision.held is None and decision.reducers_asked is None
+def test_a_job_creates_no_reducers_unless_its_whole_gang_fits(the_world, reason):
+    decision = the_world.decide(job(), planner=rs_planner)
+    assert decision.apply == [] and decision.create == [] and decision.promise is None
     condition = find_condition(decision.status.conditions, "Schedulable")
     assert (condition.status, condition.reason) == ("False", reason)

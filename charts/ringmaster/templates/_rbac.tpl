@@ -56,6 +56,11 @@
 - apiGroups: [""]
   resources: [nodes]
   verbs: [list, watch]
+# Admission orders waiting TrainingJobs by the value of their pods' PriorityClass
+# (admission/cycle.py); kopf indexes and watches them. Read only.
+- apiGroups: [scheduling.k8s.io]
+  resources: [priorityclasses]
+  verbs: [list, watch]
 # kopf's resource observer lists and watches CRDs to notice its kinds (re)appearing.
 - apiGroups: [apiextensions.k8s.io]
   resources: [customresourcedefinitions]

@@ -67,6 +67,9 @@ class PodTemplate(SpecModel):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     resources: ResourceRequirements | None = None
+    priority_class_name: str | None = Field(default=None, max_length=253, pattern=DNS_SUBDOMAIN)
+    """A PriorityClass for the pods; for a TrainingJob it also orders admission (higher value
+    first, then older jobs). Omitted: the cluster's globalDefault class, or 0."""
 
     @field_validator("env")
     @classmethod

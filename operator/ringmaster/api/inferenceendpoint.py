@@ -6,7 +6,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from ringmaster.api.accelerators import (
     CEL_HOST_SHAPES,
@@ -276,9 +276,7 @@ class InferenceEndpointPhase(StrEnum):
 
 
 class InferencePlan(StatusModel):
-    """The engine's sizing. Fields not listed here are kept (the engine may report more)."""
-
-    model_config = ConfigDict(extra="allow")
+    """The engine's sizing. Every field is declared: what is not here is not in status."""
 
     batch_size: int | None = None
     """Batch size chosen (at most maxBatchSize)."""
@@ -293,12 +291,31 @@ class InferencePlan(StatusModel):
     bottleneck: str | None = None
     """``compute`` or ``memory`` (roofline), or ``latency``."""
     cost_per_hour_usd: float | None = Field(default=None, alias="costPerHourUSD")
+    target_requests_per_second: float | None = None
+    """The target the plan was made for (spec.slo.targetRequestsPerSecond)."""
+    saturation_requests_per_second: float | None = None
+    """Predicted throughput of one replica at the chosen batch size with no latency bound."""
+    machine_type: str | None = None
+    precision: str | None = None
     output_tokens_per_second: float | None = None
     """LLM endpoints: predicted output tokens per second of all desired replicas."""
     ttft_p99_milliseconds: float | None = None
     """LLM endpoints: predicted p99 time to first token at the target rate."""
     tpot_p99_milliseconds: float | None = None
     """LLM endpoints: predicted p99 time per output token at the target rate."""
+    output_tokens_per_second_per_replica: float | None = None
+    """LLM endpoints: predicted output tokens per second of one replica."""
+    binding: str | None = None
+    """LLM endpoints: what bounds the batch (the KV cache, TTFT or TPOT target)."""
+    max_concurrent_sequences: int | None = None
+    """LLM endpoints: sequences the KV cache holds at once per replica."""
+    kv_cache_bytes_per_token: float | None = None
+    weights_bytes_per_accelerator: float | None = None
+    kv_cache_precision: str | None = None
+    tensor_parallel: int | None = None
+    max_num_seqs: int | None = None
+    """LLM endpoints: the server's max_num_seqs (vLLM's name)."""
+    max_model_len: int | None = None
 
 
 class InferenceEndpointStatus(StatusModel):

@@ -7,7 +7,7 @@ import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import BeforeValidator, Field, WithJsonSchema
 
 from ringmaster.api.accelerators import (
     CEL_HOST_SHAPES,
@@ -531,10 +531,9 @@ class TrainingJobPhase(StrEnum):
 
 
 class TrainingPlan(StatusModel):
-    """The engine's decision and prediction. Fields not listed here are kept (the engine may
-    report more), so the schema preserves unknown fields under ``plan``."""
-
-    model_config = ConfigDict(extra="allow")
+    """The engine's decision and prediction for the pool the gang runs on. Every field is
+    declared: what is not here is not in status (the ReductionServerPool controller reads
+    ``reducersWanted`` from it, so that is part of the contract too)."""
 
     strategy: str | None = None
     """The strategy chosen (``Ring``, ``HierarchicalRing``, ``ReductionServer``)."""
@@ -544,12 +543,19 @@ class TrainingPlan(StatusModel):
     communication_seconds: float | None = None
     """Predicted all-reduce time not hidden behind backward computation."""
     samples_per_second: float | None = None
+    bus_bandwidth_gbps: float | None = Field(default=None, alias="busBandwidthGBps")
+    """Predicted all-reduce bus bandwidth (NCCL's busbw definition), GB/s."""
     bottleneck: str | None = None
     """What limits the step: ``compute``, ``network``, ``reducers``, ``intra-host``..."""
     machine_type: str | None = None
     reducers: int | None = None
     """Reducers used (reduction server only)."""
     reducer_machine_type: str | None = None
+    reducers_wanted: int | None = None
+    """Reducers the bandwidth rule asks for (reducers' aggregate bandwidth >= the workers'):
+    what a ReductionServerPool sized by its jobs gives this one."""
+    cost_optimal_reducers: int | None = None
+    """The reducer count with the lowest predicted cost per sample."""
     cost_per_hour_usd: float | None = Field(default=None, alias="costPerHourUSD")
     """Predicted on-demand cost of workers and reducers."""
     alternatives: dict[str, float] | None = None
@@ -576,6 +582,18 @@ class TrainingPlan(StatusModel):
     """weights, gradients, optimizer, activations, reserve, total and capacity, in bytes."""
 
 
+class Admission(StatusModel):
+    """The gang's admission, recorded before any of its pods is created: an operator that
+    restarts finds it here, not in its memory."""
+
+    pool: str
+    """The node pool the gang was admitted on."""
+    time: dt.datetime
+    """When it was admitted."""
+    attempt: int = Field(ge=0)
+    """The gang attempt admitted (status.restarts at the time): a restart needs a new one."""
+
+
 class WorkerCounts(StatusModel):
     """Worker pods by state."""
 
@@ -599,6 +617,8 @@ class TrainingJobStatus(StatusModel):
     """Gang restarts so far (compared with runPolicy.backoffLimit)."""
     pool: str | None = None
     """The node pool the gang was placed on."""
+    admission: Admission | None = None
+    """The admission of the current attempt (absent while the gang waits)."""
     reduction_server_pool: str | None = None
     """The ReductionServerPool (shared or dedicated) the workers use."""
     start_time: dt.datetime | None = None

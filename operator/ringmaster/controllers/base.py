@@ -25,14 +25,6 @@ WRITTEN_SECONDS = 30.0
 # Objects that are not finished are looked at again this often, even without an event of theirs.
 RESYNC_SECONDS = 5.0
 
-_CONTROLLERS: dict[str, Controller] = {}
-
-
-def controller_for(kind: str) -> Controller | None:
-    """The running controller of a kind (controllers wake each other's objects)."""
-    return _CONTROLLERS.get(kind)
-
-
 # Children get their owner through kopf.append_owner_reference, not kopf.adopt: adopt also copies
 # the owner's labels onto the child and its pod template, and a label such as
 # ringmaster.dev/trainingjob on a job's reducers would make them look like its workers.
@@ -63,7 +55,6 @@ class Controller:
         # newer than what the index holds; deciding from the index would repeat Events.
         self.written: dict[Key, tuple[str, dict[str, Any], float]] = {}
         self.resync_task: asyncio.Task[None] | None = None
-        _CONTROLLERS[self.kind] = self
 
     def bind(self, kwargs: Mapping[str, Any]) -> None:
         """On the first watch event: keep references to kopf's live indexes (handed to every
@@ -78,7 +69,6 @@ class Controller:
         if self.resync_task is not None:
             self.resync_task.cancel()
         await self.queue.stop()
-        _CONTROLLERS.pop(self.kind, None)
 
     def objects(self) -> Any:
         return self.indexes[self.index]

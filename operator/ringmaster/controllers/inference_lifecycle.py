@@ -30,10 +30,9 @@ from ringmaster.api import (
     InferenceEndpointSpec,
     InferenceEndpointStatus,
     InferencePlan,
-    find_condition,
-    set_condition,
 )
 from ringmaster.api.common import ConditionStatus
+from ringmaster.controllers.reporting import Conditions, Event
 from ringmaster.manifests.inference import (
     OUTPUT_TOKENS_PER_SECOND_METRIC,
     REQUESTS_PER_SECOND_METRIC,
@@ -118,13 +117,6 @@ class DeploymentView:
         )
 
 
-@dataclass(frozen=True)
-class Event:
-    type: str  # Normal or Warning
-    reason: str
-    message: str
-
-
 @dataclass
 class Decision:
     status: InferenceEndpointStatus
@@ -184,8 +176,8 @@ def target_requests_per_second(spec: InferenceEndpointSpec) -> float:
 
 
 def status_plan(plan: Mapping[str, Any], replicas: int, target: float) -> InferencePlan:
-    """The engine's plan in the shape of ``status.plan`` (InferencePlan keeps the extra keys);
-    an LLM plan adds its token figures."""
+    """The engine's plan in the shape of ``status.plan`` (every key a declared field of
+    InferencePlan); an LLM plan adds its token figures."""
     per_replica = plan.get("perReplicaRequestsPerSecond") or 0.0
     fields: dict[str, Any] = {
         "batchSize": plan.get("batchSize"),
@@ -310,35 +302,18 @@ def _replicas(n: int) -> str:
     return f"{n} replica" if n == 1 else f"{n} replicas"
 
 
-class _Conditions:
-    """Sets conditions on a status and remembers what they were before."""
-
-    def __init__(self, status: InferenceEndpointStatus, generation: int, now: dt.datetime):
-        self.status = status
-        self.generation = generation
-        self.now = now
-
-    def set(self, type_: str, value: ConditionStatus, reason: str, message: str) -> str | None:
-        """Set a condition; the previous (status, reason) as "True/Reason", None when new."""
-        before = find_condition(self.status.conditions, type_)
-        self.status.conditions = set_condition(
-            self.status.conditions, type_, value, reason, message, self.generation, self.now
-        )
-        return None if before is None else f"{before.status}/{before.reason}"
-
-
 def _fail(
     decision: Decision,
-    conditions: _Conditions,
+    conditions: Conditions,
     reason: str,
     message: str,
 ) -> Decision:
     """A spec that cannot be planned: nothing is applied (what runs keeps running)."""
     status = decision.status
     status.phase = InferenceEndpointPhase.FAILED.value
-    before = conditions.set(READY, "False", reason, message)
-    if before != f"False/{reason}":
+    if not conditions.set(READY, "False", reason, message).was("False", reason):
         decision.events.append(Event("Warning", reason, message))
+    conditions.stamp()
     return decision
 
 
@@ -349,7 +324,7 @@ def invalid_spec(
     status = status.model_copy(deep=True)
     status.observed_generation = generation
     decision = Decision(status=status)
-    return _fail(decision, _Conditions(status, generation, now), "InvalidSpec", message)
+    return _fail(decision, Conditions(status, generation, now), "InvalidSpec", message)
 
 
 def reconcile_inference(
@@ -367,7 +342,7 @@ def reconcile_inference(
     status = previous.model_copy(deep=True)
     status.observed_generation = endpoint.generation
     decision = Decision(status=status)
-    conditions = _Conditions(status, endpoint.generation, now)
+    conditions = Conditions(status, endpoint.generation, now)
     target = target_requests_per_second(spec)
     decision.target_requests_per_second = target
 
@@ -403,9 +378,9 @@ def reconcile_inference(
 
     capacity = _capacity_condition(plan, desired)
     capacity_before = conditions.set(CAPACITY_MET, *capacity)
-    if capacity[0] == "False" and capacity_before != f"False/{capacity[1]}":
+    if capacity[0] == "False" and not capacity_before.was("False", capacity[1]):
         decision.events.append(Event("Warning", "CapacityNotMet", capacity[2]))
-    elif capacity[0] == "True" and capacity_before is not None and capacity_before[:5] == "False":
+    elif capacity[0] == "True" and capacity_before.was("False"):
         decision.events.append(Event("Normal", "CapacityMet", capacity[2]))
 
     if _is_llm(plan) and plan.get("replicasNeeded") is None:
@@ -422,9 +397,9 @@ def reconcile_inference(
         # Nothing is applied: a Deployment without a pool's selector could land anywhere.
         phase = InferenceEndpointPhase.DEGRADED if deployment else InferenceEndpointPhase.PENDING
         status.phase = phase.value
-        before = conditions.set(READY, "False", pool.reason, pool.message)
-        if before != f"False/{pool.reason}":
+        if not conditions.set(READY, "False", pool.reason, pool.message).was("False", pool.reason):
             decision.events.append(Event("Warning", pool.reason, pool.message))
+        conditions.stamp()
         return decision
     if pool.name != previous.pool:
         decision.events.append(
@@ -465,12 +440,13 @@ def reconcile_inference(
         decision.events.append(Event("Normal", "Scaled", message))
 
     _readiness(decision, conditions, deployment, desired, capacity[0] == "True")
+    conditions.stamp()
     return decision
 
 
 def _readiness(
     decision: Decision,
-    conditions: _Conditions,
+    conditions: Conditions,
     deployment: DeploymentView | None,
     desired: int,
     capacity_met: bool,
@@ -490,7 +466,7 @@ def _readiness(
     else:
         value, reason, message = "False", "ReplicasNotReady", counts
     before = conditions.set(READY, value, reason, message)  # type: ignore[arg-type]
-    if value == "True" and (before is None or not before.startswith("True")):
+    if value == "True" and not before.was("True"):
         decision.events.append(Event("Normal", "Ready", counts))
 
     if not capacity_met or reason == "ProgressDeadlineExceeded":

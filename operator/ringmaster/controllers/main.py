@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import random
 
 
@@ -42,6 +43,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="peering priority (the highest active replica works, the others wait); "
         "default: random, because kopf pauses every replica when the highest priority is shared",
     )
+    parser.add_argument(
+        "--queueing",
+        choices=("BestEffortFIFO", "StrictFIFO"),
+        default=None,
+        help="how waiting TrainingJob gangs queue (docs/architecture.md): BestEffortFIFO lets "
+        "a gang that fits pass one that does not, for at most --bypass-limit seconds; "
+        "StrictFIFO never does. Default: $RINGMASTER_QUEUEING or BestEffortFIFO",
+    )
+    parser.add_argument(
+        "--bypass-limit",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="BestEffortFIFO: how long later gangs may start ahead of one that does not fit "
+        "(default: $RINGMASTER_BYPASS_LIMIT_SECONDS or 300)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
 
 
@@ -57,6 +74,13 @@ def run(args: argparse.Namespace) -> int:
         trainingjob,
     )
     from ringmaster.controllers.kubeapi import load_config
+    from ringmaster.controllers.trainingjob import BYPASS_LIMIT_ENV, QUEUEING_ENV
+
+    # The controllers start inside kopf: they read their settings from the environment.
+    if args.queueing:
+        os.environ[QUEUEING_ENV] = args.queueing
+    if args.bypass_limit is not None:
+        os.environ[BYPASS_LIMIT_ENV] = str(args.bypass_limit)
 
     load_config()
     if args.metrics_port:

@@ -14,9 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ringmaster.api import ReductionServerPoolSpec, ReductionServerPoolStatus, set_condition
-from ringmaster.api.common import find_condition
-from ringmaster.controllers.training_lifecycle import Event
+from ringmaster.api import ReductionServerPoolSpec, ReductionServerPoolStatus
+from ringmaster.controllers.reporting import Conditions, Event
 from ringmaster.manifests.reduction import (
     reducer_endpoint,
     reducer_service,
@@ -127,16 +126,9 @@ def reconcile_reduction_pool(
     else:
         status.phase = SCALING
         reason, message, value = "Starting", f"{len(ready)}/{replicas} reducers ready", FALSE
-    before = find_condition(status.conditions, "Ready")
-    status.conditions = set_condition(
-        status.conditions,
-        "Ready",
-        value,
-        reason,
-        message,
-        observed_generation=pool.generation,
-        now=now,
-    )
+    conditions = Conditions(status, pool.generation, now)
+    before = conditions.set("Ready", value, reason, message).before
     if reason == "Unschedulable" and (before is None or before.reason != reason):
         decision.events.append(Event("Warning", reason, message))
+    conditions.stamp()
     return decision

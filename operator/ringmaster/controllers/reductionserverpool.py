@@ -12,8 +12,14 @@ import kopf
 from pydantic import ValidationError
 
 from ringmaster import metrics
-from ringmaster.api import GROUP, VERSION, ReductionServerPoolSpec, ReductionServerPoolStatus
-from ringmaster.controllers.base import Controller, Key, as_body, controller_for, snapshot
+from ringmaster.api import (
+    GROUP,
+    VERSION,
+    ReductionServerPoolSpec,
+    ReductionServerPoolStatus,
+    TrainingJobStatus,
+)
+from ringmaster.controllers.base import Controller, Key, as_body, snapshot
 from ringmaster.controllers.kubeapi import KubeApi
 from ringmaster.controllers.reduction_lifecycle import (
     BoundJob,
@@ -81,8 +87,8 @@ class ReductionPoolController(Controller):
                     continue
                 if status.get("phase") in FINISHED_JOBS:
                     continue
-                wanted = (status.get("plan") or {}).get("reducersWanted")
-                jobs.append(BoundJob(job_name, int(wanted) if wanted else None))
+                plan = TrainingJobStatus.model_validate(status).plan
+                jobs.append(BoundJob(job_name, plan.reducers_wanted if plan else None))
         return jobs
 
     def reducer_pods(self, namespace: str, pool: str) -> ReducerPods:
@@ -118,11 +124,6 @@ class ReductionPoolController(Controller):
             self.post(body, event.type, event.reason, event.message)
         metrics.REDUCERS.labels(namespace, name, "desired").set(decision.status.replicas or 0)
         metrics.REDUCERS.labels(namespace, name, "ready").set(decision.status.ready_replicas or 0)
-        # Jobs that use the pool plan and admit with its real size: let them look again.
-        training = controller_for("TrainingJob")
-        if training is not None and decision.status.to_k8s() != current:
-            for job in jobs:
-                training.queue.add((namespace, job.name))
         return decision.requeue_after
 
     def forget(self, key: Key) -> None:
@@ -160,3 +161,11 @@ async def reduction_pool_changed(namespace: str | None, name: str, **kwargs: Any
 @kopf.on.event("pods", labels={ROLE_LABEL: "reducer", REDUCTION_POOL_LABEL: kopf.PRESENT})
 async def reducer_pod_changed(namespace: str | None, labels: kopf.Labels, **kwargs: Any) -> None:
     _controller(kwargs).queue.add((namespace or "", labels[REDUCTION_POOL_LABEL]))
+
+
+@kopf.on.event(GROUP, VERSION, "trainingjobs")
+async def bound_job_changed(namespace: str | None, status: kopf.Status, **kwargs: Any) -> None:
+    """A job that uses a pool changed: the pool sizes itself from its jobs."""
+    pool = status.get("reductionServerPool")
+    if pool:
+        _controller(kwargs).queue.add((namespace or "", str(pool)))

@@ -1,9 +1,16 @@
-"""The TrainingJob state machine: what to create, delete and report, from a snapshot of the world.
+"""The TrainingJob state machine: one function per phase, from a snapshot of the world.
 
 Pure: no I/O, no clock (``now`` is an argument), no kopf. The kopf shell (trainingjob.py) reads
-the job, its pods and the node pools from kopf's indexes, calls :func:`reconcile_training`, and
-applies the :class:`Decision`. Level-based: the same snapshot always gives the same decision, so
-running it again after a crash or on a resync is safe.
+the job and its pods, calls :func:`reconcile_training`, and applies the :class:`Decision`. Whether
+and where a waiting gang starts is not decided here: the admission cycle
+(:mod:`ringmaster.admission.cycle`) decides it for all waiting jobs at once and hands the job its
+verdict; this machine records the verdict in status and acts on it.
+
+Phases (``status.phase``): finished (Succeeded, Failed), suspended, waiting (Pending, no admission
+for the current attempt), admitted (admission recorded, pods being created or reducers
+starting), running, and restarting (a worker failed or went: the gang goes, a new attempt waits).
+The admission is written to ``status.admission`` before any pod is created, so a restarted
+operator finds it in the API.
 """
 
 from __future__ import annotations
@@ -11,32 +18,34 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
 
-from ringmaster.api import (
-    TrainingJobSpec,
-    TrainingJobStatus,
-    TrainingPlan,
-    WorkerCounts,
-    find_condition,
-    set_condition,
+from ringmaster.admission.cycle import (
+    Admit,
+    GangOption,
+    ReducerNeed,
+    Verdict,
+    Wait,
+    WaitingGang,
+    promise_for,
 )
-from ringmaster.api.trainingjob import ReductionServerSettings
+from ringmaster.admission.pools import candidate_pools
+from ringmaster.admission.snapshot import Key, PoolSummary, Promise, shape
+from ringmaster.api import TrainingJobSpec, TrainingJobStatus, TrainingPlan, WorkerCounts
+from ringmaster.api.trainingjob import Admission, ReductionServerSettings
+from ringmaster.controllers.reporting import Conditions, Event
 from ringmaster.manifests.naming import ATTEMPT_ANNOTATION, RANK_LABEL, owned_reducer_pool_name
 from ringmaster.manifests.reduction import owned_reducer_pool
-from ringmaster.manifests.training import (
-    PoolPlacement,
-    rendezvous_service,
-    worker_pod,
-)
-from ringmaster.placement.pools import NodePool, NoPool, accelerator_pools, gang_fits, pod_requests
+from ringmaster.manifests.training import PoolPlacement, rendezvous_service, worker_pod
+from ringmaster.placement.labels import GKE_NODEPOOL, GPU_RESOURCE, POOL_NAME_KEYS, TPU_RESOURCE
+from ringmaster.placement.pools import NoPool, pod_requests
 
 PENDING, ADMITTED, RUNNING = "Pending", "Admitted", "Running"
 SUCCEEDED, FAILED, SUSPENDED = "Succeeded", "Failed", "Suspended"
 FINISHED = (SUCCEEDED, FAILED)
 
 SCHEDULABLE, PLANNED, COMPLETE = "Schedulable", "Planned", "Complete"
+DOES_NOT_FIT = "DoesNotFit"
 DOES_NOT_FIT = "DoesNotFit"
 FAILED_CONDITION, SUSPENDED_CONDITION = "Failed", "Suspended"
 
@@ -59,8 +68,9 @@ class ReducerPool:
     message: str = ""  # the pool's Ready condition message ("3/25 ready; 22 cannot be scheduled")
 
 
-Planner = Callable[[TrainingJobSpec, str | None, ReducerPool | None], dict[str, Any]]
-"""(spec, machine type of the chosen pool, the reducer pool if any) -> status.plan (camelCase)."""
+Planner = Callable[[TrainingJobSpec, str | None, ReducerPool | None], TrainingPlan]
+"""(spec, machine type of the pool, the reducer pool if any) -> status.plan; raises ValueError
+when the engine cannot model the hardware."""
 
 
 @dataclass(frozen=True)
@@ -74,24 +84,28 @@ class WorkerPod:
     node: str | None
     terminating: bool
     exit_detail: str | None = None  # "exit code 137 (Error)" for a failed container
+    pool: str | None = None  # the pool its nodeSelector names
 
     @classmethod
     def from_object(cls, pod: Mapping[str, Any]) -> WorkerPod:
         metadata = pod.get("metadata") or {}
         status = pod.get("status") or {}
+        spec = pod.get("spec") or {}
         detail = None
         for container in status.get("containerStatuses") or []:
             terminated = (container.get("state") or {}).get("terminated")
             if terminated and terminated.get("exitCode", 0) != 0:
                 detail = f"exit code {terminated['exitCode']} ({terminated.get('reason', '')})"
+        selector = spec.get("nodeSelector") or {}
         return cls(
             name=metadata["name"],
             rank=int((metadata.get("labels") or {}).get(RANK_LABEL, -1)),
             attempt=int((metadata.get("annotations") or {}).get(ATTEMPT_ANNOTATION, 0)),
             phase=status.get("phase") or "Pending",
-            node=(pod.get("spec") or {}).get("nodeName"),
+            node=spec.get("nodeName"),
             terminating=bool(metadata.get("deletionTimestamp")),
             exit_detail=detail,
+            pool=next((selector[k] for k in POOL_NAME_KEYS if k in selector), None),
         )
 
 
@@ -102,49 +116,222 @@ class JobView:
     generation: int
     spec: TrainingJobSpec
     status: TrainingJobStatus
+    created: dt.datetime | None = None
+
+    @property
+    def key(self) -> Key:
+        return (self.namespace, self.name)
 
 
 @dataclass(frozen=True)
-class Capacity:
-    """The world, as admission sees it."""
+class World:
+    """What one job's reconcile reads besides the job and its pods."""
 
-    pools: Mapping[str, NodePool]
-    used: Mapping[str, Mapping[str, Decimal]]
-    """Requests of running pods, by node."""
-    promised: Mapping[str, Sequence[Mapping[str, Decimal]]] = field(default_factory=dict)
-    """Per pool: requests of other admitted gangs' pods that are not bound yet."""
-    free_reducer_hosts: Mapping[str, int] = field(default_factory=dict)
-    """Per machine type: CPU hosts with room for one more reducer (none there yet), less the
-    reducers already asked for that have no host."""
-
-
-@dataclass(frozen=True)
-class Event:
-    type: str  # Normal or Warning
-    reason: str
-    message: str
+    pools: Mapping[str, PoolSummary]
+    reducer_pools: Mapping[str, ReducerPool] = field(default_factory=dict)
+    verdict: Verdict | None = None
+    """The admission cycle's latest word on this job, if it has one the job has not acted on."""
 
 
 @dataclass
 class Decision:
     status: TrainingJobStatus
     create: list[dict[str, Any]] = field(default_factory=list)
+    """Created after status is written (so an admission is on record before its pods exist)."""
     apply: list[dict[str, Any]] = field(default_factory=list)
     """Objects to server-side apply every time (the job's own ReductionServerPool)."""
     delete: list[str] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     delete_job: bool = False
     requeue_after: float | None = None
-    admitted_pool: str | None = None
-    """Set when this decision admits a gang: the pool whose capacity it now holds."""
-    held: tuple[str, dict[str, Decimal]] | None = None
-    """While the job's own reducers start: (pool, one worker's requests) whose room is held."""
-    reducers_asked: tuple[str, int] | None = None
-    """(machine type, count) of reducers this decision asks for, until they have hosts."""
+    waiting: WaitingGang | None = None
+    """Set while the job waits for admission: what the admission cycle needs to decide it."""
+    promise: Promise | None = None
+    """The room the job's admission holds until its pods are seen."""
+    release: bool = False
+    """The job holds no room beyond its pods any more."""
 
 
-# Why a job cannot be placed (the name the state machine has always used).
-Unschedulable = NoPool
+def accelerator_resource(spec: TrainingJobSpec) -> str:
+    return TPU_RESOURCE if spec.accelerator.type.startswith("tpu-") else GPU_RESOURCE
+
+
+@dataclass
+class _Step:
+    """What every phase function works on."""
+
+    job: JobView
+    world: World
+    now: dt.datetime
+    planner: Planner
+    decision: Decision
+    conditions: Conditions
+
+    @property
+    def spec(self) -> TrainingJobSpec:
+        return self.job.spec
+
+    @property
+    def status(self) -> TrainingJobStatus:
+        return self.decision.status
+
+    def event(self, type_: str, reason: str, message: str) -> None:
+        self.decision.events.append(Event(type_, reason, message))  # type: ignore[arg-type]
+
+
+def reconcile_training(
+    job: JobView,
+    pods: Sequence[WorkerPod],
+    world: World,
+    now: dt.datetime,
+    planner: Planner,
+) -> Decision:
+    status = job.status.model_copy(deep=True)
+    status.observed_generation = job.generation
+    decision = Decision(status=status)
+    step = _Step(job, world, now, planner, decision, Conditions(status, job.generation, now))
+    if status.phase in FINISHED:
+        _finished(step)
+    elif job.spec.run_policy.suspend:
+        _suspended(step, pods)
+    else:
+        _resumed(step)
+        _active(step, pods)
+    step.conditions.stamp()
+    return decision
+
+
+# ---------------------------------------------------------------- finished and suspended
+
+
+def _finished(step: _Step) -> None:
+    """Nothing runs again; only the TTL is left to honour."""
+    decision, status = step.decision, step.status
+    decision.release = True
+    ttl = step.spec.run_policy.ttl_seconds_after_finished
+    if ttl is not None and status.completion_time is not None:
+        remaining = (status.completion_time - step.now).total_seconds() + ttl
+        if remaining <= 0:
+            decision.delete_job = True
+        else:
+            decision.requeue_after = remaining
+
+
+def _suspended(step: _Step, pods: Sequence[WorkerPod]) -> None:
+    status = step.status
+    step.decision.delete = [p.name for p in pods if not p.terminating]
+    step.decision.release = True
+    if status.phase != SUSPENDED:
+        step.event("Normal", "Suspended", "job suspended: workers deleted")
+    status.phase = SUSPENDED
+    status.admission = None  # a resumed job is admitted again
+    status.workers = None
+    step.conditions.set(SUSPENDED_CONDITION, "True", "Suspended", "runPolicy.suspend is true")
+
+
+def _resumed(step: _Step) -> None:
+    suspended = step.conditions.get(SUSPENDED_CONDITION)
+    if suspended is not None and suspended.status == "True":
+        step.conditions.set(SUSPENDED_CONDITION, "False", "Resumed", "runPolicy.suspend is false")
+        step.event("Normal", "Resumed", "job resumed: admitting the gang again")
+        step.status.phase = PENDING
+
+
+def _finish(step: _Step, live: Sequence[WorkerPod], phase: str, reason: str, message: str) -> None:
+    status, decision = step.status, step.decision
+    status.phase = phase
+    status.completion_time = step.now
+    condition = COMPLETE if phase == SUCCEEDED else FAILED_CONDITION
+    step.conditions.set(condition, "True", reason, message)
+    if phase == FAILED:
+        decision.delete = [p.name for p in live if p.phase not in FINISHED]
+    decision.create = []
+    decision.release = True
+    step.event("Normal" if phase == SUCCEEDED else "Warning", reason, message)
+    ttl = step.spec.run_policy.ttl_seconds_after_finished
+    decision.requeue_after = float(ttl) if ttl is not None else None
+
+
+# ---------------------------------------------------------------- the gang's attempts
+
+
+def _active(step: _Step, pods: Sequence[WorkerPod]) -> None:
+    status, decision = step.status, step.decision
+    attempt = status.restarts or 0
+    live = [p for p in pods if not p.terminating]
+    current = {p.rank: p for p in live if p.attempt == attempt}
+    stale = [p for p in live if p.attempt != attempt]
+    decision.delete += [p.name for p in stale]
+    admission = (
+        status.admission if status.admission and status.admission.attempt == attempt else None
+    )
+    if admission is None and current:
+        admission = _adopt(step, current, attempt)
+        if admission is None:
+            return
+    if admission is None:
+        if stale or any(p.terminating for p in pods):
+            # The previous gang is still going away (its pods have the same names).
+            status.phase = PENDING
+            decision.requeue_after = SOON_SECONDS
+            return
+        admission = _waiting(step, attempt)
+        if admission is None:
+            return
+    _admitted(step, admission, current, live)
+
+
+def _adopt(step: _Step, current: Mapping[int, WorkerPod], attempt: int) -> Admission | None:
+    """Pods of this attempt exist with no admission on record (an operator older than the
+    record, or a record lost in a race): a whole gang is adopted as admitted where it is; a
+    partial one is released, since nothing says its room was ever checked."""
+    workers = step.spec.workers
+    pool = step.status.pool or next((p.pool for p in current.values() if p.pool), None)
+    if len(current) >= workers and pool is not None:
+        admission = Admission(pool=pool, time=step.now, attempt=attempt)
+        step.status.admission = admission
+        message = f"gang of {workers} workers adopted on pool {pool}"
+        if step.conditions.transition(SCHEDULABLE, "True", "Admitted", message):
+            step.event("Normal", "Admitted", message)
+        return admission
+    step.decision.delete += [p.name for p in current.values()]
+    step.status.phase = PENDING
+    step.decision.requeue_after = SOON_SECONDS
+    return None
+
+
+def _plan(step: _Step, pool: PoolSummary | None, reducers: ReducerPool | None) -> None:
+    """status.plan for the pool's machine type, the Planned condition and StrategyChosen."""
+    status = step.status
+    previous = status.plan.strategy if status.plan else None
+    machine = pool.identity.instance_type if pool else None
+    try:
+        status.plan = step.planner(step.spec, machine, reducers)
+    except ValueError as error:
+        # The engine cannot model this hardware: run anyway, without a prediction, and say why.
+        status.plan = None
+        if step.conditions.transition(PLANNED, "False", "PlanFailed", str(error)):
+            step.event("Warning", "PlanFailed", str(error))
+        return
+    plan = status.plan
+    step.conditions.set(PLANNED, "True", "Planned", f"strategy {plan.strategy}")
+    if plan.strategy != previous and plan.fits is not False:
+        step.event(
+            "Normal",
+            "StrategyChosen",
+            f"{plan.strategy}: predicted {plan.step_seconds or 0:.3g} s/step, "
+            f"bottleneck {plan.bottleneck}",
+        )
+
+
+def _reducer_settings(step: _Step) -> tuple[ReductionServerSettings, str, ReducerPool | None]:
+    settings = step.spec.communication.reduction_server or ReductionServerSettings()
+    name = settings.pool_name or owned_reducer_pool_name(step.job.name)
+    return settings, name, step.world.reducer_pools.get(name)
+
+
+def _uses_reducers(plan: TrainingPlan | None) -> bool:
+    return plan is not None and plan.strategy == REDUCTION_SERVER
 
 
 def _reducer_problem(
@@ -164,79 +351,253 @@ def _reducer_problem(
     return None
 
 
-def _accelerator_resource(spec: TrainingJobSpec) -> str:
-    return "google.com/tpu" if spec.accelerator.type.startswith("tpu-") else "nvidia.com/gpu"
-
-
-def choose_pool(
-    spec: TrainingJobSpec, capacity: Capacity, current: str | None = None
-) -> NodePool | Unschedulable:
-    """The pool for the gang: same accelerator, hosts big enough, machine type and TPU topology
-    as asked. Among those: the one the job already uses, else one where the gang fits now, else
-    the one whose hosts match perWorker exactly (no stranded accelerators)."""
-    accelerator = spec.accelerator.type
-    per_worker = spec.accelerator.per_worker
-    big_enough = accelerator_pools(capacity.pools, accelerator, per_worker, "perWorker")
-    if isinstance(big_enough, NoPool):
-        return big_enough
-    if spec.machine_type:
-        wanted = spec.machine_type
-        big_enough = [p for p in big_enough if p.identity.instance_type == wanted]
-        if not big_enough:
-            return Unschedulable(
-                "NoMatchingPool", f"no {accelerator} pool of machine type {wanted}"
-            )
-    if spec.accelerator.topology:
-        topology = spec.accelerator.topology
-        matching = [p for p in big_enough if p.identity.tpu_topology == topology]
-        if not matching:
-            seen = ", ".join(f"{p.name}={p.identity.tpu_topology or '-'}" for p in big_enough)
-            return Unschedulable(
-                "TopologyMismatch", f"no {accelerator} pool has topology {topology} ({seen})"
-            )
-        big_enough = matching
-    by_name = {p.name: p for p in big_enough}
-    if current in by_name:
-        return by_name[current]
-    if len(big_enough) == 1:
-        return big_enough[0]  # nothing to rank
-    request = {_accelerator_resource(spec): Decimal(per_worker)}
-
-    def preference(pool: NodePool) -> tuple[bool, bool, str]:
-        fits = gang_fits(
-            pool,
-            capacity.used,
-            request,
-            spec.workers,
-            promised=capacity.promised.get(pool.name, ()),
-        ).fits
-        return (not fits, pool.accelerators_per_node != per_worker, pool.name)
-
-    return min(big_enough, key=preference)
-
-
-def _set(
-    job: JobView,
-    status: TrainingJobStatus,
-    type_: str,
-    value: str,
-    reason: str,
-    message: str,
-    now: dt.datetime,
-) -> bool:
-    """Set a condition; True when its status or reason changed: a transition, worth an Event.
-    A new message alone (progress such as "11/25 reducers ready") updates it quietly."""
-    before = find_condition(status.conditions, type_)
-    status.conditions = set_condition(
-        status.conditions,
-        type_,
-        value,  # type: ignore[arg-type]
-        reason,
-        message,
-        observed_generation=job.generation,
-        now=now,
+def _placement(step: _Step, pool_name: str, pool: PoolSummary | None) -> PoolPlacement:
+    return PoolPlacement(
+        pool=pool_name,
+        node_selector=dict(pool.node_selector) if pool else {GKE_NODEPOOL: pool_name},
+        accelerator_resource=accelerator_resource(step.spec),
+        machine_type=pool.identity.instance_type if pool else None,
     )
-    return before is None or (before.status, before.reason) != (value, reason)
+
+
+def _option(step: _Step, pool: PoolSummary, attempt: int) -> GangOption:
+    """The gang on one pool: its workers, and its own reducers if the plan there wants them."""
+    spec, job = step.spec, step.job
+    placement = _placement(step, pool.name, pool)
+    one_worker = pod_requests(worker_pod(job.name, job.namespace, spec, placement, 0, attempt))
+    settings, name, reducers = _reducer_settings(step)
+    need = None
+    if settings.pool_name is None:
+        try:
+            plan = step.planner(spec, pool.identity.instance_type, reducers)
+        except ValueError:
+            plan = None
+        if plan is not None and _uses_reducers(plan):
+            wanted = settings.replicas or plan.reducers_wanted or 1
+            need = ReducerNeed(settings.machine_type, wanted, (job.namespace, name))
+    return GangOption(
+        pool=pool.name,
+        worker=shape(one_worker),
+        workers=spec.workers,
+        one_per_node=placement.accelerator_resource == TPU_RESOURCE,
+        accelerator_resource=placement.accelerator_resource,
+        per_worker=spec.accelerator.per_worker,
+        reducers=need,
+    )
+
+
+def _wait(step: _Step, reason: str, message: str) -> None:
+    step.status.phase = PENDING
+    if step.conditions.transition(SCHEDULABLE, "False", reason, message):
+        step.event("Warning" if reason in _WARNINGS else "Normal", reason, message)
+
+
+# Reasons a user must act on (the others clear by themselves as room frees).
+_WARNINGS = frozenset(
+    {
+        "NoMatchingPool",
+        "TopologyMismatch",
+        "ReductionServerPoolNotFound",
+        "PriorityClassNotFound",
+        DOES_NOT_FIT,
+    }
+)
+
+
+def _waiting(step: _Step, attempt: int) -> Admission | None:
+    """No admission for this attempt: plan, join the admission queue, and act on the cycle's
+    verdict. Returns the admission when the verdict admits the gang now."""
+    spec, status, job = step.spec, step.status, step.job
+    status.phase = PENDING
+    status.workers = None
+    candidates = candidate_pools(
+        step.world.pools,
+        spec.accelerator.type,
+        spec.accelerator.per_worker,
+        spec.machine_type,
+        spec.accelerator.topology,
+        current=status.pool,
+    )
+    if isinstance(candidates, NoPool):
+        _wait(step, candidates.reason, candidates.message)
+        return None
+    settings, reducer_pool_name, reducers = _reducer_settings(step)
+    _plan(step, candidates[0], reducers)
+    if status.plan is not None and status.plan.fits is False:
+        # The model fits no layout on this pool's accelerators: wait, say why, create nothing.
+        _wait(step, DOES_NOT_FIT, status.plan.reason or "the model does not fit in memory")
+        return None
+    uses_reducers = _uses_reducers(status.plan)
+    status.reduction_server_pool = reducer_pool_name if uses_reducers else None
+    if uses_reducers and settings.pool_name is not None:
+        # A shared pool is sized by its jobs (this one included, through reductionServerPool)
+        # and holds its own hosts: the job joins the queue once the pool serves.
+        problem = _reducer_problem(settings.pool_name, reducers, job.namespace)
+        if problem is not None:
+            _wait(step, *problem)
+            step.decision.requeue_after = SOON_SECONDS
+            return None
+    schedulable = step.conditions.get(SCHEDULABLE)
+    waiting_since = (
+        schedulable.last_transition_time
+        if schedulable is not None and schedulable.status == "False"
+        else step.now
+    )
+    gang = WaitingGang(
+        key=job.key,
+        created=job.created or step.now,
+        queue=spec.accelerator.type,
+        options=tuple(_option(step, pool, attempt) for pool in candidates),
+        priority_class=spec.template.priority_class_name,
+        attempt=attempt,
+        waiting_since=waiting_since,
+    )
+    verdict = step.world.verdict
+    if isinstance(verdict, Admit):
+        chosen = next((o for o in gang.options if o == verdict.option), None)
+        if chosen is not None:
+            return _record_admission(step, chosen, attempt)
+        # The job changed since the cycle decided: the verdict no longer applies.
+    elif isinstance(verdict, Wait):
+        _wait(step, verdict.reason, verdict.message)
+    step.decision.waiting = gang
+    return None
+
+
+def _record_admission(step: _Step, option: GangOption, attempt: int) -> Admission:
+    spec, status = step.spec, step.status
+    pool = step.world.pools.get(option.pool)
+    admission = Admission(pool=option.pool, time=step.now, attempt=attempt)
+    status.admission = admission
+    status.pool = option.pool
+    status.phase = ADMITTED
+    machine = f" ({pool.identity.instance_type})" if pool and pool.identity.instance_type else ""
+    message = (
+        f"gang of {spec.workers} workers x {spec.accelerator.per_worker} "
+        f"{spec.accelerator.type} admitted on pool {option.pool}{machine}"
+    )
+    if step.conditions.transition(SCHEDULABLE, "True", "Admitted", message):
+        step.event("Normal", "Admitted", message)
+    step.decision.promise = promise_for(step.job.key, attempt, option)
+    return admission
+
+
+# ---------------------------------------------------------------- admitted, running, restarting
+
+
+def _admitted(
+    step: _Step, admission: Admission, current: Mapping[int, WorkerPod], live: Sequence[WorkerPod]
+) -> None:
+    spec, status, decision, job = step.spec, step.status, step.decision, step.job
+    attempt = admission.attempt
+    status.pool = admission.pool
+    pool = step.world.pools.get(admission.pool)
+    settings, reducer_pool_name, reducers = _reducer_settings(step)
+    _plan(step, pool, reducers)
+    uses_reducers = _uses_reducers(status.plan)
+    status.reduction_server_pool = reducer_pool_name if uses_reducers else None
+    schedulable = step.conditions.get(SCHEDULABLE)
+    if schedulable is None or schedulable.status != "True":
+        message = f"gang of {spec.workers} workers admitted on pool {admission.pool}"
+        if step.conditions.transition(SCHEDULABLE, "True", "Admitted", message):
+            step.event("Normal", "Admitted", message)
+
+    # The room stays held until every pod is seen (idempotent; recovers it after a restart).
+    if pool is not None:
+        option = _option(step, pool, attempt)
+        decision.promise = promise_for(job.key, attempt, option)
+
+    # A failed worker fails the gang: restart all of it, or give up at the backoff limit.
+    failed = sorted((p for p in current.values() if p.phase == "Failed"), key=lambda p: p.rank)
+    lost = status.phase == RUNNING and len(current) < spec.workers
+    if failed or lost:
+        _restart(step, failed, current, live, attempt)
+        return
+    if len(current) == spec.workers and all(p.phase == "Succeeded" for p in current.values()):
+        _finish(step, live, SUCCEEDED, "Completed", f"all {spec.workers} workers succeeded")
+        return
+    deadline = spec.run_policy.active_deadline_seconds
+    started = status.start_time
+    if (
+        deadline is not None
+        and started is not None
+        and (step.now - started).total_seconds() >= deadline
+    ):
+        message = f"ran longer than activeDeadlineSeconds ({deadline})"
+        _finish(step, live, FAILED, "DeadlineExceeded", message)
+        return
+
+    endpoints: tuple[str, ...] = ()
+    if uses_reducers:
+        if settings.pool_name is None:
+            wanted = settings.replicas or (status.plan.reducers_wanted if status.plan else 1) or 1
+            decision.apply.append(owned_reducer_pool(job.name, settings, wanted))
+        problem = _reducer_problem(settings.pool_name, reducers, job.namespace)
+        if problem is None:
+            ready = reducers.ready if reducers else 0
+            message = f"{ready} reducers of pool {reducer_pool_name} ready"
+            step.conditions.set(REDUCERS_CONDITION, "True", "ReducersReady", message)
+            endpoints = reducers.endpoints if reducers else ()
+        else:
+            changed = step.conditions.transition(REDUCERS_CONDITION, "False", *problem)
+            if changed and status.phase == RUNNING:
+                # Workers keep running (a reducer restarts in seconds); the user should know.
+                step.event("Warning", "ReducersLost", problem[1])
+            if not current:
+                status.phase = ADMITTED  # the workers start once their reducers serve
+                decision.requeue_after = SOON_SECONDS
+                return
+
+    placement = _placement(step, admission.pool, pool)
+    missing = [r for r in range(spec.workers) if r not in current]
+    if missing:
+        # Admitted: create what is not there yet (all of it, or what a crash kept us from).
+        # The layout (tensor, pipeline, data...) reaches the workers as environment variables.
+        layout = status.plan.to_k8s() if status.plan else None
+        decision.create = [rendezvous_service(job.name)] + [
+            worker_pod(job.name, job.namespace, spec, placement, rank, attempt, endpoints, layout)
+            for rank in missing
+        ]
+    counts = _counts(list(current.values()), spec.workers)
+    status.workers = WorkerCounts(**counts)
+    if counts["running"] == spec.workers:
+        if status.phase != RUNNING:
+            step.event("Normal", "Running", f"all {spec.workers} workers run")
+        status.phase = RUNNING
+        status.start_time = status.start_time or step.now
+        if deadline is not None:
+            decision.requeue_after = deadline - (step.now - status.start_time).total_seconds()
+    else:
+        status.phase = ADMITTED
+        decision.requeue_after = SOON_SECONDS
+
+
+def _restart(
+    step: _Step,
+    failed: Sequence[WorkerPod],
+    current: Mapping[int, WorkerPod],
+    live: Sequence[WorkerPod],
+    attempt: int,
+) -> None:
+    spec, status, decision = step.spec, step.status, step.decision
+    what = (
+        f"worker {failed[0].rank} failed ({failed[0].exit_detail or 'Failed'})"
+        if failed
+        else f"{spec.workers - len(current)} worker pod(s) disappeared"
+    )
+    limit = spec.run_policy.backoff_limit
+    if attempt >= limit:
+        _finish(step, live, FAILED, "BackoffLimitExceeded", f"{what}; backoffLimit {limit} reached")
+        return
+    decision.delete += [p.name for p in current.values()]
+    decision.promise = None
+    decision.release = True
+    status.restarts = attempt + 1
+    status.admission = None  # the next attempt is admitted anew
+    status.phase = PENDING
+    status.workers = None
+    step.event("Warning", "Restarted", f"{what}; restarting the gang ({attempt + 1}/{limit})")
+    decision.requeue_after = SOON_SECONDS
 
 
 def _counts(pods: Sequence[WorkerPod], workers: int) -> dict[str, int]:
@@ -246,322 +607,3 @@ def _counts(pods: Sequence[WorkerPod], workers: int) -> dict[str, int]:
         if key in counts and key != "total":
             counts[key] += 1
     return counts
-
-
-def _finish(
-    job: JobView,
-    decision: Decision,
-    live: Sequence[WorkerPod],
-    phase: str,
-    reason: str,
-    message: str,
-    now: dt.datetime,
-) -> Decision:
-    status = decision.status
-    status.phase = phase
-    status.completion_time = now
-    condition = COMPLETE if phase == SUCCEEDED else FAILED_CONDITION
-    _set(job, status, condition, "True", reason, message, now)
-    if phase == FAILED:
-        decision.delete = [p.name for p in live if p.phase not in FINISHED]
-    decision.events.append(Event("Normal" if phase == SUCCEEDED else "Warning", reason, message))
-    ttl = job.spec.run_policy.ttl_seconds_after_finished
-    decision.requeue_after = float(ttl) if ttl is not None else None
-    return decision
-
-
-def reconcile_training(
-    job: JobView,
-    pods: Sequence[WorkerPod],
-    capacity: Capacity,
-    now: dt.datetime,
-    planner: Planner,
-    reducer_pools: Mapping[str, ReducerPool] | None = None,
-) -> Decision:
-    spec = job.spec
-    status = job.status.model_copy(deep=True)
-    status.observed_generation = job.generation
-    decision = Decision(status=status)
-    live = [p for p in pods if not p.terminating]
-    attempt = status.restarts or 0
-
-    # Finished: nothing runs again; only the TTL is left to honour.
-    if status.phase in FINISHED:
-        ttl = spec.run_policy.ttl_seconds_after_finished
-        if ttl is not None and status.completion_time is not None:
-            remaining = (status.completion_time - now).total_seconds() + ttl
-            if remaining <= 0:
-                decision.delete_job = True
-            else:
-                decision.requeue_after = remaining
-        return decision
-
-    if spec.run_policy.suspend:
-        decision.delete = [p.name for p in live]
-        if status.phase != SUSPENDED:
-            decision.events.append(Event("Normal", "Suspended", "job suspended: workers deleted"))
-        status.phase = SUSPENDED
-        _set(
-            job, status, SUSPENDED_CONDITION, "True", "Suspended", "runPolicy.suspend is true", now
-        )
-        status.workers = None
-        return decision
-    suspended = find_condition(status.conditions, SUSPENDED_CONDITION)
-    if suspended is not None and suspended.status == "True":
-        _set(
-            job, status, SUSPENDED_CONDITION, "False", "Resumed", "runPolicy.suspend is false", now
-        )
-        decision.events.append(Event("Normal", "Resumed", "job resumed: admitting the gang again"))
-        status.phase = PENDING
-
-    choice = choose_pool(spec, capacity, current=status.pool)
-    if isinstance(choice, Unschedulable):
-        status.phase = PENDING
-        if _set(job, status, SCHEDULABLE, "False", choice.reason, choice.message, now):
-            decision.events.append(Event("Warning", choice.reason, choice.message))
-        return decision
-    pool = choice
-
-    previous_strategy = status.plan.strategy if status.plan else None
-    settings = spec.communication.reduction_server or ReductionServerSettings()
-    reducer_pool_name = settings.pool_name or owned_reducer_pool_name(job.name)
-    reducers = (reducer_pools or {}).get(reducer_pool_name)
-    try:
-        plan = planner(spec, pool.identity.instance_type, reducers)
-    except ValueError as error:
-        # The engine cannot model this hardware: run anyway, without a prediction, and say why.
-        status.plan = None
-        if _set(job, status, PLANNED, "False", "PlanFailed", str(error), now):
-            decision.events.append(Event("Warning", "PlanFailed", str(error)))
-        plan = {}
-    else:
-        status.plan = TrainingPlan.model_validate(plan)
-        _set(job, status, PLANNED, "True", "Planned", f"strategy {plan.get('strategy')}", now)
-    if plan.get("fits") is False:
-        # The model fits no layout on this pool's accelerators: wait, say why, create nothing.
-        status.phase = PENDING
-        message = str(plan.get("reason") or "the model does not fit in accelerator memory")
-        if _set(job, status, SCHEDULABLE, "False", DOES_NOT_FIT, message, now):
-            decision.events.append(Event("Warning", DOES_NOT_FIT, message))
-        return decision
-    if status.plan is not None and status.plan.strategy != previous_strategy:
-        decision.events.append(
-            Event(
-                "Normal",
-                "StrategyChosen",
-                f"{status.plan.strategy}: predicted {plan.get('stepSeconds', 0):.3g} s/step, "
-                f"bottleneck {plan.get('bottleneck')}",
-            )
-        )
-
-    placement = PoolPlacement(
-        pool=pool.name,
-        node_selector=pool.node_selector(),
-        accelerator_resource=_accelerator_resource(spec),
-        machine_type=pool.identity.instance_type,
-    )
-    # What one worker asks of a node: every fit check below needs it, and it is the same pod.
-    one_worker = pod_requests(
-        worker_pod(job.name, job.namespace, spec, placement, 0, attempt, layout=plan)
-    )
-    uses_reducers = plan.get("strategy") == REDUCTION_SERVER
-    status.reduction_server_pool = reducer_pool_name if uses_reducers else None
-    if uses_reducers and settings.pool_name is None:
-        wanted = settings.replicas or int(plan.get("reducersWanted") or 1)
-        waiting = not any(p.attempt == attempt for p in live)
-        if reducers is None and waiting:
-            # The job's reducers are part of its gang: create them only when the workers fit
-            # now and every reducer has a free host, or two jobs could each strand half a pool.
-            fit = gang_fits(
-                pool,
-                capacity.used,
-                one_worker,
-                spec.workers,
-                promised=capacity.promised.get(pool.name, ()),
-                one_per_node=placement.accelerator_resource == "google.com/tpu",
-            )
-            free_hosts = capacity.free_reducer_hosts.get(settings.machine_type, 0)
-            shortage = None
-            if not fit.fits:
-                shortage = (
-                    "InsufficientCapacity",
-                    f"needs {spec.workers} workers x {spec.accelerator.per_worker} "
-                    f"{placement.accelerator_resource} on pool {pool.name}; "
-                    f"{fit.available} fit now",
-                )
-            elif free_hosts < wanted:
-                shortage = (
-                    "InsufficientReducerCapacity",
-                    f"needs {wanted} free {settings.machine_type} hosts for its reducers; "
-                    f"{free_hosts} free",
-                )
-            if shortage:
-                status.phase = PENDING
-                if _set(job, status, SCHEDULABLE, "False", *shortage, now):
-                    decision.events.append(Event("Normal", *shortage))
-                return decision
-            decision.reducers_asked = (settings.machine_type, wanted)
-        decision.apply.append(owned_reducer_pool(job.name, settings, wanted))
-        if waiting:  # keep the workers' room while the reducers start
-            decision.held = (pool.name, one_worker)
-    reducer_problem = None
-    if uses_reducers:
-        reducer_problem = _reducer_problem(settings.pool_name, reducers, job.namespace)
-        if reducer_problem is None:
-            ready = reducers.ready if reducers else 0
-            message = f"{ready} reducers of pool {reducer_pool_name} ready"
-            _set(job, status, REDUCERS_CONDITION, "True", "ReducersReady", message, now)
-        else:
-            reason, message = reducer_problem
-            changed = _set(job, status, REDUCERS_CONDITION, "False", reason, message, now)
-            if changed and status.phase == RUNNING:
-                # Workers keep running (a reducer restarts in seconds); the user should know.
-                decision.events.append(Event("Warning", "ReducersLost", message))
-
-    endpoints = reducers.endpoints if uses_reducers and reducers else ()
-    current = {p.rank: p for p in live if p.attempt == attempt}
-    stale = [p for p in live if p.attempt != attempt]
-    decision.delete += [p.name for p in stale]
-    status.workers = None
-
-    # A failed worker fails the gang: restart all of it, or give up at the backoff limit.
-    failed = sorted((p for p in current.values() if p.phase == "Failed"), key=lambda p: p.rank)
-    lost = status.phase == RUNNING and len(current) < spec.workers
-    if failed or lost:
-        what = (
-            f"worker {failed[0].rank} failed ({failed[0].exit_detail or 'Failed'})"
-            if failed
-            else f"{spec.workers - len(current)} worker pod(s) disappeared"
-        )
-        if attempt >= spec.run_policy.backoff_limit:
-            return _finish(
-                job,
-                decision,
-                live,
-                FAILED,
-                "BackoffLimitExceeded",
-                f"{what}; backoffLimit {spec.run_policy.backoff_limit} reached",
-                now,
-            )
-        decision.delete += [p.name for p in current.values()]
-        status.restarts = attempt + 1
-        status.phase = PENDING
-        decision.events.append(
-            Event(
-                "Warning",
-                "Restarted",
-                f"{what}; restarting the gang ({attempt + 1}/{spec.run_policy.backoff_limit})",
-            )
-        )
-        decision.requeue_after = SOON_SECONDS
-        return decision
-
-    if len(current) == spec.workers and all(p.phase == "Succeeded" for p in current.values()):
-        return _finish(
-            job,
-            decision,
-            live,
-            SUCCEEDED,
-            "Completed",
-            f"all {spec.workers} workers succeeded",
-            now,
-        )
-
-    deadline = spec.run_policy.active_deadline_seconds
-    started = status.start_time
-    if deadline is not None and started is not None and (now - started).total_seconds() >= deadline:
-        return _finish(
-            job,
-            decision,
-            live,
-            FAILED,
-            "DeadlineExceeded",
-            f"ran longer than activeDeadlineSeconds ({deadline})",
-            now,
-        )
-
-    if not current:
-        if stale or any(p.terminating for p in pods):
-            decision.requeue_after = SOON_SECONDS  # the previous gang is still going away
-            return decision
-        if reducer_problem:
-            status.phase = PENDING
-            reason, message = reducer_problem
-            if _set(job, status, SCHEDULABLE, "False", reason, message, now):
-                decision.events.append(Event("Normal", reason, message))
-            decision.requeue_after = SOON_SECONDS
-            return decision
-        fit = gang_fits(
-            pool,
-            capacity.used,
-            one_worker,
-            spec.workers,
-            promised=capacity.promised.get(pool.name, ()),
-            one_per_node=placement.accelerator_resource == "google.com/tpu",
-        )
-        if not fit.fits:
-            status.phase = PENDING
-            message = (
-                f"needs {spec.workers} workers x {spec.accelerator.per_worker} "
-                f"{placement.accelerator_resource} on pool {pool.name}; {fit.available} fit now"
-            )
-            if _set(job, status, SCHEDULABLE, "False", "InsufficientCapacity", message, now):
-                decision.events.append(Event("Normal", "InsufficientCapacity", message))
-            return decision
-        decision.create = [rendezvous_service(job.name)] + [
-            worker_pod(job.name, job.namespace, spec, placement, rank, attempt, endpoints, plan)
-            for rank in range(spec.workers)
-        ]
-        decision.admitted_pool = pool.name
-        status.phase = ADMITTED
-        status.pool = pool.name
-        message = (
-            f"gang of {spec.workers} workers x {spec.accelerator.per_worker} "
-            f"{spec.accelerator.type} admitted on pool {pool.name} "
-            f"({pool.identity.instance_type})"
-        )
-        if _set(job, status, SCHEDULABLE, "True", "Admitted", message, now):
-            decision.events.append(Event("Normal", "Admitted", message))
-        decision.requeue_after = SOON_SECONDS
-        return decision
-
-    missing = [r for r in range(spec.workers) if r not in current]
-    admitted = find_condition(status.conditions, SCHEDULABLE)
-    if missing and (admitted is None or admitted.status != "True"):
-        # A partial gang that was never recorded as admitted (the operator stopped while
-        # creating it): the missing workers must fit now, or the partial gang is released.
-        fit = gang_fits(
-            pool,
-            capacity.used,
-            one_worker,
-            len(missing),
-            promised=capacity.promised.get(pool.name, ()),
-            one_per_node=placement.accelerator_resource == "google.com/tpu",
-        )
-        if not fit.fits:
-            decision.delete += [p.name for p in current.values()]
-            status.phase = PENDING
-            decision.requeue_after = SOON_SECONDS
-            return decision
-        message = f"gang of {spec.workers} workers completed on pool {pool.name}"
-        _set(job, status, SCHEDULABLE, "True", "Admitted", message, now)
-        status.pool = pool.name
-        decision.admitted_pool = pool.name
-    # Admitted earlier: recreate pods that a crash kept us from creating.
-    decision.create = [
-        worker_pod(job.name, job.namespace, spec, placement, rank, attempt, endpoints, plan)
-        for rank in missing
-    ]
-    counts = _counts(list(current.values()), spec.workers)
-    status.workers = WorkerCounts(**counts)
-    if counts["running"] == spec.workers:
-        if status.phase != RUNNING:
-            decision.events.append(Event("Normal", "Running", f"all {spec.workers} workers run"))
-        status.phase = RUNNING
-        status.start_time = status.start_time or now
-        if deadline is not None:
-            decision.requeue_after = deadline - (now - status.start_time).total_seconds()
-    else:
-        status.phase = ADMITTED
-        decision.requeue_after = SOON_SECONDS
-    return decision

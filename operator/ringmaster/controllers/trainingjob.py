@@ -1,10 +1,19 @@
-"""The kopf shell of the TrainingJob controller: read, decide (training_lifecycle), apply, report.
+"""The kopf shell of the TrainingJob controller: feed the admission snapshot, run admission
+cycles, apply decisions, write status.
 
-kopf watches TrainingJobs, nodes and pods and keeps them in indexes (in-memory caches fed by the
-watches), so no reconcile lists the cluster. Watch events only put keys on a work queue; the
-queue's workers reconcile one job at a time from the indexes. No kopf change handler, timer or
-daemon is used: those store progress in the object or add a finalizer, and a TrainingJob needs
-neither (its pods, Service and own reducer pool go with it through ownerReferences).
+- Node, pod and PriorityClass events update the admission snapshot (one object at a time) and
+  wake the admission loop. TrainingJob and worker pod events put the job's key on the work queue.
+- A worker reconciles one job at a time (training_lifecycle decides); a job that waits for room
+  is put in the admission queue (``waiting``).
+- The admission loop runs a cycle (admission/cycle.py) when the snapshot or the queue changed,
+  at most every CYCLE_SECONDS; each verdict is handed to its job's reconcile, which records it.
+  An admitted gang's room is held in the snapshot from the moment the cycle admits it.
+- Apply, in one order for every decision: objects to apply, then status (so an admission is on
+  record before its pods exist), then pods to create, pods to delete, Events.
+
+No kopf change handler, timer or daemon is used: those store progress in the object or add a
+finalizer, and a TrainingJob needs neither (its pods, Service and own reducer pool go with it
+through ownerReferences).
 """
 
 from __future__ import annotations
@@ -12,63 +21,71 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import time
+import functools
+import logging
+import os
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Mapping
-from decimal import Decimal
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 import kopf
 from pydantic import ValidationError
 
 from ringmaster import metrics
+from ringmaster.admission.cycle import (
+    DEFAULT_BYPASS_LIMIT_SECONDS,
+    Admit,
+    QueueingRule,
+    QueueingSettings,
+    Verdict,
+    Wait,
+    WaitingGang,
+    admission_cycle,
+    promise_for,
+)
+from ringmaster.admission.snapshot import ClusterSnapshot, NodeFacts
 from ringmaster.api import (
-    DEFAULT_REDUCER_MACHINE_TYPE,
     GROUP,
     VERSION,
     TrainingJobSpec,
     TrainingJobStatus,
-    set_condition,
+    TrainingPlan,
 )
-from ringmaster.controllers import cluster_state
-from ringmaster.controllers.base import Controller, Key, as_body, controller_for, snapshot
+from ringmaster.controllers.base import Controller, Key, as_body, snapshot
+from ringmaster.controllers.cluster_state import pod_facts
 from ringmaster.controllers.kubeapi import KubeApi
+from ringmaster.controllers.reporting import Conditions
 from ringmaster.controllers.training_lifecycle import (
     PENDING,
-    REDUCTION_SERVER,
-    Capacity,
     Decision,
     JobView,
     Planner,
     ReducerPool,
     WorkerPod,
+    World,
     reconcile_training,
 )
-from ringmaster.manifests.naming import (
-    MANAGED_BY,
-    OPERATOR,
-    ROLE_LABEL,
-    TRAINING_JOB_LABEL,
-    owned_reducer_pool_name,
-)
+from ringmaster.manifests.naming import MANAGED_BY, OPERATOR, ROLE_LABEL, TRAINING_JOB_LABEL
 from ringmaster.manifests.reduction import REDUCER_REQUESTS
-from ringmaster.placement.labels import POOL_NAME_KEYS
-from ringmaster.placement.pools import (
-    TERMINAL_PHASES,
-    NodePool,
-    free_capacity,
-    parse_resources,
-    pod_requests,
-    pods_that_fit,
-)
+from ringmaster.placement.pools import node_from_object, parse_resources
 
+log = logging.getLogger(__name__)
 PLURAL = "trainingjobs"
-# A safety net only: a hold ends when the watch shows the gang's pods, when creating them fails,
-# or when the job goes. Under load the pod watch can run minutes behind the decisions, and a
-# hold that expired before its pods were seen let gangs be admitted twice over (bench_scale).
-LEDGER_SECONDS = 600.0
 PHASES = ("Pending", "Admitted", "Running", "Succeeded", "Failed", "Suspended")
-REDUCER_REQUEST = parse_resources(REDUCER_REQUESTS)
+# The operator settings of the queueing rule (`ringmaster run --queueing`, `--bypass-limit`).
+QUEUEING_ENV = "RINGMASTER_QUEUEING"
+BYPASS_LIMIT_ENV = "RINGMASTER_BYPASS_LIMIT_SECONDS"
+# At most one admission cycle this often: events arrive in bursts (a gang's pods, a node pool
+# coming up), and one cycle after the burst decides as well as one per event.
+CYCLE_SECONDS = 0.2
+# A waiting job's "N fit now" is rewritten at most this often while room churns.
+WAIT_REFRESH_SECONDS = 5.0
+
+
+def queueing_settings() -> QueueingSettings:
+    rule = QueueingRule(os.environ.get(QUEUEING_ENV) or QueueingRule.BEST_EFFORT_FIFO)
+    limit = float(os.environ.get(BYPASS_LIMIT_ENV) or DEFAULT_BYPASS_LIMIT_SECONDS)
+    return QueueingSettings(rule, limit)
 
 
 # ---------------------------------------------------------------- indexes (fed by kopf's watches)
@@ -83,23 +100,9 @@ WORKER_LABELS: dict[str, Any] = {
 
 @kopf.index("pods", labels=WORKER_LABELS)
 def ringmaster_worker_pods(
-    body: kopf.Body,
-    namespace: str | None,
-    labels: kopf.Labels,
-    spec: kopf.Spec,
-    status: kopf.Status,
-    meta: kopf.Meta,
-    **_: Any,
+    body: kopf.Body, namespace: str | None, labels: kopf.Labels, **_: Any
 ) -> dict[Hashable, Any]:
-    job = labels[TRAINING_JOB_LABEL]
-    keys: dict[Hashable, Any] = {("job", namespace or "", job): WorkerPod.from_object(body)}
-    unbound = not spec.get("nodeName") and status.get("phase") not in TERMINAL_PHASES
-    if unbound and not meta.get("deletionTimestamp"):
-        selector = spec.get("nodeSelector") or {}
-        pool = next((selector[k] for k in POOL_NAME_KEYS if k in selector), None)
-        if pool:
-            keys[("promised", pool)] = ((namespace or "", job), pod_requests(body))
-    return keys
+    return {(namespace or "", labels[TRAINING_JOB_LABEL]): WorkerPod.from_object(body)}
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
@@ -109,48 +112,39 @@ def ringmaster_trainingjobs(
     return {(namespace or "", name): snapshot(body)}
 
 
+@kopf.index("scheduling.k8s.io", "v1", "priorityclasses")
+def ringmaster_priority_classes(name: str, body: kopf.Body, **_: Any) -> dict[str, Any]:
+    return {name: (int(body.get("value") or 0), bool(body.get("globalDefault")))}
+
+
 # ---------------------------------------------------------------- the engine, for status.plan
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_plan(
+    spec_json: str, machine_type: str | None, reducers: int | None, reducer_machine: str | None
+) -> TrainingPlan:
+    from ringmaster.planning import plan_training
+
+    spec = TrainingJobSpec.model_validate_json(spec_json)
+    settings = spec.communication.reduction_server
+    if reducer_machine is not None and settings and settings.machine_type != reducer_machine:
+        # A shared pool's machines, not the job's default, set the reducers' bandwidth.
+        settings = settings.model_copy(update={"machine_type": reducer_machine})
+        communication = spec.communication.model_copy(update={"reduction_server": settings})
+        spec = spec.model_copy(update={"communication": communication})
+    return plan_training(spec, machine_type=machine_type, reducers=reducers).to_status()
 
 
 def status_plan(
     spec: TrainingJobSpec, machine_type: str | None, reducers: ReducerPool | None
-) -> dict[str, Any]:
-    """The engine's plan for the pool's machine type and the reducers the job really has, in the
-    shape of ``status.plan``."""
-    from ringmaster.planning import plan_training
-
-    count = None
-    if reducers is not None and reducers.replicas > 0:
-        count = reducers.replicas
-        settings = spec.communication.reduction_server
-        if settings is not None and settings.machine_type != reducers.machine_type:
-            # A shared pool's machines, not the job's default, set the reducers' bandwidth.
-            settings = settings.model_copy(update={"machine_type": reducers.machine_type})
-            communication = spec.communication.model_copy(update={"reduction_server": settings})
-            spec = spec.model_copy(update={"communication": communication})
-    training_plan = plan_training(spec, machine_type=machine_type, reducers=count)
-    plan = training_plan.to_json()
-    strategies = plan["strategies"]
-    chosen = strategies[plan["chosenStrategy"]]
-    rule = strategies.get(REDUCTION_SERVER, {})
-    return {
-        "strategy": plan["chosenStrategy"],
-        "stepSeconds": chosen["stepSeconds"],
-        "computeSeconds": chosen.get("computeSeconds"),
-        "communicationSeconds": chosen["communicationSeconds"],
-        "samplesPerSecond": chosen["samplesPerSecond"],
-        "busBandwidthGBps": chosen["busBandwidthGBps"],
-        "bottleneck": chosen["bottleneck"],
-        "machineType": plan["machineType"],
-        "reducers": chosen.get("reducers"),
-        "reducerMachineType": chosen.get("reducerMachineType"),
-        # The bandwidth rule's count: what a pool sized by its jobs gives this one.
-        "reducersWanted": rule.get("vertexRuleReducers"),
-        "costOptimalReducers": rule.get("costOptimalReducers"),
-        "costPerHourUSD": chosen["costPerHourUSD"],
-        "alternatives": {name: s["stepSeconds"] for name, s in strategies.items()},
-        **training_plan.status_fields(),
-    }
+) -> TrainingPlan:
+    """The engine's plan for the pool's machine type and the reducers the job really has.
+    Cached: a job is planned on every look, and many jobs share a spec."""
+    count = reducers.replicas if reducers is not None and reducers.replicas > 0 else None
+    machine = reducers.machine_type if count is not None and reducers is not None else None
+    plan = _cached_plan(spec.model_dump_json(by_alias=True), machine_type, count, machine)
+    return plan.model_copy(deep=True)
 
 
 def reducer_pool_view(body: Mapping[str, Any]) -> ReducerPool:
@@ -167,6 +161,11 @@ def reducer_pool_view(body: Mapping[str, Any]) -> ReducerPool:
     )
 
 
+def _created(body: Mapping[str, Any]) -> dt.datetime | None:
+    stamp = (body.get("metadata") or {}).get("creationTimestamp")
+    return dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")) if stamp else None
+
+
 # ---------------------------------------------------------------- the controller
 
 
@@ -175,78 +174,126 @@ class TrainingController(Controller):
     plural = PLURAL
     index = "ringmaster_trainingjobs"
 
-    def __init__(self, api: KubeApi, planner: Planner) -> None:
+    def __init__(self, api: KubeApi, planner: Planner, settings: QueueingSettings) -> None:
         super().__init__(api)
         self.planner = planner
-        # Admitted gangs whose pods the pod index may not show yet: (pool, requests, since).
-        self.ledger: dict[Key, tuple[str, list[dict[str, Decimal]], float]] = {}
-        # Reducers a job's decision asked for, until its pool's pods show up: (machine, n, since).
-        self.reducers_asked: dict[Key, tuple[str, int, float]] = {}
-        # Admission reads and changes the capacity all jobs share: one decision at a time.
-        self.decide_lock = asyncio.Lock()
+        self.settings = settings
+        self.snapshot = ClusterSnapshot(parse_resources(REDUCER_REQUESTS))
+        self.waiting: dict[Key, WaitingGang] = {}
+        self.verdicts: dict[Key, Verdict] = {}  # decided by a cycle, not yet acted on
+        self.delivered: dict[Key, Verdict] = {}  # the last verdict each job acted on
+        self.delivered_at: dict[Key, dt.datetime] = {}
+        self.wake_cycle = asyncio.Event()
+        self.cycle_task: asyncio.Task[None] | None = None
+        self._last_cycle: tuple[int, int] | None = None
+        self._queue_version = 0
 
-    def free_reducer_hosts(
-        self,
-        pools: Mapping[str, NodePool],
-        used: Mapping[str, Mapping[str, Decimal]],
-        deciding: Key,
-    ) -> dict[str, int]:
-        """Per machine type: CPU hosts where one more reducer fits (reducers take one host
-        each), less reducers asked for that have no host yet."""
-        hosts_taken: set[str] = set()
-        unplaced: dict[Key, int] = defaultdict(int)
-        for key, store in self.indexes.get("ringmaster_reducer_pods", {}).items():
-            for _ordinal, _ready, _unschedulable, node in store:
-                if node:
-                    hosts_taken.add(node)
-                else:
-                    unplaced[key] += 1
-        free: dict[str, int] = defaultdict(int)
-        for pool in pools.values():
-            if pool.identity.accelerator is not None or not pool.identity.instance_type:
-                continue
-            for node in pool.nodes:
-                room = free_capacity(node, used.get(node.name, {}))
-                if (
-                    node.schedulable
-                    and node.name not in hosts_taken
-                    and pods_that_fit(room, REDUCER_REQUEST)
-                ):
-                    free[pool.identity.instance_type] += 1
-        reducer_pools = self.indexes.get("ringmaster_reduction_pools", {})
-        for key, count in unplaced.items():
-            bodies = list(reducer_pools.get(key, []))
-            machine = (bodies[0].get("spec") or {}).get("machineType") if bodies else None
-            free[machine or DEFAULT_REDUCER_MACHINE_TYPE] -= count
-        for job, (machine, count, _since) in self.reducers_asked.items():
-            if job != deciding:
-                free[machine] -= count
-        return dict(free)
+    # ------------------------------------------------------------ feeding the snapshot
 
-    def capacity(self, deciding: Key) -> Capacity:
-        """The world as `deciding` sees it: what other jobs hold counts, its own hold does not.
+    def bind(self, kwargs: Mapping[str, Any]) -> None:
+        first = not self.indexes
+        super().bind(kwargs)
+        if first:
+            # kopf runs no handler before every index is filled: start from them, then follow
+            # the events (updates are idempotent, so an event the index already had is harmless).
+            for store in self.indexes["ringmaster_nodes"].values():
+                for node in store:
+                    self.snapshot.set_node(NodeFacts.from_node(node))
+            for store in self.indexes["ringmaster_pod_facts"].values():
+                for facts in store:
+                    self.snapshot.set_pod(facts)
+            for name, store in self.indexes["ringmaster_priority_classes"].items():
+                for value, is_default in store:
+                    self.snapshot.set_priority_class(name, value, is_default)
+            self.cycle_task = asyncio.create_task(self.admission_loop())
 
-        A pod counts once: bound (in `used`), or created and unbound (the index's "promised"),
-        or decided but not seen yet (the ledger, for the pods the index does not show)."""
-        pools, used = cluster_state.pools_and_usage(self.indexes)
-        workers = self.indexes["ringmaster_worker_pods"]
-        promised: dict[str, list[Mapping[str, Decimal]]] = defaultdict(list)
-        for key, store in workers.items():
-            if key[0] == "promised":
-                promised[key[1]] += [req for job, req in store if job != deciding]
-        now = time.monotonic()
-        for job, (pool, requests, since) in list(self.ledger.items()):
-            seen = len(list(workers.get(("job", *job), [])))
-            if seen >= len(requests) or now - since > LEDGER_SECONDS:
-                del self.ledger[job]  # the index shows them all now (or they never came)
-            elif job != deciding:
-                promised[pool] += requests[: len(requests) - seen]
-        return Capacity(
-            pools=pools,
-            used=used,
-            promised=dict(promised),
-            free_reducer_hosts=self.free_reducer_hosts(pools, used, deciding),
-        )
+    def node_event(self, event: str | None, name: str, body: Mapping[str, Any]) -> None:
+        if event == "DELETED":
+            self.snapshot.remove_node(name)
+        else:
+            self.snapshot.set_node(NodeFacts.from_node(node_from_object(body)))
+        self.wake()
+
+    def pod_event(self, event: str | None, body: Mapping[str, Any]) -> None:
+        facts = pod_facts(body)
+        if event == "DELETED":
+            self.snapshot.remove_pod(facts.key)
+        else:
+            self.snapshot.set_pod(facts)
+        if facts.job is not None:
+            self.queue.add(facts.job)
+        self.wake()
+
+    def reducer_pool_event(self, namespace: str, name: str, meta: Mapping[str, Any]) -> None:
+        """A reducer pool changed: the jobs that use it plan and admit with its real state."""
+        for ref in meta.get("ownerReferences") or []:
+            if ref.get("kind") == self.kind:
+                self.queue.add((namespace, str(ref["name"])))
+        for (job_namespace, job_name), store in self.objects().items():
+            if job_namespace == namespace and any(
+                (b.get("status") or {}).get("reductionServerPool") == name for b in store
+            ):
+                self.queue.add((job_namespace, job_name))
+
+    def priority_class_event(self, event: str | None, name: str, body: Mapping[str, Any]) -> None:
+        if event == "DELETED":
+            self.snapshot.remove_priority_class(name)
+        else:
+            value = int(body.get("value") or 0)
+            self.snapshot.set_priority_class(name, value, bool(body.get("globalDefault")))
+        self.wake()
+
+    # ------------------------------------------------------------ admission cycles
+
+    def wake(self) -> None:
+        self.wake_cycle.set()
+
+    async def admission_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self.wake_cycle.wait()
+            self.wake_cycle.clear()
+            started = loop.time()
+            try:
+                self.run_cycle(dt.datetime.now(dt.UTC))
+            except Exception:
+                log.exception("admission cycle failed; the next change runs another")
+            await asyncio.sleep(max(0.0, CYCLE_SECONDS - (loop.time() - started)))
+
+    def run_cycle(self, now: dt.datetime) -> None:
+        """Decide every waiting gang from the snapshot, unless nothing changed since the last
+        cycle (the time bound of BestEffortFIFO is checked on resync)."""
+        state = (self.snapshot.version, self._queue_version)
+        if not self.waiting or state == self._last_cycle:
+            return
+        with metrics.ADMISSION_CYCLE_SECONDS.time():
+            verdicts = admission_cycle(self.snapshot, self.waiting.values(), self.settings, now)
+        for verdict in verdicts:
+            if isinstance(verdict, Admit):
+                # The room is held at once: later cycles see it taken before any pod exists.
+                gang = self.waiting.pop(verdict.key)
+                self.snapshot.promise(promise_for(verdict.key, gang.attempt, verdict.option))
+                self.verdicts[verdict.key] = verdict
+                self.queue.add(verdict.key)
+            elif self._worth_writing(verdict, now):
+                self.verdicts[verdict.key] = verdict
+                self.queue.add(verdict.key)
+        self._last_cycle = (self.snapshot.version, self._queue_version)
+
+    def _worth_writing(self, verdict: Verdict, now: dt.datetime) -> bool:
+        """A new reason at once; new numbers for the same reason at most every
+        WAIT_REFRESH_SECONDS (capacity churn would otherwise rewrite every waiting job)."""
+        before = self.delivered.get(verdict.key)
+        if before == verdict:
+            return False
+        if not isinstance(before, Wait) or not isinstance(verdict, Wait):
+            return True
+        if before.reason != verdict.reason:
+            return True
+        since = self.delivered_at.get(verdict.key)
+        return since is None or (now - since).total_seconds() >= WAIT_REFRESH_SECONDS
+
+    # ------------------------------------------------------------ one job
 
     def reducer_pools(self, namespace: str) -> dict[str, ReducerPool]:
         pools = self.indexes.get("ringmaster_reduction_pools", {})
@@ -257,18 +304,10 @@ class TrainingController(Controller):
             for body in store
         }
 
-    def _settle_reducers_asked(self, key: Key) -> None:
-        now = time.monotonic()
-        asked = self.reducers_asked.get(key)
-        if asked:
-            pool_pods = self.indexes.get("ringmaster_reducer_pods", {})
-            seen = len(list(pool_pods.get((key[0], owned_reducer_pool_name(key[1])), [])))
-            if seen >= asked[1] or now - asked[2] > LEDGER_SECONDS:
-                del self.reducers_asked[key]
-
     async def reconcile_object(
         self, namespace: str, name: str, body: dict[str, Any], current: dict[str, Any]
     ) -> float | None:
+        key = (namespace, name)
         status = TrainingJobStatus.model_validate(current)
         generation = int(body["metadata"].get("generation", 1))
         try:
@@ -277,45 +316,51 @@ class TrainingController(Controller):
             # The CRD admits what the models admit; this catches a CRD older than the operator.
             await self._report_invalid(namespace, name, body, current, status, generation, error)
             return None
-        pods = list(self.indexes["ringmaster_worker_pods"].get(("job", namespace, name), []))
-        async with self.decide_lock:
-            self._settle_reducers_asked((namespace, name))
+        pods = list(self.indexes["ringmaster_worker_pods"].get(key, []))
+        verdict = self.verdicts.pop(key, None)
+        try:
             decision = reconcile_training(
-                JobView(name, namespace, generation, spec, status),
+                JobView(name, namespace, generation, spec, status, _created(body)),
                 pods,
-                self.capacity((namespace, name)),
+                World(self.snapshot.pools(), self.reducer_pools(namespace), verdict),
                 dt.datetime.now(dt.UTC).replace(microsecond=0),
                 self.planner,
-                self.reducer_pools(namespace),
             )
-            if decision.admitted_pool:
-                requests = [pod_requests(o) for o in decision.create if o["kind"] == "Pod"]
-                self.ledger[(namespace, name)] = (
-                    decision.admitted_pool,
-                    requests,
-                    time.monotonic(),
-                )
-            elif decision.held:
-                # Hold the workers' room while the job's reducers start (renewed each look).
-                held_pool, one_worker = decision.held
-                self.ledger[(namespace, name)] = (
-                    held_pool,
-                    [one_worker] * spec.workers,
-                    time.monotonic(),
-                )
-            if decision.reducers_asked:
-                machine, count = decision.reducers_asked
-                self.reducers_asked[(namespace, name)] = (machine, count, time.monotonic())
+        except Exception:
+            if isinstance(verdict, Admit):  # admitted, and nothing recorded: decide again
+                self.snapshot.release(key)
+                self.wake()
+            raise
+        self._admission_bookkeeping(key, verdict, decision)
         try:
             await self._apply(namespace, name, body, current, decision)
         except Exception:
-            # Nothing was admitted after all (a terminating namespace refuses new pods, say):
-            # release the capacity the decision held, or other gangs would wait for it.
-            if decision.admitted_pool:
-                self.ledger.pop((namespace, name), None)
+            if decision.promise is not None and verdict is not None:
+                # Admitted by this look, and nothing recorded: let the room go, decide again.
+                self.snapshot.release(key)
+                self.wake()
             raise
-        self._observe(namespace, name, body, decision)
+        self._observe(namespace, name, body, decision, verdict)
         return decision.requeue_after
+
+    def _admission_bookkeeping(self, key: Key, verdict: Verdict | None, decision: Decision) -> None:
+        if verdict is not None:
+            self.delivered[key] = verdict
+            self.delivered_at[key] = dt.datetime.now(dt.UTC)
+        if decision.promise is not None:
+            self.snapshot.promise(decision.promise)
+        elif decision.release or decision.waiting is not None or isinstance(verdict, Admit):
+            # Done, waiting (a waiting job holds nothing), or changed since the cycle admitted it.
+            self.snapshot.release(key)
+        if decision.waiting is not None:
+            if self.waiting.get(key) != decision.waiting:
+                self.waiting[key] = decision.waiting
+                self._queue_version += 1
+                self.wake()
+        elif self.waiting.pop(key, None) is not None:
+            self._queue_version += 1
+            self.delivered.pop(key, None)
+            self.delivered_at.pop(key, None)
 
     async def _apply(
         self,
@@ -328,6 +373,8 @@ class TrainingController(Controller):
         for obj in decision.apply:
             kopf.append_owner_reference(obj, owner=as_body(body))
             await self.api.apply(namespace, obj)
+        # Status first: an admission is on record in the API before any of its pods exists.
+        await self.write_status(namespace, name, current, decision.status.to_k8s())
         for obj in decision.create:
             kopf.append_owner_reference(obj, owner=as_body(body))
         # A gang's pods at once: one by one, a large gang spends seconds in round trips.
@@ -335,13 +382,8 @@ class TrainingController(Controller):
         await asyncio.gather(
             *(self.api.delete_object(namespace, "Pod", pod) for pod in decision.delete)
         )
-        await self.write_status(namespace, name, current, decision.status.to_k8s())
         for event in decision.events:
             self.post(body, event.type, event.reason, event.message)
-        pool = decision.status.reduction_server_pool
-        reducers = controller_for("ReductionServerPool")
-        if pool and reducers is not None:
-            reducers.queue.add((namespace, pool))  # the pool sizes itself from its jobs
         if decision.delete_job:
             self.post(body, "Normal", "Expired", "ttlSecondsAfterFinished passed: deleting it")
             await self.api.delete_custom(PLURAL, namespace, name)
@@ -361,14 +403,21 @@ class TrainingController(Controller):
         )[:1000]
         status.observed_generation = generation
         status.phase = "Failed"
-        status.conditions = set_condition(
-            status.conditions, "Valid", "False", "InvalidSpec", message, generation
-        )
+        conditions = Conditions(status, generation, dt.datetime.now(dt.UTC).replace(microsecond=0))
+        conditions.set("Valid", "False", "InvalidSpec", message)
+        conditions.stamp()
         if status.to_k8s() != current:
             self.post(body, "Warning", "InvalidSpec", message)
             await self.write_status(namespace, name, current, status.to_k8s())
 
-    def _observe(self, namespace: str, name: str, body: dict[str, Any], decision: Decision) -> None:
+    def _observe(
+        self,
+        namespace: str,
+        name: str,
+        body: dict[str, Any],
+        decision: Decision,
+        verdict: Verdict | None,
+    ) -> None:
         plan = decision.status.plan
         if plan is not None and plan.step_seconds is not None:
             metrics.PREDICTED_STEP_SECONDS.labels(namespace, name).set(plan.step_seconds)
@@ -376,67 +425,49 @@ class TrainingController(Controller):
                 metrics.PREDICTED_SAMPLES_PER_SECOND.labels(namespace, name).set(
                     plan.samples_per_second
                 )
-        if decision.admitted_pool:
-            created = body["metadata"].get("creationTimestamp")
+        if isinstance(verdict, Admit) and decision.promise is not None:
+            created = _created(body)
             if created and not decision.status.restarts:
-                since = dt.datetime.fromisoformat(created.replace("Z", "+00:00"))
-                wait = (dt.datetime.now(dt.UTC) - since).total_seconds()
+                wait = (dt.datetime.now(dt.UTC) - created).total_seconds()
                 metrics.ADMISSION_WAIT_SECONDS.observe(max(wait, 0.0))
 
     def forget(self, key: Key) -> None:
-        self.ledger.pop(key, None)
-        self.reducers_asked.pop(key, None)
+        self.snapshot.release(key)
+        self.verdicts.pop(key, None)
+        self.delivered.pop(key, None)
+        self.delivered_at.pop(key, None)
+        if self.waiting.pop(key, None) is not None:
+            self._queue_version += 1
+        self.wake()
         for gauge in (metrics.PREDICTED_STEP_SECONDS, metrics.PREDICTED_SAMPLES_PER_SECOND):
             with contextlib.suppress(KeyError):
                 gauge.remove(*key)
 
     def is_settled(self, body: dict[str, Any]) -> bool:
-        """Only jobs waiting for room need a periodic look: capacity frees without an event of
-        theirs. Running jobs are woken by their pods' events, deadlines by requeue_after."""
+        """Jobs the admission queue holds are decided by cycles, which capacity changes wake;
+        running jobs are woken by their pods' events, deadlines by requeue_after. Only a pending
+        job that is in no queue yet (waiting for its reducers, say) needs a periodic look."""
+        metadata = body.get("metadata") or {}
+        key = (metadata.get("namespace") or "", metadata.get("name") or "")
         phase = (body.get("status") or {}).get("phase")
-        return phase not in (None, PENDING)
-
-    def resync_filter(self) -> Callable[[dict[str, Any]], bool]:
-        """A job waiting for capacity is looked at again only when its accelerator type has at
-        least as many free devices as its gang needs. One snapshot a tick, instead of a full
-        decision for every waiting job: with hundreds waiting on thousands of hosts, re-deciding
-        them all every few seconds is what would saturate the operator."""
-        pools, used = cluster_state.pools_and_usage(self.indexes)
-        free: dict[str, Decimal] = defaultdict(Decimal)
-        for pool in pools.values():
-            resource = pool.accelerator_resource
-            if pool.identity.accelerator is None or resource is None:
-                continue
-            for node in pool.nodes:
-                if node.schedulable:
-                    taken = used.get(node.name, {}).get(resource, Decimal(0))
-                    room = node.allocatable.get(resource, Decimal(0)) - taken
-                    free[pool.identity.accelerator] += room
-        # Optimistic on purpose (holds are not subtracted): it only skips jobs that cannot fit
-        # even so; the decision itself checks everything.
-
-        def worth_a_look(body: dict[str, Any]) -> bool:
-            status = body.get("status") or {}
-            conditions: list[dict[str, Any]] = status.get("conditions") or []
-            waiting = next((c for c in conditions if c.get("type") == "Schedulable"), {})
-            if waiting.get("reason") != "InsufficientCapacity":
-                return True
-            spec = body.get("spec") or {}
-            accelerator = str((spec.get("accelerator") or {}).get("type", ""))
-            needed = int(spec.get("workers", 0)) * int(
-                (spec.get("accelerator") or {}).get("perWorker", 0)
-            )
-            return free.get(accelerator, Decimal(0)) >= needed
-
-        return worth_a_look
+        return phase not in (None, PENDING) or key in self.waiting
 
     def after_resync(self) -> None:
+        # A waiting gang may have passed the BestEffortFIFO bypass limit: look again.
+        self._last_cycle = None
+        self.wake()
         phases: dict[str, int] = defaultdict(int)
         for store in self.objects().values():
             for body in store:
                 phases[(body.get("status") or {}).get("phase") or PENDING] += 1
         for phase in PHASES:
             metrics.TRAINING_JOBS.labels(phase).set(phases.get(phase, 0))
+        metrics.ADMISSION_WAITING.set(len(self.waiting))
+
+    async def stop(self) -> None:
+        if self.cycle_task is not None:
+            self.cycle_task.cancel()
+        await super().stop()
 
 
 CONTROLLER: TrainingController | None = None
@@ -445,7 +476,7 @@ CONTROLLER: TrainingController | None = None
 @kopf.on.startup()
 async def start_training_controller(**_: Any) -> None:
     global CONTROLLER
-    CONTROLLER = TrainingController(KubeApi(), status_plan)
+    CONTROLLER = TrainingController(KubeApi(), status_plan, queueing_settings())
 
 
 @kopf.on.cleanup()
@@ -465,6 +496,25 @@ async def trainingjob_changed(namespace: str | None, name: str, **kwargs: Any) -
     _controller(kwargs).queue.add((namespace or "", name))
 
 
-@kopf.on.event("pods", labels=WORKER_LABELS)
-async def worker_pod_changed(namespace: str | None, labels: kopf.Labels, **kwargs: Any) -> None:
-    _controller(kwargs).queue.add((namespace or "", labels[TRAINING_JOB_LABEL]))
+@kopf.on.event("pods")
+async def pod_changed(type: str | None, body: kopf.Body, **kwargs: Any) -> None:
+    _controller(kwargs).pod_event(type, body)
+
+
+@kopf.on.event("nodes")
+async def node_changed(type: str | None, name: str, body: kopf.Body, **kwargs: Any) -> None:
+    _controller(kwargs).node_event(type, name, body)
+
+
+@kopf.on.event("scheduling.k8s.io", "v1", "priorityclasses")
+async def priority_class_changed(
+    type: str | None, name: str, body: kopf.Body, **kwargs: Any
+) -> None:
+    _controller(kwargs).priority_class_event(type, name, body)
+
+
+@kopf.on.event(GROUP, VERSION, "reductionserverpools")
+async def reducer_pool_changed(
+    namespace: str | None, name: str, meta: kopf.Meta, **kwargs: Any
+) -> None:
+    _controller(kwargs).reducer_pool_event(namespace or "", name, meta)

@@ -156,6 +156,8 @@ def server_deployment(
             },
         },
     }
+    if spec.template.priority_class_name:
+        deployment_spec["template"]["spec"]["priorityClassName"] = spec.template.priority_class_name
     if replicas is not None:
         deployment_spec = {"replicas": replicas, **deployment_spec}
     return {

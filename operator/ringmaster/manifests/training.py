@@ -176,7 +176,7 @@ def worker_pod(
             container[field] = list(getattr(template, field))
     if template.image_pull_policy:
         container["imagePullPolicy"] = template.image_pull_policy
-    return {
+    pod: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
@@ -202,3 +202,6 @@ def worker_pod(
             "containers": [container],
         },
     }
+    if template.priority_class_name:
+        pod["spec"]["priorityClassName"] = template.priority_class_name
+    return pod

@@ -136,10 +136,6 @@ def used_by_node(pods: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Decim
     return used
 
 
-def free_capacity(node: Node, used: Mapping[str, Decimal]) -> dict[str, Decimal]:
-    return {name: total - used.get(name, Decimal(0)) for name, total in node.allocatable.items()}
-
-
 def pods_that_fit(free: Mapping[str, Decimal], request: Mapping[str, Decimal]) -> int:
     """How many copies of `request` fit in `free` (a resource the node lacks fits none)."""
     counts = [
@@ -169,7 +165,9 @@ def gang_fits(
     promised: Iterable[Mapping[str, Decimal]] = (),
     one_per_node: bool = False,
 ) -> GangFit:
-    """Whether `count` pods of `request` fit on the pool's schedulable nodes right now.
+    """Whether `count` pods of `request` fit on the pool's schedulable nodes right now (an
+    InferenceEndpoint's pool preference; TrainingJob gangs are admitted by
+    ringmaster.admission.cycle.check_gang, from the admission snapshot).
 
     `promised` are the requests of pods of already-admitted gangs that the scheduler has not bound
     yet: they are packed first (first fit, as the scheduler would find room for them), so two jobs

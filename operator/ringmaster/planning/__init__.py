@@ -7,10 +7,10 @@ the `ringmaster plan` command (:mod:`ringmaster.planning.command`).
 
 from ringmaster.planning.plans import (
     CATALOG_ENV,
-    InferencePlan,
-    LlmInferencePlan,
+    InferenceReport,
+    LlmInferenceReport,
     PlanError,
-    TrainingPlan,
+    TrainingReport,
     active_catalog,
     inference_inputs,
     plan_inference,
@@ -22,10 +22,10 @@ from ringmaster.planning.plausibility import Implausible, inference_warnings, tr
 __all__ = [
     "CATALOG_ENV",
     "Implausible",
-    "InferencePlan",
-    "LlmInferencePlan",
+    "InferenceReport",
+    "LlmInferenceReport",
     "PlanError",
-    "TrainingPlan",
+    "TrainingReport",
     "active_catalog",
     "inference_inputs",
     "inference_warnings",

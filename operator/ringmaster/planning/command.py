@@ -25,10 +25,10 @@ from typing import Any
 from ringmaster.engine.hardware import Catalog
 from ringmaster.planning import render
 from ringmaster.planning.plans import (
-    InferencePlan,
-    LlmInferencePlan,
+    InferenceReport,
+    LlmInferenceReport,
     PlanError,
-    TrainingPlan,
+    TrainingReport,
     _sig,
     _strategy_json,
     active_catalog,
@@ -144,9 +144,9 @@ def _sweep_output(
     if len(targets) != 1:
         raise _Usage("--sweep: the file must hold exactly one TrainingJob or InferenceEndpoint")
     m, plan = targets[0]
-    if isinstance(plan, LlmInferencePlan):
+    if isinstance(plan, LlmInferenceReport):
         raise _Usage("--sweep: not available for LLM endpoints (spec.model.architecture) yet")
-    if isinstance(plan, TrainingPlan):
+    if isinstance(plan, TrainingReport):
         if plan.layout is not None:
             raise _Usage(
                 "--sweep: not yet for a model with an architecture (its layout is re-planned "
@@ -183,7 +183,7 @@ def _sweep_output(
     if fmt == "json":
         pts = []
         for v, p in ipoints:
-            d = InferencePlan(m.name, m.namespace, str(m.spec.precision), p).to_json()
+            d = InferenceReport(m.name, m.namespace, str(m.spec.precision), p).to_json()
             pts.append({sweep.field: v, **{k: d[k] for k in list(d)[2:]}})
         return json.dumps(
             {"kind": m.kind, "name": m.name, "sweep": {"field": sweep.field, "points": pts}},
@@ -246,9 +246,9 @@ def _save(fig: Any, plt: Any, path: str) -> None:
 
 
 def _warnings(m: Any, plan: Any, catalog: Catalog) -> list[Implausible]:
-    if isinstance(plan, TrainingPlan):
+    if isinstance(plan, TrainingReport):
         return training_warnings(m.spec, plan, catalog)
-    if isinstance(plan, InferencePlan | LlmInferencePlan):
+    if isinstance(plan, InferenceReport | LlmInferenceReport):
         return inference_warnings(m.spec, plan, catalog)
     return []
 
@@ -267,11 +267,11 @@ def _render(plans: list[Any], catalog: Catalog, fmt: str) -> str:
         return json.dumps(docs[0] if len(docs) == 1 else docs, indent=2)
     blocks = []
     for m, plan in plans:
-        if isinstance(plan, TrainingPlan):
+        if isinstance(plan, TrainingReport):
             block = render.render_training(plan)
-        elif isinstance(plan, InferencePlan):
+        elif isinstance(plan, InferenceReport):
             block = render.render_inference(plan)
-        elif isinstance(plan, LlmInferencePlan):
+        elif isinstance(plan, LlmInferenceReport):
             block = render.render_llm_inference(plan)
         else:
             block = _pool_text(m, catalog)

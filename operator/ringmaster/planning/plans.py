@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ringmaster.api import TrainingPlan
 from ringmaster.engine.hardware import (
     DEFAULT_CATALOG,
     Catalog,
@@ -123,7 +124,7 @@ def _strategy_json(p: StrategyPrediction) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class TrainingPlan:
+class TrainingReport:
     name: str
     namespace: str | None
     prediction: TrainingPrediction
@@ -152,6 +153,36 @@ class TrainingPlan:
             "notes": list(p.notes),
             **(layout_json(self.layout) if self.layout is not None else {}),
         }
+
+    def to_status(self) -> TrainingPlan:
+        """The chosen strategy's figures in the shape of a TrainingJob's ``status.plan``."""
+        p = self.prediction
+        chosen = self.chosen
+        rule = p.strategies.get(REDUCTION_SERVER)
+        uses_reducers = chosen.name == REDUCTION_SERVER
+        plan = TrainingPlan(
+            strategy=p.chosen_strategy,
+            step_seconds=_sig(chosen.step_seconds),
+            compute_seconds=_sig(chosen.compute_seconds),
+            communication_seconds=_sig(chosen.communication_seconds),
+            samples_per_second=_sig(chosen.samples_per_second),
+            bus_bandwidth_gbps=_sig(chosen.bus_bandwidth_gbps),
+            bottleneck=chosen.bottleneck,
+            machine_type=p.machine_type,
+            reducers=chosen.reducers if uses_reducers else None,
+            reducer_machine_type=chosen.reducer_machine_type if uses_reducers else None,
+            # The bandwidth rule's count: what a pool sized by its jobs gives this one.
+            reducers_wanted=rule.vertex_reducers if rule else None,
+            cost_optimal_reducers=rule.cost_optimal_reducers if rule else None,
+            cost_per_hour_usd=_sig(chosen.cost_per_hour_usd),
+            alternatives={
+                name: step
+                for name, strategy in p.strategies.items()
+                if (step := _sig(strategy.step_seconds)) is not None
+            },
+        )
+        # A layout (a model with an architecture) adds its own fields.
+        return TrainingPlan.model_validate({**plan.model_dump(), **self.status_fields()})
 
     def status_fields(self) -> dict[str, Any]:
         """What status.plan adds for a layout (empty without an architecture)."""
@@ -237,7 +268,7 @@ def plan_training(
     name: str = "",
     namespace: str | None = None,
     catalog: Catalog | None = None,
-) -> TrainingPlan:
+) -> TrainingReport:
     """What the operator decides for a TrainingJob: both strategies, the choice, the reducers;
     for a model with an architecture, the layout (searched where the spec says Auto) first."""
     cat = catalog or active_catalog()
@@ -248,17 +279,17 @@ def plan_training(
             layout, prediction = plan_layout(spec, inputs, cat)
         except (ValueError, LookupError) as exc:
             raise _engine_error(exc) from None
-        return TrainingPlan(name=name, namespace=namespace, prediction=prediction, layout=layout)
+        return TrainingReport(name=name, namespace=namespace, prediction=prediction, layout=layout)
     inputs = training_inputs(spec, machine_type, reducers)
     prediction = predict_training_inputs(inputs, cat)
-    return TrainingPlan(name=name, namespace=namespace, prediction=prediction)
+    return TrainingReport(name=name, namespace=namespace, prediction=prediction)
 
 
 # --- inference -----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class InferencePlan:
+class InferenceReport:
     name: str
     namespace: str | None
     precision: Any
@@ -291,7 +322,7 @@ class InferencePlan:
 
 
 @dataclass(frozen=True)
-class LlmInferencePlan:
+class LlmInferenceReport:
     """An LLM endpoint's plan (spec.model.architecture set): the JSON adds the LLM figures to
     the keys every InferenceEndpoint plan has."""
 
@@ -410,18 +441,18 @@ def plan_inference(
     name: str = "",
     namespace: str | None = None,
     catalog: Catalog | None = None,
-) -> InferencePlan | LlmInferencePlan:
+) -> InferenceReport | LlmInferenceReport:
     """Batch size, replicas, p99 and cost for an InferenceEndpoint; for an LLM endpoint
     (spec.model.architecture) throughput in tokens, TTFT / TPOT p99 and the KV cache."""
     if getattr(spec.model, "architecture", None) is not None:
         llm = llm_serving_inputs(spec)
         found = predict_llm_serving_inputs(llm, catalog or active_catalog())
-        return LlmInferencePlan(
+        return LlmInferenceReport(
             name=name, namespace=namespace, precision=llm.precision, prediction=found
         )
     inputs = inference_inputs(spec)
     prediction = predict_inference_inputs(inputs, catalog or active_catalog())
-    return InferencePlan(
+    return InferenceReport(
         name=name, namespace=namespace, precision=inputs.precision, prediction=prediction
     )
 
@@ -430,10 +461,10 @@ __all__ = [
     "CATALOG_ENV",
     "REDUCTION_SERVER",
     "RING",
-    "InferencePlan",
-    "LlmInferencePlan",
+    "InferenceReport",
+    "LlmInferenceReport",
     "PlanError",
-    "TrainingPlan",
+    "TrainingReport",
     "active_catalog",
     "inference_inputs",
     "plan_inference",

@@ -18,9 +18,9 @@ from typing import Any
 from ringmaster.api.architecture import architecture_parameters
 from ringmaster.engine.hardware import Catalog
 from ringmaster.planning.plans import (
-    InferencePlan,
-    LlmInferencePlan,
-    TrainingPlan,
+    InferenceReport,
+    LlmInferenceReport,
+    TrainingReport,
     active_catalog,
 )
 
@@ -97,7 +97,7 @@ def _parameter_count(model: Any) -> float:
 
 
 def training_warnings(
-    spec: Any, plan: TrainingPlan, catalog: Catalog | None = None
+    spec: Any, plan: TrainingReport, catalog: Catalog | None = None
 ) -> list[Implausible]:
     """What is implausible about a TrainingJob ``spec`` given its ``plan`` (from
     :func:`~ringmaster.planning.plans.plan_training`); empty when nothing is."""
@@ -154,7 +154,7 @@ def training_warnings(
 
 
 def inference_warnings(
-    spec: Any, plan: InferencePlan | LlmInferencePlan, catalog: Catalog | None = None
+    spec: Any, plan: InferenceReport | LlmInferenceReport, catalog: Catalog | None = None
 ) -> list[Implausible]:
     """What is implausible about an InferenceEndpoint ``spec`` (weights that do not fit a replica
     are already an infeasible plan, with its reason)."""

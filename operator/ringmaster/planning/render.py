@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from ringmaster.engine.inference import InferencePrediction
 from ringmaster.engine.training import REDUCTION_SERVER, RING, TrainingPrediction
 from ringmaster.planning.layouts import LayoutPlan
-from ringmaster.planning.plans import InferencePlan, LlmInferencePlan, TrainingPlan
+from ringmaster.planning.plans import InferenceReport, LlmInferenceReport, TrainingReport
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> str:
@@ -37,7 +37,7 @@ def _size(nbytes: float) -> str:
     return f"{nbytes / 1e9:.3g} GB" if nbytes >= 1e9 else f"{nbytes / 1e6:.3g} MB"
 
 
-def render_training(plan: TrainingPlan) -> str:
+def render_training(plan: TrainingReport) -> str:
     p = plan.prediction
     src = {
         "measured": "computeSecondsPerStep",
@@ -146,7 +146,7 @@ def _p99_ms(p: InferencePrediction) -> float | None:
     return None if p.p99_latency_seconds is None else p.p99_latency_seconds * 1e3
 
 
-def render_inference(plan: InferencePlan) -> str:
+def render_inference(plan: InferenceReport) -> str:
     p: InferencePrediction = plan.prediction
     lines = [
         f"InferenceEndpoint {plan.name}: {plan.precision} on {p.machine_type}",
@@ -192,7 +192,7 @@ def _ms_or_dash(seconds: float | None) -> str:
     return f"{ms:,.0f}" if ms >= 100 else f"{ms:.3g}"
 
 
-def render_llm_inference(plan: LlmInferencePlan) -> str:
+def render_llm_inference(plan: LlmInferenceReport) -> str:
     p = plan.prediction
     kv = f"KV cache {p.kv_cache_precision} {p.kv_cache_bytes_per_token / 1e3:,.4g} kB/token"
     tp = f"tensor parallel {p.tensor_parallel}, " if p.tensor_parallel > 1 else ""

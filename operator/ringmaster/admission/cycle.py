@@ -1,0 +1,320 @@
+"""The admission cycle: one ordered pass over the waiting gangs, from one snapshot.
+
+As in Kueue's scheduler: the gangs are taken in order (PriorityClass value, then creation time);
+each is checked against the room left by the gangs admitted before it in the same pass (so two
+gangs are never admitted into the same room), and gets a decision: :class:`Admit` on a pool, or
+:class:`Wait` with a reason and the numbers. All or nothing: a gang's workers and its own
+reducers fit together, or nothing of it starts.
+
+Queueing rule (an operator setting, ``ringmaster run --queueing``):
+
+- ``BestEffortFIFO`` (default): a gang that does not fit does not stop smaller ones behind it
+  from starting, so free room is used. So that a large gang is not passed over forever, once it
+  has waited ``bypass_limit_seconds`` it holds its accelerator type: gangs behind it in the
+  order (same or lower priority) wait until it has started. Kueue's BestEffortFIFO has no such
+  bound (it leaves starvation to preemption); a gang here can be delayed at most that long by
+  later gangs, then for as long as the running ones take to free room.
+- ``StrictFIFO``: the first gang of an accelerator type that does not fit holds every gang behind
+  it of that type (a strict queue per accelerator type; other types are not held).
+
+No preemption: a waiting high-priority gang does not evict running ones (Kueue does that, with
+its preemption policies, for clusters that need it).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from ringmaster.admission.snapshot import (
+    UNLIMITED,
+    ClusterSnapshot,
+    Key,
+    Promise,
+    Shape,
+    copies_that_fit,
+)
+
+
+class QueueingRule(StrEnum):
+    STRICT_FIFO = "StrictFIFO"
+    BEST_EFFORT_FIFO = "BestEffortFIFO"
+
+
+# How long later gangs may start ahead of one that does not fit (BestEffortFIFO). Five minutes:
+# longer than most gangs take to start, shorter than most training runs.
+DEFAULT_BYPASS_LIMIT_SECONDS = 300.0
+
+
+@dataclass(frozen=True)
+class QueueingSettings:
+    rule: QueueingRule = QueueingRule.BEST_EFFORT_FIFO
+    bypass_limit_seconds: float = DEFAULT_BYPASS_LIMIT_SECONDS
+
+
+@dataclass(frozen=True)
+class ReducerNeed:
+    """The job's own reducers: `count` hosts of `machine`, for reducer pool `pool`."""
+
+    machine: str
+    count: int
+    pool: Key
+
+
+@dataclass(frozen=True)
+class GangOption:
+    """The gang as it would run on one pool."""
+
+    pool: str
+    worker: Shape  # one worker pod's requests
+    workers: int
+    one_per_node: bool  # TPU slices: one worker per host
+    accelerator_resource: str
+    per_worker: int
+    reducers: ReducerNeed | None = None
+
+
+@dataclass(frozen=True)
+class Wait:
+    key: Key
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Admit:
+    key: Key
+    option: GangOption
+
+    @property
+    def pool(self) -> str:
+        return self.option.pool
+
+
+Verdict = Admit | Wait
+
+
+@dataclass(frozen=True)
+class WaitingGang:
+    """A job waiting for admission."""
+
+    key: Key
+    created: dt.datetime
+    queue: str  # what it competes for: its accelerator type
+    options: tuple[GangOption, ...]  # the pools that can take it, best first
+    priority_class: str | None = None
+    attempt: int = 0  # the gang attempt (status.restarts) that waits
+    waiting_since: dt.datetime | None = None  # None: it starts waiting now
+    blocked: Wait | None = None  # a reason no room can fix (no pool, reducers not ready)
+
+
+def promise_for(key: Key, attempt: int, option: GangOption) -> Promise:
+    """The room an admitted gang holds until its pods are seen."""
+    need = option.reducers
+    return Promise(
+        job=key,
+        pool=option.pool,
+        attempt=attempt,
+        worker=option.worker,
+        workers=option.workers,
+        reducer_pool=need.pool if need else None,
+        reducer_machine=need.machine if need else None,
+        reducers=need.count if need else 0,
+    )
+
+
+# ---------------------------------------------------------------- the room one cycle works on
+
+
+class Room:
+    """One pool's free room during a cycle: schedulable nodes grouped by free vector."""
+
+    def __init__(self, vectors: Counter[Shape]) -> None:
+        self.nodes: dict[Shape, int] = dict(vectors)
+
+    def count(self, request: Shape, wanted: int, one_per_node: bool) -> int:
+        """How many pods of `request` fit (stops counting at `wanted`)."""
+        available = 0
+        for free, nodes in self.nodes.items():
+            fit = copies_that_fit(dict(free), request)
+            available += nodes * (min(fit, 1) if one_per_node else fit)
+            if available >= wanted:
+                return wanted
+        return available
+
+    def take(self, request: Shape, copies: int, one_per_node: bool = False) -> int:
+        """Place `copies` pods, tightest nodes first (best fit keeps whole hosts whole, as a
+        gang of whole-host workers needs); returns how many were placed."""
+        placed = 0
+        order = sorted(
+            ((copies_that_fit(dict(free), request), free) for free in self.nodes),
+            key=lambda item: (item[0], item[1]),
+        )
+        for fit, free in order:
+            if placed >= copies:
+                break
+            per_node = min(fit, 1) if one_per_node else fit
+            if per_node <= 0:
+                continue
+            if per_node >= UNLIMITED:  # it requests nothing: it takes no room
+                return copies
+            nodes = self.nodes[free]
+            full = min(nodes, (copies - placed) // per_node)
+            self._move(free, request, per_node, full)
+            placed += full * per_node
+            if placed < copies and full < nodes:  # the rest on one more node of this kind
+                self._move(free, request, copies - placed, 1)
+                placed = copies
+        return placed
+
+    def _move(self, free: Shape, request: Shape, pods: int, nodes: int) -> None:
+        if nodes <= 0 or pods <= 0:
+            return
+        wanted = dict(request)
+        after = tuple((r, amount - pods * wanted.get(r, 0)) for r, amount in free)
+        self.nodes[free] -= nodes
+        if not self.nodes[free]:
+            del self.nodes[free]
+        self.nodes[after] = self.nodes.get(after, 0) + nodes
+
+
+class CycleView:
+    """The snapshot as one cycle sees it: rooms with what is headed to them packed in first,
+    less what this cycle has admitted so far."""
+
+    def __init__(self, snapshot: ClusterSnapshot) -> None:
+        self.snapshot = snapshot
+        self._rooms: dict[str, Room] = {}
+        self._reducer_hosts: dict[str, int] = {}
+
+    def room(self, pool: str) -> Room:
+        if pool not in self._rooms:
+            room = Room(self.snapshot.free_vectors(pool))
+            for request, copies in self.snapshot.headed_to(pool):
+                room.take(request, copies)  # as the scheduler would find them room
+            self._rooms[pool] = room
+        return self._rooms[pool]
+
+    def reducer_hosts(self, machine: str) -> int:
+        if machine not in self._reducer_hosts:
+            self._reducer_hosts[machine] = self.snapshot.free_reducer_hosts(machine)
+        return self._reducer_hosts[machine]
+
+    def reducer_hosts_needed(self, option: GangOption) -> int:
+        """Hosts the gang's own reducers still need (those already running have theirs)."""
+        need = option.reducers
+        if need is None:
+            return 0
+        return max(0, need.count - self.snapshot.reducers_seen(need.pool))
+
+    def assume(self, option: GangOption) -> None:
+        """The gang is admitted: its room is taken for the rest of the cycle."""
+        self.room(option.pool).take(option.worker, option.workers, option.one_per_node)
+        if option.reducers is not None:
+            machine = option.reducers.machine
+            self._reducer_hosts[machine] = self.reducer_hosts(machine) - (
+                self.reducer_hosts_needed(option)
+            )
+
+
+@dataclass(frozen=True)
+class GangCheck:
+    fits: bool
+    reason: str  # InsufficientCapacity or InsufficientReducerCapacity when it does not fit
+    message: str
+    available: int  # workers that fit now (at most the gang's size)
+
+
+def check_gang(view: CycleView, option: GangOption) -> GangCheck:
+    """THE gang check: all of the gang's workers on the pool, and every one of its own reducers
+    on a free host, or nothing."""
+    available = view.room(option.pool).count(option.worker, option.workers, option.one_per_node)
+    if available < option.workers:
+        return GangCheck(
+            False,
+            "InsufficientCapacity",
+            f"needs {option.workers} workers x {option.per_worker} "
+            f"{option.accelerator_resource} on pool {option.pool}; {available} fit now",
+            available,
+        )
+    hosts = view.reducer_hosts_needed(option)
+    if hosts:
+        assert option.reducers is not None
+        machine = option.reducers.machine
+        free = view.reducer_hosts(machine)
+        if free < hosts:
+            return GangCheck(
+                False,
+                "InsufficientReducerCapacity",
+                f"needs {hosts} free {machine} hosts for its reducers; {max(free, 0)} free",
+                available,
+            )
+    return GangCheck(True, "Admitted", "", available)
+
+
+# ---------------------------------------------------------------- the cycle
+
+
+def admission_order(
+    snapshot: ClusterSnapshot, gangs: Iterable[WaitingGang]
+) -> list[tuple[int, WaitingGang]]:
+    """(priority, gang), highest priority first, then oldest, then by name."""
+    ranked = [(snapshot.priority(g.priority_class), g) for g in gangs]
+    return sorted(
+        ((p if p is not None else 0, g) for p, g in ranked),
+        key=lambda item: (-item[0], item[1].created, item[1].key),
+    )
+
+
+def admission_cycle(
+    snapshot: ClusterSnapshot,
+    gangs: Iterable[WaitingGang],
+    settings: QueueingSettings,
+    now: dt.datetime,
+) -> list[Verdict]:
+    """A decision for every waiting gang, in admission order. The caller applies them in that
+    order and records each Admit in the snapshot (:meth:`ClusterSnapshot.promise`)."""
+    view = CycleView(snapshot)
+    held: dict[str, WaitingGang] = {}  # queue -> the gang that holds it
+    verdicts: list[Verdict] = []
+    for _priority, gang in admission_order(snapshot, gangs):
+        if gang.blocked is not None:
+            verdicts.append(gang.blocked)
+            continue
+        if gang.priority_class is not None and snapshot.priority(gang.priority_class) is None:
+            verdicts.append(
+                Wait(
+                    gang.key,
+                    "PriorityClassNotFound",
+                    f"PriorityClass {gang.priority_class} (spec.template.priorityClassName) "
+                    "does not exist",
+                )
+            )
+            continue
+        holder = held.get(gang.queue)
+        if holder is not None:
+            verdicts.append(
+                Wait(
+                    gang.key,
+                    "QueuedBehind",
+                    f"{holder.key[0]}/{holder.key[1]} starts first ({settings.rule} order "
+                    f"for {gang.queue})",
+                )
+            )
+            continue
+        checks = [(option, check_gang(view, option)) for option in gang.options]
+        chosen = next((option for option, check in checks if check.fits), None)
+        if chosen is not None:
+            view.assume(chosen)
+            verdicts.append(Admit(gang.key, chosen))
+            continue
+        _, first = checks[0]
+        verdicts.append(Wait(gang.key, first.reason, first.message))
+        since = gang.waiting_since or now
+        waited = (now - since).total_seconds()
+        if settings.rule == QueueingRule.STRICT_FIFO or waited >= settings.bypass_limit_seconds:
+            held[gang.queue] = gang
+    return verdicts

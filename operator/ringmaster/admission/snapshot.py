@@ -1,0 +1,375 @@
+"""The cluster as admission sees it: pools, free room per node, and room promised to gangs.
+
+Kept up to date from watch events, one object at a time (O(changed objects), never a rebuild
+from all nodes), as Kueue's cache is. Every pod's requests count exactly once:
+
+- bound and not finished: on its node (``used``);
+- not bound yet and not going away: on the pool its nodeSelector names (``pending``);
+- decided but not seen yet: in the :class:`Promise` of its admitted gang, which counts only the
+  pods of the gang's attempt that no event has shown (``workers - seen``).
+
+A pool's free room is a multiset of free vectors, one per schedulable node ("12 nodes with 8 GPUs
+free, 3 with none"): a pod event moves one node from one vector to another, and the gang check
+(:func:`ringmaster.admission.cycle.check_gang`) works per distinct vector, not per node. Nodes
+of a pool are mostly alike, so a pool of 2,000 hosts is a handful of vectors.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from ringmaster.placement.labels import POOL_NAME_KEYS, PoolIdentity
+from ringmaster.placement.pools import Node
+
+Key = tuple[str, str]
+"""(namespace, name)."""
+Shape = tuple[tuple[str, Decimal], ...]
+"""Requests (or free room) as a sorted tuple: hashable, so alike pods and nodes group."""
+UNLIMITED = 1 << 30  # how many copies of a pod that requests nothing "fit" a node
+
+
+def shape(requests: Mapping[str, Decimal]) -> Shape:
+    """The positive requests, sorted by resource name."""
+    return tuple(sorted((name, amount) for name, amount in requests.items() if amount > 0))
+
+
+def copies_that_fit(free: Mapping[str, Decimal], request: Shape) -> int:
+    """How many copies of `request` fit in `free` (a resource the node lacks fits none)."""
+    if not request:
+        return UNLIMITED
+    return max(0, min(int(free.get(name, Decimal(0)) // amount) for name, amount in request))
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What admission needs of a node."""
+
+    name: str
+    identity: PoolIdentity
+    allocatable: Shape
+    schedulable: bool  # Ready and not cordoned
+    pool_label: str | None  # the label key that names its pool (the pods' nodeSelector)
+    accelerators: int
+
+    @classmethod
+    def from_node(cls, node: Node) -> NodeFacts:
+        pool = node.identity.pool
+        label = next((k for k in POOL_NAME_KEYS if pool and node.labels.get(k) == pool), None)
+        return cls(
+            name=node.name,
+            identity=node.identity,
+            allocatable=tuple(sorted(node.allocatable.items())),
+            schedulable=node.schedulable,
+            pool_label=label,
+            accelerators=node.accelerators,
+        )
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    """What admission needs of a pod (built by the shell from the object and its labels)."""
+
+    namespace: str
+    name: str
+    requests: Shape
+    node: str | None = None  # spec.nodeName once bound
+    active: bool = True  # not Succeeded or Failed
+    terminating: bool = False  # deletionTimestamp set
+    pool: str | None = None  # the pool its nodeSelector names
+    machine: str | None = None  # the machine type its nodeSelector names (reducers)
+    job: Key | None = None  # the TrainingJob whose worker it is
+    attempt: int = 0
+    reducer_pool: Key | None = None  # the ReductionServerPool whose reducer it is
+
+    @property
+    def key(self) -> Key:
+        return (self.namespace, self.name)
+
+
+@dataclass(frozen=True)
+class Promise:
+    """Room held for an admitted gang until its pods are seen: `workers` pods of `worker` on
+    `pool` for the gang's attempt, and `reducers` hosts of `reducer_machine` for its own reducer
+    pool (none for a job that uses a shared pool: a shared pool holds its own hosts)."""
+
+    job: Key
+    pool: str
+    attempt: int
+    worker: Shape
+    workers: int
+    reducer_pool: Key | None = None
+    reducer_machine: str | None = None
+    reducers: int = 0
+
+
+@dataclass(frozen=True)
+class PoolSummary:
+    """A pool as pool selection sees it."""
+
+    name: str
+    identity: PoolIdentity
+    accelerators_per_node: int
+    node_selector: Mapping[str, str]
+    nodes: int
+
+
+def _add(counter: Counter[Any], key: Any, n: int = 1) -> None:
+    counter[key] += n
+    if counter[key] == 0:
+        del counter[key]
+
+
+def _identity_order(identity: PoolIdentity) -> tuple[str, str, str, str]:
+    return (
+        identity.pool or "",
+        identity.instance_type or "",
+        identity.accelerator or "",
+        identity.tpu_topology or "",
+    )
+
+
+class ClusterSnapshot:
+    """Pools, free room and promises, updated one event at a time. Not thread-safe: the shell
+    feeds it and runs cycles from one event loop."""
+
+    def __init__(self, reducer_request: Mapping[str, Decimal]) -> None:
+        self.reducer_request = shape(reducer_request)
+        self.version = 0  # moves on every change: the shell runs a cycle when it moved
+        self._nodes: dict[str, NodeFacts] = {}
+        self._pods: dict[Key, PodFacts] = {}
+        self._used: dict[str, dict[str, Decimal]] = {}
+        self._reducers_on: Counter[str] = Counter()
+        # What each node contributes now, so an update can take it back: (pool, free vector).
+        self._counted: dict[str, tuple[str, Shape]] = {}
+        self._reducer_host: dict[str, str] = {}  # node -> machine type, when a reducer fits
+        self._free: dict[str, Counter[Shape]] = {}  # pool -> free vector -> schedulable nodes
+        self._members: dict[str, Counter[tuple[PoolIdentity, str | None, int]]] = {}
+        self._pending: dict[str, Counter[Shape]] = {}  # pool -> unbound pods' requests
+        self._unplaced_reducers: Counter[str] = Counter()  # machine type -> unbound reducers
+        self._free_reducer_hosts: Counter[str] = Counter()
+        self._seen_workers: Counter[tuple[Key, int]] = Counter()  # (job, attempt) -> pods
+        self._seen_reducers: Counter[Key] = Counter()  # reducer pool -> pods
+        self._promises: dict[Key, Promise] = {}
+        self._priorities: dict[str, tuple[int, bool]] = {}  # class -> (value, globalDefault)
+
+    # ------------------------------------------------------------ events
+
+    def set_node(self, node: NodeFacts) -> None:
+        old = self._nodes.get(node.name)
+        if old == node:
+            return
+        if old is not None and old.identity.pool:
+            self._leave(old)
+        self._nodes[node.name] = node
+        if node.identity.pool:
+            self._members.setdefault(node.identity.pool, Counter())
+            _add(self._members[node.identity.pool], self._member(node))
+        self._refresh(node.name)
+        self.version += 1
+
+    def remove_node(self, name: str) -> None:
+        old = self._nodes.pop(name, None)
+        if old is None:
+            return
+        if old.identity.pool:
+            self._leave(old)
+        self._refresh(name)
+        self.version += 1
+
+    def set_pod(self, pod: PodFacts) -> None:
+        old = self._pods.get(pod.key)
+        if old == pod:
+            return
+        if old is not None:
+            self._count_pod(old, -1)
+        self._pods[pod.key] = pod
+        self._count_pod(pod, 1)
+        for node in {old.node if old else None, pod.node} - {None}:
+            self._refresh(node)  # type: ignore[arg-type]
+        self.version += 1
+
+    def remove_pod(self, key: Key) -> None:
+        old = self._pods.pop(key, None)
+        if old is None:
+            return
+        self._count_pod(old, -1)
+        if old.node:
+            self._refresh(old.node)
+        self.version += 1
+
+    def set_priority_class(self, name: str, value: int, global_default: bool = False) -> None:
+        if self._priorities.get(name) != (value, global_default):
+            self._priorities[name] = (value, global_default)
+            self.version += 1
+
+    def remove_priority_class(self, name: str) -> None:
+        if self._priorities.pop(name, None) is not None:
+            self.version += 1
+
+    def promise(self, promise: Promise) -> None:
+        """Hold room for an admitted gang (replaces the job's previous promise)."""
+        if self._promises.get(promise.job) != promise:
+            self._promises[promise.job] = promise
+            self.version += 1
+
+    def release(self, job: Key) -> None:
+        """The gang holds nothing beyond its pods any more (finished, suspended, restarting,
+        deleted, or its pods could not be created)."""
+        if self._promises.pop(job, None) is not None:
+            self.version += 1
+
+    # ------------------------------------------------------------ bookkeeping
+
+    def _leave(self, node: NodeFacts) -> None:
+        pool = node.identity.pool or ""
+        _add(self._members[pool], self._member(node), -1)
+        if not self._members[pool]:
+            del self._members[pool]
+
+    @staticmethod
+    def _member(node: NodeFacts) -> tuple[PoolIdentity, str | None, int]:
+        return (node.identity, node.pool_label, node.accelerators)
+
+    def _count_pod(self, pod: PodFacts, sign: int) -> None:
+        if pod.job is not None:
+            _add(self._seen_workers, (pod.job, pod.attempt), sign)
+        if pod.reducer_pool is not None:
+            _add(self._seen_reducers, pod.reducer_pool, sign)
+        if not pod.active:
+            return
+        if pod.node:
+            used = self._used.setdefault(pod.node, {})
+            for name, amount in pod.requests:
+                used[name] = used.get(name, Decimal(0)) + sign * amount
+                if used[name] == 0:
+                    del used[name]
+            if not used:
+                del self._used[pod.node]
+            if pod.reducer_pool is not None:
+                _add(self._reducers_on, pod.node, sign)
+        elif not pod.terminating:
+            if pod.pool:
+                _add(self._pending.setdefault(pod.pool, Counter()), pod.requests, sign)
+                if not self._pending[pod.pool]:
+                    del self._pending[pod.pool]
+            if pod.reducer_pool is not None and pod.machine:
+                _add(self._unplaced_reducers, pod.machine, sign)
+
+    def _refresh(self, name: str) -> None:
+        """Take back what the node contributed and count what it contributes now."""
+        counted = self._counted.pop(name, None)
+        if counted is not None:
+            pool, free = counted
+            _add(self._free[pool], free, -1)
+            if not self._free[pool]:
+                del self._free[pool]
+        machine = self._reducer_host.pop(name, None)
+        if machine is not None:
+            _add(self._free_reducer_hosts, machine, -1)
+        node = self._nodes.get(name)
+        if node is None or not node.schedulable or not node.identity.pool:
+            return
+        used = self._used.get(name, {})
+        free = tuple((r, amount - used.get(r, Decimal(0))) for r, amount in node.allocatable)
+        self._counted[name] = (node.identity.pool, free)
+        _add(self._free.setdefault(node.identity.pool, Counter()), free)
+        # A reducer takes a CPU host to itself (it needs the host's NIC).
+        machine = node.identity.instance_type
+        if (
+            node.identity.accelerator is None
+            and machine
+            and not self._reducers_on.get(name)
+            and copies_that_fit(dict(free), self.reducer_request) >= 1
+        ):
+            self._reducer_host[name] = machine
+            _add(self._free_reducer_hosts, machine)
+
+    # ------------------------------------------------------------ queries
+
+    def pools(self) -> dict[str, PoolSummary]:
+        """Every pool with its identity, largest host, node selector and size."""
+        out = {}
+        for name, members in sorted(self._members.items()):
+            identity = min((m[0] for m in members), key=_identity_order)
+            labels = {m[1] for m in members if m[1]}
+            label = next((k for k in POOL_NAME_KEYS if k in labels), POOL_NAME_KEYS[0])
+            out[name] = PoolSummary(
+                name=name,
+                identity=identity,
+                accelerators_per_node=max(m[2] for m in members),
+                node_selector={label: name},
+                nodes=sum(members.values()),
+            )
+        return out
+
+    def free_vectors(self, pool: str) -> Counter[Shape]:
+        """The pool's schedulable nodes by free room (a copy)."""
+        return Counter(self._free.get(pool, {}))
+
+    def headed_to(self, pool: str) -> Iterator[tuple[Shape, int]]:
+        """Requests of pods that will take room in the pool and are not on a node yet: unbound
+        pods, and the pods of admitted gangs no event has shown yet."""
+        yield from self._pending.get(pool, {}).items()
+        for promise in self._promises.values():
+            if promise.pool == pool:
+                unseen = promise.workers - self._seen_workers[(promise.job, promise.attempt)]
+                if unseen > 0:
+                    yield promise.worker, unseen
+
+    def free_reducer_hosts(self, machine: str) -> int:
+        """CPU hosts of a machine type with room for a reducer and none on them, less the
+        reducers that wait for one (unbound, or promised and not seen)."""
+        free = self._free_reducer_hosts[machine] - self._unplaced_reducers[machine]
+        for promise in self._promises.values():
+            if promise.reducer_machine == machine and promise.reducer_pool is not None:
+                free -= max(0, promise.reducers - self._seen_reducers[promise.reducer_pool])
+        return free
+
+    def reducers_seen(self, pool: Key) -> int:
+        """Pods a reducer pool has (any state): reducers a gang needs no new host for."""
+        return self._seen_reducers[pool]
+
+    def promised(self, job: Key) -> Promise | None:
+        return self._promises.get(job)
+
+    def priority(self, class_name: str | None) -> int | None:
+        """The value of a PriorityClass; with no name, the global default's (0 without one);
+        None when the named class does not exist."""
+        if class_name is None:
+            defaults = [value for value, is_default in self._priorities.values() if is_default]
+            return max(defaults, default=0)
+        found = self._priorities.get(class_name)
+        return found[0] if found else None
+
+    def state(self) -> dict[str, Any]:
+        """Everything derived, in a comparable form (tests: incremental == rebuilt)."""
+        return {
+            "free": {p: dict(c) for p, c in self._free.items()},
+            "pending": {p: dict(c) for p, c in self._pending.items()},
+            "used": {n: dict(u) for n, u in self._used.items()},
+            "pools": self.pools(),
+            "free_reducer_hosts": dict(self._free_reducer_hosts),
+            "unplaced_reducers": dict(self._unplaced_reducers),
+            "seen_workers": dict(self._seen_workers),
+            "seen_reducers": dict(self._seen_reducers),
+            "reducers_on": dict(self._reducers_on),
+        }
+
+    @classmethod
+    def rebuilt(
+        cls,
+        reducer_request: Mapping[str, Decimal],
+        nodes: Iterable[NodeFacts],
+        pods: Iterable[PodFacts],
+    ) -> ClusterSnapshot:
+        """A snapshot built from whole lists (start-up, and the tests' reference)."""
+        snapshot = cls(reducer_request)
+        for node in nodes:
+            snapshot.set_node(node)
+        for pod in pods:
+            snapshot.set_pod(pod)
+        return snapshot

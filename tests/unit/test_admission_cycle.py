@@ -1,0 +1,151 @@
+"""The admission cycle: order, priority, queueing rules, all-or-nothing gangs."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import pytest
+
+from ringmaster.admission.cycle import (
+    Admit,
+    GangOption,
+    QueueingRule,
+    QueueingSettings,
+    ReducerNeed,
+    Room,
+    Wait,
+    WaitingGang,
+)
+from ringmaster.admission.snapshot import shape
+from tests.unit.training_world import GPU8, NOW, TrainingWorld, bound_pod
+
+pytestmark = pytest.mark.unit
+POOL = "a100-highgpu-8g"
+STRICT = QueueingSettings(QueueingRule.STRICT_FIFO)
+BEST_EFFORT = QueueingSettings(QueueingRule.BEST_EFFORT_FIFO, bypass_limit_seconds=300)
+
+
+def gang(name, workers, age_seconds=0.0, priority_class=None, waited=0.0, reducers=None):
+    option = GangOption(POOL, GPU8, workers, False, "nvidia.com/gpu", 8, reducers)
+    return WaitingGang(
+        key=("ml", name),
+        created=NOW - dt.timedelta(seconds=age_seconds),
+        queue="nvidia-tesla-a100",
+        options=(option,),
+        priority_class=priority_class,
+        waiting_since=NOW - dt.timedelta(seconds=waited),
+    )
+
+
+def outcome(verdicts):
+    return {v.key[1]: ("admit" if isinstance(v, Admit) else v.reason) for v in verdicts}
+
+
+def test_older_gangs_go_first_and_two_never_share_the_same_room():
+    world = TrainingWorld({POOL: 8})
+    verdicts = world.cycle([gang("young", 6, 10), gang("old", 6, 20)])
+    assert [v.key[1] for v in verdicts] == ["old", "young"]
+    assert outcome(verdicts) == {"old": "admit", "young": "InsufficientCapacity"}
+    assert verdicts[1].message.endswith("2 fit now")
+
+
+def test_a_higher_priority_class_goes_before_older_gangs_and_a_missing_one_is_said():
+    world = TrainingWorld({POOL: 8})
+    world.snapshot.set_priority_class("urgent", 1000)
+    verdicts = world.cycle(
+        [gang("old", 6, 100), gang("urgent", 6, 1, "urgent"), gang("typo", 1, 200, "urgnet")]
+    )
+    assert outcome(verdicts) == {
+        "urgent": "admit",
+        "old": "InsufficientCapacity",
+        "typo": "PriorityClassNotFound",
+    }
+    world.snapshot.set_priority_class("batch", -10, global_default=True)
+    # Without a class, the global default applies: below a class of value 0.
+    world.snapshot.set_priority_class("zero", 0)
+    verdicts = world.cycle([gang("plain", 8, 100), gang("zero", 8, 1, "zero")])
+    assert outcome(verdicts) == {"zero": "admit", "plain": "InsufficientCapacity"}
+
+
+def test_best_effort_lets_a_small_gang_pass_a_large_one_strict_does_not():
+    world = TrainingWorld(
+        {POOL: 8}, pods=[bound_pod(f"busy-{i}", f"{POOL}-{i:04d}") for i in range(4)]
+    )
+    waiting = [gang("large", 6, 20), gang("small", 2, 10)]
+    assert outcome(world.cycle(waiting)) == {"large": "InsufficientCapacity", "small": "admit"}
+    world.settings = STRICT
+    assert outcome(world.cycle(waiting)) == {
+        "large": "InsufficientCapacity",
+        "small": "QueuedBehind",
+    }
+
+
+def test_best_effort_stops_passing_a_gang_that_waited_past_the_bypass_limit():
+    world = TrainingWorld(
+        {POOL: 8}, pods=[bound_pod(f"busy-{i}", f"{POOL}-{i:04d}") for i in range(4)]
+    )
+    world.settings = BEST_EFFORT
+    fresh = [gang("large", 6, 400, waited=299), gang("small", 2, 10)]
+    assert outcome(world.cycle(fresh))["small"] == "admit"
+    starving = [gang("large", 6, 400, waited=300), gang("small", 2, 10)]
+    verdicts = world.cycle(starving)
+    assert outcome(verdicts) == {"large": "InsufficientCapacity", "small": "QueuedBehind"}
+    assert "ml/large starts first" in verdicts[1].message
+    # A higher priority still goes first: the hold is over gangs behind it in the order.
+    world.snapshot.set_priority_class("urgent", 1000)
+    urgent = [*starving[:1], gang("urgent", 2, 1, "urgent")]
+    assert outcome(world.cycle(urgent))["urgent"] == "admit"
+
+
+def test_a_held_queue_holds_only_its_accelerator_type():
+    world = TrainingWorld({POOL: 2, "tpu-v4-2x2x4": 4})
+    world.settings = STRICT
+    tpu = WaitingGang(
+        key=("ml", "tpu"),
+        created=NOW,
+        queue="tpu-v4-podslice",
+        options=(
+            GangOption(
+                "tpu-v4-2x2x4",
+                shape({"google.com/tpu": Decimal(4)}),
+                4,
+                True,
+                "google.com/tpu",
+                4,
+            ),
+        ),
+    )
+    assert outcome(world.cycle([gang("large", 6, 20), tpu])) == {
+        "large": "InsufficientCapacity",
+        "tpu": "admit",
+    }
+
+
+def test_reducers_are_part_of_the_gang_all_or_nothing():
+    world = TrainingWorld({POOL: 8, "reducers": 10})
+    need = ReducerNeed("n1-highcpu-16", 6, ("ml", "a-reducers"))
+    other = ReducerNeed("n1-highcpu-16", 6, ("ml", "b-reducers"))
+    verdicts = world.cycle([gang("a", 2, 20, reducers=need), gang("b", 2, 10, reducers=other)])
+    assert outcome(verdicts) == {"a": "admit", "b": "InsufficientReducerCapacity"}
+    assert verdicts[1].message == "needs 6 free n1-highcpu-16 hosts for its reducers; 4 free"
+
+
+def test_the_cycle_takes_the_first_pool_where_the_gang_fits():
+    world = TrainingWorld({POOL: 2, "a100-megagpu-16g": 2})
+    big = GangOption("a100-megagpu-16g", GPU8, 4, False, "nvidia.com/gpu", 8)
+    first = GangOption(POOL, GPU8, 4, False, "nvidia.com/gpu", 8)
+    choice = WaitingGang(("ml", "a"), NOW, "nvidia-tesla-a100", (first, big))
+    (verdict,) = world.cycle([choice])
+    assert isinstance(verdict, Admit) and verdict.pool == "a100-megagpu-16g"
+    (later,) = world.cycle([WaitingGang(("ml", "b"), NOW, "nvidia-tesla-a100", (first,))])
+    assert isinstance(later, Wait) and later.message.endswith("2 fit now")
+
+
+def test_the_room_packs_tightest_nodes_first_and_keeps_whole_hosts_whole():
+    half = shape({"nvidia.com/gpu": Decimal(4)})
+    room = Room({shape({"nvidia.com/gpu": Decimal(8)}): 2, half: 1})
+    assert room.take(half, 1) == 1  # on the half-free host, not a whole one
+    assert room.count(GPU8, 10, False) == 2
+    assert room.take(half, 3) == 3
+    assert room.count(GPU8, 10, False) == 0 and room.count(half, 10, False) == 1
