@@ -1,8 +1,10 @@
 """The engine's speed: vectorised evaluations per second, one plan's latency, import time.
 
 Run with `make bench-engine` (python benchmarks/bench_engine.py). Prints figures; asserts
-nothing about time (the machine is shared). Goals from issue 4: >= 1,000,000 training
-evaluations/s on one core, one plan < 1 ms, `import ringmaster.engine` < 300 ms.
+nothing about time (the machine is shared). Goals from issues 4 and 11: >= 1,000,000 training
+evaluations/s on one core (each one NCCL's algorithm x protocol choice for three bucket sizes,
+the bucket timeline, ring and reduction server), one plan < 1 ms, a full `ringmaster collective`
+table (8 B .. 8 GiB) < 5 ms in process, `import ringmaster.engine` < 300 ms.
 """
 
 from __future__ import annotations
@@ -58,7 +60,6 @@ def training_grid(rng: np.random.Generator) -> dict[str, np.ndarray]:
         "batch_per_accelerator": rng.choice([8.0, 16.0, 32.0, 64.0], SIZE),
         "nic_bandwidth": rng.choice([3e9, 6e9, 12e9, 25e9], SIZE),
         "intra_bandwidth": rng.choice([12e9, 115e9, 230e9], SIZE),
-        "intra_hop_latency": 3.4e-6,
         "host_price": rng.uniform(1.0, 60.0, SIZE),
         "reducers": rng.integers(1, 65, SIZE).astype(np.float64),
         "reducer_bandwidth": 3.88e9,
@@ -134,6 +135,31 @@ def main() -> None:
     plan_train = per_call(lambda: predict_training(bert))
     plan_inf = per_call(lambda: predict_inference(t4))
 
+    from ringmaster.collective import Setup, predict, sizes_between
+    from ringmaster.engine.hardware import DEFAULT_CATALOG
+
+    sizes = sizes_between(8, 8 * 1024**3)
+    tables = {
+        "a3-megagpu-8g x 16": Setup(
+            "all-reduce",
+            DEFAULT_CATALOG.machine("a3-megagpu-8g"),
+            DEFAULT_CATALOG.accelerator("nvidia-h100-80gb"),
+            16,
+            8,
+            {},
+        ),
+        "ct5p-hightpu-4t x 16 (4x4x4)": Setup(
+            "all-reduce",
+            DEFAULT_CATALOG.machine("ct5p-hightpu-4t"),
+            DEFAULT_CATALOG.accelerator("tpu-v5p-slice"),
+            16,
+            4,
+            {},
+            (4, 4, 4),
+        ),
+    }
+    table_ms = {name: per_call(lambda s=s: predict(s, sizes)) * 1e3 for name, s in tables.items()}
+
     plan_spec = ""
     try:  # through the API layer too, when it is installed (it is, in this repository)
         import yaml
@@ -164,6 +190,8 @@ def main() -> None:
     print(f"one_training_plan_ms (engine): {plan_train * 1e3:.3f}")
     print(f"one_training_plan_ms (plan_training from a parsed spec): {plan_spec}")
     print(f"one_inference_plan_ms (engine): {plan_inf * 1e3:.3f}")
+    for name, ms in table_ms.items():
+        print(f"collective_table_ms ({len(sizes)} sizes, 8 B..8 GiB, {name}): {ms:.3f}")
     print(f"import_ringmaster_engine_ms: {import_seconds('import ringmaster.engine') * 1e3:.1f}")
     modules = "import ringmaster.engine.training, ringmaster.engine.inference"
     print(f"import_engine_with_numpy_ms: {import_seconds(modules) * 1e3:.1f}")

@@ -19,6 +19,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("ringmaster.controllers.main", "run the operator (kopf) against the current cluster"),
     "plan": ("ringmaster.planning.command", "print what the operator would decide for a manifest"),
     "calibrate": ("ringmaster.calibration", "compare the engine with published measurements"),
+    "collective": (
+        "ringmaster.collective",
+        "what nccl-tests should print on given hosts, or check a real run (--compare)",
+    ),
     "crds": ("ringmaster.api.crdgen", "write the CustomResourceDefinitions generated from the API"),
     "cluster": ("ringmaster.localcluster", "bring the local kwok control plane up or down"),
 }

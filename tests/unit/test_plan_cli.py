@@ -191,3 +191,54 @@ def test_bad_catalog_file(capsys, tmp_path):
     cat = tmp_path / "catalog.yaml"
     cat.write_text("machineTypes:\n  a2-highgpu-8g:\n    speed: 3\n")
     assert "speed: unknown field" in bad(capsys, BERT, "--catalog", cat)
+
+
+def _bert_with(tmp_path, model_extra: str = "", nccl_algo: str = "") -> Path:
+    text = BERT.read_text()
+    if model_extra:
+        text = text.replace(
+            "    batchSizePerAccelerator: 32", f"    batchSizePerAccelerator: 32\n    {model_extra}"
+        )
+    if nccl_algo:
+        text = text.replace(
+            "      - name: NCCL_DEBUG\n        value: WARN",
+            f"      - name: NCCL_DEBUG\n        value: WARN\n      - name: NCCL_ALGO\n"
+            f"        value: {nccl_algo}",
+        )
+    path = tmp_path / "bert.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_compute_precision_sets_the_roofline_and_a_missing_unit_is_a_field_error(capsys, tmp_path):
+    code, out, _ = plan(capsys, BERT, "-o", "json")
+    base = json.loads(out)
+    assert base["computePrecision"] == "bf16"
+    code, out, err = plan(capsys, _bert_with(tmp_path, "computePrecision: tf32"), "-o", "json")
+    assert code == 0, err
+    tf32 = json.loads(out)
+    ring, ring_tf32 = base["strategies"]["Ring"], tf32["strategies"]["Ring"]
+    assert ring_tf32["computeSeconds"] == pytest.approx(2 * ring["computeSeconds"], rel=1e-4)
+    code, _, err = plan(capsys, _bert_with(tmp_path, "computePrecision: fp8"))
+    assert code == 2
+    assert err.startswith("ringmaster plan: spec.model.computePrecision:") and "fp8" in err
+    code, _, err = plan(capsys, _bert_with(tmp_path, "computePrecision: fp4"))
+    assert code == 2 and "computePrecision" in err
+
+
+def test_plan_json_names_the_nccl_algorithm_and_protocol(capsys):
+    _, out, _ = plan(capsys, BERT, "-o", "json")
+    ring = json.loads(out)["strategies"]["Ring"]
+    assert ring["algorithm"] == "Ring" and ring["protocol"] == "Simple"
+    rs = json.loads(out)["strategies"]["ReductionServer"]
+    assert rs["reducerShare"] == 1.0
+
+
+def test_nccl_algo_in_the_pod_env_restricts_the_plan(capsys, tmp_path):
+    code, out, err = plan(capsys, _bert_with(tmp_path, nccl_algo="tree"), "-o", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["strategies"]["Ring"]["algorithm"] == "Tree"
+    assert any("NCCL_ALGO=tree" in n for n in doc["notes"])
+    code, _, err = plan(capsys, _bert_with(tmp_path, nccl_algo="hypercube"))
+    assert code == 2 and err.startswith("ringmaster plan: spec.template.env: NCCL_ALGO")

@@ -13,6 +13,8 @@ AcceleratorType = Literal[
     "nvidia-tesla-a100",
     "nvidia-a100-80gb",
     "nvidia-h100-80gb",
+    "nvidia-h200-141gb",
+    "nvidia-b200",
     "nvidia-tesla-v100",
     "nvidia-tesla-t4",
     "nvidia-tesla-p4",
@@ -20,6 +22,8 @@ AcceleratorType = Literal[
     "tpu-v3-slice",
     "tpu-v4-podslice",
     "tpu-v5-lite-podslice",
+    "tpu-v5p-slice",
+    "tpu-v6e-slice",
 ]
 
 ACCELERATOR_TYPES: frozenset[str] = frozenset(get_args(AcceleratorType))
@@ -32,7 +36,9 @@ GPU_ACCELERATOR_TYPES: frozenset[str] = ACCELERATOR_TYPES - TPU_ACCELERATOR_TYPE
 HOST_SHAPES: dict[str, tuple[int, ...]] = {
     "nvidia-tesla-a100": (1, 2, 4, 8, 16),  # a2-highgpu-1g/2g/4g/8g, a2-megagpu-16g
     "nvidia-a100-80gb": (1, 2, 4, 8),  # a2-ultragpu-1g/2g/4g/8g
-    "nvidia-h100-80gb": (1, 2, 4, 8),  # a3-highgpu-1g/2g/4g/8g
+    "nvidia-h100-80gb": (1, 2, 4, 8),  # a3-highgpu-1g/2g/4g/8g (8 also a3-megagpu-8g)
+    "nvidia-h200-141gb": (8,),  # a3-ultragpu-8g
+    "nvidia-b200": (8,),  # a4-highgpu-8g
     "nvidia-tesla-v100": (1, 2, 4, 8),  # n1 machines with attached V100s
     "nvidia-tesla-t4": (1, 2, 4),  # n1 machines with attached T4s
     "nvidia-tesla-p4": (1, 2, 4),  # n1 machines with attached P4s
@@ -40,6 +46,8 @@ HOST_SHAPES: dict[str, tuple[int, ...]] = {
     "tpu-v3-slice": (4,),  # ct3p-hightpu-4t
     "tpu-v4-podslice": (4,),  # ct4p-hightpu-4t
     "tpu-v5-lite-podslice": (1, 4, 8),  # ct5lp-hightpu-1t/4t/8t
+    "tpu-v5p-slice": (4,),  # ct5p-hightpu-4t
+    "tpu-v6e-slice": (1, 4, 8),  # ct6e-standard-1t/4t/8t
 }
 
 # TPU slice topology: chips along each axis of the torus; v4 slices are 3-D, the others 2-D.
@@ -51,12 +59,16 @@ TOPOLOGY_PATTERNS: dict[str, str] = {
     "tpu-v3-slice": TOPOLOGY_2D,
     "tpu-v4-podslice": TOPOLOGY_3D,
     "tpu-v5-lite-podslice": TOPOLOGY_2D,
+    "tpu-v5p-slice": TOPOLOGY_3D,
+    "tpu-v6e-slice": TOPOLOGY_2D,
 }
 TOPOLOGY_EXAMPLES: dict[str, str] = {
     "tpu-v2": "4x4",
     "tpu-v3-slice": "4x4",
     "tpu-v4-podslice": "2x2x4",
     "tpu-v5-lite-podslice": "2x4",
+    "tpu-v5p-slice": "2x2x4",
+    "tpu-v6e-slice": "4x4",
 }
 
 

@@ -38,6 +38,7 @@ DEFAULT_REDUCER_IMAGE = "us-docker.pkg.dev/vertex-ai-restricted/training/reducti
 
 Strategy = Literal["Auto", "Ring", "ReductionServer"]
 GradientDType = Literal["fp32", "bf16", "fp16"]
+ComputePrecision = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
 
 
 class TrainingAccelerator(SpecModel):
@@ -149,6 +150,10 @@ class TrainingModel(SpecModel):
     batch_size_per_accelerator: Int | None = Field(default=None, ge=1, le=65536)
     """Samples per accelerator per step; may be left out when parallelism.globalBatchSize is
     given (it is then derived)."""
+    compute_precision: ComputePrecision | None = None
+    """Precision the matrix math runs in, for the flopsPerSample roofline (``fp32``, ``tf32``,
+    ``bf16``, ``fp16``, ``fp8``); omitted: ``bf16`` where the hardware has it, else ``fp16``,
+    else ``fp32``. A precision the accelerator lacks (fp8 on an A100) is reported on the job."""
 
     cel_rules = (
         Rule(
@@ -536,7 +541,14 @@ class TrainingPlan(StatusModel):
     ``reducersWanted`` from it, so that is part of the contract too)."""
 
     strategy: str | None = None
-    """The strategy chosen (``Ring``, ``HierarchicalRing``, ``ReductionServer``)."""
+    """The strategy chosen (``Ring`` or ``ReductionServer``)."""
+    algorithm: str | None = None
+    """What runs the gradient reduction: NCCL's algorithm (``Ring``, ``Tree``, ``NVLS``,
+    ``NVLSTree``), the ICI torus, or the reduction server."""
+    protocol: str | None = None
+    """NCCL's protocol for the largest gradient bucket (``LL``, ``LL128``, ``Simple``)."""
+    compute_precision: str | None = None
+    """The precision the step's compute time assumes (``spec.model.computePrecision``)."""
     step_seconds: float | None = None
     """Predicted time of one training step."""
     compute_seconds: float | None = None

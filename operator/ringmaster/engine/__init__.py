@@ -2,6 +2,8 @@
 
 It imports nothing from Kubernetes, kopf, pydantic or the rest of Ringmaster, so it can be used
 (and benchmarked) on its own. Modules: :mod:`hardware` (the catalog), :mod:`collectives`
-(all-reduce and reduction-server models), :mod:`training`, :mod:`inference`,
+(what NCCL and XLA run, and the reduction server; other modules call
+``collectives.intra_host_collective`` for tensor parallelism and
+``collectives.inter_host_collective`` for data parallelism), :mod:`training`, :mod:`inference`,
 :mod:`efficiency` (every calibrated constant) and :mod:`units`.
 """

@@ -1,26 +1,51 @@
-"""Alpha-beta cost models of all-reduce algorithms and of the reduction server.
+"""Collectives as NCCL and XLA run them, and the reduction server: vectorised alpha-beta models.
 
-Notation (DESIGN.md, "The engine's physics"): n worker hosts, g accelerators per host,
-N = n * g ranks, M gradient bytes, bandwidths in bytes/s *achieved* (line rate times the link's
-efficiency, see :mod:`ringmaster.engine.efficiency`), latencies in seconds.
+Entry points for other engine modules (tensor parallelism inside a host or slice, data-parallel
+gradients across hosts):
 
-Every function takes numpy arrays (or scalars) and broadcasts, so one call evaluates a whole grid
-of configurations; the controllers call the same functions with one configuration. Each returns
-a :class:`Collective`: total seconds, its bandwidth and latency parts, and the code of the
-resource that bounds it (``BOTTLENECK_*``).
+* :func:`intra_host_collective` ``(kind, nbytes, ranks, accelerator, ...)``: ``kind`` in
+  ``"all-reduce" | "all-gather" | "reduce-scatter"`` among ``ranks`` accelerators of ONE host
+  (NVLink / NVSwitch / PCIe) or of ONE TPU slice (ICI). Use it for tensor parallelism.
+* :func:`inter_host_collective` ``(kind, nbytes, hosts, per_host, machine, accelerator, ...)``:
+  the same collective over ``hosts`` hosts with ``per_host`` accelerators each, as NCCL runs it
+  over the hosts' NICs (or a TPU multislice over the data-center network). Use it for the
+  data-parallel gradient all-reduce (and FSDP's all-gather / reduce-scatter).
 
-Bus bandwidth follows nccl-tests: ``busbw = algbw * 2(N-1)/N`` with ``algbw = M / time``, so
-users can put a prediction beside their own nccl-tests runs.
+Both return a :class:`CollectiveTime` (seconds, algorithm, protocol, busbw, bottleneck) and
+broadcast over numpy arrays of ``nbytes`` (and ``hosts``); ``env`` takes a pod's environment so
+``NCCL_ALGO`` / ``NCCL_PROTO`` restrict the choice as they restrict NCCL.
+
+The model of what NCCL runs (:func:`nccl_collective`) follows NCCL's own tuner
+(src/graph/tuning.cc): for every algorithm (Ring, Tree, NVLS, NVLSTree) and protocol (LL, LL128,
+Simple) time = latency + bytes / bandwidth, with NCCL's latency tables and bandwidth fractions, and
+the minimum wins. Bandwidths are the physical ones (achieved NVLink per GPU, the host's NICs
+together): a ring's channels cross every host once, so its busbw is the smaller of the GPU's link
+and the host's NICs; a tree carries the whole message up and down (2 hosts: half of it, so busbw
+up to twice the NICs); NVLS lets the NVSwitch reduce. TPU slices all-reduce over all torus axes at
+once (:func:`ici_collective`), as XLA does; multislice adds the DCN (:func:`multislice_allreduce`).
+
+The older functions (:func:`ring_allreduce`, :func:`flat_ring`, :func:`hierarchical_ring`,
+:func:`tree_allreduce`, :func:`reduction_server`, :func:`torus_allreduce`) keep their meaning.
+
+Notation (DESIGN.md): n worker hosts, g accelerators per host, N = n * g ranks, M bytes,
+bandwidths in bytes/s *achieved* (line rate times efficiency, :mod:`ringmaster.engine.efficiency`).
+Bus bandwidth follows nccl-tests: all-reduce ``busbw = algbw * 2(N-1)/N``, all-gather and
+reduce-scatter ``busbw = algbw * (N-1)/N``, ``algbw = M / time`` (M the whole array).
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ringmaster.engine import efficiency as E
 from ringmaster.engine.efficiency import NCCL_BASE_LATENCY
+from ringmaster.engine.hardware import Accelerator, MachineType
+from ringmaster.engine.units import US
 
 F64 = NDArray[np.float64]
 
@@ -231,3 +256,605 @@ def torus_allreduce(
     lat = np.where(chips > 1, NCCL_BASE_LATENCY + steps * _f(hop_latency), 0.0)
     code = np.where(bw >= lat, BOTTLENECK_ICI, BOTTLENECK_LATENCY)
     return Collective(bw + lat, bw, lat, code.astype(np.int64))
+
+
+# =================================================================================================
+# What NCCL really runs: algorithms x protocols, NCCL's tuner picks the fastest.
+# =================================================================================================
+
+ALL_REDUCE = "all-reduce"
+ALL_GATHER = "all-gather"
+REDUCE_SCATTER = "reduce-scatter"
+KINDS = (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER)
+
+# Algorithm codes (CollectiveTime.algorithm); names as NCCL_ALGO spells them.
+ALG_RING = 0
+ALG_TREE = 1
+ALG_NVLS = 2
+ALG_NVLS_TREE = 3
+ALG_ICI = 4  # a TPU slice's torus (XLA)
+ALG_REDUCTION_SERVER = 5
+ALG_MULTISLICE = 6  # ICI inside slices, DCN between them
+ALGORITHM_NAMES = {
+    ALG_RING: "Ring",
+    ALG_TREE: "Tree",
+    ALG_NVLS: "NVLS",
+    ALG_NVLS_TREE: "NVLSTree",
+    ALG_ICI: "ICI",
+    ALG_REDUCTION_SERVER: "ReductionServer",
+    ALG_MULTISLICE: "ICI+DCN",
+}
+PROTO_LL = 0
+PROTO_LL128 = 1
+PROTO_SIMPLE = 2
+PROTO_NONE = 3  # not NCCL (ICI, reduction server)
+PROTOCOL_NAMES = {PROTO_LL: "LL", PROTO_LL128: "LL128", PROTO_SIMPLE: "Simple", PROTO_NONE: "-"}
+_NCCL_ALGOS = {"ring": ALG_RING, "tree": ALG_TREE, "nvls": ALG_NVLS, "nvlstree": ALG_NVLS_TREE}
+_NCCL_PROTOS = {"ll": PROTO_LL, "ll128": PROTO_LL128, "simple": PROTO_SIMPLE}
+_ALG_KEY = {ALG_RING: "ring", ALG_TREE: "tree", ALG_NVLS: "nvls", ALG_NVLS_TREE: "nvls_tree"}
+
+
+class CollectiveTime(NamedTuple):
+    """One collective over arrays of configurations (all fields broadcast together)."""
+
+    seconds: F64
+    algorithm: NDArray[np.int64]  # ALG_*
+    protocol: NDArray[np.int64]  # PROTO_*
+    bus_bandwidth: F64  # bytes/s, nccl-tests convention; NaN for one rank
+    bottleneck: NDArray[np.int64]  # BOTTLENECK_*
+
+
+def bus_factor(kind: str, ranks: ArrayLike) -> F64:
+    """nccl-tests' busbw / algbw: 2(N-1)/N for all-reduce, (N-1)/N for the other two."""
+    n = np.maximum(_f(ranks), 1.0)
+    if kind == ALL_REDUCE:
+        return 2.0 * (n - 1.0) / n
+    if kind in (ALL_GATHER, REDUCE_SCATTER):
+        return (n - 1.0) / n
+    raise ValueError(f"unknown collective {kind!r}; known: {', '.join(KINDS)}")
+
+
+def bus_bandwidth_of(kind: str, nbytes: ArrayLike, ranks: ArrayLike, seconds: ArrayLike) -> F64:
+    n = _f(ranks)
+    t = _f(seconds)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        busbw = bus_factor(kind, n) * _f(nbytes) / t
+    return np.where((n > 1) & (t > 0), busbw, np.nan)
+
+
+def parse_nccl_env(
+    env: Mapping[str, str] | None, kind: str = ALL_REDUCE
+) -> tuple[set[int], set[int]]:
+    """The algorithms and protocols NCCL_ALGO / NCCL_PROTO leave enabled for ``kind``.
+
+    NCCL's syntax (tuning.cc parseList): a comma list, ``^`` to exclude, and optional
+    ``function:list`` entries separated by ``;`` (``"ring,tree;allreduce:^tree"``)."""
+    algos = _parse_list((env or {}).get("NCCL_ALGO"), _NCCL_ALGOS, kind, "NCCL_ALGO")
+    protos = _parse_list((env or {}).get("NCCL_PROTO"), _NCCL_PROTOS, kind, "NCCL_PROTO")
+    return algos, protos
+
+
+_FUNCTIONS = {ALL_REDUCE: "allreduce", ALL_GATHER: "allgather", REDUCE_SCATTER: "reducescatter"}
+
+
+def _parse_list(text: str | None, names: Mapping[str, int], kind: str, var: str) -> set[int]:
+    everything = set(names.values())
+    if not text or not text.strip():
+        return everything
+    enabled = set(everything)
+    function = _FUNCTIONS[kind]
+    for i, entry in enumerate(text.split(";")):
+        prefix, _, items = entry.rpartition(":")
+        if not prefix and i > 0:
+            raise ValueError(f"{var}={text!r}: every entry but the first needs a function prefix")
+        if prefix and prefix.strip().lower() != function:
+            continue
+        items = items.strip()
+        exclude = items.startswith("^")
+        chosen = set()
+        for word in items.lstrip("^").split(","):
+            key = word.strip().lower()
+            if key in ("collnetdirect", "collnetchain", "pat"):
+                continue  # algorithms this model does not run (no CollNet/SHARP switches here)
+            if key not in names:
+                raise ValueError(
+                    f"{var}={text!r}: unknown {word.strip()!r}; known: {', '.join(names)}"
+                )
+            chosen.add(names[key])
+        enabled = everything - chosen if exclude else chosen
+    return enabled
+
+
+@dataclass(frozen=True)
+class GpuFabric:
+    """What NCCL sees on a GPU host type: achieved bandwidths (bytes/s) and the link kinds.
+
+    Arrays broadcast against the configurations evaluated."""
+
+    intra_bandwidth: ArrayLike  # per GPU per direction, NVLink or PCIe
+    net_bandwidth: ArrayLike  # the host's NICs together, per direction
+    intra_link: str = "nvlink"  # "nvlink" or "pcie" (NCCL's latency row)
+    nvls_bandwidth: ArrayLike = 0.0  # NVLS all-reduce algbw; 0 without NVSwitch + Hopper
+    arch: str = "ampere"  # NCCL's GPU-generation row
+
+
+def _floor_log2(x: F64) -> F64:
+    """floor(log2 x) for x >= 1, via the float's exponent (cheaper than log2 + floor)."""
+    _, exponent = np.frexp(np.maximum(x, 1.0))
+    return (exponent - 1).astype(np.float64)
+
+
+# 1 / NCCL's tree correction by frexp exponent of bytes / 64 (log2 + 1); 1 outside its
+# 64 B .. 256 MiB range (columns 0 and 24). NCCL applies the factors for log2 = 0..22.
+_INVERSE_TREE_CORRECTION = 1.0 / np.hstack(
+    [np.ones((3, 1)), np.asarray(E.NCCL_TREE_CORRECTION)[:, :23], np.ones((3, 1))]
+)
+
+
+def nccl_collective(
+    kind: str,
+    nbytes: ArrayLike,
+    hosts: ArrayLike,
+    per_host: ArrayLike,
+    fabric: GpuFabric,
+    *,
+    algorithms: set[int] | None = None,
+    protocols: set[int] | None = None,
+    with_busbw: bool = True,
+) -> CollectiveTime:
+    """The collective NCCL runs: every enabled (algorithm, protocol) timed as latency + bytes /
+    bandwidth, the fastest chosen (NCCL's tuner; tuning.cc). Infinite when nothing is enabled.
+    ``with_busbw=False`` leaves bus_bandwidth NaN (sweeps that do not need it)."""
+    m = _f(nbytes)
+    n = _f(hosts)
+    g = _f(per_host)
+    ranks = n * g
+    multi = n > 1
+    intra = _f(fabric.intra_bandwidth)
+    net = _f(fabric.net_bandwidth)
+    nvls_bw = _f(fabric.nvls_bandwidth)
+    link = fabric.intra_link if fabric.intra_link in ("nvlink", "pcie") else "pcie"
+    arch = fabric.arch or "volta"
+    algos = {ALG_RING, ALG_TREE, ALG_NVLS, ALG_NVLS_TREE} if algorithms is None else algorithms
+    protos = {PROTO_LL, PROTO_LL128, PROTO_SIMPLE} if protocols is None else protocols
+    # LL128 needs NVLink between the GPUs (tuning.cc: typeIntra <= PATH_NVB).
+    if link != "nvlink":
+        protos = protos - {PROTO_LL128}
+    all_reduce = kind == ALL_REDUCE
+    factor = bus_factor(kind, ranks)
+    any_multi = bool(np.any(multi))
+    one_host_ll = E.NCCL_LL_MAX_BW_ONE_HOST_GBPS.get(arch, E.NCCL_LL_MAX_BW_ONE_HOST_GBPS["volta"])
+    if any_multi:
+        many = np.where(n <= 2, E.NCCL_LL_MAX_BW_TWO_HOSTS_GBPS, E.NCCL_LL_MAX_BW_MANY_HOSTS_GBPS)
+        ll_max = np.where(multi, many, one_host_ll) * 1e9
+    else:
+        ll_max = np.asarray(one_host_ll * 1e9)
+    net_lat = E.NCCL_HW_LATENCY_US["net"]
+    intra_lat = E.NCCL_HW_LATENCY_US[link]
+    shape = np.broadcast_shapes(m.shape, n.shape, g.shape, intra.shape, net.shape, nvls_bw.shape)
+    picker = _Picker(m, shape)
+
+    # --- Ring: one ring per channel through all N ranks, crossing every host once, so its busbw
+    # is the smaller of the GPU's link and the host's NICs together.
+    if ALG_RING in algos:
+        ring_bus = np.where(multi, np.where(g > 1, np.minimum(intra, net), net), intra)
+        ring_code = np.where(multi & ((g <= 1) | (net <= intra)), BOTTLENECK_NIC, BOTTLENECK_INTRA)
+        per_step = 2.0 if all_reduce else 1.0
+        inter_steps = np.where(multi, per_step * (n - 1.0), 0.0)
+        intra_steps = per_step * (ranks - 1.0) - inter_steps
+        simple_per_byte = factor / ring_bus  # per configuration; times the sizes below
+        for p in sorted(protos):
+            if p == PROTO_LL:
+                per_byte = factor / np.minimum(ll_max, ring_bus * E.NCCL_RING_LL_FRACTION)
+            elif p == PROTO_LL128:
+                per_byte = simple_per_byte / E.NCCL_RING_LL128_FRACTION
+            else:
+                per_byte = simple_per_byte
+            overhead = E.NCCL_NET_OVERHEAD_US * (3.0 if p == PROTO_SIMPLE else 1.0)
+            own = intra_lat["ring"][p]
+            step_intra = np.where(multi, max(own, overhead), own) if any_multi else own
+            # With one GPU per host NCCL charges the tree's network latency (ppn == 1).
+            step_net = np.where(g > 1, net_lat["ring"][p], net_lat["tree"][p])
+            lat_us = (
+                E.NCCL_BASE_LATENCY_US["ring"][p]
+                + intra_steps * step_intra
+                + inter_steps * step_net
+            )
+            if p == PROTO_SIMPLE and all_reduce and any_multi:
+                # "Plateau effect of ring": once each channel's share per rank reaches 64 bytes.
+                threshold = np.where(multi, 64.0 * E.NCCL_ASSUMED_CHANNELS * ranks, np.inf)
+                raised = lat_us * E.NCCL_RING_PLATEAU.get(arch, 1.9)
+                lat_us = np.where(m >= threshold, raised, lat_us)
+            picker.offer(ALG_RING, p, lat_us * US, per_byte, ring_code)
+
+    # --- Tree (all-reduce, several hosts): a chain inside each host, a double binary tree across.
+    # Each GPU's link carries the message up and down (2M); each host's NICs carry 2M, or M when
+    # there are only 2 hosts (each is root of one tree and leaf of the other).
+    if all_reduce and ALG_TREE in algos and any_multi:
+        net_share = np.where(n <= 2, 1.0, 2.0)
+        intra_side = np.where(g > 1, 2.0 / intra, 0.0)
+        net_side = net_share / net
+        per_byte = np.maximum(intra_side, net_side) / E.NCCL_TREE_FRACTION
+        code = np.where(net_side >= intra_side, BOTTLENECK_NIC, BOTTLENECK_INTRA)
+        # frexp's exponent of bytes / 64 is log2 + 1: column 0 (below 64 B) and 24 (from 512 MiB)
+        # are 1, columns 1..23 NCCL's factors for log2 = 0..22.
+        _, exponent = np.frexp(m * (1.0 / 64.0))
+        idx = np.clip(exponent, 0, 24)
+        depth = _floor_log2(n)
+        for p in sorted(protos):
+            if p == PROTO_LL:
+                seconds_per_byte = np.maximum(per_byte / E.NCCL_TREE_LL_FRACTION, 2.0 / ll_max)
+            elif p == PROTO_LL128:
+                seconds_per_byte = per_byte / E.NCCL_TREE_LL128_FRACTION
+            else:
+                seconds_per_byte = per_byte
+            corrected = _INVERSE_TREE_CORRECTION[p][idx] * seconds_per_byte
+            lat_us = E.NCCL_BASE_LATENCY_US["tree"][p] + 2.0 * (
+                (g - 1.0) * intra_lat["tree"][p] + depth * net_lat["tree"][p]
+            )
+            lat = np.where(multi, lat_us * US, np.inf)
+            picker.offer(ALG_TREE, p, lat, corrected, code)
+
+    # --- NVLS: the NVSwitch reduces (Hopper+ on NVSwitch, Simple only, all-reduce here).
+    has_nvls = (nvls_bw > 0) & (g > 1)
+    if all_reduce and PROTO_SIMPLE in protos and np.any(has_nvls):
+        safe = np.where(nvls_bw > 0, nvls_bw, 1.0)
+        if ALG_NVLS in algos:  # one host (multi-host NVLS needs CollNet, not modelled)
+            nvls_lat = E.NCCL_HW_LATENCY_US["nvlink"]["nvls"][PROTO_SIMPLE] * US
+            picker.offer(
+                ALG_NVLS,
+                PROTO_SIMPLE,
+                np.where(has_nvls & ~multi, nvls_lat, np.inf),
+                1.0 / safe,
+                np.int64(BOTTLENECK_INTRA),
+            )
+        if ALG_NVLS_TREE in algos and any_multi:  # NVLS inside hosts, trees across them
+            intra_side = 1.0 / safe
+            net_side = np.where(n <= 2, 1.0, 2.0) / net
+            lat_us = (
+                E.NCCL_HW_LATENCY_US["nvlink"]["nvls_tree"][PROTO_SIMPLE]
+                + 2.0 * _floor_log2(n) * net_lat["nvls_tree"][PROTO_SIMPLE]
+            )
+            code = np.where(net_side >= intra_side, BOTTLENECK_NIC, BOTTLENECK_INTRA)
+            picker.offer(
+                ALG_NVLS_TREE,
+                PROTO_SIMPLE,
+                np.where(has_nvls & multi, lat_us * US, np.inf),
+                np.maximum(intra_side, net_side),
+                code,
+            )
+    return picker.result(kind, m, ranks, with_busbw)
+
+
+class _Picker:
+    """Keeps the fastest candidate seen so far, element by element: its time, its index, its
+    link and whether it is latency-bound. Blends are arithmetic, in place, on int8 and bool
+    arrays: several times faster than ``np.where`` or ``np.choose`` on large arrays."""
+
+    def __init__(self, nbytes: F64, shape: tuple[int, ...]) -> None:
+        self.m = nbytes
+        self.shape = shape
+        self.seconds: F64 | None = None
+        self.index: NDArray[np.int8] = np.zeros(shape, dtype=np.int8)
+        self.code: NDArray[np.int8] = np.zeros(shape, dtype=np.int8)
+        self.latency_bound: NDArray[np.bool_] = np.zeros(shape, dtype=bool)
+        self.algs: list[int] = []
+        self.protos: list[int] = []
+
+    def offer(
+        self, alg: int, proto: int, lat: ArrayLike, per_byte: ArrayLike, code: ArrayLike
+    ) -> None:
+        """A candidate taking ``lat + nbytes * per_byte`` seconds, bounded by ``code``."""
+        bw = np.multiply(self.m, per_byte)
+        bound = np.greater_equal(lat, bw)
+        if isinstance(bw, np.ndarray) and bw.shape == self.shape:
+            t = np.add(bw, lat, out=bw)  # in place: no new array
+        else:
+            t = np.add(bw, lat)
+        i = len(self.algs)
+        self.algs.append(alg)
+        self.protos.append(proto)
+        code8 = np.asarray(code, dtype=np.int8)
+        if self.seconds is None:
+            self.seconds = np.array(np.broadcast_to(t, self.shape), dtype=np.float64)
+            self.index[...] = 0
+            self.code[...] = code8
+            self.latency_bound[...] = bound
+            return
+        better = np.less(t, self.seconds)
+        np.minimum(self.seconds, t, out=self.seconds)
+        b8 = better.view(np.int8)
+        step = np.subtract(np.int8(i), self.index)
+        step *= b8
+        self.index += step
+        step = np.subtract(code8, self.code)
+        step *= b8
+        self.code += step
+        self.latency_bound &= ~better
+        self.latency_bound |= bound & better
+
+    def result(self, kind: str, m: F64, ranks: F64, with_busbw: bool) -> CollectiveTime:
+        shape = self.shape
+        if self.seconds is None:
+            inf = np.full(shape, np.inf)
+            none = np.full(shape, -1, dtype=np.int64)
+            return CollectiveTime(inf, none, none, np.full(shape, np.nan), none)
+        seconds = self.seconds
+        if np.any(ranks <= 1):
+            seconds = np.where(ranks <= 1, 0.0, seconds)
+        alg = np.asarray(self.algs, dtype=np.int64)[self.index]
+        proto = np.asarray(self.protos, dtype=np.int64)[self.index]
+        code = self.code.astype(np.int64)
+        code[self.latency_bound] = BOTTLENECK_LATENCY
+        busbw = bus_bandwidth_of(kind, m, ranks, seconds) if with_busbw else np.asarray(np.nan)
+        return CollectiveTime(seconds, alg, proto, busbw, code)
+
+
+def _shaped(a: NDArray[Any], shape: tuple[int, ...]) -> NDArray[Any]:
+    return a if a.shape == shape else np.broadcast_to(a, shape)
+
+
+# --- TPU: ICI inside a slice, DCN between slices --------------------------------------------------
+
+
+def ici_collective(
+    kind: str,
+    nbytes: ArrayLike,
+    axes: tuple[ArrayLike, ArrayLike, ArrayLike],
+    wrapped: tuple[ArrayLike, ArrayLike, ArrayLike],
+    link_bandwidth: ArrayLike,
+    hop_latency: ArrayLike,
+) -> CollectiveTime:
+    """A collective over a TPU slice's torus, all axes at once (XLA splits the array so that every
+    axis's links work together), not one axis after another.
+
+    Each chip must send busfactor(N) x M bytes over its links: sum over axes of f x B, with f = 2
+    on a wrapped axis (two counter-rotating rings) and 1 on an open one; and no axis can carry
+    less than its share when reduced last, 2(p-1)/N x M / (f x B) for an all-reduce. The slower
+    of the two bounds is the time."""
+    m = _f(nbytes)
+    p = np.stack(np.broadcast_arrays(*(_f(a) for a in axes)))
+    f = np.where(np.stack(np.broadcast_arrays(*(np.asarray(w) for w in wrapped))), 2.0, 1.0)
+    p, f = np.broadcast_arrays(p, f)
+    b = _f(link_bandwidth)
+    chips = np.prod(p, axis=0)
+    capacity = np.sum(np.where(p > 1, f, 0.0), axis=0) * b
+    per_axis = np.max((p - 1.0) / np.maximum(chips, 1.0) / f, axis=0) / b
+    passes = 2.0 if kind == ALL_REDUCE else 1.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bw = np.maximum(bus_factor(kind, chips) * m / capacity, passes * per_axis * m)
+    bw = np.where(chips > 1, bw, 0.0)
+    steps = passes * np.sum(p - 1.0, axis=0)
+    lat = np.where(chips > 1, NCCL_BASE_LATENCY + steps * _f(hop_latency), 0.0)
+    code = np.where(bw >= lat, BOTTLENECK_ICI, BOTTLENECK_LATENCY).astype(np.int64)
+    seconds = bw + lat
+    shape = seconds.shape
+    return CollectiveTime(
+        seconds=seconds,
+        algorithm=np.full(shape, ALG_ICI, dtype=np.int64),
+        protocol=np.full(shape, PROTO_NONE, dtype=np.int64),
+        bus_bandwidth=bus_bandwidth_of(kind, m, chips, seconds),
+        bottleneck=code,
+    )
+
+
+def multislice_allreduce(
+    nbytes: ArrayLike,
+    slices: ArrayLike,
+    slice_time: CollectiveTime,
+    chips_per_slice: ArrayLike,
+    chips_per_host: ArrayLike,
+    dcn_bandwidth: ArrayLike,
+    dcn_hop_latency: ArrayLike = E.DCN_HOP_LATENCY,
+) -> CollectiveTime:
+    """Data parallelism across TPU slices: reduce-scatter inside each slice (ICI), all-reduce of
+    each chip's 1/chips shard across slices over the hosts' data-center NICs (a ring of slices:
+    each host carries 2(S-1)/S of its chips' shards), all-gather inside the slice. ``slice_time``
+    is the all-reduce inside one slice (its reduce-scatter plus all-gather)."""
+    m = _f(nbytes)
+    s = _f(slices)
+    shard_per_host = m * _f(chips_per_host) / _f(chips_per_slice)
+    dcn = np.where(s > 1, 2.0 * (s - 1.0) / s * shard_per_host / _f(dcn_bandwidth), 0.0)
+    lat = np.where(s > 1, NCCL_BASE_LATENCY + 2.0 * (s - 1.0) * _f(dcn_hop_latency), 0.0)
+    seconds = slice_time.seconds + dcn + lat
+    ranks = s * _f(chips_per_slice)
+    code = np.where(dcn + lat > slice_time.seconds, BOTTLENECK_NIC, slice_time.bottleneck)
+    alg = np.where(s > 1, ALG_MULTISLICE, slice_time.algorithm).astype(np.int64)
+    return CollectiveTime(
+        seconds=seconds,
+        algorithm=alg,
+        protocol=np.broadcast_to(slice_time.protocol, seconds.shape).astype(np.int64),
+        bus_bandwidth=bus_bandwidth_of(ALL_REDUCE, m, ranks, seconds),
+        bottleneck=code.astype(np.int64),
+    )
+
+
+# --- the reduction server, with its machine's limits ----------------------------------------------
+
+
+def reducer_bandwidth(
+    nic_bandwidth: ArrayLike,
+    vcpus: ArrayLike,
+    gradient_dtype: str = "fp32",
+    share: ArrayLike = 1.0,
+) -> F64:
+    """Bytes/s of gradient one reducer takes in (and sends back), the slowest of: its NIC
+    (achieved), its CPUs' summation rate for the dtype, and its CPUs' TCP packet processing (in
+    and out, so half of it per direction); times ``share``, the part of a shared pool's bandwidth
+    this job gets (1 / the jobs bound to the pool that run at once)."""
+    v = _f(vcpus)
+    sum_rate = v * E.REDUCER_SUM_BYTES_PER_VCPU.get(
+        gradient_dtype, E.REDUCER_SUM_BYTES_PER_VCPU["bf16"]
+    )
+    tcp_rate = v * E.REDUCER_TCP_BYTES_PER_VCPU / 2.0
+    own = np.minimum(np.minimum(_f(nic_bandwidth), sum_rate), tcp_rate)
+    return own * np.clip(_f(share), 0.0, 1.0)
+
+
+def reduction_server_collective(
+    nbytes: ArrayLike,
+    hosts: ArrayLike,
+    per_host: ArrayLike,
+    fabric: GpuFabric,
+    reducers: ArrayLike,
+    reducer_rate: ArrayLike,
+    *,
+    with_busbw: bool = True,
+) -> CollectiveTime:
+    """Vertex AI Reduction Server / BytePS: the gradient is partitioned evenly over the k
+    reducers; each host reduces inside itself (NCCL reduce-scatter / NVLS), sends M to the
+    reducers and gets M back; the reducers together carry n x M each way at ``reducer_rate`` each
+    (:func:`reducer_bandwidth`). Partitions stream through the phases, so the slowest sets the
+    pace; latencies add. Infinite for k = 0."""
+    m = _f(nbytes)
+    n = _f(hosts)
+    g = _f(per_host)
+    k = _f(reducers)
+    # The in-host phases of large partitions: NCCL's ring with the Simple protocol inside the
+    # host (2(g-1)/g x M over the GPU's link), or NVLS where the NVSwitch reduces.
+    ring_per_byte = 2.0 * (g - 1.0) / np.maximum(g, 1.0) / _f(fabric.intra_bandwidth)
+    nvls = _f(fabric.nvls_bandwidth)
+    per_byte = np.where(
+        nvls > 0, np.minimum(ring_per_byte, 1.0 / np.where(nvls > 0, nvls, 1.0)), ring_per_byte
+    )
+    hop = E.NCCL_HW_LATENCY_US.get(fabric.intra_link, E.NCCL_HW_LATENCY_US["pcie"])
+    # reduce-scatter and all-gather inside the host: a base and g-1 steps each
+    intra_lat = (
+        np.where(
+            g > 1,
+            2.0
+            * (
+                E.NCCL_BASE_LATENCY_US["ring"][PROTO_SIMPLE] + (g - 1.0) * hop["ring"][PROTO_SIMPLE]
+            ),
+            0.0,
+        )
+        * US
+    )
+    intra_per_byte = np.where(g > 1, per_byte, 0.0)
+    worker_per_byte = 1.0 / _f(fabric.net_bandwidth)
+    with np.errstate(divide="ignore"):
+        reducer_per_byte = np.where(k > 0, n / (k * _f(reducer_rate)), np.inf)
+    # Every phase moves bytes in proportion to M: the slowest per-byte rate sets the pace, and
+    # which one it is does not depend on M (so the codes are computed per configuration).
+    inter_per_byte = np.maximum(worker_per_byte, reducer_per_byte)
+    slowest = np.maximum(intra_per_byte, inter_per_byte)
+    lat = intra_lat + NCCL_BASE_LATENCY + 2.0 * E.NETWORK_HOP_LATENCY
+    bw = m * slowest
+    seconds = bw + lat
+    code = np.where(reducer_per_byte > worker_per_byte, BOTTLENECK_REDUCERS, BOTTLENECK_NIC)
+    code = np.where(inter_per_byte >= intra_per_byte, code, BOTTLENECK_INTRA)
+    code = np.where(bw >= lat, code, BOTTLENECK_LATENCY).astype(np.int64)
+    return CollectiveTime(
+        seconds=seconds,
+        algorithm=np.asarray(ALG_REDUCTION_SERVER, dtype=np.int64),
+        protocol=np.asarray(PROTO_NONE, dtype=np.int64),
+        bus_bandwidth=(
+            bus_bandwidth_of(ALL_REDUCE, m, n * g, seconds) if with_busbw else np.asarray(np.nan)
+        ),
+        bottleneck=code,
+    )
+
+
+# --- the catalog's hardware as fabrics: the functions other modules call --------------------------
+
+
+def link_efficiency(intra_link: str) -> float:
+    return {
+        "nvlink": E.NVLINK_EFFICIENCY,
+        "pcie": E.PCIE_EFFICIENCY,
+        "ici": E.ICI_EFFICIENCY,
+    }[intra_link]
+
+
+def network_efficiency(transport: str, per_host: ArrayLike) -> F64:
+    """Achieved fraction of a host's NIC line rate: NIC_EFFICIENCY, and for kernel TCP shared by
+    several GPUs the socket transport's loss on top (TCP_SHARED_NIC_EFFICIENCY)."""
+    g = _f(per_host)
+    if transport == "tcp":
+        return np.where(g > 1, E.NIC_EFFICIENCY * E.TCP_SHARED_NIC_EFFICIENCY, E.NIC_EFFICIENCY)
+    return np.full(g.shape, E.NIC_EFFICIENCY)
+
+
+def gpu_fabric(
+    accelerator: Accelerator, machine: MachineType, per_host: ArrayLike = 8
+) -> GpuFabric:
+    """The achieved bandwidths NCCL gets on ``machine`` with ``per_host`` GPUs in use."""
+    nvls = accelerator.nvswitch and accelerator.nccl_arch in ("hopper", "blackwell")
+    return GpuFabric(
+        intra_bandwidth=accelerator.intra_bandwidth * link_efficiency(accelerator.intra_link),
+        net_bandwidth=machine.nic_bandwidth * network_efficiency(machine.transport, per_host),
+        intra_link=accelerator.intra_link,
+        nvls_bandwidth=accelerator.intra_bandwidth * E.NVLS_EFFICIENCY if nvls else 0.0,
+        arch=accelerator.nccl_arch or "volta",
+    )
+
+
+def _wrapped_axes(accelerator: Accelerator, axes: tuple[int, int, int]) -> tuple[bool, bool, bool]:
+    chips = axes[0] * axes[1] * axes[2]
+    big = accelerator.ici_wrap_chips > 0 and chips >= accelerator.ici_wrap_chips
+    w = [big and a >= accelerator.ici_wrap_axis and a > 2 for a in axes]
+    return w[0], w[1], w[2]
+
+
+def intra_host_collective(
+    kind: str,
+    nbytes: ArrayLike,
+    ranks: int,
+    accelerator: Accelerator,
+    *,
+    topology: tuple[int, int, int] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> CollectiveTime:
+    """``kind`` among ``ranks`` accelerators of one host (NVLink, NVSwitch with NVLS, PCIe), or
+    of one TPU slice over ICI (``topology`` = the ranks' axes; default a line of ``ranks``).
+    The call for tensor parallelism. ``env``: a pod environment (NCCL_ALGO / NCCL_PROTO)."""
+    if accelerator.kind == "tpu":
+        axes = topology or (ranks, 1, 1)
+        link = accelerator.ici_link_bandwidth * E.ICI_EFFICIENCY
+        return ici_collective(
+            kind, nbytes, axes, _wrapped_axes(accelerator, axes), link, E.ICI_HOP_LATENCY
+        )
+    bus_factor(kind, ranks)  # validates kind
+    nvls = accelerator.nvswitch and accelerator.nccl_arch in ("hopper", "blackwell")
+    fabric = GpuFabric(
+        intra_bandwidth=accelerator.intra_bandwidth * link_efficiency(accelerator.intra_link),
+        net_bandwidth=np.inf,
+        intra_link=accelerator.intra_link,
+        nvls_bandwidth=accelerator.intra_bandwidth * E.NVLS_EFFICIENCY if nvls else 0.0,
+        arch=accelerator.nccl_arch or "volta",
+    )
+    algos, protos = parse_nccl_env(env, kind)
+    return nccl_collective(kind, nbytes, 1, ranks, fabric, algorithms=algos, protocols=protos)
+
+
+def inter_host_collective(
+    kind: str,
+    nbytes: ArrayLike,
+    hosts: ArrayLike,
+    per_host: int,
+    machine: MachineType,
+    accelerator: Accelerator,
+    *,
+    env: Mapping[str, str] | None = None,
+    chips_per_slice: int | None = None,
+    slice_topology: tuple[int, int, int] | None = None,
+) -> CollectiveTime:
+    """``kind`` over ``hosts`` hosts of ``per_host`` accelerators each: NCCL over the hosts' NICs
+    (its Ring / Tree / NVLSTree and protocol, as its tuner picks; ``env`` restricts it), or for
+    TPUs a multislice all-reduce: ICI inside slices of ``chips_per_slice`` chips (the slice's
+    ``slice_topology``), DCN between them. The call for data-parallel gradients."""
+    if accelerator.kind == "tpu":
+        if kind != ALL_REDUCE:
+            raise ValueError("multislice: only the all-reduce is modelled between TPU slices")
+        chips = chips_per_slice or per_host
+        axes = slice_topology or (chips, 1, 1)
+        inside = intra_host_collective(kind, nbytes, chips, accelerator, topology=axes)
+        hosts_f = _f(hosts)
+        slices = hosts_f * per_host / chips
+        dcn = machine.nic_bandwidth * E.NIC_EFFICIENCY
+        return multislice_allreduce(nbytes, slices, inside, chips, per_host, dcn)
+    algos, protos = parse_nccl_env(env, kind)
+    fabric = gpu_fabric(accelerator, machine, per_host)
+    return nccl_collective(
+        kind, nbytes, hosts, per_host, fabric, algorithms=algos, protocols=protos
+    )

@@ -29,6 +29,22 @@ PCIE_EFFICIENCY = NVLINK_EFFICIENCY
 # TPU ICI: no published point; borrowed from NVLink, the nearest chip-to-chip link measured.
 ICI_EFFICIENCY = NVLINK_EFFICIENCY
 
+# NVLink SHARP (NVLS): the NVSwitch reduces, so each GPU sends and receives the message once and
+# algbw = achieved fraction x NVLink line rate. Fitted on 8 x H100: busbw 480 GB/s = algbw 274.3
+# x 2(8-1)/8, of a 450 GB/s line rate (nccl-tests issue 212, nccl issue 1455) -> 0.6095; the 5-,
+# 6- and 7-GPU figures of the same thread are checked, not fitted. NCCL's own model
+# (tuning.cc nvlsEfficiency) says 0.85 of its per-channel estimate for Hopper.
+NVLS_EFFICIENCY = 0.6095  # = 480 / 1.75 / 450
+
+# What kernel TCP loses when several GPUs share one gVNIC: NCCL's socket transport bounces every
+# byte through host memory with a few CPU threads and flows (NCCL_SOCKET_NTHREADS x
+# NCCL_NSOCKS_PERTHREAD), so 8 GPUs on one NIC reach a fraction of what one GPU's flows reach
+# (nccl issue 209: "poor performance with 8 GPUs per node" on GCP; nccl issue 651, A100 on GCP
+# over gVNIC: "8 GPUs performance is horrible"). Assumed, not calibrated: no published busbw for
+# 8 GPUs on one GCP TCP NIC is in points.yaml; 1/3 is the middle of the 2-4x loss those threads
+# describe. GPUDirect-TCPX / TCPXO and RDMA move GPU memory to the NIC directly and do not pay it.
+TCP_SHARED_NIC_EFFICIENCY = 0.33
+
 # --- latencies (alpha) -------------------------------------------------------------------------
 
 # NCCL's tuning model, ring algorithm, Simple protocol (nccl src/graph/tuning.cc): a fixed base
@@ -36,9 +52,71 @@ ICI_EFFICIENCY = NVLINK_EFFICIENCY
 NCCL_BASE_LATENCY = 8.4 * US
 NVLINK_HOP_LATENCY = 3.4 * US
 PCIE_HOP_LATENCY = 5.7 * US
-NETWORK_HOP_LATENCY = 9.6 * US
+# The network hop of ring/Simple: 14 us in NCCL's current tuning.cc (commit 5067397, 2026); the
+# calibration point quotes 9.6 us from an older NCCL. The current table wins (NCCL_HW_LATENCY_US).
+NETWORK_HOP_LATENCY = 14.0 * US
 # TPU ICI hop: no published point; borrowed from NVLink's hop.
 ICI_HOP_LATENCY = NVLINK_HOP_LATENCY
+# A data-center-network hop between TPU slices (multislice): no published point; borrowed from
+# NCCL's network hop (both are TCP through a host NIC).
+DCN_HOP_LATENCY = NETWORK_HOP_LATENCY
+
+# --- NCCL's tuner (nvidia/nccl src/graph/tuning.cc, commit 5067397), copied verbatim --------------
+# Algorithm x protocol, protocols in NCCL's order (LL, LL128, Simple), microseconds.
+NCCL_BASE_LATENCY_US: dict[str, tuple[float, float, float]] = {
+    "tree": (6.8, 14.0, 8.4),
+    "ring": (6.6, 14.0, 8.4),
+    "nvls": (0.0, 0.0, 0.0),
+    "nvls_tree": (0.0, 0.0, 0.0),
+}
+NCCL_HW_LATENCY_US: dict[str, dict[str, tuple[float, float, float]]] = {
+    "nvlink": {
+        "tree": (0.6, 1.25, 4.0),
+        "ring": (0.6, 1.9, 3.4),
+        "nvls": (0.0, 0.0, 25.0),
+        "nvls_tree": (0.0, 0.0, 25.0),
+    },
+    "pcie": {
+        "tree": (1.0, 1.9, 4.0),
+        "ring": (1.0, 2.5, 5.7),
+        "nvls": (0.0, 0.0, 0.0),
+        "nvls_tree": (0.0, 0.0, 0.0),
+    },
+    "net": {
+        "tree": (5.0, 8.5, 14.0),
+        "ring": (2.7, 4.0, 14.0),
+        "nvls": (0.0, 0.0, 18.0),
+        "nvls_tree": (0.0, 0.0, 20.9),
+    },
+}
+# llMaxBws, GB/s: one host by GPU generation; several hosts by CPU (Intel row; 2 hosts, more).
+NCCL_LL_MAX_BW_ONE_HOST_GBPS = {"volta": 39.0, "ampere": 87.7, "hopper": 141.0, "blackwell": 282.0}
+NCCL_LL_MAX_BW_TWO_HOSTS_GBPS = 39.0
+NCCL_LL_MAX_BW_MANY_HOSTS_GBPS = 20.4
+# "Various model refinements": LL moves 8 bytes of data per 16 (half), LL128 120 of 128; the tree
+# all-reduce reaches 0.92 of its link; tree LL is 1/3.8 of it.
+NCCL_RING_LL_FRACTION = 0.5
+NCCL_RING_LL128_FRACTION = 0.92
+NCCL_TREE_FRACTION = 0.92
+NCCL_TREE_LL_FRACTION = 1.0 / 3.8
+NCCL_TREE_LL128_FRACTION = 120.0 / 128.0
+# getNetOverhead: 1 us per network step on Intel hosts, three times that for Simple.
+NCCL_NET_OVERHEAD_US = 1.0
+# "Plateau effect of ring": multi-host ring/Simple all-reduce latency x1.4 (Ampere and newer),
+# x1.9 (older), once each channel's share per rank reaches 64 bytes.
+NCCL_RING_PLATEAU = {"volta": 1.9, "ampere": 1.4, "hopper": 1.4, "blackwell": 1.4}
+# Channels NCCL opens (for the plateau threshold only). Assumed: 16, typical of 8-GPU hosts.
+NCCL_ASSUMED_CHANNELS = 16
+# treeCorrectionFactor[protocol][log2(bytes / 64)] for 64 B .. 256 MiB: trees are slower than
+# their model at medium sizes.
+NCCL_TREE_CORRECTION: tuple[tuple[float, ...], ...] = (
+    (1.0, 1.0, 1.0, 1.0, 0.9, 0.8, 0.7, 0.7, 0.7, 0.7, 0.6, 0.5,
+     0.4, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.0, 1.0, 1.0, 1.0),
+    (1.0, 1.0, 1.0, 1.0, 1.0, 0.9, 0.8, 0.8, 0.8, 0.7, 0.6, 0.6,
+     0.6, 0.6, 0.6, 0.6, 0.8, 0.9, 0.9, 0.9, 0.9, 1.0, 1.0, 1.0),
+    (0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.8, 0.7, 0.6, 0.6, 0.5,
+     0.5, 0.5, 0.5, 0.6, 0.7, 0.8, 0.7, 0.7, 0.8, 0.9, 0.9, 0.9),
+)  # fmt: skip
 
 # --- compute -----------------------------------------------------------------------------------
 
@@ -66,8 +144,35 @@ BACKWARD_FRACTION = 2.0 / 3.0
 
 # Gradients are all-reduced in buckets as backward produces them; the last bucket cannot overlap.
 # 25 MiB is PyTorch DistributedDataParallel's default bucket_cap_mb (Horovod's fusion buffer,
-# 64 MiB, behaves alike).
+# 64 MiB, behaves alike); DDP makes the first bucket 1 MiB (dist._DEFAULT_FIRST_BUCKET_BYTES) so
+# that communication starts early.
 GRADIENT_BUCKET_BYTES = 25 * MIB
+FIRST_BUCKET_BYTES = 1 * MIB
+
+# What overlap costs. NCCL runs one thread block per channel on its own SM, so a collective that
+# hides behind backward still takes that share of the SMs (and of HBM bandwidth) from it: 16
+# channels on a 108-SM A100 is about 15%. Assumed from NCCL's channel count (NCCL_MIN_NCHANNELS
+# docs) and the SM count; no point in points.yaml measures it.
+OVERLAP_INTERFERENCE = 0.15
+
+# Synchronous data parallelism waits for the slowest rank every step: with per-step compute
+# varying by a coefficient of variation cv, the expected maximum of N ranks is about
+# mean x (1 + cv x sqrt(2 ln N)) (extreme value of N normals). cv = 0.03 is assumed, the few
+# percent of step-time jitter reported for GPU training (Chen et al. 2016, "Revisiting
+# Distributed Synchronous SGD"; Dean & Barroso 2013, "The Tail at Scale"). It is what makes one
+# 8-GPU host scale by about 93% rather than 99.9% when NVLink hides the all-reduce.
+COMPUTE_JITTER_CV = 0.03
+
+# --- the reduction server's own machine -----------------------------------------------------------
+
+# Bytes of gradient one vCPU sums per second. fp32: an AVX2 add streams two inputs and one output
+# at a few GB/s per core; bf16/fp16 have no native CPU arithmetic before AVX512-BF16/FP16, so each
+# element is widened, added and narrowed: about 4x slower per byte. Assumed (BytePS
+# docs/rationale.md: summation on CPUs is memory-bound; no published rate in points.yaml).
+REDUCER_SUM_BYTES_PER_VCPU = {"fp32": 4.0e9, "bf16": 1.0e9, "fp16": 1.0e9}
+# Bytes of TCP traffic (in + out) one vCPU moves per second: the kernel's per-packet cost, about
+# 10 Gbps per vCPU with segmentation offload. Assumed (a common Linux rule of thumb).
+REDUCER_TCP_BYTES_PER_VCPU = 1.25e9
 
 # --- strategy choice and serving policy ---------------------------------------------------------
 

@@ -21,6 +21,19 @@ Sources used below, abbreviated:
             capped at 32 Gbps; A2 machines 24/32/50/100 Gbps for 1/2/4/8+ GPUs.
   [GCE-PRICE] Google Cloud on-demand price list, us-central1 (us-central2 for TPU v4), 2024;
             N1 from its per-vCPU (0.031611 USD/h) and per-GB (0.004237 USD/h) rates.
+  [GCE-GPU-NET] Compute Engine "GPU machine types" and "Maximize GPU network bandwidth" pages,
+            2024/2025: a3-highgpu-8g 4 x 200 Gbps GPU NICs with GPUDirect-TCPX, a3-megagpu-8g
+            8 x 200 Gbps with GPUDirect-TCPXO, a3-ultragpu-8g and a4-highgpu-8g 8 x 400 Gbps
+            ConnectX-7 with GPUDirect-RDMA (RoCE); A2 / N1 GPU traffic over gVNIC TCP.
+  [H200-DS] NVIDIA H200 Tensor Core GPU datasheet (2024, SXM, dense).
+  [B200-DS] NVIDIA HGX B200 datasheet (2024; per-GPU dense figures = the 8-GPU board's sparse
+            figures / 16).
+  [TPU-V5P] Cloud TPU v5p documentation (2024): 459 bf16 TFLOPS, 95 GB HBM at 2,765 GB/s,
+            4,800 Gbps of ICI per chip over 6 links, 3-D torus of up to 8,960 chips.
+  [TPU-V6E] Cloud TPU v6e (Trillium) documentation (2024): 918 bf16 TFLOPS, 32 GB HBM at
+            1,640 GB/s, 3,584 Gbps of ICI per chip over 4 links, 2-D torus of 256 chips.
+  [NCCL]    NVIDIA/nccl src/graph/tuning.cc (commit 5067397, 2026): NVLS needs Hopper or newer
+            on an NVSwitch host; the LL/LL128 tables are indexed by GPU generation.
 """
 
 from __future__ import annotations
@@ -35,6 +48,14 @@ from ringmaster.engine.units import GB, TERA, gbps_to_bytes_per_second
 
 Kind = Literal["gpu", "tpu"]
 IntraLink = Literal["nvlink", "pcie", "ici"]
+# How GPU traffic leaves a host: kernel TCP through gVNIC (every byte bounced through host memory
+# by CPU threads), Google's GPUDirect-TCPX / TCPXO (GPU memory straight to the NIC, TCP), RDMA
+# (InfiniBand or RoCE, GPUDirect-RDMA), or a TPU host's data-center network (multislice).
+Transport = Literal["tcp", "tcpx", "tcpxo", "rdma", "dcn"]
+TRANSPORTS = ("tcp", "tcpx", "tcpxo", "rdma", "dcn")
+# NCCL's tuning tables are indexed by GPU generation (tuning.cc: Volta, Ampere, Hopper, Blackwell;
+# anything older than Ampere, T4 and P4 included, uses the Volta row).
+NcclArch = Literal["volta", "ampere", "hopper", "blackwell", ""]
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "int8", "fp8")
 
 
@@ -75,6 +96,10 @@ class Accelerator:
     ici_wrap_axis: int = 0
     ici_wrap_chips: int = 0
     source: str = ""
+    # True when the accelerator sits on an NVSwitch host and NCCL can run NVLink SHARP (NVLS):
+    # Hopper or newer SXM parts ([NCCL] nvlsEfficiency is 0 for Volta and Ampere).
+    nvswitch: bool = False
+    nccl_arch: NcclArch = ""
 
     def peak(self, precision: str) -> float:
         """Dense peak at ``precision``, falling back as the hardware does (see ``effective``)."""
@@ -122,6 +147,13 @@ class MachineType:
     accelerator: str | None = None  # bundled accelerator key
     accelerator_count: int = 0
     source: str = ""
+    nics: int = 1  # NICs that carry GPU traffic; nic_bandwidth is their sum
+    transport: Transport = "tcp"
+
+    @property
+    def nic_gbps(self) -> float:
+        """Line rate of one NIC, Gbps."""
+        return self.nic_bandwidth * 8.0 / 1e9 / max(self.nics, 1)
 
 
 @dataclass(frozen=True)
@@ -178,6 +210,8 @@ def _machine(
     source: str,
     accelerator: str | None = None,
     count: int = 0,
+    nics: int = 1,
+    transport: Transport = "tcp",
 ) -> MachineType:
     return MachineType(
         name=name,
@@ -187,6 +221,8 @@ def _machine(
         accelerator=accelerator,
         accelerator_count=count,
         source=source,
+        nics=nics,
+        transport=transport,
     )
 
 
@@ -202,6 +238,7 @@ _ACCELERATORS: tuple[Accelerator, ...] = (
         300,  # [points] 12 NVLink3 links x 25 GB/s per direction
         None,  # bundled in a2-highgpu-*
         "[A100-DS] 2020, [points]",
+        nccl_arch="ampere",  # HGX A100 has NVSwitch, but NVLS needs Hopper ([NCCL])
     ),
     _acc(
         "nvidia-a100-80gb",
@@ -214,6 +251,7 @@ _ACCELERATORS: tuple[Accelerator, ...] = (
         300,  # [A100-DS] NVLink3, as the 40 GB part
         None,  # bundled in a2-ultragpu-*
         "[A100-DS] 2021, [points]",
+        nccl_arch="ampere",
     ),
     _acc(
         "nvidia-h100-80gb",
@@ -225,8 +263,38 @@ _ACCELERATORS: tuple[Accelerator, ...] = (
         3350,  # [H100-DS] HBM3 3.35 TB/s
         "nvlink",
         450,  # [H100-DS] NVLink4 900 GB/s bidirectional = 450 per direction
-        None,  # bundled in a3-highgpu-*
+        None,  # bundled in a3-highgpu-* / a3-megagpu-*
         "[H100-DS] 2022",
+        nvswitch=True,  # HGX H100: 4 NVSwitch chips, NVLS ([NCCL])
+        nccl_arch="hopper",
+    ),
+    _acc(
+        "nvidia-h200-141gb",
+        "gpu",
+        # [points]/[H200-DS] 2024: the H100's tensor cores, more and faster HBM.
+        {"fp32": 67, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4, "fp8": 1978.9, "int8": 1978.9},
+        141,  # [points] 141 GB HBM3e
+        4800,  # [points] 4.8 TB/s
+        "nvlink",
+        450,  # [points] NVLink4, 450 GB/s per direction
+        None,  # bundled in a3-ultragpu-8g
+        "[H200-DS] 2024, [points]",
+        nvswitch=True,
+        nccl_arch="hopper",
+    ),
+    _acc(
+        "nvidia-b200",
+        "gpu",
+        # [points]/[B200-DS] 2024, dense: BF16/FP16 2,250, FP8/INT8 4,500, TF32 1,100, FP32 75.
+        {"fp32": 75, "tf32": 1100, "fp16": 2250, "bf16": 2250, "fp8": 4500, "int8": 4500},
+        180,  # [points] 180 GB HBM3e
+        8000,  # [points] 8 TB/s
+        "nvlink",
+        900,  # [points] NVLink5, 900 GB/s per direction
+        None,  # bundled in a4-highgpu-8g
+        "[B200-DS] 2024, [points]",
+        nvswitch=True,
+        nccl_arch="blackwell",
     ),
     _acc(
         "nvidia-tesla-v100",
@@ -239,6 +307,7 @@ _ACCELERATORS: tuple[Accelerator, ...] = (
         150,  # [V100-DS] NVLink2 300 GB/s bidirectional (6 links) = 150 per direction
         2.48,  # [GCE-PRICE] 2024: attached V100, USD per GPU-hour
         "[V100-DS] 2018, [GCE-PRICE] 2024",
+        nccl_arch="volta",
     ),
     _acc(
         "nvidia-tesla-t4",
@@ -251,6 +320,7 @@ _ACCELERATORS: tuple[Accelerator, ...] = (
         15.75,  # PCIe Gen3 x16 per direction (PCI-SIG 3.0 spec: 8 GT/s x 16 x 128/130 / 8)
         0.35,  # [GCE-PRICE] 2024: attached T4, USD per GPU-hour
         "[T4-DS] 2018, [points], [GCE-PRICE] 2024",
+        nccl_arch="volta",  # Turing: NCCL's tables use the Volta row below compute capability 8
     ),
     _acc(
         "nvidia-tesla-p4",
@@ -263,6 +333,7 @@ _ACCELERATORS: tuple[Accelerator, ...] = (
         15.75,  # PCIe Gen3 x16 per direction (PCI-SIG 3.0)
         0.60,  # [GCE-PRICE] 2024: attached P4, USD per GPU-hour
         "[P4-DS] 2016, [points], [GCE-PRICE] 2024",
+        nccl_arch="volta",
     ),
     _acc(
         "tpu-v2",
@@ -320,14 +391,46 @@ _ACCELERATORS: tuple[Accelerator, ...] = (
         ici_wrap_axis=16,  # [TPU-DOCS] a v5e pod is 16x16; only the full pod wraps
         ici_wrap_chips=256,
     ),
+    _acc(
+        "tpu-v5p-slice",
+        "tpu",
+        {"bf16": 459, "int8": 918},  # [TPU-V5P]/[points] 459 bf16; int8 twice that
+        95,  # [TPU-V5P]
+        2765,  # [TPU-V5P]
+        "ici",
+        100,  # [TPU-V5P] 4,800 Gbps per chip / 6 links = 800 Gbps = 100 GB/s per link
+        4.20,  # [GCE-PRICE] 2024: 4.20 USD per chip-hour
+        "[TPU-V5P] 2024, [points], [GCE-PRICE] 2024",
+        ici_link_bandwidth=100 * GB,
+        ici_wrap_axis=4,  # [TPU-V5P] like v4: slices of whole 4x4x4 cubes close into tori
+        ici_wrap_chips=64,
+    ),
+    _acc(
+        "tpu-v6e-slice",
+        "tpu",
+        {"bf16": 918, "int8": 1836},  # [TPU-V6E]/[points]
+        32,  # [TPU-V6E]
+        1640,  # [TPU-V6E]
+        "ici",
+        112,  # [TPU-V6E] 3,584 Gbps per chip / 4 links = 896 Gbps = 112 GB/s per link
+        2.70,  # [GCE-PRICE] 2025: 2.70 USD per chip-hour
+        "[TPU-V6E] 2024, [points], [GCE-PRICE] 2025",
+        ici_link_bandwidth=112 * GB,
+        ici_wrap_axis=16,  # [TPU-V6E] a v6e pod is 16x16; only the full pod wraps
+        ici_wrap_chips=256,
+    ),
 )
 
 _A2 = "[GCE-NET] 2024, [GCE-PRICE] 2024"
 _N1 = "[GCE-NET] 2024 (2 Gbps/vCPU, max 32), [GCE-PRICE] 2024 (vCPU + memory rates)"
+# Prices of the 8-GPU A3 Mega/Ultra and A4 shapes: approximate on-demand us-central1 list prices
+# (2025); check the current price list and override them through the catalog.
+_A3 = "[GCE-GPU-NET] 2025, [GCE-PRICE] 2025 (approximate on-demand, us-central1)"
 _TPU_HOST = "host price = chips x chip price [GCE-PRICE] 2024; ICI carries the gradients"
 
 _MACHINES: tuple[MachineType, ...] = (
     # A2 with A100 40 GB: egress [GCE-NET]/[points] 24/32/50/100 Gbps; prices [GCE-PRICE] 2024.
+    # A2 and N1 GPU traffic is kernel TCP through one gVNIC ([GCE-GPU-NET]).
     _machine("a2-highgpu-1g", 12, 24, 3.673385, _A2, "nvidia-tesla-a100", 1),
     _machine("a2-highgpu-2g", 24, 32, 7.346770, _A2, "nvidia-tesla-a100", 2),
     _machine("a2-highgpu-4g", 48, 50, 14.693540, _A2, "nvidia-tesla-a100", 4),
@@ -343,7 +446,18 @@ _MACHINES: tuple[MachineType, ...] = (
     _machine("a3-highgpu-1g", 26, 25, 88.253716 / 8, _A2 + ", prorated", "nvidia-h100-80gb", 1),
     _machine("a3-highgpu-2g", 52, 50, 88.253716 / 4, _A2 + ", prorated", "nvidia-h100-80gb", 2),
     _machine("a3-highgpu-4g", 104, 100, 88.253716 / 2, _A2 + ", prorated", "nvidia-h100-80gb", 4),
-    _machine("a3-highgpu-8g", 208, 800, 88.253716, _A2, "nvidia-h100-80gb", 8),
+    _machine(
+        "a3-highgpu-8g", 208, 800, 88.253716, _A3, "nvidia-h100-80gb", 8, nics=4, transport="tcpx"
+    ),
+    # [GCE-GPU-NET]: 8 x 200 Gbps with GPUDirect-TCPXO; price [GCE-PRICE] 2025.
+    _machine(
+        "a3-megagpu-8g", 208, 1600, 101.7, _A3, "nvidia-h100-80gb", 8, nics=8, transport="tcpxo"
+    ),
+    # [GCE-GPU-NET]: 8 x 400 Gbps ConnectX-7, GPUDirect-RDMA over RoCE; price [GCE-PRICE] 2025.
+    _machine(
+        "a3-ultragpu-8g", 224, 3200, 84.8, _A3, "nvidia-h200-141gb", 8, nics=8, transport="rdma"
+    ),
+    _machine("a4-highgpu-8g", 224, 3200, 120.0, _A3, "nvidia-b200", 8, nics=8, transport="rdma"),
     # N1 reducer hosts: [points] n1-highcpu-16 32 Gbps (Vertex AI Reduction Server notebook).
     _machine("n1-highcpu-16", 16, 32, 0.566789, _N1),  # 16 vCPU, 14.4 GB
     _machine("n1-highcpu-32", 32, 32, 1.133578, _N1),  # 32 vCPU, 28.8 GB
@@ -363,6 +477,13 @@ _MACHINES: tuple[MachineType, ...] = (
     _machine("ct5lp-hightpu-1t", 24, 50, 1.20, _TPU_HOST, "tpu-v5-lite-podslice", 1),
     _machine("ct5lp-hightpu-4t", 112, 100, 4 * 1.20, _TPU_HOST, "tpu-v5-lite-podslice", 4),
     _machine("ct5lp-hightpu-8t", 224, 200, 8 * 1.20, _TPU_HOST, "tpu-v5-lite-podslice", 8),
+    # v5p / v6e hosts; the NIC is the data-center network (DCN) a multislice job crosses between
+    # slices. [TPU-V5P]/[TPU-V6E] give host network totals, not per chip: 200 Gbps per v5p and
+    # 1-/4-chip v6e host, 4 x 100 Gbps per 8-chip v6e host (assumed to be the figures in force).
+    _machine("ct5p-hightpu-4t", 208, 200, 4 * 4.20, _TPU_HOST, "tpu-v5p-slice", 4, 1, "dcn"),
+    _machine("ct6e-standard-1t", 44, 200, 2.70, _TPU_HOST, "tpu-v6e-slice", 1, 1, "dcn"),
+    _machine("ct6e-standard-4t", 180, 200, 4 * 2.70, _TPU_HOST, "tpu-v6e-slice", 4, 1, "dcn"),
+    _machine("ct6e-standard-8t", 180, 400, 8 * 2.70, _TPU_HOST, "tpu-v6e-slice", 8, 4, "dcn"),
 )
 
 # The machine GKE gives an accelerator type and per-host count when the spec names none.
@@ -386,6 +507,8 @@ _DEFAULT_MACHINES: dict[str, dict[int, str]] = {
         4: "a3-highgpu-4g",
         8: "a3-highgpu-8g",
     },
+    "nvidia-h200-141gb": {8: "a3-ultragpu-8g"},
+    "nvidia-b200": {8: "a4-highgpu-8g"},
     # Attached GPUs: 8 vCPUs per GPU, the usual GKE sizing for data loading.
     "nvidia-tesla-v100": {
         1: "n1-standard-8",
@@ -399,6 +522,8 @@ _DEFAULT_MACHINES: dict[str, dict[int, str]] = {
     "tpu-v3-slice": {4: "ct3p-hightpu-4t"},
     "tpu-v4-podslice": {4: "ct4p-hightpu-4t"},
     "tpu-v5-lite-podslice": {1: "ct5lp-hightpu-1t", 4: "ct5lp-hightpu-4t", 8: "ct5lp-hightpu-8t"},
+    "tpu-v5p-slice": {4: "ct5p-hightpu-4t"},
+    "tpu-v6e-slice": {1: "ct6e-standard-1t", 4: "ct6e-standard-4t", 8: "ct6e-standard-8t"},
 }
 
 # Override fields as users write them (units people quote) -> (attribute, scale to SI).
@@ -414,6 +539,8 @@ _ACCELERATOR_FIELDS: dict[str, tuple[str, float]] = {
     "iciWrapAxis": ("ici_wrap_axis", 1.0),
     "iciWrapChips": ("ici_wrap_chips", 1.0),
     "source": ("source", 1.0),
+    "nvswitch": ("nvswitch", 1.0),
+    "ncclArch": ("nccl_arch", 1.0),
 }
 _MACHINE_FIELDS: dict[str, tuple[str, float]] = {
     "vcpus": ("vcpus", 1.0),
@@ -422,9 +549,15 @@ _MACHINE_FIELDS: dict[str, tuple[str, float]] = {
     "accelerator": ("accelerator", 1.0),
     "acceleratorCount": ("accelerator_count", 1.0),
     "source": ("source", 1.0),
+    "nics": ("nics", 1.0),
+    "transport": ("transport", 1.0),
 }
-_INT_ATTRS = frozenset({"vcpus", "accelerator_count", "ici_wrap_axis", "ici_wrap_chips"})
-_STR_ATTRS = frozenset({"kind", "intra_link", "accelerator", "source"})
+_INT_ATTRS = frozenset({"vcpus", "accelerator_count", "ici_wrap_axis", "ici_wrap_chips", "nics"})
+_STR_ATTRS = frozenset({"kind", "intra_link", "accelerator", "source", "nccl_arch"})
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "transport": TRANSPORTS,
+    "nccl_arch": ("volta", "ampere", "hopper", "blackwell", ""),
+}
 _ACCELERATOR_REQUIRED = (
     "kind",
     "peakTFLOPS",
@@ -437,6 +570,15 @@ _MACHINE_REQUIRED = ("vcpus", "nicGbps", "pricePerHourUSD")
 
 
 def _convert(where: str, key: str, attr: str, scale: float, value: Any) -> Any:
+    if attr == "nvswitch":
+        if not isinstance(value, bool):
+            raise CatalogOverrideError(f"{where}.{key}: expected true or false, got {value!r}")
+        return value
+    if attr in _CHOICES:
+        if value not in _CHOICES[attr]:
+            known = ", ".join(c for c in _CHOICES[attr] if c)
+            raise CatalogOverrideError(f"{where}.{key}: expected one of {known}, got {value!r}")
+        return value
     if attr in _STR_ATTRS:
         if value is not None and not isinstance(value, str):
             raise CatalogOverrideError(f"{where}.{key}: expected a string, got {value!r}")

@@ -1,10 +1,11 @@
 """Data-parallel training: step time, throughput, strategy choice, reducer sizing, cost.
 
-step = compute + the part of the gradient all-reduce that backward computation does not hide.
-Gradients are reduced in buckets while backward runs (GRADIENT_BUCKET_BYTES); everything but the
-last bucket can hide behind the backward pass (BACKWARD_FRACTION of compute), so
-
-    exposed = comm - min(comm * (1 - min(1, bucket / M)), BACKWARD_FRACTION * compute).
+step = compute + the gradient communication that the backward pass does not hide, modelled as a
+timeline (:func:`overlap_timeline`): gradients become ready bucket by bucket through backward
+(PyTorch DDP: the first bucket 1 MiB, then 25 MiB), each bucket's all-reduce starts when it is
+ready and queues behind the previous one, and what remains after backward ends is exposed.
+Each bucket's all-reduce is what NCCL runs for its size (:func:`collectives.nccl_collective`), so
+small buckets pay NCCL's latencies, and the last bucket can never hide.
 
 Two layers: :func:`gpu_training` and :func:`tpu_training` evaluate numpy arrays of
 configurations at once (achieved bandwidths in, arrays out); :func:`predict_training` resolves one
@@ -14,6 +15,7 @@ configuration from the catalog, calls the same functions with it and adds words 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -24,15 +26,13 @@ from ringmaster.engine import collectives as C
 from ringmaster.engine.efficiency import (
     BACKWARD_FRACTION,
     COMPUTE_EFFICIENCY,
+    COMPUTE_JITTER_CV,
+    FIRST_BUCKET_BYTES,
     GRADIENT_BUCKET_BYTES,
     ICI_EFFICIENCY,
     ICI_HOP_LATENCY,
-    NETWORK_HOP_LATENCY,
     NIC_EFFICIENCY,
-    NVLINK_EFFICIENCY,
-    NVLINK_HOP_LATENCY,
-    PCIE_EFFICIENCY,
-    PCIE_HOP_LATENCY,
+    OVERLAP_INTERFERENCE,
     RING_PREFERENCE_TOLERANCE,
 )
 from ringmaster.engine.hardware import DEFAULT_CATALOG, Accelerator, Catalog, Host
@@ -46,42 +46,27 @@ REDUCTION_SERVER = "ReductionServer"
 AUTO = "Auto"
 STRATEGIES = (AUTO, RING, REDUCTION_SERVER)
 DEFAULT_REDUCER_MACHINE = "n1-highcpu-16"  # Vertex AI's documented reducer machine
-# The API names the gradients' dtype, not the compute precision: training is assumed to run in
-# mixed precision (fp16/bf16 tensor cores), the norm for the models this operator targets.
-TRAINING_COMPUTE_PRECISION = "fp16"
-
-# Which all-reduce algorithm a strategy ran (``StrategyArrays.algorithm``).
-ALGORITHM_FLAT_RING = 0
-ALGORITHM_HIERARCHICAL_RING = 1
-ALGORITHM_TREE = 2
-ALGORITHM_REDUCTION_SERVER = 3
-ALGORITHM_TORUS = 4
-ALGORITHM_NAMES = {
-    ALGORITHM_FLAT_RING: "flat ring",
-    ALGORITHM_HIERARCHICAL_RING: "hierarchical ring",
-    ALGORITHM_TREE: "tree",
-    ALGORITHM_REDUCTION_SERVER: "reduction server",
-    ALGORITHM_TORUS: "ICI torus",
-}
-
-LINK_EFFICIENCY = {"nvlink": NVLINK_EFFICIENCY, "pcie": PCIE_EFFICIENCY, "ici": ICI_EFFICIENCY}
-LINK_HOP_LATENCY = {"nvlink": NVLINK_HOP_LATENCY, "pcie": PCIE_HOP_LATENCY, "ici": ICI_HOP_LATENCY}
+# spec.model.computePrecision; omitted: the fastest 16-bit format the chip has (bf16, else fp16,
+# else fp32), the mixed-precision norm for the models this operator targets.
+COMPUTE_PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
 
 
 class StrategyArrays(NamedTuple):
-    """One strategy evaluated over an array of configurations (all arrays broadcast together)."""
+    """One strategy evaluated over an array of configurations. The arrays broadcast together;
+    one that does not vary over the configurations may be 0-d."""
 
     step_seconds: F64
-    communication_seconds: F64  # the whole all-reduce, hidden or not
+    communication_seconds: F64  # all buckets' collectives, hidden or not
     exposed_seconds: F64  # the part backward does not hide
     samples_per_second: F64  # NaN without a batch size
     bus_bandwidth: F64  # bytes/s, nccl-tests convention; NaN for one rank
     bottleneck: I64  # collectives.BOTTLENECK_*: compute, or the communication's when it is larger
-    communication_bottleneck: I64  # what bounds the all-reduce itself
+    communication_bottleneck: I64  # what bounds the collectives themselves
     cost_per_hour: F64  # USD, workers plus reducers
     cost_per_1000_samples: F64  # USD; NaN without a batch size
-    scaling_efficiency: F64  # throughput per host against one host (same per-host shape)
-    algorithm: I64  # ALGORITHM_*
+    scaling_efficiency: F64  # throughput per accelerator against one accelerator alone
+    algorithm: I64  # collectives.ALG_* of the largest bucket
+    protocol: I64  # collectives.PROTO_* of the largest bucket
 
 
 def _f(x: ArrayLike) -> F64:
@@ -91,7 +76,10 @@ def _f(x: ArrayLike) -> F64:
 def exposed_communication(
     communication_seconds: ArrayLike, compute_seconds: ArrayLike, gradient_bytes: ArrayLike
 ) -> F64:
-    """The communication left after hiding behind backward (all buckets but the last)."""
+    """The older scalar overlap, kept for callers that have one collective time and no
+    per-bucket model (engine.llm_training's data-parallel part): all buckets but the last hide
+    behind backward. The data-parallel model itself uses :func:`overlap_timeline`; switching is
+    passing the collective as a function of the bucket size."""
     comm = _f(communication_seconds)
     m = _f(gradient_bytes)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -101,55 +89,127 @@ def exposed_communication(
     return comm - hidden
 
 
+class Overlap(NamedTuple):
+    exposed_seconds: F64
+    communication_seconds: F64
+    largest_bucket: C.CollectiveTime  # the collective of the largest bucket (25 MiB or all)
+
+
+def overlap_timeline(
+    collective: Callable[[F64], C.CollectiveTime],
+    gradient_bytes: ArrayLike,
+    backward_seconds: ArrayLike,
+    bucket_bytes: float = GRADIENT_BUCKET_BYTES,
+    first_bucket_bytes: float = FIRST_BUCKET_BYTES,
+    shape: tuple[int, ...] = (),
+) -> Overlap:
+    """Exposed communication of DDP's bucketed all-reduce, in closed form.
+
+    Buckets: the first of ``first_bucket_bytes``, then full buckets, then a partial last one;
+    gradients are produced at a steady rate over ``backward_seconds``, so bucket i is ready at
+    T x (bytes up to i) / M. Each collective starts when its bucket is ready and the previous one
+    has finished, so the last finishes at max_i(ready_i + the collectives from i on). Within the
+    equal middle buckets that maximum is at one end, so four candidates suffice. ``collective``
+    maps an array of bucket sizes to their times; it is called once on the three sizes stacked
+    (axis 0) over ``shape``, the broadcast shape of the configurations it closes over."""
+    shape = np.broadcast_shapes(shape, np.shape(gradient_bytes), np.shape(backward_seconds))
+    m = _f(gradient_bytes)
+    t_bwd = _f(backward_seconds)
+    first = np.minimum(first_bucket_bytes, m)
+    rest = m - first
+    full = np.floor(rest / bucket_bytes)
+    last = rest - full * bucket_bytes
+    sizes = np.empty((3, *shape))
+    sizes[0] = first
+    sizes[1] = bucket_bytes
+    sizes[2] = np.maximum(last, 1.0)
+    times = collective(sizes)
+    t = (
+        times.seconds
+        if times.seconds.shape == sizes.shape
+        else np.broadcast_to(times.seconds, sizes.shape)
+    )
+    c_first = t[0]
+    c_full = np.where(full > 0, t[1], 0.0)
+    c_last = np.where(last > 0, t[2], 0.0)
+    total = c_first + full * c_full + c_last
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rate = np.where(m > 0, t_bwd / m, 0.0)
+    finish = rate * first + total
+    finish = np.maximum(
+        finish, np.where(full > 0, rate * (first + bucket_bytes) + full * c_full + c_last, 0.0)
+    )
+    finish = np.maximum(
+        finish, np.where(full > 0, rate * (first + full * bucket_bytes) + c_full + c_last, 0.0)
+    )
+    finish = np.maximum(finish, t_bwd + c_last)
+    exposed = np.maximum(finish - t_bwd, 0.0)
+    # The largest bucket's collective names the algorithm: a full bucket if any, else the first.
+    use_full = full > 0
+    use_last = ~use_full & (last > first)
+
+    def at(a: NDArray[np.generic]) -> NDArray[np.generic]:
+        if a.ndim == 0 or not any(a.strides):  # the same value everywhere (a broadcast scalar)
+            return np.asarray(a.flat[0])
+        arr = a if a.shape == sizes.shape else np.broadcast_to(a, sizes.shape)
+        out: NDArray[np.generic] = np.where(use_full, arr[1], np.where(use_last, arr[2], arr[0]))
+        return out
+
+    largest = C.CollectiveTime(
+        seconds=np.asarray(at(times.seconds), dtype=np.float64),
+        algorithm=np.asarray(at(times.algorithm), dtype=np.int64),
+        protocol=np.asarray(at(times.protocol), dtype=np.int64),
+        bus_bandwidth=np.asarray(np.nan),
+        bottleneck=np.asarray(at(times.bottleneck), dtype=np.int64),
+    )
+    return Overlap(exposed, total, largest)
+
+
+def _slowest_of(ranks: F64) -> F64:
+    """The expected slowest of N ranks' compute, as a multiple of one rank's:
+    1 + cv x sqrt(2 ln N) (COMPUTE_JITTER_CV)."""
+    return 1.0 + COMPUTE_JITTER_CV * np.sqrt(2.0 * np.log(np.maximum(ranks, 1.0)))
+
+
 def _finish(
-    coll: C.Collective,
+    overlap: Overlap,
     *,
-    ranks: F64,
+    kind_ranks: F64,
     gradient_bytes: F64,
     compute: F64,
     batch: F64,
     cost_per_hour: F64,
-    single_host_step: F64 | None,
-    algorithm: ArrayLike,
+    slowest: F64 | None = None,
 ) -> StrategyArrays:
-    exposed = exposed_communication(coll.seconds, compute, gradient_bytes)
-    step = compute + exposed
+    exposed = overlap.exposed_seconds
+    hidden = overlap.communication_seconds - exposed
+    if slowest is None:
+        slowest = _slowest_of(kind_ranks)
+    # The slowest of N ranks sets the pace, and hidden collectives still take SMs from backward.
+    step = compute * slowest + exposed + OVERLAP_INTERFERENCE * np.minimum(hidden, compute)
     with np.errstate(divide="ignore", invalid="ignore"):
-        sps = np.where(step > 0, ranks * batch / step, np.nan)
+        sps = np.where(step > 0, kind_ranks * batch / step, np.nan)
         per_1000 = cost_per_hour / 3600.0 / sps * 1000.0
-        scaling = single_host_step / step if single_host_step is not None else np.ones_like(step)
-    bottleneck = np.where(compute >= exposed, C.BOTTLENECK_COMPUTE, coll.bottleneck)
-    shape = np.broadcast_shapes(step.shape, np.shape(algorithm))
+        scaling = np.where(step > 0, compute / step, 1.0)
+        busbw = C.bus_bandwidth_of(
+            C.ALL_REDUCE, gradient_bytes, kind_ranks, overlap.communication_seconds
+        )
+    largest = overlap.largest_bucket
+    bottleneck = np.where(step - exposed >= exposed, C.BOTTLENECK_COMPUTE, largest.bottleneck)
     return StrategyArrays(
         step_seconds=step,
-        communication_seconds=coll.seconds,
+        communication_seconds=overlap.communication_seconds,
         exposed_seconds=exposed,
         samples_per_second=sps,
-        bus_bandwidth=C.bus_bandwidth(gradient_bytes, ranks, coll.seconds),
+        bus_bandwidth=busbw,
         bottleneck=bottleneck.astype(np.int64),
-        communication_bottleneck=coll.bottleneck,
-        cost_per_hour=np.broadcast_to(cost_per_hour, step.shape).astype(np.float64),
+        communication_bottleneck=largest.bottleneck,
+        cost_per_hour=np.asarray(cost_per_hour, dtype=np.float64),
         cost_per_1000_samples=per_1000,
         scaling_efficiency=scaling,
-        algorithm=np.broadcast_to(np.asarray(algorithm, dtype=np.int64), shape),
+        algorithm=largest.algorithm,
+        protocol=largest.protocol,
     )
-
-
-def _best_ring(
-    m: F64, n: F64, g: F64, nic: F64, intra: F64, intra_hop: F64, net_hop: F64
-) -> tuple[C.Collective, I64]:
-    """The fastest of NCCL's algorithms (flat ring, tree) and the hierarchical ring."""
-    args = (m, n, g, nic, intra, intra_hop, net_hop)
-    candidates = (C.flat_ring(*args), C.hierarchical_ring(*args), C.tree_allreduce(*args))
-    times = np.stack(np.broadcast_arrays(*(c.seconds for c in candidates)))
-    choice = np.argmin(times, axis=0)
-
-    def pick(i: int) -> F64:
-        chosen = np.choose(choice, np.broadcast_arrays(*(c[i] for c in candidates)))
-        return np.asarray(chosen, dtype=np.float64)
-
-    coll = C.Collective(pick(0), pick(1), pick(2), pick(3).astype(np.int64))
-    return coll, choice.astype(np.int64)  # ALGORITHM_* codes 0..2 follow the candidates' order
 
 
 def gpu_training(
@@ -161,56 +221,82 @@ def gpu_training(
     batch_per_accelerator: ArrayLike,
     nic_bandwidth: ArrayLike,
     intra_bandwidth: ArrayLike,
-    intra_hop_latency: ArrayLike,
     host_price: ArrayLike,
     reducers: ArrayLike,
     reducer_bandwidth: ArrayLike,
     reducer_price: ArrayLike,
-    network_hop_latency: ArrayLike = NETWORK_HOP_LATENCY,
+    intra_link: str = "nvlink",
+    nvls_bandwidth: ArrayLike = 0.0,
+    arch: str = "ampere",
+    algorithms: set[int] | None = None,
+    protocols: set[int] | None = None,
 ) -> tuple[StrategyArrays, StrategyArrays]:
-    """Ring and reduction server for GPU workers, over arrays of configurations.
+    """Ring (what NCCL runs) and reduction server for GPU workers, over arrays of configurations.
 
-    Bandwidths are *achieved* bytes/s (line rate times efficiency); ``batch_per_accelerator``
-    may be NaN (no throughput then). Returns (ring, reduction_server).
-    """
+    Bandwidths are *achieved* bytes/s: ``nic_bandwidth`` the host's NICs together,
+    ``intra_bandwidth`` per GPU, ``reducer_bandwidth`` what one reducer takes in
+    (:func:`collectives.reducer_bandwidth`, shared-pool share included). ``batch_per_accelerator``
+    may be NaN (no throughput then). Returns (ring, reduction_server)."""
     n = _f(hosts)
     g = _f(per_host)
     m = _f(gradient_bytes)
     compute = _f(compute_seconds)
     batch = _f(batch_per_accelerator)
-    nic = _f(nic_bandwidth)
-    intra = _f(intra_bandwidth)
-    hop = _f(intra_hop_latency)
-    net_hop = _f(network_hop_latency)
     ranks = n * g
-    workers_cost = n * _f(host_price)
+    slowest = _slowest_of(ranks)  # shared by both strategies
+    backward = BACKWARD_FRACTION * compute
+    fabric = C.GpuFabric(
+        intra_bandwidth=_f(intra_bandwidth),
+        net_bandwidth=_f(nic_bandwidth),
+        intra_link=intra_link,
+        nvls_bandwidth=_f(nvls_bandwidth),
+        arch=arch,
+    )
 
-    # One host of the same shape: the scaling baseline (its all-reduce is intra-host only).
-    single_coll, _ = _best_ring(m, np.ones_like(n), g, nic, intra, hop, net_hop)
-    single_step = compute + exposed_communication(single_coll.seconds, compute, m)
+    def ring_of(sizes: F64) -> C.CollectiveTime:
+        return C.nccl_collective(
+            C.ALL_REDUCE,
+            sizes,
+            n,
+            g,
+            fabric,
+            algorithms=algorithms,
+            protocols=protocols,
+            with_busbw=False,
+        )
 
-    ring_coll, ring_alg = _best_ring(m, n, g, nic, intra, hop, net_hop)
+    shape = np.broadcast_shapes(
+        *(np.shape(x) for x in (n, g, m, compute, batch, nic_bandwidth, intra_bandwidth)),
+        np.shape(host_price),
+        np.shape(reducers),
+        np.shape(reducer_bandwidth),
+        np.shape(reducer_price),
+        np.shape(nvls_bandwidth),
+    )
     ring = _finish(
-        ring_coll,
-        ranks=ranks,
+        overlap_timeline(ring_of, m, backward, shape=shape),
+        kind_ranks=ranks,
+        slowest=slowest,
         gradient_bytes=m,
         compute=compute,
         batch=batch,
-        cost_per_hour=workers_cost,
-        single_host_step=single_step,
-        algorithm=ring_alg,
+        cost_per_hour=n * _f(host_price),
     )
     k = _f(reducers)
-    rs_coll = C.reduction_server(m, n, g, nic, intra, hop, net_hop, k, _f(reducer_bandwidth))
+
+    def rs_of(sizes: F64) -> C.CollectiveTime:
+        return C.reduction_server_collective(
+            sizes, n, g, fabric, k, _f(reducer_bandwidth), with_busbw=False
+        )
+
     rs = _finish(
-        rs_coll,
-        ranks=ranks,
+        overlap_timeline(rs_of, m, backward, shape=shape),
+        kind_ranks=ranks,
+        slowest=slowest,
         gradient_bytes=m,
         compute=compute,
         batch=batch,
-        cost_per_hour=workers_cost + k * _f(reducer_price),
-        single_host_step=single_step,
-        algorithm=ALGORITHM_REDUCTION_SERVER,
+        cost_per_hour=n * _f(host_price) + k * _f(reducer_price),
     )
     return ring, rs
 
@@ -226,20 +312,22 @@ def tpu_training(
     hosts: ArrayLike,
     host_price: ArrayLike,
 ) -> StrategyArrays:
-    """A TPU slice: gradients all-reduced over the ICI torus (no reduction server there)."""
+    """A TPU slice: gradients all-reduced over the ICI torus, all axes at once (no reduction
+    server there), overlapped with backward bucket by bucket as on GPUs."""
     m = _f(gradient_bytes)
     compute = _f(compute_seconds)
     chips = _f(axes[0]) * _f(axes[1]) * _f(axes[2])
-    coll = C.torus_allreduce(m, axes, link_bandwidth, wrapped, ICI_HOP_LATENCY)
+
+    def ici_of(sizes: F64) -> C.CollectiveTime:
+        return C.ici_collective(C.ALL_REDUCE, sizes, axes, wrapped, link_bandwidth, ICI_HOP_LATENCY)
+
     return _finish(
-        coll,
-        ranks=chips,
+        overlap_timeline(ici_of, m, BACKWARD_FRACTION * compute, shape=np.shape(chips)),
+        kind_ranks=chips,
         gradient_bytes=m,
         compute=compute,
         batch=_f(batch_per_accelerator),
         cost_per_hour=_f(hosts) * _f(host_price),
-        single_host_step=None,  # set by predict_training, which knows the host's shape
-        algorithm=ALGORITHM_TORUS,
     )
 
 
@@ -247,7 +335,8 @@ def vertex_reducer_count(
     hosts: ArrayLike, nic_bandwidth: ArrayLike, reducer_bandwidth: ArrayLike
 ) -> NDArray[np.int64]:
     """Vertex AI's rule: the fewest reducers whose aggregate bandwidth is at least the workers'
-    aggregate (5 hosts x 100 Gbps over 32 Gbps reducers -> 16). Nominal rates, as Vertex states it.
+    aggregate (5 hosts x 100 Gbps over 32 Gbps reducers -> 16). Nominal rates, as Vertex states it;
+    a shared pool's reducers count with the share of their bandwidth the job gets.
     """
     ratio = _f(hosts) * _f(nic_bandwidth) / _f(reducer_bandwidth)
     return np.maximum(1, np.ceil(ratio - 1e-9)).astype(np.int64)
@@ -285,6 +374,13 @@ class TrainingInputs:
     reducers: int | None = None
     reducer_machine_type: str = DEFAULT_REDUCER_MACHINE
     topology: str | None = None
+    # None: bf16 where the chip has it, else fp16, else fp32 (default_compute_precision).
+    compute_precision: str | None = None
+    # The part of the reducers' bandwidth this job gets: 1 for dedicated reducers, 1 / (jobs bound
+    # to a shared ReductionServerPool that run at once) for a pool. Planner and controller pass it.
+    reducer_share: float = 1.0
+    # The workers' environment as (name, value) pairs: NCCL_ALGO / NCCL_PROTO restrict NCCL.
+    nccl_env: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -305,6 +401,8 @@ class StrategyPrediction:
     reducer_machine_type: str | None = None
     vertex_reducers: int | None = None
     cost_optimal_reducers: int | None = None
+    protocol: str | None = None  # NCCL's protocol for the largest bucket (LL, LL128, Simple)
+    reducer_share: float | None = None
 
 
 @dataclass(frozen=True)
@@ -319,24 +417,44 @@ class TrainingPrediction:
     compute_seconds: float
     compute_source: str  # "measured" (computeSecondsPerStep) or "roofline" (flopsPerSample)
     notes: tuple[str, ...] = field(default_factory=tuple)
+    compute_precision: str | None = None  # the precision the roofline used
 
 
-def compute_seconds_per_step(inputs: TrainingInputs, acc: Accelerator) -> tuple[float, str]:
-    """The measured step if given, else FLOPs x batch at the sustained peak of mixed-precision
-    training: the chip's 16-bit tensor rate (bf16/fp16; TPUs bf16), since fp32 *gradients* are
-    what AMP all-reduces, not what it computes in. Chips without fast 16-bit math fall back
-    to fp32 (see Accelerator.effective_precision)."""
+def default_compute_precision(acc: Accelerator) -> str:
+    """bf16 where the chip has it, else fp16, else fp32: mixed precision as frameworks run it."""
+    for precision in ("bf16", "fp16"):
+        if acc.supports(precision):
+            return precision
+    return "fp32"
+
+
+def compute_seconds_per_step(
+    inputs: TrainingInputs, acc: Accelerator
+) -> tuple[float, str, str | None]:
+    """The measured step if given, else FLOPs x batch at the sustained peak of the compute
+    precision (``computePrecision``, default :func:`default_compute_precision`). Returns
+    (seconds, source, precision). A precision the chip lacks is an error, not a silent fallback:
+    fp8 on an A100 or tf32 on a V100 would be a different job."""
     if inputs.compute_seconds_per_step is not None:
-        return float(inputs.compute_seconds_per_step), "measured"
+        return float(inputs.compute_seconds_per_step), "measured", None
     if inputs.flops_per_sample is None:
-        return 0.0, "none"
+        return 0.0, "none", None
     if inputs.batch_per_accelerator is None:
         raise ValueError("model.batchSizePerAccelerator is needed with model.flopsPerSample")
-    precision = TRAINING_COMPUTE_PRECISION
-    if inputs.gradient_dtype.lower() == "bf16" and acc.supports("bf16"):
-        precision = "bf16"
+    precision = (inputs.compute_precision or default_compute_precision(acc)).lower()
+    if precision not in COMPUTE_PRECISIONS:
+        known = ", ".join(COMPUTE_PRECISIONS)
+        raise ValueError(f"model.computePrecision: unknown {precision!r}; known: {known}")
+    if not acc.supports(precision):
+        if acc.kind == "tpu" and precision == "fp32":
+            precision = "bf16"  # XLA runs fp32 matmuls through the bf16 MXU by default
+        else:
+            has = ", ".join(p for p in COMPUTE_PRECISIONS if acc.supports(p))
+            raise ValueError(
+                f"model.computePrecision: {acc.name} has no {precision} units (has: {has})"
+            )
     peak = acc.peak(precision) * COMPUTE_EFFICIENCY
-    return inputs.flops_per_sample * inputs.batch_per_accelerator / peak, "roofline"
+    return inputs.flops_per_sample * inputs.batch_per_accelerator / peak, "roofline", precision
 
 
 def parse_topology(topology: str) -> tuple[int, int, int]:
@@ -356,7 +474,13 @@ def _words(code: int, host: Host, inputs: TrainingInputs, reducer_gbps: float, k
     if code == C.BOTTLENECK_COMPUTE:
         return "compute"
     if code == C.BOTTLENECK_NIC:
-        return f"inter-host NIC, {bytes_per_second_to_gbps(host.nic_bandwidth):g} Gbps"
+        machine = host.machine
+        nics = (
+            f"{machine.nics} x {machine.nic_gbps:g}"
+            if machine.nics > 1
+            else f"{machine.nic_gbps:g}"
+        )
+        return f"inter-host NIC, {nics} Gbps {machine.transport.upper()}"
     if code == C.BOTTLENECK_REDUCERS:
         return f"reducers' aggregate bandwidth, {k} x {reducer_gbps:g} Gbps"
     if code == C.BOTTLENECK_INTRA:
@@ -401,7 +525,7 @@ def _prediction(
     i: int,
     compute: float,
     words: str,
-    **extra: int | str | None,
+    **extra: int | str | float | None,
 ) -> StrategyPrediction:
     def val(a: F64) -> float:
         return _at(a, i)
@@ -412,9 +536,11 @@ def _prediction(
 
     busbw = opt(arrays.bus_bandwidth)
     alg = int(_at(arrays.algorithm, i))
+    proto = int(_at(arrays.protocol, i))
     return StrategyPrediction(
         name=name,
-        algorithm=ALGORITHM_NAMES[alg],
+        algorithm=C.ALGORITHM_NAMES.get(alg, "none"),
+        protocol=C.PROTOCOL_NAMES[proto] if proto != C.PROTO_NONE else None,
         step_seconds=val(arrays.step_seconds),
         compute_seconds=compute,
         communication_seconds=val(arrays.communication_seconds),
@@ -445,39 +571,60 @@ def predict_training(
         known = ", ".join(DTYPE_BYTES)
         dtype = inputs.gradient_dtype
         raise ValueError(f"unknown gradient dtype {dtype!r}; known: {known}") from None
-    compute, source = compute_seconds_per_step(inputs, acc)
+    compute, source, precision = compute_seconds_per_step(inputs, acc)
     batch = np.nan if inputs.batch_per_accelerator is None else float(inputs.batch_per_accelerator)
     notes: list[str] = []
     if source == "none":
         notes.append("no computeSecondsPerStep or flopsPerSample: communication only")
 
     if acc.kind == "tpu":
-        return _predict_tpu(inputs, host, m, compute, source, batch, notes)
+        return _predict_tpu(inputs, host, m, compute, source, batch, notes, precision)
 
     if inputs.strategy == REDUCTION_SERVER and inputs.workers == 1:
         notes.append("one worker: a reduction server only adds a network round trip")
-    link_eff = LINK_EFFICIENCY[acc.intra_link]
-    nic = host.nic_bandwidth * NIC_EFFICIENCY
-    intra = acc.intra_bandwidth * link_eff
-    hop = LINK_HOP_LATENCY[acc.intra_link]
+    if not 0.0 < inputs.reducer_share <= 1.0:
+        raise ValueError("reducer share must be in (0, 1]")
+    env = dict(inputs.nccl_env)
+    algorithms, protocols = C.parse_nccl_env(env)
+    fabric = C.gpu_fabric(acc, host.machine, inputs.per_worker)
+    if host.machine.transport == "tcp" and inputs.per_worker > 1:
+        notes.append(
+            f"{inputs.per_worker} GPUs share {host.machine.name}'s TCP NIC (no GPUDirect): "
+            "NCCL's sockets reach about a third of its line rate"
+        )
+    if env.get("NCCL_ALGO") or env.get("NCCL_PROTO"):
+        notes.append(
+            "NCCL restricted by the workers' env: "
+            + ", ".join(f"{k}={env[k]}" for k in ("NCCL_ALGO", "NCCL_PROTO") if env.get(k))
+        )
     reducer = catalog.machine(inputs.reducer_machine_type)
-    rule = int(vertex_reducer_count(inputs.workers, host.nic_bandwidth, reducer.nic_bandwidth))
+    share = inputs.reducer_share
+    rule = int(
+        vertex_reducer_count(inputs.workers, host.nic_bandwidth, reducer.nic_bandwidth * share)
+    )
     # Candidate reducer counts 1..max(rule, given): beyond the rule more reducers add cost only.
     top = max(rule, inputs.reducers or 0)
     k = np.arange(1, top + 1, dtype=np.float64)
+    rate = C.reducer_bandwidth(
+        reducer.nic_bandwidth * NIC_EFFICIENCY, reducer.vcpus, inputs.gradient_dtype.lower(), share
+    )
     ring, rs = gpu_training(
         hosts=inputs.workers,
         per_host=inputs.per_worker,
         gradient_bytes=m,
         compute_seconds=compute,
         batch_per_accelerator=batch,
-        nic_bandwidth=nic,
-        intra_bandwidth=intra,
-        intra_hop_latency=hop,
+        nic_bandwidth=fabric.net_bandwidth,
+        intra_bandwidth=fabric.intra_bandwidth,
         host_price=host.price_per_hour,
         reducers=k,
-        reducer_bandwidth=reducer.nic_bandwidth * NIC_EFFICIENCY,
+        reducer_bandwidth=rate,
         reducer_price=reducer.price_per_hour,
+        intra_link=fabric.intra_link,
+        nvls_bandwidth=fabric.nvls_bandwidth,
+        arch=fabric.arch,
+        algorithms=algorithms,
+        protocols=protocols,
     )
     # Cost per step is proportional to cost per sample and defined without a batch size.
     cost_per_step = rs.cost_per_hour * rs.step_seconds
@@ -496,6 +643,7 @@ def predict_training(
         reducer_machine_type=reducer.name,
         vertex_reducers=rule,
         cost_optimal_reducers=optimal,
+        reducer_share=share,
     )
     chosen = choose_strategy(inputs.strategy, ring_pred.step_seconds, rs_pred.step_seconds)
     return TrainingPrediction(
@@ -509,6 +657,7 @@ def predict_training(
         compute_seconds=compute,
         compute_source=source,
         notes=tuple(notes),
+        compute_precision=precision,
     )
 
 
@@ -541,6 +690,7 @@ def _predict_tpu(
     source: str,
     batch: float,
     notes: list[str],
+    precision: str | None,
 ) -> TrainingPrediction:
     acc = host.accelerator
     if inputs.strategy == REDUCTION_SERVER:
@@ -559,18 +709,6 @@ def _predict_tpu(
         hosts=inputs.workers,
         host_price=host.price_per_hour,
     )
-    # Scaling baseline: one host's chips as a line (its own small slice).
-    one = tpu_training(
-        axes=(inputs.per_worker, 1, 1),
-        wrapped=(False, False, False),
-        gradient_bytes=m,
-        compute_seconds=compute,
-        batch_per_accelerator=batch,
-        link_bandwidth=link,
-        hosts=1,
-        host_price=host.price_per_hour,
-    )
-    ring = ring._replace(scaling_efficiency=one.step_seconds / ring.step_seconds)
     inputs_topology = inputs if inputs.topology else _with_topology(inputs, axes)
     words = _describe(ring, 0, host, inputs_topology, 0, 0)
     pred = _prediction(RING, ring, 0, compute, words)
@@ -585,6 +723,7 @@ def _predict_tpu(
         compute_seconds=compute,
         compute_source=source,
         notes=tuple(notes),
+        compute_precision=precision,
     )
 
 

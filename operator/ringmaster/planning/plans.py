@@ -110,12 +110,14 @@ def _strategy_json(p: StrategyPrediction) -> dict[str, Any]:
         "costPerHourUSD": _sig(p.cost_per_hour_usd),
         # Beyond the contract's required keys: what a reader needs to trust the figures.
         "algorithm": p.algorithm,
+        "protocol": p.protocol,
         "computeSeconds": _sig(p.compute_seconds),
         "exposedCommunicationSeconds": _sig(p.exposed_communication_seconds),
         "scalingEfficiency": _sig(p.scaling_efficiency),
         "costPer1000SamplesUSD": _sig(p.cost_per_1000_samples_usd),
     }
     if p.name == REDUCTION_SERVER:
+        out["reducerShare"] = _sig(p.reducer_share)
         out["reducers"] = p.reducers
         out["reducerMachineType"] = p.reducer_machine_type
         out["costOptimalReducers"] = p.cost_optimal_reducers
@@ -150,6 +152,7 @@ class TrainingReport:
             "workers": p.workers,
             "acceleratorsPerWorker": p.per_worker,
             "gradientBytes": _sig(p.gradient_bytes),
+            "computePrecision": p.compute_precision,
             "notes": list(p.notes),
             **(layout_json(self.layout) if self.layout is not None else {}),
         }
@@ -162,6 +165,9 @@ class TrainingReport:
         uses_reducers = chosen.name == REDUCTION_SERVER
         plan = TrainingPlan(
             strategy=p.chosen_strategy,
+            algorithm=chosen.algorithm,
+            protocol=chosen.protocol,
+            compute_precision=p.compute_precision,
             step_seconds=_sig(chosen.step_seconds),
             compute_seconds=_sig(chosen.compute_seconds),
             communication_seconds=_sig(chosen.communication_seconds),
@@ -189,17 +195,31 @@ class TrainingReport:
         return layout_status(self.layout) if self.layout is not None else {}
 
 
+def _nccl_env(spec: _TrainingSpec) -> tuple[tuple[str, str], ...]:
+    template = getattr(spec, "template", None)
+    env = getattr(template, "env", None) or []
+    return tuple(
+        (str(e.name), str(e.value))
+        for e in env
+        if str(getattr(e, "name", "")).startswith("NCCL_") and getattr(e, "value", None)
+    )
+
+
 def training_inputs(
     spec: _TrainingSpec,
     machine_type: str | None = None,
     reducers: int | None = None,
+    reducer_share: float = 1.0,
 ) -> TrainingInputs:
     """The engine's inputs for a TrainingJob spec; ``machine_type`` (from the chosen node pool's
-    labels) and ``reducers`` (the pool's actual size) override what the spec implies. With an
-    architecture the parameters may be left out (0 here: the layout planner derives them)."""
+    labels) and ``reducers`` (the pool's actual size) override what the spec implies;
+    ``reducer_share`` is the part of a shared pool's bandwidth the job gets (1 / the jobs bound to
+    the pool that run at once; 1 for dedicated reducers). With an architecture the parameters may
+    be left out (0 here: the layout planner derives them)."""
     model = spec.model
     comm = spec.communication
     rs = getattr(comm, "reduction_server", None)
+    precision = getattr(model, "compute_precision", None)
     return TrainingInputs(
         accelerator=spec.accelerator.type,
         per_worker=spec.accelerator.per_worker,
@@ -214,6 +234,9 @@ def training_inputs(
         reducers=reducers if reducers is not None else (rs.replicas if rs else None),
         reducer_machine_type=(rs.machine_type if rs else None) or DEFAULT_REDUCER_MACHINE,
         topology=spec.accelerator.topology,
+        compute_precision=None if precision is None else str(precision),
+        reducer_share=reducer_share,
+        nccl_env=_nccl_env(spec),
     )
 
 
@@ -247,6 +270,10 @@ def _engine_error(exc: Exception) -> PlanError:
     text = str(exc)
     if text.startswith(("spec.", "communication.", "model.")):
         return PlanError(text if text.startswith("spec.") else f"spec.{text}")
+    if text.startswith(("NCCL_ALGO", "NCCL_PROTO")):
+        return PlanError(f"spec.template.env: {text}")
+    if text.startswith("reducer share"):
+        return PlanError(f"reducerShare: {text}")
     if text.startswith("topology"):
         return PlanError(f"spec.accelerator.topology: {text}")
     return PlanError(f"spec: {text}")
@@ -268,19 +295,21 @@ def plan_training(
     name: str = "",
     namespace: str | None = None,
     catalog: Catalog | None = None,
+    reducer_share: float = 1.0,
 ) -> TrainingReport:
     """What the operator decides for a TrainingJob: both strategies, the choice, the reducers;
-    for a model with an architecture, the layout (searched where the spec says Auto) first."""
+    for a model with an architecture, the layout (searched where the spec says Auto) first.
+    ``reducer_share``: for a job on a shared ReductionServerPool, 1 / the number of bound jobs
+    running at once (the controller knows them); plans and sizing then use that share."""
     cat = catalog or active_catalog()
+    inputs = training_inputs(spec, machine_type, reducers, reducer_share)
     if getattr(spec.model, "architecture", None) is not None:
-        inputs = training_inputs(spec, machine_type, reducers)
         _check_hardware(inputs, cat, inputs.per_worker)
         try:
             layout, prediction = plan_layout(spec, inputs, cat)
         except (ValueError, LookupError) as exc:
             raise _engine_error(exc) from None
         return TrainingReport(name=name, namespace=namespace, prediction=prediction, layout=layout)
-    inputs = training_inputs(spec, machine_type, reducers)
     prediction = predict_training_inputs(inputs, cat)
     return TrainingReport(name=name, namespace=namespace, prediction=prediction)
 

@@ -44,6 +44,8 @@ def render_training(plan: TrainingReport) -> str:
         "roofline": "flopsPerSample roofline",
         "architecture": "the architecture's FLOPs, with the layout",
     }.get(p.compute_source, "none given")
+    if p.compute_precision:
+        src += f", {p.compute_precision}"
     lines = [
         f"TrainingJob {plan.name}: {p.workers} x {p.machine_type} "
         f"({p.per_worker} x {p.accelerator} each), gradients {_size(p.gradient_bytes)}, "
@@ -68,7 +70,7 @@ def render_training(plan: TrainingReport) -> str:
         rows.append(
             (
                 name + mark,
-                s.algorithm,
+                s.algorithm + (f"/{s.protocol}" if s.protocol else ""),
                 num(s.step_seconds),
                 num(s.communication_seconds),
                 num(s.exposed_communication_seconds),
@@ -83,9 +85,15 @@ def render_training(plan: TrainingReport) -> str:
     lines.append(table(header, rows, right=set(range(2, 10))))
     rs = p.strategies.get(REDUCTION_SERVER)
     if rs is not None:
+        share = (
+            ""
+            if not rs.reducer_share or rs.reducer_share >= 1
+            else (f", {rs.reducer_share:.0%} of a shared pool")
+        )
         lines.append(
             f"reducers: {rs.reducers} x {rs.reducer_machine_type} "
-            f"(Vertex rule: {rs.vertex_reducers}; cheapest per sample: {rs.cost_optimal_reducers})"
+            f"(Vertex rule: {rs.vertex_reducers}; cheapest per sample: {rs.cost_optimal_reducers}"
+            f"{share})"
         )
     lines.append(_choice(p))
     if plan.layout is not None:
