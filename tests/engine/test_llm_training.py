@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 
 from ringmaster.calibration import SHARED_POINTS
 from ringmaster.engine import llm_training as L
-from ringmaster.engine.efficiency import NCCL_BASE_LATENCY, NVLINK_HOP_LATENCY
 from ringmaster.engine.hardware import DEFAULT_CATALOG
 from ringmaster.engine.transformer import KNOWN_TRANSFORMERS
 from ringmaster.engine.units import GIB
@@ -113,12 +112,22 @@ def test_tensor_parallel_traffic_per_layer():
     s, b, h = 8192, 2, 8192
     assert float(L.tensor_parallel_bytes_per_layer(LLAMA_70B, b, 0)) == 4 * 2 * s * b * h
     assert float(L.tensor_parallel_bytes_per_layer(LLAMA_70B, b, 2)) == 6 * 2 * s * b * h
-    hw = hardware()
-    one = 2.0 * s * b * h
-    seconds = float(L._tensor_parallel_seconds(np.float64(one), np.float64(4), np.float64(8), hw))
-    # a ring of 8: 2(p-1)/p of the bytes over NVLink, a base latency and 2(p-1) hops
-    ring = 2 * 7 / 8 * one / hw.intra_bandwidth + NCCL_BASE_LATENCY + 14 * NVLINK_HOP_LATENCY
-    assert seconds == pytest.approx(4 * ring)
+    one = 2.0 * s * b * h  # 256 MiB: bandwidth-bound
+
+    def four_allreduces(hw):
+        return float(L._tensor_parallel_seconds(np.float64(one), np.float64(4), np.float64(8), hw))
+
+    # H100 on NVSwitch: NCCL runs NVLS, whose algbw is the NVLS bandwidth.
+    h100 = hardware()
+    assert h100.nvls_bandwidth > 0
+    nvls_latency = four_allreduces(h100) - 4 * one / h100.nvls_bandwidth
+    assert 0 < nvls_latency < 4 * 50e-6  # NCCL's NVLS latency is tens of microseconds
+    # A100 (no NVLink SHARP): a ring of 8, 2(p-1)/p of the bytes over NVLink.
+    a100 = hardware("nvidia-tesla-a100")
+    assert a100.nvls_bandwidth == 0
+    ring = 2 * 7 / 8 * one / a100.intra_bandwidth
+    ring_latency = four_allreduces(a100) - 4 * ring
+    assert 0 < ring_latency < 4 * 100e-6  # NCCL's base + per-hop ring latencies
 
 
 def test_tensor_parallel_within_a_host_only():

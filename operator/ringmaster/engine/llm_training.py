@@ -50,12 +50,17 @@ from ringmaster.engine.efficiency import (
     NIC_EFFICIENCY,
     NVLINK_EFFICIENCY,
     NVLINK_HOP_LATENCY,
+    NVLS_EFFICIENCY,
     PCIE_EFFICIENCY,
     PCIE_HOP_LATENCY,
     RING_PREFERENCE_TOLERANCE,
 )
-from ringmaster.engine.hardware import Accelerator, Catalog, Host
-from ringmaster.engine.training import exposed_communication, vertex_reducer_count
+from ringmaster.engine.hardware import Catalog, Host
+from ringmaster.engine.training import (
+    exposed_communication,
+    resolve_compute_precision,
+    vertex_reducer_count,
+)
 from ringmaster.engine.transformer import Transformer
 from ringmaster.engine.units import GIB
 
@@ -74,10 +79,6 @@ STRATEGY_RING, STRATEGY_REDUCTION_SERVER = 0, 1
 
 # --- constants, each with its source --------------------------------------------------------
 
-# The precision LLM training computes in. bf16 mixed precision is the default of Megatron-LM,
-# torchtitan and MaxText; a chip without bf16 (V100, T4) computes fp16 (Accelerator.peak falls
-# back). ISSUE-11: replace by spec.model.computePrecision when that field lands.
-DEFAULT_COMPUTE_PRECISION = "bf16"
 
 # Bytes per parameter of mixed-precision Adam, as Megatron-LM's distributed-optimizer table
 # states them for bf16 parameters with fp32 gradients (docs/source/api-guide/dist_optimizer.md,
@@ -145,12 +146,6 @@ def _f(x: ArrayLike) -> F64:
     return np.asarray(x, dtype=np.float64)
 
 
-def compute_precision(acc: Accelerator) -> str:
-    """The precision training computes in on ``acc`` (bf16, fp16 where there is no bf16).
-    ISSUE-11: the one place to read spec.model.computePrecision instead."""
-    return acc.effective_precision(DEFAULT_COMPUTE_PRECISION)
-
-
 # --- hardware, as the layout model needs it ----------------------------------------------------
 
 
@@ -177,6 +172,12 @@ class LayoutHardware:
     reducer_machine_type: str = ""
     machine_type: str = ""
     memory_bandwidth: float = 0.0  # HBM, achieved, bytes/s (0: elementwise time not modelled)
+    # What NCCL sees inside a GPU host (collectives.GpuFabric): the link kind, NVLink SHARP's
+    # achieved bandwidth (0 without NVSwitch + Hopper or later) and the GPU generation.
+    intra_link: str = "nvlink"
+    nvls_bandwidth: float = 0.0
+    nccl_arch: str = "ampere"
+    compute_precision: str = "bf16"
 
     @property
     def accelerators(self) -> int:
@@ -192,10 +193,14 @@ def layout_hardware(
     reducers: int | None = None,
     slice_axes: tuple[int, int, int] | None = None,
     wrapped: tuple[bool, bool, bool] = (False, False, False),
+    compute_precision: str | None = None,
 ) -> LayoutHardware:
     """The hardware of ``hosts`` x ``host`` (a reducer machine type adds the reduction-server
-    option: ``reducers`` of them, or as many as Vertex AI's bandwidth rule asks)."""
+    option: ``reducers`` of them, or as many as Vertex AI's bandwidth rule asks).
+    ``compute_precision``: ``spec.model.computePrecision`` (default bf16, else fp16)."""
     acc = host.accelerator
+    precision = resolve_compute_precision(acc, compute_precision)
+    nvls = acc.nvswitch and acc.nccl_arch in ("hopper", "blackwell")
     k, reducer_bw, reducer_price = 0, 0.0, 0.0
     if reducer_machine_type and acc.kind == "gpu" and hosts > 1:
         reducer = catalog.machine(reducer_machine_type)
@@ -208,12 +213,14 @@ def layout_hardware(
         accelerator=acc.name,
         hosts=hosts,
         per_host=host.count,
-        peak_flops=acc.peak(compute_precision(acc)),
+        peak_flops=acc.peak(precision),
         memory_bytes=acc.memory_bytes,
         intra_bandwidth=(acc.ici_link_bandwidth if acc.kind == "tpu" else acc.intra_bandwidth)
         * LINK_EFFICIENCY[acc.intra_link],
         intra_hop_latency=LINK_HOP_LATENCY[acc.intra_link],
-        nic_bandwidth=host.nic_bandwidth * NIC_EFFICIENCY,
+        # The transport's achieved rate: kernel TCP shared by the host's GPUs loses more.
+        nic_bandwidth=host.nic_bandwidth
+        * float(C.network_efficiency(host.machine.transport, host.count)),
         host_price=host.price_per_hour,
         efficiency=LLM_MATMUL_EFFICIENCY_TPU if acc.kind == "tpu" else LLM_MATMUL_EFFICIENCY,
         slice_axes=slice_axes or (hosts * host.count, 1, 1),
@@ -224,6 +231,10 @@ def layout_hardware(
         reducer_machine_type=reducer_machine_type or "",
         machine_type=host.machine.name,
         memory_bandwidth=acc.memory_bandwidth * MEMORY_EFFICIENCY,
+        intra_link=acc.intra_link,
+        nvls_bandwidth=acc.intra_bandwidth * NVLS_EFFICIENCY if nvls else 0.0,
+        nccl_arch=acc.nccl_arch or "volta",
+        compute_precision=precision,
     )
 
 
@@ -436,12 +447,29 @@ def _tensor_parallel_seconds(
     one_collective_bytes: F64, collectives: F64, tensor: F64, hw: LayoutHardware
 ) -> F64:
     """``collectives`` all-reduces of ``one_collective_bytes`` over t peers on the host's NVLink
-    (or the slice's ICI): one layer's tensor-parallel time per micro-batch."""
-    bandwidth = hw.intra_bandwidth
-    if hw.kind == "tpu" and hw.wrapped[0]:
-        bandwidth *= 2.0  # a wrapped ICI axis runs two rings, one each way
-    one = C.ring_allreduce(one_collective_bytes, tensor, bandwidth, hw.intra_hop_latency)
-    return _f(collectives * one.seconds)
+    (what NCCL's tuner runs there: ring, tree or NVLS, and its protocol) or the slice's ICI: one
+    layer's tensor-parallel time per micro-batch."""
+    if hw.kind == "tpu":
+        bandwidth = hw.intra_bandwidth
+        if hw.wrapped[0]:
+            bandwidth *= 2.0  # a wrapped ICI axis runs two rings, one each way
+        one = C.ring_allreduce(one_collective_bytes, tensor, bandwidth, hw.intra_hop_latency)
+        return _f(collectives * one.seconds)
+    nccl = C.nccl_collective(
+        C.ALL_REDUCE, one_collective_bytes, 1.0, tensor, _fabric(hw, np.inf), with_busbw=False
+    )
+    return _f(np.where(tensor > 1, collectives * nccl.seconds, 0.0))
+
+
+def _fabric(hw: LayoutHardware, net_bandwidth: ArrayLike) -> C.GpuFabric:
+    """The GPU host as NCCL sees it, with ``net_bandwidth`` of NIC for the group."""
+    return C.GpuFabric(
+        intra_bandwidth=hw.intra_bandwidth,
+        net_bandwidth=net_bandwidth,
+        intra_link=hw.intra_link,
+        nvls_bandwidth=hw.nvls_bandwidth,
+        arch=hw.nccl_arch,
+    )
 
 
 def _pipeline_send_seconds(nbytes: F64, tensor: F64, pipeline: F64, hw: LayoutHardware) -> F64:
@@ -473,8 +501,8 @@ def _data_parallel_seconds(
     """The data-parallel group's reduction of ``nbytes`` (all-reduce-equivalent) per rank.
 
     GPU: a group has max(1, g / (t p)) ranks per host; every group of a host runs at once, so
-    each gets its share of the NIC (and of the reducers). Ring: the fastest of NCCL's flat ring,
-    tree and the hierarchical ring; ``Auto`` takes the reduction server when more than
+    each gets its share of the NIC (and of the reducers). Ring: what NCCL's tuner runs (its
+    ring, tree or NVLS-tree, and protocol); ``Auto`` takes the reduction server when more than
     RING_PREFERENCE_TOLERANCE faster. TPU: the slice's torus with t carved out of its first axis.
     """
     if hw.kind == "tpu":
@@ -502,13 +530,9 @@ def _data_parallel_seconds(
     groups = g / per_host
     nic = hw.nic_bandwidth / groups
     args = (nbytes, hosts, per_host, nic, hw.intra_bandwidth, hw.intra_hop_latency)
-    ring = np.minimum(
-        np.minimum(
-            C.flat_ring(*args, NETWORK_HOP_LATENCY).seconds,
-            C.hierarchical_ring(*args, NETWORK_HOP_LATENCY).seconds,
-        ),
-        C.tree_allreduce(*args, NETWORK_HOP_LATENCY).seconds,
-    )
+    ring = C.nccl_collective(
+        C.ALL_REDUCE, nbytes, hosts, per_host, _fabric(hw, nic), with_busbw=False
+    ).seconds
     ring = np.where(data > 1, ring, 0.0)
     if hw.reducers <= 0 or strategy == RING:
         return DataParallelComm(_f(ring), np.zeros(np.shape(ring), np.int64))

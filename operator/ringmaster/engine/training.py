@@ -428,6 +428,25 @@ def default_compute_precision(acc: Accelerator) -> str:
     return "fp32"
 
 
+def resolve_compute_precision(acc: Accelerator, requested: str | None) -> str:
+    """The precision a training step computes in on ``acc``: ``requested``
+    (``spec.model.computePrecision``) or :func:`default_compute_precision`. A precision the chip
+    lacks is an error, not a silent fallback: fp8 on an A100 or tf32 on a V100 would be a
+    different job."""
+    precision = (requested or default_compute_precision(acc)).lower()
+    if precision not in COMPUTE_PRECISIONS:
+        known = ", ".join(COMPUTE_PRECISIONS)
+        raise ValueError(f"model.computePrecision: unknown {precision!r}; known: {known}")
+    if not acc.supports(precision):
+        if acc.kind == "tpu" and precision == "fp32":
+            return "bf16"  # XLA runs fp32 matmuls through the bf16 MXU by default
+        has = ", ".join(p for p in COMPUTE_PRECISIONS if acc.supports(p))
+        raise ValueError(
+            f"model.computePrecision: {acc.name} has no {precision} units (has: {has})"
+        )
+    return precision
+
+
 def compute_seconds_per_step(
     inputs: TrainingInputs, acc: Accelerator
 ) -> tuple[float, str, str | None]:
@@ -441,18 +460,7 @@ def compute_seconds_per_step(
         return 0.0, "none", None
     if inputs.batch_per_accelerator is None:
         raise ValueError("model.batchSizePerAccelerator is needed with model.flopsPerSample")
-    precision = (inputs.compute_precision or default_compute_precision(acc)).lower()
-    if precision not in COMPUTE_PRECISIONS:
-        known = ", ".join(COMPUTE_PRECISIONS)
-        raise ValueError(f"model.computePrecision: unknown {precision!r}; known: {known}")
-    if not acc.supports(precision):
-        if acc.kind == "tpu" and precision == "fp32":
-            precision = "bf16"  # XLA runs fp32 matmuls through the bf16 MXU by default
-        else:
-            has = ", ".join(p for p in COMPUTE_PRECISIONS if acc.supports(p))
-            raise ValueError(
-                f"model.computePrecision: {acc.name} has no {precision} units (has: {has})"
-            )
+    precision = resolve_compute_precision(acc, inputs.compute_precision)
     peak = acc.peak(precision) * COMPUTE_EFFICIENCY
     return inputs.flops_per_sample * inputs.batch_per_accelerator / peak, "roofline", precision
 

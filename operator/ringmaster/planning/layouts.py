@@ -184,6 +184,7 @@ def plan_layout(
         reducers=inputs.reducers,
         slice_axes=axes,
         wrapped=wrapped,
+        compute_precision=inputs.compute_precision,
     )
     try:
         search = L.search_layouts(request, hw)
