@@ -19,8 +19,10 @@ declare -A want=(
   [etcd]="go.etcd.io/etcd/server/v3 v$ETCD_VERSION"
   [kwok]="sigs.k8s.io/kwok v$KWOK_VERSION"
   [helm]="helm.sh/helm/v3 v$HELM_VERSION"
+  [kueue]="sigs.k8s.io/kueue v$KUEUE_VERSION"
 )
-declare -A version=([kube]=$KUBE_VERSION [etcd]=$ETCD_VERSION [kwok]=$KWOK_VERSION [helm]=$HELM_VERSION)
+declare -A version=([kube]=$KUBE_VERSION [etcd]=$ETCD_VERSION [kwok]=$KWOK_VERSION [helm]=$HELM_VERSION
+  [kueue]=$KUEUE_VERSION)
 
 if [[ ${1:-} == --pin ]]; then
   for c in "${!want[@]}"; do
@@ -46,7 +48,7 @@ done
 
 export GOFLAGS="-trimpath -buildvcs=false"
 export CGO_ENABLED=0
-for c in etcd kwok helm kube; do
+for c in etcd kwok helm kube kueue; do
   out="$cache/bin/$c-${version[$c]}"
   if [[ -f $out/.complete ]]; then
     continue
@@ -66,7 +68,14 @@ for c in etcd kwok helm kube; do
       ldflags+=" -X $pkg.gitTreeState=clean"
     done
   fi
-  (cd "$root/tools/$c" && go build -ldflags="$ldflags" -o "$tmp/" tool)
+  nice=()
+  if [[ $c == kueue ]]; then
+    ldflags+=" -X sigs.k8s.io/kueue/pkg/version.GitVersion=v$KUEUE_VERSION"
+    # The heaviest build here, and optional to a running cluster: lowest CPU priority, so that a
+    # shared machine stays usable while it runs (on an idle CI machine it costs nothing).
+    nice=(nice -n 19)
+  fi
+  (cd "$root/tools/$c" && "${nice[@]}" go build -ldflags="$ldflags" -o "$tmp/" tool)
   # etcd's main package is the module root (server/), so go names the binary "server".
   if [[ $c == etcd ]]; then mv "$tmp/server" "$tmp/etcd"; fi
   # kwok's own default stages (node heartbeat, pod ready/complete/delete) at the pinned version:
@@ -78,6 +87,15 @@ for c in etcd kwok helm kube; do
       "$src/pod/fast/pod-ready.yaml" "$src/pod/fast/pod-complete.yaml" "$src/pod/fast/pod-delete.yaml" \
       "$tmp/kwok-stages/"
   fi
+  # Kueue's CRDs and webhook configurations at the pinned version, installed by
+  # `ringmaster cluster kueue up` (operator/ringmaster/localcluster/kueue.py); never fetched at run time.
+  if [[ $c == kueue ]]; then
+    src=$(cd "$root/tools/kueue" && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)/config/components
+    mkdir -p "$tmp/kueue-crds"
+    cp "$src"/crd/bases/*.yaml "$tmp/kueue-crds/"
+    cp "$src/webhook/manifests.yaml" "$tmp/kueue-webhooks.yaml"
+    chmod -R u+w "$tmp/kueue-crds" "$tmp/kueue-webhooks.yaml"
+  fi
   touch "$tmp/.complete"
   # Whoever finishes first installs; a build that lost the race keeps the winner's copy.
   if [[ -f $out/.complete ]]; then rm -rf "$tmp"; else rm -rf "$out" && mv "$tmp" "$out"; fi
@@ -85,9 +103,9 @@ for c in etcd kwok helm kube; do
 done
 
 # One directory with every binary, so callers need one PATH entry.
-all="$cache/bin/all-k$KUBE_VERSION-e$ETCD_VERSION-w$KWOK_VERSION-h$HELM_VERSION"
+all="$cache/bin/all-k$KUBE_VERSION-e$ETCD_VERSION-w$KWOK_VERSION-h$HELM_VERSION-q$KUEUE_VERSION"
 mkdir -p "$all"
-for c in etcd kwok helm kube; do
+for c in etcd kwok helm kube kueue; do
   for f in "$cache/bin/$c-${version[$c]}"/*; do ln -sf "$f" "$all/"; done
 done
 echo "$all"

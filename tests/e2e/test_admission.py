@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from ringmaster.api import parse_manifest
+from ringmaster.api import TRAINING_JOB, parse_manifest
+from ringmaster.planning import plausibility
 from tests.e2e.kube import Cluster
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,9 +37,19 @@ class BadInput:
     set: dict[str, Any] = field(default_factory=dict)
     unset: tuple[str, ...] = ()
     update: bool = False
+    status: dict[str, Any] | None = None
+    """For an update: the status the stored object has (the operator's, written through the
+    status subresource) when the change is applied."""
 
     def base_manifest(self) -> dict[str, Any]:
         return load_example(self.base)
+
+    def stored(self) -> dict[str, Any]:
+        """The base as the apiserver holds it when the update arrives: with this row's status."""
+        doc = self.base_manifest()
+        if self.status is not None:
+            doc["status"] = copy.deepcopy(self.status)
+        return doc
 
     def manifest(self) -> dict[str, Any]:
         """The base example with this row's change applied."""
@@ -60,6 +71,9 @@ class BadInput:
     def change_text(self) -> str:
         parts = [f"`{k}: {json.dumps(v)}`" for k, v in self.set.items()]
         parts += [f"remove `{p}`" for p in self.unset]
+        if self.update and self.status:
+            phase = self.status.get("phase")
+            return ", ".join(parts) + f" (as an update of a job in phase {phase})"
         return ", ".join(parts) + (" (as an update)" if self.update else "")
 
 
@@ -112,6 +126,38 @@ def render_bad_input_doc(rows: list[BadInput]) -> str:
         "run and comes back with the fields it was sent, plus the documented defaults",
         "([api.md](api.md)).",
         "",
+        "## Editing a running TrainingJob",
+        "",
+        "A gang is placed once, on one pool, in the shape its spec gives at admission; its pods",
+        "cannot move or change shape. So the apiserver refuses an edit of that shape while the",
+        "gang holds its pool (`status.phase` Admitted or Running), with a message naming the",
+        "field; the rules are CEL at the CRD's root, where `status` is visible. To change it,",
+        "suspend the job (`runPolicy.suspend: true`, in the same update or before): its pods go,",
+        "and the next gang takes the new shape. A waiting (Pending), suspended or finished job",
+        "may be edited freely (a Pending job with `NoMatchingPool` is fixed by editing it).",
+        "",
+        "| field | may change | why |",
+        "|---|---|---|",
+    ]
+    lines += [f"| `spec.{c.field}` | {c.when} | {c.why} |" for c in TRAINING_JOB.spec_changes]
+    lines += [
+        "",
+        "## Accepted, with a warning",
+        "",
+        "Some input is valid but almost surely a slip. It is accepted, planned, and reported as",
+        "a warning naming the field (`ringmaster plan` prints it under the table and lists it in",
+        "`-o json` as `warnings`; `planning/plausibility.py` has the checks and their sources):",
+        "",
+        "| reason | field | when |",
+        "|---|---|---|",
+        "| `ImplausibleParameterCount` | `spec.model.parameters` | more than "
+        f"{plausibility.IMPLAUSIBLE_PARAMETER_FACTOR:g} x the largest published model "
+        f"({plausibility.LARGEST_PUBLISHED_PARAMETERS:.4g} parameters) |",
+        "| `ExceedsAcceleratorMemory` | `spec.model.parameters` | weights and gradients alone do "
+        "not fit the memory of all the gang's accelerators, even fully sharded |",
+        "| `ImplausibleStepTime` | the input behind most of the step | the predicted step takes "
+        f"longer than {plausibility.LONGEST_PLAUSIBLE_STEP_SECONDS:g} s (a day) |",
+        "",
     ]
     return "\n".join(lines)
 
@@ -131,6 +177,11 @@ def test_bad_input_is_refused_at_admission_naming_the_field(
     if row.update:
         created = _apply(crds_installed, namespace, row.base_manifest())
         assert created.returncode == 0, created.stderr
+        if row.status is not None:
+            # As the operator would write it. These tests run with the CRDs only: an operator
+            # running in the same cluster would rewrite this status (the session's operator
+            # starts with the first test that asks for it, in the files after this one).
+            set_status(crds_installed, namespace, doc, row.status)
     result = _apply(crds_installed, namespace, doc)
     assert result.returncode != 0, f"{row.name}: accepted, expected a refusal\n{result.stdout}"
     assert row.field in result.stderr, (
@@ -147,6 +198,44 @@ def test_bad_input_is_refused_at_admission_naming_the_field(
             doc["kind"].lower(), doc["metadata"]["name"], "-n", namespace
         )
         assert stored["spec"] == _merged(row.base_manifest()["spec"], stored["spec"])
+
+
+@pytest.mark.e2e
+def test_a_suspension_is_lifted_only_once_the_job_is_suspended(
+    crds_installed: Cluster, namespace: str
+) -> None:
+    """suspend: true with a new shape, then suspend: false before the operator acted, would leave
+    the old gang running under the new shape; the apiserver refuses the second step until the
+    status says Suspended (written here as the operator would)."""
+    doc = load_example("trainingjob-bert-large-auto.yaml")
+    doc["spec"]["runPolicy"]["suspend"] = True
+    assert _apply(crds_installed, namespace, doc).returncode == 0
+    set_status(crds_installed, namespace, doc, {"phase": "Running", "pool": "a100-highgpu-8g"})
+    resume = json.dumps({"spec": {"runPolicy": {"suspend": False}}})
+    name = doc["metadata"]["name"]
+    args = ("patch", "tj", name, "-n", namespace, "--type=merge", "-p", resume)
+    refused = crds_installed.kubectl(*args, check=False)
+    assert refused.returncode != 0 and "spec.runPolicy.suspend" in refused.stderr
+    assert "wait for phase Suspended" in refused.stderr
+    set_status(crds_installed, namespace, doc, {"phase": "Suspended"})
+    crds_installed.kubectl(*args)
+    stored = crds_installed.get_json("tj", name, "-n", namespace)
+    assert stored["spec"]["runPolicy"]["suspend"] is False
+
+
+def set_status(cluster: Cluster, namespace: str, doc: dict[str, Any], status: Any) -> None:
+    """Write ``status`` as the operator does: through the status subresource."""
+    cluster.kubectl(
+        "patch",
+        doc["kind"].lower(),
+        doc["metadata"]["name"],
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": status}),
+    )
 
 
 def _merged(sent: Any, stored: Any) -> Any:
@@ -195,6 +284,7 @@ def test_kubectl_get_shows_the_columns_short_names_categories_and_scale(
     assert header == [
         "NAME",
         "PHASE",
+        "REASON",
         "STRATEGY",
         "WORKERS",
         "PER-WORKER",
@@ -204,11 +294,11 @@ def test_kubectl_get_shows_the_columns_short_names_categories_and_scale(
     ]
     assert "bert-large-squad" in tj and "nvidia-tesla-a100" in tj
     ie_header = crds_installed.kubectl("get", "ie", "-n", namespace).stdout.splitlines()[0].split()
-    assert ie_header[:5] == ["NAME", "PHASE", "REPLICAS", "READY", "CAPACITY-RPS"]
+    assert ie_header[:6] == ["NAME", "PHASE", "REASON", "REPLICAS", "READY", "CAPACITY-RPS"]
     rsp_header = (
         crds_installed.kubectl("get", "rsp", "-n", namespace).stdout.splitlines()[0].split()
     )
-    assert rsp_header == ["NAME", "PHASE", "REPLICAS", "READY", "BANDWIDTH-GBPS", "AGE"]
+    assert rsp_header == ["NAME", "PHASE", "REASON", "REPLICAS", "READY", "BANDWIDTH-GBPS", "AGE"]
     every = crds_installed.kubectl("get", "ringmaster", "-n", namespace, "-o", "name").stdout
     assert len(every.split()) == len(example_files())
     ml = crds_installed.kubectl("get", "ml", "-n", namespace, "-o", "name").stdout

@@ -147,7 +147,7 @@ def test_the_t4_and_a100_examples_come_up_on_their_pools_with_the_engines_counts
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (1, 6)
     table = cluster.kubectl("get", "ie", "-n", ns).stdout
     row = next(line for line in table.splitlines() if line.startswith("resnet50-int8-t4 "))
-    assert row.split()[1:4] == ["Ready", "2", "2"]
+    assert row.split()[1:5] == ["Ready", "ReplicasReady", "2", "2"]  # phase, reason, replicas
     reasons = {e["reason"] for e in events_of(cluster, ns, "resnet50-int8-t4")}
     assert {"PoolSelected", "Scaled", "Ready"} <= reasons
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import filecmp
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -136,10 +137,16 @@ def test_names_subresources_and_printer_columns(resource: Any) -> None:
     # Every column reads a field the schema declares (a typo would show an empty column forever).
     for column in version["additionalPrinterColumns"]:
         node = schema
-        for part in column["jsonPath"].split(".")[1:]:
+        # ".status.conditions[?(@.type=="Ready")].reason": a field, or a list item by a key.
+        steps = re.findall(r'\.(\w+)(\[\?\(@\.(\w+)=="\w+"\)\])?', column["jsonPath"])
+        assert "".join(f".{f}{flt}" for f, flt, _ in steps) == column["jsonPath"], column
+        for part, item_filter, key in steps:
             if part == "creationTimestamp":
                 break
             node = node["properties"][part]
+            if item_filter:  # a filter on a list-map key picks one item
+                assert node["x-kubernetes-list-map-keys"] == [key], column
+                node = node["items"]
         else:
             kinds = {"string": "string", "integer": "integer", "number": "number"}
             assert node.get("type") == kinds[column["type"]], column

@@ -178,9 +178,10 @@ def test_an_unknown_kind_and_a_missing_name_are_refused() -> None:
 
 def test_update_rules_apply_only_to_updates() -> None:
     old, new = bert(), bert()
+    old["status"] = {"phase": "Running"}
     new["spec"]["workers"] = 16
     parse_manifest(new)  # a fine job on its own
-    with pytest.raises(ManifestError, match=r"spec\.workers: workers can change only"):
+    with pytest.raises(ManifestError, match=r"spec\.workers: workers cannot change while"):
         validate_update(old, new)
     new["spec"]["runPolicy"]["suspend"] = True
     assert validate_update(old, new).spec.workers == 16  # resizing a suspended job is fine

@@ -150,10 +150,16 @@ def test_suspend_deletes_the_pods_and_resume_admits_again():
     admitted = world.decide(job(spec()))
     suspended = world.decide(job(spec(runPolicy={"suspend": True}), admitted.status))
     assert suspended.status.phase == "Suspended" and suspended.status.admission is None
-    suspended = world.decide(
+    suspending = world.decide(
         job(spec(runPolicy={"suspend": True}), admitted.status), pods_of(admitted)
     )
-    assert len(suspended.delete) == 4 and suspended.release
+    assert len(suspending.delete) == 4 and suspending.release
+    # Not Suspended while a worker is listed: a resume could take the old gang for its own.
+    assert suspending.status.phase != "Suspended" and suspending.status.admission is None
+    reason = find_condition(suspending.status.conditions, "Suspended").reason
+    assert reason == "Suspending" and suspending.requeue_after
+    suspended = world.decide(job(spec(runPolicy={"suspend": True}), suspending.status))
+    assert suspended.status.phase == "Suspended"
     resumed = world.decide(job(spec(), suspended.status))
     assert resumed.status.phase == "Admitted"
     assert find_condition(resumed.status.conditions, "Suspended").status == "False"

@@ -32,8 +32,13 @@ app.kubernetes.io/part-of: ringmaster
 {{- end }}
 {{- end }}
 
+{{/* repository@digest when a digest is given (it wins over the tag), else repository:tag. */}}
 {{- define "ringmaster.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
 {{- end }}
 
 {{/* Several replicas: kopf peering keeps one active. "true" or "". */}}

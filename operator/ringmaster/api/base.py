@@ -48,7 +48,8 @@ class Rule:
     ``field_path`` (CEL's ``fieldPath``, relative to the model, e.g. ``.perWorker``) is where the
     error is reported, so both the apiserver and ``parse_manifest`` name the offending field.
     Transition rules (those that read ``oldSelf``) run only on update: ``check_update`` gets the
-    old and the new model.
+    old and the new model. A rule on a whole object (a :class:`~ringmaster.api.resource.Resource`'s
+    ``rules``, at the schema's root, where CEL also sees ``status``) gets :class:`StoredObject` s.
     """
 
     cel: str
@@ -78,6 +79,17 @@ class Rule:
         if self.reason:
             out["reason"] = self.reason
         return out
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    """What a rule on a whole object sees in Python: the validated spec and the stored status.
+
+    On an update of the main resource the apiserver keeps the stored status (the ``status``
+    subresource is the only way to write it), so old and new carry the same status."""
+
+    spec: Any
+    status: Any
 
 
 def _add_cel_rules(schema: dict[str, Any], cls: type[Any]) -> None:

@@ -33,6 +33,8 @@ def crd(resource: Resource) -> dict[str, Any]:
         },
         "required": ["spec"],
     }
+    if resource.rules:
+        root["x-kubernetes-validations"] = [rule.to_crd() for rule in resource.rules]
     subresources: dict[str, Any] = {"status": {}}
     if resource.scale:
         subresources["scale"] = {

@@ -20,7 +20,7 @@ from ringmaster.api.architecture import TransformerArchitecture
 from ringmaster.api.base import Int, Rule, SpecModel, StatusModel
 from ringmaster.api.common import Condition, PodTemplate, conditions_field
 from ringmaster.api.quantity import Count
-from ringmaster.api.resource import AGE, PrinterColumn, Resource
+from ringmaster.api.resource import AGE, PrinterColumn, Resource, condition_reason
 
 Precision = Literal["FP32", "FP16", "INT8", "BF16", "FP8", "INT4"]
 KvCachePrecision = Literal["BF16", "FP16", "FP8"]
@@ -348,6 +348,12 @@ INFERENCE_ENDPOINT = Resource(
     phases=InferenceEndpointPhase,
     printer_columns=(
         PrinterColumn("Phase", "string", ".status.phase", "Lifecycle phase"),
+        PrinterColumn(
+            "Reason",
+            "string",
+            condition_reason("Ready"),
+            "Why the endpoint is (not) ready: the Ready condition's reason",
+        ),
         PrinterColumn("Replicas", "integer", ".status.replicas", "Desired replicas"),
         PrinterColumn("Ready", "integer", ".status.readyReplicas", "Ready replicas"),
         PrinterColumn(

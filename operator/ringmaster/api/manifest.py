@@ -15,7 +15,7 @@ import yaml
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from ringmaster.api.base import API_VERSION, RULE_ERROR_TYPE, SpecModel
+from ringmaster.api.base import API_VERSION, RULE_ERROR_TYPE, SpecModel, StatusModel, StoredObject
 from ringmaster.api.common import DNS_LABEL, DNS_SUBDOMAIN
 from ringmaster.api.inferenceendpoint import INFERENCE_ENDPOINT, InferenceEndpointSpec
 from ringmaster.api.reductionserverpool import REDUCTION_SERVER_POOL, ReductionServerPoolSpec
@@ -104,11 +104,19 @@ def parse_manifest(doc: Any) -> ParsedManifest:
 
 def validate_update(old: Any, new: Any) -> ParsedManifest:
     """Validate ``new`` as an update of ``old``: everything parse_manifest checks, plus the
-    transition rules (the CRD's ``oldSelf`` rules, e.g. an immutable accelerator)."""
+    transition rules (the CRD's ``oldSelf`` rules, e.g. an immutable accelerator, and the rules
+    that read ``old``'s status, e.g. no machineType edit while the gang is admitted)."""
     before, after = parse_manifest(old), parse_manifest(new)
     if (before.kind, before.name, before.namespace) != (after.kind, after.name, after.namespace):
         raise ManifestError([FieldError("metadata.name", "old and new are different objects")])
     errors = list(_transition_errors(before.spec, after.spec, "spec"))
+    # The object's own rules read status: the stored one, on both sides (an update of the main
+    # resource cannot change status).
+    status = _stored_status(before.resource.status, old)
+    old_object, new_object = StoredObject(before.spec, status), StoredObject(after.spec, status)
+    for rule in before.resource.rules:
+        if rule.check_update is not None and not rule.check_update(old_object, new_object):
+            errors.append(FieldError((rule.field_path or "").lstrip("."), rule.message))
     if errors:
         raise ManifestError(errors, source=_describe(after.kind, after.name))
     return after
@@ -139,6 +147,15 @@ def load_manifests(text: str, source: str | None = None) -> list[ParsedManifest]
         except ManifestError as exc:
             raise ManifestError(exc.errors, source=source or exc.source) from exc
     return parsed
+
+
+def _stored_status(model: type[StatusModel], doc: dict[str, Any]) -> StatusModel:
+    """The status of a stored object; one this operator cannot read counts as empty (the
+    apiserver judges it by the CRD alone)."""
+    try:
+        return model.model_validate(doc.get("status") or {})
+    except ValidationError:
+        return model()
 
 
 def _validate_spec(model: type[SpecModel], spec: Any) -> AnySpec:

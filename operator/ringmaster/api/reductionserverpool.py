@@ -10,7 +10,7 @@ from pydantic import Field
 
 from ringmaster.api.base import Int, Rule, SpecModel, StatusModel
 from ringmaster.api.common import Condition, MachineType, conditions_field
-from ringmaster.api.resource import AGE, PrinterColumn, Resource
+from ringmaster.api.resource import AGE, PrinterColumn, Resource, condition_reason
 
 DEFAULT_MACHINE_TYPE = "n1-highcpu-16"
 
@@ -86,6 +86,12 @@ REDUCTION_SERVER_POOL = Resource(
     phases=ReductionServerPoolPhase,
     printer_columns=(
         PrinterColumn("Phase", "string", ".status.phase", "Lifecycle phase"),
+        PrinterColumn(
+            "Reason",
+            "string",
+            condition_reason("Ready"),
+            "Why the pool is (not) ready: the Ready condition's reason",
+        ),
         PrinterColumn("Replicas", "integer", ".status.replicas", "Desired reducers"),
         PrinterColumn("Ready", "integer", ".status.readyReplicas", "Ready reducers"),
         PrinterColumn(

@@ -79,7 +79,8 @@ def _resource_section(r: Resource) -> Iterator[str]:
     yield f"### {r.kind} `spec`"
     yield ""
     yield from _field_table(spec)
-    rules = list(_rules(spec, "spec"))
+    root = {"x-kubernetes-validations": [rule.to_crd() for rule in r.rules]}
+    rules = list(_rules(root, "")) + list(_rules(spec, "spec"))
     if rules:
         yield ""
         yield f"### {r.kind} rules (CEL, checked by the apiserver and by `parse_manifest`)"
@@ -87,6 +88,19 @@ def _resource_section(r: Resource) -> Iterator[str]:
         yield "| field | rule | on |"
         yield "|---|---|---|"
         yield from rules
+    if r.spec_changes:
+        yield ""
+        yield f"### {r.kind}: editing a live object"
+        yield ""
+        yield (
+            "What `kubectl apply` / `edit` / `patch` may change once the object exists; the "
+            "apiserver refuses the rest (the rules above):"
+        )
+        yield ""
+        yield "| field | may change | why |"
+        yield "|---|---|---|"
+        for change in r.spec_changes:
+            yield f"| `spec.{change.field}` | {change.when} | {change.why} |"
     yield ""
     yield f"### {r.kind} `status` (written by the operator)"
     yield ""
@@ -157,7 +171,7 @@ def _field_table(schema: dict[str, Any]) -> Iterator[str]:
 
 def _rules(node: dict[str, Any], path: str) -> Iterator[str]:
     for rule in node.get("x-kubernetes-validations", []):
-        where = path + rule.get("fieldPath", "")
+        where = (path + rule.get("fieldPath", "")).lstrip(".")
         when = "update" if "oldSelf" in rule["rule"] else "create, update"
         yield f"| `{where}` | {rule['message']} | {when} |"
     for name, child in node.get("properties", {}).items():

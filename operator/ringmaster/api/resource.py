@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
-from ringmaster.api.base import SpecModel, StatusModel
+from ringmaster.api.base import Rule, SpecModel, StatusModel
 
 CATEGORIES = ("ringmaster", "ml")
 
@@ -23,6 +23,19 @@ class PrinterColumn:
 
 
 @dataclass(frozen=True)
+class SpecChange:
+    """When one top-level field of a spec may change once the object exists, and why: the rule a
+    user (or a GitOps tool) meets when editing a live object, stated once and rendered into
+    docs/api.md and docs/bad-input.md."""
+
+    field: str
+    """The camelCase field of ``spec``."""
+    when: str
+    """``any time``, ``never``, or the condition under which it may change."""
+    why: str
+
+
+@dataclass(frozen=True)
 class Resource:
     kind: str
     plural: str
@@ -35,6 +48,13 @@ class Resource:
     """The values of status.phase, documented (the schema keeps phase a free string)."""
     scale: bool = False
     """A scale subresource on .spec.replicas / .status.replicas / .status.selector."""
+    rules: tuple[Rule, ...] = ()
+    """Rules on the whole object, at the schema's root: CEL's ``self`` is the object, so a rule
+    can read ``status`` (e.g. what may not change while a gang is admitted). Their Python twins
+    get :class:`~ringmaster.api.base.StoredObject` s."""
+    spec_changes: tuple[SpecChange, ...] = ()
+    """What may change in a live object's spec, field by field (documentation; the rules above
+    and the models' own ``cel_rules`` enforce it)."""
 
     @property
     def singular(self) -> str:
@@ -48,3 +68,9 @@ class Resource:
 AGE = PrinterColumn(
     "Age", "date", ".metadata.creationTimestamp", "Time since the object was created"
 )
+
+
+def condition_reason(condition_type: str) -> str:
+    """The JSONPath of one condition's reason, for a printer column: why a resource is where it
+    is (``InsufficientCapacity``, ``NoMatchingPool``) without ``-o yaml`` or events."""
+    return f'.status.conditions[?(@.type=="{condition_type}")].reason'

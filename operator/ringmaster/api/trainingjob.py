@@ -27,10 +27,10 @@ from ringmaster.api.architecture import (
     architecture_parameters,
     cel_architecture_parameters,
 )
-from ringmaster.api.base import Int, Rule, SpecModel, StatusModel, whole_number
+from ringmaster.api.base import Int, Rule, SpecModel, StatusModel, StoredObject, whole_number
 from ringmaster.api.common import Condition, MachineType, PodTemplate, conditions_field
 from ringmaster.api.quantity import Count
-from ringmaster.api.resource import AGE, PrinterColumn, Resource
+from ringmaster.api.resource import AGE, PrinterColumn, Resource, SpecChange, condition_reason
 
 DEFAULT_REDUCER_MACHINE_TYPE = "n1-highcpu-16"
 # The reducer image Vertex AI documents for its Reduction Server ("Distributed training" docs).
@@ -347,15 +347,17 @@ class RunPolicy(SpecModel):
     ttl_seconds_after_finished: Int | None = Field(default=None, ge=0, le=31536000)
     """Delete the finished job (and its pods) this long after it ends."""
     suspend: bool = False
-    """True: no pods run (existing ones are deleted); workers may be changed while suspended."""
+    """True: no pods run (existing ones are deleted) and the gang is released; the gang's shape
+    (workers, machineType, model, communication, template, parallelism) may change in the same
+    update."""
 
 
 class TrainingJobSpec(SpecModel):
     """The desired training run."""
 
     workers: Int = Field(ge=1, le=2048)
-    """Worker hosts (pods), each with ``accelerator.perWorker`` accelerators. Changes only while
-    the job is suspended."""
+    """Worker hosts (pods), each with ``accelerator.perWorker`` accelerators. Fixed while the gang
+    is admitted, like the rest of the gang's shape (docs/api.md: editing a live object)."""
     accelerator: TrainingAccelerator
     machine_type: MachineType | None = None
     """Worker machine type; omitted: derived from the accelerator and perWorker (8 x
@@ -519,12 +521,6 @@ class TrainingJobSpec(SpecModel):
                 or s.workers * s.accelerator.per_worker == topology_chips(s.accelerator.topology)
             ),
         ),
-        Rule(
-            cel="self.workers == oldSelf.workers || self.runPolicy.suspend",
-            message="workers can change only while the job is suspended (runPolicy.suspend: true)",
-            field_path=".workers",
-            check_update=lambda old, new: old.workers == new.workers or new.run_policy.suspend,
-        ),
     )
 
 
@@ -641,6 +637,124 @@ class TrainingJobStatus(StatusModel):
     completion_time: dt.datetime | None = None
 
 
+# --- what may change while the gang runs -----------------------------------------------------
+# The operator places a gang once, on one pool, in the shape the spec gives at admission; pods
+# cannot move or change shape. An edit of that shape while the gang holds its pool would leave
+# the running pods and the spec telling different stories (seen: a machineType edit turned a
+# running job Pending with NoMatchingPool while its pods ran on). So the apiserver refuses such
+# an edit from admission until the gang is released: a finished, suspended or waiting job (or
+# one being suspended by the same update) may be edited, and its next gang takes the new shape.
+ADMITTED_PHASES = (TrainingJobPhase.ADMITTED.value, TrainingJobPhase.RUNNING.value)
+"""Phases in which a gang holds its pool. One place: the CEL and the Python twin both use it."""
+
+_CEL_WAS_ADMITTED = (
+    "has(oldSelf.status) && has(oldSelf.status.phase)"
+    f" && oldSelf.status.phase in {list(ADMITTED_PHASES)}"
+)
+
+
+def gang_admitted(status: TrainingJobStatus) -> bool:
+    """True while the job's gang holds its pool (``status.phase`` Admitted or Running)."""
+    return status.phase in ADMITTED_PHASES
+
+
+def _fixed_while_admitted(field: str, attribute: str, optional: bool = False) -> Rule:
+    mine, old = f"self.spec.{field}", f"oldSelf.spec.{field}"
+    unchanged = f"{mine} == {old}"
+    if optional:  # absent on one side and present on the other is a change too
+        unchanged = f"(has({mine}) ? has({old}) && {mine} == {old} : !has({old}))"
+
+    def check(before: StoredObject, after: StoredObject) -> bool:
+        return (
+            getattr(before.spec, attribute) == getattr(after.spec, attribute)
+            or after.spec.run_policy.suspend
+            or not gang_admitted(before.status)
+        )
+
+    return Rule(
+        cel=f"{unchanged} || self.spec.runPolicy.suspend || !({_CEL_WAS_ADMITTED})",
+        message=f"{field} cannot change while the gang is admitted or running (status.phase "
+        "Admitted or Running): suspend the job first (runPolicy.suspend: true, also allowed in "
+        "the same update) or create a new TrainingJob",
+        field_path=f".spec.{field}",
+        reason="FieldValueForbidden",
+        check_update=check,
+    )
+
+
+def _suspension_lifted_early(before: StoredObject, after: StoredObject) -> bool:
+    lifted = before.spec.run_policy.suspend and not after.spec.run_policy.suspend
+    return not lifted or not gang_admitted(before.status)
+
+
+TRAINING_JOB_RULES = (
+    _fixed_while_admitted("workers", "workers"),
+    _fixed_while_admitted("machineType", "machine_type", optional=True),
+    _fixed_while_admitted("model", "model"),
+    _fixed_while_admitted("communication", "communication"),
+    _fixed_while_admitted("template", "template"),
+    _fixed_while_admitted("parallelism", "parallelism", optional=True),
+    # Otherwise suspend-edit-resume, done faster than the operator reacts, would leave the old
+    # gang running under the new shape: the very orphan the rules above prevent.
+    Rule(
+        cel="!oldSelf.spec.runPolicy.suspend || self.spec.runPolicy.suspend"
+        f" || !({_CEL_WAS_ADMITTED})",
+        message="runPolicy.suspend cannot be set back to false before the job is suspended "
+        "(status.phase is still Admitted or Running): wait for phase Suspended",
+        field_path=".spec.runPolicy.suspend",
+        reason="FieldValueForbidden",
+        check_update=_suspension_lifted_early,
+    ),
+)
+
+_WHILE_NOT_ADMITTED = (
+    "while the gang is not admitted (phase not Admitted or Running), or in the update that sets "
+    "runPolicy.suspend: true"
+)
+TRAINING_JOB_SPEC_CHANGES = (
+    SpecChange(
+        "accelerator",
+        "never",
+        "a job's hardware is fixed once created; create a new TrainingJob to change it",
+    ),
+    SpecChange("workers", _WHILE_NOT_ADMITTED, "the gang's size: its pods exist in this number"),
+    SpecChange(
+        "machineType",
+        _WHILE_NOT_ADMITTED,
+        "decides the pool; admitted pods cannot move to another pool",
+    ),
+    SpecChange(
+        "model",
+        _WHILE_NOT_ADMITTED,
+        "the plan (strategy, reducers) is computed from it, and the running workers were "
+        "started with that plan",
+    ),
+    SpecChange(
+        "communication",
+        _WHILE_NOT_ADMITTED,
+        "the strategy and the reducers the running workers were started with",
+    ),
+    SpecChange(
+        "template",
+        _WHILE_NOT_ADMITTED,
+        "every worker of a gang runs the same pod; a pod recreated after a crash must match the "
+        "others",
+    ),
+    SpecChange(
+        "parallelism",
+        _WHILE_NOT_ADMITTED,
+        "the layout (tensor, pipeline, sharding) every worker was started with",
+    ),
+    SpecChange(
+        "runPolicy",
+        "any time, except that suspend: true is lifted only once the job is Suspended",
+        "takes effect at once: backoffLimit at the next failure, activeDeadlineSeconds and "
+        "ttlSecondsAfterFinished on the next check, suspend: true deletes the pods and releases "
+        "the gang (which must have happened before the job resumes, in whatever new shape)",
+    ),
+)
+
+
 TRAINING_JOB = Resource(
     kind="TrainingJob",
     plural="trainingjobs",
@@ -653,6 +767,12 @@ TRAINING_JOB = Resource(
     phases=TrainingJobPhase,
     printer_columns=(
         PrinterColumn("Phase", "string", ".status.phase", "Lifecycle phase"),
+        PrinterColumn(
+            "Reason",
+            "string",
+            condition_reason("Schedulable"),
+            "Why the gang is (not) placed: the Schedulable condition's reason",
+        ),
         PrinterColumn(
             "Strategy", "string", ".status.plan.strategy", "Gradient reduction strategy chosen"
         ),
@@ -683,4 +803,6 @@ TRAINING_JOB = Resource(
         ),
         AGE,
     ),
+    rules=TRAINING_JOB_RULES,
+    spec_changes=TRAINING_JOB_SPEC_CHANGES,
 )

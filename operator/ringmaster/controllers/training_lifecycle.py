@@ -250,11 +250,23 @@ def _suspended(step: _Step, pods: Sequence[WorkerPod]) -> None:
     status = step.status
     step.decision.delete = [p.name for p in pods if not p.terminating]
     step.decision.release = True
+    status.admission = None  # a resumed job is admitted again
+    status.workers = None
+    if pods:
+        # Suspended means no worker exists, and a suspension can be lifted only once the job is
+        # Suspended (the CRD's rule): so a resume never finds the old gang's pods still listed
+        # and takes them for its own (seen: a quick resume adopted them on the old pool).
+        step.conditions.set(
+            SUSPENDED_CONDITION,
+            "True",
+            "Suspending",
+            f"runPolicy.suspend is true: {len(pods)} workers are being deleted",
+        )
+        step.decision.requeue_after = SOON_SECONDS
+        return
     if status.phase != SUSPENDED:
         step.event("Normal", "Suspended", "job suspended: workers deleted")
     status.phase = SUSPENDED
-    status.admission = None  # a resumed job is admitted again
-    status.workers = None
     step.conditions.set(SUSPENDED_CONDITION, "True", "Suspended", "runPolicy.suspend is true")
 
 

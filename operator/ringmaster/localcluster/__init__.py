@@ -1,7 +1,10 @@
 """`ringmaster cluster`: a local Kubernetes control plane with simulated accelerator node pools.
 
 ringmaster cluster up [--pool a100-highgpu-8g=64 ...]   create (or resize) the cluster
+                      [--wait-seconds S]                 limit of the wait for Ready nodes
+ringmaster cluster up --kueue                           ... and run Kueue beside it (kueue.py)
 ringmaster cluster pools                                 the node pools and their readiness
+                                                         (needs only the cluster's kubeconfig)
 ringmaster cluster kubeconfig                            print the kubeconfig's path
 ringmaster cluster down                                  delete it
 """
@@ -19,7 +22,9 @@ from ringmaster.localcluster.cluster import (
     kubeconfig_path,
     show_pools,
 )
+from ringmaster.localcluster.kueue import LocalKueue
 from ringmaster.localcluster.pools import POOLS, parse_sizes
+from ringmaster.localcluster.readiness import BASE_WAIT_SECONDS, WAIT_SECONDS_PER_NODE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,6 +44,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="POOL=COUNT",
         help="node count of a pool, repeatable (the scale bench asks for thousands)",
     )
+    parser.add_argument("--kueue", action="store_true", help="up: also run Kueue (tools/kueue)")
+    parser.add_argument(
+        "--wait-seconds",
+        type=float,
+        metavar="SECONDS",
+        help="up: how long the nodes may take to be Ready (default: "
+        f"{BASE_WAIT_SECONDS:g} s + {WAIT_SECONDS_PER_NODE:g} s per node)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,13 +60,23 @@ def run(args: argparse.Namespace) -> int:
         return 0
     try:
         sizes = parse_sizes(args.pool)
+        if args.action == "pools":  # only reads the API: no control-plane binaries needed
+            kubeconfig = kubeconfig_path(args.name)
+            if not kubeconfig.exists():
+                raise ClusterError(
+                    f"no cluster {args.name!r} ({kubeconfig} is missing): "
+                    f"`ringmaster cluster up --name {args.name}` creates it"
+                )
+            print(show_pools(kubeconfig))
+            return 0
         cluster = LocalCluster(Binaries.locate(args.bin_dir), args.name)
         if args.action == "up":
-            cluster.up(sizes)
-            print(show_pools(cluster))
-        elif args.action == "pools":
-            print(show_pools(cluster))
+            cluster.up(sizes, wait_seconds=args.wait_seconds)
+            if args.kueue:
+                LocalKueue(cluster).up()
+            print(show_pools(cluster.kubeconfig))
         else:
+            LocalKueue(cluster).down()
             cluster.down()
     except (ClusterError, ValueError) as error:
         print(f"ringmaster cluster: {error}", file=sys.stderr)

@@ -21,8 +21,11 @@ from importlib import resources
 from pathlib import Path
 
 from ringmaster.localcluster.pools import node_list
+from ringmaster.localcluster.readiness import NodesNotReady, list_nodes, wait_for_ready_nodes
 
 DEFAULT_NAME = "ringmaster"
+# kwokctl's wait for the control plane itself (etcd, apiserver, controllers): no node involved.
+CONTROL_PLANE_WAIT_SECONDS = 180
 # One controller-manager and one scheduler need no leader election, and with it they exit when a
 # loaded machine delays a lease renewal (nothing restarts them here): seen under the scale bench.
 KWOKCTL_CONFIGURATION = """\
@@ -163,7 +166,11 @@ class LocalCluster:
             return False
         return self.kubectl("get", "--raw", "/readyz", check=False).returncode == 0
 
-    def up(self, pool_sizes: Mapping[str, int] | None = None, wait_seconds: int = 180) -> None:
+    def up(
+        self, pool_sizes: Mapping[str, int] | None = None, wait_seconds: float | None = None
+    ) -> None:
+        """Create the cluster (or reuse a healthy one) and its nodes; ``wait_seconds`` limits the
+        wait for the nodes to be Ready (default: grows with the node count)."""
         nodes = node_list(pool_sizes)
         if self.is_healthy():
             _log(f"cluster {self.name!r} is already up ({self.kubeconfig})")
@@ -171,7 +178,7 @@ class LocalCluster:
             if self.exists():
                 _log(f"cluster {self.name!r} exists but does not answer: recreating it")
                 self.down()
-            self._create(wait_seconds)
+            self._create(CONTROL_PLANE_WAIT_SECONDS)
         self.apply_nodes(nodes, wait_seconds)
 
     def _create(self, wait_seconds: int) -> None:
@@ -199,16 +206,20 @@ class LocalCluster:
             )
         _log(f"control plane up in {time.monotonic() - start:.0f}s; kubeconfig: {self.kubeconfig}")
 
-    def apply_nodes(self, nodes: Mapping[str, object], wait_seconds: int = 180) -> None:
+    def apply_nodes(self, nodes: Mapping[str, object], wait_seconds: float | None = None) -> None:
         items = nodes["items"]
         assert isinstance(items, list)
         _log(f"applying {len(items)} simulated nodes")
+        start = time.monotonic()
         self.kubectl(
             "apply", "--server-side", "--force-conflicts", "-f", "-", input=json.dumps(nodes)
         )
-        self.kubectl(
-            "wait", "--for=condition=Ready", "nodes", "--all", f"--timeout={wait_seconds}s"
-        )
+        _log(f"applied in {time.monotonic() - start:.0f}s; waiting for them to be Ready")
+        names = [str(n["metadata"]["name"]) for n in items]
+        try:
+            wait_for_ready_nodes(self.kubeconfig, names, wait_seconds, log=_log)
+        except NodesNotReady as error:
+            raise ClusterError(str(error)) from None
 
     def down(self) -> None:
         _log(f"deleting cluster {self.name!r}")
@@ -273,6 +284,10 @@ def format_pool_summary(rows: Sequence[Mapping[str, object]]) -> str:
     )
 
 
-def show_pools(cluster: LocalCluster) -> str:
-    nodes = json.loads(cluster.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+def show_pools(kubeconfig: Path) -> str:
+    """The pools of the cluster behind ``kubeconfig``: needs the API only, no binaries."""
+    try:
+        nodes = list_nodes(kubeconfig)
+    except NodesNotReady as error:
+        raise ClusterError(str(error)) from None
     return format_pool_summary(pool_summary(nodes))

@@ -9,7 +9,9 @@ JSON (``-o json``): one object per document (a list when the file holds several)
 communicationSeconds, samplesPerSecond, busBandwidthGBps, bottleneck, costPerHourUSD; the
 reduction server also reducers, reducerMachineType, costOptimalReducers). InferenceEndpoint:
 ``kind, name, replicas, batchSize, perReplicaRequestsPerSecond, p99LatencyMilliseconds,
-bottleneck, costPerHourUSD``. Further keys may be added; these never change meaning.
+bottleneck, costPerHourUSD``. Both also ``warnings``: implausible but valid inputs, each
+``{field, reason, message}`` (planning/plausibility.py), also printed under the table. Further keys
+may be added; these never change meaning.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from ringmaster.planning.plans import (
     plan_training,
     training_inputs,
 )
+from ringmaster.planning.plausibility import Implausible, inference_warnings, training_warnings
 from ringmaster.planning.sweep import Sweep, parse_sweep, sweep_inference, sweep_training
 
 EXIT_USAGE = 2
@@ -242,20 +245,38 @@ def _save(fig: Any, plt: Any, path: str) -> None:
         plt.close(fig)
 
 
+def _warnings(m: Any, plan: Any, catalog: Catalog) -> list[Implausible]:
+    if isinstance(plan, TrainingReport):
+        return training_warnings(m.spec, plan, catalog)
+    if isinstance(plan, InferenceReport | LlmInferenceReport):
+        return inference_warnings(m.spec, plan, catalog)
+    return []
+
+
 def _render(plans: list[Any], catalog: Catalog, fmt: str) -> str:
     if fmt == "json":
-        docs = [_pool_json(m, catalog) if plan is None else plan.to_json() for m, plan in plans]
+        docs = [
+            _pool_json(m, catalog)
+            if plan is None
+            else {
+                **plan.to_json(),
+                "warnings": [w.to_json() for w in _warnings(m, plan, catalog)],
+            }
+            for m, plan in plans
+        ]
         return json.dumps(docs[0] if len(docs) == 1 else docs, indent=2)
     blocks = []
     for m, plan in plans:
         if isinstance(plan, TrainingReport):
-            blocks.append(render.render_training(plan))
+            block = render.render_training(plan)
         elif isinstance(plan, InferenceReport):
-            blocks.append(render.render_inference(plan))
+            block = render.render_inference(plan)
         elif isinstance(plan, LlmInferenceReport):
-            blocks.append(render.render_llm_inference(plan))
+            block = render.render_llm_inference(plan)
         else:
-            blocks.append(_pool_text(m, catalog))
+            block = _pool_text(m, catalog)
+        warnings = [f"warning: {w}" for w in _warnings(m, plan, catalog)]
+        blocks.append("\n".join([block, *warnings]))
     return "\n\n".join(blocks)
 
 

@@ -1,0 +1,162 @@
+"""Valid but implausible input: what the API accepts and the engine plans, yet is almost surely a
+slip (``1e16`` parameters for ``1e10``), reported as warnings that name the field.
+
+The API's bounds are wide on purpose (a schema cannot know tomorrow's models), so a TrainingJob
+with 1e16 parameters is accepted and predicts a 19-day step without a word. These checks look at
+the spec and its plan together and say what is implausible and why; they never refuse anything.
+`ringmaster plan` prints them; the operator turns each into a ``Warning`` Event and condition
+(``reason`` is CamelCase for that purpose).
+
+Pure: no I/O, no cluster. Only figures from the catalog and the constants below, each sourced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ringmaster.api.architecture import architecture_parameters
+from ringmaster.engine.hardware import Catalog
+from ringmaster.planning.plans import (
+    InferenceReport,
+    LlmInferenceReport,
+    TrainingReport,
+    active_catalog,
+)
+
+# A training step longer than a day: the API caps a *measured* computeSecondsPerStep at the same
+# (TrainingModel.compute_seconds_per_step, le=86400); a prediction beyond it means the inputs
+# (usually parameters or flopsPerSample) are off by orders of magnitude.
+LONGEST_PLAUSIBLE_STEP_SECONDS = 86400.0
+
+# The largest published dense-or-sparse model by parameter count: Switch-C, 1.571e12 parameters
+# (Fedus, Zoph, Shazeer, "Switch Transformers", JMLR 2022, arXiv:2101.03961, Table 9). Ten times
+# that leaves room for what comes next and still catches typos of a few orders of magnitude.
+LARGEST_PUBLISHED_PARAMETERS = 1.571e12
+IMPLAUSIBLE_PARAMETER_FACTOR = 10.0
+
+# Bytes per element of the gradient dtypes (IEEE 754 binary32 / binary16, bfloat16).
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+# Training keeps at least the weights and their gradients (two copies at the gradient dtype);
+# optimizer state adds more (12 bytes per parameter for mixed-precision Adam: Rajbhandari et al.,
+# "ZeRO", SC 2020, section 3.1). The lower bound is used, so a warning means the model cannot fit
+# even fully sharded (ZeRO-3 / FSDP) over every accelerator of the gang.
+MIN_TRAINING_COPIES = 2
+
+SECONDS_PER_DAY = 86400.0
+
+
+@dataclass(frozen=True)
+class Implausible:
+    """One implausible input: the field to look at, a CamelCase reason, and why."""
+
+    field: str
+    """Dotted camelCase path from the object's root: ``spec.model.parameters``."""
+    reason: str
+    """For an Event's or condition's ``reason``: ``ImplausibleStepTime``..."""
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+    def to_json(self) -> dict[str, str]:
+        return {"field": self.field, "reason": self.reason, "message": self.message}
+
+
+def _bytes(n: float) -> str:
+    for unit, size in (("PB", 1e15), ("TB", 1e12), ("GB", 1e9)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n / 1e6:.3g} MB"
+
+
+def _size_field(model: Any) -> str:
+    if getattr(model, "parameters", None) is None and getattr(model, "architecture", None):
+        return "spec.model.architecture"
+    return "spec.model.parameters"
+
+
+def _parameters(parameters: float, field: str = "spec.model.parameters") -> Implausible | None:
+    limit = LARGEST_PUBLISHED_PARAMETERS * IMPLAUSIBLE_PARAMETER_FACTOR
+    if parameters <= limit:
+        return None
+    return Implausible(
+        field,
+        "ImplausibleParameterCount",
+        f"{parameters:.3g} parameters is more than {IMPLAUSIBLE_PARAMETER_FACTOR:g} times the "
+        f"largest published model ({LARGEST_PUBLISHED_PARAMETERS:.4g}); is it a typo?",
+    )
+
+
+def _parameter_count(model: Any) -> float:
+    """The parameters an architecture implies (the API's source of truth when one is given),
+    else the count given."""
+    if getattr(model, "architecture", None) is not None:
+        return float(architecture_parameters(model.architecture))
+    return float(model.parameters)
+
+
+def training_warnings(
+    spec: Any, plan: TrainingReport, catalog: Catalog | None = None
+) -> list[Implausible]:
+    """What is implausible about a TrainingJob ``spec`` given its ``plan`` (from
+    :func:`~ringmaster.planning.plans.plan_training`); empty when nothing is."""
+    catalog = catalog or active_catalog()
+    warnings: list[Implausible] = []
+    model = spec.model
+    parameters = _parameter_count(model)
+    # Where the parameter count comes from: given, or implied by the architecture.
+    size_field = _size_field(model)
+    too_many = _parameters(parameters, size_field)
+    if too_many:
+        warnings.append(too_many)
+
+    prediction = plan.prediction
+    accelerators = prediction.workers * prediction.per_worker
+    accelerator = catalog.accelerator(prediction.accelerator)
+    needed = parameters * DTYPE_BYTES.get(str(model.gradient_dtype), 4) * MIN_TRAINING_COPIES
+    if needed / accelerators > accelerator.memory_bytes:
+        warnings.append(
+            Implausible(
+                size_field,
+                "ExceedsAcceleratorMemory",
+                f"weights and gradients alone ({model.gradient_dtype}) need {_bytes(needed)}: "
+                f"{_bytes(needed / accelerators)} per accelerator even sharded over all "
+                f"{accelerators} of the gang, more than the {_bytes(accelerator.memory_bytes)} "
+                f"of one {accelerator.name}",
+            )
+        )
+
+    chosen = plan.chosen
+    if chosen.step_seconds > LONGEST_PLAUSIBLE_STEP_SECONDS:
+        days = chosen.step_seconds / SECONDS_PER_DAY
+        if chosen.exposed_communication_seconds > chosen.compute_seconds:
+            field = size_field  # the gradients to all-reduce come from it
+            why = f"all-reducing {_bytes(prediction.gradient_bytes)} of gradients per step"
+        elif prediction.compute_source == "measured":
+            field = "spec.model.computeSecondsPerStep"
+            why = "the measured compute time"
+        elif model.flops_per_sample is not None:
+            field = "spec.model.flopsPerSample"
+            why = f"computing {float(model.flops_per_sample):.3g} FLOPs per sample"
+        else:
+            field = size_field  # the FLOPs follow from the architecture
+            why = "computation"
+        warnings.append(
+            Implausible(
+                field,
+                "ImplausibleStepTime",
+                f"the predicted step takes {chosen.step_seconds:.3g} s ({days:.3g} days), "
+                f"mostly {why}; a training step longer than a day is almost surely a wrong input",
+            )
+        )
+    return warnings
+
+
+def inference_warnings(
+    spec: Any, plan: InferenceReport | LlmInferenceReport, catalog: Catalog | None = None
+) -> list[Implausible]:
+    """What is implausible about an InferenceEndpoint ``spec`` (weights that do not fit a replica
+    are already an infeasible plan, with its reason)."""
+    too_many = _parameters(_parameter_count(spec.model))
+    return [too_many] if too_many else []
