@@ -9,7 +9,6 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,21 +20,10 @@ from tests.e2e.test_trainingjob import events_of, phase, training_job
 OUTAGE_SECONDS = 30
 
 
-@pytest.fixture
-def own_operator(crds_installed: Cluster, tmp_path: Path) -> Iterator[OperatorProcess]:
-    """An operator of this test alone, so its log holds only what this test caused."""
-    process = OperatorProcess(crds_installed.kubeconfig, tmp_path / "operator.log")
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
-        if os.environ.get("RINGMASTER_E2E_SHOW_LOG"):
-            print(process.log_path.read_text()[-5000:])
-
-
-def operator_log(process: OperatorProcess) -> str:
-    return process.log_path.read_text(errors="replace")
+def operator_log(process: OperatorProcess, since: int = 0) -> str:
+    """The session operator's log (one operator per cluster: a second one would act on the
+    same jobs), from an offset taken at the start of a test."""
+    return process.log_path.read_text(errors="replace")[since:]
 
 
 def running_job(cluster: Cluster, ns: str, name: str) -> None:
@@ -50,8 +38,9 @@ def worker_uids(cluster: Cluster, ns: str, name: str) -> set[str]:
 
 
 def test_deleting_a_namespace_does_not_restart_its_gangs(
-    own_operator: OperatorProcess, cluster: Cluster
+    operator: OperatorProcess, cluster: Cluster
 ) -> None:
+    log_before = len(operator_log(operator))
     ns = f"t-{uuid.uuid4().hex[:8]}"
     cluster.kubectl("create", "namespace", ns)
     running_job(cluster, ns, "doomed")
@@ -91,7 +80,7 @@ def test_deleting_a_namespace_does_not_restart_its_gangs(
         )
     finally:
         cluster.kubectl("delete", "namespace", other, "--wait=false", check=False)
-    log = operator_log(own_operator)
+    log = operator_log(operator, log_before)
     assert "Restarted" not in seen, seen
     assert restarts <= {0}, restarts  # no backoff attempt spent
     assert "restarting the gang" not in log, log[-3000:]
@@ -114,7 +103,7 @@ def _api_ready(cluster: Cluster) -> bool:
     not Path("/proc/self/cmdline").exists(), reason="restarts the apiserver from /proc"
 )
 def test_an_api_outage_costs_one_warning_and_no_restart(
-    own_operator: OperatorProcess, cluster: Cluster, quiet_namespace: str
+    operator: OperatorProcess, cluster: Cluster, quiet_namespace: str
 ) -> None:
     ns = quiet_namespace
     pid_file = cluster.kubeconfig.parent / "pids" / "kube-apiserver.pid"
@@ -134,7 +123,7 @@ def test_an_api_outage_costs_one_warning_and_no_restart(
         what="the reducer pool ready",
     )
     before = worker_uids(cluster, ns, "steady")
-    log_before = len(operator_log(own_operator))
+    log_before = len(operator_log(operator))
 
     # Stop the kube-apiserver process (kwokctl has no per-component stop), then start it again
     # with the very command line and directory kwokctl gave it.
@@ -144,7 +133,7 @@ def test_an_api_outage_costs_one_warning_and_no_restart(
     wait_for(lambda: not _api_ready(cluster), 30, what="the kube-apiserver to stop")
     try:
         while time.monotonic() - stopped_at < OUTAGE_SECONDS:
-            assert own_operator.process is not None and own_operator.process.poll() is None
+            assert operator.process is not None and operator.process.poll() is None
             time.sleep(1)
     finally:
         log_file = (cluster.kubeconfig.parent / "logs" / "kube-apiserver.log").open("ab")
@@ -163,16 +152,14 @@ def test_an_api_outage_costs_one_warning_and_no_restart(
 
     # Each controller that failed retries within its backoff cap and says the API is back.
     wait_for(
-        lambda: "reachable again" in operator_log(own_operator)[log_before:],
+        lambda: "reachable again" in operator_log(operator, log_before),
         30,
         what="the summary line of the outage",
     )
-    log = operator_log(own_operator)[log_before:]
-    if os.environ.get("RINGMASTER_E2E_SHOW_LOG"):
-        print(log[-8000:])
+    log = operator_log(operator, log_before)
     assert "Traceback" not in log, log[-5000:]
     unreachable = [line for line in log.splitlines() if "API is unreachable" in line]
     # One warning per controller at most (the three controllers each may notice it).
     assert len(unreachable) <= 3, unreachable
     # No flood: a warning and a summary per controller, not a line per retry.
-    assert len([line for line in log.splitlines() if "/healthz" not in line]) < 25, log[-5000:]
+    assert len([line for line in log.splitlines() if "/healthz" not in line]) < 40, log[-5000:]
