@@ -52,6 +52,11 @@
   verbs: [list, watch, create, patch, delete]
 {{- end }}
 {{- define "ringmaster.clusterRules" -}}
+# The TrainingJob controller indexes namespaces being deleted: their jobs' pods going is no worker
+# failure (no gang restart). kopf also follows them when it serves only some namespaces.
+- apiGroups: [""]
+  resources: [namespaces]
+  verbs: [list, watch]
 # kopf indexes every node to discover the node pools (placement/pools.py). Read only.
 - apiGroups: [""]
   resources: [nodes]

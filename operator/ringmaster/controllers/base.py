@@ -16,7 +16,7 @@ from typing import Any, ClassVar, cast
 import kopf
 
 from ringmaster import metrics
-from ringmaster.controllers.kubeapi import KubeApi
+from ringmaster.controllers.kubeapi import KubeApi, namespace_terminating
 from ringmaster.controllers.workqueue import WorkQueue
 
 Key = tuple[str, str]
@@ -48,7 +48,7 @@ class Controller:
 
     def __init__(self, api: KubeApi) -> None:
         self.api = api
-        self.queue = WorkQueue(self.reconcile)
+        self.queue = WorkQueue(self.reconcile, name=self.kind, contact=lambda: api.contact)
         self.indexes: Mapping[str, Any] = {}
         # The status we last wrote and the resourceVersion our write produced. The operator is
         # the only writer of status, so until the watch brings that version back, our write is
@@ -87,6 +87,9 @@ class Controller:
                     namespace, name, body, self.current_status((namespace, name), body)
                 )
             except Exception as error:
+                if namespace_terminating(error):
+                    # The namespace refuses new objects: it is going, and the object with it.
+                    return None
                 metrics.RECONCILE_ERRORS.labels(self.kind, type(error).__name__).inc()
                 raise
 
@@ -133,6 +136,8 @@ class Controller:
     async def resync(self) -> None:
         while True:
             await asyncio.sleep(RESYNC_SECONDS)
+            if self.queue.outage.ongoing:
+                continue  # the API is away: the backoff of the keys that failed paces the retries
             worth_a_look = self.resync_filter()
             for key, store in self.objects().items():
                 bodies = list(store)

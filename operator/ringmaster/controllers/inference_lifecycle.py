@@ -32,7 +32,12 @@ from ringmaster.api import (
     InferencePlan,
 )
 from ringmaster.api.common import ConditionStatus
-from ringmaster.controllers.reporting import Conditions, Event
+from ringmaster.controllers.reporting import (
+    Conditions,
+    Event,
+    plan_warnings,
+    report_plausibility,
+)
 from ringmaster.manifests.inference import (
     OUTPUT_TOKENS_PER_SECOND_METRIC,
     REQUESTS_PER_SECOND_METRIC,
@@ -375,6 +380,7 @@ def reconcile_inference(
     status.selector = selector_string(name)
     status.url = endpoint_url(name, namespace, spec.port)
     status.plan = status_plan(plan, desired, target)
+    decision.events += report_plausibility(conditions, plan_warnings(status.plan))
 
     capacity = _capacity_condition(plan, desired)
     capacity_before = conditions.set(CAPACITY_MET, *capacity)
@@ -390,6 +396,7 @@ def reconcile_inference(
             InferenceEndpointPhase.DEGRADED if deployment else InferenceEndpointPhase.PENDING
         ).value
         conditions.set(READY, "False", capacity[1], capacity[2])
+        conditions.stamp()
         return decision
 
     pool = choose_pool(spec, pools, used, desired, current=previous.pool)

@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import kubernetes
 from kubernetes.client.exceptions import ApiException
 
 from ringmaster.api import GROUP, VERSION
+from ringmaster.controllers.outage import is_unreachable
+
+T = TypeVar("T")
 
 
 def load_config() -> None:
@@ -37,11 +41,34 @@ _PATHS = {
 }
 
 
+def namespace_terminating(error: BaseException) -> bool:
+    """The API refused a create because the namespace is being deleted (403 Forbidden, or 409
+    from some paths): nothing to retry."""
+    return (
+        isinstance(error, ApiException)
+        and error.status in (403, 409)
+        and "being terminated" in str(error.body or error.reason or "")
+    )
+
+
 class KubeApi:
     def __init__(self) -> None:
         client = kubernetes.client.ApiClient()
         self.core = kubernetes.client.CoreV1Api(client)
         self.custom = kubernetes.client.CustomObjectsApi(client)
+        # When the API last answered (any answer, errors about an object included): the work
+        # queue ends an outage only on a real contact, not on a reconcile that wrote nothing.
+        self.contact = 0.0
+
+    async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        try:
+            result = await asyncio.to_thread(fn, *args, **kwargs)
+        except Exception as error:
+            if not is_unreachable(error):
+                self.contact = time.monotonic()
+            raise
+        self.contact = time.monotonic()
+        return result
 
     async def create(self, namespace: str, obj: dict[str, Any]) -> bool:
         """Create a Pod or Service; False when it already exists (a previous run made it)."""
@@ -51,11 +78,11 @@ class KubeApi:
         }
         create = creators[obj["kind"]]
         try:
-            await asyncio.to_thread(create, namespace, obj)
+            await self._call(create, namespace, obj)
         except ApiException as error:
             if error.status == 409:
                 return False
-            if error.status == 403 and "being terminated" in str(error.body):
+            if namespace_terminating(error):
                 return False  # the namespace is going away, and the owner with it
             raise
         return True
@@ -66,7 +93,7 @@ class KubeApi:
         """Merge-patch the status subresource; the object's new resourceVersion, or None when
         the object is gone."""
         try:
-            updated = await asyncio.to_thread(
+            updated = await self._call(
                 self.custom.patch_namespaced_custom_object_status,
                 GROUP,
                 VERSION,
@@ -83,7 +110,7 @@ class KubeApi:
 
     async def delete_custom(self, plural: str, namespace: str, name: str) -> None:
         try:
-            await asyncio.to_thread(
+            await self._call(
                 self.custom.delete_namespaced_custom_object,
                 GROUP,
                 VERSION,
@@ -132,7 +159,7 @@ class KubeApi:
                 raise ApiException(http_resp=response)
             return cast(dict[str, Any], json.loads(response.data))
 
-        return await asyncio.to_thread(call)
+        return await self._call(call)
 
     async def delete_object(self, namespace: str, kind: str, name: str) -> None:
         """Delete one object of a kind in _PATHS (background propagation); gone already is fine."""
@@ -153,4 +180,4 @@ class KubeApi:
             if response.status != 404 and not 200 <= response.status < 300:
                 raise ApiException(http_resp=response)
 
-        await asyncio.to_thread(call)
+        await self._call(call)

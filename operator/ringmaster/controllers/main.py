@@ -89,6 +89,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.verbose:
         # kopf logs every handler call at INFO; the controllers log and post what matters.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    # The kubernetes client's urllib3 warns on each of its quick reconnects; while the API is
+    # away the controllers say so once (controllers/outage.py) and pace their own retries.
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
     priority = None
     if args.peering is not None:
         priority = args.priority if args.priority is not None else random.randint(1, 2**31 - 1)

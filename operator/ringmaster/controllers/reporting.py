@@ -9,6 +9,7 @@ reducers ready") updates the condition quietly.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -73,3 +74,34 @@ class Conditions:
             c.model_copy(update={"observed_generation": self.generation})
             for c in self.status.conditions
         ]
+
+
+# Valid but implausible input (a step longer than a day, memory beyond any accelerator): the
+# plan carries the engine's warnings (planning/plausibility.py); the object says so in a
+# condition and one Warning Event per new warning, and runs all the same.
+PLAUSIBLE = "Plausible"
+IMPLAUSIBLE_INPUT = "ImplausibleInput"
+_WARNING_SEPARATOR = "; "
+
+
+def plan_warnings(plan: object | None) -> list[str]:
+    """The warnings a typed plan (TrainingPlan, InferencePlan) carries, if it has the field."""
+    return [str(w) for w in getattr(plan, "warnings", None) or []]
+
+
+def report_plausibility(conditions: Conditions, warnings: Sequence[str]) -> list[Event]:
+    """Set the Plausible condition from the plan's warnings; the Events for warnings not
+    reported before (the condition's message remembers them, so a restarted operator does not
+    repeat them). No warnings: the condition clears if it was False, and is not added if not."""
+    before = conditions.get(PLAUSIBLE)
+    if not warnings:
+        if before is not None and before.status == "False":
+            conditions.set(PLAUSIBLE, "True", "Plausible", "no implausible input")
+        return []
+    reported = (
+        set(before.message.split(_WARNING_SEPARATOR))
+        if before is not None and before.status == "False"
+        else set()
+    )
+    conditions.set(PLAUSIBLE, "False", IMPLAUSIBLE_INPUT, _WARNING_SEPARATOR.join(warnings))
+    return [Event("Warning", IMPLAUSIBLE_INPUT, w) for w in warnings if w not in reported]

@@ -33,7 +33,12 @@ from ringmaster.admission.pools import candidate_pools
 from ringmaster.admission.snapshot import Key, PoolSummary, Promise, shape
 from ringmaster.api import TrainingJobSpec, TrainingJobStatus, TrainingPlan, WorkerCounts
 from ringmaster.api.trainingjob import Admission, ReductionServerSettings
-from ringmaster.controllers.reporting import Conditions, Event
+from ringmaster.controllers.reporting import (
+    Conditions,
+    Event,
+    plan_warnings,
+    report_plausibility,
+)
 from ringmaster.manifests.naming import ATTEMPT_ANNOTATION, RANK_LABEL, owned_reducer_pool_name
 from ringmaster.manifests.reduction import owned_reducer_pool
 from ringmaster.manifests.training import PoolPlacement, rendezvous_service, worker_pod
@@ -45,7 +50,6 @@ SUCCEEDED, FAILED, SUSPENDED = "Succeeded", "Failed", "Suspended"
 FINISHED = (SUCCEEDED, FAILED)
 
 SCHEDULABLE, PLANNED, COMPLETE = "Schedulable", "Planned", "Complete"
-DOES_NOT_FIT = "DoesNotFit"
 DOES_NOT_FIT = "DoesNotFit"
 FAILED_CONDITION, SUSPENDED_CONDITION = "Failed", "Suspended"
 
@@ -117,6 +121,8 @@ class JobView:
     spec: TrainingJobSpec
     status: TrainingJobStatus
     created: dt.datetime | None = None
+    ending: bool = False
+    """The job is being deleted, or its namespace is: its pods go with it, which is no failure."""
 
     @property
     def key(self) -> Key:
@@ -190,6 +196,9 @@ def reconcile_training(
     status.observed_generation = job.generation
     decision = Decision(status=status)
     step = _Step(job, world, now, planner, decision, Conditions(status, job.generation, now))
+    if job.ending:
+        _ending(step)
+        return decision
     if status.phase in FINISHED:
         _finished(step)
     elif job.spec.run_policy.suspend:
@@ -197,11 +206,31 @@ def reconcile_training(
     else:
         _resumed(step)
         _active(step, pods)
+    if status.phase in FINISHED:
+        _settle_finished(step)
     step.conditions.stamp()
     return decision
 
 
-# ---------------------------------------------------------------- finished and suspended
+def _settle_finished(step: _Step) -> None:
+    """A finished job's conditions agree with its phase: a gang that ran was schedulable, even
+    if a later edit (or an older operator) left Schedulable=False on it."""
+    status = step.status
+    schedulable = step.conditions.get(SCHEDULABLE)
+    ran = status.admission is not None or status.start_time is not None
+    if ran and status.pool and (schedulable is None or schedulable.status != "True"):
+        step.conditions.set(SCHEDULABLE, "True", "Admitted", f"the gang ran on pool {status.pool}")
+
+
+# ---------------------------------------------------------------- ending, finished, suspended
+
+
+def _ending(step: _Step) -> None:
+    """The job (or its namespace) is being deleted: its pods going is the deletion, not lost
+    workers. A quiet end: no restart, no attempt spent, nothing created (a terminating
+    namespace refuses it), no Event; the status stays as it was and the room is let go."""
+    step.decision.status = step.job.status.model_copy(deep=True)
+    step.decision.release = True
 
 
 def _finished(step: _Step) -> None:
@@ -327,6 +356,7 @@ def _plan(step: _Step, pool: PoolSummary | None, reducers: ReducerPool | None) -
         return
     plan = status.plan
     step.conditions.set(PLANNED, "True", "Planned", f"strategy {plan.strategy}")
+    step.decision.events += report_plausibility(step.conditions, plan_warnings(plan))
     if plan.strategy != previous and plan.fits is not False:
         step.event(
             "Normal",

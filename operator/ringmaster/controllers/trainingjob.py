@@ -117,6 +117,15 @@ def ringmaster_priority_classes(name: str, body: kopf.Body, **_: Any) -> dict[st
     return {name: (int(body.get("value") or 0), bool(body.get("globalDefault")))}
 
 
+@kopf.index("namespaces")
+def ringmaster_terminating_namespaces(name: str, body: kopf.Body, **_: Any) -> dict[str, bool]:
+    """Namespaces being deleted: their jobs' pods go with them, which is no worker failure."""
+    terminating = bool(body.get("metadata", {}).get("deletionTimestamp")) or (
+        (body.get("status") or {}).get("phase") == "Terminating"
+    )
+    return {name: True} if terminating else {}
+
+
 # ---------------------------------------------------------------- the engine, for status.plan
 
 
@@ -318,9 +327,12 @@ class TrainingController(Controller):
             return None
         pods = list(self.indexes["ringmaster_worker_pods"].get(key, []))
         verdict = self.verdicts.pop(key, None)
+        ending = bool(body["metadata"].get("deletionTimestamp")) or namespace in self.indexes.get(
+            "ringmaster_terminating_namespaces", {}
+        )
         try:
             decision = reconcile_training(
-                JobView(name, namespace, generation, spec, status, _created(body)),
+                JobView(name, namespace, generation, spec, status, _created(body), ending),
                 pods,
                 World(self.snapshot.pools(), self.reducer_pools(namespace), verdict),
                 dt.datetime.now(dt.UTC).replace(microsecond=0),

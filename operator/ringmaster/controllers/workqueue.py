@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
+import time
 from collections.abc import Awaitable, Callable, Hashable
+
+from ringmaster.controllers.outage import Outage, is_unreachable
 
 log = logging.getLogger(__name__)
 
@@ -18,8 +22,18 @@ Reconciler = Callable[[Hashable], Awaitable[float | None]]
 
 
 class WorkQueue:
-    def __init__(self, reconcile: Reconciler, workers: int = 4, retry_seconds: float = 5.0):
+    def __init__(
+        self,
+        reconcile: Reconciler,
+        workers: int = 4,
+        retry_seconds: float = 5.0,
+        name: str = "controller",
+        contact: Callable[[], float] = time.monotonic,
+    ):
         self._reconcile = reconcile
+        self.name = name
+        self.outage = Outage()
+        self._contact = contact  # when the API last answered
         self._workers = workers
         self._retry_seconds = retry_seconds
         self._queue: asyncio.Queue[Hashable] = asyncio.Queue()
@@ -73,11 +87,29 @@ class WorkQueue:
             again: float | None
             try:
                 again = await self._reconcile(key)
+                summary = self.outage.succeeded(time.monotonic(), self._contact())
+                if summary:
+                    log.info("%s: %s", self.name, summary)
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("reconciling %s failed; retrying in %ss", key, self._retry_seconds)
-                again = self._retry_seconds
+            except Exception as error:
+                if is_unreachable(error):
+                    # An outage, not a bug: one warning, then quiet retries with backoff.
+                    failure = self.outage.failed(time.monotonic(), random.random())
+                    if failure.first:
+                        log.warning(
+                            "%s: the Kubernetes API is unreachable (%s: %s); retrying with "
+                            "backoff, quietly until it is back",
+                            self.name,
+                            type(error).__name__,
+                            str(error).splitlines()[0][:200] if str(error) else "",
+                        )
+                    again = failure.delay
+                else:
+                    log.exception(
+                        "reconciling %s failed; retrying in %ss", key, self._retry_seconds
+                    )
+                    again = self._retry_seconds
             finally:
                 self._active.discard(key)
             if key in self._dirty:
