@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from pydantic import Field
 
-from ringmaster.api import TrainingJobStatus, TrainingPlan, find_condition
+from ringmaster.api import TrainingJobStatus, find_condition
 from ringmaster.controllers.reporting import Conditions, plan_warnings, report_plausibility
 from tests.unit.training_world import NOW, TrainingWorld, job, pods_of, ring_planner, spec
 
@@ -15,16 +14,10 @@ STEP = "spec.model.parameters: 1e16 parameters predict a step of 1647790 s (long
 MEMORY = "spec.model.parameters: needs 160000 TB per worker, beyond any accelerator"
 
 
-class WarnedPlan(TrainingPlan):
-    """The typed plan once planning/plausibility.py fills it (the field is not on main yet)."""
-
-    warnings: list[str] = Field(default_factory=list)
-
-
 def warned(*warnings: str):
     def planner(the_spec, machine_type, reducers=None):
         plan = ring_planner(the_spec, machine_type, reducers)
-        return WarnedPlan(**plan.model_dump(), warnings=list(warnings))
+        return plan.model_copy(update={"warnings": list(warnings)})
 
     return planner
 
@@ -62,6 +55,4 @@ def test_a_plan_without_warnings_adds_no_condition():
     assert report_plausibility(conditions, plan_warnings(ring_planner(spec(), None))) == []
     assert status.conditions == []
     assert plan_warnings(None) == []
-    assert plan_warnings(WarnedPlan(**ring_planner(spec(), None).model_dump(), warnings=["x"])) == [
-        "x"
-    ]
+    assert plan_warnings(ring_planner(spec(), None).model_copy(update={"warnings": ["x"]})) == ["x"]

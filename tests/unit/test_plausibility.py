@@ -137,3 +137,34 @@ def test_a_model_given_by_its_architecture_is_judged_by_the_parameters_it_implie
     doc["spec"]["accelerator"]["type"] = "nvidia-tesla-a100"
     found = {w.reason: w.field for w in warnings_of(doc)}
     assert found.get("ExceedsAcceleratorMemory") == "spec.model.architecture"
+
+
+def test_the_operators_status_plans_carry_the_warnings_to_the_plausible_condition() -> None:
+    """The controllers' planners put the warnings in the typed status plan, which the shared
+    reporting path turns into Plausible=False and one Warning Event each."""
+    import datetime as dt
+
+    from ringmaster.api import TrainingJobStatus
+    from ringmaster.controllers import inference_lifecycle, inferenceendpoint, trainingjob
+    from ringmaster.controllers.reporting import Conditions, plan_warnings, report_plausibility
+
+    doc = example("trainingjob-bert-large-auto.yaml")
+    doc["spec"]["model"]["parameters"] = 10**16
+    plan = trainingjob.status_plan(parse_manifest(doc).spec, None, None)
+    warnings = plan_warnings(plan)
+    assert len(warnings) == 3 and all(w.startswith("spec.model.parameters: ") for w in warnings)
+    assert "warnings" in plan.to_k8s()  # declared, so the apiserver keeps it in status
+    status = TrainingJobStatus()
+    conditions = Conditions(status, 1, dt.datetime.now(dt.UTC))
+    events = report_plausibility(conditions, warnings)
+    assert len(events) == 3 and all(e.type == "Warning" for e in events)
+    assert conditions.get("Plausible").status == "False"
+
+    plausible = example("trainingjob-bert-large-auto.yaml")
+    assert plan_warnings(trainingjob.status_plan(parse_manifest(plausible).spec, None, None)) == []
+
+    endpoint = example("inferenceendpoint-resnet50-int8-t4.yaml")
+    endpoint["spec"]["model"]["parameters"] = 10**16
+    raw = inferenceendpoint.plan(parse_manifest(endpoint).spec)
+    typed = inference_lifecycle.status_plan(raw, 1, 4000.0)
+    assert [w.split(":")[0] for w in plan_warnings(typed)] == ["spec.model.parameters"]

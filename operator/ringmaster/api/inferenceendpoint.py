@@ -4,7 +4,7 @@ latency target."""
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -280,6 +280,12 @@ class InferencePlan(StatusModel):
 
     batch_size: int | None = None
     """Batch size chosen (at most maxBatchSize)."""
+    warnings: list[Annotated[str, Field(max_length=1024)]] | None = Field(
+        default=None, max_length=8
+    )
+    """Valid but implausible input, each naming its field (a step longer than a day, memory
+    beyond the whole gang, a parameter count far beyond any published model); also the
+    ``Plausible`` condition and one Warning Event each."""
     per_replica_requests_per_second: float | None = None
     """Predicted throughput of one replica within the latency target."""
     capacity_requests_per_second: float | None = None

@@ -592,6 +592,12 @@ class TrainingPlan(StatusModel):
     """Model FLOPs utilisation: model FLOPs per second / the accelerators' dense peak."""
     memory_per_accelerator_bytes: dict[str, float] | None = None
     """weights, gradients, optimizer, activations, reserve, total and capacity, in bytes."""
+    warnings: list[Annotated[str, Field(max_length=1024)]] | None = Field(
+        default=None, max_length=8
+    )
+    """Valid but implausible input, each naming its field (a step longer than a day, memory
+    beyond the whole gang, a parameter count far beyond any published model); also the
+    ``Plausible`` condition and one Warning Event each."""
 
 
 class Admission(StatusModel):

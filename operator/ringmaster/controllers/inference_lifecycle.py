@@ -196,6 +196,7 @@ def status_plan(plan: Mapping[str, Any], replicas: int, target: float) -> Infere
         "saturationRequestsPerSecond": plan.get("capacityRequestsPerSecond"),
         "machineType": plan.get("machineType"),
         "precision": plan.get("precision"),
+        "warnings": plan.get("warnings") or None,
     }
     if _is_llm(plan):
         tokens = plan.get("outputTokensPerSecondPerReplica") or 0.0

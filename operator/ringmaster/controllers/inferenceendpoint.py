@@ -62,9 +62,10 @@ def _owner(meta: Mapping[str, Any]) -> str | None:
 
 
 def plan(spec: InferenceEndpointSpec) -> dict[str, Any]:
-    from ringmaster.planning import plan_inference
+    from ringmaster.planning import inference_warnings, plan_inference
 
-    return plan_inference(spec).to_json()
+    report = plan_inference(spec)
+    return {**report.to_json(), "warnings": [str(w) for w in inference_warnings(spec, report)]}
 
 
 # ---------------------------------------------------------------- indexes (fed by kopf's watches)

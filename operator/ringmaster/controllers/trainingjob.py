@@ -133,7 +133,7 @@ def ringmaster_terminating_namespaces(name: str, body: kopf.Body, **_: Any) -> d
 def _cached_plan(
     spec_json: str, machine_type: str | None, reducers: int | None, reducer_machine: str | None
 ) -> TrainingPlan:
-    from ringmaster.planning import plan_training
+    from ringmaster.planning import plan_training, training_warnings
 
     spec = TrainingJobSpec.model_validate_json(spec_json)
     settings = spec.communication.reduction_server
@@ -142,7 +142,10 @@ def _cached_plan(
         settings = settings.model_copy(update={"machine_type": reducer_machine})
         communication = spec.communication.model_copy(update={"reduction_server": settings})
         spec = spec.model_copy(update={"communication": communication})
-    return plan_training(spec, machine_type=machine_type, reducers=reducers).to_status()
+    report = plan_training(spec, machine_type=machine_type, reducers=reducers)
+    plan = report.to_status()
+    plan.warnings = [str(w) for w in training_warnings(spec, report)] or None
+    return plan
 
 
 def status_plan(
