@@ -41,6 +41,20 @@ def snapshot(body: Mapping[str, Any]) -> dict[str, Any]:
     return copy
 
 
+def merge_patch(current: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch (RFC 7386) that turns ``current`` into ``new``: ``new`` with an
+    explicit null for every key it no longer has, at every depth. A status is written with
+    None fields left out, and a merge patch leaves an absent key as it was: without the nulls a
+    cleared field (a suspended job's ``admission``) stays on the server and is read back."""
+    patch: dict[str, Any] = dict(new)
+    for key, before in current.items():
+        if key not in new:
+            patch[key] = None
+        elif isinstance(before, Mapping) and isinstance(new[key], Mapping):
+            patch[key] = merge_patch(before, new[key])
+    return patch
+
+
 class Controller:
     kind: ClassVar[str]
     plural: ClassVar[str]
@@ -118,7 +132,9 @@ class Controller:
     ) -> None:
         if new == current:
             return
-        version = await self.api.patch_status(self.plural, namespace, name, new)
+        version = await self.api.patch_status(
+            self.plural, namespace, name, merge_patch(current, new)
+        )
         if version is not None:
             self.written[(namespace, name)] = (version, new, time.monotonic())
 
