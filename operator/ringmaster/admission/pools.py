@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ringmaster.admission.snapshot import PoolSummary
-from ringmaster.placement.pools import NoPool
+from ringmaster.placement.pools import NoPool, accelerator_pools
 
 
 def candidate_pools(
@@ -20,20 +20,9 @@ def candidate_pools(
     and TPU topology asked for. Order: the pool the job already uses; then hosts that match
     perWorker exactly (no stranded accelerators); then by name. The cycle takes the first one
     where the gang fits."""
-    same_type = [p for p in pools.values() if p.identity.accelerator == accelerator]
-    if not same_type:
-        known = sorted({a for p in pools.values() if (a := p.identity.accelerator)})
-        return NoPool(
-            "NoMatchingPool",
-            f"no node pool has {accelerator} nodes (pools have: {', '.join(known) or 'none'})",
-        )
-    big_enough = [p for p in same_type if p.accelerators_per_node >= per_worker]
-    if not big_enough:
-        largest = max(p.accelerators_per_node for p in same_type)
-        return NoPool(
-            "NoMatchingPool",
-            f"perWorker is {per_worker} but {accelerator} nodes have at most {largest} each",
-        )
+    big_enough = accelerator_pools(pools, accelerator, per_worker, "perWorker")
+    if isinstance(big_enough, NoPool):
+        return big_enough
     if machine_type:
         big_enough = [p for p in big_enough if p.identity.instance_type == machine_type]
         if not big_enough:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from kubernetes.utils.quantity import parse_quantity
 
@@ -207,11 +207,30 @@ class NoPool:
     message: str
 
 
+class _PoolIdentity(Protocol):
+    @property
+    def accelerator(self) -> str | None: ...
+
+
+class _AcceleratorPool(Protocol):
+    """What the filter reads of a pool: a NodePool here, the admission snapshot's summary."""
+
+    @property
+    def identity(self) -> _PoolIdentity: ...
+
+    @property
+    def accelerators_per_node(self) -> int: ...
+
+
+PoolT = TypeVar("PoolT", bound=_AcceleratorPool)
+
+
 def accelerator_pools(
-    pools: Mapping[str, NodePool], accelerator: str, per_host: int, field: str
-) -> list[NodePool] | NoPool:
+    pools: Mapping[str, PoolT], accelerator: str, per_host: int, field: str
+) -> list[PoolT] | NoPool:
     """The pools of this accelerator whose hosts carry at least `per_host` of it (`field` names
-    the spec field asking for them, for the message)."""
+    the spec field asking for them, for the message). The one such filter: serving ranks these
+    pools, admission narrows them by machine type and topology."""
     same_type = [p for p in pools.values() if p.identity.accelerator == accelerator]
     if not same_type:
         known = sorted({a for p in pools.values() if (a := p.identity.accelerator)})
