@@ -228,6 +228,22 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
+# The operator under cProfile: kopf stops on SIGTERM and returns, then the stats are written.
+PROFILED = """
+import cProfile, runpy, sys
+sys.argv = ["ringmaster", *sys.argv[1:]]
+profile = cProfile.Profile()
+profile.enable()
+try:
+    runpy.run_module("ringmaster", run_name="__main__")
+except SystemExit:
+    pass
+finally:
+    profile.disable()
+    profile.dump_stats({out!r})
+"""
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, default=2000, help="a2-highgpu-8g hosts")
@@ -235,6 +251,18 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=8, help="workers (hosts) per job")
     parser.add_argument("--waves", type=int, default=5, help="churn: waves of finishing gangs")
     parser.add_argument("--keep", action="store_true", help="leave the cluster up")
+    parser.add_argument(
+        "--profile",
+        metavar="FILE",
+        default=None,
+        help="run the operator under cProfile (its event loop's thread) and write the stats here",
+    )
+    parser.add_argument(
+        "--timeline",
+        metavar="FILE",
+        default=None,
+        help="write every pod's bound/Running/Succeeded times (monotonic, JSON) here",
+    )
     args = parser.parse_args()
 
     bin_dir = (
@@ -254,7 +282,7 @@ def main() -> int:
     nodes_up = time.monotonic() - start
     cluster.kubectl("apply", "--server-side", "-f", str(REPO / "crds"))
     cluster.kubectl("wait", "--for=condition=Established", "-f", str(REPO / "crds"))
-    cluster.kubectl("create", "namespace", NAMESPACE)
+    cluster.kubectl("create", "namespace", NAMESPACE, check=False)  # a kept cluster has it
     load_before = os.getloadavg()
     clock = PodClock(cluster.kubeconfig)
     floor_before = floor(clock, min(fits, args.jobs), args.workers, "before")
@@ -262,8 +290,11 @@ def main() -> int:
 
     metrics_port = free_port()
     log = (Path(os.environ.get("TMPDIR", "/tmp")) / "ringmaster-scale-operator.log").open("w")
+    command = ["-m", "ringmaster", "run", "--metrics-port", str(metrics_port)]
+    if args.profile:
+        command = ["-c", PROFILED.format(out=args.profile), *command[2:]]
     operator = subprocess.Popen(
-        [sys.executable, "-m", "ringmaster", "run", "--metrics-port", str(metrics_port)],
+        [sys.executable, *command],
         env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)},
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -362,6 +393,19 @@ def main() -> int:
             print(
                 "operator_cpu_seconds_per_gang   "
                 f"{(cpu_after - cpu_before) / max(len(churn_admitted), 1):.3f}"
+            )
+
+        if args.timeline:
+            tables = {"bound": clock.bound, "running": clock.running, "succeeded": clock.succeeded}
+            Path(args.timeline).write_text(
+                json.dumps(
+                    {
+                        **tables,
+                        "job_of": clock.job_of,
+                        "finished": finished,
+                        "churn_admitted": churn_admitted,
+                    }
+                )
             )
 
         # The floor again, on the same cluster, without the operator.

@@ -113,14 +113,15 @@ class TrainingWorld:
         """One look at the job as the shell takes it: reconcile; if it waits, one cycle and a
         second look with the verdict; then record what it holds."""
         pools = reducer_pools or {}
+        held = self.snapshot.promised(the_job.key)
         decision = reconcile_training(
-            the_job, pods, World(self.snapshot.pools(), pools), now, planner
+            the_job, pods, World(self.snapshot.pools(), pools, held=held), now, planner
         )
         if decision.waiting is not None:
             verdicts = admission_cycle(self.snapshot, [decision.waiting], self.settings, now)
             verdict = next(v for v in verdicts if v.key == the_job.key)
             decision = reconcile_training(
-                the_job, pods, World(self.snapshot.pools(), pools, verdict), now, planner
+                the_job, pods, World(self.snapshot.pools(), pools, verdict, held), now, planner
             )
         if decision.promise is not None:
             self.snapshot.promise(decision.promise)

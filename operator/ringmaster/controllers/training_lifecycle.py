@@ -137,6 +137,8 @@ class World:
     reducer_pools: Mapping[str, ReducerPool] = field(default_factory=dict)
     verdict: Verdict | None = None
     """The admission cycle's latest word on this job, if it has one the job has not acted on."""
+    held: Promise | None = None
+    """The room the admission snapshot holds for this job now, if any."""
 
 
 @dataclass
@@ -545,7 +547,17 @@ def _admitted(
             step.event("Normal", "Admitted", message)
 
     # The room stays held until every pod is seen (idempotent; recovers it after a restart).
-    if pool is not None:
+    # Held already for this attempt on this pool: kept as it is, not recomputed (rendering a
+    # worker pod and planning again on every look of every admitted job).
+    held = step.world.held
+    if (
+        held is not None
+        and held.attempt == attempt
+        and held.pool == admission.pool
+        and held.workers == spec.workers
+    ):
+        decision.promise = held
+    elif pool is not None:
         option = _option(step, pool, attempt)
         decision.promise = promise_for(job.key, attempt, option)
 
