@@ -24,6 +24,7 @@ import datetime as dt
 import functools
 import logging
 import os
+import time
 from collections import defaultdict
 from collections.abc import Hashable, Mapping
 from typing import Any
@@ -80,6 +81,10 @@ BYPASS_LIMIT_ENV = "RINGMASTER_BYPASS_LIMIT_SECONDS"
 CYCLE_SECONDS = 0.2
 # A waiting job's "N fit now" is rewritten at most this often while room churns.
 WAIT_REFRESH_SECONDS = 5.0
+# A starting or running gang's worker counts alone (status.workers) are rewritten at most this
+# often: a gang's pods move one event at a time, and a status write per event was most of the
+# API calls in the scale bench, in the same API server queue as the next gang's pods.
+PROGRESS_SECONDS = 1.0
 
 
 def queueing_settings() -> QueueingSettings:
@@ -176,6 +181,10 @@ def reducer_pool_view(body: Mapping[str, Any]) -> ReducerPool:
     )
 
 
+def _without_workers(status: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in status.items() if k != "workers"}
+
+
 def _created(body: Mapping[str, Any]) -> dt.datetime | None:
     stamp = (body.get("metadata") or {}).get("creationTimestamp")
     return dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")) if stamp else None
@@ -205,6 +214,7 @@ class TrainingController(Controller):
         self.cycle_task: asyncio.Task[None] | None = None
         self._last_cycle: tuple[int, int] | None = None
         self._queue_version = 0
+        self._status_written_at: dict[Key, float] = {}
 
     # ------------------------------------------------------------ feeding the snapshot
 
@@ -359,6 +369,9 @@ class TrainingController(Controller):
                 self.wake()
             raise
         self._admission_bookkeeping(key, verdict, decision)
+        later = self._progress_later(key, current, decision)
+        if later is not None:
+            return later
         try:
             await self._apply(namespace, name, body, current, decision)
         except Exception:
@@ -369,6 +382,27 @@ class TrainingController(Controller):
             raise
         self._observe(namespace, name, body, decision, verdict)
         return decision.requeue_after
+
+    def _progress_later(
+        self, key: Key, current: dict[str, Any], decision: Decision
+    ) -> float | None:
+        """Seconds until the decision is worth applying, when it only moves the worker counts
+        and counts were written less than PROGRESS_SECONDS ago; None to apply it now."""
+        if decision.apply or decision.create or decision.delete or decision.events:
+            return None
+        if decision.delete_job:
+            return None
+        new = decision.status.to_k8s()
+        counts_only = new.get("workers") != current.get("workers") and (
+            _without_workers(new) == _without_workers(current)
+        )
+        if not counts_only:
+            return None
+        since = time.monotonic() - self._status_written_at.get(key, float("-inf"))
+        if since >= PROGRESS_SECONDS:
+            return None
+        wait = PROGRESS_SECONDS - since
+        return min(wait, decision.requeue_after) if decision.requeue_after is not None else wait
 
     def _admission_bookkeeping(self, key: Key, verdict: Verdict | None, decision: Decision) -> None:
         if verdict is not None:
@@ -401,7 +435,10 @@ class TrainingController(Controller):
             kopf.append_owner_reference(obj, owner=as_body(body))
             await self.api.apply(namespace, obj)
         # Status first: an admission is on record in the API before any of its pods exists.
-        await self.write_status(namespace, name, current, decision.status.to_k8s())
+        new = decision.status.to_k8s()
+        if new != current:
+            await self.write_status(namespace, name, current, new)
+            self._status_written_at[(namespace, name)] = time.monotonic()
         for obj in decision.create:
             kopf.append_owner_reference(obj, owner=as_body(body))
         # A gang's pods at once: one by one, a large gang spends seconds in round trips.
@@ -459,6 +496,7 @@ class TrainingController(Controller):
                 metrics.ADMISSION_WAIT_SECONDS.observe(max(wait, 0.0))
 
     def forget(self, key: Key) -> None:
+        self._status_written_at.pop(key, None)
         self.snapshot.release(key)
         self.verdicts.pop(key, None)
         self.delivered.pop(key, None)
