@@ -58,4 +58,3 @@ def test_an_unchanged_status_is_not_held_back_either():
     shell._status_written_at[KEY] = time.monotonic()
     same = one_running.status.to_k8s()
     assert shell._progress_later(KEY, same, one_running) is None
-
