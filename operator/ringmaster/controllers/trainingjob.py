@@ -566,9 +566,16 @@ def _controller(kwargs: Mapping[str, Any]) -> TrainingController:
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def trainingjob_changed(
-    namespace: str | None, name: str, meta: kopf.Meta, **kwargs: Any
+    namespace: str | None, name: str, meta: kopf.Meta, status: kopf.Status, **kwargs: Any
 ) -> None:
-    _controller(kwargs).object_changed((namespace or "", name), meta.get("resourceVersion"))
+    controller = _controller(kwargs)
+    key = (namespace or "", name)
+    if not status.get("phase") and key not in controller.waiting:
+        # A job no look has seen yet: its first look puts it in the admission queue, so it
+        # goes before status-only looks (a burst of new jobs would wait behind them otherwise).
+        controller.queue.add(key, urgent=True)
+    else:
+        controller.object_changed(key, meta.get("resourceVersion"))
 
 
 @kopf.on.event("pods")

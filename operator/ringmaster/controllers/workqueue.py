@@ -4,9 +4,10 @@ Level-triggered reconciliation needs three guarantees, which this gives: a key q
 is reconciled once; a key is never reconciled by two workers at once; and a key that changes while
 it is being reconciled is reconciled again afterwards.
 
-Two lanes: a key added with ``urgent=True`` (a job the admission cycle has just admitted) is
-taken before every key of the ordinary lane, so the gang whose room is held starts without
-waiting behind the status-only reconciles its neighbours' pod events queue. A key already
+Two lanes: a key added with ``urgent=True`` (a job the admission cycle has just admitted, or a
+new job whose first look puts it in the admission queue) is taken before every key of the
+ordinary lane, so a gang whose room is held starts without waiting behind the status-only
+reconciles its neighbours' pod events queue. A key already
 waiting in the ordinary lane moves to the front; one being reconciled runs again next, from the
 front. Within a lane the order is first in, first out.
 """
