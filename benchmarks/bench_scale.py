@@ -68,12 +68,14 @@ def job(name: str, workers: int) -> dict[str, object]:
     }
 
 
-def histogram_quantile(metrics: str, name: str, q: float) -> float | None:
+def histogram_quantile(
+    metrics: str, name: str, q: float, labels: str = 'kind="TrainingJob",'
+) -> float | None:
+    """The upper bound of the bucket that holds quantile q (labels: those before le, as
+    Prometheus prints them)."""
     buckets = [
         (float("inf") if le == "+Inf" else float(le), float(count))
-        for le, count in re.findall(
-            rf'{name}_bucket{{kind="TrainingJob",le="([^"]+)"}} (\S+)', metrics
-        )
+        for le, count in re.findall(rf'{name}_bucket{{{labels}le="([^"]+)"}} (\S+)', metrics)
     ]
     if not buckets:
         return None
@@ -378,7 +380,8 @@ def main() -> int:
             wait_until(f"churn wave {wave}", wave_bound, 600, every=1.0)
             now_admitted = {s["name"] for s in job_states(cluster) if s["schedulable"] == "True"}
             churn_admitted += sorted(now_admitted - before)
-        cpu_after = cpu_seconds(operator_metrics(metrics_port))
+        after = operator_metrics(metrics_port)
+        cpu_after = cpu_seconds(after)
 
         def last(table: dict[str, float], name: str) -> float:
             return max(t for p, t in table.items() if clock.job_of.get(p) == name)
@@ -394,6 +397,16 @@ def main() -> int:
                 "operator_cpu_seconds_per_gang   "
                 f"{(cpu_after - cpu_before) / max(len(churn_admitted), 1):.3f}"
             )
+        # The operator's share of a gang's start, over the whole run (its own histograms).
+        for stage in ("queued", "created"):
+            name, labels = "ringmaster_admission_start_seconds", f'stage="{stage}",'
+            p50, p99 = (histogram_quantile(after, name, q, labels) for q in (0.5, 0.99))
+            print(f"admitted_to_{stage + '_seconds':<17} p50 <= {p50}, p99 <= {p99}")
+        p50, p99 = (
+            histogram_quantile(after, "ringmaster_admission_cycle_seconds", q, "")
+            for q in (0.5, 0.99)
+        )
+        print(f"admission_cycle_seconds         p50 <= {p50}, p99 <= {p99}", flush=True)
 
         if args.timeline:
             tables = {"bound": clock.bound, "running": clock.running, "succeeded": clock.succeeded}

@@ -223,6 +223,7 @@ class TrainingController(Controller):
         self._last_cycle: tuple[int, int] | None = None
         self._queue_version = 0
         self._status_written_at: dict[Key, float] = {}
+        self._admitted_at: dict[Key, float] = {}  # when a cycle admitted it (monotonic)
 
     # ------------------------------------------------------------ feeding the snapshot
 
@@ -310,6 +311,7 @@ class TrainingController(Controller):
                 gang = self.waiting.pop(verdict.key)
                 self.snapshot.promise(promise_for(verdict.key, gang.attempt, verdict.option))
                 self.verdicts[verdict.key] = verdict
+                self._admitted_at[verdict.key] = time.monotonic()
                 # Its room is held from now on: it goes before status-only reconciles.
                 self.queue.add(verdict.key, urgent=True)
             elif self._worth_writing(verdict, now):
@@ -355,6 +357,9 @@ class TrainingController(Controller):
             return None
         pods = list(self.indexes["ringmaster_worker_pods"].get(key, []))
         verdict = self.verdicts.pop(key, None)
+        admitted_at = self._admitted_at.pop(key, None) if isinstance(verdict, Admit) else None
+        if admitted_at is not None:
+            metrics.ADMISSION_START_SECONDS.labels("queued").observe(time.monotonic() - admitted_at)
         ending = bool(body["metadata"].get("deletionTimestamp")) or namespace in self.indexes.get(
             "ringmaster_terminating_namespaces", {}
         )
@@ -389,6 +394,9 @@ class TrainingController(Controller):
                 self.wake()
             raise
         self._observe(namespace, name, body, decision, verdict)
+        if admitted_at is not None and decision.create:
+            seconds = time.monotonic() - admitted_at
+            metrics.ADMISSION_START_SECONDS.labels("created").observe(seconds)
         return decision.requeue_after
 
     def _progress_later(
@@ -505,6 +513,7 @@ class TrainingController(Controller):
 
     def forget(self, key: Key) -> None:
         self._status_written_at.pop(key, None)
+        self._admitted_at.pop(key, None)
         self.snapshot.release(key)
         self.verdicts.pop(key, None)
         self.delivered.pop(key, None)
