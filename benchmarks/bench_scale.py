@@ -69,14 +69,17 @@ def job(name: str, workers: int) -> dict[str, object]:
 
 
 def histogram_quantile(
-    metrics: str, name: str, q: float, labels: str = 'kind="TrainingJob",'
+    metrics: str, name: str, q: float, labels: dict[str, str] | None = None
 ) -> float | None:
-    """The upper bound of the bucket that holds quantile q (labels: those before le, as
-    Prometheus prints them)."""
-    buckets = [
-        (float("inf") if le == "+Inf" else float(le), float(count))
-        for le, count in re.findall(rf'{name}_bucket{{{labels}le="([^"]+)"}} (\S+)', metrics)
-    ]
+    """The upper bound of the bucket that holds quantile q, among the series with these labels
+    (default: the TrainingJob controller's)."""
+    wanted = {"kind": "TrainingJob"} if labels is None else labels
+    buckets = []
+    for found, count in re.findall(rf"^{name}_bucket{{([^}}]*)}} (\S+)$", metrics, re.M):
+        series = dict(re.findall(r'(\w+)="([^"]*)"', found))
+        if all(series.get(k) == v for k, v in wanted.items()):
+            le = series["le"]
+            buckets.append((float("inf") if le == "+Inf" else float(le), float(count)))
     if not buckets:
         return None
     total = buckets[-1][1]
@@ -399,11 +402,11 @@ def main() -> int:
             )
         # The operator's share of a gang's start, over the whole run (its own histograms).
         for stage in ("queued", "created"):
-            name, labels = "ringmaster_admission_start_seconds", f'stage="{stage}",'
+            name, labels = "ringmaster_admission_start_seconds", {"stage": stage}
             p50, p99 = (histogram_quantile(after, name, q, labels) for q in (0.5, 0.99))
             print(f"admitted_to_{stage + '_seconds':<17} p50 <= {p50}, p99 <= {p99}")
         p50, p99 = (
-            histogram_quantile(after, "ringmaster_admission_cycle_seconds", q, "")
+            histogram_quantile(after, "ringmaster_admission_cycle_seconds", q, {})
             for q in (0.5, 0.99)
         )
         print(f"admission_cycle_seconds         p50 <= {p50}, p99 <= {p99}", flush=True)
