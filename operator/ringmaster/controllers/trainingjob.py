@@ -261,6 +261,14 @@ class TrainingController(Controller):
             self.queue.add(facts.job)
         self.wake()
 
+    def job_event(self, key: Key, phase: str | None, version: str | None) -> None:
+        if not phase and key not in self.waiting:
+            # A job no look has seen yet: its first look puts it in the admission queue, so it
+            # goes before status-only looks (a burst of new jobs waited behind them otherwise).
+            self.queue.add(key, urgent=True)
+        else:
+            self.object_changed(key, version)
+
     def reducer_pool_event(self, namespace: str, name: str, meta: Mapping[str, Any]) -> None:
         """A reducer pool changed: the jobs that use it plan and admit with its real state."""
         for ref in meta.get("ownerReferences") or []:
@@ -577,14 +585,8 @@ def _controller(kwargs: Mapping[str, Any]) -> TrainingController:
 async def trainingjob_changed(
     namespace: str | None, name: str, meta: kopf.Meta, status: kopf.Status, **kwargs: Any
 ) -> None:
-    controller = _controller(kwargs)
     key = (namespace or "", name)
-    if not status.get("phase") and key not in controller.waiting:
-        # A job no look has seen yet: its first look puts it in the admission queue, so it
-        # goes before status-only looks (a burst of new jobs would wait behind them otherwise).
-        controller.queue.add(key, urgent=True)
-    else:
-        controller.object_changed(key, meta.get("resourceVersion"))
+    _controller(kwargs).job_event(key, status.get("phase"), meta.get("resourceVersion"))
 
 
 @kopf.on.event("pods")

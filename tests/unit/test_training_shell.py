@@ -1,4 +1,4 @@
-"""A starting gang's worker counts alone are written at most every PROGRESS_SECONDS."""
+"""The TrainingJob shell: what goes in the urgent lane, and how often worker counts are written."""
 
 from __future__ import annotations
 
@@ -58,3 +58,12 @@ def test_an_unchanged_status_is_not_held_back_either():
     shell._status_written_at[KEY] = time.monotonic()
     same = one_running.status.to_k8s()
     assert shell._progress_later(KEY, same, one_running) is None
+
+
+def test_a_new_job_goes_in_the_urgent_lane_and_a_known_one_does_not():
+    shell = controller()
+    shell.queue.add(("ml", "starting"))  # a status-only look already queued
+    shell.job_event(("ml", "new"), None, "1")
+    shell.job_event(("ml", "running"), "Running", "2")
+    assert list(shell.queue._front) == [("ml", "new")]
+    assert list(shell.queue._back) == [("ml", "starting"), ("ml", "running")]
