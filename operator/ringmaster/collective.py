@@ -37,9 +37,9 @@ from ringmaster.engine.hardware import (
     CatalogOverrideError,
     MachineType,
     UnknownHardwareError,
-    load_catalog,
 )
 from ringmaster.engine.units import gbps_to_bytes_per_second
+from ringmaster.planning.catalog import CatalogError, load_catalog
 
 EXIT_USAGE = 2
 EXIT_BELOW_MODEL = 1
@@ -458,6 +458,6 @@ def _run(args: argparse.Namespace) -> int:
         table = rows(setup, sizes)
         print(json.dumps(table, indent=2) if args.output == "json" else render(setup, table))
         return 0
-    except (UsageError, CatalogOverrideError, UnknownHardwareError) as exc:
+    except (UsageError, CatalogError, CatalogOverrideError, UnknownHardwareError) as exc:
         print(f"ringmaster collective: {' '.join(str(exc).split())}", file=sys.stderr)
         return EXIT_USAGE

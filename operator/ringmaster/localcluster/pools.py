@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ringmaster.api import is_tpu
 from ringmaster.placement import labels as L
 
 ZONE = "us-central1-a"
@@ -33,7 +34,7 @@ class PoolTemplate:
 
     @property
     def is_tpu(self) -> bool:
-        return self.accelerator is not None and self.accelerator.startswith("tpu-")
+        return self.accelerator is not None and is_tpu(self.accelerator)
 
     @property
     def accelerator_resource(self) -> str | None:

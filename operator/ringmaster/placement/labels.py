@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ringmaster.api import is_tpu
+
 # GKE (cloud.google.com/*) and well-known Kubernetes labels.
 GKE_NODEPOOL = "cloud.google.com/gke-nodepool"
 INSTANCE_TYPE = "node.kubernetes.io/instance-type"
@@ -67,7 +69,7 @@ class PoolIdentity:
 
     @property
     def is_tpu(self) -> bool:
-        return self.accelerator is not None and self.accelerator.startswith("tpu-")
+        return self.accelerator is not None and is_tpu(self.accelerator)
 
 
 def _first(labels: Mapping[str, str], keys: tuple[str, ...]) -> str | None:
