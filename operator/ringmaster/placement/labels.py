@@ -52,6 +52,8 @@ GFD_PRODUCT_TO_ACCELERATOR = {
     "NVIDIA-A100-SXM4-40GB": "nvidia-tesla-a100",
     "NVIDIA-A100-SXM4-80GB": "nvidia-a100-80gb",
     "NVIDIA-H100-80GB-HBM3": "nvidia-h100-80gb",
+    "NVIDIA-H200": "nvidia-h200-141gb",
+    "NVIDIA-B200": "nvidia-b200",
     "Tesla-V100-SXM2-16GB": "nvidia-tesla-v100",
     "Tesla-T4": "nvidia-tesla-t4",
     "Tesla-P4": "nvidia-tesla-p4",
