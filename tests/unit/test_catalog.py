@@ -209,3 +209,19 @@ def test_configmap_reference() -> None:
     for bad in ("catalog", "/x", "x/", "a/b/c"):
         with pytest.raises(ValueError, match="NAMESPACE/NAME"):
             parse_reference(bad)
+
+
+def test_docs_catalog_lists_the_built_in_catalog() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "catalog.md").read_text()
+    rows = {
+        line.split("|")[1].strip().strip("`"): line
+        for line in text.splitlines()
+        if line.startswith("| `") and line.split("|")[2].strip() in ("GPU", "TPU")
+    }
+    assert set(rows) == set(DEFAULT_CATALOG.accelerators)
+    for name, line in rows.items():
+        shapes = ", ".join(
+            f"{count} ({machine})"
+            for count, machine in sorted(DEFAULT_CATALOG.default_machines[name].items())
+        )
+        assert f"| {shapes} |" in line, name
