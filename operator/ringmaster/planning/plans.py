@@ -252,7 +252,9 @@ def _check_hardware(
     try:
         catalog.accelerator(inputs.accelerator)
     except UnknownHardwareError as exc:
-        raise PlanError(f"spec.accelerator.type: {exc}") from None
+        raise PlanError(
+            f"spec.accelerator.type: {exc}; a catalog file adds one (--catalog, docs/catalog.md)"
+        ) from None
     if inputs.machine_type is not None:
         try:
             catalog.host(inputs.accelerator, count, inputs.machine_type)
