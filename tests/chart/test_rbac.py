@@ -93,7 +93,9 @@ def test_no_wildcards_no_secrets_no_escalation(render: Render, layout: str):
             assert not {"secrets", "serviceaccounts"} & set(rule["resources"]), rule
             if "configmaps" in rule["resources"]:  # the catalog's, by name, read only
                 assert role["kind"] == "Role" and rule["resources"] == ["configmaps"], rule
-                assert rule["verbs"] == ["get"] and rule["resourceNames"] == ["rm-ringmaster-catalog"]
+                assert rule["verbs"] == ["get"] and rule["resourceNames"] == [
+                    "rm-ringmaster-catalog"
+                ]
             assert not any(r.startswith(("roles", "clusterroles")) for r in rule["resources"])
             assert not {"escalate", "bind", "impersonate", "deletecollection"} & set(
                 rule["verbs"]
@@ -120,7 +122,9 @@ def catalog_role(objects: list[dict[str, Any]]) -> dict[str, Any]:
         (CORE, "configmaps", ("rm-ringmaster-catalog",)): {"get"},
         (CORE, "events", ()): {"create"},
     }
-    (binding,) = [o for o in objects if o["kind"] == "RoleBinding" and o["roleRef"]["kind"] == "Role"]
+    (binding,) = [
+        o for o in objects if o["kind"] == "RoleBinding" and o["roleRef"]["kind"] == "Role"
+    ]
     assert binding["metadata"]["namespace"] == role["metadata"]["namespace"]
     return role
 

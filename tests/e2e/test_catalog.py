@@ -101,9 +101,7 @@ def test_a_catalog_configmap_entry_makes_a_new_accelerator_placeable(
     cluster.apply(catalog_configmap("accelerators:\n  nvidia-l4: {memoryGB: lots}\n"))
     rejected = wait_for(
         lambda: [
-            e
-            for e in events(cluster, CM_NAMESPACE, CM_NAME)
-            if e["reason"] == "CatalogRejected"
+            e for e in events(cluster, CM_NAMESPACE, CM_NAME) if e["reason"] == "CatalogRejected"
         ],
         timeout=60,
         what="a CatalogRejected Event on the ConfigMap",

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import re
-
 import datetime as dt
+import re
 from pathlib import Path
 
 import pytest
@@ -75,7 +74,7 @@ def test_the_schema_accepts_every_gke_accelerator_label_value(name: str) -> None
 def test_the_schema_refuses_what_is_no_label_value(name: str) -> None:
     doc = bert()
     doc["spec"]["accelerator"]["type"] = name
-    with pytest.raises(api.ManifestError, match="spec.accelerator.type"):
+    with pytest.raises(api.ManifestError, match=r"spec\.accelerator\.type"):
         api.parse_manifest(doc)
 
 

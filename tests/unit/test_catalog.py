@@ -109,12 +109,21 @@ def test_a_new_tpu_needs_its_topology_and_interconnect() -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("machineTypes: {a2-highgpu-8g: {nicGbs: 1}}", r"machineTypes\.a2-highgpu-8g\.nicGbs: unknown"),
-        ("machineTypes: {x-1: {vcpus: 4}}", "x-1: a new machine type needs nicGbps, pricePerHourUSD"),
+        (
+            "machineTypes: {a2-highgpu-8g: {nicGbs: 1}}",
+            r"machineTypes\.a2-highgpu-8g\.nicGbs: unknown",
+        ),
+        (
+            "machineTypes: {x-1: {vcpus: 4}}",
+            "x-1: a new machine type needs nicGbps, pricePerHourUSD",
+        ),
         ("machineTypes: {n1-highcpu-16: {nicGbps: fast}}", r"n1-highcpu-16\.nicGbps: Input should"),
         ("accelerators: {nvidia-x: {peakTFLOPS: {fp64: 1}}}", r"nvidia-x\.peakTFLOPS\.fp64"),
         ("accelerators: {nvidia-l4: {kind: gpu}}", "nvidia-l4: a new accelerator needs peakTFLOPS"),
-        ("accelerators: {nvidia-t4: {memoryGB: -1}}", r"nvidia-t4\.memoryGB: Input should be greater"),
+        (
+            "accelerators: {nvidia-t4: {memoryGB: -1}}",
+            r"nvidia-t4\.memoryGB: Input should be greater",
+        ),
         ("accelerators: {Bad_Name: {kind: gpu}}", "Bad_Name: not an accelerator name"),
         ("gpus: {}", "gpus: unknown field"),
         ("[1, 2]", "expected a map"),
