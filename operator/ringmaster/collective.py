@@ -409,7 +409,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--topology", help="TPU slice topology (AxB or AxBxC)")
     parser.add_argument("--compare", metavar="LOG", help="an nccl-tests *_perf text log")
-    parser.add_argument("--catalog", metavar="FILE", help="hardware catalog overrides")
+    parser.add_argument(
+        "--catalog", metavar="FILE", help="a hardware catalog file (docs/catalog.md)"
+    )
     parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
 
 
