@@ -152,6 +152,15 @@ def test_a_bad_document_names_the_entry_and_field(text: str, message: str) -> No
         apply_catalog(DEFAULT_CATALOG, parse_catalog(text, where="cm"), where="cm")
 
 
+def test_the_format_knows_every_precision_the_engine_does() -> None:
+    from typing import get_args
+
+    from ringmaster.engine.hardware import PRECISIONS
+    from ringmaster.planning.catalog import Precision
+
+    assert set(get_args(Precision)) == set(PRECISIONS)
+
+
 def test_json_and_an_empty_document_are_accepted(tmp_path: Path) -> None:
     path = tmp_path / "catalog.json"
     path.write_text(json.dumps({"machineTypes": {"n1-highcpu-16": {"pricePerHourUSD": 9}}}))

@@ -22,12 +22,12 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
-from kubernetes.client.exceptions import ApiException
 
 from ringmaster.controllers.kubeapi import KubeApi
 from ringmaster.controllers.outage import is_unreachable
@@ -97,21 +97,9 @@ class CatalogWatcher:
     listeners: list[Callable[[], None]] = field(default_factory=list)
     _unreachable: bool = False
 
-    async def read(self) -> dict[str, Any] | None:
-        try:
-            found = await self.api._call(
-                self.api.core.read_namespaced_config_map, self.name, self.namespace
-            )
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
-        result: dict[str, Any] = self.api.core.api_client.sanitize_for_serialization(found)
-        return result
-
     async def poll(self) -> None:
         try:
-            configmap = await self.read()
+            configmap = await self.api.get_config_map(self.namespace, self.name)
         except Exception as error:
             if not self._unreachable:
                 level = logging.WARNING if is_unreachable(error) else logging.ERROR
@@ -160,7 +148,7 @@ class CatalogWatcher:
             "count": 1,
         }
         try:
-            await self.api._call(self.api.core.create_namespaced_event, self.namespace, event)
+            await self.api.post_event(self.namespace, event)
         except Exception as error:  # an Event is a courtesy: the log line above has it all
             log.warning("catalog ConfigMap %s: cannot post an Event: %s", self.state.where, error)
 
@@ -219,8 +207,6 @@ async def start(reference: str) -> None:
 
 @kopf.on.startup()
 async def start_catalog_watcher(**_: Any) -> None:
-    import os
-
     reference = os.environ.get(CATALOG_CONFIGMAP_ENV)
     if reference:
         await start(reference)
