@@ -31,9 +31,9 @@ import kopf
 
 from ringmaster.controllers.kubeapi import KubeApi
 from ringmaster.controllers.outage import is_unreachable
-from ringmaster.engine.hardware import Catalog
 from ringmaster.planning import active_catalog
 from ringmaster.planning.catalog import (
+    Catalog,
     CatalogError,
     apply_catalog,
     hardware_problem,

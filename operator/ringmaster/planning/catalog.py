@@ -33,6 +33,21 @@ from ringmaster.api.common import MACHINE_TYPE
 from ringmaster.engine.hardware import DEFAULT_CATALOG, Accelerator, Catalog, MachineType
 from ringmaster.engine.units import GB, TERA, gbps_to_bytes_per_second
 
+__all__ = [
+    "HOW_TO_ADD",
+    "AcceleratorEntry",
+    "Catalog",
+    "CatalogError",
+    "CatalogFile",
+    "MachineTypeEntry",
+    "apply_catalog",
+    "hardware_problem",
+    "install_catalog",
+    "installed_catalog",
+    "load_catalog",
+    "parse_catalog",
+]
+
 # The engine's precisions, spelled out for the schema (a test keeps the two equal).
 Precision = Literal["fp32", "tf32", "fp16", "bf16", "int8", "fp8"]
 
