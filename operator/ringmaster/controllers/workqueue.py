@@ -7,9 +7,9 @@ it is being reconciled is reconciled again afterwards.
 Two lanes: a key added with ``urgent=True`` (a job the admission cycle has just admitted, or a
 new job whose first look puts it in the admission queue) is taken before every key of the
 ordinary lane, so a gang whose room is held starts without waiting behind the status-only
-reconciles its neighbours' pod events queue. A key already
-waiting in the ordinary lane moves to the front; one being reconciled runs again next, from the
-front. Within a lane the order is first in, first out.
+reconciles its neighbours' pod events queue. A key already waiting in the ordinary lane moves to
+the front; one being reconciled runs again next, from the front. Within a lane the order is
+first in, first out.
 """
 
 from __future__ import annotations
