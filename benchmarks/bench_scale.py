@@ -146,7 +146,10 @@ class PodClock:
             table.clear()
 
     def count_running(self, names: set[str] | None = None) -> int:
-        return sum(1 for n in self.running if n in self.live and (names is None or n in names))
+        # Copies: the watch thread adds to these while the bench reads them (list() of a dict
+        # runs without letting another thread in).
+        live = set(list(self.live))
+        return sum(1 for n in list(self.running) if n in live and (names is None or n in names))
 
     def stop(self) -> None:
         self._stop = True
@@ -193,7 +196,7 @@ def floor(clock: PodClock, gangs: int, workers: int, label: str) -> float:
     clock.core.delete_collection_namespaced_pod(
         NAMESPACE, label_selector="bench.ringmaster.dev/floor=true", grace_period_seconds=0
     )
-    wait_until("floor pods gone", lambda: not (clock.live & names), 600)
+    wait_until("floor pods gone", lambda: not (set(list(clock.live)) & names), 600)
     return seconds
 
 
@@ -334,7 +337,7 @@ def main() -> int:
             time.sleep(1)
         operator_seconds = time.monotonic() - submitted
         per_job: dict[str, int] = {}
-        for pod, owner in clock.job_of.items():
+        for pod, owner in list(clock.job_of.items()):
             if pod in clock.live:
                 per_job[owner] = per_job.get(owner, 0) + 1
         partial = sorted(j for j, n in per_job.items() if n != args.workers)
@@ -360,13 +363,13 @@ def main() -> int:
         waiting = args.jobs - admitted
         per_wave = max(1, min(waiting, fits) // max(args.waves, 1)) if waiting else 0
         cpu_before = cpu_seconds(metrics)
-        running_jobs = sorted({clock.job_of[p] for p in clock.running if p in clock.job_of})
+        running_jobs = sorted({clock.job_of[p] for p in list(clock.running) if p in clock.job_of})
         finished: list[str] = []
         churn_admitted: list[str] = []
         for wave in range(args.waves if per_wave else 0):
             batch = running_jobs[wave * per_wave : (wave + 1) * per_wave]
             before = {s["name"] for s in job_states(cluster) if s["schedulable"] == "True"}
-            pods = [p for p, j in clock.job_of.items() if j in batch]
+            pods = [p for p, j in list(clock.job_of.items()) if j in batch]
             with ThreadPoolExecutor(16) as pool:
                 list(pool.map(lambda p: clock.core.patch_namespaced_pod(p, NAMESPACE, EXIT), pods))
             finished += batch
@@ -375,7 +378,7 @@ def main() -> int:
                 now = {s["name"] for s in job_states(cluster) if s["schedulable"] == "True"}
                 new = now - before
                 return len(new) >= n and all(
-                    sum(1 for p, j in clock.job_of.items() if j == name and p in clock.bound)
+                    sum(1 for p, j in list(clock.job_of.items()) if j == name and p in clock.bound)
                     == args.workers
                     for name in new
                 )
@@ -387,7 +390,7 @@ def main() -> int:
         cpu_after = cpu_seconds(after)
 
         def last(table: dict[str, float], name: str) -> float:
-            return max(t for p, t in table.items() if clock.job_of.get(p) == name)
+            return max(t for p, t in list(table.items()) if clock.job_of.get(p) == name)
 
         freed = sorted(last(clock.succeeded, j) for j in finished)
         bound = sorted(last(clock.bound, j) for j in churn_admitted)
@@ -412,7 +415,11 @@ def main() -> int:
         print(f"admission_cycle_seconds         p50 <= {p50}, p99 <= {p99}", flush=True)
 
         if args.timeline:
-            tables = {"bound": clock.bound, "running": clock.running, "succeeded": clock.succeeded}
+            tables = {
+                "bound": dict(clock.bound),
+                "running": dict(clock.running),
+                "succeeded": dict(clock.succeeded),
+            }
             Path(args.timeline).write_text(
                 json.dumps(
                     {
@@ -428,7 +435,7 @@ def main() -> int:
         cluster.kubectl("delete", "tj", "--all", "-n", NAMESPACE, "--wait=false")
         operator.terminate()
         operator.wait(timeout=60)
-        wait_until("the jobs' pods gone", lambda: not clock.live, 900, every=1.0)
+        wait_until("the jobs' pods gone", lambda: not list(clock.live), 900, every=1.0)
         floor_after = floor(clock, min(fits, args.jobs), args.workers, "after")
         floor_mean = (floor_before + floor_after) / 2
         print(f"floor_after_seconds             {floor_after:.1f}")
