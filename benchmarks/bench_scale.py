@@ -424,7 +424,7 @@ def main() -> int:
                 json.dumps(
                     {
                         **tables,
-                        "job_of": clock.job_of,
+                        "job_of": dict(clock.job_of),
                         "finished": finished,
                         "churn_admitted": churn_admitted,
                     }
