@@ -59,6 +59,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="BestEffortFIFO: how long later gangs may start ahead of one that does not fit "
         "(default: $RINGMASTER_BYPASS_LIMIT_SECONDS or 300)",
     )
+    parser.add_argument(
+        "--kueue",
+        choices=("auto", "off"),
+        default=None,
+        help="auto: TrainingJobs labelled kueue.x-k8s.io/queue-name are admitted by Kueue "
+        "whenever its Workload CRD is served (Workloads are watched from the moment it is); "
+        "off: the label is ignored and nothing of Kueue is watched (no RBAC for it needed). "
+        "Default: $RINGMASTER_KUEUE or auto",
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
 
 
@@ -74,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
         trainingjob,
     )
     from ringmaster.controllers.kubeapi import load_config
+    from ringmaster.controllers.kueue_workloads import KUEUE_ENV
+    from ringmaster.controllers.kueue_workloads import register as register_kueue
     from ringmaster.controllers.trainingjob import BYPASS_LIMIT_ENV, QUEUEING_ENV
 
     # The controllers start inside kopf: they read their settings from the environment.
@@ -81,6 +92,9 @@ def run(args: argparse.Namespace) -> int:
         os.environ[QUEUEING_ENV] = args.queueing
     if args.bypass_limit is not None:
         os.environ[BYPASS_LIMIT_ENV] = str(args.bypass_limit)
+
+    if (args.kueue or os.environ.get(KUEUE_ENV) or "auto") != "off":
+        register_kueue()
 
     load_config()
     if args.metrics_port:

@@ -876,6 +876,8 @@ def _kueue_report(step: _Step, pods: Sequence[WorkerPod]) -> None:
     if view is None:
         return
     status, decision = step.status, step.decision
+    if any(w.action == "delete" for w in decision.workload):
+        return  # a new Workload follows: nothing to tell this one
     if _kueue_queue(step) is None:
         # The label was taken off: Ringmaster admits the job now; the Workload would hold quota.
         decision.workload.append(WorkloadWrite("delete", view.name))

@@ -1,0 +1,97 @@
+"""The kopf shell of the Kueue integration: watch Kueue's objects, wake the jobs they concern.
+
+Registered by ``ringmaster run`` unless ``--kueue=off`` (the chart passes it when
+``kueue.enabled`` is false, and grants no Kueue RBAC then). Registered, the handlers still need
+no Kueue to start: kopf watches a resource only while its CRD is served, and follows CRDs coming
+and going (its resource observer), so Workloads are watched from the moment Kueue is installed.
+Whether Kueue is there is read from the Workload CRD itself (an index over CRDs): a labelled job
+is Kueue's to admit exactly while that CRD is served at v1beta2.
+
+The protocol is in admission/kueue.py; the phase functions in training_lifecycle.py; the
+TrainingJob controller (trainingjob.py) applies their writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from typing import Any
+
+import kopf
+
+from ringmaster.admission.kueue import (
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    WORKLOAD_CRD,
+    WORKLOAD_PLURAL,
+    Flavor,
+)
+from ringmaster.api import GROUP
+from ringmaster.controllers.base import snapshot
+from ringmaster.controllers.trainingjob import _controller
+
+CRDS = ("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+KUEUE_ENV = "RINGMASTER_KUEUE"  # auto (default) or off
+
+
+def owner_job(meta: Mapping[str, Any]) -> str | None:
+    """The TrainingJob that controls a Workload, if one does."""
+    for ref in meta.get("ownerReferences") or []:
+        if (
+            ref.get("controller")
+            and ref.get("kind") == "TrainingJob"
+            and str(ref.get("apiVersion", "")).startswith(f"{GROUP}/")
+        ):
+            return str(ref["name"])
+    return None
+
+
+def workload_crd_served(body: Mapping[str, Any]) -> bool:
+    """The Workload CRD is Established and serves the version Ringmaster writes."""
+    versions = (body.get("spec") or {}).get("versions") or []
+    served = any(v.get("name") == KUEUE_VERSION and v.get("served") for v in versions)
+    conditions = (body.get("status") or {}).get("conditions") or []
+    established = any(
+        c.get("type") == "Established" and c.get("status") == "True" for c in conditions
+    )
+    return served and established
+
+
+def ringmaster_kueue_workloads(
+    namespace: str | None, meta: kopf.Meta, body: kopf.Body, **_: Any
+) -> dict[Hashable, Any]:
+    job = owner_job(meta)
+    return {(namespace or "", job): snapshot(body)} if job else {}
+
+
+def ringmaster_kueue_flavors(name: str, body: kopf.Body, **_: Any) -> dict[str, Flavor]:
+    return {name: Flavor.from_object(body)}
+
+
+def ringmaster_kueue_priority_classes(name: str, body: kopf.Body, **_: Any) -> dict[str, int]:
+    return {name: int(body.get("value") or 0)}
+
+
+def ringmaster_kueue_crd(body: kopf.Body, **_: Any) -> dict[str, bool]:
+    return {WORKLOAD_CRD: True} if workload_crd_served(body) else {}
+
+
+async def workload_changed(namespace: str | None, meta: kopf.Meta, **kwargs: Any) -> None:
+    job = owner_job(meta)
+    if job is not None:
+        _controller(kwargs).queue.add((namespace or "", job))
+
+
+async def workload_crd_changed(**kwargs: Any) -> None:
+    _controller(kwargs).kueue_changed()
+
+
+def register() -> None:
+    """Add the Kueue handlers to kopf's default registry (before kopf.run)."""
+    kopf.index(KUEUE_GROUP, KUEUE_VERSION, WORKLOAD_PLURAL)(ringmaster_kueue_workloads)
+    kopf.index(KUEUE_GROUP, KUEUE_VERSION, "resourceflavors")(ringmaster_kueue_flavors)
+    kopf.index(KUEUE_GROUP, KUEUE_VERSION, "workloadpriorityclasses")(
+        ringmaster_kueue_priority_classes
+    )
+    kopf.index(*CRDS, field="metadata.name", value=WORKLOAD_CRD)(ringmaster_kueue_crd)
+    kopf.on.event(KUEUE_GROUP, KUEUE_VERSION, WORKLOAD_PLURAL)(workload_changed)
+    kopf.on.event(*CRDS, field="metadata.name", value=WORKLOAD_CRD)(workload_crd_changed)
