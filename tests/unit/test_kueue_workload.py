@@ -437,7 +437,7 @@ def test_an_eviction_for_pods_ready_timeout_leaves_the_requeue_to_kueues_backoff
 
 def test_readmission_after_eviction_runs_the_same_attempt_again():
     body = admitted(first_workload())
-    running, pods = _running(body)
+    running, _pods = _running(body)
     stopped = decide(labelled_job(running.status), [evicted(body)], [])
     again = decide(labelled_job(stopped.status), [body], [])
     assert len([o for o in again.create if o["kind"] == "Pod"]) == 4
@@ -476,7 +476,7 @@ def test_suspend_deactivates_the_workload_and_resume_activates_it_again():
     ]
 
 
-# ---------------------------------------------------------------- without Kueue, or without the label
+# ---------------------------------------------------------------- without Kueue or the label
 
 
 def test_without_kueue_installed_a_labelled_job_is_admitted_as_today():
@@ -496,7 +496,7 @@ def test_without_the_label_the_job_joins_ringmasters_own_queue_and_a_stale_workl
 def test_a_workload_of_an_earlier_job_of_the_same_name_is_not_this_jobs():
     other = owned(first_workload())
     other["metadata"]["ownerReferences"][0]["uid"] = "another"
-    decision = decide(labelled_job(), [admitted(first_workload())["status"] and other])
+    decision = decide(labelled_job(), [other])
     assert [w.action for w in decision.workload] == ["create"]
 
 
