@@ -85,13 +85,22 @@ async def workload_crd_changed(**kwargs: Any) -> None:
     _controller(kwargs).kueue_changed()
 
 
-def register() -> None:
-    """Add the Kueue handlers to kopf's default registry (before kopf.run)."""
-    kopf.index(KUEUE_GROUP, KUEUE_VERSION, WORKLOAD_PLURAL)(ringmaster_kueue_workloads)
-    kopf.index(KUEUE_GROUP, KUEUE_VERSION, "resourceflavors")(ringmaster_kueue_flavors)
-    kopf.index(KUEUE_GROUP, KUEUE_VERSION, "workloadpriorityclasses")(
+def register(registry: kopf.OperatorRegistry | None = None) -> None:
+    """Add the Kueue handlers to kopf's registry (the default one, before kopf.run)."""
+    reg = registry or kopf.get_default_registry()
+    kopf.index(KUEUE_GROUP, KUEUE_VERSION, WORKLOAD_PLURAL, registry=reg)(
+        ringmaster_kueue_workloads
+    )
+    kopf.index(KUEUE_GROUP, KUEUE_VERSION, "resourceflavors", registry=reg)(
+        ringmaster_kueue_flavors
+    )
+    kopf.index(KUEUE_GROUP, KUEUE_VERSION, "workloadpriorityclasses", registry=reg)(
         ringmaster_kueue_priority_classes
     )
-    kopf.index(*CRDS, field="metadata.name", value=WORKLOAD_CRD)(ringmaster_kueue_crd)
-    kopf.on.event(KUEUE_GROUP, KUEUE_VERSION, WORKLOAD_PLURAL)(workload_changed)
-    kopf.on.event(*CRDS, field="metadata.name", value=WORKLOAD_CRD)(workload_crd_changed)
+    kopf.index(*CRDS, field="metadata.name", value=WORKLOAD_CRD, registry=reg)(
+        ringmaster_kueue_crd
+    )
+    kopf.on.event(KUEUE_GROUP, KUEUE_VERSION, WORKLOAD_PLURAL, registry=reg)(workload_changed)
+    kopf.on.event(*CRDS, field="metadata.name", value=WORKLOAD_CRD, registry=reg)(
+        workload_crd_changed
+    )
