@@ -97,9 +97,7 @@ def register(registry: kopf.OperatorRegistry | None = None) -> None:
     kopf.index(KUEUE_GROUP, KUEUE_VERSION, "workloadpriorityclasses", registry=reg)(
         ringmaster_kueue_priority_classes
     )
-    kopf.index(*CRDS, field="metadata.name", value=WORKLOAD_CRD, registry=reg)(
-        ringmaster_kueue_crd
-    )
+    kopf.index(*CRDS, field="metadata.name", value=WORKLOAD_CRD, registry=reg)(ringmaster_kueue_crd)
     kopf.on.event(KUEUE_GROUP, KUEUE_VERSION, WORKLOAD_PLURAL, registry=reg)(workload_changed)
     kopf.on.event(*CRDS, field="metadata.name", value=WORKLOAD_CRD, registry=reg)(
         workload_crd_changed
