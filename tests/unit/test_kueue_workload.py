@@ -510,3 +510,42 @@ def test_status_edit_moves_the_transition_time_only_when_the_status_changes():
     edit.set("QuotaReserved", "False", "Pending", "gone")
     assert edit.find("QuotaReserved")["lastTransitionTime"] == "2026-11-21T12:05:00Z"
     assert kueue.StatusEdit(kueue.read_workload(body), later).patch() is None
+
+
+# ---------------------------------------------------------------- the shell's view of Kueue
+
+
+def test_workloads_are_indexed_by_the_training_job_that_controls_them():
+    from ringmaster.controllers.kueue_workloads import owner_job, ringmaster_kueue_workloads
+
+    body = owned(first_workload())
+    assert owner_job(body["metadata"]) == "bert"
+    assert set(ringmaster_kueue_workloads("ml", body["metadata"], body)) == {("ml", "bert")}
+    for change in (
+        {"controller": False},
+        {"kind": "Job"},
+        {"apiVersion": "batch/v1"},
+    ):
+        other = copy.deepcopy(body)
+        other["metadata"]["ownerReferences"][0].update(change)
+        assert owner_job(other["metadata"]) is None
+        assert ringmaster_kueue_workloads("ml", other["metadata"], other) == {}
+
+
+def test_kueue_counts_as_installed_only_while_its_workload_crd_serves_v1beta2():
+    from ringmaster.controllers.kueue_workloads import workload_crd_served
+
+    crd = {
+        "metadata": {"name": "workloads.kueue.x-k8s.io"},
+        "spec": {
+            "versions": [{"name": "v1beta1", "served": True}, {"name": "v1beta2", "served": True}]
+        },
+        "status": {"conditions": [{"type": "Established", "status": "True"}]},
+    }
+    assert workload_crd_served(crd)
+    not_yet = copy.deepcopy(crd)
+    not_yet["status"]["conditions"][0]["status"] = "False"
+    assert not workload_crd_served(not_yet)
+    older = copy.deepcopy(crd)
+    older["spec"]["versions"] = [{"name": "v1beta1", "served": True}]
+    assert not workload_crd_served(older)
