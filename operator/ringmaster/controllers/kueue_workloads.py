@@ -1,7 +1,8 @@
 """The kopf shell of the Kueue integration: watch Kueue's objects, wake the jobs they concern.
 
 Registered by ``ringmaster run`` unless ``--kueue=off`` (the chart passes it when
-``kueue.enabled`` is false, and grants no Kueue RBAC then). Registered, the handlers still need
+``kueue.enabled`` is false, and grants no Kueue RBAC then) or the operator may not watch Kueue's
+objects (:func:`missing_permission`). Registered, the handlers still need
 no Kueue to start: kopf watches a resource only while its CRD is served, and follows CRDs coming
 and going (its resource observer), so Workloads are watched from the moment Kueue is installed.
 Whether Kueue is there is read from the Workload CRD itself (an index over CRDs): a labelled job
@@ -13,7 +14,7 @@ TrainingJob controller (trainingjob.py) applies their writes.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import kopf
@@ -83,6 +84,42 @@ async def workload_changed(namespace: str | None, meta: kopf.Meta, **kwargs: Any
 
 async def workload_crd_changed(**kwargs: Any) -> None:
     _controller(kwargs).kueue_changed()
+
+
+# What the handlers need (the chart's rules with kueue.enabled): without them kopf would retry
+# the refused watches forever and, its indexes never filled, run no handler at all.
+NEEDED = (
+    ("workloads", "list"),
+    ("workloads", "watch"),
+    ("resourceflavors", "watch"),
+    ("workloadpriorityclasses", "watch"),
+)
+
+
+def missing_permission(namespaces: Sequence[str]) -> str | None:
+    """Which Kueue right the operator's identity lacks (asked once at start, with
+    SelfSubjectAccessReviews, which every authenticated user may make), or None. ``namespaces``:
+    the exact namespaces watched (workloads are checked in each), empty for all."""
+    import kubernetes
+
+    api = kubernetes.client.AuthorizationV1Api()
+    for resource, verb in NEEDED:
+        scoped = resource == "workloads" and namespaces
+        for namespace in namespaces if scoped else [None]:
+            attributes = kubernetes.client.V1ResourceAttributes(
+                group=KUEUE_GROUP, resource=resource, verb=verb, namespace=namespace
+            )
+            review = kubernetes.client.V1SelfSubjectAccessReview(
+                spec=kubernetes.client.V1SelfSubjectAccessReviewSpec(resource_attributes=attributes)
+            )
+            try:
+                answer = api.create_self_subject_access_review(review)
+            except Exception as error:  # the API is away: do not guess
+                return f"{verb} {resource} (the access review failed: {error})"
+            if answer.status is None or not answer.status.allowed:
+                where = f" in namespace {namespace}" if namespace else ""
+                return f"{verb} {KUEUE_GROUP} {resource}{where}"
+    return None
 
 
 def register(registry: kopf.OperatorRegistry | None = None) -> None:
