@@ -59,7 +59,6 @@ REDUCERS_POD_SET = "reducers"
 QUOTA_RESERVED, ADMITTED, EVICTED = "QuotaReserved", "Admitted", "Evicted"
 FINISHED, PODS_READY, REQUEUED = "Finished", "PodsReady", "Requeued"
 EVICTED_BY_PREEMPTION, EVICTED_BY_NODE_FAILURES = "Preempted", "NodeFailures"
-EVICTED_BY_DEACTIVATION = "Deactivated"
 # Evictions after which the integration itself marks the Workload Requeued=True (reconciler.go).
 REQUEUED_AT_ONCE = frozenset({EVICTED_BY_PREEMPTION, EVICTED_BY_NODE_FAILURES})
 
