@@ -76,7 +76,7 @@ def decide(
         **world_extra,
     )
     return reconcile_training(
-        job, list(pods), World(world.snapshot.pools(), {}, None, the_kueue), now, planner
+        job, list(pods), World(world.snapshot.pools(), {}, kueue=the_kueue), now, planner
     )
 
 

@@ -33,7 +33,7 @@ from ringmaster.admission.cycle import (
 from ringmaster.admission.kueue import Flavor, WorkloadView, WorkloadWrite
 from ringmaster.admission.pools import candidate_pools
 from ringmaster.admission.snapshot import Key, PoolSummary, Promise, shape
-from ringmaster.api import TrainingJobSpec, TrainingJobStatus, TrainingPlan, WorkerCounts
+from ringmaster.api import TrainingJobSpec, TrainingJobStatus, TrainingPlan, WorkerCounts, is_tpu
 from ringmaster.api.reductionserverpool import ReductionServerPoolSpec
 from ringmaster.api.trainingjob import Admission, ReductionServerSettings
 from ringmaster.controllers.reporting import (
@@ -170,6 +170,10 @@ class World:
     reducer_pools: Mapping[str, ReducerPool] = field(default_factory=dict)
     verdict: Verdict | None = None
     """The admission cycle's latest word on this job, if it has one the job has not acted on."""
+    hardware: tuple[str, str] | None = None
+    """Why the operator's catalog cannot place the job's accelerator (reason, message:
+    planning.catalog.hardware_problem), or None. Checked only before admission: a gang that
+    runs keeps running when the catalog changes."""
     kueue: KueueWorld | None = None
     """Set when Kueue is installed (its Workload CRD is served) and the operator may use it."""
 
@@ -210,7 +214,7 @@ class Decision:
 
 
 def accelerator_resource(spec: TrainingJobSpec) -> str:
-    return TPU_RESOURCE if spec.accelerator.type.startswith("tpu-") else GPU_RESOURCE
+    return TPU_RESOURCE if is_tpu(spec.accelerator.type) else GPU_RESOURCE
 
 
 @dataclass
@@ -516,6 +520,9 @@ _WARNINGS = frozenset(
         "TopologyMismatch",
         "ReductionServerPoolNotFound",
         "PriorityClassNotFound",
+        "UnknownAccelerator",
+        "UnsupportedHostShape",
+        "UnsupportedTopology",
         DOES_NOT_FIT,
         # Kueue admitted the job where it cannot run, or finished its Workload (admission/kueue.py).
         "FlavorMismatch",
@@ -531,6 +538,10 @@ def _waiting(step: _Step, attempt: int) -> Admission | None:
     spec, status, job = step.spec, step.status, step.job
     status.phase = PENDING
     status.workers = None
+    if step.world.hardware is not None:
+        # No pool, plan or pod for hardware the catalog does not define: wait for the catalog.
+        _wait(step, *step.world.hardware)
+        return None
     candidates = candidate_pools(
         step.world.pools,
         spec.accelerator.type,
