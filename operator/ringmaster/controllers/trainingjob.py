@@ -30,6 +30,7 @@ from collections.abc import Hashable, Mapping
 from typing import Any
 
 import kopf
+from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from ringmaster import metrics
@@ -43,6 +44,14 @@ from ringmaster.admission.cycle import (
     WaitingGang,
     admission_cycle,
     promise_for,
+)
+from ringmaster.admission.kueue import (
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    WORKLOAD_CRD,
+    WORKLOAD_PLURAL,
+    WorkloadWrite,
+    queue_name,
 )
 from ringmaster.admission.snapshot import ClusterSnapshot, NodeFacts
 from ringmaster.api import (
@@ -61,6 +70,7 @@ from ringmaster.controllers.training_lifecycle import (
     PENDING,
     Decision,
     JobView,
+    KueueWorld,
     Planner,
     ReducerPool,
     WorkerPod,
@@ -374,6 +384,8 @@ class TrainingController(Controller):
             await self._report_invalid(namespace, name, body, current, status, generation, error)
             return None
         pods = list(self.indexes["ringmaster_worker_pods"].get(key, []))
+        metadata = body["metadata"]
+        labels = dict(metadata.get("labels") or {})
         verdict = self.verdicts.pop(key, None)
         admitted_at = self._admitted_at.pop(key, None) if isinstance(verdict, Admit) else None
         if admitted_at is not None:
@@ -383,7 +395,17 @@ class TrainingController(Controller):
         )
         try:
             decision = reconcile_training(
-                JobView(name, namespace, generation, spec, status, _created(body), ending),
+                JobView(
+                    name,
+                    namespace,
+                    generation,
+                    spec,
+                    status,
+                    _created(body),
+                    ending,
+                    uid=str(metadata.get("uid") or ""),
+                    labels=labels,
+                ),
                 pods,
                 World(
                     self.snapshot.pools(),
@@ -394,6 +416,7 @@ class TrainingController(Controller):
                         spec.accelerator.per_worker,
                         spec.accelerator.topology,
                     ),
+                    kueue=self.kueue_world(key, labels),
                     held=self.snapshot.promised(key),
                 ),
                 dt.datetime.now(dt.UTC).replace(microsecond=0),
@@ -428,6 +451,8 @@ class TrainingController(Controller):
         """Seconds until the decision is worth applying, when it only moves the worker counts
         and counts were written less than PROGRESS_SECONDS ago; None to apply it now."""
         if decision.apply or decision.create or decision.delete or decision.events:
+            return None
+        if decision.workload:
             return None
         if decision.delete_job:
             return None
@@ -478,6 +503,8 @@ class TrainingController(Controller):
         if new != current:
             await self.write_status(namespace, name, current, new)
             self._status_written_at[(namespace, name)] = time.monotonic()
+        for write in decision.workload:
+            await self._write_workload(namespace, body, write)
         for obj in decision.create:
             kopf.append_owner_reference(obj, owner=as_body(body))
         # A gang's pods at once: one by one, a large gang spends seconds in round trips.
@@ -490,6 +517,85 @@ class TrainingController(Controller):
         if decision.delete_job:
             self.post(body, "Normal", "Expired", "ttlSecondsAfterFinished passed: deleting it")
             await self.api.delete_custom(PLURAL, namespace, name)
+
+    # ------------------------------------------------------------ Kueue (kueue_workloads.py)
+
+    def kueue_installed(self) -> bool:
+        """Kueue's Workload CRD is served (only indexed when the integration is on)."""
+        return bool(self.indexes.get("ringmaster_kueue_crd", {}).get(WORKLOAD_CRD))
+
+    def kueue_world(self, key: Key, labels: Mapping[str, str]) -> KueueWorld | None:
+        """What the job's reconcile reads of Kueue: None when Kueue is not installed, so a
+        labelled job is admitted exactly as an unlabelled one."""
+        if not self.kueue_installed():
+            return None
+        workloads = list(self.indexes["ringmaster_kueue_workloads"].get(key, []))
+        if queue_name(labels) is None and not workloads:
+            return KueueWorld()
+        return KueueWorld(
+            workloads=workloads,
+            flavors={
+                name: flavor
+                for name, store in self.indexes["ringmaster_kueue_flavors"].items()
+                for flavor in store
+            },
+            workload_priority_classes={
+                name: value
+                for name, store in self.indexes["ringmaster_kueue_priority_classes"].items()
+                for value in store
+            },
+            priority_classes={
+                name: entry
+                for name, store in self.indexes["ringmaster_priority_classes"].items()
+                for entry in store
+            },
+            pool_labels=self.pool_labels,
+        )
+
+    def pool_labels(self, pool: str) -> dict[str, str]:
+        """The labels every node of the pool carries (what a flavor may select it by)."""
+        common: dict[str, str] | None = None
+        for store in self.indexes["ringmaster_nodes"].values():
+            for node in store:
+                if node.identity.pool != pool:
+                    continue
+                if common is None:
+                    common = dict(node.labels)
+                else:
+                    common = {k: v for k, v in common.items() if node.labels.get(k) == v}
+        return common or {}
+
+    def kueue_changed(self) -> None:
+        """Kueue came or went: its labelled jobs are admitted the other way from now on."""
+        for (namespace, name), store in self.objects().items():
+            if any(queue_name((b.get("metadata") or {}).get("labels")) for b in store):
+                self.queue.add((namespace, name))
+
+    async def _write_workload(
+        self, namespace: str, body: dict[str, Any], write: WorkloadWrite
+    ) -> None:
+        where = (KUEUE_GROUP, KUEUE_VERSION, WORKLOAD_PLURAL, namespace)
+        try:
+            if write.action == "create":
+                workload = dict(write.body or {})
+                kopf.append_owner_reference(workload, owner=as_body(body))
+                await self.api.create_custom(*where, workload)
+            elif write.action == "delete":
+                await self.api.delete_custom_object(*where, write.name)
+            else:
+                await self.api.patch_custom(
+                    *where,
+                    write.name,
+                    dict(write.body or {}),
+                    status=write.action == "status",
+                )
+        except ApiException as error:
+            if error.status == 409 and write.action == "status":
+                # Kueue wrote first (our patch names the resourceVersion read): its write
+                # wakes the job, which looks again at the new state.
+                log.debug("Workload %s/%s changed meanwhile: %s", namespace, write.name, error)
+                return
+            raise
 
     async def _report_invalid(
         self,
