@@ -85,7 +85,9 @@ SESSION_OPERATOR = pytest.StashKey[OperatorProcess]()
 
 @pytest.fixture(scope="session")
 def operator(
-    crds_installed: Cluster, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+    crds_installed: Cluster,
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
 ) -> Iterator[OperatorProcess]:
     """The operator, running as its own process for the whole session (its log is kept in the
     session's temporary directory, printed on failure by the tests that need it)."""

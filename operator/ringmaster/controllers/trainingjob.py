@@ -8,8 +8,9 @@ cycles, apply decisions, write status.
 - The admission loop runs a cycle (admission/cycle.py) when the snapshot or the queue changed,
   at most every CYCLE_SECONDS; each verdict is handed to its job's reconcile, which records it.
   An admitted gang's room is held in the snapshot from the moment the cycle admits it.
-- Apply, in one order for every decision: objects to apply, then status (so an admission is on
-  record before its pods exist), then pods to create, pods to delete, Events.
+- Apply, in one order for every decision: objects to apply, then Events (awaited, so what the
+  status records was announced even if the process dies next), then status (so an admission is
+  on record before its pods exist), then pods to create, pods to delete.
 
 No kopf change handler, timer or daemon is used: those store progress in the object or add a
 finalizer, and a TrainingJob needs neither (its pods, Service and own reducer pool go with it
@@ -54,7 +55,7 @@ from ringmaster.api import (
 from ringmaster.controllers.base import Controller, Key, as_body, snapshot
 from ringmaster.controllers.cluster_state import pod_facts
 from ringmaster.controllers.kubeapi import KubeApi
-from ringmaster.controllers.reporting import Conditions
+from ringmaster.controllers.reporting import Conditions, Event
 from ringmaster.controllers.training_lifecycle import (
     PENDING,
     Decision,
@@ -388,7 +389,9 @@ class TrainingController(Controller):
         for obj in decision.apply:
             kopf.append_owner_reference(obj, owner=as_body(body))
             await self.api.apply(namespace, obj)
-        # Status first: an admission is on record in the API before any of its pods exists.
+        # The Events, then status, then pods: every admission on record was announced, and an
+        # admission is on record in the API before any of its pods exists.
+        await self.announce(body, decision.events)
         await self.write_status(namespace, name, current, decision.status.to_k8s())
         for obj in decision.create:
             kopf.append_owner_reference(obj, owner=as_body(body))
@@ -397,8 +400,6 @@ class TrainingController(Controller):
         await asyncio.gather(
             *(self.api.delete_object(namespace, "Pod", pod) for pod in decision.delete)
         )
-        for event in decision.events:
-            self.post(body, event.type, event.reason, event.message)
         if decision.delete_job:
             self.post(body, "Normal", "Expired", "ttlSecondsAfterFinished passed: deleting it")
             await self.api.delete_custom(PLURAL, namespace, name)
@@ -422,7 +423,7 @@ class TrainingController(Controller):
         conditions.set("Valid", "False", "InvalidSpec", message)
         conditions.stamp()
         if status.to_k8s() != current:
-            self.post(body, "Warning", "InvalidSpec", message)
+            await self.announce(body, [Event("Warning", "InvalidSpec", message)])
             await self.write_status(namespace, name, current, status.to_k8s())
 
     def _observe(
