@@ -301,7 +301,6 @@ def seed() -> int:
 class Chaos:
     """The test's running state: what it created, killed and saw."""
 
-    cluster: Cluster
     namespace: str
     jobs: list[ChaosJob]
     watcher: PodWatch
@@ -311,7 +310,6 @@ class Chaos:
     created: set[str] = field(default_factory=set)
     kills: list[str] = field(default_factory=list)
     dead_window_findings: list[str] = field(default_factory=list)
-    failed_on_demand: set[str] = field(default_factory=set)
     running_since: dict[tuple[str, int], float] = field(default_factory=dict)
 
     def trainingjobs(self) -> dict[str, dict[str, Any]]:
@@ -413,7 +411,7 @@ def kube_clients(cluster: Cluster) -> Iterator[tuple[client.CoreV1Api, client.Cu
         api_client.close()
 
 
-def test_twenty_jobs_stay_true_through_a_dozen_kills(
+def test_twenty_jobs_stay_true_while_the_operator_is_killed_again_and_again(
     crds_installed: Cluster,
     quiet_namespace: str,
     no_session_operator: None,
@@ -440,7 +438,7 @@ def test_twenty_jobs_stay_true_through_a_dozen_kills(
         interval=1,
         what="the A100 and H100 pools free of other tests' pods",
     )
-    chaos = Chaos(cluster, ns, jobs, watcher, custom, core)
+    chaos = Chaos(ns, jobs, watcher, custom, core)
     stop_driver = threading.Event()
     driver_error: list[BaseException] = []
 

@@ -218,7 +218,36 @@ class TrainingController(Controller):
             for name, store in self.indexes["ringmaster_priority_classes"].items():
                 for value, is_default in store:
                     self.snapshot.set_priority_class(name, value, is_default)
+            self.hold_recorded_admissions()
             self.cycle_task = asyncio.create_task(self.admission_loop())
+
+    def hold_recorded_admissions(self) -> None:
+        """At start, before any cycle: hold the room of every admission on record, as the job's
+        first look would. A job whose operator was killed between its admission and its pods
+        has no pods to show for it; a cycle that ran before that job's first look (another
+        job's key came first) gave its room away, and two gangs got the same hosts."""
+        now = dt.datetime.now(dt.UTC).replace(microsecond=0)
+        for (namespace, name), store in self.objects().items():
+            for body in store:
+                status = body.get("status") or {}
+                if not status.get("admission"):
+                    continue
+                try:
+                    spec = TrainingJobSpec.model_validate(body.get("spec") or {})
+                    decision = self._decide(
+                        namespace,
+                        name,
+                        body,
+                        spec,
+                        TrainingJobStatus.model_validate(status),
+                        None,
+                        now,
+                    )
+                except Exception:
+                    log.exception("could not recover the admission of %s/%s", namespace, name)
+                    continue  # the job's own look decides it (and reports what is wrong)
+                if decision.promise is not None:
+                    self.snapshot.promise(decision.promise)
 
     def node_event(self, event: str | None, name: str, body: Mapping[str, Any]) -> None:
         if event == "DELETED":
@@ -329,18 +358,16 @@ class TrainingController(Controller):
             # The CRD admits what the models admit; this catches a CRD older than the operator.
             await self._report_invalid(namespace, name, body, current, status, generation, error)
             return None
-        pods = list(self.indexes["ringmaster_worker_pods"].get(key, []))
         verdict = self.verdicts.pop(key, None)
-        ending = bool(body["metadata"].get("deletionTimestamp")) or namespace in self.indexes.get(
-            "ringmaster_terminating_namespaces", {}
-        )
         try:
-            decision = reconcile_training(
-                JobView(name, namespace, generation, spec, status, _created(body), ending),
-                pods,
-                World(self.snapshot.pools(), self.reducer_pools(namespace), verdict),
+            decision = self._decide(
+                namespace,
+                name,
+                body,
+                spec,
+                status,
+                verdict,
                 dt.datetime.now(dt.UTC).replace(microsecond=0),
-                self.planner,
             )
         except Exception:
             if isinstance(verdict, Admit):  # admitted, and nothing recorded: decide again
@@ -358,6 +385,31 @@ class TrainingController(Controller):
             raise
         self._observe(namespace, name, body, decision, verdict)
         return decision.requeue_after
+
+    def _decide(
+        self,
+        namespace: str,
+        name: str,
+        body: dict[str, Any],
+        spec: TrainingJobSpec,
+        status: TrainingJobStatus,
+        verdict: Verdict | None,
+        now: dt.datetime,
+    ) -> Decision:
+        """The state machine's decision for one job from the indexes (no I/O)."""
+        key = (namespace, name)
+        generation = int(body["metadata"].get("generation", 1))
+        pods = list(self.indexes["ringmaster_worker_pods"].get(key, []))
+        ending = bool(body["metadata"].get("deletionTimestamp")) or namespace in self.indexes.get(
+            "ringmaster_terminating_namespaces", {}
+        )
+        return reconcile_training(
+            JobView(name, namespace, generation, spec, status, _created(body), ending),
+            pods,
+            World(self.snapshot.pools(), self.reducer_pools(namespace), verdict),
+            now,
+            self.planner,
+        )
 
     def _admission_bookkeeping(self, key: Key, verdict: Verdict | None, decision: Decision) -> None:
         if verdict is not None:

@@ -1,7 +1,10 @@
-"""The order in which the TrainingJob shell applies a decision, which is what makes a kill at any
-moment harmless: the Events are in the API before the status that records what they announce,
-and the admission is on record before any of its pods exists (the chaos test, tests/e2e/
-test_chaos.py, kills the operator between any two of these)."""
+"""The kopf shell of the TrainingJob controller where a kill at any moment must be harmless (the
+chaos test, tests/e2e/test_chaos.py, kills the operator between any two of its writes):
+
+- the order in which a decision is applied: the Events are in the API before the status that
+  records what they announce, and the admission is on record before any of its pods exists;
+- the start: every admission on record holds its room before the first admission cycle.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +14,11 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from ringmaster.admission.cycle import QueueingSettings
+from ringmaster.admission.cycle import Admit, QueueingSettings
 from ringmaster.controllers.kubeapi import MAX_EVENT_MESSAGE, KubeApi
 from ringmaster.controllers.trainingjob import TrainingController
-from tests.unit.training_world import TrainingWorld, job, ring_planner, spec
+from ringmaster.placement.pools import node_from_object
+from tests.unit.training_world import NOW, TrainingWorld, job, node_objects, ring_planner, spec
 
 BODY = {
     "apiVersion": "ringmaster.dev/v1alpha1",
@@ -107,3 +111,56 @@ def test_an_event_the_api_refuses_is_skipped_but_an_unreachable_api_is_an_error(
     api, posted = _api_posting(monkeypatch, ApiException(status=503, reason="Unavailable"))
     with pytest.raises(ApiException):
         asyncio.run(api.post_event(BODY, "Normal", "Admitted", "ok"))
+
+
+def _job_body(name: str, workers: int, status: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "ringmaster.dev/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {
+            "name": name,
+            "namespace": "ml",
+            "uid": f"uid-{name}",
+            "generation": 1,
+            "resourceVersion": "1",
+            "creationTimestamp": "2026-11-21T11:00:00Z",
+        },
+        "spec": spec(workers=workers).to_k8s(),
+        "status": status,
+    }
+
+
+def test_a_restarted_operator_holds_recorded_admissions_before_its_first_cycle():
+    """Killed between an admission's status write and its pods: the restarted operator must not
+    give that room to another gang in a cycle that runs before the admitted job's first look."""
+    admitted = TrainingWorld().decide(job(spec(workers=4), name="a"))
+    assert admitted.status.admission is not None and admitted.create
+    bodies = {
+        ("ml", "a"): [_job_body("a", 4, admitted.status.to_k8s())],  # on record, no pods yet
+        ("ml", "b"): [_job_body("b", 4, {})],  # a new job that fits only in a's room
+    }
+    indexes = {
+        "ringmaster_trainingjobs": bodies,
+        "ringmaster_nodes": {
+            o["metadata"]["name"]: [node_from_object(o)]
+            for o in node_objects({"a100-highgpu-8g": 4})
+        },
+        "ringmaster_pod_facts": {},
+        "ringmaster_priority_classes": {},
+        "ringmaster_worker_pods": {},
+        "ringmaster_terminating_namespaces": {},
+        "ringmaster_reduction_pools": {},
+    }
+
+    async def restart() -> TrainingController:
+        controller = TrainingController(RecordingApi(), ring_planner, QueueingSettings())  # type: ignore[arg-type]
+        controller.bind(indexes)
+        await controller.queue.stop()  # this test takes the keys in the unlucky order itself
+        await controller.reconcile(("ml", "b"))
+        controller.run_cycle(NOW)
+        await controller.stop()
+        return controller
+
+    controller = asyncio.run(restart())
+    assert not isinstance(controller.verdicts.get(("ml", "b")), Admit)
+    assert controller.snapshot.promised(("ml", "a")) is not None
