@@ -5,8 +5,9 @@ be without the kills (issue 14).
 - Jobs: most succeed (kwok ends their pods, tests/e2e/test_trainingjob.py's annotations), some
   fail until their backoff limit, some fail once on demand (this test makes a worker exit 3)
   then succeed, and some are too big for what is free when they come and wait.
-- Kills: a third after a random delay, the others a few milliseconds after a worker pod
-  appears (the moment between an admission and its gang, where issue 14 saw status lost).
+- Kills: a third after a random delay, a third a few milliseconds after an admission is
+  recorded, a third a few milliseconds after a worker pod appears (between an admission and its
+  whole gang, where issue 14 saw status lost).
 - Checked throughout: the GPUs that pods hold (bound, or created for a pool) never exceed a
   pool's capacity, from a watch of every pod; and while the operator is dead (nothing but kwok
   moves), a job's current pods are its workers if admitted and none otherwise.
@@ -26,7 +27,7 @@ import random
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,7 +123,79 @@ def chaos_plan(rng: random.Random) -> list[ChaosJob]:
     return sorted(jobs, key=lambda j: j.create_at)
 
 
-# ---------------------------------------------------------------- the pods, watched
+# ---------------------------------------------------------------- pods and admissions, watched
+
+
+def follow(
+    list_objects: Callable[..., Any],
+    listed: Callable[[list[dict[str, Any]]], None],
+    changed: Callable[[str, dict[str, Any]], None],
+    stopping: threading.Event,
+    *args: Any,
+) -> None:
+    """List, then watch from the listing's version; list again when the version is too old."""
+    while not stopping.is_set():
+        listing = json.loads(list_objects(*args, _preload_content=False).data)
+        listed(listing["items"])
+        version = listing["metadata"]["resourceVersion"]
+        while not stopping.is_set():
+            stream = watch.Watch().stream(
+                list_objects, *args, resource_version=version, timeout_seconds=5
+            )
+            try:
+                for event in stream:
+                    version = event["raw_object"]["metadata"]["resourceVersion"]
+                    changed(event["type"], event["raw_object"])
+            except ApiException as error:
+                if error.status == 410:
+                    break
+                raise
+
+
+class AdmissionWatch:
+    """Counts admissions as they are recorded (a new status.admission on a job of the test)."""
+
+    def __init__(self, custom: client.CustomObjectsApi, namespace: str) -> None:
+        self.custom = custom
+        self.namespace = namespace
+        self.seen: set[tuple[str, Any, Any]] = set()
+        self.recorded = threading.Condition()
+        self.stopping = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="admission-watch", daemon=True)
+
+    def _note(self, obj: dict[str, Any]) -> None:
+        admission = (obj.get("status") or {}).get("admission")
+        if admission:
+            record = (obj["metadata"]["name"], admission.get("attempt"), admission.get("time"))
+            with self.recorded:
+                if record not in self.seen:
+                    self.seen.add(record)
+                    self.recorded.notify_all()
+
+    def _run(self) -> None:
+        def listed(items: list[dict[str, Any]]) -> None:
+            for obj in items:
+                self._note(obj)
+
+        try:
+            follow(
+                self.custom.list_namespaced_custom_object,
+                listed,
+                lambda _kind, obj: self._note(obj),
+                self.stopping,
+                GROUP,
+                VERSION,
+                self.namespace,
+                "trainingjobs",
+            )
+        except BaseException as error:
+            self.error = error
+
+    def wait_for_a_new_admission(self, timeout: float) -> None:
+        with self.recorded:
+            count = len(self.seen)
+            self.recorded.wait_for(lambda: len(self.seen) > count, timeout=timeout)
 
 
 @dataclass
@@ -207,39 +280,25 @@ class PodWatch:
         self.thread.join(timeout=15)
 
     def _run(self) -> None:
+        def listed(items: list[dict[str, Any]]) -> None:
+            with self.lock:
+                self.pods = {}
+                for obj in items:
+                    self._seen(Pod.from_object(obj), added=False)
+                self._check()
+            self.listed.set()
+
+        def changed(kind: str, obj: dict[str, Any]) -> None:
+            pod = Pod.from_object(obj)
+            with self.lock:
+                if kind == "DELETED":
+                    self.pods.pop(pod.uid, None)
+                else:
+                    self._seen(pod, added=kind == "ADDED")
+                self._check()
+
         try:
-            while not self.stopping.is_set():
-                listing = json.loads(
-                    self.core.list_pod_for_all_namespaces(_preload_content=False).data
-                )
-                with self.lock:
-                    self.pods = {}
-                    for obj in listing["items"]:
-                        self._seen(Pod.from_object(obj), added=False)
-                    self._check()
-                self.listed.set()
-                version = listing["metadata"]["resourceVersion"]
-                while not self.stopping.is_set():
-                    stream = watch.Watch().stream(
-                        self.core.list_pod_for_all_namespaces,
-                        resource_version=version,
-                        timeout_seconds=5,
-                    )
-                    try:
-                        for event in stream:
-                            obj = event["raw_object"]
-                            version = obj["metadata"]["resourceVersion"]
-                            pod = Pod.from_object(obj)
-                            with self.lock:
-                                if event["type"] == "DELETED":
-                                    self.pods.pop(pod.uid, None)
-                                else:
-                                    self._seen(pod, added=event["type"] == "ADDED")
-                                self._check()
-                    except ApiException as error:
-                        if error.status == 410:  # too old: list again
-                            break
-                        raise
+            follow(self.core.list_pod_for_all_namespaces, listed, changed, self.stopping)
         except BaseException as error:  # reported by the test, not lost in a thread
             self.error = error
             self.listed.set()
@@ -431,6 +490,8 @@ def test_twenty_jobs_stay_true_while_the_operator_is_killed_again_and_again(
     )
     watcher = PodWatch(core, ns)
     watcher.start()
+    admissions = AdmissionWatch(custom, ns)
+    admissions.thread.start()
     # The plan counts on whole pools: wait out another test's gangs still going away.
     wait_for(
         lambda: not watcher.foreign_gpu_pods({A100[0], H100[0]}),
@@ -454,13 +515,19 @@ def test_twenty_jobs_stay_true_while_the_operator_is_killed_again_and_again(
         operator.start()
         driver.start()
         for _ in range(KILLS):
-            if rng.random() < 1 / 3:
+            moment = rng.choice(("random", "admission", "pod"))
+            delay = rng.uniform(0.0, 0.03)
+            if moment == "random":
                 pause = rng.uniform(0.5, 4.0)
                 time.sleep(pause)
                 what = f"{pause:.2f}s after start"
+            elif moment == "admission":
+                # Just after an admission is recorded: before or among its gang's pods.
+                admissions.wait_for_a_new_admission(timeout=8.0)
+                time.sleep(delay)
+                what = f"{delay * 1000:.0f}ms after an admission was recorded"
             else:
                 # Just after a worker pod appears: between the admission and the whole gang.
-                delay = rng.uniform(0.0, 0.03)
                 watcher.wait_for_a_new_pod(timeout=8.0)
                 time.sleep(delay)
                 what = f"{delay * 1000:.0f}ms after a pod appeared"
@@ -502,12 +569,14 @@ def test_twenty_jobs_stay_true_while_the_operator_is_killed_again_and_again(
             operator.stop()
         finally:
             watcher.stop()
+            admissions.stopping.set()
             print(f"chaos seed {seed}: {len(chaos.kills)} kills in {duration:.0f}s: {chaos.kills}")
             print(f"peak GPUs held per pool: {dict(watcher.peak)} of {dict(watcher.capacity)}")
             print(f"operator log: {operator.log_path}")
 
     assert not driver_error, driver_error
     assert watcher.error is None, repr(watcher.error)
+    assert admissions.error is None, repr(admissions.error)
     problems = _final_problems(chaos, final, events)
     replay = f"(replay: {SEED_ENV}={seed})"
     assert len(chaos.kills) >= MIN_KILLS, replay
