@@ -95,7 +95,7 @@ def test_auto_picks_reducers_for_a_communication_bound_job_and_they_go_with_it(
     )
 
 
-def test_a_shared_pool_is_sized_for_its_largest_job_and_scaling_it_replans_the_jobs(
+def test_a_shared_pool_is_divided_among_its_running_jobs_and_scaling_it_replans_them(
     operator: OperatorProcess, cluster: Cluster, quiet_namespace: str
 ):
     ns = quiet_namespace
@@ -104,11 +104,22 @@ def test_a_shared_pool_is_sized_for_its_largest_job_and_scaling_it_replans_the_j
     cluster.apply(reducer_job("small", 2, pool="shared"), ns)
     wait_phase(cluster, ns, "big", "Running", timeout=90)
     wait_phase(cluster, ns, "small", "Running", timeout=90)
-    wanted = {n: job(cluster, ns, n)["status"]["plan"]["reducersWanted"] for n in ("big", "small")}
+
+    def settled() -> tuple[dict[str, Any], dict[str, Any]] | None:
+        # Both run at once: each is planned with half the pool, and the pool is sized for that.
+        plans = {n: job(cluster, ns, n)["status"]["plan"] for n in ("big", "small")}
+        pool = rsp(cluster, ns, "shared")
+        if any(p.get("reducerShare") != 0.5 for p in plans.values()):
+            return None
+        if pool["status"].get("replicas") != plans["big"]["reducersWanted"]:
+            return None
+        return plans, pool
+
+    plans, pool = wait_for(settled, timeout=60, what="both jobs planned at half the pool")
+    wanted = {n: p["reducersWanted"] for n, p in plans.items()}
     assert wanted["big"] > wanted["small"]
-    pool = rsp(cluster, ns, "shared")
-    assert pool["status"]["replicas"] == wanted["big"]
     assert sorted(pool["status"]["boundJobs"]) == ["big", "small"]
+    assert sorted(pool["status"]["runningJobs"]) == ["big", "small"]
     before = job(cluster, ns, "big")["status"]["plan"]
 
     # A lost reducer: the jobs say so and keep running; the StatefulSet replaces it as soon as

@@ -169,6 +169,16 @@ def test_a_shared_pool_gives_a_job_its_share_and_sizing_follows():
         predict_training(replace(job, reducer_share=0.0))
 
 
+def test_half_of_a_shared_pool_of_2k_reducers_is_k_dedicated_ones_in_time_and_cost():
+    job = replace(BERT, compute_seconds_per_step=0.001, strategy="ReductionServer")
+    dedicated = predict_training(replace(job, reducers=8)).strategies[REDUCTION_SERVER]
+    half = predict_training(replace(job, reducers=16, reducer_share=0.5))
+    shared = half.strategies[REDUCTION_SERVER]
+    assert shared.step_seconds == pytest.approx(dedicated.step_seconds)
+    # The job pays for the half it uses; the jobs sharing the pool pay the rest.
+    assert shared.cost_per_hour_usd == pytest.approx(dedicated.cost_per_hour_usd)
+
+
 def test_nccl_env_forces_the_algorithm_in_the_plan():
     two = replace(BERT, workers=2, compute_seconds_per_step=0.001)
     assert predict_training(two).strategies[RING].algorithm == "Tree"

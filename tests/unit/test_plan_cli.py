@@ -242,3 +242,19 @@ def test_nccl_algo_in_the_pod_env_restricts_the_plan(capsys, tmp_path):
     assert any("NCCL_ALGO=tree" in n for n in doc["notes"])
     code, _, err = plan(capsys, _bert_with(tmp_path, nccl_algo="hypercube"))
     assert code == 2 and err.startswith("ringmaster plan: spec.template.env: NCCL_ALGO")
+
+
+def test_a_job_on_a_shared_pool_is_planned_at_its_share_of_it(capsys):
+    shared = EXAMPLES / "trainingjob-bert-large-reduction-server.yaml"  # names a shared pool
+    code, alone, _ = plan(capsys, shared, "-o", "json")
+    assert code == 0
+    code, two, _ = plan(capsys, shared, "-o", "json", "--jobs-sharing-pool", "2")
+    assert code == 0
+    rs_alone = json.loads(alone)["strategies"]["ReductionServer"]
+    rs_two = json.loads(two)["strategies"]["ReductionServer"]
+    assert rs_alone["reducerShare"] == 1 and rs_two["reducerShare"] == 0.5
+    assert rs_two["vertexRuleReducers"] == 2 * rs_alone["vertexRuleReducers"]
+    # A job with dedicated reducers is not affected by the flag.
+    code, dedicated, _ = plan(capsys, BERT, "-o", "json", "--jobs-sharing-pool", "2")
+    assert json.loads(dedicated)["strategies"]["ReductionServer"]["reducerShare"] == 1
+    assert plan(capsys, shared, "--jobs-sharing-pool", "0")[0] == 2

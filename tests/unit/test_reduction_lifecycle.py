@@ -247,3 +247,131 @@ def test_a_job_creates_no_reducers_unless_its_whole_gang_fits(the_world, reason)
     assert decision.apply == [] and decision.create == [] and decision.promise is None
     condition = find_condition(decision.status.conditions, "Schedulable")
     assert (condition.status, condition.reason) == ("False", reason)
+
+
+# ---- a shared pool's bandwidth, divided among the jobs that run on it at once
+
+
+def test_a_jobs_share_counts_the_other_running_jobs_and_itself():
+    shared = ReducerPool("shared", 8, 8, ENDPOINTS[:8], "n1-highcpu-16", running_jobs=frozenset())
+    assert shared.share_for("bert") == 1.0
+    two = ReducerPool("shared", 8, 8, (), "n1-highcpu-16", running_jobs=frozenset({"gpt"}))
+    assert two.share_for("bert") == pytest.approx(0.5)  # about to start: counts itself in
+    assert two.share_for("gpt") == 1.0  # already running alone
+    three = ReducerPool("s", 8, 8, (), "n1-highcpu-16", running_jobs=frozenset({"a", "b", "c"}))
+    assert three.share_for("a") == pytest.approx(1 / 3)
+
+
+def share_seen_by(planner_calls):
+    def planner(spec, machine_type, reducers=None):
+        planner_calls.append(reducers.share if reducers else None)
+        return rs_planner(spec, machine_type, reducers)
+
+    return planner
+
+
+def test_a_job_on_a_shared_pool_is_planned_with_its_share_and_its_own_pool_with_all_of_it():
+    the_world = world()
+    calls: list[float | None] = []
+    busy = {
+        "shared": ReducerPool(
+            "shared", 8, 8, ENDPOINTS[:8], "n1-highcpu-16", running_jobs=frozenset({"gpt", "t5"})
+        )
+    }
+    the_world.decide(job("shared"), [], busy, planner=share_seen_by(calls))
+    assert calls and calls == pytest.approx([1 / 3] * len(calls))
+    calls.clear()
+    own = {"bert-reducers": ReducerPool("bert-reducers", 25, 25, ENDPOINTS, "n1-highcpu-16")}
+    the_world.decide(job(), [], own, planner=share_seen_by(calls))
+    assert calls and calls == [1.0] * len(calls)
+
+
+def test_the_real_plan_on_a_shared_pool_asks_for_more_reducers_and_says_its_share():
+    from ringmaster.controllers.trainingjob import status_plan
+
+    spec = job("shared").spec
+    alone = ReducerPool("shared", 0, 0, (), "n1-highcpu-16")
+    shared = ReducerPool("shared", 0, 0, (), "n1-highcpu-16", share=0.5)
+    plan_alone = status_plan(spec, "a2-highgpu-8g", alone)
+    plan_shared = status_plan(spec, "a2-highgpu-8g", shared)
+    assert plan_alone.reducer_share is None
+    assert plan_shared.reducer_share == pytest.approx(0.5)
+    # Each reducer gives this job half its bandwidth: the bandwidth rule asks for twice as many.
+    assert plan_shared.reducers_wanted == pytest.approx(2 * plan_alone.reducers_wanted, abs=1)
+
+    # Half of two reducers is slower than both of them, and as fast as all of one.
+    def step(count, share):
+        pool = ReducerPool("shared", count, count, ENDPOINTS[:count], "n1-highcpu-16", share=share)
+        return status_plan(spec, "a2-highgpu-8g", pool).step_seconds
+
+    assert step(2, 0.5) > step(2, 1.0)
+    assert step(2, 0.5) == pytest.approx(step(1, 1.0))
+
+
+def test_the_pool_reports_its_running_jobs_and_is_sized_for_them_at_their_share():
+    jobs = [BoundJob("a", 26, running=True), BoundJob("b", 14, running=True), BoundJob("c", 7)]
+    decision = reconcile_reduction_pool(pool(), jobs, ReducerPods(), 32.0, NOW)
+    assert decision.status.running_jobs == ["a", "b"]
+    assert decision.status.bound_jobs == ["a", "b", "c"]
+    assert decision.status.replicas == 26
+
+
+def test_a_shared_pool_growing_for_a_new_job_is_no_lost_reducer():
+    the_world = world()
+    small = {"shared": ReducerPool("shared", 8, 8, ENDPOINTS[:8], "n1-highcpu-16")}
+    admitted = the_world.decide(job("shared"), [], small, planner=rs_planner)
+    pods = [o for o in admitted.create if o["kind"] == "Pod"]
+    running_pods = [WorkerPod.from_object(p) for p in pods]
+    assert {p.reducer_endpoints for p in running_pods} == {ENDPOINTS[:8]}
+    running_pods = [
+        WorkerPod(p.name, p.rank, p.attempt, "Running", "n", False, reducer_endpoints=ENDPOINTS[:8])
+        for p in running_pods
+    ]
+    running = the_world.decide(job("shared", admitted.status), running_pods, small, rs_planner)
+    # Another job starts: the pool grows to 16, 8 of them still starting.
+    growing = {
+        "shared": ReducerPool(
+            "shared",
+            16,
+            12,
+            ENDPOINTS[:12],
+            "n1-highcpu-16",
+            running_jobs=frozenset({"bert", "gpt"}),
+        )
+    }
+    grown = the_world.decide(job("shared", running.status), running_pods, growing, rs_planner)
+    assert find_condition(grown.status.conditions, "ReductionServerReady").status == "True"
+    assert not any(e.reason == "ReducersLost" for e in grown.events)
+    # One of the 8 it started with goes (another reducer is up): that is a loss.
+    lost_one = ENDPOINTS[1:8] + ENDPOINTS[8:13]
+    lost = {"shared": ReducerPool("shared", 16, 12, lost_one, "n1-highcpu-16")}
+    degraded = the_world.decide(job("shared", grown.status), running_pods, lost, rs_planner)
+    assert [e.reason for e in degraded.events] == ["ReducersLost"]
+
+
+def test_running_workers_are_planned_with_the_reducers_they_use_not_the_pool_size():
+    the_world = world()
+    calls: list[int] = []
+
+    def planner(spec, machine_type, reducers=None):
+        calls.append(reducers.replicas if reducers else 0)
+        return rs_planner(spec, machine_type, reducers)
+
+    eight = ENDPOINTS[:8]
+    pods = [
+        WorkerPod(f"bert-{r}", r, 0, "Running", "n", False, reducer_endpoints=eight) for r in (0, 1)
+    ]
+    status = TrainingJobStatus.model_validate(
+        {
+            "phase": "Running",
+            "pool": "a100-highgpu-8g",
+            "admission": {"pool": "a100-highgpu-8g", "time": NOW.isoformat(), "attempt": 0},
+        }
+    )
+    grown = {"shared": ReducerPool("shared", 16, 16, ENDPOINTS[:16], "n1-highcpu-16")}
+    the_world.decide(job("shared", status), pods, grown, planner=planner)
+    assert calls and set(calls) == {8}  # the 8 it started with, not the pool's 16
+    calls.clear()
+    shrunk = {"shared": ReducerPool("shared", 2, 2, ENDPOINTS[:2], "n1-highcpu-16")}
+    the_world.decide(job("shared", status), pods, shrunk, planner=planner)
+    assert calls and set(calls) == {2}  # scaled down: 2 of its 8 still serve

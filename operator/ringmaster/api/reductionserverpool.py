@@ -70,6 +70,10 @@ class ReductionServerPoolStatus(StatusModel):
     """Predicted network bandwidth of all ready reducers together (Gbit/s)."""
     bound_jobs: list[str] = Field(default_factory=list, max_length=1024)
     """TrainingJobs that use the pool."""
+    running_jobs: list[str] = Field(default_factory=list, max_length=1024)
+    """The bound TrainingJobs whose gangs run now (Admitted or Running): they divide the
+    reducers' bandwidth, so each is planned with ``1 / len(runningJobs)`` of it (a job about to
+    start counts itself in)."""
     idle_since: dt.datetime | None = None
     """When the last job stopped using the pool (sized pools shrink to zero a grace period
     later)."""

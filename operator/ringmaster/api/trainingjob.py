@@ -563,6 +563,9 @@ class TrainingPlan(StatusModel):
     reducers: int | None = None
     """Reducers used (reduction server only)."""
     reducer_machine_type: str | None = None
+    reducer_share: float | None = None
+    """The part of a shared ReductionServerPool's bandwidth the plan assumes this job gets
+    (1 / the pool's jobs that run at once, this one included); absent for dedicated reducers."""
     reducers_wanted: int | None = None
     """Reducers the bandwidth rule asks for (reducers' aggregate bandwidth >= the workers'):
     what a ReductionServerPool sized by its jobs gives this one."""

@@ -2,7 +2,9 @@
 
 A pool with ``spec.replicas`` has that many. Otherwise it is sized by the TrainingJobs bound to
 it: the largest reducer count any of them asks for under the bandwidth rule (reducers' aggregate
-bandwidth >= workers' aggregate, Vertex AI's sizing rule), up to maxReplicas. When no job uses a
+bandwidth >= workers' aggregate, Vertex AI's sizing rule), up to maxReplicas. The jobs that run at
+once divide the pool's bandwidth evenly (``status.runningJobs``), and each asks at its share, so
+two equal jobs size the pool twice as large as one. When no job uses a
 sized pool any more, its reducers stay for scaleDownGracePeriodSeconds (a restarting job finds
 them) and then scale to zero.
 """
@@ -40,7 +42,8 @@ class PoolView:
 @dataclass(frozen=True)
 class BoundJob:
     name: str
-    reducers_wanted: int | None  # the job's reducer count under the bandwidth rule
+    reducers_wanted: int | None  # the job's reducer count under the bandwidth rule, at its share
+    running: bool = False  # its gang holds its pool now, so it divides the reducers' bandwidth
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,7 @@ def reconcile_reduction_pool(
         round(len(ready) * gbps_per_reducer, 3) if gbps_per_reducer is not None else None
     )
     status.bound_jobs = sorted(j.name for j in jobs)
+    status.running_jobs = sorted(j.name for j in jobs if j.running)
     status.idle_since = idle_since
 
     value: Literal["True", "False"]

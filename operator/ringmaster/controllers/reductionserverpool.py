@@ -19,6 +19,7 @@ from ringmaster.api import (
     ReductionServerPoolStatus,
     TrainingJobStatus,
 )
+from ringmaster.api.trainingjob import gang_admitted
 from ringmaster.controllers.base import Controller, Key, as_body, snapshot
 from ringmaster.controllers.kubeapi import KubeApi
 from ringmaster.controllers.reduction_lifecycle import (
@@ -87,8 +88,15 @@ class ReductionPoolController(Controller):
                     continue
                 if status.get("phase") in FINISHED_JOBS:
                     continue
-                plan = TrainingJobStatus.model_validate(status).plan
-                jobs.append(BoundJob(job_name, plan.reducers_wanted if plan else None))
+                job_status = TrainingJobStatus.model_validate(status)
+                plan = job_status.plan
+                jobs.append(
+                    BoundJob(
+                        job_name,
+                        plan.reducers_wanted if plan else None,
+                        running=gang_admitted(job_status),
+                    )
+                )
         return jobs
 
     def reducer_pods(self, namespace: str, pool: str) -> ReducerPods:

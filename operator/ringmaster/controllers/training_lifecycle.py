@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ringmaster.admission.cycle import (
@@ -41,7 +41,12 @@ from ringmaster.controllers.reporting import (
 )
 from ringmaster.manifests.naming import ATTEMPT_ANNOTATION, RANK_LABEL, owned_reducer_pool_name
 from ringmaster.manifests.reduction import owned_reducer_pool
-from ringmaster.manifests.training import PoolPlacement, rendezvous_service, worker_pod
+from ringmaster.manifests.training import (
+    REDUCER_ENDPOINTS_ENV,
+    PoolPlacement,
+    rendezvous_service,
+    worker_pod,
+)
 from ringmaster.placement.labels import GKE_NODEPOOL, GPU_RESOURCE, POOL_NAME_KEYS, TPU_RESOURCE
 from ringmaster.placement.pools import NoPool, pod_requests
 
@@ -70,6 +75,14 @@ class ReducerPool:
     endpoints: tuple[str, ...]
     machine_type: str
     message: str = ""  # the pool's Ready condition message ("3/25 ready; 22 cannot be scheduled")
+    running_jobs: frozenset[str] = frozenset()  # the pool's status.runningJobs
+    share: float = 1.0  # the part of its bandwidth the job looking at it gets (reducer_pool_for)
+
+    def share_for(self, job: str) -> float:
+        """A job's part of the pool's bandwidth: the jobs that run on it at once divide it
+        evenly, and a job about to start counts itself in (so its plan, and the pool's size
+        that follows from the plan, already hold when it runs)."""
+        return 1.0 / (len(self.running_jobs - {job}) + 1)
 
 
 Planner = Callable[[TrainingJobSpec, str | None, ReducerPool | None], TrainingPlan]
@@ -89,6 +102,7 @@ class WorkerPod:
     terminating: bool
     exit_detail: str | None = None  # "exit code 137 (Error)" for a failed container
     pool: str | None = None  # the pool its nodeSelector names
+    reducer_endpoints: tuple[str, ...] = ()  # the reducers it was started with (its env)
 
     @classmethod
     def from_object(cls, pod: Mapping[str, Any]) -> WorkerPod:
@@ -101,6 +115,12 @@ class WorkerPod:
             if terminated and terminated.get("exitCode", 0) != 0:
                 detail = f"exit code {terminated['exitCode']} ({terminated.get('reason', '')})"
         selector = spec.get("nodeSelector") or {}
+        env = {
+            e.get("name"): e.get("value")
+            for c in spec.get("containers") or []
+            for e in c.get("env") or []
+        }
+        reducers = env.get(REDUCER_ENDPOINTS_ENV) or ""
         return cls(
             name=metadata["name"],
             rank=int((metadata.get("labels") or {}).get(RANK_LABEL, -1)),
@@ -110,6 +130,7 @@ class WorkerPod:
             terminating=bool(metadata.get("deletionTimestamp")),
             exit_detail=detail,
             pool=next((selector[k] for k in POOL_NAME_KEYS if k in selector), None),
+            reducer_endpoints=tuple(e for e in reducers.split(",") if e),
         )
 
 
@@ -369,9 +390,26 @@ def _plan(step: _Step, pool: PoolSummary | None, reducers: ReducerPool | None) -
 
 
 def _reducer_settings(step: _Step) -> tuple[ReductionServerSettings, str, ReducerPool | None]:
+    """The job's reducer settings, its pool's name, and the pool as this job sees it: a shared
+    pool's bandwidth is divided among the jobs running on it (the job's own pool is all its)."""
     settings = step.spec.communication.reduction_server or ReductionServerSettings()
     name = settings.pool_name or owned_reducer_pool_name(step.job.name)
-    return settings, name, step.world.reducer_pools.get(name)
+    pool = step.world.reducer_pools.get(name)
+    if pool is not None and settings.pool_name is not None:
+        pool = replace(pool, share=pool.share_for(step.job.name))
+    return settings, name, pool
+
+
+def _reducers_in_use(
+    reducers: ReducerPool | None, current: Mapping[int, WorkerPod]
+) -> ReducerPool | None:
+    """The pool as running workers use it: the reducers they were started with that still serve
+    (a pool grown for another job adds none to them; a lost or scaled-away one takes one away)."""
+    used = {e for p in current.values() for e in p.reducer_endpoints}
+    if reducers is None or not used:
+        return reducers
+    serving = len(used & set(reducers.endpoints))
+    return replace(reducers, replicas=serving, ready=serving) if serving else reducers
 
 
 def _uses_reducers(plan: TrainingPlan | None) -> bool:
@@ -537,7 +575,7 @@ def _admitted(
     status.pool = admission.pool
     pool = step.world.pools.get(admission.pool)
     settings, reducer_pool_name, reducers = _reducer_settings(step)
-    _plan(step, pool, reducers)
+    _plan(step, pool, _reducers_in_use(reducers, current))
     uses_reducers = _uses_reducers(status.plan)
     status.reduction_server_pool = reducer_pool_name if uses_reducers else None
     schedulable = step.conditions.get(SCHEDULABLE)
@@ -577,6 +615,12 @@ def _admitted(
             wanted = settings.replicas or (status.plan.reducers_wanted if status.plan else 1) or 1
             decision.apply.append(owned_reducer_pool(job.name, settings, wanted))
         problem = _reducer_problem(settings.pool_name, reducers, job.namespace)
+        if problem is not None and reducers is not None and current:
+            # A shared pool grows when another job starts on it; workers that still reach every
+            # reducer they were started with have lost none.
+            used = {e for p in current.values() for e in p.reducer_endpoints}
+            if used and used <= set(reducers.endpoints):
+                problem = None
         if problem is None:
             ready = reducers.ready if reducers else 0
             message = f"{ready} reducers of pool {reducer_pool_name} ready"

@@ -132,7 +132,11 @@ def ringmaster_terminating_namespaces(name: str, body: kopf.Body, **_: Any) -> d
 
 @functools.lru_cache(maxsize=4096)
 def _cached_plan(
-    spec_json: str, machine_type: str | None, reducers: int | None, reducer_machine: str | None
+    spec_json: str,
+    machine_type: str | None,
+    reducers: int | None,
+    reducer_machine: str | None,
+    reducer_share: float,
 ) -> TrainingPlan:
     from ringmaster.planning import plan_training, training_warnings
 
@@ -143,7 +147,9 @@ def _cached_plan(
         settings = settings.model_copy(update={"machine_type": reducer_machine})
         communication = spec.communication.model_copy(update={"reduction_server": settings})
         spec = spec.model_copy(update={"communication": communication})
-    report = plan_training(spec, machine_type=machine_type, reducers=reducers)
+    report = plan_training(
+        spec, machine_type=machine_type, reducers=reducers, reducer_share=reducer_share
+    )
     plan = report.to_status()
     plan.warnings = [str(w) for w in training_warnings(spec, report)] or None
     return plan
@@ -156,7 +162,8 @@ def status_plan(
     Cached: a job is planned on every look, and many jobs share a spec."""
     count = reducers.replicas if reducers is not None and reducers.replicas > 0 else None
     machine = reducers.machine_type if count is not None and reducers is not None else None
-    plan = _cached_plan(spec.model_dump_json(by_alias=True), machine_type, count, machine)
+    share = reducers.share if reducers is not None else 1.0
+    plan = _cached_plan(spec.model_dump_json(by_alias=True), machine_type, count, machine, share)
     return plan.model_copy(deep=True)
 
 
@@ -171,6 +178,7 @@ def reducer_pool_view(body: Mapping[str, Any]) -> ReducerPool:
         endpoints=tuple(status.get("endpoints") or ()),
         machine_type=(body.get("spec") or {}).get("machineType", ""),
         message=ready.get("message", ""),
+        running_jobs=frozenset(status.get("runningJobs") or ()),
     )
 
 

@@ -627,7 +627,8 @@ def predict_training(
         host_price=host.price_per_hour,
         reducers=k,
         reducer_bandwidth=rate,
-        reducer_price=reducer.price_per_hour,
+        # A job pays for the part of a shared pool it uses: the jobs that share it pay the rest.
+        reducer_price=reducer.price_per_hour * share,
         intra_link=fabric.intra_link,
         nvls_bandwidth=fabric.nvls_bandwidth,
         arch=fabric.arch,

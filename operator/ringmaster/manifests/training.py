@@ -89,6 +89,10 @@ def launcher_env(
     return [{"name": k, "value": v} for k, v in env.items()]
 
 
+REDUCER_ENDPOINTS_ENV = "RINGMASTER_REDUCTION_SERVERS"
+"""The reducers a worker was started with (the controller reads them back from the pod)."""
+
+
 def reducer_env(spec: TrainingJobSpec, rank: int, reducers: Sequence[str]) -> list[dict[str, str]]:
     """Where the reduction servers are: RINGMASTER_REDUCTION_SERVERS (comma-separated host:port,
     the documented form), and BytePS's DMLC_* variables for plugins of that family, whose first
@@ -97,7 +101,7 @@ def reducer_env(spec: TrainingJobSpec, rank: int, reducers: Sequence[str]) -> li
         return []
     first_host, _, first_port = reducers[0].rpartition(":")
     env = {
-        "RINGMASTER_REDUCTION_SERVERS": ",".join(reducers),
+        REDUCER_ENDPOINTS_ENV: ",".join(reducers),
         "RINGMASTER_REDUCTION_SERVER_COUNT": str(len(reducers)),
         "DMLC_ROLE": "worker",
         "DMLC_NUM_SERVER": str(len(reducers)),

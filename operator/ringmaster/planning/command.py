@@ -55,6 +55,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--plot", metavar="FILE.png", help="draw the sweep (needs matplotlib)")
     parser.add_argument(
+        "--jobs-sharing-pool",
+        metavar="N",
+        type=int,
+        default=1,
+        help="plan a job that names a shared ReductionServerPool as one of N jobs running on it "
+        "at once (it gets 1/N of the reducers' bandwidth, as the operator plans it)",
+    )
+    parser.add_argument(
         "--catalog",
         metavar="FILE",
         help="hardware catalog overrides, YAML or JSON (default: $RINGMASTER_CATALOG)",
@@ -85,7 +93,7 @@ def _read(path: str) -> tuple[str, str]:
         raise _Usage(f"{path}: cannot read: {exc.strerror}") from None
 
 
-def _plans(text: str, source: str, catalog: Catalog) -> list[Any]:
+def _plans(text: str, source: str, catalog: Catalog, jobs_sharing_pool: int = 1) -> list[Any]:
     # pydantic only when planning
     from ringmaster.api import InferenceEndpointSpec, ManifestError, TrainingJobSpec, load_manifests
 
@@ -98,9 +106,13 @@ def _plans(text: str, source: str, catalog: Catalog) -> list[Any]:
     out: list[Any] = []
     for m in manifests:
         if isinstance(m.spec, TrainingJobSpec):
-            out.append(
-                (m, plan_training(m.spec, name=m.name, namespace=m.namespace, catalog=catalog))
+            settings = m.spec.communication.reduction_server
+            shared = settings is not None and settings.pool_name is not None
+            share = 1.0 / jobs_sharing_pool if shared else 1.0
+            report = plan_training(
+                m.spec, name=m.name, namespace=m.namespace, catalog=catalog, reducer_share=share
             )
+            out.append((m, report))
         elif isinstance(m.spec, InferenceEndpointSpec):
             out.append(
                 (m, plan_inference(m.spec, name=m.name, namespace=m.namespace, catalog=catalog))
@@ -152,7 +164,10 @@ def _sweep_output(
                 "--sweep: not yet for a model with an architecture (its layout is re-planned "
                 "for each point); plan each size on its own"
             )
-        tpoints = sweep_training(training_inputs(m.spec), sweep, catalog)
+        reducer_side = plan.prediction.strategies.get("ReductionServer")
+        share = (reducer_side.reducer_share if reducer_side else None) or 1.0
+        inputs = training_inputs(m.spec, reducer_share=share)
+        tpoints = sweep_training(inputs, sweep, catalog)
         if plot:
             _plot_training(plot, m.name, sweep.field, tpoints)
         if fmt == "json":
@@ -287,7 +302,9 @@ def run(args: argparse.Namespace) -> int:
             raise _Usage("--plot draws a sweep: give --sweep FIELD=RANGE too")
         catalog = active_catalog(args.catalog)
         text, source = _read(args.file)
-        plans = _plans(text, source, catalog)
+        if args.jobs_sharing_pool < 1:
+            raise _Usage("--jobs-sharing-pool: give a count of 1 or more")
+        plans = _plans(text, source, catalog, args.jobs_sharing_pool)
         if sweep is not None:
             out = _sweep_output(plans, sweep, catalog, args.output, args.plot)
         else:

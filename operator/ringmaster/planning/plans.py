@@ -177,6 +177,11 @@ class TrainingReport:
             machine_type=p.machine_type,
             reducers=chosen.reducers if uses_reducers else None,
             reducer_machine_type=chosen.reducer_machine_type if uses_reducers else None,
+            reducer_share=(
+                _sig(chosen.reducer_share)
+                if uses_reducers and chosen.reducer_share is not None and chosen.reducer_share < 1
+                else None
+            ),
             # The bandwidth rule's count: what a pool sized by its jobs gives this one.
             reducers_wanted=rule.vertex_reducers if rule else None,
             cost_optimal_reducers=rule.cost_optimal_reducers if rule else None,
