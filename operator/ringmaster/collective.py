@@ -37,9 +37,9 @@ from ringmaster.engine.hardware import (
     CatalogOverrideError,
     MachineType,
     UnknownHardwareError,
-    load_catalog,
 )
 from ringmaster.engine.units import gbps_to_bytes_per_second
+from ringmaster.planning.catalog import CatalogError, load_catalog
 
 EXIT_USAGE = 2
 EXIT_BELOW_MODEL = 1
@@ -409,7 +409,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--topology", help="TPU slice topology (AxB or AxBxC)")
     parser.add_argument("--compare", metavar="LOG", help="an nccl-tests *_perf text log")
-    parser.add_argument("--catalog", metavar="FILE", help="hardware catalog overrides")
+    parser.add_argument(
+        "--catalog", metavar="FILE", help="a hardware catalog file (docs/catalog.md)"
+    )
     parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
 
 
@@ -458,6 +460,6 @@ def _run(args: argparse.Namespace) -> int:
         table = rows(setup, sizes)
         print(json.dumps(table, indent=2) if args.output == "json" else render(setup, table))
         return 0
-    except (UsageError, CatalogOverrideError, UnknownHardwareError) as exc:
+    except (UsageError, CatalogError, CatalogOverrideError, UnknownHardwareError) as exc:
         print(f"ringmaster collective: {' '.join(str(exc).split())}", file=sys.stderr)
         return EXIT_USAGE

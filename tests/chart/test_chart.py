@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import re
 import tomllib
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from ringmaster.engine.hardware import load_catalog
+from ringmaster.engine.hardware import DEFAULT_CATALOG
+from ringmaster.planning.catalog import apply_catalog, parse_catalog
 from tests.chart.conftest import CHART, REPO, Render, find, kinds, run_helm, set_args
 
 # Value sets that switch every optional part on, for lint and the cross-cutting checks.
@@ -62,12 +62,15 @@ def test_default_install_renders_exactly_the_operator_objects(render: Render):
     assert kinds(objects) == [
         "ClusterRole",
         "ClusterRoleBinding",
+        "ConfigMap",  # the hardware catalog, empty
         "CustomResourceDefinition",  # clusterkopfpeerings.kopf.dev
         "CustomResourceDefinition",  # inferenceendpoints
         "CustomResourceDefinition",  # kopfpeerings.kopf.dev
         "CustomResourceDefinition",  # reductionserverpools
         "CustomResourceDefinition",  # trainingjobs
         "Deployment",
+        "Role",  # get the catalog ConfigMap, in the release namespace
+        "RoleBinding",
         "Service",
         "ServiceAccount",
     ]
@@ -163,7 +166,9 @@ def test_watch_namespaces_become_flags_and_role_bindings(render: Render):
         "--namespace=team-a",
         "--namespace=team-b",
     ]
-    bindings = [o for o in objects if o["kind"] == "RoleBinding"]
+    bindings = [
+        o for o in objects if o["kind"] == "RoleBinding" and o["roleRef"]["kind"] == "ClusterRole"
+    ]
     assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
     for binding in bindings:
         assert binding["roleRef"]["name"] == "rm-ringmaster-namespaced"
@@ -197,9 +202,7 @@ def test_replicas_use_kopf_peering_with_the_object_the_flag_names(render: Render
     }
 
 
-def test_catalog_overrides_reach_the_engine_through_a_mounted_config_map(
-    render: Render, tmp_path: Path
-):
+def test_catalog_overrides_reach_the_operator_through_its_config_map(render: Render):
     overrides = {
         "machineTypes": {
             "a2-highgpu-8g": {"pricePerHourUSD": 21.5},
@@ -210,47 +213,40 @@ def test_catalog_overrides_reach_the_engine_through_a_mounted_config_map(
     }
     objects = render({"catalog": {"overrides": overrides}})
     container = operator_container(objects)
-    pod = find(objects, "Deployment")["spec"]["template"]["spec"]
     config_map = find(objects, "ConfigMap")
-    env = {e["name"]: e.get("value") for e in container["env"]}
-    mount = next(m for m in container["volumeMounts"] if m["name"] == "catalog")
-    volume = next(v for v in pod["volumes"] if v["name"] == "catalog")
-    assert volume["configMap"]["name"] == config_map["metadata"]["name"]
-    # $RINGMASTER_CATALOG names a key of that ConfigMap under the mount.
-    path = Path(env["RINGMASTER_CATALOG"])
-    assert str(path.parent) == mount["mountPath"]
-    text = config_map["data"][path.name]
-    # The engine reads the file as the operator will, with its own validation.
-    (tmp_path / path.name).write_text(text)
-    catalog = load_catalog(tmp_path / path.name)
+    # The operator is told which ConfigMap to read (and re-read: no mount, no restart).
+    namespace, name = config_map["metadata"]["namespace"], config_map["metadata"]["name"]
+    assert f"--catalog-configmap={namespace}/{name}" in container["args"]
+    assert "volumeMounts" not in container or not [
+        m for m in container["volumeMounts"] if m["name"] == "catalog"
+    ]
+    # The operator validates the text as it will read it.
+    text = config_map["data"]["catalog.yaml"]
+    catalog = apply_catalog(DEFAULT_CATALOG, parse_catalog(text))
     assert catalog.machine("a2-highgpu-8g").price_per_hour == 21.5
     assert catalog.machine("my-reducer").vcpus == 32
     assert catalog.accelerator("nvidia-tesla-a100").peak_flops["int8"] == 624e12
     assert catalog.default_machine("nvidia-tesla-t4", 1).name == "n1-standard-4"
-
-    # A changed catalog changes the pod template, so `helm upgrade` restarts the operator.
-    def checksum(values: dict[str, Any]) -> str:
-        deployment = find(render(values), "Deployment")
-        return deployment["spec"]["template"]["metadata"]["annotations"]["checksum/catalog"]
-
-    cheaper = {"machineTypes": {"a2-highgpu-8g": {"pricePerHourUSD": 20.0}}}
-    assert checksum({"catalog": {"overrides": overrides}}) != checksum(
-        {"catalog": {"overrides": cheaper}}
-    )
+    # A changed catalog no longer changes the pod template: the operator picks it up live.
+    deployment = find(objects, "Deployment")
+    annotations = deployment["spec"]["template"]["metadata"].get("annotations") or {}
+    assert "checksum/catalog" not in annotations
 
 
-def test_no_catalog_means_no_config_map_and_no_variable(render: Render):
+def test_the_catalog_config_map_exists_by_default_and_may_be_the_users(render: Render):
     objects = render()
-    assert "ConfigMap" not in kinds(objects)
+    config_map = find(objects, "ConfigMap")
+    text = config_map["data"]["catalog.yaml"]
+    assert apply_catalog(DEFAULT_CATALOG, parse_catalog(text)).accelerators == (
+        DEFAULT_CATALOG.accelerators
+    )
     assert "RINGMASTER_CATALOG" not in {e["name"] for e in operator_container(objects)["env"]}
     existing = render({"catalog": {"existingConfigMap": "my-prices"}})
     assert "ConfigMap" not in kinds(existing)
-    volume = next(
-        v
-        for v in find(existing, "Deployment")["spec"]["template"]["spec"]["volumes"]
-        if v["name"] == "catalog"
-    )
-    assert volume["configMap"]["name"] == "my-prices"
+    namespace = find(existing, "Deployment")["metadata"]["namespace"]
+    assert f"--catalog-configmap={namespace}/my-prices" in operator_container(existing)["args"]
+    (role,) = [o for o in existing if o["kind"] == "Role"]
+    assert role["rules"][0]["resourceNames"] == ["my-prices"]
 
 
 # Wrong values and the words `helm install` must answer with (the schema's or the chart's).

@@ -90,7 +90,12 @@ def test_no_wildcards_no_secrets_no_escalation(render: Render, layout: str):
             assert "nonResourceURLs" not in rule, rule
             for field in ("apiGroups", "resources", "verbs", "resourceNames"):
                 assert not any("*" in item for item in rule.get(field, [])), (field, rule)
-            assert not {"secrets", "configmaps", "serviceaccounts"} & set(rule["resources"]), rule
+            assert not {"secrets", "serviceaccounts"} & set(rule["resources"]), rule
+            if "configmaps" in rule["resources"]:  # the catalog's, by name, read only
+                assert role["kind"] == "Role" and rule["resources"] == ["configmaps"], rule
+                assert rule["verbs"] == ["get"] and rule["resourceNames"] == [
+                    "rm-ringmaster-catalog"
+                ]
             assert not any(r.startswith(("roles", "clusterroles")) for r in rule["resources"])
             assert not {"escalate", "bind", "impersonate", "deletecollection"} & set(
                 rule["verbs"]
@@ -100,13 +105,28 @@ def test_no_wildcards_no_secrets_no_escalation(render: Render, layout: str):
 
 def test_all_namespaces_grants_exactly_the_table(render: Render):
     objects = render()
-    (role,) = roles(objects)
+    (role,) = [r for r in roles(objects) if r["kind"] == "ClusterRole"]
     assert table(role) == {
         (g, r, ()): v for (g, r), v in {**CLUSTER_RULES, **NAMESPACED_RULES}.items()
     }
     (binding,) = [o for o in objects if o["kind"] == "ClusterRoleBinding"]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
-    assert [o for o in objects if o["kind"] == "RoleBinding"] == []
+    assert catalog_role(objects) is not None
+    assert [o["roleRef"]["kind"] for o in objects if o["kind"] == "RoleBinding"] == ["Role"]
+
+
+def catalog_role(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    """The one Role: in the release namespace, get the catalog ConfigMap and post Events."""
+    (role,) = [o for o in objects if o["kind"] == "Role"]
+    assert table(role) == {
+        (CORE, "configmaps", ("rm-ringmaster-catalog",)): {"get"},
+        (CORE, "events", ()): {"create"},
+    }
+    (binding,) = [
+        o for o in objects if o["kind"] == "RoleBinding" and o["roleRef"]["kind"] == "Role"
+    ]
+    assert binding["metadata"]["namespace"] == role["metadata"]["namespace"]
+    return role
 
 
 def test_some_namespaces_grant_namespaced_rights_only_there(render: Render):
@@ -122,7 +142,9 @@ def test_some_namespaces_grant_namespaced_rights_only_there(render: Render):
     assert table(namespaced) == {(g, r, ()): v for (g, r), v in NAMESPACED_RULES.items()}
     cluster_bindings = [o for o in objects if o["kind"] == "ClusterRoleBinding"]
     assert [b["roleRef"]["name"] for b in cluster_bindings] == ["rm-ringmaster"]
-    role_bindings = [o for o in objects if o["kind"] == "RoleBinding"]
+    role_bindings = [
+        o for o in objects if o["kind"] == "RoleBinding" and o["roleRef"]["kind"] == "ClusterRole"
+    ]
     assert {b["metadata"]["namespace"] for b in role_bindings} == {"team-a", "team-b"}
     assert {b["roleRef"]["name"] for b in role_bindings} == {"rm-ringmaster-namespaced"}
 

@@ -23,6 +23,8 @@ from tests.e2e.kube import Cluster, OperatorProcess
 REPO = Path(__file__).resolve().parents[2]
 # Parallel runs (two checkouts, two engineers) each set their own name.
 E2E_CLUSTER_NAME = os.environ.get("RINGMASTER_E2E_CLUSTER", "ringmaster-e2e")
+# The session operator's hardware catalog ConfigMap, as the chart sets it (absent: built-in).
+E2E_CATALOG_CONFIGMAP = ("default", "ringmaster-e2e-catalog")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -92,7 +94,9 @@ def operator(
     """The operator, running as its own process for the whole session (its log is kept in the
     session's temporary directory, printed on failure by the tests that need it)."""
     process = OperatorProcess(
-        crds_installed.kubeconfig, tmp_path_factory.mktemp("operator") / "operator.log"
+        crds_installed.kubeconfig,
+        tmp_path_factory.mktemp("operator") / "operator.log",
+        ("--catalog-configmap", "/".join(E2E_CATALOG_CONFIGMAP)),
     )
     process.start()
     request.config.stash[SESSION_OPERATOR] = process

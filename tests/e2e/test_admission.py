@@ -142,6 +142,23 @@ def render_bad_input_doc(rows: list[BadInput]) -> str:
     lines += [f"| `spec.{c.field}` | {c.when} | {c.why} |" for c in TRAINING_JOB.spec_changes]
     lines += [
         "",
+        "## Accepted, then held by the operator",
+        "",
+        "The accelerator is open: any name of the GKE label form is accepted, and what the",
+        "operator's hardware catalog ([catalog.md](catalog.md)) does not define is judged by the",
+        "operator. The job or endpoint is stored but waits, creating nothing, with a Warning",
+        "Event and `Schedulable=False` (TrainingJob) or `Ready=False` (InferenceEndpoint) giving",
+        "the reason; it goes on by itself once the catalog ConfigMap defines the hardware.",
+        "",
+        "| reason | field | when |",
+        "|---|---|---|",
+        "| `UnknownAccelerator` | `spec.accelerator.type` | the catalog has no such accelerator "
+        "(the message lists the known ones and how to add one) |",
+        "| `UnsupportedHostShape` | `spec.accelerator.perWorker` / `perReplica` | no machine type "
+        "of the catalog carries that many of the accelerator (3 x A100) |",
+        "| `UnsupportedTopology` | `spec.accelerator.topology` | a 2-D topology for a 3-D TPU "
+        "(`4x4` for tpu-v4-podslice) or the reverse |",
+        "",
         "## Accepted, with a warning",
         "",
         "Some input is valid but almost surely a slip. It is accepted, planned, and reported as",

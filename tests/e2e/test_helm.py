@@ -128,8 +128,13 @@ def sa_kubeconfig(cluster: Cluster, installed: dict[str, Any], tmp_path_factory)
 def sa_operator(
     sa_kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
-    """`ringmaster run` authenticated only as the chart's ServiceAccount."""
-    process = OperatorProcess(sa_kubeconfig, tmp_path_factory.mktemp("sa-op") / "operator.log")
+    """`ringmaster run` authenticated only as the chart's ServiceAccount, reading the chart's
+    catalog ConfigMap as the Deployment does."""
+    process = OperatorProcess(
+        sa_kubeconfig,
+        tmp_path_factory.mktemp("sa-op") / "operator.log",
+        ("--catalog-configmap", f"{SYSTEM_NS}/{FULLNAME}-catalog"),
+    )
     process.start()
     try:
         yield process
@@ -179,7 +184,10 @@ def test_the_service_account_is_denied_what_it_does_not_need(cluster: Cluster, i
     assert can("create", "pods", "-n", "default")
     assert can("patch", "trainingjobs.ringmaster.dev", "--subresource=status", "-n", "default")
     assert can("list", "nodes")
+    assert can("get", f"configmaps/{FULLNAME}-catalog", "-n", SYSTEM_NS)  # the catalog only
     for denied in (
+        ("get", "configmaps/someone-elses", "-n", SYSTEM_NS),
+        ("list", "configmaps", "-n", SYSTEM_NS),
         ("get", "secrets", "-n", SYSTEM_NS),
         ("list", "secrets", "-A"),
         ("get", "configmaps", "-n", "default"),

@@ -392,6 +392,22 @@ def test_a_spec_the_engine_cannot_plan_fails_with_the_engines_words():
     assert reasons(decision) == ["PlanFailed"]
 
 
+def test_an_accelerator_the_catalog_lacks_waits_with_unknown_accelerator_and_applies_nothing():
+    def must_not_plan(spec):
+        raise AssertionError("no plan for hardware the catalog lacks")
+
+    pools, used = world()
+    problem = ("UnknownAccelerator", "accelerator nvidia-l4 is not in the operator's catalog")
+    args = (pools, used, must_not_plan, NOW, problem)
+    decision = reconcile_inference(endpoint(example("t4")), None, False, *args)
+    assert decision.apply == [] and decision.status.phase == "Pending"
+    ready = condition(decision, "Ready")
+    assert (ready.status, ready.reason) == ("False", "UnknownAccelerator")
+    assert reasons(decision) == ["UnknownAccelerator"]
+    again = reconcile_inference(endpoint(example("t4"), decision.status), None, False, *args)
+    assert again.events == []  # said once
+
+
 def test_an_invalid_spec_fails_once():
     first = invalid_spec(InferenceEndpointStatus(), 2, "spec.slo: Field required", NOW)
     assert first.status.phase == "Failed" and first.status.observed_generation == 2

@@ -123,3 +123,13 @@ def test_a_cluster_with_an_exited_component_is_not_healthy(tmp_path, monkeypatch
     exited.wait()
     (pids / "kube-controller-manager.pid").write_text(str(exited.pid))
     assert not cluster.components_alive()
+
+
+@pytest.mark.parametrize("pool", [p for p in POOLS if p.accelerator], ids=lambda p: p.name)
+def test_every_accelerator_pool_is_one_the_built_in_catalog_can_place(pool):
+    from ringmaster.engine.hardware import DEFAULT_CATALOG
+    from ringmaster.planning.catalog import hardware_problem
+
+    assert hardware_problem(DEFAULT_CATALOG, pool.accelerator, pool.accelerators_per_node) is None
+    host = DEFAULT_CATALOG.host(pool.accelerator, pool.accelerators_per_node, pool.instance_type)
+    assert host.machine.vcpus == pool.vcpus or host.machine.accelerator is None, pool.name

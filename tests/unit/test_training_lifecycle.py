@@ -230,3 +230,53 @@ def test_the_priority_class_reaches_the_pods():
     decision = world.decide(job(the_spec))
     pods = [o for o in decision.create if o["kind"] == "Pod"]
     assert {p["spec"]["priorityClassName"] for p in pods} == {"research"}
+
+
+def test_an_accelerator_the_catalog_lacks_waits_with_unknown_accelerator_until_it_is_added():
+    from pathlib import Path
+
+    from ringmaster.admission.snapshot import NodeFacts
+    from ringmaster.localcluster.pools import PoolTemplate, node_manifest
+    from ringmaster.placement.pools import node_from_object
+    from ringmaster.planning.catalog import load_catalog
+
+    l4 = PoolTemplate("l4", "g2-standard-24", 24, 96, 2, "nvidia-l4", 2, "NVIDIA-L4")
+    world = TrainingWorld()
+    for i in range(2):
+        node = node_manifest(l4, i)
+        node["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+        world.snapshot.set_node(NodeFacts.from_node(node_from_object(node)))
+    the_job = job(spec(workers=2, per_worker=2, accelerator="nvidia-l4"))
+    decision = world.decide(the_job)
+    assert decision.create == [] and decision.waiting is None and decision.promise is None
+    assert decision.status.phase == "Pending" and decision.status.plan is None
+    condition = find_condition(decision.status.conditions, "Schedulable")
+    assert (condition.status, condition.reason) == ("False", "UnknownAccelerator")
+    assert "nvidia-b200" in condition.message and "catalog ConfigMap" in condition.message
+    assert [(e.type, e.reason) for e in decision.events] == [("Warning", "UnknownAccelerator")]
+    # Looked at again with nothing changed: no second Event.
+    again = world.decide(job(the_job.spec, decision.status))
+    assert again.events == []
+    # The catalog gains the accelerator: the same job is admitted on the L4 pool.
+    example = Path(__file__).resolve().parents[2] / "examples" / "catalog" / "nvidia-l4.yaml"
+    admitted = world.decide(job(the_job.spec, decision.status), catalog=load_catalog(example))
+    assert admitted.status.phase == "Admitted" and admitted.status.pool == "l4"
+    assert len([o for o in admitted.create if o["kind"] == "Pod"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("hardware", "reason"),
+    [
+        ({"per_worker": 3}, "UnsupportedHostShape"),
+        (
+            {"accelerator": "tpu-v4-podslice", "per_worker": 4, "topology": "4x4"},
+            "UnsupportedTopology",
+        ),
+    ],
+)
+def test_a_host_shape_or_topology_the_catalog_lacks_waits_with_its_reason(hardware, reason):
+    workers = 4
+    decision = TrainingWorld().decide(job(spec(workers=workers, **hardware)))
+    condition = find_condition(decision.status.conditions, "Schedulable")
+    assert (condition.status, condition.reason) == ("False", reason)
+    assert decision.create == [] and [e.reason for e in decision.events] == [reason]

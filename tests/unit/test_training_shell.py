@@ -39,7 +39,7 @@ class RecordingApi:
         self.calls.append(("apply", obj["kind"]))
         return obj
 
-    async def post_event(self, involved: Any, type_: str, reason: str, message: str) -> None:
+    async def post_event_about(self, involved: Any, type_: str, reason: str, message: str) -> None:
         self.calls.append(("event", reason))
 
     async def patch_status(self, plural: str, namespace: str, name: str, status: Any) -> str:
@@ -90,7 +90,7 @@ def _api_posting(
 
 def test_an_event_is_posted_about_the_object_with_a_bounded_message(monkeypatch):
     api, posted = _api_posting(monkeypatch)
-    asyncio.run(api.post_event(BODY, "Normal", "Admitted", "x" * 5000))
+    asyncio.run(api.post_event_about(BODY, "Normal", "Admitted", "x" * 5000))
     [(namespace, event)] = posted
     assert namespace == "ml"
     assert event["involvedObject"] == {
@@ -106,11 +106,11 @@ def test_an_event_is_posted_about_the_object_with_a_bounded_message(monkeypatch)
 
 def test_an_event_the_api_refuses_is_skipped_but_an_unreachable_api_is_an_error(monkeypatch):
     api, posted = _api_posting(monkeypatch, ApiException(status=422, reason="Invalid"))
-    asyncio.run(api.post_event(BODY, "Normal", "Admitted", "ok"))  # logged, not raised
+    asyncio.run(api.post_event_about(BODY, "Normal", "Admitted", "ok"))  # logged, not raised
     assert len(posted) == 1
     api, posted = _api_posting(monkeypatch, ApiException(status=503, reason="Unavailable"))
     with pytest.raises(ApiException):
-        asyncio.run(api.post_event(BODY, "Normal", "Admitted", "ok"))
+        asyncio.run(api.post_event_about(BODY, "Normal", "Admitted", "ok"))
 
 
 def _job_body(name: str, workers: int, status: dict[str, Any]) -> dict[str, Any]:

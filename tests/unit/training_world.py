@@ -21,9 +21,11 @@ from ringmaster.controllers.training_lifecycle import (
     World,
     reconcile_training,
 )
+from ringmaster.engine.hardware import DEFAULT_CATALOG, Catalog
 from ringmaster.localcluster.pools import POOLS_BY_NAME, node_list
 from ringmaster.manifests.reduction import REDUCER_REQUESTS
 from ringmaster.placement.pools import node_from_object, parse_resources
+from ringmaster.planning.catalog import hardware_problem
 
 NOW = dt.datetime(2026, 11, 21, 12, 0, tzinfo=dt.UTC)
 REDUCER_REQUEST = parse_resources(REDUCER_REQUESTS)
@@ -109,18 +111,22 @@ class TrainingWorld:
         reducer_pools: Mapping[str, ReducerPool] | None = None,
         planner=ring_planner,
         now: dt.datetime = NOW,
+        catalog: Catalog = DEFAULT_CATALOG,
     ) -> Decision:
-        """One look at the job as the shell takes it: reconcile; if it waits, one cycle and a
-        second look with the verdict; then record what it holds."""
+        """One look at the job as the shell takes it: reconcile (with what ``catalog`` says of
+        the job's hardware); if it waits, one cycle and a second look with the verdict; then
+        record what it holds."""
         pools = reducer_pools or {}
+        hw = the_job.spec.accelerator
+        hardware = hardware_problem(catalog, hw.type, hw.per_worker, hw.topology)
         decision = reconcile_training(
-            the_job, pods, World(self.snapshot.pools(), pools), now, planner
+            the_job, pods, World(self.snapshot.pools(), pools, None, hardware), now, planner
         )
         if decision.waiting is not None:
             verdicts = admission_cycle(self.snapshot, [decision.waiting], self.settings, now)
             verdict = next(v for v in verdicts if v.key == the_job.key)
             decision = reconcile_training(
-                the_job, pods, World(self.snapshot.pools(), pools, verdict), now, planner
+                the_job, pods, World(self.snapshot.pools(), pools, verdict, hardware), now, planner
             )
         if decision.promise is not None:
             self.snapshot.promise(decision.promise)

@@ -50,10 +50,11 @@ app.kubernetes.io/part-of: ringmaster
 {{- default (include "ringmaster.fullname" .) .Values.peering.name }}
 {{- end }}
 
+{{- /* The hardware catalog ConfigMap the operator reads (and re-reads) by name: always one. */}}
 {{- define "ringmaster.catalogConfigMap" -}}
 {{- if .Values.catalog.existingConfigMap }}
 {{- .Values.catalog.existingConfigMap }}
-{{- else if .Values.catalog.overrides }}
+{{- else }}
 {{- printf "%s-catalog" (include "ringmaster.fullname" .) }}
 {{- end }}
 {{- end }}

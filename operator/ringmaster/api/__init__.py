@@ -5,13 +5,12 @@ This package imports nothing else from ringmaster.
 """
 
 from ringmaster.api.accelerators import (
-    ACCELERATOR_TYPES,
-    GPU_ACCELERATOR_TYPES,
-    HOST_SHAPES,
-    TPU_ACCELERATOR_TYPES,
+    ACCELERATOR_NAME_PATTERN,
+    TOPOLOGY_PATTERN,
     AcceleratorType,
     is_tpu,
     topology_chips,
+    topology_dims,
 )
 from ringmaster.api.architecture import TransformerArchitecture
 from ringmaster.api.base import API_VERSION, GROUP, VERSION, Rule
@@ -74,16 +73,14 @@ from ringmaster.api.trainingjob import (
 )
 
 __all__ = [
-    "ACCELERATOR_TYPES",
+    "ACCELERATOR_NAME_PATTERN",
     "API_VERSION",
     "DEFAULT_REDUCER_MACHINE_TYPE",
-    "GPU_ACCELERATOR_TYPES",
     "GROUP",
-    "HOST_SHAPES",
     "INFERENCE_ENDPOINT",
     "REDUCTION_SERVER_POOL",
     "RESOURCES",
-    "TPU_ACCELERATOR_TYPES",
+    "TOPOLOGY_PATTERN",
     "TRAINING_JOB",
     "VERSION",
     "AcceleratorType",
@@ -133,5 +130,6 @@ __all__ = [
     "parse_manifest",
     "set_condition",
     "topology_chips",
+    "topology_dims",
     "validate_update",
 ]

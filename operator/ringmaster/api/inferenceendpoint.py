@@ -8,14 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from ringmaster.api.accelerators import (
-    CEL_HOST_SHAPES,
-    CEL_HOST_SHAPES_TEXT,
-    HOST_SHAPES,
-    AcceleratorType,
-    host_shapes_text,
-    shapes_text,
-)
+from ringmaster.api.accelerators import AcceleratorType
 from ringmaster.api.architecture import TransformerArchitecture
 from ringmaster.api.base import Int, Rule, SpecModel, StatusModel
 from ringmaster.api.common import Condition, PodTemplate, conditions_field
@@ -35,26 +28,11 @@ class InferenceAccelerator(SpecModel):
     """The accelerators of each serving replica (one host)."""
 
     type: AcceleratorType
-    """Accelerator type as GKE labels nodes."""
+    """Accelerator type as GKE labels nodes: any name of that form; the operator's catalog
+    (docs/catalog.md) must define it, or the endpoint waits with reason ``UnknownAccelerator``."""
     per_replica: Int = Field(default=1, ge=1, le=16)
-    """Accelerators per replica; must be a host shape of the type."""
-
-    cel_rules = (
-        Rule(
-            cel=f"self.perReplica in {CEL_HOST_SHAPES}[self.type]",
-            message="perReplica must be a host shape of the accelerator type "
-            f"({host_shapes_text()})",
-            field_path=".perReplica",
-            check=lambda s: s.per_replica in HOST_SHAPES[s.type],
-            message_expression=(
-                f"'perReplica must be a host shape of ' + self.type + ': ' + "
-                f"{CEL_HOST_SHAPES_TEXT}[self.type]"
-            ),
-            message_for=lambda s: (
-                f"perReplica must be a host shape of {s.type}: {shapes_text(s.type)}"
-            ),
-        ),
-    )
+    """Accelerators per replica; must be a host shape of the type in the catalog, or the endpoint
+    waits with reason ``UnsupportedHostShape``."""
 
 
 class InferenceModel(SpecModel):

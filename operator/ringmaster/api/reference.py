@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ringmaster.api.accelerators import HOST_SHAPES, TOPOLOGY_EXAMPLES, TPU_ACCELERATOR_TYPES
+from ringmaster.api.accelerators import ACCELERATOR_NAME_PATTERN
 from ringmaster.api.base import API_VERSION
 from ringmaster.api.manifest import RESOURCES
 from ringmaster.api.quantity import SUFFIXES
@@ -35,23 +35,19 @@ in Kubernetes quantities). The operator reads them as whole numbers.
 ## Accelerators
 
 `accelerator.type` takes the values GKE puts in the node labels `cloud.google.com/gke-accelerator`
-and `cloud.google.com/gke-tpu-accelerator`. Each comes in fixed host shapes: `perWorker` (training)
-and `perReplica` (serving) must be one of them. TPU types need a `topology` (chips per axis of the
-slice) and `workers x perWorker` must equal its chips.
-
-| type | kind | accelerators per host | topology (example) |
-|---|---|---|---|
+and `cloud.google.com/gke-tpu-accelerator`: any name of that form (`{ACCELERATOR_NAME_PATTERN}`,
+at most 63 characters), so a new accelerator needs no CRD change. Names starting with `tpu` are
+TPUs: they need a `topology` (chips per axis of the slice, `AxB` or `AxBxC`) and
+`workers x perWorker` must equal its chips. Which names, host shapes (`perWorker`,
+`perReplica`) and topologies the operator knows is its hardware catalog's: the built-in entries
+and the chart's catalog ConfigMap, listed in [catalog.md](catalog.md). A job naming an accelerator
+or host shape the catalog lacks waits with `Schedulable=False`, reason `UnknownAccelerator` or
+`UnsupportedHostShape`.
 """
 
 
 def render_reference() -> str:
     lines = [INTRO.rstrip("\n")]
-    for name, shapes in HOST_SHAPES.items():
-        tpu = name in TPU_ACCELERATOR_TYPES
-        topology = f"`{TOPOLOGY_EXAMPLES[name]}`" if tpu else "-"
-        lines.append(
-            f"| `{name}` | {'TPU' if tpu else 'GPU'} | {', '.join(map(str, shapes))} | {topology} |"
-        )
     for resource in RESOURCES.values():
         lines += ["", *_resource_section(resource)]
     return "\n".join(lines) + "\n"

@@ -10,16 +10,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, WithJsonSchema
 
 from ringmaster.api.accelerators import (
-    CEL_HOST_SHAPES,
-    CEL_HOST_SHAPES_TEXT,
-    CEL_TOPOLOGY_PATTERNS,
-    CEL_TPU_TYPES,
-    HOST_SHAPES,
-    TOPOLOGY_PATTERNS,
+    TOPOLOGY_PATTERN,
     AcceleratorType,
-    host_shapes_text,
+    cel_is_tpu,
     is_tpu,
-    shapes_text,
     topology_chips,
 )
 from ringmaster.api.architecture import (
@@ -46,53 +40,30 @@ class TrainingAccelerator(SpecModel):
 
     type: AcceleratorType
     """Accelerator type as GKE labels nodes (``cloud.google.com/gke-accelerator`` or
-    ``cloud.google.com/gke-tpu-accelerator``)."""
+    ``cloud.google.com/gke-tpu-accelerator``): any name of that form; the operator's catalog
+    (docs/catalog.md) must define it, or the job waits with reason ``UnknownAccelerator``. Names
+    starting with ``tpu`` are TPUs."""
     per_worker: Int = Field(ge=1, le=16)
-    """Accelerators per worker host; must be a host shape of the type (8 for a2-highgpu-8g)."""
-    topology: str | None = Field(default=None, max_length=11)
-    """TPU slice topology, chips per axis (``2x2x4`` for v4, ``2x4`` for v5e); TPU only."""
+    """Accelerators per worker host; must be a host shape of the type in the catalog (8 for
+    a2-highgpu-8g), or the job waits with reason ``UnsupportedHostShape``."""
+    topology: str | None = Field(default=None, max_length=11, pattern=TOPOLOGY_PATTERN)
+    """TPU slice topology, chips per axis (``2x2x4`` for v4 and v5p, ``2x4`` for v5e and v6e);
+    TPU only. Whether the type takes 2 or 3 axes is the catalog's."""
 
     cel_rules = (
         Rule(
-            cel=f"self.perWorker in {CEL_HOST_SHAPES}[self.type]",
-            message="perWorker must be a host shape of the accelerator type "
-            f"({host_shapes_text()})",
-            field_path=".perWorker",
-            check=lambda s: s.per_worker in HOST_SHAPES[s.type],
-            message_expression=(
-                f"'perWorker must be a host shape of ' + self.type + ': ' + "
-                f"{CEL_HOST_SHAPES_TEXT}[self.type]"
-            ),
-            message_for=lambda s: (
-                f"perWorker must be a host shape of {s.type}: {shapes_text(s.type)}"
-            ),
-        ),
-        Rule(
-            cel=f"!(self.type in {CEL_TPU_TYPES}) || has(self.topology)",
+            cel=f"!{cel_is_tpu('self.type')} || has(self.topology)",
             message="topology is required for a TPU accelerator (e.g. 2x2x4 for tpu-v4-podslice)",
             field_path=".topology",
             reason="FieldValueRequired",
             check=lambda s: not is_tpu(s.type) or s.topology is not None,
         ),
         Rule(
-            cel=f"self.type in {CEL_TPU_TYPES} || !has(self.topology)",
+            cel=f"{cel_is_tpu('self.type')} || !has(self.topology)",
             message="topology applies only to TPU accelerators",
             field_path=".topology",
             reason="FieldValueForbidden",
             check=lambda s: is_tpu(s.type) or s.topology is None,
-        ),
-        Rule(
-            cel=(
-                f"!has(self.topology) || !(self.type in {CEL_TPU_TYPES})"
-                f" || self.topology.matches({CEL_TOPOLOGY_PATTERNS}[self.type])"
-            ),
-            message="topology must be AxBxC for tpu-v4-podslice and AxB for the other TPU types",
-            field_path=".topology",
-            check=lambda s: (
-                s.topology is None
-                or not is_tpu(s.type)
-                or _matches(TOPOLOGY_PATTERNS[s.type], s.topology)
-            ),
         ),
         Rule(
             cel="self == oldSelf",
@@ -107,7 +78,8 @@ def _matches(pattern: str, value: str) -> bool:
 
 
 # Chips of a 2-D or 3-D topology in CEL (no fold in CEL, so the product is spelled out).
-_ANY_TOPOLOGY = "^[1-9][0-9]{0,2}(x[1-9][0-9]{0,2}){1,2}$"
+_ANY_TOPOLOGY = TOPOLOGY_PATTERN
+_ACC_IS_TPU = cel_is_tpu("self.accelerator.type")
 _AXES = "self.accelerator.topology.split('x')"
 _CEL_TOPOLOGY_CHIPS = (
     f"({_AXES}.size() == 2 ? int({_AXES}[0]) * int({_AXES}[1])"
@@ -460,7 +432,7 @@ class TrainingJobSpec(SpecModel):
         ),
         Rule(
             cel=(
-                f"!has(self.parallelism) || self.accelerator.type in {CEL_TPU_TYPES}"
+                f"!has(self.parallelism) || {_ACC_IS_TPU}"
                 f" || string({_T}) == 'Auto' || self.accelerator.perWorker % int({_T}) == 0"
             ),
             message="parallelism.tensor must divide accelerator.perWorker: tensor parallelism "
@@ -483,7 +455,7 @@ class TrainingJobSpec(SpecModel):
         ),
         Rule(
             cel=(
-                f"!(self.accelerator.type in {CEL_TPU_TYPES})"
+                f"!{_ACC_IS_TPU}"
                 " || !has(self.communication) || self.communication.strategy != 'ReductionServer'"
             ),
             message="a TPU slice all-reduces over its own interconnect (ICI): "
@@ -495,7 +467,7 @@ class TrainingJobSpec(SpecModel):
         ),
         Rule(
             cel=(
-                f"!(self.accelerator.type in {CEL_TPU_TYPES})"
+                f"!{_ACC_IS_TPU}"
                 " || !has(self.communication) || !has(self.communication.reductionServer)"
             ),
             message="reductionServer does not apply to a TPU accelerator",

@@ -149,7 +149,7 @@ class Controller:
         again (the chaos test saw jobs finish without their Admitted Event). Posted first, a
         kill in between repeats an Event at worst, and never loses one."""
         for event in events:
-            await self.api.post_event(body, event.type, event.reason, event.message)
+            await self.api.post_event_about(body, event.type, event.reason, event.message)
 
     def is_settled(self, body: dict[str, Any]) -> bool:
         """Objects that need no periodic look (finished jobs)."""

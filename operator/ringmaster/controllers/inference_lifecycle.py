@@ -30,6 +30,7 @@ from ringmaster.api import (
     InferenceEndpointSpec,
     InferenceEndpointStatus,
     InferencePlan,
+    is_tpu,
 )
 from ringmaster.api.common import ConditionStatus
 from ringmaster.controllers.reporting import (
@@ -137,7 +138,7 @@ class Decision:
 
 
 def accelerator_resource(spec: InferenceEndpointSpec) -> str:
-    return TPU_RESOURCE if spec.accelerator.type.startswith("tpu-") else GPU_RESOURCE
+    return TPU_RESOURCE if is_tpu(spec.accelerator.type) else GPU_RESOURCE
 
 
 def choose_pool(
@@ -341,7 +342,10 @@ def reconcile_inference(
     used: Mapping[str, Mapping[str, Decimal]],
     planner: Planner,
     now: dt.datetime,
+    hardware: tuple[str, str] | None = None,
 ) -> Decision:
+    """``hardware``: why the operator's catalog cannot place the endpoint's accelerator
+    (planning.catalog.hardware_problem), or None."""
     spec = endpoint.spec
     name, namespace = endpoint.name, endpoint.namespace
     previous = endpoint.status
@@ -351,6 +355,17 @@ def reconcile_inference(
     conditions = Conditions(status, endpoint.generation, now)
     target = target_requests_per_second(spec)
     decision.target_requests_per_second = target
+
+    if hardware is not None:
+        # Like a missing pool: nothing is applied, what runs keeps running, and the endpoint
+        # waits for the catalog to define its hardware.
+        reason, message = hardware
+        phase = InferenceEndpointPhase.DEGRADED if deployment else InferenceEndpointPhase.PENDING
+        status.phase = phase.value
+        if not conditions.set(READY, "False", reason, message).was("False", reason):
+            decision.events.append(Event("Warning", reason, message))
+        conditions.stamp()
+        return decision
 
     try:
         plan = planner(spec)

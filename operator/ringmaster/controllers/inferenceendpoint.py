@@ -30,6 +30,7 @@ from ringmaster import metrics
 from ringmaster.api import GROUP, VERSION, InferenceEndpointSpec, InferenceEndpointStatus
 from ringmaster.controllers import cluster_state
 from ringmaster.controllers.base import Controller, Key, as_body, snapshot
+from ringmaster.controllers.catalog import job_hardware_problem, on_catalog_change
 from ringmaster.controllers.inference_lifecycle import (
     REPLICAS_MANAGER,
     Decision,
@@ -115,6 +116,12 @@ class InferenceController(Controller):
         # Per endpoint, per kind: what we last applied and the generation it produced.
         self.applied: dict[Key, dict[str, Applied]] = {}
 
+    def catalog_changed(self) -> None:
+        """A new hardware catalog: every endpoint is planned and placed again."""
+        if self.indexes:
+            for key in list(self.objects()):
+                self.queue.add(key)
+
     def _first(self, index: str, key: Key) -> Any:
         store = self.indexes[index].get(key)
         return next(iter(store), None) if store else None
@@ -146,6 +153,7 @@ class InferenceController(Controller):
                 used,
                 self.planner,
                 now,
+                job_hardware_problem(spec.accelerator.type, spec.accelerator.per_replica),
             )
         try:
             await self._apply(
@@ -241,6 +249,7 @@ def controller() -> InferenceController:
 async def start_inference_controller(**_: Any) -> None:
     global CONTROLLER
     CONTROLLER = InferenceController(KubeApi(), plan)
+    on_catalog_change(CONTROLLER.catalog_changed)
 
 
 @kopf.on.cleanup()

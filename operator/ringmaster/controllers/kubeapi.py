@@ -93,7 +93,7 @@ class KubeApi:
             raise
         return True
 
-    async def post_event(
+    async def post_event_about(
         self, involved: Mapping[str, Any], type_: str, reason: str, message: str
     ) -> None:
         """Create a core v1 Event about an object and wait for the API to have it (kopf.event()
@@ -130,7 +130,7 @@ class KubeApi:
             "eventTime": now,
         }
         try:
-            await self._call(self.core.create_namespaced_event, namespace, event)
+            await self.post_event(namespace, event)
         except ApiException as error:
             if is_unreachable(error) or namespace_terminating(error):
                 raise
@@ -141,6 +141,21 @@ class KubeApi:
                 metadata["name"],
                 error.reason,
             )
+
+    async def get_config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """One ConfigMap as a plain dict, or None when it does not exist."""
+        try:
+            found = await self._call(self.core.read_namespaced_config_map, name, namespace)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        plain: dict[str, Any] = self.core.api_client.sanitize_for_serialization(found)
+        return plain
+
+    async def post_event(self, namespace: str, event: dict[str, Any]) -> None:
+        """Create a core v1 Event (for objects kopf does not watch, where kopf.event cannot)."""
+        await self._call(self.core.create_namespaced_event, namespace, event)
 
     async def patch_status(
         self, plural: str, namespace: str, name: str, status: dict[str, Any]

@@ -59,6 +59,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="BestEffortFIFO: how long later gangs may start ahead of one that does not fit "
         "(default: $RINGMASTER_BYPASS_LIMIT_SECONDS or 300)",
     )
+    parser.add_argument(
+        "--catalog-configmap",
+        metavar="NAMESPACE/NAME",
+        default=None,
+        help="the hardware catalog ConfigMap (key catalog.yaml, docs/catalog.md), re-read while "
+        "the operator runs; default: $RINGMASTER_CATALOG_CONFIGMAP, or none (the built-in "
+        "catalog, plus the file $RINGMASTER_CATALOG)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
 
 
@@ -68,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
 
     # Importing a controller module registers its kopf handlers.
     from ringmaster.controllers import (  # noqa: F401
+        catalog,
         inferenceendpoint,
         reductionserverpool,
         settings,
@@ -81,6 +90,9 @@ def run(args: argparse.Namespace) -> int:
         os.environ[QUEUEING_ENV] = args.queueing
     if args.bypass_limit is not None:
         os.environ[BYPASS_LIMIT_ENV] = str(args.bypass_limit)
+    if args.catalog_configmap:
+        catalog.parse_reference(args.catalog_configmap)  # a typo fails here, not in kopf
+        os.environ[catalog.CATALOG_CONFIGMAP_ENV] = args.catalog_configmap
 
     load_config()
     if args.metrics_port:

@@ -31,7 +31,7 @@ from ringmaster.admission.cycle import (
 )
 from ringmaster.admission.pools import candidate_pools
 from ringmaster.admission.snapshot import Key, PoolSummary, Promise, shape
-from ringmaster.api import TrainingJobSpec, TrainingJobStatus, TrainingPlan, WorkerCounts
+from ringmaster.api import TrainingJobSpec, TrainingJobStatus, TrainingPlan, WorkerCounts, is_tpu
 from ringmaster.api.trainingjob import Admission, ReductionServerSettings
 from ringmaster.controllers.reporting import (
     Conditions,
@@ -158,6 +158,10 @@ class World:
     reducer_pools: Mapping[str, ReducerPool] = field(default_factory=dict)
     verdict: Verdict | None = None
     """The admission cycle's latest word on this job, if it has one the job has not acted on."""
+    hardware: tuple[str, str] | None = None
+    """Why the operator's catalog cannot place the job's accelerator (reason, message:
+    planning.catalog.hardware_problem), or None. Checked only before admission: a gang that
+    runs keeps running when the catalog changes."""
 
 
 @dataclass
@@ -182,7 +186,7 @@ class Decision:
 
 
 def accelerator_resource(spec: TrainingJobSpec) -> str:
-    return TPU_RESOURCE if spec.accelerator.type.startswith("tpu-") else GPU_RESOURCE
+    return TPU_RESOURCE if is_tpu(spec.accelerator.type) else GPU_RESOURCE
 
 
 @dataclass
@@ -481,6 +485,9 @@ _WARNINGS = frozenset(
         "TopologyMismatch",
         "ReductionServerPoolNotFound",
         "PriorityClassNotFound",
+        "UnknownAccelerator",
+        "UnsupportedHostShape",
+        "UnsupportedTopology",
         DOES_NOT_FIT,
     }
 )
@@ -492,6 +499,10 @@ def _waiting(step: _Step, attempt: int) -> Admission | None:
     spec, status, job = step.spec, step.status, step.job
     status.phase = PENDING
     status.workers = None
+    if step.world.hardware is not None:
+        # No pool, plan or pod for hardware the catalog does not define: wait for the catalog.
+        _wait(step, *step.world.hardware)
+        return None
     candidates = candidate_pools(
         step.world.pools,
         spec.accelerator.type,

@@ -53,6 +53,7 @@ from ringmaster.api import (
     TrainingPlan,
 )
 from ringmaster.controllers.base import Controller, Key, as_body, snapshot
+from ringmaster.controllers.catalog import job_hardware_problem, on_catalog_change
 from ringmaster.controllers.cluster_state import pod_facts
 from ringmaster.controllers.kubeapi import KubeApi
 from ringmaster.controllers.reporting import Conditions, Event
@@ -345,6 +346,15 @@ class TrainingController(Controller):
 
     # ------------------------------------------------------------ one job
 
+    def catalog_changed(self) -> None:
+        """A new hardware catalog: plans made with the old one go, every job is looked at."""
+        _cached_plan.cache_clear()
+        if self.indexes:
+            for key in list(self.objects()):
+                self.queue.add(key)
+            self._last_cycle = None
+            self.wake()
+
     def reducer_pools(self, namespace: str) -> dict[str, ReducerPool]:
         pools = self.indexes.get("ringmaster_reduction_pools", {})
         return {
@@ -414,7 +424,14 @@ class TrainingController(Controller):
         return reconcile_training(
             JobView(name, namespace, generation, spec, status, _created(body), ending),
             pods,
-            World(self.snapshot.pools(), self.reducer_pools(namespace), verdict),
+            World(
+                self.snapshot.pools(),
+                self.reducer_pools(namespace),
+                verdict,
+                job_hardware_problem(
+                    spec.accelerator.type, spec.accelerator.per_worker, spec.accelerator.topology
+                ),
+            ),
             now,
             self.planner,
         )
@@ -553,6 +570,7 @@ CONTROLLER: TrainingController | None = None
 async def start_training_controller(**_: Any) -> None:
     global CONTROLLER
     CONTROLLER = TrainingController(KubeApi(), status_plan, queueing_settings())
+    on_catalog_change(CONTROLLER.catalog_changed)
 
 
 @kopf.on.cleanup()

@@ -4,8 +4,8 @@ Every figure carries its source and date in a comment beside it. Accelerator key
 GKE puts in the ``cloud.google.com/gke-accelerator`` / ``gke-tpu-accelerator`` node labels, so a
 node pool's labels name catalog entries directly. Throughputs are *dense* datasheet peaks (no
 structured sparsity); links are per direction. Users add or override entries without code changes
-through :meth:`Catalog.with_overrides` (a dict, e.g. a ConfigMap's data) or :func:`load_catalog`
-(a YAML or JSON file); see docs/engine.md for the format.
+through a catalog file or the chart's catalog ConfigMap, which ``ringmaster.planning.catalog``
+validates and merges into a new :class:`Catalog`; see docs/catalog.md for the format.
 
 Sources used below, abbreviated:
   [points]  ../shared/calibration/points.yaml, section ``hardware`` (datasheet figures).
@@ -38,10 +38,8 @@ Sources used below, abbreviated:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ringmaster.engine.units import GB, TERA, gbps_to_bytes_per_second
@@ -100,6 +98,8 @@ class Accelerator:
     # Hopper or newer SXM parts ([NCCL] nvlsEfficiency is 0 for Volta and Ampere).
     nvswitch: bool = False
     nccl_arch: NcclArch = ""
+    # TPU slices: axes of the slice topology (2 for "4x4", 3 for "2x2x4"); 0 for GPUs.
+    topology_dims: int = 0
 
     def peak(self, precision: str) -> float:
         """Dense peak at ``precision``, falling back as the hardware does (see ``effective``)."""
@@ -348,6 +348,7 @@ _ACCELERATORS: tuple[Accelerator, ...] = (
         ici_link_bandwidth=62 * GB,  # [TPU-CACM] 496 Gbit/s per link
         ici_wrap_axis=16,  # [TPU-CACM] a v2 pod is a 16x16 2D torus; smaller slices are meshes
         ici_wrap_chips=256,
+        topology_dims=2,  # [TPU-CACM] 2-D torus
     ),
     _acc(
         "tpu-v3-slice",
@@ -362,6 +363,7 @@ _ACCELERATORS: tuple[Accelerator, ...] = (
         ici_link_bandwidth=82 * GB,
         ici_wrap_axis=32,  # [points] a v3 pod is 1,024 chips, a 32x32 2D torus
         ici_wrap_chips=1024,
+        topology_dims=2,  # [TPU-CACM] 2-D torus
     ),
     _acc(
         "tpu-v4-podslice",
@@ -376,6 +378,7 @@ _ACCELERATORS: tuple[Accelerator, ...] = (
         ici_link_bandwidth=50 * GB,
         ici_wrap_axis=4,  # [TPU-DOCS] v4 slices of 64+ chips (4x4x4 cubes) close into tori
         ici_wrap_chips=64,
+        topology_dims=3,  # [TPU-DOCS] 3-D torus (AxBxC topologies)
     ),
     _acc(
         "tpu-v5-lite-podslice",
@@ -390,6 +393,7 @@ _ACCELERATORS: tuple[Accelerator, ...] = (
         ici_link_bandwidth=50 * GB,
         ici_wrap_axis=16,  # [TPU-DOCS] a v5e pod is 16x16; only the full pod wraps
         ici_wrap_chips=256,
+        topology_dims=2,  # [TPU-DOCS] 2-D (AxB topologies)
     ),
     _acc(
         "tpu-v5p-slice",
@@ -404,6 +408,7 @@ _ACCELERATORS: tuple[Accelerator, ...] = (
         ici_link_bandwidth=100 * GB,
         ici_wrap_axis=4,  # [TPU-V5P] like v4: slices of whole 4x4x4 cubes close into tori
         ici_wrap_chips=64,
+        topology_dims=3,  # [TPU-V5P] 3-D torus
     ),
     _acc(
         "tpu-v6e-slice",
@@ -418,6 +423,7 @@ _ACCELERATORS: tuple[Accelerator, ...] = (
         ici_link_bandwidth=112 * GB,
         ici_wrap_axis=16,  # [TPU-V6E] a v6e pod is 16x16; only the full pod wraps
         ici_wrap_chips=256,
+        topology_dims=2,  # [TPU-V6E] 2-D torus
     ),
 )
 
@@ -526,100 +532,6 @@ _DEFAULT_MACHINES: dict[str, dict[int, str]] = {
     "tpu-v6e-slice": {1: "ct6e-standard-1t", 4: "ct6e-standard-4t", 8: "ct6e-standard-8t"},
 }
 
-# Override fields as users write them (units people quote) -> (attribute, scale to SI).
-_ACCELERATOR_FIELDS: dict[str, tuple[str, float]] = {
-    "kind": ("kind", 1.0),
-    "peakTFLOPS": ("peak_flops", TERA),
-    "memoryGB": ("memory_bytes", GB),
-    "memoryBandwidthGBps": ("memory_bandwidth", GB),
-    "intraLink": ("intra_link", 1.0),
-    "intraBandwidthGBps": ("intra_bandwidth", GB),
-    "pricePerHourUSD": ("price_per_hour", 1.0),
-    "iciLinkGBps": ("ici_link_bandwidth", GB),
-    "iciWrapAxis": ("ici_wrap_axis", 1.0),
-    "iciWrapChips": ("ici_wrap_chips", 1.0),
-    "source": ("source", 1.0),
-    "nvswitch": ("nvswitch", 1.0),
-    "ncclArch": ("nccl_arch", 1.0),
-}
-_MACHINE_FIELDS: dict[str, tuple[str, float]] = {
-    "vcpus": ("vcpus", 1.0),
-    "nicGbps": ("nic_bandwidth", 1e9 / 8.0),
-    "pricePerHourUSD": ("price_per_hour", 1.0),
-    "accelerator": ("accelerator", 1.0),
-    "acceleratorCount": ("accelerator_count", 1.0),
-    "source": ("source", 1.0),
-    "nics": ("nics", 1.0),
-    "transport": ("transport", 1.0),
-}
-_INT_ATTRS = frozenset({"vcpus", "accelerator_count", "ici_wrap_axis", "ici_wrap_chips", "nics"})
-_STR_ATTRS = frozenset({"kind", "intra_link", "accelerator", "source", "nccl_arch"})
-_CHOICES: dict[str, tuple[str, ...]] = {
-    "transport": TRANSPORTS,
-    "nccl_arch": ("volta", "ampere", "hopper", "blackwell", ""),
-}
-_ACCELERATOR_REQUIRED = (
-    "kind",
-    "peakTFLOPS",
-    "memoryGB",
-    "memoryBandwidthGBps",
-    "intraLink",
-    "intraBandwidthGBps",
-)
-_MACHINE_REQUIRED = ("vcpus", "nicGbps", "pricePerHourUSD")
-
-
-def _convert(where: str, key: str, attr: str, scale: float, value: Any) -> Any:
-    if attr == "nvswitch":
-        if not isinstance(value, bool):
-            raise CatalogOverrideError(f"{where}.{key}: expected true or false, got {value!r}")
-        return value
-    if attr in _CHOICES:
-        if value not in _CHOICES[attr]:
-            known = ", ".join(c for c in _CHOICES[attr] if c)
-            raise CatalogOverrideError(f"{where}.{key}: expected one of {known}, got {value!r}")
-        return value
-    if attr in _STR_ATTRS:
-        if value is not None and not isinstance(value, str):
-            raise CatalogOverrideError(f"{where}.{key}: expected a string, got {value!r}")
-        return value
-    if attr == "peak_flops":
-        if not isinstance(value, Mapping) or not value:
-            raise CatalogOverrideError(
-                f"{where}.{key}: expected a map of precision to TFLOPS, e.g. {{fp16: 312}}"
-            )
-        unknown = set(value) - set(PRECISIONS)
-        if unknown:
-            raise CatalogOverrideError(
-                f"{where}.{key}: unknown precision {sorted(unknown)[0]!r}; "
-                f"known: {', '.join(PRECISIONS)}"
-            )
-        return {str(k): _number(f"{where}.{key}.{k}", v) * scale for k, v in value.items()}
-    if value is None and attr == "price_per_hour":
-        return None
-    number = _number(f"{where}.{key}", value) * scale
-    return int(number) if attr in _INT_ATTRS else number
-
-
-def _number(where: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise CatalogOverrideError(f"{where}: expected a non-negative number, got {value!r}")
-    return float(value)
-
-
-def _fields(where: str, entry: Any, table: Mapping[str, tuple[str, float]]) -> dict[str, Any]:
-    if not isinstance(entry, Mapping):
-        raise CatalogOverrideError(f"{where}: expected a map of fields, got {entry!r}")
-    out: dict[str, Any] = {}
-    for key, value in entry.items():
-        if key not in table:
-            raise CatalogOverrideError(
-                f"{where}.{key}: unknown field; known: {', '.join(sorted(table))}"
-            )
-        attr, scale = table[key]
-        out[attr] = _convert(where, key, attr, scale, value)
-    return out
-
 
 @dataclass(frozen=True)
 class Catalog:
@@ -654,6 +566,11 @@ class Catalog:
             )
         return self.machine(shapes[count])
 
+    def host_shapes(self, accelerator: str) -> tuple[int, ...]:
+        """Accelerators per host that ``accelerator`` comes in: the counts of its default
+        machines (8 for a2-highgpu-8g, 16 for a2-megagpu-16g)."""
+        return tuple(sorted(self.default_machines.get(accelerator, {})))
+
     def host(self, accelerator: str, count: int, machine_type: str | None = None) -> Host:
         """Resolve a worker host; an explicit machine type must fit ``count`` accelerators."""
         acc = self.accelerator(accelerator)
@@ -673,97 +590,9 @@ class Catalog:
             )
         return Host(machine=machine, accelerator=acc, count=count)
 
-    def with_overrides(self, data: Mapping[str, Any]) -> Catalog:
-        """A new catalog with entries added or changed.
-
-        ``data`` has up to three maps: ``accelerators`` and ``machineTypes`` (name -> fields in
-        the units people quote: ``peakTFLOPS``, ``memoryBandwidthGBps``, ``nicGbps``,
-        ``pricePerHourUSD``...) and ``defaultMachines`` (accelerator -> {count: machine}).
-        Changing an existing entry needs only the changed fields; a new one needs them all.
-        """
-        unknown = set(data) - {"accelerators", "machineTypes", "defaultMachines"}
-        if unknown:
-            raise CatalogOverrideError(
-                f"{sorted(unknown)[0]}: unknown section; known: accelerators, defaultMachines, "
-                "machineTypes"
-            )
-        accelerators = dict(self.accelerators)
-        for name, entry in (data.get("accelerators") or {}).items():
-            where = f"accelerators.{name}"
-            values = _fields(where, entry, _ACCELERATOR_FIELDS)
-            if name in accelerators:
-                if "peak_flops" in values:  # merge precisions: {fp8: ...} adds one
-                    values["peak_flops"] = {**accelerators[name].peak_flops, **values["peak_flops"]}
-                accelerators[name] = replace(accelerators[name], **values)
-            else:
-                missing = [
-                    k for k in _ACCELERATOR_REQUIRED if _ACCELERATOR_FIELDS[k][0] not in values
-                ]
-                if missing:
-                    needs = ", ".join(missing)
-                    raise CatalogOverrideError(f"{where}: a new accelerator needs {needs}")
-                accelerators[name] = Accelerator(name=name, **values)
-        machines = dict(self.machines)
-        for name, entry in (data.get("machineTypes") or {}).items():
-            where = f"machineTypes.{name}"
-            values = _fields(where, entry, _MACHINE_FIELDS)
-            if name in machines:
-                machines[name] = replace(machines[name], **values)
-            else:
-                missing = [k for k in _MACHINE_REQUIRED if _MACHINE_FIELDS[k][0] not in values]
-                if missing:
-                    needs = ", ".join(missing)
-                    raise CatalogOverrideError(f"{where}: a new machine type needs {needs}")
-                machines[name] = MachineType(name=name, **values)
-        defaults = {k: dict(v) for k, v in self.default_machines.items()}
-        for acc_name, shapes in (data.get("defaultMachines") or {}).items():
-            if not isinstance(shapes, Mapping):
-                raise CatalogOverrideError(
-                    f"defaultMachines.{acc_name}: expected a map of count to machine type"
-                )
-            for count, machine in shapes.items():
-                if machine not in machines:
-                    raise UnknownHardwareError("machine type", str(machine), machines)
-                defaults.setdefault(str(acc_name), {})[int(count)] = str(machine)
-        return Catalog(accelerators, machines, defaults)
-
 
 DEFAULT_CATALOG = Catalog(
     accelerators={a.name: a for a in _ACCELERATORS},
     machines={m.name: m for m in _MACHINES},
     default_machines=_DEFAULT_MACHINES,
 )
-
-
-def parse_overrides(text: str, *, where: str = "catalog") -> dict[str, Any]:
-    """Parse override text: JSON, or YAML (PyYAML is imported only when the text needs it)."""
-    stripped = text.lstrip()
-    if stripped.startswith("{"):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise CatalogOverrideError(f"{where}: invalid JSON: {exc}") from None
-    else:
-        import yaml  # a ConfigMap or file in YAML; deferred so importing the engine stays fast
-
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise CatalogOverrideError(f"{where}: invalid YAML: {exc}".splitlines()[0]) from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise CatalogOverrideError(f"{where}: expected a map at the top level")
-    return data
-
-
-def load_catalog(path: str | Path | None = None, base: Catalog = DEFAULT_CATALOG) -> Catalog:
-    """The built-in catalog, with the overrides in ``path`` (YAML or JSON) applied if given."""
-    if path is None:
-        return base
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CatalogOverrideError(f"{p}: cannot read: {exc.strerror}") from None
-    return base.with_overrides(parse_overrides(text, where=str(p)))

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ringmaster.api import is_tpu
 from ringmaster.placement import labels as L
 
 ZONE = "us-central1-a"
@@ -33,7 +34,7 @@ class PoolTemplate:
 
     @property
     def is_tpu(self) -> bool:
-        return self.accelerator is not None and self.accelerator.startswith("tpu-")
+        return self.accelerator is not None and is_tpu(self.accelerator)
 
     @property
     def accelerator_resource(self) -> str | None:
@@ -42,7 +43,8 @@ class PoolTemplate:
         return L.TPU_RESOURCE if self.is_tpu else L.GPU_RESOURCE
 
 
-# Machine shapes from the GCE machine-type documentation (A2, N1, E2, TPU v4 ct4p) as of 2026.
+# Machine shapes from the GCE machine-type documentation (A2, A3, A4, N1, E2, TPU ct4p, ct5lp)
+# as of 2026.
 POOLS: tuple[PoolTemplate, ...] = (
     PoolTemplate(
         name="a100-highgpu-8g",
@@ -117,6 +119,29 @@ POOLS: tuple[PoolTemplate, ...] = (
         accelerator="tpu-v4-podslice",
         accelerators_per_node=4,
         tpu_topology="2x2x4",
+    ),
+    # Issue 15: one pool of each GPU the catalog gained, two hosts so a 2-host gang can run.
+    # Shapes from the GCE "GPU machine types" page (A3 Ultra, A4): 224 vCPUs; 2,952 GB and
+    # 3,968 GB of memory; GPU Feature Discovery reports the product as nvidia-smi names it.
+    PoolTemplate(
+        name="h200-ultragpu-8g",
+        instance_type="a3-ultragpu-8g",
+        vcpus=224,
+        memory_gib=2749,  # 2,952 GB
+        default_size=2,
+        accelerator="nvidia-h200-141gb",
+        accelerators_per_node=8,
+        gpu_product="NVIDIA-H200",
+    ),
+    PoolTemplate(
+        name="b200-highgpu-8g",
+        instance_type="a4-highgpu-8g",
+        vcpus=224,
+        memory_gib=3695,  # 3,968 GB
+        default_size=2,
+        accelerator="nvidia-b200",
+        accelerators_per_node=8,
+        gpu_product="NVIDIA-B200",
     ),
     # Reducers: Vertex AI's documented reduction-server machine (32 Gbps egress).
     PoolTemplate(

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ringmaster.api import is_tpu
+
 # GKE (cloud.google.com/*) and well-known Kubernetes labels.
 GKE_NODEPOOL = "cloud.google.com/gke-nodepool"
 INSTANCE_TYPE = "node.kubernetes.io/instance-type"
@@ -50,6 +52,8 @@ GFD_PRODUCT_TO_ACCELERATOR = {
     "NVIDIA-A100-SXM4-40GB": "nvidia-tesla-a100",
     "NVIDIA-A100-SXM4-80GB": "nvidia-a100-80gb",
     "NVIDIA-H100-80GB-HBM3": "nvidia-h100-80gb",
+    "NVIDIA-H200": "nvidia-h200-141gb",
+    "NVIDIA-B200": "nvidia-b200",
     "Tesla-V100-SXM2-16GB": "nvidia-tesla-v100",
     "Tesla-T4": "nvidia-tesla-t4",
     "Tesla-P4": "nvidia-tesla-p4",
@@ -67,7 +71,7 @@ class PoolIdentity:
 
     @property
     def is_tpu(self) -> bool:
-        return self.accelerator is not None and self.accelerator.startswith("tpu-")
+        return self.accelerator is not None and is_tpu(self.accelerator)
 
 
 def _first(labels: Mapping[str, str], keys: tuple[str, ...]) -> str | None:

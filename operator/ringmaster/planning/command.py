@@ -65,7 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--catalog",
         metavar="FILE",
-        help="hardware catalog overrides, YAML or JSON (default: $RINGMASTER_CATALOG)",
+        help="a hardware catalog file, YAML or JSON, added to the built-in catalog "
+        "(docs/catalog.md; default: $RINGMASTER_CATALOG)",
     )
 
 

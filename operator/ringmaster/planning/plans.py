@@ -19,7 +19,6 @@ from ringmaster.engine.hardware import (
     Catalog,
     CatalogOverrideError,
     UnknownHardwareError,
-    load_catalog,
 )
 from ringmaster.engine.inference import InferenceInputs, InferencePrediction, predict_inference
 from ringmaster.engine.llm_serving import (
@@ -36,6 +35,7 @@ from ringmaster.engine.training import (
     TrainingPrediction,
     predict_training,
 )
+from ringmaster.planning.catalog import CatalogError, installed_catalog, load_catalog
 from ringmaster.planning.layouts import (
     LayoutPlan,
     layout_json,
@@ -44,7 +44,7 @@ from ringmaster.planning.layouts import (
     transformer_of,
 )
 
-# A file of catalog overrides (YAML or JSON), e.g. a ConfigMap mounted into the operator's pod.
+# A catalog file (YAML or JSON, planning/catalog.py) applied over the built-in catalog.
 CATALOG_ENV = "RINGMASTER_CATALOG"
 
 
@@ -56,12 +56,16 @@ _catalog_cache: dict[str | None, Catalog] = {}
 
 
 def active_catalog(path: str | None = None) -> Catalog:
-    """The built-in catalog with the overrides of ``path`` or of $RINGMASTER_CATALOG."""
+    """The catalog plans use: the built-in one with the file ``path`` applied; without a path,
+    the one the operator installed from its ConfigMap, else the file $RINGMASTER_CATALOG."""
+    installed = installed_catalog()
+    if path is None and installed is not None:
+        return installed
     chosen = path or os.environ.get(CATALOG_ENV) or None
     if chosen not in _catalog_cache:
         try:
             _catalog_cache[chosen] = load_catalog(chosen) if chosen else DEFAULT_CATALOG
-        except (CatalogOverrideError, UnknownHardwareError) as exc:
+        except CatalogError as exc:
             raise PlanError(f"catalog: {exc}") from None
     return _catalog_cache[chosen]
 
@@ -253,7 +257,9 @@ def _check_hardware(
     try:
         catalog.accelerator(inputs.accelerator)
     except UnknownHardwareError as exc:
-        raise PlanError(f"spec.accelerator.type: {exc}") from None
+        raise PlanError(
+            f"spec.accelerator.type: {exc}; a catalog file adds one (--catalog, docs/catalog.md)"
+        ) from None
     if inputs.machine_type is not None:
         try:
             catalog.host(inputs.accelerator, count, inputs.machine_type)
