@@ -43,6 +43,17 @@ CLUSTER_RULES = {
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
 }
 
+# With kueue.enabled only (templates/_rbac.tpl; controllers/kueue_workloads.py).
+KUEUE = "kueue.x-k8s.io"
+KUEUE_NAMESPACED_RULES = {
+    (KUEUE, "workloads"): {"list", "watch", "create", "patch", "delete"},
+    (KUEUE, "workloads/status"): {"patch"},
+}
+KUEUE_CLUSTER_RULES = {
+    (KUEUE, "resourceflavors"): {"list", "watch"},
+    (KUEUE, "workloadpriorityclasses"): {"list", "watch"},
+}
+
 # Every layout the values can produce.
 LAYOUTS = {
     "all-namespaces": {},
@@ -168,7 +179,7 @@ def test_peering_may_write_only_its_own_peering_object(render: Render, layout: s
     assert not [k for role in roles(plain) for k in table(role) if k[0] == "kopf.dev"]
 
 
-def _kopf_resources() -> set[tuple[str, str]]:
+def _kopf_resources(registry: Any = None) -> set[tuple[str, str]]:
     """(group, plural) of every resource the controllers' kopf handlers watch or index."""
     import kopf
 
@@ -176,7 +187,7 @@ def _kopf_resources() -> set[tuple[str, str]]:
 
     for module in pkgutil.iter_modules(package.__path__):
         importlib.import_module(f"{package.__name__}.{module.name}")
-    registry = kopf.get_default_registry()
+    registry = registry or kopf.get_default_registry()
     handlers: list[Any] = []
     for sub in (registry._indexing, registry._watching, registry._spawning, registry._changing):
         handlers.extend(sub.get_all_handlers())
@@ -237,3 +248,47 @@ def test_every_delete_and_create_the_controllers_make_is_granted(render: Render)
     assert (CORE, "pods", "delete") in needs and len(needs) >= 4, needs
     for group, plural, verb in needs:
         assert verb in rights.get((group, plural), set()), (group, plural, verb)
+
+
+def test_kueue_rights_come_only_with_kueue_enabled(render: Render):
+    assert not [key for key in granted(render()) if key[0] == KUEUE]
+    (role,) = [r for r in roles(render({"kueue": {"enabled": True}})) if r["kind"] == "ClusterRole"]
+    everything = {
+        **CLUSTER_RULES,
+        **NAMESPACED_RULES,
+        **KUEUE_CLUSTER_RULES,
+        **KUEUE_NAMESPACED_RULES,
+    }
+    assert table(role) == {(g, r, ()): v for (g, r), v in everything.items()}
+    objects = render({"kueue": {"enabled": True}, **LAYOUTS["some-namespaces"]})
+    by_name = {o["metadata"]["name"]: o for o in roles(objects) if o["kind"] == "ClusterRole"}
+    cluster = {**CLUSTER_RULES, **KUEUE_CLUSTER_RULES}
+    namespaced = {**NAMESPACED_RULES, **KUEUE_NAMESPACED_RULES}
+    assert table(by_name["rm-ringmaster"]) == {(g, r, ()): v for (g, r), v in cluster.items()}
+    assert table(by_name["rm-ringmaster-namespaced"]) == {
+        (g, r, ()): v for (g, r), v in namespaced.items()
+    }
+
+
+def test_what_the_kueue_handlers_watch_is_granted_when_enabled(render: Render):
+    import kopf
+
+    from ringmaster.controllers.kueue_workloads import register
+
+    registry = kopf.OperatorRegistry()
+    register(registry)
+    watched = _kopf_resources(registry)
+    assert (KUEUE, "workloads") in watched and (KUEUE, "resourceflavors") in watched
+    for layout, values in LAYOUTS.items():
+        rights = granted(render({**values, "kueue": {"enabled": True}}))
+        for key in watched:
+            assert {"list", "watch"} <= rights.get(key, set()), (layout, key)
+
+
+def test_the_operator_uses_kueue_only_when_enabled(render: Render):
+    def args(values: dict[str, Any]) -> list[str]:
+        deployment = next(o for o in render(values) if o["kind"] == "Deployment")
+        return list(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
+
+    assert "--kueue=off" in args({})
+    assert "--kueue=auto" in args({"kueue": {"enabled": True}})

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from ringmaster.localcluster.cluster import Binaries, LocalCluster
+from ringmaster.localcluster.kueue import LocalKueue
 from tests.e2e.kube import Cluster, OperatorProcess
 
 REPO = Path(__file__).resolve().parents[2]
@@ -132,6 +133,31 @@ def quiet_namespace(cluster: Cluster) -> Iterator[str]:
     cluster.kubectl("create", "namespace", name)
     yield name
     cluster.kubectl("delete", "namespace", name, "--timeout=120s", check=False)
+
+
+@pytest.fixture(scope="session")
+def kueue(cluster: Cluster) -> Iterator[LocalKueue]:
+    """Kueue's controller manager beside the local cluster, once per session. Skipped only when
+    its binary is absent and RINGMASTER_E2E_REQUIRE_KUEUE is unset (hack/cluster-tools.sh builds
+    it, so CI runs it for real)."""
+    if not LocalKueue.available(cluster.bin_dir):
+        reason = f"no Kueue in {cluster.bin_dir} (hack/cluster-tools.sh builds it)"
+        if os.environ.get("RINGMASTER_E2E_REQUIRE_KUEUE"):
+            pytest.fail(reason + ", and RINGMASTER_E2E_REQUIRE_KUEUE is set")
+        pytest.skip(reason)
+    binaries = Binaries.locate(str(cluster.bin_dir))
+    local = LocalCluster(binaries, cluster.kubeconfig.parent.name)
+    assert local.kubeconfig == cluster.kubeconfig, "Kueue runs beside a `ringmaster cluster` only"
+    kueue = LocalKueue(local)
+    status = kueue.up()
+    print(f"\nKueue ready in {status.start_seconds:.1f}s, RSS {status.rss_mib:.0f} MiB")
+    try:
+        yield kueue
+    finally:
+        pid = kueue.pid()
+        if pid is not None:
+            print(f"Kueue RSS at the end: {kueue.rss_mib(pid):.0f} MiB")
+        kueue.down()
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

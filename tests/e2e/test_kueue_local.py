@@ -5,22 +5,16 @@ integration creates them, so what is checked is Kueue's side of the protocol on 
 on the A100 flavor admits one 2 x 8-GPU gang, queues the second with Kueue's own message, and
 admits it when the first reports Finished.
 
-Skipped only when the Kueue binary is absent and RINGMASTER_E2E_REQUIRE_KUEUE is unset
-(hack/cluster-tools.sh builds it, so CI runs this for real).
+Kueue runs once per session (the `kueue` fixture in conftest.py, shared with test_kueue.py).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
-from ringmaster.localcluster.cluster import Binaries, LocalCluster
 from ringmaster.localcluster.kueue import LocalKueue
 from ringmaster.localcluster.pools import POOLS
 from ringmaster.placement.labels import GKE_NODEPOOL, GPU_RESOURCE
@@ -28,28 +22,6 @@ from tests.e2e.kube import Cluster, wait_for
 
 A100 = next(p for p in POOLS if p.name == "a100-highgpu-8g")
 GANG_PODS = 2
-
-
-@pytest.fixture(scope="module")
-def kueue(cluster: Cluster) -> Iterator[LocalKueue]:
-    if not LocalKueue.available(cluster.bin_dir):
-        reason = f"no Kueue in {cluster.bin_dir} (hack/cluster-tools.sh builds it)"
-        if os.environ.get("RINGMASTER_E2E_REQUIRE_KUEUE"):
-            pytest.fail(reason + ", and RINGMASTER_E2E_REQUIRE_KUEUE is set")
-        pytest.skip(reason)
-    binaries = Binaries.locate(str(cluster.bin_dir))
-    local = LocalCluster(binaries, cluster.kubeconfig.parent.name)
-    assert local.kubeconfig == cluster.kubeconfig, "Kueue runs beside a `ringmaster cluster` only"
-    kueue = LocalKueue(local)
-    status = kueue.up()
-    print(f"\nKueue ready in {status.start_seconds:.1f}s, RSS {status.rss_mib:.0f} MiB")
-    try:
-        yield kueue
-    finally:
-        pid = kueue.pid()
-        if pid is not None:
-            print(f"Kueue RSS at the end: {kueue.rss_mib(pid):.0f} MiB")
-        kueue.down()
 
 
 def workload(name: str, queue: str) -> dict[str, Any]:

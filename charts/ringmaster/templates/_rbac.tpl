@@ -50,6 +50,18 @@
 - apiGroups: [autoscaling]
   resources: [horizontalpodautoscalers]
   verbs: [list, watch, create, patch, delete]
+{{- if .Values.kueue.enabled }}
+# Kueue (kueue.enabled): a labelled TrainingJob's Workload is indexed and watched, created, patched
+# (its pod sets while queued; spec.active on suspend and resume) and deleted when the job's shape
+# changes after admission or it loses its queue label; its status gets PodsReady, Finished and,
+# after an eviction, the quota reservation given back (controllers/kueue_workloads.py).
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads]
+  verbs: [list, watch, create, patch, delete]
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads/status]
+  verbs: [patch]
+{{- end }}
 {{- end }}
 {{- define "ringmaster.clusterRules" -}}
 # The TrainingJob controller indexes namespaces being deleted: their jobs' pods going is no worker
@@ -70,4 +82,11 @@
 - apiGroups: [apiextensions.k8s.io]
   resources: [customresourcedefinitions]
   verbs: [list, watch]
+{{- if .Values.kueue.enabled }}
+# Kueue (kueue.enabled): an admitted flavor's node labels and tolerations go into the pods; a
+# WorkloadPriorityClass sets a Workload's priority. Indexed and watched; read only.
+- apiGroups: [kueue.x-k8s.io]
+  resources: [resourceflavors, workloadpriorityclasses]
+  verbs: [list, watch]
+{{- end }}
 {{- end }}

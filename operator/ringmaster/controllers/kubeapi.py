@@ -193,6 +193,60 @@ class KubeApi:
             if error.status != 404:
                 raise
 
+    async def create_custom(
+        self, group: str, version: str, plural: str, namespace: str, obj: dict[str, Any]
+    ) -> bool:
+        """Create a namespaced custom object (a Kueue Workload); False when it exists."""
+        try:
+            await self._call(
+                self.custom.create_namespaced_custom_object, group, version, namespace, plural, obj
+            )
+        except ApiException as error:
+            if error.status == 409 or namespace_terminating(error):
+                return False
+            raise
+        return True
+
+    async def patch_custom(
+        self,
+        group: str,
+        version: str,
+        plural: str,
+        namespace: str,
+        name: str,
+        patch: dict[str, Any],
+        status: bool = False,
+    ) -> None:
+        """Merge-patch a namespaced custom object or its status; gone already is fine. A patch
+        that names metadata.resourceVersion fails with 409 if the object moved on."""
+        method = (
+            self.custom.patch_namespaced_custom_object_status
+            if status
+            else self.custom.patch_namespaced_custom_object
+        )
+        try:
+            await self._call(method, group, version, namespace, plural, name, patch)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+    async def delete_custom_object(
+        self, group: str, version: str, plural: str, namespace: str, name: str
+    ) -> None:
+        try:
+            await self._call(
+                self.custom.delete_namespaced_custom_object,
+                group,
+                version,
+                namespace,
+                plural,
+                name,
+                body=kubernetes.client.V1DeleteOptions(propagation_policy="Background"),
+            )
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
     async def apply(self, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
         """Server-side apply (field manager "ringmaster", conflicts forced: the operator owns the
         fields it sets). Only the fields in `obj` are claimed, so another writer's fields (an

@@ -60,6 +60,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: $RINGMASTER_BYPASS_LIMIT_SECONDS or 300)",
     )
     parser.add_argument(
+        "--kueue",
+        choices=("auto", "off"),
+        default=None,
+        help="auto: TrainingJobs labelled kueue.x-k8s.io/queue-name are admitted by Kueue "
+        "whenever its Workload CRD is served (Workloads are watched from the moment it is), if "
+        "the operator may watch them (checked at start); off: the label is ignored and "
+        "nothing of Kueue is watched (no RBAC for it needed). "
+        "Default: $RINGMASTER_KUEUE or auto",
+    )
+    parser.add_argument(
         "--catalog-configmap",
         metavar="NAMESPACE/NAME",
         default=None,
@@ -83,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
         trainingjob,
     )
     from ringmaster.controllers.kubeapi import load_config
+    from ringmaster.controllers.kueue_workloads import KUEUE_ENV, missing_permission
+    from ringmaster.controllers.kueue_workloads import register as register_kueue
     from ringmaster.controllers.trainingjob import BYPASS_LIMIT_ENV, QUEUEING_ENV
 
     # The controllers start inside kopf: they read their settings from the environment.
@@ -98,6 +110,18 @@ def run(args: argparse.Namespace) -> int:
     if args.metrics_port:
         start_http_server(args.metrics_port)
     kopf.configure(verbose=args.verbose)
+    # Kueue (docs/install.md): its handlers only where its objects may be watched.
+    if (args.kueue or os.environ.get(KUEUE_ENV) or "auto") != "off":
+        exact = [n for n in args.namespaces if not any(c in n for c in "*?[")]
+        missing = missing_permission(exact)
+        if missing is None:
+            register_kueue()
+        else:
+            logging.getLogger(__name__).warning(
+                "Kueue integration off: this identity may not %s (the chart grants it with "
+                "kueue.enabled=true); labelled TrainingJobs are admitted by Ringmaster",
+                missing,
+            )
     if not args.verbose:
         # kopf logs every handler call at INFO; the controllers log and post what matters.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)

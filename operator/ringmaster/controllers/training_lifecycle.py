@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ringmaster.admission import kueue
 from ringmaster.admission.cycle import (
     Admit,
     GangOption,
@@ -29,9 +30,11 @@ from ringmaster.admission.cycle import (
     WaitingGang,
     promise_for,
 )
+from ringmaster.admission.kueue import Flavor, WorkloadView, WorkloadWrite
 from ringmaster.admission.pools import candidate_pools
 from ringmaster.admission.snapshot import Key, PoolSummary, Promise, shape
 from ringmaster.api import TrainingJobSpec, TrainingJobStatus, TrainingPlan, WorkerCounts, is_tpu
+from ringmaster.api.reductionserverpool import ReductionServerPoolSpec
 from ringmaster.api.trainingjob import Admission, ReductionServerSettings
 from ringmaster.controllers.reporting import (
     Conditions,
@@ -39,8 +42,15 @@ from ringmaster.controllers.reporting import (
     plan_warnings,
     report_plausibility,
 )
-from ringmaster.manifests.naming import ATTEMPT_ANNOTATION, RANK_LABEL, owned_reducer_pool_name
-from ringmaster.manifests.reduction import owned_reducer_pool
+from ringmaster.manifests.naming import (
+    ATTEMPT_ANNOTATION,
+    MANAGED_BY,
+    OPERATOR,
+    RANK_LABEL,
+    TRAINING_JOB_LABEL,
+    owned_reducer_pool_name,
+)
+from ringmaster.manifests.reduction import owned_reducer_pool, reducer_statefulset
 from ringmaster.manifests.training import (
     REDUCER_ENDPOINTS_ENV,
     PoolPlacement,
@@ -144,6 +154,8 @@ class JobView:
     created: dt.datetime | None = None
     ending: bool = False
     """The job is being deleted, or its namespace is: its pods go with it, which is no failure."""
+    uid: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def key(self) -> Key:
@@ -162,6 +174,22 @@ class World:
     """Why the operator's catalog cannot place the job's accelerator (reason, message:
     planning.catalog.hardware_problem), or None. Checked only before admission: a gang that
     runs keeps running when the catalog changes."""
+    kueue: KueueWorld | None = None
+    """Set when Kueue is installed (its Workload CRD is served) and the operator may use it."""
+
+
+@dataclass(frozen=True)
+class KueueWorld:
+    """What a job's reconcile reads of Kueue (admission/kueue.py has the protocol)."""
+
+    workloads: Sequence[Mapping[str, Any]] = ()
+    """Workloads controlled by a TrainingJob of this name (the one of this job's UID is its own)."""
+    flavors: Mapping[str, Flavor] = field(default_factory=dict)
+    workload_priority_classes: Mapping[str, int] = field(default_factory=dict)
+    priority_classes: Mapping[str, tuple[int, bool]] = field(default_factory=dict)
+    """PriorityClasses: name -> (value, globalDefault)."""
+    pool_labels: Callable[[str], Mapping[str, str]] = lambda _pool: {}
+    """The labels every node of a pool carries: what a flavor's node labels must select."""
 
 
 @dataclass
@@ -183,6 +211,8 @@ class Decision:
     """The room the job's admission holds until its pods are seen."""
     release: bool = False
     """The job holds no room beyond its pods any more."""
+    workload: list[WorkloadWrite] = field(default_factory=list)
+    """Writes to the job's Kueue Workload (created, kept in step, reported to)."""
 
 
 def accelerator_resource(spec: TrainingJobSpec) -> str:
@@ -235,6 +265,8 @@ def reconcile_training(
         _active(step, pods)
     if status.phase in FINISHED:
         _settle_finished(step)
+    if world.kueue is not None:
+        _kueue_report(step, pods)
     step.conditions.stamp()
     return decision
 
@@ -326,6 +358,11 @@ def _finish(step: _Step, live: Sequence[WorkerPod], phase: str, reason: str, mes
 def _active(step: _Step, pods: Sequence[WorkerPod]) -> None:
     status, decision = step.status, step.decision
     attempt = status.restarts or 0
+    if _kueue_queue(step) is not None:
+        view = _own_workload(step)
+        if view is None or not view.runs:
+            _kueue_stopped(step, pods, view, attempt)
+            return
     live = [p for p in pods if not p.terminating]
     current = {p.rank: p for p in live if p.attempt == attempt}
     stale = [p for p in live if p.attempt != attempt]
@@ -489,6 +526,10 @@ _WARNINGS = frozenset(
         "UnsupportedHostShape",
         "UnsupportedTopology",
         DOES_NOT_FIT,
+        # Kueue admitted the job where it cannot run, or finished its Workload (admission/kueue.py).
+        "FlavorMismatch",
+        "ResourceFlavorNotFound",
+        "WorkloadFinished",
     }
 )
 
@@ -530,6 +571,8 @@ def _waiting(step: _Step, attempt: int) -> Admission | None:
             _wait(step, *problem)
             step.decision.requeue_after = SOON_SECONDS
             return None
+    if _kueue_queue(step) is not None:
+        return _kueue_waiting(step, candidates, attempt)
     schedulable = step.conditions.get(SCHEDULABLE)
     waiting_since = (
         schedulable.last_transition_time
@@ -557,7 +600,7 @@ def _waiting(step: _Step, attempt: int) -> Admission | None:
     return None
 
 
-def _record_admission(step: _Step, option: GangOption, attempt: int) -> Admission:
+def _record_admission(step: _Step, option: GangOption, attempt: int, by: str = "") -> Admission:
     spec, status = step.spec, step.status
     pool = step.world.pools.get(option.pool)
     admission = Admission(pool=option.pool, time=step.now, attempt=attempt)
@@ -567,7 +610,7 @@ def _record_admission(step: _Step, option: GangOption, attempt: int) -> Admissio
     machine = f" ({pool.identity.instance_type})" if pool and pool.identity.instance_type else ""
     message = (
         f"gang of {spec.workers} workers x {spec.accelerator.per_worker} "
-        f"{spec.accelerator.type} admitted on pool {option.pool}{machine}"
+        f"{spec.accelerator.type} admitted{by} on pool {option.pool}{machine}"
     )
     if step.conditions.transition(SCHEDULABLE, "True", "Admitted", message):
         step.event("Normal", "Admitted", message)
@@ -647,7 +690,7 @@ def _admitted(
                 decision.requeue_after = SOON_SECONDS
                 return
 
-    placement = _placement(step, admission.pool, pool)
+    placement = _kueue_placement(step, _placement(step, admission.pool, pool))
     missing = [r for r in range(spec.workers) if r not in current]
     if missing:
         # Admitted: create what is not there yet (all of it, or what a crash kept us from).
@@ -706,3 +749,222 @@ def _counts(pods: Sequence[WorkerPod], workers: int) -> dict[str, int]:
         if key in counts and key != "total":
             counts[key] += 1
     return counts
+
+
+# ---------------------------------------------------------------- jobs Kueue admits
+
+QUEUED_IN_KUEUE = "QueuedInKueue"
+
+
+def _kueue_queue(step: _Step) -> str | None:
+    """The LocalQueue of a job that Kueue admits (labelled, and Kueue installed), or None."""
+    return kueue.queue_name(step.job.labels) if step.world.kueue is not None else None
+
+
+def _own_workload(step: _Step) -> WorkloadView | None:
+    world = step.world.kueue
+    if world is None:
+        return None
+    body = next((w for w in world.workloads if kueue.owned_by(w, step.job.uid)), None)
+    return kueue.read_workload(body) if body is not None else None
+
+
+def _kueue_detail(view: WorkloadView | None) -> str:
+    if view is None:
+        return "creating its Workload"
+    if view.evicted is not None:
+        evicted = view.evicted
+        return f"evicted ({evicted.reason}: {evicted.message}); waiting to be admitted again"
+    return view.pending_message()
+
+
+def _queued(step: _Step, view: WorkloadView | None, detail: str) -> None:
+    name = view.name if view else kueue.workload_name(step.job.name, step.job.uid)
+    queue = _kueue_queue(step)
+    _wait(step, QUEUED_IN_KUEUE, f"queued in Kueue LocalQueue {queue} (Workload {name}): {detail}")
+
+
+def _kueue_stopped(
+    step: _Step, pods: Sequence[WorkerPod], view: WorkloadView | None, attempt: int
+) -> None:
+    """Kueue has not admitted the job, or has evicted it: no gang may run. One that runs is
+    stopped whole (no attempt spent: the job did nothing wrong), then the job waits in Kueue."""
+    status, decision = step.status, step.decision
+    live = [p for p in pods if not p.terminating]
+    if live or status.admission is not None:
+        decision.delete += [p.name for p in live]
+        if view is not None and view.evicted is not None:
+            evicted = view.evicted
+            step.event(
+                "Warning",
+                "Evicted",
+                f"Kueue evicted Workload {view.name} ({evicted.reason}: {evicted.message}): the "
+                "gang is stopped and waits to be admitted again (no restart counted)",
+            )
+        else:
+            step.event("Normal", "Stopped", "the gang is stopped: its Workload is not admitted")
+        settings, name, _reducers = _reducer_settings(step)
+        if settings.pool_name is None and status.reduction_server_pool == name:
+            # The reducers' quota goes back with the workers': the job's own pool scales to 0.
+            decision.apply.append(owned_reducer_pool(step.job.name, settings, 0))
+    status.admission = None
+    status.workers = None
+    decision.release = True
+    if pods:
+        status.phase = PENDING
+        _queued(step, view, f"{_kueue_detail(view)}; {len(pods)} workers are being deleted")
+        decision.requeue_after = SOON_SECONDS
+        return
+    _waiting(step, attempt)
+
+
+def _kueue_pod_sets(step: _Step, pool: PoolSummary, attempt: int) -> list[kueue.PodSet]:
+    """The job's pods as Kueue counts them: the workers, and the job's own reducers if the plan
+    uses them (a shared ReductionServerPool is not the job's to count)."""
+    spec, job, plan = step.spec, step.job, step.status.plan
+    layout = plan.to_k8s() if plan else None
+    worker = worker_pod(
+        job.name, job.namespace, spec, _placement(step, pool.name, pool), 0, attempt, (), layout
+    )
+    pod_sets = [kueue.PodSet(kueue.WORKERS_POD_SET, spec.workers, worker)]
+    settings, _name, _reducers = _reducer_settings(step)
+    if _uses_reducers(plan) and settings.pool_name is None:
+        wanted = settings.replicas or (plan.reducers_wanted if plan else None) or 1
+        owned = owned_reducer_pool(job.name, settings, wanted)
+        pool_spec = ReductionServerPoolSpec.model_validate(owned["spec"])
+        reducers = reducer_statefulset(owned["metadata"]["name"], pool_spec, wanted)
+        pod_sets.append(kueue.PodSet(kueue.REDUCERS_POD_SET, wanted, reducers["spec"]["template"]))
+    return pod_sets
+
+
+def _kueue_waiting(
+    step: _Step, candidates: Sequence[PoolSummary], attempt: int
+) -> Admission | None:
+    """A planned job that Kueue admits: keep its Workload in step with it and wait for Kueue;
+    once admitted, take the pool the flavor selects. Returns the admission when it starts now."""
+    world, job, spec = step.world.kueue, step.job, step.spec
+    queue = _kueue_queue(step)
+    assert world is not None and queue is not None
+    priority = kueue.workload_priority(
+        job.labels,
+        spec.template.priority_class_name,
+        world.workload_priority_classes,
+        world.priority_classes,
+    )
+    if isinstance(priority, kueue.PriorityProblem):
+        _wait(step, priority.reason, priority.message)
+        return None
+    desired = kueue.build_workload(
+        job=job.name,
+        namespace=job.namespace,
+        uid=job.uid,
+        queue=queue,
+        pod_sets=_kueue_pod_sets(step, candidates[0], attempt),
+        priority=priority,
+        pools=[dict(p.node_selector) for p in candidates],
+        labels={MANAGED_BY: OPERATOR, TRAINING_JOB_LABEL: job.name},
+    )
+    view = _own_workload(step)
+    decision = step.decision
+    if view is None:
+        decision.workload.append(WorkloadWrite("create", desired["metadata"]["name"], desired))
+        _queued(step, None, "creating its Workload")
+        return None
+    if view.finished is not None:
+        finished = view.finished
+        _wait(
+            step,
+            "WorkloadFinished",
+            f"Workload {view.name} is Finished ({finished.reason}: {finished.message}): "
+            "delete the Workload to queue the job again",
+        )
+        return None
+    current = view.body.get("spec") or {}
+    new_shape = kueue.quota_shape(current) != kueue.quota_shape(desired["spec"])
+    new_priority = kueue.priority_shape(current) != kueue.priority_shape(desired["spec"])
+    if (new_shape or new_priority) and not view.quota_reserved:
+        fields = ("queueName", "podSets", "priority", "priorityClassRef")
+        patch = {"spec": {k: desired["spec"].get(k) for k in fields}}
+        decision.workload.append(WorkloadWrite("patch", view.name, patch))
+        _queued(step, view, "its Workload is brought in step with the job")
+        return None
+    if new_shape:
+        # Kueue reserved quota for another shape (counts, resources, queue): a new Workload.
+        decision.workload.append(WorkloadWrite("delete", view.name))
+        _queued(step, view, "the job changed since Kueue admitted it: a new Workload follows")
+        return None
+    if not view.runs:
+        _queued(step, view, _kueue_detail(view))
+        return None
+    placement = kueue.flavor_placement(view, kueue.WORKERS_POD_SET, world.flavors)
+    if isinstance(placement, kueue.FlavorProblem):
+        _wait(step, placement.reason, placement.message)
+        return None
+    chosen = kueue.pool_for_flavor(
+        [(p.name, world.pool_labels(p.name)) for p in candidates], placement
+    )
+    if isinstance(chosen, kueue.FlavorProblem):
+        _wait(step, chosen.reason, chosen.message)
+        return None
+    pool = next(p for p in candidates if p.name == chosen)
+    by = f" by Kueue (ClusterQueue {view.cluster_queue}, {placement.describe()})"
+    return _record_admission(step, _option(step, pool, attempt), attempt, by)
+
+
+def _kueue_placement(step: _Step, placement: PoolPlacement) -> PoolPlacement:
+    """The pool's placement with the admitted flavor's node labels and tolerations added."""
+    world = step.world.kueue
+    view = _own_workload(step) if _kueue_queue(step) is not None else None
+    if world is None or view is None or not view.runs:
+        return placement
+    flavor = kueue.flavor_placement(view, kueue.WORKERS_POD_SET, world.flavors)
+    if isinstance(flavor, kueue.FlavorProblem):
+        return placement
+    merged = kueue.merged_placement(placement.node_selector, flavor)
+    if isinstance(merged, kueue.FlavorProblem):
+        return placement
+    return replace(placement, node_selector=merged, tolerations=flavor.tolerations)
+
+
+def _kueue_report(step: _Step, pods: Sequence[WorkerPod]) -> None:
+    """What Kueue learns from the job: PodsReady, Finished, the quota given back after an
+    eviction once no pod is left, and spec.active following runPolicy.suspend."""
+    view = _own_workload(step)
+    if view is None:
+        return
+    status, decision = step.status, step.decision
+    if any(w.action == "delete" for w in decision.workload):
+        return  # a new Workload follows: nothing to tell this one
+    if _kueue_queue(step) is None:
+        # The label was taken off: Ringmaster admits the job now; the Workload would hold quota.
+        decision.workload.append(WorkloadWrite("delete", view.name))
+        return
+    edit = kueue.StatusEdit(view, step.now)
+    if status.phase in FINISHED:
+        kind = COMPLETE if status.phase == SUCCEEDED else FAILED_CONDITION
+        condition = step.conditions.get(kind)
+        message = condition.message if condition is not None else status.phase
+        kueue.report_finished(edit, status.phase == SUCCEEDED, message)
+    elif view.evicted is not None and not pods:
+        kueue.release_after_eviction(edit)
+    elif view.runs:
+        counts = status.workers
+        ready = counts is not None and counts.running + counts.succeeded >= step.spec.workers
+        kueue.report_pods_ready(edit, ready)
+    patch = edit.patch()
+    if patch is not None:
+        # First: it carries the resourceVersion read, which a spec patch would move.
+        decision.workload.insert(0, WorkloadWrite("status", view.name, patch))
+    suspended = step.spec.run_policy.suspend and status.phase not in FINISHED
+    if suspended and view.active:
+        deactivate = {
+            "metadata": {"annotations": {kueue.SUSPENDED_ANNOTATION: "true"}},
+            "spec": {"active": False},
+        }
+        decision.workload.append(WorkloadWrite("patch", view.name, deactivate))
+    elif not suspended and not view.active and view.deactivated_by_suspend:
+        activate = {
+            "metadata": {"annotations": {kueue.SUSPENDED_ANNOTATION: None}},
+            "spec": {"active": True},
+        }
+        decision.workload.append(WorkloadWrite("patch", view.name, activate))

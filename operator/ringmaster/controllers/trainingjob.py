@@ -30,6 +30,7 @@ from collections.abc import Hashable, Mapping
 from typing import Any
 
 import kopf
+from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from ringmaster import metrics
@@ -43,6 +44,14 @@ from ringmaster.admission.cycle import (
     WaitingGang,
     admission_cycle,
     promise_for,
+)
+from ringmaster.admission.kueue import (
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    WORKLOAD_CRD,
+    WORKLOAD_PLURAL,
+    WorkloadWrite,
+    queue_name,
 )
 from ringmaster.admission.snapshot import ClusterSnapshot, NodeFacts
 from ringmaster.api import (
@@ -61,6 +70,7 @@ from ringmaster.controllers.training_lifecycle import (
     PENDING,
     Decision,
     JobView,
+    KueueWorld,
     Planner,
     ReducerPool,
     WorkerPod,
@@ -416,13 +426,25 @@ class TrainingController(Controller):
     ) -> Decision:
         """The state machine's decision for one job from the indexes (no I/O)."""
         key = (namespace, name)
-        generation = int(body["metadata"].get("generation", 1))
+        metadata = body["metadata"]
+        generation = int(metadata.get("generation", 1))
+        labels = dict(metadata.get("labels") or {})
         pods = list(self.indexes["ringmaster_worker_pods"].get(key, []))
-        ending = bool(body["metadata"].get("deletionTimestamp")) or namespace in self.indexes.get(
+        ending = bool(metadata.get("deletionTimestamp")) or namespace in self.indexes.get(
             "ringmaster_terminating_namespaces", {}
         )
         return reconcile_training(
-            JobView(name, namespace, generation, spec, status, _created(body), ending),
+            JobView(
+                name,
+                namespace,
+                generation,
+                spec,
+                status,
+                _created(body),
+                ending,
+                uid=str(metadata.get("uid") or ""),
+                labels=labels,
+            ),
             pods,
             World(
                 self.snapshot.pools(),
@@ -431,6 +453,7 @@ class TrainingController(Controller):
                 job_hardware_problem(
                     spec.accelerator.type, spec.accelerator.per_worker, spec.accelerator.topology
                 ),
+                kueue=self.kueue_world(key, labels),
             ),
             now,
             self.planner,
@@ -470,6 +493,8 @@ class TrainingController(Controller):
         # admission is on record in the API before any of its pods exists.
         await self.announce(body, decision.events)
         await self.write_status(namespace, name, current, decision.status.to_k8s())
+        for write in decision.workload:
+            await self._write_workload(namespace, body, write)
         for obj in decision.create:
             kopf.append_owner_reference(obj, owner=as_body(body))
         # A gang's pods at once: one by one, a large gang spends seconds in round trips.
@@ -480,6 +505,85 @@ class TrainingController(Controller):
         if decision.delete_job:
             self.post(body, "Normal", "Expired", "ttlSecondsAfterFinished passed: deleting it")
             await self.api.delete_custom(PLURAL, namespace, name)
+
+    # ------------------------------------------------------------ Kueue (kueue_workloads.py)
+
+    def kueue_installed(self) -> bool:
+        """Kueue's Workload CRD is served (only indexed when the integration is on)."""
+        return bool(self.indexes.get("ringmaster_kueue_crd", {}).get(WORKLOAD_CRD))
+
+    def kueue_world(self, key: Key, labels: Mapping[str, str]) -> KueueWorld | None:
+        """What the job's reconcile reads of Kueue: None when Kueue is not installed, so a
+        labelled job is admitted exactly as an unlabelled one."""
+        if not self.kueue_installed():
+            return None
+        workloads = list(self.indexes["ringmaster_kueue_workloads"].get(key, []))
+        if queue_name(labels) is None and not workloads:
+            return KueueWorld()
+        return KueueWorld(
+            workloads=workloads,
+            flavors={
+                name: flavor
+                for name, store in self.indexes["ringmaster_kueue_flavors"].items()
+                for flavor in store
+            },
+            workload_priority_classes={
+                name: value
+                for name, store in self.indexes["ringmaster_kueue_priority_classes"].items()
+                for value in store
+            },
+            priority_classes={
+                name: entry
+                for name, store in self.indexes["ringmaster_priority_classes"].items()
+                for entry in store
+            },
+            pool_labels=self.pool_labels,
+        )
+
+    def pool_labels(self, pool: str) -> dict[str, str]:
+        """The labels every node of the pool carries (what a flavor may select it by)."""
+        common: dict[str, str] | None = None
+        for store in self.indexes["ringmaster_nodes"].values():
+            for node in store:
+                if node.identity.pool != pool:
+                    continue
+                if common is None:
+                    common = dict(node.labels)
+                else:
+                    common = {k: v for k, v in common.items() if node.labels.get(k) == v}
+        return common or {}
+
+    def kueue_changed(self) -> None:
+        """Kueue came or went: its labelled jobs are admitted the other way from now on."""
+        for (namespace, name), store in self.objects().items():
+            if any(queue_name((b.get("metadata") or {}).get("labels")) for b in store):
+                self.queue.add((namespace, name))
+
+    async def _write_workload(
+        self, namespace: str, body: dict[str, Any], write: WorkloadWrite
+    ) -> None:
+        where = (KUEUE_GROUP, KUEUE_VERSION, WORKLOAD_PLURAL, namespace)
+        try:
+            if write.action == "create":
+                workload = dict(write.body or {})
+                kopf.append_owner_reference(workload, owner=as_body(body))
+                await self.api.create_custom(*where, workload)
+            elif write.action == "delete":
+                await self.api.delete_custom_object(*where, write.name)
+            else:
+                await self.api.patch_custom(
+                    *where,
+                    write.name,
+                    dict(write.body or {}),
+                    status=write.action == "status",
+                )
+        except ApiException as error:
+            if error.status == 409 and write.action == "status":
+                # Kueue wrote first (our patch names the resourceVersion read): its write
+                # wakes the job, which looks again at the new state.
+                log.debug("Workload %s/%s changed meanwhile: %s", namespace, write.name, error)
+                return
+            raise
 
     async def _report_invalid(
         self,

@@ -30,6 +30,8 @@ class PoolPlacement:
     node_selector: dict[str, str]
     accelerator_resource: str  # nvidia.com/gpu or google.com/tpu
     machine_type: str | None = None
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    """Beyond the accelerator's own: a Kueue ResourceFlavor's (admission/kueue.py)."""
 
 
 def selector_labels(job: str) -> dict[str, str]:
@@ -180,6 +182,10 @@ def worker_pod(
             container[field] = list(getattr(template, field))
     if template.image_pull_policy:
         container["imagePullPolicy"] = template.image_pull_policy
+    tolerations: list[dict[str, Any]] = [
+        {"key": placement.accelerator_resource, "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    tolerations += [dict(t) for t in placement.tolerations if dict(t) not in tolerations]
     pod: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -196,13 +202,7 @@ def worker_pod(
             "subdomain": rendezvous_service_name(job),
             "enableServiceLinks": False,
             "nodeSelector": dict(placement.node_selector),
-            "tolerations": [
-                {
-                    "key": placement.accelerator_resource,
-                    "operator": "Exists",
-                    "effect": "NoSchedule",
-                }
-            ],
+            "tolerations": tolerations,
             "containers": [container],
         },
     }

@@ -1,0 +1,141 @@
+"""The kopf shell of the Kueue integration: watch Kueue's objects, wake the jobs they concern.
+
+Registered by ``ringmaster run`` unless ``--kueue=off`` (the chart passes it when
+``kueue.enabled`` is false, and grants no Kueue RBAC then) or the operator may not watch Kueue's
+objects (:func:`missing_permission`). Registered, the handlers still need
+no Kueue to start: kopf watches a resource only while its CRD is served, and follows CRDs coming
+and going (its resource observer), so Workloads are watched from the moment Kueue is installed.
+Whether Kueue is there is read from the Workload CRD itself (an index over CRDs): a labelled job
+is Kueue's to admit exactly while that CRD is served at v1beta2.
+
+The protocol is in admission/kueue.py; the phase functions in training_lifecycle.py; the
+TrainingJob controller (trainingjob.py) applies their writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any
+
+import kopf
+
+from ringmaster.admission.kueue import (
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    WORKLOAD_CRD,
+    WORKLOAD_PLURAL,
+    Flavor,
+)
+from ringmaster.api import GROUP
+from ringmaster.controllers.base import snapshot
+from ringmaster.controllers.trainingjob import _controller
+
+CRDS = ("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+KUEUE_ENV = "RINGMASTER_KUEUE"  # auto (default) or off
+
+
+def owner_job(meta: Mapping[str, Any]) -> str | None:
+    """The TrainingJob that controls a Workload, if one does."""
+    for ref in meta.get("ownerReferences") or []:
+        if (
+            ref.get("controller")
+            and ref.get("kind") == "TrainingJob"
+            and str(ref.get("apiVersion", "")).startswith(f"{GROUP}/")
+        ):
+            return str(ref["name"])
+    return None
+
+
+def workload_crd_served(body: Mapping[str, Any]) -> bool:
+    """The Workload CRD is Established and serves the version Ringmaster writes."""
+    versions = (body.get("spec") or {}).get("versions") or []
+    served = any(v.get("name") == KUEUE_VERSION and v.get("served") for v in versions)
+    conditions = (body.get("status") or {}).get("conditions") or []
+    established = any(
+        c.get("type") == "Established" and c.get("status") == "True" for c in conditions
+    )
+    return served and established
+
+
+def ringmaster_kueue_workloads(
+    namespace: str | None, meta: kopf.Meta, body: kopf.Body, **_: Any
+) -> dict[Hashable, Any]:
+    job = owner_job(meta)
+    return {(namespace or "", job): snapshot(body)} if job else {}
+
+
+def ringmaster_kueue_flavors(name: str, body: kopf.Body, **_: Any) -> dict[str, Flavor]:
+    return {name: Flavor.from_object(body)}
+
+
+def ringmaster_kueue_priority_classes(name: str, body: kopf.Body, **_: Any) -> dict[str, int]:
+    return {name: int(body.get("value") or 0)}
+
+
+def ringmaster_kueue_crd(body: kopf.Body, **_: Any) -> dict[str, bool]:
+    return {WORKLOAD_CRD: True} if workload_crd_served(body) else {}
+
+
+async def workload_changed(namespace: str | None, meta: kopf.Meta, **kwargs: Any) -> None:
+    job = owner_job(meta)
+    if job is not None:
+        _controller(kwargs).queue.add((namespace or "", job))
+
+
+async def workload_crd_changed(**kwargs: Any) -> None:
+    _controller(kwargs).kueue_changed()
+
+
+# What the handlers need (the chart's rules with kueue.enabled): without them kopf would retry
+# the refused watches forever and, its indexes never filled, run no handler at all.
+NEEDED = (
+    ("workloads", "list"),
+    ("workloads", "watch"),
+    ("resourceflavors", "watch"),
+    ("workloadpriorityclasses", "watch"),
+)
+
+
+def missing_permission(namespaces: Sequence[str]) -> str | None:
+    """Which Kueue right the operator's identity lacks (asked once at start, with
+    SelfSubjectAccessReviews, which every authenticated user may make), or None. ``namespaces``:
+    the exact namespaces watched (workloads are checked in each), empty for all."""
+    import kubernetes
+
+    api = kubernetes.client.AuthorizationV1Api()
+    for resource, verb in NEEDED:
+        scoped = resource == "workloads" and namespaces
+        for namespace in namespaces if scoped else [None]:
+            attributes = kubernetes.client.V1ResourceAttributes(
+                group=KUEUE_GROUP, resource=resource, verb=verb, namespace=namespace
+            )
+            review = kubernetes.client.V1SelfSubjectAccessReview(
+                spec=kubernetes.client.V1SelfSubjectAccessReviewSpec(resource_attributes=attributes)
+            )
+            try:
+                answer = api.create_self_subject_access_review(review)
+            except Exception as error:  # the API is away: do not guess
+                return f"{verb} {resource} (the access review failed: {error})"
+            if answer.status is None or not answer.status.allowed:
+                where = f" in namespace {namespace}" if namespace else ""
+                return f"{verb} {KUEUE_GROUP} {resource}{where}"
+    return None
+
+
+def register(registry: kopf.OperatorRegistry | None = None) -> None:
+    """Add the Kueue handlers to kopf's registry (the default one, before kopf.run)."""
+    reg = registry or kopf.get_default_registry()
+    kopf.index(KUEUE_GROUP, KUEUE_VERSION, WORKLOAD_PLURAL, registry=reg)(
+        ringmaster_kueue_workloads
+    )
+    kopf.index(KUEUE_GROUP, KUEUE_VERSION, "resourceflavors", registry=reg)(
+        ringmaster_kueue_flavors
+    )
+    kopf.index(KUEUE_GROUP, KUEUE_VERSION, "workloadpriorityclasses", registry=reg)(
+        ringmaster_kueue_priority_classes
+    )
+    kopf.index(*CRDS, field="metadata.name", value=WORKLOAD_CRD, registry=reg)(ringmaster_kueue_crd)
+    kopf.on.event(KUEUE_GROUP, KUEUE_VERSION, WORKLOAD_PLURAL, registry=reg)(workload_changed)
+    kopf.on.event(*CRDS, field="metadata.name", value=WORKLOAD_CRD, registry=reg)(
+        workload_crd_changed
+    )
