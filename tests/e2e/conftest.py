@@ -81,9 +81,16 @@ def namespace(cluster: Cluster) -> Iterator[str]:
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
+# The session's operator once a test has asked for it: tests that must have no operator acting
+# (they write status as the operator would, or run operators of their own) stop it for a while.
+SESSION_OPERATOR = pytest.StashKey[OperatorProcess]()
+
+
 @pytest.fixture(scope="session")
 def operator(
-    crds_installed: Cluster, tmp_path_factory: pytest.TempPathFactory
+    crds_installed: Cluster,
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
 ) -> Iterator[OperatorProcess]:
     """The operator, running as its own process for the whole session (its log is kept in the
     session's temporary directory, printed on failure by the tests that need it)."""
@@ -93,10 +100,29 @@ def operator(
         ("--catalog-configmap", "/".join(E2E_CATALOG_CONFIGMAP)),
     )
     process.start()
+    request.config.stash[SESSION_OPERATOR] = process
     try:
         yield process
     finally:
+        del request.config.stash[SESSION_OPERATOR]
         process.stop()
+
+
+@pytest.fixture
+def no_session_operator(request: pytest.FixtureRequest) -> Iterator[None]:
+    """No operator of the session acts during the test: the session's one, if an earlier test
+    started it, is stopped and started again afterwards. Two standalone operators on one
+    cluster would both act on the same jobs; and a test that writes status as the operator does
+    would see the operator write its own over it (the order dependency of test_admission.py)."""
+    process = request.config.stash.get(SESSION_OPERATOR, None)
+    if process is None or process.process is None:
+        yield
+        return
+    process.stop()
+    try:
+        yield
+    finally:
+        process.start()
 
 
 @pytest.fixture

@@ -10,13 +10,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, ClassVar, cast
 
 import kopf
 
 from ringmaster import metrics
 from ringmaster.controllers.kubeapi import KubeApi, namespace_terminating
+from ringmaster.controllers.reporting import Event
 from ringmaster.controllers.workqueue import WorkQueue
 
 Key = tuple[str, str]
@@ -152,6 +153,15 @@ class Controller:
 
     def post(self, body: dict[str, Any], type_: str, reason: str, message: str) -> None:
         kopf.event(as_body(body), type=type_, reason=reason, message=message)
+
+    async def announce(self, body: dict[str, Any], events: Sequence[Event]) -> None:
+        """Post Events that announce what the status is about to record, in order, before that
+        status is written. kopf.event() (``post``) only queues an Event: a process killed just
+        after its status write lost the Event, and the status, once written, never asks for it
+        again (the chaos test saw jobs finish without their Admitted Event). Posted first, a
+        kill in between repeats an Event at worst, and never loses one."""
+        for event in events:
+            await self.api.post_event_about(body, event.type, event.reason, event.message)
 
     def is_settled(self, body: dict[str, Any]) -> bool:
         """Objects that need no periodic look (finished jobs)."""

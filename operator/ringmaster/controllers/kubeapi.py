@@ -7,10 +7,12 @@ blocks. Every write is idempotent: create tolerates AlreadyExists, delete tolera
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import functools
 import json
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar, cast
 
@@ -21,6 +23,10 @@ from ringmaster.api import GROUP, VERSION
 from ringmaster.controllers.outage import is_unreachable
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+# An Event's message is cut to this, as kopf.event() cuts it (the API refuses longer ones).
+MAX_EVENT_MESSAGE = 1024
 
 
 def load_config() -> None:
@@ -99,6 +105,55 @@ class KubeApi:
                 return False  # the namespace is going away, and the owner with it
             raise
         return True
+
+    async def post_event_about(
+        self, involved: Mapping[str, Any], type_: str, reason: str, message: str
+    ) -> None:
+        """Create a core v1 Event about an object and wait for the API to have it (kopf.event()
+        only queues one, posted moments later). Shaped as kopf's, so `kubectl describe` shows
+        both alike. An unreachable API or a terminating namespace raises, as for any write; any
+        other refusal is logged and skipped: an Event is a report, not state."""
+        import kopf
+
+        posting = kopf.OperatorSettings().posting
+        metadata = involved["metadata"]
+        namespace = metadata["namespace"]
+        now = dt.datetime.now(dt.UTC).isoformat()
+        if len(message) > MAX_EVENT_MESSAGE:
+            half = MAX_EVENT_MESSAGE // 2 - 2
+            message = f"{message[:half]}...{message[-half:]}"
+        event = {
+            "metadata": {"namespace": namespace, "generateName": posting.event_name_prefix},
+            "type": type_,
+            "reason": reason,
+            "message": message,
+            "action": reason,
+            "reportingComponent": posting.reporting_component,
+            "reportingInstance": posting.reporting_instance,
+            "source": {"component": posting.reporting_component},
+            "involvedObject": {
+                "apiVersion": involved["apiVersion"],
+                "kind": involved["kind"],
+                "name": metadata["name"],
+                "namespace": namespace,
+                "uid": metadata.get("uid"),
+            },
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "eventTime": now,
+        }
+        try:
+            await self.post_event(namespace, event)
+        except ApiException as error:
+            if is_unreachable(error) or namespace_terminating(error):
+                raise
+            log.warning(
+                "could not post the %s Event of %s/%s: %s",
+                reason,
+                namespace,
+                metadata["name"],
+                error.reason,
+            )
 
     async def get_config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
         """One ConfigMap as a plain dict, or None when it does not exist."""

@@ -203,6 +203,8 @@ class Decision:
     """Objects to server-side apply every time (the job's own ReductionServerPool)."""
     delete: list[str] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
+    """Posted before status is written: what the status records was announced (the Admitted
+    Event of an admission), whenever the process dies."""
     delete_job: bool = False
     requeue_after: float | None = None
     waiting: WaitingGang | None = None

@@ -8,8 +8,9 @@ cycles, apply decisions, write status.
 - The admission loop runs a cycle (admission/cycle.py) when the snapshot or the queue changed,
   at most every CYCLE_SECONDS; each verdict is handed to its job's reconcile, which records it.
   An admitted gang's room is held in the snapshot from the moment the cycle admits it.
-- Apply, in one order for every decision: objects to apply, then status (so an admission is on
-  record before its pods exist), then pods to create, pods to delete, Events.
+- Apply, in one order for every decision: objects to apply, then Events (awaited, so what the
+  status records was announced even if the process dies next), then status (so an admission is
+  on record before its pods exist), then pods to create, pods to delete.
 
 No kopf change handler, timer or daemon is used: those store progress in the object or add a
 finalizer, and a TrainingJob needs neither (its pods, Service and own reducer pool go with it
@@ -65,7 +66,7 @@ from ringmaster.controllers.base import Controller, Key, as_body, snapshot
 from ringmaster.controllers.catalog import job_hardware_problem, on_catalog_change
 from ringmaster.controllers.cluster_state import pod_facts
 from ringmaster.controllers.kubeapi import KubeApi
-from ringmaster.controllers.reporting import Conditions
+from ringmaster.controllers.reporting import Conditions, Event
 from ringmaster.controllers.training_lifecycle import (
     PENDING,
     Decision,
@@ -253,7 +254,36 @@ class TrainingController(Controller):
             for name, store in self.indexes["ringmaster_priority_classes"].items():
                 for value, is_default in store:
                     self.snapshot.set_priority_class(name, value, is_default)
+            self.hold_recorded_admissions()
             self.cycle_task = asyncio.create_task(self.admission_loop())
+
+    def hold_recorded_admissions(self) -> None:
+        """At start, before any cycle: hold the room of every admission on record, as the job's
+        first look would. A job whose operator was killed between its admission and its pods
+        has no pods to show for it; a cycle that ran before that job's first look (another
+        job's key came first) gave its room away, and two gangs got the same hosts."""
+        now = dt.datetime.now(dt.UTC).replace(microsecond=0)
+        for (namespace, name), store in self.objects().items():
+            for body in store:
+                status = body.get("status") or {}
+                if not status.get("admission"):
+                    continue
+                try:
+                    spec = TrainingJobSpec.model_validate(body.get("spec") or {})
+                    decision = self._decide(
+                        namespace,
+                        name,
+                        body,
+                        spec,
+                        TrainingJobStatus.model_validate(status),
+                        None,
+                        now,
+                    )
+                except Exception:
+                    log.exception("could not recover the admission of %s/%s", namespace, name)
+                    continue  # the job's own look decides it (and reports what is wrong)
+                if decision.promise is not None:
+                    self.snapshot.promise(decision.promise)
 
     def node_event(self, event: str | None, name: str, body: Mapping[str, Any]) -> None:
         if event == "DELETED":
@@ -383,44 +413,19 @@ class TrainingController(Controller):
             # The CRD admits what the models admit; this catches a CRD older than the operator.
             await self._report_invalid(namespace, name, body, current, status, generation, error)
             return None
-        pods = list(self.indexes["ringmaster_worker_pods"].get(key, []))
-        metadata = body["metadata"]
-        labels = dict(metadata.get("labels") or {})
         verdict = self.verdicts.pop(key, None)
         admitted_at = self._admitted_at.pop(key, None) if isinstance(verdict, Admit) else None
         if admitted_at is not None:
             metrics.ADMISSION_START_SECONDS.labels("queued").observe(time.monotonic() - admitted_at)
-        ending = bool(body["metadata"].get("deletionTimestamp")) or namespace in self.indexes.get(
-            "ringmaster_terminating_namespaces", {}
-        )
         try:
-            decision = reconcile_training(
-                JobView(
-                    name,
-                    namespace,
-                    generation,
-                    spec,
-                    status,
-                    _created(body),
-                    ending,
-                    uid=str(metadata.get("uid") or ""),
-                    labels=labels,
-                ),
-                pods,
-                World(
-                    self.snapshot.pools(),
-                    self.reducer_pools(namespace),
-                    verdict,
-                    job_hardware_problem(
-                        spec.accelerator.type,
-                        spec.accelerator.per_worker,
-                        spec.accelerator.topology,
-                    ),
-                    kueue=self.kueue_world(key, labels),
-                    held=self.snapshot.promised(key),
-                ),
+            decision = self._decide(
+                namespace,
+                name,
+                body,
+                spec,
+                status,
+                verdict,
                 dt.datetime.now(dt.UTC).replace(microsecond=0),
-                self.planner,
             )
         except Exception:
             if isinstance(verdict, Admit):  # admitted, and nothing recorded: decide again
@@ -468,6 +473,52 @@ class TrainingController(Controller):
         wait = PROGRESS_SECONDS - since
         return min(wait, decision.requeue_after) if decision.requeue_after is not None else wait
 
+    def _decide(
+        self,
+        namespace: str,
+        name: str,
+        body: dict[str, Any],
+        spec: TrainingJobSpec,
+        status: TrainingJobStatus,
+        verdict: Verdict | None,
+        now: dt.datetime,
+    ) -> Decision:
+        """The state machine's decision for one job from the indexes (no I/O)."""
+        key = (namespace, name)
+        metadata = body["metadata"]
+        generation = int(metadata.get("generation", 1))
+        labels = dict(metadata.get("labels") or {})
+        pods = list(self.indexes["ringmaster_worker_pods"].get(key, []))
+        ending = bool(metadata.get("deletionTimestamp")) or namespace in self.indexes.get(
+            "ringmaster_terminating_namespaces", {}
+        )
+        return reconcile_training(
+            JobView(
+                name,
+                namespace,
+                generation,
+                spec,
+                status,
+                _created(body),
+                ending,
+                uid=str(metadata.get("uid") or ""),
+                labels=labels,
+            ),
+            pods,
+            World(
+                self.snapshot.pools(),
+                self.reducer_pools(namespace),
+                verdict,
+                job_hardware_problem(
+                    spec.accelerator.type, spec.accelerator.per_worker, spec.accelerator.topology
+                ),
+                kueue=self.kueue_world(key, labels),
+                held=self.snapshot.promised(key),
+            ),
+            now,
+            self.planner,
+        )
+
     def _admission_bookkeeping(self, key: Key, verdict: Verdict | None, decision: Decision) -> None:
         if verdict is not None:
             self.delivered[key] = verdict
@@ -498,7 +549,9 @@ class TrainingController(Controller):
         for obj in decision.apply:
             kopf.append_owner_reference(obj, owner=as_body(body))
             await self.api.apply(namespace, obj)
-        # Status first: an admission is on record in the API before any of its pods exists.
+        # The Events, then status, then pods: every admission on record was announced, and an
+        # admission is on record in the API before any of its pods exists.
+        await self.announce(body, decision.events)
         new = decision.status.to_k8s()
         if new != current:
             await self.write_status(namespace, name, current, new)
@@ -512,8 +565,6 @@ class TrainingController(Controller):
         await asyncio.gather(
             *(self.api.delete_object(namespace, "Pod", pod) for pod in decision.delete)
         )
-        for event in decision.events:
-            self.post(body, event.type, event.reason, event.message)
         if decision.delete_job:
             self.post(body, "Normal", "Expired", "ttlSecondsAfterFinished passed: deleting it")
             await self.api.delete_custom(PLURAL, namespace, name)
@@ -616,7 +667,7 @@ class TrainingController(Controller):
         conditions.set("Valid", "False", "InvalidSpec", message)
         conditions.stamp()
         if status.to_k8s() != current:
-            self.post(body, "Warning", "InvalidSpec", message)
+            await self.announce(body, [Event("Warning", "InvalidSpec", message)])
             await self.write_status(namespace, name, current, status.to_k8s())
 
     def _observe(
