@@ -68,13 +68,18 @@ def job(name: str, workers: int) -> dict[str, object]:
     }
 
 
-def histogram_quantile(metrics: str, name: str, q: float) -> float | None:
-    buckets = [
-        (float("inf") if le == "+Inf" else float(le), float(count))
-        for le, count in re.findall(
-            rf'{name}_bucket{{kind="TrainingJob",le="([^"]+)"}} (\S+)', metrics
-        )
-    ]
+def histogram_quantile(
+    metrics: str, name: str, q: float, labels: dict[str, str] | None = None
+) -> float | None:
+    """The upper bound of the bucket that holds quantile q, among the series with these labels
+    (default: the TrainingJob controller's)."""
+    wanted = {"kind": "TrainingJob"} if labels is None else labels
+    buckets = []
+    for found, count in re.findall(rf"^{name}_bucket{{([^}}]*)}} (\S+)$", metrics, re.M):
+        series = dict(re.findall(r'(\w+)="([^"]*)"', found))
+        if all(series.get(k) == v for k, v in wanted.items()):
+            le = series["le"]
+            buckets.append((float("inf") if le == "+Inf" else float(le), float(count)))
     if not buckets:
         return None
     total = buckets[-1][1]
@@ -141,7 +146,10 @@ class PodClock:
             table.clear()
 
     def count_running(self, names: set[str] | None = None) -> int:
-        return sum(1 for n in self.running if n in self.live and (names is None or n in names))
+        # Copies: the watch thread adds to these while the bench reads them (list() of a dict
+        # runs without letting another thread in).
+        live = set(list(self.live))
+        return sum(1 for n in list(self.running) if n in live and (names is None or n in names))
 
     def stop(self) -> None:
         self._stop = True
@@ -188,7 +196,7 @@ def floor(clock: PodClock, gangs: int, workers: int, label: str) -> float:
     clock.core.delete_collection_namespaced_pod(
         NAMESPACE, label_selector="bench.ringmaster.dev/floor=true", grace_period_seconds=0
     )
-    wait_until("floor pods gone", lambda: not (clock.live & names), 600)
+    wait_until("floor pods gone", lambda: not (set(list(clock.live)) & names), 600)
     return seconds
 
 
@@ -228,6 +236,22 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
+# The operator under cProfile: kopf stops on SIGTERM and returns, then the stats are written.
+PROFILED = """
+import cProfile, runpy, sys
+sys.argv = ["ringmaster", *sys.argv[1:]]
+profile = cProfile.Profile()
+profile.enable()
+try:
+    runpy.run_module("ringmaster", run_name="__main__")
+except SystemExit:
+    pass
+finally:
+    profile.disable()
+    profile.dump_stats({out!r})
+"""
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, default=2000, help="a2-highgpu-8g hosts")
@@ -235,6 +259,18 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=8, help="workers (hosts) per job")
     parser.add_argument("--waves", type=int, default=5, help="churn: waves of finishing gangs")
     parser.add_argument("--keep", action="store_true", help="leave the cluster up")
+    parser.add_argument(
+        "--profile",
+        metavar="FILE",
+        default=None,
+        help="run the operator under cProfile (its event loop's thread) and write the stats here",
+    )
+    parser.add_argument(
+        "--timeline",
+        metavar="FILE",
+        default=None,
+        help="write every pod's bound/Running/Succeeded times (monotonic, JSON) here",
+    )
     args = parser.parse_args()
 
     bin_dir = (
@@ -254,7 +290,7 @@ def main() -> int:
     nodes_up = time.monotonic() - start
     cluster.kubectl("apply", "--server-side", "-f", str(REPO / "crds"))
     cluster.kubectl("wait", "--for=condition=Established", "-f", str(REPO / "crds"))
-    cluster.kubectl("create", "namespace", NAMESPACE)
+    cluster.kubectl("create", "namespace", NAMESPACE, check=False)  # a kept cluster has it
     load_before = os.getloadavg()
     clock = PodClock(cluster.kubeconfig)
     floor_before = floor(clock, min(fits, args.jobs), args.workers, "before")
@@ -262,8 +298,11 @@ def main() -> int:
 
     metrics_port = free_port()
     log = (Path(os.environ.get("TMPDIR", "/tmp")) / "ringmaster-scale-operator.log").open("w")
+    command = ["-m", "ringmaster", "run", "--metrics-port", str(metrics_port)]
+    if args.profile:
+        command = ["-c", PROFILED.format(out=args.profile), *command[2:]]
     operator = subprocess.Popen(
-        [sys.executable, "-m", "ringmaster", "run", "--metrics-port", str(metrics_port)],
+        [sys.executable, *command],
         env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)},
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -298,7 +337,7 @@ def main() -> int:
             time.sleep(1)
         operator_seconds = time.monotonic() - submitted
         per_job: dict[str, int] = {}
-        for pod, owner in clock.job_of.items():
+        for pod, owner in list(clock.job_of.items()):
             if pod in clock.live:
                 per_job[owner] = per_job.get(owner, 0) + 1
         partial = sorted(j for j, n in per_job.items() if n != args.workers)
@@ -324,13 +363,13 @@ def main() -> int:
         waiting = args.jobs - admitted
         per_wave = max(1, min(waiting, fits) // max(args.waves, 1)) if waiting else 0
         cpu_before = cpu_seconds(metrics)
-        running_jobs = sorted({clock.job_of[p] for p in clock.running if p in clock.job_of})
+        running_jobs = sorted({clock.job_of[p] for p in list(clock.running) if p in clock.job_of})
         finished: list[str] = []
         churn_admitted: list[str] = []
         for wave in range(args.waves if per_wave else 0):
             batch = running_jobs[wave * per_wave : (wave + 1) * per_wave]
             before = {s["name"] for s in job_states(cluster) if s["schedulable"] == "True"}
-            pods = [p for p, j in clock.job_of.items() if j in batch]
+            pods = [p for p, j in list(clock.job_of.items()) if j in batch]
             with ThreadPoolExecutor(16) as pool:
                 list(pool.map(lambda p: clock.core.patch_namespaced_pod(p, NAMESPACE, EXIT), pods))
             finished += batch
@@ -339,7 +378,7 @@ def main() -> int:
                 now = {s["name"] for s in job_states(cluster) if s["schedulable"] == "True"}
                 new = now - before
                 return len(new) >= n and all(
-                    sum(1 for p, j in clock.job_of.items() if j == name and p in clock.bound)
+                    sum(1 for p, j in list(clock.job_of.items()) if j == name and p in clock.bound)
                     == args.workers
                     for name in new
                 )
@@ -347,10 +386,11 @@ def main() -> int:
             wait_until(f"churn wave {wave}", wave_bound, 600, every=1.0)
             now_admitted = {s["name"] for s in job_states(cluster) if s["schedulable"] == "True"}
             churn_admitted += sorted(now_admitted - before)
-        cpu_after = cpu_seconds(operator_metrics(metrics_port))
+        after = operator_metrics(metrics_port)
+        cpu_after = cpu_seconds(after)
 
         def last(table: dict[str, float], name: str) -> float:
-            return max(t for p, t in table.items() if clock.job_of.get(p) == name)
+            return max(t for p, t in list(table.items()) if clock.job_of.get(p) == name)
 
         freed = sorted(last(clock.succeeded, j) for j in finished)
         bound = sorted(last(clock.bound, j) for j in churn_admitted)
@@ -363,12 +403,39 @@ def main() -> int:
                 "operator_cpu_seconds_per_gang   "
                 f"{(cpu_after - cpu_before) / max(len(churn_admitted), 1):.3f}"
             )
+        # The operator's share of a gang's start, over the whole run (its own histograms).
+        for stage in ("queued", "created"):
+            name, labels = "ringmaster_admission_start_seconds", {"stage": stage}
+            p50, p99 = (histogram_quantile(after, name, q, labels) for q in (0.5, 0.99))
+            print(f"admitted_to_{stage + '_seconds':<17} p50 <= {p50}, p99 <= {p99}")
+        p50, p99 = (
+            histogram_quantile(after, "ringmaster_admission_cycle_seconds", q, {})
+            for q in (0.5, 0.99)
+        )
+        print(f"admission_cycle_seconds         p50 <= {p50}, p99 <= {p99}", flush=True)
+
+        if args.timeline:
+            tables = {
+                "bound": dict(clock.bound),
+                "running": dict(clock.running),
+                "succeeded": dict(clock.succeeded),
+            }
+            Path(args.timeline).write_text(
+                json.dumps(
+                    {
+                        **tables,
+                        "job_of": dict(clock.job_of),
+                        "finished": finished,
+                        "churn_admitted": churn_admitted,
+                    }
+                )
+            )
 
         # The floor again, on the same cluster, without the operator.
         cluster.kubectl("delete", "tj", "--all", "-n", NAMESPACE, "--wait=false")
         operator.terminate()
         operator.wait(timeout=60)
-        wait_until("the jobs' pods gone", lambda: not clock.live, 900, every=1.0)
+        wait_until("the jobs' pods gone", lambda: not list(clock.live), 900, every=1.0)
         floor_after = floor(clock, min(fits, args.jobs), args.workers, "after")
         floor_mean = (floor_before + floor_after) / 2
         print(f"floor_after_seconds             {floor_after:.1f}")

@@ -21,6 +21,13 @@ ADMISSION_WAIT_SECONDS = Histogram(
     "Time from a TrainingJob's creation (or its last restart) to the admission of its gang.",
     buckets=(0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600),
 )
+ADMISSION_START_SECONDS = Histogram(
+    "ringmaster_admission_start_seconds",
+    "Time from a gang's admission by a cycle to its reconcile starting (stage=queued) and to "
+    "its pods created (stage=created): the operator's share of a gang's start.",
+    ["stage"],
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30),
+)
 ADMISSION_CYCLE_SECONDS = Histogram(
     "ringmaster_admission_cycle_seconds",
     "Time of one admission cycle over the waiting TrainingJobs.",

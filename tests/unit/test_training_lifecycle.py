@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 
 import pytest
 
@@ -13,6 +14,7 @@ from tests.unit.training_world import (
     bound_pod,
     job,
     pods_of,
+    ring_planner,
     spec,
 )
 
@@ -230,6 +232,27 @@ def test_the_priority_class_reaches_the_pods():
     decision = world.decide(job(the_spec))
     pods = [o for o in decision.create if o["kind"] == "Pod"]
     assert {p["spec"]["priorityClassName"] for p in pods} == {"research"}
+
+
+def test_an_admitted_job_keeps_the_room_held_for_it_without_recomputing_it():
+    world = TrainingWorld()
+    admitted = world.decide(job(spec(workers=3), name="a"))
+    held = world.snapshot.promised(("ml", "a"))
+    assert held is not None and held == admitted.promise
+    calls: list[str | None] = []
+
+    def counting_planner(the_spec, machine_type, reducers=None):
+        calls.append(machine_type)
+        return ring_planner(the_spec, machine_type, reducers)
+
+    again = world.decide(job(spec(workers=3), admitted.status, name="a"), planner=counting_planner)
+    assert again.promise is held  # the snapshot's own promise, not a new one
+    assert len(calls) == 1  # status.plan only: no second plan for the gang's option
+    # A held promise of another attempt (or pool, or size) is not this gang's: recomputed.
+    world.snapshot.promise(replace(held, attempt=held.attempt + 1))
+    calls.clear()
+    third = world.decide(job(spec(workers=3), admitted.status, name="a"), planner=counting_planner)
+    assert third.promise == held and len(calls) == 2
 
 
 def test_an_accelerator_the_catalog_lacks_waits_with_unknown_accelerator_until_it_is_added():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
@@ -119,14 +120,14 @@ class TrainingWorld:
         pools = reducer_pools or {}
         hw = the_job.spec.accelerator
         hardware = hardware_problem(catalog, hw.type, hw.per_worker, hw.topology)
-        decision = reconcile_training(
-            the_job, pods, World(self.snapshot.pools(), pools, None, hardware), now, planner
-        )
+        held = self.snapshot.promised(the_job.key)
+        world = World(self.snapshot.pools(), pools, None, hardware, held=held)
+        decision = reconcile_training(the_job, pods, world, now, planner)
         if decision.waiting is not None:
             verdicts = admission_cycle(self.snapshot, [decision.waiting], self.settings, now)
             verdict = next(v for v in verdicts if v.key == the_job.key)
             decision = reconcile_training(
-                the_job, pods, World(self.snapshot.pools(), pools, verdict, hardware), now, planner
+                the_job, pods, replace(world, verdict=verdict), now, planner
             )
         if decision.promise is not None:
             self.snapshot.promise(decision.promise)

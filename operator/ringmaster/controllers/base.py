@@ -60,10 +60,13 @@ class Controller:
     kind: ClassVar[str]
     plural: ClassVar[str]
     index: ClassVar[str]  # the kopf index holding the kind's objects by (namespace, name)
+    workers: ClassVar[int] = 4  # keys reconciled at once (each key by one worker at a time)
 
     def __init__(self, api: KubeApi) -> None:
         self.api = api
-        self.queue = WorkQueue(self.reconcile, name=self.kind, contact=lambda: api.contact)
+        self.queue = WorkQueue(
+            self.reconcile, workers=self.workers, name=self.kind, contact=lambda: api.contact
+        )
         self.indexes: Mapping[str, Any] = {}
         # The status we last wrote and the resourceVersion our write produced. The operator is
         # the only writer of status, so until the watch brings that version back, our write is
@@ -138,6 +141,15 @@ class Controller:
         )
         if version is not None:
             self.written[(namespace, name)] = (version, new, time.monotonic())
+
+    def object_changed(self, key: Key, version: str | None) -> None:
+        """A watch event of the kind: reconcile the object, unless the event only brings back
+        the status our own last write produced (the reconcile that wrote it decided from
+        everything that version holds; any other change has another version)."""
+        written = self.written.get(key)
+        if written is not None and version is not None and written[0] == version:
+            return
+        self.queue.add(key)
 
     def post(self, body: dict[str, Any], type_: str, reason: str, message: str) -> None:
         kopf.event(as_body(body), type=type_, reason=reason, message=message)

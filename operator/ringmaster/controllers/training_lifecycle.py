@@ -176,6 +176,8 @@ class World:
     runs keeps running when the catalog changes."""
     kueue: KueueWorld | None = None
     """Set when Kueue is installed (its Workload CRD is served) and the operator may use it."""
+    held: Promise | None = None
+    """The room the admission snapshot holds for this job now, if any."""
 
 
 @dataclass(frozen=True)
@@ -639,7 +641,17 @@ def _admitted(
             step.event("Normal", "Admitted", message)
 
     # The room stays held until every pod is seen (idempotent; recovers it after a restart).
-    if pool is not None:
+    # Held already for this attempt on this pool: kept as it is, not recomputed (rendering a
+    # worker pod and planning again on every look of every admitted job).
+    held = step.world.held
+    if (
+        held is not None
+        and held.attempt == attempt
+        and held.pool == admission.pool
+        and held.workers == spec.workers
+    ):
+        decision.promise = held
+    elif pool is not None:
         option = _option(step, pool, attempt)
         decision.promise = promise_for(job.key, attempt, option)
 

@@ -25,6 +25,7 @@ import datetime as dt
 import functools
 import logging
 import os
+import time
 from collections import defaultdict
 from collections.abc import Hashable, Mapping
 from typing import Any
@@ -92,6 +93,10 @@ BYPASS_LIMIT_ENV = "RINGMASTER_BYPASS_LIMIT_SECONDS"
 CYCLE_SECONDS = 0.2
 # A waiting job's "N fit now" is rewritten at most this often while room churns.
 WAIT_REFRESH_SECONDS = 5.0
+# A starting or running gang's worker counts alone (status.workers) are rewritten at most this
+# often: a gang's pods move one event at a time, and a status write per event was most of the
+# API calls in the scale bench, in the same API server queue as the next gang's pods.
+PROGRESS_SECONDS = 1.0
 
 
 def queueing_settings() -> QueueingSettings:
@@ -101,6 +106,7 @@ def queueing_settings() -> QueueingSettings:
 
 
 # ---------------------------------------------------------------- indexes (fed by kopf's watches)
+# Coroutines, so kopf runs them on the event loop, not through its thread pool (cluster_state.py).
 
 
 WORKER_LABELS: dict[str, Any] = {
@@ -111,26 +117,28 @@ WORKER_LABELS: dict[str, Any] = {
 
 
 @kopf.index("pods", labels=WORKER_LABELS)
-def ringmaster_worker_pods(
+async def ringmaster_worker_pods(
     body: kopf.Body, namespace: str | None, labels: kopf.Labels, **_: Any
 ) -> dict[Hashable, Any]:
     return {(namespace or "", labels[TRAINING_JOB_LABEL]): WorkerPod.from_object(body)}
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
-def ringmaster_trainingjobs(
+async def ringmaster_trainingjobs(
     namespace: str | None, name: str, body: kopf.Body, **_: Any
 ) -> dict[Key, Any]:
     return {(namespace or "", name): snapshot(body)}
 
 
 @kopf.index("scheduling.k8s.io", "v1", "priorityclasses")
-def ringmaster_priority_classes(name: str, body: kopf.Body, **_: Any) -> dict[str, Any]:
+async def ringmaster_priority_classes(name: str, body: kopf.Body, **_: Any) -> dict[str, Any]:
     return {name: (int(body.get("value") or 0), bool(body.get("globalDefault")))}
 
 
 @kopf.index("namespaces")
-def ringmaster_terminating_namespaces(name: str, body: kopf.Body, **_: Any) -> dict[str, bool]:
+async def ringmaster_terminating_namespaces(
+    name: str, body: kopf.Body, **_: Any
+) -> dict[str, bool]:
     """Namespaces being deleted: their jobs' pods go with them, which is no worker failure."""
     terminating = bool(body.get("metadata", {}).get("deletionTimestamp")) or (
         (body.get("status") or {}).get("phase") == "Terminating"
@@ -193,6 +201,10 @@ def reducer_pool_view(body: Mapping[str, Any]) -> ReducerPool:
     )
 
 
+def _without_workers(status: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in status.items() if k != "workers"}
+
+
 def _created(body: Mapping[str, Any]) -> dt.datetime | None:
     stamp = (body.get("metadata") or {}).get("creationTimestamp")
     return dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")) if stamp else None
@@ -205,6 +217,9 @@ class TrainingController(Controller):
     kind = "TrainingJob"
     plural = PLURAL
     index = "ringmaster_trainingjobs"
+    # A reconcile mostly waits on the API (status, then a gang's pods): the gangs one cycle
+    # admits start side by side instead of four at a time (the scale bench admits ten at once).
+    workers = 16
 
     def __init__(self, api: KubeApi, planner: Planner, settings: QueueingSettings) -> None:
         super().__init__(api)
@@ -219,6 +234,8 @@ class TrainingController(Controller):
         self.cycle_task: asyncio.Task[None] | None = None
         self._last_cycle: tuple[int, int] | None = None
         self._queue_version = 0
+        self._status_written_at: dict[Key, float] = {}
+        self._admitted_at: dict[Key, float] = {}  # when a cycle admitted it (monotonic)
 
     # ------------------------------------------------------------ feeding the snapshot
 
@@ -285,6 +302,14 @@ class TrainingController(Controller):
             self.queue.add(facts.job)
         self.wake()
 
+    def job_event(self, key: Key, phase: str | None, version: str | None) -> None:
+        if not phase and key not in self.waiting:
+            # A job no look has seen yet: its first look puts it in the admission queue, so it
+            # goes before status-only looks (a burst of new jobs waited behind them otherwise).
+            self.queue.add(key, urgent=True)
+        else:
+            self.object_changed(key, version)
+
     def reducer_pool_event(self, namespace: str, name: str, meta: Mapping[str, Any]) -> None:
         """A reducer pool changed: the jobs that use it plan and admit with its real state."""
         for ref in meta.get("ownerReferences") or []:
@@ -335,7 +360,9 @@ class TrainingController(Controller):
                 gang = self.waiting.pop(verdict.key)
                 self.snapshot.promise(promise_for(verdict.key, gang.attempt, verdict.option))
                 self.verdicts[verdict.key] = verdict
-                self.queue.add(verdict.key)
+                self._admitted_at[verdict.key] = time.monotonic()
+                # Its room is held from now on: it goes before status-only reconciles.
+                self.queue.add(verdict.key, urgent=True)
             elif self._worth_writing(verdict, now):
                 self.verdicts[verdict.key] = verdict
                 self.queue.add(verdict.key)
@@ -387,6 +414,9 @@ class TrainingController(Controller):
             await self._report_invalid(namespace, name, body, current, status, generation, error)
             return None
         verdict = self.verdicts.pop(key, None)
+        admitted_at = self._admitted_at.pop(key, None) if isinstance(verdict, Admit) else None
+        if admitted_at is not None:
+            metrics.ADMISSION_START_SECONDS.labels("queued").observe(time.monotonic() - admitted_at)
         try:
             decision = self._decide(
                 namespace,
@@ -403,6 +433,9 @@ class TrainingController(Controller):
                 self.wake()
             raise
         self._admission_bookkeeping(key, verdict, decision)
+        later = self._progress_later(key, current, decision)
+        if later is not None:
+            return later
         try:
             await self._apply(namespace, name, body, current, decision)
         except Exception:
@@ -412,7 +445,33 @@ class TrainingController(Controller):
                 self.wake()
             raise
         self._observe(namespace, name, body, decision, verdict)
+        if admitted_at is not None and decision.create:
+            seconds = time.monotonic() - admitted_at
+            metrics.ADMISSION_START_SECONDS.labels("created").observe(seconds)
         return decision.requeue_after
+
+    def _progress_later(
+        self, key: Key, current: dict[str, Any], decision: Decision
+    ) -> float | None:
+        """Seconds until the decision is worth applying, when it only moves the worker counts
+        and counts were written less than PROGRESS_SECONDS ago; None to apply it now."""
+        if decision.apply or decision.create or decision.delete or decision.events:
+            return None
+        if decision.workload:
+            return None
+        if decision.delete_job:
+            return None
+        new = decision.status.to_k8s()
+        counts_only = new.get("workers") != current.get("workers") and (
+            _without_workers(new) == _without_workers(current)
+        )
+        if not counts_only:
+            return None
+        since = time.monotonic() - self._status_written_at.get(key, float("-inf"))
+        if since >= PROGRESS_SECONDS:
+            return None
+        wait = PROGRESS_SECONDS - since
+        return min(wait, decision.requeue_after) if decision.requeue_after is not None else wait
 
     def _decide(
         self,
@@ -454,6 +513,7 @@ class TrainingController(Controller):
                     spec.accelerator.type, spec.accelerator.per_worker, spec.accelerator.topology
                 ),
                 kueue=self.kueue_world(key, labels),
+                held=self.snapshot.promised(key),
             ),
             now,
             self.planner,
@@ -492,7 +552,10 @@ class TrainingController(Controller):
         # The Events, then status, then pods: every admission on record was announced, and an
         # admission is on record in the API before any of its pods exists.
         await self.announce(body, decision.events)
-        await self.write_status(namespace, name, current, decision.status.to_k8s())
+        new = decision.status.to_k8s()
+        if new != current:
+            await self.write_status(namespace, name, current, new)
+            self._status_written_at[(namespace, name)] = time.monotonic()
         for write in decision.workload:
             await self._write_workload(namespace, body, write)
         for obj in decision.create:
@@ -629,6 +692,8 @@ class TrainingController(Controller):
                 metrics.ADMISSION_WAIT_SECONDS.observe(max(wait, 0.0))
 
     def forget(self, key: Key) -> None:
+        self._status_written_at.pop(key, None)
+        self._admitted_at.pop(key, None)
         self.snapshot.release(key)
         self.verdicts.pop(key, None)
         self.delivered.pop(key, None)
@@ -690,8 +755,11 @@ def _controller(kwargs: Mapping[str, Any]) -> TrainingController:
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-async def trainingjob_changed(namespace: str | None, name: str, **kwargs: Any) -> None:
-    _controller(kwargs).queue.add((namespace or "", name))
+async def trainingjob_changed(
+    namespace: str | None, name: str, meta: kopf.Meta, status: kopf.Status, **kwargs: Any
+) -> None:
+    key = (namespace or "", name)
+    _controller(kwargs).job_event(key, status.get("phase"), meta.get("resourceVersion"))
 
 
 @kopf.on.event("pods")

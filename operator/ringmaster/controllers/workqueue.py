@@ -3,6 +3,13 @@
 Level-triggered reconciliation needs three guarantees, which this gives: a key queued many times
 is reconciled once; a key is never reconciled by two workers at once; and a key that changes while
 it is being reconciled is reconciled again afterwards.
+
+Two lanes: a key added with ``urgent=True`` (a job the admission cycle has just admitted, or a
+new job whose first look puts it in the admission queue) is taken before every key of the
+ordinary lane, so a gang whose room is held starts without waiting behind the status-only
+reconciles its neighbours' pod events queue. A key already waiting in the ordinary lane moves to
+the front; one being reconciled runs again next, from the front. Within a lane the order is
+first in, first out.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ import asyncio
 import logging
 import random
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
 
 from ringmaster.controllers.outage import Outage, is_unreachable
@@ -36,14 +44,17 @@ class WorkQueue:
         self._contact = contact  # when the API last answered
         self._workers = workers
         self._retry_seconds = retry_seconds
-        self._queue: asyncio.Queue[Hashable] = asyncio.Queue()
+        self._front: deque[Hashable] = deque()  # the urgent lane
+        self._back: deque[Hashable] = deque()  # the ordinary lane
+        self._ready = asyncio.Semaphore(0)  # one count per queued key, whichever lane
         self._queued: set[Hashable] = set()
+        self._urgent: set[Hashable] = set()  # queued (or dirty) keys that go first
         self._active: set[Hashable] = set()
         self._dirty: set[Hashable] = set()
         self._timers: dict[Hashable, asyncio.TimerHandle] = {}
         self._tasks: list[asyncio.Task[None]] = []
 
-    def add(self, key: Hashable, after: float = 0.0) -> None:
+    def add(self, key: Hashable, after: float = 0.0, urgent: bool = False) -> None:
         if after > 0:
             loop = asyncio.get_running_loop()
             existing = self._timers.get(key)
@@ -56,9 +67,29 @@ class WorkQueue:
             return
         if key in self._active:
             self._dirty.add(key)
+            if urgent:
+                self._urgent.add(key)
         elif key not in self._queued:
             self._queued.add(key)
-            self._queue.put_nowait(key)
+            if urgent:
+                self._urgent.add(key)
+                self._front.append(key)
+            else:
+                self._back.append(key)
+            self._ready.release()
+        elif urgent and key not in self._urgent:
+            self._urgent.add(key)
+            self._back.remove(key)  # O(queued), and only when a waiting key is promoted
+            self._front.append(key)
+
+    def queued(self) -> int:
+        return len(self._queued)
+
+    def _take(self) -> Hashable:
+        key = self._front.popleft() if self._front else self._back.popleft()
+        self._queued.discard(key)
+        self._urgent.discard(key)
+        return key
 
     def _fire(self, key: Hashable) -> None:
         self._timers.pop(key, None)
@@ -81,8 +112,8 @@ class WorkQueue:
 
     async def _work(self) -> None:
         while True:
-            key = await self._queue.get()
-            self._queued.discard(key)
+            await self._ready.acquire()
+            key = self._take()
             self._active.add(key)
             again: float | None
             try:
@@ -114,6 +145,8 @@ class WorkQueue:
                 self._active.discard(key)
             if key in self._dirty:
                 self._dirty.discard(key)
-                self.add(key)
+                urgent = key in self._urgent
+                self._urgent.discard(key)
+                self.add(key, urgent=urgent)
             elif again is not None:
                 self.add(key, after=max(again, 0.05))
