@@ -1,0 +1,36 @@
+"""Every TrainingJob example is admitted on an empty local cluster: a worker that asks more than
+a node of its pool has (the v5e example asked 180Gi of a node with 176 GiB allocatable) would
+wait forever in `make demo`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ringmaster.api import TrainingJobSpec
+from ringmaster.controllers.training_lifecycle import ReducerPool
+from ringmaster.controllers.trainingjob import status_plan
+from ringmaster.localcluster.pools import POOLS_BY_NAME
+from tests.unit.training_world import TrainingWorld, job
+
+pytestmark = pytest.mark.unit
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+TRAINING = sorted(
+    p for p in EXAMPLES.glob("*.yaml") if yaml.safe_load(p.read_text()).get("kind") == "TrainingJob"
+)
+
+
+@pytest.mark.parametrize("path", TRAINING, ids=lambda p: p.stem)
+def test_a_training_example_is_admitted_on_an_empty_local_cluster(path):
+    spec = TrainingJobSpec.model_validate(yaml.safe_load(path.read_text())["spec"])
+    sizes = {name: max(pool.default_size, 8) for name, pool in POOLS_BY_NAME.items()}
+    world = TrainingWorld(sizes)
+    settings = spec.communication.reduction_server
+    shared = settings.pool_name if settings else None
+    endpoints = tuple(f"r-{i}:5000" for i in range(16))
+    pools = {shared: ReducerPool(shared, 16, 16, endpoints, "n1-highcpu-16")} if shared else {}
+    decision = world.decide(job(spec), [], pools, planner=lambda s, m, r=None: status_plan(s, m, r))
+    schedulable = [c for c in decision.status.conditions if c.type == "Schedulable"]
+    assert decision.status.phase == "Admitted", [(c.reason, c.message) for c in schedulable]
