@@ -192,19 +192,8 @@ class KubeApi:
         return str(cast(dict[str, Any], updated)["metadata"]["resourceVersion"])
 
     async def delete_custom(self, plural: str, namespace: str, name: str) -> None:
-        try:
-            await self._call(
-                self.custom.delete_namespaced_custom_object,
-                GROUP,
-                VERSION,
-                namespace,
-                plural,
-                name,
-                body=kubernetes.client.V1DeleteOptions(propagation_policy="Background"),
-            )
-        except ApiException as error:
-            if error.status != 404:
-                raise
+        """Delete one of Ringmaster's own objects; gone already is fine."""
+        await self.delete_custom_object(GROUP, VERSION, plural, namespace, name)
 
     async def create_custom(
         self, group: str, version: str, plural: str, namespace: str, obj: dict[str, Any]
