@@ -43,6 +43,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ringmaster.engine import efficiency as E
+from ringmaster.engine.arrays import as_f64 as _f
+from ringmaster.engine.arrays import where
 from ringmaster.engine.efficiency import NCCL_BASE_LATENCY
 from ringmaster.engine.hardware import Accelerator, MachineType
 from ringmaster.engine.units import US
@@ -65,8 +67,6 @@ class Collective(NamedTuple):
     bottleneck: NDArray[np.int64]
 
 
-def _f(x: ArrayLike) -> F64:
-    return np.asarray(x, dtype=np.float64)
 
 
 def _ring_factor(peers: F64) -> F64:
@@ -80,7 +80,7 @@ def bus_bandwidth(nbytes: ArrayLike, ranks: ArrayLike, seconds: ArrayLike) -> F6
     t = _f(seconds)
     with np.errstate(divide="ignore", invalid="ignore"):
         busbw = _ring_factor(n) * _f(nbytes) / t
-    return np.where((n > 1) & (t > 0), busbw, np.nan)
+    return where((n > 1) & (t > 0), busbw, np.nan)
 
 
 def ring_allreduce(
@@ -93,10 +93,10 @@ def ring_allreduce(
     """A ring of p peers on links of ``bandwidth``: 2(p-1)/p * M / B + base + 2(p-1) * alpha."""
     p = _f(peers)
     active = p > 1
-    bw = np.where(active, _ring_factor(p) * _f(nbytes) / _f(bandwidth), 0.0)
-    lat = np.where(active, _f(base_latency) + 2.0 * (p - 1.0) * _f(hop_latency), 0.0)
-    code = np.where(bw >= lat, BOTTLENECK_INTRA, BOTTLENECK_LATENCY)
-    return Collective(bw + lat, bw, lat, code.astype(np.int64))
+    bw = where(active, _ring_factor(p) * _f(nbytes) / _f(bandwidth), 0.0)
+    lat = where(active, _f(base_latency) + 2.0 * (p - 1.0) * _f(hop_latency), 0.0)
+    code = where(bw >= lat, BOTTLENECK_INTRA, BOTTLENECK_LATENCY)
+    return Collective(bw + lat, bw, lat, np.asarray(code, dtype=np.int64))
 
 
 def flat_ring(
@@ -116,11 +116,11 @@ def flat_ring(
     multi = n > 1
     nic = _f(nic_bandwidth)
     intra = _f(intra_bandwidth)
-    link = np.where(multi, np.where(g > 1, np.minimum(nic, intra), nic), intra)
-    hop = np.where(multi, _f(network_hop_latency), _f(intra_hop_latency))
+    link = where(multi, where(g > 1, np.minimum(nic, intra), nic), intra)
+    hop = where(multi, _f(network_hop_latency), _f(intra_hop_latency))
     ring = ring_allreduce(nbytes, ranks, link, hop)
-    link_code = np.where(multi & ((g <= 1) | (nic <= intra)), BOTTLENECK_NIC, BOTTLENECK_INTRA)
-    code = np.where(ring.bandwidth_seconds >= ring.latency_seconds, link_code, BOTTLENECK_LATENCY)
+    link_code = where(multi & ((g <= 1) | (nic <= intra)), BOTTLENECK_NIC, BOTTLENECK_INTRA)
+    code = where(ring.bandwidth_seconds >= ring.latency_seconds, link_code, BOTTLENECK_LATENCY)
     return Collective(ring.seconds, ring.bandwidth_seconds, ring.latency_seconds, code)
 
 
@@ -130,8 +130,8 @@ def _intra_phases(
     """Reduce-scatter then all-gather inside each host: 2(g-1)/g * M / B_intra in all, plus one
     base latency and g-1 hops per phase."""
     active = per_host > 1
-    bw = np.where(active, _ring_factor(per_host) * nbytes / intra_bandwidth, 0.0)
-    lat = np.where(
+    bw = where(active, _ring_factor(per_host) * nbytes / intra_bandwidth, 0.0)
+    lat = where(
         active, 2.0 * NCCL_BASE_LATENCY + 2.0 * (per_host - 1.0) * intra_hop_latency, 0.0
     )
     return bw, lat
@@ -156,9 +156,9 @@ def hierarchical_ring(
     inter = ring_allreduce(m, n, nic_bandwidth, network_hop_latency)
     bw = np.maximum(intra_bw, inter.bandwidth_seconds)
     lat = intra_lat + inter.latency_seconds
-    code = np.where(inter.bandwidth_seconds >= intra_bw, BOTTLENECK_NIC, BOTTLENECK_INTRA)
-    code = np.where(bw >= lat, code, BOTTLENECK_LATENCY)
-    return Collective(bw + lat, bw, lat, code.astype(np.int64))
+    code = where(inter.bandwidth_seconds >= intra_bw, BOTTLENECK_NIC, BOTTLENECK_INTRA)
+    code = where(bw >= lat, code, BOTTLENECK_LATENCY)
+    return Collective(bw + lat, bw, lat, np.asarray(code, dtype=np.int64))
 
 
 def tree_allreduce(
@@ -181,11 +181,11 @@ def tree_allreduce(
     depth = np.ceil(np.log2(np.maximum(n, 1.0)))
     inter_bw = 2.0 * m / _f(nic_bandwidth)
     inter_lat = NCCL_BASE_LATENCY + 2.0 * depth * _f(network_hop_latency)
-    bw = np.where(multi, np.maximum(intra_bw, inter_bw), np.inf)
-    lat = np.where(multi, intra_lat + inter_lat, np.inf)
-    code = np.where(inter_bw >= intra_bw, BOTTLENECK_NIC, BOTTLENECK_INTRA)
-    code = np.where(bw >= lat, code, BOTTLENECK_LATENCY)
-    return Collective(bw + lat, bw, lat, code.astype(np.int64))
+    bw = where(multi, np.maximum(intra_bw, inter_bw), np.inf)
+    lat = where(multi, intra_lat + inter_lat, np.inf)
+    code = where(inter_bw >= intra_bw, BOTTLENECK_NIC, BOTTLENECK_INTRA)
+    code = where(bw >= lat, code, BOTTLENECK_LATENCY)
+    return Collective(bw + lat, bw, lat, np.asarray(code, dtype=np.int64))
 
 
 def reduction_server(
@@ -210,15 +210,15 @@ def reduction_server(
     intra_bw, intra_lat = _intra_phases(m, _f(per_host), _f(intra_bandwidth), _f(intra_hop_latency))
     worker_side = m / _f(nic_bandwidth)
     with np.errstate(divide="ignore"):
-        reducer_side = np.where(k > 0, n * m / (k * _f(reducer_bandwidth)), np.inf)
+        reducer_side = where(k > 0, n * m / (k * _f(reducer_bandwidth)), np.inf)
     inter_bw = np.maximum(worker_side, reducer_side)
     inter_lat = NCCL_BASE_LATENCY + 2.0 * _f(network_hop_latency)
     bw = np.maximum(intra_bw, inter_bw)
     lat = intra_lat + inter_lat
-    code = np.where(reducer_side > worker_side, BOTTLENECK_REDUCERS, BOTTLENECK_NIC)
-    code = np.where(inter_bw >= intra_bw, code, BOTTLENECK_INTRA)
-    code = np.where(bw >= lat, code, BOTTLENECK_LATENCY)
-    return Collective(bw + lat, bw, lat, code.astype(np.int64))
+    code = where(reducer_side > worker_side, BOTTLENECK_REDUCERS, BOTTLENECK_NIC)
+    code = where(inter_bw >= intra_bw, code, BOTTLENECK_INTRA)
+    code = where(bw >= lat, code, BOTTLENECK_LATENCY)
+    return Collective(bw + lat, bw, lat, np.asarray(code, dtype=np.int64))
 
 
 def torus_allreduce(
@@ -238,7 +238,7 @@ def torus_allreduce(
     """
     m = _f(nbytes)
     p = np.stack(np.broadcast_arrays(*(_f(a) for a in axes)))
-    f = np.where(np.stack(np.broadcast_arrays(*(np.asarray(w) for w in wrapped))), 2.0, 1.0)
+    f = where(np.stack(np.broadcast_arrays(*(np.asarray(w) for w in wrapped))), 2.0, 1.0)
     p, f = np.broadcast_arrays(p, f)
     order = np.argsort(-f, axis=0, kind="stable")  # wrapped (faster) axes while data is largest
     p = np.take_along_axis(p, order, axis=0)
@@ -253,9 +253,9 @@ def torus_allreduce(
         steps = steps + 2.0 * (p[d] - 1.0)
     bw = bw * m / b
     chips = np.prod(p, axis=0)
-    lat = np.where(chips > 1, NCCL_BASE_LATENCY + steps * _f(hop_latency), 0.0)
-    code = np.where(bw >= lat, BOTTLENECK_ICI, BOTTLENECK_LATENCY)
-    return Collective(bw + lat, bw, lat, code.astype(np.int64))
+    lat = where(chips > 1, NCCL_BASE_LATENCY + steps * _f(hop_latency), 0.0)
+    code = where(bw >= lat, BOTTLENECK_ICI, BOTTLENECK_LATENCY)
+    return Collective(bw + lat, bw, lat, np.asarray(code, dtype=np.int64))
 
 
 # =================================================================================================
@@ -317,9 +317,8 @@ def bus_factor(kind: str, ranks: ArrayLike) -> F64:
 def bus_bandwidth_of(kind: str, nbytes: ArrayLike, ranks: ArrayLike, seconds: ArrayLike) -> F64:
     n = _f(ranks)
     t = _f(seconds)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        busbw = bus_factor(kind, n) * _f(nbytes) / t
-    return np.where((n > 1) & (t > 0), busbw, np.nan)
+    # Dividing by NaN where undefined (one rank, no time) gives NaN there with no warning.
+    return bus_factor(kind, n) * _f(nbytes) / where((n > 1) & (t > 0), t, np.nan)
 
 
 def parse_nccl_env(
@@ -422,25 +421,25 @@ def nccl_collective(
         protos = protos - {PROTO_LL128}
     all_reduce = kind == ALL_REDUCE
     factor = bus_factor(kind, ranks)
-    any_multi = bool(np.any(multi))
+    any_multi = bool(multi.any())
     one_host_ll = E.NCCL_LL_MAX_BW_ONE_HOST_GBPS.get(arch, E.NCCL_LL_MAX_BW_ONE_HOST_GBPS["volta"])
     if any_multi:
-        many = np.where(n <= 2, E.NCCL_LL_MAX_BW_TWO_HOSTS_GBPS, E.NCCL_LL_MAX_BW_MANY_HOSTS_GBPS)
-        ll_max = np.where(multi, many, one_host_ll) * 1e9
+        many = where(n <= 2, E.NCCL_LL_MAX_BW_TWO_HOSTS_GBPS, E.NCCL_LL_MAX_BW_MANY_HOSTS_GBPS)
+        ll_max = where(multi, many, one_host_ll) * 1e9
     else:
         ll_max = np.asarray(one_host_ll * 1e9)
     net_lat = E.NCCL_HW_LATENCY_US["net"]
     intra_lat = E.NCCL_HW_LATENCY_US[link]
-    shape = np.broadcast_shapes(m.shape, n.shape, g.shape, intra.shape, net.shape, nvls_bw.shape)
+    shape = np.broadcast(m, n, g, intra, net, nvls_bw).shape
     picker = _Picker(m, shape)
 
     # --- Ring: one ring per channel through all N ranks, crossing every host once, so its busbw
     # is the smaller of the GPU's link and the host's NICs together.
     if ALG_RING in algos:
-        ring_bus = np.where(multi, np.where(g > 1, np.minimum(intra, net), net), intra)
-        ring_code = np.where(multi & ((g <= 1) | (net <= intra)), BOTTLENECK_NIC, BOTTLENECK_INTRA)
+        ring_bus = where(multi, where(g > 1, np.minimum(intra, net), net), intra)
+        ring_code = where(multi & ((g <= 1) | (net <= intra)), BOTTLENECK_NIC, BOTTLENECK_INTRA)
         per_step = 2.0 if all_reduce else 1.0
-        inter_steps = np.where(multi, per_step * (n - 1.0), 0.0)
+        inter_steps = where(multi, per_step * (n - 1.0), 0.0)
         intra_steps = per_step * (ranks - 1.0) - inter_steps
         simple_per_byte = factor / ring_bus  # per configuration; times the sizes below
         for p in sorted(protos):
@@ -452,9 +451,9 @@ def nccl_collective(
                 per_byte = simple_per_byte
             overhead = E.NCCL_NET_OVERHEAD_US * (3.0 if p == PROTO_SIMPLE else 1.0)
             own = intra_lat["ring"][p]
-            step_intra = np.where(multi, max(own, overhead), own) if any_multi else own
+            step_intra = where(multi, max(own, overhead), own) if any_multi else own
             # With one GPU per host NCCL charges the tree's network latency (ppn == 1).
-            step_net = np.where(g > 1, net_lat["ring"][p], net_lat["tree"][p])
+            step_net = where(g > 1, net_lat["ring"][p], net_lat["tree"][p])
             lat_us = (
                 E.NCCL_BASE_LATENCY_US["ring"][p]
                 + intra_steps * step_intra
@@ -462,24 +461,24 @@ def nccl_collective(
             )
             if p == PROTO_SIMPLE and all_reduce and any_multi:
                 # "Plateau effect of ring": once each channel's share per rank reaches 64 bytes.
-                threshold = np.where(multi, 64.0 * E.NCCL_ASSUMED_CHANNELS * ranks, np.inf)
+                threshold = where(multi, 64.0 * E.NCCL_ASSUMED_CHANNELS * ranks, np.inf)
                 raised = lat_us * E.NCCL_RING_PLATEAU.get(arch, 1.9)
-                lat_us = np.where(m >= threshold, raised, lat_us)
+                lat_us = where(m >= threshold, raised, lat_us)
             picker.offer(ALG_RING, p, lat_us * US, per_byte, ring_code)
 
     # --- Tree (all-reduce, several hosts): a chain inside each host, a double binary tree across.
     # Each GPU's link carries the message up and down (2M); each host's NICs carry 2M, or M when
     # there are only 2 hosts (each is root of one tree and leaf of the other).
     if all_reduce and ALG_TREE in algos and any_multi:
-        net_share = np.where(n <= 2, 1.0, 2.0)
-        intra_side = np.where(g > 1, 2.0 / intra, 0.0)
+        net_share = where(n <= 2, 1.0, 2.0)
+        intra_side = where(g > 1, 2.0 / intra, 0.0)
         net_side = net_share / net
         per_byte = np.maximum(intra_side, net_side) / E.NCCL_TREE_FRACTION
-        code = np.where(net_side >= intra_side, BOTTLENECK_NIC, BOTTLENECK_INTRA)
+        code = where(net_side >= intra_side, BOTTLENECK_NIC, BOTTLENECK_INTRA)
         # frexp's exponent of bytes / 64 is log2 + 1: column 0 (below 64 B) and 24 (from 512 MiB)
         # are 1, columns 1..23 NCCL's factors for log2 = 0..22.
         _, exponent = np.frexp(m * (1.0 / 64.0))
-        idx = np.clip(exponent, 0, 24)
+        idx = np.minimum(np.maximum(exponent, 0), 24)  # np.clip costs 10x on small arrays
         depth = _floor_log2(n)
         for p in sorted(protos):
             if p == PROTO_LL:
@@ -492,34 +491,34 @@ def nccl_collective(
             lat_us = E.NCCL_BASE_LATENCY_US["tree"][p] + 2.0 * (
                 (g - 1.0) * intra_lat["tree"][p] + depth * net_lat["tree"][p]
             )
-            lat = np.where(multi, lat_us * US, np.inf)
+            lat = where(multi, lat_us * US, np.inf)
             picker.offer(ALG_TREE, p, lat, corrected, code)
 
     # --- NVLS: the NVSwitch reduces (Hopper+ on NVSwitch, Simple only, all-reduce here).
     has_nvls = (nvls_bw > 0) & (g > 1)
-    if all_reduce and PROTO_SIMPLE in protos and np.any(has_nvls):
-        safe = np.where(nvls_bw > 0, nvls_bw, 1.0)
+    if all_reduce and PROTO_SIMPLE in protos and has_nvls.any():
+        safe = where(nvls_bw > 0, nvls_bw, 1.0)
         if ALG_NVLS in algos:  # one host (multi-host NVLS needs CollNet, not modelled)
             nvls_lat = E.NCCL_HW_LATENCY_US["nvlink"]["nvls"][PROTO_SIMPLE] * US
             picker.offer(
                 ALG_NVLS,
                 PROTO_SIMPLE,
-                np.where(has_nvls & ~multi, nvls_lat, np.inf),
+                where(has_nvls & ~multi, nvls_lat, np.inf),
                 1.0 / safe,
                 np.int64(BOTTLENECK_INTRA),
             )
         if ALG_NVLS_TREE in algos and any_multi:  # NVLS inside hosts, trees across them
             intra_side = 1.0 / safe
-            net_side = np.where(n <= 2, 1.0, 2.0) / net
+            net_side = where(n <= 2, 1.0, 2.0) / net
             lat_us = (
                 E.NCCL_HW_LATENCY_US["nvlink"]["nvls_tree"][PROTO_SIMPLE]
                 + 2.0 * _floor_log2(n) * net_lat["nvls_tree"][PROTO_SIMPLE]
             )
-            code = np.where(net_side >= intra_side, BOTTLENECK_NIC, BOTTLENECK_INTRA)
+            code = where(net_side >= intra_side, BOTTLENECK_NIC, BOTTLENECK_INTRA)
             picker.offer(
                 ALG_NVLS_TREE,
                 PROTO_SIMPLE,
-                np.where(has_nvls & multi, lat_us * US, np.inf),
+                where(has_nvls & multi, lat_us * US, np.inf),
                 np.maximum(intra_side, net_side),
                 code,
             )
@@ -556,7 +555,8 @@ class _Picker:
         self.protos.append(proto)
         code8 = np.asarray(code, dtype=np.int8)
         if self.seconds is None:
-            self.seconds = np.array(np.broadcast_to(t, self.shape), dtype=np.float64)
+            self.seconds = np.empty(self.shape)
+            self.seconds[...] = t
             self.index[...] = 0
             self.code[...] = code8
             self.latency_bound[...] = bound
@@ -580,8 +580,9 @@ class _Picker:
             none = np.full(shape, -1, dtype=np.int64)
             return CollectiveTime(inf, none, none, np.full(shape, np.nan), none)
         seconds = self.seconds
-        if np.any(ranks <= 1):
-            seconds = np.where(ranks <= 1, 0.0, seconds)
+        alone = ranks <= 1
+        if alone.any():
+            seconds = where(alone, 0.0, seconds)
         alg = np.asarray(self.algs, dtype=np.int64)[self.index]
         proto = np.asarray(self.protos, dtype=np.int64)[self.index]
         code = self.code.astype(np.int64)
@@ -614,19 +615,19 @@ def ici_collective(
     of the two bounds is the time."""
     m = _f(nbytes)
     p = np.stack(np.broadcast_arrays(*(_f(a) for a in axes)))
-    f = np.where(np.stack(np.broadcast_arrays(*(np.asarray(w) for w in wrapped))), 2.0, 1.0)
+    f = where(np.stack(np.broadcast_arrays(*(np.asarray(w) for w in wrapped))), 2.0, 1.0)
     p, f = np.broadcast_arrays(p, f)
     b = _f(link_bandwidth)
     chips = np.prod(p, axis=0)
-    capacity = np.sum(np.where(p > 1, f, 0.0), axis=0) * b
+    capacity = np.sum(where(p > 1, f, 0.0), axis=0) * b
     per_axis = np.max((p - 1.0) / np.maximum(chips, 1.0) / f, axis=0) / b
     passes = 2.0 if kind == ALL_REDUCE else 1.0
     with np.errstate(divide="ignore", invalid="ignore"):
         bw = np.maximum(bus_factor(kind, chips) * m / capacity, passes * per_axis * m)
-    bw = np.where(chips > 1, bw, 0.0)
+    bw = where(chips > 1, bw, 0.0)
     steps = passes * np.sum(p - 1.0, axis=0)
-    lat = np.where(chips > 1, NCCL_BASE_LATENCY + steps * _f(hop_latency), 0.0)
-    code = np.where(bw >= lat, BOTTLENECK_ICI, BOTTLENECK_LATENCY).astype(np.int64)
+    lat = where(chips > 1, NCCL_BASE_LATENCY + steps * _f(hop_latency), 0.0)
+    code = np.asarray(where(bw >= lat, BOTTLENECK_ICI, BOTTLENECK_LATENCY), dtype=np.int64)
     seconds = bw + lat
     shape = seconds.shape
     return CollectiveTime(
@@ -654,18 +655,18 @@ def multislice_allreduce(
     m = _f(nbytes)
     s = _f(slices)
     shard_per_host = m * _f(chips_per_host) / _f(chips_per_slice)
-    dcn = np.where(s > 1, 2.0 * (s - 1.0) / s * shard_per_host / _f(dcn_bandwidth), 0.0)
-    lat = np.where(s > 1, NCCL_BASE_LATENCY + 2.0 * (s - 1.0) * _f(dcn_hop_latency), 0.0)
+    dcn = where(s > 1, 2.0 * (s - 1.0) / s * shard_per_host / _f(dcn_bandwidth), 0.0)
+    lat = where(s > 1, NCCL_BASE_LATENCY + 2.0 * (s - 1.0) * _f(dcn_hop_latency), 0.0)
     seconds = slice_time.seconds + dcn + lat
     ranks = s * _f(chips_per_slice)
-    code = np.where(dcn + lat > slice_time.seconds, BOTTLENECK_NIC, slice_time.bottleneck)
-    alg = np.where(s > 1, ALG_MULTISLICE, slice_time.algorithm).astype(np.int64)
+    code = where(dcn + lat > slice_time.seconds, BOTTLENECK_NIC, slice_time.bottleneck)
+    alg = np.asarray(where(s > 1, ALG_MULTISLICE, slice_time.algorithm), dtype=np.int64)
     return CollectiveTime(
         seconds=seconds,
         algorithm=alg,
         protocol=np.broadcast_to(slice_time.protocol, seconds.shape).astype(np.int64),
         bus_bandwidth=bus_bandwidth_of(ALL_REDUCE, m, ranks, seconds),
-        bottleneck=code.astype(np.int64),
+        bottleneck=np.asarray(code, dtype=np.int64),
     )
 
 
@@ -688,7 +689,7 @@ def reducer_bandwidth(
     )
     tcp_rate = v * E.REDUCER_TCP_BYTES_PER_VCPU / 2.0
     own = np.minimum(np.minimum(_f(nic_bandwidth), sum_rate), tcp_rate)
-    return own * np.clip(_f(share), 0.0, 1.0)
+    return own * np.minimum(np.maximum(_f(share), 0.0), 1.0)  # np.clip: 10x the cost here
 
 
 def reduction_server_collective(
@@ -714,13 +715,13 @@ def reduction_server_collective(
     # host (2(g-1)/g x M over the GPU's link), or NVLS where the NVSwitch reduces.
     ring_per_byte = 2.0 * (g - 1.0) / np.maximum(g, 1.0) / _f(fabric.intra_bandwidth)
     nvls = _f(fabric.nvls_bandwidth)
-    per_byte = np.where(
-        nvls > 0, np.minimum(ring_per_byte, 1.0 / np.where(nvls > 0, nvls, 1.0)), ring_per_byte
+    per_byte = where(
+        nvls > 0, np.minimum(ring_per_byte, 1.0 / where(nvls > 0, nvls, 1.0)), ring_per_byte
     )
     hop = E.NCCL_HW_LATENCY_US.get(fabric.intra_link, E.NCCL_HW_LATENCY_US["pcie"])
     # reduce-scatter and all-gather inside the host: a base and g-1 steps each
     intra_lat = (
-        np.where(
+        where(
             g > 1,
             2.0
             * (
@@ -730,10 +731,10 @@ def reduction_server_collective(
         )
         * US
     )
-    intra_per_byte = np.where(g > 1, per_byte, 0.0)
+    intra_per_byte = where(g > 1, per_byte, 0.0)
     worker_per_byte = 1.0 / _f(fabric.net_bandwidth)
     with np.errstate(divide="ignore"):
-        reducer_per_byte = np.where(k > 0, n / (k * _f(reducer_rate)), np.inf)
+        reducer_per_byte = where(k > 0, n / (k * _f(reducer_rate)), np.inf)
     # Every phase moves bytes in proportion to M: the slowest per-byte rate sets the pace, and
     # which one it is does not depend on M (so the codes are computed per configuration).
     inter_per_byte = np.maximum(worker_per_byte, reducer_per_byte)
@@ -741,9 +742,9 @@ def reduction_server_collective(
     lat = intra_lat + NCCL_BASE_LATENCY + 2.0 * E.NETWORK_HOP_LATENCY
     bw = m * slowest
     seconds = bw + lat
-    code = np.where(reducer_per_byte > worker_per_byte, BOTTLENECK_REDUCERS, BOTTLENECK_NIC)
-    code = np.where(inter_per_byte >= intra_per_byte, code, BOTTLENECK_INTRA)
-    code = np.where(bw >= lat, code, BOTTLENECK_LATENCY).astype(np.int64)
+    code = where(reducer_per_byte > worker_per_byte, BOTTLENECK_REDUCERS, BOTTLENECK_NIC)
+    code = where(inter_per_byte >= intra_per_byte, code, BOTTLENECK_INTRA)
+    code = np.asarray(where(bw >= lat, code, BOTTLENECK_LATENCY), dtype=np.int64)
     return CollectiveTime(
         seconds=seconds,
         algorithm=np.asarray(ALG_REDUCTION_SERVER, dtype=np.int64),
@@ -771,7 +772,7 @@ def network_efficiency(transport: str, per_host: ArrayLike) -> F64:
     several GPUs the socket transport's loss on top (TCP_SHARED_NIC_EFFICIENCY)."""
     g = _f(per_host)
     if transport == "tcp":
-        return np.where(g > 1, E.NIC_EFFICIENCY * E.TCP_SHARED_NIC_EFFICIENCY, E.NIC_EFFICIENCY)
+        return where(g > 1, E.NIC_EFFICIENCY * E.TCP_SHARED_NIC_EFFICIENCY, E.NIC_EFFICIENCY)
     return np.full(g.shape, E.NIC_EFFICIENCY)
 
 

@@ -23,6 +23,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ringmaster.engine import collectives as C
+from ringmaster.engine.arrays import as_f64 as _f
+from ringmaster.engine.arrays import in_blocks, joint_shape, where
 from ringmaster.engine.efficiency import (
     BACKWARD_FRACTION,
     COMPUTE_EFFICIENCY,
@@ -69,8 +71,6 @@ class StrategyArrays(NamedTuple):
     protocol: I64  # collectives.PROTO_* of the largest bucket
 
 
-def _f(x: ArrayLike) -> F64:
-    return np.asarray(x, dtype=np.float64)
 
 
 def exposed_communication(
@@ -83,7 +83,7 @@ def exposed_communication(
     comm = _f(communication_seconds)
     m = _f(gradient_bytes)
     with np.errstate(divide="ignore", invalid="ignore"):
-        last_bucket = np.where(m > 0, np.minimum(1.0, GRADIENT_BUCKET_BYTES / m), 1.0)
+        last_bucket = where(m > 0, np.minimum(1.0, GRADIENT_BUCKET_BYTES / m), 1.0)
     hideable = comm * (1.0 - last_bucket)
     hidden = np.minimum(hideable, BACKWARD_FRACTION * _f(compute_seconds))
     return comm - hidden
@@ -112,9 +112,9 @@ def overlap_timeline(
     equal middle buckets that maximum is at one end, so four candidates suffice. ``collective``
     maps an array of bucket sizes to their times; it is called once on the three sizes stacked
     (axis 0) over ``shape``, the broadcast shape of the configurations it closes over."""
-    shape = np.broadcast_shapes(shape, np.shape(gradient_bytes), np.shape(backward_seconds))
     m = _f(gradient_bytes)
     t_bwd = _f(backward_seconds)
+    shape = joint_shape(shape, m.shape, t_bwd.shape)
     first = np.minimum(first_bucket_bytes, m)
     rest = m - first
     full = np.floor(rest / bucket_bytes)
@@ -130,17 +130,17 @@ def overlap_timeline(
         else np.broadcast_to(times.seconds, sizes.shape)
     )
     c_first = t[0]
-    c_full = np.where(full > 0, t[1], 0.0)
-    c_last = np.where(last > 0, t[2], 0.0)
+    c_full = where(full > 0, t[1], 0.0)
+    c_last = where(last > 0, t[2], 0.0)
     total = c_first + full * c_full + c_last
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rate = np.where(m > 0, t_bwd / m, 0.0)
+    # Backward seconds per gradient byte; below one byte there is nothing to time.
+    rate = t_bwd / np.maximum(m, 1.0)
     finish = rate * first + total
     finish = np.maximum(
-        finish, np.where(full > 0, rate * (first + bucket_bytes) + full * c_full + c_last, 0.0)
+        finish, where(full > 0, rate * (first + bucket_bytes) + full * c_full + c_last, 0.0)
     )
     finish = np.maximum(
-        finish, np.where(full > 0, rate * (first + full * bucket_bytes) + c_full + c_last, 0.0)
+        finish, where(full > 0, rate * (first + full * bucket_bytes) + c_full + c_last, 0.0)
     )
     finish = np.maximum(finish, t_bwd + c_last)
     exposed = np.maximum(finish - t_bwd, 0.0)
@@ -148,11 +148,18 @@ def overlap_timeline(
     use_full = full > 0
     use_last = ~use_full & (last > first)
 
+    # With one gradient size (a single plan) the largest bucket is the same row everywhere.
+    row = None if use_full.ndim else (1 if use_full else 2 if use_last else 0)
+
     def at(a: NDArray[np.generic]) -> NDArray[np.generic]:
         if a.ndim == 0 or not any(a.strides):  # the same value everywhere (a broadcast scalar)
             return np.asarray(a.flat[0])
+        if row is not None:
+            if a.ndim < sizes.ndim:  # does not vary with the bucket size
+                return a
+            return a[row if a.shape[0] > 1 else 0]  # type: ignore[no-any-return]
         arr = a if a.shape == sizes.shape else np.broadcast_to(a, sizes.shape)
-        out: NDArray[np.generic] = np.where(use_full, arr[1], np.where(use_last, arr[2], arr[0]))
+        out: NDArray[np.generic] = where(use_full, arr[1], where(use_last, arr[2], arr[0]))
         return out
 
     largest = C.CollectiveTime(
@@ -188,21 +195,21 @@ def _finish(
     # The slowest of N ranks sets the pace, and hidden collectives still take SMs from backward.
     step = compute * slowest + exposed + OVERLAP_INTERFERENCE * np.minimum(hidden, compute)
     with np.errstate(divide="ignore", invalid="ignore"):
-        sps = np.where(step > 0, kind_ranks * batch / step, np.nan)
+        sps = where(step > 0, kind_ranks * batch / step, np.nan)
         per_1000 = cost_per_hour / 3600.0 / sps * 1000.0
-        scaling = np.where(step > 0, compute / step, 1.0)
+        scaling = where(step > 0, compute / step, 1.0)
         busbw = C.bus_bandwidth_of(
             C.ALL_REDUCE, gradient_bytes, kind_ranks, overlap.communication_seconds
         )
     largest = overlap.largest_bucket
-    bottleneck = np.where(step - exposed >= exposed, C.BOTTLENECK_COMPUTE, largest.bottleneck)
+    bottleneck = where(step - exposed >= exposed, C.BOTTLENECK_COMPUTE, largest.bottleneck)
     return StrategyArrays(
         step_seconds=step,
         communication_seconds=overlap.communication_seconds,
         exposed_seconds=exposed,
         samples_per_second=sps,
         bus_bandwidth=busbw,
-        bottleneck=bottleneck.astype(np.int64),
+        bottleneck=np.asarray(bottleneck, dtype=np.int64),
         communication_bottleneck=largest.bottleneck,
         cost_per_hour=np.asarray(cost_per_hour, dtype=np.float64),
         cost_per_1000_samples=per_1000,
@@ -236,7 +243,48 @@ def gpu_training(
     Bandwidths are *achieved* bytes/s: ``nic_bandwidth`` the host's NICs together,
     ``intra_bandwidth`` per GPU, ``reducer_bandwidth`` what one reducer takes in
     (:func:`collectives.reducer_bandwidth`, shared-pool share included). ``batch_per_accelerator``
-    may be NaN (no throughput then). Returns (ring, reduction_server)."""
+    may be NaN (no throughput then). Returns (ring, reduction_server). Large sweeps are evaluated
+    in cache-sized blocks (:mod:`engine.blocks`)."""
+    return in_blocks(
+        _gpu_training,
+        hosts=hosts,
+        per_host=per_host,
+        gradient_bytes=gradient_bytes,
+        compute_seconds=compute_seconds,
+        batch_per_accelerator=batch_per_accelerator,
+        nic_bandwidth=nic_bandwidth,
+        intra_bandwidth=intra_bandwidth,
+        host_price=host_price,
+        reducers=reducers,
+        reducer_bandwidth=reducer_bandwidth,
+        reducer_price=reducer_price,
+        intra_link=intra_link,
+        nvls_bandwidth=nvls_bandwidth,
+        arch=arch,
+        algorithms=algorithms,
+        protocols=protocols,
+    )
+
+
+def _gpu_training(
+    *,
+    hosts: ArrayLike,
+    per_host: ArrayLike,
+    gradient_bytes: ArrayLike,
+    compute_seconds: ArrayLike,
+    batch_per_accelerator: ArrayLike,
+    nic_bandwidth: ArrayLike,
+    intra_bandwidth: ArrayLike,
+    host_price: ArrayLike,
+    reducers: ArrayLike,
+    reducer_bandwidth: ArrayLike,
+    reducer_price: ArrayLike,
+    intra_link: str,
+    nvls_bandwidth: ArrayLike,
+    arch: str,
+    algorithms: set[int] | None,
+    protocols: set[int] | None,
+) -> tuple[StrategyArrays, StrategyArrays]:
     n = _f(hosts)
     g = _f(per_host)
     m = _f(gradient_bytes)
@@ -245,11 +293,14 @@ def gpu_training(
     ranks = n * g
     slowest = _slowest_of(ranks)  # shared by both strategies
     backward = BACKWARD_FRACTION * compute
+    intra = _f(intra_bandwidth)
+    net = _f(nic_bandwidth)
+    nvls = _f(nvls_bandwidth)
     fabric = C.GpuFabric(
-        intra_bandwidth=_f(intra_bandwidth),
-        net_bandwidth=_f(nic_bandwidth),
+        intra_bandwidth=intra,
+        net_bandwidth=net,
         intra_link=intra_link,
-        nvls_bandwidth=_f(nvls_bandwidth),
+        nvls_bandwidth=nvls,
         arch=arch,
     )
 
@@ -265,38 +316,43 @@ def gpu_training(
             with_busbw=False,
         )
 
-    shape = np.broadcast_shapes(
-        *(np.shape(x) for x in (n, g, m, compute, batch, nic_bandwidth, intra_bandwidth)),
-        np.shape(host_price),
-        np.shape(reducers),
-        np.shape(reducer_bandwidth),
-        np.shape(reducer_price),
-        np.shape(nvls_bandwidth),
+    host_cost = n * _f(host_price)
+    # The ring does not depend on the reducers: its shape leaves their axes out.
+    ring_shape = joint_shape(
+        n.shape,
+        g.shape,
+        m.shape,
+        compute.shape,
+        batch.shape,
+        intra.shape,
+        net.shape,
+        nvls.shape,
+        host_cost.shape,
     )
     ring = _finish(
-        overlap_timeline(ring_of, m, backward, shape=shape),
+        overlap_timeline(ring_of, m, backward, shape=ring_shape),
         kind_ranks=ranks,
         slowest=slowest,
         gradient_bytes=m,
         compute=compute,
         batch=batch,
-        cost_per_hour=n * _f(host_price),
+        cost_per_hour=host_cost,
     )
     k = _f(reducers)
+    rate = _f(reducer_bandwidth)
+    rs_cost = host_cost + k * _f(reducer_price)
 
     def rs_of(sizes: F64) -> C.CollectiveTime:
-        return C.reduction_server_collective(
-            sizes, n, g, fabric, k, _f(reducer_bandwidth), with_busbw=False
-        )
+        return C.reduction_server_collective(sizes, n, g, fabric, k, rate, with_busbw=False)
 
     rs = _finish(
-        overlap_timeline(rs_of, m, backward, shape=shape),
+        overlap_timeline(rs_of, m, backward, shape=joint_shape(ring_shape, rs_cost.shape, rate.shape)),
         kind_ranks=ranks,
         slowest=slowest,
         gradient_bytes=m,
         compute=compute,
         batch=batch,
-        cost_per_hour=n * _f(host_price) + k * _f(reducer_price),
+        cost_per_hour=rs_cost,
     )
     return ring, rs
 
@@ -523,8 +579,7 @@ def _describe(
 
 def _at(a: NDArray[np.generic], i: int) -> float:
     """Element i of a result that may not depend on the swept axis (then it is a scalar)."""
-    flat = np.ravel(a)
-    return float(flat[i] if flat.size > 1 else flat[0])
+    return float(a.item(i) if a.size > 1 else a.item())
 
 
 def _prediction(
