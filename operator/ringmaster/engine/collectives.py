@@ -67,8 +67,6 @@ class Collective(NamedTuple):
     bottleneck: NDArray[np.int64]
 
 
-
-
 def _ring_factor(peers: F64) -> F64:
     """2(p-1)/p: the bytes each rank sends per byte all-reduced by a ring of p peers."""
     return 2.0 * (peers - 1.0) / np.maximum(peers, 1.0)
@@ -131,9 +129,7 @@ def _intra_phases(
     base latency and g-1 hops per phase."""
     active = per_host > 1
     bw = where(active, _ring_factor(per_host) * nbytes / intra_bandwidth, 0.0)
-    lat = where(
-        active, 2.0 * NCCL_BASE_LATENCY + 2.0 * (per_host - 1.0) * intra_hop_latency, 0.0
-    )
+    lat = where(active, 2.0 * NCCL_BASE_LATENCY + 2.0 * (per_host - 1.0) * intra_hop_latency, 0.0)
     return bw, lat
 
 
@@ -318,7 +314,8 @@ def bus_bandwidth_of(kind: str, nbytes: ArrayLike, ranks: ArrayLike, seconds: Ar
     n = _f(ranks)
     t = _f(seconds)
     # Dividing by NaN where undefined (one rank, no time) gives NaN there with no warning.
-    return bus_factor(kind, n) * _f(nbytes) / where((n > 1) & (t > 0), t, np.nan)
+    busbw: F64 = bus_factor(kind, n) * _f(nbytes) / where((n > 1) & (t > 0), t, np.nan)
+    return busbw
 
 
 def parse_nccl_env(

@@ -47,6 +47,8 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ringmaster.engine.arrays import as_f64 as _f
+from ringmaster.engine.arrays import joint_shape, maximum, minimum, where
 from ringmaster.engine.efficiency import (
     COMPUTE_EFFICIENCY,
     INFERENCE_OVERHEAD_SECONDS,
@@ -63,14 +65,11 @@ PRECISIONS = ("FP32", "FP16", "INT8")
 # ln(1 / (1 - percentile)): the tail factor of the exponential waiting-time law.
 _TAIL = math.log(1.0 / (1.0 - LATENCY_PERCENTILE))
 _BISECTION_STEPS = 40  # the utilisation to 1e-12: far below any figure we print
+_TINY = 1e-300  # a floor for denominators whose result is discarded where it would be 0
 
 BOTTLENECK_COMPUTE = 0
 BOTTLENECK_MEMORY = 1
 BOTTLENECK_OVERHEAD = 2
-
-
-def _f(x: ArrayLike) -> F64:
-    return np.asarray(x, dtype=np.float64)
 
 
 class BatchLatency(NamedTuple):
@@ -91,11 +90,11 @@ def batch_latency(
     """Roofline latency of one batch (seconds), and which term binds."""
     compute = _f(batch) * _f(flops_per_request) / (_f(peak_flops) * COMPUTE_EFFICIENCY)
     memory = _f(weight_bytes) / (_f(memory_bandwidth) * MEMORY_EFFICIENCY)
-    work = np.maximum(compute, memory)
+    work = maximum(compute, memory)
     overhead = _f(overhead_seconds)
-    code = np.where(compute >= memory, BOTTLENECK_COMPUTE, BOTTLENECK_MEMORY)
-    code = np.where(overhead > work, BOTTLENECK_OVERHEAD, code)
-    return BatchLatency(overhead + work, compute, memory, code.astype(np.int64))
+    code = where(compute >= memory, BOTTLENECK_COMPUTE, BOTTLENECK_MEMORY)
+    code = where(overhead > work, BOTTLENECK_OVERHEAD, code)
+    return BatchLatency(overhead + work, compute, memory, np.asarray(code, dtype=np.int64))
 
 
 def p99_latency(batch: ArrayLike, batch_seconds: ArrayLike, arrival_rate: ArrayLike) -> F64:
@@ -106,8 +105,8 @@ def p99_latency(batch: ArrayLike, batch_seconds: ArrayLike, arrival_rate: ArrayL
     s = t / b
     rho = _f(arrival_rate) * s
     with np.errstate(divide="ignore", invalid="ignore"):
-        wait = s / (2.0 * (1.0 - rho)) * np.maximum(0.0, _TAIL + np.log(np.maximum(rho, 1e-300)))
-    return np.where(rho < 1.0, t + wait, np.inf)
+        wait = s / (2.0 * (1.0 - rho)) * maximum(0.0, _TAIL + np.log(maximum(rho, 1e-300)))
+    return where(rho < 1.0, t + wait, np.inf)
 
 
 def tail_wait(service_seconds: ArrayLike, utilisation: ArrayLike) -> F64:
@@ -115,9 +114,11 @@ def tail_wait(service_seconds: ArrayLike, utilisation: ArrayLike) -> F64:
     utilisation rho: s / (2(1 - rho)) * ln(100 rho)+ (module docstring); infinite at rho >= 1."""
     s = _f(service_seconds)
     rho = _f(utilisation)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        wait = s / (2.0 * (1.0 - rho)) * np.maximum(0.0, _TAIL + np.log(np.maximum(rho, 1e-300)))
-    return np.where(rho < 1.0, wait, np.inf)
+    # 1 - rho floored: at rho >= 1 the value is discarded, and nothing divides by zero (cheaper
+    # than silencing numpy's warnings, which a bisection pays at every step).
+    headroom = maximum(1.0 - rho, _TINY)
+    wait = s / (2.0 * headroom) * maximum(0.0, _TAIL + np.log(maximum(rho, 1e-300)))
+    return where(rho < 1.0, wait, np.inf)
 
 
 def max_rate_within(batch: ArrayLike, batch_seconds: ArrayLike, latency_target: ArrayLike) -> F64:
@@ -139,10 +140,10 @@ def max_rate_within(batch: ArrayLike, batch_seconds: ArrayLike, latency_target: 
     for _ in range(_BISECTION_STEPS):
         mid = 0.5 * (lo + hi)
         ok = wait(mid) <= budget
-        lo = np.where(ok, mid, lo)
-        hi = np.where(ok, hi, mid)
-    rho = np.where(feasible_at_cap, MAX_SERVING_UTILISATION, lo)
-    return np.where(budget >= 0.0, rho / s, 0.0)
+        lo = where(ok, mid, lo)
+        hi = where(ok, hi, mid)
+    rho = where(feasible_at_cap, MAX_SERVING_UTILISATION, lo)
+    return where(budget >= 0.0, rho / s, 0.0)
 
 
 # --- greedy dynamic batching --------------------------------------------------------------------
@@ -161,6 +162,29 @@ class GreedyBatching(NamedTuple):
     batch_seconds: F64  # t(k)
 
 
+class _Replica(NamedTuple):
+    """What greedy batching needs of a replica, independent of the arrival rate."""
+
+    per_request: F64  # c: compute seconds per request in a batch
+    weights: F64  # M: seconds to stream the weights once
+    overhead: F64  # O
+    max_batch: F64  # B
+    full_service: F64  # t(B) / B: seconds per request of a full batch
+
+
+def _replica(
+    max_batch: ArrayLike,
+    flops_per_request: ArrayLike,
+    weight_bytes: ArrayLike,
+    peak_flops: ArrayLike,
+    memory_bandwidth: ArrayLike,
+    overhead_seconds: ArrayLike = INFERENCE_OVERHEAD_SECONDS,
+) -> _Replica:
+    one = batch_latency(1.0, flops_per_request, weight_bytes, peak_flops, memory_bandwidth)
+    c, m_w, o, big = one.compute_seconds, one.memory_seconds, _f(overhead_seconds), _f(max_batch)
+    return _Replica(c, m_w, o, big, (o + maximum(big * c, m_w)) / big)
+
+
 def greedy_batching(
     rate: ArrayLike,
     max_batch: ArrayLike,
@@ -171,30 +195,31 @@ def greedy_batching(
     overhead_seconds: ArrayLike = INFERENCE_OVERHEAD_SECONDS,
 ) -> GreedyBatching:
     """The p99 latency of a replica with a greedy dynamic batcher (the module's docstring)."""
-    lam = _f(rate)
-    big = _f(max_batch)
-    one = batch_latency(1.0, flops_per_request, weight_bytes, peak_flops, memory_bandwidth)
-    c, m_w, o = one.compute_seconds, one.memory_seconds, _f(overhead_seconds)
+    replica = _replica(
+        max_batch, flops_per_request, weight_bytes, peak_flops, memory_bandwidth, overhead_seconds
+    )
+    return _greedy(_f(rate), replica)
+
+
+def _greedy(lam: F64, replica: _Replica) -> GreedyBatching:
+    c, m_w, o, big, service = replica
 
     def t(k: F64) -> F64:
-        return o + np.maximum(k * c, m_w)
+        return o + maximum(k * c, m_w)  # type: ignore[no-any-return]
 
     slope = lam * c
-    with np.errstate(divide="ignore", invalid="ignore"):
-        compute_k = np.where(slope < 1.0, lam * o / (1.0 - slope), np.inf)
-    k = np.clip(np.maximum(lam * (o + m_w), compute_k), 1.0, big)
+    # Floored denominators: where they would be 0 the value is discarded (no warnings to silence).
+    compute_k = where(slope < 1.0, lam * o / maximum(1.0 - slope, _TINY), np.inf)
+    k = minimum(maximum(maximum(lam * (o + m_w), compute_k), 1.0), big)
     tk = t(k)
     arrivals = lam * tk
-    r = np.where(k * c >= m_w, np.minimum(slope, _MAX_CHAIN_SLOPE), 0.0)
-    k99 = np.clip(arrivals + _Z * np.sqrt(arrivals / (1.0 - r * r)), 1.0, big)
+    r = where(k * c >= m_w, minimum(slope, _MAX_CHAIN_SLOPE), 0.0)
+    k99 = minimum(maximum(arrivals + _Z * np.sqrt(arrivals / (1.0 - r * r)), 1.0), big)
     t99 = t(k99)
-    busy = np.minimum(1.0, lam * tk / k)
-    with np.errstate(divide="ignore"):
-        in_progress = t99 * np.maximum(0.0, 1.0 - (1.0 - LATENCY_PERCENTILE) / busy)
-    full = t(big)
-    service = full / big
+    busy = minimum(1.0, lam * tk / k)
+    in_progress = t99 * maximum(0.0, 1.0 - (1.0 - LATENCY_PERCENTILE) / maximum(busy, _TINY))
     queue = tail_wait(service, lam * service)
-    p99 = np.where(lam * service < 1.0, np.maximum(in_progress, queue) + t99, np.inf)
+    p99 = where(lam * service < 1.0, maximum(in_progress, queue) + t99, np.inf)
     return GreedyBatching(p99, k, k99, tk)
 
 
@@ -211,21 +236,20 @@ def greedy_max_rate(
     the capacity B / t(B); 0 where even one request alone misses it (a vectorised bisection:
     the p99 rises with the rate)."""
     args = (flops_per_request, weight_bytes, peak_flops, memory_bandwidth)
-    big = _f(max_batch)
-    capacity = big / batch_latency(big, *args).seconds
+    replica = _replica(max_batch, *args)
+    capacity = replica.max_batch / batch_latency(replica.max_batch, *args).seconds
     target = _f(latency_target)
-    hi = np.broadcast_to(
-        _f(max_utilisation) * capacity, np.broadcast_shapes(capacity.shape, target.shape)
-    ).copy()
+    shape = joint_shape(capacity.shape, target.shape)
+    hi = _f(np.broadcast_to(_f(max_utilisation) * capacity, shape).copy())
     lo = np.zeros_like(hi)
-    whole = greedy_batching(hi, big, *args).p99_seconds <= target
+    whole = _greedy(hi, replica).p99_seconds <= target
     for _ in range(_BISECTION_STEPS):
         mid = 0.5 * (lo + hi)
-        ok = greedy_batching(mid, big, *args).p99_seconds <= target
-        lo = np.where(ok, mid, lo)
-        hi = np.where(ok, hi, mid)
+        ok = _greedy(mid, replica).p99_seconds <= target
+        lo = where(ok, mid, lo)
+        hi = where(ok, hi, mid)
     alone = batch_latency(1.0, *args).seconds <= target
-    return np.where(alone, np.where(whole, hi, lo), 0.0)
+    return where(alone, where(whole, hi, lo), 0.0)
 
 
 # --- the scalar path -----------------------------------------------------------------------------

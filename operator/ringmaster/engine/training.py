@@ -71,8 +71,6 @@ class StrategyArrays(NamedTuple):
     protocol: I64  # collectives.PROTO_* of the largest bucket
 
 
-
-
 def exposed_communication(
     communication_seconds: ArrayLike, compute_seconds: ArrayLike, gradient_bytes: ArrayLike
 ) -> F64:
@@ -346,7 +344,9 @@ def _gpu_training(
         return C.reduction_server_collective(sizes, n, g, fabric, k, rate, with_busbw=False)
 
     rs = _finish(
-        overlap_timeline(rs_of, m, backward, shape=joint_shape(ring_shape, rs_cost.shape, rate.shape)),
+        overlap_timeline(
+            rs_of, m, backward, shape=joint_shape(ring_shape, rs_cost.shape, rate.shape)
+        ),
         kind_ranks=ranks,
         slowest=slowest,
         gradient_bytes=m,
