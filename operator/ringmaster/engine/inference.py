@@ -243,12 +243,14 @@ def greedy_max_rate(
     hi = _f(np.broadcast_to(_f(max_utilisation) * capacity, shape).copy())
     lo = np.zeros_like(hi)
     whole = _greedy(hi, replica).p99_seconds <= target
+    alone = batch_latency(1.0, *args).seconds <= target
+    if (whole | ~alone).all():  # the cap binds, or nothing meets the target: no search
+        return where(alone, hi, 0.0)
     for _ in range(_BISECTION_STEPS):
         mid = 0.5 * (lo + hi)
         ok = _greedy(mid, replica).p99_seconds <= target
         lo = where(ok, mid, lo)
         hi = where(ok, hi, mid)
-    alone = batch_latency(1.0, *args).seconds <= target
     return where(alone, where(whole, hi, lo), 0.0)
 
 
