@@ -249,6 +249,30 @@ def test_jobs_no_pool_can_take_wait_with_a_reason(
     assert phase(cluster, namespace, "no-such-pool") == "Pending"
 
 
+def test_a_worker_larger_than_any_node_is_told_so_and_does_not_block_the_queue(
+    operator: OperatorProcess, cluster: Cluster, quiet_namespace: str
+):
+    ns = quiet_namespace
+    manifest = training_job("oversized", 1)
+    # a2-highgpu-8g nodes have about 680Gi allocatable: no node could ever hold this worker.
+    manifest["spec"]["template"]["resources"] = {"requests": {"memory": "4000Gi"}}
+    cluster.apply(manifest, ns)
+    schedulable = wait_for(
+        lambda: (c := condition(job(cluster, ns, "oversized"), "Schedulable")) and c,
+        what="the Schedulable condition",
+    )
+    assert (schedulable["status"], schedulable["reason"]) == ("False", "WorkerLargerThanNode")
+    assert "memory 4000Gi >" in schedulable["message"] and A100_POOL in schedulable["message"]
+    assert worker_pods(cluster, ns, "oversized") == []
+    warnings = cluster.get_json(
+        "events", "-n", ns, "--field-selector", "involvedObject.name=oversized,type=Warning"
+    )["items"]
+    assert [e["reason"] for e in warnings] == ["WorkerLargerThanNode"]
+    # It never fits, so it holds nothing: a job behind it on the same pool starts.
+    cluster.apply(training_job("behind", 1, exit_code=0, run_for="20s"), ns)
+    wait_phase(cluster, ns, "behind", "Running", timeout=60)
+
+
 def test_an_operator_killed_mid_admission_creates_no_duplicates(
     operator: OperatorProcess, cluster: Cluster, quiet_namespace: str
 ):

@@ -149,3 +149,38 @@ def test_the_room_packs_tightest_nodes_first_and_keeps_whole_hosts_whole():
     assert room.count(GPU8, 10, False) == 2
     assert room.take(half, 3) == 3
     assert room.count(GPU8, 10, False) == 0 and room.count(half, 10, False) == 1
+
+
+def test_a_worker_no_node_could_hold_says_so_and_never_holds_its_queue():
+    world = TrainingWorld({POOL: 8})
+    world.settings = STRICT
+    node = next(iter(world.snapshot.node_sizes(POOL)))
+    memory = dict(node)["memory"]
+    huge = shape({"nvidia.com/gpu": Decimal(8), "memory": memory + (1 << 30)})
+    oversized = WaitingGang(
+        ("ml", "oversized"),
+        NOW - dt.timedelta(seconds=60),
+        "nvidia-tesla-a100",
+        (GangOption(POOL, huge, 1, False, "nvidia.com/gpu", 8),),
+    )
+    verdicts = world.cycle([oversized, gang("behind", 2, 10)])
+    assert outcome(verdicts) == {"oversized": "WorkerLargerThanNode", "behind": "admit"}
+    message = verdicts[0].message
+    gib = memory / (1 << 30)
+    assert f"memory {gib + 1:.4g}Gi > {gib:.4g}Gi" in message and POOL in message
+    assert "nvidia.com/gpu" not in message  # only what exceeds the node is named
+    # Busy nodes are not "too small": the same worker, fitting an empty node, just waits.
+    fits = shape({"nvidia.com/gpu": Decimal(8), "memory": memory})
+    busy = TrainingWorld({POOL: 1}, pods=[bound_pod("busy", f"{POOL}-0000")])
+    waiting = WaitingGang(
+        ("ml", "w"),
+        NOW,
+        "nvidia-tesla-a100",
+        (GangOption(POOL, fits, 1, False, "nvidia.com/gpu", 8),),
+    )
+    assert outcome(busy.cycle([waiting])) == {"w": "InsufficientCapacity"}
+
+
+def test_a_pool_with_no_nodes_yet_is_not_too_small():
+    world = TrainingWorld({POOL: 0})
+    assert outcome(world.cycle([gang("a", 1)])) == {"a": "InsufficientCapacity"}

@@ -27,6 +27,7 @@ import datetime as dt
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from decimal import Decimal
 from enum import StrEnum
 
 from ringmaster.admission.snapshot import (
@@ -223,9 +224,40 @@ class CycleView:
 @dataclass(frozen=True)
 class GangCheck:
     fits: bool
-    reason: str  # InsufficientCapacity or InsufficientReducerCapacity when it does not fit
+    reason: str  # InsufficientCapacity, InsufficientReducerCapacity or WorkerLargerThanNode
     message: str
     available: int  # workers that fit now (at most the gang's size)
+
+
+WORKER_LARGER_THAN_NODE = "WorkerLargerThanNode"
+_BINARY = ("memory", "ephemeral-storage", "hugepages-")
+
+
+def _amount(resource: str, value: Decimal) -> str:
+    if resource.startswith(_BINARY):
+        gib = value / (1 << 30)
+        return f"{gib:.4g}Gi" if gib >= 1 else f"{value / (1 << 20):.4g}Mi"
+    return f"{value.normalize():f}"
+
+
+def worker_larger_than_nodes(sizes: Counter[Shape], option: GangOption) -> str:
+    """Why no node of the pool could hold one worker even empty, or "" when one could (or the
+    pool has no nodes yet: it may grow). Such a gang waits for ever: the user must act."""
+    if not sizes or any(copies_that_fit(dict(size), option.worker) >= 1 for size in sizes):
+        return ""
+    largest: dict[str, Decimal] = {}
+    for size in sizes:
+        for resource, amount in size:
+            largest[resource] = max(largest.get(resource, Decimal(0)), amount)
+    over = ", ".join(
+        f"{name} {_amount(name, amount)} > {_amount(name, largest.get(name, Decimal(0)))}"
+        for name, amount in option.worker
+        if amount > largest.get(name, Decimal(0))
+    )
+    return (
+        f"a worker requests more than any node of pool {option.pool} has allocatable "
+        f"({over}): lower the worker's requests or choose a larger machine type"
+    )
 
 
 def check_gang(view: CycleView, option: GangOption) -> GangCheck:
@@ -233,6 +265,9 @@ def check_gang(view: CycleView, option: GangOption) -> GangCheck:
     on a free host, or nothing."""
     available = view.room(option.pool).count(option.worker, option.workers, option.one_per_node)
     if available < option.workers:
+        too_large = worker_larger_than_nodes(view.snapshot.node_sizes(option.pool), option)
+        if too_large:
+            return GangCheck(False, WORKER_LARGER_THAN_NODE, too_large, 0)
         return GangCheck(
             False,
             "InsufficientCapacity",
@@ -311,8 +346,13 @@ def admission_cycle(
             view.assume(chosen)
             verdicts.append(Admit(gang.key, chosen))
             continue
-        _, first = checks[0]
+        # Report the first option that could fit once room frees; a gang no node could ever
+        # hold says so, and never holds its queue (it would block it for ever).
+        could = [check for _, check in checks if check.reason != WORKER_LARGER_THAN_NODE]
+        first = could[0] if could else checks[0][1]
         verdicts.append(Wait(gang.key, first.reason, first.message))
+        if not could:
+            continue
         since = gang.waiting_since or now
         waited = (now - since).total_seconds()
         if settings.rule == QueueingRule.STRICT_FIFO or waited >= settings.bypass_limit_seconds:

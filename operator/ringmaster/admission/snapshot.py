@@ -148,6 +148,7 @@ class ClusterSnapshot:
         self._reducer_host: dict[str, str] = {}  # node -> machine type, when a reducer fits
         self._free: dict[str, Counter[Shape]] = {}  # pool -> free vector -> schedulable nodes
         self._members: dict[str, Counter[tuple[PoolIdentity, str | None, int]]] = {}
+        self._sizes: dict[str, Counter[Shape]] = {}  # pool -> allocatable -> nodes (any state)
         self._pending: dict[str, Counter[Shape]] = {}  # pool -> unbound pods' requests
         self._unplaced_reducers: Counter[str] = Counter()  # machine type -> unbound reducers
         self._free_reducer_hosts: Counter[str] = Counter()
@@ -168,6 +169,7 @@ class ClusterSnapshot:
         if node.identity.pool:
             self._members.setdefault(node.identity.pool, Counter())
             _add(self._members[node.identity.pool], self._member(node))
+            _add(self._sizes.setdefault(node.identity.pool, Counter()), node.allocatable)
         self._refresh(node.name)
         self.version += 1
 
@@ -229,6 +231,9 @@ class ClusterSnapshot:
         _add(self._members[pool], self._member(node), -1)
         if not self._members[pool]:
             del self._members[pool]
+        _add(self._sizes[pool], node.allocatable, -1)
+        if not self._sizes[pool]:
+            del self._sizes[pool]
 
     @staticmethod
     def _member(node: NodeFacts) -> tuple[PoolIdentity, str | None, int]:
@@ -310,6 +315,11 @@ class ClusterSnapshot:
         """The pool's schedulable nodes by free room (a copy)."""
         return Counter(self._free.get(pool, {}))
 
+    def node_sizes(self, pool: str) -> Counter[Shape]:
+        """The pool's nodes by allocatable room, whatever their state (a copy): what a worker
+        could have on an empty node."""
+        return Counter(self._sizes.get(pool, {}))
+
     def headed_to(self, pool: str) -> Iterator[tuple[Shape, int]]:
         """Requests of pods that will take room in the pool and are not on a node yet: unbound
         pods, and the pods of admitted gangs no event has shown yet."""
@@ -352,6 +362,7 @@ class ClusterSnapshot:
             "pending": {p: dict(c) for p, c in self._pending.items()},
             "used": {n: dict(u) for n, u in self._used.items()},
             "pools": self.pools(),
+            "sizes": {p: dict(c) for p, c in self._sizes.items()},
             "free_reducer_hosts": dict(self._free_reducer_hosts),
             "unplaced_reducers": dict(self._unplaced_reducers),
             "seen_workers": dict(self._seen_workers),

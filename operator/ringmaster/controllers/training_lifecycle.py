@@ -22,6 +22,7 @@ from typing import Any
 
 from ringmaster.admission import kueue
 from ringmaster.admission.cycle import (
+    WORKER_LARGER_THAN_NODE,
     Admit,
     GangOption,
     ReducerNeed,
@@ -527,6 +528,7 @@ _WARNINGS = frozenset(
         "UnknownAccelerator",
         "UnsupportedHostShape",
         "UnsupportedTopology",
+        WORKER_LARGER_THAN_NODE,
         DOES_NOT_FIT,
         # Kueue admitted the job where it cannot run, or finished its Workload (admission/kueue.py).
         "FlavorMismatch",
