@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from ringmaster.engine import arrays as A
-from ringmaster.engine.training import TrainingInputs, _gpu_training, gpu_training, predict_training
+from ringmaster.engine.training import TrainingInputs, gpu_training, predict_training
+
+unblocked = gpu_training.__wrapped__  # type: ignore[attr-defined]
 
 
 def test_as_f64_gives_numpy_scalars_for_one_value_and_arrays_otherwise() -> None:
@@ -58,11 +60,6 @@ def test_joint_shape_is_broadcast_shapes(shapes: tuple[tuple[int, ...], ...]) ->
     assert A.joint_shape(*shapes) == np.broadcast_shapes(*shapes)
 
 
-FIXED = dict(
-    intra_link="nvlink", nvls_bandwidth=0.0, arch="ampere", algorithms=None, protocols=None
-)
-
-
 def _grid(n: int) -> dict[str, np.ndarray | float]:
     rng = np.random.default_rng(11)
     return {
@@ -82,9 +79,8 @@ def _grid(n: int) -> dict[str, np.ndarray | float]:
 
 def test_a_sweep_in_blocks_equals_the_sweep_in_one_piece() -> None:
     grid = _grid(5 * 1024 + 7)  # not a multiple of the block
-    fixed = FIXED
-    whole = A.in_blocks(_gpu_training, block=10**9, **grid, **fixed)
-    blocked = A.in_blocks(_gpu_training, block=1024, **grid, **fixed)
+    whole = A.in_blocks(unblocked, block=10**9, **grid)
+    blocked = A.in_blocks(unblocked, block=1024, **grid)
     for strategy_whole, strategy_blocked in zip(whole, blocked, strict=True):
         for field, a, b in zip(
             strategy_whole._fields, strategy_whole, strategy_blocked, strict=True
@@ -109,11 +105,15 @@ def test_in_blocks_passes_small_and_scalar_calls_through_unchanged() -> None:
     assert out[0].shape == (3, 3) and np.array_equal(out[1], np.ones((3, 3)))
 
 
+def test_blocked_refuses_positional_arguments() -> None:
+    with pytest.raises(TypeError, match="keyword arguments only"):
+        gpu_training(1.0)
+
+
 def test_gpu_training_blocks_large_sweeps_with_the_same_result() -> None:
     grid = _grid(3 * A.BLOCK)
-    fixed = FIXED
     ring, _ = gpu_training(**grid)  # type: ignore[arg-type]
-    direct, _ = _gpu_training(**grid, **fixed)  # type: ignore[arg-type]
+    direct, _ = unblocked(**grid)  # type: ignore[arg-type]
     assert np.array_equal(ring.step_seconds, direct.step_seconds)
 
 

@@ -15,8 +15,9 @@ docs/performance.md, for a few hundred Python calls more per million configurati
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -27,6 +28,7 @@ from numpy.typing import ArrayLike, NDArray
 BLOCK = 32768
 
 R = TypeVar("R")
+P = ParamSpec("P")
 F64 = NDArray[np.float64]
 
 
@@ -102,6 +104,19 @@ def in_blocks(fn: Callable[..., R], block: int = BLOCK, **arrays: Any) -> R:
             out = _allocate(result, size)
         _store(out, result, slice(start, start + len(next(iter(part.values())))))
     return _reshape(out, shape)  # type: ignore[no-any-return]
+
+
+def blocked(fn: Callable[P, R]) -> Callable[P, R]:
+    """``fn`` (keyword arguments only) evaluated :func:`in_blocks`; ``fn.__wrapped__`` is the
+    function itself."""
+
+    @functools.wraps(fn)
+    def evaluate(*args: P.args, **kwargs: P.kwargs) -> R:
+        if args:
+            raise TypeError(f"{fn.__name__} takes keyword arguments only")
+        return in_blocks(fn, **kwargs)  # type: ignore[arg-type]  # (block is never passed)
+
+    return evaluate
 
 
 def _allocate(result: Any, size: int) -> Any:

@@ -24,7 +24,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ringmaster.engine import collectives as C
 from ringmaster.engine.arrays import as_f64 as _f
-from ringmaster.engine.arrays import in_blocks, joint_shape, where
+from ringmaster.engine.arrays import blocked, joint_shape, where
 from ringmaster.engine.efficiency import (
     BACKWARD_FRACTION,
     COMPUTE_EFFICIENCY,
@@ -217,6 +217,7 @@ def _finish(
     )
 
 
+@blocked
 def gpu_training(
     *,
     hosts: ArrayLike,
@@ -242,47 +243,7 @@ def gpu_training(
     ``intra_bandwidth`` per GPU, ``reducer_bandwidth`` what one reducer takes in
     (:func:`collectives.reducer_bandwidth`, shared-pool share included). ``batch_per_accelerator``
     may be NaN (no throughput then). Returns (ring, reduction_server). Large sweeps are evaluated
-    in cache-sized blocks (:mod:`engine.blocks`)."""
-    return in_blocks(
-        _gpu_training,
-        hosts=hosts,
-        per_host=per_host,
-        gradient_bytes=gradient_bytes,
-        compute_seconds=compute_seconds,
-        batch_per_accelerator=batch_per_accelerator,
-        nic_bandwidth=nic_bandwidth,
-        intra_bandwidth=intra_bandwidth,
-        host_price=host_price,
-        reducers=reducers,
-        reducer_bandwidth=reducer_bandwidth,
-        reducer_price=reducer_price,
-        intra_link=intra_link,
-        nvls_bandwidth=nvls_bandwidth,
-        arch=arch,
-        algorithms=algorithms,
-        protocols=protocols,
-    )
-
-
-def _gpu_training(
-    *,
-    hosts: ArrayLike,
-    per_host: ArrayLike,
-    gradient_bytes: ArrayLike,
-    compute_seconds: ArrayLike,
-    batch_per_accelerator: ArrayLike,
-    nic_bandwidth: ArrayLike,
-    intra_bandwidth: ArrayLike,
-    host_price: ArrayLike,
-    reducers: ArrayLike,
-    reducer_bandwidth: ArrayLike,
-    reducer_price: ArrayLike,
-    intra_link: str,
-    nvls_bandwidth: ArrayLike,
-    arch: str,
-    algorithms: set[int] | None,
-    protocols: set[int] | None,
-) -> tuple[StrategyArrays, StrategyArrays]:
+    in cache-sized blocks (:func:`engine.arrays.blocked`)."""
     n = _f(hosts)
     g = _f(per_host)
     m = _f(gradient_bytes)
