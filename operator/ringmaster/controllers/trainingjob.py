@@ -65,6 +65,7 @@ from ringmaster.api import (
 from ringmaster.controllers.base import Controller, Key, as_body, snapshot
 from ringmaster.controllers.catalog import job_hardware_problem, on_catalog_change
 from ringmaster.controllers.cluster_state import pod_facts
+from ringmaster.controllers.expectations import CreateExpectations
 from ringmaster.controllers.kubeapi import KubeApi
 from ringmaster.controllers.reporting import Conditions, Event
 from ringmaster.controllers.training_lifecycle import (
@@ -236,6 +237,7 @@ class TrainingController(Controller):
         self._queue_version = 0
         self._status_written_at: dict[Key, float] = {}
         self._admitted_at: dict[Key, float] = {}  # when a cycle admitted it (monotonic)
+        self.expectations = CreateExpectations()
 
     # ------------------------------------------------------------ feeding the snapshot
 
@@ -558,10 +560,13 @@ class TrainingController(Controller):
             self._status_written_at[(namespace, name)] = time.monotonic()
         for write in decision.workload:
             await self._write_workload(namespace, body, write)
-        for obj in decision.create:
+        # Not again what this process created moments ago and the index does not show yet.
+        create = self.expectations.still_to_create((namespace, name), decision.create)
+        for obj in create:
             kopf.append_owner_reference(obj, owner=as_body(body))
         # A gang's pods at once: one by one, a large gang spends seconds in round trips.
-        await asyncio.gather(*(self.api.create(namespace, obj) for obj in decision.create))
+        await asyncio.gather(*(self.api.create(namespace, obj) for obj in create))
+        self.expectations.created((namespace, name), create)
         await asyncio.gather(
             *(self.api.delete_object(namespace, "Pod", pod) for pod in decision.delete)
         )
@@ -693,6 +698,7 @@ class TrainingController(Controller):
 
     def forget(self, key: Key) -> None:
         self._status_written_at.pop(key, None)
+        self.expectations.forget(key)
         self._admitted_at.pop(key, None)
         self.snapshot.release(key)
         self.verdicts.pop(key, None)
