@@ -1,7 +1,6 @@
 """The scale bench: the operator on a local cluster of thousands of simulated A100 hosts.
 
 Brings up a private kwok cluster (`ringmaster-scale`) and, in one run:
-0. warm-up: step 1 once, not counted (a freshly created cluster is several times slower).
 1. floor (before): the pods the admitted gangs would run, created bare (no operator), timed until
    all are bound and Running, then deleted;
 2. operator: submits many TrainingJob gangs at once; timed until every gang is decided and every
@@ -318,10 +317,6 @@ def main() -> int:
     cluster.kubectl("create", "namespace", NAMESPACE, check=False)  # a kept cluster has it
     load_before = os.getloadavg()
     clock = PodClock(cluster.kubeconfig)
-    # Right after its nodes are created the cluster is cold: the first 2000 pods once took 400 s,
-    # the same pods 105 s later on. A throw-away run first, so both floors measure a warm cluster.
-    warm_up = floor(clock, min(fits, args.jobs), args.workers, "warm-up")
-    print(f"floor_warm_up_seconds           {warm_up:.1f}  (cold cluster, not a floor)", flush=True)
     floor_before = floor(clock, min(fits, args.jobs), args.workers, "before")
     print(f"floor_before_seconds            {floor_before:.1f}", flush=True)
 

@@ -47,6 +47,23 @@ def test_a_node_is_ready_only_by_its_ready_condition() -> None:
     assert not node_is_ready({"metadata": {"name": "a"}})
 
 
+def test_a_ready_node_still_tainted_not_ready_is_not_ready_yet() -> None:
+    # The scheduler refuses it until the node lifecycle controller lifts the taint.
+    tainted = node("a") | {
+        "spec": {"taints": [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]}
+    }
+    assert not node_is_ready(tainted)
+    unreachable = node("a") | {
+        "spec": {"taints": [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]}
+    }
+    assert not node_is_ready(unreachable)
+    # A pool's own taint (TPU, say) is the pods' business, not readiness.
+    pool_taint = node("a") | {
+        "spec": {"taints": [{"key": "google.com/tpu", "value": "present", "effect": "NoSchedule"}]}
+    }
+    assert node_is_ready(pool_taint)
+
+
 def test_the_count_follows_list_items_and_watch_events_of_the_expected_nodes() -> None:
     count = ReadyCount(frozenset({"a", "b", "c"}))
     count.observe(node("a"))

@@ -37,9 +37,20 @@ def wait_limit_seconds(node_count: int) -> float:
     return BASE_WAIT_SECONDS + WAIT_SECONDS_PER_NODE * max(0, node_count)
 
 
+# Taints the API server puts on a node from its conditions (TaintNodesByCondition) and the node
+# lifecycle controller lifts a moment after it sees the node Ready.
+CONDITION_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
+
+
 def node_is_ready(node: Mapping[str, Any]) -> bool:
+    """Ready, and no longer tainted not-ready: until the controller lifts that taint the scheduler
+    refuses the node ("untolerated taint"), and the scale bench's first 400 pods took 73 s on
+    nodes that were all Ready, against 10 s once the taints were gone."""
     conditions = (node.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    if not any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+        return False
+    taints = (node.get("spec") or {}).get("taints") or []
+    return not any(t.get("key") in CONDITION_TAINTS for t in taints)
 
 
 @dataclass
