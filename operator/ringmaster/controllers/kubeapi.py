@@ -41,7 +41,8 @@ FIELD_MANAGER = "ringmaster"
 # waiting on the API server, not on this process's CPU; asyncio's shared default pool has
 # min(32, cores + 4) threads, 6 on 2 cores, and an admitted gang alone makes 10 calls at once
 # (its status, its Service, 8 pods) while other jobs' status writes wait for the same threads.
-API_THREADS = 16
+# As many as the TrainingJob controller's workers, so none waits for a thread.
+API_THREADS = 32
 
 # Where each kind the operator applies lives in the REST API: (path prefix, plural).
 _PATHS = {
