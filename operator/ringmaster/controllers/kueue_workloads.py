@@ -8,16 +8,26 @@ and going (its resource observer), so Workloads are watched from the moment Kueu
 Whether Kueue is there is read from the Workload CRD itself (an index over CRDs): a labelled job
 is Kueue's to admit exactly while that CRD is served at v1beta2.
 
+kopf re-reads the API's discovery once per CRD event, but a CRD reports Established before
+discovery lists it (kube-rs#951): when Kueue's CRDs are installed while the operator runs and the
+group's last CRD event comes first, kopf would never watch Workloads and a labelled job would wait
+for an admission it cannot see. :class:`DiscoveryFollower` re-reads the group until kopf does.
+
 The protocol is in admission/kueue.py; the phase functions in training_lifecycle.py; the
 TrainingJob controller (trainingjob.py) applies their writes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Collection, Hashable, Mapping, Sequence
 from typing import Any
 
 import kopf
+from kopf._cogs.clients import scanning
+from kopf._cogs.structs.references import Insights, Resource
+from kopf._core.reactor import observation
 
 from ringmaster.admission.kueue import (
     KUEUE_GROUP,
@@ -32,6 +42,10 @@ from ringmaster.controllers.trainingjob import _controller
 
 CRDS = ("apiextensions.k8s.io", "v1", "customresourcedefinitions")
 KUEUE_ENV = "RINGMASTER_KUEUE"  # auto (default) or off
+# What the handlers below watch of Kueue.
+KUEUE_RESOURCES = frozenset({WORKLOAD_PLURAL, "resourceflavors", "workloadpriorityclasses"})
+
+log = logging.getLogger(__name__)
 
 
 def owner_job(meta: Mapping[str, Any]) -> str | None:
@@ -82,7 +96,88 @@ async def workload_changed(namespace: str | None, meta: kopf.Meta, **kwargs: Any
         _controller(kwargs).queue.add((namespace or "", job))
 
 
-async def workload_crd_changed(**kwargs: Any) -> None:
+Scan = Callable[[], Awaitable[Collection[Resource]]]
+
+
+class DiscoveryFollower:
+    """Re-reads Kueue's API group until kopf watches every Kueue resource the handlers need.
+
+    kopf's own observer does the same on each CRD event; this only adds the re-reads that the
+    discovery lag makes necessary, at ``interval`` for at most ``patience`` seconds (the API's
+    discovery catches up within a second or two; after that, the next CRD event or a restart)."""
+
+    def __init__(
+        self,
+        insights: Insights,
+        registry: kopf.OperatorRegistry,
+        settings: kopf.OperatorSettings,
+        *,
+        interval: float = 0.5,
+        patience: float = 60.0,
+        scan: Scan | None = None,
+    ) -> None:
+        self.insights = insights
+        self.registry = registry
+        self.settings = settings
+        self.interval = interval
+        self.patience = patience
+        self._scan = scan or self._read_discovery
+        self._task: asyncio.Task[bool] | None = None
+
+    def unwatched(self) -> set[str]:
+        """The Kueue resources kopf does not index or watch yet."""
+        live = {r.plural for r in self.insights.indexed_resources if r.group == KUEUE_GROUP} & {
+            r.plural for r in self.insights.watched_resources if r.group == KUEUE_GROUP
+        }
+        return set(KUEUE_RESOURCES - live)
+
+    def follow(self) -> None:
+        """Start following (once at a time) if something is not watched yet."""
+        if self.unwatched() and (self._task is None or self._task.done()):
+            self._task = asyncio.get_running_loop().create_task(self.until_watched())
+
+    async def until_watched(self) -> bool:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.patience
+        while self.unwatched():
+            if loop.time() >= deadline:
+                log.warning(
+                    "Kueue's Workload CRD is served but discovery does not list %s after %.0f s: "
+                    "labelled TrainingJobs wait until it does (or the operator restarts)",
+                    ", ".join(sorted(self.unwatched())),
+                    self.patience,
+                )
+                return False
+            await asyncio.sleep(self.interval)
+            try:
+                resources = await self._scan()
+            except Exception as error:  # the API is away: try again at the next interval
+                log.debug("re-reading discovery of %s failed: %s", KUEUE_GROUP, error)
+                continue
+            async with self.insights.revised:
+                observation.revise_resources(
+                    resources=resources,
+                    insights=self.insights,
+                    registry=self.registry,
+                    group=KUEUE_GROUP,
+                )
+                await self.insights.backbone.fill(resources=resources)
+                self.insights.revised.notify_all()
+        log.info("Kueue's resources are watched")
+        return True
+
+    async def _read_discovery(self) -> Collection[Resource]:
+        return await scanning.scan_resources(
+            groups={KUEUE_GROUP}, settings=self.settings, logger=log
+        )
+
+
+_follower: DiscoveryFollower | None = None
+
+
+async def workload_crd_changed(body: kopf.Body, **kwargs: Any) -> None:
+    if _follower is not None and workload_crd_served(body):
+        _follower.follow()
     _controller(kwargs).kueue_changed()
 
 
@@ -122,9 +217,19 @@ def missing_permission(namespaces: Sequence[str]) -> str | None:
     return None
 
 
-def register(registry: kopf.OperatorRegistry | None = None) -> None:
-    """Add the Kueue handlers to kopf's registry (the default one, before kopf.run)."""
+def register(
+    registry: kopf.OperatorRegistry | None = None,
+    *,
+    insights: Insights | None = None,
+    settings: kopf.OperatorSettings | None = None,
+) -> None:
+    """Add the Kueue handlers to kopf's registry (the default one, before kopf.run). With the
+    ``insights`` and ``settings`` kopf.run is given, Kueue installed later is followed through
+    the discovery lag (:class:`DiscoveryFollower`)."""
+    global _follower
     reg = registry or kopf.get_default_registry()
+    if insights is not None and settings is not None:
+        _follower = DiscoveryFollower(insights, reg, settings)
     kopf.index(KUEUE_GROUP, KUEUE_VERSION, WORKLOAD_PLURAL, registry=reg)(
         ringmaster_kueue_workloads
     )

@@ -82,6 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import kopf
+    from kopf._cogs.structs.references import Insights
     from prometheus_client import start_http_server
 
     # Importing a controller module registers its kopf handlers.
@@ -110,12 +111,15 @@ def run(args: argparse.Namespace) -> int:
     if args.metrics_port:
         start_http_server(args.metrics_port)
     kopf.configure(verbose=args.verbose)
+    # Shared with the Kueue integration, which follows Kueue installed while the operator runs.
+    insights = Insights()
+    kopf_settings = kopf.OperatorSettings()
     # Kueue (docs/install.md): its handlers only where its objects may be watched.
     if (args.kueue or os.environ.get(KUEUE_ENV) or "auto") != "off":
         exact = [n for n in args.namespaces if not any(c in n for c in "*?[")]
         missing = missing_permission(exact)
         if missing is None:
-            register_kueue()
+            register_kueue(insights=insights, settings=kopf_settings)
         else:
             logging.getLogger(__name__).warning(
                 "Kueue integration off: this identity may not %s (the chart grants it with "
@@ -132,6 +136,8 @@ def run(args: argparse.Namespace) -> int:
     if args.peering is not None:
         priority = args.priority if args.priority is not None else random.randint(1, 2**31 - 1)
     kopf.run(
+        insights=insights,
+        settings=kopf_settings,
         priority=priority,
         clusterwide=not args.namespaces,
         namespaces=args.namespaces,
