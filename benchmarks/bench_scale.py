@@ -36,11 +36,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.e2e.kube import free_port  # noqa: E402
-
 from ringmaster.api import TrainingJobSpec  # noqa: E402
 from ringmaster.localcluster.cluster import Binaries, LocalCluster  # noqa: E402
 from ringmaster.localcluster.pools import POOLS_BY_NAME  # noqa: E402
+from ringmaster.localcluster.ports import free_port  # noqa: E402
 from ringmaster.manifests.training import PoolPlacement, worker_pod  # noqa: E402
 
 POOL = "a100-highgpu-8g"

@@ -28,7 +28,6 @@ import ipaddress
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -42,6 +41,7 @@ from typing import Any
 import yaml
 
 from ringmaster.localcluster.cluster import ClusterError, LocalCluster
+from ringmaster.localcluster.ports import free_port
 
 NAMESPACE = "kueue-system"
 # Names Kueue's cert rotator derives its work from (Kueue's defaults, apis/config/v1beta2).
@@ -233,12 +233,6 @@ class ServingCertificates:
         )
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @dataclass(frozen=True)
 class KueueStatus:
     pid: int
@@ -287,7 +281,7 @@ class LocalKueue:
             for name, data in certs.as_files().items():
                 (self.cert_dir / name).write_bytes(data)
                 os.chmod(self.cert_dir / name, 0o600)
-        webhook_port, health_port = _free_port(), _free_port()
+        webhook_port, health_port = free_port(), free_port()
         base_url = f"https://127.0.0.1:{webhook_port}"
         self._install(base_url, certs)
         config = self.workdir / "configuration.yaml"
