@@ -1,4 +1,5 @@
-"""TrainingJob shell pacing: the urgent lane for new jobs, how often worker counts are written."""
+"""TrainingJob shell pacing: the urgent lane for new jobs, how often worker counts are written,
+a new job's first look written with its verdict."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from types import SimpleNamespace
 import pytest
 
 from ringmaster.admission.cycle import QueueingSettings
+from ringmaster.controllers.training_lifecycle import World, reconcile_training
 from ringmaster.controllers.trainingjob import PROGRESS_SECONDS, TrainingController
-from tests.unit.training_world import TrainingWorld, job, pods_of, ring_planner, spec
+from tests.unit.training_world import NOW, TrainingWorld, job, pods_of, ring_planner, spec
 
 pytestmark = pytest.mark.unit
 KEY = ("ml", "bert")
@@ -67,3 +69,38 @@ def test_a_new_job_goes_in_the_urgent_lane_and_a_known_one_does_not():
     shell.job_event(("ml", "running"), "Running", "2")
     assert list(shell.queue._front) == [("ml", "new")]
     assert list(shell.queue._back) == [("ml", "starting"), ("ml", "running")]
+
+
+def first_look_and_verdict():
+    """A new job's first look (no verdict yet: it joins the queue), then its look with the
+    cycle's verdict, as the shell takes them."""
+    world = TrainingWorld()
+    the_job = job(spec())
+    world_view = World(world.snapshot.pools(), {}, None, None)
+    first = reconcile_training(the_job, [], world_view, NOW, ring_planner)
+    (verdict,) = world.cycle([first.waiting])
+    admitted = reconcile_training(
+        the_job, [], replace(world_view, verdict=verdict), NOW, ring_planner
+    )
+    return first, verdict, admitted
+
+
+def test_a_new_jobs_first_look_is_written_with_its_verdict_once():
+    first, verdict, admitted = first_look_and_verdict()
+    assert first.waiting is not None and not first.create
+    shell = controller()
+    assert shell._skip_first_look_write(KEY, {}, None, first)
+    # Once: a second look with still no verdict writes as any other.
+    assert not shell._skip_first_look_write(KEY, {}, None, first)
+    # The verdict's look carries what the first look would have said, the plan included.
+    reasons = [e.reason for e in admitted.events]
+    assert reasons[:2] == ["StrategyChosen", "Admitted"]
+    assert admitted.status.plan is not None and admitted.create
+    assert not shell._skip_first_look_write(("ml", "other"), {}, verdict, admitted)
+
+
+def test_a_job_with_a_status_writes_its_first_look_of_this_process():
+    # After a restart the job is not new: what it says must stay true at once.
+    first, _, _ = first_look_and_verdict()
+    shell = controller()
+    assert not shell._skip_first_look_write(KEY, {"phase": "Pending"}, None, first)

@@ -155,13 +155,19 @@ class Controller:
         kopf.event(as_body(body), type=type_, reason=reason, message=message)
 
     async def announce(self, body: dict[str, Any], events: Sequence[Event]) -> None:
-        """Post Events that announce what the status is about to record, in order, before that
-        status is written. kopf.event() (``post``) only queues an Event: a process killed just
-        after its status write lost the Event, and the status, once written, never asks for it
-        again (the chaos test saw jobs finish without their Admitted Event). Posted first, a
-        kill in between repeats an Event at worst, and never loses one."""
-        for event in events:
-            await self.api.post_event_about(body, event.type, event.reason, event.message)
+        """Post Events that announce what the status is about to record, before that status is
+        written. kopf.event() (``post``) only queues an Event: a process killed just after its
+        status write lost the Event, and the status, once written, never asks for it again (the
+        chaos test saw jobs finish without their Admitted Event). Posted first, a kill in
+        between repeats an Event at worst, and never loses one. A look's Events (a new job's
+        StrategyChosen and Admitted) go out together: one round trip before the status, not one
+        each; each takes its time before the first is sent, so their times keep their order."""
+        await asyncio.gather(
+            *(
+                self.api.post_event_about(body, event.type, event.reason, event.message)
+                for event in events
+            )
+        )
 
     def is_settled(self, body: dict[str, Any]) -> bool:
         """Objects that need no periodic look (finished jobs)."""

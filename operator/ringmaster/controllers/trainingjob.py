@@ -98,6 +98,10 @@ WAIT_REFRESH_SECONDS = 5.0
 # often: a gang's pods move one event at a time, and a status write per event was most of the
 # API calls in the scale bench, in the same API server queue as the next gang's pods.
 PROGRESS_SECONDS = 1.0
+# A new job's first look writes nothing when it joins the admission queue: the cycle's verdict
+# comes a moment later and is written with the plan in one status write. If none has come after
+# this long, the next look writes as any other.
+FIRST_LOOK_SECONDS = 2.0
 
 
 def queueing_settings() -> QueueingSettings:
@@ -239,6 +243,7 @@ class TrainingController(Controller):
         self._queue_version = 0
         self._status_written_at: dict[Key, float] = {}
         self._admitted_at: dict[Key, float] = {}  # when a cycle admitted it (monotonic)
+        self._first_looks_skipped: set[Key] = set()
         self.expectations = CreateExpectations()
 
     # ------------------------------------------------------------ feeding the snapshot
@@ -437,6 +442,8 @@ class TrainingController(Controller):
                 self.wake()
             raise
         self._admission_bookkeeping(key, verdict, decision)
+        if self._skip_first_look_write(key, current, verdict, decision):
+            return FIRST_LOOK_SECONDS
         later = self._progress_later(key, current, decision)
         if later is not None:
             return later
@@ -453,6 +460,22 @@ class TrainingController(Controller):
             seconds = time.monotonic() - admitted_at
             metrics.ADMISSION_START_SECONDS.labels("created").observe(seconds)
         return decision.requeue_after
+
+    def _skip_first_look_write(
+        self, key: Key, current: dict[str, Any], verdict: Verdict | None, decision: Decision
+    ) -> bool:
+        """True when a brand-new job's look, which only plans it and queues it, is not written:
+        its StrategyChosen Event and plan go out with the verdict's (Admitted or why it waits),
+        one status write and one round trip fewer on an admitted gang's path (100 of the 310
+        status writes of the scale bench at 400 hosts). Once per job."""
+        if current or verdict is not None or decision.waiting is None:
+            return False
+        if key in self._first_looks_skipped:
+            return False
+        if decision.apply or decision.create or decision.delete or decision.workload:
+            return False
+        self._first_looks_skipped.add(key)
+        return True
 
     def _progress_later(
         self, key: Key, current: dict[str, Any], decision: Decision
@@ -701,6 +724,7 @@ class TrainingController(Controller):
     def forget(self, key: Key) -> None:
         self._status_written_at.pop(key, None)
         self.expectations.forget(key)
+        self._first_looks_skipped.discard(key)
         self._admitted_at.pop(key, None)
         self.snapshot.release(key)
         self.verdicts.pop(key, None)
