@@ -95,6 +95,7 @@ class PodClock:
 
         self.client = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))
         self.core = kubernetes.client.CoreV1Api(self.client)
+        self.created: dict[str, float] = {}
         self.bound: dict[str, float] = {}
         self.running: dict[str, float] = {}
         self.succeeded: dict[str, float] = {}
@@ -130,6 +131,7 @@ class PodClock:
             self.live.discard(name)
             return
         self.live.add(name)
+        self.created.setdefault(name, now)
         labels = pod.metadata.labels or {}
         if "ringmaster.dev/trainingjob" in labels:
             self.job_of[name] = labels["ringmaster.dev/trainingjob"]
@@ -142,7 +144,7 @@ class PodClock:
             self.succeeded.setdefault(name, now)
 
     def forget(self) -> None:
-        for table in (self.bound, self.running, self.succeeded, self.job_of):
+        for table in (self.created, self.bound, self.running, self.succeeded, self.job_of):
             table.clear()
 
     def count_running(self, names: set[str] | None = None) -> int:
@@ -153,6 +155,23 @@ class PodClock:
 
     def stop(self) -> None:
         self._stop = True
+
+    def progress(self, start: float) -> str:
+        """When half, nine tenths and all of the pods were first seen, bound and Running,
+        in seconds from ``start``: says whether pods reached the scheduler late or were
+        scheduled slowly."""
+
+        def marks(table: dict[str, float]) -> str:
+            times = sorted(list(table.values()))
+            if not times:
+                return "-"
+            picks = (times[len(times) // 2], times[(len(times) * 9) // 10], times[-1])
+            return "/".join(f"{t - start:.0f}" for t in picks)
+
+        return (
+            f"created {marks(self.created)}  bound {marks(self.bound)}  "
+            f"Running {marks(self.running)} s (half/90%/all)"
+        )
 
 
 def gang_pods(name: str, workers: int) -> list[dict[str, Any]]:
@@ -193,6 +212,7 @@ def floor(clock: PodClock, gangs: int, workers: int, label: str) -> float:
         900,
     )
     seconds = time.monotonic() - start
+    print(f"floor_{label}_progress{' ' * (10 - len(label))}{clock.progress(start)}", flush=True)
     clock.core.delete_collection_namespaced_pod(
         NAMESPACE, label_selector="bench.ringmaster.dev/floor=true", grace_period_seconds=0
     )
@@ -240,7 +260,8 @@ def job_states(clock: PodClock) -> list[dict[str, Any]]:
 
 
 def apiserver_requests(cluster: LocalCluster) -> Counter[tuple[str, str]]:
-    """kube-apiserver's request counts by (verb, resource), all clients together."""
+    """kube-apiserver's request counts by (verb, resource), all clients together; refused
+    ones (not 2xx) also under (verb, resource + " refused <code>")."""
     text = cluster.kubectl("get", "--raw", "/metrics").stdout
     counts: Counter[tuple[str, str]] = Counter()
     for line in text.splitlines():
@@ -251,12 +272,33 @@ def apiserver_requests(cluster: LocalCluster) -> Counter[tuple[str, str]]:
                 labels.get("resource", "")
                 + ("/" + labels["subresource"] if labels.get("subresource") else ""),
             )
-            counts[key] += int(float(line.rsplit(" ", 1)[1]))
+            n = int(float(line.rsplit(" ", 1)[1]))
+            counts[key] += n
+            code = labels.get("code", "200")
+            if not code.startswith("2"):
+                counts[(key[0], f"{key[1]} refused {code}")] += n
     return counts
 
 
 def writes_of(requests: Counter[tuple[str, str]]) -> Counter[tuple[str, str]]:
-    return Counter({k: v for k, v in requests.items() if k[0] not in ("GET", "LIST", "WATCH")})
+    return Counter(
+        {
+            k: v
+            for k, v in requests.items()
+            if k[0] not in ("GET", "LIST", "WATCH") and " refused " not in k[1]
+        }
+    )
+
+
+def refused_writes(requests: Counter[tuple[str, str]]) -> str:
+    refused = Counter(
+        {
+            k: v
+            for k, v in requests.items()
+            if k[0] not in ("GET", "LIST", "WATCH") and " refused " in k[1]
+        }
+    )
+    return ", ".join(f"{verb} {what} {n}" for (verb, what), n in refused.most_common(6)) or "none"
 
 
 def operator_metrics(port: int) -> str:
@@ -382,6 +424,7 @@ def main() -> int:
                 break
             time.sleep(1)
         operator_seconds = time.monotonic() - submitted
+        operator_progress = clock.progress(submitted)
         requests = apiserver_requests(cluster) - requests_before
         per_job: dict[str, int] = {}
         for pod, owner in list(clock.job_of.items()):
@@ -400,6 +443,7 @@ def main() -> int:
         decided_text = f"{decided_at:.1f}" if decided_at is not None else "not all decided"
         print(f"seconds_until_all_decided       {decided_text}")
         print(f"operator_seconds_to_all_running {operator_seconds:.1f}")
+        print(f"operator_progress               {operator_progress}")
         # Every client's writes meanwhile (the operator's, the scheduler's, kwok's, this bench's),
         # beside the floor's for the same pods: on a 2-core machine the API server's CPU is shared.
         writes = writes_of(requests)
@@ -408,6 +452,7 @@ def main() -> int:
             f"(floor: {sum(floor_writes.values())}): "
             + ", ".join(f"{verb} {res} {n}" for (verb, res), n in writes.most_common(8))
         )
+        print(f"apiserver_writes_refused        {refused_writes(requests)}")
         print(
             "operator_cpu_seconds_meanwhile  "
             f"{cpu_seconds(operator_metrics(metrics_port)) - cpu_at_submit:.1f}"
@@ -475,6 +520,7 @@ def main() -> int:
 
         if args.timeline:
             tables = {
+                "created": dict(clock.created),
                 "bound": dict(clock.bound),
                 "running": dict(clock.running),
                 "succeeded": dict(clock.succeeded),

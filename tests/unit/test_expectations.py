@@ -56,3 +56,33 @@ def test_jobs_are_apart_and_a_forgotten_job_starts_afresh():
     assert expect.still_to_create(other, [pod("bert-0")]) == [pod("bert-0")]
     expect.forget(JOB)
     assert expect.still_to_create(JOB, [pod("bert-0")]) == [pod("bert-0")]
+
+
+def test_a_pod_the_watch_showed_ends_its_expectation_at_once():
+    clock = Clock()
+    expect = CreateExpectations(clock=clock)
+    expect.created(JOB, [SERVICE, pod("bert-0"), pod("bert-1")])
+    expect.observed(JOB, pod("bert-0"))
+    clock.now += 1.0
+    # bert-0 seen and then gone (deleted, evicted): the index is right, so the look creates it.
+    assert expect.still_to_create(JOB, [pod("bert-0"), pod("bert-1")]) == [pod("bert-0")]
+    # Another attempt's pod of the same name ends nothing.
+    expect.observed(JOB, pod("bert-1", attempt=1))
+    assert expect.still_to_create(JOB, [pod("bert-1")]) == []
+
+
+def test_a_watch_far_behind_does_not_bring_repeated_creates():
+    """At 2000 hosts the watch ran more than 10 s behind the creates in the burst."""
+    clock = Clock()
+    expect = CreateExpectations(clock=clock)
+    expect.created(JOB, [pod("bert-0")])
+    clock.now += 30.0
+    assert expect.still_to_create(JOB, [pod("bert-0")]) == []
+
+
+def test_observing_what_was_never_expected_is_harmless():
+    expect = CreateExpectations(clock=Clock())
+    expect.observed(JOB, pod("bert-0"))
+    expect.created(JOB, [pod("bert-0")])
+    expect.observed(JOB, pod("bert-0"))
+    assert expect.still_to_create(JOB, [pod("bert-0")]) == [pod("bert-0")]

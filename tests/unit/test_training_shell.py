@@ -16,6 +16,7 @@ from kubernetes.client.exceptions import ApiException
 
 from ringmaster.admission.cycle import Admit, QueueingSettings
 from ringmaster.controllers.kubeapi import MAX_EVENT_MESSAGE, KubeApi
+from ringmaster.controllers.training_lifecycle import WorkerPod
 from ringmaster.controllers.trainingjob import TrainingController
 from ringmaster.placement.pools import node_from_object
 from tests.unit.training_world import NOW, TrainingWorld, job, node_objects, ring_planner, spec
@@ -69,6 +70,19 @@ def test_an_admission_is_announced_then_recorded_then_its_pods_created():
     # Every pod after it: a kill mid-gang leaves an admission on record to complete.
     assert set(kinds[status_at + 1 :]) == {"create"}
     assert ("create", "bert-worker-1") in api.calls
+
+
+def test_a_created_pod_the_watch_shows_is_no_longer_expected():
+    decision = TrainingWorld().decide(job(spec(workers=2)))
+    controller = TrainingController(RecordingApi(), ring_planner, QueueingSettings())  # type: ignore[arg-type]
+    asyncio.run(controller._apply("ml", "bert", dict(BODY), {}, decision))
+    pods = [obj for obj in decision.create if obj["kind"] == "Pod"]
+    assert controller.expectations.still_to_create(("ml", "bert"), pods) == []
+    # The watch shows worker 0 (a listed pod: no kind in the body), then it is deleted: the
+    # next look creates it again at once; worker 1, not yet seen, is still expected.
+    seen = {key: value for key, value in pods[0].items() if key != "kind"}
+    controller.pod_event("ADDED", seen)
+    assert controller.expectations.still_to_create(("ml", "bert"), pods) == [pods[0]]
 
 
 def _api_posting(
@@ -164,3 +178,44 @@ def test_a_restarted_operator_holds_recorded_admissions_before_its_first_cycle()
     controller = asyncio.run(restart())
     assert not isinstance(controller.verdicts.get(("ml", "b")), Admit)
     assert controller.snapshot.promised(("ml", "a")) is not None
+
+
+def test_a_pod_the_watch_shows_during_a_look_is_not_created_again():
+    """A look reads the index (2 of 4 pods there; all 4 created by this process moments ago),
+    then writes status; the watch shows pod 2 meanwhile. The look must create nothing: pod 2
+    exists, pod 3 is still expected (found by the scale bench: 60 of 460 pod POSTs refused)."""
+    admitted = TrainingWorld().decide(job(spec(workers=4), name="a"))
+    pods = [obj for obj in admitted.create if obj["kind"] == "Pod"]
+    for obj in pods:
+        obj["metadata"]["namespace"] = "ml"
+    status = admitted.status.to_k8s()
+    indexes = {
+        "ringmaster_trainingjobs": {("ml", "a"): [_job_body("a", 4, status)]},
+        "ringmaster_nodes": {
+            o["metadata"]["name"]: [node_from_object(o)]
+            for o in node_objects({"a100-highgpu-8g": 4})
+        },
+        "ringmaster_pod_facts": {},
+        "ringmaster_priority_classes": {},
+        "ringmaster_worker_pods": {("ml", "a"): [WorkerPod.from_object(p) for p in pods[:2]]},
+        "ringmaster_terminating_namespaces": {},
+        "ringmaster_reduction_pools": {},
+    }
+
+    class WatchMeanwhile(RecordingApi):
+        async def patch_status(self, plural: str, namespace: str, name: str, status: Any) -> str:
+            controller.pod_event("ADDED", pods[2])
+            return await super().patch_status(plural, namespace, name, status)
+
+    async def look() -> None:
+        controller.bind(indexes)
+        await controller.queue.stop()
+        await controller.reconcile(("ml", "a"))
+        await controller.stop()
+
+    api = WatchMeanwhile()
+    controller = TrainingController(api, ring_planner, QueueingSettings())  # type: ignore[arg-type]
+    controller.expectations.created(("ml", "a"), admitted.create)
+    asyncio.run(look())
+    assert ("status", "Admitted") in api.calls  # the look did write, with the watch in between
+    assert [call for call in api.calls if call[0] == "create"] == []

@@ -5,9 +5,10 @@ An admitted gang's reconcile creates its Service and pods; the next look at the 
 pods' events bring one at once) reads the pods from kopf's index, which lags the creates by a
 watch round trip, and would create the same objects again. The scale bench counted 251 such
 POSTs refused with 409 among the 651 pod creates of 50 gangs, and 95 Service POSTs: 40% more
-writes in the API server's queue, in front of the next gang's pods. A creation is expected for
-EXPECT_SECONDS; within that a later look does not repeat it, after it (a pod deleted before the
-watch showed it, say) the look creates it again.
+writes in the API server's queue, in front of the next gang's pods. A creation is expected until
+the watch shows the object (``observed``: from then on the index answers) or, for what no watch
+shows, EXPECT_SECONDS have passed; a pod lost before any watch event showed it is created again
+after that.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from typing import Any
 
 from ringmaster.manifests.naming import ATTEMPT_ANNOTATION
 
-# Longer than a watch event takes to arrive under load (the bench saw up to a few seconds),
-# short enough that an object lost before it was seen is recreated soon.
-EXPECT_SECONDS = 10.0
+# Longer than a watch event takes to arrive under load: at 2000 hosts the watch ran more than
+# 10 s behind in the burst, and 266 pods were POSTed a second time after a 10 s expectation ran
+# out. Seen pods end their expectation at once, so this only bounds how long a pod lost before
+# any watch event showed it (or the Service, which no watch shows) waits to be created again.
+EXPECT_SECONDS = 60.0
 
 
 def identity(obj: Mapping[str, Any]) -> tuple[str, str, str | None]:
@@ -59,6 +62,14 @@ class CreateExpectations:
         mine = self._created.setdefault(owner, {})
         for obj in objects:
             mine[identity(obj)] = now
+
+    def observed(self, owner: Hashable, obj: Mapping[str, Any]) -> None:
+        """The watch shows it: the index answers for it from now on."""
+        created = self._created.get(owner)
+        if created is not None:
+            created.pop(identity(obj), None)
+            if not created:
+                del self._created[owner]
 
     def forget(self, owner: Hashable) -> None:
         self._created.pop(owner, None)
