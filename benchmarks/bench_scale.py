@@ -9,7 +9,9 @@ Brings up a private kwok cluster (`ringmaster-scale`) and, in one run:
 3. churn: admitted gangs finish in waves (their pods exit 0), the waiting ones take their room;
    the time from a gang's hosts freed to the next gang's pods bound (p50, p99), and the
    operator's CPU seconds per gang admitted meanwhile;
-4. floor (after): as 1, on the same cluster, with the operator stopped.
+4. floor (after): as 1, on the same cluster, with the operator stopped;
+5. floor with Services: as 4, each gang's headless Service created first, as the operator does
+   (a diagnostic: what the Services cost the scheduler and the API server, not the operator).
 It prints figures and asserts nothing about time. Usage:
 
     python benchmarks/bench_scale.py [--hosts 2000] [--jobs 300] [--workers 8] [--waves 5]
@@ -40,7 +42,12 @@ from ringmaster.api import TrainingJobSpec  # noqa: E402
 from ringmaster.localcluster.cluster import Binaries, LocalCluster  # noqa: E402
 from ringmaster.localcluster.pools import POOLS_BY_NAME  # noqa: E402
 from ringmaster.localcluster.ports import free_port  # noqa: E402
-from ringmaster.manifests.training import PoolPlacement, worker_pod  # noqa: E402
+from ringmaster.manifests.training import (  # noqa: E402
+    PoolPlacement,
+    rendezvous_service,
+    selector_labels,
+    worker_pod,
+)
 
 POOL = "a100-highgpu-8g"
 NAMESPACE = "bench"
@@ -174,8 +181,12 @@ class PodClock:
         )
 
 
-def gang_pods(name: str, workers: int) -> list[dict[str, Any]]:
-    """The pods the operator creates for a gang on the A100 pool, without an owner."""
+FLOOR_LABEL = "bench.ringmaster.dev/floor"
+
+
+def gang_pods(name: str, workers: int, service: bool = False) -> list[dict[str, Any]]:
+    """The pods the operator creates for a gang on the A100 pool, without an owner; with
+    ``service``, labelled so that the gang's headless Service selects them, as the operator's."""
     spec = TrainingJobSpec.model_validate(job(name, workers)["spec"])
     placement = PoolPlacement(
         pool=POOL,
@@ -185,7 +196,8 @@ def gang_pods(name: str, workers: int) -> list[dict[str, Any]]:
     )
     pods = [worker_pod(name, NAMESPACE, spec, placement, r, 0) for r in range(workers)]
     for pod in pods:
-        pod["metadata"]["labels"] = {"bench.ringmaster.dev/floor": "true"}
+        extra = selector_labels(name) if service else {}
+        pod["metadata"]["labels"] = {FLOOR_LABEL: "true", **extra}
     return pods
 
 
@@ -198,13 +210,22 @@ def wait_until(what: str, done: Any, timeout: float, every: float = 0.5) -> floa
     return time.monotonic() - start
 
 
-def floor(clock: PodClock, gangs: int, workers: int, label: str) -> float:
-    """Create the gangs' pods bare, as fast as the API takes them; seconds until all Running."""
-    pods = [p for i in range(gangs) for p in gang_pods(f"floor-{i:04d}", workers)]
+def floor(clock: PodClock, gangs: int, workers: int, label: str, services: bool = False) -> float:
+    """Create the gangs' pods bare, as fast as the API takes them; seconds until all Running.
+    With ``services``, each gang's headless Service first, as the operator makes them: the
+    endpoint controllers then follow every pod, and kube-scheduler applies its default
+    topology spreading to pods a Service selects."""
+    gang_names = [f"floor-{i:04d}" for i in range(gangs)]
+    pods = [p for name in gang_names for p in gang_pods(name, workers, services)]
     names = {p["metadata"]["name"] for p in pods}
+    svcs = [rendezvous_service(name) for name in gang_names] if services else []
+    for svc in svcs:
+        svc["metadata"]["labels"] = {FLOOR_LABEL: "true"}
     clock.forget()
     start = time.monotonic()
     with ThreadPoolExecutor(16) as pool:
+        if services:
+            list(pool.map(lambda svc: clock.core.create_namespaced_service(NAMESPACE, svc), svcs))
         list(pool.map(lambda p: clock.core.create_namespaced_pod(NAMESPACE, p), pods))
     wait_until(
         f"floor {label}: {len(names)} pods Running",
@@ -214,8 +235,10 @@ def floor(clock: PodClock, gangs: int, workers: int, label: str) -> float:
     seconds = time.monotonic() - start
     print(f"floor_{label}_progress{' ' * (10 - len(label))}{clock.progress(start)}", flush=True)
     clock.core.delete_collection_namespaced_pod(
-        NAMESPACE, label_selector="bench.ringmaster.dev/floor=true", grace_period_seconds=0
+        NAMESPACE, label_selector=f"{FLOOR_LABEL}=true", grace_period_seconds=0
     )
+    for svc in svcs:
+        clock.core.delete_namespaced_service(svc["metadata"]["name"], NAMESPACE)
     wait_until("floor pods gone", lambda: not (set(list(clock.live)) & names), 600)
     return seconds
 
@@ -547,6 +570,11 @@ def main() -> int:
         print(f"operator_over_floor             {operator_seconds / floor_mean:.2f}")
         print(f"operator_over_floor_before      {operator_seconds / floor_before:.2f}")
         print(f"operator_over_floor_after       {operator_seconds / floor_after:.2f}")
+        # The same pods with their gangs' headless Services (no operator): what the Services
+        # alone cost the scheduler and the API server, apart from the operator's own cost.
+        with_services = floor(clock, min(fits, args.jobs), args.workers, "services", services=True)
+        print(f"floor_with_services_seconds     {with_services:.1f}")
+        print(f"operator_over_floor_services    {operator_seconds / with_services:.2f}")
         print(f"load_average_at_end             {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     finally:
         clock.stop()
