@@ -86,3 +86,13 @@ def test_observing_what_was_never_expected_is_harmless():
     expect.created(JOB, [pod("bert-0")])
     expect.observed(JOB, pod("bert-0"))
     assert expect.still_to_create(JOB, [pod("bert-0")]) == [pod("bert-0")]
+
+
+def test_a_service_no_watch_shows_stays_expected_until_its_owner_is_forgotten():
+    clock = Clock()
+    expect = CreateExpectations(clock=clock)
+    expect.created(JOB, [SERVICE])
+    clock.now += 10 * EXPECT_SECONDS
+    assert expect.still_to_create(JOB, [SERVICE, pod("bert-0")]) == [pod("bert-0")]
+    expect.forget(JOB)
+    assert expect.still_to_create(JOB, [SERVICE]) == [SERVICE]

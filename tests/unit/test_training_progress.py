@@ -22,11 +22,14 @@ def looks():
     """The decisions of three looks at an admitted gang: one pod running, two, then all four."""
     world = TrainingWorld()
     admitted = world.decide(job(spec()))
-    pods = pods_of(admitted, phase="Pending")
+    pods = pods_of(admitted, phase="Pending", node=None)
     current = admitted.status
     out = []
     for running in (1, 2, 4):
-        now_pods = [replace(p, phase="Running") if p.rank < running else p for p in pods]
+        now_pods = [
+            replace(p, phase="Running", node="a100-highgpu-8g-0000") if p.rank < running else p
+            for p in pods
+        ]
         decision = world.decide(job(spec(), current), now_pods)
         out.append((current.to_k8s(), decision))
         current = decision.status

@@ -19,7 +19,15 @@ from ringmaster.controllers.kubeapi import MAX_EVENT_MESSAGE, KubeApi
 from ringmaster.controllers.training_lifecycle import WorkerPod
 from ringmaster.controllers.trainingjob import TrainingController
 from ringmaster.placement.pools import node_from_object
-from tests.unit.training_world import NOW, TrainingWorld, job, node_objects, ring_planner, spec
+from tests.unit.training_world import (
+    NOW,
+    TrainingWorld,
+    job,
+    node_objects,
+    pods_of,
+    ring_planner,
+    spec,
+)
 
 BODY = {
     "apiVersion": "ringmaster.dev/v1alpha1",
@@ -83,6 +91,22 @@ def test_a_created_pod_the_watch_shows_is_no_longer_expected():
     seen = {key: value for key, value in pods[0].items() if key != "kind"}
     controller.pod_event("ADDED", seen)
     assert controller.expectations.still_to_create(("ml", "bert"), pods) == [pods[0]]
+
+
+def test_a_bound_gang_s_service_is_created_before_its_status_and_only_once():
+    world = TrainingWorld()
+    admitted = world.decide(job(spec(workers=2)))
+    running = world.decide(job(spec(workers=2), admitted.status), pods_of(admitted))
+    assert [o["kind"] for o in running.create] == ["Service"]
+    api = RecordingApi()
+    controller = TrainingController(api, ring_planner, QueueingSettings())  # type: ignore[arg-type]
+    current = admitted.status.to_k8s()
+    asyncio.run(controller._apply("ml", "bert", dict(BODY), current, running))
+    kinds = [kind for kind, _ in api.calls]
+    # Before the status that says Running: a job on record as Running has its Service.
+    assert kinds.index("create") < kinds.index("status")
+    again = world.decide(job(spec(workers=2), running.status), pods_of(admitted))
+    assert controller.expectations.still_to_create(("ml", "bert"), again.create) == []
 
 
 def _api_posting(

@@ -1,14 +1,15 @@
 """Objects this process has just created that its watch has not shown yet (client-go's
 ControllerExpectations, as the ReplicaSet and Job controllers keep them).
 
-An admitted gang's reconcile creates its Service and pods; the next look at the job (its own
-pods' events bring one at once) reads the pods from kopf's index, which lags the creates by a
-watch round trip, and would create the same objects again. The scale bench counted 251 such
-POSTs refused with 409 among the 651 pod creates of 50 gangs, and 95 Service POSTs: 40% more
-writes in the API server's queue, in front of the next gang's pods. A creation is expected until
-the watch shows the object (``observed``: from then on the index answers) or, for what no watch
-shows, EXPECT_SECONDS have passed; a pod lost before any watch event showed it is created again
-after that.
+An admitted gang's reconcile creates its pods (and, once they are bound, its Service); the next
+look at the job (its own pods' events bring one at once) reads the pods from kopf's index, which
+lags the creates by a watch round trip, and would create the same objects again. The scale
+bench counted 251 such POSTs refused with 409 among the 651 pod creates of 50 gangs, and 95
+Service POSTs: 40% more writes in the API server's queue, in front of the next gang's pods. A
+creation is expected until the watch shows the object (``observed``: from then on the index
+answers) or EXPECT_SECONDS have passed, so a pod lost before any watch event showed it is
+created again after that. What no watch shows (the Service) stays expected while its owner
+lives.
 """
 
 from __future__ import annotations
@@ -22,8 +23,13 @@ from ringmaster.manifests.naming import ATTEMPT_ANNOTATION
 # Longer than a watch event takes to arrive under load: at 2000 hosts the watch ran more than
 # 10 s behind in the burst, and 266 pods were POSTed a second time after a 10 s expectation ran
 # out. Seen pods end their expectation at once, so this only bounds how long a pod lost before
-# any watch event showed it (or the Service, which no watch shows) waits to be created again.
+# any watch event showed it waits to be created again.
 EXPECT_SECONDS = 60.0
+
+
+# Kinds no watch of the operator shows: created once, they stay expected until their owner is
+# forgotten (they go with it, through their owner reference), so a look never POSTs them again.
+UNWATCHED = frozenset({"Service"})
 
 
 def identity(obj: Mapping[str, Any]) -> tuple[str, str, str | None]:
@@ -48,7 +54,9 @@ class CreateExpectations:
         now = self.clock()
         created = self._created.get(owner)
         if created:
-            for key in [k for k, at in created.items() if now - at >= self.ttl]:
+            for key in [
+                k for k, at in created.items() if k[0] not in UNWATCHED and now - at >= self.ttl
+            ]:
                 del created[key]
             if not created:
                 del self._created[owner]

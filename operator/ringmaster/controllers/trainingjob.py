@@ -9,8 +9,9 @@ cycles, apply decisions, write status.
   at most every CYCLE_SECONDS; each verdict is handed to its job's reconcile, which records it.
   An admitted gang's room is held in the snapshot from the moment the cycle admits it.
 - Apply, in one order for every decision: objects to apply, then Events (awaited, so what the
-  status records was announced even if the process dies next), then status (so an admission is
-  on record before its pods exist), then pods to create, pods to delete.
+  status records was announced even if the process dies next) with the rendezvous Service, then
+  status (so an admission is on record before its pods exist), then pods to create, pods to
+  delete.
 
 No kopf change handler, timer or daemon is used: those store progress in the object or add a
 finalizer, and a TrainingJob needs neither (its pods, Service and own reducer pool go with it
@@ -65,7 +66,7 @@ from ringmaster.api import (
 from ringmaster.controllers.base import Controller, Key, as_body, snapshot
 from ringmaster.controllers.catalog import job_hardware_problem, on_catalog_change
 from ringmaster.controllers.cluster_state import pod_facts
-from ringmaster.controllers.expectations import CreateExpectations
+from ringmaster.controllers.expectations import UNWATCHED, CreateExpectations
 from ringmaster.controllers.kubeapi import KubeApi
 from ringmaster.controllers.reporting import Conditions, Event
 from ringmaster.controllers.training_lifecycle import (
@@ -583,16 +584,25 @@ class TrainingController(Controller):
         for obj in decision.apply:
             kopf.append_owner_reference(obj, owner=as_body(body))
             await self.api.apply(namespace, obj)
-        # The Events, then status, then pods: every admission on record was announced, and an
-        # admission is on record in the API before any of its pods exists.
-        await self.announce(body, decision.events)
+        # The Events (and a Service, which nothing orders), then status, then pods: every
+        # admission on record was announced, and an admission is on record in the API before any
+        # of its pods exists; a phase on record has its Service.
+        services = [obj for obj in decision.create if obj["kind"] in UNWATCHED]
+        for obj in services:
+            kopf.append_owner_reference(obj, owner=as_body(body))
+        await asyncio.gather(
+            self.announce(body, decision.events),
+            *(self.api.create(namespace, obj) for obj in services),
+        )
+        self.expectations.created((namespace, name), services)
         new = decision.status.to_k8s()
         if new != current:
             await self.write_status(namespace, name, current, new)
             self._status_written_at[(namespace, name)] = time.monotonic()
         for write in decision.workload:
             await self._write_workload(namespace, body, write)
-        create = decision.create  # without what the index does not show yet but was created
+        # Without what was created moments ago and the index does not show yet.
+        create = [obj for obj in decision.create if obj["kind"] not in UNWATCHED]
         for obj in create:
             kopf.append_owner_reference(obj, owner=as_body(body))
         # A gang's pods at once: one by one, a large gang spends seconds in round trips.
