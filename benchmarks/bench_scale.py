@@ -303,24 +303,22 @@ def apiserver_requests(cluster: LocalCluster) -> Counter[tuple[str, str]]:
     return counts
 
 
-def writes_of(requests: Counter[tuple[str, str]]) -> Counter[tuple[str, str]]:
+def _writes(requests: Counter[tuple[str, str]], refused: bool) -> Counter[tuple[str, str]]:
     return Counter(
         {
             k: v
             for k, v in requests.items()
-            if k[0] not in ("GET", "LIST", "WATCH") and " refused " not in k[1]
+            if k[0] not in ("GET", "LIST", "WATCH") and (" refused " in k[1]) == refused
         }
     )
+
+
+def writes_of(requests: Counter[tuple[str, str]]) -> Counter[tuple[str, str]]:
+    return _writes(requests, refused=False)
 
 
 def refused_writes(requests: Counter[tuple[str, str]]) -> str:
-    refused = Counter(
-        {
-            k: v
-            for k, v in requests.items()
-            if k[0] not in ("GET", "LIST", "WATCH") and " refused " in k[1]
-        }
-    )
+    refused = _writes(requests, refused=True)
     return ", ".join(f"{verb} {what} {n}" for (verb, what), n in refused.most_common(6)) or "none"
 
 

@@ -601,7 +601,8 @@ class TrainingController(Controller):
             self._status_written_at[(namespace, name)] = time.monotonic()
         for write in decision.workload:
             await self._write_workload(namespace, body, write)
-        # Without what was created moments ago and the index does not show yet.
+        # The pods (the Service went out above; what was created moments ago was filtered out
+        # when the decision was made).
         create = [obj for obj in decision.create if obj["kind"] not in UNWATCHED]
         for obj in create:
             kopf.append_owner_reference(obj, owner=as_body(body))
