@@ -282,6 +282,29 @@ def job_states(clock: PodClock) -> list[dict[str, Any]]:
     ]
 
 
+def wave_stages(clock: PodClock, finished: list[str], started: list[str]) -> str:
+    """One churn wave's stages, first / last pod, in seconds from its first pod Succeeded:
+    the finished gangs' pods Succeeded, then the next gangs' pods created (the operator's part)
+    and bound (the scheduler's)."""
+    gone, new = set(finished), set(started)
+
+    def span(table: dict[str, float], jobs: set[str]) -> list[float]:
+        return [t for p, t in list(table.items()) if clock.job_of.get(p) in jobs]
+
+    freed = span(clock.succeeded, gone)
+    if not freed:
+        return "-"
+    zero = min(freed)
+
+    def first_last(times: list[float]) -> str:
+        return f"{min(times) - zero:.2f}/{max(times) - zero:.2f}" if times else "-"
+
+    return (
+        f"Succeeded {first_last(freed)}  created {first_last(span(clock.created, new))}  "
+        f"bound {first_last(span(clock.bound, new))} s (first/last pod)"
+    )
+
+
 def apiserver_requests(cluster: LocalCluster) -> Counter[tuple[str, str]]:
     """kube-apiserver's request counts by (verb, resource), all clients together; refused
     ones (not 2xx) also under (verb, resource + " refused <code>")."""
@@ -337,6 +360,37 @@ def operator_metrics_or_empty(port: int) -> str:
 def cpu_seconds(metrics: str) -> float:
     found = re.search(r"^process_cpu_seconds_total (\S+)", metrics, re.M)
     return float(found.group(1)) if found else float("nan")
+
+
+class ComponentCpu:
+    """CPU seconds of each control-plane process (kwokctl's pid files), the operator and this
+    bench since the last reading: on 2 cores they share one budget, so where a phase's time
+    went is in here."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.pids = {
+            f.stem: int(f.read_text().strip())
+            for f in (cluster.kubeconfig.parent / "pids").glob("*.pid")
+        }
+        self.last = self.read()
+
+    def read(self) -> dict[str, float]:
+        ticks = os.sysconf("SC_CLK_TCK")
+        seconds = {"bench": sum(os.times()[:2])}
+        for name, pid in self.pids.items():
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            seconds[name] = (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+        return seconds
+
+    def since_last(self) -> str:
+        now = self.read()
+        spent = {k: v - self.last.get(k, 0.0) for k, v in now.items()}
+        self.last = now
+        ordered = sorted(spent.items(), key=lambda kv: -kv[1])
+        return f"{sum(spent.values()):.1f} s: " + ", ".join(f"{k} {v:.1f}" for k, v in ordered)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -401,10 +455,12 @@ def main() -> int:
     cluster.kubectl("create", "namespace", NAMESPACE, check=False)  # a kept cluster has it
     load_before = os.getloadavg()
     clock = PodClock(cluster.kubeconfig)
+    cpu = ComponentCpu(cluster)
     floor_requests = apiserver_requests(cluster)
     floor_before = floor(clock, min(fits, args.jobs), args.workers, "before")
     floor_writes = writes_of(apiserver_requests(cluster) - floor_requests)
     print(f"floor_before_seconds            {floor_before:.1f}", flush=True)
+    print(f"floor_before_cpu_seconds        {cpu.since_last()}", flush=True)
 
     metrics_port = free_port()
     log = (Path(os.environ.get("TMPDIR", "/tmp")) / "ringmaster-scale-operator.log").open("w")
@@ -426,7 +482,9 @@ def main() -> int:
             900,
         )
         print(f"operator_ready_seconds          {ready:.1f}", flush=True)
+        cpu.pids["operator"] = operator.pid
         clock.forget()
+        cpu.since_last()
         cpu_at_submit = cpu_seconds(operator_metrics(metrics_port))
         jobs = [job(f"job-{i:04d}", args.workers) for i in range(args.jobs)]
         requests_before = apiserver_requests(cluster)
@@ -446,6 +504,7 @@ def main() -> int:
             time.sleep(1)
         operator_seconds = time.monotonic() - submitted
         operator_progress = clock.progress(submitted)
+        operator_cpu = cpu.since_last()
         requests = apiserver_requests(cluster) - requests_before
         per_job: dict[str, int] = {}
         for pod, owner in list(clock.job_of.items()):
@@ -465,6 +524,7 @@ def main() -> int:
         print(f"seconds_until_all_decided       {decided_text}")
         print(f"operator_seconds_to_all_running {operator_seconds:.1f}")
         print(f"operator_progress               {operator_progress}")
+        print(f"operator_phase_cpu_seconds      {operator_cpu}")
         # Every client's writes meanwhile (the operator's, the scheduler's, kwok's, this bench's),
         # beside the floor's for the same pods: on a 2-core machine the API server's CPU is shared.
         writes = writes_of(requests)
@@ -510,9 +570,12 @@ def main() -> int:
 
             wait_until(f"churn wave {wave}", wave_bound, 600, every=1.0)
             now_admitted = {s["name"] for s in job_states(clock) if s["schedulable"] == "True"}
-            churn_admitted += sorted(now_admitted - before)
+            new_gangs = sorted(now_admitted - before)
+            churn_admitted += new_gangs
+            print(f"churn_wave_{wave}                    {wave_stages(clock, batch, new_gangs)}")
         after = operator_metrics(metrics_port)
         cpu_after = cpu_seconds(after)
+        print(f"churn_cpu_seconds               {cpu.since_last()}")
 
         def last(table: dict[str, float], name: str) -> float:
             return max(t for p, t in list(table.items()) if clock.job_of.get(p) == name)
