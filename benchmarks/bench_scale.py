@@ -75,10 +75,10 @@ def job(name: str, workers: int) -> dict[str, object]:
     }
 
 
-def histogram_quantile(
-    metrics: str, name: str, q: float, labels: dict[str, str] | None = None
-) -> float | None:
-    """The upper bound of the bucket that holds quantile q, among the series with these labels
+def histogram_buckets(
+    metrics: str, name: str, labels: dict[str, str] | None = None
+) -> list[tuple[float, float]]:
+    """(upper bound, cumulative count) of each bucket, among the series with these labels
     (default: the TrainingJob controller's)."""
     wanted = {"kind": "TrainingJob"} if labels is None else labels
     buckets = []
@@ -87,7 +87,23 @@ def histogram_quantile(
         if all(series.get(k) == v for k, v in wanted.items()):
             le = series["le"]
             buckets.append((float("inf") if le == "+Inf" else float(le), float(count)))
-    if not buckets:
+    return buckets
+
+
+def histogram_quantile(
+    metrics: str,
+    name: str,
+    q: float,
+    labels: dict[str, str] | None = None,
+    since: str | None = None,
+) -> float | None:
+    """The upper bound of the bucket that holds quantile q, among the series with these labels;
+    with `since` (an earlier scrape), of the observations made after it."""
+    buckets = histogram_buckets(metrics, name, labels)
+    if since is not None:
+        earlier = dict(histogram_buckets(since, name, labels))
+        buckets = [(le, count - earlier.get(le, 0.0)) for le, count in buckets]
+    if not buckets or buckets[-1][1] <= 0:
         return None
     total = buckets[-1][1]
     return next((le for le, count in buckets if count >= q * total), None)
@@ -108,29 +124,62 @@ class PodClock:
         self.succeeded: dict[str, float] = {}
         self.job_of: dict[str, str] = {}
         self.live: set[str] = set()
+        # Each TrainingJob's phase and Schedulable status, from a watch: polling a LIST of 300
+        # jobs with their plans each second loads the API server in the operator's phase only.
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self.jobs_api = kubernetes.client.CustomObjectsApi(self.client)
         self._stop = False
-        self._thread = threading.Thread(target=self._watch, daemon=True)
-        self._thread.start()
+        jobs = ("ringmaster.dev", "v1alpha1", NAMESPACE, "trainingjobs")
+        self._threads = [
+            threading.Thread(
+                target=self._watch,
+                args=(self.core.list_namespaced_pod, (NAMESPACE,), self._record),
+                daemon=True,
+            ),
+            threading.Thread(
+                target=self._watch,
+                args=(self.jobs_api.list_namespaced_custom_object, jobs, self._record_job),
+                daemon=True,
+            ),
+        ]
+        for thread in self._threads:
+            thread.start()
 
-    def _watch(self) -> None:
+    def _watch(self, lister: Any, args: tuple[str, ...], record: Any) -> None:
+        """Record every event of one kind (the lister's docstring tells the watch what type to
+        decode into: typed pods, plain dicts for custom objects)."""
         import kubernetes
 
         version = ""
         while not self._stop:
             try:
                 stream = kubernetes.watch.Watch().stream(
-                    self.core.list_namespaced_pod,
-                    NAMESPACE,
-                    resource_version=version or None,
-                    timeout_seconds=60,
+                    lister, *args, resource_version=version or None, timeout_seconds=60
                 )
                 for event in stream:
-                    pod = event["object"]
-                    version = pod.metadata.resource_version
-                    self._record(event["type"], pod, time.monotonic())
+                    obj = event["object"]
+                    version = (
+                        obj["metadata"]["resourceVersion"]
+                        if isinstance(obj, dict)
+                        else obj.metadata.resource_version
+                    )
+                    record(event["type"], obj, time.monotonic())
             except Exception:  # a watch that expired or broke: list again
                 version = ""
                 time.sleep(0.5)
+
+    def _record_job(self, kind: str, job: dict[str, Any], now: float) -> None:
+        name = job["metadata"]["name"]
+        if kind == "DELETED":
+            self.jobs.pop(name, None)
+            return
+        status = job.get("status") or {}
+        conditions = {c["type"]: c for c in status.get("conditions") or []}
+        self.jobs[name] = {
+            "name": name,
+            "phase": status.get("phase"),
+            "schedulable": conditions.get("Schedulable", {}).get("status"),
+        }
 
     def _record(self, kind: str, pod: Any, now: float) -> None:
         name = pod.metadata.name
@@ -247,9 +296,8 @@ def submit_jobs(clock: PodClock, jobs: list[dict[str, Any]]) -> None:
     """All at once, as the floor creates its pods (same threads). `kubectl apply` of a List
     sends them one after another, and under the load of the first gangs' pods it took 20 s
     to send 100: the operator's time was the submitter's."""
-    import kubernetes
 
-    api = kubernetes.client.CustomObjectsApi(clock.client)
+    api = clock.jobs_api
     with ThreadPoolExecutor(16) as pool:
         list(
             pool.map(
@@ -262,24 +310,8 @@ def submit_jobs(clock: PodClock, jobs: list[dict[str, Any]]) -> None:
 
 
 def job_states(clock: PodClock) -> list[dict[str, Any]]:
-    """Every job's phase and Schedulable status, read in process: a kubectl a second would
-    cost the operator's phase CPU that the floor's phases do not pay."""
-    import kubernetes
-
-    api = kubernetes.client.CustomObjectsApi(clock.client)
-    items = api.list_namespaced_custom_object(
-        "ringmaster.dev", "v1alpha1", NAMESPACE, "trainingjobs"
-    )
-    return [
-        {
-            "name": i["metadata"]["name"],
-            "phase": (i.get("status") or {}).get("phase"),
-            "schedulable": {
-                c["type"]: c for c in (i.get("status") or {}).get("conditions", [])
-            }.get("Schedulable", {}).get("status"),
-        }
-        for i in items["items"]
-    ]
+    """Every job's phase and Schedulable status, as the bench's watch last saw them."""
+    return list(dict(clock.jobs).values())
 
 
 def wave_stages(clock: PodClock, finished: list[str], started: list[str]) -> str:
@@ -548,6 +580,7 @@ def main() -> int:
         waiting = args.jobs - admitted
         per_wave = max(1, min(waiting, fits) // max(args.waves, 1)) if waiting else 0
         cpu_before = cpu_seconds(metrics)
+        metrics_before_churn = operator_metrics(metrics_port)
         running_jobs = sorted({clock.job_of[p] for p in list(clock.running) if p in clock.job_of})
         finished: list[str] = []
         churn_admitted: list[str] = []
@@ -591,11 +624,17 @@ def main() -> int:
                 "operator_cpu_seconds_per_gang   "
                 f"{(cpu_after - cpu_before) / max(len(churn_admitted), 1):.3f}"
             )
-        # The operator's share of a gang's start, over the whole run (its own histograms).
+        # The operator's share of a gang's start (its own histograms): over the whole run, and
+        # in the churn alone (the burst's 250 gangs would hide the churn's 50).
         for stage in ("queued", "created"):
             name, labels = "ringmaster_admission_start_seconds", {"stage": stage}
             p50, p99 = (histogram_quantile(after, name, q, labels) for q in (0.5, 0.99))
             print(f"admitted_to_{stage + '_seconds':<17} p50 <= {p50}, p99 <= {p99}")
+            p50, p99 = (
+                histogram_quantile(after, name, q, labels, since=metrics_before_churn)
+                for q in (0.5, 0.99)
+            )
+            print(f"churn_admitted_to_{stage:<13} p50 <= {p50}, p99 <= {p99} s")
         p50, p99 = (
             histogram_quantile(after, "ringmaster_admission_cycle_seconds", q, {})
             for q in (0.5, 0.99)

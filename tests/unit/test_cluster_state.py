@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 from decimal import Decimal
 
 import pytest
 
-from ringmaster.controllers.cluster_state import pod_facts, pools_and_usage
+from ringmaster.controllers.cluster_state import (
+    indexed_pod,
+    pod_index_key,
+    pools_and_usage,
+    ringmaster_pods,
+    worker_pods,
+)
+from ringmaster.manifests.naming import MANAGED_BY, OPERATOR, ROLE_LABEL, TRAINING_JOB_LABEL
 from ringmaster.placement.pools import node_from_object
 from tests.unit.training_world import node_objects
 
@@ -36,7 +44,7 @@ def test_usage_counts_bound_unfinished_pods_once_per_node():
     ]
     indexes = {
         "ringmaster_nodes": {n.name: [n] for n in nodes},
-        "ringmaster_pod_facts": {("ml", p["metadata"]["name"]): [pod_facts(p)] for p in pods},
+        "ringmaster_pods": {("ml", p["metadata"]["name"], None): [indexed_pod(p)] for p in pods},
     }
     pools, used = pools_and_usage(indexes)
     assert set(pools) == {"a100-highgpu-8g"}
@@ -44,3 +52,33 @@ def test_usage_counts_bound_unfinished_pods_once_per_node():
         first: {"nvidia.com/gpu": Decimal(6)},
         second: {"nvidia.com/gpu": Decimal(8)},
     }
+
+
+def worker(name: str, job: str, node: str | None) -> dict:
+    body = pod(name, node, "8")
+    body["metadata"]["labels"] = {
+        MANAGED_BY: OPERATOR,
+        ROLE_LABEL: "worker",
+        TRAINING_JOB_LABEL: job,
+    }
+    return body
+
+
+def test_one_pod_index_serves_admission_and_each_jobs_workers():
+    """A job's workers are filed under the job's key (its look reads them there); every pod,
+    worker or not, counts in the nodes' usage once."""
+    nodes = [node_from_object(n) for n in node_objects({"a100-highgpu-8g": 2})]
+    first, second = (n.name for n in nodes)
+    bodies = [worker("a-0", "a", first), worker("a-1", "a", second), pod("a", second, "0")]
+    indexes = {"ringmaster_nodes": {n.name: [n] for n in nodes}, "ringmaster_pods": {}}
+    for body in bodies:
+        ((key, entry),) = asyncio.run(ringmaster_pods(body=body)).items()
+        assert key == pod_index_key(entry.facts)
+        indexes["ringmaster_pods"].setdefault(key, []).append(entry)
+    # A pod named like the job is not one of its workers.
+    assert set(indexes["ringmaster_pods"]) == {("ml", "a"), ("ml", "a", None)}
+    assert [w.name for w in worker_pods(indexes, ("ml", "a"))] == ["a-0", "a-1"]
+    assert worker_pods(indexes, ("ml", "b")) == []
+    assert indexed_pod(bodies[2]).worker is None
+    _, used = pools_and_usage(indexes)
+    assert used == {first: {"nvidia.com/gpu": Decimal(8)}, second: {"nvidia.com/gpu": Decimal(8)}}

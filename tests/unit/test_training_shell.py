@@ -15,8 +15,8 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from ringmaster.admission.cycle import Admit, QueueingSettings
+from ringmaster.controllers.cluster_state import indexed_pod
 from ringmaster.controllers.kubeapi import MAX_EVENT_MESSAGE, KubeApi
-from ringmaster.controllers.training_lifecycle import WorkerPod
 from ringmaster.controllers.trainingjob import TrainingController
 from ringmaster.placement.pools import node_from_object
 from tests.unit.training_world import (
@@ -183,9 +183,8 @@ def test_a_restarted_operator_holds_recorded_admissions_before_its_first_cycle()
             o["metadata"]["name"]: [node_from_object(o)]
             for o in node_objects({"a100-highgpu-8g": 4})
         },
-        "ringmaster_pod_facts": {},
+        "ringmaster_pods": {},
         "ringmaster_priority_classes": {},
-        "ringmaster_worker_pods": {},
         "ringmaster_terminating_namespaces": {},
         "ringmaster_reduction_pools": {},
     }
@@ -219,9 +218,8 @@ def test_a_pod_the_watch_shows_during_a_look_is_not_created_again():
             o["metadata"]["name"]: [node_from_object(o)]
             for o in node_objects({"a100-highgpu-8g": 4})
         },
-        "ringmaster_pod_facts": {},
+        "ringmaster_pods": {("ml", "a"): [indexed_pod(p) for p in pods[:2]]},
         "ringmaster_priority_classes": {},
-        "ringmaster_worker_pods": {("ml", "a"): [WorkerPod.from_object(p) for p in pods[:2]]},
         "ringmaster_terminating_namespaces": {},
         "ringmaster_reduction_pools": {},
     }

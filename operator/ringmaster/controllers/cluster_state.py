@@ -10,13 +10,15 @@ hand-offs cost more than the functions (a few microseconds each, run on the even
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 import kopf
 
 from ringmaster.admission.snapshot import PodFacts, shape
+from ringmaster.controllers.training_lifecycle import WorkerPod
 from ringmaster.manifests.naming import (
     ATTEMPT_ANNOTATION,
     MANAGED_BY,
@@ -48,8 +50,9 @@ def pools_and_usage(
     (from the pod facts admission keeps: one index per pod event less to feed)."""
     nodes = [n for store in indexes["ringmaster_nodes"].values() for n in store]
     used: dict[str, dict[str, Decimal]] = {}
-    for store in indexes["ringmaster_pod_facts"].values():
-        for facts in store:
+    for store in indexes[POD_INDEX].values():
+        for entry in store:
+            facts = entry.facts
             if facts.node and facts.active:
                 bucket = used.setdefault(facts.node, {})
                 for resource, amount in facts.requests:
@@ -87,7 +90,38 @@ def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
     )
 
 
+POD_INDEX = "ringmaster_pods"
+
+
+@dataclass(frozen=True, slots=True)
+class IndexedPod:
+    """One pod as the operator keeps it: what admission needs of it and, for a TrainingJob's
+    worker, what the job's state machine needs."""
+
+    facts: PodFacts
+    worker: WorkerPod | None = None
+
+
+def pod_index_key(facts: PodFacts) -> Hashable:
+    """A worker pod is filed under its job's key, (namespace, job), which the job's look reads;
+    any other pod under (namespace, name, None), which no job key equals."""
+    return facts.job if facts.job is not None else (facts.namespace, facts.name, None)
+
+
+def indexed_pod(body: Mapping[str, Any]) -> IndexedPod:
+    facts = pod_facts(body)
+    return IndexedPod(facts, WorkerPod.from_object(body) if facts.job is not None else None)
+
+
+def worker_pods(indexes: Mapping[str, Any], job: Hashable) -> list[WorkerPod]:
+    """The job's worker pods, as the watch last showed them."""
+    return [e.worker for e in indexes[POD_INDEX].get(job, ()) if e.worker is not None]
+
+
 @kopf.index("pods")
-async def ringmaster_pod_facts(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> Any:
-    """Every pod as admission sees it: what the admission snapshot starts from."""
-    return {(namespace or "", name): pod_facts(body)}
+async def ringmaster_pods(body: kopf.Body, **_: Any) -> dict[Hashable, IndexedPod]:
+    """Every pod: what the admission snapshot starts from, and each job's workers. One index
+    for both: kopf's work per index per pod event (matching, arguments, a logger) cost more
+    than the function itself at the scale bench's thousands of pod events."""
+    entry = indexed_pod(body)
+    return {pod_index_key(entry.facts): entry}

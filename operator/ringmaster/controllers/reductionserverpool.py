@@ -171,9 +171,10 @@ async def reducer_pod_changed(namespace: str | None, labels: kopf.Labels, **kwar
     _controller(kwargs).queue.add((namespace or "", labels[REDUCTION_POOL_LABEL]))
 
 
-@kopf.on.event(GROUP, VERSION, "trainingjobs")
+# Filtered, so kopf calls nothing for the events of jobs without reducers (most of them).
+@kopf.on.event(
+    GROUP, VERSION, "trainingjobs", field="status.reductionServerPool", value=kopf.PRESENT
+)
 async def bound_job_changed(namespace: str | None, status: kopf.Status, **kwargs: Any) -> None:
     """A job that uses a pool changed: the pool sizes itself from its jobs."""
-    pool = status.get("reductionServerPool")
-    if pool:
-        _controller(kwargs).queue.add((namespace or "", str(pool)))
+    _controller(kwargs).queue.add((namespace or "", str(status["reductionServerPool"])))

@@ -28,7 +28,7 @@ import logging
 import os
 import time
 from collections import defaultdict
-from collections.abc import Hashable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -65,7 +65,7 @@ from ringmaster.api import (
 )
 from ringmaster.controllers.base import Controller, Key, as_body, snapshot
 from ringmaster.controllers.catalog import job_hardware_problem, on_catalog_change
-from ringmaster.controllers.cluster_state import pod_facts
+from ringmaster.controllers.cluster_state import POD_INDEX, pod_facts, worker_pods
 from ringmaster.controllers.expectations import UNWATCHED, CreateExpectations
 from ringmaster.controllers.kubeapi import KubeApi
 from ringmaster.controllers.reporting import Conditions, Event
@@ -76,11 +76,9 @@ from ringmaster.controllers.training_lifecycle import (
     KueueWorld,
     Planner,
     ReducerPool,
-    WorkerPod,
     World,
     reconcile_training,
 )
-from ringmaster.manifests.naming import MANAGED_BY, OPERATOR, ROLE_LABEL, TRAINING_JOB_LABEL
 from ringmaster.manifests.reduction import REDUCER_REQUESTS
 from ringmaster.placement.pools import node_from_object, parse_resources
 
@@ -113,20 +111,6 @@ def queueing_settings() -> QueueingSettings:
 
 # ---------------------------------------------------------------- indexes (fed by kopf's watches)
 # Coroutines, so kopf runs them on the event loop, not through its thread pool (cluster_state.py).
-
-
-WORKER_LABELS: dict[str, Any] = {
-    MANAGED_BY: OPERATOR,
-    ROLE_LABEL: "worker",
-    TRAINING_JOB_LABEL: kopf.PRESENT,
-}
-
-
-@kopf.index("pods", labels=WORKER_LABELS)
-async def ringmaster_worker_pods(
-    body: kopf.Body, namespace: str | None, labels: kopf.Labels, **_: Any
-) -> dict[Hashable, Any]:
-    return {(namespace or "", labels[TRAINING_JOB_LABEL]): WorkerPod.from_object(body)}
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
@@ -258,9 +242,9 @@ class TrainingController(Controller):
             for store in self.indexes["ringmaster_nodes"].values():
                 for node in store:
                     self.snapshot.set_node(NodeFacts.from_node(node))
-            for store in self.indexes["ringmaster_pod_facts"].values():
-                for facts in store:
-                    self.snapshot.set_pod(facts)
+            for store in self.indexes[POD_INDEX].values():
+                for entry in store:
+                    self.snapshot.set_pod(entry.facts)
             for name, store in self.indexes["ringmaster_priority_classes"].items():
                 for value, is_default in store:
                     self.snapshot.set_priority_class(name, value, is_default)
@@ -523,7 +507,7 @@ class TrainingController(Controller):
         metadata = body["metadata"]
         generation = int(metadata.get("generation", 1))
         labels = dict(metadata.get("labels") or {})
-        pods = list(self.indexes["ringmaster_worker_pods"].get(key, []))
+        pods = worker_pods(self.indexes, key)
         ending = bool(metadata.get("deletionTimestamp")) or namespace in self.indexes.get(
             "ringmaster_terminating_namespaces", {}
         )
