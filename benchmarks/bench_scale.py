@@ -394,6 +394,12 @@ def cpu_seconds(metrics: str) -> float:
     return float(found.group(1)) if found else float("nan")
 
 
+def gc_seconds(metrics: str) -> float:
+    """The operator's time in CPython's garbage collector, every generation."""
+    samples = re.findall(r"^ringmaster_gc_pause_seconds_total\{[^}]*\} (\S+)", metrics, re.M)
+    return sum(float(v) for v in samples)
+
+
 class ComponentCpu:
     """CPU seconds of each control-plane process (kwokctl's pid files), the operator and this
     bench since the last reading: on 2 cores they share one budget, so where a phase's time
@@ -517,7 +523,8 @@ def main() -> int:
         cpu.pids["operator"] = operator.pid
         clock.forget()
         cpu.since_last()
-        cpu_at_submit = cpu_seconds(operator_metrics(metrics_port))
+        at_submit = operator_metrics(metrics_port)
+        cpu_at_submit, gc_at_submit = cpu_seconds(at_submit), gc_seconds(at_submit)
         jobs = [job(f"job-{i:04d}", args.workers) for i in range(args.jobs)]
         requests_before = apiserver_requests(cluster)
         submitted = time.monotonic()
@@ -566,9 +573,11 @@ def main() -> int:
             + ", ".join(f"{verb} {res} {n}" for (verb, res), n in writes.most_common(8))
         )
         print(f"apiserver_writes_refused        {refused_writes(requests)}")
+        burst_metrics = operator_metrics(metrics_port)
         print(
             "operator_cpu_seconds_meanwhile  "
-            f"{cpu_seconds(operator_metrics(metrics_port)) - cpu_at_submit:.1f}"
+            f"{cpu_seconds(burst_metrics) - cpu_at_submit:.1f} "
+            f"(of which garbage collection {gc_seconds(burst_metrics) - gc_at_submit:.1f})"
         )
         for q in (0.5, 0.99):
             value = histogram_quantile(metrics, "ringmaster_reconcile_duration_seconds", q)
@@ -576,7 +585,19 @@ def main() -> int:
         if rss:
             print(f"operator_resident_memory_mib    {float(rss.group(1)) / 2**20:.0f}", flush=True)
 
-        # Churn: gangs finish in waves; the waiting ones take their room.
+        # Churn: gangs finish in waves; the waiting ones take their room. It starts once the
+        # operator has caught up with the burst (every admitted job's status says Running), so
+        # it measures admission, not the burst's last status writes queued before its events.
+        last_running = time.monotonic()
+        wait_until(
+            "every admitted job Running in its status",
+            lambda: sum(1 for s in job_states(clock) if s["phase"] == "Running") >= admitted,
+            300,
+        )
+        print(
+            f"status_running_lag_seconds      {time.monotonic() - last_running:.1f} "
+            "(from the burst's last pod Running to every admitted job's status Running)"
+        )
         waiting = args.jobs - admitted
         per_wave = max(1, min(waiting, fits) // max(args.waves, 1)) if waiting else 0
         cpu_before = cpu_seconds(metrics)
@@ -609,6 +630,10 @@ def main() -> int:
         after = operator_metrics(metrics_port)
         cpu_after = cpu_seconds(after)
         print(f"churn_cpu_seconds               {cpu.since_last()}")
+        print(
+            "churn_operator_gc_seconds       "
+            f"{gc_seconds(after) - gc_seconds(metrics_before_churn):.1f}"
+        )
 
         def last(table: dict[str, float], name: str) -> float:
             return max(t for p, t in list(table.items()) if clock.job_of.get(p) == name)

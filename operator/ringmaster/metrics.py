@@ -67,3 +67,8 @@ INFERENCE_TARGET_RPS = Gauge(
     "An InferenceEndpoint's target requests per second (spec.slo).",
     ["namespace", "name"],
 )
+GC_PAUSE_SECONDS = Counter(
+    "ringmaster_gc_pause_seconds",
+    "Time the operator's process spent in CPython's cyclic garbage collector, by generation.",
+    ["generation"],
+)

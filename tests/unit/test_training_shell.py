@@ -17,7 +17,7 @@ from kubernetes.client.exceptions import ApiException
 from ringmaster.admission.cycle import Admit, QueueingSettings
 from ringmaster.controllers.cluster_state import indexed_pod
 from ringmaster.controllers.kubeapi import MAX_EVENT_MESSAGE, KubeApi
-from ringmaster.controllers.trainingjob import TrainingController
+from ringmaster.controllers.trainingjob import POD_BATCH_SECONDS, TrainingController
 from ringmaster.placement.pools import node_from_object
 from tests.unit.training_world import (
     NOW,
@@ -89,8 +89,32 @@ def test_a_created_pod_the_watch_shows_is_no_longer_expected():
     # The watch shows worker 0 (a listed pod: no kind in the body), then it is deleted: the
     # next look creates it again at once; worker 1, not yet seen, is still expected.
     seen = {key: value for key, value in pods[0].items() if key != "kind"}
-    controller.pod_event("ADDED", seen)
+
+    async def watch_shows_it() -> None:
+        controller.pod_event("ADDED", seen)
+
+    asyncio.run(watch_shows_it())
     assert controller.expectations.still_to_create(("ml", "bert"), pods) == [pods[0]]
+
+
+def test_a_gang_s_pod_events_make_one_look_at_its_job_a_moment_later():
+    decision = TrainingWorld().decide(job(spec(workers=4)))
+    pods = [obj for obj in decision.create if obj["kind"] == "Pod"]
+    controller = TrainingController(RecordingApi(), ring_planner, QueueingSettings())  # type: ignore[arg-type]
+    queued: list[int] = []
+
+    async def gang_moves() -> None:
+        # The queue's workers are not started: what is queued stays queued, to be counted.
+        for pod in pods:
+            controller.pod_event("MODIFIED", pod)
+        queued.append(controller.queue.queued())
+        await asyncio.sleep(POD_BATCH_SECONDS + 0.2)
+        queued.append(controller.queue.queued())
+        await controller.stop()
+
+    asyncio.run(gang_moves())
+    assert len(pods) == 4
+    assert queued == [0, 1]  # nothing at once; one look at the job after the batch period
 
 
 def test_a_bound_gang_s_service_is_created_before_its_status_and_only_once():

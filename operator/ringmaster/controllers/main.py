@@ -88,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
     # Importing a controller module registers its kopf handlers.
     from ringmaster.controllers import (  # noqa: F401
         catalog,
+        garbage_collection,
         inferenceendpoint,
         reductionserverpool,
         settings,
@@ -132,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
     # The kubernetes client's urllib3 warns on each of its quick reconnects; while the API is
     # away the controllers say so once (controllers/outage.py) and pace their own retries.
     logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+    garbage_collection.tune()
     priority = None
     if args.peering is not None:
         priority = args.priority if args.priority is not None else random.randint(1, 2**31 - 1)

@@ -101,6 +101,11 @@ PROGRESS_SECONDS = 1.0
 # comes a moment later and is written with the plan in one status write. If none has come after
 # this long, the next look writes as any other.
 FIRST_LOOK_SECONDS = 2.0
+# A worker pod's event looks at its job this much later, so a gang's pods moving together (bound,
+# Running, exited) make one look instead of one each: as Kubernetes' Job controller batches its
+# pod events (syncJobBatchPeriod, 1 s, pkg/controller/job/job_controller.go). Admission does not
+# wait on it: the snapshot takes the pod at once and the cycle admits from it.
+POD_BATCH_SECONDS = 0.5
 
 
 def queueing_settings() -> QueueingSettings:
@@ -296,7 +301,7 @@ class TrainingController(Controller):
             if event != "DELETED":
                 # Listed pods carry no kind (watch events do): say which this is.
                 self.expectations.observed(facts.job, {"kind": "Pod", "metadata": body["metadata"]})
-            self.queue.add(facts.job)
+            self.queue.add(facts.job, after=POD_BATCH_SECONDS)
         self.wake()
 
     def job_event(self, key: Key, phase: str | None, version: str | None) -> None:
