@@ -2,16 +2,19 @@
 
 With CPython's default thresholds (700, 10, 10) the collector took 19% of the operator's CPU in
 the scale bench (4.4 of 23.7 s at 400 hosts and 100 gangs, docs/performance.md): a watch event's
-decoded body survives the young collections while kopf queues it, so they find survivors to move
-up, and each full collection walks every object the process holds (modules, models, numpy, the
-indexes). Reference counting frees nearly everything the operator drops; the collector is only
-for cycles, which it makes few of, so it can run far less often:
+decoded body survives the young collections while kopf queues it, and each full collection walked
+every object the process holds (modules, models, numpy, the indexes), 0.2 s each. Reference
+counting frees nearly everything the operator drops; the collector is only for cycles, which it
+makes few of, so it can run far less often:
 
 - ``gc.freeze()`` once everything is imported moves those objects to a permanent generation that
-  no collection walks (the approach CPython's documentation gives for long-lived processes);
-- a young-generation threshold of 50,000 allocations instead of 700, and full collections after
-  20 middle ones instead of 10, make collections rarer; each costs about what it did, since what
-  dies young is freed by reference counting before any collection sees it.
+  no collection walks;
+- a young-generation threshold of 50,000 allocations instead of 700, and 20 instead of 10 for the
+  older two, make collections rarer.
+
+Same bench after (with the batched pod events of trainingjob.py): 1.6 of 15.7 s (young
+collections 203 instead of 1273, middle 17 instead of 115, full 1 instead of 10);
+``ringmaster_gc_pause_seconds_total`` keeps it in view.
 """
 
 from __future__ import annotations
