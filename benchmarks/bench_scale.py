@@ -602,6 +602,7 @@ def main() -> int:
         per_wave = max(1, min(waiting, fits) // max(args.waves, 1)) if waiting else 0
         cpu_before = cpu_seconds(metrics)
         metrics_before_churn = operator_metrics(metrics_port)
+        requests_before_churn = apiserver_requests(cluster)
         running_jobs = sorted({clock.job_of[p] for p in list(clock.running) if p in clock.job_of})
         finished: list[str] = []
         churn_admitted: list[str] = []
@@ -630,6 +631,11 @@ def main() -> int:
         after = operator_metrics(metrics_port)
         cpu_after = cpu_seconds(after)
         print(f"churn_cpu_seconds               {cpu.since_last()}")
+        churn_writes = writes_of(apiserver_requests(cluster) - requests_before_churn)
+        print(
+            f"churn_apiserver_writes          {sum(churn_writes.values())}: "
+            + ", ".join(f"{verb} {res} {n}" for (verb, res), n in churn_writes.most_common(10))
+        )
         print(
             "churn_operator_gc_seconds       "
             f"{gc_seconds(after) - gc_seconds(metrics_before_churn):.1f}"
