@@ -600,8 +600,8 @@ def main() -> int:
         )
         waiting = args.jobs - admitted
         per_wave = max(1, min(waiting, fits) // max(args.waves, 1)) if waiting else 0
-        cpu_before = cpu_seconds(metrics)
         metrics_before_churn = operator_metrics(metrics_port)
+        cpu_before = cpu_seconds(metrics_before_churn)
         requests_before_churn = apiserver_requests(cluster)
         running_jobs = sorted({clock.job_of[p] for p in list(clock.running) if p in clock.job_of})
         finished: list[str] = []

@@ -82,3 +82,18 @@ def test_one_pod_index_serves_admission_and_each_jobs_workers():
     assert indexed_pod(bodies[2]).worker is None
     _, used = pools_and_usage(indexes)
     assert used == {first: {"nvidia.com/gpu": Decimal(8)}, second: {"nvidia.com/gpu": Decimal(8)}}
+
+
+def test_a_pod_version_is_parsed_once_and_a_new_version_again():
+    """The index and the event handler share one parse of the same version; a new version
+    (another resourceVersion, or another pod) is parsed anew."""
+    body = worker("a-0", "a", "node-1")
+    body["metadata"].update(uid="u-1", resourceVersion="7")
+    first = indexed_pod(body)
+    assert indexed_pod(body) is first
+    finished = {**body, "status": {"phase": "Succeeded"}}
+    finished["metadata"] = {**body["metadata"], "resourceVersion": "8"}
+    again = indexed_pod(finished)
+    assert again is not first and not again.facts.active
+    other = {**finished, "metadata": {**finished["metadata"], "uid": "u-2", "name": "a-1"}}
+    assert indexed_pod(other).facts.name == "a-1"

@@ -108,9 +108,21 @@ def pod_index_key(facts: PodFacts) -> Hashable:
     return facts.job if facts.job is not None else (facts.namespace, facts.name, None)
 
 
+# The last pod version parsed: kopf hands each pod event to the index and then to the event
+# handler, and both read the same facts of the same version.
+_last_parsed: list[tuple[tuple[str, str], IndexedPod]] = []
+
+
 def indexed_pod(body: Mapping[str, Any]) -> IndexedPod:
+    metadata = body["metadata"]
+    version = (str(metadata.get("uid", "")), str(metadata.get("resourceVersion", "")))
+    if version[1] and _last_parsed and _last_parsed[0][0] == version:
+        return _last_parsed[0][1]
     facts = pod_facts(body)
-    return IndexedPod(facts, WorkerPod.from_object(body) if facts.job is not None else None)
+    entry = IndexedPod(facts, WorkerPod.from_object(body) if facts.job is not None else None)
+    if version[1]:
+        _last_parsed[:] = [(version, entry)]
+    return entry
 
 
 def worker_pods(indexes: Mapping[str, Any], job: Hashable) -> list[WorkerPod]:

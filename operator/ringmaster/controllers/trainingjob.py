@@ -65,7 +65,7 @@ from ringmaster.api import (
 )
 from ringmaster.controllers.base import Controller, Key, as_body, snapshot
 from ringmaster.controllers.catalog import job_hardware_problem, on_catalog_change
-from ringmaster.controllers.cluster_state import POD_INDEX, pod_facts, worker_pods
+from ringmaster.controllers.cluster_state import POD_INDEX, indexed_pod, worker_pods
 from ringmaster.controllers.expectations import UNWATCHED, CreateExpectations
 from ringmaster.controllers.kubeapi import KubeApi
 from ringmaster.controllers.reporting import Conditions, Event
@@ -292,7 +292,7 @@ class TrainingController(Controller):
         self.wake()
 
     def pod_event(self, event: str | None, body: Mapping[str, Any]) -> None:
-        facts = pod_facts(body)
+        facts = indexed_pod(body).facts  # parsed once for the index and this event
         if event == "DELETED":
             self.snapshot.remove_pod(facts.key)
         else:
