@@ -121,8 +121,14 @@ def test_examples_run_on_their_pools_with_the_plan_in_status(
     assert len(bert_pods) == job(cluster, ns, bert)["spec"]["workers"]
     assert pools_of(cluster, bert_pods) == {A100_POOL}
     assert pools_of(cluster, worker_pods(cluster, ns, resnet)) == {"tpu-v4-2x2x4"}
-    # Bound by kube-scheduler, each pod on its own host for whole-host workers.
+    # Bound by kube-scheduler, each pod on its own host for whole-host workers: the host the
+    # admission named for its rank (the pod is pinned there).
     assert len({p["spec"]["nodeName"] for p in bert_pods}) == len(bert_pods)
+    hosts = job(cluster, ns, bert)["status"]["admission"]["hosts"]
+    assert {
+        int(p["metadata"]["labels"]["ringmaster.dev/rank"]): p["spec"]["nodeName"]
+        for p in bert_pods
+    } == dict(enumerate(hosts))
 
     plan = job(cluster, ns, bert)["status"]["plan"]
     assert plan["machineType"] == "a2-highgpu-8g"
@@ -301,6 +307,45 @@ def test_an_operator_killed_mid_admission_creates_no_duplicates(
     }
     assert after == before
     assert job(cluster, ns, "survivor")["status"].get("restarts") in (None, 0)
+
+
+def test_a_host_cordoned_before_its_worker_started_sends_the_gang_elsewhere(
+    operator: OperatorProcess, cluster: Cluster, quiet_namespace: str
+):
+    """The operator recorded an admission on two named hosts and died before creating the pods;
+    meanwhile one host was cordoned. Restarted, it does not leave a pod pinned to a host that
+    cannot take it: the gang starts again on other hosts."""
+    ns = quiet_namespace
+    nodes = cluster.get_json("nodes", "-l", f"cloud.google.com/gke-nodepool={A100_POOL}")
+    chosen = sorted(n["metadata"]["name"] for n in nodes["items"])[:2]
+    operator.stop()
+    try:
+        cluster.apply(training_job("moved", 2), ns)
+        admission = {"pool": A100_POOL, "time": "2026-11-23T00:00:00Z", "attempt": 0}
+        patch = {"status": {"phase": "Admitted", "admission": {**admission, "hosts": chosen}}}
+        cluster.kubectl(
+            "patch",
+            "trainingjob",
+            "moved",
+            "-n",
+            ns,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            json.dumps(patch),
+        )
+        cluster.kubectl("cordon", chosen[1])
+    finally:
+        operator.start()
+    try:
+        wait_phase(cluster, ns, "moved", "Running")
+        status = job(cluster, ns, "moved")["status"]
+        assert status["restarts"] == 1 and chosen[1] not in status["admission"]["hosts"]
+        bound = {p["spec"]["nodeName"] for p in worker_pods(cluster, ns, "moved")}
+        assert bound == set(status["admission"]["hosts"])
+        assert "Restarted" in events_of(cluster, ns, "moved")
+    finally:
+        cluster.kubectl("uncordon", chosen[1])
 
 
 @pytest.fixture(autouse=True)

@@ -16,6 +16,7 @@ from ringmaster.admission.cycle import (
     Room,
     Wait,
     WaitingGang,
+    promise_for,
 )
 from ringmaster.admission.snapshot import shape
 from tests.unit.training_world import GPU8, NOW, TrainingWorld, bound_pod
@@ -184,3 +185,34 @@ def test_a_worker_no_node_could_hold_says_so_and_never_holds_its_queue():
 def test_a_pool_with_no_nodes_yet_is_not_too_small():
     world = TrainingWorld({POOL: 0})
     assert outcome(world.cycle([gang("a", 1)])) == {"a": "InsufficientCapacity"}
+
+
+def test_an_admitted_gang_gets_a_named_host_per_worker_and_no_two_gangs_share_one():
+    world = TrainingWorld({POOL: 8}, pods=[bound_pod("busy", f"{POOL}-0003")])
+    verdicts = world.cycle([gang("a", 3, 20), gang("b", 4, 10)])
+    assert outcome(verdicts) == {"a": "admit", "b": "admit"}
+    a, b = verdicts[0].hosts, verdicts[1].hosts
+    assert len(a) == 3 and len(b) == 4 and len(set(a + b)) == 7
+    assert f"{POOL}-0003" not in a + b  # the busy host
+    # The next cycle sees the promises on those hosts: nothing is left for a third gang.
+    world.snapshot.promise(promise_for(("ml", "a"), 0, verdicts[0].option, a))
+    world.snapshot.promise(promise_for(("ml", "b"), 0, verdicts[1].option, b))
+    assert outcome(world.cycle([gang("c", 1)])) == {"c": "InsufficientCapacity"}
+    world.snapshot.release(("ml", "b"))
+    (again,) = world.cycle([gang("c", 4)])
+    assert set(again.hosts) == set(b)
+
+
+def test_workers_smaller_than_a_host_are_placed_tightest_first_by_name():
+    half = shape({"nvidia.com/gpu": Decimal(4)})
+    world = TrainingWorld({POOL: 3}, pods=[bound_pod("half", f"{POOL}-0001", gpus=4)])
+    option = GangOption(POOL, half, 3, False, "nvidia.com/gpu", 4)
+    (verdict,) = world.cycle([WaitingGang(("ml", "a"), NOW, "nvidia-tesla-a100", (option,))])
+    # The half-free host first, then two workers on one whole host: one host stays whole.
+    assert verdict.hosts[0] == f"{POOL}-0001"
+    assert len(set(verdict.hosts[1:])) == 1 and verdict.hosts[1] != f"{POOL}-0001"
+
+
+def test_a_room_without_names_still_counts_and_names_no_host():
+    room = Room({GPU8: 2})
+    assert room.place(GPU8, 2) == (2, ["", ""])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from decimal import Decimal
 
 import pytest
@@ -9,9 +10,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ringmaster.admission.cycle import CycleView
-from ringmaster.admission.snapshot import ClusterSnapshot, NodeFacts, PodFacts, Promise, shape
+from ringmaster.admission.snapshot import (
+    ClusterSnapshot,
+    NodeFacts,
+    PodFacts,
+    Promise,
+    copies_that_fit,
+    shape,
+)
 from ringmaster.placement.labels import PoolIdentity
-from tests.unit.training_world import GPU8, REDUCER_REQUEST, nodes
+from tests.unit.training_world import GPU8, REDUCER_REQUEST, bound_pod, nodes
 
 pytestmark = pytest.mark.unit
 POOL = "a100-highgpu-8g"
@@ -59,6 +67,64 @@ def test_a_finished_pod_frees_its_host_and_pods_of_another_attempt_do_not_fill_a
     assert free_for_others(snapshot) == 6
     snapshot.release(JOB)
     assert free_for_others(snapshot) == 8
+
+
+def free_hosts(snapshot: ClusterSnapshot) -> set[str]:
+    """The hosts with room for a whole 8-GPU worker, by name."""
+    return {
+        name
+        for free in snapshot.free_vectors(POOL)
+        if copies_that_fit(dict(free), GPU8) >= 1
+        for name in snapshot.nodes_with(POOL, free)
+    }
+
+
+@pytest.mark.parametrize(("unbound", "bound"), [(0, 0), (1, 0), (2, 1), (0, 3), (2, 2)])
+def test_a_pinned_gang_holds_its_own_hosts_once_whether_decided_created_or_bound(unbound, bound):
+    """Job a was admitted on hosts 2-5 by name; its pods are pinned there and show up unbound,
+    then bound: whatever the mix, exactly those four hosts are taken, each once."""
+    hosts = sorted(n.name for n in nodes({POOL: 8}))
+    snapshot = ClusterSnapshot.rebuilt(REDUCER_REQUEST, nodes({POOL: 8}), [])
+    snapshot.promise(Promise(JOB, POOL, 0, GPU8, 4, hosts=tuple(hosts[2:6])))
+    for rank in range(unbound):
+        snapshot.set_pod(replace(worker(rank), pinned=hosts[2 + rank]))
+    for rank in range(unbound, unbound + bound):
+        snapshot.set_pod(replace(worker(rank, hosts[2 + rank]), pinned=hosts[2 + rank]))
+    assert free_hosts(snapshot) == set(hosts[:2] + hosts[6:])
+    assert free_for_others(snapshot) == 4
+    assert snapshot.host_problems(hosts) == {}
+    snapshot.release(JOB)  # the pods it has hold their hosts; the promise holds no more
+    assert free_hosts(snapshot) == set(hosts) - set(hosts[2 : 2 + unbound + bound])
+
+
+def test_a_pinned_pod_going_away_or_finished_frees_its_host():
+    hosts = sorted(n.name for n in nodes({POOL: 2}))
+    snapshot = ClusterSnapshot.rebuilt(REDUCER_REQUEST, nodes({POOL: 2}), [])
+    pinned = replace(worker(0), pinned=hosts[0])
+    snapshot.set_pod(pinned)
+    assert free_hosts(snapshot) == {hosts[1]}
+    snapshot.set_pod(replace(pinned, terminating=True))
+    assert free_hosts(snapshot) == set(hosts)
+    snapshot.set_pod(replace(pinned, node=hosts[0], active=False))
+    assert free_hosts(snapshot) == set(hosts)
+
+
+def test_a_host_admission_chose_is_a_problem_once_gone_cordoned_or_taken():
+    facts = nodes({POOL: 4})
+    hosts = sorted(n.name for n in facts)
+    snapshot = ClusterSnapshot.rebuilt(REDUCER_REQUEST, facts, [])
+    snapshot.promise(Promise(JOB, POOL, 0, GPU8, 3, hosts=tuple(hosts[:3])))
+    assert snapshot.host_problems(hosts) == {}
+    snapshot.remove_node(hosts[0])
+    snapshot.set_node(replace(next(n for n in facts if n.name == hosts[1]), schedulable=False))
+    snapshot.set_pod(bound_pod("intruder", hosts[2]))  # a pod of someone else bound there
+    snapshot.set_pod(bound_pod("neighbour", hosts[3]))  # on a host the gang does not use
+    problems = snapshot.host_problems(hosts)
+    assert problems == {
+        hosts[0]: f"host {hosts[0]} is gone",
+        hosts[1]: f"host {hosts[1]} is cordoned or not Ready",
+        hosts[2]: f"host {hosts[2]} has no room left for it (other pods took it)",
+    }
 
 
 def test_cordoned_and_unready_nodes_offer_no_room():
@@ -116,13 +182,14 @@ nodes_st = st.builds(
 )
 
 
-def pod_facts_(name, node, pool, gpus, cpu, active, terminating, role, attempt) -> PodFacts:
+def pod_facts_(name, node, pool, gpus, cpu, active, terminating, role, attempt, pinned):
     requests = {"nvidia.com/gpu": Decimal(gpus), "cpu": Decimal(cpu)}
     return PodFacts(
         "ns",
         name,
         shape(requests),
         node=node,
+        pinned=pinned,
         active=active,
         terminating=terminating,
         pool=pool,
@@ -144,6 +211,22 @@ pods_st = st.builds(
     st.booleans(),
     st.sampled_from(["worker", "reducer", "other"]),
     st.integers(0, 1),
+    st.one_of(st.none(), st.sampled_from(NODE_NAMES)),
+)
+
+promises_st = st.builds(
+    lambda pool, attempt, gpus, hosts: Promise(
+        ("ns", "j"),
+        pool,
+        attempt,
+        shape({"nvidia.com/gpu": Decimal(gpus)}),
+        max(len(hosts), 1),
+        hosts=tuple(hosts),
+    ),
+    st.sampled_from(POOLS),
+    st.integers(0, 1),
+    st.integers(0, 8),
+    st.lists(st.sampled_from(NODE_NAMES), max_size=4),
 )
 
 events_st = st.lists(
@@ -152,6 +235,8 @@ events_st = st.lists(
         st.tuples(st.just("node-gone"), st.sampled_from(NODE_NAMES)),
         st.tuples(st.just("pod"), pods_st),
         st.tuples(st.just("pod-gone"), st.sampled_from(POD_NAMES)),
+        st.tuples(st.just("promise"), promises_st),
+        st.tuples(st.just("release"), st.none()),
     ),
     max_size=60,
 )
@@ -163,6 +248,7 @@ def test_incremental_updates_equal_a_rebuild_from_the_final_objects(events):
     live = ClusterSnapshot(REDUCER_REQUEST)
     final_nodes: dict[str, NodeFacts] = {}
     final_pods: dict[tuple[str, str], PodFacts] = {}
+    final_promise: Promise | None = None
     for kind, value in events:
         if kind == "node":
             live.set_node(value)
@@ -173,11 +259,21 @@ def test_incremental_updates_equal_a_rebuild_from_the_final_objects(events):
         elif kind == "pod":
             live.set_pod(value)
             final_pods[value.key] = value
+        elif kind == "promise":
+            live.promise(value)
+            final_promise = value
+        elif kind == "release":
+            live.release(("ns", "j"))
+            final_promise = None
         else:
             live.remove_pod(("ns", value))
             final_pods.pop(("ns", value), None)
-    rebuilt = ClusterSnapshot.rebuilt(REDUCER_REQUEST, final_nodes.values(), final_pods.values())
+    promises = [final_promise] if final_promise else []
+    rebuilt = ClusterSnapshot.rebuilt(
+        REDUCER_REQUEST, final_nodes.values(), final_pods.values(), promises
+    )
     assert live.state() == rebuilt.state()
     for pool in POOLS:
         assert sorted(live.headed_to(pool)) == sorted(rebuilt.headed_to(pool))
     assert live.free_reducer_hosts("n1-highcpu-16") == rebuilt.free_reducer_hosts("n1-highcpu-16")
+    assert live.host_problems(NODE_NAMES) == rebuilt.host_problems(NODE_NAMES)

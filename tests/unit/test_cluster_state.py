@@ -9,12 +9,14 @@ import pytest
 
 from ringmaster.controllers.cluster_state import (
     indexed_pod,
+    pod_facts,
     pod_index_key,
     pools_and_usage,
     ringmaster_pods,
     worker_pods,
 )
 from ringmaster.manifests.naming import MANAGED_BY, OPERATOR, ROLE_LABEL, TRAINING_JOB_LABEL
+from ringmaster.manifests.training import pinned_host, pinned_to
 from ringmaster.placement.pools import node_from_object
 from tests.unit.training_world import node_objects
 
@@ -97,3 +99,21 @@ def test_a_pod_version_is_parsed_once_and_a_new_version_again():
     assert again is not first and not again.facts.active
     other = {**finished, "metadata": {**finished["metadata"], "uid": "u-2", "name": "a-1"}}
     assert indexed_pod(other).facts.name == "a-1"
+
+
+def test_a_pod_pinned_by_name_is_headed_to_that_host_and_no_other_affinity_counts():
+    pinned = pod("w", None, "8")
+    pinned["spec"]["affinity"] = pinned_to("h-7")
+    assert pod_facts(pinned).pinned == "h-7" and pod_facts(pinned).host == "h-7"
+    assert pinned_host(pinned["spec"]) == "h-7"
+    # Two hosts, a label expression, or a second term: not a pin to one host.
+    term = pinned["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    term["nodeSelectorTerms"][0]["matchFields"][0]["values"] = ["h-7", "h-8"]
+    assert pod_facts(pinned).pinned is None
+    term["nodeSelectorTerms"] = [
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+    ]
+    assert pod_facts(pinned).pinned is None
+    assert pod_facts(pod("free", None, "8")).pinned is None

@@ -8,11 +8,13 @@ from dataclasses import replace
 import pytest
 
 from ringmaster.api import find_condition
+from ringmaster.manifests.training import pinned_host
 from tests.unit.training_world import (
     NOW,
     TrainingWorld,
     bound_pod,
     job,
+    nodes,
     pods_of,
     ring_planner,
     spec,
@@ -321,3 +323,60 @@ def test_a_host_shape_or_topology_the_catalog_lacks_waits_with_its_reason(hardwa
     condition = find_condition(decision.status.conditions, "Schedulable")
     assert (condition.status, condition.reason) == ("False", reason)
     assert decision.create == [] and [e.reason for e in decision.events] == [reason]
+
+
+def pinned_host_of(pod: dict) -> str | None:
+    return pinned_host(pod["spec"])
+
+
+def test_each_worker_is_pinned_to_the_host_its_admission_recorded():
+    world = TrainingWorld(pods=busy("a100-highgpu-8g-0001"))
+    decision = world.decide(job(spec(workers=3)))
+    hosts = decision.status.admission.hosts
+    assert len(hosts) == 3 and "a100-highgpu-8g-0001" not in hosts and len(set(hosts)) == 3
+    pods = [o for o in decision.create if o["kind"] == "Pod"]
+    assert [pinned_host_of(p) for p in pods] == hosts
+    assert decision.promise.hosts == tuple(hosts)
+    # The pool's nodeSelector stays: the pin narrows it to one host.
+    assert pods[0]["spec"]["nodeSelector"] == {"cloud.google.com/gke-nodepool": "a100-highgpu-8g"}
+    # A restarted operator creates the missing pods on the same hosts and holds the same ones.
+    fresh = TrainingWorld(pods=busy("a100-highgpu-8g-0001"))
+    again = fresh.decide(job(spec(workers=3), decision.status), pods_of(decision)[:1])
+    assert [pinned_host_of(p) for p in again.create if p["kind"] == "Pod"] == hosts[1:]
+    assert fresh.snapshot.promised(("ml", "bert")).hosts == tuple(hosts)
+
+
+def test_a_host_lost_before_its_worker_started_restarts_the_gang_elsewhere():
+    world = TrainingWorld({"a100-highgpu-8g": 6})
+    the_spec = spec(workers=2, runPolicy={"backoffLimit": 3})
+    admitted = world.decide(job(the_spec))
+    hosts = admitted.status.admission.hosts
+    started = [
+        replace(p, node=hosts[p.rank]) if p.rank == 0 else replace(p, node=None)
+        for p in pods_of(admitted, phase="Pending")
+    ]
+    world.create_pods(admitted, bind_to=[hosts[0], None])
+    assert world.decide(job(the_spec, admitted.status), started).delete == []
+    world.snapshot.remove_node(hosts[1])  # the host of worker 1 goes before it is bound
+    restart = world.decide(job(the_spec, admitted.status), started)
+    assert sorted(restart.delete) == sorted(p.name for p in started)
+    assert restart.status.restarts == 1 and restart.status.admission is None
+    [event] = [e for e in restart.events if e.reason == "Restarted"]
+    assert f"host {hosts[1]} is gone before worker 1 started there" in event.message
+    readmitted = world.decide(job(the_spec, restart.status))
+    assert hosts[1] not in readmitted.status.admission.hosts
+
+
+def test_a_host_lost_under_a_bound_worker_is_left_to_the_worker_failing():
+    world = TrainingWorld({"a100-highgpu-8g": 4})
+    admitted = world.decide(job(spec(workers=2)))
+    hosts = admitted.status.admission.hosts
+    running = [replace(p, node=hosts[p.rank]) for p in pods_of(admitted)]
+    world.create_pods(admitted, bind_to=hosts)
+    world.snapshot.set_node(
+        replace(
+            next(n for n in nodes({"a100-highgpu-8g": 4}) if n.name == hosts[0]), schedulable=False
+        )
+    )  # cordoned under a running worker: the worker runs on
+    decision = world.decide(job(spec(workers=2), admitted.status), running)
+    assert decision.delete == [] and decision.status.phase == "Running"

@@ -121,7 +121,11 @@ class TrainingWorld:
         hw = the_job.spec.accelerator
         hardware = hardware_problem(catalog, hw.type, hw.per_worker, hw.topology)
         held = self.snapshot.promised(the_job.key)
-        world = World(self.snapshot.pools(), pools, None, hardware, held=held)
+        admission = the_job.status.admission
+        problems = self.snapshot.host_problems(admission.hosts or () if admission else ())
+        world = World(
+            self.snapshot.pools(), pools, None, hardware, held=held, host_problems=problems
+        )
         decision = reconcile_training(the_job, pods, world, now, planner)
         if decision.waiting is not None:
             verdicts = admission_cycle(self.snapshot, [decision.waiting], self.settings, now)

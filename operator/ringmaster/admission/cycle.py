@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 from enum import StrEnum
@@ -89,6 +89,8 @@ class Wait:
 class Admit:
     key: Key
     option: GangOption
+    hosts: tuple[str, ...] = ()
+    """The host of each worker by rank (the pods are pinned there), or () for none."""
 
     @property
     def pool(self) -> str:
@@ -112,8 +114,10 @@ class WaitingGang:
     blocked: Wait | None = None  # a reason no room can fix (no pool, reducers not ready)
 
 
-def promise_for(key: Key, attempt: int, option: GangOption) -> Promise:
-    """The room an admitted gang holds until its pods are seen."""
+def promise_for(
+    key: Key, attempt: int, option: GangOption, hosts: tuple[str, ...] = ()
+) -> Promise:
+    """The room an admitted gang holds until its pods are seen (on `hosts`, when named)."""
     need = option.reducers
     return Promise(
         job=key,
@@ -124,6 +128,7 @@ def promise_for(key: Key, attempt: int, option: GangOption) -> Promise:
         reducer_pool=need.pool if need else None,
         reducer_machine=need.machine if need else None,
         reducers=need.count if need else 0,
+        hosts=hosts,
     )
 
 
@@ -131,10 +136,22 @@ def promise_for(key: Key, attempt: int, option: GangOption) -> Promise:
 
 
 class Room:
-    """One pool's free room during a cycle: schedulable nodes grouped by free vector."""
+    """One pool's free room during a cycle: schedulable nodes grouped by free vector, and, once
+    a vector is taken from, its nodes by name (so an admitted gang gets named hosts)."""
 
-    def __init__(self, vectors: Counter[Shape]) -> None:
+    def __init__(
+        self, vectors: Counter[Shape], names_of: Callable[[Shape], list[str]] | None = None
+    ) -> None:
         self.nodes: dict[Shape, int] = dict(vectors)
+        self._names_of = names_of
+        self._names: dict[Shape, list[str]] = {}  # filled lazily: len == self.nodes[vector]
+
+    def _names_for(self, free: Shape) -> list[str]:
+        if free not in self._names:
+            count = self.nodes.get(free, 0)
+            known = self._names_of(free) if self._names_of else []
+            self._names[free] = known if len(known) == count else [""] * count
+        return self._names[free]
 
     def count(self, request: Shape, wanted: int, one_per_node: bool) -> int:
         """How many pods of `request` fit (stops counting at `wanted`)."""
@@ -149,7 +166,14 @@ class Room:
     def take(self, request: Shape, copies: int, one_per_node: bool = False) -> int:
         """Place `copies` pods, tightest nodes first (best fit keeps whole hosts whole, as a
         gang of whole-host workers needs); returns how many were placed."""
+        return self.place(request, copies, one_per_node)[0]
+
+    def place(
+        self, request: Shape, copies: int, one_per_node: bool = False
+    ) -> tuple[int, list[str]]:
+        """As :meth:`take`, and the host of each pod placed (none for pods that take no room)."""
         placed = 0
+        hosts: list[str] = []
         order = sorted(
             ((copies_that_fit(dict(free), request), free) for free in self.nodes),
             key=lambda item: (item[0], item[1]),
@@ -161,25 +185,34 @@ class Room:
             if per_node <= 0:
                 continue
             if per_node >= UNLIMITED:  # it requests nothing: it takes no room
-                return copies
+                return copies, []
             nodes = self.nodes[free]
             full = min(nodes, (copies - placed) // per_node)
-            self._move(free, request, per_node, full)
+            for host in self._move(free, request, per_node, full):
+                hosts += [host] * per_node
             placed += full * per_node
             if placed < copies and full < nodes:  # the rest on one more node of this kind
-                self._move(free, request, copies - placed, 1)
+                hosts += self._move(free, request, copies - placed, 1) * (copies - placed)
                 placed = copies
-        return placed
+        return placed, hosts
 
-    def _move(self, free: Shape, request: Shape, pods: int, nodes: int) -> None:
+    def _move(self, free: Shape, request: Shape, pods: int, nodes: int) -> list[str]:
+        """`pods` pods on each of `nodes` nodes of this free room; returns those nodes."""
         if nodes <= 0 or pods <= 0:
-            return
+            return []
         wanted = dict(request)
         after = tuple((r, amount - pods * wanted.get(r, 0)) for r, amount in free)
+        source = self._names_for(free)
+        target = self._names_for(after)
+        moved = source[len(source) - nodes :]
+        del source[len(source) - nodes :]
+        target.extend(moved)
         self.nodes[free] -= nodes
         if not self.nodes[free]:
             del self.nodes[free]
+            del self._names[free]
         self.nodes[after] = self.nodes.get(after, 0) + nodes
+        return moved
 
 
 class CycleView:
@@ -193,7 +226,10 @@ class CycleView:
 
     def room(self, pool: str) -> Room:
         if pool not in self._rooms:
-            room = Room(self.snapshot.free_vectors(pool))
+            room = Room(
+                self.snapshot.free_vectors(pool),
+                lambda free: self.snapshot.nodes_with(pool, free),
+            )
             for request, copies in self.snapshot.headed_to(pool):
                 room.take(request, copies)  # as the scheduler would find them room
             self._rooms[pool] = room
@@ -211,14 +247,19 @@ class CycleView:
             return 0
         return max(0, need.count - self.snapshot.reducers_seen(need.pool))
 
-    def assume(self, option: GangOption) -> None:
-        """The gang is admitted: its room is taken for the rest of the cycle."""
-        self.room(option.pool).take(option.worker, option.workers, option.one_per_node)
+    def assume(self, option: GangOption) -> tuple[str, ...]:
+        """The gang is admitted: its room is taken for the rest of the cycle. Returns the host
+        of each worker by rank, or () when no host is named (workers that request nothing)."""
+        placed, hosts = self.room(option.pool).place(
+            option.worker, option.workers, option.one_per_node
+        )
         if option.reducers is not None:
             machine = option.reducers.machine
             self._reducer_hosts[machine] = self.reducer_hosts(machine) - (
                 self.reducer_hosts_needed(option)
             )
+        named = placed == option.workers and len(hosts) == placed and all(hosts)
+        return tuple(hosts) if named else ()
 
 
 @dataclass(frozen=True)
@@ -343,8 +384,7 @@ def admission_cycle(
         checks = [(option, check_gang(view, option)) for option in gang.options]
         chosen = next((option for option, check in checks if check.fits), None)
         if chosen is not None:
-            view.assume(chosen)
-            verdicts.append(Admit(gang.key, chosen))
+            verdicts.append(Admit(gang.key, chosen, view.assume(chosen)))
             continue
         # Report the first option that could fit once room frees; a gang no node could ever
         # hold says so, and never holds its queue (it would block it for ever).

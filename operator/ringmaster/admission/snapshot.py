@@ -4,9 +4,14 @@ Kept up to date from watch events, one object at a time (O(changed objects), nev
 from all nodes), as Kueue's cache is. Every pod's requests count exactly once:
 
 - bound and not finished: on its node (``used``);
-- not bound yet and not going away: on the pool its nodeSelector names (``pending``);
+- not bound yet, pinned to a host (admission chose it) and not going away: on that host, as if
+  bound (``used``);
+- not bound yet, not pinned and not going away: on the pool its nodeSelector names
+  (``pending``);
 - decided but not seen yet: in the :class:`Promise` of its admitted gang, which counts only the
-  pods of the gang's attempt that no event has shown (``workers - seen``).
+  pods of the gang's attempt that no event has shown: on the hosts the promise names, one worker
+  per unseen rank (``reserved``), or, for a promise with no hosts, on its pool (``workers -
+  seen``).
 
 A pool's free room is a multiset of free vectors, one per schedulable node ("12 nodes with 8 GPUs
 free, 3 with none"): a pod event moves one node from one vector to another, and the gang check
@@ -77,6 +82,7 @@ class PodFacts:
     name: str
     requests: Shape
     node: str | None = None  # spec.nodeName once bound
+    pinned: str | None = None  # the host its node affinity pins it to (manifests.pinned_to)
     active: bool = True  # not Succeeded or Failed
     terminating: bool = False  # deletionTimestamp set
     pool: str | None = None  # the pool its nodeSelector names
@@ -88,6 +94,13 @@ class PodFacts:
     @property
     def key(self) -> Key:
         return (self.namespace, self.name)
+
+    @property
+    def host(self) -> str | None:
+        """Where it takes room: its node once bound, the host it is pinned to before."""
+        if self.node:
+            return self.node
+        return None if self.terminating else self.pinned
 
 
 @dataclass(frozen=True)
@@ -104,6 +117,8 @@ class Promise:
     reducer_pool: Key | None = None
     reducer_machine: str | None = None
     reducers: int = 0
+    hosts: tuple[str, ...] = ()
+    """The host of each worker by rank, when admission chose them (the pods are pinned there)."""
 
 
 @dataclass(frozen=True)
@@ -147,6 +162,8 @@ class ClusterSnapshot:
         self._counted: dict[str, tuple[str, Shape]] = {}
         self._reducer_host: dict[str, str] = {}  # node -> machine type, when a reducer fits
         self._free: dict[str, Counter[Shape]] = {}  # pool -> free vector -> schedulable nodes
+        # The same nodes by name (insertion-ordered dicts used as sets): a cycle picks hosts.
+        self._free_names: dict[str, dict[Shape, dict[str, None]]] = {}
         self._members: dict[str, Counter[tuple[PoolIdentity, str | None, int]]] = {}
         self._sizes: dict[str, Counter[Shape]] = {}  # pool -> allocatable -> nodes (any state)
         self._pending: dict[str, Counter[Shape]] = {}  # pool -> unbound pods' requests
@@ -154,7 +171,9 @@ class ClusterSnapshot:
         self._free_reducer_hosts: Counter[str] = Counter()
         self._seen_workers: Counter[tuple[Key, int]] = Counter()  # (job, attempt) -> pods
         self._seen_reducers: Counter[Key] = Counter()  # reducer pool -> pods
+        self._seen_on: Counter[tuple[Key, int, str]] = Counter()  # (job, attempt, host) -> pods
         self._promises: dict[Key, Promise] = {}
+        self._promised_on: dict[str, set[Key]] = {}  # host -> jobs whose promise names it
         self._priorities: dict[str, tuple[int, bool]] = {}  # class -> (value, globalDefault)
 
     # ------------------------------------------------------------ events
@@ -190,8 +209,8 @@ class ClusterSnapshot:
             self._count_pod(old, -1)
         self._pods[pod.key] = pod
         self._count_pod(pod, 1)
-        for node in {old.node if old else None, pod.node} - {None}:
-            self._refresh(node)  # type: ignore[arg-type]
+        for host in {old.host if old else None, pod.host, pod.pinned} - {None}:
+            self._refresh(host)  # type: ignore[arg-type]
         self.version += 1
 
     def remove_pod(self, key: Key) -> None:
@@ -199,8 +218,8 @@ class ClusterSnapshot:
         if old is None:
             return
         self._count_pod(old, -1)
-        if old.node:
-            self._refresh(old.node)
+        for host in {old.host, old.pinned} - {None}:
+            self._refresh(host)  # type: ignore[arg-type]
         self.version += 1
 
     def set_priority_class(self, name: str, value: int, global_default: bool = False) -> None:
@@ -214,17 +233,48 @@ class ClusterSnapshot:
 
     def promise(self, promise: Promise) -> None:
         """Hold room for an admitted gang (replaces the job's previous promise)."""
-        if self._promises.get(promise.job) != promise:
+        old = self._promises.get(promise.job)
+        if old != promise:
             self._promises[promise.job] = promise
+            self._place_promise(old, promise)
             self.version += 1
 
     def release(self, job: Key) -> None:
         """The gang holds nothing beyond its pods any more (finished, suspended, restarting,
         deleted, or its pods could not be created)."""
-        if self._promises.pop(job, None) is not None:
+        old = self._promises.pop(job, None)
+        if old is not None:
+            self._place_promise(old, None)
             self.version += 1
 
     # ------------------------------------------------------------ bookkeeping
+
+    def _place_promise(self, old: Promise | None, new: Promise | None) -> None:
+        """Move a promise's reservations from the hosts of `old` to those of `new`."""
+        for promise, sign in ((old, -1), (new, 1)):
+            for host in set(promise.hosts) if promise else ():
+                jobs = self._promised_on.setdefault(host, set())
+                if sign > 0:
+                    jobs.add(promise.job)  # type: ignore[union-attr]
+                else:
+                    jobs.discard(promise.job)  # type: ignore[union-attr]
+                    if not jobs:
+                        del self._promised_on[host]
+        for host in {*(old.hosts if old else ()), *(new.hosts if new else ())}:
+            self._refresh(host)
+
+    def _reserved(self, host: str) -> dict[str, Decimal]:
+        """What promises hold on a host: a worker for each rank placed there that no pod of
+        the gang's attempt has shown yet."""
+        reserved: dict[str, Decimal] = {}
+        for job in self._promised_on.get(host, ()):
+            promise = self._promises[job]
+            unseen = promise.hosts.count(host) - self._seen_on[(job, promise.attempt, host)]
+            if unseen <= 0:
+                continue
+            for name, amount in promise.worker:
+                reserved[name] = reserved.get(name, Decimal(0)) + unseen * amount
+        return reserved
 
     def _leave(self, node: NodeFacts) -> None:
         pool = node.identity.pool or ""
@@ -242,19 +292,21 @@ class ClusterSnapshot:
     def _count_pod(self, pod: PodFacts, sign: int) -> None:
         if pod.job is not None:
             _add(self._seen_workers, (pod.job, pod.attempt), sign)
+            if pod.pinned:
+                _add(self._seen_on, (pod.job, pod.attempt, pod.pinned), sign)
         if pod.reducer_pool is not None:
             _add(self._seen_reducers, pod.reducer_pool, sign)
         if not pod.active:
             return
-        if pod.node:
-            used = self._used.setdefault(pod.node, {})
+        if pod.host:
+            used = self._used.setdefault(pod.host, {})
             for name, amount in pod.requests:
                 used[name] = used.get(name, Decimal(0)) + sign * amount
                 if used[name] == 0:
                     del used[name]
             if not used:
-                del self._used[pod.node]
-            if pod.reducer_pool is not None:
+                del self._used[pod.host]
+            if pod.reducer_pool is not None and pod.node:
                 _add(self._reducers_on, pod.node, sign)
         elif not pod.terminating:
             if pod.pool:
@@ -272,6 +324,12 @@ class ClusterSnapshot:
             _add(self._free[pool], free, -1)
             if not self._free[pool]:
                 del self._free[pool]
+            names = self._free_names[pool]
+            del names[free][name]
+            if not names[free]:
+                del names[free]
+                if not names:
+                    del self._free_names[pool]
         machine = self._reducer_host.pop(name, None)
         if machine is not None:
             _add(self._free_reducer_hosts, machine, -1)
@@ -279,9 +337,15 @@ class ClusterSnapshot:
         if node is None or not node.schedulable or not node.identity.pool:
             return
         used = self._used.get(name, {})
-        free = tuple((r, amount - used.get(r, Decimal(0))) for r, amount in node.allocatable)
-        self._counted[name] = (node.identity.pool, free)
-        _add(self._free.setdefault(node.identity.pool, Counter()), free)
+        reserved = self._reserved(name) if name in self._promised_on else {}
+        free = tuple(
+            (r, amount - used.get(r, Decimal(0)) - reserved.get(r, Decimal(0)))
+            for r, amount in node.allocatable
+        )
+        pool = node.identity.pool
+        self._counted[name] = (pool, free)
+        _add(self._free.setdefault(pool, Counter()), free)
+        self._free_names.setdefault(pool, {}).setdefault(free, {})[name] = None
         # A reducer takes a CPU host to itself (it needs the host's NIC).
         machine = node.identity.instance_type
         if (
@@ -315,6 +379,27 @@ class ClusterSnapshot:
         """The pool's schedulable nodes by free room (a copy)."""
         return Counter(self._free.get(pool, {}))
 
+    def nodes_with(self, pool: str, free: Shape) -> list[str]:
+        """The names of the pool's schedulable nodes with exactly this free room."""
+        return list(self._free_names.get(pool, {}).get(free, ()))
+
+    def host_problems(self, hosts: Iterable[str]) -> dict[str, str]:
+        """The hosts of `hosts` that can no longer take what was placed on them, and why."""
+        problems = {host: self.host_problem(host) for host in set(hosts)}
+        return {host: why for host, why in problems.items() if why}
+
+    def host_problem(self, host: str) -> str | None:
+        """Why a host admission chose can no longer take what was placed on it, or None."""
+        node = self._nodes.get(host)
+        if node is None:
+            return f"host {host} is gone"
+        if not node.schedulable:
+            return f"host {host} is cordoned or not Ready"
+        counted = self._counted.get(host)
+        if counted is not None and any(amount < 0 for _, amount in counted[1]):
+            return f"host {host} has no room left for it (other pods took it)"
+        return None
+
     def node_sizes(self, pool: str) -> Counter[Shape]:
         """The pool's nodes by allocatable room, whatever their state (a copy): what a worker
         could have on an empty node."""
@@ -325,7 +410,7 @@ class ClusterSnapshot:
         pods, and the pods of admitted gangs no event has shown yet."""
         yield from self._pending.get(pool, {}).items()
         for promise in self._promises.values():
-            if promise.pool == pool:
+            if promise.pool == pool and not promise.hosts:  # (hosted ones hold their hosts)
                 unseen = promise.workers - self._seen_workers[(promise.job, promise.attempt)]
                 if unseen > 0:
                     yield promise.worker, unseen
@@ -359,6 +444,9 @@ class ClusterSnapshot:
         """Everything derived, in a comparable form (tests: incremental == rebuilt)."""
         return {
             "free": {p: dict(c) for p, c in self._free.items()},
+            "free_names": {
+                p: {v: set(names) for v, names in by.items()} for p, by in self._free_names.items()
+            },
             "pending": {p: dict(c) for p, c in self._pending.items()},
             "used": {n: dict(u) for n, u in self._used.items()},
             "pools": self.pools(),
@@ -367,6 +455,7 @@ class ClusterSnapshot:
             "unplaced_reducers": dict(self._unplaced_reducers),
             "seen_workers": dict(self._seen_workers),
             "seen_reducers": dict(self._seen_reducers),
+            "seen_on": dict(self._seen_on),
             "reducers_on": dict(self._reducers_on),
         }
 
@@ -376,6 +465,7 @@ class ClusterSnapshot:
         reducer_request: Mapping[str, Decimal],
         nodes: Iterable[NodeFacts],
         pods: Iterable[PodFacts],
+        promises: Iterable[Promise] = (),
     ) -> ClusterSnapshot:
         """A snapshot built from whole lists (start-up, and the tests' reference)."""
         snapshot = cls(reducer_request)
@@ -383,4 +473,6 @@ class ClusterSnapshot:
             snapshot.set_node(node)
         for pod in pods:
             snapshot.set_pod(pod)
+        for promise in promises:
+            snapshot.promise(promise)
         return snapshot

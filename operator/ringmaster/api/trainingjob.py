@@ -585,6 +585,9 @@ class Admission(StatusModel):
     """When it was admitted."""
     attempt: int = Field(ge=0)
     """The gang attempt admitted (status.restarts at the time): a restart needs a new one."""
+    hosts: list[str] | None = None
+    """The host of each worker, by rank, when the operator chose them: each worker pod is
+    pinned to its host, so kube-scheduler places the gang where admission counted its room."""
 
 
 class WorkerCounts(StatusModel):

@@ -27,6 +27,7 @@ from ringmaster.manifests.naming import (
     ROLE_LABEL,
     TRAINING_JOB_LABEL,
 )
+from ringmaster.manifests.training import pinned_host
 from ringmaster.placement.labels import INSTANCE_TYPE_KEYS, POOL_NAME_KEYS
 from ringmaster.placement.pools import (
     TERMINAL_PHASES,
@@ -80,6 +81,7 @@ def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
         name=metadata["name"],
         requests=shape(pod_requests(pod)),
         node=spec.get("nodeName") or None,
+        pinned=pinned_host(spec),
         active=(pod.get("status") or {}).get("phase") not in TERMINAL_PHASES,
         terminating=bool(metadata.get("deletionTimestamp")),
         pool=next((selector[k] for k in POOL_NAME_KEYS if k in selector), None),

@@ -179,6 +179,8 @@ class World:
     """Set when Kueue is installed (its Workload CRD is served) and the operator may use it."""
     held: Promise | None = None
     """The room the admission snapshot holds for this job now, if any."""
+    host_problems: Mapping[str, str] = field(default_factory=dict)
+    """Why hosts the job's admission named can no longer take its workers (host -> why)."""
 
 
 @dataclass(frozen=True)
@@ -596,7 +598,7 @@ def _waiting(step: _Step, attempt: int) -> Admission | None:
     if isinstance(verdict, Admit):
         chosen = next((o for o in gang.options if o == verdict.option), None)
         if chosen is not None:
-            return _record_admission(step, chosen, attempt)
+            return _record_admission(step, chosen, attempt, hosts=verdict.hosts)
         # The job changed since the cycle decided: the verdict no longer applies.
     elif isinstance(verdict, Wait):
         _wait(step, verdict.reason, verdict.message)
@@ -604,10 +606,14 @@ def _waiting(step: _Step, attempt: int) -> Admission | None:
     return None
 
 
-def _record_admission(step: _Step, option: GangOption, attempt: int, by: str = "") -> Admission:
+def _record_admission(
+    step: _Step, option: GangOption, attempt: int, by: str = "", hosts: tuple[str, ...] = ()
+) -> Admission:
     spec, status = step.spec, step.status
     pool = step.world.pools.get(option.pool)
-    admission = Admission(pool=option.pool, time=step.now, attempt=attempt)
+    admission = Admission(
+        pool=option.pool, time=step.now, attempt=attempt, hosts=list(hosts) if hosts else None
+    )
     status.admission = admission
     status.pool = option.pool
     status.phase = ADMITTED
@@ -618,7 +624,7 @@ def _record_admission(step: _Step, option: GangOption, attempt: int, by: str = "
     )
     if step.conditions.transition(SCHEDULABLE, "True", "Admitted", message):
         step.event("Normal", "Admitted", message)
-    step.decision.promise = promise_for(step.job.key, attempt, option)
+    step.decision.promise = promise_for(step.job.key, attempt, option, hosts)
     return admission
 
 
@@ -646,22 +652,30 @@ def _admitted(
     # Held already for this attempt on this pool: kept as it is, not recomputed (rendering a
     # worker pod and planning again on every look of every admitted job).
     held = step.world.held
+    hosts = _hosts(admission, spec.workers)
     if (
         held is not None
         and held.attempt == attempt
         and held.pool == admission.pool
         and held.workers == spec.workers
+        and held.hosts == hosts
     ):
         decision.promise = held
     elif pool is not None:
         option = _option(step, pool, attempt)
-        decision.promise = promise_for(job.key, attempt, option)
+        decision.promise = promise_for(job.key, attempt, option, hosts)
 
     # A failed worker fails the gang: restart all of it, or give up at the backoff limit.
     failed = sorted((p for p in current.values() if p.phase == "Failed"), key=lambda p: p.rank)
     lost = status.phase == RUNNING and len(current) < spec.workers
     if failed or lost:
         _restart(step, failed, current, live, attempt)
+        return
+    gone = _host_lost(step, hosts, current)
+    if gone:
+        # A host chosen for a worker that has not started went away or was taken: the gang's
+        # pods are pinned, so it starts again elsewhere, as when a running worker's host dies.
+        _restart(step, [], current, live, attempt, what=gone)
         return
     if len(current) == spec.workers and all(p.phase == "Succeeded" for p in current.values()):
         _finish(step, live, SUCCEEDED, "Completed", f"all {spec.workers} workers succeeded")
@@ -711,7 +725,17 @@ def _admitted(
         # The layout (tensor, pipeline, data...) reaches the workers as environment variables.
         layout = status.plan.to_k8s() if status.plan else None
         decision.create = [
-            worker_pod(job.name, job.namespace, spec, placement, rank, attempt, endpoints, layout)
+            worker_pod(
+                job.name,
+                job.namespace,
+                spec,
+                placement,
+                rank,
+                attempt,
+                endpoints,
+                layout,
+                host=hosts[rank] if hosts else None,
+            )
             for rank in missing
         ]
     elif all(p.node for p in current.values()):
@@ -735,15 +759,34 @@ def _admitted(
         decision.requeue_after = SOON_SECONDS
 
 
+def _hosts(admission: Admission, workers: int) -> tuple[str, ...]:
+    """The admission's host per rank, or () when it named none (or not one per worker)."""
+    hosts = tuple(admission.hosts or ())
+    return hosts if len(hosts) == workers else ()
+
+
+def _host_lost(step: _Step, hosts: tuple[str, ...], current: Mapping[int, WorkerPod]) -> str:
+    """Why a worker not bound yet cannot start on the host admission pinned it to, or ""."""
+    for rank, host in enumerate(hosts):
+        pod = current.get(rank)
+        if pod is not None and pod.node:
+            continue
+        problem = step.world.host_problems.get(host)
+        if problem:
+            return f"{problem} before worker {rank} started there"
+    return ""
+
+
 def _restart(
     step: _Step,
     failed: Sequence[WorkerPod],
     current: Mapping[int, WorkerPod],
     live: Sequence[WorkerPod],
     attempt: int,
+    what: str = "",
 ) -> None:
     spec, status, decision = step.spec, step.status, step.decision
-    what = (
+    what = what or (
         f"worker {failed[0].rank} failed ({failed[0].exit_detail or 'Failed'})"
         if failed
         else f"{spec.workers - len(current)} worker pod(s) disappeared"

@@ -360,7 +360,9 @@ class TrainingController(Controller):
             if isinstance(verdict, Admit):
                 # The room is held at once: later cycles see it taken before any pod exists.
                 gang = self.waiting.pop(verdict.key)
-                self.snapshot.promise(promise_for(verdict.key, gang.attempt, verdict.option))
+                self.snapshot.promise(
+                    promise_for(verdict.key, gang.attempt, verdict.option, verdict.hosts)
+                )
                 self.verdicts[verdict.key] = verdict
                 self._admitted_at[verdict.key] = time.monotonic()
                 # Its room is held from now on: it goes before status-only reconciles.
@@ -538,6 +540,9 @@ class TrainingController(Controller):
                 ),
                 kueue=self.kueue_world(key, labels),
                 held=self.snapshot.promised(key),
+                host_problems=self.snapshot.host_problems(
+                    status.admission.hosts or () if status.admission else ()
+                ),
             ),
             now,
             self.planner,

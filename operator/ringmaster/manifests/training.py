@@ -34,6 +34,38 @@ class PoolPlacement:
     """Beyond the accelerator's own: a Kueue ResourceFlavor's (admission/kueue.py)."""
 
 
+def pinned_to(host: str) -> dict[str, Any]:
+    """The node affinity that pins a pod to one host by name. A metadata.name matchField is the
+    one form kube-scheduler narrows its search by (its NodeAffinity PreFilter, as for DaemonSet
+    pods): the pod is checked against that host, not against every node of the pool."""
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [host]}]}
+                ]
+            }
+        }
+    }
+
+
+def pinned_host(pod_spec: Mapping[str, Any]) -> str | None:
+    """The host a pod is pinned to by :func:`pinned_to`, or None (any other affinity)."""
+    affinity = (pod_spec.get("affinity") or {}).get("nodeAffinity") or {}
+    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = required.get("nodeSelectorTerms") or []
+    if len(terms) != 1 or terms[0].get("matchExpressions"):
+        return None
+    fields = terms[0].get("matchFields") or []
+    if len(fields) != 1:
+        return None
+    term = fields[0]
+    values = term.get("values") or []
+    if term.get("key") == "metadata.name" and term.get("operator") == "In" and len(values) == 1:
+        return str(values[0])
+    return None
+
+
 def selector_labels(job: str) -> dict[str, str]:
     return {TRAINING_JOB_LABEL: job, ROLE_LABEL: "worker"}
 
@@ -145,7 +177,9 @@ def worker_pod(
     attempt: int,
     reducers: Sequence[str] = (),
     layout: Mapping[str, Any] | None = None,
+    host: str | None = None,
 ) -> dict[str, Any]:
+    """Worker `rank` of the gang; pinned to `host` when admission chose the gang's hosts."""
     template = spec.template
     is_tpu = placement.accelerator_resource == "google.com/tpu"
     user_meta = template.metadata
@@ -206,6 +240,8 @@ def worker_pod(
             "containers": [container],
         },
     }
+    if host is not None:
+        pod["spec"]["affinity"] = pinned_to(host)
     if template.priority_class_name:
         pod["spec"]["priorityClassName"] = template.priority_class_name
     return pod
