@@ -1,8 +1,8 @@
 """The scale bench: the operator on a local cluster of thousands of simulated A100 hosts.
 
 Brings up a private kwok cluster (`ringmaster-scale`) and, in one run:
-1. floor (before): the pods the admitted gangs would run, created bare (no operator), timed until
-   all are bound and Running, then deleted;
+1. floor (before): the pods the admitted gangs would run, created bare (no operator, so no host
+   chosen: the pool's nodeSelector only), timed until all are bound and Running, then deleted;
 2. operator: submits many TrainingJob gangs at once; timed until every gang is decided and every
    admitted gang's pods are bound and Running; checks no partial gang and exactly as many
    admitted as fit;
@@ -11,7 +11,9 @@ Brings up a private kwok cluster (`ringmaster-scale`) and, in one run:
    operator's CPU seconds per gang admitted meanwhile;
 4. floor (after): as 1, on the same cluster, with the operator stopped;
 5. floor with Services: as 4, each gang's headless Service created first, as the operator does
-   (a diagnostic: what the Services cost the scheduler and the API server, not the operator).
+   (a diagnostic: what the Services cost the scheduler and the API server, not the operator);
+6. floor pinned: as 4, each pod pinned to a host of its own as the operator's admission pins
+   them (a diagnostic: how much of the operator's lead over 4 is the scheduler's search).
 It prints figures and asserts nothing about time. Usage:
 
     python benchmarks/bench_scale.py [--hosts 2000] [--jobs 300] [--workers 8] [--waves 5]
@@ -233,9 +235,12 @@ class PodClock:
 FLOOR_LABEL = "bench.ringmaster.dev/floor"
 
 
-def gang_pods(name: str, workers: int, service: bool = False) -> list[dict[str, Any]]:
+def gang_pods(
+    name: str, workers: int, service: bool = False, hosts: list[str] | None = None
+) -> list[dict[str, Any]]:
     """The pods the operator creates for a gang on the A100 pool, without an owner; with
-    ``service``, labelled so that the gang's headless Service selects them, as the operator's."""
+    ``service``, labelled so that the gang's headless Service selects them, as the operator's;
+    with ``hosts``, each pinned to its host, as the operator's."""
     spec = TrainingJobSpec.model_validate(job(name, workers)["spec"])
     placement = PoolPlacement(
         pool=POOL,
@@ -243,7 +248,10 @@ def gang_pods(name: str, workers: int, service: bool = False) -> list[dict[str, 
         accelerator_resource="nvidia.com/gpu",
         machine_type="a2-highgpu-8g",
     )
-    pods = [worker_pod(name, NAMESPACE, spec, placement, r, 0) for r in range(workers)]
+    pods = [
+        worker_pod(name, NAMESPACE, spec, placement, r, 0, host=hosts[r] if hosts else None)
+        for r in range(workers)
+    ]
     for pod in pods:
         extra = selector_labels(name) if service else {}
         pod["metadata"]["labels"] = {FLOOR_LABEL: "true", **extra}
@@ -259,13 +267,31 @@ def wait_until(what: str, done: Any, timeout: float, every: float = 0.5) -> floa
     return time.monotonic() - start
 
 
-def floor(clock: PodClock, gangs: int, workers: int, label: str, services: bool = False) -> float:
+def floor(
+    clock: PodClock,
+    gangs: int,
+    workers: int,
+    label: str,
+    services: bool = False,
+    pinned: bool = False,
+) -> float:
     """Create the gangs' pods bare, as fast as the API takes them; seconds until all Running.
     With ``services``, each gang's headless Service first, as the operator makes them: the
     endpoint controllers then follow every pod, and kube-scheduler applies its default
-    topology spreading to pods a Service selects."""
+    topology spreading to pods a Service selects. With ``pinned``, each pod pinned to a host
+    of its own (the pool's hosts in name order), as the operator's admission pins them."""
     gang_names = [f"floor-{i:04d}" for i in range(gangs)]
-    pods = [p for name in gang_names for p in gang_pods(name, workers, services)]
+    hosts: list[str] = []
+    if pinned:
+        nodes = clock.core.list_node(label_selector=f"cloud.google.com/gke-nodepool={POOL}")
+        hosts = sorted(n.metadata.name for n in nodes.items)
+    pods = [
+        p
+        for g, name in enumerate(gang_names)
+        for p in gang_pods(
+            name, workers, services, hosts[g * workers : (g + 1) * workers] if pinned else None
+        )
+    ]
     names = {p["metadata"]["name"] for p in pods}
     svcs = [rendezvous_service(name) for name in gang_names] if services else []
     for svc in svcs:
@@ -706,6 +732,11 @@ def main() -> int:
         with_services = floor(clock, min(fits, args.jobs), args.workers, "services", services=True)
         print(f"floor_with_services_seconds     {with_services:.1f}")
         print(f"operator_over_floor_services    {operator_seconds / with_services:.2f}")
+        # The same bare pods pinned to hosts as the operator pins its own: how much of the
+        # operator's lead over the bare floor is kube-scheduler searching the pool per pod.
+        pinned = floor(clock, min(fits, args.jobs), args.workers, "pinned", pinned=True)
+        print(f"floor_pinned_seconds            {pinned:.1f}")
+        print(f"operator_over_floor_pinned      {operator_seconds / pinned:.2f}")
         print(f"load_average_at_end             {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     finally:
         clock.stop()
