@@ -486,6 +486,12 @@ def main() -> int:
     parser.add_argument("--waves", type=int, default=5, help="churn: waves of finishing gangs")
     parser.add_argument("--keep", action="store_true", help="leave the cluster up")
     parser.add_argument(
+        "--kwok-pod-workers",
+        type=int,
+        default=None,
+        help="goroutines kwok plays pod stages with (default: kwok's 4); a new cluster only",
+    )
+    parser.add_argument(
         "--profile",
         metavar="FILE",
         default=None,
@@ -510,7 +516,7 @@ def main() -> int:
     )
     fits = args.hosts // args.workers
     sizes = dict.fromkeys(POOLS_BY_NAME, 0) | {POOL: args.hosts}
-    cluster = LocalCluster(Binaries.locate(bin_dir), "ringmaster-scale")
+    cluster = LocalCluster(Binaries.locate(bin_dir), "ringmaster-scale", args.kwok_pod_workers)
     start = time.monotonic()
     cluster.up(sizes, wait_seconds=900)
     nodes_up = time.monotonic() - start
@@ -580,6 +586,7 @@ def main() -> int:
         rss = re.search(r"^process_resident_memory_bytes (\S+)", metrics, re.M)
 
         print(f"hosts                           {args.hosts} (a2-highgpu-8g, 8 GPUs each)")
+        print(f"kwok_pod_workers                {args.kwok_pod_workers or '4 (kwok default)'}")
         print(f"nodes_ready_seconds             {nodes_up:.1f}")
         print(f"load_average_at_start           {' '.join(f'{x:.1f}' for x in load_before)}")
         print(f"jobs_submitted                  {args.jobs} x {args.workers} workers")

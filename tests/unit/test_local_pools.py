@@ -133,3 +133,17 @@ def test_every_accelerator_pool_is_one_the_built_in_catalog_can_place(pool):
     assert hardware_problem(DEFAULT_CATALOG, pool.accelerator, pool.accelerators_per_node) is None
     host = DEFAULT_CATALOG.host(pool.accelerator, pool.accelerators_per_node, pool.instance_type)
     assert host.machine.vcpus == pool.vcpus or host.machine.accelerator is None, pool.name
+
+
+def test_kwoks_pod_workers_are_set_with_every_parallelism_kwok_needs():
+    """A KwokConfiguration replaces kwok's defaults: a zero node lease parallelism makes kwok
+    exit and leaves every node NotReady."""
+    import yaml
+
+    from ringmaster.localcluster.cluster import kwok_configuration
+
+    document = yaml.safe_load(kwok_configuration(32))
+    assert document["kind"] == "KwokConfiguration"
+    options = document["options"]
+    assert options["podPlayStageParallelism"] == 32
+    assert options["nodePlayStageParallelism"] > 0 and options["nodeLeaseParallelism"] > 0

@@ -114,9 +114,7 @@ class WaitingGang:
     blocked: Wait | None = None  # a reason no room can fix (no pool, reducers not ready)
 
 
-def promise_for(
-    key: Key, attempt: int, option: GangOption, hosts: tuple[str, ...] = ()
-) -> Promise:
+def promise_for(key: Key, attempt: int, option: GangOption, hosts: tuple[str, ...] = ()) -> Promise:
     """The room an admitted gang holds until its pods are seen (on `hosts`, when named)."""
     need = option.reducers
     return Promise(

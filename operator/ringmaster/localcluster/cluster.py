@@ -39,6 +39,24 @@ componentsPatches:
   extraArgs:
   - {key: leader-elect, value: "false"}
 """
+
+
+def kwok_configuration(pod_workers: int) -> str:
+    """kwok's own settings with `pod_workers` goroutines playing pod stages (kwok's default: 4,
+    for every node of the cluster, where a real cluster has a kubelet per node). A
+    KwokConfiguration document replaces kwok's defaults rather than merging into them: the
+    node lease and node stage workers must be given too (kwok's defaults, 4), or kwok exits with
+    "node leases parallelism must be greater than 0" and every node stays NotReady."""
+    return (
+        "apiVersion: config.kwok.x-k8s.io/v1alpha1\n"
+        "kind: KwokConfiguration\n"
+        "options:\n"
+        f"  podPlayStageParallelism: {pod_workers}\n"
+        "  nodePlayStageParallelism: 4\n"
+        "  nodeLeaseParallelism: 4\n"
+    )
+
+
 COMPONENT_BINARIES = {
     "--etcd-binary": "etcd",
     "--kube-apiserver-binary": "kube-apiserver",
@@ -111,9 +129,12 @@ class Binaries:
 
 
 class LocalCluster:
-    def __init__(self, binaries: Binaries, name: str = DEFAULT_NAME) -> None:
+    def __init__(
+        self, binaries: Binaries, name: str = DEFAULT_NAME, kwok_pod_workers: int | None = None
+    ) -> None:
         self.binaries = binaries
         self.name = name
+        self.kwok_pod_workers = kwok_pod_workers  # None: kwok's default (4)
         self.kubeconfig = kubeconfig_path(name)
 
     def _env(self) -> dict[str, str]:
@@ -188,6 +209,8 @@ class LocalCluster:
             documents = [KWOKCTL_CONFIGURATION] + [
                 p.read_text() for p in self.binaries.stage_files()
             ]
+            if self.kwok_pod_workers is not None:
+                documents.append(kwok_configuration(self.kwok_pod_workers))
             config.write_text("\n---\n".join(documents), encoding="utf-8")
             flags = [f"{flag}={self.binaries.path(b)}" for flag, b in COMPONENT_BINARIES.items()]
             _log(f"creating cluster {self.name!r} (Kubernetes {version}, kwok binary runtime)")
