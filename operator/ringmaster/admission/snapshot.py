@@ -209,8 +209,10 @@ class ClusterSnapshot:
             self._count_pod(old, -1)
         self._pods[pod.key] = pod
         self._count_pod(pod, 1)
-        for host in {old.host if old else None, pod.host, pod.pinned} - {None}:
-            self._refresh(host)  # type: ignore[arg-type]
+        # A pinned pod's host also moves the promise's reservation there (seen or not).
+        hosts = {*((old.host, old.pinned) if old else ()), pod.host, pod.pinned}
+        for host in hosts - {None}:
+            self._refresh(host)
         self.version += 1
 
     def remove_pod(self, key: Key) -> None:
@@ -251,15 +253,15 @@ class ClusterSnapshot:
 
     def _place_promise(self, old: Promise | None, new: Promise | None) -> None:
         """Move a promise's reservations from the hosts of `old` to those of `new`."""
-        for promise, sign in ((old, -1), (new, 1)):
-            for host in set(promise.hosts) if promise else ():
-                jobs = self._promised_on.setdefault(host, set())
-                if sign > 0:
-                    jobs.add(promise.job)  # type: ignore[union-attr]
-                else:
-                    jobs.discard(promise.job)  # type: ignore[union-attr]
-                    if not jobs:
-                        del self._promised_on[host]
+        if old is not None:
+            for host in set(old.hosts):
+                jobs = self._promised_on[host]
+                jobs.discard(old.job)
+                if not jobs:
+                    del self._promised_on[host]
+        if new is not None:
+            for host in set(new.hosts):
+                self._promised_on.setdefault(host, set()).add(new.job)
         for host in {*(old.hosts if old else ()), *(new.hosts if new else ())}:
             self._refresh(host)
 
