@@ -80,16 +80,16 @@ def job(name: str, workers: int) -> dict[str, object]:
 def histogram_buckets(
     metrics: str, name: str, labels: dict[str, str] | None = None
 ) -> list[tuple[float, float]]:
-    """(upper bound, cumulative count) of each bucket, among the series with these labels
+    """(upper bound, cumulative count) of each bucket, summed over the series with these labels
     (default: the TrainingJob controller's)."""
     wanted = {"kind": "TrainingJob"} if labels is None else labels
-    buckets = []
+    buckets: Counter[float] = Counter()
     for found, count in re.findall(rf"^{name}_bucket{{([^}}]*)}} (\S+)$", metrics, re.M):
         series = dict(re.findall(r'(\w+)="([^"]*)"', found))
-        if all(series.get(k) == v for k, v in wanted.items()):
+        if all(series.get(k, "") == v for k, v in wanted.items()):
             le = series["le"]
-            buckets.append((float("inf") if le == "+Inf" else float(le), float(count)))
-    return buckets
+            buckets[float("inf") if le == "+Inf" else float(le)] += float(count)
+    return sorted(buckets.items())
 
 
 def histogram_quantile(
@@ -109,6 +109,17 @@ def histogram_quantile(
         return None
     total = buckets[-1][1]
     return next((le for le, count in buckets if count >= q * total), None)
+
+
+def plain_watch() -> Any:
+    """A watch whose events' objects stay the decoded JSON."""
+    import kubernetes
+
+    class Plain(kubernetes.watch.Watch):  # type: ignore[misc]
+        def get_return_type(self, func: Any) -> None:
+            return None
+
+    return Plain()
 
 
 class PodClock:
@@ -148,23 +159,17 @@ class PodClock:
             thread.start()
 
     def _watch(self, lister: Any, args: tuple[str, ...], record: Any) -> None:
-        """Record every event of one kind (the lister's docstring tells the watch what type to
-        decode into: typed pods, plain dicts for custom objects)."""
-        import kubernetes
-
+        """Record every event of one kind, as plain dicts: the client's typed models cost the
+        bench milliseconds of CPU per pod event, on the cores of the cluster it measures."""
         version = ""
         while not self._stop:
             try:
-                stream = kubernetes.watch.Watch().stream(
+                stream = plain_watch().stream(
                     lister, *args, resource_version=version or None, timeout_seconds=60
                 )
                 for event in stream:
                     obj = event["object"]
-                    version = (
-                        obj["metadata"]["resourceVersion"]
-                        if isinstance(obj, dict)
-                        else obj.metadata.resource_version
-                    )
+                    version = obj["metadata"]["resourceVersion"]
                     record(event["type"], obj, time.monotonic())
             except Exception:  # a watch that expired or broke: list again
                 version = ""
@@ -183,19 +188,19 @@ class PodClock:
             "schedulable": conditions.get("Schedulable", {}).get("status"),
         }
 
-    def _record(self, kind: str, pod: Any, now: float) -> None:
-        name = pod.metadata.name
+    def _record(self, kind: str, pod: dict[str, Any], now: float) -> None:
+        name = pod["metadata"]["name"]
         if kind == "DELETED":
             self.live.discard(name)
             return
         self.live.add(name)
         self.created.setdefault(name, now)
-        labels = pod.metadata.labels or {}
+        labels = pod["metadata"].get("labels") or {}
         if "ringmaster.dev/trainingjob" in labels:
             self.job_of[name] = labels["ringmaster.dev/trainingjob"]
-        if pod.spec.node_name:
+        if (pod.get("spec") or {}).get("nodeName"):
             self.bound.setdefault(name, now)
-        phase = pod.status.phase if pod.status else None
+        phase = (pod.get("status") or {}).get("phase")
         if phase == "Running":
             self.running.setdefault(name, now)
         elif phase == "Succeeded":
@@ -267,6 +272,15 @@ def wait_until(what: str, done: Any, timeout: float, every: float = 0.5) -> floa
     return time.monotonic() - start
 
 
+def create_plain(clock: PodClock, pod: dict[str, Any]) -> None:
+    """Create a pod without decoding the answer into the client's typed model (milliseconds
+    of the bench's CPU per pod, which the operator, creating its pods the same way, does not
+    spend)."""
+    response = clock.core.create_namespaced_pod(NAMESPACE, pod, _preload_content=False)
+    response.read()
+    response.release_conn()
+
+
 def floor(
     clock: PodClock,
     gangs: int,
@@ -301,7 +315,7 @@ def floor(
     with ThreadPoolExecutor(16) as pool:
         if services:
             list(pool.map(lambda svc: clock.core.create_namespaced_service(NAMESPACE, svc), svcs))
-        list(pool.map(lambda p: clock.core.create_namespaced_pod(NAMESPACE, p), pods))
+        list(pool.map(lambda p: create_plain(clock, p), pods))
     wait_until(
         f"floor {label}: {len(names)} pods Running",
         lambda: clock.count_running(names) == len(names),
@@ -363,10 +377,50 @@ def wave_stages(clock: PodClock, finished: list[str], started: list[str]) -> str
     )
 
 
-def apiserver_requests(cluster: LocalCluster) -> Counter[tuple[str, str]]:
+def apiserver_metrics(cluster: LocalCluster) -> str:
+    return str(cluster.kubectl("get", "--raw", "/metrics").stdout)
+
+
+# The operator's writes on an admitted gang's path, as (verb, resource, subresource).
+GANG_PATH_WRITES = (
+    ("POST", "events", ""),
+    ("PATCH", "trainingjobs", "status"),
+    ("POST", "pods", ""),
+)
+
+
+def apiserver_latency(text: str, since: str) -> str:
+    """kube-apiserver's own time for the writes on a gang's path (p50 / p99 bucket bounds, all
+    clients), between two scrapes: what a round trip costs at the server, beside what the
+    operator waits for it (ringmaster_api_request_duration_seconds)."""
+    parts = []
+    for verb, resource, subresource in GANG_PATH_WRITES:
+        labels = {"verb": verb, "resource": resource, "subresource": subresource}
+        p50, p99 = (
+            histogram_quantile(text, "apiserver_request_duration_seconds", q, labels, since=since)
+            for q in (0.5, 0.99)
+        )
+        what = f"{resource}/{subresource}" if subresource else resource
+        parts.append(f"{verb} {what} <= {p50}/{p99}")
+    return ", ".join(parts) + " s (p50/p99)"
+
+
+def operator_api_wait(after: str, before: str) -> str:
+    """What the operator waited for the same writes (its own histogram, between two scrapes):
+    beside kube-apiserver's time, says whether a round trip's time is spent at the server."""
+    calls = ("create Event", "patch trainingjobs/status", "create Pod")
+    parts = []
+    for call in calls:
+        name, labels = "ringmaster_api_request_duration_seconds", {"call": call}
+        p50, p99 = (histogram_quantile(after, name, q, labels, since=before) for q in (0.5, 0.99))
+        parts.append(f"{call} <= {p50}/{p99}")
+    return ", ".join(parts) + " s (p50/p99)"
+
+
+def apiserver_requests(cluster: LocalCluster, text: str | None = None) -> Counter[tuple[str, str]]:
     """kube-apiserver's request counts by (verb, resource), all clients together; refused
     ones (not 2xx) also under (verb, resource + " refused <code>")."""
-    text = cluster.kubectl("get", "--raw", "/metrics").stdout
+    text = apiserver_metrics(cluster) if text is None else text
     counts: Counter[tuple[str, str]] = Counter()
     for line in text.splitlines():
         if line.startswith("apiserver_request_total{"):
@@ -635,7 +689,8 @@ def main() -> int:
         per_wave = max(1, min(waiting, fits) // max(args.waves, 1)) if waiting else 0
         metrics_before_churn = operator_metrics(metrics_port)
         cpu_before = cpu_seconds(metrics_before_churn)
-        requests_before_churn = apiserver_requests(cluster)
+        apiserver_before_churn = apiserver_metrics(cluster)
+        requests_before_churn = apiserver_requests(cluster, apiserver_before_churn)
         running_jobs = sorted({clock.job_of[p] for p in list(clock.running) if p in clock.job_of})
         finished: list[str] = []
         churn_admitted: list[str] = []
@@ -664,11 +719,19 @@ def main() -> int:
         after = operator_metrics(metrics_port)
         cpu_after = cpu_seconds(after)
         print(f"churn_cpu_seconds               {cpu.since_last()}")
-        churn_writes = writes_of(apiserver_requests(cluster) - requests_before_churn)
+        apiserver_after_churn = apiserver_metrics(cluster)
+        churn_writes = writes_of(
+            apiserver_requests(cluster, apiserver_after_churn) - requests_before_churn
+        )
         print(
             f"churn_apiserver_writes          {sum(churn_writes.values())}: "
             + ", ".join(f"{verb} {res} {n}" for (verb, res), n in churn_writes.most_common(10))
         )
+        print(
+            "churn_apiserver_latency         "
+            + apiserver_latency(apiserver_after_churn, apiserver_before_churn)
+        )
+        print("churn_operator_api_wait         " + operator_api_wait(after, metrics_before_churn))
         print(
             "churn_operator_gc_seconds       "
             f"{gc_seconds(after) - gc_seconds(metrics_before_churn):.1f}"

@@ -28,6 +28,14 @@ ADMISSION_START_SECONDS = Histogram(
     ["stage"],
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30),
 )
+API_REQUEST_SECONDS = Histogram(
+    "ringmaster_api_request_duration_seconds",
+    "Time the operator waited for one of its Kubernetes API calls (writes, and the reads that "
+    "are not watches), from the call to its answer, by call (verb and kind): the round trips "
+    "an admitted gang's start is made of.",
+    ["call"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4),
+)
 ADMISSION_CYCLE_SECONDS = Histogram(
     "ringmaster_admission_cycle_seconds",
     "Time of one admission cycle over the waiting TrainingJobs.",

@@ -9,15 +9,21 @@ chaos test, tests/e2e/test_chaos.py, kills the operator between any two of its w
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 from typing import Any
 
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from ringmaster.admission.cycle import Admit, QueueingSettings
+from ringmaster import metrics
+from ringmaster.admission.cycle import Admit, QueueingSettings, Wait
 from ringmaster.controllers.cluster_state import indexed_pod
 from ringmaster.controllers.kubeapi import MAX_EVENT_MESSAGE, KubeApi
-from ringmaster.controllers.trainingjob import POD_BATCH_SECONDS, TrainingController
+from ringmaster.controllers.trainingjob import (
+    POD_BATCH_SECONDS,
+    WAIT_REFRESH_SECONDS,
+    TrainingController,
+)
 from ringmaster.placement.pools import node_from_object
 from tests.unit.training_world import (
     NOW,
@@ -166,6 +172,22 @@ def test_an_event_is_posted_about_the_object_with_a_bounded_message(monkeypatch)
     assert len(event["message"]) <= MAX_EVENT_MESSAGE
 
 
+def test_every_api_call_s_wait_is_measured_by_call(monkeypatch):
+    api, _ = _api_posting(monkeypatch)
+
+    def count() -> float:
+        return next(
+            s.value
+            for m in metrics.API_REQUEST_SECONDS.collect()
+            for s in m.samples
+            if s.name.endswith("_count") and s.labels == {"call": "create Event"}
+        )
+
+    before = count()
+    asyncio.run(api.post_event_about(BODY, "Normal", "Admitted", "ok"))
+    assert count() == before + 1
+
+
 def test_an_event_the_api_refuses_is_skipped_but_an_unreachable_api_is_an_error(monkeypatch):
     api, posted = _api_posting(monkeypatch, ApiException(status=422, reason="Invalid"))
     asyncio.run(api.post_event_about(BODY, "Normal", "Admitted", "ok"))  # logged, not raised
@@ -265,3 +287,23 @@ def test_a_pod_the_watch_shows_during_a_look_is_not_created_again():
     asyncio.run(look())
     assert ("status", "Admitted") in api.calls  # the look did write, with the watch in between
     assert [call for call in api.calls if call[0] == "create"] == []
+
+
+def test_a_waiting_job_s_numbers_are_rewritten_at_most_every_refresh_period():
+    """Room churning rewrites no waiting job's status at every cycle: a new reason goes out at
+    once, new numbers for the same reason only once the last write is WAIT_REFRESH_SECONDS old."""
+    controller = TrainingController(RecordingApi(), ring_planner, QueueingSettings())  # type: ignore[arg-type]
+    key = ("ml", "bert")
+    written = Wait(key, "InsufficientCapacity", "8 workers wait: 2 fit now")
+    controller.delivered[key] = written
+    controller.delivered_at[key] = NOW
+    numbers = Wait(key, "InsufficientCapacity", "8 workers wait: 5 fit now")
+    soon = NOW + dt.timedelta(seconds=WAIT_REFRESH_SECONDS - 1)
+    late = NOW + dt.timedelta(seconds=WAIT_REFRESH_SECONDS)
+    assert not controller._worth_writing(written, late)  # nothing new
+    assert not controller._worth_writing(numbers, soon)
+    # The waves of a churn, seconds apart, rewrite nothing.
+    assert not controller._worth_writing(numbers, NOW + dt.timedelta(seconds=10))
+    assert controller._worth_writing(numbers, late)
+    reason = Wait(key, "QueuedBehind", "ml/gpt starts first")
+    assert controller._worth_writing(reason, NOW)  # a new reason at once

@@ -19,6 +19,7 @@ from typing import Any, TypeVar, cast
 import kubernetes
 from kubernetes.client.exceptions import ApiException
 
+from ringmaster import metrics
 from ringmaster.api import GROUP, VERSION
 from ringmaster.controllers.outage import is_unreachable
 
@@ -77,7 +78,9 @@ class KubeApi:
         # queue ends an outage only on a real contact, not on a reconcile that wrote nothing.
         self.contact = 0.0
 
-    async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    async def _call(self, call: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run one API call in a worker thread; ``call`` names it in the latency metric."""
+        started = time.monotonic()
         try:
             loop = asyncio.get_running_loop()
             result = await loop.run_in_executor(
@@ -87,6 +90,8 @@ class KubeApi:
             if not is_unreachable(error):
                 self.contact = time.monotonic()
             raise
+        finally:
+            metrics.API_REQUEST_SECONDS.labels(call).observe(time.monotonic() - started)
         self.contact = time.monotonic()
         return result
 
@@ -97,7 +102,11 @@ class KubeApi:
         prefix, plural = _PATHS[obj["kind"]]
         try:
             await self._call(
-                self._request, "POST", f"{prefix}/namespaces/{namespace}/{plural}", obj
+                f"create {obj['kind']}",
+                self._request,
+                "POST",
+                f"{prefix}/namespaces/{namespace}/{plural}",
+                obj,
             )
         except ApiException as error:
             if error.status == 409:
@@ -159,7 +168,9 @@ class KubeApi:
     async def get_config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
         """One ConfigMap as a plain dict, or None when it does not exist."""
         try:
-            found = await self._call(self.core.read_namespaced_config_map, name, namespace)
+            found = await self._call(
+                "get ConfigMap", self.core.read_namespaced_config_map, name, namespace
+            )
         except ApiException as error:
             if error.status == 404:
                 return None
@@ -169,7 +180,7 @@ class KubeApi:
 
     async def post_event(self, namespace: str, event: dict[str, Any]) -> None:
         """Create a core v1 Event (for objects kopf does not watch, where kopf.event cannot)."""
-        await self._call(self.core.create_namespaced_event, namespace, event)
+        await self._call("create Event", self.core.create_namespaced_event, namespace, event)
 
     async def patch_status(
         self, plural: str, namespace: str, name: str, status: dict[str, Any]
@@ -178,6 +189,7 @@ class KubeApi:
         the object is gone."""
         try:
             updated = await self._call(
+                f"patch {plural}/status",
                 self.custom.patch_namespaced_custom_object_status,
                 GROUP,
                 VERSION,
@@ -202,7 +214,13 @@ class KubeApi:
         """Create a namespaced custom object (a Kueue Workload); False when it exists."""
         try:
             await self._call(
-                self.custom.create_namespaced_custom_object, group, version, namespace, plural, obj
+                f"create {plural}",
+                self.custom.create_namespaced_custom_object,
+                group,
+                version,
+                namespace,
+                plural,
+                obj,
             )
         except ApiException as error:
             if error.status == 409 or namespace_terminating(error):
@@ -228,7 +246,8 @@ class KubeApi:
             else self.custom.patch_namespaced_custom_object
         )
         try:
-            await self._call(method, group, version, namespace, plural, name, patch)
+            what = f"patch {plural}/status" if status else f"patch {plural}"
+            await self._call(what, method, group, version, namespace, plural, name, patch)
         except ApiException as error:
             if error.status != 404:
                 raise
@@ -238,6 +257,7 @@ class KubeApi:
     ) -> None:
         try:
             await self._call(
+                f"delete {plural}",
                 self.custom.delete_namespaced_custom_object,
                 group,
                 version,
@@ -272,14 +292,14 @@ class KubeApi:
             data = self._request("PATCH", path, obj, query, "application/apply-patch+yaml")
             return cast(dict[str, Any], json.loads(data))
 
-        return await self._call(call)
+        return await self._call(f"apply {obj['kind']}", call)
 
     async def delete_object(self, namespace: str, kind: str, name: str) -> None:
         """Delete one object of a kind in _PATHS (background propagation); gone already is fine."""
         prefix, plural = _PATHS[kind]
         path = f"{prefix}/namespaces/{namespace}/{plural}/{name}"
         body = {"propagationPolicy": "Background"}
-        await self._call(self._request, "DELETE", path, body, ok=(404,))
+        await self._call(f"delete {kind}", self._request, "DELETE", path, body, ok=(404,))
 
     def _request(
         self,

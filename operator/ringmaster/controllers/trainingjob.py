@@ -91,8 +91,12 @@ BYPASS_LIMIT_ENV = "RINGMASTER_BYPASS_LIMIT_SECONDS"
 # At most one admission cycle this often: events arrive in bursts (a gang's pods, a node pool
 # coming up), and one cycle after the burst decides as well as one per event.
 CYCLE_SECONDS = 0.2
-# A waiting job's "N fit now" is rewritten at most this often while room churns.
-WAIT_REFRESH_SECONDS = 5.0
+# A waiting job's numbers alone ("N fit now") are rewritten at most this often; a new reason is
+# written at once. Room churns when gangs finish, and at 5 s the waiting jobs' rewrites were a
+# third of the status writes in the scale bench's churn, landing at the moment the next gangs'
+# writes wait on the same API server (Kueue throttles its pending Workloads' message-only
+# updates for the same reason: kubernetes-sigs/kueue#8095).
+WAIT_REFRESH_SECONDS = 30.0
 # A starting or running gang's worker counts alone (status.workers) are rewritten at most this
 # often: a gang's pods move one event at a time, and a status write per event was most of the
 # API calls in the scale bench, in the same API server queue as the next gang's pods.
