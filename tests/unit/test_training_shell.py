@@ -145,14 +145,18 @@ def _api_posting(
     """A KubeApi whose Event creation is recorded (and fails with ``outcome``)."""
     posted: list[tuple[str, dict[str, Any]]] = []
 
-    def create_namespaced_event(namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-        posted.append((namespace, body))
+    def request(method: str, path: str, body: dict[str, Any], *_: Any, **__: Any) -> bytes:
+        assert (method, path) == (
+            "POST",
+            f"/api/v1/namespaces/{body['metadata']['namespace']}/events",
+        )
+        posted.append((body["metadata"]["namespace"], body))
         if outcome is not None:
             raise outcome
-        return body
+        return b"{}"
 
     api = KubeApi()
-    monkeypatch.setattr(api.core, "create_namespaced_event", create_namespaced_event)
+    monkeypatch.setattr(api, "_request", request)
     return api, posted
 
 

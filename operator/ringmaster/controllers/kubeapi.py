@@ -180,7 +180,9 @@ class KubeApi:
 
     async def post_event(self, namespace: str, event: dict[str, Any]) -> None:
         """Create a core v1 Event (for objects kopf does not watch, where kopf.event cannot)."""
-        await self._call("create Event", self.core.create_namespaced_event, namespace, event)
+        # The answer is not parsed, as for pods: the typed V1Event cost the interpreter lock.
+        path = f"/api/v1/namespaces/{namespace}/events"
+        await self._call("create Event", self._request, "POST", path, event)
 
     async def patch_status(
         self, plural: str, namespace: str, name: str, status: dict[str, Any]
