@@ -381,40 +381,50 @@ def apiserver_metrics(cluster: LocalCluster) -> str:
     return str(cluster.kubectl("get", "--raw", "/metrics").stdout)
 
 
-# The operator's writes on an admitted gang's path, as (verb, resource, subresource).
+# The writes on an admitted gang's path: as kube-apiserver labels them (verb, resource,
+# subresource), and as the operator names its calls.
 GANG_PATH_WRITES = (
-    ("POST", "events", ""),
-    ("PATCH", "trainingjobs", "status"),
-    ("POST", "pods", ""),
+    ({"verb": "POST", "resource": "events", "subresource": ""}, "create Event"),
+    (
+        {"verb": "PATCH", "resource": "trainingjobs", "subresource": "status"},
+        "patch trainingjobs/status",
+    ),
+    ({"verb": "POST", "resource": "pods", "subresource": ""}, "create Pod"),
 )
 
 
-def apiserver_latency(text: str, since: str) -> str:
-    """kube-apiserver's own time for the writes on a gang's path (p50 / p99 bucket bounds, all
-    clients), between two scrapes: what a round trip costs at the server, beside what the
-    operator waits for it (ringmaster_api_request_duration_seconds)."""
-    parts = []
-    for verb, resource, subresource in GANG_PATH_WRITES:
-        labels = {"verb": verb, "resource": resource, "subresource": subresource}
-        p50, p99 = (
-            histogram_quantile(text, "apiserver_request_duration_seconds", q, labels, since=since)
-            for q in (0.5, 0.99)
+def p50_p99(after: str, before: str, name: str, labels: dict[str, str]) -> str:
+    """A histogram's p50 / p99 bucket bounds over the observations between two scrapes."""
+    p50, p99 = (histogram_quantile(after, name, q, labels, since=before) for q in (0.5, 0.99))
+    return f"{p50}/{p99}"
+
+
+def apiserver_latency(after: str, before: str) -> str:
+    """kube-apiserver's own time for the writes on a gang's path (all clients), between two
+    scrapes: what a round trip costs at the server."""
+    return (
+        ", ".join(
+            f"{server['verb']} {server['resource']}"
+            + (f"/{server['subresource']}" if server["subresource"] else "")
+            + " <= "
+            + p50_p99(after, before, "apiserver_request_duration_seconds", server)
+            for server, _ in GANG_PATH_WRITES
         )
-        what = f"{resource}/{subresource}" if subresource else resource
-        parts.append(f"{verb} {what} <= {p50}/{p99}")
-    return ", ".join(parts) + " s (p50/p99)"
+        + " s (p50/p99)"
+    )
 
 
 def operator_api_wait(after: str, before: str) -> str:
-    """What the operator waited for the same writes (its own histogram, between two scrapes):
+    """What the operator waited for the same writes (ringmaster_api_request_duration_seconds):
     beside kube-apiserver's time, says whether a round trip's time is spent at the server."""
-    calls = ("create Event", "patch trainingjobs/status", "create Pod")
-    parts = []
-    for call in calls:
-        name, labels = "ringmaster_api_request_duration_seconds", {"call": call}
-        p50, p99 = (histogram_quantile(after, name, q, labels, since=before) for q in (0.5, 0.99))
-        parts.append(f"{call} <= {p50}/{p99}")
-    return ", ".join(parts) + " s (p50/p99)"
+    return (
+        ", ".join(
+            f"{call} <= "
+            + p50_p99(after, before, "ringmaster_api_request_duration_seconds", {"call": call})
+            for _, call in GANG_PATH_WRITES
+        )
+        + " s (p50/p99)"
+    )
 
 
 def apiserver_requests(cluster: LocalCluster, text: str | None = None) -> Counter[tuple[str, str]]:
