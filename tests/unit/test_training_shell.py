@@ -2,7 +2,9 @@
 chaos test, tests/e2e/test_chaos.py, kills the operator between any two of its writes):
 
 - the order in which a decision is applied: the Events are in the API before the status that
-  records what they announce, and the admission is on record before any of its pods exists;
+  records what they announce (a new admission's Events, named after it, go out with its pods
+  and are posted again by the next operator when it finds the admission on record), and the
+  admission is on record before any of its pods exists;
 - the start: every admission on record holds its room before the first admission cycle.
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import logging
 from typing import Any
 
 import pytest
@@ -19,6 +22,7 @@ from prometheus_client import REGISTRY
 from ringmaster.admission.cycle import Admit, QueueingSettings, Wait
 from ringmaster.controllers.cluster_state import indexed_pod
 from ringmaster.controllers.kubeapi import MAX_EVENT_MESSAGE, KubeApi
+from ringmaster.controllers.training_lifecycle import admission_announcements
 from ringmaster.controllers.trainingjob import (
     POD_BATCH_SECONDS,
     WAIT_REFRESH_SECONDS,
@@ -49,13 +53,18 @@ class RecordingApi:
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
+        self.named: list[tuple[str, str]] = []  # (reason, name) of the named Events
 
     async def apply(self, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
         self.calls.append(("apply", obj["kind"]))
         return obj
 
-    async def post_event_about(self, involved: Any, type_: str, reason: str, message: str) -> None:
+    async def post_event_about(
+        self, involved: Any, type_: str, reason: str, message: str, name: str = ""
+    ) -> None:
         self.calls.append(("event", reason))
+        if name:
+            self.named.append((reason, name))
 
     async def patch_status(self, plural: str, namespace: str, name: str, status: Any) -> str:
         self.calls.append(("status", str(status.get("phase"))))
@@ -69,21 +78,72 @@ class RecordingApi:
         self.calls.append(("delete", name))
 
 
-def test_an_admission_is_announced_then_recorded_then_its_pods_created():
+def test_an_admission_is_recorded_then_its_pods_created_and_its_named_events_posted():
     decision = TrainingWorld().decide(job(spec(workers=2)))
     assert {e.reason for e in decision.events} >= {"Admitted", "StrategyChosen"}
     api = RecordingApi()
     controller = TrainingController(api, ring_planner, QueueingSettings())  # type: ignore[arg-type]
     asyncio.run(controller._apply("ml", "bert", dict(BODY), {}, decision))
     kinds = [kind for kind, _ in api.calls]
-    status_at = kinds.index("status")
-    assert kinds.count("status") == 1
-    # Every Event before the status: a kill after the status write loses none of them.
-    assert set(kinds[:status_at]) == {"event"}
-    assert ("event", "Admitted") in api.calls[:status_at]
-    # Every pod after it: a kill mid-gang leaves an admission on record to complete.
-    assert set(kinds[status_at + 1 :]) == {"create"}
+    # The status first: an admission is on record before any of its pods exists.
+    assert kinds[0] == "status" and kinds.count("status") == 1
+    assert set(kinds[1:]) == {"create", "event"}
     assert ("create", "bert-worker-1") in api.calls
+    # Its Events go out with its pods (one round trip fewer before them), named after the
+    # admission, so that a restarted operator can post them again harmlessly.
+    expected = admission_announcements("bert", "uid-1", decision.status)
+    assert {e.reason for e in expected} == {"Admitted", "StrategyChosen"}
+    assert sorted(api.named) == sorted((e.reason, e.name) for e in expected)
+
+
+def test_an_admission_on_record_this_process_did_not_announce_is_announced_first():
+    """Killed after the status write and before the Events: the next operator's first look
+    posts them (by the same names: the API keeps one of each) before any other write, and
+    never again after that."""
+    world = TrainingWorld()
+    admitted = world.decide(job(spec(workers=2)))
+    expected = admission_announcements("bert", "uid-1", admitted.status)
+    again = world.decide(job(spec(workers=2), admitted.status))  # on record, no pod seen yet
+    assert [o["metadata"]["name"] for o in again.create if o["kind"] == "Pod"]
+    api = RecordingApi()
+    controller = TrainingController(api, ring_planner, QueueingSettings())  # type: ignore[arg-type]
+    current = admitted.status.to_k8s()
+    asyncio.run(controller._apply("ml", "bert", dict(BODY), current, again))
+    kinds = [kind for kind, _ in api.calls]
+    first_other = min(i for i, kind in enumerate(kinds) if kind != "event")
+    assert sorted(api.named) == sorted((e.reason, e.name) for e in expected)
+    assert len(api.named) == first_other  # all of them before anything else
+    api.calls.clear()
+    api.named.clear()
+    asyncio.run(controller._apply("ml", "bert", dict(BODY), current, again))
+    assert api.named == []
+
+
+def test_an_admission_s_events_are_named_after_that_admission():
+    decision = TrainingWorld().decide(job(spec(workers=2)))
+    status = decision.status
+    names = {e.name for e in admission_announcements("bert", "uid-1", status)}
+    assert len(names) == 2 and all(n.startswith("bert.") for n in names)
+    assert names == {e.name for e in admission_announcements("bert", "uid-1", status)}
+    assert admission_announcements("bert", "uid-1", status)[1].message == next(
+        e.message for e in decision.events if e.reason == "Admitted"
+    )
+    assert admission_announcements("bert", "uid-1", status)[0].message == next(
+        e.message for e in decision.events if e.reason == "StrategyChosen"
+    )
+    assert (
+        admission_announcements("bert", "uid-1", status.model_copy(update={"phase": "Running"}))
+        == []
+    )
+    # Another job of the same name, another attempt, another admission: other names.
+    assert names.isdisjoint(e.name for e in admission_announcements("bert", "uid-2", status))
+    assert status.admission is not None
+    for changed in (
+        {"attempt": status.admission.attempt + 1},
+        {"time": status.admission.time + dt.timedelta(seconds=1)},
+    ):
+        other = status.model_copy(update={"admission": status.admission.model_copy(update=changed)})
+        assert names.isdisjoint(e.name for e in admission_announcements("bert", "uid-1", other))
 
 
 def test_a_created_pod_the_watch_shows_is_no_longer_expected():
@@ -186,6 +246,18 @@ def test_every_api_call_s_wait_is_measured_by_call(monkeypatch):
     before = count()
     asyncio.run(api.post_event_about(BODY, "Normal", "Admitted", "ok"))
     assert count() == before + 1
+
+
+def test_a_named_event_is_created_by_that_name_and_one_posted_already_is_no_error(
+    monkeypatch, caplog
+):
+    api, posted = _api_posting(monkeypatch, ApiException(status=409, reason="AlreadyExists"))
+    with_name = {"name": "bert.admitted-0123", "namespace": "ml"}
+    with caplog.at_level(logging.WARNING):
+        asyncio.run(api.post_event_about(BODY, "Normal", "Admitted", "ok", name=with_name["name"]))
+    [(_, event)] = posted
+    assert event["metadata"] == with_name
+    assert caplog.records == []  # posted before: nothing to report
 
 
 def test_an_event_the_api_refuses_is_skipped_but_an_unreachable_api_is_an_error(monkeypatch):

@@ -164,7 +164,9 @@ class Controller:
         each; each takes its time before the first is sent, so their times keep their order."""
         await asyncio.gather(
             *(
-                self.api.post_event_about(body, event.type, event.reason, event.message)
+                self.api.post_event_about(
+                    body, event.type, event.reason, event.message, name=event.name
+                )
                 for event in events
             )
         )

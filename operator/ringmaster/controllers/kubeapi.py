@@ -117,12 +117,13 @@ class KubeApi:
         return True
 
     async def post_event_about(
-        self, involved: Mapping[str, Any], type_: str, reason: str, message: str
+        self, involved: Mapping[str, Any], type_: str, reason: str, message: str, name: str = ""
     ) -> None:
         """Create a core v1 Event about an object and wait for the API to have it (kopf.event()
         only queues one, posted moments later). Shaped as kopf's, so `kubectl describe` shows
         both alike. An unreachable API or a terminating namespace raises, as for any write; any
-        other refusal is logged and skipped: an Event is a report, not state."""
+        other refusal is logged and skipped: an Event is a report, not state. A named Event that
+        exists already was posted before (by this process or the one before it): nothing to do."""
         import kopf
 
         posting = kopf.OperatorSettings().posting
@@ -133,7 +134,11 @@ class KubeApi:
             half = MAX_EVENT_MESSAGE // 2 - 2
             message = f"{message[:half]}...{message[-half:]}"
         event = {
-            "metadata": {"namespace": namespace, "generateName": posting.event_name_prefix},
+            "metadata": (
+                {"namespace": namespace, "name": name}
+                if name
+                else {"namespace": namespace, "generateName": posting.event_name_prefix}
+            ),
             "type": type_,
             "reason": reason,
             "message": message,
@@ -157,6 +162,8 @@ class KubeApi:
         except ApiException as error:
             if is_unreachable(error) or namespace_terminating(error):
                 raise
+            if name and error.status == 409:
+                return  # posted already
             log.warning(
                 "could not post the %s Event of %s/%s: %s",
                 reason,

@@ -22,6 +22,8 @@ class Event:
     type: Literal["Normal", "Warning"]
     reason: str
     message: str
+    # Empty: the API names it. Set: posting it again is harmless (the API keeps the first).
+    name: str = ""
 
 
 class _HasConditions(Protocol):

@@ -16,6 +16,7 @@ operator finds it in the API.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -34,7 +35,14 @@ from ringmaster.admission.cycle import (
 from ringmaster.admission.kueue import Flavor, WorkloadView, WorkloadWrite
 from ringmaster.admission.pools import candidate_pools
 from ringmaster.admission.snapshot import Key, PoolSummary, Promise, shape
-from ringmaster.api import TrainingJobSpec, TrainingJobStatus, TrainingPlan, WorkerCounts, is_tpu
+from ringmaster.api import (
+    TrainingJobSpec,
+    TrainingJobStatus,
+    TrainingPlan,
+    WorkerCounts,
+    find_condition,
+    is_tpu,
+)
 from ringmaster.api.reductionserverpool import ReductionServerPoolSpec
 from ringmaster.api.trainingjob import Admission, ReductionServerSettings
 from ringmaster.controllers.reporting import (
@@ -427,12 +435,14 @@ def _plan(step: _Step, pool: PoolSummary | None, reducers: ReducerPool | None) -
     step.conditions.set(PLANNED, "True", "Planned", f"strategy {plan.strategy}")
     step.decision.events += report_plausibility(step.conditions, plan_warnings(plan))
     if plan.strategy != previous and plan.fits is not False:
-        step.event(
-            "Normal",
-            "StrategyChosen",
-            f"{plan.strategy}: predicted {plan.step_seconds or 0:.3g} s/step, "
-            f"bottleneck {plan.bottleneck}",
-        )
+        step.event("Normal", "StrategyChosen", _strategy_message(plan))
+
+
+def _strategy_message(plan: TrainingPlan) -> str:
+    return (
+        f"{plan.strategy}: predicted {plan.step_seconds or 0:.3g} s/step, "
+        f"bottleneck {plan.bottleneck}"
+    )
 
 
 def _reducer_settings(step: _Step) -> tuple[ReductionServerSettings, str, ReducerPool | None]:
@@ -626,6 +636,34 @@ def _record_admission(
         step.event("Normal", "Admitted", message)
     step.decision.promise = promise_for(step.job.key, attempt, option, hosts)
     return admission
+
+
+def admission_announcements(name: str, uid: str, status: TrainingJobStatus) -> list[Event]:
+    """The Events that announce the admission `status` records while its phase is Admitted,
+    rebuilt from the status alone and named after the admission (uid, attempt, time): whoever
+    posts them, and however often, the API keeps one of each. An admitted gang's Events go out
+    with its pods, after the status write, one round trip fewer on its path than before it; an
+    operator that finds an admission on record it did not announce itself (it was killed in
+    between, or the post failed) posts these before anything else, so none is ever lost.
+    Empty when the status records no admission in phase Admitted."""
+    admission = status.admission
+    if status.phase != ADMITTED or admission is None:
+        return []
+    admitted = f"{uid}/{admission.attempt}/{admission.time.isoformat()}"
+    identity = hashlib.sha256(admitted.encode()).hexdigest()[:12]
+    prefix = name[:200]  # an Event's name is a DNS subdomain of at most 253 characters
+    events = []
+    plan = status.plan
+    if plan is not None and plan.fits is not False:
+        events.append(
+            Event("Normal", "StrategyChosen", _strategy_message(plan), f"{prefix}.plan-{identity}")
+        )
+    schedulable = find_condition(status.conditions, SCHEDULABLE)
+    if schedulable is not None and (schedulable.status, schedulable.reason) == ("True", "Admitted"):
+        events.append(
+            Event("Normal", "Admitted", schedulable.message, f"{prefix}.admitted-{identity}")
+        )
+    return events
 
 
 # ---------------------------------------------------------------- admitted, running, restarting

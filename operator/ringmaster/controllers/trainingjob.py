@@ -28,7 +28,8 @@ import logging
 import os
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import kopf
@@ -70,6 +71,7 @@ from ringmaster.controllers.expectations import UNWATCHED, CreateExpectations
 from ringmaster.controllers.kubeapi import KubeApi
 from ringmaster.controllers.reporting import Conditions, Event
 from ringmaster.controllers.training_lifecycle import (
+    ADMITTED,
     PENDING,
     Decision,
     JobView,
@@ -77,6 +79,7 @@ from ringmaster.controllers.training_lifecycle import (
     Planner,
     ReducerPool,
     World,
+    admission_announcements,
     reconcile_training,
 )
 from ringmaster.manifests.reduction import REDUCER_REQUESTS
@@ -238,6 +241,7 @@ class TrainingController(Controller):
         self._status_written_at: dict[Key, float] = {}
         self._admitted_at: dict[Key, float] = {}  # when a cycle admitted it (monotonic)
         self._first_looks_skipped: set[Key] = set()
+        self._announced: dict[Key, frozenset[str]] = {}  # named Events this process posted
         self.expectations = CreateExpectations()
 
     # ------------------------------------------------------------ feeding the snapshot
@@ -579,24 +583,30 @@ class TrainingController(Controller):
         current: dict[str, Any],
         decision: Decision,
     ) -> None:
+        key = (namespace, name)
         for obj in decision.apply:
             kopf.append_owner_reference(obj, owner=as_body(body))
             await self.api.apply(namespace, obj)
-        # The Events (and a Service, which nothing orders), then status, then pods: every
-        # admission on record was announced, and an admission is on record in the API before any
-        # of its pods exists; a phase on record has its Service.
+        # The Events (and a Service, which nothing orders), then status, then pods: every Event
+        # is in the API before the status that records what it announces, and an admission is on
+        # record before any of its pods exists; a phase on record has its Service. A new
+        # admission's Events are the exception: named after it, they go out with its pods, and
+        # one on record that this process did not announce is announced first (see
+        # admission_announcements).
+        before, after = self._announcements(key, body, current, decision)
         services = [obj for obj in decision.create if obj["kind"] in UNWATCHED]
         for obj in services:
             kopf.append_owner_reference(obj, owner=as_body(body))
         await asyncio.gather(
-            self.announce(body, decision.events),
+            self.announce(body, before),
             *(self.api.create(namespace, obj) for obj in services),
         )
-        self.expectations.created((namespace, name), services)
+        self._announced_now(key, (e.name for e in before))
+        self.expectations.created(key, services)
         new = decision.status.to_k8s()
         if new != current:
             await self.write_status(namespace, name, current, new)
-            self._status_written_at[(namespace, name)] = time.monotonic()
+            self._status_written_at[key] = time.monotonic()
         for write in decision.workload:
             await self._write_workload(namespace, body, write)
         # The pods (the Service went out above; what was created moments ago was filtered out
@@ -604,15 +614,55 @@ class TrainingController(Controller):
         create = [obj for obj in decision.create if obj["kind"] not in UNWATCHED]
         for obj in create:
             kopf.append_owner_reference(obj, owner=as_body(body))
-        # A gang's pods at once: one by one, a large gang spends seconds in round trips.
-        await asyncio.gather(*(self.api.create(namespace, obj) for obj in create))
-        self.expectations.created((namespace, name), create)
+        announcing = asyncio.ensure_future(self.announce(body, after)) if after else None
+        try:
+            # A gang's pods at once: one by one, a large gang spends seconds in round trips.
+            await asyncio.gather(*(self.api.create(namespace, obj) for obj in create))
+            self.expectations.created(key, create)
+        finally:
+            if announcing is not None:
+                await announcing
+                self._announced_now(key, (e.name for e in after))
         await asyncio.gather(
             *(self.api.delete_object(namespace, "Pod", pod) for pod in decision.delete)
         )
         if decision.delete_job:
             self.post(body, "Normal", "Expired", "ttlSecondsAfterFinished passed: deleting it")
             await self.api.delete_custom(PLURAL, namespace, name)
+
+    def _announcements(
+        self, key: Key, body: dict[str, Any], current: dict[str, Any], decision: Decision
+    ) -> tuple[list[Event], list[Event]]:
+        """The decision's Events split into those posted before its status write and those
+        posted with its pods after it (a new admission's, named after it). Before them all, the
+        Events of an admission on record that this process has not announced."""
+        name, uid = key[1], str(body["metadata"].get("uid") or "")
+        announced = self._announced.get(key, frozenset())
+        recorded: list[Event] = []
+        if current.get("phase") == ADMITTED:
+            status = TrainingJobStatus.model_validate(current)
+            recorded = [
+                e for e in admission_announcements(name, uid, status) if e.name not in announced
+            ]
+        recorded_names = {e.name for e in recorded} | announced
+        named = {
+            e.reason: e.name
+            for e in admission_announcements(name, uid, decision.status)
+            if e.name not in recorded_names
+        }
+        after = [replace(e, name=named[e.reason]) for e in decision.events if e.reason in named]
+        before = recorded + [e for e in decision.events if e.reason not in named]
+        # What the decision itself does not announce (a strategy unchanged since the last
+        # attempt) is not announced after a restart either.
+        said = {e.reason for e in after}
+        self._announced_now(key, [n for reason, n in named.items() if reason not in said])
+        return before, after
+
+    def _announced_now(self, key: Key, names: Iterable[str]) -> None:
+        """Named Events this process posted (or chose not to): not posted again."""
+        names = {name for name in names if name}
+        if names:
+            self._announced[key] = self._announced.get(key, frozenset()) | names
 
     # ------------------------------------------------------------ Kueue (kueue_workloads.py)
 
@@ -740,6 +790,7 @@ class TrainingController(Controller):
         self._status_written_at.pop(key, None)
         self.expectations.forget(key)
         self._first_looks_skipped.discard(key)
+        self._announced.pop(key, None)
         self._admitted_at.pop(key, None)
         self.snapshot.release(key)
         self.verdicts.pop(key, None)
