@@ -660,9 +660,9 @@ class TrainingController(Controller):
 
     def _announced_now(self, key: Key, names: Iterable[str]) -> None:
         """Named Events this process posted (or chose not to): not posted again."""
-        names = {name for name in names if name}
-        if names:
-            self._announced[key] = self._announced.get(key, frozenset()) | names
+        done = {name for name in names if name}
+        if done:
+            self._announced[key] = self._announced.get(key, frozenset()) | done
 
     # ------------------------------------------------------------ Kueue (kueue_workloads.py)
 
