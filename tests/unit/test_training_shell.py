@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client import REGISTRY
 
 from ringmaster.admission.cycle import Admit, QueueingSettings, Wait
+from ringmaster.api import TrainingJobStatus
 from ringmaster.controllers.cluster_state import indexed_pod
 from ringmaster.controllers.kubeapi import MAX_EVENT_MESSAGE, KubeApi
 from ringmaster.controllers.training_lifecycle import admission_announcements
@@ -83,7 +84,7 @@ def test_an_admission_is_recorded_then_its_pods_created_and_its_named_events_pos
     assert {e.reason for e in decision.events} >= {"Admitted", "StrategyChosen"}
     api = RecordingApi()
     controller = TrainingController(api, ring_planner, QueueingSettings())  # type: ignore[arg-type]
-    asyncio.run(controller._apply("ml", "bert", dict(BODY), {}, decision))
+    asyncio.run(controller._apply("ml", "bert", dict(BODY), {}, TrainingJobStatus(), decision))
     kinds = [kind for kind, _ in api.calls]
     # The status first: an admission is on record before any of its pods exists.
     assert kinds[0] == "status" and kinds.count("status") == 1
@@ -108,14 +109,14 @@ def test_an_admission_on_record_this_process_did_not_announce_is_announced_first
     api = RecordingApi()
     controller = TrainingController(api, ring_planner, QueueingSettings())  # type: ignore[arg-type]
     current = admitted.status.to_k8s()
-    asyncio.run(controller._apply("ml", "bert", dict(BODY), current, again))
+    asyncio.run(controller._apply("ml", "bert", dict(BODY), current, admitted.status, again))
     kinds = [kind for kind, _ in api.calls]
     first_other = min(i for i, kind in enumerate(kinds) if kind != "event")
     assert sorted(api.named) == sorted((e.reason, e.name) for e in expected)
     assert len(api.named) == first_other  # all of them before anything else
     api.calls.clear()
     api.named.clear()
-    asyncio.run(controller._apply("ml", "bert", dict(BODY), current, again))
+    asyncio.run(controller._apply("ml", "bert", dict(BODY), current, admitted.status, again))
     assert api.named == []
 
 
@@ -149,7 +150,7 @@ def test_an_admission_s_events_are_named_after_that_admission():
 def test_a_created_pod_the_watch_shows_is_no_longer_expected():
     decision = TrainingWorld().decide(job(spec(workers=2)))
     controller = TrainingController(RecordingApi(), ring_planner, QueueingSettings())  # type: ignore[arg-type]
-    asyncio.run(controller._apply("ml", "bert", dict(BODY), {}, decision))
+    asyncio.run(controller._apply("ml", "bert", dict(BODY), {}, TrainingJobStatus(), decision))
     pods = [obj for obj in decision.create if obj["kind"] == "Pod"]
     assert controller.expectations.still_to_create(("ml", "bert"), pods) == []
     # The watch shows worker 0 (a listed pod: no kind in the body), then it is deleted: the
@@ -191,7 +192,7 @@ def test_a_bound_gang_s_service_is_created_before_its_status_and_only_once():
     api = RecordingApi()
     controller = TrainingController(api, ring_planner, QueueingSettings())  # type: ignore[arg-type]
     current = admitted.status.to_k8s()
-    asyncio.run(controller._apply("ml", "bert", dict(BODY), current, running))
+    asyncio.run(controller._apply("ml", "bert", dict(BODY), current, admitted.status, running))
     kinds = [kind for kind, _ in api.calls]
     # Before the status that says Running: a job on record as Running has its Service.
     assert kinds.index("create") < kinds.index("status")

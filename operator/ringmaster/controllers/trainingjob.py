@@ -71,7 +71,6 @@ from ringmaster.controllers.expectations import UNWATCHED, CreateExpectations
 from ringmaster.controllers.kubeapi import KubeApi
 from ringmaster.controllers.reporting import Conditions, Event
 from ringmaster.controllers.training_lifecycle import (
-    ADMITTED,
     PENDING,
     Decision,
     JobView,
@@ -455,7 +454,7 @@ class TrainingController(Controller):
         if later is not None:
             return later
         try:
-            await self._apply(namespace, name, body, current, decision)
+            await self._apply(namespace, name, body, current, status, decision)
         except Exception:
             if decision.promise is not None and verdict is not None:
                 # Admitted by this look, and nothing recorded: let the room go, decide again.
@@ -581,8 +580,10 @@ class TrainingController(Controller):
         name: str,
         body: dict[str, Any],
         current: dict[str, Any],
+        status: TrainingJobStatus,
         decision: Decision,
     ) -> None:
+        """Apply one decision; `current` is the status on record, `status` the same, parsed."""
         key = (namespace, name)
         for obj in decision.apply:
             kopf.append_owner_reference(obj, owner=as_body(body))
@@ -593,7 +594,7 @@ class TrainingController(Controller):
         # admission's Events are the exception: named after it, they go out with its pods, and
         # one on record that this process did not announce is announced first (see
         # admission_announcements).
-        before, after = self._announcements(key, body, current, decision)
+        before, after = self._announcements(key, body, status, decision)
         services = [obj for obj in decision.create if obj["kind"] in UNWATCHED]
         for obj in services:
             kopf.append_owner_reference(obj, owner=as_body(body))
@@ -631,19 +632,16 @@ class TrainingController(Controller):
             await self.api.delete_custom(PLURAL, namespace, name)
 
     def _announcements(
-        self, key: Key, body: dict[str, Any], current: dict[str, Any], decision: Decision
+        self, key: Key, body: dict[str, Any], current: TrainingJobStatus, decision: Decision
     ) -> tuple[list[Event], list[Event]]:
         """The decision's Events split into those posted before its status write and those
         posted with its pods after it (a new admission's, named after it). Before them all, the
         Events of an admission on record that this process has not announced."""
         name, uid = key[1], str(body["metadata"].get("uid") or "")
         announced = self._announced.get(key, frozenset())
-        recorded: list[Event] = []
-        if current.get("phase") == ADMITTED:
-            status = TrainingJobStatus.model_validate(current)
-            recorded = [
-                e for e in admission_announcements(name, uid, status) if e.name not in announced
-            ]
+        recorded = [
+            e for e in admission_announcements(name, uid, current) if e.name not in announced
+        ]
         recorded_names = {e.name for e in recorded} | announced
         named = {
             e.reason: e.name
