@@ -18,7 +18,10 @@ from ringmaster import __version__
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("ringmaster.controllers.main", "run the operator (kopf) against the current cluster"),
     "plan": ("ringmaster.planning.command", "print what the operator would decide for a manifest"),
-    "calibrate": ("ringmaster.calibration", "compare the engine with published measurements"),
+    "calibrate": (
+        "ringmaster.calibration.command",
+        "compare the engine with published measurements",
+    ),
     "collective": (
         "ringmaster.collective",
         "what nccl-tests should print on given hosts, or check a real run (--compare)",

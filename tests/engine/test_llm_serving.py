@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ringmaster.engine import llm_calibration as LC
+from ringmaster.calibration import llm_serving as LC
 from ringmaster.engine import llm_serving as L
 from ringmaster.engine.hardware import DEFAULT_CATALOG
 from ringmaster.engine.transformer import KNOWN_TRANSFORMERS, Transformer

@@ -10,11 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ringmaster.calibration import SHARED_POINTS
+from ringmaster.calibration.llm_training import derive_llm_constants, llm_report
 from ringmaster.engine import llm_training as L
 from ringmaster.engine.hardware import DEFAULT_CATALOG
 from ringmaster.engine.transformer import KNOWN_TRANSFORMERS
 from ringmaster.engine.units import GIB
-from ringmaster.llm_calibration import derive_llm_constants, llm_report
 
 pytestmark = pytest.mark.unit
 

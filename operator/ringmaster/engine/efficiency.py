@@ -1,7 +1,7 @@
 """Every efficiency and latency constant of the engine, with where its value comes from.
 
 Calibrated constants are derived from the published points in ../shared/calibration/points.yaml
-(a copy ships in ``engine/data/points.yaml``); ``ringmaster.calibration.derive_constants``
+(a copy ships in ``calibration/points.yaml``); ``ringmaster.calibration.derive_constants``
 recomputes each one from the points and a test checks that the values below match it, so a
 constant cannot drift from its evidence. Constants with no published point are marked
 *assumed* or *borrowed* and say why; docs/engine.md tabulates all of them.

@@ -41,7 +41,7 @@ Precisions: ``BF16``/``FP16`` (2-byte weights), ``FP8`` (1-byte weights, FP8 ten
 and later), ``INT4`` (weight-only W4A16, AWQ/GPTQ: 4-bit weights plus one FP16 scale per group of
 128, computed in 16-bit). The KV cache is 16-bit, or FP8 when ``kv_cache_precision`` says so.
 The constants are fitted on named published points and checked on the rest
-(:mod:`ringmaster.engine.llm_calibration`, ``ringmaster calibrate``).
+(:mod:`ringmaster.calibration.llm_serving`, ``ringmaster calibrate``).
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ F64 = NDArray[np.float64]
 # Sustained fraction of the dense tensor peak in prefill and in compute-bound decode. Fitted on
 # one point, TensorRT-LLM's batch-1 time to first token of LLaMA-7B with a 2,048-token prompt on
 # A100 in FP16, 133 ms (trtllm-batch1-ttft-7b: the most compute-bound point published); checked
-# on the other TTFT points and the throughput table (llm_calibration.report).
+# on the other TTFT points and the throughput table (calibration.llm_serving.report).
 LLM_COMPUTE_EFFICIENCY = 0.672
 # Achieved fraction of HBM bandwidth when a decode step streams the weights and KV cache, and the
 # fixed cost of one step (kernel launches, sampling, scheduling). Fitted together on two points:

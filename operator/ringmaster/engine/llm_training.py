@@ -118,9 +118,9 @@ TP_ALLREDUCES_RECOMPUTE = 2
 
 # Sustained fraction of the dense peak that a transformer's forward and backward matmuls reach
 # in a large-scale training step (the memory-bound kernels around them are timed apart, at HBM
-# bandwidth: ELEMENTWISE_PASSES). Calibrated (ringmaster.llm_calibration, fitted on the Megatron
-# SC'21 Table 1 rows with tensor parallelism only, the least communication-bound ones): see that
-# module for the fit and for the checked rows; a test keeps this value equal to the fit.
+# bandwidth: ELEMENTWISE_PASSES). Calibrated (ringmaster.calibration.llm_training, fitted on the
+# Megatron SC'21 Table 1 rows with tensor parallelism only, the least communication-bound ones):
+# see that module for the fit and for the checked rows; a test keeps this value equal to the fit.
 LLM_MATMUL_EFFICIENCY = 0.584
 
 # The same for TPUs (XLA on the MXU, which fuses much of the elementwise work into the matmuls:

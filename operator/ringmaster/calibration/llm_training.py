@@ -122,7 +122,7 @@ def _one(model: Transformer, hw: L.LayoutHardware, **layout: Any) -> L.LayoutArr
 def _megatron(points: Mapping[str, Any], efficiency: float) -> list[tuple[float, float, float]]:
     """(params_billion, published, predicted TFLOP/s per GPU) per Table 1 row; predicted counts
     FLOPs as the paper does (model FLOPs + full recompute)."""
-    point = _point(points, "megatron-sc21-table1")
+    point = point_by_id(points, "megatron-sc21-table1")
     out = []
     for values in point["rows"]:
         r = dict(zip(point["columns"], values, strict=True))
@@ -158,7 +158,7 @@ _RECOMPUTE = {
 def _torchtitan(points: Mapping[str, Any], efficiency: float) -> list[tuple[str, float, float]]:
     """(model, published MFU, predicted MFU) on 64 x A100-80GB with FSDP full sharding."""
     out = []
-    for r in _point(points, "torchtitan-a100-fsdp")["rows"]:
+    for r in point_by_id(points, "torchtitan-a100-fsdp")["rows"]:
         model = replace(TORCHTITAN_MODELS[r["model"]], sequence_length=int(r["seq"]))
         hw = _gpu("nvidia-a100-80gb", 64, TORCHTITAN_NIC_GBPS, efficiency)
         b = int(r["local_batch"])
@@ -182,7 +182,7 @@ def _maxtext(points: Mapping[str, Any], efficiency: float) -> list[tuple[float, 
     chips, full rematerialisation; the 128B row runs tensor 16 x FSDP 16 with
     ``remat_policy=minimal_offloaded`` (MaxText configs/v5e/128b.sh), modelled as Selective."""
     out = []
-    for r in _point(points, "maxtext-v5e")["rows"]:
+    for r in point_by_id(points, "maxtext-v5e")["rows"]:
         size = int(r["params_billion"])
         model = maxtext_model(size)
         tensor = 16 if size == 128 else 1
@@ -201,7 +201,7 @@ def _maxtext(points: Mapping[str, Any], efficiency: float) -> list[tuple[float, 
     return out
 
 
-def _point(points: Mapping[str, Any], pid: str) -> dict[str, Any]:
+def point_by_id(points: Mapping[str, Any], pid: str) -> dict[str, Any]:
     for point in points.get("llm_training") or []:
         if point.get("id") == pid:
             return dict(point)

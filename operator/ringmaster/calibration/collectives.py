@@ -1,0 +1,262 @@
+"""Collectives: nccl-tests bus bandwidths (NVLink, NVLS, NICs by transport) and NCCL's latency
+constants beside the network model (``collectives`` section of points.yaml)."""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ringmaster.calibration.points import (
+    CHECKED,
+    DECISION,
+    FITTED,
+    GOAL_MAX,
+    LARGE_MESSAGE_BYTES,
+    VERBATIM,
+    Row,
+    point_by_id,
+    range_error,
+    relative_error,
+)
+from ringmaster.engine import collectives as C
+from ringmaster.engine import efficiency as E
+from ringmaster.engine.hardware import DEFAULT_CATALOG, MachineType
+from ringmaster.engine.units import GIB, gbps_to_bytes_per_second
+
+
+def network_host(name: str, gbps_per_nic: float, nics: int, transport: str) -> MachineType:
+    """A host described only by its network (the points' clusters are not catalog machines)."""
+    return MachineType(
+        name=name,
+        vcpus=0,
+        nic_bandwidth=gbps_to_bytes_per_second(gbps_per_nic * nics),
+        price_per_hour=0.0,
+        source="the calibration point's setup",
+        nics=nics,
+        transport=transport,  # type: ignore[arg-type]
+    )
+
+
+def _busbw(t: C.CollectiveTime) -> float:
+    return float(np.ravel(t.bus_bandwidth)[0])
+
+
+def collective_rows(points: Mapping[str, Any]) -> list[Row]:
+    rows: list[Row] = []
+    cat = DEFAULT_CATALOG
+    a100 = cat.accelerator("nvidia-tesla-a100")
+    h100 = cat.accelerator("nvidia-h100-80gb")
+    big = LARGE_MESSAGE_BYTES
+
+    p = point_by_id(points, "a100-nvlink-8gpu-allreduce")
+    busbw = _busbw(C.intra_host_collective(C.ALL_REDUCE, big, 8, a100)) / 1e9
+    pub = float(p["busbw_GBps"])
+    rows.append(
+        Row(
+            p["id"],
+            "busbw GB/s, 8 GiB",
+            pub,
+            busbw,
+            relative_error(busbw, pub),
+            0.02,
+            FITTED,
+            "NVLINK_EFFICIENCY",
+        )
+    )
+
+    p = point_by_id(points, "one-100g-nic-internode-allreduce")
+    ib = network_host("1 x 100 Gbps RDMA", 100, 1, "rdma")
+    busbw = _busbw(C.inter_host_collective(C.ALL_REDUCE, big, 2, 1, ib, a100)) / 1e9
+    pub = float(p["busbw_GBps"])
+    rows.append(
+        Row(
+            p["id"],
+            "busbw GB/s, 2 x 1 GPU",
+            pub,
+            busbw,
+            relative_error(busbw, pub),
+            0.05,
+            FITTED,
+            "NIC_EFFICIENCY (mean of three ratios)",
+        )
+    )
+
+    gcp = network_host("32 Gbps gVNIC", 32, 1, "tcp")
+    v100 = cat.accelerator("nvidia-tesla-v100")
+    p = point_by_id(points, "gcp-32gbe-tcp-2x1gpu")
+    low, high = (float(v) for v in p["busbw_Gbps"])
+    busbw = _busbw(C.inter_host_collective(C.ALL_REDUCE, big, 2, 1, gcp, v100)) * 8 / 1e9
+    rows.append(
+        Row(
+            p["id"],
+            "busbw Gbps, 2 x 1 GPU",
+            (low + high) / 2,
+            busbw,
+            range_error(busbw, low, high),
+            0.05,
+            FITTED,
+            "NIC_EFFICIENCY",
+        )
+    )
+
+    p = point_by_id(points, "gcp-32gbe-tcp-4x1gpu")
+    values = [float(v) for v in p["busbw_Gbps"]]
+    busbw = _busbw(C.inter_host_collective(C.ALL_REDUCE, 1.0 * GIB, 4, 1, gcp, v100)) * 8 / 1e9
+    rows.append(
+        Row(
+            p["id"],
+            "busbw Gbps, 4 x 1 GPU, 1 GiB",
+            statistics.mean(values),
+            busbw,
+            range_error(busbw, min(values), max(values)),
+            GOAL_MAX,
+            CHECKED,
+            "ring over 4 hosts; the tree (2x) applies to 2 hosts only",
+        )
+    )
+
+    p = point_by_id(points, "h100-nvlink-8gpu-allreduce")
+    ring_only = {"NCCL_ALGO": "ring"}
+    busbw = _busbw(C.intra_host_collective(C.ALL_REDUCE, 4 * GIB, 8, h100, env=ring_only)) / 1e9
+    pub = float(p["busbw_GBps"]["ring"])
+    rows.append(
+        Row(
+            p["id"],
+            "ring busbw GB/s, 8 GPUs",
+            pub,
+            busbw,
+            relative_error(busbw, pub),
+            GOAL_MAX,
+            CHECKED,
+            "A100's NVLink efficiency on NVLink 4",
+        )
+    )
+    nvls = C.intra_host_collective(C.ALL_REDUCE, 4 * GIB, 8, h100)
+    busbw = _busbw(nvls) / 1e9
+    pub = float(p["busbw_GBps"]["nvls"])
+    rows.append(
+        Row(
+            p["id"],
+            "NVLS busbw GB/s, 8 GPUs",
+            pub,
+            busbw,
+            relative_error(busbw, pub),
+            0.02,
+            FITTED,
+            "NVLS_EFFICIENCY",
+        )
+    )
+    chosen = C.ALGORITHM_NAMES[int(np.ravel(nvls.algorithm)[0])]
+    rows.append(
+        Row(
+            p["id"],
+            f"algorithm at 4 GiB: {chosen} (NCCL: NVLS)",
+            1.0,
+            1.0 if chosen == "NVLS" else 0.0,
+            0.0 if chosen == "NVLS" else -1.0,
+            0.0,
+            DECISION,
+            "NVLS is NCCL's default on NVSwitch H100",
+        )
+    )
+    match = re.search(r"NVLS ([\d /]+) for ([\d /]+) GPUs", str(p.get("note", "")))
+    if match:
+        figures = [float(x) for x in match.group(1).split("/")]
+        gpus = [int(x) for x in match.group(2).split("/")]
+        for count, pub in zip(gpus, figures, strict=True):
+            if count == 8:
+                continue  # the fitted figure
+            t = C.intra_host_collective(C.ALL_REDUCE, 4 * GIB, count, h100)
+            busbw = _busbw(t) / 1e9
+            rows.append(
+                Row(
+                    p["id"],
+                    f"NVLS busbw GB/s, {count} GPUs",
+                    pub,
+                    busbw,
+                    relative_error(busbw, pub),
+                    GOAL_MAX,
+                    CHECKED,
+                    "from the point's note",
+                )
+            )
+
+    p = point_by_id(points, "a100-nvlink-8gpu-allreduce-by-size")
+    low, high = (float(v) for v in p["busbw_GBps"]["le_1GiB"])
+    busbw = _busbw(C.intra_host_collective(C.ALL_REDUCE, 1.0 * GIB, 8, a100)) / 1e9
+    rows.append(
+        Row(
+            p["id"],
+            "busbw GB/s, 1 GiB",
+            (low + high) / 2,
+            busbw,
+            range_error(busbw, low, high),
+            GOAL_MAX,
+            CHECKED,
+            "alpha-beta reaches the plateau sooner than NCCL's pipeline does",
+        )
+    )
+    pub = float(p["busbw_GBps"]["ge_8GiB"])
+    busbw = _busbw(C.intra_host_collective(C.ALL_REDUCE, 8.0 * GIB, 8, a100)) / 1e9
+    rows.append(
+        Row(
+            p["id"],
+            "busbw GB/s, 8 GiB",
+            pub,
+            busbw,
+            relative_error(busbw, pub),
+            0.02,
+            FITTED,
+            "the figure NVLINK_EFFICIENCY is fitted on",
+        )
+    )
+
+    p = point_by_id(points, "a100-3node-4xhdr-allreduce")
+    hdr = network_host("4 x 200 Gbps HDR InfiniBand", 200, 4, "rdma")
+    t = C.inter_host_collective(C.ALL_REDUCE, big, 3, 8, hdr, a100)
+    busbw = _busbw(t) / 1e9
+    alg = C.ALGORITHM_NAMES[int(np.ravel(t.algorithm)[0])]
+    for key in ("average", "peak"):
+        pub = float(p["busbw_GBps"][key])
+        rows.append(
+            Row(
+                p["id"],
+                f"busbw GB/s ({key}), {alg}",
+                pub,
+                busbw,
+                relative_error(busbw, pub),
+                GOAL_MAX,
+                CHECKED,
+                "ring: busbw = the host's NICs",
+            )
+        )
+
+    p = point_by_id(points, "nccl-latency-constants")
+    used = {
+        "base": E.NCCL_BASE_LATENCY_US["ring"][C.PROTO_SIMPLE],
+        "nvlink_hop": E.NCCL_HW_LATENCY_US["nvlink"]["ring"][C.PROTO_SIMPLE],
+        "pcie_hop": E.NCCL_HW_LATENCY_US["pcie"]["ring"][C.PROTO_SIMPLE],
+        "network_hop": E.NCCL_HW_LATENCY_US["net"]["ring"][C.PROTO_SIMPLE],
+    }
+    for key, value in p["values_us"].items():
+        ours = used[key]
+        same = abs(ours - float(value)) < 1e-9
+        note = "" if same else "superseded: NCCL's current tuning.cc says 14 us (older NCCL 9.6)"
+        err = relative_error(ours, float(value))
+        rows.append(
+            Row(
+                p["id"],
+                f"{key} us",
+                float(value),
+                ours,
+                err,
+                1e-9 if same else abs(err),
+                VERBATIM,
+                note,
+            )
+        )
+    return rows

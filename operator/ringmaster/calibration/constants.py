@@ -1,0 +1,46 @@
+"""Every calibrated constant of :mod:`ringmaster.engine.efficiency`, recomputed from the published
+points, so a test keeps the constants in the code equal to what the evidence gives."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping
+from typing import Any
+
+from ringmaster.calibration.points import (
+    RESNET50_OPERATIONS,
+    point_by_id,
+)
+
+
+def derive_constants(points: Mapping[str, Any]) -> dict[str, float]:
+    """Each calibrated constant of engine.efficiency, recomputed from the published points."""
+    hw = points["hardware"]
+    nvlink_line = float(hw["nvidia-tesla-a100"]["nvlink_GBps_per_direction"])
+    nvlink = float(point_by_id(points, "a100-nvlink-8gpu-allreduce")["busbw_GBps"]) / nvlink_line
+    one_nic = float(point_by_id(points, "one-100g-nic-internode-allreduce")["busbw_GBps"]) / 12.5
+    gcp = [float(v) / 32.0 for v in point_by_id(points, "gcp-32gbe-tcp-2x1gpu")["busbw_Gbps"]]
+    nic = statistics.mean([one_nic, *gcp])
+    h100 = point_by_id(points, "h100-nvlink-8gpu-allreduce")
+    h100_line = float(hw["nvidia-h100-80gb"]["nvlink_GBps_per_direction"])
+    nvls = float(h100["busbw_GBps"]["nvls"]) / (2 * 7 / 8) / h100_line
+    t4 = float(point_by_id(points, "mlperf-v0.7-t4-resnet50-offline")["samples_per_second"])
+    a100 = float(point_by_id(points, "mlperf-v0.7-a100-sxm-resnet50-offline")["samples_per_second"])
+    eff_t4 = t4 * RESNET50_OPERATIONS / (float(hw["nvidia-tesla-t4"]["int8_tops"]) * 1e12)
+    eff_a100 = a100 * RESNET50_OPERATIONS / (float(hw["nvidia-tesla-a100"]["int8_tops"]) * 1e12)
+    compute = math.sqrt(eff_t4 * eff_a100)
+    single = float(point_by_id(points, "mlperf-v0.7-a100-sxm-resnet50-singlestream")["latency_ms"])
+    one_image = RESNET50_OPERATIONS / (float(hw["nvidia-tesla-a100"]["int8_tops"]) * 1e12 * compute)
+    lat = point_by_id(points, "nccl-latency-constants")["values_us"]
+    return {
+        "NVLINK_EFFICIENCY": nvlink,
+        "NIC_EFFICIENCY": nic,
+        "NVLS_EFFICIENCY": nvls,
+        "COMPUTE_EFFICIENCY": compute,
+        "INFERENCE_OVERHEAD_SECONDS": single * 1e-3 - one_image,
+        "NCCL_BASE_LATENCY": float(lat["base"]) * 1e-6,
+        "NVLINK_HOP_LATENCY": float(lat["nvlink_hop"]) * 1e-6,
+        "PCIE_HOP_LATENCY": float(lat["pcie_hop"]) * 1e-6,
+        # network_hop: superseded by NCCL's current tuning.cc (14 us), see efficiency.py.
+    }
