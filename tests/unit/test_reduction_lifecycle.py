@@ -109,7 +109,7 @@ def rs_planner(spec, machine_type, reducers=None):
     )
 
 
-def job(pool_name=None, status=None):
+def job(pool_name=None, status=None, run_policy=None):
     communication = {"strategy": "ReductionServer"}
     if pool_name:
         communication["reductionServer"] = {"poolName": pool_name}
@@ -124,6 +124,7 @@ def job(pool_name=None, status=None):
             },
             "communication": communication,
             "template": {"image": "trainer:1"},
+            "runPolicy": run_policy or {},
         }
     )
     return JobView("bert", "ml", 1, spec, status or TrainingJobStatus(), NOW)
@@ -375,3 +376,51 @@ def test_running_workers_are_planned_with_the_reducers_they_use_not_the_pool_siz
     shrunk = {"shared": ReducerPool("shared", 2, 2, ENDPOINTS[:2], "n1-highcpu-16")}
     the_world.decide(job("shared", status), pods, shrunk, planner=planner)
     assert calls and set(calls) == {2}  # scaled down: 2 of its 8 still serve
+
+
+def _owned_replicas(decision) -> list[int]:
+    return [o["spec"]["replicas"] for o in decision.apply if o["kind"] == "ReductionServerPool"]
+
+
+def test_suspend_and_a_restart_release_the_jobs_own_reducers_and_admission_brings_them_back():
+    the_world = world()
+    ready = {"bert-reducers": ReducerPool("bert-reducers", 25, 25, ENDPOINTS, "n1-highcpu-16")}
+    admitted = the_world.decide(job(), [], ready, planner=rs_planner)
+    assert _owned_replicas(admitted) == [25] and admitted.status.phase == "Admitted"
+    running = [
+        WorkerPod(o["metadata"]["name"], rank, 0, "Running", f"a100-highgpu-8g-000{rank}", False)
+        for rank, o in enumerate(o for o in admitted.create if o["kind"] == "Pod")
+    ]
+    # Suspended: the workers go, and so do its reducers (the pool scales to zero).
+    suspend = {"suspend": True}
+    suspending = the_world.decide(
+        job(status=admitted.status, run_policy=suspend), running, ready, planner=rs_planner
+    )
+    assert sorted(suspending.delete) == sorted(p.name for p in running)
+    assert _owned_replicas(suspending) == [0]
+    suspended = the_world.decide(
+        job(status=suspending.status, run_policy=suspend), [], ready, planner=rs_planner
+    )
+    assert suspended.status.phase == "Suspended"
+    schedulable = find_condition(suspended.status.conditions, "Schedulable")
+    assert (schedulable.status, schedulable.reason) == ("False", "Suspended")
+    # Scaled to zero: nothing more to release while it stays suspended.
+    idle = {"bert-reducers": ReducerPool("bert-reducers", 0, 0, (), "n1-highcpu-16")}
+    still = the_world.decide(
+        job(status=suspended.status, run_policy=suspend), [], idle, planner=rs_planner
+    )
+    assert _owned_replicas(still) == []
+    # Resumed: admitted again, and the pool is asked for its reducers again.
+    resumed = the_world.decide(job(status=still.status), [], idle, planner=rs_planner)
+    assert resumed.status.phase == "Admitted" and _owned_replicas(resumed) == [25]
+    assert find_condition(resumed.status.conditions, "Schedulable").status == "True"
+    # A worker fails: the gang restarts and its reducers go with it until the next admission.
+    back = the_world.decide(job(status=resumed.status), [], ready, planner=rs_planner)
+    pods = [
+        WorkerPod(o["metadata"]["name"], rank, 0, "Running", f"a100-highgpu-8g-000{rank}", False)
+        for rank, o in enumerate(o for o in back.create if o["kind"] == "Pod")
+    ]
+    pods[1] = WorkerPod(pods[1].name, 1, 0, "Failed", pods[1].node, False, "exit code 1 (Error)")
+    restart = the_world.decide(job(status=back.status), pods, ready, planner=rs_planner)
+    assert restart.status.restarts == 1 and _owned_replicas(restart) == [0]
+    assert sorted(restart.delete) == sorted(p.name for p in pods)

@@ -346,9 +346,29 @@ def test_each_worker_is_pinned_to_the_host_its_admission_recorded():
     assert fresh.snapshot.promised(("ml", "bert")).hosts == tuple(hosts)
 
 
-def test_a_host_lost_before_its_worker_started_restarts_the_gang_elsewhere():
+def _lose(world: TrainingWorld, host: str, how: str) -> None:
+    """The host goes away, is cordoned, or a foreign pod takes its room."""
+    if how == "deleted":
+        world.snapshot.remove_node(host)
+    elif how == "cordoned":
+        node = next(n for n in nodes({"a100-highgpu-8g": 6}) if n.name == host)
+        world.snapshot.set_node(replace(node, schedulable=False))
+    else:
+        world.snapshot.set_pod(bound_pod("squatter", host, gpus=8, namespace="someone-else"))
+
+
+@pytest.mark.parametrize(
+    ("how", "why"),
+    [
+        ("deleted", "is gone"),
+        ("cordoned", "is cordoned or not Ready"),
+        ("taken", "has no room left for it (other pods took it)"),
+    ],
+)
+def test_a_host_lost_before_its_worker_started_restarts_the_gang_with_no_attempt_spent(how, why):
     world = TrainingWorld({"a100-highgpu-8g": 6})
-    the_spec = spec(workers=2, runPolicy={"backoffLimit": 3})
+    # backoffLimit 0: a worker failure would fail the job; the infrastructure's must not.
+    the_spec = spec(workers=2, runPolicy={"backoffLimit": 0})
     admitted = world.decide(job(the_spec))
     hosts = admitted.status.admission.hosts
     started = [
@@ -357,14 +377,32 @@ def test_a_host_lost_before_its_worker_started_restarts_the_gang_elsewhere():
     ]
     world.create_pods(admitted, bind_to=[hosts[0], None])
     assert world.decide(job(the_spec, admitted.status), started).delete == []
-    world.snapshot.remove_node(hosts[1])  # the host of worker 1 goes before it is bound
+    _lose(world, hosts[1], how)  # the host of worker 1 is lost before it is bound
     restart = world.decide(job(the_spec, admitted.status), started)
+    # The attempt's pods go together, the bound one with the unbound one.
     assert sorted(restart.delete) == sorted(p.name for p in started)
-    assert restart.status.restarts == 1 and restart.status.admission is None
-    [event] = [e for e in restart.events if e.reason == "Restarted"]
-    assert f"host {hosts[1]} is gone before worker 1 started there" in event.message
+    assert restart.status.phase == "Pending" and restart.status.admission is None
+    assert not restart.status.restarts and restart.status.requeues == 1
+    assert find_condition(restart.status.conditions, "Failed") is None
+    [event] = [e for e in restart.events if e.reason == "Requeued"]
+    assert f"host {hosts[1]} {why} before worker 1 started there" in event.message
+    assert "no attempt spent (0/0 used" in event.message
+    assert not [e for e in restart.events if e.reason == "Restarted"]
+    # The next attempt is a new one (its pods carry attempt 1) and avoids the lost host.
     readmitted = world.decide(job(the_spec, restart.status))
+    assert readmitted.status.admission.attempt == 1
     assert hosts[1] not in readmitted.status.admission.hosts
+    assert {
+        o["metadata"]["annotations"]["ringmaster.dev/attempt"]
+        for o in readmitted.create
+        if o["kind"] == "Pod"
+    } == {"1"}
+    # A worker that fails still spends an attempt: with backoffLimit 0 the job fails.
+    pods = pods_of(readmitted, attempt=1)
+    pods[0] = replace(pods[0], phase="Failed", exit_detail="exit code 1 (Error)")
+    failed = world.decide(job(the_spec, readmitted.status), pods)
+    assert failed.status.phase == "Failed"
+    assert find_condition(failed.status.conditions, "Failed").reason == "BackoffLimitExceeded"
 
 
 def test_a_host_lost_under_a_bound_worker_is_left_to_the_worker_failing():
@@ -380,3 +418,30 @@ def test_a_host_lost_under_a_bound_worker_is_left_to_the_worker_failing():
     )  # cordoned under a running worker: the worker runs on
     decision = world.decide(job(spec(workers=2), admitted.status), running)
     assert decision.delete == [] and decision.status.phase == "Running"
+
+
+def failing_planner(spec, machine_type, reducers=None):
+    raise ValueError("no layout divides: 16 accelerators, global batch 100 with micro-batch 3")
+
+
+def test_a_job_the_engine_cannot_plan_waits_with_the_reason_and_creates_nothing():
+    world = TrainingWorld()
+    decision = world.decide(job(spec(workers=2)), planner=failing_planner)
+    assert decision.create == [] and decision.apply == [] and decision.promise is None
+    assert decision.status.phase == "Pending" and decision.status.admission is None
+    assert world.snapshot.promised(("ml", "bert")) is None
+    schedulable = find_condition(decision.status.conditions, "Schedulable")
+    assert (schedulable.status, schedulable.reason) == ("False", "PlanFailed")
+    assert "no layout divides" in schedulable.message
+    planned = find_condition(decision.status.conditions, "Planned")
+    assert (planned.status, planned.reason) == ("False", "PlanFailed")
+    # One Warning, not one per condition.
+    assert [e.reason for e in decision.events] == ["PlanFailed"]
+    # Admitted before a new catalog made it unplannable, and no worker exists yet: it goes back
+    # to waiting rather than creating workers without a plan.
+    admitted = world.decide(job(spec(workers=2)))
+    assert admitted.status.phase == "Admitted"
+    world.snapshot.release(("ml", "bert"))
+    again = world.decide(job(spec(workers=2), admitted.status), planner=failing_planner)
+    assert again.create == [] and again.status.admission is None
+    assert find_condition(again.status.conditions, "Schedulable").reason == "PlanFailed"

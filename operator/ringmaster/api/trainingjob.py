@@ -634,7 +634,8 @@ class Admission(StatusModel):
     time: dt.datetime
     """When it was admitted."""
     attempt: int = Field(ge=0)
-    """The gang attempt admitted (status.restarts at the time): a restart needs a new one."""
+    """The gang attempt admitted (status.restarts + status.requeues at the time): a restart
+    needs a new one."""
     hosts: list[str] | None = None
     """The host of each worker, by rank, when the operator chose them: each worker pod is
     pinned to its host, so kube-scheduler places the gang where admission counted its room."""
@@ -660,7 +661,12 @@ class TrainingJobStatus(StatusModel):
     plan: TrainingPlan | None = None
     workers: WorkerCounts | None = None
     restarts: int | None = None
-    """Gang restarts so far (compared with runPolicy.backoffLimit)."""
+    """Gang restarts so far that a worker's failure caused (compared with
+    runPolicy.backoffLimit)."""
+    requeues: int | None = None
+    """Gang restarts that cost no attempt: a host admission named for a worker was taken by
+    another pod, cordoned, deleted or lost before the worker started there. Infrastructure, not
+    the job: counted apart from restarts, as Kueue counts evictions."""
     pool: str | None = None
     """The node pool the gang was placed on."""
     admission: Admission | None = None

@@ -74,13 +74,15 @@ SUCCEEDED, FAILED, SUSPENDED = "Succeeded", "Failed", "Suspended"
 FINISHED = (SUCCEEDED, FAILED)
 
 SCHEDULABLE, PLANNED, COMPLETE = "Schedulable", "Planned", "Complete"
-DOES_NOT_FIT = "DoesNotFit"
+DOES_NOT_FIT, PLAN_FAILED = "DoesNotFit", "PlanFailed"
 FAILED_CONDITION, SUSPENDED_CONDITION = "Failed", "Suspended"
 
 # How soon to look again while something is in motion (pods starting or going away).
 SOON_SECONDS = 1.0
 
 REDUCTION_SERVER = "ReductionServer"
+# A gang restarted for the infrastructure's sake (a named host lost before its worker started).
+REQUEUED = "Requeued"
 REDUCERS_CONDITION = "ReductionServerReady"
 
 
@@ -324,6 +326,11 @@ def _suspended(step: _Step, pods: Sequence[WorkerPod]) -> None:
     step.decision.release = True
     status.admission = None  # a resumed job is admitted again
     status.workers = None
+    _release_reducers(step)
+    # A suspended gang holds no room: Schedulable says so, not the admission it had.
+    step.conditions.set(
+        SCHEDULABLE, "False", SUSPENDED, "runPolicy.suspend is true: the gang holds no room"
+    )
     if pods:
         # Suspended means no worker exists, and a suspension can be lifted only once the job is
         # Suspended (the CRD's rule): so a resume never finds the old gang's pods still listed
@@ -368,9 +375,15 @@ def _finish(step: _Step, live: Sequence[WorkerPod], phase: str, reason: str, mes
 # ---------------------------------------------------------------- the gang's attempts
 
 
+def gang_attempt(status: TrainingJobStatus) -> int:
+    """The gang attempt that runs or waits: every restart makes a new one, whether it spent an
+    attempt of the backoff limit (restarts) or not (requeues)."""
+    return (status.restarts or 0) + (status.requeues or 0)
+
+
 def _active(step: _Step, pods: Sequence[WorkerPod]) -> None:
     status, decision = step.status, step.decision
-    attempt = status.restarts or 0
+    attempt = gang_attempt(status)
     if _kueue_queue(step) is not None:
         view = _own_workload(step)
         if view is None or not view.runs:
@@ -395,6 +408,7 @@ def _active(step: _Step, pods: Sequence[WorkerPod]) -> None:
             return
         admission = _waiting(step, attempt)
         if admission is None:
+            _release_reducers(step)  # a gang that waits holds no reducers either
             return
     _admitted(step, admission, current, live)
 
@@ -418,24 +432,26 @@ def _adopt(step: _Step, current: Mapping[int, WorkerPod], attempt: int) -> Admis
     return None
 
 
-def _plan(step: _Step, pool: PoolSummary | None, reducers: ReducerPool | None) -> None:
-    """status.plan for the pool's machine type, the Planned condition and StrategyChosen."""
+def _plan(step: _Step, pool: PoolSummary | None, reducers: ReducerPool | None) -> str:
+    """status.plan for the pool's machine type, the Planned condition and StrategyChosen.
+    Returns why the engine could not plan the job ("" when it did)."""
     status = step.status
     previous = status.plan.strategy if status.plan else None
     machine = pool.identity.instance_type if pool else None
     try:
         status.plan = step.planner(step.spec, machine, reducers)
     except ValueError as error:
-        # The engine cannot model this hardware: run anyway, without a prediction, and say why.
+        # No plan: a waiting job waits with the reason (_waiting); a gang that runs already
+        # keeps running, without a prediction.
         status.plan = None
-        if step.conditions.transition(PLANNED, "False", "PlanFailed", str(error)):
-            step.event("Warning", "PlanFailed", str(error))
-        return
+        step.conditions.set(PLANNED, "False", PLAN_FAILED, str(error))
+        return str(error)
     plan = status.plan
     step.conditions.set(PLANNED, "True", "Planned", f"strategy {plan.strategy}")
     step.decision.events += report_plausibility(step.conditions, plan_warnings(plan))
     if plan.strategy != previous and plan.fits is not False:
         step.event("Normal", "StrategyChosen", _strategy_message(plan))
+    return ""
 
 
 def _strategy_message(plan: TrainingPlan) -> str:
@@ -542,6 +558,7 @@ _WARNINGS = frozenset(
         "UnsupportedTopology",
         WORKER_LARGER_THAN_NODE,
         DOES_NOT_FIT,
+        PLAN_FAILED,
         # Kueue admitted the job where it cannot run, or finished its Workload (admission/kueue.py).
         "FlavorMismatch",
         "ResourceFlavorNotFound",
@@ -572,7 +589,12 @@ def _waiting(step: _Step, attempt: int) -> Admission | None:
         _wait(step, candidates.reason, candidates.message)
         return None
     settings, reducer_pool_name, reducers = _reducer_settings(step)
-    _plan(step, candidates[0], reducers)
+    failed = _plan(step, candidates[0], reducers)
+    if failed:
+        # A refusal stops what it refuses: no admission, no pod, no reducer for a job the
+        # engine cannot plan (ringmaster plan refuses the same file).
+        _wait(step, PLAN_FAILED, failed)
+        return None
     if status.plan is not None and status.plan.fits is False:
         # The model fits no layout on this pool's accelerators: wait, say why, create nothing.
         _wait(step, DOES_NOT_FIT, status.plan.reason or "the model does not fit in memory")
@@ -677,7 +699,15 @@ def _admitted(
     status.pool = admission.pool
     pool = step.world.pools.get(admission.pool)
     settings, reducer_pool_name, reducers = _reducer_settings(step)
-    _plan(step, pool, _reducers_in_use(reducers, current))
+    failed = _plan(step, pool, _reducers_in_use(reducers, current))
+    if failed and not current:
+        # Admitted, then the engine could no longer plan it (a new catalog) before any worker
+        # existed: nothing is created for a job without a plan; it waits with the reason.
+        status.admission = None
+        decision.release = True
+        _release_reducers(step)
+        _wait(step, PLAN_FAILED, failed)
+        return
     uses_reducers = _uses_reducers(status.plan)
     status.reduction_server_pool = reducer_pool_name if uses_reducers else None
     schedulable = step.conditions.get(SCHEDULABLE)
@@ -713,7 +743,7 @@ def _admitted(
     if gone:
         # A host chosen for a worker that has not started went away or was taken: the gang's
         # pods are pinned, so it starts again elsewhere, as when a running worker's host dies.
-        _restart(step, [], current, live, attempt, what=gone)
+        _restart(step, [], current, live, attempt, what=gone, infrastructure=True)
         return
     if len(current) == spec.workers and all(p.phase == "Succeeded" for p in current.values()):
         _finish(step, live, SUCCEEDED, "Completed", f"all {spec.workers} workers succeeded")
@@ -822,7 +852,12 @@ def _restart(
     live: Sequence[WorkerPod],
     attempt: int,
     what: str = "",
+    infrastructure: bool = False,
 ) -> None:
+    """The gang goes whole (every pod of the attempt, with its own reducers) and a new attempt
+    waits for admission. A worker's failure spends an attempt of runPolicy.backoffLimit; a host
+    lost before its worker started (``infrastructure``) is no fault of the job and spends none
+    (status.requeues, as Kueue's evictions)."""
     spec, status, decision = step.spec, step.status, step.decision
     what = what or (
         f"worker {failed[0].rank} failed ({failed[0].exit_detail or 'Failed'})"
@@ -830,18 +865,37 @@ def _restart(
         else f"{spec.workers - len(current)} worker pod(s) disappeared"
     )
     limit = spec.run_policy.backoff_limit
-    if attempt >= limit:
+    spent = status.restarts or 0
+    if not infrastructure and spent >= limit:
         _finish(step, live, FAILED, "BackoffLimitExceeded", f"{what}; backoffLimit {limit} reached")
         return
-    decision.delete += [p.name for p in current.values()]
+    decision.delete += [p.name for p in live if p.name not in decision.delete]
     decision.promise = None
     decision.release = True
-    status.restarts = attempt + 1
     status.admission = None  # the next attempt is admitted anew
     status.phase = PENDING
     status.workers = None
-    step.event("Warning", "Restarted", f"{what}; restarting the gang ({attempt + 1}/{limit})")
+    _release_reducers(step)
+    if infrastructure:
+        status.requeues = (status.requeues or 0) + 1
+        step.event(
+            "Warning",
+            REQUEUED,
+            f"{what}; the gang starts again elsewhere, no attempt spent ({spent}/{limit} used, "
+            f"{status.requeues} requeued)",
+        )
+    else:
+        status.restarts = spent + 1
+        step.event("Warning", "Restarted", f"{what}; restarting the gang ({spent + 1}/{limit})")
     decision.requeue_after = SOON_SECONDS
+
+
+def _release_reducers(step: _Step) -> None:
+    """A gang that does not run holds none of its own reducers: its ReductionServerPool scales
+    to zero (and back at its next admission). A shared pool is sized by its jobs."""
+    settings, name, reducers = _reducer_settings(step)
+    if settings.pool_name is None and reducers is not None and reducers.replicas > 0:
+        step.decision.apply.append(owned_reducer_pool(step.job.name, settings, 0))
 
 
 def _counts(pods: Sequence[WorkerPod], workers: int) -> dict[str, int]:
