@@ -140,7 +140,8 @@ def test_the_cycle_takes_the_first_pool_where_the_gang_fits():
     (verdict,) = world.cycle([choice])
     assert isinstance(verdict, Admit) and verdict.pool == "a100-megagpu-16g"
     (later,) = world.cycle([WaitingGang(("ml", "b"), NOW, "nvidia-tesla-a100", (first,))])
-    assert isinstance(later, Wait) and later.message.endswith("2 fit now")
+    assert isinstance(later, Wait)
+    assert later.message.endswith("2 fit now (too small: 2 fit on its 2 hosts even empty)")
 
 
 def test_the_room_packs_tightest_nodes_first_and_keeps_whole_hosts_whole():

@@ -200,7 +200,9 @@ def test_a_batch_that_divides_no_layout_is_invalid_input(tmp_path, capsys):
     path.write_text(yaml.safe_dump(doc))
     code, _, err = plan(capsys, path)
     assert code == 2
-    assert "spec.parallelism" in err and "no layout divides" in err
+    # The CRD's rule (and its Python twin) refuses it before the engine is asked.
+    assert "spec.parallelism.globalBatchSize" in err
+    assert "not a multiple of micro-batch 1 x data-parallel 16" in err
 
 
 # --- status, DoesNotFit, environment ------------------------------------------------------------

@@ -2,10 +2,11 @@
 {{- define "ringmaster.namespacedRules" -}}
 # kopf indexes and watches the workers and reducers (cluster_state.py, trainingjob.py,
 # reductionserverpool.py); the TrainingJob controller creates worker pods and deletes them on
-# gang restart and suspend. Never patched: their spec is immutable, their status the kubelet's.
+# gang restart and suspend. Patched only to let a serving pod through its admission scheduling
+# gate (pinned to the host admission granted it: docs/architecture.md); status is the kubelet's.
 - apiGroups: [""]
   resources: [pods]
-  verbs: [list, watch, create, delete]
+  verbs: [list, watch, create, delete, patch]
 # Rendezvous Services (created by TrainingJobs); reducer and serving Services, server-side applied
 # by ReductionServerPools and InferenceEndpoints (patch, and create when absent). Never read back.
 - apiGroups: [""]

@@ -19,6 +19,11 @@ Queueing rule (an operator setting, ``ringmaster run --queueing``):
 
 No preemption: a waiting high-priority gang does not evict running ones (Kueue does that, with
 its preemption policies, for clusters that need it).
+
+Ringmaster's own serving replicas (an InferenceEndpoint's pods) wait at an admission scheduling
+gate and take their room through the same pass, before the gangs, oldest first: each gets a
+named host with room that no admitted gang was promised (:class:`Grant`), or stays gated with
+the numbers (:class:`Hold`). So kube-scheduler is never free to give one a host a gang holds.
 """
 
 from __future__ import annotations
@@ -98,6 +103,27 @@ class Admit:
 
 
 Verdict = Admit | Wait
+
+
+@dataclass(frozen=True)
+class Grant:
+    """A serving pod let through its admission gate, pinned to `host` (None: it requests no
+    room, or names no pool admission knows, and goes where kube-scheduler puts it)."""
+
+    pod: Key
+    host: str | None
+
+
+@dataclass(frozen=True)
+class Hold:
+    """A serving pod that stays at its admission gate: no host of its pool has room for it now
+    that is not promised to an admitted gang."""
+
+    pod: Key
+    message: str
+
+
+ServingVerdict = Grant | Hold
 
 
 @dataclass(frozen=True)
@@ -266,6 +292,7 @@ class GangCheck:
     reason: str  # InsufficientCapacity, InsufficientReducerCapacity or WorkerLargerThanNode
     message: str
     available: int  # workers that fit now (at most the gang's size)
+    why: str = ""  # why the pool cannot take it now beyond being full (cordoned, too small)
 
 
 WORKER_LARGER_THAN_NODE = "WorkerLargerThanNode"
@@ -299,6 +326,42 @@ def worker_larger_than_nodes(sizes: Counter[Shape], option: GangOption) -> str:
     )
 
 
+def pool_state(view: CycleView, option: GangOption) -> str:
+    """Why a pool short of room for the gang is short, when being full is not all of it: its
+    hosts cordoned or not Ready, or too few to hold the gang even empty. "" when it is full."""
+    sizes = view.snapshot.node_sizes(option.pool)
+    hosts = sum(sizes.values())
+    schedulable = sum(view.snapshot.free_vectors(option.pool).values())
+    if hosts and not schedulable:
+        return f"cordoned or not Ready: 0 of {hosts} hosts schedulable"
+    empty = Room(sizes).count(option.worker, option.workers, option.one_per_node)
+    if empty < option.workers:
+        return f"too small: {empty} fit on its {hosts} hosts even empty"
+    if schedulable < hosts:
+        return f"full; {hosts - schedulable} of {hosts} hosts cordoned or not Ready"
+    return ""
+
+
+def waiting_message(option: GangOption, checks: list[tuple[GangOption, GangCheck]]) -> str:
+    """What a gang that fits on none of its pools waits for: every pool considered, with its
+    room now and why it cannot take the gang (one pool: that pool's own message)."""
+    if len(checks) == 1:
+        return checks[0][1].message
+    parts = []
+    for candidate, check in checks:
+        if check.reason == WORKER_LARGER_THAN_NODE:
+            why = "a worker is larger than any of its hosts"
+        elif check.reason == "InsufficientCapacity":
+            why = f"{check.available} fit now" + (f" ({check.why})" if check.why else " (full)")
+        else:
+            why = check.message
+        parts.append(f"pool {candidate.pool}: {why}")
+    return (
+        f"needs {option.workers} workers x {option.per_worker} {option.accelerator_resource}"
+        f" on one of {len(checks)} pools; " + "; ".join(parts)
+    )
+
+
 def check_gang(view: CycleView, option: GangOption) -> GangCheck:
     """THE gang check: all of the gang's workers on the pool, and every one of its own reducers
     on a free host, or nothing."""
@@ -307,12 +370,15 @@ def check_gang(view: CycleView, option: GangOption) -> GangCheck:
         too_large = worker_larger_than_nodes(view.snapshot.node_sizes(option.pool), option)
         if too_large:
             return GangCheck(False, WORKER_LARGER_THAN_NODE, too_large, 0)
+        why = pool_state(view, option)
         return GangCheck(
             False,
             "InsufficientCapacity",
             f"needs {option.workers} workers x {option.per_worker} "
-            f"{option.accelerator_resource} on pool {option.pool}; {available} fit now",
+            f"{option.accelerator_resource} on pool {option.pool}; {available} fit now"
+            + (f" ({why})" if why else ""),
             available,
+            why,
         )
     hosts = view.reducer_hosts_needed(option)
     if hosts:
@@ -343,15 +409,67 @@ def admission_order(
     )
 
 
+def grant_serving_pods(view: CycleView) -> list[ServingVerdict]:
+    """Room for each pod at the admission gate, oldest first, on a named host of its pool."""
+    verdicts: list[ServingVerdict] = []
+    pools = view.snapshot.pools()
+    for pod in view.snapshot.gated():
+        if pod.pool is None or not pod.requests:
+            verdicts.append(Grant(pod.key, None))
+            continue
+        if pod.pool not in pools:
+            verdicts.append(Hold(pod.key, f"pool {pod.pool} has no nodes"))
+            continue
+        room = view.room(pod.pool)
+        placed, hosts = room.place(pod.requests, 1)
+        if placed == 1 and hosts and hosts[0]:
+            verdicts.append(Grant(pod.key, hosts[0]))
+            continue
+        schedulable = sum(room.nodes.values())
+        wanted = ", ".join(f"{name} {_amount(name, amount)}" for name, amount in pod.requests)
+        verdicts.append(
+            Hold(
+                pod.key,
+                f"no host of pool {pod.pool} has room for it ({wanted}): 0 of {schedulable} "
+                f"schedulable hosts, counting the room held for admitted gangs as taken",
+            )
+        )
+    return verdicts
+
+
+def admission_pass(
+    snapshot: ClusterSnapshot,
+    gangs: Iterable[WaitingGang],
+    settings: QueueingSettings,
+    now: dt.datetime,
+) -> tuple[list[ServingVerdict], list[Verdict]]:
+    """One pass: room for the serving pods at the gate first, then a decision for every waiting
+    gang in admission order, in the room left. The caller records each Grant
+    (:meth:`ClusterSnapshot.grant`) and each Admit (:meth:`ClusterSnapshot.promise`)."""
+    view = CycleView(snapshot)
+    grants = grant_serving_pods(view)
+    return grants, _decide_gangs(view, gangs, settings, now)
+
+
 def admission_cycle(
     snapshot: ClusterSnapshot,
     gangs: Iterable[WaitingGang],
     settings: QueueingSettings,
     now: dt.datetime,
 ) -> list[Verdict]:
-    """A decision for every waiting gang, in admission order. The caller applies them in that
-    order and records each Admit in the snapshot (:meth:`ClusterSnapshot.promise`)."""
-    view = CycleView(snapshot)
+    """A decision for every waiting gang, in admission order (after the serving pods at the gate
+    have taken their room: :func:`admission_pass`). The caller applies them in that order and
+    records each Admit in the snapshot (:meth:`ClusterSnapshot.promise`)."""
+    return admission_pass(snapshot, gangs, settings, now)[1]
+
+
+def _decide_gangs(
+    view: CycleView,
+    gangs: Iterable[WaitingGang],
+    settings: QueueingSettings,
+    now: dt.datetime,
+) -> list[Verdict]:
+    snapshot = view.snapshot
     held: dict[str, WaitingGang] = {}  # queue -> the gang that holds it
     verdicts: list[Verdict] = []
     for _priority, gang in admission_order(snapshot, gangs):
@@ -388,7 +506,8 @@ def admission_cycle(
         # hold says so, and never holds its queue (it would block it for ever).
         could = [check for _, check in checks if check.reason != WORKER_LARGER_THAN_NODE]
         first = could[0] if could else checks[0][1]
-        verdicts.append(Wait(gang.key, first.reason, first.message))
+        message = waiting_message(checks[0][0], checks) if could else first.message
+        verdicts.append(Wait(gang.key, first.reason, message))
         if not could:
             continue
         since = gang.waiting_since or now

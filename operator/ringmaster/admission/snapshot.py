@@ -8,6 +8,9 @@ from all nodes), as Kueue's cache is. Every pod's requests count exactly once:
   bound (``used``);
 - not bound yet, not pinned and not going away: on the pool its nodeSelector names
   (``pending``);
+- held at Ringmaster's admission scheduling gate (an InferenceEndpoint's replica): nowhere until
+  a cycle grants it a host (:func:`ringmaster.admission.cycle.admission_pass`); from then on
+  pinned there, as if bound, whether or not the pod event that shows the grant has come;
 - decided but not seen yet: in the :class:`Promise` of its admitted gang, which counts only the
   pods of the gang's attempt that no event has shown: on the hosts the promise names, one worker
   per unseen rank (``reserved``), or, for a promise with no hosts, on its pool (``workers -
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
@@ -90,6 +93,7 @@ class PodFacts:
     job: Key | None = None  # the TrainingJob whose worker it is
     attempt: int = 0
     reducer_pool: Key | None = None  # the ReductionServerPool whose reducer it is
+    gated: bool = False  # held at Ringmaster's admission scheduling gate (a serving replica)
 
     @property
     def key(self) -> Key:
@@ -175,6 +179,10 @@ class ClusterSnapshot:
         self._promises: dict[Key, Promise] = {}
         self._promised_on: dict[str, set[Key]] = {}  # host -> jobs whose promise names it
         self._priorities: dict[str, tuple[int, bool]] = {}  # class -> (value, globalDefault)
+        self._gated: dict[Key, PodFacts] = {}  # pods at the admission gate
+        self._gated_since: dict[Key, int] = {}  # their order of arrival (kept across updates)
+        self._arrivals = 0
+        self._granted: dict[Key, str] = {}  # gated pods a cycle gave a host, not yet seen ungated
 
     # ------------------------------------------------------------ events
 
@@ -202,6 +210,14 @@ class ClusterSnapshot:
         self.version += 1
 
     def set_pod(self, pod: PodFacts) -> None:
+        granted = self._granted.get(pod.key)
+        if granted is not None:
+            if pod.gated and not pod.node:
+                # A grant is being written: the pod takes its room on that host meanwhile (an
+                # event of the pod from before the grant must not give the room back).
+                pod = replace(pod, gated=False, pinned=granted)
+            else:
+                del self._granted[pod.key]
         old = self._pods.get(pod.key)
         if old == pod:
             return
@@ -209,13 +225,36 @@ class ClusterSnapshot:
             self._count_pod(old, -1)
         self._pods[pod.key] = pod
         self._count_pod(pod, 1)
+        if pod.key not in self._gated:
+            self._gated_since.pop(pod.key, None)
         # A pinned pod's host also moves the promise's reservation there (seen or not).
         hosts = {*((old.host, old.pinned) if old else ()), pod.host, pod.pinned}
         for host in hosts - {None}:
             self._refresh(host)
         self.version += 1
 
+    def grant(self, key: Key, host: str | None) -> None:
+        """A cycle let a gated pod through to `host` (None: anywhere, it needs no room): it takes
+        the room there from now on."""
+        pod = self._pods.get(key)
+        if pod is None or not pod.gated:
+            return
+        if host is None:
+            self.set_pod(replace(pod, gated=False))
+            return
+        self._granted[key] = host
+        self.set_pod(pod)
+
+    def ungrant(self, key: Key) -> None:
+        """The grant could not be written: the pod is gated again, and holds nothing."""
+        host = self._granted.pop(key, None)
+        pod = self._pods.get(key)
+        if host is not None and pod is not None and not pod.node:
+            self.set_pod(replace(pod, gated=True, pinned=None))
+
     def remove_pod(self, key: Key) -> None:
+        self._granted.pop(key, None)
+        self._gated_since.pop(key, None)
         old = self._pods.pop(key, None)
         if old is None:
             return
@@ -299,6 +338,16 @@ class ClusterSnapshot:
         if pod.reducer_pool is not None:
             _add(self._seen_reducers, pod.reducer_pool, sign)
         if not pod.active:
+            return
+        if pod.gated and not pod.node:
+            # Held at the gate: it takes no room until a cycle grants it some.
+            if pod.terminating or sign < 0:
+                self._gated.pop(pod.key, None)
+            else:
+                self._gated[pod.key] = pod
+                if pod.key not in self._gated_since:
+                    self._arrivals += 1
+                    self._gated_since[pod.key] = self._arrivals
             return
         if pod.host:
             used = self._used.setdefault(pod.host, {})
@@ -430,6 +479,13 @@ class ClusterSnapshot:
         """Pods a reducer pool has (any state): reducers a gang needs no new host for."""
         return self._seen_reducers[pool]
 
+    def has_gated(self) -> bool:
+        return bool(self._gated)
+
+    def gated(self) -> list[PodFacts]:
+        """Pods held at the admission gate and not granted, oldest first (as they appeared)."""
+        return sorted(self._gated.values(), key=lambda pod: self._gated_since[pod.key])
+
     def promised(self, job: Key) -> Promise | None:
         return self._promises.get(job)
 
@@ -459,6 +515,7 @@ class ClusterSnapshot:
             "seen_reducers": dict(self._seen_reducers),
             "seen_on": dict(self._seen_on),
             "reducers_on": dict(self._reducers_on),
+            "gated": set(self._gated),
         }
 
     @classmethod

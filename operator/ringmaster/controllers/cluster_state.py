@@ -20,6 +20,7 @@ import kopf
 from ringmaster.admission.snapshot import PodFacts, shape
 from ringmaster.controllers.training_lifecycle import WorkerPod
 from ringmaster.manifests.naming import (
+    ADMISSION_GATE,
     ATTEMPT_ANNOTATION,
     MANAGED_BY,
     OPERATOR,
@@ -89,6 +90,7 @@ def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
         job=(namespace, job) if job else None,
         attempt=attempt,
         reducer_pool=(namespace, reducer_pool) if reducer_pool else None,
+        gated=any(g.get("name") == ADMISSION_GATE for g in spec.get("schedulingGates") or ()),
     )
 
 

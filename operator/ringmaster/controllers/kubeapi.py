@@ -303,6 +303,16 @@ class KubeApi:
 
         return await self._call(f"apply {obj['kind']}", call)
 
+    async def patch_object(
+        self, namespace: str, kind: str, name: str, patch: dict[str, Any]
+    ) -> None:
+        """Strategic-merge-patch one object of a kind in _PATHS; ApiException when refused (404
+        included: the caller decides whether gone is fine)."""
+        prefix, plural = _PATHS[kind]
+        path = f"{prefix}/namespaces/{namespace}/{plural}/{name}"
+        content_type = "application/strategic-merge-patch+json"
+        await self._call(f"patch {kind}", self._request, "PATCH", path, patch, None, content_type)
+
     async def delete_object(self, namespace: str, kind: str, name: str) -> None:
         """Delete one object of a kind in _PATHS (background propagation); gone already is fine."""
         prefix, plural = _PATHS[kind]

@@ -699,14 +699,14 @@ def _admitted(
     status.pool = admission.pool
     pool = step.world.pools.get(admission.pool)
     settings, reducer_pool_name, reducers = _reducer_settings(step)
-    failed = _plan(step, pool, _reducers_in_use(reducers, current))
-    if failed and not current:
+    unplanned = _plan(step, pool, _reducers_in_use(reducers, current))
+    if unplanned and not current:
         # Admitted, then the engine could no longer plan it (a new catalog) before any worker
         # existed: nothing is created for a job without a plan; it waits with the reason.
         status.admission = None
         decision.release = True
         _release_reducers(step)
-        _wait(step, PLAN_FAILED, failed)
+        _wait(step, PLAN_FAILED, unplanned)
         return
     uses_reducers = _uses_reducers(status.plan)
     status.reduction_server_pool = reducer_pool_name if uses_reducers else None
@@ -893,7 +893,7 @@ def _restart(
 def _release_reducers(step: _Step) -> None:
     """A gang that does not run holds none of its own reducers: its ReductionServerPool scales
     to zero (and back at its next admission). A shared pool is sized by its jobs."""
-    settings, name, reducers = _reducer_settings(step)
+    settings, _name, reducers = _reducer_settings(step)
     if settings.pool_name is None and reducers is not None and reducers.replicas > 0:
         step.decision.apply.append(owned_reducer_pool(step.job.name, settings, 0))
 

@@ -40,12 +40,15 @@ from ringmaster import metrics
 from ringmaster.admission.cycle import (
     DEFAULT_BYPASS_LIMIT_SECONDS,
     Admit,
+    Grant,
+    Hold,
     QueueingRule,
     QueueingSettings,
+    ServingVerdict,
     Verdict,
     Wait,
     WaitingGang,
-    admission_cycle,
+    admission_pass,
     promise_for,
 )
 from ringmaster.admission.kueue import (
@@ -81,6 +84,7 @@ from ringmaster.controllers.training_lifecycle import (
     admission_announcements,
     reconcile_training,
 )
+from ringmaster.manifests.inference import gate_lifted
 from ringmaster.manifests.reduction import REDUCER_REQUESTS
 from ringmaster.placement.pools import node_from_object, parse_resources
 
@@ -112,6 +116,10 @@ FIRST_LOOK_SECONDS = 2.0
 # pod events (syncJobBatchPeriod, 1 s, pkg/controller/job/job_controller.go). Admission does not
 # wait on it: the snapshot takes the pod at once and the cycle admits from it.
 POD_BATCH_SECONDS = 0.5
+# A serving pod whose gate could not be lifted keeps the room of its grant this long before it
+# is gated again and granted anew (doubling per failure): the API refused or did not answer,
+# and granting it again at once would retry at the cycle's pace.
+GATE_RETRY_SECONDS = (1.0, 30.0)
 
 
 def queueing_settings() -> QueueingSettings:
@@ -242,6 +250,9 @@ class TrainingController(Controller):
         self._first_looks_skipped: set[Key] = set()
         self._announced: dict[Key, frozenset[str]] = {}  # named Events this process posted
         self.expectations = CreateExpectations()
+        self._held_pods: dict[Key, str] = {}  # serving pods at the gate -> the Hold last posted
+        self._gate_failures: dict[Key, int] = {}
+        self._gate_tasks: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------ feeding the snapshot
 
@@ -302,6 +313,8 @@ class TrainingController(Controller):
         facts = indexed_pod(body).facts  # parsed once for the index and this event
         if event == "DELETED":
             self.snapshot.remove_pod(facts.key)
+            self._held_pods.pop(facts.key, None)
+            self._gate_failures.pop(facts.key, None)
         else:
             self.snapshot.set_pod(facts)
         if facts.job is not None:
@@ -359,10 +372,14 @@ class TrainingController(Controller):
         """Decide every waiting gang from the snapshot, unless nothing changed since the last
         cycle (the time bound of BestEffortFIFO is checked on resync)."""
         state = (self.snapshot.version, self._queue_version)
-        if not self.waiting or state == self._last_cycle:
+        if not (self.waiting or self.snapshot.has_gated()) or state == self._last_cycle:
             return
         with metrics.ADMISSION_CYCLE_SECONDS.time():
-            verdicts = admission_cycle(self.snapshot, self.waiting.values(), self.settings, now)
+            grants, verdicts = admission_pass(
+                self.snapshot, self.waiting.values(), self.settings, now
+            )
+        for grant in grants:
+            self._serve(grant)
         for verdict in verdicts:
             if isinstance(verdict, Admit):
                 # The room is held at once: later cycles see it taken before any pod exists.
@@ -378,6 +395,52 @@ class TrainingController(Controller):
                 self.verdicts[verdict.key] = verdict
                 self.queue.add(verdict.key)
         self._last_cycle = (self.snapshot.version, self._queue_version)
+
+    def _serve(self, verdict: ServingVerdict) -> None:
+        """A serving pod at the gate: granted, its room is taken at once and the gate lifted in
+        the background; held, an Event on the pod says why (once per message)."""
+        if isinstance(verdict, Hold):
+            if self._held_pods.get(verdict.pod) != verdict.message:
+                self._held_pods[verdict.pod] = verdict.message
+                self._background(self._post_hold(verdict))
+            return
+        self._held_pods.pop(verdict.pod, None)
+        self.snapshot.grant(verdict.pod, verdict.host)
+        self._background(self._lift_gate(verdict))
+
+    def _background(self, work: Any) -> None:
+        task = asyncio.ensure_future(work)
+        self._gate_tasks.add(task)
+        task.add_done_callback(self._gate_tasks.discard)
+
+    async def _lift_gate(self, grant: Grant) -> None:
+        namespace, name = grant.pod
+        try:
+            await self.api.patch_object(namespace, "Pod", name, gate_lifted(grant.host))
+            self._gate_failures.pop(grant.pod, None)
+            return
+        except ApiException as error:
+            if error.status == 404:
+                return  # gone: its DELETED event takes it out of the snapshot
+            log.warning("could not lift the admission gate of pod %s/%s: %s", *grant.pod, error)
+        except Exception:
+            log.exception("could not lift the admission gate of pod %s/%s", *grant.pod)
+        failures = self._gate_failures.get(grant.pod, 0) + 1
+        self._gate_failures[grant.pod] = failures
+        first, most = GATE_RETRY_SECONDS
+        await asyncio.sleep(min(most, first * 2 ** (failures - 1)))
+        self.snapshot.ungrant(grant.pod)
+        self.wake()
+
+    async def _post_hold(self, hold: Hold) -> None:
+        namespace, name = hold.pod
+        metadata = {"namespace": namespace, "name": name}
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata}
+        try:
+            await self.api.post_event_about(pod, "Normal", "WaitingForRoom", hold.message)
+        except Exception as error:  # a report, not state: the next Hold posts again
+            self._held_pods.pop(hold.pod, None)
+            log.debug("could not post the hold of pod %s/%s: %s", namespace, name, error)
 
     def _worth_writing(self, verdict: Verdict, now: dt.datetime) -> bool:
         """A new reason at once; new numbers for the same reason at most every
@@ -825,6 +888,8 @@ class TrainingController(Controller):
     async def stop(self) -> None:
         if self.cycle_task is not None:
             self.cycle_task.cancel()
+        for task in list(self._gate_tasks):
+            task.cancel()
         await super().stop()
 
 

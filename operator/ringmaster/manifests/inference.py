@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ringmaster.api import InferenceEndpointSpec
-from ringmaster.manifests.naming import ROLE_LABEL, common_labels, dns_label
+from ringmaster.manifests.naming import ADMISSION_GATE, ROLE_LABEL, common_labels, dns_label
+from ringmaster.manifests.training import pinned_to
 
 INFERENCE_ENDPOINT_LABEL = "ringmaster.dev/inferenceendpoint"
 SERVER_ROLE = "server"
@@ -144,6 +145,9 @@ def server_deployment(
             "metadata": pod_metadata,
             "spec": {
                 "enableServiceLinks": False,
+                # Each replica waits for the operator's admission to grant it a host that no
+                # gang was promised (docs/architecture.md: who may take a promised host).
+                "schedulingGates": [{"name": ADMISSION_GATE}],
                 "nodeSelector": dict(placement.node_selector),
                 "tolerations": [
                     {
@@ -170,6 +174,16 @@ def server_deployment(
         },
         "spec": deployment_spec,
     }
+
+
+def gate_lifted(host: str | None) -> dict[str, Any]:
+    """The strategic-merge patch that lets a replica through its admission gate, pinned to the
+    host admission granted it (None: anywhere). Both are allowed on a gated pod (Kubernetes
+    1.30+: a gated pod's node affinity may be set when it has none, and a gate removed)."""
+    spec: dict[str, Any] = {"schedulingGates": [{"name": ADMISSION_GATE, "$patch": "delete"}]}
+    if host is not None:
+        spec["affinity"] = pinned_to(host)
+    return {"spec": spec}
 
 
 def replicas_only(endpoint: str, namespace: str, replicas: int) -> dict[str, Any]:

@@ -16,6 +16,11 @@ REDUCTION_POOL_LABEL = "ringmaster.dev/reductionserverpool"
 ROLE_LABEL = "ringmaster.dev/role"
 RANK_LABEL = "ringmaster.dev/rank"
 ATTEMPT_ANNOTATION = "ringmaster.dev/attempt"
+# The scheduling gate (spec.schedulingGates) on an InferenceEndpoint's pods: kube-scheduler leaves
+# a gated pod alone until the operator's admission cycle grants it a host (pinned by node
+# affinity) and removes the gate, so no serving pod takes a host promised to a gang.
+ADMISSION_GATE = "ringmaster.dev/admission"
+
 
 _DNS_LABEL_MAX = 63
 
