@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 from decimal import Decimal
 
 import pytest
@@ -19,7 +20,7 @@ from ringmaster.admission.cycle import (
     promise_for,
 )
 from ringmaster.admission.snapshot import shape
-from tests.unit.training_world import GPU8, NOW, TrainingWorld, bound_pod
+from tests.unit.training_world import GPU8, NOW, TrainingWorld, bound_pod, nodes
 
 pytestmark = pytest.mark.unit
 POOL = "a100-highgpu-8g"
@@ -217,3 +218,38 @@ def test_workers_smaller_than_a_host_are_placed_tightest_first_by_name():
 def test_a_room_without_names_still_counts_and_names_no_host():
     room = Room({GPU8: 2})
     assert room.place(GPU8, 2) == (2, ["", ""])
+
+
+def test_the_waiting_message_names_every_pool_considered_and_why_each_cannot_take_it():
+    world = TrainingWorld({POOL: 4, "a100-megagpu-16g": 2})
+    for node in nodes({POOL: 4}):
+        world.snapshot.set_node(replace(node, schedulable=False))  # the first pool is cordoned
+    world.snapshot.set_pod(bound_pod("big", "a100-megagpu-16g-0000", gpus=16))
+    options = tuple(
+        GangOption(pool, GPU8, 3, False, "nvidia.com/gpu", 8) for pool in (POOL, "a100-megagpu-16g")
+    )
+    (wait,) = world.cycle([WaitingGang(("ml", "a"), NOW, "nvidia-tesla-a100", options)])
+    assert isinstance(wait, Wait) and wait.reason == "InsufficientCapacity"
+    assert wait.message == (
+        "needs 3 workers x 8 nvidia.com/gpu on one of 2 pools; "
+        f"pool {POOL}: 0 fit now (cordoned or not Ready: 0 of 4 hosts schedulable); "
+        "pool a100-megagpu-16g: 2 fit now (full)"
+    )
+    # Once the big pod is gone the second pool holds 4: the gang is admitted there.
+    world.snapshot.remove_pod(("other", "big"))
+    (admit,) = world.cycle([WaitingGang(("ml", "a"), NOW, "nvidia-tesla-a100", options)])
+    assert isinstance(admit, Admit) and admit.pool == "a100-megagpu-16g"
+    # A pool too small even empty says so.
+    (small,) = world.cycle(
+        [
+            WaitingGang(
+                ("ml", "b"),
+                NOW,
+                "nvidia-tesla-a100",
+                tuple(replace(o, workers=9) for o in options),
+            )
+        ]
+    )
+    assert "pool a100-megagpu-16g: 4 fit now (too small: 4 fit on its 2 hosts even empty)" in (
+        small.message
+    )

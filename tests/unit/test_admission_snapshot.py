@@ -182,7 +182,7 @@ nodes_st = st.builds(
 )
 
 
-def pod_facts_(name, node, pool, gpus, cpu, active, terminating, role, attempt, pinned):
+def pod_facts_(name, node, pool, gpus, cpu, active, terminating, role, attempt, pinned, gated):
     requests = {"nvidia.com/gpu": Decimal(gpus), "cpu": Decimal(cpu)}
     return PodFacts(
         "ns",
@@ -197,6 +197,7 @@ def pod_facts_(name, node, pool, gpus, cpu, active, terminating, role, attempt, 
         job=("ns", "j") if role == "worker" else None,
         attempt=attempt,
         reducer_pool=("ns", "r") if role == "reducer" else None,
+        gated=gated and role == "server",
     )
 
 
@@ -209,9 +210,10 @@ pods_st = st.builds(
     st.integers(0, 4),
     st.booleans(),
     st.booleans(),
-    st.sampled_from(["worker", "reducer", "other"]),
+    st.sampled_from(["worker", "reducer", "server", "other"]),
     st.integers(0, 1),
     st.one_of(st.none(), st.sampled_from(NODE_NAMES)),
+    st.booleans(),
 )
 
 promises_st = st.builds(

@@ -30,6 +30,9 @@ from ringmaster.manifests.naming import (
 )
 from ringmaster.manifests.training import pinned_host
 from ringmaster.placement.labels import INSTANCE_TYPE_KEYS, POOL_NAME_KEYS
+
+# The well-known label every kubelet sets to its node's hostname (the node's name on GKE and kwok).
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 from ringmaster.placement.pools import (
     TERMINAL_PHASES,
     Node,
@@ -82,7 +85,8 @@ def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
         name=metadata["name"],
         requests=shape(pod_requests(pod)),
         node=spec.get("nodeName") or None,
-        pinned=pinned_host(spec),
+        # Pinned by node affinity (admission's pin, or anyone's) or by the hostname label.
+        pinned=pinned_host(spec) or selector.get(HOSTNAME_LABEL),
         active=(pod.get("status") or {}).get("phase") not in TERMINAL_PHASES,
         terminating=bool(metadata.get("deletionTimestamp")),
         pool=next((selector[k] for k in POOL_NAME_KEYS if k in selector), None),
