@@ -31,9 +31,7 @@ pytestmark = pytest.mark.unit
 T4 = "t4-serving"
 GPU1 = shape({"nvidia.com/gpu": Decimal(1)})
 SELECTOR = {"cloud.google.com/gke-nodepool": T4}
-SETTINGS = __import__(
-    "ringmaster.admission.cycle", fromlist=["QueueingSettings"]
-).QueueingSettings()
+SETTINGS = QueueingSettings()
 
 
 def hosts() -> list[str]:

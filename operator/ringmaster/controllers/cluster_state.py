@@ -30,9 +30,6 @@ from ringmaster.manifests.naming import (
 )
 from ringmaster.manifests.training import pinned_host
 from ringmaster.placement.labels import INSTANCE_TYPE_KEYS, POOL_NAME_KEYS
-
-# The well-known label every kubelet sets to its node's hostname (the node's name on GKE and kwok).
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 from ringmaster.placement.pools import (
     TERMINAL_PHASES,
     Node,
@@ -41,6 +38,9 @@ from ringmaster.placement.pools import (
     node_from_object,
     pod_requests,
 )
+
+# The well-known label every kubelet sets to its node's hostname (the node's name on GKE and kwok).
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
 @kopf.index("nodes")
