@@ -54,7 +54,8 @@ def cluster() -> Iterator[Cluster]:
         yield Cluster(Path(existing), binaries.path("kubectl"), bin_dir)
         return
     local = LocalCluster(binaries, E2E_CLUSTER_NAME)
-    local.up()
+    # The session owns its cluster: one left broken by an earlier run is made anew.
+    local.up(recreate=local.exists() and not local.is_healthy())
     try:
         yield Cluster(local.kubeconfig, binaries.path("kubectl"), bin_dir)
     finally:

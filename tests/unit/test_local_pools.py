@@ -147,3 +147,59 @@ def test_kwoks_pod_workers_are_set_with_every_parallelism_kwok_needs():
     options = document["options"]
     assert options["podPlayStageParallelism"] == 32
     assert options["nodePlayStageParallelism"] > 0 and options["nodeLeaseParallelism"] > 0
+
+
+def test_cluster_up_names_the_component_that_is_gone_and_deletes_nothing_unasked(
+    tmp_path, monkeypatch
+):
+    """A cluster that exists is never deleted by `cluster up` without --recreate; one whose
+    component exited is reported by component, and one restarted by hand counts as running."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from ringmaster.localcluster.cluster import Binaries, ClusterError, LocalCluster
+
+    monkeypatch.setenv("RINGMASTER_CACHE_DIR", str(tmp_path))
+    cluster = LocalCluster(Binaries(tmp_path), "probe")
+    pids = cluster.kubeconfig.parent / "pids"
+    pids.mkdir(parents=True)
+    cluster.kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    exited = subprocess.Popen(["true"])
+    exited.wait()
+    (pids / "kube-scheduler.pid").write_text(str(exited.pid))
+    answers = subprocess.CompletedProcess([], 0)
+    monkeypatch.setattr(cluster, "kubectl", lambda *a, **k: answers)
+    deleted: list[bool] = []
+    monkeypatch.setattr(cluster, "down", lambda: deleted.append(True))
+    monkeypatch.setattr(cluster, "_create", lambda *_: None)
+    monkeypatch.setattr(cluster, "apply_nodes", lambda *_: None)
+    with pytest.raises(ClusterError, match=r"kube-scheduler is not running .*--recreate"):
+        cluster.up({})
+    assert deleted == []
+    # Restarted by hand: another pid, this cluster's files on its command line.
+    again = subprocess.Popen(
+        [
+            "kube-scheduler",
+            "-c",
+            "import time; time.sleep(30)",
+            f"--kubeconfig={cluster.kubeconfig}",
+        ],
+        executable=sys.executable,
+    )
+    try:
+        cmdline = Path(f"/proc/{again.pid}/cmdline")
+        for _ in range(100):  # until the child has exec'd under its new name
+            if cmdline.read_bytes().startswith(b"kube-scheduler"):
+                break
+            time.sleep(0.02)
+        assert cluster.component_problems() == []
+        cluster.up({})
+        assert deleted == []
+    finally:
+        again.kill()
+        again.wait()
+    # Asked: deleted and created anew.
+    cluster.up({}, recreate=True)
+    assert deleted == [True]

@@ -3,6 +3,8 @@
 ringmaster cluster up [--pool a100-highgpu-8g=64 ...]   create (or resize) the cluster
                       [--wait-seconds S]                 limit of the wait for Ready nodes
 ringmaster cluster up --kueue                           ... and run Kueue beside it (kueue.py)
+ringmaster cluster up --recreate                        delete the cluster there and create it
+                                                         anew (never done unasked)
 ringmaster cluster pools                                 the node pools and their readiness
                                                          (needs only the cluster's kubeconfig)
 ringmaster cluster kubeconfig                            print the kubeconfig's path
@@ -46,6 +48,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--kueue", action="store_true", help="up: also run Kueue (tools/kueue)")
     parser.add_argument(
+        "--recreate",
+        action="store_true",
+        help="up: delete the cluster of this name, with every object in it, and create it anew "
+        "(without it, a cluster that exists is never deleted: a broken one is reported)",
+    )
+    parser.add_argument(
         "--wait-seconds",
         type=float,
         metavar="SECONDS",
@@ -71,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
             return 0
         cluster = LocalCluster(Binaries.locate(args.bin_dir), args.name)
         if args.action == "up":
-            cluster.up(sizes, wait_seconds=args.wait_seconds)
+            cluster.up(sizes, wait_seconds=args.wait_seconds, recreate=args.recreate)
             if args.kueue:
                 LocalKueue(cluster).up()
             print(show_pools(cluster.kubeconfig))

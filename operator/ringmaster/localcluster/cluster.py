@@ -171,35 +171,65 @@ class LocalCluster:
     def exists(self) -> bool:
         return self.kubeconfig.exists()
 
-    def components_alive(self) -> bool:
-        """Every component kwokctl started still runs. kwokctl does not restart them, as a
-        kubelet would restart a static pod, so one that exited leaves a broken cluster."""
-        pid_files = list((self.kubeconfig.parent / "pids").glob("*.pid"))
+    def component_problems(self) -> list[str]:
+        """Each component kwokctl started that no longer runs, by name. kwokctl does not restart
+        them, as a kubelet would restart a static pod, so one that exited leaves a broken
+        cluster. One restarted by hand runs under another pid: a process of that name with this
+        cluster's directory on its command line counts as running."""
+        directory = self.kubeconfig.parent
+        pid_files = sorted((directory / "pids").glob("*.pid"))
+        if not pid_files:
+            return [f"no component was started (no pid file in {directory / 'pids'})"]
+        problems = []
+        running: set[str] | None = None
         for pid_file in pid_files:
             try:
                 os.kill(int(pid_file.read_text().strip()), 0)
+                continue
             except (OSError, ValueError):
-                return False
-        return bool(pid_files)
+                pass
+            if running is None:
+                running = _processes_of(directory)
+            if pid_file.stem not in running:
+                problems.append(f"{pid_file.stem} is not running (the pid in {pid_file} is gone)")
+        return problems
 
-    def is_healthy(self) -> bool:
-        if not self.exists() or not self.components_alive():
-            return False
+    def components_alive(self) -> bool:
+        return not self.component_problems()
+
+    def answers(self) -> bool:
         return self.kubectl("get", "--raw", "/readyz", check=False).returncode == 0
 
+    def is_healthy(self) -> bool:
+        return self.exists() and self.components_alive() and self.answers()
+
     def up(
-        self, pool_sizes: Mapping[str, int] | None = None, wait_seconds: float | None = None
+        self,
+        pool_sizes: Mapping[str, int] | None = None,
+        wait_seconds: float | None = None,
+        recreate: bool = False,
     ) -> None:
-        """Create the cluster (or reuse a healthy one) and its nodes; ``wait_seconds`` limits the
-        wait for the nodes to be Ready (default: grows with the node count)."""
+        """Create the cluster (or reuse the one there) and its nodes; ``wait_seconds`` limits the
+        wait for the nodes to be Ready (default: grows with the node count). A cluster that
+        exists is deleted only when ``recreate`` asks for it: one that is broken (a component
+        gone, the API server not answering) is reported, by component, and left as it is."""
         nodes = node_list(pool_sizes)
-        if self.is_healthy():
-            _log(f"cluster {self.name!r} is already up ({self.kubeconfig})")
-        else:
-            if self.exists():
-                _log(f"cluster {self.name!r} exists but does not answer: recreating it")
-                self.down()
+        if recreate and self.exists():
+            _log(f"recreating cluster {self.name!r} (--recreate): every object in it goes")
+            self.down()
+        if not self.exists():
             self._create(CONTROL_PLANE_WAIT_SECONDS)
+        else:
+            problems = self.component_problems()
+            if not self.answers():
+                problems.append("its API server does not answer /readyz")
+            if problems:
+                raise ClusterError(
+                    f"cluster {self.name!r} exists but {'; '.join(problems)}: start what is "
+                    f"missing, or `ringmaster cluster up --name {self.name} --recreate` to "
+                    "delete it (and every object in it) and create it anew"
+                )
+            _log(f"cluster {self.name!r} is already up ({self.kubeconfig})")
         self.apply_nodes(nodes, wait_seconds)
 
     def _create(self, wait_seconds: int) -> None:
@@ -253,6 +283,21 @@ class LocalCluster:
             self.kwokctl("delete", "cluster", f"--kubeconfig={scratch}", check=False)
         # kwokctl leaves the workdir when a component is already gone; make `down` total.
         shutil.rmtree(self.kubeconfig.parent, ignore_errors=True)
+
+
+def _processes_of(directory: Path) -> set[str]:
+    """The program names of running processes whose command line names `directory` (Linux's
+    /proc; elsewhere none is found, and only pid files count)."""
+    names = set()
+    needle = str(directory).encode()
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0] and any(needle in arg for arg in argv[1:]):
+            names.add(Path(argv[0].decode(errors="replace")).name)
+    return names
 
 
 def pool_summary(nodes: Sequence[Mapping[str, object]]) -> list[dict[str, object]]:
