@@ -172,7 +172,12 @@ def test_cluster_up_names_the_component_that_is_gone_and_deletes_nothing_unasked
     answers = subprocess.CompletedProcess([], 0)
     monkeypatch.setattr(cluster, "kubectl", lambda *a, **k: answers)
     deleted: list[bool] = []
-    monkeypatch.setattr(cluster, "down", lambda: deleted.append(True))
+
+    def down() -> None:
+        deleted.append(True)
+        cluster.kubeconfig.unlink()
+
+    monkeypatch.setattr(cluster, "down", down)
     monkeypatch.setattr(cluster, "_create", lambda *_: None)
     monkeypatch.setattr(cluster, "apply_nodes", lambda *_: None)
     with pytest.raises(ClusterError, match=r"kube-scheduler is not running .*--recreate"):
