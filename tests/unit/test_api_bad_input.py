@@ -454,3 +454,33 @@ def _assert_same_verdict(doc: dict[str, Any]) -> None:
     # The apiserver reports every failing rule; pydantic stops at the first one per object and
     # skips an object's rules when a field already failed. What Python names, the CRD names.
     assert python_paths <= crd_paths, (python_paths, crd_paths)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    workers=st.integers(min_value=1, max_value=4),
+    tensor=st.sampled_from([1, 2, 4, 8, 3, "Auto"]),
+    pipeline=st.sampled_from([1, 2, 4, 32, 5, "Auto"]),
+    micro_batch=st.sampled_from([1, 2, 3, 4, "Auto"]),
+    global_batch=st.one_of(st.none(), st.integers(min_value=1, max_value=256)),
+)
+def test_parse_manifest_and_the_crd_agree_on_batches_that_split(
+    workers: int,
+    tensor: int | str,
+    pipeline: int | str,
+    micro_batch: int | str,
+    global_batch: int | None,
+) -> None:
+    """The global batch over the data-parallel replicas: the CEL rule and its Python twin."""
+    doc = load_example("trainingjob-llama3-8b-fsdp-h100.yaml")
+    spec = doc["spec"]
+    spec["workers"] = workers
+    spec["parallelism"].update(
+        {"tensor": tensor, "pipeline": pipeline, "microBatchSize": micro_batch}
+    )
+    if global_batch is None:
+        spec["parallelism"].pop("globalBatchSize")
+        spec["model"]["batchSizePerAccelerator"] = 1
+    else:
+        spec["parallelism"]["globalBatchSize"] = global_batch
+    _assert_same_verdict(doc)

@@ -264,20 +264,22 @@ def _cel_degree(path: str) -> str:
 
 _CEL_PARALLEL = f"has(self.parallelism) && has({_ARCH})"
 
-# A layout fixed in full (tensor, pipeline, micro-batch and global batch) that splits no batch:
-# each data-parallel replica runs a whole number of micro-batches per step, so the global batch
-# is a multiple of micro-batch x data-parallel degree (the engine's own rule, which no layout
-# search can repair). Checked only when tensor x pipeline divides the accelerators (the rule
-# above reports that). Parallelism axes added to the model later (context, expert) divide the
-# data-parallel degree too: add them to _CEL_DATA and _data_degree together.
+# A layout fixed in tensor, pipeline and global batch that splits no batch: each data-parallel
+# replica runs a whole number of micro-batches per step, so the global batch is a multiple of
+# micro-batch x data-parallel degree (the engine's own rule, which no layout search can repair;
+# with microBatchSize Auto, of the data-parallel degree alone). Checked only when tensor x
+# pipeline divides the accelerators (the rule above reports that). Parallelism axes added to the
+# model later (context, expert) divide the data-parallel degree too: add them to _CEL_DATA and
+# _data_degree together.
 _MB = "self.parallelism.microBatchSize"
 _ACCELERATORS = "self.workers * self.accelerator.perWorker"
 _CEL_DATA = f"({_ACCELERATORS}) / (int({_T}) * int({_P}))"
+_CEL_MB = f"(string({_MB}) == 'Auto' ? 1 : int({_MB}))"
 _CEL_BATCH_DIVIDES = (
     "!has(self.parallelism) || !has(self.parallelism.globalBatchSize)"
-    f" || string({_T}) == 'Auto' || string({_P}) == 'Auto' || string({_MB}) == 'Auto'"
+    f" || string({_T}) == 'Auto' || string({_P}) == 'Auto'"
     f" || ({_ACCELERATORS}) % (int({_T}) * int({_P})) != 0"
-    f" || self.parallelism.globalBatchSize % (int({_MB}) * {_CEL_DATA}) == 0"
+    f" || self.parallelism.globalBatchSize % ({_CEL_MB} * {_CEL_DATA}) == 0"
 )
 
 
@@ -290,11 +292,11 @@ def _batch_divides(s: Any) -> bool:
     p = s.parallelism
     if p is None or p.global_batch_size is None:
         return True
-    if _auto(p.tensor) or _auto(p.pipeline) or _auto(p.micro_batch_size):
+    if _auto(p.tensor) or _auto(p.pipeline):
         return True
     if (s.workers * s.accelerator.per_worker) % (int(p.tensor) * int(p.pipeline)):
         return True
-    return bool(p.global_batch_size % (int(p.micro_batch_size) * _data_degree(s)) == 0)
+    return bool(p.global_batch_size % (_degree(p.micro_batch_size) * _data_degree(s)) == 0)
 
 
 class ReductionServerSettings(SpecModel):
@@ -464,8 +466,8 @@ class TrainingJobSpec(SpecModel):
         ),
         Rule(
             cel=_CEL_BATCH_DIVIDES,
-            message="parallelism.globalBatchSize must be a multiple of microBatchSize x the "
-            "data-parallel degree (accelerators / (tensor x pipeline))",
+            message="parallelism.globalBatchSize must be a multiple of microBatchSize (1 when "
+            "Auto) x the data-parallel degree (accelerators / (tensor x pipeline))",
             field_path=".parallelism.globalBatchSize",
             check=_batch_divides,
             message_expression=(
