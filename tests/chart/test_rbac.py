@@ -20,7 +20,7 @@ from tests.chart.conftest import Render
 CORE = ""
 RM = "ringmaster.dev"
 NAMESPACED_RULES = {
-    (CORE, "pods"): {"list", "watch", "create", "delete"},
+    (CORE, "pods"): {"list", "watch", "create", "delete", "patch"},
     (CORE, "services"): {"create", "patch"},
     (CORE, "events"): {"create"},
     (RM, "trainingjobs"): {"list", "watch", "delete"},
@@ -235,9 +235,10 @@ def test_every_delete_and_create_the_controllers_make_is_granted(render: Render)
     needs: set[tuple[str, str, str]] = set()
     for path in Path(package.__path__[0]).glob("*.py"):
         source = path.read_text()
-        for kind in re.findall(r'api\.delete_object\([^,]+,\s*"(\w+)"', source):
-            prefix, plural = _PATHS[kind]
-            needs.add(("" if prefix == "/api/v1" else prefix.split("/")[2], plural, "delete"))
+        for verb in ("delete", "patch"):
+            for kind in re.findall(rf'api\.{verb}_object\([^,]+,\s*"(\w+)"', source):
+                prefix, plural = _PATHS[kind]
+                needs.add(("" if prefix == "/api/v1" else prefix.split("/")[2], plural, verb))
         if "api.delete_pod(" in source:
             needs.add((CORE, "pods", "delete"))
         for name in re.findall(r"api\.delete_custom\((\w+)", source):
@@ -246,6 +247,7 @@ def test_every_delete_and_create_the_controllers_make_is_granted(render: Render)
     for kind in ("Pod", "Service"):  # KubeApi.create's kinds
         needs.add((CORE, _PATHS[kind][1], "create"))
     assert (CORE, "pods", "delete") in needs and len(needs) >= 4, needs
+    assert (CORE, "pods", "patch") in needs  # the serving pods' admission gate
     for group, plural, verb in needs:
         assert verb in rights.get((group, plural), set()), (group, plural, verb)
 
