@@ -433,7 +433,7 @@ class Chaos:
             status = obj.get("status") or {}
             if status.get("phase") in TERMINAL:
                 continue
-            attempt = int(status.get("restarts") or 0)
+            attempt = gang_attempt(status)
             admission = status.get("admission") or {}
             admitted = admission and int(admission.get("attempt", -1)) == attempt
             current = [p for p in by_job[name] if p.attempt == attempt]
@@ -618,9 +618,7 @@ def _final_problems(
         if status.get("pool") != job.pool[0]:
             problems.append(f"{said}: status.pool {status.get('pool')!r}")
         admission = status.get("admission") or {}
-        if admission.get("pool") != job.pool[0] or admission.get("attempt") != status.get(
-            "restarts", 0
-        ):
+        if admission.get("pool") != job.pool[0] or admission.get("attempt") != gang_attempt(status):
             problems.append(f"{said}: status.admission {admission}")
         conditions = {c["type"]: c for c in status.get("conditions") or []}
         schedulable = conditions.get("Schedulable") or {}
@@ -636,7 +634,7 @@ def _final_problems(
         if not _admitted_events(events, job.name):
             problems.append(f"{said}: no Admitted Event")
         pods = [p for p in chaos.watcher.job_pods(job.name) if not p.terminating]
-        attempt = int(status.get("restarts") or 0)
+        attempt = gang_attempt(status)
         current = sorted(p.name for p in pods if p.attempt == attempt)
         others = sorted(f"{p.name}@{p.attempt}" for p in pods if p.attempt != attempt)
         if others:
@@ -653,6 +651,12 @@ def _final_problems(
         if nodes_pools - {job.pool[0]}:
             problems.append(f"{said}: pods on pools {nodes_pools}")
     return problems
+
+
+def gang_attempt(status: dict[str, Any]) -> int:
+    """The attempt that runs: restarts (backoff attempts spent) plus requeues (restarts for a
+    host lost before its worker started, which spend none)."""
+    return int(status.get("restarts") or 0) + int(status.get("requeues") or 0)
 
 
 def _log_tail(operator: OperatorProcess) -> str:

@@ -82,6 +82,7 @@ from ringmaster.controllers.training_lifecycle import (
     ReducerPool,
     World,
     admission_announcements,
+    gang_attempt,
     reconcile_training,
 )
 from ringmaster.manifests.inference import gate_lifted
@@ -843,7 +844,7 @@ class TrainingController(Controller):
                 )
         if isinstance(verdict, Admit) and decision.promise is not None:
             created = _created(body)
-            if created and not decision.status.restarts:
+            if created and not gang_attempt(decision.status):
                 wait = (dt.datetime.now(dt.UTC) - created).total_seconds()
                 metrics.ADMISSION_WAIT_SECONDS.observe(max(wait, 0.0))
 
