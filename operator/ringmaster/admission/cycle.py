@@ -412,6 +412,8 @@ def admission_order(
 def grant_serving_pods(view: CycleView) -> list[ServingVerdict]:
     """Room for each pod at the admission gate, oldest first, on a named host of its pool."""
     verdicts: list[ServingVerdict] = []
+    if not view.snapshot.has_gated():
+        return verdicts
     pools = view.snapshot.pools()
     for pod in view.snapshot.gated():
         if pod.pool is None or not pod.requests:
