@@ -81,6 +81,7 @@ from ringmaster.controllers.training_lifecycle import (
     admission_announcements,
     reconcile_training,
 )
+from ringmaster.controllers.training_observer import TrainingObserver, estimate_starts
 from ringmaster.manifests.reduction import REDUCER_REQUESTS
 from ringmaster.placement.pools import node_from_object, parse_resources
 
@@ -242,6 +243,8 @@ class TrainingController(Controller):
         self._first_looks_skipped: set[Key] = set()
         self._announced: dict[Key, frozenset[str]] = {}  # named Events this process posted
         self.expectations = CreateExpectations()
+        # Progress reports, drift, the cluster calibration, expected starts (docs/progress.md).
+        self.observer = TrainingObserver.from_environment(api, self.queue.add)
 
     # ------------------------------------------------------------ feeding the snapshot
 
@@ -262,6 +265,7 @@ class TrainingController(Controller):
                     self.snapshot.set_priority_class(name, value, is_default)
             self.hold_recorded_admissions()
             self.cycle_task = asyncio.create_task(self.admission_loop())
+            self.observer.start(self.estimate_starts)
 
     def hold_recorded_admissions(self) -> None:
         """At start, before any cycle: hold the room of every admission on record, as the job's
@@ -378,6 +382,13 @@ class TrainingController(Controller):
                 self.verdicts[verdict.key] = verdict
                 self.queue.add(verdict.key)
         self._last_cycle = (self.snapshot.version, self._queue_version)
+        self.observer.starts_changed.set()
+
+    def estimate_starts(self) -> dict[Key, Any]:
+        """Expected starts of the waiting jobs (training_observer.py), from this controller's
+        snapshot, admission queue and index."""
+        jobs = {key: next(iter(store)) for key, store in self.objects().items() if store}
+        return estimate_starts(self.snapshot, self.waiting, jobs, dt.datetime.now(dt.UTC))
 
     def _worth_writing(self, verdict: Verdict, now: dt.datetime) -> bool:
         """A new reason at once; new numbers for the same reason at most every
@@ -428,16 +439,10 @@ class TrainingController(Controller):
         admitted_at = self._admitted_at.pop(key, None) if isinstance(verdict, Admit) else None
         if admitted_at is not None:
             metrics.ADMISSION_START_SECONDS.labels("queued").observe(time.monotonic() - admitted_at)
+        now = dt.datetime.now(dt.UTC).replace(microsecond=0)
         try:
-            decision = self._decide(
-                namespace,
-                name,
-                body,
-                spec,
-                status,
-                verdict,
-                dt.datetime.now(dt.UTC).replace(microsecond=0),
-            )
+            decision = self._decide(namespace, name, body, spec, status, verdict, now)
+            self.observer.annotate(key, body, spec, status, decision, now)
         except Exception:
             if isinstance(verdict, Admit):  # admitted, and nothing recorded: decide again
                 self.snapshot.release(key)
@@ -785,6 +790,7 @@ class TrainingController(Controller):
                 metrics.ADMISSION_WAIT_SECONDS.observe(max(wait, 0.0))
 
     def forget(self, key: Key) -> None:
+        self.observer.forget(key)
         self._status_written_at.pop(key, None)
         self.expectations.forget(key)
         self._first_looks_skipped.discard(key)
@@ -825,6 +831,7 @@ class TrainingController(Controller):
     async def stop(self) -> None:
         if self.cycle_task is not None:
             self.cycle_task.cancel()
+        self.observer.stop()
         await super().stop()
 
 
@@ -836,6 +843,7 @@ async def start_training_controller(**_: Any) -> None:
     global CONTROLLER
     CONTROLLER = TrainingController(KubeApi(), status_plan, queueing_settings())
     on_catalog_change(CONTROLLER.catalog_changed)
+    await CONTROLLER.observer.store.load()
 
 
 @kopf.on.cleanup()
