@@ -64,6 +64,7 @@ from ringmaster.api import (
     TrainingJobStatus,
     TrainingPlan,
 )
+from ringmaster.controllers import progress_server
 from ringmaster.controllers.base import Controller, Key, as_body, snapshot
 from ringmaster.controllers.catalog import job_hardware_problem, on_catalog_change
 from ringmaster.controllers.cluster_state import POD_INDEX, indexed_pod, worker_pods
@@ -836,6 +837,7 @@ class TrainingController(Controller):
 
 
 CONTROLLER: TrainingController | None = None
+PROGRESS_ENDPOINT: Any = None  # the progress endpoint's server (progress_server.py), if served
 
 
 @kopf.on.startup()
@@ -844,10 +846,13 @@ async def start_training_controller(**_: Any) -> None:
     CONTROLLER = TrainingController(KubeApi(), status_plan, queueing_settings())
     on_catalog_change(CONTROLLER.catalog_changed)
     await CONTROLLER.observer.store.load()
+    global PROGRESS_ENDPOINT
+    PROGRESS_ENDPOINT = await progress_server.start_for(CONTROLLER)
 
 
 @kopf.on.cleanup()
 async def stop_training_controller(**_: Any) -> None:
+    await progress_server.stop(PROGRESS_ENDPOINT)
     if CONTROLLER is not None:
         await CONTROLLER.stop()
 

@@ -112,10 +112,10 @@ def expected_starts(
             continue
         best: tuple[dt.datetime, str] | None = None
         for pool in job.pools:
-            timeline = timelines.get(pool)
-            if timeline is None:
+            candidate = timelines.get(pool)
+            if candidate is None:
                 continue
-            when = timeline.earliest(job.accelerators, now, job.duration_seconds)
+            when = candidate.earliest(job.accelerators, now, job.duration_seconds)
             if when is not None and (best is None or when < best[0]):
                 best = (when, pool)
         if best is None:
