@@ -131,6 +131,9 @@ class TrainingObserver:
         self.ca_pem = ca_pem
         self.start_estimate_seconds = start_estimate_seconds
         self.starts: dict[Key, StartEstimate] = {}
+        # The ETA each admitted or running job's last look decided: the estimate reads these,
+        # not the index, which has them only once the status write comes back by the watch.
+        self.etas: dict[Key, dt.datetime | None] = {}
         self.starts_changed = asyncio.Event()
         self.tasks: list[asyncio.Task[None]] = []
 
@@ -172,6 +175,7 @@ class TrainingObserver:
     def forget(self, key: Key) -> None:
         self.windows.pop(key, None)
         self.starts.pop(key, None)
+        self.etas.pop(key, None)
         for gauge in (metrics.OBSERVED_STEP_SECONDS, metrics.PREDICTION_RATIO):
             with contextlib.suppress(KeyError):
                 gauge.remove(*key)
@@ -192,6 +196,8 @@ class TrainingObserver:
         uid = str((body.get("metadata") or {}).get("uid") or "")
         self._calibrate_plan(spec, recorded, status, now)
         if status.phase in ("Succeeded", "Failed"):
+            if self.etas.pop(key, None) is not None:
+                self.starts_changed.set()
             # Finished: the figures stay as they were last seen; a success teaches the engine.
             status.progress = recorded.progress
             status.expected_start_time = status.expected_start = None
@@ -199,6 +205,10 @@ class TrainingObserver:
                 self._learn(key, uid, spec, recorded)
             return
         self._progress(key, spec, recorded, decision, generation, now)
+        eta = status.progress.eta if status.progress and status.phase in RUNNING_PHASES else None
+        if self.etas.get(key) != eta:
+            self.etas[key] = eta
+            self.starts_changed.set()
         self._expected_start(key, status)
         if self.progress_url:
             decision.create = [
@@ -418,6 +428,7 @@ def estimate_starts(
     waiting: Mapping[Key, WaitingGang],
     jobs: Mapping[Key, Mapping[str, Any]],
     now: dt.datetime,
+    etas: Mapping[Key, dt.datetime | None] | None = None,
 ) -> dict[Key, StartEstimate]:
     """The inputs of :func:`expected_starts` from the controller's state: the snapshot's free
     room, the admitted and running jobs (status.pool, status.progress.eta), and the waiting
@@ -431,8 +442,11 @@ def estimate_starts(
         accelerators = int(spec.get("workers") or 0) * int(
             (spec.get("accelerator") or {}).get("perWorker") or 0
         )
-        eta = (status.get("progress") or {}).get("eta")
-        ends = dt.datetime.fromisoformat(str(eta).replace("Z", "+00:00")) if eta else None
+        if etas is not None and (namespace, name) in etas:
+            ends = etas[(namespace, name)]
+        else:
+            eta = (status.get("progress") or {}).get("eta")
+            ends = dt.datetime.fromisoformat(str(eta).replace("Z", "+00:00")) if eta else None
         holders.append(Holder(f"{namespace}/{name}", status["pool"], accelerators, ends))
     queue = []
     keys: dict[str, Key] = {}

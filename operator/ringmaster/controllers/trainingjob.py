@@ -389,7 +389,8 @@ class TrainingController(Controller):
         """Expected starts of the waiting jobs (training_observer.py), from this controller's
         snapshot, admission queue and index."""
         jobs = {key: next(iter(store)) for key, store in self.objects().items() if store}
-        return estimate_starts(self.snapshot, self.waiting, jobs, dt.datetime.now(dt.UTC))
+        now = dt.datetime.now(dt.UTC)
+        return estimate_starts(self.snapshot, self.waiting, jobs, now, self.observer.etas)
 
     def _worth_writing(self, verdict: Verdict, now: dt.datetime) -> bool:
         """A new reason at once; new numbers for the same reason at most every
