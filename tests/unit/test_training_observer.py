@@ -229,3 +229,23 @@ def test_the_projected_token_names_the_jobs_audience() -> None:
     assert env["RINGMASTER_PROGRESS_CA_PEM"] == "PEM"
     assert made["spec"]["containers"][0]["volumeMounts"][0]["mountPath"] == TOKEN_DIR
     assert "volumes" not in pod["spec"]  # a copy
+
+
+def test_an_expected_start_that_only_moves_with_the_clock_is_not_rewritten() -> None:
+    from ringmaster.controllers.training_observer import _settled
+
+    at = NOW + dt.timedelta(hours=2)
+    before = StartEstimate(at, "p", "from the ETAs")
+    assert (
+        _settled(before, StartEstimate(at + dt.timedelta(seconds=30), "p", "from the ETAs"), NOW)
+        is before
+    )
+    # 5 % of two hours is 6 minutes
+    assert (
+        _settled(before, StartEstimate(at + dt.timedelta(minutes=5), "p", "from the ETAs"), NOW)
+        is before
+    )
+    moved = StartEstimate(at + dt.timedelta(minutes=10), "p", "from the ETAs")
+    assert _settled(before, moved, NOW) is moved
+    other_pool = StartEstimate(at, "q", "from the ETAs")
+    assert _settled(before, other_pool, NOW) is other_pool

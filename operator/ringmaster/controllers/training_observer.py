@@ -392,6 +392,8 @@ class TrainingObserver:
             except Exception:
                 log.exception("expected start estimate failed; the next change runs another")
                 fresh = self.starts
+            now = dt.datetime.now(dt.UTC)
+            fresh = {k: _settled(self.starts.get(k), v, now) for k, v in fresh.items()}
             moved = {
                 k for k in fresh.keys() | self.starts.keys() if fresh.get(k) != self.starts.get(k)
             }
@@ -399,6 +401,23 @@ class TrainingObserver:
             for key in moved:
                 self.requeue(key)
             await asyncio.sleep(self.start_estimate_seconds)
+
+
+START_SLACK_SECONDS = 60.0
+START_SLACK_FRACTION = 0.05
+
+
+def _settled(before: StartEstimate | None, fresh: StartEstimate, now: dt.datetime) -> StartEstimate:
+    """The estimate on record when the fresh one is the same but for a little time: starts
+    that hang on "now" (a job ahead starting now, a running job past its ETA) move with the
+    clock, and a status rewrite every estimate would say nothing new. Within a minute, or 5 %
+    of the time still to wait, the old one stays."""
+    if before is None or before.time is None or fresh.time is None:
+        return fresh
+    if (before.pool, before.reason) != (fresh.pool, fresh.reason):
+        return fresh
+    slack = max(START_SLACK_SECONDS, START_SLACK_FRACTION * (fresh.time - now).total_seconds())
+    return before if abs((fresh.time - before.time).total_seconds()) <= slack else fresh
 
 
 def _predicted(plan: TrainingPlan | None) -> float | None:

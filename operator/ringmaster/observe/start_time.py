@@ -50,8 +50,13 @@ class StartEstimate:
     time: dt.datetime | None
     pool: str | None
     reason: str
+    now: bool = False
+    """Room enough is free already (or a job it waits for is past its ETA): no time is given,
+    since "now" would be a new time at every estimate and rewrite the status for nothing."""
 
     def message(self) -> str:
+        if self.now:
+            return f"any moment on pool {self.pool}: {self.reason}"
         if self.time is None:
             return f"unknown: {self.reason}"
         return f"{self.time.isoformat()} on pool {self.pool}: {self.reason}"
@@ -130,13 +135,19 @@ def expected_starts(
             )
         else:
             timeline.add(when + dt.timedelta(seconds=job.duration_seconds), job.accelerators)
-        ahead = position
+        if when <= now:
+            estimates[job.job] = StartEstimate(
+                None,
+                pool,
+                "enough accelerators are free, or will be as soon as the jobs past their ETA "
+                "end; it waits on how they spread over hosts, or on what its condition says",
+                now=True,
+            )
+            continue
         estimates[job.job] = StartEstimate(
             when.replace(microsecond=0),
             pool,
-            "enough accelerators are free now"
-            if when <= now
-            else f"from the running jobs' ETAs and {ahead} job(s) ahead in admission order",
+            f"from the running jobs' ETAs and {position} job(s) ahead in admission order",
         )
     return estimates
 
