@@ -8,9 +8,9 @@
   and records a finished job's observed-to-predicted ratio in the cluster calibration;
 - the calibration lives in the operator's own ConfigMap (:class:`CalibrationStore`), read at
   start and written, debounced, when a job adds to it;
-- expected starts are re-estimated for all waiting jobs at once, at most every
-  START_ESTIMATE_SECONDS (as the waiting numbers are), and the jobs whose estimate moved are
-  looked at again.
+- expected starts are re-estimated for all waiting jobs at once after a change; a job's new
+  time alone is written at most every START_ESTIMATE_SECONDS (as the waiting numbers are), and
+  the jobs whose estimate moved are looked at again.
 
 The rules themselves are pure (ringmaster.observe); this module only feeds them.
 """
@@ -53,9 +53,9 @@ PROGRESS_CA_ENV = "RINGMASTER_PROGRESS_CA_FILE"
 """A PEM file with the CA of the endpoint's certificate, handed to the pods (their env)."""
 START_ESTIMATE_ENV = "RINGMASTER_START_ESTIMATE_SECONDS"
 START_ESTIMATE_SECONDS = 30.0
-"""Expected starts are re-estimated at most this often: the waiting numbers' pace
-(trainingjob.WAIT_REFRESH_SECONDS), for the same reason (every waiting job would be rewritten
-on each running job's report otherwise)."""
+"""A waiting job's expected start moves (same pool and reason, a new time) at most this often:
+the waiting numbers' pace (trainingjob.WAIT_REFRESH_SECONDS), for the same reason (every waiting
+job would be rewritten on each running job's report otherwise)."""
 CALIBRATION_WRITE_SECONDS = 10.0
 """Finished jobs' ratios reach the ConfigMap at most this often (one write for a burst)."""
 
@@ -383,24 +383,51 @@ class TrainingObserver:
     # ------------------------------------------------------------ expected starts
 
     async def start_loop(self, estimate: Callable[[], dict[Key, StartEstimate]]) -> None:
-        """Re-estimate when something changed, at most every start_estimate_seconds."""
+        """Re-estimate soon after something changed (a burst of changes makes one estimate). A
+        new kind of answer (a pool, a reason, known or not) is written at once; a new time
+        alone at most every start_estimate_seconds per job, as the waiting numbers are."""
+        loop = asyncio.get_running_loop()
+        written_at: dict[Key, float] = {}
         while True:
             await self.starts_changed.wait()
+            await asyncio.sleep(ESTIMATE_BATCH_SECONDS)
             self.starts_changed.clear()
             try:
                 fresh = estimate()
             except Exception:
                 log.exception("expected start estimate failed; the next change runs another")
-                fresh = self.starts
-            now = dt.datetime.now(dt.UTC)
-            fresh = {k: _settled(self.starts.get(k), v, now) for k, v in fresh.items()}
+                continue
+            now, tick = dt.datetime.now(dt.UTC), loop.time()
+            kept: dict[Key, StartEstimate] = {}
+            later: list[float] = []
+            for key, new in fresh.items():
+                old = self.starts.get(key)
+                new = _settled(old, new, now)
+                if old is not None and new != old and _same_kind(old, new):
+                    wait = written_at.get(key, float("-inf")) + self.start_estimate_seconds - tick
+                    if wait > 0:
+                        new = old
+                        later.append(wait)
+                kept[key] = new
             moved = {
-                k for k in fresh.keys() | self.starts.keys() if fresh.get(k) != self.starts.get(k)
+                k for k in kept.keys() | self.starts.keys() if kept.get(k) != self.starts.get(k)
             }
-            self.starts = fresh
+            self.starts = kept
             for key in moved:
+                written_at[key] = tick
                 self.requeue(key)
-            await asyncio.sleep(self.start_estimate_seconds)
+            for key in set(written_at) - set(kept):
+                del written_at[key]
+            if later:
+                loop.call_later(min(later), self.starts_changed.set)
+
+
+ESTIMATE_BATCH_SECONDS = 0.5
+"""Changes come in bursts (a gang's pods, a cycle's verdicts): one estimate after the burst."""
+
+
+def _same_kind(a: StartEstimate, b: StartEstimate) -> bool:
+    return (a.pool, a.reason, a.now, a.time is None) == (b.pool, b.reason, b.now, b.time is None)
 
 
 START_SLACK_SECONDS = 60.0
