@@ -80,3 +80,19 @@ GC_PAUSE_SECONDS = Counter(
     "Time the operator's process spent in CPython's cyclic garbage collector, by generation.",
     ["generation"],
 )
+OBSERVED_STEP_SECONDS = Gauge(
+    "ringmaster_observed_step_seconds",
+    "A TrainingJob's observed step time: the median over its workers' latest progress reports.",
+    ["namespace", "name"],
+)
+PREDICTION_RATIO = Gauge(
+    "ringmaster_prediction_ratio",
+    "A TrainingJob's observed step time over its predicted one (the calibrated prediction "
+    "where the cluster's calibration applies).",
+    ["namespace", "name"],
+)
+PROGRESS_REPORTS = Counter(
+    "ringmaster_progress_reports_total",
+    "Progress reports the endpoint answered, by HTTP status code.",
+    ["code"],
+)

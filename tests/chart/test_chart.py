@@ -63,13 +63,14 @@ def test_default_install_renders_exactly_the_operator_objects(render: Render):
         "ClusterRole",
         "ClusterRoleBinding",
         "ConfigMap",  # the hardware catalog, empty
+        "ConfigMap",  # the cluster calibration, written by the operator
         "CustomResourceDefinition",  # clusterkopfpeerings.kopf.dev
         "CustomResourceDefinition",  # inferenceendpoints
         "CustomResourceDefinition",  # kopfpeerings.kopf.dev
         "CustomResourceDefinition",  # reductionserverpools
         "CustomResourceDefinition",  # trainingjobs
         "Deployment",
-        "Role",  # get the catalog ConfigMap, in the release namespace
+        "Role",  # get the catalog ConfigMap and keep the calibration, in the release namespace
         "RoleBinding",
         "Service",
         "ServiceAccount",
@@ -213,7 +214,7 @@ def test_catalog_overrides_reach_the_operator_through_its_config_map(render: Ren
     }
     objects = render({"catalog": {"overrides": overrides}})
     container = operator_container(objects)
-    config_map = find(objects, "ConfigMap")
+    config_map = find(objects, "ConfigMap", "rm-ringmaster-catalog")
     # The operator is told which ConfigMap to read (and re-read: no mount, no restart).
     namespace, name = config_map["metadata"]["namespace"], config_map["metadata"]["name"]
     assert f"--catalog-configmap={namespace}/{name}" in container["args"]
@@ -235,14 +236,16 @@ def test_catalog_overrides_reach_the_operator_through_its_config_map(render: Ren
 
 def test_the_catalog_config_map_exists_by_default_and_may_be_the_users(render: Render):
     objects = render()
-    config_map = find(objects, "ConfigMap")
+    config_map = find(objects, "ConfigMap", "rm-ringmaster-catalog")
     text = config_map["data"]["catalog.yaml"]
     assert apply_catalog(DEFAULT_CATALOG, parse_catalog(text)).accelerators == (
         DEFAULT_CATALOG.accelerators
     )
     assert "RINGMASTER_CATALOG" not in {e["name"] for e in operator_container(objects)["env"]}
     existing = render({"catalog": {"existingConfigMap": "my-prices"}})
-    assert "ConfigMap" not in kinds(existing)
+    assert [o["metadata"]["name"] for o in existing if o["kind"] == "ConfigMap"] == [
+        "rm-ringmaster-calibration"
+    ]
     namespace = find(existing, "Deployment")["metadata"]["namespace"]
     assert f"--catalog-configmap={namespace}/my-prices" in operator_container(existing)["args"]
     (role,) = [o for o in existing if o["kind"] == "Role"]
@@ -251,6 +254,7 @@ def test_the_catalog_config_map_exists_by_default_and_may_be_the_users(render: R
 
 # Wrong values and the words `helm install` must answer with (the schema's or the chart's).
 BAD_VALUES = [
+    ({"progress": {"enabled": True}}, r"progress.tls.secretName \(a certificate\) or"),
     ({"replicaCount": 0}, r"/replicaCount': minimum: got 0, want 1"),
     ({"replicaCount": "2"}, r"/replicaCount': got string, want integer"),
     ({"watchNamespaces": "team-a"}, r"/watchNamespaces': got string, want array"),
@@ -335,3 +339,20 @@ def test_dockerfile_builds_a_slim_non_root_image_of_runtime_dependencies_only():
         for src in i.split()[1:-1]
     }
     assert copied and copied <= allowed, copied - allowed
+
+
+def test_the_progress_endpoint_serves_the_charts_certificate_behind_its_service(render: Render):
+    objects = render({"progress": {"enabled": True, "tls": {"secretName": "rm-progress-tls"}}})
+    args = operator_container(objects)["args"]
+    namespace = find(objects, "Deployment")["metadata"]["namespace"]
+    assert "--progress-port=8443" in args
+    assert f"--progress-url=https://rm-ringmaster-progress.{namespace}.svc:8443" in args
+    assert "--progress-tls-cert=/etc/ringmaster/progress-tls/tls.crt" in args
+    assert "--progress-insecure-http" not in args
+    volumes = find(objects, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "progress-tls", "secret": {"secretName": "rm-progress-tls"}} in volumes
+    service = find(objects, "Service", "rm-ringmaster-progress")
+    assert service["spec"]["ports"][0]["targetPort"] == "progress"
+    plain = operator_container(render({"progress": {"enabled": True, "insecureHTTP": True}}))
+    assert "--progress-insecure-http" in plain["args"]
+    assert not any(a.startswith("--progress") for a in operator_container(render())["args"])

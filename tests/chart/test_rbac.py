@@ -102,11 +102,12 @@ def test_no_wildcards_no_secrets_no_escalation(render: Render, layout: str):
             for field in ("apiGroups", "resources", "verbs", "resourceNames"):
                 assert not any("*" in item for item in rule.get(field, [])), (field, rule)
             assert not {"secrets", "serviceaccounts"} & set(rule["resources"]), rule
-            if "configmaps" in rule["resources"]:  # the catalog's, by name, read only
+            if "configmaps" in rule["resources"]:  # the catalog's and calibration's, by name
                 assert role["kind"] == "Role" and rule["resources"] == ["configmaps"], rule
-                assert rule["verbs"] == ["get"] and rule["resourceNames"] == [
-                    "rm-ringmaster-catalog"
-                ]
+                assert (rule["resourceNames"], rule["verbs"]) in (
+                    (["rm-ringmaster-catalog"], ["get"]),
+                    (["rm-ringmaster-calibration"], ["get", "patch"]),
+                ), rule
             assert not any(r.startswith(("roles", "clusterroles")) for r in rule["resources"])
             assert not {"escalate", "bind", "impersonate", "deletecollection"} & set(
                 rule["verbs"]
@@ -131,6 +132,7 @@ def catalog_role(objects: list[dict[str, Any]]) -> dict[str, Any]:
     (role,) = [o for o in objects if o["kind"] == "Role"]
     assert table(role) == {
         (CORE, "configmaps", ("rm-ringmaster-catalog",)): {"get"},
+        (CORE, "configmaps", ("rm-ringmaster-calibration",)): {"get", "patch"},
         (CORE, "events", ()): {"create"},
     }
     (binding,) = [
@@ -220,6 +222,8 @@ def test_every_kind_the_operator_applies_can_be_created_and_patched(render: Rend
         # Server-side apply patches, and creates the object when it is absent.
         if kind == "Pod":
             continue  # pods are created (KubeApi.create), never applied: see the pod rule
+        if kind == "ConfigMap":
+            continue  # the calibration's only, which the chart creates: patched by name
         assert {"create", "patch"} <= verbs, kind
 
 
@@ -294,3 +298,19 @@ def test_the_operator_uses_kueue_only_when_enabled(render: Render):
 
     assert "--kueue=off" in args({})
     assert "--kueue=auto" in args({"kueue": {"enabled": True}})
+
+
+def test_the_progress_endpoint_adds_token_reviews_only_and_calibration_can_go(render: Render):
+    """progress.enabled: create TokenReviews, nothing more (no read of ServiceAccounts or
+    tokens); calibration.enabled=false: no ConfigMap rule but the catalog's."""
+    objects = render({"progress": {"enabled": True, "insecureHTTP": True}})
+    (role,) = [r for r in roles(objects) if r["kind"] == "ClusterRole"]
+    extra = set(table(role)) - {(g, r, ()) for g, r in {**CLUSTER_RULES, **NAMESPACED_RULES}}
+    assert extra == {("authentication.k8s.io", "tokenreviews", ())}
+    assert table(role)[("authentication.k8s.io", "tokenreviews", ())] == {"create"}
+    assert "tokenreviews" not in str(roles(render()))
+    without = render({"calibration": {"enabled": False}})
+    (catalog_only,) = [o for o in without if o["kind"] == "Role"]
+    assert {k[2] for k in table(catalog_only) if k[1] == "configmaps"} == {
+        ("rm-ringmaster-catalog",)
+    }

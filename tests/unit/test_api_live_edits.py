@@ -30,6 +30,7 @@ EDITS: dict[str, Any] = {
     "runPolicy": ("runPolicy.backoffLimit", 5),
     "accelerator": ("accelerator.type", "nvidia-a100-80gb"),
     "parallelism": ("parallelism.tensor", 2),
+    "steps": ("steps", 5000),
 }
 # The example each edit starts from (parallelism needs a model architecture).
 BASES = {"parallelism": "trainingjob-llama3-8b-fsdp-h100.yaml"}
@@ -108,6 +109,8 @@ def test_run_policy_changes_at_any_time_and_the_accelerator_never(phase: str) ->
     old = job(phase)
     assert python_refuses(old, edited(old, "runPolicy")) == set()
     assert crd_refuses(old, edited(old, "runPolicy")) == set()
+    assert python_refuses(old, edited(old, "steps")) == set()
+    assert crd_refuses(old, edited(old, "steps")) == set()
     assert python_refuses(old, edited(old, "accelerator")) == {"spec.accelerator"}
     assert "spec.accelerator" in crd_refuses(old, edited(old, "accelerator"))
 

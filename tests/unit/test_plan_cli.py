@@ -258,3 +258,63 @@ def test_a_job_on_a_shared_pool_is_planned_at_its_share_of_it(capsys):
     code, dedicated, _ = plan(capsys, BERT, "-o", "json", "--jobs-sharing-pool", "2")
     assert json.loads(dedicated)["strategies"]["ReductionServer"]["reducerShare"] == 1
     assert plan(capsys, shared, "--jobs-sharing-pool", "0")[0] == 2
+
+
+def _calibration_file(tmp_path, ratios, machine="a2-highgpu-8g", as_config_map=False):
+    import datetime as dt
+
+    now = dt.datetime.now(dt.UTC).isoformat()
+    body = {
+        "version": 1,
+        "observations": [
+            {
+                "machine_type": machine,
+                "kind": "data-parallel",
+                "ratio": r,
+                "job": f"n/j{i}/u",
+                "time": now,
+            }
+            for i, r in enumerate(ratios)
+        ],
+    }
+    path = tmp_path / "calibration.json"
+    if as_config_map:
+        import yaml
+
+        doc = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "c"},
+            "data": {"calibration.json": json.dumps(body)},
+        }
+        path.write_text(yaml.safe_dump(doc))
+    else:
+        path.write_text(json.dumps(body))
+    return path
+
+
+def test_cluster_calibration_is_shown_beside_the_uncorrected_prediction(capsys, tmp_path):
+    source = EXAMPLES / "trainingjob-bert-large-auto.yaml"
+    config_map = _calibration_file(tmp_path, [1.1, 1.12, 1.2], as_config_map=True)
+    code, out, _ = plan(capsys, source, "-o", "json", "--cluster-calibration", config_map)
+    doc = json.loads(out)
+    assert code == 0
+    corrected = doc["clusterCalibration"]
+    assert corrected["calibration"] == "x1.12 from 3 jobs observed on a2-highgpu-8g"
+    _, table, _ = plan(capsys, source, "--cluster-calibration", config_map)
+    [line] = [x for x in table.splitlines() if x.startswith("cluster calibration: ")]
+    corrected_step = float(line.split()[2])
+    uncorrected_step = float(line.split("uncorrected ")[1].split()[0])
+    assert corrected_step == pytest.approx(1.12 * uncorrected_step, rel=1e-3)
+    _, plain, _ = plan(capsys, source)
+    assert "cluster calibration" not in plain
+
+
+def test_a_calibration_for_another_machine_says_so_and_a_bad_file_is_one_line(capsys, tmp_path):
+    source = EXAMPLES / "trainingjob-bert-large-auto.yaml"
+    other = _calibration_file(tmp_path, [2.0, 2.0, 2.0], machine="a3-highgpu-8g")
+    _, table, _ = plan(capsys, source, "--cluster-calibration", other)
+    assert "cluster calibration: none for a2-highgpu-8g (data-parallel)" in table
+    broken = tmp_path / "broken.json"
+    broken.write_text("{}")
+    assert "not a cluster calibration" in bad(capsys, source, "--cluster-calibration", broken)

@@ -58,3 +58,7 @@ app.kubernetes.io/part-of: ringmaster
 {{- printf "%s-catalog" (include "ringmaster.fullname" .) }}
 {{- end }}
 {{- end }}
+
+{{- define "ringmaster.calibrationConfigMap" -}}
+{{- printf "%s-calibration" (include "ringmaster.fullname" .) }}
+{{- end }}

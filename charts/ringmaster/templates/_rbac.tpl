@@ -65,6 +65,13 @@
 {{- end }}
 {{- end }}
 {{- define "ringmaster.clusterRules" -}}
+{{- if .Values.progress.enabled }}
+# The progress endpoint asks the API server whether a worker's token is valid for its job's
+# audience (controllers/progress_server.py). Create only: a TokenReview is never stored.
+- apiGroups: [authentication.k8s.io]
+  resources: [tokenreviews]
+  verbs: [create]
+{{- end }}
 # The TrainingJob controller indexes namespaces being deleted: their jobs' pods going is no worker
 # failure (no gang restart). kopf also follows them when it serves only some namespaces.
 - apiGroups: [""]

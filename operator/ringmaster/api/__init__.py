@@ -69,6 +69,7 @@ from ringmaster.api.trainingjob import (
     TrainingJobStatus,
     TrainingModel,
     TrainingPlan,
+    TrainingProgress,
     WorkerCounts,
 )
 
@@ -120,6 +121,7 @@ __all__ = [
     "TrainingJobStatus",
     "TrainingModel",
     "TrainingPlan",
+    "TrainingProgress",
     "TransformerArchitecture",
     "WorkerCounts",
     "find_condition",

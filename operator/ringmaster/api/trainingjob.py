@@ -377,6 +377,10 @@ class TrainingJobSpec(SpecModel):
     the job is plain data-parallel as before."""
     template: PodTemplate
     run_policy: RunPolicy = Field(default_factory=RunPolicy, json_schema_extra={"default": {}})
+    steps: Int | None = Field(default=None, ge=1, le=10**12)
+    """Training steps the job runs, if known: with the predicted step time it gives the job's
+    duration and ETA before its first progress report, and lets jobs waiting behind it get an
+    expected start time (docs/progress.md). A report's ``totalSteps`` takes over from it."""
 
     cel_rules = (
         Rule(
@@ -574,7 +578,12 @@ class TrainingPlan(StatusModel):
     compute_precision: str | None = None
     """The precision the step's compute time assumes (``spec.model.computePrecision``)."""
     step_seconds: float | None = None
-    """Predicted time of one training step."""
+    """Predicted time of one training step (the engine's, never corrected)."""
+    calibrated_step_seconds: float | None = None
+    """``stepSeconds`` times this cluster's correction for the machine type and workload kind,
+    where finished jobs gave one (docs/progress.md)."""
+    calibration: str | None = None
+    """Where the correction comes from: "x1.12 from 7 jobs observed on a3-highgpu-8g"."""
     compute_seconds: float | None = None
     communication_seconds: float | None = None
     """Predicted all-reduce time not hidden behind backward computation."""
@@ -627,6 +636,28 @@ class TrainingPlan(StatusModel):
     ``Plausible`` condition and one Warning Event each."""
 
 
+class TrainingProgress(StatusModel):
+    """What the workers reported, beside what the engine predicted (docs/progress.md)."""
+
+    step: int | None = None
+    total_steps: int | None = None
+    """From the latest report's ``totalSteps``, else ``spec.steps``."""
+    percent: float | None = None
+    observed_step_seconds: float | None = None
+    """The median step time over the latest reports."""
+    predicted_step_seconds: float | None = None
+    """The prediction the observation is held against: the calibrated one where the cluster's
+    calibration applies (``plan.calibratedStepSeconds``), else ``plan.stepSeconds``."""
+    ratio: float | None = None
+    """observedStepSeconds / predictedStepSeconds."""
+    tokens_per_second: float | None = None
+    samples_per_second: float | None = None
+    eta: dt.datetime | None = None
+    """When the job is expected to finish: the remaining steps at the observed step time (at
+    the predicted one before any report)."""
+    last_report_time: dt.datetime | None = None
+
+
 class Admission(StatusModel):
     """The gang's admission, recorded before any of its pods is created: an operator that
     restarts finds it here, not in its memory."""
@@ -677,6 +708,13 @@ class TrainingJobStatus(StatusModel):
     """The ReductionServerPool (shared or dedicated) the workers use."""
     start_time: dt.datetime | None = None
     completion_time: dt.datetime | None = None
+    progress: TrainingProgress | None = None
+    """Progress reported by the workers, and the ETA (docs/progress.md)."""
+    expected_start_time: dt.datetime | None = None
+    """A waiting job's expected start, from the running jobs' ETAs on its candidate pools and
+    the admission order; absent when unknown (``expectedStart`` says why)."""
+    expected_start: str | None = Field(default=None, max_length=1024)
+    """The expected start in words: the time and pool, or "unknown: " and the reason."""
 
 
 # --- what may change while the gang runs -----------------------------------------------------
@@ -788,6 +826,11 @@ TRAINING_JOB_SPEC_CHANGES = (
         "the layout (tensor, pipeline, sharding) every worker was started with",
     ),
     SpecChange(
+        "steps",
+        "any time",
+        "only the ETA and the expected start of the jobs waiting behind it follow it",
+    ),
+    SpecChange(
         "runPolicy",
         "any time, except that suspend: true is lifted only once the job is Suspended",
         "takes effect at once: backoffLimit at the next failure, activeDeadlineSeconds and "
@@ -825,6 +868,24 @@ TRAINING_JOB = Resource(
         PrinterColumn("Accelerator", "string", ".spec.accelerator.type", "Accelerator type"),
         PrinterColumn(
             "Step-Seconds", "number", ".status.plan.stepSeconds", "Predicted seconds per step"
+        ),
+        PrinterColumn(
+            "Observed",
+            "number",
+            ".status.progress.observedStepSeconds",
+            "Observed seconds per step",
+        ),
+        PrinterColumn(
+            "Ratio", "number", ".status.progress.ratio", "Observed over predicted step time"
+        ),
+        PrinterColumn("Progress", "number", ".status.progress.percent", "Percent of the steps"),
+        # "string", not "date": kubectl prints a future date as "<invalid>".
+        PrinterColumn("ETA", "string", ".status.progress.eta", "Expected finish"),
+        PrinterColumn(
+            "Expected-Start",
+            "string",
+            ".status.expectedStartTime",
+            "A waiting job's expected start",
         ),
         PrinterColumn(
             "Bottleneck", "string", ".status.plan.bottleneck", "What limits the step", priority=1

@@ -49,6 +49,7 @@ API_THREADS = 32
 _PATHS = {
     "Service": ("/api/v1", "services"),
     "Pod": ("/api/v1", "pods"),
+    "ConfigMap": ("/api/v1", "configmaps"),
     "StatefulSet": ("/apis/apps/v1", "statefulsets"),
     "Deployment": ("/apis/apps/v1", "deployments"),
     "HorizontalPodAutoscaler": ("/apis/autoscaling/v2", "horizontalpodautoscalers"),
@@ -184,6 +185,30 @@ class KubeApi:
             raise
         plain: dict[str, Any] = self.core.api_client.sanitize_for_serialization(found)
         return plain
+
+    async def put_config_map(self, namespace: str, name: str, data: dict[str, str]) -> None:
+        """Create or replace a ConfigMap's data (the operator's own state, such as the cluster
+        calibration), by server-side apply: no read first, no conflict with itself."""
+        obj = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": namespace},
+            "data": data,
+        }
+        await self.apply(namespace, obj)
+
+    async def review_token(self, token: str, audiences: list[str]) -> dict[str, Any]:
+        """A TokenReview's status: whether the API server issued ``token`` for one of
+        ``audiences``, and to whom (a pod-bound token names its pod in ``user.extra``)."""
+        review = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "spec": {"token": token, "audiences": audiences},
+        }
+        path = "/apis/authentication.k8s.io/v1/tokenreviews"
+        data = await self._call("create TokenReview", self._request, "POST", path, review)
+        status: dict[str, Any] = json.loads(data).get("status") or {}
+        return status
 
     async def post_event(self, namespace: str, event: dict[str, Any]) -> None:
         """Create a core v1 Event (for objects kopf does not watch, where kopf.event cannot)."""

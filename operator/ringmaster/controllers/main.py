@@ -77,6 +77,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "the operator runs; default: $RINGMASTER_CATALOG_CONFIGMAP, or none (the built-in "
         "catalog, plus the file $RINGMASTER_CATALOG)",
     )
+    progress = parser.add_argument_group("progress reports (docs/progress.md)")
+    progress.add_argument(
+        "--progress-port",
+        type=int,
+        default=None,
+        help="serve the workers' progress endpoint on this port, 0 for none "
+        "(default: $RINGMASTER_PROGRESS_PORT or 0)",
+    )
+    progress.add_argument(
+        "--progress-url",
+        metavar="URL",
+        default=None,
+        help="the endpoint as worker pods reach it, e.g. https://ringmaster.ringmaster.svc:8443: "
+        "pods get it and a token for it (default: $RINGMASTER_PROGRESS_URL)",
+    )
+    progress.add_argument("--progress-tls-cert", metavar="FILE", default=None)
+    progress.add_argument("--progress-tls-key", metavar="FILE", default=None)
+    progress.add_argument(
+        "--progress-tls-ca",
+        metavar="FILE",
+        default=None,
+        help="the CA of the certificate, handed to the pods to check it",
+    )
+    progress.add_argument(
+        "--progress-insecure-http",
+        action="store_true",
+        help="serve plain HTTP (a cluster without a certificate: tokens cross the pod network "
+        "in clear)",
+    )
+    progress.add_argument(
+        "--calibration-configmap",
+        metavar="NAMESPACE/NAME",
+        default=None,
+        help="keep the cluster's calibration (finished jobs' observed/predicted) in this "
+        "ConfigMap (default: $RINGMASTER_CALIBRATION_CONFIGMAP, or in memory only)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
 
 
@@ -108,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
         catalog.parse_reference(args.catalog_configmap)  # a typo fails here, not in kopf
         os.environ[catalog.CATALOG_CONFIGMAP_ENV] = args.catalog_configmap
 
+    _progress_settings(args)
     load_config()
     if args.metrics_port:
         start_http_server(args.metrics_port)
@@ -148,3 +185,22 @@ def run(args: argparse.Namespace) -> int:
         liveness_endpoint=args.liveness,
     )
     return 0
+
+
+def _progress_settings(args: argparse.Namespace) -> None:
+    """The flags become the environment the controllers read at start."""
+    from ringmaster.controllers import progress_server, training_observer
+
+    values = {
+        progress_server.PORT_ENV: args.progress_port,
+        training_observer.PROGRESS_URL_ENV: args.progress_url,
+        progress_server.TLS_CERT_ENV: args.progress_tls_cert,
+        progress_server.TLS_KEY_ENV: args.progress_tls_key,
+        training_observer.PROGRESS_CA_ENV: args.progress_tls_ca,
+        progress_server.INSECURE_ENV: "true" if args.progress_insecure_http else None,
+        training_observer.CALIBRATION_CONFIGMAP_ENV: args.calibration_configmap,
+    }
+    for name, value in values.items():
+        if value is not None:
+            os.environ[name] = str(value)
+    progress_server.settings_from_environment()  # a missing certificate fails here, not in kopf

@@ -67,6 +67,7 @@ from ringmaster.api import (
     TrainingJobStatus,
     TrainingPlan,
 )
+from ringmaster.controllers import progress_server
 from ringmaster.controllers.base import Controller, Key, as_body, snapshot
 from ringmaster.controllers.catalog import job_hardware_problem, on_catalog_change
 from ringmaster.controllers.cluster_state import POD_INDEX, indexed_pod, worker_pods
@@ -85,6 +86,7 @@ from ringmaster.controllers.training_lifecycle import (
     gang_attempt,
     reconcile_training,
 )
+from ringmaster.controllers.training_observer import TrainingObserver, estimate_starts
 from ringmaster.manifests.inference import gate_lifted
 from ringmaster.manifests.reduction import REDUCER_REQUESTS
 from ringmaster.placement.pools import node_from_object, parse_resources
@@ -254,6 +256,8 @@ class TrainingController(Controller):
         self._held_pods: dict[Key, str] = {}  # serving pods at the gate -> the Hold last posted
         self._gate_failures: dict[Key, int] = {}
         self._gate_tasks: set[asyncio.Task[None]] = set()
+        # Progress reports, drift, the cluster calibration, expected starts (docs/progress.md).
+        self.observer = TrainingObserver.from_environment(api, self.queue.add)
 
     # ------------------------------------------------------------ feeding the snapshot
 
@@ -274,6 +278,7 @@ class TrainingController(Controller):
                     self.snapshot.set_priority_class(name, value, is_default)
             self.hold_recorded_admissions()
             self.cycle_task = asyncio.create_task(self.admission_loop())
+            self.observer.start(self.estimate_starts)
 
     def hold_recorded_admissions(self) -> None:
         """At start, before any cycle: hold the room of every admission on record, as the job's
@@ -396,6 +401,14 @@ class TrainingController(Controller):
                 self.verdicts[verdict.key] = verdict
                 self.queue.add(verdict.key)
         self._last_cycle = (self.snapshot.version, self._queue_version)
+        self.observer.starts_changed.set()
+
+    def estimate_starts(self) -> dict[Key, Any]:
+        """Expected starts of the waiting jobs (training_observer.py), from this controller's
+        snapshot, admission queue and index."""
+        jobs = {key: next(iter(store)) for key, store in self.objects().items() if store}
+        now = dt.datetime.now(dt.UTC)
+        return estimate_starts(self.snapshot, self.waiting, jobs, now, self.observer.etas)
 
     def _serve(self, verdict: ServingVerdict) -> None:
         """A serving pod at the gate: granted, its room is taken at once and the gate lifted in
@@ -492,16 +505,10 @@ class TrainingController(Controller):
         admitted_at = self._admitted_at.pop(key, None) if isinstance(verdict, Admit) else None
         if admitted_at is not None:
             metrics.ADMISSION_START_SECONDS.labels("queued").observe(time.monotonic() - admitted_at)
+        now = dt.datetime.now(dt.UTC).replace(microsecond=0)
         try:
-            decision = self._decide(
-                namespace,
-                name,
-                body,
-                spec,
-                status,
-                verdict,
-                dt.datetime.now(dt.UTC).replace(microsecond=0),
-            )
+            decision = self._decide(namespace, name, body, spec, status, verdict, now)
+            self.observer.annotate(key, body, spec, status, decision, now)
         except Exception:
             if isinstance(verdict, Admit):  # admitted, and nothing recorded: decide again
                 self.snapshot.release(key)
@@ -849,6 +856,7 @@ class TrainingController(Controller):
                 metrics.ADMISSION_WAIT_SECONDS.observe(max(wait, 0.0))
 
     def forget(self, key: Key) -> None:
+        self.observer.forget(key)
         self._status_written_at.pop(key, None)
         self.expectations.forget(key)
         self._first_looks_skipped.discard(key)
@@ -891,10 +899,12 @@ class TrainingController(Controller):
             self.cycle_task.cancel()
         for task in list(self._gate_tasks):
             task.cancel()
+        self.observer.stop()
         await super().stop()
 
 
 CONTROLLER: TrainingController | None = None
+PROGRESS_ENDPOINT: Any = None  # the progress endpoint's server (progress_server.py), if served
 
 
 @kopf.on.startup()
@@ -902,10 +912,14 @@ async def start_training_controller(**_: Any) -> None:
     global CONTROLLER
     CONTROLLER = TrainingController(KubeApi(), status_plan, queueing_settings())
     on_catalog_change(CONTROLLER.catalog_changed)
+    await CONTROLLER.observer.store.load()
+    global PROGRESS_ENDPOINT
+    PROGRESS_ENDPOINT = await progress_server.start_for(CONTROLLER)
 
 
 @kopf.on.cleanup()
 async def stop_training_controller(**_: Any) -> None:
+    await progress_server.stop(PROGRESS_ENDPOINT)
     if CONTROLLER is not None:
         await CONTROLLER.stop()
 

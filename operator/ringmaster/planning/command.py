@@ -63,6 +63,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "at once (it gets 1/N of the reducers' bandwidth, as the operator plans it)",
     )
     parser.add_argument(
+        "--cluster-calibration",
+        metavar="FILE",
+        help="the operator's calibration ConfigMap (kubectl get cm ringmaster-calibration -o "
+        "yaml) or its calibration.json: show each training plan with the correction the "
+        "operator would apply beside it (docs/progress.md)",
+    )
+    parser.add_argument(
         "--catalog",
         metavar="FILE",
         help="a hardware catalog file, YAML or JSON, added to the built-in catalog "
@@ -269,7 +276,53 @@ def _warnings(m: Any, plan: Any, catalog: Catalog) -> list[Implausible]:
     return []
 
 
-def _render(plans: list[Any], catalog: Catalog, fmt: str) -> str:
+def _calibration(path: str | None) -> Any:
+    """The cluster calibration from a file, or None."""
+    if path is None:
+        return None
+    import yaml
+
+    from ringmaster.observe.calibration import ClusterCalibration
+
+    text, source = _read(path)
+    try:
+        return ClusterCalibration.from_config_map_or_file(yaml.safe_load(text))
+    except (ValueError, yaml.YAMLError) as exc:
+        raise _Usage(f"{source}: not a cluster calibration: {exc}") from None
+
+
+def _corrected(m: Any, plan: Any, calibration: Any) -> dict[str, Any] | None:
+    """The correction the operator would apply to a training plan, beside it, never instead."""
+    if calibration is None or not isinstance(plan, TrainingReport):
+        return None
+    import datetime as dt
+
+    from ringmaster.observe.calibration import workload_kind
+
+    status = plan.to_status()
+    kind = workload_kind(m.spec.model.architecture is not None)
+    correction = calibration.correction(status.machine_type, kind, dt.datetime.now(dt.UTC))
+    if correction is None or not status.step_seconds:
+        return {"calibration": f"none for {status.machine_type} ({kind})"}
+    return {
+        "calibratedStepSeconds": round(status.step_seconds * correction.factor, 6),
+        "calibration": correction.describe(),
+    }
+
+
+def _calibration_line(corrected: dict[str, Any] | None, plan: Any) -> list[str]:
+    if corrected is None:
+        return []
+    if "calibratedStepSeconds" not in corrected:
+        return [f"cluster calibration: {corrected['calibration']}"]
+    step = plan.to_status().step_seconds
+    return [
+        f"cluster calibration: {corrected['calibratedStepSeconds']:.4g} s/step "
+        f"({corrected['calibration']}); uncorrected {step:.4g} s/step"
+    ]
+
+
+def _render(plans: list[Any], catalog: Catalog, fmt: str, calibration: Any = None) -> str:
     if fmt == "json":
         docs = [
             _pool_json(m, catalog)
@@ -277,6 +330,7 @@ def _render(plans: list[Any], catalog: Catalog, fmt: str) -> str:
             else {
                 **plan.to_json(),
                 "warnings": [w.to_json() for w in _warnings(m, plan, catalog)],
+                **({"clusterCalibration": c} if (c := _corrected(m, plan, calibration)) else {}),
             }
             for m, plan in plans
         ]
@@ -292,7 +346,8 @@ def _render(plans: list[Any], catalog: Catalog, fmt: str) -> str:
         else:
             block = _pool_text(m, catalog)
         warnings = [f"warning: {w}" for w in _warnings(m, plan, catalog)]
-        blocks.append("\n".join([block, *warnings]))
+        corrected = _calibration_line(_corrected(m, plan, calibration), plan)
+        blocks.append("\n".join([block, *corrected, *warnings]))
     return "\n\n".join(blocks)
 
 
@@ -306,10 +361,11 @@ def run(args: argparse.Namespace) -> int:
         if args.jobs_sharing_pool < 1:
             raise _Usage("--jobs-sharing-pool: give a count of 1 or more")
         plans = _plans(text, source, catalog, args.jobs_sharing_pool)
+        calibration = _calibration(args.cluster_calibration)
         if sweep is not None:
             out = _sweep_output(plans, sweep, catalog, args.output, args.plot)
         else:
-            out = _render(plans, catalog, args.output)
+            out = _render(plans, catalog, args.output, calibration)
     except (_Usage, PlanError) as exc:
         print(f"ringmaster plan: {_one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
