@@ -119,6 +119,34 @@ def test_nvls_tree_across_hosts():
     assert t == pytest.approx((25 + 2 * 2 * 20.9) * US + 2 * m / NET)
 
 
+def test_nvls_tree_two_hosts_hand_computed_below_one_hosts_nvls_ceiling():
+    # Two hosts: the network carries M per host (each host roots one tree), so a fast network
+    # leaves the in-host NVLS phases as the limit, at NVLS_TREE_SHARE of one host's NVLS rate.
+    nvls = 270e9
+    fabric = C.GpuFabric(INTRA, 1e13, "nvlink", nvls_bandwidth=nvls, arch="hopper")
+    m = 8 * GIB
+    t, alg, _, _ = one(C.ALL_REDUCE, m, 2, 8, fabric, algorithms={C.ALG_NVLS_TREE})
+    assert alg == "NVLSTree"
+    assert t == pytest.approx((25 + 2 * 1 * 20.9) * US + m / (nvls * E.NVLS_TREE_SHARE))
+    one_host = one(C.ALL_REDUCE, m, 1, 8, fabric, algorithms={C.ALG_NVLS})
+    assert m / t < m / one_host[0]  # the algbw of two hosts stays under one host's
+
+
+def test_efa_is_a_transport_with_its_own_fraction():
+    a100 = CAT.accelerator("nvidia-tesla-a100")
+    p4d = CAT.machine("p4d.24xlarge")
+    assert p4d.transport == "efa" and p4d.nics == 4 and p4d.nic_gbps == pytest.approx(100)
+    assert CAT.machine("p5.48xlarge").transport == "efa"
+    assert float(C.network_efficiency("efa", 8)) == E.EFA_EFFICIENCY
+    assert E.EFA_EFFICIENCY < E.NIC_EFFICIENCY  # SRD through libfabric: below RDMA's rate
+    # Four hosts run the ring: busbw is the EFAs' achieved rate.
+    four = C.inter_host_collective(C.ALL_REDUCE, 8 * GIB, 4, 8, p4d, a100)
+    assert C.ALGORITHM_NAMES[int(four.algorithm)] == "Ring"
+    assert float(four.bus_bandwidth) == pytest.approx(
+        p4d.nic_bandwidth * E.EFA_EFFICIENCY, rel=0.01
+    )
+
+
 def test_all_gather_and_reduce_scatter_move_half_an_all_reduce():
     m = 1 * GIB
     ag = one(C.ALL_GATHER, m, 1, 8, protocols={2})

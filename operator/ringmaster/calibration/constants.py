@@ -8,8 +8,10 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
+from ringmaster.calibration.collectives import FABRIC_POINTS, efa_efficiency, nvls_tree_share
 from ringmaster.calibration.points import (
     RESNET50_OPERATIONS,
+    load_points,
     point_by_id,
 )
 
@@ -33,10 +35,13 @@ def derive_constants(points: Mapping[str, Any]) -> dict[str, float]:
     single = float(point_by_id(points, "mlperf-v0.7-a100-sxm-resnet50-singlestream")["latency_ms"])
     one_image = RESNET50_OPERATIONS / (float(hw["nvidia-tesla-a100"]["int8_tops"]) * 1e12 * compute)
     lat = point_by_id(points, "nccl-latency-constants")["values_us"]
+    fabric = load_points(FABRIC_POINTS)
     return {
         "NVLINK_EFFICIENCY": nvlink,
         "NIC_EFFICIENCY": nic,
         "NVLS_EFFICIENCY": nvls,
+        "EFA_EFFICIENCY": efa_efficiency(fabric),
+        "NVLS_TREE_SHARE": nvls_tree_share(fabric, points),
         "COMPUTE_EFFICIENCY": compute,
         "INFERENCE_OVERHEAD_SECONDS": single * 1e-3 - one_image,
         "NCCL_BASE_LATENCY": float(lat["base"]) * 1e-6,

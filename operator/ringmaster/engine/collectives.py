@@ -505,7 +505,9 @@ def nccl_collective(
                 np.int64(BOTTLENECK_INTRA),
             )
         if ALG_NVLS_TREE in algos and any_multi:  # NVLS inside hosts, trees across them
-            intra_side = 1.0 / safe
+            # The in-host NVLS phases reach NVLS_TREE_SHARE of one host's NVLS rate when the
+            # network's tree runs through the same channels (the two-host ceiling).
+            intra_side = 1.0 / (safe * E.NVLS_TREE_SHARE)
             net_side = where(n <= 2, 1.0, 2.0) / net
             lat_us = (
                 E.NCCL_HW_LATENCY_US["nvlink"]["nvls_tree"][PROTO_SIMPLE]
@@ -765,11 +767,14 @@ def link_efficiency(intra_link: str) -> float:
 
 
 def network_efficiency(transport: str, per_host: ArrayLike) -> F64:
-    """Achieved fraction of a host's NIC line rate: NIC_EFFICIENCY, and for kernel TCP shared by
-    several GPUs the socket transport's loss on top (TCP_SHARED_NIC_EFFICIENCY)."""
+    """Achieved fraction of a host's NIC line rate: NIC_EFFICIENCY, for kernel TCP shared by
+    several GPUs the socket transport's loss on top (TCP_SHARED_NIC_EFFICIENCY), and AWS EFA's
+    own (EFA_EFFICIENCY)."""
     g = _f(per_host)
     if transport == "tcp":
         return where(g > 1, E.NIC_EFFICIENCY * E.TCP_SHARED_NIC_EFFICIENCY, E.NIC_EFFICIENCY)
+    if transport == "efa":
+        return np.full(g.shape, E.EFA_EFFICIENCY)
     return np.full(g.shape, E.NIC_EFFICIENCY)
 
 

@@ -36,6 +36,22 @@ ICI_EFFICIENCY = NVLINK_EFFICIENCY
 # (tuning.cc nvlsEfficiency) says 0.85 of its per-channel estimate for Hopper.
 NVLS_EFFICIENCY = 0.6095  # = 480 / 1.75 / 450
 
+# NVLSTree (several NVSwitch hosts): NVLS reduces inside each host while a tree crosses the
+# network, and the in-host phases do not reach what one host's NVLS reaches alone (NCCL gives
+# the network's proxies and the tree's channels part of the NVLS channels: tuning.cc
+# (nChannels - 1) / nChannels and the per-channel NVLSTree caps). Fitted as the ratio of a
+# two-host NVLSTree algbw to one host's NVLS algbw, on 2 x 8 H100 with 8 x 400 Gbps RoCE: busbw
+# 430 GB/s = algbw 229.3 (x 2(16-1)/16) against 480 / 1.75 = 274.3 on one host (nccl issue 1221,
+# NCCL 2.19). Checked on 2 x p5.48xlarge (calibration.collectives).
+NVLS_TREE_SHARE = 0.836  # = (430 / 1.875) / (480 / 1.75)
+
+# AWS Elastic Fabric Adapter: achieved fraction of the EFAs' line rate for NCCL through the
+# aws-ofi-nccl plugin (SRD over libfabric, GPUDirect). Fitted on the NIC-bound ring runs of
+# 3 and 4 p4d.24xlarge (4 x 100 Gbps EFA = 50 GB/s): busbw 31.77 and 29.61 GB/s at 1 GiB
+# (nccl issue 527, NCCL 2.9.9): 0.635, 0.592 -> 0.614. Checked on the two-host runs of the same
+# issue and of aws-samples/awsome-distributed-training (calibration.collectives).
+EFA_EFFICIENCY = 0.614  # = mean(31.77, 29.61) / 50
+
 # What kernel TCP loses when several GPUs share one gVNIC: NCCL's socket transport bounces every
 # byte through host memory with a few CPU threads and flows (NCCL_SOCKET_NTHREADS x
 # NCCL_NSOCKS_PERTHREAD), so 8 GPUs on one NIC reach a fraction of what one GPU's flows reach
