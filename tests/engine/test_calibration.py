@@ -55,7 +55,11 @@ def test_constants_are_the_ones_the_points_give(points):
 def test_a_changed_point_moves_the_derived_constant(points):
     changed = yaml.safe_load(yaml.safe_dump(points))
     changed["collectives"][0]["busbw_GBps"] = 150
-    assert calibration.derive_constants(changed)["NVLINK_EFFICIENCY"] == pytest.approx(0.5)
+    # 8 GiB at busbw 150 GB/s, less the ring's pipeline fill (a full 512 KiB step), on 300 GB/s
+    seconds = 8 * 2**30 * 1.75 / 150e9
+    fill = E.PIPELINE_FILL_SECONDS_PER_STEP_BYTE * E.NCCL_STEP_BYTES
+    expected = 8 * 2**30 * 1.75 / (seconds - fill) / 300e9
+    assert calibration.derive_constants(changed)["NVLINK_EFFICIENCY"] == pytest.approx(expected)
     rows = calibration.report(changed)
     nvlink = next(r for r in rows if r.id == "a100-nvlink-8gpu-allreduce")
     assert not nvlink.ok  # the engine's constant no longer matches: the test can fail

@@ -28,7 +28,7 @@ from ringmaster.calibration.points import (
 )
 from ringmaster.engine import collectives as C
 from ringmaster.engine import efficiency as E
-from ringmaster.engine.hardware import DEFAULT_CATALOG, MachineType
+from ringmaster.engine.hardware import DEFAULT_CATALOG, Accelerator, MachineType
 from ringmaster.engine.units import GIB, gbps_to_bytes_per_second
 
 
@@ -277,21 +277,95 @@ def _fabric_point(points: Mapping[str, Any], section: str, pid: str) -> dict[str
     raise PointsError(f"{FABRIC_POINTS.name} has no {section} point with id {pid!r}")
 
 
-def efa_efficiency(fabric: Mapping[str, Any]) -> float:
-    """EFA_EFFICIENCY from its fitted points: the NIC-bound rings' busbw over the EFAs' line
-    rate (a ring's busbw is at most the host's NICs)."""
+def _line_through_largest(times_us: Mapping[Any, Any]) -> tuple[float, float, int]:
+    """The line through a by-size curve's two largest sizes: (seconds at M = 0, bytes/s of
+    algbw on the margin, the largest size). Past NCCL's latency and ramp, time = fill +
+    latency + M / algbw, so the slope is the plateau and the intercept what it does not see."""
+    (m1, t1), (m2, t2) = sorted((int(k), float(v) * 1e-6) for k, v in times_us.items())[-2:]
+    slope = (m2 - m1) / (t2 - t1)
+    return t2 - m2 / slope, slope, m2
+
+
+def _model_line(
+    hosts: int, per_host: int, machine: MachineType, accelerator: Accelerator, m1: float, m2: float
+) -> tuple[float, int]:
+    """The engine's own intercept between two sizes (its latency + fill) and its algorithm."""
+    t = C.inter_host_collective(
+        C.ALL_REDUCE, np.array([m1, m2]), hosts, per_host, machine, accelerator
+    )
+    s1, s2 = (float(x) for x in t.seconds)
+    return s2 - m2 * (s2 - s1) / (m2 - m1), int(t.algorithm[-1])
+
+
+def pipeline_fill_per_step_byte(fabric: Mapping[str, Any]) -> float:
+    """PIPELINE_FILL_SECONDS_PER_STEP_BYTE from its fitted curve (2 x p4de, NCCL's Tree): the
+    published intercept less the engine's latency (its intercept less its own fill), per byte
+    of the channel's step."""
+    p = _fabric_point(fabric, "efa", "p4de-efa-allreduce-2-hosts")
+    published, _, largest = _line_through_largest(p["time_us_by_size"])
+    cat = DEFAULT_CATALOG
+    p4de, a100 = cat.machine("p4de.24xlarge"), cat.accelerator("nvidia-a100-80gb")
+    intercept, alg = _model_line(2, 8, p4de, a100, largest / 2, largest)
+    latency = intercept - float(C.pipeline_fill(alg, largest, 2, 8))
+    return (published - latency) / float(C.pipeline_step_bytes(alg, largest, 2, 8))
+
+
+def without_fill(
+    seconds: float, per_step_byte: float, alg: int, nbytes: float, hosts: int, per_host: int
+) -> float:
+    """A published time less the pipeline fill the engine adds to it: what the bandwidth
+    constants are fitted on."""
+    return seconds - per_step_byte * float(C.pipeline_step_bytes(alg, nbytes, hosts, per_host))
+
+
+def efa_efficiency(fabric: Mapping[str, Any], per_step_byte: float) -> float:
+    """EFA_EFFICIENCY from its fitted points: the NIC-bound rings' busbw (less their pipeline
+    fill) over the EFAs' line rate (a ring's busbw is at most the host's NICs)."""
     p = _fabric_point(fabric, "efa", "p4d-efa-allreduce-1to4-hosts")
-    line = DEFAULT_CATALOG.machine("p4d.24xlarge").nic_bandwidth / 1e9
-    by_hosts = {int(k): float(v) for k, v in p["busbw_GBps_by_hosts"].items()}
-    return statistics.mean(by_hosts[n] / line for n in p["fitted_hosts"])
+    line = DEFAULT_CATALOG.machine("p4d.24xlarge").nic_bandwidth
+    by_hosts = {int(k): float(v) * 1e9 for k, v in p["busbw_GBps_by_hosts"].items()}
+    ratios = []
+    for n in p["fitted_hosts"]:
+        factor = 2 * (8 * n - 1) / (8 * n)
+        t = without_fill(factor * GIB / by_hosts[n], per_step_byte, C.ALG_RING, GIB, n, 8)
+        ratios.append(factor * GIB / t / line)
+    return float(statistics.mean(ratios))
 
 
-def nvls_tree_share(fabric: Mapping[str, Any], points: Mapping[str, Any]) -> float:
+def nvls_plateau_algbw(points: Mapping[str, Any], per_step_byte: float) -> float:
+    """8 x H100 NVLS algbw (bytes/s) without its pipeline fill, from the shared points' busbw at
+    4 GiB (the size its row evaluates)."""
+    one = float(point_by_id(points, "h100-nvlink-8gpu-allreduce")["busbw_GBps"]["nvls"]) * 1e9
+    size = 4 * GIB
+    t = without_fill(size * 1.75 / one, per_step_byte, C.ALG_NVLS, size, 1, 8)
+    return size / t
+
+
+def nvls_tree_share(
+    fabric: Mapping[str, Any], points: Mapping[str, Any], per_step_byte: float
+) -> float:
     """NVLS_TREE_SHARE from its fitted point: the two-host NVLSTree algbw over one host's NVLS
-    algbw (the shared points' 8 x H100 NVLS figure)."""
+    algbw (the shared points' 8 x H100 NVLS figure), both without their pipeline fill."""
     two = float(_fabric_point(fabric, "nvls_tree", "h100-roce-nvlstree-2-hosts")["busbw_GBps"])
-    one = float(point_by_id(points, "h100-nvlink-8gpu-allreduce")["busbw_GBps"]["nvls"])
-    return (two / (2 * 15 / 16)) / (one / (2 * 7 / 8))
+    size = 8 * GIB
+    t = without_fill(size * 1.875 / (two * 1e9), per_step_byte, C.ALG_NVLS_TREE, size, 2, 8)
+    return (size / t) / nvls_plateau_algbw(points, per_step_byte)
+
+
+def tcpxo_efficiency(fabric: Mapping[str, Any]) -> float:
+    """TCPXO_EFFICIENCY: the a3-mega curve's marginal algbw over the NICs' line rate (the engine
+    runs NVLSTree there, bound by the NICs: on two hosts each carries M)."""
+    p = _fabric_point(fabric, "gcp", "a3mega-tcpxo-allreduce-2-hosts")
+    _, slope, _ = _line_through_largest(p["time_us_by_size"])
+    return slope / DEFAULT_CATALOG.machine("a3-megagpu-8g").nic_bandwidth
+
+
+def tcp_shared_nic_efficiency(fabric: Mapping[str, Any], nic_efficiency: float) -> float:
+    """TCP_SHARED_NIC_EFFICIENCY: the 8-GPU rings' busbw (bound by the one 32 Gbps NIC) over
+    what one GPU's flows reach on it (32 Gbps x NIC_EFFICIENCY)."""
+    p = _fabric_point(fabric, "gcp", "gcp-tcp-8gpu-allreduce")
+    values = [float(v) for n in p["fitted_hosts"] for v in p["busbw_Gbps_by_hosts"][n]]
+    return statistics.mean(values) / (32.0 * nic_efficiency)
 
 
 def fabric_rows(fabric: Mapping[str, Any]) -> list[Row]:

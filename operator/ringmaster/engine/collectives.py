@@ -387,6 +387,53 @@ _INVERSE_TREE_CORRECTION = 1.0 / np.hstack(
 )
 
 
+# enqueue.cc calcCollChunking: NVLS and NVLSTree halve their chunk while the message is small
+# against concurrentOps (channels x NVLS heads) x chunk: (factor, the chunk it drops to).
+_NVLS_CHUNK_RULES = ((64.0, 65536.0), (8.0, 32768.0), (2.0, 16384.0))
+_NVLS_TREE_CHUNK_RULES = ((32.0, 262144.0), (16.0, 131072.0), (4.0, 65536.0), (1.0, 32768.0))
+
+
+def _halved_chunk(
+    nbytes: F64, concurrent: F64, start: ArrayLike, rules: tuple[tuple[float, float], ...]
+) -> F64:
+    chunk = np.broadcast_to(_f(start), np.broadcast(nbytes, concurrent, _f(start)).shape)
+    for factor, smaller in rules:
+        chunk = where((nbytes < factor * concurrent * chunk) & (chunk > smaller), smaller, chunk)
+    return chunk
+
+
+def pipeline_step_bytes(alg: int, nbytes: ArrayLike, hosts: ArrayLike, per_host: ArrayLike) -> F64:
+    """The bytes one channel moves per pipeline step of a Simple-protocol ``alg`` collective
+    (NCCL's chunking, enqueue.cc; efficiency.py names each constant). Below one loop of the
+    channels the step is the message's share, so it grows with the message up to a full step."""
+    m = _f(nbytes)
+    n = _f(hosts)
+    g = _f(per_host)
+    channels = float(E.NCCL_ASSUMED_CHANNELS)
+    if alg == ALG_RING:
+        share = m / (channels * n * g * E.NCCL_RING_CHUNK_STEPS)
+        step = np.minimum(E.NCCL_STEP_BYTES, share)
+    elif alg == ALG_TREE:
+        step = np.minimum(E.NCCL_STEP_BYTES, m / channels)
+    elif alg == ALG_NVLS:
+        step = _halved_chunk(m, channels * g, E.NCCL_NVLS_CHUNK_BYTES, _NVLS_CHUNK_RULES)
+    elif alg == ALG_NVLS_TREE:
+        start = where(n >= 4, E.NCCL_NVLS_TREE_CHUNK_BYTES_MANY_HOSTS, E.NCCL_NVLS_CHUNK_BYTES)
+        step = _halved_chunk(m, channels * g, start, _NVLS_TREE_CHUNK_RULES)
+    else:
+        raise ValueError(f"no NCCL pipeline for algorithm {alg}")
+    return step
+
+
+def pipeline_fill(alg: int, nbytes: ArrayLike, hosts: ArrayLike, per_host: ArrayLike) -> F64:
+    """Seconds a Simple-protocol collective loses filling and draining its pipeline:
+    PIPELINE_FILL_SECONDS_PER_STEP_BYTE x :func:`pipeline_step_bytes`."""
+    fill: F64 = E.PIPELINE_FILL_SECONDS_PER_STEP_BYTE * pipeline_step_bytes(
+        alg, nbytes, hosts, per_host
+    )
+    return fill
+
+
 def nccl_collective(
     kind: str,
     nbytes: ArrayLike,
@@ -461,7 +508,8 @@ def nccl_collective(
                 threshold = where(multi, 64.0 * E.NCCL_ASSUMED_CHANNELS * ranks, np.inf)
                 raised = lat_us * E.NCCL_RING_PLATEAU.get(arch, 1.9)
                 lat_us = where(m >= threshold, raised, lat_us)
-            picker.offer(ALG_RING, p, lat_us * US, per_byte, ring_code)
+            fill = pipeline_fill(ALG_RING, m, n, g) if p == PROTO_SIMPLE else None
+            picker.offer(ALG_RING, p, lat_us * US, per_byte, ring_code, fill)
 
     # --- Tree (all-reduce, several hosts): a chain inside each host, a double binary tree across.
     # Each GPU's link carries the message up and down (2M); each host's NICs carry 2M, or M when
@@ -489,7 +537,8 @@ def nccl_collective(
                 (g - 1.0) * intra_lat["tree"][p] + depth * net_lat["tree"][p]
             )
             lat = where(multi, lat_us * US, np.inf)
-            picker.offer(ALG_TREE, p, lat, corrected, code)
+            fill = pipeline_fill(ALG_TREE, m, n, g) if p == PROTO_SIMPLE else None
+            picker.offer(ALG_TREE, p, lat, corrected, code, fill)
 
     # --- NVLS: the NVSwitch reduces (Hopper+ on NVSwitch, Simple only, all-reduce here).
     has_nvls = (nvls_bw > 0) & (g > 1)
@@ -503,6 +552,7 @@ def nccl_collective(
                 where(has_nvls & ~multi, nvls_lat, np.inf),
                 1.0 / safe,
                 np.int64(BOTTLENECK_INTRA),
+                pipeline_fill(ALG_NVLS, m, n, g),
             )
         if ALG_NVLS_TREE in algos and any_multi:  # NVLS inside hosts, trees across them
             # The in-host NVLS phases reach NVLS_TREE_SHARE of one host's NVLS rate when the
@@ -520,6 +570,7 @@ def nccl_collective(
                 where(has_nvls & multi, lat_us * US, np.inf),
                 np.maximum(intra_side, net_side),
                 code,
+                pipeline_fill(ALG_NVLS_TREE, m, n, g),
             )
     return picker.result(kind, m, ranks, with_busbw)
 
@@ -536,13 +587,22 @@ class _Picker:
         self.index: NDArray[np.int8] = np.zeros(shape, dtype=np.int8)
         self.code: NDArray[np.int8] = np.zeros(shape, dtype=np.int8)
         self.latency_bound: NDArray[np.bool_] = np.zeros(shape, dtype=bool)
+        self.fill: F64 | None = None  # the chosen candidate's pipeline fill, once one has any
         self.algs: list[int] = []
         self.protos: list[int] = []
 
     def offer(
-        self, alg: int, proto: int, lat: ArrayLike, per_byte: ArrayLike, code: ArrayLike
+        self,
+        alg: int,
+        proto: int,
+        lat: ArrayLike,
+        per_byte: ArrayLike,
+        code: ArrayLike,
+        fill: ArrayLike | None = None,
     ) -> None:
-        """A candidate taking ``lat + nbytes * per_byte`` seconds, bounded by ``code``."""
+        """A candidate taking ``lat + nbytes * per_byte`` seconds by NCCL's tuner, bounded by
+        ``code``, and ``fill`` more in fact: the pipeline fill NCCL's tuner does not see, so it
+        is added to the chosen candidate's time without changing the choice."""
         bw = np.multiply(self.m, per_byte)
         bound = np.greater_equal(lat, bw)
         if isinstance(bw, np.ndarray) and bw.shape == self.shape:
@@ -559,8 +619,17 @@ class _Picker:
             self.index[...] = 0
             self.code[...] = code8
             self.latency_bound[...] = bound
+            if fill is not None:
+                self.fill = np.empty(self.shape)
+                self.fill[...] = fill
             return
         better = np.less(t, self.seconds)
+        if fill is not None or self.fill is not None:
+            if self.fill is None:
+                self.fill = np.zeros(self.shape)
+            change = np.subtract(0.0 if fill is None else fill, self.fill)
+            change *= better
+            self.fill += change
         np.minimum(self.seconds, t, out=self.seconds)
         b8 = better.view(np.int8)
         step = np.subtract(np.int8(i), self.index)
@@ -578,7 +647,7 @@ class _Picker:
             inf = np.full(shape, np.inf)
             none = np.full(shape, -1, dtype=np.int64)
             return CollectiveTime(inf, none, none, np.full(shape, np.nan), none)
-        seconds = self.seconds
+        seconds = self.seconds if self.fill is None else self.seconds + self.fill
         alone = ranks <= 1
         if alone.any():
             seconds = where(alone, 0.0, seconds)
@@ -768,13 +837,16 @@ def link_efficiency(intra_link: str) -> float:
 
 def network_efficiency(transport: str, per_host: ArrayLike) -> F64:
     """Achieved fraction of a host's NIC line rate: NIC_EFFICIENCY, for kernel TCP shared by
-    several GPUs the socket transport's loss on top (TCP_SHARED_NIC_EFFICIENCY), and AWS EFA's
-    own (EFA_EFFICIENCY)."""
+    several GPUs the socket transport's loss on top (TCP_SHARED_NIC_EFFICIENCY), AWS EFA's own
+    (EFA_EFFICIENCY) and GPUDirect-TCPXO's (TCPXO_EFFICIENCY). GPUDirect-TCPX has no published
+    run to fit and keeps NIC_EFFICIENCY."""
     g = _f(per_host)
     if transport == "tcp":
         return where(g > 1, E.NIC_EFFICIENCY * E.TCP_SHARED_NIC_EFFICIENCY, E.NIC_EFFICIENCY)
     if transport == "efa":
         return np.full(g.shape, E.EFA_EFFICIENCY)
+    if transport == "tcpxo":
+        return np.full(g.shape, E.TCPXO_EFFICIENCY)
     return np.full(g.shape, E.NIC_EFFICIENCY)
 
 

@@ -121,7 +121,7 @@ TP_ALLREDUCES_RECOMPUTE = 2
 # bandwidth: ELEMENTWISE_PASSES). Calibrated (ringmaster.calibration.llm_training, fitted on the
 # Megatron SC'21 Table 1 rows with tensor parallelism only, the least communication-bound ones):
 # see that module for the fit and for the checked rows; a test keeps this value equal to the fit.
-LLM_MATMUL_EFFICIENCY = 0.584
+LLM_MATMUL_EFFICIENCY = 0.618
 
 # The same for TPUs (XLA on the MXU, which fuses much of the elementwise work into the matmuls:
 # the fitted value is high). Calibrated on the MaxText v5e 16B row (ibid.).
