@@ -388,50 +388,55 @@ _INVERSE_TREE_CORRECTION = 1.0 / np.hstack(
 
 
 # enqueue.cc calcCollChunking: NVLS and NVLSTree halve their chunk while the message is small
-# against concurrentOps (channels x NVLS heads) x chunk: (factor, the chunk it drops to).
-_NVLS_CHUNK_RULES = ((64.0, 65536.0), (8.0, 32768.0), (2.0, 16384.0))
-_NVLS_TREE_CHUNK_RULES = ((32.0, 262144.0), (16.0, 131072.0), (4.0, 65536.0), (1.0, 32768.0))
+# against concurrentOps (channels x NVLS heads) x chunk. Unrolled, the chunk is a step function of
+# bytes / concurrentOps: NVLS 16 KiB below 2 x 32 KiB, 32 KiB below 8 x 64 KiB, 64 KiB below
+# 64 x 128 KiB, else 128 KiB; NVLSTree (from at most 128 KiB) 32 KiB below 1 x 64 KiB, 64 KiB
+# below 4 x 128 KiB, else 128 KiB.
+_NVLS_CHUNK_EDGES = np.array([2.0 * 32768, 8.0 * 65536, 64.0 * 131072])
+_NVLS_CHUNKS = np.array([16384.0, 32768.0, 65536.0, 131072.0])
+_NVLS_TREE_CHUNK_EDGES = np.array([1.0 * 65536, 4.0 * 131072])
+_NVLS_TREE_CHUNKS = np.array([32768.0, 65536.0, 131072.0])
 
 
-def _halved_chunk(
-    nbytes: F64, concurrent: F64, start: ArrayLike, rules: tuple[tuple[float, float], ...]
-) -> F64:
-    chunk = np.broadcast_to(_f(start), np.broadcast(nbytes, concurrent, _f(start)).shape)
-    for factor, smaller in rules:
-        chunk = where((nbytes < factor * concurrent * chunk) & (chunk > smaller), smaller, chunk)
-    return chunk
+def _scaled_step(alg: int, m: F64, hosts: F64, per_host: F64, scale: float) -> F64:
+    """``scale`` x :func:`pipeline_step_bytes`, with the scale folded into the constants (this
+    runs once per algorithm in every layout search)."""
+    channels = float(E.NCCL_ASSUMED_CHANNELS)
+    full = scale * E.NCCL_STEP_BYTES
+    if alg == ALG_RING:
+        ranks = hosts * per_host
+        if ranks.ndim == 0 or ranks.size < m.size:  # divide the smaller array
+            share = m * (scale / (channels * E.NCCL_RING_CHUNK_STEPS) / ranks)
+        else:
+            share = m * (scale / (channels * E.NCCL_RING_CHUNK_STEPS)) / ranks
+        return np.minimum(share, full)
+    if alg == ALG_TREE:
+        return np.minimum(m * (scale / channels), full)
+    per_op = m * (1.0 / (channels * per_host))
+    if alg == ALG_NVLS:
+        step: F64 = (scale * _NVLS_CHUNKS)[np.searchsorted(_NVLS_CHUNK_EDGES, per_op, "right")]
+        return step
+    if alg == ALG_NVLS_TREE:
+        tree = (scale * _NVLS_TREE_CHUNKS)[np.searchsorted(_NVLS_TREE_CHUNK_EDGES, per_op, "right")]
+        if np.any(hosts >= 4):  # NVLS_TREE_MAX_CHUNKSIZE: 64 KiB on 4 or more hosts
+            tree = np.where(hosts >= 4, np.minimum(tree, scale * 65536.0), tree)
+        return tree
+    raise ValueError(f"no NCCL pipeline for algorithm {alg}")
 
 
 def pipeline_step_bytes(alg: int, nbytes: ArrayLike, hosts: ArrayLike, per_host: ArrayLike) -> F64:
     """The bytes one channel moves per pipeline step of a Simple-protocol ``alg`` collective
-    (NCCL's chunking, enqueue.cc; efficiency.py names each constant). Below one loop of the
-    channels the step is the message's share, so it grows with the message up to a full step."""
-    m = _f(nbytes)
-    n = _f(hosts)
-    g = _f(per_host)
-    channels = float(E.NCCL_ASSUMED_CHANNELS)
-    if alg == ALG_RING:
-        share = m / (channels * n * g * E.NCCL_RING_CHUNK_STEPS)
-        step = np.minimum(E.NCCL_STEP_BYTES, share)
-    elif alg == ALG_TREE:
-        step = np.minimum(E.NCCL_STEP_BYTES, m / channels)
-    elif alg == ALG_NVLS:
-        step = _halved_chunk(m, channels * g, E.NCCL_NVLS_CHUNK_BYTES, _NVLS_CHUNK_RULES)
-    elif alg == ALG_NVLS_TREE:
-        start = where(n >= 4, E.NCCL_NVLS_TREE_CHUNK_BYTES_MANY_HOSTS, E.NCCL_NVLS_CHUNK_BYTES)
-        step = _halved_chunk(m, channels * g, start, _NVLS_TREE_CHUNK_RULES)
-    else:
-        raise ValueError(f"no NCCL pipeline for algorithm {alg}")
-    return step
+    (NCCL's chunking, enqueue.cc; efficiency.py names each constant): a 512 KiB step for the ring
+    and the tree, NVLS's chunks for NVLS and NVLSTree. Below one loop of the channels the step is
+    the message's share, so it grows with the message up to a full step."""
+    return _scaled_step(alg, _f(nbytes), _f(hosts), _f(per_host), 1.0)
 
 
 def pipeline_fill(alg: int, nbytes: ArrayLike, hosts: ArrayLike, per_host: ArrayLike) -> F64:
     """Seconds a Simple-protocol collective loses filling and draining its pipeline:
     PIPELINE_FILL_SECONDS_PER_STEP_BYTE x :func:`pipeline_step_bytes`."""
-    fill: F64 = E.PIPELINE_FILL_SECONDS_PER_STEP_BYTE * pipeline_step_bytes(
-        alg, nbytes, hosts, per_host
-    )
-    return fill
+    k = E.PIPELINE_FILL_SECONDS_PER_STEP_BYTE
+    return _scaled_step(alg, _f(nbytes), _f(hosts), _f(per_host), k)
 
 
 def nccl_collective(
@@ -476,6 +481,7 @@ def nccl_collective(
     intra_lat = E.NCCL_HW_LATENCY_US[link]
     shape = np.broadcast(m, n, g, intra, net, nvls_bw).shape
     picker = _Picker(m, shape)
+    fill_scale = E.PIPELINE_FILL_SECONDS_PER_STEP_BYTE
 
     # --- Ring: one ring per channel through all N ranks, crossing every host once, so its busbw
     # is the smaller of the GPU's link and the host's NICs together.
@@ -508,7 +514,7 @@ def nccl_collective(
                 threshold = where(multi, 64.0 * E.NCCL_ASSUMED_CHANNELS * ranks, np.inf)
                 raised = lat_us * E.NCCL_RING_PLATEAU.get(arch, 1.9)
                 lat_us = where(m >= threshold, raised, lat_us)
-            fill = pipeline_fill(ALG_RING, m, n, g) if p == PROTO_SIMPLE else None
+            fill = _scaled_step(ALG_RING, m, n, g, fill_scale) if p == PROTO_SIMPLE else None
             picker.offer(ALG_RING, p, lat_us * US, per_byte, ring_code, fill)
 
     # --- Tree (all-reduce, several hosts): a chain inside each host, a double binary tree across.
@@ -537,7 +543,7 @@ def nccl_collective(
                 (g - 1.0) * intra_lat["tree"][p] + depth * net_lat["tree"][p]
             )
             lat = where(multi, lat_us * US, np.inf)
-            fill = pipeline_fill(ALG_TREE, m, n, g) if p == PROTO_SIMPLE else None
+            fill = _scaled_step(ALG_TREE, m, n, g, fill_scale) if p == PROTO_SIMPLE else None
             picker.offer(ALG_TREE, p, lat, corrected, code, fill)
 
     # --- NVLS: the NVSwitch reduces (Hopper+ on NVSwitch, Simple only, all-reduce here).
@@ -552,7 +558,7 @@ def nccl_collective(
                 where(has_nvls & ~multi, nvls_lat, np.inf),
                 1.0 / safe,
                 np.int64(BOTTLENECK_INTRA),
-                pipeline_fill(ALG_NVLS, m, n, g),
+                _scaled_step(ALG_NVLS, m, n, g, fill_scale),
             )
         if ALG_NVLS_TREE in algos and any_multi:  # NVLS inside hosts, trees across them
             # The in-host NVLS phases reach NVLS_TREE_SHARE of one host's NVLS rate when the
@@ -570,7 +576,7 @@ def nccl_collective(
                 where(has_nvls & multi, lat_us * US, np.inf),
                 np.maximum(intra_side, net_side),
                 code,
-                pipeline_fill(ALG_NVLS_TREE, m, n, g),
+                _scaled_step(ALG_NVLS_TREE, m, n, g, fill_scale),
             )
     return picker.result(kind, m, ranks, with_busbw)
 
@@ -627,9 +633,7 @@ class _Picker:
         if fill is not None or self.fill is not None:
             if self.fill is None:
                 self.fill = np.zeros(self.shape)
-            change = np.subtract(0.0 if fill is None else fill, self.fill)
-            change *= better
-            self.fill += change
+            np.copyto(self.fill, 0.0 if fill is None else fill, where=better)
         np.minimum(self.seconds, t, out=self.seconds)
         b8 = better.view(np.int8)
         step = np.subtract(np.int8(i), self.index)
