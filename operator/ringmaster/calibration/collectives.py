@@ -369,8 +369,9 @@ def tcp_shared_nic_efficiency(fabric: Mapping[str, Any], nic_efficiency: float) 
 
 
 def fabric_rows(fabric: Mapping[str, Any]) -> list[Row]:
-    """EFA and NVLSTree beside their published nccl-tests runs: the fitted rows set
-    EFA_EFFICIENCY and NVLS_TREE_SHARE, the others only check."""
+    """EFA, NVLSTree, GCP's transports and NCCL's pipeline fill beside their published
+    nccl-tests runs: the fitted rows set EFA_EFFICIENCY, NVLS_TREE_SHARE, TCPXO_EFFICIENCY,
+    TCP_SHARED_NIC_EFFICIENCY and PIPELINE_FILL_SECONDS_PER_STEP_BYTE, the others only check."""
     cat = DEFAULT_CATALOG
     rows: list[Row] = []
     p = _fabric_point(fabric, "efa", "p4d-efa-allreduce-1to4-hosts")
@@ -447,4 +448,146 @@ def fabric_rows(fabric: Mapping[str, Any]) -> list[Row]:
             "NVLS_TREE_SHARE",
         )
     )
+    return rows + pipeline_fill_rows(fabric) + gcp_rows(fabric)
+
+
+# The by-size curves: (section, id, machine, accelerator); the fill is read off each as the time at
+# M = 0 of the line through its two largest sizes (latency + fill, beyond any bandwidth).
+_BY_SIZE_CURVES = (
+    ("efa", "p4de-efa-allreduce-2-hosts", "p4de.24xlarge", "nvidia-a100-80gb"),
+    ("efa", "p5-efa-allreduce-2-hosts", "p5.48xlarge", "nvidia-h100-80gb"),
+    ("gcp", "a3mega-tcpxo-allreduce-2-hosts", "a3-megagpu-8g", "nvidia-h100-80gb"),
+)
+
+
+def pipeline_fill_rows(fabric: Mapping[str, Any]) -> list[Row]:
+    """What each published by-size curve pays beyond bandwidth at its largest sizes (NCCL's
+    latency and the pipeline fill) against the engine's latency + fill."""
+    cat = DEFAULT_CATALOG
+    rows: list[Row] = []
+    for section, pid, machine, accelerator in _BY_SIZE_CURVES:
+        p = _fabric_point(fabric, section, pid)
+        published, _, largest = _line_through_largest(p["time_us_by_size"])
+        ours, alg = _model_line(
+            2, 8, cat.machine(machine), cat.accelerator(accelerator), largest / 2, largest
+        )
+        name = C.ALGORITHM_NAMES[alg]
+        quantity = f"ms beyond bandwidth at {largest / GIB:g} GiB, {name}"
+        err = relative_error(ours, published)
+        if "fits" in p and "PIPELINE_FILL" in str(p["fits"]):
+            rows.append(
+                Row(
+                    pid,
+                    quantity,
+                    published * 1e3,
+                    ours * 1e3,
+                    err,
+                    0.02,
+                    FITTED,
+                    "PIPELINE_FILL_SECONDS_PER_STEP_BYTE (a 512 KiB tree step)",
+                )
+            )
+        elif alg == C.ALG_NVLS_TREE:
+            # Out of reach, not bent to: NVLSTree moves 128 KiB chunks (nvls.cc), so the step
+            # model gives a quarter of a tree's fill, while these curves pay about a tree's at
+            # their largest sizes; at mid sizes (64 MiB - 1 GiB on p5) they match the chunks.
+            rows.append(
+                Row(
+                    pid,
+                    quantity,
+                    published * 1e3,
+                    ours * 1e3,
+                    None,
+                    GOAL_MAX,
+                    OUT_OF_REACH,
+                    f"{err:+.0%}: NVLSTree's 128 KiB chunks give a "
+                    "quarter of the ~1 ms this run pays at its largest sizes",
+                )
+            )
+        else:
+            rows.append(
+                Row(
+                    pid,
+                    quantity,
+                    published * 1e3,
+                    ours * 1e3,
+                    err,
+                    GOAL_MAX,
+                    CHECKED,
+                    "NCCL latency + pipeline fill",
+                )
+            )
+    return rows
+
+
+def gcp_rows(fabric: Mapping[str, Any]) -> list[Row]:
+    """GCP's transports: GPUDirect-TCPXO by size on 2 x a3-megagpu-8g, kernel TCP with 8 GPUs
+    sharing one gVNIC on 2 and 4 hosts."""
+    cat = DEFAULT_CATALOG
+    rows: list[Row] = []
+    p = _fabric_point(fabric, "gcp", "a3mega-tcpxo-allreduce-2-hosts")
+    a3, h100 = cat.machine("a3-megagpu-8g"), cat.accelerator("nvidia-h100-80gb")
+    _, slope, largest = _line_through_largest(p["time_us_by_size"])
+    sizes = np.array([largest / 2, largest])
+    t = C.inter_host_collective(C.ALL_REDUCE, sizes, 2, 8, a3, h100)
+    ours = (sizes[1] - sizes[0]) / float(t.seconds[1] - t.seconds[0])
+    rows.append(
+        Row(
+            p["id"],
+            "marginal algbw GB/s, 4 -> 8 GiB",
+            slope / 1e9,
+            ours / 1e9,
+            relative_error(ours, slope),
+            0.02,
+            FITTED,
+            "TCPXO_EFFICIENCY",
+        )
+    )
+    # What this transport pays per collective beyond the engine's latency + fill (the two
+    # intercepts): where it is more than GOAL_MAX of a size's time, that size is out of reach.
+    published_intercept, _, _ = _line_through_largest(p["time_us_by_size"])
+    ours_intercept, _ = _model_line(2, 8, a3, h100, largest / 2, largest)
+    missing = published_intercept - ours_intercept
+    for size, pub in sorted((int(k), float(v)) for k, v in p["busbw_GBps_by_size"].items()):
+        t = C.inter_host_collective(C.ALL_REDUCE, size, 2, 8, a3, h100)
+        busbw = _busbw(t) / 1e9
+        alg = C.ALGORITHM_NAMES[int(np.ravel(t.algorithm)[0])]
+        label = f"{size / GIB:g} GiB" if size >= GIB else f"{size / 2**20:g} MiB"
+        quantity = f"busbw GB/s, 2 x 8 H100, {label}, {alg}"
+        err = relative_error(busbw, pub)
+        if missing > GOAL_MAX * size * 2 * 15 / 16 / (pub * 1e9):
+            note = (
+                f"{err:+.0%}: TCPXO pays {missing * 1e3:.1f} ms a collective beyond NCCL's "
+                "latency and fill from 16 MiB up (the curve's intercept); nothing in NCCL's "
+                "chunking explains it, so it is not fitted"
+            )
+            rows.append(Row(p["id"], quantity, pub, busbw, None, GOAL_MAX, OUT_OF_REACH, note))
+        else:
+            note = "TCPXO_EFFICIENCY is this curve's slope; the sizes check the ramp"
+            rows.append(Row(p["id"], quantity, pub, busbw, err, GOAL_MAX, CHECKED, note))
+    p = _fabric_point(fabric, "gcp", "gcp-tcp-8gpu-allreduce")
+    gcp = network_host("32 Gbps gVNIC", 32, 1, "tcp")
+    v100 = cat.accelerator("nvidia-tesla-v100")
+    fitted = {int(n) for n in p["fitted_hosts"]}
+    for hosts, values in sorted(
+        (int(k), [float(x) for x in v]) for k, v in p["busbw_Gbps_by_hosts"].items()
+    ):
+        t = C.inter_host_collective(C.ALL_REDUCE, 1.0 * GIB, hosts, 8, gcp, v100)
+        busbw = _busbw(t) * 8 / 1e9
+        alg = C.ALGORITHM_NAMES[int(np.ravel(t.algorithm)[0])]
+        quantity = f"busbw Gbps, {hosts} x 8 V100, 1 GiB, {alg}"
+        err = range_error(busbw, min(values), max(values))
+        mean = statistics.mean(values)
+        if hosts in fitted:
+            note = "TCP_SHARED_NIC_EFFICIENCY (the ring's NIC-bound busbw)"
+            rows.append(Row(p["id"], quantity, mean, busbw, err, 0.05, FITTED, note))
+        else:
+            # Out of reach, not bent to: the two-host tree carries M per NIC (busbw up to twice
+            # the NIC, as the same thread notes for 1 GPU per host), but this run, with 1 socket
+            # x 4 threads, reached less than the 4-host ring; its author calls that unexpected.
+            note = (
+                f"{err:+.0%}: 2 x 8 GPUs on NCCL 2.4.7's sockets (1 x 4 threads) stayed below "
+                "the 4-host ring, 'unexpected' in nccl #209; the tree's 2x is not reached"
+            )
+            rows.append(Row(p["id"], quantity, mean, busbw, None, GOAL_MAX, OUT_OF_REACH, note))
     return rows
