@@ -99,3 +99,8 @@ def test_by_size_curves_fit_the_fill_on_one_and_check_it_on_the_others(points):
         if r.id == "a100-nvlink-8gpu-allreduce-by-size" and "1 GiB" in r.quantity
     )
     assert ramp.status == calibration.CHECKED and ramp.error == 0.0
+    # the fill fitted on a tree over EFA checks NVLSTree's largest chunks on 2 x p5 (NCCL 2.20)
+    chunks = [r for r in calibration.report(points) if r.quantity.startswith("fill ms")]
+    largest = [r for r in chunks if "512 KiB" in r.quantity or "256 KiB" in r.quantity]
+    assert len(largest) == 2
+    assert all(r.status == calibration.CHECKED and abs(r.error) < 0.05 for r in largest)

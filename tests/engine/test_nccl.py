@@ -279,6 +279,11 @@ def test_pipeline_step_grows_with_the_message_up_to_a_full_step():
     assert nvls.tolist() == [16384, 32768, 65536, 131072]
     nvls_tree = C.pipeline_step_bytes(C.ALG_NVLS_TREE, np.array([4, 16, 1024]) * MIB, [2, 2, 4], 8)
     assert nvls_tree.tolist() == [32768, 65536, 65536]  # 64 KiB at most on 4+ hosts
+    # NCCL 2.20 started NVLSTree from the 512 KiB step: 32x / 16x / 4x / 1x concurrentOps rules
+    old = C.pipeline_step_bytes(
+        C.ALG_NVLS_TREE, np.array([4, 16, 64, 512, 2048]) * MIB, 2, 8, nvls_tree_chunk=STEP
+    )
+    assert old.tolist() == [32768, 65536, 131072, 262144, STEP]
     for step in (ring, tree, C.pipeline_step_bytes(C.ALG_NVLS, sizes, 1, 8)):
         assert np.all(np.diff(step) >= 0) and step.max() <= STEP
 

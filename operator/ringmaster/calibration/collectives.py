@@ -409,9 +409,9 @@ def fabric_rows(fabric: Mapping[str, Any]) -> list[Row]:
                 None,
                 GOAL_MAX,
                 OUT_OF_REACH,
-                f"{relative_error(busbw, pub):+.0%}: newer EFA software (aws-ofi-nccl 1.16, "
-                "NCCL 2.27) than EFA_EFFICIENCY's fit (NCCL 2.9); one EFA fraction cannot "
-                "follow both",
+                f"{relative_error(busbw, pub):+.0%}: newer EFA software (aws-ofi-nccl 1.8, "
+                "NCCL 2.20, 2024) than EFA_EFFICIENCY's fit (NCCL 2.9, 2021); one EFA fraction "
+                "cannot follow both",
             )
         )
     p = _fabric_point(fabric, "efa", "p5-efa-allreduce-2-hosts")
@@ -448,7 +448,7 @@ def fabric_rows(fabric: Mapping[str, Any]) -> list[Row]:
             "NVLS_TREE_SHARE",
         )
     )
-    return rows + pipeline_fill_rows(fabric) + gcp_rows(fabric)
+    return rows + pipeline_fill_rows(fabric) + fill_by_chunk_rows(fabric) + gcp_rows(fabric)
 
 
 # The by-size curves: (section, id, machine, accelerator); the fill is read off each as the time at
@@ -488,9 +488,15 @@ def pipeline_fill_rows(fabric: Mapping[str, Any]) -> list[Row]:
                 )
             )
         elif alg == C.ALG_NVLS_TREE:
-            # Out of reach, not bent to: NVLSTree moves 128 KiB chunks (nvls.cc), so the step
-            # model gives a quarter of a tree's fill, while these curves pay about a tree's at
-            # their largest sizes; at mid sizes (64 MiB - 1 GiB on p5) they match the chunks.
+            # Out of reach, not bent to: today's NCCL moves NVLSTree in 128 KiB chunks (since
+            # 2.21), a quarter of a tree's step, while these runs pay about a tree's fill.
+            if "nvls_tree_chunk_bytes" in p:
+                why = (
+                    "this run's NCCL 2.20 grew NVLSTree chunks to 512 KiB past 2 GiB (the fill "
+                    "rows below check that); today's NCCL stops at 128 KiB"
+                )
+            else:
+                why = "TCPXO pays ~0.9 ms per collective from 16 MiB up, beyond NCCL's chunking"
             rows.append(
                 Row(
                     pid,
@@ -500,8 +506,7 @@ def pipeline_fill_rows(fabric: Mapping[str, Any]) -> list[Row]:
                     None,
                     GOAL_MAX,
                     OUT_OF_REACH,
-                    f"{err:+.0%}: NVLSTree's 128 KiB chunks give a "
-                    "quarter of the ~1 ms this run pays at its largest sizes",
+                    f"{err:+.0%}: {why}",
                 )
             )
         else:
@@ -515,6 +520,70 @@ def pipeline_fill_rows(fabric: Mapping[str, Any]) -> list[Row]:
                     GOAL_MAX,
                     CHECKED,
                     "NCCL latency + pipeline fill",
+                )
+            )
+    return rows
+
+
+def fill_by_chunk_rows(fabric: Mapping[str, Any]) -> list[Row]:
+    """The fill's mechanism on 2 x p5 (NVLSTree): each size's time beyond the curve's own
+    bandwidth and the engine's NVLSTree latency, averaged over the sizes that share one of NCCL
+    2.20's NVLSTree chunks, against PIPELINE_FILL_SECONDS_PER_STEP_BYTE x that chunk. The
+    constant is fitted on a tree over EFA (p4de); these rows check it on another algorithm."""
+    cat = DEFAULT_CATALOG
+    p = _fabric_point(fabric, "efa", "p5-efa-allreduce-2-hosts")
+    p5, h100 = cat.machine("p5.48xlarge"), cat.accelerator("nvidia-h100-80gb")
+    times = {int(k): float(v) * 1e-6 for k, v in p["time_us_by_size"].items()}
+    _, slope, largest = _line_through_largest(p["time_us_by_size"])
+    intercept, alg = _model_line(2, 8, p5, h100, largest / 2, largest)
+    latency = intercept - float(C.pipeline_fill(alg, largest, 2, 8))
+    chunk_of = {
+        m: float(C.pipeline_step_bytes(alg, m, 2, 8, float(p["nvls_tree_chunk_bytes"])))
+        for m in times
+    }
+    rows: list[Row] = []
+    for chunk in sorted(set(chunk_of.values())):
+        sizes = sorted(m for m in times if chunk_of[m] == chunk)
+        measured = statistics.mean(times[m] - m / slope - latency for m in sizes)
+        ours = E.PIPELINE_FILL_SECONDS_PER_STEP_BYTE * chunk
+        span = (
+            f"{sizes[0] / 2**20:g}-{sizes[-1] / 2**20:g} MiB"
+            if len(sizes) > 1
+            else (f"{sizes[0] / 2**20:g} MiB")
+        )
+        quantity = f"fill ms, {chunk / 1024:g} KiB NVLSTree chunks ({span})"
+        err = relative_error(ours, measured)
+        if abs(err) <= GOAL_MAX:
+            rows.append(
+                Row(
+                    p["id"],
+                    quantity,
+                    measured * 1e3,
+                    ours * 1e3,
+                    err,
+                    GOAL_MAX,
+                    CHECKED,
+                    "NCCL 2.20.3's NVLSTree chunk x the tree-fitted fill",
+                )
+            )
+        else:
+            # Out of reach, not bent to: below ~0.35 ms the time beyond bandwidth holds more than
+            # the fill (the tuner's latency table is not this run's, and small sizes run fewer
+            # channels), so the fill alone cannot account for it.
+            note = (
+                f"{err:+.0%}: at small chunks the time beyond bandwidth ({measured * 1e3:.2f} ms) "
+                "holds more than the fill; NCCL's latency table is not this run's"
+            )
+            rows.append(
+                Row(
+                    p["id"],
+                    quantity,
+                    measured * 1e3,
+                    ours * 1e3,
+                    None,
+                    GOAL_MAX,
+                    OUT_OF_REACH,
+                    note,
                 )
             )
     return rows

@@ -424,12 +424,27 @@ def _scaled_step(alg: int, m: F64, hosts: F64, per_host: F64, scale: float) -> F
     raise ValueError(f"no NCCL pipeline for algorithm {alg}")
 
 
-def pipeline_step_bytes(alg: int, nbytes: ArrayLike, hosts: ArrayLike, per_host: ArrayLike) -> F64:
+def pipeline_step_bytes(
+    alg: int,
+    nbytes: ArrayLike,
+    hosts: ArrayLike,
+    per_host: ArrayLike,
+    nvls_tree_chunk: float | None = None,
+) -> F64:
     """The bytes one channel moves per pipeline step of a Simple-protocol ``alg`` collective
     (NCCL's chunking, enqueue.cc; efficiency.py names each constant): a 512 KiB step for the ring
     and the tree, NVLS's chunks for NVLS and NVLSTree. Below one loop of the channels the step is
-    the message's share, so it grows with the message up to a full step."""
-    return _scaled_step(alg, _f(nbytes), _f(hosts), _f(per_host), 1.0)
+    the message's share, so it grows with the message up to a full step. ``nvls_tree_chunk``
+    replays another NCCL's NVLSTree chunk (NCCL 2.20 started from the 512 KiB step; since 2.21
+    from NVLS_CHUNKSIZE), with enqueue.cc's four halving rules."""
+    m, n, g = _f(nbytes), _f(hosts), _f(per_host)
+    if alg != ALG_NVLS_TREE or nvls_tree_chunk is None:
+        return _scaled_step(alg, m, n, g, 1.0)
+    concurrent = float(E.NCCL_ASSUMED_CHANNELS) * g
+    chunk = np.broadcast_to(np.float64(nvls_tree_chunk), np.broadcast(m, concurrent).shape)
+    for factor, smaller in ((32.0, 262144.0), (16.0, 131072.0), (4.0, 65536.0), (1.0, 32768.0)):
+        chunk = np.where((m < factor * concurrent * chunk) & (chunk > smaller), smaller, chunk)
+    return np.where(n >= 4, np.minimum(chunk, 65536.0), chunk)
 
 
 def pipeline_fill(alg: int, nbytes: ArrayLike, hosts: ArrayLike, per_host: ArrayLike) -> F64:
