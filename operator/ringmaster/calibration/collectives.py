@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ringmaster.calibration.points import (
+    BOUND,
     CHECKED,
     DECISION,
     FITTED,
@@ -287,11 +288,17 @@ def _line_through_largest(times_us: Mapping[Any, Any]) -> tuple[float, float, in
 
 
 def _model_line(
-    hosts: int, per_host: int, machine: MachineType, accelerator: Accelerator, m1: float, m2: float
+    hosts: int,
+    per_host: int,
+    machine: MachineType,
+    accelerator: Accelerator,
+    m1: float,
+    m2: float,
+    env: Mapping[str, str] | None = None,
 ) -> tuple[float, int]:
     """The engine's own intercept between two sizes (its latency + fill) and its algorithm."""
     t = C.inter_host_collective(
-        C.ALL_REDUCE, np.array([m1, m2]), hosts, per_host, machine, accelerator
+        C.ALL_REDUCE, np.array([m1, m2]), hosts, per_host, machine, accelerator, env=env
     )
     s1, s2 = (float(x) for x in t.seconds)
     return s2 - m2 * (s2 - s1) / (m2 - m1), int(t.algorithm[-1])
@@ -352,14 +359,6 @@ def nvls_tree_share(
     return (size / t) / nvls_plateau_algbw(points, per_step_byte)
 
 
-def tcpxo_efficiency(fabric: Mapping[str, Any]) -> float:
-    """TCPXO_EFFICIENCY: the a3-mega curve's marginal algbw over the NICs' line rate (the engine
-    runs NVLSTree there, bound by the NICs: on two hosts each carries M)."""
-    p = _fabric_point(fabric, "gcp", "a3mega-tcpxo-allreduce-2-hosts")
-    _, slope, _ = _line_through_largest(p["time_us_by_size"])
-    return slope / DEFAULT_CATALOG.machine("a3-megagpu-8g").nic_bandwidth
-
-
 def tcp_shared_nic_efficiency(fabric: Mapping[str, Any], nic_efficiency: float) -> float:
     """TCP_SHARED_NIC_EFFICIENCY: the 8-GPU rings' busbw (bound by the one 32 Gbps NIC) over
     what one GPU's flows reach on it (32 Gbps x NIC_EFFICIENCY)."""
@@ -370,7 +369,7 @@ def tcp_shared_nic_efficiency(fabric: Mapping[str, Any], nic_efficiency: float) 
 
 def fabric_rows(fabric: Mapping[str, Any]) -> list[Row]:
     """EFA, NVLSTree, GCP's transports and NCCL's pipeline fill beside their published
-    nccl-tests runs: the fitted rows set EFA_EFFICIENCY, NVLS_TREE_SHARE, TCPXO_EFFICIENCY,
+    nccl-tests runs: the fitted rows set EFA_EFFICIENCY, NVLS_TREE_SHARE,
     TCP_SHARED_NIC_EFFICIENCY and PIPELINE_FILL_SECONDS_PER_STEP_BYTE, the others only check."""
     cat = DEFAULT_CATALOG
     rows: list[Row] = []
@@ -469,7 +468,13 @@ def pipeline_fill_rows(fabric: Mapping[str, Any]) -> list[Row]:
         p = _fabric_point(fabric, section, pid)
         published, _, largest = _line_through_largest(p["time_us_by_size"])
         ours, alg = _model_line(
-            2, 8, cat.machine(machine), cat.accelerator(accelerator), largest / 2, largest
+            2,
+            8,
+            cat.machine(machine),
+            cat.accelerator(accelerator),
+            largest / 2,
+            largest,
+            p.get("env"),
         )
         name = C.ALGORITHM_NAMES[alg]
         quantity = f"ms beyond bandwidth at {largest / GIB:g} GiB, {name}"
@@ -490,13 +495,10 @@ def pipeline_fill_rows(fabric: Mapping[str, Any]) -> list[Row]:
         elif alg == C.ALG_NVLS_TREE:
             # Out of reach, not bent to: today's NCCL moves NVLSTree in 128 KiB chunks (since
             # 2.21), a quarter of a tree's step, while these runs pay about a tree's fill.
-            if "nvls_tree_chunk_bytes" in p:
-                why = (
-                    "this run's NCCL 2.20 grew NVLSTree chunks to 512 KiB past 2 GiB (the fill "
-                    "rows below check that); today's NCCL stops at 128 KiB"
-                )
-            else:
-                why = "TCPXO pays ~0.9 ms per collective from 16 MiB up, beyond NCCL's chunking"
+            why = (
+                "this run's NCCL 2.20 grew NVLSTree chunks to 512 KiB past 2 GiB (the fill "
+                "rows below check that); today's NCCL stops at 128 KiB"
+            )
             rows.append(
                 Row(
                     pid,
@@ -596,44 +598,41 @@ def gcp_rows(fabric: Mapping[str, Any]) -> list[Row]:
     rows: list[Row] = []
     p = _fabric_point(fabric, "gcp", "a3mega-tcpxo-allreduce-2-hosts")
     a3, h100 = cat.machine("a3-megagpu-8g"), cat.accelerator("nvidia-h100-80gb")
-    _, slope, largest = _line_through_largest(p["time_us_by_size"])
-    sizes = np.array([largest / 2, largest])
-    t = C.inter_host_collective(C.ALL_REDUCE, sizes, 2, 8, a3, h100)
-    ours = (sizes[1] - sizes[0]) / float(t.seconds[1] - t.seconds[0])
+    env = {str(k): str(v) for k, v in (p.get("env") or {}).items()}
+    _, slope, _ = _line_through_largest(p["time_us_by_size"])
+    # On two hosts the tree sends M through each host's NICs: the run's marginal algbw is at
+    # most the NICs' achieved rate, so it bounds the fraction the engine uses from below.
+    floor = slope / a3.nic_bandwidth
+    ours = float(C.network_efficiency(a3.transport, 8))
     rows.append(
         Row(
             p["id"],
-            "marginal algbw GB/s, 4 -> 8 GiB",
-            slope / 1e9,
-            ours / 1e9,
-            relative_error(ours, slope),
-            0.02,
-            FITTED,
-            "TCPXO_EFFICIENCY",
+            "TCPXO fraction of line rate >= marginal algbw / NICs",
+            floor,
+            ours,
+            0.0 if ours >= floor else relative_error(ours, floor),
+            0.0,
+            BOUND,
+            "NIC_EFFICIENCY; the engine's tree is NVLink-bound here, so the run only bounds it",
         )
     )
-    # What this transport pays per collective beyond the engine's latency + fill (the two
-    # intercepts): where it is more than GOAL_MAX of a size's time, that size is out of reach.
-    published_intercept, _, _ = _line_through_largest(p["time_us_by_size"])
-    ours_intercept, _ = _model_line(2, 8, a3, h100, largest / 2, largest)
-    missing = published_intercept - ours_intercept
     for size, pub in sorted((int(k), float(v)) for k, v in p["busbw_GBps_by_size"].items()):
-        t = C.inter_host_collective(C.ALL_REDUCE, size, 2, 8, a3, h100)
+        t = C.inter_host_collective(C.ALL_REDUCE, size, 2, 8, a3, h100, env=env)
         busbw = _busbw(t) / 1e9
         alg = C.ALGORITHM_NAMES[int(np.ravel(t.algorithm)[0])]
         label = f"{size / GIB:g} GiB" if size >= GIB else f"{size / 2**20:g} MiB"
-        quantity = f"busbw GB/s, 2 x 8 H100, {label}, {alg}"
-        err = relative_error(busbw, pub)
-        if missing > GOAL_MAX * size * 2 * 15 / 16 / (pub * 1e9):
-            note = (
-                f"{err:+.0%}: TCPXO pays {missing * 1e3:.1f} ms a collective beyond NCCL's "
-                "latency and fill from 16 MiB up (the curve's intercept); nothing in NCCL's "
-                "chunking explains it, so it is not fitted"
+        rows.append(
+            Row(
+                p["id"],
+                f"busbw GB/s, 2 x 8 H100, {label}, {alg} (the run's env)",
+                pub,
+                busbw,
+                relative_error(busbw, pub),
+                GOAL_MAX,
+                CHECKED,
+                "GCP's TCPXO profile: Ring / Tree, Simple; NVLink binds the tree",
             )
-            rows.append(Row(p["id"], quantity, pub, busbw, None, GOAL_MAX, OUT_OF_REACH, note))
-        else:
-            note = "TCPXO_EFFICIENCY is this curve's slope; the sizes check the ramp"
-            rows.append(Row(p["id"], quantity, pub, busbw, err, GOAL_MAX, CHECKED, note))
+        )
     p = _fabric_point(fabric, "gcp", "gcp-tcp-8gpu-allreduce")
     gcp = network_host("32 Gbps gVNIC", 32, 1, "tcp")
     v100 = cat.accelerator("nvidia-tesla-v100")

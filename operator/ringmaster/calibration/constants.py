@@ -15,7 +15,6 @@ from ringmaster.calibration.collectives import (
     nvls_tree_share,
     pipeline_fill_per_step_byte,
     tcp_shared_nic_efficiency,
-    tcpxo_efficiency,
     without_fill,
 )
 from ringmaster.calibration.points import (
@@ -58,7 +57,6 @@ def derive_constants(points: Mapping[str, Any]) -> dict[str, float]:
         "NVLS_EFFICIENCY": nvls,
         "EFA_EFFICIENCY": efa_efficiency(fabric, fill),
         "NVLS_TREE_SHARE": nvls_tree_share(fabric, points, fill),
-        "TCPXO_EFFICIENCY": tcpxo_efficiency(fabric),
         "TCP_SHARED_NIC_EFFICIENCY": tcp_shared_nic_efficiency(fabric, nic),
         "PIPELINE_FILL_SECONDS_PER_STEP_BYTE": fill,
         "COMPUTE_EFFICIENCY": compute,

@@ -856,16 +856,14 @@ def link_efficiency(intra_link: str) -> float:
 
 def network_efficiency(transport: str, per_host: ArrayLike) -> F64:
     """Achieved fraction of a host's NIC line rate: NIC_EFFICIENCY, for kernel TCP shared by
-    several GPUs the socket transport's loss on top (TCP_SHARED_NIC_EFFICIENCY), AWS EFA's own
-    (EFA_EFFICIENCY) and GPUDirect-TCPXO's (TCPXO_EFFICIENCY). GPUDirect-TCPX has no published
-    run to fit and keeps NIC_EFFICIENCY."""
+    several GPUs the socket transport's loss on top (TCP_SHARED_NIC_EFFICIENCY), and AWS EFA's
+    own (EFA_EFFICIENCY). GPUDirect-TCPX / TCPXO keep NIC_EFFICIENCY (a published TCPXO run
+    bounds it from below; no TCPX run was found)."""
     g = _f(per_host)
     if transport == "tcp":
         return where(g > 1, E.NIC_EFFICIENCY * E.TCP_SHARED_NIC_EFFICIENCY, E.NIC_EFFICIENCY)
     if transport == "efa":
         return np.full(g.shape, E.EFA_EFFICIENCY)
-    if transport == "tcpxo":
-        return np.full(g.shape, E.TCPXO_EFFICIENCY)
     return np.full(g.shape, E.NIC_EFFICIENCY)
 
 
