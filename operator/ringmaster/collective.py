@@ -314,6 +314,7 @@ def _hint(setup: Setup) -> str:
         "tcpx": "check the GPUDirect-TCPX plugin is loaded (NCCL_NET), its NICs and rxdm",
         "tcpxo": "check the GPUDirect-TCPXO plugin is loaded (NCCL_NET), its NICs and rxdm",
         "rdma": "check NIC count (NCCL_IB_HCA), GPUDirect RDMA and the RoCE/IB fabric",
+        "efa": "check the aws-ofi-nccl plugin is loaded (NCCL_NET), FI_PROVIDER=efa and the EFAs",
         "dcn": "check the hosts' data-center network",
     }.get(transport, "check NIC count and GPUDirect")
 

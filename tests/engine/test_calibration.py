@@ -37,8 +37,10 @@ def test_checked_points_meet_the_goal_and_are_kept_apart_from_fitted_ones(points
     assert not fitted & checked
     # every constant derive_constants fits names a fitted row in its note
     notes = " ".join(r.note for r in rows if r.status == calibration.FITTED)
-    for name in ("NVLINK_EFFICIENCY", "NIC_EFFICIENCY", "NVLS_EFFICIENCY", "COMPUTE_EFFICIENCY"):
-        assert name in notes
+    for name in calibration.derive_constants(points):
+        if name.endswith("_LATENCY"):
+            continue  # NCCL's figures, verbatim rows
+        assert name in notes, name
     # the LLM serving points sit in the same table, marked as the LLM serving model's, and do
     # not count towards this model's checked errors
     llm = [r for r in rows if r.model == calibration.LLM_SERVING_MODEL]
@@ -55,7 +57,11 @@ def test_constants_are_the_ones_the_points_give(points):
 def test_a_changed_point_moves_the_derived_constant(points):
     changed = yaml.safe_load(yaml.safe_dump(points))
     changed["collectives"][0]["busbw_GBps"] = 150
-    assert calibration.derive_constants(changed)["NVLINK_EFFICIENCY"] == pytest.approx(0.5)
+    # 8 GiB at busbw 150 GB/s, less the ring's pipeline fill (a full 512 KiB step), on 300 GB/s
+    seconds = 8 * 2**30 * 1.75 / 150e9
+    fill = E.PIPELINE_FILL_SECONDS_PER_STEP_BYTE * E.NCCL_STEP_BYTES
+    expected = 8 * 2**30 * 1.75 / (seconds - fill) / 300e9
+    assert calibration.derive_constants(changed)["NVLINK_EFFICIENCY"] == pytest.approx(expected)
     rows = calibration.report(changed)
     nvlink = next(r for r in rows if r.id == "a100-nvlink-8gpu-allreduce")
     assert not nvlink.ok  # the engine's constant no longer matches: the test can fail
@@ -78,3 +84,23 @@ def test_calibrate_command_prints_the_table(capsys, tmp_path):
     assert "checked points;" in out and "median |error|" in out and "fitted" in out
     assert main(["calibrate", "--points", str(tmp_path / "none.yaml")]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_by_size_curves_fit_the_fill_on_one_and_check_it_on_the_others(points):
+    rows = [r for r in calibration.report(points) if "beyond bandwidth" in r.quantity]
+    assert [r.status for r in rows].count(calibration.FITTED) == 1
+    fitted = next(r for r in rows if r.status == calibration.FITTED)
+    assert fitted.id == "p4de-efa-allreduce-2-hosts"
+    assert {r.id for r in rows} >= {"p5-efa-allreduce-2-hosts", "a3mega-tcpxo-allreduce-2-hosts"}
+    # the mid-size ramp: 8 x A100 on NVLink at 1 GiB sits in the published 200-208 GB/s
+    ramp = next(
+        r
+        for r in calibration.report(points)
+        if r.id == "a100-nvlink-8gpu-allreduce-by-size" and "1 GiB" in r.quantity
+    )
+    assert ramp.status == calibration.CHECKED and ramp.error == 0.0
+    # the fill fitted on a tree over EFA checks NVLSTree's largest chunks on 2 x p5 (NCCL 2.20)
+    chunks = [r for r in calibration.report(points) if r.quantity.startswith("fill ms")]
+    largest = [r for r in chunks if "512 KiB" in r.quantity or "256 KiB" in r.quantity]
+    assert len(largest) == 2
+    assert all(r.status == calibration.CHECKED and abs(r.error) < 0.05 for r in largest)

@@ -16,6 +16,10 @@ INTRA = 200e9  # achieved NVLink per GPU
 NET = 10e9  # achieved NICs per host
 FABRIC = C.GpuFabric(intra_bandwidth=INTRA, net_bandwidth=NET, intra_link="nvlink", arch="ampere")
 RING_ONLY = {C.ALG_RING}
+# The pipeline fill of a Simple collective: seconds per byte of one channel's step; a full step
+# is NCCL's 512 KiB (4 MiB buffer / 8 steps), NVLS's chunk 128 KiB, NVLSTree's 64 KiB on 4+ hosts.
+K = E.PIPELINE_FILL_SECONDS_PER_STEP_BYTE
+STEP = 512 * 1024
 
 
 def one(kind, m, n, g, fabric=FABRIC, algorithms=None, protocols=None):
@@ -33,7 +37,8 @@ def test_ring_simple_one_host_hand_computed():
     t, alg, proto, busbw = one(C.ALL_REDUCE, m, 1, 8, protocols={C.PROTO_SIMPLE})
     lat = 8.4 + 14 * 3.4  # base + 2(N-1) NVLink steps, tuning.cc ring/Simple
     assert (alg, proto) == ("Ring", "Simple")
-    assert t == pytest.approx(lat * US + 2 * 7 / 8 * m / INTRA)
+    # 1 GiB fills every channel's 512 KiB step (16 channels x 8 ranks x 4-step chunks = 256 MiB)
+    assert t == pytest.approx(lat * US + 2 * 7 / 8 * m / INTRA + K * STEP)
     assert busbw == pytest.approx(2 * 7 / 8 * m / t)
 
 
@@ -66,7 +71,7 @@ def test_ring_across_hosts_multi_gpu_is_paced_by_the_nics_and_pays_network_steps
     intra_steps = 2 * (n_ranks - 1) - inter
     lat = 8.4 + intra_steps * max(3.4, 3 * 1.0) + inter * 14.0
     lat *= 1.4  # plateau: m / (16 channels x 32 ranks) >= 64
-    assert t == pytest.approx(lat * US + 2 * 31 / 32 * m / NET)
+    assert t == pytest.approx(lat * US + 2 * 31 / 32 * m / NET + K * STEP)
     assert busbw == pytest.approx(NET, rel=0.01)  # ring busbw = the host's NICs
 
 
@@ -76,8 +81,8 @@ def test_tree_two_hosts_carries_half_so_busbw_nearly_doubles():
     tree = one(C.ALL_REDUCE, m, 2, 8, algorithms={C.ALG_TREE}, protocols={2})
     assert tree[1] == "Tree"
     lat = 8.4 + 2 * (7 * 4.0 + 1 * 14.0)
-    assert tree[0] == pytest.approx(lat * US + m / (NET * 0.92))  # M per NIC on 2 hosts
-    assert tree[3] / NET == pytest.approx(2 * 15 / 16 * 0.92, rel=1e-3)  # "up to 2x the NIC"
+    assert tree[0] == pytest.approx(lat * US + m / (NET * 0.92) + K * STEP)  # M per NIC
+    assert tree[3] / NET == pytest.approx(2 * 15 / 16 * 0.92, rel=0.01)  # "up to 2x the NIC"
     best = one(C.ALL_REDUCE, m, 2, 8)
     assert best[1] == "Tree"  # NCCL picks the tree on 2 hosts
     assert best[0] < ring[0]
@@ -87,7 +92,7 @@ def test_tree_many_hosts_carries_2m_and_loses_to_the_ring_on_large_messages():
     m = 1 * GIB
     tree = one(C.ALL_REDUCE, m, 16, 8, algorithms={C.ALG_TREE}, protocols={2})
     lat = 8.4 + 2 * (7 * 4.0 + 4 * 14.0)
-    assert tree[0] == pytest.approx(lat * US + 2 * m / (NET * 0.92))
+    assert tree[0] == pytest.approx(lat * US + 2 * m / (NET * 0.92) + K * STEP)
     assert one(C.ALL_REDUCE, m, 16, 8)[1] == "Ring"
     # and wins on small ones (log2 hops against 2(n-1))
     assert one(C.ALL_REDUCE, 64 * 1024, 16, 8)[1] == "Tree"
@@ -97,7 +102,8 @@ def test_tree_correction_slows_medium_sizes():
     m = 4 * MIB  # log2(4 MiB / 64) = 16 -> Simple factor 0.7
     t = one(C.ALL_REDUCE, m, 8, 1, algorithms={C.ALG_TREE}, protocols={C.PROTO_SIMPLE})[0]
     lat = 8.4 + 2 * 3 * 14.0
-    assert t == pytest.approx(lat * US + 2 * m / (NET * 0.92) / 0.7)
+    # each of 16 channels holds 256 KiB of the 4 MiB: less than a full step
+    assert t == pytest.approx(lat * US + 2 * m / (NET * 0.92) / 0.7 + K * m / 16)
 
 
 def test_nvls_single_host_hand_computed():
@@ -105,7 +111,7 @@ def test_nvls_single_host_hand_computed():
     m = 4 * GIB
     t, alg, proto, busbw = one(C.ALL_REDUCE, m, 1, 8, fabric)
     assert (alg, proto) == ("NVLS", "Simple")
-    assert t == pytest.approx(25 * US + m / 270e9)
+    assert t == pytest.approx(25 * US + m / 270e9 + K * 128 * 1024)
     assert busbw == pytest.approx(2 * 7 / 8 * m / t)
     # NVLS is for all-reduce here; all-gather runs the ring
     assert one(C.ALL_GATHER, m, 1, 8, fabric)[1] == "Ring"
@@ -116,14 +122,43 @@ def test_nvls_tree_across_hosts():
     m = 1 * GIB
     t, alg, _, _ = one(C.ALL_REDUCE, m, 4, 8, fabric, algorithms={C.ALG_NVLS_TREE})
     assert alg == "NVLSTree"
-    assert t == pytest.approx((25 + 2 * 2 * 20.9) * US + 2 * m / NET)
+    assert t == pytest.approx((25 + 2 * 2 * 20.9) * US + 2 * m / NET + K * 64 * 1024)
+
+
+def test_nvls_tree_two_hosts_hand_computed_below_one_hosts_nvls_ceiling():
+    # Two hosts: the network carries M per host (each host roots one tree), so a fast network
+    # leaves the in-host NVLS phases as the limit, at NVLS_TREE_SHARE of one host's NVLS rate.
+    nvls = 270e9
+    fabric = C.GpuFabric(INTRA, 1e13, "nvlink", nvls_bandwidth=nvls, arch="hopper")
+    m = 8 * GIB
+    t, alg, _, _ = one(C.ALL_REDUCE, m, 2, 8, fabric, algorithms={C.ALG_NVLS_TREE})
+    assert alg == "NVLSTree"
+    fill = K * 128 * 1024
+    assert t == pytest.approx((25 + 2 * 1 * 20.9) * US + m / (nvls * E.NVLS_TREE_SHARE) + fill)
+    one_host = one(C.ALL_REDUCE, m, 1, 8, fabric, algorithms={C.ALG_NVLS})
+    assert m / t < m / one_host[0]  # the algbw of two hosts stays under one host's
+
+
+def test_efa_is_a_transport_with_its_own_fraction():
+    a100 = CAT.accelerator("nvidia-tesla-a100")
+    p4d = CAT.machine("p4d.24xlarge")
+    assert p4d.transport == "efa" and p4d.nics == 4 and p4d.nic_gbps == pytest.approx(100)
+    assert CAT.machine("p5.48xlarge").transport == "efa"
+    assert float(C.network_efficiency("efa", 8)) == E.EFA_EFFICIENCY
+    assert E.EFA_EFFICIENCY < E.NIC_EFFICIENCY  # SRD through libfabric: below RDMA's rate
+    # Four hosts run the ring: busbw is the EFAs' achieved rate.
+    four = C.inter_host_collective(C.ALL_REDUCE, 8 * GIB, 4, 8, p4d, a100)
+    assert C.ALGORITHM_NAMES[int(four.algorithm)] == "Ring"
+    assert float(four.bus_bandwidth) == pytest.approx(
+        p4d.nic_bandwidth * E.EFA_EFFICIENCY, rel=0.01
+    )
 
 
 def test_all_gather_and_reduce_scatter_move_half_an_all_reduce():
     m = 1 * GIB
     ag = one(C.ALL_GATHER, m, 1, 8, protocols={2})
     rs = one(C.REDUCE_SCATTER, m, 1, 8, protocols={2})
-    assert ag[0] == pytest.approx((8.4 + 7 * 3.4) * US + 7 / 8 * m / INTRA)
+    assert ag[0] == pytest.approx((8.4 + 7 * 3.4) * US + 7 / 8 * m / INTRA + K * STEP)
     assert rs[0] == pytest.approx(ag[0])
     assert ag[3] == pytest.approx(7 / 8 * m / ag[0])  # busbw factor (N-1)/N
 
@@ -164,7 +199,7 @@ def test_intra_host_entry_point_h100_picks_nvls_and_a100_cannot():
     )
 
 
-def test_inter_host_entry_point_tcp_sharing_costs_two_thirds():
+def test_inter_host_entry_point_tcp_sharing_costs_its_fraction():
     a100 = CAT.accelerator("nvidia-tesla-a100")
     a2 = CAT.machine("a2-highgpu-8g")
     one_gpu = C.inter_host_collective(C.ALL_REDUCE, 1 * GIB, 4, 1, a2, a100)
@@ -229,3 +264,73 @@ def test_reduction_server_hand_computed():
     lat = 2 * (8.4 + 7 * 3.4) * US + E.NCCL_BASE_LATENCY + 2 * E.NETWORK_HOP_LATENCY
     assert float(t.seconds) == pytest.approx(max(intra, inter) + lat)
     assert int(t.bottleneck) == C.BOTTLENECK_REDUCERS
+
+
+def test_pipeline_step_grows_with_the_message_up_to_a_full_step():
+    sizes = 2.0 ** np.arange(10, 36)
+    ring = C.pipeline_step_bytes(C.ALG_RING, sizes, 1, 8)
+    # below one loop (16 channels x 8 ranks x 4-step chunks) the step is the message's share
+    assert ring[0] == pytest.approx(1024 / (16 * 8 * 4))
+    assert float(C.pipeline_step_bytes(C.ALG_RING, 256 * MIB, 1, 8)) == STEP
+    tree = C.pipeline_step_bytes(C.ALG_TREE, sizes, 2, 8)
+    assert float(C.pipeline_step_bytes(C.ALG_TREE, 4 * MIB, 2, 8)) == 4 * MIB / 16
+    # NVLS halves its 128 KiB chunk for small messages (enqueue.cc, 16 channels x 8 heads)
+    nvls = C.pipeline_step_bytes(C.ALG_NVLS, np.array([1, 16, 256, 1024]) * MIB, 1, 8)
+    assert nvls.tolist() == [16384, 32768, 65536, 131072]
+    nvls_tree = C.pipeline_step_bytes(C.ALG_NVLS_TREE, np.array([4, 16, 1024]) * MIB, [2, 2, 4], 8)
+    assert nvls_tree.tolist() == [32768, 65536, 65536]  # 64 KiB at most on 4+ hosts
+    # NCCL 2.20 started NVLSTree from the 512 KiB step: 32x / 16x / 4x / 1x concurrentOps rules
+    old = C.pipeline_step_bytes(
+        C.ALG_NVLS_TREE, np.array([4, 16, 64, 512, 2048]) * MIB, 2, 8, nvls_tree_chunk=STEP
+    )
+    assert old.tolist() == [32768, 65536, 131072, 262144, STEP]
+    for step in (ring, tree, C.pipeline_step_bytes(C.ALG_NVLS, sizes, 1, 8)):
+        assert np.all(np.diff(step) >= 0) and step.max() <= STEP
+
+
+def test_pipeline_fill_leaves_nccls_choice_alone(monkeypatch):
+    sizes = 2.0 ** np.arange(3, 35)
+    hosts = np.array([1.0, 2.0, 4.0, 16.0])[:, None]
+    h100 = C.GpuFabric(INTRA, NET, "nvlink", nvls_bandwidth=270e9, arch="hopper")
+    with_fill = C.nccl_collective(C.ALL_REDUCE, sizes, hosts, 8, h100)
+    monkeypatch.setattr(E, "PIPELINE_FILL_SECONDS_PER_STEP_BYTE", 0.0)
+    without = C.nccl_collective(C.ALL_REDUCE, sizes, hosts, 8, h100)
+    assert np.array_equal(with_fill.algorithm, without.algorithm)  # NCCL's tuner does not see it
+    assert np.array_equal(with_fill.protocol, without.protocol)
+    extra = with_fill.seconds - without.seconds
+    assert np.all(extra >= 0) and np.all(extra <= K * STEP * (1 + 1e-9))
+    simple = with_fill.protocol == C.PROTO_SIMPLE
+    assert np.all(extra[~simple] == 0)  # LL / LL128 pay none
+
+
+def test_mid_size_ramp_8_a100_on_nvlink():
+    # nccl-tests issues 149 / 178: about 204 GB/s at 1 GiB, 230 at 8 GiB: the fill, not a
+    # second bandwidth, makes the difference
+    a100 = CAT.accelerator("nvidia-tesla-a100")
+    t = C.intra_host_collective(C.ALL_REDUCE, np.array([1.0, 8.0]) * GIB, 8, a100)
+    busbw = t.bus_bandwidth / 1e9
+    assert 200 <= busbw[0] <= 208
+    assert busbw[1] == pytest.approx(230, rel=0.01)
+
+
+def test_gcp_gpudirect_transports_keep_the_nic_fraction_and_tcp_pays_its_own():
+    assert CAT.machine("a3-megagpu-8g").transport == "tcpxo"
+    # a published TCPXO run bounds the fraction from below (calibration.collectives)
+    assert float(C.network_efficiency("tcpxo", 8)) == E.NIC_EFFICIENCY >= 185.3 / 200
+    assert float(C.network_efficiency("tcpx", 8)) == E.NIC_EFFICIENCY  # no published run yet
+    assert float(C.network_efficiency("tcp", 8)) == pytest.approx(
+        E.NIC_EFFICIENCY * E.TCP_SHARED_NIC_EFFICIENCY
+    )
+    assert float(C.network_efficiency("tcp", 1)) == E.NIC_EFFICIENCY
+
+
+def test_gcp_tcpxo_profile_runs_the_tree_bound_by_nvlink():
+    # GCP's TCPXO profile (Ring / Tree, Simple) on 2 x a3-megagpu-8g: the tree carries 2M over
+    # each GPU's NVLink and M over each host's NICs, so NVLink binds it (0.92 of half the link)
+    a3, h100 = CAT.machine("a3-megagpu-8g"), CAT.accelerator("nvidia-h100-80gb")
+    env = {"NCCL_ALGO": "Ring,Tree", "NCCL_PROTO": "Simple"}
+    t = C.inter_host_collective(C.ALL_REDUCE, 8 * GIB, 2, 8, a3, h100, env=env)
+    assert C.ALGORITHM_NAMES[int(t.algorithm)] == "Tree"
+    nvlink = h100.intra_bandwidth * E.NVLINK_EFFICIENCY
+    algbw = 8 * GIB / float(t.seconds)
+    assert algbw == pytest.approx(nvlink / 2 * 0.92, rel=0.03)  # less latency and fill

@@ -129,9 +129,9 @@ def test_communication_bound_job_picks_the_reduction_server():
     assert ring.bottleneck.startswith("inter-host NIC, 100 Gbps TCP")
     assert p.chosen_strategy == REDUCTION_SERVER
     # 8 hosts x 8 GPUs: NCCL's ring sends 2*63/64 x M over the NIC, the server M; on 25 MiB
-    # buckets the ring's 126 latency steps add a few percent more
+    # buckets the ring's 126 latency steps (and its pipeline fill) add several percent more
     ratio = ring.communication_seconds / rs.communication_seconds
-    assert 2 * 63 / 64 <= ratio <= 2 * 63 / 64 * 1.08
+    assert 2 * 63 / 64 <= ratio <= 2 * 63 / 64 * 1.12
     assert rs.reducers == 25 and rs.vertex_reducers == 25
     assert 1 <= rs.cost_optimal_reducers <= 25
 

@@ -262,7 +262,98 @@ def test_a_job_without_architecture_gets_no_layout_env():
     assert not names & {n for n, _ in LAYOUT_ENV}
 
 
-def test_a_sweep_of_an_architecture_job_is_refused_in_one_line(capsys):
-    code, _, err = plan(capsys, AUTO, "--sweep", "workers=1..4")
+def _written(tmp_path: Path, doc: dict[str, Any], name: str = "job.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_a_job_without_gradient_all_reduce_shows_one_row_and_no_reducers(capsys):
+    # DP 1 (the 70B example) and full sharding (the FSDP example): nothing for a reduction
+    # server to replace, so no reducer sizing and no pair of identical rows.
+    for path in (AUTO, FSDP):
+        code, out, err = plan(capsys, path)
+        assert code == 0, err
+        assert "reducers:" not in out and "ReductionServer" not in out and "scaling" not in out
+        header = next(line for line in out.splitlines() if line.startswith("step s"))
+        assert header.split()[:4] == ["step", "s", "tokens/s", "MFU"]
+        assert "$/M tokens" in header
+        code, out, _ = plan(capsys, path, "-o", "json")
+        assert set(json.loads(out)["strategies"]) == {"Ring"}
+
+
+def test_fully_sharded_layouts_never_get_reducers(tmp_path, capsys):
+    # 32 H100 fully sharded: the engine once picked a 100-reducer pool for FSDP's reduce-scatter.
+    doc = load(FSDP)
+    doc["spec"]["workers"] = 4
+    code, out, err = plan(capsys, _written(tmp_path, doc), "-o", "json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["layout"]["sharding"] == "Full" and result["chosenStrategy"] == "Ring"
+    assert set(result["strategies"]) == {"Ring"}
+
+
+def test_a_gradient_all_reduce_keeps_the_ring_and_reduction_server_rows(tmp_path, capsys):
+    doc = load(AUTO)
+    doc["spec"]["workers"] = 8
+    doc["spec"]["parallelism"].update(tensor=8, pipeline=1, sharding="Optimizer")
+    code, out, err = plan(capsys, _written(tmp_path, doc))
+    assert code == 0, err
+    assert "data-parallel: gradient all-reduce over 8 replicas" in out
+    rows = [line.split()[0] for line in out.splitlines() if line.startswith(("Ring", "Reduction"))]
+    assert rows == ["Ring", "ReductionServer"]
+    assert "reducers: " in out and "chosen: " in out
+
+
+def test_per_million_tokens_is_the_hourly_cost_over_the_tokens_of_an_hour():
+    from ringmaster.planning.render import per_million_tokens
+
+    assert per_million_tokens(36.0, 10_000.0) == pytest.approx(36.0 / 36e6 * 1e6)
+    assert per_million_tokens(36.0, 0.0) is None
+
+
+def test_a_workers_sweep_replans_the_layout_at_each_point(capsys):
+    code, out, err = plan(capsys, AUTO, "--sweep", "workers=1..8", "-o", "json")
+    assert code == 0, err
+    points = json.loads(out)["sweep"]["points"]
+    assert [p["workers"] for p in points] == list(range(1, 9))
+    planned = [p for p in points if "layout" in p]
+    # The layout is searched at each size: tensor x pipeline x data is the accelerator count.
+    for p in planned:
+        layout = p["layout"]
+        assert layout["tensor"] * layout["pipeline"] * layout["data"] == p["accelerators"]
+        assert p["tokensPerSecond"] > 0 and 0 < p["mfu"] < 1
+        hourly, per_m = p["costPerHourUSD"], p["costPerMillionTokensUSD"]
+        assert per_m == pytest.approx(hourly / 3600 / p["tokensPerSecond"] * 1e6, rel=1e-4)
+    assert len({p["layout"]["pipeline"] for p in planned}) > 1  # not one layout stretched
+    # 3 hosts (24 A100) divide no layout of 64 heads and 80 layers: a point with its reason.
+    three = points[2]
+    assert "layout" not in three and "no layout divides" in three["error"]
+    tokens = [p["tokensPerSecond"] for p in planned if p["fits"]]
+    assert tokens == sorted(tokens)
+
+
+def test_a_workers_sweep_table_names_the_layout_per_point(capsys):
+    code, out, err = plan(capsys, FSDP, "--sweep", "workers=1,2,4")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert "layout planned at each point" in lines[0]
+    assert lines[1].split()[:3] == ["workers", "accelerators", "layout"]
+    for column in ("tokens/s", "MFU", "step s", "$/hour", "$/M tokens"):
+        assert column in lines[1]
+    assert [line.split()[2] for line in lines[2:]] == ["TP1", "TP1", "TP1"]
+    assert [line.split()[4] for line in lines[2:]] == ["DP8", "DP16", "DP32"]
+
+
+def test_an_llm_sweep_of_another_field_is_refused_in_one_line(capsys):
+    code, _, err = plan(capsys, AUTO, "--sweep", "reducers=1..4")
     assert code == 2
-    assert "not yet for a model with an architecture" in err and "\n" not in err.strip()
+    assert "known: workers, perWorker" in err and "\n" not in err.strip()
+
+
+def test_an_llm_sweep_draws_its_plot(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "sweep.png"
+    code, _, err = plan(capsys, FSDP, "--sweep", "workers=1..2", "--plot", png)
+    assert code == 0, err
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -8,23 +8,41 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
+from ringmaster.calibration.collectives import (
+    FABRIC_POINTS,
+    efa_efficiency,
+    nvls_plateau_algbw,
+    nvls_tree_share,
+    pipeline_fill_per_step_byte,
+    tcp_shared_nic_efficiency,
+    without_fill,
+)
 from ringmaster.calibration.points import (
     RESNET50_OPERATIONS,
+    load_points,
     point_by_id,
 )
+from ringmaster.engine import collectives as C
+from ringmaster.engine.units import GIB
 
 
 def derive_constants(points: Mapping[str, Any]) -> dict[str, float]:
     """Each calibrated constant of engine.efficiency, recomputed from the published points."""
     hw = points["hardware"]
-    nvlink_line = float(hw["nvidia-tesla-a100"]["nvlink_GBps_per_direction"])
-    nvlink = float(point_by_id(points, "a100-nvlink-8gpu-allreduce")["busbw_GBps"]) / nvlink_line
+    fabric = load_points(FABRIC_POINTS)
+    fill = pipeline_fill_per_step_byte(fabric)
+    # NVLink: 8 x A100 busbw at 8 GiB (LARGE_MESSAGE_BYTES, where its row evaluates), less the
+    # ring's pipeline fill, over the line rate.
+    nvlink_line = float(hw["nvidia-tesla-a100"]["nvlink_GBps_per_direction"]) * 1e9
+    nvlink_bus = float(point_by_id(points, "a100-nvlink-8gpu-allreduce")["busbw_GBps"]) * 1e9
+    size = 8 * GIB
+    ring = without_fill(size * 1.75 / nvlink_bus, fill, C.ALG_RING, size, 1, 8)
+    nvlink = size * 1.75 / ring / nvlink_line
     one_nic = float(point_by_id(points, "one-100g-nic-internode-allreduce")["busbw_GBps"]) / 12.5
     gcp = [float(v) / 32.0 for v in point_by_id(points, "gcp-32gbe-tcp-2x1gpu")["busbw_Gbps"]]
     nic = statistics.mean([one_nic, *gcp])
-    h100 = point_by_id(points, "h100-nvlink-8gpu-allreduce")
     h100_line = float(hw["nvidia-h100-80gb"]["nvlink_GBps_per_direction"])
-    nvls = float(h100["busbw_GBps"]["nvls"]) / (2 * 7 / 8) / h100_line
+    nvls = nvls_plateau_algbw(points, fill) / (h100_line * 1e9)
     t4 = float(point_by_id(points, "mlperf-v0.7-t4-resnet50-offline")["samples_per_second"])
     a100 = float(point_by_id(points, "mlperf-v0.7-a100-sxm-resnet50-offline")["samples_per_second"])
     eff_t4 = t4 * RESNET50_OPERATIONS / (float(hw["nvidia-tesla-t4"]["int8_tops"]) * 1e12)
@@ -37,6 +55,10 @@ def derive_constants(points: Mapping[str, Any]) -> dict[str, float]:
         "NVLINK_EFFICIENCY": nvlink,
         "NIC_EFFICIENCY": nic,
         "NVLS_EFFICIENCY": nvls,
+        "EFA_EFFICIENCY": efa_efficiency(fabric, fill),
+        "NVLS_TREE_SHARE": nvls_tree_share(fabric, points, fill),
+        "TCP_SHARED_NIC_EFFICIENCY": tcp_shared_nic_efficiency(fabric, nic),
+        "PIPELINE_FILL_SECONDS_PER_STEP_BYTE": fill,
         "COMPUTE_EFFICIENCY": compute,
         "INFERENCE_OVERHEAD_SECONDS": single * 1e-3 - one_image,
         "NCCL_BASE_LATENCY": float(lat["base"]) * 1e-6,

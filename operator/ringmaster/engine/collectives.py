@@ -387,6 +387,73 @@ _INVERSE_TREE_CORRECTION = 1.0 / np.hstack(
 )
 
 
+# enqueue.cc calcCollChunking: NVLS and NVLSTree halve their chunk while the message is small
+# against concurrentOps (channels x NVLS heads) x chunk. Unrolled, the chunk is a step function of
+# bytes / concurrentOps: NVLS 16 KiB below 2 x 32 KiB, 32 KiB below 8 x 64 KiB, 64 KiB below
+# 64 x 128 KiB, else 128 KiB; NVLSTree (from at most 128 KiB) 32 KiB below 1 x 64 KiB, 64 KiB
+# below 4 x 128 KiB, else 128 KiB.
+_NVLS_CHUNK_EDGES = np.array([2.0 * 32768, 8.0 * 65536, 64.0 * 131072])
+_NVLS_CHUNKS = np.array([16384.0, 32768.0, 65536.0, 131072.0])
+_NVLS_TREE_CHUNK_EDGES = np.array([1.0 * 65536, 4.0 * 131072])
+_NVLS_TREE_CHUNKS = np.array([32768.0, 65536.0, 131072.0])
+
+
+def _scaled_step(alg: int, m: F64, hosts: F64, per_host: F64, scale: float) -> F64:
+    """``scale`` x :func:`pipeline_step_bytes`, with the scale folded into the constants (this
+    runs once per algorithm in every layout search)."""
+    channels = float(E.NCCL_ASSUMED_CHANNELS)
+    full = scale * E.NCCL_STEP_BYTES
+    if alg == ALG_RING:
+        ranks = hosts * per_host
+        if ranks.ndim == 0 or ranks.size < m.size:  # divide the smaller array
+            share = m * (scale / (channels * E.NCCL_RING_CHUNK_STEPS) / ranks)
+        else:
+            share = m * (scale / (channels * E.NCCL_RING_CHUNK_STEPS)) / ranks
+        return np.minimum(share, full)
+    if alg == ALG_TREE:
+        return np.minimum(m * (scale / channels), full)
+    per_op = m * (1.0 / (channels * per_host))
+    if alg == ALG_NVLS:
+        step: F64 = (scale * _NVLS_CHUNKS)[np.searchsorted(_NVLS_CHUNK_EDGES, per_op, "right")]
+        return step
+    if alg == ALG_NVLS_TREE:
+        tree = (scale * _NVLS_TREE_CHUNKS)[np.searchsorted(_NVLS_TREE_CHUNK_EDGES, per_op, "right")]
+        if np.any(hosts >= 4):  # NVLS_TREE_MAX_CHUNKSIZE: 64 KiB on 4 or more hosts
+            tree = np.where(hosts >= 4, np.minimum(tree, scale * 65536.0), tree)
+        return tree
+    raise ValueError(f"no NCCL pipeline for algorithm {alg}")
+
+
+def pipeline_step_bytes(
+    alg: int,
+    nbytes: ArrayLike,
+    hosts: ArrayLike,
+    per_host: ArrayLike,
+    nvls_tree_chunk: float | None = None,
+) -> F64:
+    """The bytes one channel moves per pipeline step of a Simple-protocol ``alg`` collective
+    (NCCL's chunking, enqueue.cc; efficiency.py names each constant): a 512 KiB step for the ring
+    and the tree, NVLS's chunks for NVLS and NVLSTree. Below one loop of the channels the step is
+    the message's share, so it grows with the message up to a full step. ``nvls_tree_chunk``
+    replays another NCCL's NVLSTree chunk (NCCL 2.20 started from the 512 KiB step; since 2.21
+    from NVLS_CHUNKSIZE), with enqueue.cc's four halving rules."""
+    m, n, g = _f(nbytes), _f(hosts), _f(per_host)
+    if alg != ALG_NVLS_TREE or nvls_tree_chunk is None:
+        return _scaled_step(alg, m, n, g, 1.0)
+    concurrent = float(E.NCCL_ASSUMED_CHANNELS) * g
+    chunk = np.broadcast_to(np.float64(nvls_tree_chunk), np.broadcast(m, concurrent).shape)
+    for factor, smaller in ((32.0, 262144.0), (16.0, 131072.0), (4.0, 65536.0), (1.0, 32768.0)):
+        chunk = np.where((m < factor * concurrent * chunk) & (chunk > smaller), smaller, chunk)
+    return np.where(n >= 4, np.minimum(chunk, 65536.0), chunk)
+
+
+def pipeline_fill(alg: int, nbytes: ArrayLike, hosts: ArrayLike, per_host: ArrayLike) -> F64:
+    """Seconds a Simple-protocol collective loses filling and draining its pipeline:
+    PIPELINE_FILL_SECONDS_PER_STEP_BYTE x :func:`pipeline_step_bytes`."""
+    k = E.PIPELINE_FILL_SECONDS_PER_STEP_BYTE
+    return _scaled_step(alg, _f(nbytes), _f(hosts), _f(per_host), k)
+
+
 def nccl_collective(
     kind: str,
     nbytes: ArrayLike,
@@ -429,6 +496,7 @@ def nccl_collective(
     intra_lat = E.NCCL_HW_LATENCY_US[link]
     shape = np.broadcast(m, n, g, intra, net, nvls_bw).shape
     picker = _Picker(m, shape)
+    fill_scale = E.PIPELINE_FILL_SECONDS_PER_STEP_BYTE
 
     # --- Ring: one ring per channel through all N ranks, crossing every host once, so its busbw
     # is the smaller of the GPU's link and the host's NICs together.
@@ -461,7 +529,8 @@ def nccl_collective(
                 threshold = where(multi, 64.0 * E.NCCL_ASSUMED_CHANNELS * ranks, np.inf)
                 raised = lat_us * E.NCCL_RING_PLATEAU.get(arch, 1.9)
                 lat_us = where(m >= threshold, raised, lat_us)
-            picker.offer(ALG_RING, p, lat_us * US, per_byte, ring_code)
+            fill = _scaled_step(ALG_RING, m, n, g, fill_scale) if p == PROTO_SIMPLE else None
+            picker.offer(ALG_RING, p, lat_us * US, per_byte, ring_code, fill)
 
     # --- Tree (all-reduce, several hosts): a chain inside each host, a double binary tree across.
     # Each GPU's link carries the message up and down (2M); each host's NICs carry 2M, or M when
@@ -489,7 +558,8 @@ def nccl_collective(
                 (g - 1.0) * intra_lat["tree"][p] + depth * net_lat["tree"][p]
             )
             lat = where(multi, lat_us * US, np.inf)
-            picker.offer(ALG_TREE, p, lat, corrected, code)
+            fill = _scaled_step(ALG_TREE, m, n, g, fill_scale) if p == PROTO_SIMPLE else None
+            picker.offer(ALG_TREE, p, lat, corrected, code, fill)
 
     # --- NVLS: the NVSwitch reduces (Hopper+ on NVSwitch, Simple only, all-reduce here).
     has_nvls = (nvls_bw > 0) & (g > 1)
@@ -503,9 +573,12 @@ def nccl_collective(
                 where(has_nvls & ~multi, nvls_lat, np.inf),
                 1.0 / safe,
                 np.int64(BOTTLENECK_INTRA),
+                _scaled_step(ALG_NVLS, m, n, g, fill_scale),
             )
         if ALG_NVLS_TREE in algos and any_multi:  # NVLS inside hosts, trees across them
-            intra_side = 1.0 / safe
+            # The in-host NVLS phases reach NVLS_TREE_SHARE of one host's NVLS rate when the
+            # network's tree runs through the same channels (the two-host ceiling).
+            intra_side = 1.0 / (safe * E.NVLS_TREE_SHARE)
             net_side = where(n <= 2, 1.0, 2.0) / net
             lat_us = (
                 E.NCCL_HW_LATENCY_US["nvlink"]["nvls_tree"][PROTO_SIMPLE]
@@ -518,6 +591,7 @@ def nccl_collective(
                 where(has_nvls & multi, lat_us * US, np.inf),
                 np.maximum(intra_side, net_side),
                 code,
+                _scaled_step(ALG_NVLS_TREE, m, n, g, fill_scale),
             )
     return picker.result(kind, m, ranks, with_busbw)
 
@@ -534,13 +608,22 @@ class _Picker:
         self.index: NDArray[np.int8] = np.zeros(shape, dtype=np.int8)
         self.code: NDArray[np.int8] = np.zeros(shape, dtype=np.int8)
         self.latency_bound: NDArray[np.bool_] = np.zeros(shape, dtype=bool)
+        self.fill: F64 | None = None  # the chosen candidate's pipeline fill, once one has any
         self.algs: list[int] = []
         self.protos: list[int] = []
 
     def offer(
-        self, alg: int, proto: int, lat: ArrayLike, per_byte: ArrayLike, code: ArrayLike
+        self,
+        alg: int,
+        proto: int,
+        lat: ArrayLike,
+        per_byte: ArrayLike,
+        code: ArrayLike,
+        fill: ArrayLike | None = None,
     ) -> None:
-        """A candidate taking ``lat + nbytes * per_byte`` seconds, bounded by ``code``."""
+        """A candidate taking ``lat + nbytes * per_byte`` seconds by NCCL's tuner, bounded by
+        ``code``, and ``fill`` more in fact: the pipeline fill NCCL's tuner does not see, so it
+        is added to the chosen candidate's time without changing the choice."""
         bw = np.multiply(self.m, per_byte)
         bound = np.greater_equal(lat, bw)
         if isinstance(bw, np.ndarray) and bw.shape == self.shape:
@@ -557,8 +640,15 @@ class _Picker:
             self.index[...] = 0
             self.code[...] = code8
             self.latency_bound[...] = bound
+            if fill is not None:
+                self.fill = np.empty(self.shape)
+                self.fill[...] = fill
             return
         better = np.less(t, self.seconds)
+        if fill is not None or self.fill is not None:
+            if self.fill is None:
+                self.fill = np.zeros(self.shape)
+            np.copyto(self.fill, 0.0 if fill is None else fill, where=better)
         np.minimum(self.seconds, t, out=self.seconds)
         b8 = better.view(np.int8)
         step = np.subtract(np.int8(i), self.index)
@@ -576,7 +666,7 @@ class _Picker:
             inf = np.full(shape, np.inf)
             none = np.full(shape, -1, dtype=np.int64)
             return CollectiveTime(inf, none, none, np.full(shape, np.nan), none)
-        seconds = self.seconds
+        seconds = self.seconds if self.fill is None else self.seconds + self.fill
         alone = ranks <= 1
         if alone.any():
             seconds = where(alone, 0.0, seconds)
@@ -765,11 +855,15 @@ def link_efficiency(intra_link: str) -> float:
 
 
 def network_efficiency(transport: str, per_host: ArrayLike) -> F64:
-    """Achieved fraction of a host's NIC line rate: NIC_EFFICIENCY, and for kernel TCP shared by
-    several GPUs the socket transport's loss on top (TCP_SHARED_NIC_EFFICIENCY)."""
+    """Achieved fraction of a host's NIC line rate: NIC_EFFICIENCY, for kernel TCP shared by
+    several GPUs the socket transport's loss on top (TCP_SHARED_NIC_EFFICIENCY), and AWS EFA's
+    own (EFA_EFFICIENCY). GPUDirect-TCPX / TCPXO keep NIC_EFFICIENCY (a published TCPXO run
+    bounds it from below; no TCPX run was found)."""
     g = _f(per_host)
     if transport == "tcp":
         return where(g > 1, E.NIC_EFFICIENCY * E.TCP_SHARED_NIC_EFFICIENCY, E.NIC_EFFICIENCY)
+    if transport == "efa":
+        return np.full(g.shape, E.EFA_EFFICIENCY)
     return np.full(g.shape, E.NIC_EFFICIENCY)
 
 

@@ -14,8 +14,10 @@ from ringmaster.engine.units import MIB, US
 # --- links -------------------------------------------------------------------------------------
 
 # Achieved fraction of NVLink line rate for a large all-reduce. Calibrated: 8 x A100 on NVLink
-# reach busbw 230 GB/s of a 300 GB/s per-direction line rate (nccl-tests issues 149, 175).
-NVLINK_EFFICIENCY = 0.767  # = 230 / 300
+# reach busbw 230 GB/s of a 300 GB/s per-direction line rate at 8 GiB (nccl-tests issues 149,
+# 175), which still carries the ring's pipeline fill (PIPELINE_FILL_SECONDS_PER_STEP_BYTE x a
+# 512 KiB step, 0.94 ms of 65 ms): without it 233.3 GB/s.
+NVLINK_EFFICIENCY = 0.7778  # = 8 GiB x 1.75 / (8 GiB x 1.75 / 230 GB/s - fill) / 300
 
 # Achieved fraction of a host NIC's line rate for a large inter-host all-reduce. Calibrated as the
 # mean of three published ratios: 12.2 / 12.5 GB/s on 100 Gbps NICs (nccl-tests issue 29) and
@@ -31,19 +33,44 @@ ICI_EFFICIENCY = NVLINK_EFFICIENCY
 
 # NVLink SHARP (NVLS): the NVSwitch reduces, so each GPU sends and receives the message once and
 # algbw = achieved fraction x NVLink line rate. Fitted on 8 x H100: busbw 480 GB/s = algbw 274.3
-# x 2(8-1)/8, of a 450 GB/s line rate (nccl-tests issue 212, nccl issue 1455) -> 0.6095; the 5-,
+# x 2(8-1)/8, of a 450 GB/s line rate (nccl-tests issue 212, nccl issue 1455), at 4 GiB less
+# NVLS's pipeline fill (a 128 KiB chunk: 0.23 ms of 15.7 ms) -> 0.6188; the 5-,
 # 6- and 7-GPU figures of the same thread are checked, not fitted. NCCL's own model
 # (tuning.cc nvlsEfficiency) says 0.85 of its per-channel estimate for Hopper.
-NVLS_EFFICIENCY = 0.6095  # = 480 / 1.75 / 450
+NVLS_EFFICIENCY = 0.6188  # = 4 GiB / (4 GiB x 1.75 / 480 GB/s - fill) / 450
+
+# NVLSTree (several NVSwitch hosts): NVLS reduces inside each host while a tree crosses the
+# network, and the in-host phases do not reach what one host's NVLS reaches alone (NCCL gives
+# the network's proxies and the tree's channels part of the NVLS channels: tuning.cc
+# (nChannels - 1) / nChannels and the per-channel NVLSTree caps). Fitted as the ratio of a
+# two-host NVLSTree algbw to one host's NVLS algbw, on 2 x 8 H100 with 8 x 400 Gbps RoCE: busbw
+# 430 GB/s = algbw 229.3 (x 2(16-1)/16) against 480 / 1.75 = 274.3 on one host (nccl issue 1221,
+# NCCL 2.19), both algbw without their pipeline fill. Checked on 2 x p5.48xlarge
+# (calibration.collectives).
+NVLS_TREE_SHARE = 0.8288  # = (430 / 1.875 less fill) / (480 / 1.75 less fill)
+
+# AWS Elastic Fabric Adapter: achieved fraction of the EFAs' line rate for NCCL through the
+# aws-ofi-nccl plugin (SRD over libfabric, GPUDirect). Fitted on the NIC-bound ring runs of
+# 3 and 4 p4d.24xlarge (4 x 100 Gbps EFA = 50 GB/s): busbw 31.77 and 29.61 GB/s at 1 GiB
+# (nccl issue 527, NCCL 2.9.9), each less the ring's pipeline fill (0.94 ms of 65-66 ms):
+# 0.645, 0.600 -> 0.622. Checked on the two-host runs of the same issue and of
+# aws-samples/awsome-distributed-training (calibration.collectives).
+EFA_EFFICIENCY = 0.6225  # = mean(31.77, 29.61 without fill) / 50
 
 # What kernel TCP loses when several GPUs share one gVNIC: NCCL's socket transport bounces every
 # byte through host memory with a few CPU threads and flows (NCCL_SOCKET_NTHREADS x
-# NCCL_NSOCKS_PERTHREAD), so 8 GPUs on one NIC reach a fraction of what one GPU's flows reach
-# (nccl issue 209: "poor performance with 8 GPUs per node" on GCP; nccl issue 651, A100 on GCP
-# over gVNIC: "8 GPUs performance is horrible"). Assumed, not calibrated: no published busbw for
-# 8 GPUs on one GCP TCP NIC is in points.yaml; 1/3 is the middle of the 2-4x loss those threads
-# describe. GPUDirect-TCPX / TCPXO and RDMA move GPU memory to the NIC directly and do not pay it.
-TCP_SHARED_NIC_EFFICIENCY = 0.33
+# NCCL_NSOCKS_PERTHREAD), so 8 GPUs on one NIC reach a fraction of what one GPU's flows reach.
+# Fitted on 4 GCP VMs x 8 V100 on 32 Gbps (NCCL 2.4.7, 128 MiB+): busbw 22.2 / 22.4 / 22.9 Gbps,
+# a ring bound by the NIC, so 22.5 / (32 x NIC_EFFICIENCY) (nccl issue 209, cswinter's table);
+# the 2 x 8 row of the same table is checked (calibration.collectives). GPUDirect-TCPX / TCPXO
+# and RDMA move GPU memory to the NIC directly and do not pay it.
+TCP_SHARED_NIC_EFFICIENCY = 0.724  # = mean(22.2, 22.4, 22.9) / (32 x 0.971)
+
+# GPUDirect-TCPX / TCPXO keep NIC_EFFICIENCY. Checked, not fitted: a published 2 x a3-megagpu-8g
+# run (TCPXO, GCP's NCCL profile: Ring / Tree, Simple) moves algbw 185.3 GB/s of 200 on the
+# margin (4 -> 8 GiB), so TCPXO reaches at least 0.93 of line rate; the engine's tree is bound by
+# NVLink there, so the run bounds the NIC fraction rather than measuring it
+# (calibration.collectives, lessizzmore/create-a3mega-ztan-fork ztan-NCCL-test-result).
 
 # --- latencies (alpha) -------------------------------------------------------------------------
 
@@ -117,6 +144,33 @@ NCCL_TREE_CORRECTION: tuple[tuple[float, ...], ...] = (
     (0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.8, 0.7, 0.6, 0.6, 0.5,
      0.5, 0.5, 0.5, 0.6, 0.7, 0.8, 0.7, 0.7, 0.8, 0.9, 0.9, 0.9),
 )  # fmt: skip
+
+# --- NCCL's pipeline: chunk sizes (enqueue.cc calcCollChunking) and the fill they cost ---------
+# A collective streams each channel's share in steps of a fixed buffer slot: NCCL_STEPS slots per
+# connection (src/include/device.h NCCL_STEPS 8) of the Simple protocol's buffer (src/init.cc
+# DEFAULT_BUFFSIZE 4 MiB), so a 512 KiB step. The ring all-reduce moves chunks of
+# ALLREDUCE_CHUNKSTEPS = NCCL_STEPS / 2 steps (src/include/collectives.h) and a loop holds
+# nChannels x nRanks chunks (enqueue.cc: loopSize = nChannels x nchunksPerLoop x chunkSize); below
+# one loop each chunk (and so each step) is the message's share. The tree's chunk is one step. NVLS
+# and NVLSTree use their own small chunks (src/transport/nvls.cc NVLS_CHUNKSIZE 128 KiB; the tree's
+# at most 64 KiB on 4+ hosts), halved for small messages (enqueue.cc, the concurrentOps rules).
+NCCL_STEPS = 8
+NCCL_SIMPLE_BUFFER_BYTES = 4 * MIB
+NCCL_STEP_BYTES = NCCL_SIMPLE_BUFFER_BYTES / NCCL_STEPS
+NCCL_RING_CHUNK_STEPS = NCCL_STEPS // 2
+NCCL_NVLS_CHUNK_BYTES = 128 * 1024
+NCCL_NVLS_TREE_CHUNK_BYTES_MANY_HOSTS = 64 * 1024
+
+# Pipeline fill: the first step of a collective crosses every stage of the pipeline (GPU chain,
+# proxies, NICs) before the last stage is busy, and the last step drains through them; NCCL's own
+# tuner leaves it out ("waiting for proper chunk modeling", tuning.cc). Each channel moves its
+# step at about the same rate whatever the fabric (NCCL scales bandwidth by adding channels), so
+# the fill is a time proportional to the step: seconds per byte of step. Fitted on one published
+# by-size curve, 2 x p4de.24xlarge (NCCL's Tree, 512 KiB steps): the line through its two largest
+# sizes meets M = 0 at 1.03 ms, less the model's latency (aws-samples/awsome-distributed-training
+# micro-benchmarks/nccl-tests/README.md). Checked on GPUDirect-TCPXO, 8 x A100 NVLink and 2 x p5
+# (calibration.collectives).
+PIPELINE_FILL_SECONDS_PER_STEP_BYTE = 1.7845e-9  # = 0.936 ms / 512 KiB
 
 # --- compute -----------------------------------------------------------------------------------
 

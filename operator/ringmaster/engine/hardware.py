@@ -32,6 +32,12 @@ Sources used below, abbreviated:
             4,800 Gbps of ICI per chip over 6 links, 3-D torus of up to 8,960 chips.
   [TPU-V6E] Cloud TPU v6e (Trillium) documentation (2024): 918 bf16 TFLOPS, 32 GB HBM at
             1,640 GB/s, 3,584 Gbps of ICI per chip over 4 links, 2-D torus of 256 chips.
+  [EC2-ACC] Amazon EC2 accelerated computing instance types page, 2024: p4d.24xlarge and
+            p4de.24xlarge 8 x A100 (40 / 80 GB) with 4 x 100 Gbps EFA, 96 vCPUs; p5.48xlarge
+            8 x H100 with 32 x 100 Gbps EFA (v2), 192 vCPUs; all on NVSwitch.
+  [EC2-PRICE] Amazon EC2 On-Demand pricing, us-east-1, Linux, 2024 (before the June 2025 P4 / P5
+            price cut): p4d.24xlarge 32.7726, p4de.24xlarge 40.9657, p5.48xlarge 98.32 USD/h;
+            check the current price list and override them through the catalog.
   [NCCL]    NVIDIA/nccl src/graph/tuning.cc (commit 5067397, 2026): NVLS needs Hopper or newer
             on an NVSwitch host; the LL/LL128 tables are indexed by GPU generation.
 """
@@ -48,9 +54,11 @@ Kind = Literal["gpu", "tpu"]
 IntraLink = Literal["nvlink", "pcie", "ici"]
 # How GPU traffic leaves a host: kernel TCP through gVNIC (every byte bounced through host memory
 # by CPU threads), Google's GPUDirect-TCPX / TCPXO (GPU memory straight to the NIC, TCP), RDMA
-# (InfiniBand or RoCE, GPUDirect-RDMA), or a TPU host's data-center network (multislice).
-Transport = Literal["tcp", "tcpx", "tcpxo", "rdma", "dcn"]
-TRANSPORTS = ("tcp", "tcpx", "tcpxo", "rdma", "dcn")
+# (InfiniBand or RoCE, GPUDirect-RDMA), AWS's Elastic Fabric Adapter (EFA: the SRD protocol
+# through libfabric and the aws-ofi-nccl plugin, GPUDirect on p4d / p5), or a TPU host's
+# data-center network (multislice).
+Transport = Literal["tcp", "tcpx", "tcpxo", "rdma", "efa", "dcn"]
+TRANSPORTS = ("tcp", "tcpx", "tcpxo", "rdma", "efa", "dcn")
 # NCCL's tuning tables are indexed by GPU generation (tuning.cc: Volta, Ampere, Hopper, Blackwell;
 # anything older than Ampere, T4 and P4 included, uses the Volta row).
 NcclArch = Literal["volta", "ampere", "hopper", "blackwell", ""]
@@ -432,6 +440,7 @@ _N1 = "[GCE-NET] 2024 (2 Gbps/vCPU, max 32), [GCE-PRICE] 2024 (vCPU + memory rat
 # Prices of the 8-GPU A3 Mega/Ultra and A4 shapes: approximate on-demand us-central1 list prices
 # (2025); check the current price list and override them through the catalog.
 _A3 = "[GCE-GPU-NET] 2025, [GCE-PRICE] 2025 (approximate on-demand, us-central1)"
+_EC2 = "[EC2-ACC] 2024, [EC2-PRICE] 2024 (on-demand, us-east-1)"
 _TPU_HOST = "host price = chips x chip price [GCE-PRICE] 2024; ICI carries the gradients"
 
 _MACHINES: tuple[MachineType, ...] = (
@@ -464,6 +473,17 @@ _MACHINES: tuple[MachineType, ...] = (
         "a3-ultragpu-8g", 224, 3200, 84.8, _A3, "nvidia-h200-141gb", 8, nics=8, transport="rdma"
     ),
     _machine("a4-highgpu-8g", 224, 3200, 120.0, _A3, "nvidia-b200", 8, nics=8, transport="rdma"),
+    # AWS hosts ([EC2-ACC], [EC2-PRICE]); GPU traffic over EFA. Not GKE defaults: a job names
+    # them with spec.machineType.
+    _machine(
+        "p4d.24xlarge", 96, 400, 32.7726, _EC2, "nvidia-tesla-a100", 8, nics=4, transport="efa"
+    ),
+    _machine(
+        "p4de.24xlarge", 96, 400, 40.9657, _EC2, "nvidia-a100-80gb", 8, nics=4, transport="efa"
+    ),
+    _machine(
+        "p5.48xlarge", 192, 3200, 98.32, _EC2, "nvidia-h100-80gb", 8, nics=32, transport="efa"
+    ),
     # N1 reducer hosts: [points] n1-highcpu-16 32 Gbps (Vertex AI Reduction Server notebook).
     _machine("n1-highcpu-16", 16, 32, 0.566789, _N1),  # 16 vCPU, 14.4 GB
     _machine("n1-highcpu-32", 32, 32, 1.133578, _N1),  # 32 vCPU, 28.8 GB

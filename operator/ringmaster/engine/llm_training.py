@@ -121,7 +121,7 @@ TP_ALLREDUCES_RECOMPUTE = 2
 # bandwidth: ELEMENTWISE_PASSES). Calibrated (ringmaster.calibration.llm_training, fitted on the
 # Megatron SC'21 Table 1 rows with tensor parallelism only, the least communication-bound ones):
 # see that module for the fit and for the checked rows; a test keeps this value equal to the fit.
-LLM_MATMUL_EFFICIENCY = 0.584
+LLM_MATMUL_EFFICIENCY = 0.618
 
 # The same for TPUs (XLA on the MXU, which fuses much of the elementwise work into the matmuls:
 # the fitted value is high). Calibrated on the MaxText v5e 16B row (ibid.).
@@ -496,14 +496,22 @@ class DataParallelComm(NamedTuple):
 
 
 def _data_parallel_seconds(
-    nbytes: F64, tensor: F64, pipeline: F64, data: F64, hw: LayoutHardware, strategy: str
+    nbytes: F64,
+    tensor: F64,
+    pipeline: F64,
+    data: F64,
+    hw: LayoutHardware,
+    strategy: str,
+    reducible: ArrayLike = True,
 ) -> DataParallelComm:
     """The data-parallel group's reduction of ``nbytes`` (all-reduce-equivalent) per rank.
 
     GPU: a group has max(1, g / (t p)) ranks per host; every group of a host runs at once, so
     each gets its share of the NIC (and of the reducers). Ring: what NCCL's tuner runs (its
     ring, tree or NVLS-tree, and protocol); ``Auto`` takes the reduction server when more than
-    RING_PREFERENCE_TOLERANCE faster. TPU: the slice's torus with t carved out of its first axis.
+    RING_PREFERENCE_TOLERANCE faster, and only where ``reducible`` (gradients all-reduced: full
+    sharding reduce-scatters them, which a reduction server does not serve). TPU: the slice's
+    torus with t carved out of its first axis.
     """
     if hw.kind == "tpu":
         ax0, ax1, ax2 = hw.slice_axes
@@ -542,7 +550,7 @@ def _data_parallel_seconds(
         hw.reducers,
         hw.reducer_bandwidth / groups,
     ).seconds
-    rs = np.where(hosts > 1, rs, np.inf)
+    rs = np.where((hosts > 1) & np.asarray(reducible), rs, np.inf)
     if strategy == REDUCTION_SERVER:
         use = np.isfinite(rs)
     else:
@@ -644,7 +652,7 @@ def evaluate_layouts(
             (reduce_bytes + gather_bytes) / 2.0,
         ),
     )
-    dp = _data_parallel_seconds(dp_bytes, t, p, d, hw, strategy)
+    dp = _data_parallel_seconds(dp_bytes, t, p, d, hw, strategy, reducible=shard != SHARD_FULL)
     # Unsharded gradients are reduced while the last micro-batch's backward runs (DDP buckets,
     # Megatron's overlap_grad_reduce); full sharding's gathers prefetch behind every layer's
     # compute but the first.

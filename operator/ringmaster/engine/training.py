@@ -614,7 +614,8 @@ def predict_training(
     if host.machine.transport == "tcp" and inputs.per_worker > 1:
         notes.append(
             f"{inputs.per_worker} GPUs share {host.machine.name}'s TCP NIC (no GPUDirect): "
-            "NCCL's sockets reach about a third of its line rate"
+            f"NCCL's sockets reach about {float(C.network_efficiency('tcp', 8)):.0%} of its "
+            "line rate"
         )
     if env.get("NCCL_ALGO") or env.get("NCCL_PROTO"):
         notes.append(

@@ -106,7 +106,7 @@ class MachineTypeEntry(_Entry):
     """The host's network for accelerator traffic, all its NICs together, Gbps."""
     nics: int | None = Field(default=None, ge=1)
     """NICs that carry accelerator traffic (8 on a3-ultragpu-8g)."""
-    transport: Literal["tcp", "tcpx", "tcpxo", "rdma", "dcn"] | None = None
+    transport: Literal["tcp", "tcpx", "tcpxo", "rdma", "efa", "dcn"] | None = None
     price_per_hour_usd: float | None = Field(default=None, alias="pricePerHourUSD", ge=0)
     """USD per hour, bundled accelerators included."""
     accelerator: str | None = None

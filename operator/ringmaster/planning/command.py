@@ -24,6 +24,7 @@ from typing import Any
 
 from ringmaster.engine.hardware import Catalog
 from ringmaster.planning import render
+from ringmaster.planning.layouts import layout_json
 from ringmaster.planning.plans import (
     InferenceReport,
     LlmInferenceReport,
@@ -38,7 +39,14 @@ from ringmaster.planning.plans import (
     training_inputs,
 )
 from ringmaster.planning.plausibility import Implausible, inference_warnings, training_warnings
-from ringmaster.planning.sweep import Sweep, parse_sweep, sweep_inference, sweep_training
+from ringmaster.planning.sweep import (
+    LayoutPoint,
+    Sweep,
+    parse_sweep,
+    sweep_inference,
+    sweep_layouts,
+    sweep_training,
+)
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 1
@@ -166,12 +174,24 @@ def _sweep_output(
     m, plan = targets[0]
     if isinstance(plan, LlmInferenceReport):
         raise _Usage("--sweep: not available for LLM endpoints (spec.model.architecture) yet")
-    if isinstance(plan, TrainingReport):
-        if plan.layout is not None:
-            raise _Usage(
-                "--sweep: not yet for a model with an architecture (its layout is re-planned "
-                "for each point); plan each size on its own"
+    if isinstance(plan, TrainingReport) and plan.layout is not None:
+        lpoints = sweep_layouts(m.spec, sweep, catalog)
+        if plot:
+            _plot_layouts(plot, m.name, sweep.field, lpoints)
+        if fmt == "json":
+            return json.dumps(
+                {
+                    "kind": m.kind,
+                    "name": m.name,
+                    "sweep": {
+                        "field": sweep.field,
+                        "points": [_layout_point_json(sweep.field, pt) for pt in lpoints],
+                    },
+                },
+                indent=2,
             )
+        return render.render_layout_sweep(m.name, sweep.field, lpoints)
+    if isinstance(plan, TrainingReport):
         reducer_side = plan.prediction.strategies.get("ReductionServer")
         share = (reducer_side.reducer_share if reducer_side else None) or 1.0
         inputs = training_inputs(m.spec, reducer_share=share)
@@ -215,6 +235,25 @@ def _sweep_output(
     return render.render_inference_sweep(m.name, sweep.field, ipoints)
 
 
+def _layout_point_json(field: str, pt: LayoutPoint) -> dict[str, Any]:
+    out: dict[str, Any] = {field: pt.value, "accelerators": pt.accelerators}
+    if pt.report is None or pt.report.layout is None:
+        return {**out, "error": pt.error}
+    c = pt.report.layout.chosen
+    cost = pt.report.chosen.cost_per_hour_usd
+    return {
+        **out,
+        "layout": layout_json(pt.report.layout)["layout"],
+        "fits": pt.report.layout.search.fits,
+        "chosenStrategy": pt.report.chosen_strategy,
+        "stepSeconds": _sig(c.step_seconds),
+        "tokensPerSecond": _sig(c.tokens_per_second),
+        "mfu": _sig(c.mfu, 4),
+        "costPerHourUSD": _sig(cost),
+        "costPerMillionTokensUSD": _sig(render.per_million_tokens(cost, c.tokens_per_second)),
+    }
+
+
 def _pyplot() -> Any:
     try:
         import matplotlib
@@ -244,6 +283,47 @@ def _plot_training(path: str, name: str, field: str, points: list[Any]) -> None:
     ax.set_title(f"TrainingJob {name}: predicted {'throughput' if has_batch else 'step time'}")
     ax.grid(True, alpha=0.3)
     ax.legend()
+    _save(fig, plt, path)
+
+
+def _plot_layouts(path: str, name: str, field: str, points: list[LayoutPoint]) -> None:
+    """Tokens/s and MFU (top), $/hour and $ per million tokens (bottom) against the accelerator
+    count, each point labelled with the layout chosen there."""
+    plt = _pyplot()
+    planned = [pt for pt in points if pt.report is not None and pt.report.layout is not None]
+    xs = [pt.accelerators for pt in planned]
+    layouts = [pt.report.layout.chosen for pt in planned]  # type: ignore[union-attr]
+    costs = [pt.report.chosen.cost_per_hour_usd for pt in planned]  # type: ignore[union-attr]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7), sharex=True)
+    top.plot(xs, [c.tokens_per_second for c in layouts], marker="o", markersize=3)
+    top.set_ylabel("tokens per second")
+    mfu = top.twinx()
+    mfu.plot(xs, [100 * c.mfu for c in layouts], color="tab:orange", marker=".", markersize=3)
+    mfu.set_ylabel("MFU %", color="tab:orange")
+    for x, c in zip(xs, layouts, strict=True):
+        top.annotate(c.name, (x, c.tokens_per_second), fontsize=6, rotation=45)
+    unfit = [(x, c.tokens_per_second) for x, c in zip(xs, layouts, strict=True) if not c.fits]
+    if unfit:
+        top.scatter(*zip(*unfit, strict=True), marker="x", color="tab:red", label="does not fit")
+        top.legend(loc="lower right")
+    bottom.plot(
+        xs,
+        [
+            render.per_million_tokens(k, c.tokens_per_second)
+            for k, c in zip(costs, layouts, strict=True)
+        ],
+        marker="o",
+        markersize=3,
+        label="$ per million tokens",
+    )
+    bottom.set_ylabel("$ per million tokens")
+    hourly = bottom.twinx()
+    hourly.plot(xs, costs, color="tab:green", marker=".", markersize=3)
+    hourly.set_ylabel("$ per hour", color="tab:green")
+    bottom.set_xlabel(f"accelerators ({field} swept)")
+    top.set_title(f"TrainingJob {name}: predicted throughput and cost, layout planned per point")
+    for ax in (top, bottom):
+        ax.grid(True, alpha=0.3)
     _save(fig, plt, path)
 
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from ringmaster.api import TrainingPlan
+from ringmaster.engine import llm_training as L
 from ringmaster.engine.hardware import (
     DEFAULT_CATALOG,
     Catalog,
@@ -298,6 +299,14 @@ def predict_training_inputs(inputs: TrainingInputs, catalog: Catalog) -> Trainin
         raise _engine_error(exc) from None
 
 
+def gradient_all_reduce(layout: L.Layout) -> bool:
+    """Whether the layout all-reduces gradients across data-parallel replicas: the collective a
+    reduction server replaces. Not with one replica (DP 1), nor fully sharded (FSDP / ZeRO-3
+    reduce-scatters gradients and all-gathers weights instead), so such a job gets no reducers
+    and no Ring / ReductionServer comparison."""
+    return layout.data > 1 and layout.sharding != L.SHARDINGS[L.SHARD_FULL]
+
+
 def plan_training(
     spec: _TrainingSpec,
     machine_type: str | None = None,
@@ -320,6 +329,11 @@ def plan_training(
             layout, prediction = plan_layout(spec, inputs, cat)
         except (ValueError, LookupError) as exc:
             raise _engine_error(exc) from None
+        if not gradient_all_reduce(layout.chosen) and prediction.chosen_strategy == RING:
+            prediction = replace(
+                prediction,
+                strategies={k: v for k, v in prediction.strategies.items() if k == RING},
+            )
         return TrainingReport(name=name, namespace=namespace, prediction=prediction, layout=layout)
     prediction = predict_training_inputs(inputs, cat)
     return TrainingReport(name=name, namespace=namespace, prediction=prediction)

@@ -7,7 +7,13 @@ from collections.abc import Sequence
 from ringmaster.engine.inference import InferencePrediction
 from ringmaster.engine.training import REDUCTION_SERVER, RING, TrainingPrediction
 from ringmaster.planning.layouts import LayoutPlan
-from ringmaster.planning.plans import InferenceReport, LlmInferenceReport, TrainingReport
+from ringmaster.planning.plans import (
+    InferenceReport,
+    LlmInferenceReport,
+    TrainingReport,
+    gradient_all_reduce,
+)
+from ringmaster.planning.sweep import LayoutPoint
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> str:
@@ -38,6 +44,8 @@ def _size(nbytes: float) -> str:
 
 
 def render_training(plan: TrainingReport) -> str:
+    if plan.layout is not None:
+        return render_llm_training(plan, plan.layout)
     p = plan.prediction
     src = {
         "measured": "computeSecondsPerStep",
@@ -96,10 +104,85 @@ def render_training(plan: TrainingReport) -> str:
             f"{share})"
         )
     lines.append(_choice(p))
-    if plan.layout is not None:
-        lines.append(render_layout(plan.layout))
     lines += [f"note: {n}" for n in p.notes]
     return "\n".join(lines)
+
+
+def per_million_tokens(cost_per_hour: float, tokens_per_second: float) -> float | None:
+    """USD per million tokens trained at ``tokens_per_second`` on hardware costing
+    ``cost_per_hour``."""
+    if tokens_per_second <= 0:
+        return None
+    return cost_per_hour / 3600.0 / tokens_per_second * 1e6
+
+
+def _data_parallel(layout: LayoutPlan) -> str:
+    """How the layout's replicas combine gradients, in words."""
+    c = layout.chosen
+    if c.data <= 1:
+        return "none (one replica, DP 1)"
+    if not gradient_all_reduce(c):
+        return f"reduce-scatter + all-gather over {c.data} replicas (sharding Full)"
+    return f"gradient all-reduce over {c.data} replicas (sharding {c.sharding})"
+
+
+def render_llm_training(plan: TrainingReport, layout: LayoutPlan) -> str:
+    """A TrainingJob with an architecture: the layout, then the figures an LLM run is judged by
+    (tokens/s, MFU, step time, $ per million tokens). Ring and ReductionServer rows appear only
+    where a reduction server could replace a gradient all-reduce; otherwise one row."""
+    p = plan.prediction
+    c = layout.chosen
+    accelerators = p.workers * p.per_worker
+    lines = [
+        f"TrainingJob {plan.name}: {p.workers} x {p.machine_type} ({p.per_worker} x "
+        f"{p.accelerator} each, {accelerators} accelerators), {layout.parameters / 1e9:.3g}B "
+        f"parameters, global batch {layout.global_batch} sequences",
+        render_layout(layout),
+        f"data-parallel: {_data_parallel(layout)}",
+    ]
+    compare = len(p.strategies) > 1
+    header = (
+        *(("strategy",) if compare else ()),
+        "step s",
+        "tokens/s",
+        "MFU",
+        "DP comm s",
+        "DP exposed s",
+        "$/hour",
+        "$/M tokens",
+        "bottleneck",
+    )
+    rows = []
+    for name, s in p.strategies.items():
+        # Tokens and MFU scale with 1 / step time from the chosen layout's figures.
+        ratio = c.step_seconds / s.step_seconds if s.step_seconds > 0 else 0.0
+        mark = " *" if name == p.chosen_strategy else ""
+        rows.append(
+            (
+                *((name + mark,) if compare else ()),
+                num(s.step_seconds),
+                num(c.tokens_per_second * ratio, ",.0f"),
+                f"{c.mfu * ratio:.1%}",
+                num(s.communication_seconds, ".3g"),
+                num(s.exposed_communication_seconds, ".3g"),
+                money(s.cost_per_hour_usd),
+                money(per_million_tokens(s.cost_per_hour_usd, c.tokens_per_second * ratio)),
+                s.bottleneck,
+            )
+        )
+    first = 1 if compare else 0
+    lines.append(table(header, rows, right=set(range(first, first + 7))))
+    rs = p.strategies.get(REDUCTION_SERVER)
+    if rs is not None:
+        lines.append(
+            f"reducers: {rs.reducers} x {rs.reducer_machine_type} (Vertex rule: "
+            f"{rs.vertex_reducers})"
+        )
+        lines.append(_choice(p))
+    lines.append(render_alternatives(layout))
+    # The layout's own note repeats the layout line above.
+    lines += [f"note: {n}" for n in p.notes if not n.startswith("layout: ")]
+    return "\n".join(line for line in lines if line)
 
 
 def _gib(nbytes: float) -> str:
@@ -107,38 +190,44 @@ def _gib(nbytes: float) -> str:
 
 
 def render_layout(plan: LayoutPlan) -> str:
-    """The layout, its memory per accelerator, tokens/s and MFU, and the alternatives."""
+    """The layout, its memory per accelerator and where its step time goes."""
     c = plan.chosen
     verdict = "fits" if plan.search.fits else "DOES NOT FIT"
     lines = [
-        f"layout: {c.name} ({c.describe()}), {c.micro_batches} micro-batches per step; {verdict}",
+        f"layout: {c.name} ({c.describe()}), {c.micro_batches} micro-batches per step; {verdict} "
+        f"({plan.search.evaluated} layouts evaluated)",
         f"memory per accelerator GiB: weights {_gib(c.weights_bytes)}, gradients "
         f"{_gib(c.gradients_bytes)}, optimizer {_gib(c.optimizer_bytes)}, activations "
         f"{_gib(c.activations_bytes)}, reserve {_gib(c.reserve_bytes)} = "
         f"{_gib(c.total_bytes)} of {_gib(c.capacity_bytes)}",
-        f"tokens/s {c.tokens_per_second:,.0f}, MFU {c.mfu:.1%}, step {c.step_seconds:.4g} s "
-        f"(compute {c.compute_seconds:.4g}, tensor-parallel {c.tensor_parallel_seconds:.3g}, "
-        f"bubble {c.bubble_seconds:.3g}, pipeline sends {c.pipeline_send_seconds:.3g}, "
-        f"data-parallel exposed {c.exposed_data_parallel_seconds:.3g})",
+        f"step {c.step_seconds:.4g} s: compute {c.compute_seconds:.4g}, tensor-parallel "
+        f"{c.tensor_parallel_seconds:.3g}, bubble {c.bubble_seconds:.3g}, pipeline sends "
+        f"{c.pipeline_send_seconds:.3g}, data-parallel exposed "
+        f"{c.exposed_data_parallel_seconds:.3g}",
     ]
     if plan.search.reason:
         lines.append(f"does not fit: {plan.search.reason}")
-    if plan.search.alternatives:
-        header = ("alternative", "sharding", "micro", "recompute", "step s", "GiB", "why not")
-        rows = [
-            (
-                a.layout.name,
-                a.layout.sharding,
-                str(a.layout.micro_batch),
-                a.layout.recompute,
-                num(a.layout.step_seconds),
-                _gib(a.layout.total_bytes),
-                a.why,
-            )
-            for a in plan.search.alternatives
-        ]
-        lines.append(table(header, rows, right={2, 4, 5}))
     return "\n".join(lines)
+
+
+def render_alternatives(plan: LayoutPlan) -> str:
+    """The layouts the search set aside, and why (empty when there were none)."""
+    if not plan.search.alternatives:
+        return ""
+    header = ("alternative", "sharding", "micro", "recompute", "step s", "GiB", "why not")
+    rows = [
+        (
+            a.layout.name,
+            a.layout.sharding,
+            str(a.layout.micro_batch),
+            a.layout.recompute,
+            num(a.layout.step_seconds),
+            _gib(a.layout.total_bytes),
+            a.why,
+        )
+        for a in plan.search.alternatives
+    ]
+    return table(header, rows, right={2, 4, 5})
 
 
 def _choice(p: TrainingPrediction) -> str:
@@ -273,6 +362,52 @@ def render_training_sweep(
         rows.append(row)
     right = set(range(len(header))) - {1}
     return f"TrainingJob {name}: sweep of {field}\n" + table(header, rows, right)
+
+
+def render_layout_sweep(name: str, field: str, points: Sequence[LayoutPoint]) -> str:
+    """One row per size of an LLM training job, with the layout chosen at that size."""
+    header = [
+        field,
+        "accelerators",
+        "layout",
+        "sharding",
+        "recompute",
+        "step s",
+        "tokens/s",
+        "MFU",
+        "$/hour",
+        "$/M tokens",
+        "note",
+    ]
+    rows = []
+    for pt in points:
+        head = [f"{pt.value:g}", str(pt.accelerators)]
+        if pt.report is None or pt.report.layout is None:
+            rows.append([*head, "-", "-", "-", "-", "-", "-", "-", "-", pt.error or ""])
+            continue
+        c = pt.report.layout.chosen
+        cost = pt.report.chosen.cost_per_hour_usd
+        note = "" if pt.report.layout.search.fits else "DOES NOT FIT"
+        if pt.report.chosen_strategy == REDUCTION_SERVER:
+            note = f"reduction server ({pt.report.chosen.reducers} reducers)"
+        rows.append(
+            [
+                *head,
+                c.name,
+                c.sharding,
+                c.recompute,
+                num(c.step_seconds),
+                num(c.tokens_per_second, ",.0f"),
+                f"{c.mfu:.1%}",
+                money(cost),
+                money(per_million_tokens(cost, c.tokens_per_second)),
+                note,
+            ]
+        )
+    right = {0, 1, 5, 6, 7, 8, 9}
+    return f"TrainingJob {name}: sweep of {field}, the layout planned at each point\n" + table(
+        header, rows, right
+    )
 
 
 def render_inference_sweep(

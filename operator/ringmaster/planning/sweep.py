@@ -1,5 +1,9 @@
 """`ringmaster plan --sweep FIELD=RANGE`: one plan per value of a spec field.
 
+For a TrainingJob with a model architecture (an LLM) the sweep re-plans the layout at every point
+(:func:`sweep_layouts`): the question "how many accelerators should this job get?" is answered
+with the layout the operator would choose at each size, not one layout stretched over all.
+
 RANGE is ``A..B`` (every integer from A to B), ``A..B/S`` (step S), ``A..B*F`` (geometric: A,
 A*F, ... up to B) or a comma list ``1,2,4.5``. FIELD is the manifest's camelCase name.
 """
@@ -15,6 +19,8 @@ from ringmaster.engine.inference import InferenceInputs, InferencePrediction
 from ringmaster.engine.training import TrainingInputs, TrainingPrediction
 from ringmaster.planning.plans import (
     PlanError,
+    TrainingReport,
+    plan_training,
     predict_inference_inputs,
     predict_training_inputs,
 )
@@ -133,3 +139,55 @@ def sweep_inference(
         (v, predict_inference_inputs(x, catalog))
         for v, x in zip(sweep.values, variants, strict=True)
     ]
+
+
+# The fields an LLM training sweep varies: the accelerator count, through hosts or per host.
+LAYOUT_FIELDS = ("workers", "perWorker")
+
+
+@dataclass(frozen=True)
+class LayoutPoint:
+    """One size of an LLM training job: the plan the operator would make (its layout searched
+    again), or why there is none at this size."""
+
+    value: float
+    accelerators: int
+    report: TrainingReport | None
+    error: str | None = None
+
+
+def _resized(spec: Any, field: str, value: int) -> Any:
+    """The spec with ``field`` set to ``value``; a TPU topology fixes the chip count, so a sweep
+    of the size drops it (a line of chips), as the data-parallel sweep does."""
+    acc = spec.accelerator
+    if field == "workers":
+        acc = acc.model_copy(update={"topology": None}) if acc.topology else acc
+        return spec.model_copy(update={"workers": value, "accelerator": acc})
+    return spec.model_copy(
+        update={"accelerator": acc.model_copy(update={"per_worker": value, "topology": None})}
+    )
+
+
+def sweep_layouts(spec: Any, sweep: Sweep, catalog: Catalog) -> list[LayoutPoint]:
+    """Plan an LLM TrainingJob at every value of ``workers`` or ``perWorker``, the layout searched
+    at each; a size no layout divides (or no machine type holds) is a point with its reason."""
+    if sweep.field not in LAYOUT_FIELDS:
+        raise PlanError(
+            f"--sweep: {sweep.field}: for a model with an architecture the sweep varies the "
+            f"accelerator count; known: {', '.join(LAYOUT_FIELDS)}"
+        )
+    points = []
+    for v in sweep.values:
+        if v != int(v) or v < 1:
+            raise PlanError(f"--sweep: {sweep.field}: {v:g} is not a positive integer")
+        resized = _resized(spec, sweep.field, int(v))
+        count = resized.workers * resized.accelerator.per_worker
+        try:
+            report = plan_training(resized, catalog=catalog)
+        except PlanError as exc:
+            # One line per point: the reason without the field path and the hint after it.
+            reason = str(exc).removeprefix("spec.parallelism: ").split(" (")[0]
+            points.append(LayoutPoint(v, count, None, reason))
+            continue
+        points.append(LayoutPoint(v, count, report))
+    return points
