@@ -19,13 +19,16 @@ import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from ringmaster.engine import llm_training as L
 from ringmaster.engine.efficiency import NIC_EFFICIENCY
 from ringmaster.engine.hardware import DEFAULT_CATALOG
 from ringmaster.engine.transformer import KNOWN_TRANSFORMERS, Transformer
-from ringmaster.engine.units import gbps_to_bytes_per_second
+from ringmaster.engine.units import GIB, gbps_to_bytes_per_second
 
 # Rows whose published figure sets a constant; every other row is a check.
 FITTED_MEGATRON = (1.7, 3.6, 7.5, 18.4)  # params_billion of the TP-only rows
@@ -41,6 +44,9 @@ TOLERANCE = 0.15
 SELENE_NIC_GBPS = 8 * 200
 MEGATRON_VOCAB = 51200
 MEGATRON_SEQUENCE = 2048
+# The interleaved schedule of Table 1's pipelined runs: --num-layers-per-virtual-pipeline-stage
+# in Megatron-LM's examples/sc21/run_table_1.sh (the 39B and 1T runs are not interleaved).
+MEGATRON_LAYERS_PER_VIRTUAL_STAGE = {76.1: 5, 145.6: 5, 310.1: 3, 529.6: 1}
 # torchtitan's A100 table names no network: assumed a DGX-A100-class cluster like Selene.
 TORCHTITAN_NIC_GBPS = SELENE_NIC_GBPS
 TORCHTITAN_MODELS = {
@@ -130,9 +136,14 @@ def _megatron(points: Mapping[str, Any], efficiency: float) -> list[tuple[float,
             int(r["layers"]), int(r["hidden"]), int(r["heads"]), MEGATRON_VOCAB, MEGATRON_SEQUENCE
         )
         hw = _gpu("nvidia-a100-80gb", int(r["gpus"]), SELENE_NIC_GBPS, efficiency)
+        size = float(r["params_billion"])
+        virtual = 1
+        if size in MEGATRON_LAYERS_PER_VIRTUAL_STAGE:
+            virtual = int(r["layers"]) // int(r["pp"]) // MEGATRON_LAYERS_PER_VIRTUAL_STAGE[size]
         a = _one(
             model,
             hw,
+            virtual_stages=virtual,
             tensor=int(r["tp"]),
             pipeline=int(r["pp"]),
             sharding=L.SHARD_NONE,
@@ -141,6 +152,7 @@ def _megatron(points: Mapping[str, Any], efficiency: float) -> list[tuple[float,
             global_batch=int(r["global_batch"]),
             strategy=L.RING,
             flash_attention=False,  # 2021: attention scores materialised (FlashAttention: 2022)
+            sequence_parallel=False,  # 2021: norms and dropouts whole on every TP rank (SP: 2022)
         )
         flops = float(L.hardware_flops_per_token(model, L.RECOMPUTE_FULL))
         predicted = flops * float(a.tokens_per_second) / int(r["gpus"]) / 1e12
@@ -295,3 +307,120 @@ def render_llm_section(points: Mapping[str, Any], where: object = "the points fi
         f"mean |error| of checked rows {statistics.fmean(abs(r.error) for r in checked):.1%}"
     )
     return "\n".join(lines)
+
+
+# --- memory per GPU as frameworks report it ----------------------------------------------------
+
+LLM_TRAINING_POINTS = Path(__file__).resolve().parent / "llm_training_points.yaml"
+MEMORY_MODELS = {
+    "llama-3.1-8b": KNOWN_TRANSFORMERS["llama-3.1-8b"],
+    "llama-3.1-70b": KNOWN_TRANSFORMERS["llama-3.1-70b"],
+    "llama-3.1-405b": KNOWN_TRANSFORMERS["llama-3.1-405b"],
+}
+
+
+def training_points(path: Path = LLM_TRAINING_POINTS) -> dict[str, Any]:
+    """The package's own LLM training points (memory figures, layouts that ran)."""
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return dict(data or {})
+
+
+def _memory_predicted(row: Mapping[str, Any], overhead: float) -> float:
+    """GiB the caching allocator holds at peak for a torchtitan memory row: the engine's total
+    less the runtime outside the allocator (FRAMEWORK_RESERVE_BYTES)."""
+    model = replace(MEMORY_MODELS[str(row["model"])], sequence_length=int(row["seq"]))
+    t, p, c = int(row["tensor"]), int(row["pipeline"]), int(row["context"])
+    d = int(row["gpus"]) // (t * p * c)
+    local = int(row["local_batch"])
+    micro = 1 if p > 1 else local  # torchtitan's pipeline micro-batch is 1 sequence
+    mem = L.memory_per_accelerator(
+        model,
+        tensor=t,
+        pipeline=p,
+        data=d,
+        sharding=L.SHARD_FULL,
+        micro_batch=micro,
+        micro_batches=local // micro,
+        recompute=L.RECOMPUTES.index(str(row["recompute"])),
+        context=c,
+        allocator_overhead=overhead,
+    )
+    return (float(mem.total) - L.FRAMEWORK_RESERVE_BYTES) / GIB
+
+
+def _fit_overhead(rows: Sequence[Mapping[str, Any]]) -> float:
+    """ALLOCATOR_OVERHEAD at which the fitted rows' geometric-mean ratio is 1 (bisection)."""
+    fitted = [r for r in rows if r["role"] == "fitted"]
+    lo, hi = 0.0, 2.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if _geomean([(float(r["gib"]), _memory_predicted(r, mid)) for r in fitted]) < 1.0:
+            lo = mid
+        else:
+            hi = mid
+    return round((lo + hi) / 2, 3)
+
+
+def memory_report(points: Mapping[str, Any] | None = None) -> list[LlmRow]:
+    """Every memory row: published GiB beside the engine's, fitted or checked."""
+    rows = (points or training_points())["memory"]
+    out = []
+    for r in rows:
+        notes = [k for k in ("compile", "float8") if r.get(k)]
+        setup = (
+            f"{r['model']} {r['gpus']} GPUs TP{r['tensor']} CP{r['context']} PP{r['pipeline']}"
+            f" s{r['seq']} b{r['local_batch']} {r['recompute']}"
+            + (f" ({'+'.join(notes)})" if notes else "")
+        )
+        predicted = _memory_predicted(r, L.ALLOCATOR_OVERHEAD)
+        out.append(
+            LlmRow(str(r["id"]), setup, "GiB per GPU", float(r["gib"]), predicted, str(r["role"]))
+        )
+    return out
+
+
+# --- layouts that published runs used ----------------------------------------------------------
+
+
+def _layout_model(row: Mapping[str, Any]) -> Transformer:
+    spec = row["model"]
+    seq = int(row["seq"])
+    if isinstance(spec, Mapping):
+        return Transformer(
+            int(spec["layers"]), int(spec["hidden"]), int(spec["heads"]), int(spec["vocab"]), seq
+        )
+    name = str(spec)
+    if name.startswith("maxtext-"):
+        return replace(
+            maxtext_model(int(name.removeprefix("maxtext-").removesuffix("b"))), sequence_length=seq
+        )
+    return replace(KNOWN_TRANSFORMERS[name], sequence_length=seq)
+
+
+def published_layout_search(row: Mapping[str, Any]) -> L.LayoutSearch:
+    """The search with every field the published run fixed (recompute ``Auto`` where the source
+    names none), on the run's accelerators."""
+    per_host = int(row.get("per_host", 8))
+    host = DEFAULT_CATALOG.host(str(row["accelerator"]), per_host)
+    hosts = int(row["gpus"]) // per_host
+    axes = None
+    if host.accelerator.kind == "tpu":
+        side = round(int(row["gpus"]) ** (1 / 3))
+        axes = (side, side, int(row["gpus"]) // (side * side))
+    hw = L.layout_hardware(
+        host, hosts, DEFAULT_CATALOG, slice_axes=axes, compute_precision=str(row["precision"])
+    )
+    recompute = str(row["recompute"])
+    request = L.LayoutRequest(
+        model=_layout_model(row),
+        global_batch=int(row["global_batch"]),
+        tensor=int(row["tensor"]),
+        pipeline=int(row["pipeline"]),
+        context=int(row["context"]),
+        sharding=str(row["sharding"]),
+        micro_batch=int(row["micro_batch"]),
+        recompute=None if recompute == "Auto" else recompute,
+        virtual_stages=int(row["virtual"]),
+        strategy=L.RING,
+    )
+    return L.search_layouts(request, hw)
