@@ -1,16 +1,21 @@
-"""LLM training beside its published points (the ``llm_training`` section of points.yaml).
+"""LLM training beside its published points: the ``llm_training`` section of points.yaml and
+this package's llm_training_points.yaml (memory figures, layouts that published runs used).
 
-Two constants are fitted, each on a named subset, and every other row is only checked:
+Four constants are fitted, each on a named subset, and every other row is only checked:
 
-- ``LLM_MATMUL_EFFICIENCY`` (GPUs) on :data:`FITTED_MEGATRON` (Megatron-LM SC'21 Table 1, the
-  rows with tensor parallelism only: the least communication-bound). Checked: the pipelined
-  Megatron rows and every torchtitan FSDP row.
+- ``LLM_MATMUL_EFFICIENCY`` (E) and ``LLM_GEMM_HALF_DIM`` (K) of the GEMM-shape model on
+  :data:`FITTED_MEGATRON` (alternate rows of Megatron-LM SC'21 Table 1; K on
+  :data:`HALF_DIM_GRID`, E fitted at each K, the pair with the least RMS log error). Checked:
+  the other Table 1 rows and every torchtitan A100 row.
 - ``LLM_MATMUL_EFFICIENCY_TPU`` on :data:`FITTED_MAXTEXT` (MaxText 16B on a v5e-256 slice).
   Checked: the other MaxText rows.
+- ``ALLOCATOR_OVERHEAD`` on the ``role: fitted`` memory rows (torchtitan's Llama 3.1 8B FSDP
+  runs on 8 and 128 H100, eager). Checked: the other torchtitan memory rows.
 
-:func:`derive_llm_constants` recomputes both from the points (a test keeps engine.llm_training's
+:func:`derive_llm_constants` recomputes them from the points (a test keeps engine.llm_training's
 values equal to it); :func:`llm_report` gives one row per published figure; ``ringmaster
-calibrate`` prints :func:`render_llm_section` after its own table.
+calibrate`` prints :func:`render_llm_section` after its own table. :func:`published_layout_search`
+plans each published layout (a test asserts every one fits).
 """
 
 from __future__ import annotations
@@ -31,7 +36,9 @@ from ringmaster.engine.transformer import KNOWN_TRANSFORMERS, Transformer
 from ringmaster.engine.units import GIB, gbps_to_bytes_per_second
 
 # Rows whose published figure sets a constant; every other row is a check.
-FITTED_MEGATRON = (1.7, 3.6, 7.5, 18.4)  # params_billion of the TP-only rows
+# Alternate rows of Table 1 across its range of widths (h / t from 1,024 to 2,560), so the
+# checked rows interleave with them.
+FITTED_MEGATRON = (1.7, 7.5, 39.1, 145.6, 529.6)  # params_billion
 FITTED_MAXTEXT = (16,)  # params_billion
 
 # A row is "ok" within this error: the 14% that the engine's one compute constant leaves between
@@ -102,13 +109,16 @@ class LlmRow:
         return abs(self.error) <= TOLERANCE
 
 
-def _gpu(acc: str, gpus: int, nic_gbps: float, efficiency: float) -> L.LayoutHardware:
+def _gpu(
+    acc: str, gpus: int, nic_gbps: float, efficiency: float, half_dim: float
+) -> L.LayoutHardware:
     host = DEFAULT_CATALOG.host(acc, 8)
     hw = L.layout_hardware(host, gpus // 8, DEFAULT_CATALOG)
     return replace(
         hw,
         nic_bandwidth=gbps_to_bytes_per_second(nic_gbps) * NIC_EFFICIENCY,
         efficiency=efficiency,
+        gemm_half_dim=half_dim,
     )
 
 
@@ -125,7 +135,9 @@ def _one(model: Transformer, hw: L.LayoutHardware, **layout: Any) -> L.LayoutArr
     return L.evaluate_layouts(model, hw, global_batch=global_batch, **layout)
 
 
-def _megatron(points: Mapping[str, Any], efficiency: float) -> list[tuple[float, float, float]]:
+def _megatron(
+    points: Mapping[str, Any], efficiency: float, half_dim: float = L.LLM_GEMM_HALF_DIM
+) -> list[tuple[float, float, float]]:
     """(params_billion, published, predicted TFLOP/s per GPU) per Table 1 row; predicted counts
     FLOPs as the paper does (model FLOPs + full recompute)."""
     point = point_by_id(points, "megatron-sc21-table1")
@@ -135,7 +147,7 @@ def _megatron(points: Mapping[str, Any], efficiency: float) -> list[tuple[float,
         model = Transformer(
             int(r["layers"]), int(r["hidden"]), int(r["heads"]), MEGATRON_VOCAB, MEGATRON_SEQUENCE
         )
-        hw = _gpu("nvidia-a100-80gb", int(r["gpus"]), SELENE_NIC_GBPS, efficiency)
+        hw = _gpu("nvidia-a100-80gb", int(r["gpus"]), SELENE_NIC_GBPS, efficiency, half_dim)
         size = float(r["params_billion"])
         virtual = 1
         if size in MEGATRON_LAYERS_PER_VIRTUAL_STAGE:
@@ -167,12 +179,14 @@ _RECOMPUTE = {
 }
 
 
-def _torchtitan(points: Mapping[str, Any], efficiency: float) -> list[tuple[str, float, float]]:
+def _torchtitan(
+    points: Mapping[str, Any], efficiency: float, half_dim: float = L.LLM_GEMM_HALF_DIM
+) -> list[tuple[str, float, float]]:
     """(model, published MFU, predicted MFU) on 64 x A100-80GB with FSDP full sharding."""
     out = []
     for r in point_by_id(points, "torchtitan-a100-fsdp")["rows"]:
         model = replace(TORCHTITAN_MODELS[r["model"]], sequence_length=int(r["seq"]))
-        hw = _gpu("nvidia-a100-80gb", 64, TORCHTITAN_NIC_GBPS, efficiency)
+        hw = _gpu("nvidia-a100-80gb", 64, TORCHTITAN_NIC_GBPS, efficiency, half_dim)
         b = int(r["local_batch"])
         a = _one(
             model,
@@ -221,34 +235,62 @@ def point_by_id(points: Mapping[str, Any], pid: str) -> dict[str, Any]:
 
 
 def _fit(ratio: Callable[[float], float]) -> float:
-    """The efficiency at which the geometric mean of predicted / published is 1 (bisection: the
-    ratio grows with efficiency, sub-linearly where communication is exposed)."""
-    lo, hi = 0.05, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        if ratio(mid) < 1.0:
-            lo = mid
-        else:
-            hi = mid
-    return round((lo + hi) / 2, 3)
+    """The efficiency at which the geometric mean of predicted / published is 1: predicted
+    throughput grows with the efficiency, nearly in proportion (sub-linearly where
+    communication is exposed), so e <- e / ratio(e) converges in a few steps."""
+    e = 0.5
+    for _ in range(12):
+        r = ratio(e)
+        if abs(r - 1.0) < 1e-7:
+            break
+        e = min(e / r, 1.0)
+    return round(e, 3)
 
 
 def _geomean(pairs: Sequence[tuple[float, float]]) -> float:
     return math.exp(statistics.fmean(math.log(p / q) for q, p in pairs))
 
 
-def derive_llm_constants(points: Mapping[str, Any]) -> dict[str, float]:
-    """LLM_MATMUL_EFFICIENCY and LLM_MATMUL_EFFICIENCY_TPU from their fitted rows."""
+# The GEMM-shape model's K (elements) is chosen on this grid, E fitted at each K: the pair with
+# the least root-mean-square log error over the fitted Table 1 rows.
+HALF_DIM_GRID = tuple(range(0, 513, 32))
 
-    def gpu(e: float) -> float:
-        rows = [(pub, pred) for k, pub, pred in _megatron(points, e) if k in FITTED_MEGATRON]
-        return _geomean(rows)
+
+def fit_gemm_shape(points: Mapping[str, Any]) -> tuple[float, float]:
+    """(LLM_MATMUL_EFFICIENCY, LLM_GEMM_HALF_DIM) from the fitted Megatron rows."""
+    best: tuple[float, float, float] | None = None
+    for k in HALF_DIM_GRID:
+
+        def ratio(e: float, k: float = k) -> float:
+            rows = _megatron(points, e, k)
+            return _geomean([(pub, pred) for size, pub, pred in rows if size in FITTED_MEGATRON])
+
+        e = _fit(ratio)
+        rows = [
+            (pub, pred) for size, pub, pred in _megatron(points, e, k) if size in FITTED_MEGATRON
+        ]
+        rms = math.sqrt(statistics.fmean(math.log(pred / pub) ** 2 for pub, pred in rows))
+        if best is None or rms < best[0] - 1e-9:
+            best = (rms, e, float(k))
+    assert best is not None
+    return best[1], best[2]
+
+
+def derive_llm_constants(points: Mapping[str, Any]) -> dict[str, float]:
+    """LLM_MATMUL_EFFICIENCY, LLM_GEMM_HALF_DIM, LLM_MATMUL_EFFICIENCY_TPU and
+    ALLOCATOR_OVERHEAD from their fitted rows."""
 
     def tpu(e: float) -> float:
         rows = [(pub, pred) for k, pub, pred in _maxtext(points, e) if k in FITTED_MAXTEXT]
         return _geomean(rows)
 
-    return {"LLM_MATMUL_EFFICIENCY": _fit(gpu), "LLM_MATMUL_EFFICIENCY_TPU": _fit(tpu)}
+    efficiency, half_dim = fit_gemm_shape(points)
+    return {
+        "LLM_MATMUL_EFFICIENCY": efficiency,
+        "LLM_GEMM_HALF_DIM": half_dim,
+        "LLM_MATMUL_EFFICIENCY_TPU": _fit(tpu),
+        "ALLOCATOR_OVERHEAD": _fit_overhead(training_points()["memory"]),
+    }
 
 
 def llm_report(points: Mapping[str, Any]) -> list[LlmRow]:
@@ -270,6 +312,7 @@ def llm_report(points: Mapping[str, Any]) -> list[LlmRow]:
     for size, pub, pred in _maxtext(points, L.LLM_MATMUL_EFFICIENCY_TPU):
         role = "fitted" if size in FITTED_MAXTEXT else "checked"
         rows.append(LlmRow("maxtext-v5e", f"{size:g}B", "MFU", pub, pred, role))
+    rows.extend(memory_report())
     return rows
 
 
@@ -338,7 +381,7 @@ def _memory_predicted(row: Mapping[str, Any], overhead: float) -> float:
         tensor=t,
         pipeline=p,
         data=d,
-        sharding=L.SHARD_FULL,
+        sharding=L.SHARDINGS.index(str(row.get("sharding", "Full"))),
         micro_batch=micro,
         micro_batches=local // micro,
         recompute=L.RECOMPUTES.index(str(row["recompute"])),
