@@ -57,7 +57,27 @@ def test_llm_examples_pass_both(path):
         (
             lambda s: s["parallelism"].update(pipeline=7),
             "spec.parallelism.pipeline",
-            "pipeline 7 does not divide layers 80",
+            "pipeline 7 cannot stage layers 80",
+        ),
+        (
+            lambda s: s["parallelism"].update(context=3),
+            "spec.parallelism.context",
+            "context 3: 2 x context must divide sequenceLength 4096",
+        ),
+        (
+            lambda s: s["parallelism"].update(tensor=4, context=16),
+            "spec.parallelism.context",
+            "tensor 4 x context 16 x pipeline Auto does not divide the 32 accelerators",
+        ),
+        (
+            lambda s: s["model"].update(fp8Recipe="Linear"),
+            "spec.model.fp8Recipe",
+            "fp8Recipe needs computePrecision: fp8",
+        ),
+        (
+            lambda s: s["parallelism"].update(activationRecompute="Everything"),
+            "spec.parallelism.activationRecompute",
+            "",
         ),
         (
             lambda s: s["parallelism"].update(tensor=4, pipeline=16),
@@ -73,7 +93,19 @@ def test_llm_examples_pass_both(path):
         (lambda s: s["parallelism"].update(tensor="auto"), "spec.parallelism.tensor", ""),
         (lambda s: s["parallelism"].update(tensor=0), "spec.parallelism.tensor", ""),
     ],
-    ids=["heads", "layers", "accelerators", "parameters", "sharding", "lowercase-auto", "zero"],
+    ids=[
+        "heads",
+        "layers",
+        "context-sequence",
+        "context-accelerators",
+        "fp8-recipe-without-fp8",
+        "recompute-name",
+        "accelerators",
+        "parameters",
+        "sharding",
+        "lowercase-auto",
+        "zero",
+    ],
 )
 def test_bad_layouts_are_refused_by_crd_and_python_naming_the_numbers(change, field, words):
     doc = load(AUTO)
@@ -84,6 +116,49 @@ def test_bad_layouts_are_refused_by_crd_and_python_naming_the_numbers(change, fi
     if words:
         assert any(words in message for _, path, message in crd if path == field), crd
         assert any(words in message for path, message in python), python
+
+
+@pytest.mark.parametrize(
+    ("layers", "change"),
+    [
+        (78, {"pipeline": 8}),  # 10 layers a stage, 9 on the first and the last
+        (80, {"context": 2}),
+        (80, {"activationRecompute": "SelectiveOp"}),
+        (80, {"activationRecompute": "Minimal"}),
+        (80, {"activationRecompute": "SaveDotExceptMlp"}),
+    ],
+    ids=["uneven-pipeline", "context", "selective-op", "minimal", "save-dot"],
+)
+def test_new_layout_fields_pass_both(layers, change):
+    doc = load(AUTO)
+    doc["spec"]["model"]["architecture"]["layers"] = layers
+    doc["spec"]["parallelism"].update(change)
+    assert refusals(doc) == ([], [])
+
+
+def test_a_pipeline_whose_ends_cannot_absorb_the_remainder_is_refused_by_both():
+    doc = load(AUTO)
+    doc["spec"]["model"]["architecture"]["layers"] = 76  # 10 x 8 = 80: four missing
+    doc["spec"]["parallelism"]["pipeline"] = 8
+    crd, python = refusals(doc)
+    assert any("pipeline 8 cannot stage layers 76" in m for _, _, m in crd), crd
+    assert python
+
+
+def test_fp8_recipe_with_fp8_passes_both():
+    doc = load(AUTO)
+    doc["spec"]["accelerator"] = {"type": "nvidia-h100-80gb", "perWorker": 8}
+    doc["spec"]["model"].update(computePrecision="fp8", fp8Recipe="AllMatmuls")
+    assert refusals(doc) == ([], [])
+
+
+def test_pipeline_staging_rule_is_the_engine_s_twin():
+    from ringmaster.api.trainingjob import pipeline_stages_layers
+    from ringmaster.engine.llm_training import valid_pipeline
+
+    for layers in range(1, 140):
+        for pipeline in range(0, 70):
+            assert pipeline_stages_layers(layers, pipeline) == valid_pipeline(layers, pipeline)
 
 
 def test_tensor_heads_message_names_both_numbers():
@@ -139,6 +214,7 @@ def test_without_architecture_parameters_and_batch_stay_required():
 LAYOUT_KEYS = {
     "tensor",
     "pipeline",
+    "context",
     "data",
     "sharding",
     "microBatchSize",
@@ -258,6 +334,49 @@ def test_a_job_without_architecture_gets_no_layout_env():
     pod = next(o for o in decision.create if o["kind"] == "Pod")
     names = {e["name"] for e in pod["spec"]["containers"][0]["env"]}
     assert not names & {n for n, _ in LAYOUT_ENV}
+
+
+def test_context_parallel_layout_reaches_every_worker_pod():
+    world = TrainingWorld({"a100-ultragpu-8g": 4})
+    doc = copy.deepcopy(load(AUTO))
+    doc["spec"]["parallelism"].update(tensor=8, context=2, pipeline=2)
+    spec = TrainingJobSpec.model_validate(doc["spec"])
+    decision = world.decide(job(spec, name="llama-cp"), planner=real_planner)
+    pods = [o for o in decision.create if o["kind"] == "Pod"]
+    assert pods and decision.status.plan.context == 2
+    assert decision.status.plan.layout == "TP8 CP2 PP2 DP1"
+    for pod in pods:
+        env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+        assert env["RINGMASTER_CONTEXT_PARALLEL"] == "2"
+        assert env["RINGMASTER_DATA_PARALLEL"] == "1"
+
+
+def test_activation_bound_refusal_names_the_levers_that_shrink_activations(tmp_path, capsys):
+    doc = load(FSDP)
+    doc["spec"]["model"]["architecture"]["sequenceLength"] = 131072
+    doc["spec"]["parallelism"].update(activationRecompute="None", globalBatchSize=16)
+    path = tmp_path / "long.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    code, out, err = plan(capsys, path, "-o", "json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["fits"] is False
+    reason = result["reason"]
+    assert "activations dominate" in reason
+    assert "activationRecompute: Full" in reason and "sharding" not in reason.split("try")[1]
+
+
+def test_state_bound_refusal_names_sharding_tensor_or_pipeline(tmp_path, capsys):
+    doc = load(AUTO)
+    doc["spec"]["parallelism"].update(sharding="None", tensor=1, pipeline=1, context=1)
+    path = tmp_path / "state.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    code, out, err = plan(capsys, path, "-o", "json")
+    assert code == 0, err
+    reason = json.loads(out)["reason"]
+    assert "weights, gradients and optimizer dominate" in reason
+    tips = reason.split("; try ")[1]
+    assert tips.startswith(("sharding: Full", "tensor: 2", "pipeline: 2"))
 
 
 def test_a_sweep_of_an_architecture_job_is_refused_in_one_line(capsys):

@@ -1341,57 +1341,58 @@ def _single(request: LayoutRequest, hw: LayoutHardware, layout: Layout, **change
 def _levers(request: LayoutRequest, hw: LayoutHardware, closest: Layout) -> list[str]:
     """What shrinks the dominant term, each with the memory it leaves: activations shrink with
     recompute, context parallelism and the micro-batch; weights, gradients and optimizer state
-    with sharding, tensor and pipeline parallelism. Only settings that divide are named."""
+    with sharding, tensor and pipeline parallelism. Of each lever's settings that divide, the
+    smallest step that fits is named, else the one that shrinks the most."""
     model = request.model
-    state = closest.weights_bytes + closest.gradients_bytes + closest.optimizer_bytes
-    activations_first = closest.activations_bytes >= state
     n = hw.accelerators
     t, p, c = closest.tensor, closest.pipeline, closest.context
-    d = n // (t * p * c)
-    candidates: list[tuple[str, dict[str, int]]] = []
-    activation_levers: list[tuple[str, dict[str, int]]] = []
-    if closest.recompute != "Full":
-        activation_levers.append(("activationRecompute: Full", {"recompute": RECOMPUTE_FULL}))
-    c2 = 2 * c
-    if (
-        valid_context(model.sequence_length, c2)
-        and n % (t * p * c2) == 0
-        and request.global_batch % (n // (t * p * c2)) == 0
-    ):
-        activation_levers.append((f"context: {c2}", {"context": c2}))
-    if closest.micro_batch > 1:
-        activation_levers.append(("microBatchSize: 1", {"micro_batch": 1}))
-    state_levers: list[tuple[str, dict[str, int]]] = []
-    if closest.sharding != "Full" and d * c > 1:
-        state_levers.append(("sharding: Full", {"sharding": SHARD_FULL}))
+
+    def divides(tt: int, pp: int, cc: int) -> bool:
+        return n % (tt * pp * cc) == 0 and request.global_batch % (n // (tt * pp * cc)) == 0
+
     host_span = hw.per_host if hw.kind == "gpu" else hw.slice_axes[0]
-    t2 = 2 * t
-    if (
-        host_span % t2 == 0
-        and model.heads % t2 == 0
-        and n % (t2 * p * c) == 0
-        and request.global_batch % (n // (t2 * p * c)) == 0
-    ):
-        state_levers.append((f"tensor: {t2}", {"tensor": t2}))
-    bigger = [
-        q
-        for q in _divisors(n)
-        if q > p and valid_pipeline(model.layers, q) and n % (t * q * c) == 0
+    steps = max(1, MAX_CONTEXT_PARALLEL.bit_length())
+    recompute: list[tuple[str, dict[str, int]]] = []
+    if closest.recompute != "Full":
+        recompute.append(("activationRecompute: Full", {"recompute": RECOMPUTE_FULL}))
+    contexts = [
+        (f"context: {c * 2**k}", {"context": c * 2**k})
+        for k in range(1, steps)
+        if valid_context(model.sequence_length, c * 2**k) and divides(t, p, c * 2**k)
     ]
-    bigger = [q for q in bigger if request.global_batch % (n // (t * q * c)) == 0]
-    if bigger:
-        state_levers.append((f"pipeline: {bigger[0]}", {"pipeline": bigger[0]}))
-    candidates = (
-        activation_levers + state_levers if activations_first else state_levers + activation_levers
+    micro = [("microBatchSize: 1", {"micro_batch": 1})] if closest.micro_batch > 1 else []
+    sharding = (
+        [("sharding: Full", {"sharding": SHARD_FULL})]
+        if closest.sharding != "Full" and closest.data * c > 1
+        else []
+    )
+    tensors = [
+        (f"tensor: {q}", {"tensor": q})
+        for q in _divisors(host_span)
+        if q > t and model.heads % q == 0 and divides(q, p, c)
+    ]
+    pipelines = [
+        (f"pipeline: {q}", {"pipeline": q})
+        for q in _divisors(n)
+        if q > p and valid_pipeline(model.layers, q) and divides(t, q, c)
+    ]
+    state = closest.weights_bytes + closest.gradients_bytes + closest.optimizer_bytes
+    activation_levers = [recompute, contexts, micro]
+    state_levers = [sharding, tensors, pipelines]
+    levers = (
+        activation_levers + state_levers
+        if closest.activations_bytes >= state
+        else state_levers + activation_levers
     )
     tips = []
-    for text, change in candidates:
-        try:
-            after = _single(request, hw, closest, **change)
-        except (ValueError, ZeroDivisionError):
+    for options in levers:
+        tried = [(text, _single(request, hw, closest, **change)) for text, change in options]
+        useful = [(text, after) for text, after in tried if after < closest.total_bytes]
+        if not useful:
             continue
-        if after < closest.total_bytes:
-            tips.append(f"{text} ({_gib(after)})")
+        fitting = [(text, after) for text, after in useful if after <= hw.memory_bytes]
+        text, after = fitting[0] if fitting else min(useful, key=lambda x: x[1])
+        tips.append(f"{text} ({_gib(after)})")
     return tips[:3]
 
 
