@@ -391,13 +391,74 @@ def test_more_sharding_never_more_memory(model, t, p, d, b, m, r):
 
 @settings(max_examples=100, deadline=None)
 @given(
-    model=MODELS, t=st.sampled_from([1, 2, 8]), p=st.sampled_from([1, 2, 4]), b=st.integers(1, 8)
+    model=MODELS,
+    t=st.sampled_from([1, 2, 8]),
+    p=st.sampled_from([1, 2, 4]),
+    b=st.integers(1, 8),
+    c=st.sampled_from([1, 2, 4]),
 )
-def test_more_recompute_never_less_compute_nor_more_activation_memory(model, t, p, b):
+def test_more_recompute_never_less_compute_nor_more_activation_memory(model, t, p, b, c):
     flops = [float(L.stage_flops_per_micro_batch(model, b, t, p, r)) for r in range(3)]
     assert flops[0] <= flops[1] <= flops[2]
-    stored = [float(L.activation_bytes_per_layer(model, b, t, r)[0]) for r in range(3)]
+    stored = {r: float(L.activation_bytes_per_layer(model, b, t, r, c)[0]) for r in range(6)}
+    # None keeps the most, Full the least; every named policy lies between them
     assert stored[0] >= stored[1] >= stored[2]
+    assert all(stored[0] >= stored[r] >= stored[2] for r in range(6))
+    # and so does the memory of a whole layout
+    common = dict(tensor=t, pipeline=p, data=2, sharding=0, micro_batch=b, micro_batches=8)
+    totals = [
+        float(L.memory_per_accelerator(model, recompute=r, context=c, **common).activations)
+        for r in (0, 1, 2)
+    ]
+    assert totals[0] >= totals[1] >= totals[2]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    model=MODELS,
+    t=st.sampled_from([1, 2, 8]),
+    p=st.sampled_from([1, 2, 4]),
+    b=st.integers(1, 4),
+    r=st.sampled_from(range(6)),
+    c=st.sampled_from([1, 2, 4, 8]),
+)
+def test_more_context_parallelism_never_raises_activations(model, t, p, b, r, c):
+    def activations(cc):
+        return float(
+            L.memory_per_accelerator(
+                model,
+                tensor=t,
+                pipeline=p,
+                data=1,
+                sharding=0,
+                micro_batch=b,
+                micro_batches=8,
+                recompute=r,
+                context=cc,
+            ).activations
+        )
+
+    assert activations(2 * c) <= activations(c)
+    assert activations(2 * c) == pytest.approx(activations(c) / 2)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    h=st.integers(1, 512).map(lambda k: 128 * k),
+    grow=st.integers(1, 64).map(lambda k: 128 * k),
+    t=st.sampled_from([1, 2, 4, 8]),
+    tokens=st.sampled_from([512, 2048, 8192, 65536]),
+    acc=st.sampled_from(["nvidia-a100-80gb", "nvidia-h100-80gb", "tpu-v5p-slice"]),
+)
+def test_a_larger_hidden_size_never_lowers_matmul_efficiency(h, grow, t, tokens, acc):
+    hw = hardware(acc, per_host=4 if acc.startswith("tpu") else 8)
+
+    def eff(hidden):
+        model = Transformer(8, hidden, hidden // 128, 1000, tokens)
+        return float(L.matmul_efficiency(model, hw, 1, t))
+
+    assert eff(h + grow) >= eff(h)
+    assert 0 < eff(h) <= hw.efficiency
 
 
 @settings(
