@@ -313,6 +313,7 @@ def llm_report(points: Mapping[str, Any]) -> list[LlmRow]:
         role = "fitted" if size in FITTED_MAXTEXT else "checked"
         rows.append(LlmRow("maxtext-v5e", f"{size:g}B", "MFU", pub, pred, role))
     rows.extend(memory_report())
+    rows.extend(throughput_report())
     return rows
 
 
@@ -440,9 +441,15 @@ def _layout_model(row: Mapping[str, Any]) -> Transformer:
     return replace(KNOWN_TRANSFORMERS[name], sequence_length=seq)
 
 
-def published_layout_search(row: Mapping[str, Any]) -> L.LayoutSearch:
+# NVIDIA DGX H100: 8 x 400 Gbps InfiniBand (ConnectX-7) per host, the NeMo rows' system.
+DGX_H100_NIC_GBPS = 8 * 400
+
+
+def published_layout_search(
+    row: Mapping[str, Any], nic_gbps: float | None = None
+) -> L.LayoutSearch:
     """The search with every field the published run fixed (recompute ``Auto`` where the source
-    names none), on the run's accelerators."""
+    names none), on the run's accelerators (with ``nic_gbps`` per host where given)."""
     per_host = int(row.get("per_host", 8))
     host = DEFAULT_CATALOG.host(str(row["accelerator"]), per_host)
     hosts = int(row["gpus"]) // per_host
@@ -453,6 +460,8 @@ def published_layout_search(row: Mapping[str, Any]) -> L.LayoutSearch:
     hw = L.layout_hardware(
         host, hosts, DEFAULT_CATALOG, slice_axes=axes, compute_precision=str(row["precision"])
     )
+    if nic_gbps is not None:
+        hw = replace(hw, nic_bandwidth=gbps_to_bytes_per_second(nic_gbps) * NIC_EFFICIENCY)
     recompute = str(row["recompute"])
     request = L.LayoutRequest(
         model=_layout_model(row),
@@ -467,3 +476,21 @@ def published_layout_search(row: Mapping[str, Any]) -> L.LayoutSearch:
         strategy=L.RING,
     )
     return L.search_layouts(request, hw)
+
+
+def throughput_report(points: Mapping[str, Any] | None = None) -> list[LlmRow]:
+    """The published layouts with a published throughput (NeMo on DGX H100, FP8): checked
+    only; no constant is fitted on FP8 (E and K come from bf16 A100 rows)."""
+    out = []
+    for r in (points or training_points())["published_layouts"]:
+        if "tokens_per_s_per_gpu" not in r:
+            continue
+        chosen = published_layout_search(r, DGX_H100_NIC_GBPS).chosen
+        setup = (
+            f"{r['model']} s{r['seq']} {r['gpus']} GPUs TP{r['tensor']} CP{r['context']}"
+            f" PP{r['pipeline']} {r['precision']} ({chosen.recompute})"
+        )
+        predicted = chosen.tokens_per_second / int(r["gpus"])
+        published = float(r["tokens_per_s_per_gpu"])
+        out.append(LlmRow(str(r["id"]), setup, "tokens/s per GPU", published, predicted, "checked"))
+    return out
