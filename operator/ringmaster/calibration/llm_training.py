@@ -317,6 +317,11 @@ def llm_report(points: Mapping[str, Any]) -> list[LlmRow]:
     return rows
 
 
+def _figure(x: float) -> str:
+    """Four significant digits; thousands with separators (16,934 rather than 1.693e+04)."""
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
+
+
 def render_llm_section(points: Mapping[str, Any], where: object = "the points file") -> str:
     """The LLM training table for ``ringmaster calibrate``."""
     if not points.get("llm_training"):
@@ -328,8 +333,8 @@ def render_llm_section(points: Mapping[str, Any], where: object = "the points fi
             r.id,
             r.setup,
             r.quantity,
-            f"{r.published:.4g}",
-            f"{r.predicted:.4g}",
+            _figure(r.published),
+            _figure(r.predicted),
             f"{r.error:+.1%}",
             r.role,
             "ok" if r.ok else "OUT",
