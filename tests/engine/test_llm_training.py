@@ -95,6 +95,15 @@ def test_each_recompute_policy_by_hand(policy, elements):
     assert float(L.activation_bytes_per_layer(TINY, 3, 2, code, 2)[0]) == 6 * elements
 
 
+def test_fp8_linear_layers_keep_their_inputs_as_fp8_casts():
+    # None keeps the QKV, projection and FFN inputs (3h + f = 40 elements) at 1 byte, not 2
+    bf16, _ = L.activation_bytes_per_layer(TINY, 3, 1, L.RECOMPUTE_NONE)
+    fp8, _ = L.activation_bytes_per_layer(TINY, 3, 1, L.RECOMPUTE_NONE, fp8=True)
+    assert float(bf16) - float(fp8) == 12 * (3 * 8 + 16)
+    full, _ = L.activation_bytes_per_layer(TINY, 3, 1, L.RECOMPUTE_FULL, fp8=True)
+    assert float(full) == 2 * 12 * 8  # the layer input is no linear layer's input
+
+
 def test_policies_that_rebuild_layers_hold_one_layer_s_working_set():
     common = dict(tensor=1, pipeline=1, data=1, sharding=0, micro_batch=1, micro_batches=1)
     none = L.memory_per_accelerator(TINY, recompute=L.RECOMPUTE_NONE, **common)

@@ -145,6 +145,12 @@ SAVED_ELEMENTS: dict[int, tuple[int, int, int, int]] = {  # (h, h_kv, f gated, f
     RECOMPUTE_MINIMAL: (4, 2, 2, 1),
     RECOMPUTE_SAVE_DOT_EXCEPT_MLP: (3, 2, 0, 0),
 }
+# With FP8 linear layers, Transformer Engine keeps each linear layer's input for the weight
+# gradient as its FP8 cast (transformer_engine.pytorch.module.linear / layernorm_linear /
+# layernorm_mlp save the casts, not the bf16 tensors): of what None and Selective keep, the QKV,
+# attention-projection and FFN inputs, 3h + f elements, at 1 byte.
+FP8_SAVED_LINEAR_INPUTS = (3, 1)  # (h, f)
+BYTES_FP8 = 1.0
 # Of those h-wide tensors, the ones outside the tensor-parallel regions (the layer input, the
 # norms' inputs and outputs: Korthikanti et al. 2022, Table 2's 10 s b h of "tensor parallel"
 # without dropout masks), whole on every rank without sequence parallelism.
@@ -411,6 +417,7 @@ def activation_bytes_per_layer(
     context: ArrayLike = 1,
     flash_attention: bool = True,
     sequence_parallel: bool = True,
+    fp8: bool = False,
 ) -> tuple[F64, F64]:
     """(stored per layer per micro-batch, one layer's full working set), bytes per accelerator.
 
@@ -419,7 +426,9 @@ def activation_bytes_per_layer(
     parallelism splits the sequence). Without sequence parallelism (Megatron-LM before 2022)
     the tensors outside the tensor-parallel regions (REPLICATED_WITHOUT_SP) are whole on every
     rank. Without FlashAttention, None also keeps the attention scores, 5 a s^2 b / (t c) (ibid.
-    4.1: softmax output 2, dropout mask 1, dropout output 2).
+    4.1: softmax output 2, dropout mask 1, dropout output 2). With FP8 linear layers (``fp8``)
+    the four linear layers' inputs that None and Selective keep (FP8_SAVED_LINEAR_INPUTS) are
+    kept as their FP8 casts, 1 byte each.
     """
     t = _f(tensor)
     c = _f(context)
@@ -433,6 +442,11 @@ def activation_bytes_per_layer(
     if not sequence_parallel:
         stored = stored + replicated[r] * extra
         working = working + replicated[RECOMPUTE_NONE] * extra
+    if fp8:
+        saved = FP8_SAVED_LINEAR_INPUTS[0] * h + FP8_SAVED_LINEAR_INPUTS[1] * model.ffn_hidden
+        cut = (BYTES_ACTIVATION - BYTES_FP8) * saved * tokens / t
+        stored = stored - np.where(np.isin(r, (RECOMPUTE_NONE, RECOMPUTE_SELECTIVE)), cut, 0.0)
+        working = working - cut
     if not flash_attention:
         scores = 5.0 * model.heads * model.sequence_length * tokens / t
         working = working + scores
@@ -467,6 +481,7 @@ def memory_per_accelerator(
     flash_attention: bool = True,
     sequence_parallel: bool = True,
     allocator_overhead: float = ALLOCATOR_OVERHEAD,
+    fp8: bool = False,
 ) -> MemoryArrays:
     """Weights, gradients, optimizer state, activations and the reserve per accelerator, on the
     fullest of the first, a middle and the last pipeline stage. Context-parallel ranks hold the
@@ -487,7 +502,7 @@ def memory_per_accelerator(
 
     rec = np.asarray(recompute)
     stored, working = activation_bytes_per_layer(
-        model, micro_batch, t, rec, c, flash_attention, sequence_parallel
+        model, micro_batch, t, rec, c, flash_attention, sequence_parallel, fp8
     )
     # A policy that rebuilds layers holds one layer's working set while it does.
     transient = np.where(np.isin(rec, REBUILDS_LAYER), working, 0.0)
@@ -909,6 +924,7 @@ def evaluate_layouts(
         flash_attention=flash_attention,
         sequence_parallel=sequence_parallel,
         allocator_overhead=hw.allocator_overhead,
+        fp8=hw.compute_precision == "fp8",
     )
     fits = mem.total <= hw.memory_bytes
 
@@ -1334,6 +1350,7 @@ def _single(request: LayoutRequest, hw: LayoutHardware, layout: Layout, **change
         virtual_stages=layout.virtual_stages,
         context=fields["context"],
         allocator_overhead=hw.allocator_overhead,
+        fp8=hw.compute_precision == "fp8",
     )
     return float(mem.total)
 
