@@ -269,6 +269,77 @@ def test_plan_table_shows_layout_memory_and_alternatives(capsys):
     assert "alternative" in out
 
 
+def llama3_405b_on_8192_h100() -> dict[str, Any]:
+    """Llama 3 405B's pre-training layout (Dubey et al. 2024, Table 4): 1,024 hosts of 8 H100,
+    TP8 CP1 PP16 DP64, 126 layers over 16 stages, 2,048 sequences of 8,192 tokens."""
+    doc = load(FSDP)
+    doc["metadata"]["name"] = "llama3-405b"
+    doc["spec"]["workers"] = 1024
+    doc["spec"]["model"] = {
+        "architecture": {
+            "layers": 126,
+            "hiddenSize": 16384,
+            "attentionHeads": 128,
+            "kvHeads": 8,
+            "ffnHiddenSize": 53248,
+            "ffnType": "Gated",
+            "vocabSize": 128256,
+            "sequenceLength": 8192,
+        }
+    }
+    doc["spec"]["parallelism"] = {
+        "tensor": 8,
+        "context": 1,
+        "pipeline": 16,
+        "sharding": "Optimizer",
+        "microBatchSize": 1,
+        "globalBatchSize": 2048,
+    }
+    return doc
+
+
+def test_llama3_405b_on_8192_h100_plans_with_uneven_stages(tmp_path, capsys):
+    doc = llama3_405b_on_8192_h100()
+    assert refusals(doc) == ([], [])
+    path = tmp_path / "405b.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    code, out, err = plan(capsys, path, "-o", "json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["fits"] is True
+    layout = result["layout"]
+    assert (layout["tensor"], layout["context"], layout["pipeline"], layout["data"]) == (
+        8,
+        1,
+        16,
+        64,
+    )
+
+
+def test_plan_refuses_a_context_that_cannot_split_the_sequence(tmp_path, capsys):
+    doc = load(FSDP)
+    doc["spec"]["parallelism"]["context"] = 3
+    path = tmp_path / "cp3.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    code, _, err = plan(capsys, path)
+    assert code == 2
+    assert "spec.parallelism.context" in err
+    assert "context 3: 2 x context must divide sequenceLength 8192" in err
+
+
+def test_plan_json_shows_a_context_parallel_layout(tmp_path, capsys):
+    doc = load(FSDP)
+    doc["spec"]["parallelism"]["context"] = 2
+    path = tmp_path / "cp2.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    code, out, err = plan(capsys, path, "-o", "json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["layout"]["context"] == 2 and result["layout"]["data"] == 8
+    code, out, _ = plan(capsys, path)
+    assert code == 0 and "layout: TP1 CP2 PP1 DP8" in out
+
+
 def test_a_batch_that_divides_no_layout_is_invalid_input(tmp_path, capsys):
     doc = load(FSDP)
     doc["spec"]["parallelism"]["globalBatchSize"] = 33  # 16 replicas do not divide 33
