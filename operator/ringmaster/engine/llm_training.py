@@ -1,35 +1,41 @@
 """LLM training layouts: memory per accelerator, step time, and the search for the best layout.
 
-A layout is tensor (t) x pipeline (p) x data (d) parallelism with a sharding of the data-parallel
-part (None = DDP, Optimizer = ZeRO-1, Gradients = ZeRO-2, Full = ZeRO-3 / FSDP), a micro-batch
-size b (m = global batch / (d x b) micro-batches per step), an activation-recompute setting and
-virtual pipeline stages v. :func:`evaluate_layouts` evaluates numpy arrays of layouts at once;
-:func:`search_layouts` enumerates every valid layout of a request, evaluates them in one call,
-and picks the fastest that fits (cheaper on ties), with the best alternatives and why each lost.
+A layout is tensor (t) x context (c) x pipeline (p) x data (d) parallelism with a sharding of
+the data-parallel part (None = DDP, Optimizer = ZeRO-1, Gradients = ZeRO-2, Full = ZeRO-3 /
+FSDP, over the d c ranks that hold the same weights), a micro-batch size b (m = global batch /
+(d x b) micro-batches per step), an activation-recompute policy (RECOMPUTES) and virtual
+pipeline stages v. Pipeline stages hold ceil(L / p) layers, the first and the last at most one
+fewer (:func:`valid_pipeline`). :func:`evaluate_layouts` evaluates numpy arrays of layouts at
+once; :func:`search_layouts` enumerates every valid layout of a request, evaluates them in one
+call, and picks the fastest that fits (cheaper on ties), with the best alternatives and why
+each lost; when none fits, the levers that shrink the dominant memory term.
 
-Memory per accelerator (bytes), on the heavier of the first and the last pipeline stage:
+Memory per accelerator (bytes), on the fullest of the first, a middle and the last stage:
 
 - model state: BYTES_WEIGHTS + BYTES_GRADIENTS + BYTES_OPTIMIZER per parameter of the stage's
-  shard (parameters / t, the stage's layers), each divided by d as the sharding shards it;
-- activations per layer per micro-batch (Korthikanti et al. 2022, "Reducing Activation
-  Recomputation in Large Transformer Models", section 4, with sequence parallelism under TP, so
-  every term is divided by t): ``s b h (34 + 5 a s / h) / t`` for a GPT layer; ``Selective``
-  drops the attention core's ``5 a s^2 b`` (recomputed, as FlashAttention does); ``Full`` keeps
-  only each layer's input ``2 s b h / t`` plus one layer's working set while it is recomputed.
+  shard (parameters / t, the stage's layers), each divided by d c as the sharding shards it;
+- activations per layer per micro-batch: the tensors the recompute policy keeps
+  (SAVED_ELEMENTS, counted as Korthikanti et al. 2022, "Reducing Activation Recomputation in
+  Large Transformer Models", section 4, with FlashAttention keeping no s x s scores and no
+  dropout masks), 2 bytes each (FP8 linear layers keep their inputs at 1), x s b / c tokens,
+  / t (sequence parallelism); a policy that rebuilds layers also holds one layer's working set.
   The first stage of a 1F1B pipeline keeps min(p, m) micro-batches in flight, times
   (1 + (p - 1) / (p v)) when interleaved (ibid. section 4.2.3); the last stage also holds the
-  fp32 logits, ``4 s b V / t`` (ibid. section 4.3);
-- FRAMEWORK_RESERVE_BYTES (runtime context, communicator buffers, allocator slack).
+  loss's BYTES_LOSS_PER_LOGIT x s b V / (t c);
+- the reserve: FRAMEWORK_RESERVE_BYTES (runtime outside the allocator) and ALLOCATOR_OVERHEAD
+  (the caching allocator's slack over the activations).
 
-Step time: each micro-batch costs its stage's FLOPs at peak x LLM_MATMUL_EFFICIENCY, the HBM time
-of its memory-bound (elementwise) kernels, its tensor-parallel collectives and its pipeline
-sends; a 1F1B pipeline takes ``(m + (p - 1) / v)`` such slots (the bubble is (p - 1) / (m v)
-of the work); the data-parallel gradient reduction (or reduce-scatter + all-gather under
-sharding) is then added, less what overlaps with computation.
+Step time: each micro-batch costs its busiest stage's matmul FLOPs at each matmul's peak (FP8
+recipes) x its GEMM-shape efficiency (:func:`gemm_efficiency`), the HBM time of its memory-bound
+(elementwise) kernels, its tensor-parallel collectives, its context-parallel K/V passes not
+hidden behind the attention core, and its pipeline sends; a 1F1B pipeline takes
+``(m + (p - 1) / v)`` such slots (the bubble is (p - 1) / (m v) of the work); the data-parallel
+gradient reduction (or reduce-scatter + all-gather under sharding) is then added, less what
+overlaps with computation.
 
 Every collective goes through the small adapters ``_tensor_parallel_seconds``,
-``_pipeline_send_seconds`` and ``_data_parallel_seconds``, so a new network model changes one
-place.
+``_context_parallel_seconds``, ``_pipeline_send_seconds`` and ``_data_parallel_seconds``, so a
+new network model changes one place.
 """
 
 from __future__ import annotations
