@@ -209,6 +209,10 @@ def test_elementwise_time_by_hand():
     _, scores = L.activation_bytes_per_layer(LLAMA_7B, 2, 1, L.RECOMPUTE_NONE, 1, False)
     rebuilt = float(L.elementwise_seconds(LLAMA_7B, hw, 2, 1, 1, L.RECOMPUTE_FULL, False))
     assert rebuilt == pytest.approx(32 * 6 * float(scores) / hw.memory_bandwidth)
+    # FP8's cast-transposes move the working set twice more
+    fp8 = replace(hw, compute_precision="fp8")
+    cast = float(L.elementwise_seconds(LLAMA_7B, fp8, 2, 1, 1, L.RECOMPUTE_NONE))
+    assert cast == pytest.approx(32 * 6 * float(working) / hw.memory_bandwidth)
 
 
 @pytest.mark.parametrize(

@@ -225,6 +225,12 @@ LINK_HOP_LATENCY = {"nvlink": NVLINK_HOP_LATENCY, "pcie": PCIE_HOP_LATENCY, "ici
 # a policy that rebuilds layers runs the forward pass, two more passes, again.
 ELEMENTWISE_PASSES = 4
 ELEMENTWISE_PASSES_RECOMPUTE = 2
+# FP8 linear layers cast each input to FP8 and transpose it for the weight gradient (read 2 bytes,
+# write 1 + 1) and do the same to each output gradient in backward (Transformer Engine's
+# cast-transpose, torchtitan's Float8): 4 bytes per element of the layers' inputs (3h + f) and
+# output gradients (3h + 2h_kv + 2f), 6h + 2h_kv + 3f in all: twice the working set's bf16 bytes.
+# Counted, not fitted.
+FP8_CAST_PASSES = 2
 
 # How many alternatives a search reports.
 ALTERNATIVES = 5
@@ -689,7 +695,8 @@ def elementwise_seconds(
 ) -> F64:
     """HBM time of one micro-batch's memory-bound kernels on the busiest stage: the layer's
     activations (as None keeps them; the attention scores too unless a fused,
-    FlashAttention-style kernel keeps them on chip) moved ELEMENTWISE_PASSES times."""
+    FlashAttention-style kernel keeps them on chip) moved ELEMENTWISE_PASSES times (more for
+    a policy that rebuilds layers, and FP8_CAST_PASSES more under FP8)."""
     if hw.memory_bandwidth <= 0:
         return _f(0.0)
     _, traffic = activation_bytes_per_layer(
@@ -698,6 +705,8 @@ def elementwise_seconds(
     passes = ELEMENTWISE_PASSES + np.where(
         np.isin(np.asarray(recompute), REBUILDS_LAYER), ELEMENTWISE_PASSES_RECOMPUTE, 0
     )
+    if hw.compute_precision == "fp8":
+        passes = passes + FP8_CAST_PASSES
     layers = stage_layers(model, pipeline).middle
     return _f(layers * passes * traffic / hw.memory_bandwidth)
 
