@@ -1,5 +1,6 @@
 """LLM training layouts on the real control plane: a job that fits only with an Auto layout gets
-one and its pods carry it; a job that fits nowhere waits with DoesNotFit and creates nothing."""
+one and its pods carry it; a context-parallel job runs with its layout in the workers' env; a job
+that fits nowhere waits with DoesNotFit and creates nothing."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ AUTO_EXAMPLE = REPO / "examples" / "trainingjob-llama2-70b-auto-a100.yaml"
 LAYOUT_VARIABLES = (
     ("RINGMASTER_TENSOR_PARALLEL", "tensor"),
     ("RINGMASTER_PIPELINE_PARALLEL", "pipeline"),
+    ("RINGMASTER_CONTEXT_PARALLEL", "context"),
     ("RINGMASTER_DATA_PARALLEL", "data"),
     ("RINGMASTER_SHARDING", "sharding"),
     ("RINGMASTER_MICRO_BATCH_SIZE", "microBatchSize"),
@@ -56,8 +58,9 @@ def test_a_job_that_fits_only_with_auto_gets_a_layout_and_its_pods_carry_it(
     )
     plan = job(cluster, ns, name)["status"]["plan"]
     assert plan["fits"] is True
-    assert plan["tensor"] * plan["pipeline"] * plan["data"] == 32
-    assert plan["layout"] == f"TP{plan['tensor']} PP{plan['pipeline']} DP{plan['data']}"
+    assert plan["tensor"] * plan["context"] * plan["pipeline"] * plan["data"] == 32
+    cp = f" CP{plan['context']}" if plan["context"] > 1 else ""
+    assert plan["layout"] == f"TP{plan['tensor']}{cp} PP{plan['pipeline']} DP{plan['data']}"
     assert 0 < plan["mfu"] < 1 and plan["tokensPerSecond"] > 0
     mem = plan["memoryPerAcceleratorBytes"]
     assert mem["total"] <= mem["capacity"] == 80e9
@@ -73,6 +76,40 @@ def test_a_job_that_fits_only_with_auto_gets_a_layout_and_its_pods_carry_it(
     assert plan["layout"] in row
 
 
+def test_a_context_parallel_job_runs_with_its_layout_in_the_workers_env(
+    operator: OperatorProcess, cluster: Cluster, quiet_namespace: str
+):
+    ns = quiet_namespace
+    doc = example()
+    doc["metadata"]["name"] = "llama-cp"
+    doc["spec"]["parallelism"].update(tensor=8, context=2, pipeline=2)
+    cluster.apply(doc, ns)
+    pods = wait_for(
+        lambda: (
+            len(p := worker_pods(cluster, ns, "llama-cp")) == 4
+            and all(q["spec"].get("nodeName") for q in p)
+            and p
+        ),
+        timeout=90,
+        what="llama-cp's 4 worker pods, bound",
+    )
+    plan = job(cluster, ns, "llama-cp")["status"]["plan"]
+    assert plan["fits"] is True and plan["context"] == 2
+    assert plan["layout"] == "TP8 CP2 PP2 DP1"
+    for pod in pods:
+        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+        assert env["RINGMASTER_CONTEXT_PARALLEL"] == "2"
+        assert env["RINGMASTER_TENSOR_PARALLEL"] == "8"
+        assert env["RINGMASTER_DATA_PARALLEL"] == "1"
+    # The apiserver refuses a context degree that cannot split the sequence, with the numbers.
+    bad = example()
+    bad["metadata"]["name"] = "llama-cp-bad"
+    bad["spec"]["parallelism"]["context"] = 3
+    result = cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(bad), check=False)
+    assert result.returncode != 0
+    assert "context 3: 2 x context must divide sequenceLength 4096" in result.stderr
+
+
 def test_the_apiserver_refuses_a_layout_that_does_not_divide_naming_the_numbers(
     crds_installed: Cluster, quiet_namespace: str
 ):
@@ -82,7 +119,7 @@ def test_the_apiserver_refuses_a_layout_that_does_not_divide_naming_the_numbers(
         "apply", "-n", quiet_namespace, "-f", "-", input=yaml.safe_dump(doc), check=False
     )
     assert result.returncode != 0
-    assert "pipeline 7 does not divide layers 80" in result.stderr
+    assert "pipeline 7 cannot stage layers 80" in result.stderr
 
 
 def test_a_job_that_fits_nowhere_waits_with_does_not_fit_and_creates_nothing(

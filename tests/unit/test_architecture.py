@@ -48,8 +48,13 @@ PUBLISHED = {
     "llama-2-70b": 69.0e9,
     "llama-3-8b": 8.03e9,
     "llama-3-70b": 70.6e9,
+    "llama-3.1-8b": 8.03e9,
+    "llama-3.1-70b": 70.6e9,
     "llama-3.1-405b": 405e9,
     "gpt-3-175b": 175e9,
+    # Nemotron-4 reports: 3.2B embedding + 12.5B non-embedding; 9.4B + 331.6B.
+    "nemotron-4-15b": 15.7e9,
+    "nemotron-4-340b": 341.0e9,
 }
 
 

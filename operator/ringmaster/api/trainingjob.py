@@ -33,6 +33,7 @@ DEFAULT_REDUCER_IMAGE = "us-docker.pkg.dev/vertex-ai-restricted/training/reducti
 Strategy = Literal["Auto", "Ring", "ReductionServer"]
 GradientDType = Literal["fp32", "bf16", "fp16"]
 ComputePrecision = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
+Fp8Recipe = Literal["Linear", "AllMatmuls"]
 
 
 class TrainingAccelerator(SpecModel):
@@ -126,8 +127,23 @@ class TrainingModel(SpecModel):
     """Precision the matrix math runs in, for the flopsPerSample roofline (``fp32``, ``tf32``,
     ``bf16``, ``fp16``, ``fp8``); omitted: ``bf16`` where the hardware has it, else ``fp16``,
     else ``fp32``. A precision the accelerator lacks (fp8 on an A100) is reported on the job."""
+    fp8_recipe: Fp8Recipe | None = None
+    """With computePrecision ``fp8`` and an architecture, which matmuls run in FP8: ``Linear``
+    (the default: the layers' linear layers, as Transformer Engine's default recipe and
+    torchtitan's Float8 on nn.Linear; the attention core and the LM head stay bf16) or
+    ``AllMatmuls`` (the attention core too, as Transformer Engine's FP8 attention)."""
 
     cel_rules = (
+        Rule(
+            cel=(
+                "!has(self.fp8Recipe)"
+                " || (has(self.computePrecision) && self.computePrecision == 'fp8')"
+            ),
+            message="fp8Recipe needs computePrecision: fp8",
+            field_path=".fp8Recipe",
+            reason="FieldValueForbidden",
+            check=lambda s: s.fp8_recipe is None or s.compute_precision == "fp8",
+        ),
         Rule(
             cel=(
                 "has(self.architecture)"
@@ -217,20 +233,23 @@ IntOrAuto = Annotated[
 """A degree of parallelism: a positive integer, or ``Auto`` for the engine to choose."""
 
 Sharding = Literal["Auto", "None", "Optimizer", "Gradients", "Full"]
-Recompute = Literal["Auto", "None", "Selective", "Full"]
+Recompute = Literal[
+    "Auto", "None", "Selective", "Full", "SelectiveOp", "Minimal", "SaveDotExceptMlp"
+]
 
 
 class Parallelism(SpecModel):
     """How the model is split over the job's accelerators. Every field left out (or ``Auto``)
     is chosen by the engine: the fastest layout that fits in memory (``parallelism: {}`` is a
     full search). The data-parallel degree is what remains: workers x perWorker / (tensor x
-    pipeline)."""
+    context x pipeline)."""
 
     tensor: IntOrAuto = AUTO
     """Tensor (Megatron) parallelism: within a host (a divisor of perWorker on GPUs), over
     NVLink or ICI; must divide architecture.attentionHeads."""
     pipeline: IntOrAuto = AUTO
-    """Pipeline stages (1F1B schedule); must divide architecture.layers."""
+    """Pipeline stages (1F1B schedule): each holds ceil(layers / pipeline) layers but the first
+    and the last, which may hold one fewer (Llama 3 405B: 126 layers over 16 stages)."""
     sharding: Sharding = AUTO
     """Sharding of the data-parallel replicas: ``None`` (DDP), ``Optimizer`` (ZeRO-1),
     ``Gradients`` (ZeRO-2), ``Full`` (ZeRO-3 / FSDP full shard)."""
@@ -240,18 +259,38 @@ class Parallelism(SpecModel):
     """Sequences per step over all replicas (tokens: x architecture.sequenceLength); gradient
     accumulation follows. Default: batchSizePerAccelerator x accelerators."""
     activation_recompute: Recompute = AUTO
-    """``None``, ``Selective`` (the attention core, Korthikanti et al. 2022) or ``Full``."""
+    """What is recomputed in backward instead of kept (README, "LLM training layouts", maps each
+    to its launcher's flag): ``None`` (FlashAttention, nothing recomputed), ``Selective``
+    (Megatron-LM's: the attention core), ``Full`` (every layer from its input),
+    ``SelectiveOp`` (torchtitan's op-level selective AC), ``Minimal`` and ``SaveDotExceptMlp``
+    (MaxText's remat policies ``minimal`` and ``save_dot_except_mlp``). ``Auto`` searches
+    None, Selective and Full."""
+    context: IntOrAuto = AUTO
+    """Context parallelism (ring attention: Megatron-LM's context_parallel_size, torchtitan's
+    CP): each of the c ranks holds sequenceLength / c tokens of every sequence, dividing the
+    activations; 2 x context must divide architecture.sequenceLength."""
     virtual_pipeline_stages: Int = Field(default=1, ge=1, le=64)
     """Interleaved 1F1B: model chunks per pipeline stage (1 = plain 1F1B)."""
 
 
 _T = "self.parallelism.tensor"
 _P = "self.parallelism.pipeline"
+_C = "self.parallelism.context"
 _ARCH = "self.model.architecture"
 
 
 def _auto(v: Any) -> bool:
     return bool(v == AUTO)
+
+
+def pipeline_stages_layers(layers: int, pipeline: int) -> bool:
+    """Whether ``pipeline`` stages hold ``layers``: ceil(layers / pipeline) each, the first and
+    the last at most one fewer (twin of engine.llm_training.valid_pipeline; a test keeps them
+    equal)."""
+    if pipeline < 1 or pipeline > layers:
+        return False
+    missing = -(-layers // pipeline) * pipeline - layers
+    return missing <= min(2, pipeline - 1)
 
 
 def _degree(v: int | str) -> int:
@@ -427,22 +466,83 @@ class TrainingJobSpec(SpecModel):
         ),
         Rule(
             cel=(
-                f"!({_CEL_PARALLEL}) || string({_P}) == 'Auto' || {_ARCH}.layers % int({_P}) == 0"
+                f"!({_CEL_PARALLEL}) || string({_P}) == 'Auto' || ({_ARCH}.layers >= int({_P})"
+                f" && int({_P}) * (({_ARCH}.layers + int({_P}) - 1) / int({_P})) - {_ARCH}.layers"
+                f" <= (int({_P}) >= 3 ? 2 : int({_P}) - 1))"
             ),
-            message="parallelism.pipeline must divide model.architecture.layers",
+            message="parallelism.pipeline must stage model.architecture.layers: each stage holds "
+            "ceil(layers / pipeline) layers, the first and the last at most one fewer",
             field_path=".parallelism.pipeline",
             check=lambda s: (
                 s.parallelism is None
                 or s.model.architecture is None
                 or _auto(s.parallelism.pipeline)
-                or s.model.architecture.layers % int(s.parallelism.pipeline) == 0
+                or pipeline_stages_layers(s.model.architecture.layers, int(s.parallelism.pipeline))
             ),
             message_expression=(
-                f"'pipeline %s does not divide layers %d'.format([{_P}, {_ARCH}.layers])"
+                "'pipeline %s cannot stage layers %d: each stage holds ceil(layers / pipeline)"
+                " layers, the first and the last at most one fewer'"
+                f".format([{_P}, {_ARCH}.layers])"
             ),
             message_for=lambda s: (
-                f"pipeline {s.parallelism.pipeline} does not divide layers "
-                f"{s.model.architecture.layers}"
+                f"pipeline {s.parallelism.pipeline} cannot stage layers "
+                f"{s.model.architecture.layers}: each stage holds ceil(layers / pipeline) "
+                "layers, the first and the last at most one fewer"
+            ),
+        ),
+        Rule(
+            cel=(
+                f"!({_CEL_PARALLEL}) || string({_C}) == 'Auto' || int({_C}) == 1"
+                f" || {_ARCH}.sequenceLength % (2 * int({_C})) == 0"
+            ),
+            message="2 x parallelism.context must divide model.architecture.sequenceLength",
+            field_path=".parallelism.context",
+            check=lambda s: (
+                s.parallelism is None
+                or s.model.architecture is None
+                or _auto(s.parallelism.context)
+                or int(s.parallelism.context) == 1
+                or s.model.architecture.sequence_length % (2 * int(s.parallelism.context)) == 0
+            ),
+            message_expression=(
+                "'context %s: 2 x context must divide sequenceLength %d (ring attention splits"
+                f" each sequence in 2 x context chunks)'.format([{_C}, {_ARCH}.sequenceLength])"
+            ),
+            message_for=lambda s: (
+                f"context {s.parallelism.context}: 2 x context must divide sequenceLength "
+                f"{s.model.architecture.sequence_length} (ring attention splits each sequence "
+                "in 2 x context chunks)"
+            ),
+        ),
+        Rule(
+            cel=(
+                f"!has(self.parallelism) || string({_C}) == 'Auto'"
+                " || (self.workers * self.accelerator.perWorker)"
+                f" % ({_cel_degree(_T)} * {_cel_degree(_P)} * int({_C})) == 0"
+            ),
+            message="tensor x context x pipeline must divide the accelerators (workers x "
+            "perWorker)",
+            field_path=".parallelism.context",
+            check=lambda s: (
+                s.parallelism is None
+                or _auto(s.parallelism.context)
+                or (s.workers * s.accelerator.per_worker)
+                % (
+                    _degree(s.parallelism.tensor)
+                    * _degree(s.parallelism.pipeline)
+                    * int(s.parallelism.context)
+                )
+                == 0
+            ),
+            message_expression=(
+                "'tensor %s x context %s x pipeline %s does not divide the %d accelerators"
+                f" (workers x perWorker)'.format([{_T}, {_C}, {_P},"
+                " self.workers * self.accelerator.perWorker])"
+            ),
+            message_for=lambda s: (
+                f"tensor {s.parallelism.tensor} x context {s.parallelism.context} x pipeline "
+                f"{s.parallelism.pipeline} does not divide the "
+                f"{s.workers * s.accelerator.per_worker} accelerators (workers x perWorker)"
             ),
         ),
         Rule(
@@ -619,6 +719,8 @@ class TrainingPlan(StatusModel):
     global_batch_size: int | None = None
     activation_recompute: str | None = None
     virtual_pipeline_stages: int | None = None
+    context: int | None = None
+    """Context-parallel ranks (ring attention)."""
     fits: bool | None = None
     """Whether the layout fits in the accelerators' memory."""
     reason: str | None = None

@@ -8,7 +8,8 @@ kept apart from checked ones (``ringmaster calibrate`` prints them all):
 - :mod:`.collectives`       nccl-tests bus bandwidths and NCCL's latencies (the network model)
 - :mod:`.reduction_server`  Vertex's sizing rule and the published gains over all-reduce
 - :mod:`.serving`           MLPerf ResNet-50 throughput and latency (roofline batching)
-- :mod:`.llm_training`      Megatron-LM, torchtitan and MaxText throughput (LLM layouts)
+- :mod:`.llm_training`      Megatron-LM, torchtitan, MaxText and NeMo throughput, torchtitan memory,
+                            and the layouts published runs used (llm_training_points.yaml)
 - :mod:`.llm_serving`       LLM decode and prefill (gpt-fast, TensorRT-LLM)
 - :mod:`.command`           ``ringmaster calibrate``
 

@@ -1,16 +1,21 @@
-"""LLM training beside its published points (the ``llm_training`` section of points.yaml).
+"""LLM training beside its published points: the ``llm_training`` section of points.yaml and
+this package's llm_training_points.yaml (memory figures, layouts that published runs used).
 
-Two constants are fitted, each on a named subset, and every other row is only checked:
+Four constants are fitted, each on a named subset, and every other row is only checked:
 
-- ``LLM_MATMUL_EFFICIENCY`` (GPUs) on :data:`FITTED_MEGATRON` (Megatron-LM SC'21 Table 1, the
-  rows with tensor parallelism only: the least communication-bound). Checked: the pipelined
-  Megatron rows and every torchtitan FSDP row.
+- ``LLM_MATMUL_EFFICIENCY`` (E) and ``LLM_GEMM_HALF_DIM`` (K) of the GEMM-shape model on
+  :data:`FITTED_MEGATRON` (alternate rows of Megatron-LM SC'21 Table 1; K on
+  :data:`HALF_DIM_GRID`, E fitted at each K, the pair with the least RMS log error). Checked:
+  the other Table 1 rows and every torchtitan A100 row.
 - ``LLM_MATMUL_EFFICIENCY_TPU`` on :data:`FITTED_MAXTEXT` (MaxText 16B on a v5e-256 slice).
   Checked: the other MaxText rows.
+- ``ALLOCATOR_OVERHEAD`` on the ``role: fitted`` memory rows (torchtitan's Llama 3.1 8B FSDP
+  runs on 8 and 128 H100, eager). Checked: the other torchtitan memory rows.
 
-:func:`derive_llm_constants` recomputes both from the points (a test keeps engine.llm_training's
+:func:`derive_llm_constants` recomputes them from the points (a test keeps engine.llm_training's
 values equal to it); :func:`llm_report` gives one row per published figure; ``ringmaster
-calibrate`` prints :func:`render_llm_section` after its own table.
+calibrate`` prints :func:`render_llm_section` after its own table. :func:`published_layout_search`
+plans each published layout (a test asserts every one fits).
 """
 
 from __future__ import annotations
@@ -19,16 +24,21 @@ import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from ringmaster.engine import llm_training as L
 from ringmaster.engine.efficiency import NIC_EFFICIENCY
 from ringmaster.engine.hardware import DEFAULT_CATALOG
 from ringmaster.engine.transformer import KNOWN_TRANSFORMERS, Transformer
-from ringmaster.engine.units import gbps_to_bytes_per_second
+from ringmaster.engine.units import GIB, gbps_to_bytes_per_second
 
 # Rows whose published figure sets a constant; every other row is a check.
-FITTED_MEGATRON = (1.7, 3.6, 7.5, 18.4)  # params_billion of the TP-only rows
+# Alternate rows of Table 1 across its range of widths (h / t from 1,024 to 2,560), so the
+# checked rows interleave with them.
+FITTED_MEGATRON = (1.7, 7.5, 39.1, 145.6, 529.6)  # params_billion
 FITTED_MAXTEXT = (16,)  # params_billion
 
 # A row is "ok" within this error: the 14% that the engine's one compute constant leaves between
@@ -41,6 +51,9 @@ TOLERANCE = 0.15
 SELENE_NIC_GBPS = 8 * 200
 MEGATRON_VOCAB = 51200
 MEGATRON_SEQUENCE = 2048
+# The interleaved schedule of Table 1's pipelined runs: --num-layers-per-virtual-pipeline-stage
+# in Megatron-LM's examples/sc21/run_table_1.sh (the 39B and 1T runs are not interleaved).
+MEGATRON_LAYERS_PER_VIRTUAL_STAGE = {76.1: 5, 145.6: 5, 310.1: 3, 529.6: 1}
 # torchtitan's A100 table names no network: assumed a DGX-A100-class cluster like Selene.
 TORCHTITAN_NIC_GBPS = SELENE_NIC_GBPS
 TORCHTITAN_MODELS = {
@@ -96,13 +109,16 @@ class LlmRow:
         return abs(self.error) <= TOLERANCE
 
 
-def _gpu(acc: str, gpus: int, nic_gbps: float, efficiency: float) -> L.LayoutHardware:
+def _gpu(
+    acc: str, gpus: int, nic_gbps: float, efficiency: float, half_dim: float
+) -> L.LayoutHardware:
     host = DEFAULT_CATALOG.host(acc, 8)
     hw = L.layout_hardware(host, gpus // 8, DEFAULT_CATALOG)
     return replace(
         hw,
         nic_bandwidth=gbps_to_bytes_per_second(nic_gbps) * NIC_EFFICIENCY,
         efficiency=efficiency,
+        gemm_half_dim=half_dim,
     )
 
 
@@ -119,7 +135,9 @@ def _one(model: Transformer, hw: L.LayoutHardware, **layout: Any) -> L.LayoutArr
     return L.evaluate_layouts(model, hw, global_batch=global_batch, **layout)
 
 
-def _megatron(points: Mapping[str, Any], efficiency: float) -> list[tuple[float, float, float]]:
+def _megatron(
+    points: Mapping[str, Any], efficiency: float, half_dim: float = L.LLM_GEMM_HALF_DIM
+) -> list[tuple[float, float, float]]:
     """(params_billion, published, predicted TFLOP/s per GPU) per Table 1 row; predicted counts
     FLOPs as the paper does (model FLOPs + full recompute)."""
     point = point_by_id(points, "megatron-sc21-table1")
@@ -129,10 +147,15 @@ def _megatron(points: Mapping[str, Any], efficiency: float) -> list[tuple[float,
         model = Transformer(
             int(r["layers"]), int(r["hidden"]), int(r["heads"]), MEGATRON_VOCAB, MEGATRON_SEQUENCE
         )
-        hw = _gpu("nvidia-a100-80gb", int(r["gpus"]), SELENE_NIC_GBPS, efficiency)
+        hw = _gpu("nvidia-a100-80gb", int(r["gpus"]), SELENE_NIC_GBPS, efficiency, half_dim)
+        size = float(r["params_billion"])
+        virtual = 1
+        if size in MEGATRON_LAYERS_PER_VIRTUAL_STAGE:
+            virtual = int(r["layers"]) // int(r["pp"]) // MEGATRON_LAYERS_PER_VIRTUAL_STAGE[size]
         a = _one(
             model,
             hw,
+            virtual_stages=virtual,
             tensor=int(r["tp"]),
             pipeline=int(r["pp"]),
             sharding=L.SHARD_NONE,
@@ -141,6 +164,7 @@ def _megatron(points: Mapping[str, Any], efficiency: float) -> list[tuple[float,
             global_batch=int(r["global_batch"]),
             strategy=L.RING,
             flash_attention=False,  # 2021: attention scores materialised (FlashAttention: 2022)
+            sequence_parallel=False,  # 2021: norms and dropouts whole on every TP rank (SP: 2022)
         )
         flops = float(L.hardware_flops_per_token(model, L.RECOMPUTE_FULL))
         predicted = flops * float(a.tokens_per_second) / int(r["gpus"]) / 1e12
@@ -155,12 +179,14 @@ _RECOMPUTE = {
 }
 
 
-def _torchtitan(points: Mapping[str, Any], efficiency: float) -> list[tuple[str, float, float]]:
+def _torchtitan(
+    points: Mapping[str, Any], efficiency: float, half_dim: float = L.LLM_GEMM_HALF_DIM
+) -> list[tuple[str, float, float]]:
     """(model, published MFU, predicted MFU) on 64 x A100-80GB with FSDP full sharding."""
     out = []
     for r in point_by_id(points, "torchtitan-a100-fsdp")["rows"]:
         model = replace(TORCHTITAN_MODELS[r["model"]], sequence_length=int(r["seq"]))
-        hw = _gpu("nvidia-a100-80gb", 64, TORCHTITAN_NIC_GBPS, efficiency)
+        hw = _gpu("nvidia-a100-80gb", 64, TORCHTITAN_NIC_GBPS, efficiency, half_dim)
         b = int(r["local_batch"])
         a = _one(
             model,
@@ -209,34 +235,62 @@ def point_by_id(points: Mapping[str, Any], pid: str) -> dict[str, Any]:
 
 
 def _fit(ratio: Callable[[float], float]) -> float:
-    """The efficiency at which the geometric mean of predicted / published is 1 (bisection: the
-    ratio grows with efficiency, sub-linearly where communication is exposed)."""
-    lo, hi = 0.05, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        if ratio(mid) < 1.0:
-            lo = mid
-        else:
-            hi = mid
-    return round((lo + hi) / 2, 3)
+    """The efficiency at which the geometric mean of predicted / published is 1: predicted
+    throughput grows with the efficiency, nearly in proportion (sub-linearly where
+    communication is exposed), so e <- e / ratio(e) converges in a few steps."""
+    e = 0.5
+    for _ in range(12):
+        r = ratio(e)
+        if abs(r - 1.0) < 1e-7:
+            break
+        e = min(e / r, 1.0)
+    return round(e, 3)
 
 
 def _geomean(pairs: Sequence[tuple[float, float]]) -> float:
     return math.exp(statistics.fmean(math.log(p / q) for q, p in pairs))
 
 
-def derive_llm_constants(points: Mapping[str, Any]) -> dict[str, float]:
-    """LLM_MATMUL_EFFICIENCY and LLM_MATMUL_EFFICIENCY_TPU from their fitted rows."""
+# The GEMM-shape model's K (elements) is chosen on this grid, E fitted at each K: the pair with
+# the least root-mean-square log error over the fitted Table 1 rows.
+HALF_DIM_GRID = tuple(range(0, 513, 32))
 
-    def gpu(e: float) -> float:
-        rows = [(pub, pred) for k, pub, pred in _megatron(points, e) if k in FITTED_MEGATRON]
-        return _geomean(rows)
+
+def fit_gemm_shape(points: Mapping[str, Any]) -> tuple[float, float]:
+    """(LLM_MATMUL_EFFICIENCY, LLM_GEMM_HALF_DIM) from the fitted Megatron rows."""
+    best: tuple[float, float, float] | None = None
+    for k in HALF_DIM_GRID:
+
+        def ratio(e: float, k: float = k) -> float:
+            rows = _megatron(points, e, k)
+            return _geomean([(pub, pred) for size, pub, pred in rows if size in FITTED_MEGATRON])
+
+        e = _fit(ratio)
+        rows = [
+            (pub, pred) for size, pub, pred in _megatron(points, e, k) if size in FITTED_MEGATRON
+        ]
+        rms = math.sqrt(statistics.fmean(math.log(pred / pub) ** 2 for pub, pred in rows))
+        if best is None or rms < best[0] - 1e-9:
+            best = (rms, e, float(k))
+    assert best is not None
+    return best[1], best[2]
+
+
+def derive_llm_constants(points: Mapping[str, Any]) -> dict[str, float]:
+    """LLM_MATMUL_EFFICIENCY, LLM_GEMM_HALF_DIM, LLM_MATMUL_EFFICIENCY_TPU and
+    ALLOCATOR_OVERHEAD from their fitted rows."""
 
     def tpu(e: float) -> float:
         rows = [(pub, pred) for k, pub, pred in _maxtext(points, e) if k in FITTED_MAXTEXT]
         return _geomean(rows)
 
-    return {"LLM_MATMUL_EFFICIENCY": _fit(gpu), "LLM_MATMUL_EFFICIENCY_TPU": _fit(tpu)}
+    efficiency, half_dim = fit_gemm_shape(points)
+    return {
+        "LLM_MATMUL_EFFICIENCY": efficiency,
+        "LLM_GEMM_HALF_DIM": half_dim,
+        "LLM_MATMUL_EFFICIENCY_TPU": _fit(tpu),
+        "ALLOCATOR_OVERHEAD": _fit_overhead(training_points()["memory"]),
+    }
 
 
 def llm_report(points: Mapping[str, Any]) -> list[LlmRow]:
@@ -258,7 +312,14 @@ def llm_report(points: Mapping[str, Any]) -> list[LlmRow]:
     for size, pub, pred in _maxtext(points, L.LLM_MATMUL_EFFICIENCY_TPU):
         role = "fitted" if size in FITTED_MAXTEXT else "checked"
         rows.append(LlmRow("maxtext-v5e", f"{size:g}B", "MFU", pub, pred, role))
+    rows.extend(memory_report())
+    rows.extend(throughput_report())
     return rows
+
+
+def _figure(x: float) -> str:
+    """Four significant digits; thousands with separators (16,934 rather than 1.693e+04)."""
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
 
 
 def render_llm_section(points: Mapping[str, Any], where: object = "the points file") -> str:
@@ -272,8 +333,8 @@ def render_llm_section(points: Mapping[str, Any], where: object = "the points fi
             r.id,
             r.setup,
             r.quantity,
-            f"{r.published:.4g}",
-            f"{r.predicted:.4g}",
+            _figure(r.published),
+            _figure(r.predicted),
             f"{r.error:+.1%}",
             r.role,
             "ok" if r.ok else "OUT",
@@ -295,3 +356,146 @@ def render_llm_section(points: Mapping[str, Any], where: object = "the points fi
         f"mean |error| of checked rows {statistics.fmean(abs(r.error) for r in checked):.1%}"
     )
     return "\n".join(lines)
+
+
+# --- memory per GPU as frameworks report it ----------------------------------------------------
+
+LLM_TRAINING_POINTS = Path(__file__).resolve().parent / "llm_training_points.yaml"
+MEMORY_MODELS = {
+    "llama-3.1-8b": KNOWN_TRANSFORMERS["llama-3.1-8b"],
+    "llama-3.1-70b": KNOWN_TRANSFORMERS["llama-3.1-70b"],
+    "llama-3.1-405b": KNOWN_TRANSFORMERS["llama-3.1-405b"],
+}
+
+
+def training_points(path: Path = LLM_TRAINING_POINTS) -> dict[str, Any]:
+    """The package's own LLM training points (memory figures, layouts that ran)."""
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return dict(data or {})
+
+
+def _memory_predicted(row: Mapping[str, Any], overhead: float) -> float:
+    """GiB the caching allocator holds at peak for a torchtitan memory row: the engine's total
+    less the runtime outside the allocator (FRAMEWORK_RESERVE_BYTES)."""
+    model = replace(MEMORY_MODELS[str(row["model"])], sequence_length=int(row["seq"]))
+    t, p, c = int(row["tensor"]), int(row["pipeline"]), int(row["context"])
+    d = int(row["gpus"]) // (t * p * c)
+    local = int(row["local_batch"])
+    micro = 1 if p > 1 else local  # torchtitan's pipeline micro-batch is 1 sequence
+    mem = L.memory_per_accelerator(
+        model,
+        tensor=t,
+        pipeline=p,
+        data=d,
+        sharding=L.SHARDINGS.index(str(row.get("sharding", "Full"))),
+        micro_batch=micro,
+        micro_batches=local // micro,
+        recompute=L.RECOMPUTES.index(str(row["recompute"])),
+        context=c,
+        allocator_overhead=overhead,
+    )
+    return (float(mem.total) - L.FRAMEWORK_RESERVE_BYTES) / GIB
+
+
+def _fit_overhead(rows: Sequence[Mapping[str, Any]]) -> float:
+    """ALLOCATOR_OVERHEAD at which the fitted rows' geometric-mean ratio is 1 (bisection)."""
+    fitted = [r for r in rows if r["role"] == "fitted"]
+    lo, hi = 0.0, 2.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if _geomean([(float(r["gib"]), _memory_predicted(r, mid)) for r in fitted]) < 1.0:
+            lo = mid
+        else:
+            hi = mid
+    return round((lo + hi) / 2, 3)
+
+
+def memory_report(points: Mapping[str, Any] | None = None) -> list[LlmRow]:
+    """Every memory row: published GiB beside the engine's, fitted or checked."""
+    rows = (points or training_points())["memory"]
+    out = []
+    for r in rows:
+        notes = [k for k in ("compile", "float8") if r.get(k)]
+        setup = (
+            f"{r['model']} {r['gpus']} GPUs TP{r['tensor']} CP{r['context']} PP{r['pipeline']}"
+            f" s{r['seq']} b{r['local_batch']} {r['recompute']}"
+            + (f" ({'+'.join(notes)})" if notes else "")
+        )
+        predicted = _memory_predicted(r, L.ALLOCATOR_OVERHEAD)
+        out.append(
+            LlmRow(str(r["id"]), setup, "GiB per GPU", float(r["gib"]), predicted, str(r["role"]))
+        )
+    return out
+
+
+# --- layouts that published runs used ----------------------------------------------------------
+
+
+def _layout_model(row: Mapping[str, Any]) -> Transformer:
+    spec = row["model"]
+    seq = int(row["seq"])
+    if isinstance(spec, Mapping):
+        return Transformer(
+            int(spec["layers"]), int(spec["hidden"]), int(spec["heads"]), int(spec["vocab"]), seq
+        )
+    name = str(spec)
+    if name.startswith("maxtext-"):
+        return replace(
+            maxtext_model(int(name.removeprefix("maxtext-").removesuffix("b"))), sequence_length=seq
+        )
+    return replace(KNOWN_TRANSFORMERS[name], sequence_length=seq)
+
+
+# NVIDIA DGX H100: 8 x 400 Gbps InfiniBand (ConnectX-7) per host, the NeMo rows' system.
+DGX_H100_NIC_GBPS = 8 * 400
+
+
+def published_layout_search(
+    row: Mapping[str, Any], nic_gbps: float | None = None
+) -> L.LayoutSearch:
+    """The search with every field the published run fixed (recompute ``Auto`` where the source
+    names none), on the run's accelerators (with ``nic_gbps`` per host where given)."""
+    per_host = int(row.get("per_host", 8))
+    host = DEFAULT_CATALOG.host(str(row["accelerator"]), per_host)
+    hosts = int(row["gpus"]) // per_host
+    axes = None
+    if host.accelerator.kind == "tpu":
+        side = round(int(row["gpus"]) ** (1 / 3))
+        axes = (side, side, int(row["gpus"]) // (side * side))
+    hw = L.layout_hardware(
+        host, hosts, DEFAULT_CATALOG, slice_axes=axes, compute_precision=str(row["precision"])
+    )
+    if nic_gbps is not None:
+        hw = replace(hw, nic_bandwidth=gbps_to_bytes_per_second(nic_gbps) * NIC_EFFICIENCY)
+    recompute = str(row["recompute"])
+    request = L.LayoutRequest(
+        model=_layout_model(row),
+        global_batch=int(row["global_batch"]),
+        tensor=int(row["tensor"]),
+        pipeline=int(row["pipeline"]),
+        context=int(row["context"]),
+        sharding=str(row["sharding"]),
+        micro_batch=int(row["micro_batch"]),
+        recompute=None if recompute == "Auto" else recompute,
+        virtual_stages=int(row["virtual"]),
+        strategy=L.RING,
+    )
+    return L.search_layouts(request, hw)
+
+
+def throughput_report(points: Mapping[str, Any] | None = None) -> list[LlmRow]:
+    """The published layouts with a published throughput (NeMo on DGX H100, FP8): checked
+    only; no constant is fitted on FP8 (E and K come from bf16 A100 rows)."""
+    out = []
+    for r in (points or training_points())["published_layouts"]:
+        if "tokens_per_s_per_gpu" not in r:
+            continue
+        chosen = published_layout_search(r, DGX_H100_NIC_GBPS).chosen
+        setup = (
+            f"{r['model']} s{r['seq']} {r['gpus']} GPUs TP{r['tensor']} CP{r['context']}"
+            f" PP{r['pipeline']} {r['precision']} ({chosen.recompute})"
+        )
+        predicted = chosen.tokens_per_second / int(r["gpus"])
+        published = float(r["tokens_per_s_per_gpu"])
+        out.append(LlmRow(str(r["id"]), setup, "tokens/s per GPU", published, predicted, "checked"))
+    return out

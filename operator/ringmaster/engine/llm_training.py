@@ -1,35 +1,41 @@
 """LLM training layouts: memory per accelerator, step time, and the search for the best layout.
 
-A layout is tensor (t) x pipeline (p) x data (d) parallelism with a sharding of the data-parallel
-part (None = DDP, Optimizer = ZeRO-1, Gradients = ZeRO-2, Full = ZeRO-3 / FSDP), a micro-batch
-size b (m = global batch / (d x b) micro-batches per step), an activation-recompute setting and
-virtual pipeline stages v. :func:`evaluate_layouts` evaluates numpy arrays of layouts at once;
-:func:`search_layouts` enumerates every valid layout of a request, evaluates them in one call,
-and picks the fastest that fits (cheaper on ties), with the best alternatives and why each lost.
+A layout is tensor (t) x context (c) x pipeline (p) x data (d) parallelism with a sharding of
+the data-parallel part (None = DDP, Optimizer = ZeRO-1, Gradients = ZeRO-2, Full = ZeRO-3 /
+FSDP, over the d c ranks that hold the same weights), a micro-batch size b (m = global batch /
+(d x b) micro-batches per step), an activation-recompute policy (RECOMPUTES) and virtual
+pipeline stages v. Pipeline stages hold ceil(L / p) layers, the first and the last at most one
+fewer (:func:`valid_pipeline`). :func:`evaluate_layouts` evaluates numpy arrays of layouts at
+once; :func:`search_layouts` enumerates every valid layout of a request, evaluates them in one
+call, and picks the fastest that fits (cheaper on ties), with the best alternatives and why
+each lost; when none fits, the levers that shrink the dominant memory term.
 
-Memory per accelerator (bytes), on the heavier of the first and the last pipeline stage:
+Memory per accelerator (bytes), on the fullest of the first, a middle and the last stage:
 
 - model state: BYTES_WEIGHTS + BYTES_GRADIENTS + BYTES_OPTIMIZER per parameter of the stage's
-  shard (parameters / t, the stage's layers), each divided by d as the sharding shards it;
-- activations per layer per micro-batch (Korthikanti et al. 2022, "Reducing Activation
-  Recomputation in Large Transformer Models", section 4, with sequence parallelism under TP, so
-  every term is divided by t): ``s b h (34 + 5 a s / h) / t`` for a GPT layer; ``Selective``
-  drops the attention core's ``5 a s^2 b`` (recomputed, as FlashAttention does); ``Full`` keeps
-  only each layer's input ``2 s b h / t`` plus one layer's working set while it is recomputed.
+  shard (parameters / t, the stage's layers), each divided by d c as the sharding shards it;
+- activations per layer per micro-batch: the tensors the recompute policy keeps
+  (SAVED_ELEMENTS, counted as Korthikanti et al. 2022, "Reducing Activation Recomputation in
+  Large Transformer Models", section 4, with FlashAttention keeping no s x s scores and no
+  dropout masks), 2 bytes each (FP8 linear layers keep their inputs at 1), x s b / c tokens,
+  / t (sequence parallelism); a policy that rebuilds layers also holds one layer's working set.
   The first stage of a 1F1B pipeline keeps min(p, m) micro-batches in flight, times
   (1 + (p - 1) / (p v)) when interleaved (ibid. section 4.2.3); the last stage also holds the
-  fp32 logits, ``4 s b V / t`` (ibid. section 4.3);
-- FRAMEWORK_RESERVE_BYTES (runtime context, communicator buffers, allocator slack).
+  loss's BYTES_LOSS_PER_LOGIT x s b V / (t c);
+- the reserve: FRAMEWORK_RESERVE_BYTES (runtime outside the allocator) and ALLOCATOR_OVERHEAD
+  (the caching allocator's slack over the activations).
 
-Step time: each micro-batch costs its stage's FLOPs at peak x LLM_MATMUL_EFFICIENCY, the HBM time
-of its memory-bound (elementwise) kernels, its tensor-parallel collectives and its pipeline
-sends; a 1F1B pipeline takes ``(m + (p - 1) / v)`` such slots (the bubble is (p - 1) / (m v)
-of the work); the data-parallel gradient reduction (or reduce-scatter + all-gather under
-sharding) is then added, less what overlaps with computation.
+Step time: each micro-batch costs its busiest stage's matmul FLOPs at each matmul's peak (FP8
+recipes) x its GEMM-shape efficiency (:func:`gemm_efficiency`), the HBM time of its memory-bound
+(elementwise) kernels, its tensor-parallel collectives, its context-parallel K/V passes not
+hidden behind the attention core, and its pipeline sends; a 1F1B pipeline takes
+``(m + (p - 1) / v)`` such slots (the bubble is (p - 1) / (m v) of the work); the data-parallel
+gradient reduction (or reduce-scatter + all-gather under sharding) is then added, less what
+overlaps with computation.
 
 Every collective goes through the small adapters ``_tensor_parallel_seconds``,
-``_pipeline_send_seconds`` and ``_data_parallel_seconds``, so a new network model changes one
-place.
+``_context_parallel_seconds``, ``_pipeline_send_seconds`` and ``_data_parallel_seconds``, so a
+new network model changes one place.
 """
 
 from __future__ import annotations
@@ -71,9 +77,24 @@ I64 = NDArray[np.int64]
 
 AUTO = "Auto"
 SHARDINGS = ("None", "Optimizer", "Gradients", "Full")  # codes 0..3, each shards more
-RECOMPUTES = ("None", "Selective", "Full")  # codes 0..2, each recomputes more
+# Activation-recompute policies, as the launchers name them (README, "LLM training layouts"):
+# None (FlashAttention, nothing recomputed), Selective (Megatron-LM's --recompute-granularity
+# selective: the attention core), Full (every layer from its input: Megatron-LM's granularity
+# full, torchtitan's mode full, MaxText's remat_policy full), SelectiveOp (torchtitan's op-level
+# selective AC), Minimal and SaveDotExceptMlp (MaxText's remat policies minimal and
+# save_dot_except_mlp). ``Auto`` searches the first three, which every launcher has.
+RECOMPUTES = ("None", "Selective", "Full", "SelectiveOp", "Minimal", "SaveDotExceptMlp")
 SHARD_NONE, SHARD_OPTIMIZER, SHARD_GRADIENTS, SHARD_FULL = range(4)
-RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL = range(3)
+(
+    RECOMPUTE_NONE,
+    RECOMPUTE_SELECTIVE,
+    RECOMPUTE_FULL,
+    RECOMPUTE_SELECTIVE_OP,
+    RECOMPUTE_MINIMAL,
+    RECOMPUTE_SAVE_DOT_EXCEPT_MLP,
+) = range(6)
+SEARCHED_RECOMPUTES = (RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL)
+FP8_RECIPES = ("Linear", "AllMatmuls")  # with computePrecision fp8: what runs in FP8
 RING, REDUCTION_SERVER = "Ring", "ReductionServer"
 STRATEGY_RING, STRATEGY_REDUCTION_SERVER = 0, 1
 
@@ -89,9 +110,12 @@ STRATEGY_RING, STRATEGY_REDUCTION_SERVER = 0, 1
 BYTES_WEIGHTS = 2.0
 BYTES_GRADIENTS = 4.0
 BYTES_OPTIMIZER = 12.0
-# Bytes of activation elements (bf16) and of the fp32 logits the loss is computed on.
+# Bytes of a stored activation element (bf16).
 BYTES_ACTIVATION = 2.0
-BYTES_LOGITS = 4.0
+# Bytes per logit at the loss's peak, on the last stage: the fp32 logits the cross-entropy
+# works on (4: Korthikanti et al. 2022, section 4.3) and, as its backward begins, their fp32
+# gradient (4) and the bf16 gradient handed back to the LM head (2). Counted, not fitted.
+BYTES_LOSS_PER_LOGIT = 10.0
 # Bytes per parameter all-gathered under sharding (the bf16 working copy) and reduce-scattered
 # or all-reduced (fp32 gradients, as BYTES_GRADIENTS).
 BYTES_GATHER = BYTES_WEIGHTS
@@ -102,12 +126,61 @@ BYTES_REDUCE = BYTES_GRADIENTS
 # two layers' unsharded bf16 weights are resident at once.
 FSDP_RESIDENT_LAYERS = 2
 
-# What the runtime keeps outside the model's tensors: the CUDA context with cuBLAS/cuDNN
-# workspaces (about 0.5 GiB on A100/H100 with CUDA 12), NCCL's communicator buffers (NCCL_BUFFSIZE
-# 4 MiB per channel and peer: a few hundred MiB for TP + DP + PP communicators) and the caching
-# allocator's fragmentation. Assumed, not calibrated: no published point isolates it; 3 GiB is
-# the headroom Megatron-LM's and torchtitan's memory estimators users leave on 80 GB parts.
-FRAMEWORK_RESERVE_BYTES = 3.0 * GIB
+# What each recompute policy keeps for backward, per layer and token, in elements of width h
+# (the model), h_kv (K or V) and f (the FFN), tensor by tensor as the frameworks save them; no
+# dropout (today's LLM recipes use none), so no masks:
+#   None: the layer input, the attention norm's output (the QKV input), Q, K, V, the attention
+#     output (FlashAttention keeps it and the softmax statistics, never the s x s scores: Dao
+#     et al. 2022), the residual after attention, the MLP norm's output, and gate, up and their
+#     product (gated; GeLU's input and output in a standard FFN): 6h + 2h_kv + 3f (2f). With
+#     the dropout masks and materialised scores this is Korthikanti et al. 2022's
+#     s b h (34 + 5 a s / h) (section 4.1).
+#   Selective (Megatron-LM): the same; the attention core it recomputes keeps nothing more
+#     under FlashAttention (without it, None also keeps the scores: 5 a s^2 b bytes).
+#   Full: the layer input alone (plus one layer's working set while it is recomputed).
+#   SelectiveOp (torchtitan distributed/activation_checkpoint.py: _save_list, every other
+#     matmul): the input, the outputs of wq, wv, w1, w2 and of attention: 4h + h_kv + f.
+#   Minimal (MaxText checkpoint_dots_with_no_batch_dims): the input and every projection's
+#     output (Q, K, V, out, wi_0, wi_1, wo): 4h + 2h_kv + 2f (gated; f standard).
+#   SaveDotExceptMlp (MaxText): the input, Q, K, V and the attention projection: 3h + 2h_kv.
+SAVED_ELEMENTS: dict[int, tuple[int, int, int, int]] = {  # (h, h_kv, f gated, f standard)
+    RECOMPUTE_NONE: (6, 2, 3, 2),
+    RECOMPUTE_SELECTIVE: (6, 2, 3, 2),
+    RECOMPUTE_FULL: (1, 0, 0, 0),
+    RECOMPUTE_SELECTIVE_OP: (4, 1, 1, 1),
+    RECOMPUTE_MINIMAL: (4, 2, 2, 1),
+    RECOMPUTE_SAVE_DOT_EXCEPT_MLP: (3, 2, 0, 0),
+}
+# With FP8 linear layers, Transformer Engine keeps each linear layer's input for the weight
+# gradient as its FP8 cast (transformer_engine.pytorch.module.linear / layernorm_linear /
+# layernorm_mlp save the casts, not the bf16 tensors): of what None and Selective keep, the QKV,
+# attention-projection and FFN inputs, 3h + f elements, at 1 byte.
+FP8_SAVED_LINEAR_INPUTS = (3, 1)  # (h, f)
+BYTES_FP8 = 1.0
+# Of those h-wide tensors, the ones outside the tensor-parallel regions (the layer input, the
+# norms' inputs and outputs: Korthikanti et al. 2022, Table 2's 10 s b h of "tensor parallel"
+# without dropout masks), whole on every rank without sequence parallelism.
+REPLICATED_WITHOUT_SP = (4, 4, 1, 2, 1, 1)
+# Policies that rebuild a layer during backward, so that layer's working set is resident then.
+REBUILDS_LAYER = (
+    RECOMPUTE_FULL,
+    RECOMPUTE_SELECTIVE_OP,
+    RECOMPUTE_MINIMAL,
+    RECOMPUTE_SAVE_DOT_EXCEPT_MLP,
+)
+
+# The runtime outside PyTorch's caching allocator: the CUDA context with its kernels and the
+# cuBLAS workspaces (about 0.5-0.8 GiB on H100 with CUDA 12 lazy loading) and NCCL's buffers
+# (NCCL_BUFFSIZE 4 MiB per channel and peer, for the TP, DP, PP and CP communicators). Assumed,
+# not calibrated: frameworks' memory figures (torch.cuda.max_memory_reserved) leave it out.
+FRAMEWORK_RESERVE_BYTES = 2.0 * GIB
+
+# The caching allocator's slack over the activations it churns through (blocks split and
+# cached between micro-batches, PyTorch's CUDA caching allocator): a fraction of the activation
+# bytes. Model state lives in a few long-lived buffers and adds none. Calibrated
+# (ringmaster.calibration.llm_training, fitted on torchtitan's Llama 3.1 8B FSDP rows on 8 and
+# 128 H100, the published memory figures of a plain eager run); a test keeps it equal to the fit.
+ALLOCATOR_OVERHEAD = 0.233
 
 # Tensor-parallel collectives per layer (Korthikanti et al. 2022, section 4.2.2): with sequence
 # parallelism two all-gathers and two reduce-scatters in the forward pass, the same in the
@@ -116,30 +189,55 @@ FRAMEWORK_RESERVE_BYTES = 3.0 * GIB
 TP_ALLREDUCES_PER_LAYER = 4
 TP_ALLREDUCES_RECOMPUTE = 2
 
-# Sustained fraction of the dense peak that a transformer's forward and backward matmuls reach
-# in a large-scale training step (the memory-bound kernels around them are timed apart, at HBM
-# bandwidth: ELEMENTWISE_PASSES). Calibrated (ringmaster.calibration.llm_training, fitted on the
-# Megatron SC'21 Table 1 rows with tensor parallelism only, the least communication-bound ones):
-# see that module for the fit and for the checked rows; a test keeps this value equal to the fit.
-LLM_MATMUL_EFFICIENCY = 0.618
+# Context parallelism (ring attention: Megatron-LM's context_parallel, torchtitan's CP): each
+# rank holds s / c tokens and passes its K and V around the ring, c - 1 chunks per pass, the
+# traffic of an all-gather of the sequence's K and V; backward passes K, V and their gradients
+# again (a reduce-scatter more): 3 all-gather-equivalents per layer per micro-batch (4 under
+# Full recompute), overlapped with the attention core's blocks (Liu et al. 2023, "Ring
+# Attention"; Megatron-Core docs, context_parallel).
+CP_KV_PASSES = 3
+CP_KV_PASSES_RECOMPUTE = 1
+
+# Achieved matmul throughput by GEMM shape. A GEMM whose narrowest dimension is n reaches
+# about E / (1 + K / n) of the dense peak: tile and wave quantisation and each kernel's fixed
+# cost amortise over n (NVIDIA Deep Learning Performance Guide, "Matrix Multiplication
+# Background"). A layer's GEMMs have two narrow dimensions on a rank: the model width it holds,
+# h / t, and the tokens of its micro-batch, s b / c, so a layer reaches
+# E / (1 + K t / h + K c / (s b)); larger models and micro-batches run nearer E. The memory-bound
+# kernels around the matmuls are timed apart, at HBM bandwidth (ELEMENTWISE_PASSES).
+# Calibrated (ringmaster.calibration.llm_training: E and K fitted on alternate rows of
+# Megatron-LM SC'21 Table 1, the others checked); a test keeps them equal to the fit.
+LLM_MATMUL_EFFICIENCY = 0.855
+LLM_GEMM_HALF_DIM = 224.0
 
 # The same for TPUs (XLA on the MXU, which fuses much of the elementwise work into the matmuls:
-# the fitted value is high). Calibrated on the MaxText v5e 16B row (ibid.).
-LLM_MATMUL_EFFICIENCY_TPU = 0.903
+# the fitted value is high). Calibrated on the MaxText v5e 16B row (ibid.); one fitted row sets
+# no shape, so TPUs keep K = 0.
+LLM_MATMUL_EFFICIENCY_TPU = 0.901
 
 LINK_EFFICIENCY = {"nvlink": NVLINK_EFFICIENCY, "pcie": PCIE_EFFICIENCY, "ici": ICI_EFFICIENCY}
 LINK_HOP_LATENCY = {"nvlink": NVLINK_HOP_LATENCY, "pcie": PCIE_HOP_LATENCY, "ici": ICI_HOP_LATENCY}
 
-# The memory-bound kernels around the matmuls (norms, activation functions, dropout, residual
-# adds, rotary embeddings; softmax too where attention scores are materialised) move each stored
+# The memory-bound kernels around the matmuls (norms, activation functions, residual adds,
+# rotary embeddings; softmax too where attention scores are materialised) move each stored
 # activation about this many times per micro-batch: written and read in the forward pass, its
 # gradient written and read in the backward pass. Assumed (no published point isolates it);
-# Full recompute runs the forward pass, two more passes, again.
+# a policy that rebuilds layers runs the forward pass, two more passes, again.
 ELEMENTWISE_PASSES = 4
 ELEMENTWISE_PASSES_RECOMPUTE = 2
+# FP8 linear layers cast each input to FP8 and transpose it for the weight gradient (read 2 bytes,
+# write 1 + 1) and do the same to each output gradient in backward (Transformer Engine's
+# cast-transpose, torchtitan's Float8): 4 bytes per element of the layers' inputs (3h + f) and
+# output gradients (3h + 2h_kv + 2f), 6h + 2h_kv + 3f in all: twice the working set's bf16 bytes.
+# Counted, not fitted.
+FP8_CAST_PASSES = 2
 
 # How many alternatives a search reports.
 ALTERNATIVES = 5
+
+# Context-parallel degrees ``Auto`` tries: powers of two up to this (Llama 3 405B's longest
+# context ran CP 16: Dubey et al. 2024, section 3.3.2).
+MAX_CONTEXT_PARALLEL = 32
 
 
 def _f(x: ArrayLike) -> F64:
@@ -157,13 +255,13 @@ class LayoutHardware:
     accelerator: str
     hosts: int
     per_host: int
-    peak_flops: float  # at the compute precision
+    peak_flops: float  # at the compute precision (what MFU divides by)
     memory_bytes: float
     intra_bandwidth: float  # NVLink / PCIe / ICI link, achieved, bytes/s
     intra_hop_latency: float
     nic_bandwidth: float  # host NIC, achieved, bytes/s
     host_price: float  # USD/h
-    efficiency: float
+    efficiency: float  # E of the GEMM-shape model (LLM_MATMUL_EFFICIENCY)
     slice_axes: tuple[int, int, int] = (1, 1, 1)  # TPU slice topology
     wrapped: tuple[bool, bool, bool] = (False, False, False)
     reducers: int = 0  # reduction-server reducers (0: none considered)
@@ -178,6 +276,14 @@ class LayoutHardware:
     nvls_bandwidth: float = 0.0
     nccl_arch: str = "ampere"
     compute_precision: str = "bf16"
+    gemm_half_dim: float = 0.0  # K of the GEMM-shape model (LLM_GEMM_HALF_DIM; 0: flat)
+    # The caching allocator's slack over activations: PyTorch's on GPUs; XLA assigns buffers
+    # ahead of time on TPUs, so none there.
+    allocator_overhead: float = ALLOCATOR_OVERHEAD
+    # Peaks of the matmuls outside the layers' linear layers (attention core, LM head): the
+    # compute precision's, except under FP8 recipes, which keep some of them in bf16.
+    attention_peak_flops: float = 0.0  # 0: peak_flops
+    head_peak_flops: float = 0.0  # 0: peak_flops
 
     @property
     def accelerators(self) -> int:
@@ -194,12 +300,22 @@ def layout_hardware(
     slice_axes: tuple[int, int, int] | None = None,
     wrapped: tuple[bool, bool, bool] = (False, False, False),
     compute_precision: str | None = None,
+    fp8_recipe: str = "Linear",
 ) -> LayoutHardware:
     """The hardware of ``hosts`` x ``host`` (a reducer machine type adds the reduction-server
     option: ``reducers`` of them, or as many as Vertex AI's bandwidth rule asks).
-    ``compute_precision``: ``spec.model.computePrecision`` (default bf16, else fp16)."""
+    ``compute_precision``: ``spec.model.computePrecision`` (default bf16, else fp16). Under fp8
+    the layers' linear layers run at the catalog's FP8 peak; ``fp8_recipe`` ``Linear`` keeps
+    the attention core in bf16 (Transformer Engine's default, torchtitan's Float8 on nn.Linear),
+    ``AllMatmuls`` runs it in FP8 too (Transformer Engine's FP8 attention); the LM head stays
+    bf16 in both (neither recipe converts the output layer)."""
     acc = host.accelerator
     precision = resolve_compute_precision(acc, compute_precision)
+    if fp8_recipe not in FP8_RECIPES:
+        raise ValueError(f"fp8 recipe {fp8_recipe!r}: expected one of {', '.join(FP8_RECIPES)}")
+    peak = acc.peak(precision)
+    half = acc.peak("bf16") if precision == "fp8" else peak
+    attention_peak = peak if fp8_recipe == "AllMatmuls" else half
     nvls = acc.nvswitch and acc.nccl_arch in ("hopper", "blackwell")
     k, reducer_bw, reducer_price = 0, 0.0, 0.0
     if reducer_machine_type and acc.kind == "gpu" and hosts > 1:
@@ -213,7 +329,7 @@ def layout_hardware(
         accelerator=acc.name,
         hosts=hosts,
         per_host=host.count,
-        peak_flops=acc.peak(precision),
+        peak_flops=peak,
         memory_bytes=acc.memory_bytes,
         intra_bandwidth=(acc.ici_link_bandwidth if acc.kind == "tpu" else acc.intra_bandwidth)
         * LINK_EFFICIENCY[acc.intra_link],
@@ -223,6 +339,10 @@ def layout_hardware(
         * float(C.network_efficiency(host.machine.transport, host.count)),
         host_price=host.price_per_hour,
         efficiency=LLM_MATMUL_EFFICIENCY_TPU if acc.kind == "tpu" else LLM_MATMUL_EFFICIENCY,
+        gemm_half_dim=0.0 if acc.kind == "tpu" else LLM_GEMM_HALF_DIM,
+        allocator_overhead=0.0 if acc.kind == "tpu" else ALLOCATOR_OVERHEAD,
+        attention_peak_flops=attention_peak,
+        head_peak_flops=half,
         slice_axes=slice_axes or (hosts * host.count, 1, 1),
         wrapped=wrapped,
         reducers=k,
@@ -241,10 +361,39 @@ def layout_hardware(
 # --- memory ------------------------------------------------------------------------------------
 
 
+def valid_pipeline(layers: int, pipeline: int) -> bool:
+    """Whether ``pipeline`` stages can hold ``layers``: each holds ceil(layers / p) layers but
+    the first and the last, which may hold one fewer (Llama 3 405B ran 126 layers over 16
+    stages so: Dubey et al. 2024, section 3.3.2; Megatron-LM's
+    --decoder-first/last-pipeline-num-layers)."""
+    if pipeline < 1 or pipeline > layers:
+        return False
+    per_stage = -(-layers // pipeline)
+    return per_stage * pipeline - layers <= min(2, pipeline - 1) if pipeline > 1 else True
+
+
+class StageLayers(NamedTuple):
+    first: F64
+    middle: F64  # every stage but the first and the last: ceil(layers / p), the busiest
+    last: F64
+
+
+def stage_layers(model: Transformer, pipeline: ArrayLike) -> StageLayers:
+    """Layers per stage (:func:`valid_pipeline`): the last stage gives up the first missing
+    layer (it also runs the LM head and the loss), the first the second."""
+    p = _f(pipeline)
+    per_stage = np.ceil(model.layers / p)
+    missing = per_stage * p - model.layers
+    last = per_stage - (missing >= 1)
+    first = np.where(p > 1, per_stage - (missing >= 2), last)
+    return StageLayers(_f(first), _f(per_stage), _f(last))
+
+
 class StageParameters(NamedTuple):
     first: F64  # parameters held by one accelerator of the first pipeline stage
     last: F64  # ... of the last stage (the same stage when p = 1)
     layer: F64  # parameters of one layer's shard (per / t)
+    middle: F64 = np.zeros(())  # ... of a stage between them (0 when p <= 2)
 
 
 def stage_parameters(model: Transformer, tensor: ArrayLike, pipeline: ArrayLike) -> StageParameters:
@@ -253,46 +402,73 @@ def stage_parameters(model: Transformer, tensor: ArrayLike, pipeline: ArrayLike)
     last. Norm vectors are counted as split by t too (they are < 0.1% of a layer)."""
     t = _f(tensor)
     p = _f(pipeline)
-    layers = model.layers / p * model.parameters_per_layer / t
+    stages = stage_layers(model, p)
+    layer = model.parameters_per_layer / t
     table = float(model.vocab * model.hidden)
     head = np.where((p > 1) | (not model.tied_embeddings), table, 0.0)
-    last = layers + head / t + model.hidden
-    first = np.where(p > 1, layers + table / t, last + table / t)
-    return StageParameters(first, last, model.parameters_per_layer / t)
+    last = stages.last * layer + head / t + model.hidden
+    first = np.where(p > 1, stages.first * layer + table / t, last + table / t)
+    middle = np.where(p > 2, stages.middle * layer, 0.0)
+    return StageParameters(_f(first), _f(last), _f(layer), _f(middle))
+
+
+def _saved_elements(model: Transformer, recompute: ArrayLike) -> F64:
+    """Elements per token per layer that ``recompute`` keeps (SAVED_ELEMENTS)."""
+    r = np.asarray(recompute)
+    table = np.array([SAVED_ELEMENTS[k] for k in range(len(RECOMPUTES))], dtype=np.float64)
+    row = table[r]
+    f = np.where(model.gated_ffn, row[..., 2], row[..., 3])
+    return _f(row[..., 0] * model.hidden + row[..., 1] * model.kv_hidden + f * model.ffn_hidden)
 
 
 def activation_bytes_per_layer(
-    model: Transformer, micro_batch: ArrayLike, tensor: ArrayLike, recompute: ArrayLike
+    model: Transformer,
+    micro_batch: ArrayLike,
+    tensor: ArrayLike,
+    recompute: ArrayLike,
+    context: ArrayLike = 1,
+    flash_attention: bool = True,
+    sequence_parallel: bool = True,
+    fp8: bool = False,
 ) -> tuple[F64, F64]:
     """(stored per layer per micro-batch, one layer's full working set), bytes per accelerator.
 
-    Korthikanti et al. 2022, section 4.1, generalised to grouped-query attention and gated FFNs
-    by the same accounting (2 bytes per stored bf16 element, 1 per dropout-mask element):
-    attention 7 s b h + 4 s b h_kv (input 2, Q 2, K and V 2 h_kv/h each, projection input 2,
-    mask 1) + 5 a s^2 b for the core (scores 2, softmax dropout mask 1, its output 2); MLP
-    3 s b h (input 2, mask 1) + 4 s b f standard (GeLU input and output) or 6 s b f gated (gate,
-    up and their product); two norms' inputs 4 s b h. For GPT (f = 4h, h_kv = h) this is the
-    paper's s b h (34 + 5 a s / h). Sequence parallelism divides every term by t.
+    SAVED_ELEMENTS of the policy x 2 bytes x the rank's tokens s b / c, divided by t (sequence
+    parallelism splits every term under TP: Korthikanti et al. 2022, section 4.2.2; context
+    parallelism splits the sequence). Without sequence parallelism (Megatron-LM before 2022)
+    the tensors outside the tensor-parallel regions (REPLICATED_WITHOUT_SP) are whole on every
+    rank. Without FlashAttention, None also keeps the attention scores, 5 a s^2 b / (t c) (ibid.
+    4.1: softmax output 2, dropout mask 1, dropout output 2). With FP8 linear layers (``fp8``)
+    the four linear layers' inputs that None and Selective keep (FP8_SAVED_LINEAR_INPUTS) are
+    kept as their FP8 casts, 1 byte each.
     """
     t = _f(tensor)
-    b = _f(micro_batch)
-    s = float(model.sequence_length)
-    h = float(model.hidden)
-    sb = s * b
-    ffn = (6.0 if model.gated_ffn else 4.0) * model.ffn_hidden
-    linear = sb * (7.0 * h + 4.0 * model.kv_hidden + 3.0 * h + ffn + 4.0 * h) / t
-    core = 5.0 * model.heads * s * sb / t
+    c = _f(context)
     r = np.asarray(recompute)
-    stored = np.where(
-        r == RECOMPUTE_NONE,
-        linear + core,
-        np.where(r == RECOMPUTE_SELECTIVE, linear, BYTES_ACTIVATION * sb * h / t),
-    )
-    return stored, linear + core
+    tokens = _f(micro_batch) * model.sequence_length / c
+    h = float(model.hidden)
+    replicated = np.zeros(()) if sequence_parallel else np.asarray(REPLICATED_WITHOUT_SP)
+    extra = (1.0 - 1.0 / t) * BYTES_ACTIVATION * h * tokens  # one replicated h-wide tensor
+    stored = BYTES_ACTIVATION * _saved_elements(model, r) * tokens / t
+    working = BYTES_ACTIVATION * _saved_elements(model, RECOMPUTE_NONE) * tokens / t
+    if not sequence_parallel:
+        stored = stored + replicated[r] * extra
+        working = working + replicated[RECOMPUTE_NONE] * extra
+    if fp8:
+        saved = FP8_SAVED_LINEAR_INPUTS[0] * h + FP8_SAVED_LINEAR_INPUTS[1] * model.ffn_hidden
+        cut = (BYTES_ACTIVATION - BYTES_FP8) * saved * tokens / t
+        stored = stored - np.where(np.isin(r, (RECOMPUTE_NONE, RECOMPUTE_SELECTIVE)), cut, 0.0)
+        working = working - cut
+    if not flash_attention:
+        scores = 5.0 * model.heads * model.sequence_length * tokens / t
+        working = working + scores
+        stored = stored + np.where(r == RECOMPUTE_NONE, scores, 0.0)
+    return _f(stored), _f(working)
 
 
 class MemoryArrays(NamedTuple):
-    """Bytes per accelerator on the fuller pipeline stage, by term."""
+    """Bytes per accelerator on the fullest pipeline stage, by term. ``reserve`` is the runtime
+    (FRAMEWORK_RESERVE_BYTES) and the allocator's slack (ALLOCATOR_OVERHEAD)."""
 
     weights: F64
     gradients: F64
@@ -313,42 +489,73 @@ def memory_per_accelerator(
     micro_batches: ArrayLike,
     recompute: ArrayLike,
     virtual_stages: ArrayLike = 1,
+    context: ArrayLike = 1,
+    flash_attention: bool = True,
+    sequence_parallel: bool = True,
+    allocator_overhead: float = ALLOCATOR_OVERHEAD,
+    fp8: bool = False,
 ) -> MemoryArrays:
-    """Weights, gradients, optimizer state, activations and the reserve per accelerator."""
-    t, p, d = _f(tensor), _f(pipeline), _f(data)
+    """Weights, gradients, optimizer state, activations and the reserve per accelerator, on the
+    fullest of the first, a middle and the last pipeline stage. Context-parallel ranks hold the
+    same weights: the sharding spans data x context ranks (Megatron-LM's data-context group,
+    torchtitan's FSDP mesh with CP)."""
+    t, p, d, c = _f(tensor), _f(pipeline), _f(data), _f(context)
     shard = np.asarray(sharding)
     m, v = _f(micro_batches), _f(virtual_stages)
     params = stage_parameters(model, t, p)
-    weights_div = np.where(shard >= SHARD_FULL, d, 1.0)
-    grads_div = np.where(shard >= SHARD_GRADIENTS, d, 1.0)
-    optim_div = np.where(shard >= SHARD_OPTIMIZER, d, 1.0)
+    stages = stage_layers(model, p)
+    dc = d * c
+    weights_div = np.where(shard >= SHARD_FULL, dc, 1.0)
+    grads_div = np.where(shard >= SHARD_GRADIENTS, dc, 1.0)
+    optim_div = np.where(shard >= SHARD_OPTIMIZER, dc, 1.0)
     gathered = np.where(
-        (shard >= SHARD_FULL) & (d > 1), FSDP_RESIDENT_LAYERS * params.layer * BYTES_GATHER, 0.0
+        (shard >= SHARD_FULL) & (dc > 1), FSDP_RESIDENT_LAYERS * params.layer * BYTES_GATHER, 0.0
     )
 
-    stored, working = activation_bytes_per_layer(model, micro_batch, t, recompute)
-    # Full recompute rebuilds one layer at a time during backward: its working set is resident.
-    transient = np.where(np.asarray(recompute) == RECOMPUTE_FULL, working, 0.0)
-    layers = model.layers / p
-    in_flight = np.minimum(p, m) * np.where(v > 1, 1.0 + (p - 1.0) / (p * v), 1.0)
-    logits = BYTES_LOGITS * model.sequence_length * _f(micro_batch) * model.vocab / t
-    act_first = layers * stored * in_flight + transient + np.where(p > 1, 0.0, logits)
-    act_last = layers * stored + transient + logits
+    rec = np.asarray(recompute)
+    stored, working = activation_bytes_per_layer(
+        model, micro_batch, t, rec, c, flash_attention, sequence_parallel, fp8
+    )
+    # A policy that rebuilds layers holds one layer's working set while it does.
+    transient = np.where(np.isin(rec, REBUILDS_LAYER), working, 0.0)
+    # 1F1B: the first stage keeps min(p, m) micro-batches in flight, the second one fewer;
+    # interleaving adds (p - 1) / (p v) (Korthikanti et al. 2022, section 4.2.3).
+    interleave = np.where(v > 1, 1.0 + (p - 1.0) / (p * v), 1.0)
+    logits = BYTES_LOSS_PER_LOGIT * model.sequence_length * _f(micro_batch) * model.vocab / (t * c)
+    act_first = (
+        stages.first * stored * np.minimum(p, m) * interleave
+        + transient
+        + np.where(p > 1, 0.0, logits)
+    )
+    act_middle = np.where(
+        p > 2, stages.middle * stored * np.minimum(p - 1.0, m) * interleave + transient, 0.0
+    )
+    act_last = stages.last * stored + transient + logits
 
     def state(n: F64) -> tuple[F64, F64, F64]:
         w = n * BYTES_WEIGHTS / weights_div + gathered
         return w, n * BYTES_GRADIENTS / grads_div, n * BYTES_OPTIMIZER / optim_div
 
     w1, g1, o1 = state(params.first)
-    w2, g2, o2 = state(params.last)
-    first = w1 + g1 + o1 + act_first
-    last = w2 + g2 + o2 + act_last
-    pick_first = first >= last
-    reserve = np.full(np.broadcast(first, last).shape, FRAMEWORK_RESERVE_BYTES)
-    weights = np.where(pick_first, w1, w2)
-    gradients = np.where(pick_first, g1, g2)
-    optimizer = np.where(pick_first, o1, o2)
-    activations = np.where(pick_first, act_first, act_last)
+    w2, g2, o2 = state(params.middle)
+    w3, g3, o3 = state(params.last)
+    totals = np.stack(
+        np.broadcast_arrays(
+            w1 + g1 + o1 + act_first * (1.0 + allocator_overhead),
+            np.where(p > 2, w2 + g2 + o2 + act_middle * (1.0 + allocator_overhead), 0.0),
+            w3 + g3 + o3 + act_last * (1.0 + allocator_overhead),
+        )
+    )
+    pick = np.argmax(totals, axis=0)
+
+    def choose(a: F64, b: F64, z: F64) -> F64:
+        return _f(np.choose(pick, np.broadcast_arrays(a, b, z)))
+
+    weights = choose(w1, w2, w3)
+    gradients = choose(g1, g2, g3)
+    optimizer = choose(o1, o2, o3)
+    activations = choose(act_first, act_middle, act_last)
+    reserve = activations * allocator_overhead + FRAMEWORK_RESERVE_BYTES
     total = weights + gradients + optimizer + activations + reserve
     return MemoryArrays(weights, gradients, optimizer, activations, reserve, total)
 
@@ -356,22 +563,95 @@ def memory_per_accelerator(
 # --- compute ------------------------------------------------------------------------------------
 
 
-def recompute_flops_per_token(model: Transformer, recompute: ArrayLike) -> F64:
-    """Extra forward FLOPs per token: Full repeats every layer's forward pass, Selective only the
-    attention core (Korthikanti et al. 2022, section 5: 2.7% of the FLOPs for GPT-3 175B)."""
+def recompute_flops_per_token_per_layer(model: Transformer, recompute: ArrayLike) -> F64:
+    """Forward FLOPs a policy repeats in backward, per token per layer: Full the whole layer;
+    Selective and Minimal the attention core (Korthikanti et al. 2022, section 5: 2.7% of the
+    FLOPs for GPT-3 175B); SelectiveOp the matmuls it did not save (wk, wo and the FFN's third:
+    w3 gated, w2 standard); SaveDotExceptMlp the FFN and the core."""
     r = np.asarray(recompute)
-    layers_forward = 2.0 * model.layers * model.parameters_per_layer
-    core = model.attention_flops_per_token(model.sequence_length)
-    return _f(
-        np.where(
-            r == RECOMPUTE_FULL, layers_forward + core, np.where(r == RECOMPUTE_SELECTIVE, core, 0)
-        )
+    h, kv, f = float(model.hidden), float(model.kv_hidden), float(model.ffn_hidden)
+    core = model.attention_flops_per_token(model.sequence_length) / model.layers
+    per_token = np.array(
+        [
+            0.0,
+            core,
+            2.0 * model.parameters_per_layer + core,
+            2.0 * (h * kv + h * h + h * f),
+            core,
+            2.0 * model.ffn_parameters_per_layer + core,
+        ]
     )
+    return _f(per_token[r])
+
+
+def recompute_flops_per_token(model: Transformer, recompute: ArrayLike) -> F64:
+    """Extra forward FLOPs per token, every layer's (``recompute_flops_per_token_per_layer``)."""
+    return model.layers * recompute_flops_per_token_per_layer(model, recompute)
 
 
 def hardware_flops_per_token(model: Transformer, recompute: ArrayLike) -> F64:
     """Model FLOPs (6N + attention, Transformer.training_flops_per_token) plus recompute's."""
     return model.training_flops_per_token() + recompute_flops_per_token(model, recompute)
+
+
+def matmul_efficiency(
+    model: Transformer,
+    hw: LayoutHardware,
+    micro_batch: ArrayLike,
+    tensor: ArrayLike,
+    context: ArrayLike = 1,
+) -> F64:
+    """The fraction of peak a layer's linear layers reach: E / (1 + K t / h + K c / (s b)), the
+    GEMM shape model (LLM_MATMUL_EFFICIENCY, LLM_GEMM_HALF_DIM)."""
+    tokens = _f(micro_batch) * model.sequence_length / _f(context)
+    return gemm_efficiency(hw, model.hidden / _f(tensor), tokens)
+
+
+def gemm_efficiency(hw: LayoutHardware, width: ArrayLike, tokens: ArrayLike) -> F64:
+    """E / (1 + K / width + K / tokens): GEMMs whose two narrow dimensions are ``width`` and
+    ``tokens``; non-decreasing in both."""
+    k = hw.gemm_half_dim
+    return _f(hw.efficiency / (1.0 + k / _f(width) + k / _f(tokens)))
+
+
+def stage_compute_seconds(
+    model: Transformer,
+    hw: LayoutHardware,
+    micro_batch: ArrayLike,
+    tensor: ArrayLike,
+    pipeline: ArrayLike,
+    recompute: ArrayLike,
+    context: ArrayLike = 1,
+    flash_attention: bool = True,
+) -> F64:
+    """One micro-batch's matmul time on an accelerator of the busiest stage (ceil(L / p)
+    layers; the LM head too when p = 1, else the last stage's fewer layers and the head),
+    forward + backward + recompute, each kind of matmul at its peak (FP8 recipes) x its GEMM
+    shape efficiency: the linear layers' at width h / t; the LM head's at its narrowest side,
+    min(h, V / t); the attention core's as the linear layers' inside a fused FlashAttention
+    kernel (its tiles span the sequence), else as batched GEMMs as narrow as a head (QK^T's
+    inner dimension and AV's output are head_dim wide)."""
+    t, p = _f(tensor), _f(pipeline)
+    rank_tokens = _f(micro_batch) * model.sequence_length / _f(context)
+    tokens = rank_tokens / t
+    eff = matmul_efficiency(model, hw, micro_batch, tensor, context)
+    core_eff = eff if flash_attention else gemm_efficiency(hw, model.head_dim, rank_tokens)
+    head_eff = gemm_efficiency(hw, np.minimum(model.hidden, model.vocab / t), rank_tokens)
+    core = model.attention_flops_per_token(model.sequence_length) / model.layers
+    linear = 2.0 * model.parameters_per_layer
+    r = np.asarray(recompute)
+    again = recompute_flops_per_token_per_layer(model, r)
+    # The repeated work is linear layers' except the attention core's share.
+    core_again = np.where(np.isin(r, (RECOMPUTE_NONE, RECOMPUTE_SELECTIVE_OP)), 0.0, core)
+    linear_flops = 3.0 * linear + again - core_again
+    core_flops = 3.0 * core + core_again
+    attention_peak = hw.attention_peak_flops or hw.peak_flops
+    head_peak = hw.head_peak_flops or hw.peak_flops
+    per_layer = linear_flops / (hw.peak_flops * eff) + core_flops / (attention_peak * core_eff)
+    head = 3.0 * 2.0 * model.vocab * model.hidden / (head_peak * head_eff)
+    stages = stage_layers(model, p)
+    busiest = np.maximum(stages.middle * per_layer, stages.last * per_layer + head)
+    return _f(tokens * busiest)
 
 
 def stage_flops_per_micro_batch(
@@ -380,17 +660,18 @@ def stage_flops_per_micro_batch(
     tensor: ArrayLike,
     pipeline: ArrayLike,
     recompute: ArrayLike,
+    context: ArrayLike = 1,
 ) -> F64:
-    """FLOPs one accelerator of the busiest stage (the last: it adds the LM head) does for one
-    micro-batch, forward + backward + recompute."""
-    tokens = _f(micro_batch) * model.sequence_length
-    layers = 3.0 * (
-        2.0 * model.layers * model.parameters_per_layer
-        + model.attention_flops_per_token(model.sequence_length)
-    )
+    """FLOPs one accelerator of the busiest stage does for one micro-batch, forward + backward +
+    recompute (with the LM head when the last stage is the busiest)."""
+    stages = stage_layers(model, pipeline)
+    tokens = _f(micro_batch) * model.sequence_length / (_f(context) * _f(tensor))
+    per_layer = 3.0 * (
+        2.0 * model.parameters_per_layer
+        + model.attention_flops_per_token(model.sequence_length) / model.layers
+    ) + recompute_flops_per_token_per_layer(model, recompute)
     head = 3.0 * 2.0 * model.vocab * model.hidden
-    per_token = (layers + recompute_flops_per_token(model, recompute)) / _f(pipeline) + head
-    return tokens * per_token / _f(tensor)
+    return _f(tokens * np.maximum(stages.middle * per_layer, stages.last * per_layer + head))
 
 
 def pipeline_bubble_fraction(
@@ -409,19 +690,25 @@ def elementwise_seconds(
     pipeline: ArrayLike,
     recompute: ArrayLike,
     flash_attention: bool = True,
+    context: ArrayLike = 1,
+    sequence_parallel: bool = True,
 ) -> F64:
     """HBM time of one micro-batch's memory-bound kernels on the busiest stage: the layer's
-    activations (Korthikanti's accounting; the attention scores too unless a fused,
-    FlashAttention-style kernel keeps them on chip) moved ELEMENTWISE_PASSES times."""
+    activations (as None keeps them; the attention scores too unless a fused,
+    FlashAttention-style kernel keeps them on chip) moved ELEMENTWISE_PASSES times (more for
+    a policy that rebuilds layers, and FP8_CAST_PASSES more under FP8)."""
     if hw.memory_bandwidth <= 0:
         return _f(0.0)
-    linear, _ = activation_bytes_per_layer(model, micro_batch, tensor, RECOMPUTE_SELECTIVE)
-    _, working = activation_bytes_per_layer(model, micro_batch, tensor, RECOMPUTE_NONE)
-    traffic = linear if flash_attention else working
-    passes = ELEMENTWISE_PASSES + np.where(
-        np.asarray(recompute) == RECOMPUTE_FULL, ELEMENTWISE_PASSES_RECOMPUTE, 0
+    _, traffic = activation_bytes_per_layer(
+        model, micro_batch, tensor, RECOMPUTE_NONE, context, flash_attention, sequence_parallel
     )
-    return _f(model.layers / _f(pipeline) * passes * traffic / hw.memory_bandwidth)
+    passes = ELEMENTWISE_PASSES + np.where(
+        np.isin(np.asarray(recompute), REBUILDS_LAYER), ELEMENTWISE_PASSES_RECOMPUTE, 0
+    )
+    if hw.compute_precision == "fp8":
+        passes = passes + FP8_CAST_PASSES
+    layers = stage_layers(model, pipeline).middle
+    return _f(layers * passes * traffic / hw.memory_bandwidth)
 
 
 # --- communication: the one adapter onto the network model ------------------------------------
@@ -488,6 +775,38 @@ def _pipeline_send_seconds(nbytes: F64, tensor: F64, pipeline: F64, hw: LayoutHa
             per_rank / hw.intra_bandwidth + hw.intra_hop_latency,
         )
     return _f(np.where(pipeline > 1, 2.0 * one, 0.0))
+
+
+def kv_bytes_per_layer(model: Transformer, micro_batch: ArrayLike, tensor: ArrayLike) -> F64:
+    """A layer's K and V for the whole sequence on one tensor-parallel rank (bf16): what a
+    context-parallel ring passes around. Fewer KV heads than t are replicated, one per rank."""
+    width = np.maximum(model.kv_hidden / _f(tensor), float(model.head_dim))
+    return _f(2.0 * BYTES_ACTIVATION * model.sequence_length * _f(micro_batch) * width)
+
+
+def context_parallel_passes(recompute: ArrayLike) -> F64:
+    """All-gather equivalents of a layer's K and V per micro-batch: CP_KV_PASSES, plus
+    CP_KV_PASSES_RECOMPUTE where the attention core's forward is repeated."""
+    again = np.isin(np.asarray(recompute), (RECOMPUTE_NONE, RECOMPUTE_SELECTIVE_OP))
+    return _f(CP_KV_PASSES + np.where(again, 0, CP_KV_PASSES_RECOMPUTE))
+
+
+def _context_parallel_seconds(nbytes: F64, tensor: F64, context: F64, hw: LayoutHardware) -> F64:
+    """One all-gather of ``nbytes`` over the c context-parallel ranks (adjacent to the tensor
+    ranks, as Megatron-LM and torchtitan order them): on NVLink while t c fits in a host, else
+    across hosts with the group's share of the NIC (what NCCL runs, engine.collectives); over
+    the slice's ICI on a TPU."""
+    if hw.kind == "tpu":
+        one = (context - 1.0) / context * nbytes / hw.intra_bandwidth
+        return _f(np.where(context > 1, one + (context - 1.0) * hw.intra_hop_latency, 0.0))
+    g = float(hw.per_host)
+    per_host = np.clip(g / tensor, 1.0, context)
+    hosts = context / per_host
+    nic = hw.nic_bandwidth / (g / per_host)
+    coll = C.nccl_collective(
+        C.ALL_GATHER, nbytes, hosts, per_host, _fabric(hw, nic), with_busbw=False
+    )
+    return _f(np.where(context > 1, coll.seconds, 0.0))
 
 
 class DataParallelComm(NamedTuple):
@@ -583,6 +902,8 @@ class LayoutArrays(NamedTuple):
     mfu: F64
     strategy: I64
     cost_per_hour: F64
+    context: I64 = np.ones(1, np.int64)
+    context_parallel_seconds: F64 = np.zeros(1)  # exposed ring-attention K/V passes, per step
 
 
 def evaluate_layouts(
@@ -598,16 +919,19 @@ def evaluate_layouts(
     virtual_stages: ArrayLike = 1,
     strategy: str = AUTO,
     flash_attention: bool = True,
+    context: ArrayLike = 1,
+    sequence_parallel: bool = True,
 ) -> LayoutArrays:
     """Memory, fit, step time, tokens/s and MFU of every layout (arrays broadcast together).
-    The caller guarantees divisibility (t p | accelerators, d b | global batch)."""
+    The caller guarantees divisibility (t p c | accelerators, d b | global batch, c | s)."""
     t = _f(tensor)
     p = _f(pipeline)
     b = _f(micro_batch)
     v = _f(virtual_stages)
+    c = _f(context)
     shard = np.asarray(sharding, dtype=np.int64)
     rec = np.asarray(recompute, dtype=np.int64)
-    d = hw.accelerators / (t * p)
+    d = hw.accelerators / (t * p * c)
     m = global_batch / (d * b)
     mem = memory_per_accelerator(
         model,
@@ -619,28 +943,48 @@ def evaluate_layouts(
         micro_batches=m,
         recompute=rec,
         virtual_stages=v,
+        context=c,
+        flash_attention=flash_attention,
+        sequence_parallel=sequence_parallel,
+        allocator_overhead=hw.allocator_overhead,
+        fp8=hw.compute_precision == "fp8",
     )
     fits = mem.total <= hw.memory_bytes
 
-    rate = hw.peak_flops * hw.efficiency
-    compute_mb = stage_flops_per_micro_batch(model, b, t, p, rec) / rate
-    compute_mb = compute_mb + elementwise_seconds(model, hw, b, t, p, rec, flash_attention)
-    layers = model.layers / p
-    act_bytes = BYTES_ACTIVATION * model.sequence_length * b * model.hidden
+    compute_mb = stage_compute_seconds(model, hw, b, t, p, rec, c, flash_attention)
+    compute_mb = compute_mb + elementwise_seconds(
+        model, hw, b, t, p, rec, flash_attention, c, sequence_parallel
+    )
+    layers = stage_layers(model, p).middle
+    act_bytes = BYTES_ACTIVATION * model.sequence_length * b * model.hidden / c
     tp_mb = layers * _tensor_parallel_seconds(
         act_bytes, tensor_parallel_collectives_per_layer(rec), t, hw
     )
+    # Ring attention overlaps each K/V pass with the attention core's blocks.
+    cp_layer = context_parallel_passes(rec) * _context_parallel_seconds(
+        kv_bytes_per_layer(model, b, t), t, c, hw
+    )
+    core_layer = (
+        3.0
+        * model.attention_flops_per_token(model.sequence_length)
+        / model.layers
+        * b
+        * model.sequence_length
+        / (c * t)
+        / ((hw.attention_peak_flops or hw.peak_flops) * matmul_efficiency(model, hw, b, t, c))
+    )
+    cp_mb = layers * np.maximum(cp_layer - core_layer, 0.0)
     pp_mb = _pipeline_send_seconds(act_bytes, t, p, hw) * v
-    slot = compute_mb + tp_mb + pp_mb
+    slot = compute_mb + tp_mb + cp_mb + pp_mb
     bubble = slot * (p - 1.0) / v
     pipeline_seconds = slot * m + bubble
 
     params = stage_parameters(model, t, p)
-    worst = np.maximum(params.first, params.last)
+    worst = np.maximum(np.maximum(params.first, params.last), params.middle)
     # All-reduce-equivalent bytes (an all-gather or a reduce-scatter of X moves half of an
     # all-reduce of X): None all-reduces fp32 gradients; Optimizer / Gradients reduce-scatter
     # them and all-gather bf16 weights; Full also gathers the weights for forward and backward of
-    # every micro-batch.
+    # every micro-batch. The group is the data x context ranks that hold the same weights.
     reduce_bytes = worst * BYTES_REDUCE
     gather_bytes = worst * BYTES_GATHER
     dp_bytes = np.where(
@@ -652,7 +996,8 @@ def evaluate_layouts(
             (reduce_bytes + gather_bytes) / 2.0,
         ),
     )
-    dp = _data_parallel_seconds(dp_bytes, t, p, d, hw, strategy, reducible=shard != SHARD_FULL)
+    dc = d * c
+    dp = _data_parallel_seconds(dp_bytes, t, p, dc, hw, strategy, reducible=shard != SHARD_FULL)
     # Unsharded gradients are reduced while the last micro-batch's backward runs (DDP buckets,
     # Megatron's overlap_grad_reduce); full sharding's gathers prefetch behind every layer's
     # compute but the first.
@@ -660,7 +1005,7 @@ def evaluate_layouts(
     hideable = dp.seconds * (1.0 - 1.0 / layers)
     exposed_full = dp.seconds - np.minimum(hideable, compute_mb * m)
     exposed = np.where(shard == SHARD_FULL, exposed_full, exposed_bucketed)
-    exposed = np.where(d > 1, exposed, 0.0)
+    exposed = np.where(dc > 1, exposed, 0.0)
     step = pipeline_seconds + exposed
     tokens = global_batch * model.sequence_length / step
     mfu = model.training_flops_per_token() * tokens / (hw.accelerators * hw.peak_flops)
@@ -677,7 +1022,7 @@ def evaluate_layouts(
     return LayoutArrays(
         tensor=i(t),
         pipeline=i(p),
-        data=i(d),
+        data=i(np.round(d)),
         sharding=i(shard),
         micro_batch=i(b),
         micro_batches=i(np.round(m)),
@@ -696,6 +1041,8 @@ def evaluate_layouts(
         mfu=mfu,
         strategy=i(dp.strategy),
         cost_per_hour=f(cost),
+        context=i(c),
+        context_parallel_seconds=f(cp_mb * m),
     )
 
 
@@ -715,6 +1062,7 @@ class LayoutRequest:
     recompute: str | None = None
     virtual_stages: int = 1
     strategy: str = AUTO  # the data-parallel part: Auto, Ring, ReductionServer
+    context: int | None = None
 
 
 @dataclass(frozen=True)
@@ -748,17 +1096,23 @@ class Layout:
     mfu: float
     strategy: str
     cost_per_hour: float
+    context: int = 1
+    context_parallel_seconds: float = 0.0
 
     @property
     def name(self) -> str:
-        """``TP8 PP4 DP32``, as ``kubectl get tj -o wide`` shows it."""
-        return f"TP{self.tensor} PP{self.pipeline} DP{self.data}"
+        """``TP8 PP4 DP32`` (``TP8 CP2 PP4 DP16`` with context parallelism), as ``kubectl get
+        tj -o wide`` shows it."""
+        cp = f" CP{self.context}" if self.context > 1 else ""
+        return f"TP{self.tensor}{cp} PP{self.pipeline} DP{self.data}"
 
     def describe(self) -> str:
         v = f" x {self.virtual_stages} virtual" if self.virtual_stages > 1 else ""
+        cp = f" x context {self.context}" if self.context > 1 else ""
         return (
-            f"tensor {self.tensor} x pipeline {self.pipeline}{v} x data {self.data}, sharding "
-            f"{self.sharding}, micro-batch {self.micro_batch}, recompute {self.recompute}"
+            f"tensor {self.tensor}{cp} x pipeline {self.pipeline}{v} x data {self.data}, "
+            f"sharding {self.sharding}, micro-batch {self.micro_batch}, recompute "
+            f"{self.recompute}"
         )
 
 
@@ -791,10 +1145,18 @@ def _powers_of_two_dividing(n: int) -> list[int]:
     return out
 
 
+def valid_context(sequence_length: int, context: int) -> bool:
+    """Whether a sequence splits over ``context`` ranks: load-balanced causal ring attention
+    cuts it into 2c chunks, two per rank (Megatron-LM's and torchtitan's CP), so 2c | s."""
+    return context == 1 or (context >= 1 and sequence_length % (2 * context) == 0)
+
+
 def layout_grid(request: LayoutRequest, hw: LayoutHardware) -> dict[str, I64]:
     """Every valid layout of the request: heads divisible by t (and t within a host: a divisor of
-    the host's accelerators, or of the slice's first axis on a TPU), layers by p, accelerators by
-    t p, the global batch by d b; micro-batches are powers of two."""
+    the host's accelerators, or of the slice's first axis on a TPU), p stages of the layers
+    (:func:`valid_pipeline`), c a power of two (up to MAX_CONTEXT_PARALLEL) splitting the
+    sequence (:func:`valid_context`), accelerators by t p c, the global batch by d b;
+    micro-batches are powers of two; ``Auto`` recompute tries SEARCHED_RECOMPUTES."""
     model = request.model
     n = hw.accelerators
     host_span = hw.per_host if hw.kind == "gpu" else hw.slice_axes[0]
@@ -806,7 +1168,16 @@ def layout_grid(request: LayoutRequest, hw: LayoutHardware) -> dict[str, I64]:
     pipelines = (
         [request.pipeline]
         if request.pipeline is not None
-        else [p for p in _divisors(model.layers) if n % p == 0]
+        else [p for p in _divisors(n) if valid_pipeline(model.layers, p)]
+    )
+    contexts = (
+        [request.context]
+        if request.context is not None
+        else [
+            c
+            for c in _powers_of_two_dividing(min(n, MAX_CONTEXT_PARALLEL))
+            if valid_context(model.sequence_length, c)
+        ]
     )
     shardings = (
         [SHARDINGS.index(request.sharding)]
@@ -816,35 +1187,37 @@ def layout_grid(request: LayoutRequest, hw: LayoutHardware) -> dict[str, I64]:
     recomputes = (
         [RECOMPUTES.index(request.recompute)]
         if request.recompute is not None
-        else list(range(len(RECOMPUTES)))
+        else list(SEARCHED_RECOMPUTES)
     )
-    rows: list[tuple[int, int, int, int, int]] = []
+    rows: list[tuple[int, int, int, int, int, int]] = []
     for t in tensors:
         for p in pipelines:
-            if n % (t * p):
-                continue
-            d = n // (t * p)
-            if request.global_batch % d:
-                continue
-            per_replica = request.global_batch // d
-            micro = (
-                [request.micro_batch]
-                if request.micro_batch is not None
-                else _powers_of_two_dividing(per_replica)
-            )
-            for b in micro:
-                if per_replica % b:
+            for c in contexts:
+                if n % (t * p * c):
                     continue
-                for s in shardings if d > 1 else [SHARD_NONE]:
-                    for r in recomputes:
-                        rows.append((t, p, s, b, r))
-    arr = np.array(rows, dtype=np.int64).reshape(-1, 5)
+                d = n // (t * p * c)
+                if request.global_batch % d:
+                    continue
+                per_replica = request.global_batch // d
+                micro = (
+                    [request.micro_batch]
+                    if request.micro_batch is not None
+                    else _powers_of_two_dividing(per_replica)
+                )
+                for b in micro:
+                    if per_replica % b:
+                        continue
+                    for s in shardings if d * c > 1 else [SHARD_NONE]:
+                        for r in recomputes:
+                            rows.append((t, p, s, b, r, c))
+    arr = np.array(rows, dtype=np.int64).reshape(-1, 6)
     return {
         "tensor": arr[:, 0],
         "pipeline": arr[:, 1],
         "sharding": arr[:, 2],
         "micro_batch": arr[:, 3],
         "recompute": arr[:, 4],
+        "context": arr[:, 5],
     }
 
 
@@ -858,6 +1231,7 @@ def evaluate_grid(request: LayoutRequest, hw: LayoutHardware, grid: dict[str, I6
         sharding=grid["sharding"],
         micro_batch=grid["micro_batch"],
         recompute=grid["recompute"],
+        context=grid["context"],
         global_batch=request.global_batch,
         virtual_stages=request.virtual_stages,
         strategy=request.strategy,
@@ -894,6 +1268,8 @@ def _layout(a: LayoutArrays, i: int, capacity: float) -> Layout:
         mfu=float(a.mfu[i]),
         strategy=REDUCTION_SERVER if int(a.strategy[i]) == STRATEGY_REDUCTION_SERVER else RING,
         cost_per_hour=float(a.cost_per_hour[i]),
+        context=int(a.context[i]),
+        context_parallel_seconds=float(a.context_parallel_seconds[i]),
     )
 
 
@@ -930,7 +1306,7 @@ def search_layouts(request: LayoutRequest, hw: LayoutHardware) -> LayoutSearch:
     else:
         best = int(np.argmin(a.memory.total))
         chosen = _layout(a, best, cap)
-        reason = _does_not_fit(chosen, hw, request, a)
+        reason = _does_not_fit(chosen, hw, request)
     return LayoutSearch(
         chosen=chosen,
         fits=bool(fitting.size),
@@ -942,9 +1318,12 @@ def search_layouts(request: LayoutRequest, hw: LayoutHardware) -> LayoutSearch:
 
 
 def _alternatives(a: LayoutArrays, best: int, cap: float) -> tuple[Alternative, ...]:
-    """The best layout of each other (tensor, pipeline, sharding): the fastest that fits, else
-    the closest to fitting; fitting ones first by step time, then the rest by their overshoot."""
-    key = (a.tensor * 1_000_000 + a.pipeline * 10 + a.sharding).astype(np.int64)
+    """The best layout of each other (tensor, context, pipeline, sharding): the fastest that
+    fits, else the closest to fitting; fitting ones first by step time, then the rest by their
+    overshoot."""
+    key = (a.tensor * 100_000_000 + a.context * 100_000 + a.pipeline * 10 + a.sharding).astype(
+        np.int64
+    )
     chosen_key = key[best]
     chosen_step = float(a.step_seconds[best])
     picks: list[int] = []
@@ -970,57 +1349,116 @@ def _alternatives(a: LayoutArrays, best: int, cap: float) -> tuple[Alternative, 
     return tuple(out)
 
 
-def _does_not_fit(
-    closest: Layout, hw: LayoutHardware, request: LayoutRequest, a: LayoutArrays
-) -> str:
-    """The numbers, and what might make it fit."""
+def _single(request: LayoutRequest, hw: LayoutHardware, layout: Layout, **change: int) -> float:
+    """Memory per accelerator of ``layout`` with some of its fields changed."""
+    fields = {
+        "tensor": layout.tensor,
+        "pipeline": layout.pipeline,
+        "context": layout.context,
+        "micro_batch": layout.micro_batch,
+        "recompute": RECOMPUTES.index(layout.recompute),
+        "sharding": SHARDINGS.index(layout.sharding),
+        **change,
+    }
+    d = hw.accelerators / (fields["tensor"] * fields["pipeline"] * fields["context"])
+    mem = memory_per_accelerator(
+        request.model,
+        tensor=fields["tensor"],
+        pipeline=fields["pipeline"],
+        data=d,
+        sharding=fields["sharding"],
+        micro_batch=fields["micro_batch"],
+        micro_batches=request.global_batch / (d * fields["micro_batch"]),
+        recompute=fields["recompute"],
+        virtual_stages=layout.virtual_stages,
+        context=fields["context"],
+        allocator_overhead=hw.allocator_overhead,
+        fp8=hw.compute_precision == "fp8",
+    )
+    return float(mem.total)
+
+
+def _levers(request: LayoutRequest, hw: LayoutHardware, closest: Layout) -> list[str]:
+    """What shrinks the dominant term, each with the memory it leaves: activations shrink with
+    recompute, context parallelism and the micro-batch; weights, gradients and optimizer state
+    with sharding, tensor and pipeline parallelism. Of each lever's settings that divide, the
+    smallest step that fits is named, else the one that shrinks the most."""
+    model = request.model
+    n = hw.accelerators
+    t, p, c = closest.tensor, closest.pipeline, closest.context
+
+    def divides(tt: int, pp: int, cc: int) -> bool:
+        return n % (tt * pp * cc) == 0 and request.global_batch % (n // (tt * pp * cc)) == 0
+
+    host_span = hw.per_host if hw.kind == "gpu" else hw.slice_axes[0]
+    steps = max(1, MAX_CONTEXT_PARALLEL.bit_length())
+    recompute: list[tuple[str, dict[str, int]]] = []
+    if closest.recompute != "Full":
+        recompute.append(("activationRecompute: Full", {"recompute": RECOMPUTE_FULL}))
+    contexts = [
+        (f"context: {c * 2**k}", {"context": c * 2**k})
+        for k in range(1, steps)
+        if valid_context(model.sequence_length, c * 2**k) and divides(t, p, c * 2**k)
+    ]
+    micro = [("microBatchSize: 1", {"micro_batch": 1})] if closest.micro_batch > 1 else []
+    sharding = (
+        [("sharding: Full", {"sharding": SHARD_FULL})]
+        if closest.sharding != "Full" and closest.data * c > 1
+        else []
+    )
+    tensors = [
+        (f"tensor: {q}", {"tensor": q})
+        for q in _divisors(host_span)
+        if q > t and model.heads % q == 0 and divides(q, p, c)
+    ]
+    pipelines = [
+        (f"pipeline: {q}", {"pipeline": q})
+        for q in _divisors(n)
+        if q > p and valid_pipeline(model.layers, q) and divides(t, q, c)
+    ]
+    state = closest.weights_bytes + closest.gradients_bytes + closest.optimizer_bytes
+    activation_levers = [recompute, contexts, micro]
+    state_levers = [sharding, tensors, pipelines]
+    levers = (
+        activation_levers + state_levers
+        if closest.activations_bytes >= state
+        else state_levers + activation_levers
+    )
+    tips = []
+    for options in levers:
+        tried = [(text, _single(request, hw, closest, **change)) for text, change in options]
+        useful = [(text, after) for text, after in tried if after < closest.total_bytes]
+        if not useful:
+            continue
+        fitting = [(text, after) for text, after in useful if after <= hw.memory_bytes]
+        text, after = fitting[0] if fitting else min(useful, key=lambda x: x[1])
+        tips.append(f"{text} ({_gib(after)})")
+    return tips[:3]
+
+
+def _does_not_fit(closest: Layout, hw: LayoutHardware, request: LayoutRequest) -> str:
+    """The numbers, the dominant term, and the levers that shrink it."""
+    state = closest.weights_bytes + closest.gradients_bytes + closest.optimizer_bytes
+    dominant = (
+        "activations" if closest.activations_bytes >= state else "weights, gradients and optimizer"
+    )
+    cp = f" x context {closest.context}" if closest.context > 1 else ""
     text = (
-        f"needs {_gib(closest.total_bytes)} per accelerator with tensor {closest.tensor} x "
+        f"needs {_gib(closest.total_bytes)} per accelerator with tensor {closest.tensor}{cp} x "
         f"pipeline {closest.pipeline} (sharding {closest.sharding}, recompute "
         f"{closest.recompute}, micro-batch {closest.micro_batch}: weights "
         f"{_gib(closest.weights_bytes)}, gradients {_gib(closest.gradients_bytes)}, optimizer "
-        f"{_gib(closest.optimizer_bytes)}, activations {_gib(closest.activations_bytes)}); "
-        f"{hw.accelerator} has {_gib(hw.memory_bytes)}"
+        f"{_gib(closest.optimizer_bytes)}, activations {_gib(closest.activations_bytes)}, "
+        f"reserve {_gib(closest.reserve_bytes)}); {hw.accelerator} has "
+        f"{_gib(hw.memory_bytes)}; {dominant} dominate"
     )
-    tips = []
-    fixed = {
-        "tensor": request.tensor,
-        "pipeline": request.pipeline,
-        "sharding": request.sharding,
-        "activationRecompute": request.recompute,
-        "microBatchSize": request.micro_batch,
-    }
-    if any(v is not None for v in fixed.values()):
-        # What the full search would find: the smallest relaxations that fit.
-        free = LayoutRequest(
-            model=request.model,
-            global_batch=request.global_batch,
-            virtual_stages=request.virtual_stages,
-            strategy=request.strategy,
-        )
-        grid = layout_grid(free, hw)
-        if grid["tensor"].size:
-            everything = evaluate_grid(free, hw, grid)
-            ok = everything.fits
-            if ok.any():
-                same_t = ok & (everything.tensor == closest.tensor)
-                if same_t.any():
-                    p_min = int(everything.pipeline[same_t].min())
-                    if p_min > closest.pipeline:
-                        tips.append(f"pipeline >= {p_min}")
-                full = ok & (everything.sharding == SHARD_FULL)
-                same = full & (everything.tensor == closest.tensor)
-                same &= everything.pipeline == closest.pipeline
-                if same.any() and closest.sharding != "Full":
-                    tips.append("sharding: Full")
-                if not tips:
-                    tips.append("tensor and pipeline: Auto")
+    tips = _levers(request, hw, closest)
     if not tips:
-        state = request.model.parameters * (BYTES_WEIGHTS + BYTES_GRADIENTS + BYTES_OPTIMIZER)
-        needed = math.ceil(state / max(hw.memory_bytes - FRAMEWORK_RESERVE_BYTES, 1.0))
+        model_state = request.model.parameters * (BYTES_WEIGHTS + BYTES_GRADIENTS + BYTES_OPTIMIZER)
+        needed = math.ceil(model_state / max(hw.memory_bytes - FRAMEWORK_RESERVE_BYTES, 1.0))
         tips.append(
             f"more accelerators: weights, gradients and optimizer state alone are "
-            f"{_gib(state)}, at least {needed} x {_gib(hw.memory_bytes)} fully sharded"
+            f"{_gib(model_state)}, at least {needed} x {_gib(hw.memory_bytes)} fully sharded"
         )
     return f"{text}; try {' or '.join(tips)}"
 
@@ -1028,16 +1466,22 @@ def _does_not_fit(
 def _no_layout_message(request: LayoutRequest, hw: LayoutHardware) -> str:
     m = request.model
     n = hw.accelerators
-    parts = [f"no layout divides: {n} accelerators, {m.heads} attention heads, {m.layers} layers,"]
+    parts = [
+        f"no layout divides: {n} accelerators, {m.heads} attention heads, {m.layers} layers,"
+        f" sequence {m.sequence_length},"
+    ]
     parts.append(f"global batch {request.global_batch}")
     if request.tensor is not None:
         parts.append(f"with tensor {request.tensor}")
     if request.pipeline is not None:
         parts.append(f"pipeline {request.pipeline}")
+    if request.context is not None:
+        parts.append(f"context {request.context}")
     if request.micro_batch is not None:
         parts.append(f"micro-batch {request.micro_batch}")
     return (
         " ".join(parts)
-        + " (heads must divide by tensor, layers by pipeline, accelerators by tensor x "
-        "pipeline, the global batch by data x micro-batch)"
+        + " (heads must divide by tensor; pipeline stages hold ceil(layers / pipeline) layers,"
+        " the first and last at most one fewer; the sequence by 2 x context; accelerators by"
+        " tensor x context x pipeline; the global batch by data x micro-batch)"
     )

@@ -166,4 +166,16 @@ KNOWN_TRANSFORMERS: dict[str, Transformer] = {
         126, 16384, 128, 128256, 131072, kv_heads=8, ffn_hidden=53248, gated_ffn=True
     ),
     "gpt-3-175b": Transformer(96, 12288, 96, 50257, 2048),
+    # Llama 3.1 keeps Llama 3's shapes with a 131,072-token context (config.json).
+    "llama-3.1-8b": Transformer(
+        32, 4096, 32, 128256, 131072, kv_heads=8, ffn_hidden=14336, gated_ffn=True
+    ),
+    "llama-3.1-70b": Transformer(
+        80, 8192, 64, 128256, 131072, kv_heads=8, ffn_hidden=28672, gated_ffn=True
+    ),
+    # Nemotron-4 (Parmar et al. 2024, "Nemotron-4 15B Technical Report", Table 1; Nemotron-4
+    # 340B Technical Report, Table 1): squared-ReLU FFN (two matrices), GQA with 8 KV heads,
+    # vocabulary 256,000, untied embeddings, sequence 4,096.
+    "nemotron-4-15b": Transformer(32, 6144, 48, 256000, 4096, kv_heads=8, ffn_hidden=24576),
+    "nemotron-4-340b": Transformer(96, 18432, 96, 256000, 4096, kv_heads=8, ffn_hidden=73728),
 }

@@ -152,6 +152,7 @@ def reducer_env(spec: TrainingJobSpec, rank: int, reducers: Sequence[str]) -> li
 LAYOUT_ENV = (
     ("RINGMASTER_TENSOR_PARALLEL", "tensor"),
     ("RINGMASTER_PIPELINE_PARALLEL", "pipeline"),
+    ("RINGMASTER_CONTEXT_PARALLEL", "context"),
     ("RINGMASTER_DATA_PARALLEL", "data"),
     ("RINGMASTER_SHARDING", "sharding"),
     ("RINGMASTER_MICRO_BATCH_SIZE", "microBatchSize"),

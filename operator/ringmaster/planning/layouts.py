@@ -79,6 +79,7 @@ def layout_request(spec: Any) -> L.LayoutRequest:
             pipeline=1,
             sharding="None",
             micro_batch=per_accelerator,
+            context=1,
             strategy=str(spec.communication.strategy),
         )
     global_batch = par.global_batch_size or (per_accelerator or 1) * accelerators
@@ -90,6 +91,7 @@ def layout_request(spec: Any) -> L.LayoutRequest:
         sharding=_fixed(par.sharding),
         micro_batch=_fixed(par.micro_batch_size),
         recompute=_fixed(par.activation_recompute),
+        context=_fixed(par.context),
         virtual_stages=par.virtual_pipeline_stages,
         strategy=str(spec.communication.strategy),
     )
@@ -108,6 +110,7 @@ def _bottleneck(layout: L.Layout) -> str:
     terms = {
         "compute": layout.compute_seconds,
         "tensor-parallel collectives": layout.tensor_parallel_seconds,
+        "context-parallel K/V passes": layout.context_parallel_seconds,
         "pipeline bubble": layout.bubble_seconds,
         "pipeline sends": layout.pipeline_send_seconds,
         "data-parallel reduction": layout.exposed_data_parallel_seconds,
@@ -154,6 +157,7 @@ def _at_strategy(
         sharding=np.array([L.SHARDINGS.index(layout.sharding)]),
         micro_batch=np.array([layout.micro_batch]),
         recompute=np.array([L.RECOMPUTES.index(layout.recompute)]),
+        context=np.array([layout.context]),
         global_batch=request.global_batch,
         virtual_stages=layout.virtual_stages,
         strategy=strategy,
@@ -185,6 +189,7 @@ def plan_layout(
         slice_axes=axes,
         wrapped=wrapped,
         compute_precision=inputs.compute_precision,
+        fp8_recipe=getattr(spec.model, "fp8_recipe", None) or "Linear",
     )
     try:
         search = L.search_layouts(request, hw)
@@ -229,6 +234,7 @@ def _layout_fields(layout: L.Layout, global_batch: int) -> dict[str, Any]:
     return {
         "tensor": layout.tensor,
         "pipeline": layout.pipeline,
+        "context": layout.context,
         "data": layout.data,
         "sharding": layout.sharding,
         "microBatchSize": layout.micro_batch,
