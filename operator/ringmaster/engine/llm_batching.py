@@ -72,9 +72,8 @@ CURVE_LOADS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
 QUANTILES = (0.5, 0.9, 0.99)
 # The lifetime average of an M/D/infinity count: variance x 2/3 (see the module docstring).
 _LIFETIME_SHRINK = math.sqrt(2.0 / 3.0)
-_FIXED_POINT_ROUNDS = 8  # the lumps' correction to the closed-form step converges in a few
-_GRID = 48  # rates per round of the SLO search
-_ROUNDS = 3  # 48^-3 of the bracket: 1e-5
+_GRID = 24  # rates per round of the SLO search
+_ROUNDS = 2  # the first spans (0, lambda_max]; the second 1/24 of it: 0.2% of the range
 
 
 def _f(x: ArrayLike) -> F64:
@@ -228,6 +227,7 @@ class StepMoments(NamedTuple):
     residual_mean: F64  # E[step^2] / (2 E[step]): the rest of the step an arrival finds
     longest: F64  # the step of the longest likely lump (for the residual's upper quantiles)
     residual_median: F64
+    variance: F64  # of one step
 
 
 def step_moments(
@@ -246,14 +246,17 @@ def step_moments(
     nu = np.maximum(_f(prompts_per_step), 1e-12)[..., None, None]
     space = np.maximum(_f(room), 1.0)[..., None, None]
     k = _K[:, None]
-    weight = np.exp(k * np.log(nu) - nu - _LOG_K_FACTORIAL[:, None])
+    # A prompt longer than the room left in the budget comes in chunks of that room.
+    s = input_lengths.sigma / np.sqrt(np.maximum(k, 1.0))
+    length = input_lengths.mean * np.exp(s * _NODES - 0.5 * s * s)
+    chunk = np.minimum(length, space)
+    chunks = nu * length / chunk
+    weight = np.exp(k * np.log(chunks) - chunks - _LOG_K_FACTORIAL[:, None])
     # The last count takes the rest of the mass.
     rest = 1.0 - np.sum(weight[..., :-1, :], axis=-2, keepdims=True)
     weight = np.concatenate([weight[..., :-1, :], np.maximum(rest, 0.0)], axis=-2)
     weight = weight * _NODE_WEIGHTS
-    s = input_lengths.sigma / np.sqrt(np.maximum(k, 1.0))
-    tokens = k * input_lengths.mean * np.exp(s * _NODES - 0.5 * s * s)
-    p = np.minimum(tokens, space)
+    p = np.minimum(k * chunk, space)
     t = ServingTerms(*(np.asarray(x)[..., None, None] for x in terms))
     steps = step_seconds(t, n, p)
     mean = np.sum(steps * weight, axis=(-2, -1))
@@ -265,6 +268,7 @@ def step_moments(
         0.5 * second / mean,
         np.max(likely, axis=(-2, -1)),
         0.5 * np.sum(np.where(biased > 0.0, steps, 0.0) * biased, axis=(-2, -1)),
+        second - mean * mean,
     )
 
 
@@ -326,15 +330,26 @@ def load_points(
     h = cap.hold_steps
     rho = np.where(cap.rate > 0.0, lam / np.where(cap.rate > 0.0, cap.rate, 1.0), np.inf)
     stable = rho < 1.0
-    tau = _mean_step(terms, lam, h)
-    for _ in range(_FIXED_POINT_ROUNDS):
+    def advance(tau: F64) -> F64:  # one round of the fixed point tau = E[step(N(tau), p(tau))]
         n = np.minimum(lam * h * tau, c)
         with np.errstate(invalid="ignore"):
-            tau = np.where(
-                stable,
-                expected_step(terms, n, lam * tau, input_lengths, budget - n),
-                np.inf,
+            return np.where(
+                stable, expected_step(terms, n, lam * tau, input_lengths, budget - n), np.inf
             )
+
+    # The lumps' correction to the closed-form step: the map is nearly linear, so a secant
+    # through two rounds lands on its fixed point, and one more round from there confirms it.
+    tau0 = _mean_step(terms, lam, h)
+    f0 = advance(tau0)
+    f1 = advance(f0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        slope = (f1 - f0) / (f0 - tau0)
+        secant = np.where(
+            np.isfinite(slope) & (slope < 0.95) & (np.abs(f0 - tau0) > 0.0),
+            tau0 + (f0 - tau0) / (1.0 - slope),
+            f1,
+        )
+    tau = advance(np.maximum(secant, tau0))
     n = np.minimum(lam * h * tau, c)
     p = lam * terms.input_tokens * tau
 
@@ -376,51 +391,67 @@ def load_points(
         ttft[q] = np.where(stable, total, np.inf)
         spread = _LIFETIME_SHRINK * _z(q) * np.sqrt(n)
         seen = np.where(p_wait >= 1.0 - q, c, np.minimum(n + spread, c))
-        tpot[q] = np.where(
-            stable, expected_step(terms, seen, lam * tau, input_lengths, budget - seen), np.inf
-        )
+        crowd = expected_step(terms, seen, lam * tau, input_lengths, budget - seen) - moments.mean
+        # The prompts that land in a request's own decode steps: the mean of out - 1 steps.
+        lumps = _z(q) * np.sqrt(np.maximum(moments.variance, 0.0) / np.maximum(h - 1.0, 1.0))
+        per_token = moments.mean + np.sign(crowd) * np.sqrt(crowd * crowd + lumps * lumps)
+        tpot[q] = np.where(stable, per_token, np.inf)
     return LoadPoint(lam, rho, n, tau, p_wait, ttft, tpot)
 
 
 # --- the rates that meet the SLOs ------------------------------------------------------------------
 
 
-def largest_rate_within(
+class SloRates(NamedTuple):
+    ttft: F64  # the largest rate whose TTFT quantile meets its target (0: none; lambda_max: all)
+    tpot: F64
+    ttft_meets_all: NDArray[np.bool_]  # the target holds right up to lambda_max
+    tpot_meets_all: NDArray[np.bool_]
+
+
+def largest_rates_within(
     terms: ServingTerms,
     cap: Capacity,
     input_lengths: Lengths,
     output_lengths: Lengths,
-    ttft_target: float,
-    tpot_target: float,
+    ttft_target: ArrayLike,
+    tpot_target: ArrayLike,
     max_num_batched_tokens: ArrayLike = DEFAULT_MAX_NUM_BATCHED_TOKENS,
     quantile: float = 0.99,
-) -> tuple[F64, F64]:
-    """The largest rates (below lambda_max) whose TTFT and whose TPOT quantile meet their
-    targets, each found alone: (ttft_rate, tpot_rate), 0 where even an idle replica misses.
-    Both quantiles rise with the rate, so a few rounds of a grid of rates bracket each limit;
-    every configuration of ``terms`` (arrays) is searched at once."""
-    top = cap.rate
-    shape = np.shape(top)
-    fractions = np.arange(1.0, _GRID + 1.0) / (_GRID + 1.0)
-    limits = []
-    for which, target in (("ttft", ttft_target), ("tpot", tpot_target)):
-        lo = np.zeros(shape)
-        hi = np.array(top, dtype=np.float64)
-        for _ in range(_ROUNDS):
-            rates = lo[..., None] + (hi - lo)[..., None] * fractions
-            point = _expand(terms, cap, rates, input_lengths, output_lengths, budget=max_num_batched_tokens, q=quantile)
-            value = point.ttft[quantile] if which == "ttft" else point.tpot[quantile]
-            good = value <= target
+) -> SloRates:
+    """The largest rates below lambda_max whose TTFT and whose TPOT quantile meet their targets,
+    each alone. Both quantiles rise with the rate: each round evaluates a grid of rates in the
+    current bracket for every configuration of ``terms`` at once (arrays) and keeps the last
+    rate that meets the target, so the answer always meets it."""
+    top = np.asarray(cap.rate, dtype=np.float64)
+    shape = top.shape
+    # The first round's grid ends just below lambda_max (where the quantiles are infinite):
+    # a target met there is met at every rate. Later rounds split the bracket it leaves.
+    first = np.arange(1.0, _GRID + 1.0) / _GRID * (1.0 - 1e-6)
+    later = np.arange(0.0, _GRID) / _GRID
+    targets = (np.broadcast_to(_f(ttft_target), shape), np.broadcast_to(_f(tpot_target), shape))
+    lo = [np.zeros(shape), np.zeros(shape)]
+    hi = [top.copy(), top.copy()]
+    meets_all = [np.zeros(shape, dtype=bool), np.zeros(shape, dtype=bool)]
+    for round_ in range(_ROUNDS):
+        fractions = first if round_ == 0 else later
+        low, high = np.stack(lo, axis=-1), np.stack(hi, axis=-1)  # (..., 2): one per target
+        rates = low[..., None] + (high - low)[..., None] * fractions  # (..., 2, grid)
+        point = _expand(
+            terms, cap, rates, input_lengths, output_lengths, budget=max_num_batched_tokens, q=quantile
+        )
+        for i, values in enumerate((point.ttft[quantile][..., 0, :], point.tpot[quantile][..., 1, :])):
+            good = values <= targets[i][..., None]
             count = np.sum(np.cumprod(good, axis=-1), axis=-1)  # the good prefix
-            idx = np.clip(count - 1, 0, _GRID - 1)
-            new_lo = np.where(count > 0, np.take_along_axis(rates, idx[..., None], -1)[..., 0], lo)
-            nxt = np.clip(count, 0, _GRID - 1)
-            new_hi = np.where(
-                count < _GRID, np.take_along_axis(rates, nxt[..., None], -1)[..., 0], hi
-            )
-            lo, hi = new_lo, new_hi
-        limits.append(lo)
-    return limits[0], limits[1]
+            if round_ == 0:
+                meets_all[i] = count == _GRID
+            grid = rates[..., i, :]
+            last = np.take_along_axis(grid, np.clip(count - 1, 0, _GRID - 1)[..., None], -1)
+            nxt = np.take_along_axis(grid, np.clip(count, 0, _GRID - 1)[..., None], -1)
+            lo[i] = np.where(count > 0, last[..., 0], lo[i])
+            hi[i] = np.where(count == 0, lo[i], np.where(count < _GRID, nxt[..., 0], hi[i]))
+    all_ttft, all_tpot = meets_all
+    return SloRates(lo[0], lo[1], all_ttft, all_tpot)
 
 
 def _expand(
@@ -434,7 +465,9 @@ def _expand(
     q: float,
 ) -> LoadPoint:
     """``load_points`` with a trailing axis of rates against configurations of any shape."""
-    t = ServingTerms(*(np.asarray(x)[..., None] for x in terms))
-    c = Capacity(*(np.asarray(x)[..., None] for x in cap))
-    b = np.asarray(budget, dtype=np.float64)[..., None] if np.ndim(budget) else budget
+    extra = np.ndim(rates) - np.ndim(cap.rate)
+    index = (...,) + (None,) * extra
+    t = ServingTerms(*(np.asarray(x)[index] for x in terms))
+    c = Capacity(*(np.asarray(x)[index] for x in cap))
+    b = np.asarray(budget, dtype=np.float64)[index] if np.ndim(budget) else budget
     return load_points(t, c, rates, input_lengths, output_lengths, b, quantiles=(q,))
