@@ -257,6 +257,10 @@ def step_moments(
     weight = np.concatenate([weight[..., :-1, :], np.maximum(rest, 0.0)], axis=-2)
     weight = weight * _NODE_WEIGHTS
     p = np.minimum(k * chunk, space)
+    # What the truncations (the last count, the room) leave out spills into the next steps: the
+    # steps carry all the prompt tokens on average, nu x mean, as far as the room allows.
+    carried = np.sum(p * weight, axis=(-2, -1), keepdims=True)
+    p = np.minimum(p + np.maximum(nu * input_lengths.mean - carried, 0.0), space)
     t = ServingTerms(*(np.asarray(x)[..., None, None] for x in terms))
     steps = step_seconds(t, n, p)
     mean = np.sum(steps * weight, axis=(-2, -1))
@@ -340,6 +344,7 @@ def load_points(
     # The lumps' correction to the closed-form step: the map is nearly linear, so a secant
     # through two rounds lands on its fixed point, and one more round from there confirms it.
     tau0 = _mean_step(terms, lam, h)
+    tau0 = np.where(np.isfinite(tau0), tau0, cap.step)  # past the lump-free model's own limit
     f0 = advance(tau0)
     f1 = advance(f0)
     with np.errstate(divide="ignore", invalid="ignore"):
