@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
@@ -63,6 +64,9 @@ F64 = NDArray[np.float64]
 # (vllm/engine/arg_utils.py, EngineArgs._set_default_args: max_num_batched_tokens 8192 for the
 # API server on H100-class GPUs). The plan sizes max_num_seqs itself.
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
+# The token budgets the plan chooses from: vLLM's default and two that cut long prompts into
+# smaller chunks (a smaller chunk stretches the decode steps it shares less: a lower TPOT p99).
+MAX_NUM_BATCHED_TOKENS_CHOICES = (1024, 2048, DEFAULT_MAX_NUM_BATCHED_TOKENS)
 # The batch sizes the plan chooses max_num_seqs from (CUDA-graph capture sizes are powers of two
 # and multiples of 8 in vLLM; the sizing picks the best of these that the cache holds).
 MAX_NUM_SEQS_CHOICES = (8, 16, 32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2048)
@@ -72,8 +76,6 @@ CURVE_LOADS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
 QUANTILES = (0.5, 0.9, 0.99)
 # The lifetime average of an M/D/infinity count: variance x 2/3 (see the module docstring).
 _LIFETIME_SHRINK = math.sqrt(2.0 / 3.0)
-_GRID = 24  # rates per round of the SLO search
-_ROUNDS = 2  # the first spans (0, lambda_max]; the second 1/24 of it: 0.2% of the range
 
 
 def _f(x: ArrayLike) -> F64:
@@ -219,6 +221,7 @@ _MAX_PROMPTS = 4
 _NODES = np.array([-math.sqrt(3.0), 0.0, math.sqrt(3.0)])
 _NODE_WEIGHTS = np.array([1.0, 4.0, 1.0]) / 6.0
 _K = np.arange(_MAX_PROMPTS + 1, dtype=np.float64)
+_K_COLUMN = _K[:, None]
 _LOG_K_FACTORIAL = np.array([math.lgamma(k + 1.0) for k in range(_MAX_PROMPTS + 1)])
 
 
@@ -228,6 +231,56 @@ class StepMoments(NamedTuple):
     longest: F64  # the step of the longest likely lump (for the residual's upper quantiles)
     residual_median: F64
     variance: F64  # of one step
+
+
+@lru_cache(maxsize=64)
+def _prompt_nodes(mean: float, sigma: float) -> NDArray[np.float64]:
+    """The length of the prompts of a k-prompt step at the three nodes, (counts, nodes)."""
+    s = sigma / np.sqrt(np.maximum(_K, 1.0))[:, None]
+    return mean * np.exp(s * _NODES - 0.5 * s * s)
+
+
+def _lumps(
+    terms: ServingTerms,
+    running: ArrayLike,
+    prompts_per_step: ArrayLike,
+    input_lengths: Lengths,
+    room: ArrayLike,
+) -> tuple[F64, F64]:
+    """The step at each (prompt count, length node) and its probability, trailing two axes."""
+    n = _f(running)[..., None, None]
+    nu = np.maximum(_f(prompts_per_step), 1e-12)[..., None, None]
+    space = np.maximum(_f(room), 1.0)[..., None, None]
+    length = _prompt_nodes(input_lengths.mean, input_lengths.sigma)
+    # A prompt longer than the room left in the budget comes in chunks of that room.
+    chunk = np.minimum(length, space)
+    chunks = nu * length / chunk
+    weight = np.exp(_K_COLUMN * np.log(chunks) - chunks - _LOG_K_FACTORIAL[:, None])
+    # The last count takes the rest of the mass.
+    weight[..., -1, :] = np.maximum(1.0 - np.sum(weight[..., :-1, :], axis=-2), 0.0)
+    weight *= _NODE_WEIGHTS
+    p = np.minimum(_K_COLUMN * chunk, space)
+    # What the truncations (the last count, the room) leave out spills into the next steps: the
+    # steps carry all the prompt tokens on average, nu x mean, as far as the room allows.
+    carried = np.sum(p * weight, axis=(-2, -1), keepdims=True)
+    p = np.minimum(p + np.maximum(nu * input_lengths.mean - carried, 0.0), space)
+    # step_seconds, spelled out once per configuration and broadcast over the nodes.
+    t = terms
+    per_sequence = (
+        t.sequence_overhead
+        + t.allreduce_per_token
+        + t.context_tokens * t.kv_read_per_token
+        + t.kv_read_per_sequence
+    )
+    base = _f(t.overhead + t.allreduce_base + _f(running) * per_sequence)[..., None, None]
+    per_prompt = _f(
+        t.allreduce_per_token + 0.5 * t.input_tokens * t.prefill_attention_per_context
+    )[..., None, None]
+    decode = _f(_f(running) * t.gemm_per_token)[..., None, None]
+    gemm = np.maximum(decode + _f(t.prefill_gemm_per_token)[..., None, None] * p,
+                      _f(t.weights_read)[..., None, None])
+    del n
+    return base + per_prompt * p + gemm, weight
 
 
 def step_moments(
@@ -242,27 +295,7 @@ def step_moments(
     budget), not the mean's fraction of one. The GEMM roofline is convex in the prompt tokens, so
     the lumps cost more than their mean: the prefill-chunk interference. An arrival lands in a
     long step more often than in a short one (the inspection paradox), hence the residual."""
-    n = _f(running)[..., None, None]
-    nu = np.maximum(_f(prompts_per_step), 1e-12)[..., None, None]
-    space = np.maximum(_f(room), 1.0)[..., None, None]
-    k = _K[:, None]
-    # A prompt longer than the room left in the budget comes in chunks of that room.
-    s = input_lengths.sigma / np.sqrt(np.maximum(k, 1.0))
-    length = input_lengths.mean * np.exp(s * _NODES - 0.5 * s * s)
-    chunk = np.minimum(length, space)
-    chunks = nu * length / chunk
-    weight = np.exp(k * np.log(chunks) - chunks - _LOG_K_FACTORIAL[:, None])
-    # The last count takes the rest of the mass.
-    rest = 1.0 - np.sum(weight[..., :-1, :], axis=-2, keepdims=True)
-    weight = np.concatenate([weight[..., :-1, :], np.maximum(rest, 0.0)], axis=-2)
-    weight = weight * _NODE_WEIGHTS
-    p = np.minimum(k * chunk, space)
-    # What the truncations (the last count, the room) leave out spills into the next steps: the
-    # steps carry all the prompt tokens on average, nu x mean, as far as the room allows.
-    carried = np.sum(p * weight, axis=(-2, -1), keepdims=True)
-    p = np.minimum(p + np.maximum(nu * input_lengths.mean - carried, 0.0), space)
-    t = ServingTerms(*(np.asarray(x)[..., None, None] for x in terms))
-    steps = step_seconds(t, n, p)
+    steps, weight = _lumps(terms, running, prompts_per_step, input_lengths, room)
     mean = np.sum(steps * weight, axis=(-2, -1))
     second = np.sum(steps * steps * weight, axis=(-2, -1))
     biased = steps * weight / mean[..., None, None]  # length-biased: where arrivals land
@@ -271,7 +304,7 @@ def step_moments(
         mean,
         0.5 * second / mean,
         np.max(likely, axis=(-2, -1)),
-        0.5 * np.sum(np.where(biased > 0.0, steps, 0.0) * biased, axis=(-2, -1)),
+        0.5 * np.sum(steps * biased, axis=(-2, -1)),
         second - mean * mean,
     )
 
@@ -284,7 +317,8 @@ def expected_step(
     room: ArrayLike,
 ) -> F64:
     """The mean of :func:`step_moments`."""
-    return step_moments(terms, running, prompts_per_step, input_lengths, room).mean
+    steps, weight = _lumps(terms, running, prompts_per_step, input_lengths, room)
+    return np.sum(steps * weight, axis=(-2, -1))
 
 
 # --- the load curve -------------------------------------------------------------------------------
@@ -412,6 +446,8 @@ class SloRates(NamedTuple):
     tpot: F64
     ttft_meets_all: NDArray[np.bool_]  # the target holds right up to lambda_max
     tpot_meets_all: NDArray[np.bool_]
+    ttft_above: F64  # the bracket's top: the target fails there (lambda_max when it never does)
+    tpot_above: F64
 
 
 def largest_rates_within(
@@ -423,6 +459,8 @@ def largest_rates_within(
     tpot_target: ArrayLike,
     max_num_batched_tokens: ArrayLike = DEFAULT_MAX_NUM_BATCHED_TOKENS,
     quantile: float = 0.99,
+    grid: int = 24,
+    rounds: int = 2,
 ) -> SloRates:
     """The largest rates below lambda_max whose TTFT and whose TPOT quantile meet their targets,
     each alone. Both quantiles rise with the rate: each round evaluates a grid of rates in the
@@ -432,13 +470,13 @@ def largest_rates_within(
     shape = top.shape
     # The first round's grid ends just below lambda_max (where the quantiles are infinite):
     # a target met there is met at every rate. Later rounds split the bracket it leaves.
-    first = np.arange(1.0, _GRID + 1.0) / _GRID * (1.0 - 1e-6)
-    later = np.arange(0.0, _GRID) / _GRID
+    first = np.arange(1.0, grid + 1.0) / grid * (1.0 - 1e-6)
+    later = np.arange(0.0, grid) / grid
     targets = (np.broadcast_to(_f(ttft_target), shape), np.broadcast_to(_f(tpot_target), shape))
     lo = [np.zeros(shape), np.zeros(shape)]
     hi = [top.copy(), top.copy()]
     meets_all = [np.zeros(shape, dtype=bool), np.zeros(shape, dtype=bool)]
-    for round_ in range(_ROUNDS):
+    for round_ in range(rounds):
         fractions = first if round_ == 0 else later
         low, high = np.stack(lo, axis=-1), np.stack(hi, axis=-1)  # (..., 2): one per target
         rates = low[..., None] + (high - low)[..., None] * fractions  # (..., 2, grid)
@@ -449,14 +487,14 @@ def largest_rates_within(
             good = values <= targets[i][..., None]
             count = np.sum(np.cumprod(good, axis=-1), axis=-1)  # the good prefix
             if round_ == 0:
-                meets_all[i] = count == _GRID
-            grid = rates[..., i, :]
-            last = np.take_along_axis(grid, np.clip(count - 1, 0, _GRID - 1)[..., None], -1)
-            nxt = np.take_along_axis(grid, np.clip(count, 0, _GRID - 1)[..., None], -1)
+                meets_all[i] = count == grid
+            row = rates[..., i, :]
+            last = np.take_along_axis(row, np.clip(count - 1, 0, grid - 1)[..., None], -1)
+            nxt = np.take_along_axis(row, np.clip(count, 0, grid - 1)[..., None], -1)
             lo[i] = np.where(count > 0, last[..., 0], lo[i])
-            hi[i] = np.where(count == 0, lo[i], np.where(count < _GRID, nxt[..., 0], hi[i]))
+            hi[i] = np.where(count == 0, lo[i], np.where(count < grid, nxt[..., 0], hi[i]))
     all_ttft, all_tpot = meets_all
-    return SloRates(lo[0], lo[1], all_ttft, all_tpot)
+    return SloRates(lo[0], lo[1], all_ttft, all_tpot, hi[0], hi[1])
 
 
 def _expand(

@@ -4,13 +4,16 @@
   :mod:`ringmaster.engine.llm_step`; the scheduler under Poisson arrivals (slots, token budget,
   chunked prefill, the queue for a slot, TTFT and TPOT quantiles) is
   :mod:`ringmaster.engine.llm_batching`. This module picks the engine's settings and sizes:
-- **max-num-seqs** is chosen from :data:`~ringmaster.engine.llm_batching.MAX_NUM_SEQS_CHOICES`
-  within what the KV cache holds without preempting (a sequence at its p99 lengths): the one
-  whose sustainable rate is the highest (the smaller on a tie: a smaller batch has the lower
-  TPOT); ``max_num_batched_tokens`` is vLLM's default for an API server.
+- **max-num-seqs and max-num-batched-tokens** are chosen from
+  :data:`~ringmaster.engine.llm_batching.MAX_NUM_SEQS_CHOICES` (within what the KV cache holds
+  without preempting: a sequence at its p99 lengths) and
+  :data:`~ringmaster.engine.llm_batching.MAX_NUM_BATCHED_TOKENS_CHOICES`: the pair whose
+  sustainable rate is the highest (the smaller on a tie: a smaller batch has the lower TPOT, a
+  smaller budget cuts prompts into smaller chunks that stretch a decode step less).
 - **Offline maximum** (no latency target, MLPerf's offline scenario): the most requests/s a
-  replica completes with every slot busy, at the max-num-seqs that gives the most; reported always,
-  also when no latency target can be met.
+  replica completes with every slot busy, at the settings that give the most (up to the cache at
+  mean lengths, preempting as vLLM does); reported always, also when no latency target can be
+  met.
 - **Load curve**: TTFT and TPOT p50 / p90 / p99 at :data:`~ringmaster.engine.llm_batching.CURVE_LOADS`
   of the offline maximum (of the chosen max-num-seqs), and the rate at which each p99 target
   starts to fail.
@@ -72,6 +75,8 @@ __all__ = [
     "step_seconds",
 ]
 
+# Choices of (budget, batch) searched in full after the coarse look (the rest cannot win).
+_REFINE = 3
 # AWQ's and GPTQ's default group size: one FP16 scale per 128 weights (AWQ, Lin et al. 2024).
 INT4_GROUP_SIZE = 128
 
@@ -122,7 +127,7 @@ class LlmServingInputs:
     machine_type: str | None = None
     model_name: str | None = None
     max_num_seqs: int | None = None  # default: chosen (see the module's docstring)
-    max_num_batched_tokens: int = batching.DEFAULT_MAX_NUM_BATCHED_TOKENS
+    max_num_batched_tokens: int | None = None  # default: chosen
 
 
 @dataclass(frozen=True)
@@ -247,7 +252,8 @@ def _does_not_fit(
 
 
 class _Replica:
-    """One replica's evaluation at every max-num-seqs choice, and the chosen one."""
+    """One replica's evaluation at every (max-num-batched-tokens, max-num-seqs) choice, and the
+    chosen one (the highest sustainable rate; the smaller batch and budget on a tie)."""
 
     def __init__(
         self,
@@ -255,59 +261,81 @@ class _Replica:
         inputs: LlmServingInputs,
         in_lengths: Lengths,
         out_lengths: Lengths,
-        no_preemption_slots: float,
+        cache_tokens: float,
     ) -> None:
-        budget = float(inputs.max_num_batched_tokens)
-        if inputs.max_num_seqs is not None:
-            choices = np.array([float(inputs.max_num_seqs)])
+        if inputs.max_num_batched_tokens is not None:
+            budgets = [float(inputs.max_num_batched_tokens)]
         else:
-            # Within the cache at p99 lengths (no preemption), and below the token budget.
-            bound = max(1.0, min(no_preemption_slots, budget / 2.0))
-            options = [c for c in batching.MAX_NUM_SEQS_CHOICES if c < bound]
-            choices = np.array(sorted({*options, math.floor(bound)}), dtype=np.float64)
-        self.choices = choices
+            budgets = [float(b) for b in batching.MAX_NUM_BATCHED_TOKENS_CHOICES]
+        # Sized for SLOs within the cache at p99 lengths (no preemption); the offline maximum
+        # may fill it at mean lengths, preempting as vLLM does.
+        safe = max(1.0, cache_tokens / (in_lengths.p99 + out_lengths.p99))
+        full = max(1.0, cache_tokens / float(batching.live_tokens(terms, out_lengths.cv)))
+        if inputs.max_num_seqs is not None:
+            seqs = [float(inputs.max_num_seqs)]
+        else:
+            seqs = sorted({*(float(c) for c in batching.MAX_NUM_SEQS_CHOICES if c < full),
+                           float(math.floor(safe)), float(math.floor(full))})
+        grid_b, grid_s = np.meshgrid(np.array(budgets), np.array(seqs), indexing="ij")
+        grid_s = np.minimum(grid_s, np.floor(grid_b / 2.0))  # decodes leave room for prompts
+        self.budgets, self.seqs = grid_b.ravel(), grid_s.ravel()
         t = ServingTerms(*(np.asarray(x)[..., None] for x in terms))
         self.terms = terms
         self.cap = batching.capacity(
-            t, choices, budget, out_lengths.cv, input_lengths=in_lengths
-        )
-        self.slo = batching.largest_rates_within(
-            t,
-            self.cap,
-            in_lengths,
-            out_lengths,
-            inputs.ttft_p99_seconds,
-            inputs.tpot_p99_seconds,
-            budget,
+            t, self.seqs, self.budgets, out_lengths.cv, input_lengths=in_lengths
         )
         offline = np.asarray(self.cap.rate, dtype=np.float64)
         headroom = inputs.max_utilization * offline
-        limits = np.stack(
-            [
-                np.where(self.slo.ttft_meets_all, np.inf, self.slo.ttft),
-                np.where(self.slo.tpot_meets_all, np.inf, self.slo.tpot),
-                headroom,
-            ]
+        within = self.seqs <= max(math.floor(safe), 1) if inputs.max_num_seqs is None else True
+        within = np.broadcast_to(within, self.seqs.shape)
+        targets = (inputs.ttft_p99_seconds, inputs.tpot_p99_seconds)
+        # A coarse look at every choice, then the full search on the few that can still win.
+        coarse = batching.largest_rates_within(
+            t, self.cap, in_lengths, out_lengths, *targets, self.budgets, grid=8, rounds=1
         )
-        sustainable = np.min(limits, axis=0)
+        low = np.minimum(np.minimum(coarse.ttft, coarse.tpot), headroom)
+        high = np.minimum(np.minimum(coarse.ttft_above, coarse.tpot_above), headroom)
+        low, high = np.where(within, low, 0.0), np.where(within, high, 0.0)
+        keep = np.flatnonzero(high >= max(float(np.max(low)), 1e-300) * (1.0 - 1e-12))
+        keep = keep[np.argsort(-high[keep])][:_REFINE]
+        if keep.size == 0:
+            keep = np.array([int(np.argmax(np.where(within, offline, -1.0)))])
+        sub_terms = ServingTerms(*(np.broadcast_to(x, self.seqs.shape)[keep] for x in t))
+        sub_cap = batching.Capacity(*(np.broadcast_to(x, self.seqs.shape)[keep] for x in self.cap))
+        fine = batching.largest_rates_within(
+            sub_terms, sub_cap, in_lengths, out_lengths, *targets, self.budgets[keep], grid=16
+        )
+        shape = self.seqs.shape
+        ttft = np.where(coarse.ttft_meets_all, np.inf, coarse.ttft)
+        tpot = np.where(coarse.tpot_meets_all, np.inf, coarse.tpot)
+        ttft[keep] = np.where(fine.ttft_meets_all, np.inf, fine.ttft)
+        tpot[keep] = np.where(fine.tpot_meets_all, np.inf, fine.tpot)
+        self.ttft_rate = np.broadcast_to(ttft, shape)
+        self.tpot_rate = np.broadcast_to(tpot, shape)
+        limits = np.stack([self.ttft_rate, self.tpot_rate, headroom])
+        sustainable = np.where(within, np.min(limits, axis=0), 0.0)
         self.sustainable = sustainable
         best = float(np.max(sustainable))
-        # The smallest batch within 0.1% of the best: a smaller batch runs the lower TPOT.
-        pick = int(np.argmax(sustainable >= best * 0.999)) if best > 0 else int(np.argmax(offline))
+        order = np.lexsort((self.budgets, self.seqs))  # smaller batch, then smaller budget
+        if best > 0:
+            good = order[sustainable[order] >= best * 0.999]
+            pick = int(good[0])
+        else:
+            pick = int(np.argmax(np.where(within, offline, -1.0)))
         self.pick = pick
         self.best_offline = int(np.argmax(offline))
         self.limit_index = int(np.argmin(limits[:, pick]))
-        self.in_lengths, self.out_lengths, self.budget = in_lengths, out_lengths, budget
+        self.in_lengths, self.out_lengths = in_lengths, out_lengths
 
     def at(self, index: int) -> tuple[ServingTerms, batching.Capacity]:
-        shape = self.choices.shape
+        shape = self.seqs.shape
         cap = batching.Capacity(*(np.broadcast_to(x, shape)[index] for x in self.cap))
         return self.terms, cap
 
     def points(self, rates: np.ndarray) -> batching.LoadPoint:
         terms, cap = self.at(self.pick)
         return batching.load_points(
-            terms, cap, rates, self.in_lengths, self.out_lengths, self.budget
+            terms, cap, rates, self.in_lengths, self.out_lengths, self.budgets[self.pick]
         )
 
 
@@ -410,7 +438,6 @@ def predict_llm_serving(
         machine_type=host.machine.name,
         precision=precision,
         kv_cache_precision=kv_precision,
-        max_num_batched_tokens=inputs.max_num_batched_tokens,
         max_replicas=bound_replicas,
         price_per_replica_hour_usd=host.price_per_hour,
     )
@@ -431,23 +458,22 @@ def predict_llm_serving(
             bottleneck="infeasible",
             cost_per_hour_usd=max(replicas, 0) * host.price_per_hour,
             notes=tuple(notes),
+            max_num_batched_tokens=inputs.max_num_batched_tokens or 0,
             **common,  # type: ignore[arg-type]
         )
 
-    # A sequence at its p99 lengths holds in_p99 + out_p99 tokens at its end: the slots the
-    # cache holds without preempting.
-    live_p99 = in_p99 + out_p99
-    replica = _Replica(terms, inputs, in_lengths, out_lengths, cache_tokens / live_p99)
+    replica = _Replica(terms, inputs, in_lengths, out_lengths, float(cache_tokens))
     pick = replica.pick
     offline = np.asarray(replica.cap.rate, dtype=np.float64)
     saturation = float(offline[pick])
     best_offline = float(offline[replica.best_offline])
     rate = float(replica.sustainable[pick])
-    max_num_seqs = int(replica.choices[pick])
-    ttft_rate = float(np.asarray(replica.slo.ttft)[pick])
-    tpot_rate = float(np.asarray(replica.slo.tpot)[pick])
-    ttft_all = bool(np.asarray(replica.slo.ttft_meets_all)[pick])
-    tpot_all = bool(np.asarray(replica.slo.tpot_meets_all)[pick])
+    max_num_seqs = int(replica.seqs[pick])
+    budget = int(replica.budgets[pick])
+    ttft_rate = float(replica.ttft_rate[pick])
+    tpot_rate = float(replica.tpot_rate[pick])
+    ttft_all = not math.isfinite(ttft_rate)
+    tpot_all = not math.isfinite(tpot_rate)
     capacity_binds = int(np.asarray(replica.cap.binds)[pick])
     curve = _curve(replica, out_mean)
     if rate <= 0.0:
@@ -536,9 +562,10 @@ def predict_llm_serving(
         notes=tuple(notes),
         offline_requests_per_second=best_offline,
         offline_output_tokens_per_second=best_offline * out_mean,
-        offline_max_num_seqs=int(replica.choices[replica.best_offline]),
+        offline_max_num_seqs=int(replica.seqs[replica.best_offline]),
         ttft_slo_rate=None if ttft_all else ttft_rate,
         tpot_slo_rate=None if tpot_all else tpot_rate,
         load_curve=curve,
+        max_num_batched_tokens=budget,
         **common,  # type: ignore[arg-type]
     )
