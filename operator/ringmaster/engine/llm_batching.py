@@ -369,11 +369,9 @@ def load_points(
     rho = np.where(cap.rate > 0.0, lam / np.where(cap.rate > 0.0, cap.rate, 1.0), np.inf)
     stable = rho < 1.0
     def advance(tau: F64) -> F64:  # one round of the fixed point tau = E[step(N(tau), p(tau))]
-        n = np.minimum(lam * h * tau, c)
-        with np.errstate(invalid="ignore"):
-            return np.where(
-                stable, expected_step(terms, n, lam * tau, input_lengths, budget - n), np.inf
-            )
+        safe = np.where(stable & np.isfinite(tau), tau, cap.step)  # unstable points: ignored
+        n = np.minimum(lam * h * safe, c)
+        return expected_step(terms, n, lam * safe, input_lengths, budget - n)
 
     # The lumps' correction to the closed-form step: the map is nearly linear, so a secant
     # through two rounds lands on its fixed point, and one more round from there confirms it.
@@ -435,7 +433,8 @@ def load_points(
         lumps = _z(q) * np.sqrt(np.maximum(moments.variance, 0.0) / np.maximum(h - 1.0, 1.0))
         per_token = moments.mean + np.sign(crowd) * np.sqrt(crowd * crowd + lumps * lumps)
         tpot[q] = np.where(stable, per_token, np.inf)
-    return LoadPoint(lam, rho, n, tau, p_wait, ttft, tpot)
+    unstable = np.where(stable, 0.0, np.inf)
+    return LoadPoint(lam, rho, n + unstable, tau + unstable, p_wait, ttft, tpot)
 
 
 # --- the rates that meet the SLOs ------------------------------------------------------------------

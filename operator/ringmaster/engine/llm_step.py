@@ -60,25 +60,25 @@ LLM_COMPUTE_EFFICIENCY = 0.6724
 # TensorRT-LLM 1.0's in-flight-batching throughput table (docs/source/performance/perf-overview.md:
 # Llama-3.1-8B on one H100 and one H200, Llama-3.3-70B on two H100s, ten mixes each); checked on
 # its other setups (70B on one H200, 405B on eight H100s and eight H200s) and on TensorRT-LLM's
-# FP8 TTFT of LLaMA-7B (36 ms for 2,048 tokens: +6%).
-LLM_FP8_COMPUTE_EFFICIENCY = 0.3797
+# FP8 TTFT of LLaMA-7B (36 ms for 2,048 tokens: -13%).
+LLM_FP8_COMPUTE_EFFICIENCY = 0.4669
 # Achieved fraction of HBM bandwidth when the GEMMs stream the weights, and the fixed cost of one
 # step (kernel launches, synchronisation). Fitted together on two points: gpt-fast's batch-1
 # decode of Llama-2-7B in BF16 on A100-80GB at TP1 (104.9 tokens/s) and TP2 (168.8); checked at
 # TP4 and TP8.
-LLM_MEMORY_EFFICIENCY = 0.7924
+LLM_MEMORY_EFFICIENCY = 0.7917
 LLM_STEP_OVERHEAD_SECONDS = 1.3125e-3
 # Paged decode attention: its achieved fraction of HBM bandwidth, bounded by the weights' (no
 # kernel streams HBM faster than batch-1 decode does), the fixed work per sequence in tokens of
 # context, and the host's cost per running sequence per step. Fitted with
 # LLM_FP8_COMPUTE_EFFICIENCY on the same table: the fit puts the KV read at its bound and the two
-# per-sequence costs at about zero (0.01 tokens, 0.6 us): TensorRT-LLM's C++ runtime and XQA
+# per-sequence costs at zero (below 1e-12 tokens and seconds): TensorRT-LLM's C++ runtime and XQA
 # kernels show no per-sequence cost the table can resolve. A Python-scheduled engine (vLLM) pays
 # one (its v0.6 release notes: the GPU idled a third of the time on CPU overheads) that no
 # published table isolates: docs/engine.md, "Out of reach".
-LLM_KV_READ_EFFICIENCY = 0.7924
-LLM_KV_SEQUENCE_TOKENS = 0.014
-LLM_SEQUENCE_OVERHEAD_SECONDS = 0.56e-6
+LLM_KV_READ_EFFICIENCY = 0.7917
+LLM_KV_SEQUENCE_TOKENS = 0.0
+LLM_SEQUENCE_OVERHEAD_SECONDS = 0.0
 # NCCL's tuning model for small messages, which tensor-parallel activations are (a few MB at
 # most): ring algorithm, LL protocol (nccl src/graph/tuning.cc: baseLat ring LL 6.6 us, hwLat
 # ring LL 0.6 us on NVLink, 1.0 us on PCIe).
