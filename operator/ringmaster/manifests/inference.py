@@ -31,11 +31,12 @@ REQUESTS_PER_SECOND_METRIC = "requests_per_second"
 # generation-token counters, as a rate).
 OUTPUT_TOKENS_PER_SECOND_METRIC = "output_tokens_per_second"
 # An LLM endpoint's model-server settings, as the sizing assumed them: vLLM's
-# --tensor-parallel-size, --max-num-seqs and --max-model-len (TensorRT-LLM: tp_size,
-# max_batch_size, max_seq_len). Pass them through in the container's command (README).
+# --tensor-parallel-size, --max-num-seqs, --max-model-len and --max-num-batched-tokens
+# (TensorRT-LLM: tp_size, max_batch_size, max_seq_len, max_num_tokens). Pass them through in the container's command (README).
 TENSOR_PARALLEL_ENV = "RINGMASTER_TENSOR_PARALLEL"
 MAX_NUM_SEQS_ENV = "RINGMASTER_MAX_NUM_SEQS"
 MAX_MODEL_LEN_ENV = "RINGMASTER_MAX_MODEL_LEN"
+MAX_NUM_BATCHED_TOKENS_ENV = "RINGMASTER_MAX_NUM_BATCHED_TOKENS"
 # An HPA needs at least one replica (below that it stops scaling: HPAScaleToZero is alpha).
 HPA_MIN_REPLICAS_FLOOR = 1
 
@@ -81,6 +82,11 @@ def serving_env(plan: Mapping[str, Any]) -> dict[str, str]:
         TENSOR_PARALLEL_ENV: str(plan["tensorParallel"]),
         MAX_NUM_SEQS_ENV: str(plan["maxNumSeqs"]),
         MAX_MODEL_LEN_ENV: str(plan["maxModelLen"]),
+        **(
+            {MAX_NUM_BATCHED_TOKENS_ENV: str(plan["maxNumBatchedTokens"])}
+            if plan.get("maxNumBatchedTokens")
+            else {}
+        ),
     }
 
 
