@@ -214,6 +214,16 @@ def server_service(endpoint: str, namespace: str, spec: InferenceEndpointSpec) -
     }
 
 
+def per_replica_rate_quantity(rate: float) -> str | None:
+    """The HPA's per-pod target as a Kubernetes quantity: whole units from 100 up (within 1%),
+    thousandths below (an LLM replica sustains a few requests/s: 2.93 must not become 2); None
+    when there is no rate to target."""
+    if rate >= 100.0:
+        return str(int(rate))
+    milli = int(rate * 1000.0)
+    return f"{milli}m" if milli > 0 else None
+
+
 def autoscaler(
     endpoint: str,
     namespace: str,
@@ -231,14 +241,14 @@ def autoscaler(
     larger recommendation.
     """
     metrics: list[dict[str, Any]] = []
-    rate = int(per_replica_rate or 0)
-    if rate > 0:
+    rate = per_replica_rate_quantity(per_replica_rate or 0.0)
+    if rate is not None:
         metrics.append(
             {
                 "type": "Pods",
                 "pods": {
                     "metric": {"name": metric},
-                    "target": {"type": "AverageValue", "averageValue": str(rate)},
+                    "target": {"type": "AverageValue", "averageValue": rate},
                 },
             }
         )
