@@ -87,7 +87,8 @@ def simulate(
     outputs = np.maximum(output_lengths.sample(rng, requests), 1)
     total_blocks = kv_cache_tokens // KV_BLOCK_TOKENS
     pending = deque(
-        _Request(float(a), int(i), int(o)) for a, i, o in zip(arrivals, prompts, outputs)
+        _Request(float(a), int(i), int(o))
+        for a, i, o in zip(arrivals, prompts, outputs, strict=True)
     )
     everyone = list(pending)
     waiting: deque[_Request] = deque()
@@ -173,9 +174,7 @@ def simulate(
                     running.remove(req)
     measured = everyone[requests // 10 :]
     ttft = np.array([r.first_token - r.arrival for r in measured])
-    tpot = np.array(
-        [(r.finish - r.first_token) / (r.output - 1) for r in measured if r.output > 1]
-    )
+    tpot = np.array([(r.finish - r.first_token) / (r.output - 1) for r in measured if r.output > 1])
     first = measured[0].arrival
     last = max(r.finish for r in measured)
     return SimulationResult(

@@ -74,10 +74,26 @@ def case(request):
 def test_the_reference_is_seeded_and_serves_every_request():
     terms = _terms(256, 96)
     lengths = B.Lengths(256, 768), B.Lengths(96, 288)
-    a = simulate(terms, 20.0, *lengths, max_num_seqs=32, max_num_batched_tokens=2048,
-                 kv_cache_tokens=10**6, requests=400, seed=3)
-    b = simulate(terms, 20.0, *lengths, max_num_seqs=32, max_num_batched_tokens=2048,
-                 kv_cache_tokens=10**6, requests=400, seed=3)
+    a = simulate(
+        terms,
+        20.0,
+        *lengths,
+        max_num_seqs=32,
+        max_num_batched_tokens=2048,
+        kv_cache_tokens=10**6,
+        requests=400,
+        seed=3,
+    )
+    b = simulate(
+        terms,
+        20.0,
+        *lengths,
+        max_num_seqs=32,
+        max_num_batched_tokens=2048,
+        kv_cache_tokens=10**6,
+        requests=400,
+        seed=3,
+    )
     assert np.array_equal(a.ttft, b.ttft) and np.array_equal(a.tpot, b.tpot)
     assert len(a.ttft) == 360  # 400 less the 10% warm-up
     assert (a.ttft > 0).all() and (a.tpot > 0).all()
@@ -87,9 +103,17 @@ def test_offline_maximum_agrees_with_the_reference():
     for seqs, budget, lengths_in, lengths_out in CASES.values():
         terms = _terms(lengths_in.mean, lengths_out.mean)
         cap = B.capacity(terms, seqs, budget, lengths_out.cv, input_lengths=lengths_in)
-        run = simulate(terms, 1.0, lengths_in, lengths_out, max_num_seqs=seqs,
-                       max_num_batched_tokens=budget, kv_cache_tokens=10**7, requests=REQUESTS,
-                       offline=True)
+        run = simulate(
+            terms,
+            1.0,
+            lengths_in,
+            lengths_out,
+            max_num_seqs=seqs,
+            max_num_batched_tokens=budget,
+            kv_cache_tokens=10**7,
+            requests=REQUESTS,
+            offline=True,
+        )
         # everything arrives at once: the measured 90% over the whole run
         assert float(cap.rate) == pytest.approx(run.throughput / 0.9, rel=0.06)
 
@@ -114,8 +138,17 @@ def test_preemption_happens_in_the_reference_when_the_cache_binds():
     terms_small = terms._replace(kv_cache_tokens=np.float64(cache))
     cap = B.capacity(terms_small, 256, 2048, lengths_out.cv, input_lengths=lengths_in)
     assert int(cap.binds) == B.CAPACITY_KV_CACHE and 20 <= float(cap.slots) <= 30
-    run = simulate(terms_small, 0.9 * float(cap.rate), lengths_in, lengths_out, max_num_seqs=256,
-                   max_num_batched_tokens=2048, kv_cache_tokens=cache, requests=REQUESTS, seed=1)
+    run = simulate(
+        terms_small,
+        0.9 * float(cap.rate),
+        lengths_in,
+        lengths_out,
+        max_num_seqs=256,
+        max_num_batched_tokens=2048,
+        kv_cache_tokens=cache,
+        requests=REQUESTS,
+        seed=1,
+    )
     assert run.preemptions > 0
     fast = B.load_points(terms_small, cap, 0.9 * float(cap.rate), lengths_in, lengths_out, 2048)
     # the fast model has no recompute: optimistic here, within the stated bound
@@ -123,7 +156,7 @@ def test_preemption_happens_in_the_reference_when_the_cache_binds():
     assert float(fast.tpot[0.99]) == pytest.approx(run.tpot_q(0.99), rel=0.25)
 
 
-# --- properties of the load curve -------------------------------------------------------------------
+# --- properties of the load curve -----------------------------------------------------------
 
 
 def test_p99_ttft_and_tpot_never_fall_as_the_load_rises():
@@ -145,7 +178,9 @@ def test_saturation_throughput_never_rises_with_longer_outputs():
         previous = np.inf
         for n_out in (16, 64, 256, 1024, 4096):
             terms = _terms(512, n_out)
-            rate = float(B.capacity(terms, seqs, 8192, 0.5, input_lengths=B.Lengths(512, 1024)).rate)
+            rate = float(
+                B.capacity(terms, seqs, 8192, 0.5, input_lengths=B.Lengths(512, 1024)).rate
+            )
             assert rate <= previous
             previous = rate
 

@@ -60,13 +60,20 @@ def test_batch1_decode_is_weight_bytes_over_achieved_bandwidth():
 def test_weights_and_kv_reads_are_separate_terms_with_their_own_efficiency():
     terms = L.serving_terms(LLAMA3_8B, H100, 1, H100.peak("fp8"), 1.0, 1.0, 1000, 1000)
     slower = L.serving_terms(
-        LLAMA3_8B, H100, 1, H100.peak("fp8"), 1.0, 1.0, 1000, 1000,
+        LLAMA3_8B,
+        H100,
+        1,
+        H100.peak("fp8"),
+        1.0,
+        1.0,
+        1000,
+        1000,
         constants=L.StepConstants(kv_read_efficiency=L.LLM_KV_READ_EFFICIENCY / 2),
     )
     # At batch 256 and 1,500 tokens of context the KV read is the larger read; halving its
     # efficiency adds exactly its time again, and the weights' term does not move.
-    kv_seconds = 256 * (1500 + L.LLM_KV_SEQUENCE_TOKENS) * 65536 / (
-        3350e9 * L.LLM_KV_READ_EFFICIENCY
+    kv_seconds = (
+        256 * (1500 + L.LLM_KV_SEQUENCE_TOKENS) * 65536 / (3350e9 * L.LLM_KV_READ_EFFICIENCY)
     )
     assert float(L.step_seconds(slower, 256, 0) - L.step_seconds(terms, 256, 0)) == pytest.approx(
         kv_seconds, rel=1e-9
@@ -151,14 +158,21 @@ def test_the_mean_step_is_the_fixed_point_of_littles_law():
         assert n == pytest.approx(rate * float(cap.hold_steps) * tau)
         again = B.expected_step(terms, n, rate * tau, lengths, 8192 - n)
         assert float(again) == pytest.approx(tau, rel=1e-2)  # the secant lands within 1%
-    assert math.isinf(float(B.load_points(terms, cap, 1.01 * float(cap.rate), lengths,
-                                          B.Lengths(256, 256)).ttft[0.99]))
+    assert math.isinf(
+        float(
+            B.load_points(terms, cap, 1.01 * float(cap.rate), lengths, B.Lengths(256, 256)).ttft[
+                0.99
+            ]
+        )
+    )
 
 
 def test_the_sustainable_rate_meets_both_targets_and_the_cache():
     p = L.predict_llm_serving(CHAT)
     assert p.feasible, p.reason
-    assert p.ttft_p99_seconds <= CHAT.ttft_p99_seconds and p.tpot_p99_seconds <= CHAT.tpot_p99_seconds
+    assert (
+        p.ttft_p99_seconds <= CHAT.ttft_p99_seconds and p.tpot_p99_seconds <= CHAT.tpot_p99_seconds
+    )
     # at the sustainable rate itself both p99s still hold
     assert p.replicas == math.ceil(100 / p.requests_per_second_per_replica)
     assert p.output_tokens_per_second_per_replica == pytest.approx(

@@ -71,7 +71,11 @@ GPT_FAST_OUTPUT = 200
 GPT_FAST_FIT = ("llama2-7b-tp1", "llama2-7b-tp2")
 TTFT_FIT = "A100-fp16-input2048"
 # The throughput table's setups the four batching constants are fitted on (model, GPU, TP).
-FIT_SETUPS = (("llama-3.1-8b", "H100", 1), ("llama-3.1-8b", "H200", 1), ("llama-3.3-70b", "H100", 2))
+FIT_SETUPS = (
+    ("llama-3.1-8b", "H100", 1),
+    ("llama-3.1-8b", "H200", 1),
+    ("llama-3.3-70b", "H100", 2),
+)
 FITTED, CHECKED = "fitted", "checked"
 # What the rows are held to: a fitted closed-form point is reproduced; a row of a least-squares
 # fit and a checked row within the largest error the model shows on the published set (the
@@ -180,13 +184,13 @@ def _static_batch_tokens_per_second(
     b, n_in, n_out = float(row["batch"]), float(row["input"]), float(row["output"])
     terms = _terms(LLAMA_7B, acc, 1, p, L.DEFAULT_KV_PRECISION[p], n_in, n_out, constants)
     prefill = S.step_seconds(terms, 0.0, b * n_in, prompt_length=n_in)
-    seconds = float(prefill) + (n_out - 1.0) * float(
-        S.step_seconds(terms, b, 0.0)
-    )
+    seconds = float(prefill) + (n_out - 1.0) * float(S.step_seconds(terms, b, 0.0))
     return b * n_out / seconds
 
 
-def trtllm_bench(model: Transformer, acc: Accelerator, tp: int, isl: int, osl: int) -> tuple[int, int]:
+def trtllm_bench(
+    model: Transformer, acc: Accelerator, tp: int, isl: int, osl: int
+) -> tuple[int, int]:
     """max_batch_size and max_num_tokens as trtllm-bench sets them (FP8 weights and KV cache)."""
     kv_heads = max(tp, model.kv_heads)
     per_token = 2.0 * model.layers * kv_heads * model.head_dim * 1.0 / _GIB
@@ -296,7 +300,7 @@ def _nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, iterations: i
             else:
                 simplex = [simplex[0] + 0.5 * (p - simplex[0]) for p in simplex]
                 values = [f(p) for p in simplex]
-    return simplex[int(np.argmin(values))]
+    return np.asarray(simplex[int(np.argmin(values))], dtype=np.float64)
 
 
 _FIT_ITERATIONS = 160
@@ -321,8 +325,10 @@ def derive_llm_constants(
         values |= _closed_form(pts, values)
         memory = values["LLM_MEMORY_EFFICIENCY"]
 
-        def loss(x: np.ndarray, memory: float = memory) -> float:
-            trial = values | _unpack(x, memory)
+        def loss(
+            x: np.ndarray, memory: float = memory, known: Mapping[str, float] = dict(values)
+        ) -> float:
+            trial = {**known, **_unpack(x, memory)}
             return sum(
                 math.log(offline_tokens_per_second(r, trial) / r.published) ** 2 for r in rows
             )
@@ -380,7 +386,7 @@ def engine_constants() -> dict[str, float]:
     }
 
 
-# --- the rows --------------------------------------------------------------------------------------
+# --- the rows ---------------------------------------------------------------------------------
 
 
 def llm_serving_rows(

@@ -82,7 +82,7 @@ def _f(x: ArrayLike) -> F64:
     return np.asarray(x, dtype=np.float64)
 
 
-# --- length distributions ---------------------------------------------------------------------------
+# --- length distributions ---------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -192,7 +192,9 @@ def capacity(
     budget = _f(max_num_batched_tokens)
     kv_slots = np.floor(terms.kv_cache_tokens / live_tokens(terms, output_cv, reserve_whole))
     if input_lengths is None:
-        input_lengths = Lengths(float(np.mean(terms.input_tokens)), float(np.mean(terms.input_tokens)))
+        input_lengths = Lengths(
+            float(np.mean(terms.input_tokens)), float(np.mean(terms.input_tokens))
+        )
     c = np.minimum(_f(max_num_seqs), kv_slots)
     binds = np.where(_f(max_num_seqs) <= kv_slots, CAPACITY_MAX_NUM_SEQS, CAPACITY_KV_CACHE)
     n_in, n_out = terms.input_tokens, terms.output_tokens
@@ -237,7 +239,7 @@ class StepMoments(NamedTuple):
 def _prompt_nodes(mean: float, sigma: float) -> NDArray[np.float64]:
     """The length of the prompts of a k-prompt step at the three nodes, (counts, nodes)."""
     s = sigma / np.sqrt(np.maximum(_K, 1.0))[:, None]
-    return mean * np.exp(s * _NODES - 0.5 * s * s)
+    return _f(mean * np.exp(s * _NODES - 0.5 * s * s))
 
 
 def _lumps(
@@ -273,12 +275,14 @@ def _lumps(
         + t.kv_read_per_sequence
     )
     base = _f(t.overhead + t.allreduce_base + _f(running) * per_sequence)[..., None, None]
-    per_prompt = _f(
-        t.allreduce_per_token + 0.5 * t.input_tokens * t.prefill_attention_per_context
-    )[..., None, None]
+    per_prompt = _f(t.allreduce_per_token + 0.5 * t.input_tokens * t.prefill_attention_per_context)[
+        ..., None, None
+    ]
     decode = _f(_f(running) * t.gemm_per_token)[..., None, None]
-    gemm = np.maximum(decode + _f(t.prefill_gemm_per_token)[..., None, None] * p,
-                      _f(t.weights_read)[..., None, None])
+    gemm = np.maximum(
+        decode + _f(t.prefill_gemm_per_token)[..., None, None] * p,
+        _f(t.weights_read)[..., None, None],
+    )
     del n
     return base + per_prompt * p + gemm, weight
 
@@ -318,7 +322,7 @@ def expected_step(
 ) -> F64:
     """The mean of :func:`step_moments`."""
     steps, weight = _lumps(terms, running, prompts_per_step, input_lengths, room)
-    return np.sum(steps * weight, axis=(-2, -1))
+    return _f(np.sum(steps * weight, axis=(-2, -1)))
 
 
 # --- the load curve -------------------------------------------------------------------------------
@@ -368,6 +372,7 @@ def load_points(
     h = cap.hold_steps
     rho = np.where(cap.rate > 0.0, lam / np.where(cap.rate > 0.0, cap.rate, 1.0), np.inf)
     stable = rho < 1.0
+
     def advance(tau: F64) -> F64:  # one round of the fixed point tau = E[step(N(tau), p(tau))]
         safe = np.where(stable & np.isfinite(tau), tau, cap.step)  # unstable points: ignored
         n = np.minimum(lam * h * safe, c)
@@ -397,9 +402,6 @@ def load_points(
     p_wait = np.where(stable, density / (density + beta * _normal_cdf(beta)), 1.0)
     cv_h = output_lengths.cv * terms.output_tokens / np.maximum(h, 1.0)
     theta = (cap.rate - lam) * 2.0 / (1.0 + cv_h * cv_h)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mean_wait = np.where(stable, p_wait / theta, np.inf)
-
     room = np.maximum(budget - n, 1.0)
 
     def prefill(length: float) -> F64:
@@ -437,7 +439,7 @@ def load_points(
     return LoadPoint(lam, rho, n + unstable, tau + unstable, p_wait, ttft, tpot)
 
 
-# --- the rates that meet the SLOs ------------------------------------------------------------------
+# --- the rates that meet the SLOs ----------------------------------------------------------------
 
 
 class SloRates(NamedTuple):
@@ -480,9 +482,17 @@ def largest_rates_within(
         low, high = np.stack(lo, axis=-1), np.stack(hi, axis=-1)  # (..., 2): one per target
         rates = low[..., None] + (high - low)[..., None] * fractions  # (..., 2, grid)
         point = _expand(
-            terms, cap, rates, input_lengths, output_lengths, budget=max_num_batched_tokens, q=quantile
+            terms,
+            cap,
+            rates,
+            input_lengths,
+            output_lengths,
+            budget=max_num_batched_tokens,
+            q=quantile,
         )
-        for i, values in enumerate((point.ttft[quantile][..., 0, :], point.tpot[quantile][..., 1, :])):
+        for i, values in enumerate(
+            (point.ttft[quantile][..., 0, :], point.tpot[quantile][..., 1, :])
+        ):
             good = values <= targets[i][..., None]
             count = np.sum(np.cumprod(good, axis=-1), axis=-1)  # the good prefix
             if round_ == 0:
@@ -510,6 +520,6 @@ def _expand(
     extra = np.ndim(rates) - np.ndim(cap.rate)
     index = (...,) + (None,) * extra
     t = ServingTerms(*(np.asarray(x)[index] for x in terms))
-    c = Capacity(*(np.asarray(x)[index] for x in cap))
+    c = Capacity._make(np.asarray(x)[index] for x in cap)
     b = np.asarray(budget, dtype=np.float64)[index] if np.ndim(budget) else budget
     return load_points(t, c, rates, input_lengths, output_lengths, b, quantiles=(q,))

@@ -14,7 +14,8 @@
   replica completes with every slot busy, at the settings that give the most (up to the cache at
   mean lengths, preempting as vLLM does); reported always, also when no latency target can be
   met.
-- **Load curve**: TTFT and TPOT p50 / p90 / p99 at :data:`~ringmaster.engine.llm_batching.CURVE_LOADS`
+- **Load curve**: TTFT and TPOT p50 / p90 / p99 at
+  :data:`~ringmaster.engine.llm_batching.CURVE_LOADS`
   of the offline maximum (of the chosen max-num-seqs), and the rate at which each p99 target
   starts to fail.
 - **Sustainable rate** = the smallest of the two SLO rates and ``max_utilization`` of the offline
@@ -100,9 +101,6 @@ BINDS_TPOT = 1
 BINDS_KV_CACHE = 2
 BINDS_UTILIZATION = 3
 BINDING_WORDS = ("TTFT target", "TPOT target", "KV cache capacity", "utilization headroom")
-
-
-
 
 
 @dataclass(frozen=True)
@@ -274,8 +272,13 @@ class _Replica:
         if inputs.max_num_seqs is not None:
             seqs = [float(inputs.max_num_seqs)]
         else:
-            seqs = sorted({*(float(c) for c in batching.MAX_NUM_SEQS_CHOICES if c < full),
-                           float(math.floor(safe)), float(math.floor(full))})
+            seqs = sorted(
+                {
+                    *(float(c) for c in batching.MAX_NUM_SEQS_CHOICES if c < full),
+                    float(math.floor(safe)),
+                    float(math.floor(full)),
+                }
+            )
         grid_b, grid_s = np.meshgrid(np.array(budgets), np.array(seqs), indexing="ij")
         grid_s = np.minimum(grid_s, np.floor(grid_b / 2.0))  # decodes leave room for prompts
         self.budgets, self.seqs = grid_b.ravel(), grid_s.ravel()
@@ -301,7 +304,9 @@ class _Replica:
         if keep.size == 0:
             keep = np.array([int(np.argmax(np.where(within, offline, -1.0)))])
         sub_terms = ServingTerms(*(np.broadcast_to(x, self.seqs.shape)[keep] for x in t))
-        sub_cap = batching.Capacity(*(np.broadcast_to(x, self.seqs.shape)[keep] for x in self.cap))
+        sub_cap = batching.Capacity._make(
+            np.broadcast_to(x, self.seqs.shape)[keep] for x in self.cap
+        )
         fine = batching.largest_rates_within(
             sub_terms, sub_cap, in_lengths, out_lengths, *targets, self.budgets[keep], grid=16
         )
@@ -329,7 +334,7 @@ class _Replica:
 
     def at(self, index: int) -> tuple[ServingTerms, batching.Capacity]:
         shape = self.seqs.shape
-        cap = batching.Capacity(*(np.broadcast_to(x, shape)[index] for x in self.cap))
+        cap = batching.Capacity._make(np.broadcast_to(x, shape)[index] for x in self.cap)
         return self.terms, cap
 
     def points(self, rates: np.ndarray) -> batching.LoadPoint:
@@ -408,7 +413,14 @@ def predict_llm_serving(
     weights_per_acc = model.parameters * w / tp
     kv_total = model.kv_cache_bytes_per_token(kv)
     terms = serving_terms(
-        model, acc, tp, peak, w, kv, in_mean, out_mean,
+        model,
+        acc,
+        tp,
+        peak,
+        w,
+        kv,
+        in_mean,
+        out_mean,
         compute_precision=compute if usable else "bf16",
     )
     cache_tokens = int(terms.kv_cache_tokens)

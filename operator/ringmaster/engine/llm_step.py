@@ -8,8 +8,8 @@ once, here, as the sum of the kernels a step runs one after another:
 
 ``step = O + o_seq n + 2 L all-reduces of (n + p) x hidden``
 ``     + max((n + p_gemm) x 2 P_m / (tp x peak x e_c), P_m w / (tp x HBM x e_w))``   (the GEMMs)
-``     + (C + n c0) x k / (HBM x e_kv)``                                             (decode attention)
-``     + p x attention FLOPs at half the prompt / (tp x peak x e_c)``                (prefill attention)
+``     + (C + n c0) x k / (HBM x e_kv)``                              (decode attention)
+``     + p x attention FLOPs at half the prompt / (tp x peak x e_c)`` (prefill attention)
 
 - **The GEMMs** (QKV, output, FFN, LM head) stream the weights once per step and multiply every
   token of the step: a roofline of their own. At batch 1 they are weight streaming; at a few

@@ -32,7 +32,8 @@ REQUESTS_PER_SECOND_METRIC = "requests_per_second"
 OUTPUT_TOKENS_PER_SECOND_METRIC = "output_tokens_per_second"
 # An LLM endpoint's model-server settings, as the sizing assumed them: vLLM's
 # --tensor-parallel-size, --max-num-seqs, --max-model-len and --max-num-batched-tokens
-# (TensorRT-LLM: tp_size, max_batch_size, max_seq_len, max_num_tokens). Pass them through in the container's command (README).
+# (TensorRT-LLM: tp_size, max_batch_size, max_seq_len, max_num_tokens). Pass them through in
+# the container's command (README).
 TENSOR_PARALLEL_ENV = "RINGMASTER_TENSOR_PARALLEL"
 MAX_NUM_SEQS_ENV = "RINGMASTER_MAX_NUM_SEQS"
 MAX_MODEL_LEN_ENV = "RINGMASTER_MAX_MODEL_LEN"

@@ -261,10 +261,18 @@ def _plot_load_curve(path: str, plan: LlmInferenceReport) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharex=True)
     rates = [c.requests_per_second for c in p.load_curve]
     panels = (
-        ("TTFT", plan.ttft_target_seconds, [c.ttft_p50_seconds for c in p.load_curve],
-         [c.ttft_p99_seconds for c in p.load_curve]),
-        ("TPOT", plan.tpot_target_seconds, [c.tpot_p50_seconds for c in p.load_curve],
-         [c.tpot_p99_seconds for c in p.load_curve]),
+        (
+            "TTFT",
+            plan.ttft_target_seconds,
+            [c.ttft_p50_seconds for c in p.load_curve],
+            [c.ttft_p99_seconds for c in p.load_curve],
+        ),
+        (
+            "TPOT",
+            plan.tpot_target_seconds,
+            [c.tpot_p50_seconds for c in p.load_curve],
+            [c.tpot_p99_seconds for c in p.load_curve],
+        ),
     )
     for ax, (what, target, p50, p99) in zip(axes, panels, strict=True):
         ax.plot(rates, [v * 1e3 for v in p99], marker="o", markersize=3, label=f"{what} p99")
@@ -272,10 +280,15 @@ def _plot_load_curve(path: str, plan: LlmInferenceReport) -> None:
         if target is not None:
             ax.axhline(target * 1e3, color="red", linestyle="--", label=f"{what} p99 target")
         if p.requests_per_second_per_replica > 0:
-            ax.axvline(p.requests_per_second_per_replica, color="green", linestyle=":",
-                       label="sustainable rate (HPA target)")
-        ax.axvline(p.saturation_requests_per_second, color="gray", linestyle=":",
-                   label="offline maximum")
+            ax.axvline(
+                p.requests_per_second_per_replica,
+                color="green",
+                linestyle=":",
+                label="sustainable rate (HPA target)",
+            )
+        ax.axvline(
+            p.saturation_requests_per_second, color="gray", linestyle=":", label="offline maximum"
+        )
         ax.set_yscale("log")
         ax.set_xlabel("requests/s per replica")
         ax.set_ylabel(f"{what} ms")

@@ -301,7 +301,11 @@ def render_llm_inference(plan: LlmInferenceReport) -> str:
                         _ms_or_dash(a.ttft_p99_seconds),
                         _ms_or_dash(a.tpot_p99_seconds),
                         money(a.cost_per_hour_usd),
-                        "-" if a.fits_max_replicas is None else "yes" if a.fits_max_replicas else "no",
+                        "-"
+                        if a.fits_max_replicas is None
+                        else "yes"
+                        if a.fits_max_replicas
+                        else "no",
                     )
                     for a in plan.alternatives
                 ],
@@ -309,7 +313,9 @@ def render_llm_inference(plan: LlmInferenceReport) -> str:
             )
         )
     elif not p.feasible:
-        lines.append("no single change (TP, precision, max-num-seqs, looser SLO, accelerator) meets it")
+        lines.append(
+            "no single change (TP, precision, max-num-seqs, looser SLO, accelerator) meets it"
+        )
     lines += [f"note: {n}" for n in p.notes]
     return "\n".join(lines)
 
