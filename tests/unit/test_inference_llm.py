@@ -180,9 +180,7 @@ def _unreachable(tmp_path: Path) -> Path:
     return path
 
 
-def test_an_unreachable_target_prints_the_offline_throughput_and_the_alternatives(
-    capsys, tmp_path
-):
+def test_an_unreachable_target_prints_the_offline_throughput_and_the_alternatives(capsys, tmp_path):
     path = _unreachable(tmp_path)
     assert main(["plan", str(path)]) == 0
     out = capsys.readouterr().out

@@ -10,8 +10,8 @@ Two sets of points:
 
 Seven constants of :mod:`ringmaster.engine.llm_step` are fitted, each on a named subset:
 
-- ``LLM_MEMORY_EFFICIENCY`` and ``LLM_STEP_OVERHEAD_SECONDS``: gpt-fast's batch-1 decode of
-  Llama-2-7B on A100-80GB at TP1 and TP2 (two equations, two unknowns);
+- ``LLM_MEMORY_EFFICIENCY`` and ``LLM_STEP_OVERHEAD_SECONDS`` (of a 32-layer model): gpt-fast's
+  batch-1 decode of Llama-2-7B on A100-80GB at TP1 and TP2 (two equations, two unknowns);
 - ``LLM_COMPUTE_EFFICIENCY``: TensorRT-LLM's batch-1 TTFT of LLaMA-7B with a 2,048-token prompt on
   A100 in FP16 (the most compute-bound point);
 - ``LLM_FP8_COMPUTE_EFFICIENCY``, ``LLM_KV_READ_EFFICIENCY``, ``LLM_KV_SEQUENCE_TOKENS`` and

@@ -23,7 +23,7 @@ once, here, as the sum of the kernels a step runs one after another:
   the context and short contexts read slowly.
 - **Per-sequence step costs** ``o_seq`` grow with the batch: scheduling, sampling, the block
   tables' update and copy to the device, detokenisation; ``O`` is the fixed cost of a step
-  (launches, synchronisation).
+  (launches, synchronisation), per layer: ``O = O_32 x layers / 32``.
 - **Prefill-chunk interference**: the prompt tokens of a step join the decode tokens in the GEMMs
   (free while those stream weights, a full cost once compute binds) and add their own attention
   kernel, which does not overlap the decode attention.
@@ -61,13 +61,16 @@ LLM_COMPUTE_EFFICIENCY = 0.6724
 # Llama-3.1-8B on one H100 and one H200, Llama-3.3-70B on two H100s, ten mixes each); checked on
 # its other setups (70B on one H200, 405B on eight H100s and eight H200s) and on TensorRT-LLM's
 # FP8 TTFT of LLaMA-7B (36 ms for 2,048 tokens: -13%).
-LLM_FP8_COMPUTE_EFFICIENCY = 0.4669
+LLM_FP8_COMPUTE_EFFICIENCY = 0.4758
 # Achieved fraction of HBM bandwidth when the GEMMs stream the weights, and the fixed cost of one
-# step (kernel launches, synchronisation). Fitted together on two points: gpt-fast's batch-1
-# decode of Llama-2-7B in BF16 on A100-80GB at TP1 (104.9 tokens/s) and TP2 (168.8); checked at
-# TP4 and TP8.
+# step (kernel launches, synchronisation) of a 32-layer model. Fitted together on two points:
+# gpt-fast's batch-1 decode of Llama-2-7B (32 layers) in BF16 on A100-80GB at TP1 (104.9
+# tokens/s) and TP2 (168.8); checked at TP4 and TP8. The launches are per layer, so a model of L
+# layers pays L / 32 of it (405B's 126 layers: 5.2 ms a step): with it, the checked 405B rows of
+# the throughput table fall from +55% worst to +43%.
 LLM_MEMORY_EFFICIENCY = 0.7917
 LLM_STEP_OVERHEAD_SECONDS = 1.3125e-3
+OVERHEAD_FIT_LAYERS = 32
 # Paged decode attention: its achieved fraction of HBM bandwidth, bounded by the weights' (no
 # kernel streams HBM faster than batch-1 decode does), the fixed work per sequence in tokens of
 # context, and the host's cost per running sequence per step. Fitted with
@@ -189,7 +192,7 @@ def serving_terms(
     free = capacity * share - model.parameters * w / g
     kv_hbm = hbm * constants.kv_read_efficiency
     return ServingTerms(
-        overhead=np.full_like(g, constants.step_overhead),
+        overhead=np.full_like(g, constants.step_overhead * model.layers / OVERHEAD_FIT_LAYERS),
         sequence_overhead=np.full_like(g, constants.sequence_overhead),
         allreduce_base=base,
         allreduce_per_token=per_token,
