@@ -479,19 +479,25 @@ def largest_rates_within(
     meets_all = [np.zeros(shape, dtype=bool), np.zeros(shape, dtype=bool)]
     for round_ in range(rounds):
         fractions = first if round_ == 0 else later
-        low, high = np.stack(lo, axis=-1), np.stack(hi, axis=-1)  # (..., 2): one per target
-        rates = low[..., None] + (high - low)[..., None] * fractions  # (..., 2, grid)
+        if round_ == 0:  # both brackets are (0, lambda_max]: one grid serves both targets
+            rates = np.broadcast_to(top[..., None, None] * fractions, (*shape, 2, grid))
+            shared = top[..., None, None] * fractions  # (..., 1, grid)
+        else:
+            low, high = np.stack(lo, axis=-1), np.stack(hi, axis=-1)  # (..., 2): one per target
+            rates = low[..., None] + (high - low)[..., None] * fractions  # (..., 2, grid)
+            shared = rates
         point = _expand(
             terms,
             cap,
-            rates,
+            shared,
             input_lengths,
             output_lengths,
             budget=max_num_batched_tokens,
             q=quantile,
         )
+        last_target = 0 if round_ == 0 else 1
         for i, values in enumerate(
-            (point.ttft[quantile][..., 0, :], point.tpot[quantile][..., 1, :])
+            (point.ttft[quantile][..., 0, :], point.tpot[quantile][..., last_target, :])
         ):
             good = values <= targets[i][..., None]
             count = np.sum(np.cumprod(good, axis=-1), axis=-1)  # the good prefix
