@@ -327,6 +327,24 @@ def test_a_tighter_tpot_never_gives_fewer_replicas(tpot, tighter, target):
 
 
 @FAST
+@given(st.floats(0.02, 2.0), st.floats(1.0, 4.0), st.floats(1, 2000))
+def test_a_looser_ttft_never_needs_more_replicas(ttft, looser, target):
+    tight = L.predict_llm_serving(
+        replace(CHAT, ttft_p99_seconds=ttft, target_requests_per_second=target, max_replicas=None)
+    )
+    loose = L.predict_llm_serving(
+        replace(
+            CHAT,
+            ttft_p99_seconds=ttft * looser,
+            target_requests_per_second=target,
+            max_replicas=None,
+        )
+    )
+    if tight.feasible:
+        assert loose.feasible and loose.replicas <= tight.replicas
+
+
+@FAST
 @given(
     st.sampled_from(["llama-3-8b", "llama-2-13b", "llama-2-70b", "llama-3-70b"]),
     st.sampled_from([1, 2, 4, 8]),
