@@ -304,10 +304,11 @@ def test_an_llm_endpoint_runs_with_its_serving_settings_and_token_columns(
     ns = quiet_namespace
     body = manifest(LLAMA_8B_EXAMPLE)
     plan = plan_inference(InferenceEndpointSpec.model_validate(body["spec"])).to_json()
-    assert plan["feasible"] and plan["replicas"] == 2
+    assert plan["feasible"] and plan["replicas"] >= 2
+    replicas = plan["replicas"]
     cluster.apply(body, ns)
     name = "llama3-8b-fp8-h100"
-    wait_serving(cluster, ns, name, 2)
+    wait_serving(cluster, ns, name, replicas)
     assert pools_of(cluster, server_pods(cluster, ns, name)) == {"h100-highgpu-8g"}
 
     deployment = cluster.get_json("deployment", name, "-n", ns)
@@ -316,11 +317,20 @@ def test_an_llm_endpoint_runs_with_its_serving_settings_and_token_columns(
     assert env["RINGMASTER_TENSOR_PARALLEL"] == "1"
     assert env["RINGMASTER_MAX_NUM_SEQS"] == str(plan["maxNumSeqs"])
     assert env["RINGMASTER_MAX_MODEL_LEN"] == "8192"
+    assert env["RINGMASTER_MAX_NUM_BATCHED_TOKENS"] == str(plan["maxNumBatchedTokens"])
 
     obj = endpoint(cluster, ns, name)
     s = obj["status"]["plan"]
     assert s["outputTokensPerSecond"] == pytest.approx(
-        2 * plan["outputTokensPerSecondPerReplica"], rel=1e-5
+        replicas * plan["outputTokensPerSecondPerReplica"], rel=1e-5
+    )
+    # the offline maximum and where each SLO starts to fail, beside the sustainable rate
+    assert s["offlineOutputTokensPerSecondPerReplica"] == pytest.approx(
+        plan["offlineOutputTokensPerSecondPerReplica"], rel=1e-5
+    )
+    assert s["offlineOutputTokensPerSecondPerReplica"] > s["outputTokensPerSecondPerReplica"]
+    assert s["ttftSloRequestsPerSecondPerReplica"] == pytest.approx(
+        plan["ttftSloRequestsPerSecondPerReplica"], rel=1e-5
     )
     assert s["ttftP99Milliseconds"] <= 300 and s["tpotP99Milliseconds"] <= 25
     met = condition(obj, "CapacityMet")
@@ -354,3 +364,58 @@ def test_an_llm_that_no_replica_can_hold_waits_with_the_reason_and_creates_nothi
     assert cluster.get_json("deployments,services,hpa", "-n", ns)["items"] == []
     warnings = [e for e in events_of(cluster, ns, "too-big") if e["reason"] == "CapacityNotMet"]
     assert len(warnings) == 1 and "141 GB" in warnings[0]["message"]
+
+
+def _quantity(text: str) -> float:
+    return float(text[:-1]) / 1000.0 if text.endswith("m") else float(text)
+
+
+def test_an_llm_endpoints_hpa_targets_the_plans_sustainable_rate(
+    operator: OperatorProcess, cluster: Cluster, quiet_namespace: str
+):
+    ns = quiet_namespace
+    # Llama-3-70B in INT4 on one A100: a few requests/s per replica, which the HPA's target
+    # must carry to the thousandth (an integer would round 1.5 down to 1).
+    body = manifest(
+        LLAMA_70B_INT4_EXAMPLE, "llm-autoscaled", autoscaling={"enabled": True}, maxReplicas=4
+    )
+    plan = plan_inference(InferenceEndpointSpec.model_validate(body["spec"])).to_json()
+    assert plan["feasible"], plan["reason"]
+    rate = plan["perReplicaRequestsPerSecond"]
+    unit = "requests_per_second"
+    if body["spec"]["slo"].get("targetOutputTokensPerSecond") is not None:
+        rate, unit = plan["outputTokensPerSecondPerReplica"], "output_tokens_per_second"
+    cluster.apply(body, ns)
+    wait_for(
+        lambda: bool(cluster.get_json("hpa", "-n", ns)["items"]), what="the LLM endpoint's HPA"
+    )
+    hpa = cluster.get_json("hpa", "llm-autoscaled", "-n", ns)
+    pods = next(m["pods"] for m in hpa["spec"]["metrics"] if m["type"] == "Pods")
+    assert pods["metric"]["name"] == unit
+    assert _quantity(pods["target"]["averageValue"]) == pytest.approx(rate, rel=1e-3 + 1e-3 / rate)
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (1, 4)
+    s = status(cluster, ns, "llm-autoscaled")["plan"]
+    assert s["perReplicaRequestsPerSecond"] == pytest.approx(plan["perReplicaRequestsPerSecond"])
+
+
+def test_an_llm_whose_slo_no_rate_meets_waits_with_the_numbers_and_creates_nothing(
+    operator: OperatorProcess, cluster: Cluster, quiet_namespace: str
+):
+    ns = quiet_namespace
+    # A 2 ms TPOT p99 for an 8B model: below even an idle replica's decode step.
+    body = manifest(LLAMA_8B_EXAMPLE, "too-fast", slo__timePerOutputTokenP99Milliseconds=2)
+    cluster.apply(body, ns)
+
+    def waiting() -> bool:
+        ready = condition(endpoint(cluster, ns, "too-fast"), "Ready")
+        return ready is not None and ready["reason"] == "LatencyTargetUnreachable"
+
+    wait_for(waiting, what="too-fast waiting with LatencyTargetUnreachable")
+    obj = endpoint(cluster, ns, "too-fast")
+    assert obj["status"]["phase"] == "Pending"
+    message = condition(obj, "Ready")["message"]
+    assert message.startswith("TPOT p99 target 2 ms is below the")
+    assert "offline it serves" in message and "output tokens/s" in message
+    # the offline maximum is in status even though no rate meets the SLO
+    assert obj["status"]["plan"]["offlineOutputTokensPerSecondPerReplica"] > 0
+    assert cluster.get_json("deployments,services,hpa", "-n", ns)["items"] == []

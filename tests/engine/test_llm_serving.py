@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ringmaster.calibration import llm_serving as LC
+from ringmaster.engine import llm_batching as B
 from ringmaster.engine import llm_serving as L
 from ringmaster.engine.hardware import DEFAULT_CATALOG
 from ringmaster.engine.transformer import KNOWN_TRANSFORMERS, Transformer
@@ -44,12 +45,40 @@ def test_batch1_decode_is_weight_bytes_over_achieved_bandwidth():
     # Llama-2-7B, BF16, one A100-80GB, a 1-token prompt and 2 output tokens (context 2).
     terms = L.serving_terms(LLAMA2_7B, A100, 1, A100.peak("bf16"), 2.0, 2.0, 1, 2)
     weights = LLAMA2_7B.matmul_parameters * 2.0  # the layers and the LM head, read once
-    kv = 2 * 32 * 4096 * 2.0 * 2  # 2 x layers x kv_hidden x bytes, 2 tokens of context
-    achieved = 2039e9 * L.LLM_MEMORY_EFFICIENCY
-    expected = L.LLM_STEP_OVERHEAD_SECONDS + (weights + kv) / achieved
+    kv = 2 * 32 * 4096 * 2.0 * (2 + L.LLM_KV_SEQUENCE_TOKENS)  # 2 tokens of context + c0
+    expected = (
+        L.LLM_STEP_OVERHEAD_SECONDS
+        + L.LLM_SEQUENCE_OVERHEAD_SECONDS
+        + weights / (2039e9 * L.LLM_MEMORY_EFFICIENCY)
+        + kv / (2039e9 * L.LLM_KV_READ_EFFICIENCY)
+    )
     assert float(L.step_seconds(terms, 1, 0)) == pytest.approx(expected, rel=1e-12)
     # ~13.2 GB / 1,615 GB/s + 1.3 ms = 9.5 ms: gpt-fast's 104.9 tokens/s, the fitted point
     assert 1.0 / expected == pytest.approx(104.9, rel=0.01)
+
+
+def test_weights_and_kv_reads_are_separate_terms_with_their_own_efficiency():
+    terms = L.serving_terms(LLAMA3_8B, H100, 1, H100.peak("fp8"), 1.0, 1.0, 1000, 1000)
+    slower = L.serving_terms(
+        LLAMA3_8B,
+        H100,
+        1,
+        H100.peak("fp8"),
+        1.0,
+        1.0,
+        1000,
+        1000,
+        constants=L.StepConstants(kv_read_efficiency=L.LLM_KV_READ_EFFICIENCY / 2),
+    )
+    # At batch 256 and 1,500 tokens of context the KV read is the larger read; halving its
+    # efficiency adds exactly its time again, and the weights' term does not move.
+    kv_seconds = (
+        256 * (1500 + L.LLM_KV_SEQUENCE_TOKENS) * 65536 / (3350e9 * L.LLM_KV_READ_EFFICIENCY)
+    )
+    assert float(L.step_seconds(slower, 256, 0) - L.step_seconds(terms, 256, 0)) == pytest.approx(
+        kv_seconds, rel=1e-9
+    )
+    assert float(slower.weights_read) == float(terms.weights_read)
 
 
 def test_kv_bytes_per_token_of_a_gqa_model():
@@ -87,8 +116,9 @@ def test_prefill_is_compute_bound_for_long_prompts_and_pays_the_weights_for_shor
     assert float(L.prefill_seconds(terms, 2048)) == pytest.approx(expected, rel=1e-9)
     short = L.serving_terms(LLAMA2_7B, A100, 1, A100.peak("fp16"), 2.0, 2.0, 16, 1)
     weights = LLAMA2_7B.matmul_parameters * 2 / (2039e9 * L.LLM_MEMORY_EFFICIENCY)
+    attention = 16 * LLAMA2_7B.attention_flops_per_token(8) / (312e12 * L.LLM_COMPUTE_EFFICIENCY)
     assert float(L.prefill_seconds(short, 16)) == pytest.approx(
-        L.LLM_STEP_OVERHEAD_SECONDS + weights, rel=1e-9
+        L.LLM_STEP_OVERHEAD_SECONDS + weights + attention, rel=1e-9
     )
 
 
@@ -114,52 +144,54 @@ def test_prompt_heavy_and_generation_heavy_mixes():
     assert a.requests_per_second_per_replica > b.requests_per_second_per_replica
     # ... but fewer output tokens/s, and each prompt costs more to first token
     assert a.output_tokens_per_second_per_replica < b.output_tokens_per_second_per_replica
-    ta = L.steady_state(
-        L.serving_terms(LLAMA3_8B, H100, 1, H100.peak("fp8"), 1.0, 1.0, 2048, 128), 1.0, 2048
-    )
-    tb = L.steady_state(
-        L.serving_terms(LLAMA3_8B, H100, 1, H100.peak("fp8"), 1.0, 1.0, 128, 2048), 1.0, 128
-    )
-    assert float(ta.ttft_p99) > float(tb.ttft_p99)
-    assert float(ta.sequences) < float(tb.sequences)  # generations are what keeps batches full
+    assert a.load_curve[0].ttft_p99_seconds > b.load_curve[0].ttft_p99_seconds
 
 
-def test_steady_state_is_the_fixed_point_of_littles_law():
+def test_the_mean_step_is_the_fixed_point_of_littles_law():
     terms = L.serving_terms(LLAMA3_8B, H100, 1, H100.peak("fp8"), 1.0, 1.0, 512, 256)
-    for rate in (0.5, 10.0, 60.0):
-        s = L.steady_state(terms, rate, 512)
-        n = float(s.sequences)
-        assert n == pytest.approx(rate * 256 * float(s.step_seconds))
-        step = float(L.step_seconds(terms, n, rate * 512 * float(s.step_seconds)))
-        assert step == pytest.approx(float(s.step_seconds), rel=1e-9)
-    assert math.isinf(float(L.steady_state(terms, 1e6, 512).step_seconds))
+    lengths = B.Lengths(512, 2048)
+    cap = B.capacity(terms, 256, 8192, 0.0, input_lengths=lengths)
+    for load in (0.05, 0.5, 0.9):
+        rate = load * float(cap.rate)
+        point = B.load_points(terms, cap, rate, lengths, B.Lengths(256, 256))
+        n, tau = float(point.running), float(point.step)
+        assert n == pytest.approx(rate * float(cap.hold_steps) * tau)
+        again = B.expected_step(terms, n, rate * tau, lengths, 8192 - n)
+        assert float(again) == pytest.approx(tau, rel=1e-2)  # the secant lands within 1%
+    assert math.isinf(
+        float(
+            B.load_points(terms, cap, 1.01 * float(cap.rate), lengths, B.Lengths(256, 256)).ttft[
+                0.99
+            ]
+        )
+    )
 
 
 def test_the_sustainable_rate_meets_both_targets_and_the_cache():
     p = L.predict_llm_serving(CHAT)
     assert p.feasible, p.reason
-    terms = L.serving_terms(LLAMA3_8B, H100, 1, H100.peak("fp8"), 1.0, 1.0, 512, 256)
-    s = L.steady_state(terms, p.requests_per_second_per_replica, 2048)
-    assert float(s.ttft_p99) <= CHAT.ttft_p99_seconds + 1e-9
-    assert float(s.tpot_p99) <= CHAT.tpot_p99_seconds + 1e-9
-    assert float(s.sequences_p99) <= p.max_concurrent_sequences + 1e-6
+    assert (
+        p.ttft_p99_seconds <= CHAT.ttft_p99_seconds and p.tpot_p99_seconds <= CHAT.tpot_p99_seconds
+    )
+    # at the sustainable rate itself both p99s still hold
     assert p.replicas == math.ceil(100 / p.requests_per_second_per_replica)
     assert p.output_tokens_per_second_per_replica == pytest.approx(
         256 * p.requests_per_second_per_replica
     )
-    assert p.ttft_p99_seconds <= 0.5 and p.tpot_p99_seconds <= 0.03
-    assert 1 <= p.max_num_seqs <= p.max_concurrent_sequences
+    assert p.requests_per_second_per_replica <= 0.85 * p.saturation_requests_per_second * (1 + 1e-9)
+    assert p.saturation_requests_per_second <= p.offline_requests_per_second
+    # max-num-seqs keeps a p99 sequence (2,048 + 1,024 tokens) from preempting
+    assert 1 <= p.max_num_seqs * (2048 + 1024) <= p.max_concurrent_sequences * (512 + 256)
     assert p.max_model_len == 8192
+    assert len(p.load_curve) == 10
 
 
-def test_max_num_seqs_is_the_largest_batch_within_the_tpot_target():
-    terms = L.serving_terms(LLAMA3_8B, H100, 1, H100.peak("fp8"), 1.0, 1.0, 512, 256)
-    for target in (0.005, 0.01, 0.02):
-        b = L.largest_batch_within(terms, target)
-        assert b < int(terms.max_sequences)
-        assert float(L.step_seconds(terms, b, 0)) <= target < float(L.step_seconds(terms, b + 1, 0))
-    assert L.largest_batch_within(terms, 10.0) == int(terms.max_sequences)  # the cache bounds it
-    assert L.largest_batch_within(terms, 1e-6) == 1
+def test_max_num_seqs_is_the_choice_with_the_highest_sustainable_rate():
+    p = L.predict_llm_serving(CHAT)
+    for other in (8, 32, 128):
+        q = L.predict_llm_serving(replace(CHAT, max_num_seqs=other))
+        assert q.max_num_seqs == other
+        assert q.requests_per_second_per_replica <= p.requests_per_second_per_replica * (1 + 1e-9)
 
 
 def test_a_tight_tpot_target_binds_and_says_so():
@@ -230,23 +262,18 @@ def test_vectorised_search_agrees_with_the_single_configuration():
     inputs = np.array([128.0, 512.0, 2048.0])
     outputs = np.array([1024.0, 256.0, 128.0])
     tpot = np.array([0.01, 0.02, 0.05])
-    grid = L.sustainable_rate(
-        L.serving_terms(LLAMA3_8B, H100, 1, H100.peak("fp8"), 1.0, 1.0, inputs, outputs),
-        inputs * 2,
-        0.4,
-        tpot,
-        0.85,
-    )
+    lengths_in, lengths_out = B.Lengths(512, 1024), B.Lengths(256, 512)
+    terms = L.serving_terms(LLAMA3_8B, H100, 1, H100.peak("fp8"), 1.0, 1.0, inputs, outputs)
+    cap = B.capacity(terms, 256.0, 8192, lengths_out.cv, input_lengths=lengths_in)
+    grid = B.largest_rates_within(terms, cap, lengths_in, lengths_out, 0.4, tpot)
     for i in range(3):
-        one = L.sustainable_rate(
-            L.serving_terms(LLAMA3_8B, H100, 1, H100.peak("fp8"), 1.0, 1.0, inputs[i], outputs[i]),
-            inputs[i] * 2,
-            0.4,
-            tpot[i],
-            0.85,
+        one_terms = L.serving_terms(
+            LLAMA3_8B, H100, 1, H100.peak("fp8"), 1.0, 1.0, inputs[i], outputs[i]
         )
-        assert float(grid.rate[i]) == pytest.approx(float(one.rate), rel=1e-5)
-        assert int(grid.binding[i]) == int(one.binding)
+        one_cap = B.capacity(one_terms, 256.0, 8192, lengths_out.cv, input_lengths=lengths_in)
+        one = B.largest_rates_within(one_terms, one_cap, lengths_in, lengths_out, 0.4, tpot[i])
+        assert float(grid.ttft[i]) == pytest.approx(float(one.ttft), rel=1e-9)
+        assert float(grid.tpot[i]) == pytest.approx(float(one.tpot), rel=1e-9)
 
 
 # --- properties ---------------------------------------------------------------------------------
@@ -257,7 +284,7 @@ tpots = st.floats(0.005, 0.2)
 
 @FAST
 @given(tokens, tokens, st.integers(1, 2048))
-def test_more_output_tokens_never_raise_requests_per_second(n_in, n_out, more):
+def test_more_output_tokens_never_raise_the_saturation_rate(n_in, n_out, more):
     a = L.predict_llm_serving(
         replace(
             CHAT,
@@ -276,7 +303,9 @@ def test_more_output_tokens_never_raise_requests_per_second(n_in, n_out, more):
             output_tokens_p99=None,
         )
     )
-    assert b.requests_per_second_per_replica <= a.requests_per_second_per_replica * (1 + 1e-6)
+    # The saturation (offline) throughput. The SLO-bound rate may rise: a request's TPOT is the
+    # mean of more steps, so its p99 over requests falls as outputs grow.
+    assert b.offline_requests_per_second <= a.offline_requests_per_second * (1 + 1e-9)
 
 
 @FAST
@@ -295,6 +324,24 @@ def test_a_tighter_tpot_never_gives_fewer_replicas(tpot, tighter, target):
     )
     if tight.feasible:
         assert loose.feasible and tight.replicas >= loose.replicas
+
+
+@FAST
+@given(st.floats(0.02, 2.0), st.floats(1.0, 4.0), st.floats(1, 2000))
+def test_a_looser_ttft_never_needs_more_replicas(ttft, looser, target):
+    tight = L.predict_llm_serving(
+        replace(CHAT, ttft_p99_seconds=ttft, target_requests_per_second=target, max_replicas=None)
+    )
+    loose = L.predict_llm_serving(
+        replace(
+            CHAT,
+            ttft_p99_seconds=ttft * looser,
+            target_requests_per_second=target,
+            max_replicas=None,
+        )
+    )
+    if tight.feasible:
+        assert loose.feasible and loose.replicas <= tight.replicas
 
 
 @FAST
@@ -404,24 +451,37 @@ def llm_points() -> dict:
 def test_llm_constants_are_the_ones_their_points_give(llm_points):
     derived = LC.derive_llm_constants(llm_points)
     for name, value in derived.items():
-        assert getattr(L, name) == pytest.approx(value, rel=2e-3), name
+        if name in ("LLM_KV_SEQUENCE_TOKENS", "LLM_SEQUENCE_OVERHEAD_SECONDS"):
+            # the fit puts both at about zero, where the table does not resolve them
+            assert getattr(L, name) == pytest.approx(value, abs=0.5 if "TOKENS" in name else 1e-6)
+        else:
+            assert getattr(L, name) == pytest.approx(value, rel=2e-3), name
 
 
 def test_every_llm_point_is_reported_fitted_and_checked_apart(llm_points):
     rows = LC.llm_serving_rows(llm_points)
-    assert len(rows) == 14
+    assert len(rows) == 14 + 60
     fitted = [r for r in rows if r.role == LC.FITTED]
     assert {r.quantity.split()[0] for r in fitted} == {
         "llama2-7b-tp1",
         "llama2-7b-tp2",
         "A100-fp16-input2048",
+        "llama-3.1-8b",
+        "llama-3.3-70b",
     }
+    assert sum(r.quantity.startswith("llama-3.3-70b H100 TP2") for r in fitted) == 10
+    checked_big = [r for r in rows if r.role == LC.CHECKED and "405b" in r.quantity]
+    assert len(checked_big) == 20  # 405B on H100 and H200: no constant saw them
     for r in fitted:
-        assert abs(r.error) <= LC.FITTED_TOLERANCE
+        if "decode" in r.quantity or "TTFT" in r.quantity:
+            assert abs(r.error) <= LC.FITTED_TOLERANCE
     for r in rows:
         assert abs(r.error) <= r.tolerance, (r.quantity, r.published, r.predicted)
     median, largest = LC.checked_error_summary(rows)
-    assert median <= 0.15 and largest <= LC.CHECKED_TOLERANCE
+    assert median <= 0.12 and largest <= LC.CHECKED_TOLERANCE
+    # the static table's batch-768 row, +52% before the FP8 GEMM efficiency, within 10% now
+    b768 = next(r for r in rows if "b768" in r.quantity)
+    assert abs(b768.error) <= 0.10
 
 
 def test_a_changed_point_moves_its_fitted_constant(llm_points):

@@ -166,3 +166,74 @@ def test_parse_manifest_refuses_what_the_crd_refuses():
     body["spec"]["tokens"]["inputP99"] = 10
     with pytest.raises(Exception, match="inputP99 must be at least inputMean"):
         parse_manifest(body)
+
+
+def _unreachable(tmp_path: Path) -> Path:
+    """Llama-3-70B in BF16 on two H100s with a 20 ms TPOT p99: no rate meets it."""
+    body = yaml.safe_load(LLAMA_70B_TP4.read_text())
+    body["metadata"]["name"] = "unreachable"
+    body["spec"]["accelerator"] = {"type": "nvidia-h100-80gb", "perReplica": 2}
+    body["spec"]["slo"]["timePerOutputTokenP99Milliseconds"] = 20
+    body["spec"]["maxReplicas"] = 4
+    path = tmp_path / "unreachable.yaml"
+    path.write_text(yaml.safe_dump(body))
+    return path
+
+
+def test_an_unreachable_target_prints_the_offline_throughput_and_the_alternatives(capsys, tmp_path):
+    path = _unreachable(tmp_path)
+    assert main(["plan", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "target NOT met: TPOT p99 target 20 ms is below the" in out
+    assert "offline maximum per replica (no latency target):" in out
+    assert "nearest alternatives that meet the target (Pareto set, cheapest first):" in out
+    doc = plan_json(capsys, path)
+    assert doc["feasible"] is False and doc["replicasNeeded"] is None
+    assert doc["offlineOutputTokensPerSecondPerReplica"] > 0  # never a capacity of 0
+    assert len(doc["loadCurve"]) == 10
+    alternatives = doc["alternatives"]
+    assert alternatives, "a one-change variant meets a 20 ms TPOT"
+    for a in alternatives:
+        assert a["tpotP99Milliseconds"] <= 20 and a["ttftP99Milliseconds"] <= 2000
+        assert a["fitsMaxReplicas"] == (a["replicas"] <= 4)
+    # a Pareto set: no alternative is at least as good as another on all four and better on one
+    keys = [
+        (a["replicas"], a["ttftP99Milliseconds"], a["tpotP99Milliseconds"], a["costPerHourUSD"])
+        for a in alternatives
+    ]
+    for i, a in enumerate(keys):
+        for j, b in enumerate(keys):
+            assert i == j or not (all(x <= y for x, y in zip(b, a, strict=True)) and a != b)
+    costs = [a["costPerHourUSD"] for a in alternatives]
+    assert costs == sorted(costs)
+
+
+def test_plot_draws_the_load_curve_with_both_slo_lines(capsys, tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from ringmaster.planning import command
+
+    drawn = {}
+
+    def keep(fig, plt, path):  # the figure as it is saved
+        drawn["axes"] = fig.axes
+        fig.savefig(path)
+        plt.close(fig)
+
+    monkeypatch.setattr(command, "_save", keep)
+    png = tmp_path / "curve.png"
+    assert main(["plan", str(LLAMA_8B), "--plot", str(png)]) == 0
+    assert png.stat().st_size > 0
+    capsys.readouterr()
+    doc = plan_json(capsys, LLAMA_8B)
+    ttft_axis, tpot_axis = drawn["axes"]
+    for axis, target in ((ttft_axis, 300.0), (tpot_axis, 25.0)):
+        labels = {line.get_label(): line for line in axis.get_lines()}
+        slo = labels[f"{'TTFT' if axis is ttft_axis else 'TPOT'} p99 target"]
+        assert list(slo.get_ydata()) == [target, target]  # the SLO line, in ms
+        hpa = labels["sustainable rate (HPA target)"]
+        assert hpa.get_xdata()[0] == pytest.approx(doc["perReplicaRequestsPerSecond"], rel=1e-5)
+        curve = labels[f"{'TTFT' if axis is ttft_axis else 'TPOT'} p99"]
+        assert len(curve.get_xdata()) == 10
+    # a non-LLM endpoint without --sweep has nothing to draw
+    resnet = LLAMA_8B.parent / "inferenceendpoint-resnet50-int8-t4.yaml"
+    assert main(["plan", str(resnet), "--plot", str(png)]) == 2

@@ -149,3 +149,12 @@ def test_hpa_without_a_rate_scales_on_cpu_only_and_never_below_one():
     hpa = autoscaler("resnet", "serving", the_spec, 0.0)
     assert [m["type"] for m in hpa["spec"]["metrics"]] == ["Resource"]
     assert hpa["spec"]["minReplicas"] == 1
+
+
+def test_the_hpa_target_keeps_an_llm_replicas_few_requests_per_second():
+    from ringmaster.manifests.inference import per_replica_rate_quantity
+
+    assert per_replica_rate_quantity(4571.9) == "4571"  # whole units from 100 up (within 1%)
+    assert per_replica_rate_quantity(1.51812) == "1518m"  # not "1": a third more pods
+    assert per_replica_rate_quantity(0.25) == "250m"
+    assert per_replica_rate_quantity(0.0) is None

@@ -300,6 +300,18 @@ class InferencePlan(StatusModel):
     max_num_seqs: int | None = None
     """LLM endpoints: the server's max_num_seqs (vLLM's name)."""
     max_model_len: int | None = None
+    max_num_batched_tokens: int | None = None
+    """LLM endpoints: the server's token budget per step (vLLM's max_num_batched_tokens)."""
+    offline_output_tokens_per_second_per_replica: float | None = None
+    """LLM endpoints: the most output tokens per second one replica serves with no latency
+    target (every request queued at once), whether or not the SLO can be met."""
+    offline_requests_per_second_per_replica: float | None = None
+    ttft_slo_requests_per_second_per_replica: float | None = None
+    """LLM endpoints: the per-replica rate above which the predicted TTFT p99 misses its target
+    (absent: it holds up to the offline maximum)."""
+    tpot_slo_requests_per_second_per_replica: float | None = None
+    """LLM endpoints: the per-replica rate above which the predicted TPOT p99 misses its target
+    (absent: it holds up to the offline maximum)."""
 
 
 class InferenceEndpointStatus(StatusModel):

@@ -217,6 +217,11 @@ def status_plan(plan: Mapping[str, Any], replicas: int, target: float) -> Infere
                     "tensorParallel",
                     "maxNumSeqs",
                     "maxModelLen",
+                    "maxNumBatchedTokens",
+                    "offlineOutputTokensPerSecondPerReplica",
+                    "offlineRequestsPerSecondPerReplica",
+                    "ttftSloRequestsPerSecondPerReplica",
+                    "tpotSloRequestsPerSecondPerReplica",
                 )
             },
         }

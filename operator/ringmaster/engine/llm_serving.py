@@ -1,99 +1,85 @@
-"""LLM serving: prefill, decode, the KV cache and continuous batching, per replica.
+"""LLM serving: one endpoint's plan per replica, from the step model and the batching model.
 
-A replica is one host with ``tp`` accelerators running one model with tensor parallelism
-(Megatron-style: every matrix split ``tp`` ways, two all-reduces of the activations per layer).
-Notation: P_m the matmul parameters (every layer's and the LM head's), w the bytes per weight,
-k the KV-cache bytes per token per accelerator, c the mean context a decoding sequence attends
-to (prompt + half its output), e_c / e_m the compute and HBM efficiencies, O the per-step
-overhead. Each formula is stated once, here:
-
-- **Prefill** of n prompt tokens (a step that carries only them):
-  ``O + max(n x (2 P_layers + attention over n/2) / (tp x peak x e_c), P_m w / (tp x HBM x e_m))
-  + 2 L all-reduces of n x hidden activations``; the LM head runs on the last token only.
-- **Decode step** for N running sequences plus p prompt tokens piggy-backed on the same step:
-  ``O + 2 L all-reduces of (N + p) x hidden + max(compute of N decode tokens and p prompt
-  tokens, (P_m w + N c k_total) / (tp x HBM x e_m))``: the weights are read once per step, each
-  sequence's cache once. Tensor parallelism divides the weights, the KV heads (a KV head is never
-  split: ``ceil(kv_heads / tp)`` per accelerator) and the FLOPs.
-- **Chunked prefill**: prompts are not a separate phase but tokens of the same steps as the
-  decodes (Sarathi-Serve, vLLM's chunked prefill), so at a replica's arrival rate lambda each step
-  carries p = lambda x input_mean x tau prompt tokens. While the step is bound by HBM bandwidth
-  those tokens are nearly free; once compute binds they stretch every step (the prefill
-  interference on TPOT). Chunking spreads a prompt over steps without changing its total work, so
-  the model uses the per-second averages, not per-step spikes.
-- **Continuous batching, steady state**: a sequence decodes for output_mean steps, so by Little's
-  law N = lambda x output_mean x tau; with tau = step(N, p) both branches of the roofline are
-  linear in tau and the fixed point is closed-form (:func:`steady_state`). Sequences never queue
-  for decode (admission is per step), so the number running is Poisson (an M/G/infinity system)
-  and its 99th percentile N99 ~ N + z sqrt(N) (normal approximation, z = 2.326).
-- **TPOT p99** = the step time at N99 sequences. **TTFT p99** = one step (a new prompt joins at
-  the next step boundary) + the step that carries a p99 prompt with the running decodes + the
-  p99 wait behind other prompts (prompts are served first-come, first-served: M/D/1 with service
-  input_mean prompt tokens of compute, the tail law of :mod:`ringmaster.engine.inference`).
-- **KV cache**: the HBM left after the weights and :data:`HBM_RESERVE_FRACTION` holds the cache;
-  a sequence needs input_mean + output_mean tokens of it at its end, which bounds the sequences
-  that run at once (:attr:`LlmServingPrediction.max_concurrent_sequences`).
-- **Sustainable rate**: the largest lambda whose N99 fits the cache, whose TPOT and TTFT p99 meet
-  their targets, and which stays within ``max_utilization`` of the saturation rate (the rate at
-  which the mean batch fills the KV cache); replicas = target / that, within min/max.
+- The step (weights, paged-attention KV reads, per-sequence costs, prefill chunks) is
+  :mod:`ringmaster.engine.llm_step`; the scheduler under Poisson arrivals (slots, token budget,
+  chunked prefill, the queue for a slot, TTFT and TPOT quantiles) is
+  :mod:`ringmaster.engine.llm_batching`. This module picks the engine's settings and sizes:
+- **max-num-seqs and max-num-batched-tokens** are chosen from
+  :data:`~ringmaster.engine.llm_batching.MAX_NUM_SEQS_CHOICES` (within what the KV cache holds
+  without preempting: a sequence at its p99 lengths) and
+  :data:`~ringmaster.engine.llm_batching.MAX_NUM_BATCHED_TOKENS_CHOICES`: the pair whose
+  sustainable rate is the highest (the smaller on a tie: a smaller batch has the lower TPOT, a
+  smaller budget cuts prompts into smaller chunks that stretch a decode step less).
+- **Offline maximum** (no latency target, MLPerf's offline scenario): the most requests/s a
+  replica completes with every slot busy, at the settings that give the most (up to the cache at
+  mean lengths, preempting as vLLM does); reported always, also when no latency target can be
+  met.
+- **Load curve**: TTFT and TPOT p50 / p90 / p99 at
+  :data:`~ringmaster.engine.llm_batching.CURVE_LOADS`
+  of the offline maximum (of the chosen max-num-seqs), and the rate at which each p99 target
+  starts to fail.
+- **Sustainable rate** = the smallest of the two SLO rates and ``max_utilization`` of the offline
+  maximum; replicas = target / that, within min/max. The HPA's per-pod target is that rate.
 
 Precisions: ``BF16``/``FP16`` (2-byte weights), ``FP8`` (1-byte weights, FP8 tensor cores: H100
 and later), ``INT4`` (weight-only W4A16, AWQ/GPTQ: 4-bit weights plus one FP16 scale per group of
 128, computed in 16-bit). The KV cache is 16-bit, or FP8 when ``kv_cache_precision`` says so.
-The constants are fitted on named published points and checked on the rest
-(:mod:`ringmaster.calibration.llm_serving`, ``ringmaster calibrate``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import numpy as np
-from numpy.typing import ArrayLike, NDArray
 
-from ringmaster.engine import collectives
-from ringmaster.engine.efficiency import NVLINK_EFFICIENCY, PCIE_EFFICIENCY
+from ringmaster.engine import llm_batching as batching
 from ringmaster.engine.hardware import DEFAULT_CATALOG, Accelerator, Catalog, UnknownHardwareError
-from ringmaster.engine.inference import tail_wait
+from ringmaster.engine.llm_batching import Lengths
+from ringmaster.engine.llm_step import (
+    HBM_RESERVE_FRACTION,
+    LLM_COMPUTE_EFFICIENCY,
+    LLM_FP8_COMPUTE_EFFICIENCY,
+    LLM_KV_READ_EFFICIENCY,
+    LLM_KV_SEQUENCE_TOKENS,
+    LLM_MEMORY_EFFICIENCY,
+    LLM_SEQUENCE_OVERHEAD_SECONDS,
+    LLM_STEP_OVERHEAD_SECONDS,
+    ServingTerms,
+    StepConstants,
+    kv_bytes_per_token_per_accelerator,
+    prefill_seconds,
+    serving_terms,
+    step_seconds,
+)
 from ringmaster.engine.transformer import Transformer
-from ringmaster.engine.units import GB, US
+from ringmaster.engine.units import GB
 
-F64 = NDArray[np.float64]
+__all__ = [
+    "HBM_RESERVE_FRACTION",
+    "LLM_COMPUTE_EFFICIENCY",
+    "LLM_FP8_COMPUTE_EFFICIENCY",
+    "LLM_KV_READ_EFFICIENCY",
+    "LLM_KV_SEQUENCE_TOKENS",
+    "LLM_MEMORY_EFFICIENCY",
+    "LLM_SEQUENCE_OVERHEAD_SECONDS",
+    "LLM_STEP_OVERHEAD_SECONDS",
+    "LlmServingInputs",
+    "LlmServingPrediction",
+    "LoadCurvePoint",
+    "ServingTerms",
+    "StepConstants",
+    "kv_bytes_per_token_per_accelerator",
+    "predict_llm_serving",
+    "prefill_seconds",
+    "serving_terms",
+    "step_seconds",
+]
 
-# --- constants ------------------------------------------------------------------------------------
-
-# Sustained fraction of the dense tensor peak in prefill and in compute-bound decode. Fitted on
-# one point, TensorRT-LLM's batch-1 time to first token of LLaMA-7B with a 2,048-token prompt on
-# A100 in FP16, 133 ms (trtllm-batch1-ttft-7b: the most compute-bound point published); checked
-# on the other TTFT points and the throughput table (calibration.llm_serving.report).
-LLM_COMPUTE_EFFICIENCY = 0.672
-# Achieved fraction of HBM bandwidth when a decode step streams the weights and KV cache, and the
-# fixed cost of one step (kernel launches, sampling, scheduling). Fitted together on two points:
-# gpt-fast's batch-1 decode of Llama-2-7B in BF16 on A100-80GB at TP1 (104.9 tokens/s) and TP2
-# (168.8); checked at TP4 and TP8.
-LLM_MEMORY_EFFICIENCY = 0.792
-LLM_STEP_OVERHEAD_SECONDS = 1.312e-3
-# HBM kept out of the weights and the KV cache (activations, CUDA context, NCCL buffers, the
-# allocator's fragmentation): vLLM's default gpu_memory_utilization is 0.9 (vllm/config.py,
-# CacheConfig), i.e. 10% reserved.
-HBM_RESERVE_FRACTION = 0.10
-# NCCL's tuning model for small messages, which tensor-parallel activations are (a few MB at
-# most): ring algorithm, LL protocol (nccl src/graph/tuning.cc: baseLat ring LL 6.6 us, hwLat
-# ring LL 0.6 us on NVLink, 1.0 us on PCIe).
-TP_ALLREDUCE_BASE_LATENCY = 6.6 * US
-TP_HOP_LATENCY = {"nvlink": 0.6 * US, "pcie": 1.0 * US, "ici": 0.6 * US}  # ICI: borrowed NVLink
-_LINK_EFFICIENCY = {"nvlink": NVLINK_EFFICIENCY, "pcie": PCIE_EFFICIENCY, "ici": NVLINK_EFFICIENCY}
-# Activations travel in 16-bit whatever the weights are (FP8 and W4A16 kernels emit BF16/FP16).
-ACTIVATION_BYTES = 2.0
+# Choices of (budget, batch) searched in full after the coarse look (the rest cannot win).
+_REFINE = 3
 # AWQ's and GPTQ's default group size: one FP16 scale per 128 weights (AWQ, Lin et al. 2024).
 INT4_GROUP_SIZE = 128
-# z of the 99th percentile of the standard normal (the Poisson concurrency's tail).
-_Z99 = 2.3263478740408408
-_BISECTION_STEPS = 20  # the rate to 1e-6 of its bracket: below any figure printed
-_GRID_POINTS, _GRID_ROUNDS = 63, 4  # one configuration: 64^-4 = 6e-8
 
 PRECISIONS = ("BF16", "FP16", "FP8", "INT4")
 KV_CACHE_PRECISIONS = ("BF16", "FP16", "FP8")
@@ -117,318 +103,6 @@ BINDS_UTILIZATION = 3
 BINDING_WORDS = ("TTFT target", "TPOT target", "KV cache capacity", "utilization headroom")
 
 
-def _f(x: ArrayLike) -> F64:
-    return np.asarray(x, dtype=np.float64)
-
-
-def _tensor_parallel_allreduce_seconds(
-    nbytes: ArrayLike, ranks: ArrayLike, accelerator: Accelerator
-) -> F64:
-    """One all-reduce of ``nbytes`` over the replica's ``ranks`` accelerators on their host link.
-    The only call into the collective model: switching it is a one-place change."""
-    link = accelerator.intra_link
-    bandwidth = accelerator.intra_bandwidth * _LINK_EFFICIENCY[link]
-    ring = collectives.ring_allreduce(
-        nbytes, ranks, bandwidth, TP_HOP_LATENCY[link], TP_ALLREDUCE_BASE_LATENCY
-    )
-    return ring.seconds
-
-
-# --- the vectorised core ------------------------------------------------------------------------
-
-
-class ServingTerms(NamedTuple):
-    """Per-replica costs, in seconds, that the steady state combines (arrays broadcast)."""
-
-    overhead: F64  # O: fixed cost of a step
-    allreduce_base: F64  # 2 L all-reduces of no bytes (latency)
-    allreduce_per_token: F64  # their bandwidth cost per token in the step
-    weights_read: F64  # reading the weights once (per accelerator, at achieved HBM)
-    kv_read_per_sequence: F64  # reading one sequence's mean context from the cache
-    decode_compute_per_token: F64  # one decode token's FLOPs at the mean context
-    prefill_compute_per_token: F64  # one prompt token's FLOPs (mean prompt, causal attention)
-    output_tokens: F64  # output_mean
-    input_tokens: F64  # input_mean
-    max_sequences: F64  # KV-cache capacity in sequences of input_mean + output_mean tokens
-
-
-def serving_terms(
-    model: Transformer,
-    accelerator: Accelerator,
-    tp: ArrayLike,
-    peak_flops: ArrayLike,
-    weight_bytes_per_parameter: ArrayLike,
-    kv_bytes_per_element: ArrayLike,
-    input_tokens: ArrayLike,
-    output_tokens: ArrayLike,
-    memory_bandwidth: ArrayLike | None = None,
-    memory_bytes: ArrayLike | None = None,
-    *,
-    compute_efficiency: float = LLM_COMPUTE_EFFICIENCY,
-    memory_efficiency: float = LLM_MEMORY_EFFICIENCY,
-    step_overhead: float = LLM_STEP_OVERHEAD_SECONDS,
-) -> ServingTerms:
-    """The costs of one replica of ``tp`` accelerators (every argument but the model may be an
-    array: one call evaluates a grid of configurations)."""
-    g = _f(tp)
-    n_in = _f(input_tokens)
-    n_out = _f(output_tokens)
-    hbm = _f(accelerator.memory_bandwidth if memory_bandwidth is None else memory_bandwidth)
-    capacity = _f(accelerator.memory_bytes if memory_bytes is None else memory_bytes)
-    rate = _f(peak_flops) * g * compute_efficiency
-    w = _f(weight_bytes_per_parameter)
-    achieved_hbm = hbm * memory_efficiency
-    context = n_in + 0.5 * n_out
-    kv_heads = np.ceil(model.kv_heads / g)  # a KV head is replicated, never split
-    kv_per_token = 2.0 * model.layers * kv_heads * model.head_dim * _f(kv_bytes_per_element)
-    two_l = 2.0 * model.layers
-    one_token = ACTIVATION_BYTES * model.hidden
-    base = two_l * _tensor_parallel_allreduce_seconds(0.0, g, accelerator)
-    per_token = two_l * _tensor_parallel_allreduce_seconds(one_token, g, accelerator) - base
-    layer_flops = 2.0 * model.layers * model.parameters_per_layer
-    attention = model.attention_flops_per_token(1.0)  # linear in the context
-    free = capacity * (1.0 - HBM_RESERVE_FRACTION) - model.parameters * w / g
-    return ServingTerms(
-        overhead=np.full_like(g, step_overhead),
-        allreduce_base=base,
-        allreduce_per_token=per_token,
-        weights_read=model.matmul_parameters * w / g / achieved_hbm,
-        kv_read_per_sequence=context * kv_per_token / achieved_hbm,
-        decode_compute_per_token=(2.0 * model.matmul_parameters + attention * context) / rate,
-        prefill_compute_per_token=(
-            layer_flops
-            + 2.0 * model.vocab * model.hidden / np.maximum(n_in, 1.0)
-            + attention * 0.5 * n_in
-        )
-        / rate,
-        output_tokens=n_out,
-        input_tokens=n_in,
-        max_sequences=np.floor(np.maximum(free, 0.0) / (kv_per_token * (n_in + n_out))),
-    )
-
-
-def kv_bytes_per_token_per_accelerator(model: Transformer, tp: int, kv_bytes: float) -> float:
-    """2 x layers x ceil(kv_heads / tp) x head_dim x bytes: one token's cache on one accelerator."""
-    return 2.0 * model.layers * math.ceil(model.kv_heads / tp) * model.head_dim * kv_bytes
-
-
-def step_seconds(terms: ServingTerms, sequences: ArrayLike, prompt_tokens: ArrayLike) -> F64:
-    """One step that decodes ``sequences`` and prefills ``prompt_tokens`` alongside."""
-    n = _f(sequences)
-    p = _f(prompt_tokens)
-    compute = n * terms.decode_compute_per_token + p * terms.prefill_compute_per_token
-    memory = terms.weights_read + n * terms.kv_read_per_sequence
-    return (
-        terms.overhead
-        + terms.allreduce_base
-        + (n + p) * terms.allreduce_per_token
-        + np.maximum(compute, memory)
-    )
-
-
-def prefill_seconds(terms: ServingTerms, prompt_tokens: ArrayLike) -> F64:
-    """A step carrying one prompt and nothing else: its TTFT on an idle replica."""
-    return step_seconds(terms, 0.0, prompt_tokens)
-
-
-def largest_batch_within(terms: ServingTerms, step_target: float) -> int:
-    """The most sequences one decode step serves within ``step_target``, at most the cache's
-    bound and at least 1. The step is linear in the batch on each roofline branch and must meet
-    the target on both: closed form."""
-    fixed = float(terms.overhead + terms.allreduce_base)
-    ar = float(terms.allreduce_per_token)
-    compute = (step_target - fixed) / (ar + float(terms.decode_compute_per_token))
-    memory = (step_target - fixed - float(terms.weights_read)) / (
-        ar + float(terms.kv_read_per_sequence)
-    )
-    largest = math.floor(min(compute, memory, float(terms.max_sequences)) + 1e-9)
-    return max(1, largest)
-
-
-class SteadyState(NamedTuple):
-    step_seconds: F64  # tau, mean step time = mean TPOT
-    sequences: F64  # N, mean running sequences
-    sequences_p99: F64
-    tpot_p99: F64
-    ttft_p99: F64
-    compute_bound: NDArray[np.bool_]  # the mean step is bound by compute (else HBM)
-
-
-def _mean_step(terms: ServingTerms, lam: F64) -> tuple[F64, F64, F64]:
-    """tau (infinite where the replica cannot keep up) and its two roofline branches."""
-    fixed = terms.overhead + terms.allreduce_base
-    ar = lam * (terms.output_tokens + terms.input_tokens) * terms.allreduce_per_token
-    slope_c = ar + lam * (
-        terms.output_tokens * terms.decode_compute_per_token
-        + terms.input_tokens * terms.prefill_compute_per_token
-    )
-    slope_m = ar + lam * terms.output_tokens * terms.kv_read_per_sequence
-    with np.errstate(divide="ignore", invalid="ignore"):
-        tau_c = np.where(slope_c < 1.0, fixed / (1.0 - slope_c), np.inf)
-        tau_m = np.where(slope_m < 1.0, (fixed + terms.weights_read) / (1.0 - slope_m), np.inf)
-    return np.maximum(tau_c, tau_m), tau_c, tau_m
-
-
-def _tpot_p99(terms: ServingTerms, lam: F64, tau: F64) -> F64:
-    n = lam * terms.output_tokens * tau
-    return step_seconds(terms, n + _Z99 * np.sqrt(n), lam * terms.input_tokens * tau)
-
-
-def _ttft_p99(terms: ServingTerms, lam: F64, tau: F64, input_p99: ArrayLike) -> F64:
-    """One step (a prompt joins at the next step boundary) + the step that carries a p99 prompt
-    with the running decodes + the p99 wait behind other prompts (M/D/1)."""
-    carrying = step_seconds(terms, lam * terms.output_tokens * tau, input_p99)
-    service = terms.input_tokens * terms.prefill_compute_per_token
-    return tau + carrying + tail_wait(service, lam * service)
-
-
-def steady_state(terms: ServingTerms, rate: ArrayLike, input_p99: ArrayLike) -> SteadyState:
-    """The replica at ``rate`` requests/s (see the module's docstring); infinite where it cannot
-    keep up."""
-    lam = _f(rate)
-    tau, tau_c, tau_m = _mean_step(terms, lam)
-    finite = np.isfinite(tau)
-    with np.errstate(invalid="ignore"):
-        n = lam * terms.output_tokens * tau
-        tpot = _tpot_p99(terms, lam, tau)
-        ttft = _ttft_p99(terms, lam, tau, input_p99)
-    return SteadyState(
-        step_seconds=tau,
-        sequences=np.where(finite, n, np.inf),
-        sequences_p99=np.where(finite, n + _Z99 * np.sqrt(n), np.inf),
-        tpot_p99=np.where(finite, tpot, np.inf),
-        ttft_p99=np.where(finite, ttft, np.inf),
-        compute_bound=tau_c >= tau_m,
-    )
-
-
-def rate_at_sequences(terms: ServingTerms, sequences: ArrayLike) -> F64:
-    """The rate at which the mean batch is ``sequences``: closed form from N = lambda x out x
-    tau on each roofline branch (tau grows with the rate, so the smaller branch rate binds)."""
-    fixed = terms.overhead + terms.allreduce_base
-    n = _f(sequences)
-    out = terms.output_tokens
-    ratio = terms.input_tokens / out  # prompt tokens per decode token
-    per_seq_c = (
-        terms.decode_compute_per_token
-        + ratio * terms.prefill_compute_per_token
-        + (1.0 + ratio) * terms.allreduce_per_token
-    )
-    per_seq_m = terms.kv_read_per_sequence + (1.0 + ratio) * terms.allreduce_per_token
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rate_c = n / (out * (fixed + n * per_seq_c))
-        rate_m = n / (out * (fixed + terms.weights_read + n * per_seq_m))
-    return np.where(n > 0.0, np.minimum(rate_c, rate_m), 0.0)
-
-
-def saturation_rate(terms: ServingTerms) -> F64:
-    """The rate at which the mean batch fills the KV cache: the most a replica can carry."""
-    return rate_at_sequences(terms, np.where(terms.max_sequences >= 1.0, terms.max_sequences, 0.0))
-
-
-def _p99_fits(terms: ServingTerms) -> F64:
-    """The rate whose p99 concurrency N + z sqrt(N) just fits the cache: sqrt(N) is the positive
-    root of x^2 + z x - max_sequences."""
-    root = 0.5 * (-_Z99 + np.sqrt(_Z99 * _Z99 + 4.0 * np.maximum(terms.max_sequences, 0.0)))
-    return rate_at_sequences(terms, np.where(terms.max_sequences >= 1.0, root * root, 0.0))
-
-
-class SustainableRate(NamedTuple):
-    rate: F64  # requests/s per replica
-    binding: NDArray[np.int64]  # BINDS_*
-    saturation: F64
-
-
-def sustainable_rate(
-    terms: ServingTerms,
-    input_p99: ArrayLike,
-    ttft_target: ArrayLike,
-    tpot_target: ArrayLike,
-    max_utilization: ArrayLike,
-) -> SustainableRate:
-    """The largest rate meeting the TTFT and TPOT p99 targets, with N99 within the KV cache and
-    at most ``max_utilization`` of the saturation rate. The last two are closed-form; the
-    targets tighten as the rate grows, so a vectorised bracket search finds each limit; the
-    smallest limit binds."""
-    saturation = saturation_rate(terms)
-    fits = _p99_fits(terms)
-    cap = _f(max_utilization) * saturation
-    ttft = _f(ttft_target)
-    tpot = _f(tpot_target)
-    prompt_p99 = _f(input_p99)
-    shape = np.broadcast_shapes(cap.shape, ttft.shape, tpot.shape, prompt_p99.shape)
-    top = np.broadcast_to(np.minimum(fits, cap), shape)
-
-    # The steady state's coefficients, once (the search evaluates them many times). Below the
-    # saturation rate both roofline branches have slope < 1, so tau is finite: no guards.
-    t = terms
-    fixed = t.overhead + t.allreduce_base
-    ar = t.allreduce_per_token
-    tokens = t.output_tokens + t.input_tokens
-    slope_c = (
-        tokens * ar
-        + t.output_tokens * t.decode_compute_per_token
-        + (t.input_tokens * t.prefill_compute_per_token)
-    )
-    slope_m = tokens * ar + t.output_tokens * t.kv_read_per_sequence
-    with_weights = fixed + t.weights_read
-    service = t.input_tokens * t.prefill_compute_per_token
-
-    def step(n: F64, p: F64) -> F64:
-        compute = n * t.decode_compute_per_token + p * t.prefill_compute_per_token
-        return (
-            fixed + (n + p) * ar + np.maximum(compute, t.weights_read + n * t.kv_read_per_sequence)
-        )
-
-    def tau_of(lam: F64) -> F64:
-        return np.maximum(fixed / (1.0 - lam * slope_c), with_weights / (1.0 - lam * slope_m))
-
-    def ttft_ok(lam: F64) -> NDArray[np.bool_]:
-        tau = tau_of(lam)
-        carrying = step(lam * t.output_tokens * tau, prompt_p99)
-        return tau + carrying + tail_wait(service, lam * service) <= ttft
-
-    def tpot_ok(lam: F64) -> NDArray[np.bool_]:
-        tau = tau_of(lam)
-        n = lam * t.output_tokens * tau
-        return step(n + _Z99 * np.sqrt(n), lam * t.input_tokens * tau) <= tpot
-
-    limits = [_largest_ok(ttft_ok, top), _largest_ok(tpot_ok, top)]
-    stacked = np.stack([*limits, np.broadcast_to(fits, shape), np.broadcast_to(cap, shape)])
-    binding = np.argmin(stacked, axis=0)
-    return SustainableRate(np.min(stacked, axis=0), binding.astype(np.int64), saturation)
-
-
-def _largest_ok(ok: Callable[[F64], NDArray[np.bool_]], top: F64) -> F64:
-    """The largest rate in [0, top] where ``ok`` holds (it holds at 0 or nowhere, and fails
-    from some rate on); infinite where it holds at ``top`` (this constraint does not bind).
-    One configuration: a few rounds of many points; a grid: a bisection of all at once."""
-    whole = ok(top)
-    lo = np.zeros_like(top)
-    hi = np.array(top, dtype=np.float64)
-    if top.shape == ():
-        fractions = np.arange(1.0, _GRID_POINTS + 1.0) / (_GRID_POINTS + 1.0)
-        low, high = 0.0, float(hi)
-        for _ in range(_GRID_ROUNDS):
-            rates = low + (high - low) * fractions
-            count = int(np.count_nonzero(ok(rates)))  # monotone: a good prefix
-            low, high = (
-                float(rates[count - 1]) if count else low,
-                float(rates[count]) if count < _GRID_POINTS else high,
-            )
-        lo = np.asarray(low)
-    else:
-        for _ in range(_BISECTION_STEPS):
-            mid = 0.5 * (lo + hi)
-            good = ok(mid)
-            lo = np.where(good, mid, lo)
-            hi = np.where(good, hi, mid)
-    return np.where(whole, np.inf, lo)
-
-
-# --- the scalar path ----------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class LlmServingInputs:
     model: Transformer
@@ -450,6 +124,23 @@ class LlmServingInputs:
     max_replicas: int | None = None
     machine_type: str | None = None
     model_name: str | None = None
+    max_num_seqs: int | None = None  # default: chosen (see the module's docstring)
+    max_num_batched_tokens: int | None = None  # default: chosen
+
+
+@dataclass(frozen=True)
+class LoadCurvePoint:
+    """The replica at one arrival rate: TTFT and TPOT quantiles, in seconds."""
+
+    load: float  # of the offline maximum
+    requests_per_second: float
+    output_tokens_per_second: float
+    ttft_p50_seconds: float
+    ttft_p90_seconds: float
+    ttft_p99_seconds: float
+    tpot_p50_seconds: float
+    tpot_p90_seconds: float
+    tpot_p99_seconds: float
 
 
 @dataclass(frozen=True)
@@ -460,11 +151,11 @@ class LlmServingPrediction:
     reason: str | None
     requests_per_second_per_replica: float  # sustainable at the SLO
     output_tokens_per_second_per_replica: float
-    saturation_requests_per_second: float  # with no latency target
+    saturation_requests_per_second: float  # the offline maximum at the chosen max-num-seqs
     ttft_p99_seconds: float | None  # at target / replicas
     tpot_p99_seconds: float | None
     max_concurrent_sequences: int  # the KV cache's bound
-    max_num_seqs: int  # the batch the sizing assumes: the largest that meets the TPOT target
+    max_num_seqs: int  # the batch the sizing assumes
     max_model_len: int  # the longest sequence served (architecture, bounded by the cache)
     kv_cache_bytes_per_token: float  # the whole replica's, at the KV precision
     weights_bytes_per_accelerator: float
@@ -476,6 +167,24 @@ class LlmServingPrediction:
     precision: str
     kv_cache_precision: str
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # The offline maximum per replica (no latency target): always set when the model fits.
+    offline_requests_per_second: float = 0.0
+    offline_output_tokens_per_second: float = 0.0
+    offline_max_num_seqs: int = 0
+    max_num_batched_tokens: int = batching.DEFAULT_MAX_NUM_BATCHED_TOKENS
+    # The rates at which each p99 target starts to fail (None: it holds up to the offline max).
+    ttft_slo_rate: float | None = None
+    tpot_slo_rate: float | None = None
+    load_curve: tuple[LoadCurvePoint, ...] = ()
+    # What fits in maxReplicas (or spec.replicas): their sustainable output.
+    max_replicas: int | None = None
+    price_per_replica_hour_usd: float = 0.0
+
+    @property
+    def max_replicas_output_tokens_per_second(self) -> float | None:
+        if self.max_replicas is None:
+            return None
+        return self.max_replicas * self.output_tokens_per_second_per_replica
 
 
 def _ms(seconds: float) -> str:
@@ -540,10 +249,128 @@ def _does_not_fit(
     return text
 
 
+class _Replica:
+    """One replica's evaluation at every (max-num-batched-tokens, max-num-seqs) choice, and the
+    chosen one (the highest sustainable rate; the smaller batch and budget on a tie)."""
+
+    def __init__(
+        self,
+        terms: ServingTerms,
+        inputs: LlmServingInputs,
+        in_lengths: Lengths,
+        out_lengths: Lengths,
+        cache_tokens: float,
+    ) -> None:
+        if inputs.max_num_batched_tokens is not None:
+            budgets = [float(inputs.max_num_batched_tokens)]
+        else:
+            budgets = [float(b) for b in batching.MAX_NUM_BATCHED_TOKENS_CHOICES]
+        # Sized for SLOs within the cache at p99 lengths (no preemption); the offline maximum
+        # may fill it at mean lengths, preempting as vLLM does.
+        safe = max(1.0, cache_tokens / (in_lengths.p99 + out_lengths.p99))
+        full = max(1.0, cache_tokens / float(batching.live_tokens(terms, out_lengths.cv)))
+        if inputs.max_num_seqs is not None:
+            seqs = [float(inputs.max_num_seqs)]
+        else:
+            seqs = sorted(
+                {
+                    *(float(c) for c in batching.MAX_NUM_SEQS_CHOICES if c < full),
+                    float(math.floor(safe)),
+                    float(math.floor(full)),
+                }
+            )
+        grid_b, grid_s = np.meshgrid(np.array(budgets), np.array(seqs), indexing="ij")
+        grid_s = np.minimum(grid_s, np.floor(grid_b / 2.0))  # decodes leave room for prompts
+        self.budgets, self.seqs = grid_b.ravel(), grid_s.ravel()
+        t = ServingTerms(*(np.asarray(x)[..., None] for x in terms))
+        self.terms = terms
+        self.cap = batching.capacity(
+            t, self.seqs, self.budgets, out_lengths.cv, input_lengths=in_lengths
+        )
+        offline = np.asarray(self.cap.rate, dtype=np.float64)
+        headroom = inputs.max_utilization * offline
+        within = self.seqs <= max(math.floor(safe), 1) if inputs.max_num_seqs is None else True
+        within = np.broadcast_to(within, self.seqs.shape)
+        targets = (inputs.ttft_p99_seconds, inputs.tpot_p99_seconds)
+        # A coarse look at every choice, then the full search on the few that can still win.
+        coarse = batching.largest_rates_within(
+            t, self.cap, in_lengths, out_lengths, *targets, self.budgets, grid=8, rounds=1
+        )
+        low = np.minimum(np.minimum(coarse.ttft, coarse.tpot), headroom)
+        high = np.minimum(np.minimum(coarse.ttft_above, coarse.tpot_above), headroom)
+        low, high = np.where(within, low, 0.0), np.where(within, high, 0.0)
+        keep = np.flatnonzero(high >= max(float(np.max(low)), 1e-300) * (1.0 - 1e-12))
+        keep = keep[np.argsort(-high[keep])][:_REFINE]
+        if keep.size == 0:
+            keep = np.array([int(np.argmax(np.where(within, offline, -1.0)))])
+        sub_terms = ServingTerms(*(np.broadcast_to(x, self.seqs.shape)[keep] for x in t))
+        sub_cap = batching.Capacity._make(
+            np.broadcast_to(x, self.seqs.shape)[keep] for x in self.cap
+        )
+        fine = batching.largest_rates_within(
+            sub_terms, sub_cap, in_lengths, out_lengths, *targets, self.budgets[keep], grid=16
+        )
+        shape = self.seqs.shape
+        ttft = np.where(coarse.ttft_meets_all, np.inf, coarse.ttft)
+        tpot = np.where(coarse.tpot_meets_all, np.inf, coarse.tpot)
+        ttft[keep] = np.where(fine.ttft_meets_all, np.inf, fine.ttft)
+        tpot[keep] = np.where(fine.tpot_meets_all, np.inf, fine.tpot)
+        self.ttft_rate = np.broadcast_to(ttft, shape)
+        self.tpot_rate = np.broadcast_to(tpot, shape)
+        limits = np.stack([self.ttft_rate, self.tpot_rate, headroom])
+        sustainable = np.where(within, np.min(limits, axis=0), 0.0)
+        self.sustainable = sustainable
+        best = float(np.max(sustainable))
+        order = np.lexsort((self.budgets, self.seqs))  # smaller batch, then smaller budget
+        if best > 0:
+            good = order[sustainable[order] >= best * 0.999]
+            pick = int(good[0])
+        else:
+            pick = int(np.argmax(np.where(within, offline, -1.0)))
+        self.pick = pick
+        self.best_offline = int(np.argmax(offline))
+        self.limit_index = int(np.argmin(limits[:, pick]))
+        self.in_lengths, self.out_lengths = in_lengths, out_lengths
+
+    def at(self, index: int) -> tuple[ServingTerms, batching.Capacity]:
+        shape = self.seqs.shape
+        cap = batching.Capacity._make(np.broadcast_to(x, shape)[index] for x in self.cap)
+        return self.terms, cap
+
+    def points(self, rates: np.ndarray) -> batching.LoadPoint:
+        terms, cap = self.at(self.pick)
+        return batching.load_points(
+            terms, cap, rates, self.in_lengths, self.out_lengths, self.budgets[self.pick]
+        )
+
+
+def _curve(replica: _Replica, out_mean: float) -> tuple[LoadCurvePoint, ...]:
+    offline = float(np.asarray(replica.cap.rate)[replica.pick])
+    if offline <= 0.0:
+        return ()
+    loads = np.array(batching.CURVE_LOADS)
+    at = replica.points(loads * offline)
+    return tuple(
+        LoadCurvePoint(
+            load=float(load),
+            requests_per_second=float(load * offline),
+            output_tokens_per_second=float(load * offline * out_mean),
+            ttft_p50_seconds=float(at.ttft[0.5][i]),
+            ttft_p90_seconds=float(at.ttft[0.9][i]),
+            ttft_p99_seconds=float(at.ttft[0.99][i]),
+            tpot_p50_seconds=float(at.tpot[0.5][i]),
+            tpot_p90_seconds=float(at.tpot[0.9][i]),
+            tpot_p99_seconds=float(at.tpot[0.99][i]),
+        )
+        for i, load in enumerate(loads)
+    )
+
+
 def predict_llm_serving(
     inputs: LlmServingInputs, catalog: Catalog = DEFAULT_CATALOG
 ) -> LlmServingPrediction:
-    """Replicas, throughput, TTFT / TPOT p99 and the KV-cache figures for one LLM endpoint."""
+    """Replicas, throughput (sustainable and offline), the load curve, TTFT / TPOT p99 and the
+    KV-cache figures for one LLM endpoint."""
     precision = inputs.precision.upper()
     if precision not in PRECISIONS:
         raise ValueError(
@@ -564,6 +391,7 @@ def predict_llm_serving(
     in_mean, out_mean = inputs.input_tokens_mean, inputs.output_tokens_mean
     in_p99 = inputs.input_tokens_p99 or in_mean
     out_p99 = inputs.output_tokens_p99 or out_mean
+    in_lengths, out_lengths = Lengths(in_mean, in_p99), Lengths(out_mean, out_p99)
     longest = in_p99 + out_p99
     notes: list[str] = []
     reason: str | None = None
@@ -580,14 +408,24 @@ def predict_llm_serving(
             f"tensor parallelism {tp} must divide the {model.heads} attention heads "
             f"(perReplica {tp})"
         )
-    peak = acc.peak(compute) if reason is None or compute != "fp8" else acc.peak("bf16")
+    usable = reason is None or compute != "fp8"
+    peak = acc.peak(compute) if usable else acc.peak("bf16")
     weights_per_acc = model.parameters * w / tp
     kv_total = model.kv_cache_bytes_per_token(kv)
-    terms = serving_terms(model, acc, tp, peak, w, kv, in_mean, out_mean)
-    kv_acc = kv_bytes_per_token_per_accelerator(model, tp, kv)
-    free = acc.memory_bytes * (1.0 - HBM_RESERVE_FRACTION) - weights_per_acc
-    cache_tokens = max(0, math.floor(free / kv_acc))
+    terms = serving_terms(
+        model,
+        acc,
+        tp,
+        peak,
+        w,
+        kv,
+        in_mean,
+        out_mean,
+        compute_precision=compute if usable else "bf16",
+    )
+    cache_tokens = int(terms.kv_cache_tokens)
     max_model_len = min(model.sequence_length, cache_tokens)
+    max_sequences = int(cache_tokens // max(1.0, in_mean + out_mean))
     if reason is None and max_model_len < longest:
         reason = _does_not_fit(inputs, acc, catalog, longest, kv)
     if reason is None and longest > model.sequence_length:
@@ -596,34 +434,81 @@ def predict_llm_serving(
             f"architecture's sequenceLength {model.sequence_length:,}"
         )
     ttft_t, tpot_t = inputs.ttft_p99_seconds, inputs.tpot_p99_seconds
-    limit = sustainable_rate(terms, in_p99, ttft_t, tpot_t, inputs.max_utilization)
-    rate = float(limit.rate) if reason is None else 0.0
-    saturation = float(limit.saturation)
-    binding = int(limit.binding)
-    if reason is None and rate <= 0.0:
-        idle = steady_state(terms, 0.0, in_p99)
-        if float(idle.ttft_p99) > ttft_t:
-            reason = (
-                f"TTFT p99 target {_ms(ttft_t)} is below the {_ms(float(idle.ttft_p99))} a "
-                f"{in_p99:,.0f}-token prompt takes on an idle replica ({tp} x {acc.name}, "
-                f"{precision})"
-            )
-        elif float(idle.tpot_p99) > tpot_t:
-            reason = (
-                f"TPOT p99 target {_ms(tpot_t)} is below the {_ms(float(idle.tpot_p99))} one "
-                f"decode step takes at batch 1 ({tp} x {acc.name}, {precision})"
-            )
-        else:
-            reason = f"no rate meets the targets on {tp} x {acc.name} at {precision}"
-    # The batch the sizing assumes: the largest whose step meets the TPOT target, within the cache.
-    max_num_seqs = largest_batch_within(terms, tpot_t)
-
     if inputs.target_output_tokens_per_second is not None:
         target = inputs.target_output_tokens_per_second / out_mean
         target_words = f"{inputs.target_output_tokens_per_second:,.0f} output tokens/s"
     else:
         target = float(inputs.target_requests_per_second or 0.0)
         target_words = f"{target:,.4g} req/s"
+    bound_replicas = inputs.replicas if inputs.replicas is not None else inputs.max_replicas
+    common = dict(
+        max_concurrent_sequences=max_sequences,
+        max_model_len=max_model_len,
+        kv_cache_bytes_per_token=kv_total,
+        weights_bytes_per_accelerator=weights_per_acc,
+        tensor_parallel=tp,
+        machine_type=host.machine.name,
+        precision=precision,
+        kv_cache_precision=kv_precision,
+        max_replicas=bound_replicas,
+        price_per_replica_hour_usd=host.price_per_hour,
+    )
+    if reason is not None:  # nothing runs: no throughput to speak of
+        replicas = inputs.replicas if inputs.replicas is not None else inputs.min_replicas
+        return LlmServingPrediction(
+            replicas=replicas,
+            replicas_needed=None,
+            feasible=False,
+            reason=reason,
+            requests_per_second_per_replica=0.0,
+            output_tokens_per_second_per_replica=0.0,
+            saturation_requests_per_second=0.0,
+            ttft_p99_seconds=None,
+            tpot_p99_seconds=None,
+            max_num_seqs=0,
+            binding="",
+            bottleneck="infeasible",
+            cost_per_hour_usd=max(replicas, 0) * host.price_per_hour,
+            notes=tuple(notes),
+            max_num_batched_tokens=inputs.max_num_batched_tokens or 0,
+            **common,  # type: ignore[arg-type]
+        )
+
+    replica = _Replica(terms, inputs, in_lengths, out_lengths, float(cache_tokens))
+    pick = replica.pick
+    offline = np.asarray(replica.cap.rate, dtype=np.float64)
+    saturation = float(offline[pick])
+    best_offline = float(offline[replica.best_offline])
+    rate = float(replica.sustainable[pick])
+    max_num_seqs = int(replica.seqs[pick])
+    budget = int(replica.budgets[pick])
+    ttft_rate = float(replica.ttft_rate[pick])
+    tpot_rate = float(replica.tpot_rate[pick])
+    ttft_all = not math.isfinite(ttft_rate)
+    tpot_all = not math.isfinite(tpot_rate)
+    capacity_binds = int(np.asarray(replica.cap.binds)[pick])
+    curve = _curve(replica, out_mean)
+    if rate <= 0.0:
+        idle = replica.points(np.array([saturation * 1e-3]))
+        idle_ttft, idle_tpot = float(idle.ttft[0.99][0]), float(idle.tpot[0.99][0])
+        where = f"({tp} x {acc.name}, {precision})"
+        if idle_ttft > ttft_t:
+            reason = (
+                f"TTFT p99 target {_ms(ttft_t)} is below the {_ms(idle_ttft)} a "
+                f"{in_p99:,.0f}-token prompt takes on an idle replica {where}"
+            )
+        elif idle_tpot > tpot_t:
+            reason = (
+                f"TPOT p99 target {_ms(tpot_t)} is below the {_ms(idle_tpot)} a decode step "
+                f"takes on an idle replica {where}"
+            )
+        else:
+            reason = f"no rate meets the targets on {tp} x {acc.name} at {precision}"
+        reason += (
+            f"; offline it serves {best_offline * out_mean:,.0f} output tokens/s "
+            f"({best_offline:,.3g} req/s) per replica with no latency target"
+        )
+
     needed: int | None = None if rate <= 0.0 else max(1, math.ceil(target / rate - 1e-9))
     if inputs.replicas is not None:
         replicas = inputs.replicas
@@ -636,31 +521,40 @@ def predict_llm_serving(
         reason = (
             f"{bound} {replicas} x {rate * out_mean:,.0f} output tokens/s = "
             f"{replicas * rate * out_mean:,.0f} output tokens/s within TTFT p99 {_ms(ttft_t)} "
-            f"and TPOT p99 {_ms(tpot_t)}, below the target {target_words} ({needed} needed)"
+            f"and TPOT p99 {_ms(tpot_t)}, below the target {target_words} ({needed} needed; "
+            f"offline maximum {best_offline * out_mean:,.0f} output tokens/s per replica)"
         )
     ttft: float | None = None
     tpot: float | None = None
-    if (replicas > 0 and reason is None) or (replicas > 0 and rate > 0.0):
-        at = steady_state(terms, target / replicas, in_p99)
-        if math.isfinite(float(at.ttft_p99)):
-            ttft, tpot = float(at.ttft_p99), float(at.tpot_p99)
+    if replicas > 0 and rate > 0.0:
+        at = replica.points(np.array([target / replicas]))
+        if math.isfinite(float(at.ttft[0.99][0])):
+            ttft, tpot = float(at.ttft[0.99][0]), float(at.tpot[0.99][0])
     if replicas <= 0:
         reason = reason or f"replicas is 0: nothing serves the target {target_words}"
-    compute_bound = bool(steady_state(terms, max(rate, 1e-9), in_p99).compute_bound)
-    if reason is not None:
+    binding = replica.limit_index  # 0 TTFT, 1 TPOT, 2 utilization
+    if binding == 2 and capacity_binds == batching.CAPACITY_KV_CACHE:
+        binding = BINDS_KV_CACHE
+    elif binding == 2:
+        binding = BINDS_UTILIZATION
+    step = float(np.asarray(replica.cap.step)[pick])
+    running = float(np.asarray(replica.cap.slots)[pick])
+    gemm_compute = running * float(terms.gemm_per_token)
+    resource = (
+        f"compute, {compute.upper()} {peak * tp / 1e12:g} TFLOPS"
+        if gemm_compute > float(terms.weights_read)
+        else f"HBM bandwidth in decode, {acc.memory_bandwidth * tp / GB:g} GB/s"
+    )
+    del step
+    if rate <= 0.0:
         bottleneck = "infeasible"
         binding_words = ""
     else:
         binding_words = BINDING_WORDS[binding]
-        resource = (
-            f"compute, {compute.upper()} {peak * tp / 1e12:g} TFLOPS"
-            if compute_bound
-            else f"HBM bandwidth in decode, {acc.memory_bandwidth * tp / GB:g} GB/s"
-        )
         bottleneck = {
             BINDS_TTFT: f"TTFT target (compute in prefill, {compute.upper()})",
             BINDS_TPOT: f"TPOT target ({resource})",
-            BINDS_KV_CACHE: f"KV cache capacity ({int(terms.max_sequences):,} sequences)",
+            BINDS_KV_CACHE: f"KV cache capacity ({max_num_seqs:,} sequences)",
             BINDS_UTILIZATION: f"utilization headroom ({resource})",
         }[binding]
     return LlmServingPrediction(
@@ -670,20 +564,20 @@ def predict_llm_serving(
         reason=reason,
         requests_per_second_per_replica=rate,
         output_tokens_per_second_per_replica=rate * out_mean,
-        saturation_requests_per_second=saturation if reason is None else 0.0,
+        saturation_requests_per_second=saturation,
         ttft_p99_seconds=ttft,
         tpot_p99_seconds=tpot,
-        max_concurrent_sequences=int(terms.max_sequences),
         max_num_seqs=max_num_seqs,
-        max_model_len=max_model_len,
-        kv_cache_bytes_per_token=kv_total,
-        weights_bytes_per_accelerator=weights_per_acc,
-        tensor_parallel=tp,
         binding=binding_words,
         bottleneck=bottleneck,
         cost_per_hour_usd=max(replicas, 0) * host.price_per_hour,
-        machine_type=host.machine.name,
-        precision=precision,
-        kv_cache_precision=kv_precision,
         notes=tuple(notes),
+        offline_requests_per_second=best_offline,
+        offline_output_tokens_per_second=best_offline * out_mean,
+        offline_max_num_seqs=int(replica.seqs[replica.best_offline]),
+        ttft_slo_rate=None if ttft_all else ttft_rate,
+        tpot_slo_rate=None if tpot_all else tpot_rate,
+        load_curve=curve,
+        max_num_batched_tokens=budget,
+        **common,  # type: ignore[arg-type]
     )

@@ -32,11 +32,13 @@ REQUESTS_PER_SECOND_METRIC = "requests_per_second"
 # generation-token counters, as a rate).
 OUTPUT_TOKENS_PER_SECOND_METRIC = "output_tokens_per_second"
 # An LLM endpoint's model-server settings, as the sizing assumed them: vLLM's
-# --tensor-parallel-size, --max-num-seqs and --max-model-len (TensorRT-LLM: tp_size,
-# max_batch_size, max_seq_len). Pass them through in the container's command (README).
+# --tensor-parallel-size, --max-num-seqs, --max-model-len and --max-num-batched-tokens
+# (TensorRT-LLM: tp_size, max_batch_size, max_seq_len, max_num_tokens). Pass them through in
+# the container's command (README).
 TENSOR_PARALLEL_ENV = "RINGMASTER_TENSOR_PARALLEL"
 MAX_NUM_SEQS_ENV = "RINGMASTER_MAX_NUM_SEQS"
 MAX_MODEL_LEN_ENV = "RINGMASTER_MAX_MODEL_LEN"
+MAX_NUM_BATCHED_TOKENS_ENV = "RINGMASTER_MAX_NUM_BATCHED_TOKENS"
 # An HPA needs at least one replica (below that it stops scaling: HPAScaleToZero is alpha).
 HPA_MIN_REPLICAS_FLOOR = 1
 
@@ -82,6 +84,11 @@ def serving_env(plan: Mapping[str, Any]) -> dict[str, str]:
         TENSOR_PARALLEL_ENV: str(plan["tensorParallel"]),
         MAX_NUM_SEQS_ENV: str(plan["maxNumSeqs"]),
         MAX_MODEL_LEN_ENV: str(plan["maxModelLen"]),
+        **(
+            {MAX_NUM_BATCHED_TOKENS_ENV: str(plan["maxNumBatchedTokens"])}
+            if plan.get("maxNumBatchedTokens")
+            else {}
+        ),
     }
 
 
@@ -222,6 +229,16 @@ def server_service(endpoint: str, namespace: str, spec: InferenceEndpointSpec) -
     }
 
 
+def per_replica_rate_quantity(rate: float) -> str | None:
+    """The HPA's per-pod target as a Kubernetes quantity: whole units from 100 up (within 1%),
+    thousandths below (an LLM replica sustains a few requests/s: 2.93 must not become 2); None
+    when there is no rate to target."""
+    if rate >= 100.0:
+        return str(int(rate))
+    milli = int(rate * 1000.0)
+    return f"{milli}m" if milli > 0 else None
+
+
 def autoscaler(
     endpoint: str,
     namespace: str,
@@ -239,14 +256,14 @@ def autoscaler(
     larger recommendation.
     """
     metrics: list[dict[str, Any]] = []
-    rate = int(per_replica_rate or 0)
-    if rate > 0:
+    rate = per_replica_rate_quantity(per_replica_rate or 0.0)
+    if rate is not None:
         metrics.append(
             {
                 "type": "Pods",
                 "pods": {
                     "metric": {"name": metric},
-                    "target": {"type": "AverageValue", "averageValue": str(rate)},
+                    "target": {"type": "AverageValue", "averageValue": rate},
                 },
             }
         )

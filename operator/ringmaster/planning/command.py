@@ -338,6 +338,55 @@ def _plot_inference(path: str, name: str, field: str, points: list[Any]) -> None
     _save(fig, plt, path)
 
 
+def _plot_load_curve(path: str, plan: LlmInferenceReport) -> None:
+    """TTFT and TPOT (p50, p99) against the arrival rate per replica, each with its p99 target
+    line, the sustainable rate and the offline maximum."""
+    p = plan.prediction
+    if not p.load_curve:
+        raise _Usage(f"--plot: {plan.name}: no load curve (the model does not fit: {p.reason})")
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharex=True)
+    rates = [c.requests_per_second for c in p.load_curve]
+    panels = (
+        (
+            "TTFT",
+            plan.ttft_target_seconds,
+            [c.ttft_p50_seconds for c in p.load_curve],
+            [c.ttft_p99_seconds for c in p.load_curve],
+        ),
+        (
+            "TPOT",
+            plan.tpot_target_seconds,
+            [c.tpot_p50_seconds for c in p.load_curve],
+            [c.tpot_p99_seconds for c in p.load_curve],
+        ),
+    )
+    for ax, (what, target, p50, p99) in zip(axes, panels, strict=True):
+        ax.plot(rates, [v * 1e3 for v in p99], marker="o", markersize=3, label=f"{what} p99")
+        ax.plot(rates, [v * 1e3 for v in p50], marker=".", markersize=3, label=f"{what} p50")
+        if target is not None:
+            ax.axhline(target * 1e3, color="red", linestyle="--", label=f"{what} p99 target")
+        if p.requests_per_second_per_replica > 0:
+            ax.axvline(
+                p.requests_per_second_per_replica,
+                color="green",
+                linestyle=":",
+                label="sustainable rate (HPA target)",
+            )
+        ax.axvline(
+            p.saturation_requests_per_second, color="gray", linestyle=":", label="offline maximum"
+        )
+        ax.set_yscale("log")
+        ax.set_xlabel("requests/s per replica")
+        ax.set_ylabel(f"{what} ms")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(
+        f"InferenceEndpoint {plan.name}: load curve per replica (max-num-seqs {p.max_num_seqs})"
+    )
+    _save(fig, plt, path)
+
+
 def _save(fig: Any, plt: Any, path: str) -> None:
     try:
         fig.tight_layout()
@@ -434,8 +483,6 @@ def _render(plans: list[Any], catalog: Catalog, fmt: str, calibration: Any = Non
 def run(args: argparse.Namespace) -> int:
     try:
         sweep = parse_sweep(args.sweep) if args.sweep else None
-        if args.plot and sweep is None:
-            raise _Usage("--plot draws a sweep: give --sweep FIELD=RANGE too")
         catalog = active_catalog(args.catalog)
         text, source = _read(args.file)
         if args.jobs_sharing_pool < 1:
@@ -445,6 +492,14 @@ def run(args: argparse.Namespace) -> int:
         if sweep is not None:
             out = _sweep_output(plans, sweep, catalog, args.output, args.plot)
         else:
+            if args.plot:
+                llm = [plan for _, plan in plans if isinstance(plan, LlmInferenceReport)]
+                if not llm:
+                    raise _Usage(
+                        "--plot draws a sweep (give --sweep FIELD=RANGE too) or an LLM "
+                        "endpoint's load curve"
+                    )
+                _plot_load_curve(args.plot, llm[0])
             out = _render(plans, catalog, args.output, calibration)
     except (_Usage, PlanError) as exc:
         print(f"ringmaster plan: {_one_line(str(exc))}", file=sys.stderr)

@@ -22,6 +22,7 @@ from ringmaster.engine.hardware import (
     UnknownHardwareError,
 )
 from ringmaster.engine.inference import InferenceInputs, InferencePrediction, predict_inference
+from ringmaster.engine.llm_alternatives import Alternative, pareto_alternatives
 from ringmaster.engine.llm_serving import (
     LlmServingInputs,
     LlmServingPrediction,
@@ -385,6 +386,10 @@ class LlmInferenceReport:
     precision: Any
     prediction: LlmServingPrediction
     kind: str = "InferenceEndpoint"
+    # The nearest feasible variants when the target is missed (engine.llm_alternatives).
+    alternatives: tuple[Alternative, ...] = ()
+    ttft_target_seconds: float | None = None
+    tpot_target_seconds: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         p = self.prediction
@@ -418,9 +423,44 @@ class LlmInferenceReport:
             "kvCachePrecision": p.kv_cache_precision,
             "tensorParallel": p.tensor_parallel,
             "maxNumSeqs": p.max_num_seqs,
+            "maxNumBatchedTokens": p.max_num_batched_tokens,
             "maxModelLen": p.max_model_len,
             "machineType": p.machine_type,
             "notes": list(p.notes),
+            # The offline maximum (no latency target), always; the rates at which each p99
+            # target starts to fail (None: it holds up to the offline maximum); the load curve.
+            "offlineOutputTokensPerSecondPerReplica": _sig(p.offline_output_tokens_per_second),
+            "offlineRequestsPerSecondPerReplica": _sig(p.offline_requests_per_second),
+            "offlineMaxNumSeqs": p.offline_max_num_seqs,
+            "ttftSloRequestsPerSecondPerReplica": _sig(p.ttft_slo_rate),
+            "tpotSloRequestsPerSecondPerReplica": _sig(p.tpot_slo_rate),
+            "maxReplicasOutputTokensPerSecond": _sig(p.max_replicas_output_tokens_per_second),
+            "loadCurve": [
+                {
+                    "load": c.load,
+                    "requestsPerSecond": _sig(c.requests_per_second),
+                    "outputTokensPerSecond": _sig(c.output_tokens_per_second),
+                    "ttftP50Milliseconds": _sig(c.ttft_p50_seconds * ms),
+                    "ttftP90Milliseconds": _sig(c.ttft_p90_seconds * ms),
+                    "ttftP99Milliseconds": _sig(c.ttft_p99_seconds * ms),
+                    "tpotP50Milliseconds": _sig(c.tpot_p50_seconds * ms),
+                    "tpotP90Milliseconds": _sig(c.tpot_p90_seconds * ms),
+                    "tpotP99Milliseconds": _sig(c.tpot_p99_seconds * ms),
+                }
+                for c in p.load_curve
+            ],
+            "alternatives": [
+                {
+                    "change": a.change,
+                    "replicas": a.replicas,
+                    "ttftP99Milliseconds": _sig(a.ttft_p99_seconds * ms),
+                    "tpotP99Milliseconds": _sig(a.tpot_p99_seconds * ms),
+                    "costPerHourUSD": _sig(a.cost_per_hour_usd),
+                    "outputTokensPerSecondPerReplica": _sig(a.output_tokens_per_second_per_replica),
+                    "fitsMaxReplicas": a.fits_max_replicas,
+                }
+                for a in self.alternatives
+            ],
         }
 
 
@@ -500,9 +540,19 @@ def plan_inference(
     (spec.model.architecture) throughput in tokens, TTFT / TPOT p99 and the KV cache."""
     if getattr(spec.model, "architecture", None) is not None:
         llm = llm_serving_inputs(spec)
-        found = predict_llm_serving_inputs(llm, catalog or active_catalog())
+        active = catalog or active_catalog()
+        found = predict_llm_serving_inputs(llm, active)
+        # A missed target is explained with the nearest variants that meet it (only then: the
+        # search plans a dozen variants).
+        options = () if found.feasible else tuple(pareto_alternatives(llm, found, active))
         return LlmInferenceReport(
-            name=name, namespace=namespace, precision=llm.precision, prediction=found
+            name=name,
+            namespace=namespace,
+            precision=llm.precision,
+            prediction=found,
+            alternatives=options,
+            ttft_target_seconds=llm.ttft_p99_seconds,
+            tpot_target_seconds=llm.tpot_p99_seconds,
         )
     inputs = inference_inputs(spec)
     prediction = predict_inference_inputs(inputs, catalog or active_catalog())

@@ -324,10 +324,95 @@ def render_llm_inference(plan: LlmInferenceReport) -> str:
             right=set(range(8)),
         ),
     ]
+    if p.offline_requests_per_second > 0:
+        lines.append(
+            f"offline maximum per replica (no latency target): "
+            f"{p.offline_output_tokens_per_second:,.0f} output tokens/s, "
+            f"{p.offline_requests_per_second:,.4g} req/s (max-num-seqs {p.offline_max_num_seqs})"
+        )
+        fails = []
+        for what, rate in (("TTFT p99", p.ttft_slo_rate), ("TPOT p99", p.tpot_slo_rate)):
+            if rate is None:
+                fails.append(f"{what} holds to the offline maximum")
+            elif rate <= 0.0:
+                fails.append(f"{what} fails at any rate")
+            else:
+                fails.append(f"{what} fails above {rate:,.4g} req/s per replica")
+        lines.append(
+            "; ".join(fails) + f" (engine settings: max-num-seqs {p.max_num_seqs}, "
+            f"max-num-batched-tokens {p.max_num_batched_tokens})"
+        )
+    if p.load_curve:
+        lines.append(
+            table(
+                (
+                    "load",
+                    "req/s",
+                    "output tok/s",
+                    "TTFT p50 ms",
+                    "TTFT p99 ms",
+                    "TPOT p50 ms",
+                    "TPOT p99 ms",
+                ),
+                [
+                    (
+                        f"{c.load:.0%}",
+                        num(c.requests_per_second, ",.4g"),
+                        num(c.output_tokens_per_second, ",.0f"),
+                        _ms_or_dash(c.ttft_p50_seconds),
+                        _ms_or_dash(c.ttft_p99_seconds) + _over(c.ttft_p99_seconds, plan, "ttft"),
+                        _ms_or_dash(c.tpot_p50_seconds),
+                        _ms_or_dash(c.tpot_p99_seconds) + _over(c.tpot_p99_seconds, plan, "tpot"),
+                    )
+                    for c in p.load_curve
+                ],
+                right=set(range(7)),
+            )
+        )
+    if p.max_replicas is not None and p.output_tokens_per_second_per_replica > 0:
+        lines.append(
+            f"within maxReplicas {p.max_replicas}: {p.max_replicas} x "
+            f"{p.output_tokens_per_second_per_replica:,.0f} = "
+            f"{p.max_replicas * p.output_tokens_per_second_per_replica:,.0f} output tokens/s "
+            f"({p.max_replicas * p.requests_per_second_per_replica:,.4g} req/s) at the SLOs"
+        )
     if not p.feasible:
         lines.append(f"target NOT met: {p.reason}")
+    if plan.alternatives:
+        lines.append("nearest alternatives that meet the target (Pareto set, cheapest first):")
+        lines.append(
+            table(
+                ("change", "replicas", "TTFT p99 ms", "TPOT p99 ms", "$/hour", "fits maxReplicas"),
+                [
+                    (
+                        a.change,
+                        str(a.replicas),
+                        _ms_or_dash(a.ttft_p99_seconds),
+                        _ms_or_dash(a.tpot_p99_seconds),
+                        money(a.cost_per_hour_usd),
+                        "-"
+                        if a.fits_max_replicas is None
+                        else "yes"
+                        if a.fits_max_replicas
+                        else "no",
+                    )
+                    for a in plan.alternatives
+                ],
+                right={1, 2, 3, 4},
+            )
+        )
+    elif not p.feasible:
+        lines.append(
+            "no single change (TP, precision, max-num-seqs, looser SLO, accelerator) meets it"
+        )
     lines += [f"note: {n}" for n in p.notes]
     return "\n".join(lines)
+
+
+def _over(seconds: float, plan: LlmInferenceReport, which: str) -> str:
+    """A mark on a load-curve value above its p99 target."""
+    target = plan.ttft_target_seconds if which == "ttft" else plan.tpot_target_seconds
+    return " !" if target is not None and seconds > target else ""
 
 
 def render_training_sweep(

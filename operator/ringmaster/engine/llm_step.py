@@ -1,0 +1,259 @@
+"""One step of an LLM serving engine: the decode step at any batch and context, and the prompt
+(prefill) tokens that chunked prefill puts in the same step.
+
+A replica is ``tp`` accelerators running one model with tensor parallelism (Megatron-style: every
+matrix split ``tp`` ways, two all-reduces of the activations per layer). A step carries ``n``
+decoding sequences whose contexts sum to ``C`` tokens and ``p`` prompt tokens. Its time is stated
+once, here, as the sum of the kernels a step runs one after another:
+
+``step = O + o_seq n + 2 L all-reduces of (n + p) x hidden``
+``     + max((n + p_gemm) x 2 P_m / (tp x peak x e_c), P_m w / (tp x HBM x e_w))``   (the GEMMs)
+``     + (C + n c0) x k / (HBM x e_kv)``                              (decode attention)
+``     + p x attention FLOPs at half the prompt / (tp x peak x e_c)`` (prefill attention)
+
+- **The GEMMs** (QKV, output, FFN, LM head) stream the weights once per step and multiply every
+  token of the step: a roofline of their own. At batch 1 they are weight streaming; at a few
+  hundred tokens (the ridge: peak / HBM FLOPs per byte) they turn compute-bound.
+- **Decode attention** is a separate kernel (paged attention: vLLM's, FlashInfer's, TensorRT-LLM's
+  XQA) that reads each running sequence's KV cache through its block table. It reads at its own
+  efficiency ``e_kv``, not the weights': many small, scattered blocks per sequence instead of one
+  large matrix. Its cost per sequence is ``(c + c0) k``: the context's bytes plus a fixed
+  ``c0`` tokens' worth per sequence (the kernel's per-sequence work: block-table walk, a partial
+  last block, the split-K reduction), so the achieved bandwidth ``e_kv c / (c + c0)`` grows with
+  the context and short contexts read slowly.
+- **Per-sequence step costs** ``o_seq`` grow with the batch: scheduling, sampling, the block
+  tables' update and copy to the device, detokenisation; ``O`` is the fixed cost of a step
+  (launches, synchronisation), per layer: ``O = O_32 x layers / 32``.
+- **Prefill-chunk interference**: the prompt tokens of a step join the decode tokens in the GEMMs
+  (free while those stream weights, a full cost once compute binds) and add their own attention
+  kernel, which does not overlap the decode attention.
+
+The constants carry their sources below; the fitted ones are recomputed from their named points by
+:mod:`ringmaster.calibration.llm_serving` (fitted and checked apart, ``ringmaster calibrate``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from ringmaster.engine import collectives
+from ringmaster.engine.efficiency import NVLINK_EFFICIENCY, PCIE_EFFICIENCY
+from ringmaster.engine.hardware import Accelerator
+from ringmaster.engine.transformer import Transformer
+from ringmaster.engine.units import US
+
+F64 = NDArray[np.float64]
+
+# --- constants ------------------------------------------------------------------------------------
+
+# Sustained fraction of the dense 16-bit tensor peak in prefill and compute-bound GEMMs. Fitted on
+# one point, TensorRT-LLM's batch-1 time to first token of LLaMA-7B with a 2,048-token prompt on
+# A100 in FP16, 133 ms (trtllm-batch1-ttft-7b: the most compute-bound point published).
+LLM_COMPUTE_EFFICIENCY = 0.6724
+# The same for FP8 GEMMs, as a fraction of the FP8 peak (twice the 16-bit one): FP8 kernels reach
+# a lower fraction of their doubled peak (per-tensor scaling, the BF16 epilogue, the attention that
+# stays 16-bit). Fitted with the three constants below, by least squares of the log error, on
+# TensorRT-LLM 1.0's in-flight-batching throughput table (docs/source/performance/perf-overview.md:
+# Llama-3.1-8B on one H100 and one H200, Llama-3.3-70B on two H100s, ten mixes each); checked on
+# its other setups (70B on one H200, 405B on eight H100s and eight H200s) and on TensorRT-LLM's
+# FP8 TTFT of LLaMA-7B (36 ms for 2,048 tokens: -13%).
+LLM_FP8_COMPUTE_EFFICIENCY = 0.4758
+# Achieved fraction of HBM bandwidth when the GEMMs stream the weights, and the fixed cost of one
+# step (kernel launches, synchronisation) of a 32-layer model. Fitted together on two points:
+# gpt-fast's batch-1 decode of Llama-2-7B (32 layers) in BF16 on A100-80GB at TP1 (104.9
+# tokens/s) and TP2 (168.8); checked at TP4 and TP8. The launches are per layer, so a model of L
+# layers pays L / 32 of it (405B's 126 layers: 5.2 ms a step): with it, the checked 405B rows of
+# the throughput table fall from +55% worst to +43%.
+LLM_MEMORY_EFFICIENCY = 0.7917
+LLM_STEP_OVERHEAD_SECONDS = 1.3125e-3
+OVERHEAD_FIT_LAYERS = 32
+# Paged decode attention: its achieved fraction of HBM bandwidth, bounded by the weights' (no
+# kernel streams HBM faster than batch-1 decode does), the fixed work per sequence in tokens of
+# context, and the host's cost per running sequence per step. Fitted with
+# LLM_FP8_COMPUTE_EFFICIENCY on the same table: the fit puts the KV read at its bound and the two
+# per-sequence costs at zero (below 1e-12 tokens and seconds): TensorRT-LLM's C++ runtime and XQA
+# kernels show no per-sequence cost the table can resolve. A Python-scheduled engine (vLLM) pays
+# one (its v0.6 release notes: the GPU idled a third of the time on CPU overheads) that no
+# published table isolates: docs/engine.md, "Out of reach".
+LLM_KV_READ_EFFICIENCY = 0.7917
+LLM_KV_SEQUENCE_TOKENS = 0.0
+LLM_SEQUENCE_OVERHEAD_SECONDS = 0.0
+# NCCL's tuning model for small messages, which tensor-parallel activations are (a few MB at
+# most): ring algorithm, LL protocol (nccl src/graph/tuning.cc: baseLat ring LL 6.6 us, hwLat
+# ring LL 0.6 us on NVLink, 1.0 us on PCIe).
+TP_ALLREDUCE_BASE_LATENCY = 6.6 * US
+TP_HOP_LATENCY = {"nvlink": 0.6 * US, "pcie": 1.0 * US, "ici": 0.6 * US}  # ICI: borrowed NVLink
+_LINK_EFFICIENCY = {"nvlink": NVLINK_EFFICIENCY, "pcie": PCIE_EFFICIENCY, "ici": NVLINK_EFFICIENCY}
+# Activations travel in 16-bit whatever the weights are (FP8 and W4A16 kernels emit BF16/FP16).
+ACTIVATION_BYTES = 2.0
+# vLLM's KV-cache block: 16 tokens (vllm/config CacheConfig block_size default). A sequence holds
+# whole blocks, so half a block more than its tokens on average.
+KV_BLOCK_TOKENS = 16
+
+
+def _f(x: ArrayLike) -> F64:
+    return np.asarray(x, dtype=np.float64)
+
+
+def tensor_parallel_allreduce_seconds(
+    nbytes: ArrayLike, ranks: ArrayLike, accelerator: Accelerator
+) -> F64:
+    """One all-reduce of ``nbytes`` over the replica's ``ranks`` accelerators on their host link.
+    The only call into the collective model: switching it is a one-place change."""
+    link = accelerator.intra_link
+    bandwidth = accelerator.intra_bandwidth * _LINK_EFFICIENCY[link]
+    ring = collectives.ring_allreduce(
+        nbytes, ranks, bandwidth, TP_HOP_LATENCY[link], TP_ALLREDUCE_BASE_LATENCY
+    )
+    return ring.seconds
+
+
+class StepConstants(NamedTuple):
+    """The fitted constants of a step, passed explicitly so calibration can refit them."""
+
+    compute_efficiency: float = LLM_COMPUTE_EFFICIENCY
+    fp8_compute_efficiency: float = LLM_FP8_COMPUTE_EFFICIENCY
+    memory_efficiency: float = LLM_MEMORY_EFFICIENCY
+    step_overhead: float = LLM_STEP_OVERHEAD_SECONDS
+    kv_read_efficiency: float = LLM_KV_READ_EFFICIENCY
+    kv_sequence_tokens: float = LLM_KV_SEQUENCE_TOKENS
+    sequence_overhead: float = LLM_SEQUENCE_OVERHEAD_SECONDS
+
+
+DEFAULT_CONSTANTS = StepConstants()
+
+
+class ServingTerms(NamedTuple):
+    """Per-replica costs, in seconds, of one step's parts (arrays broadcast)."""
+
+    overhead: F64  # O: fixed cost of a step
+    sequence_overhead: F64  # o_seq: host cost per running sequence
+    allreduce_base: F64  # 2 L all-reduces of no bytes (latency)
+    allreduce_per_token: F64  # their bandwidth cost per token in the step
+    weights_read: F64  # the GEMMs streaming the weights once (per accelerator)
+    gemm_per_token: F64  # one decode token's GEMM FLOPs
+    prefill_gemm_per_token: F64  # one prompt token's GEMM FLOPs (LM head on the last token only)
+    prefill_attention_per_context: F64  # one prompt token's attention per token it attends to
+    kv_read_per_token: F64  # one token of context read by decode attention
+    kv_read_per_sequence: F64  # the per-sequence fixed part (c0 tokens)
+    context_tokens: F64  # mean context of a decoding sequence: input + half the output
+    output_tokens: F64  # output mean
+    input_tokens: F64  # input mean
+    kv_cache_tokens: F64  # tokens the replica's KV cache holds
+    kv_bytes_per_token: F64  # one token's cache on one accelerator
+
+
+def compute_efficiency_for(compute_precision: ArrayLike, constants: StepConstants) -> F64:
+    """``e_c`` of the precision the matrix units compute in ("fp8" or a 16-bit one)."""
+    fp8 = np.asarray(compute_precision) == "fp8"
+    return np.where(fp8, constants.fp8_compute_efficiency, constants.compute_efficiency)
+
+
+def serving_terms(
+    model: Transformer,
+    accelerator: Accelerator,
+    tp: ArrayLike,
+    peak_flops: ArrayLike,
+    weight_bytes_per_parameter: ArrayLike,
+    kv_bytes_per_element: ArrayLike,
+    input_tokens: ArrayLike,
+    output_tokens: ArrayLike,
+    memory_bandwidth: ArrayLike | None = None,
+    memory_bytes: ArrayLike | None = None,
+    *,
+    compute_precision: str = "bf16",
+    kv_memory_fraction: ArrayLike | None = None,
+    constants: StepConstants = DEFAULT_CONSTANTS,
+) -> ServingTerms:
+    """The costs of one replica of ``tp`` accelerators (every argument but the model may be an
+    array: one call evaluates a grid of configurations). ``kv_memory_fraction``: the share of
+    each accelerator's HBM left to weights + cache (default 1 - HBM_RESERVE_FRACTION)."""
+    g = _f(tp)
+    n_in = _f(input_tokens)
+    n_out = _f(output_tokens)
+    hbm = _f(accelerator.memory_bandwidth if memory_bandwidth is None else memory_bandwidth)
+    capacity = _f(accelerator.memory_bytes if memory_bytes is None else memory_bytes)
+    e_c = compute_efficiency_for(compute_precision, constants)
+    rate = _f(peak_flops) * g * e_c
+    w = _f(weight_bytes_per_parameter)
+    kv_heads = np.ceil(model.kv_heads / g)  # a KV head is replicated, never split
+    kv_per_token = 2.0 * model.layers * kv_heads * model.head_dim * _f(kv_bytes_per_element)
+    two_l = 2.0 * model.layers
+    one_token = ACTIVATION_BYTES * model.hidden
+    base = two_l * tensor_parallel_allreduce_seconds(0.0, g, accelerator)
+    per_token = two_l * tensor_parallel_allreduce_seconds(one_token, g, accelerator) - base
+    layer_flops = 2.0 * model.layers * model.parameters_per_layer
+    attention = model.attention_flops_per_token(1.0)  # linear in the context
+    share = 1.0 - HBM_RESERVE_FRACTION if kv_memory_fraction is None else _f(kv_memory_fraction)
+    free = capacity * share - model.parameters * w / g
+    kv_hbm = hbm * constants.kv_read_efficiency
+    return ServingTerms(
+        overhead=np.full_like(g, constants.step_overhead * model.layers / OVERHEAD_FIT_LAYERS),
+        sequence_overhead=np.full_like(g, constants.sequence_overhead),
+        allreduce_base=base,
+        allreduce_per_token=per_token,
+        weights_read=model.matmul_parameters * w / g / (hbm * constants.memory_efficiency),
+        gemm_per_token=2.0 * model.matmul_parameters / rate,
+        prefill_gemm_per_token=(
+            layer_flops + 2.0 * model.vocab * model.hidden / np.maximum(n_in, 1.0)
+        )
+        / rate,
+        prefill_attention_per_context=np.broadcast_to(attention / rate, np.shape(rate)) + 0.0,
+        kv_read_per_token=kv_per_token / kv_hbm,
+        kv_read_per_sequence=constants.kv_sequence_tokens * kv_per_token / kv_hbm,
+        context_tokens=n_in + 0.5 * n_out,
+        output_tokens=n_out,
+        input_tokens=n_in,
+        kv_cache_tokens=np.floor(np.maximum(free, 0.0) / kv_per_token),
+        kv_bytes_per_token=kv_per_token,
+    )
+
+
+# HBM kept out of the weights and the KV cache (activations, CUDA context, NCCL buffers, the
+# allocator's fragmentation): vLLM's default gpu_memory_utilization is 0.9 (vllm/config.py,
+# CacheConfig), i.e. 10% reserved.
+HBM_RESERVE_FRACTION = 0.10
+
+
+def kv_bytes_per_token_per_accelerator(model: Transformer, tp: int, kv_bytes: float) -> float:
+    """2 x layers x ceil(kv_heads / tp) x head_dim x bytes: one token's cache on one accelerator."""
+    return 2.0 * model.layers * math.ceil(model.kv_heads / tp) * model.head_dim * kv_bytes
+
+
+def step_seconds(
+    terms: ServingTerms,
+    sequences: ArrayLike,
+    prompt_tokens: ArrayLike,
+    context_tokens: ArrayLike | None = None,
+    prompt_length: ArrayLike | None = None,
+) -> F64:
+    """One step that decodes ``sequences`` whose contexts sum to ``context_tokens`` (default:
+    each at the mean context) and prefills ``prompt_tokens`` of prompts ``prompt_length`` long
+    (default: the mean; a causal prompt token attends to half its prompt on average) alongside
+    (see the module's docstring)."""
+    n = _f(sequences)
+    p = _f(prompt_tokens)
+    context = n * terms.context_tokens if context_tokens is None else _f(context_tokens)
+    length = terms.input_tokens if prompt_length is None else _f(prompt_length)
+    gemm = np.maximum(
+        n * terms.gemm_per_token + p * terms.prefill_gemm_per_token, terms.weights_read
+    )
+    return (
+        terms.overhead
+        + terms.allreduce_base
+        + n * terms.sequence_overhead
+        + (n + p) * terms.allreduce_per_token
+        + gemm
+        + context * terms.kv_read_per_token
+        + n * terms.kv_read_per_sequence
+        + p * 0.5 * length * terms.prefill_attention_per_context
+    )
+
+
+def prefill_seconds(terms: ServingTerms, prompt_tokens: ArrayLike) -> F64:
+    """A step carrying one prompt and nothing else: its TTFT on an idle replica."""
+    return step_seconds(terms, 0.0, prompt_tokens, prompt_length=prompt_tokens)

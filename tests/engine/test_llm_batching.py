@@ -1,0 +1,195 @@
+"""Continuous batching: the fast queue model (engine.llm_batching) against the seeded discrete-event
+simulation of vLLM v1's scheduler (llm_scheduler_reference.py), and the load curve's properties.
+
+Stated tolerance of the fast model against the reference, loads 10% to 95% of the offline maximum,
+no preemption (max-num-seqs within the cache, as the plans choose it):
+
+- offline maximum: within 6%;
+- TPOT p50 and p99: within 15%;
+- TTFT p99: between 0.6x and 1.7x (at 95% load the queue for a slot dominates: the M/G/c tail
+  with Halfin-Whitt's wait probability is conservative, up to 1.6x; at mid loads, the prefill of a
+  deterministic prompt behind another lands within 0.65x);
+- TTFT p50: between 0.75x and 1.4x up to 80% load (beyond, the median is a few steps either way:
+  not stated).
+
+Where the cache, not max-num-seqs, bounds the batch, vLLM preempts and recomputes; the fast model
+has no recompute and is optimistic there (TTFT p99 down to 0.4x at 90% load): the plans keep
+max-num-seqs within the cache at p99 lengths so that they do not run there.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ringmaster.engine import llm_batching as B
+from ringmaster.engine import llm_step as S
+from ringmaster.engine.hardware import DEFAULT_CATALOG
+from ringmaster.engine.transformer import KNOWN_TRANSFORMERS
+from tests.engine.llm_scheduler_reference import simulate
+
+pytestmark = pytest.mark.unit
+
+H100 = DEFAULT_CATALOG.accelerator("nvidia-h100-80gb")
+LLAMA3_8B = KNOWN_TRANSFORMERS["llama-3-8b"]
+REQUESTS = 2500
+
+
+def _terms(n_in: float, n_out: float) -> S.ServingTerms:
+    return S.serving_terms(
+        LLAMA3_8B, H100, 1, H100.peak("fp8"), 1.0, 1.0, n_in, n_out, compute_precision="fp8"
+    )
+
+
+# (name, max_num_seqs, max_num_batched_tokens, input lengths, output lengths)
+CASES = {
+    "chat, max-num-seqs binds": (32, 2048, B.Lengths(256, 768), B.Lengths(96, 288)),
+    "fixed lengths, long prompts": (48, 1024, B.Lengths(512, 512), B.Lengths(64, 64)),
+}
+LOADS = (0.1, 0.5, 0.8, 0.95)
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def case(request):
+    seqs, budget, lengths_in, lengths_out = CASES[request.param]
+    terms = _terms(lengths_in.mean, lengths_out.mean)
+    cap = B.capacity(terms, seqs, budget, lengths_out.cv, input_lengths=lengths_in)
+    runs = {
+        load: simulate(
+            terms,
+            load * float(cap.rate),
+            lengths_in,
+            lengths_out,
+            max_num_seqs=seqs,
+            max_num_batched_tokens=budget,
+            kv_cache_tokens=10**7,
+            requests=REQUESTS,
+            seed=7,
+        )
+        for load in LOADS
+    }
+    return terms, cap, budget, lengths_in, lengths_out, runs
+
+
+def test_the_reference_is_seeded_and_serves_every_request():
+    terms = _terms(256, 96)
+    lengths = B.Lengths(256, 768), B.Lengths(96, 288)
+    a = simulate(
+        terms,
+        20.0,
+        *lengths,
+        max_num_seqs=32,
+        max_num_batched_tokens=2048,
+        kv_cache_tokens=10**6,
+        requests=400,
+        seed=3,
+    )
+    b = simulate(
+        terms,
+        20.0,
+        *lengths,
+        max_num_seqs=32,
+        max_num_batched_tokens=2048,
+        kv_cache_tokens=10**6,
+        requests=400,
+        seed=3,
+    )
+    assert np.array_equal(a.ttft, b.ttft) and np.array_equal(a.tpot, b.tpot)
+    assert len(a.ttft) == 360  # 400 less the 10% warm-up
+    assert (a.ttft > 0).all() and (a.tpot > 0).all()
+
+
+def test_offline_maximum_agrees_with_the_reference():
+    for seqs, budget, lengths_in, lengths_out in CASES.values():
+        terms = _terms(lengths_in.mean, lengths_out.mean)
+        cap = B.capacity(terms, seqs, budget, lengths_out.cv, input_lengths=lengths_in)
+        run = simulate(
+            terms,
+            1.0,
+            lengths_in,
+            lengths_out,
+            max_num_seqs=seqs,
+            max_num_batched_tokens=budget,
+            kv_cache_tokens=10**7,
+            requests=REQUESTS,
+            offline=True,
+        )
+        # everything arrives at once: the measured 90% over the whole run
+        assert float(cap.rate) == pytest.approx(run.throughput / 0.9, rel=0.06)
+
+
+def test_fast_model_agrees_with_the_reference_from_10_to_95_percent_load(case):
+    terms, cap, budget, lengths_in, lengths_out, runs = case
+    for load, run in runs.items():
+        fast = B.load_points(terms, cap, load * float(cap.rate), lengths_in, lengths_out, budget)
+        for q in (0.5, 0.99):
+            assert float(fast.tpot[q]) == pytest.approx(run.tpot_q(q), rel=0.15), (load, q)
+        ratio = float(fast.ttft[0.99]) / run.ttft_q(0.99)
+        assert 0.6 <= ratio <= 1.7, (load, ratio)
+        if load <= 0.8:
+            ratio = float(fast.ttft[0.5]) / run.ttft_q(0.5)
+            assert 0.75 <= ratio <= 1.4, (load, ratio)
+
+
+def test_preemption_happens_in_the_reference_when_the_cache_binds():
+    terms = _terms(256, 96)
+    lengths_in, lengths_out = B.Lengths(256, 768), B.Lengths(96, 288)
+    cache = 30 * (256 + 48 + 8)  # about 30 mean sequences; max-num-seqs 256 never binds
+    terms_small = terms._replace(kv_cache_tokens=np.float64(cache))
+    cap = B.capacity(terms_small, 256, 2048, lengths_out.cv, input_lengths=lengths_in)
+    assert int(cap.binds) == B.CAPACITY_KV_CACHE and 20 <= float(cap.slots) <= 30
+    run = simulate(
+        terms_small,
+        0.9 * float(cap.rate),
+        lengths_in,
+        lengths_out,
+        max_num_seqs=256,
+        max_num_batched_tokens=2048,
+        kv_cache_tokens=cache,
+        requests=REQUESTS,
+        seed=1,
+    )
+    assert run.preemptions > 0
+    fast = B.load_points(terms_small, cap, 0.9 * float(cap.rate), lengths_in, lengths_out, 2048)
+    # the fast model has no recompute: optimistic here, within the stated bound
+    assert 0.4 <= float(fast.ttft[0.99]) / run.ttft_q(0.99) <= 1.2
+    assert float(fast.tpot[0.99]) == pytest.approx(run.tpot_q(0.99), rel=0.25)
+
+
+# --- properties of the load curve -----------------------------------------------------------
+
+
+def test_p99_ttft_and_tpot_never_fall_as_the_load_rises():
+    for seqs in (16, 64, 256):
+        for n_in, n_out in ((128, 128), (1000, 1000), (2048, 128), (128, 2048)):
+            terms = _terms(n_in, n_out)
+            lin, lout = B.Lengths(n_in, 3 * n_in), B.Lengths(n_out, 2 * n_out)
+            cap = B.capacity(terms, seqs, 8192, lout.cv, input_lengths=lin)
+            rates = np.linspace(0.01, 0.99, 99) * float(cap.rate)
+            point = B.load_points(terms, cap, rates, lin, lout)
+            for values in (point.ttft[0.99], point.tpot[0.99]):
+                assert np.all(np.diff(values) >= -1e-12 * values[1:]), (seqs, n_in, n_out)
+            assert np.all(point.ttft[0.99] >= point.ttft[0.5])
+            assert np.all(point.tpot[0.99] >= point.tpot[0.5] - 1e-15)
+
+
+def test_saturation_throughput_never_rises_with_longer_outputs():
+    for seqs in (8, 64, 512):
+        previous = np.inf
+        for n_out in (16, 64, 256, 1024, 4096):
+            terms = _terms(512, n_out)
+            rate = float(
+                B.capacity(terms, seqs, 8192, 0.5, input_lengths=B.Lengths(512, 1024)).rate
+            )
+            assert rate <= previous
+            previous = rate
+
+
+def test_prefill_lumps_cost_more_than_their_mean_when_steps_stream_weights():
+    terms = _terms(1024, 128)
+    lengths = B.Lengths(1024, 1024)
+    lumpy = float(B.expected_step(terms, 16, 0.2, lengths, 8000))
+    smooth = float(S.step_seconds(terms, 16, 0.2 * 1024))
+    assert lumpy > 1.2 * smooth  # a whole prompt in one step of five, not a fifth in each
+    many = float(B.expected_step(terms, 16, 50.0, lengths, 8000))
+    assert many == pytest.approx(float(S.step_seconds(terms, 16, 8000)), rel=1e-6)  # the room
