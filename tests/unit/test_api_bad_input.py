@@ -462,6 +462,7 @@ def _assert_same_verdict(doc: dict[str, Any]) -> None:
     tensor=st.sampled_from([1, 2, 4, 8, 3, "Auto"]),
     pipeline=st.sampled_from([1, 2, 4, 32, 5, "Auto"]),
     micro_batch=st.sampled_from([1, 2, 3, 4, "Auto"]),
+    context=st.sampled_from([1, 2, 4, 3, "Auto"]),
     global_batch=st.one_of(st.none(), st.integers(min_value=1, max_value=256)),
 )
 def test_parse_manifest_and_the_crd_agree_on_batches_that_split(
@@ -469,14 +470,16 @@ def test_parse_manifest_and_the_crd_agree_on_batches_that_split(
     tensor: int | str,
     pipeline: int | str,
     micro_batch: int | str,
+    context: int | str,
     global_batch: int | None,
 ) -> None:
-    """The global batch over the data-parallel replicas: the CEL rule and its Python twin."""
+    """The global batch over the data-parallel replicas (accelerators / tensor x context x
+    pipeline): the CEL rule and its Python twin."""
     doc = load_example("trainingjob-llama3-8b-fsdp-h100.yaml")
     spec = doc["spec"]
     spec["workers"] = workers
     spec["parallelism"].update(
-        {"tensor": tensor, "pipeline": pipeline, "microBatchSize": micro_batch}
+        {"tensor": tensor, "pipeline": pipeline, "microBatchSize": micro_batch, "context": context}
     )
     if global_batch is None:
         spec["parallelism"].pop("globalBatchSize")

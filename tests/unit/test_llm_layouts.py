@@ -549,3 +549,18 @@ def test_an_llm_sweep_draws_its_plot(tmp_path, capsys):
     code, _, err = plan(capsys, FSDP, "--sweep", "workers=1..2", "--plot", png)
     assert code == 0, err
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_fixed_context_degree_divides_the_data_parallel_replicas(tmp_path, capsys):
+    # 16 H100, TP1 CP2 PP1: 8 data-parallel replicas; 12 sequences do not split over them.
+    doc = load(FSDP)
+    doc["spec"]["parallelism"].update(context=2, globalBatchSize=12)
+    path = tmp_path / "cp.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    code, _, err = plan(capsys, path)
+    assert code == 2
+    assert "data-parallel 8" in err and "context 2" in err
+    doc["spec"]["parallelism"].update(globalBatchSize=24)
+    path.write_text(yaml.safe_dump(doc))
+    code, _, err = plan(capsys, path)
+    assert code == 0, err

@@ -303,28 +303,36 @@ def _cel_degree(path: str) -> str:
 
 _CEL_PARALLEL = f"has(self.parallelism) && has({_ARCH})"
 
-# A layout fixed in tensor, pipeline and global batch that splits no batch: each data-parallel
-# replica runs a whole number of micro-batches per step, so the global batch is a multiple of
-# micro-batch x data-parallel degree (the engine's own rule, which no layout search can repair;
-# with microBatchSize Auto, of the data-parallel degree alone). Checked only when tensor x
-# pipeline divides the accelerators (the rule above reports that). Parallelism axes added to the
-# model later (context, expert) divide the data-parallel degree too: add them to _CEL_DATA and
-# _data_degree together.
+# A layout fixed in tensor, context, pipeline and global batch that splits no batch: each
+# data-parallel replica runs a whole number of micro-batches per step, so the global batch is a
+# multiple of micro-batch x data-parallel degree, accelerators / (tensor x context x pipeline)
+# (the engine's own rule, which no layout search can repair; with microBatchSize Auto, of the
+# data-parallel degree alone). With context Auto the search may take every remaining accelerator
+# for context (data 1), so only the micro-batch must divide. Checked only when the fixed degrees
+# divide the accelerators (the rules above report that). An axis added later (expert) divides
+# the data-parallel degree too: add it to _CEL_DATA and _data_degree together.
 _MB = "self.parallelism.microBatchSize"
 _ACCELERATORS = "self.workers * self.accelerator.perWorker"
-_CEL_DATA = f"({_ACCELERATORS}) / (int({_T}) * int({_P}))"
+_CEL_MODEL_DEGREE = f"(int({_T}) * {_cel_degree(_C)} * int({_P}))"
+_CEL_DATA = f"(string({_C}) == 'Auto' ? 1 : ({_ACCELERATORS}) / {_CEL_MODEL_DEGREE})"
 _CEL_MB = f"(string({_MB}) == 'Auto' ? 1 : int({_MB}))"
 _CEL_BATCH_DIVIDES = (
     "!has(self.parallelism) || !has(self.parallelism.globalBatchSize)"
     f" || string({_T}) == 'Auto' || string({_P}) == 'Auto'"
-    f" || ({_ACCELERATORS}) % (int({_T}) * int({_P})) != 0"
+    f" || ({_ACCELERATORS}) % {_CEL_MODEL_DEGREE} != 0"
     f" || self.parallelism.globalBatchSize % ({_CEL_MB} * {_CEL_DATA}) == 0"
 )
 
 
+def _model_degree(p: Any) -> int:
+    return int(p.tensor) * _degree(p.context) * int(p.pipeline)
+
+
 def _data_degree(s: Any) -> int:
     p = s.parallelism
-    return int(s.workers * s.accelerator.per_worker // (int(p.tensor) * int(p.pipeline)))
+    if _auto(p.context):
+        return 1
+    return int(s.workers * s.accelerator.per_worker // _model_degree(p))
 
 
 def _batch_divides(s: Any) -> bool:
@@ -333,7 +341,7 @@ def _batch_divides(s: Any) -> bool:
         return True
     if _auto(p.tensor) or _auto(p.pipeline):
         return True
-    if (s.workers * s.accelerator.per_worker) % (int(p.tensor) * int(p.pipeline)):
+    if (s.workers * s.accelerator.per_worker) % _model_degree(p):
         return True
     return bool(p.global_batch_size % (_degree(p.micro_batch_size) * _data_degree(s)) == 0)
 
@@ -571,19 +579,22 @@ class TrainingJobSpec(SpecModel):
         Rule(
             cel=_CEL_BATCH_DIVIDES,
             message="parallelism.globalBatchSize must be a multiple of microBatchSize (1 when "
-            "Auto) x the data-parallel degree (accelerators / (tensor x pipeline))",
+            "Auto) x the data-parallel degree (accelerators / (tensor x context x pipeline); 1 "
+            "when context is Auto)",
             field_path=".parallelism.globalBatchSize",
             check=_batch_divides,
             message_expression=(
                 "'global batch %d is not a multiple of micro-batch %s x data-parallel %d"
-                " (%d accelerators / tensor %s x pipeline %s)'.format([self.parallelism"
-                f".globalBatchSize, {_MB}, {_CEL_DATA}, {_ACCELERATORS}, {_T}, {_P}])"
+                " (%d accelerators / tensor %s x context %s x pipeline %s)'.format([self"
+                f".parallelism.globalBatchSize, {_MB}, {_CEL_DATA}, {_ACCELERATORS}, {_T}, {_C},"
+                f" {_P}])"
             ),
             message_for=lambda s: (
                 f"global batch {s.parallelism.global_batch_size} is not a multiple of "
                 f"micro-batch {s.parallelism.micro_batch_size} x data-parallel "
                 f"{_data_degree(s)} ({s.workers * s.accelerator.per_worker} accelerators / "
-                f"tensor {s.parallelism.tensor} x pipeline {s.parallelism.pipeline})"
+                f"tensor {s.parallelism.tensor} x context {s.parallelism.context} x pipeline "
+                f"{s.parallelism.pipeline})"
             ),
         ),
         Rule(
