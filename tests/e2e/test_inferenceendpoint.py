@@ -359,11 +359,11 @@ def test_an_llm_that_no_replica_can_hold_waits_with_the_reason_and_creates_nothi
     assert obj["status"]["phase"] == "Pending"
     ready = condition(obj, "Ready")
     assert ready["status"] == "False"
-    assert "needs 141 GB of weights" in ready["message"]
+    assert "needs 131 GiB of weights" in ready["message"]
     assert ready["message"].endswith("use perReplica: 2 or INT4")
     assert cluster.get_json("deployments,services,hpa", "-n", ns)["items"] == []
     warnings = [e for e in events_of(cluster, ns, "too-big") if e["reason"] == "CapacityNotMet"]
-    assert len(warnings) == 1 and "141 GB" in warnings[0]["message"]
+    assert len(warnings) == 1 and "131 GiB" in warnings[0]["message"]
 
 
 def _quantity(text: str) -> float:

@@ -76,11 +76,11 @@ def test_an_infeasible_endpoint_is_still_a_plan(capsys, tmp_path):
     bf16.write_text(LLAMA_70B_INT4.read_text().replace("precision: INT4", "precision: BF16"))
     out = plan_json(capsys, bf16)
     assert out["feasible"] is False and out["replicasNeeded"] is None
-    assert out["reason"].startswith("Llama-3-70B in BF16 needs 141 GB of weights; one ")
+    assert out["reason"].startswith("Llama-3-70B in BF16 needs 131 GiB of weights; one ")
     assert out["reason"].endswith("use perReplica: 2 or INT4")
     assert main(["plan", str(bf16)]) == 0
     table = capsys.readouterr().out
-    assert "infeasible" in table and "target NOT met: Llama-3-70B in BF16 needs 141 GB" in table
+    assert "infeasible" in table and "target NOT met: Llama-3-70B in BF16 needs 131 GiB" in table
     assert plan_json(capsys, LLAMA_70B_INT4)["feasible"] is True  # the same model in INT4
 
 
@@ -147,7 +147,7 @@ def test_an_endpoint_no_replica_can_hold_waits_and_creates_nothing():
     assert decision.status.phase == "Pending"
     ready = condition(decision, "Ready")
     assert ready.status == "False" and ready.reason == "ModelDoesNotFit"
-    assert "needs 141 GB of weights" in ready.message
+    assert "needs 131 GiB of weights" in ready.message
     assert reasons(decision) == ["CapacityNotMet"]
     again = decide(spec, decision.status, sizes=LLM_SIZES)
     assert again.events == []  # the reason is reported once

@@ -38,6 +38,12 @@ Sources used below, abbreviated:
   [EC2-PRICE] Amazon EC2 On-Demand pricing, us-east-1, Linux, 2024 (before the June 2025 P4 / P5
             price cut): p4d.24xlarge 32.7726, p4de.24xlarge 40.9657, p5.48xlarge 98.32 USD/h;
             check the current price list and override them through the catalog.
+  [SMI]     The device memory nvidia-smi reports (``memory.total``): H100 80GB HBM3 81559 MiB,
+            H200 143771 MiB, B200 183359 MiB, A100-SXM4 80GB 81920 MiB, A100-SXM4 40GB 40960
+            MiB (nvidia-smi tables quoted in public repositories' setup notes and logs, 2024-26).
+            A datasheet's "80 GB" is 80 GiB of HBM stacks less what the driver keeps, not
+            80 x 10^9 bytes: read as decimal, an H100 holds 74.5 GiB and the engine refused
+            layouts that ran (issue 36). Parts without such a figure keep the datasheet's GB.
   [NCCL]    NVIDIA/nccl src/graph/tuning.cc (commit 5067397, 2026): NVLS needs Hopper or newer
             on an NVSwitch host; the LL/LL128 tables are indexed by GPU generation.
 """
@@ -48,7 +54,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ringmaster.engine.units import GB, TERA, gbps_to_bytes_per_second
+from ringmaster.engine.units import GB, MIB, TERA, gbps_to_bytes_per_second
 
 Kind = Literal["gpu", "tpu"]
 IntraLink = Literal["nvlink", "pcie", "ici"]
@@ -194,13 +200,15 @@ def _acc(
     link_gbps: float,
     price: float | None,
     source: str,
+    device_mib: float | None = None,
     **extra: Any,
 ) -> Accelerator:
+    """``device_mib``: the memory the device reports ([SMI]); else the datasheet's GB."""
     return Accelerator(
         name=name,
         kind=kind,
         peak_flops={k: v * TERA for k, v in tflops.items()},
-        memory_bytes=memory_gb * GB,
+        memory_bytes=memory_gb * GB if device_mib is None else device_mib * MIB,
         memory_bandwidth=memory_gbps * GB,
         intra_link=link,
         intra_bandwidth=link_gbps * GB,
@@ -247,6 +255,7 @@ _ACCELERATORS: tuple[Accelerator, ...] = (
         None,  # bundled in a2-highgpu-*
         "[A100-DS] 2020, [points]",
         nccl_arch="ampere",  # HGX A100 has NVSwitch, but NVLS needs Hopper ([NCCL])
+        device_mib=40960,  # [SMI]
     ),
     _acc(
         "nvidia-a100-80gb",
@@ -260,6 +269,7 @@ _ACCELERATORS: tuple[Accelerator, ...] = (
         None,  # bundled in a2-ultragpu-*
         "[A100-DS] 2021, [points]",
         nccl_arch="ampere",
+        device_mib=81920,  # [SMI]
     ),
     _acc(
         "nvidia-h100-80gb",
@@ -275,6 +285,7 @@ _ACCELERATORS: tuple[Accelerator, ...] = (
         "[H100-DS] 2022",
         nvswitch=True,  # HGX H100: 4 NVSwitch chips, NVLS ([NCCL])
         nccl_arch="hopper",
+        device_mib=81559,  # [SMI]
     ),
     _acc(
         "nvidia-h200-141gb",
@@ -289,6 +300,7 @@ _ACCELERATORS: tuple[Accelerator, ...] = (
         "[H200-DS] 2024, [points]",
         nvswitch=True,
         nccl_arch="hopper",
+        device_mib=143771,  # [SMI]
     ),
     _acc(
         "nvidia-b200",
@@ -303,6 +315,7 @@ _ACCELERATORS: tuple[Accelerator, ...] = (
         "[B200-DS] 2024, [points]",
         nvswitch=True,
         nccl_arch="blackwell",
+        device_mib=183359,  # [SMI]
     ),
     _acc(
         "nvidia-tesla-v100",

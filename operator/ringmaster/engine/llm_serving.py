@@ -53,7 +53,7 @@ from ringmaster.engine.llm_step import (
     step_seconds,
 )
 from ringmaster.engine.transformer import Transformer
-from ringmaster.engine.units import GB
+from ringmaster.engine.units import GB, GIB
 
 __all__ = [
     "HBM_RESERVE_FRACTION",
@@ -192,7 +192,7 @@ def _ms(seconds: float) -> str:
 
 
 def _gb(nbytes: float) -> str:
-    return f"{nbytes / GB:.3g} GB"
+    return f"{nbytes / GIB:.3g} GiB"
 
 
 def _params(n: float) -> str:

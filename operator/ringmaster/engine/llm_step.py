@@ -61,7 +61,7 @@ LLM_COMPUTE_EFFICIENCY = 0.6724
 # Llama-3.1-8B on one H100 and one H200, Llama-3.3-70B on two H100s, ten mixes each); checked on
 # its other setups (70B on one H200, 405B on eight H100s and eight H200s) and on TensorRT-LLM's
 # FP8 TTFT of LLaMA-7B (36 ms for 2,048 tokens: -13%).
-LLM_FP8_COMPUTE_EFFICIENCY = 0.4758
+LLM_FP8_COMPUTE_EFFICIENCY = 0.4697
 # Achieved fraction of HBM bandwidth when the GEMMs stream the weights, and the fixed cost of one
 # step (kernel launches, synchronisation) of a 32-layer model. Fitted together on two points:
 # gpt-fast's batch-1 decode of Llama-2-7B (32 layers) in BF16 on A100-80GB at TP1 (104.9
