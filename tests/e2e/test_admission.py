@@ -309,6 +309,11 @@ def test_kubectl_get_shows_the_columns_short_names_categories_and_scale(
         "PER-WORKER",
         "ACCELERATOR",
         "STEP-SECONDS",
+        "OBSERVED",  # issue 33: observed against predicted, progress, ETA, expected start
+        "RATIO",
+        "PROGRESS",
+        "ETA",
+        "EXPECTED-START",
         "AGE",
     ]
     assert "bert-large-squad" in tj and "nvidia-tesla-a100" in tj
