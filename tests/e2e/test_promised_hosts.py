@@ -197,13 +197,15 @@ def test_a_job_the_engine_cannot_plan_creates_nothing(
     spec = body["spec"]
     spec["accelerator"] = {"type": "nvidia-h100-80gb", "perWorker": 8}
     spec["model"] = {
-        # 30 heads and 30 layers: tensor x pipeline is at most 4 of the 16 GPUs, so at least 4
-        # data-parallel replicas, and no layout splits a global batch of 97 (prime) among them.
+        # 30 heads, 3 layers, 2,050 tokens: tensor 1 or 2 (heads and the host's 8), pipeline at
+        # most 2 (uneven stages still hold a layer each side), context 1 (2 x context must divide
+        # the sequence and the GPUs), so at least 4 data-parallel replicas, and no layout splits a
+        # global batch of 97 (prime) among them.
         "architecture": {
-            "layers": 30,
+            "layers": 3,
             "hiddenSize": 3840,
             "attentionHeads": 30,
-            "sequenceLength": 2048,
+            "sequenceLength": 2050,
             "vocabSize": 32000,
         }
     }
