@@ -819,6 +819,10 @@ class Admission(StatusModel):
     hosts: list[str] | None = None
     """The host of each worker, by rank, when the operator chose them: each worker pod is
     pinned to its host, so kube-scheduler places the gang where admission counted its room."""
+    slice_pools: list[str] | None = Field(default=None, max_length=MAX_SLICES)
+    """A multislice job's node pool of each slice, by slice id (``MEGASCALE_SLICE_ID``): slice
+    s holds ranks s x (workers / slices) to the next slice's first, and ``hosts`` names each
+    one's host; ``pool`` is slice 0's. Absent for one slice."""
 
 
 class WorkerCounts(StatusModel):
