@@ -248,6 +248,7 @@ def training_inputs(
         compute_precision=None if precision is None else str(precision),
         reducer_share=reducer_share,
         nccl_env=_nccl_env(spec),
+        slices=spec.accelerator.slices,
     )
 
 
