@@ -4,12 +4,18 @@ JAX's multislice runtime reads."""
 
 from __future__ import annotations
 
+import json
 import time
+import uuid
 from typing import Any
 
 import pytest
 
+from ringmaster.admission.kueue import QUEUE_NAME_LABEL
+from ringmaster.localcluster.kueue import LocalKueue
+from ringmaster.placement.labels import GKE_TPU_ACCELERATOR, GKE_TPU_TOPOLOGY, TPU_RESOURCE
 from tests.e2e.kube import Cluster, OperatorProcess, wait_for
+from tests.e2e.test_kueue import workload_of
 from tests.e2e.test_trainingjob import condition, job, phase, wait_phase, worker_pods
 
 POOL_A, POOL_B = "tpu-v5e-2x4", "tpu-v5e-2x4-b"  # two v5e 2x4 slices of 2 hosts x 4 chips
@@ -109,6 +115,101 @@ def test_two_slices_wait_for_each_other_then_run_each_on_its_own_pool(
     service = cluster.get_json("service", "llm", "-n", ns)
     assert service["spec"]["clusterIP"] == "None"
     assert phase(cluster, ns, "llm") == "Running"
+
+
+def test_kueue_counts_every_slice_of_a_multislice_job(
+    operator: OperatorProcess, kueue: LocalKueue, cluster: Cluster, quiet_namespace: str
+):
+    """The Workload has a pod set per slice, so Kueue's quota holds both: with quota for one
+    slice (8 chips) the job stays queued; with quota for two it runs, one slice per pool."""
+    ns, suffix = quiet_namespace, uuid.uuid4().hex[:6]
+    flavor, cluster_queue = f"v5e-{suffix}", f"tpus-{suffix}"
+    labels = {GKE_TPU_ACCELERATOR: "tpu-v5-lite-podslice", GKE_TPU_TOPOLOGY: "2x4"}
+    cluster.apply(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": flavor},
+            "spec": {"nodeLabels": labels},
+        }
+    )
+
+    def queue_with(chips: int) -> dict[str, Any]:
+        return {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ClusterQueue",
+            "metadata": {"name": cluster_queue},
+            "spec": {
+                "namespaceSelector": {},
+                "resourceGroups": [
+                    {
+                        "coveredResources": [TPU_RESOURCE],
+                        "flavors": [
+                            {
+                                "name": flavor,
+                                "resources": [{"name": TPU_RESOURCE, "nominalQuota": chips}],
+                            }
+                        ],
+                    }
+                ],
+            },
+        }
+
+    cluster.apply(queue_with(8))
+    cluster.apply(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"name": "tpus"},
+            "spec": {"clusterQueue": cluster_queue},
+        },
+        ns,
+    )
+    try:
+        manifest = two_slice_job("queued")
+        manifest["metadata"]["labels"] = {QUEUE_NAME_LABEL: "tpus"}
+        cluster.apply(manifest, ns)
+        wait_for(
+            lambda: workload_of(cluster, ns, "queued") is not None,
+            timeout=60,
+            what="the multislice job's Workload",
+        )
+        workload = workload_of(cluster, ns, "queued")
+        assert [(s["name"], s["count"]) for s in workload["spec"]["podSets"]] == [
+            ("slice-0", 2),
+            ("slice-1", 2),
+        ]
+        time.sleep(3)  # Kueue had its chance: 16 chips do not fit a quota of 8
+        assert "admission" not in (workload_of(cluster, ns, "queued").get("status") or {})
+        assert worker_pods(cluster, ns, "queued") == []
+        assert condition(job(cluster, ns, "queued"), "Schedulable")["reason"] == "QueuedInKueue"
+
+        cluster.kubectl(
+            "patch",
+            "clusterqueue",
+            cluster_queue,
+            "--type=json",
+            "-p",
+            json.dumps(
+                [
+                    {
+                        "op": "replace",
+                        "path": "/spec/resourceGroups/0/flavors/0/resources/0/nominalQuota",
+                        "value": 16,
+                    }
+                ]
+            ),
+        )
+        wait_phase(cluster, ns, "queued", "Running", timeout=90)
+        status = job(cluster, ns, "queued")["status"]
+        assert sorted(status["admission"]["slicePools"]) == [POOL_A, POOL_B]
+        assignments = workload_of(cluster, ns, "queued")["status"]["admission"]["podSetAssignments"]
+        assert {a["name"]: a["count"] for a in assignments} == {"slice-0": 2, "slice-1": 2}
+    finally:
+        cluster.kubectl("delete", "trainingjobs", "--all", "-n", ns, check=False)
+        cluster.kubectl("delete", "workloads", "--all", "-n", ns, check=False)
+        cluster.kubectl("delete", "clusterqueue", cluster_queue, "--wait=false", check=False)
+        cluster.kubectl("delete", "resourceflavor", flavor, "--wait=false", check=False)
 
 
 @pytest.fixture(autouse=True)

@@ -773,6 +773,12 @@ class TrainingPlan(StatusModel):
     tokens_per_second: float | None = None
     mfu: float | None = None
     """Model FLOPs utilisation: model FLOPs per second / the accelerators' dense peak."""
+    slices: int | None = None
+    """TPU multislice: the slices joined over the data-center network (absent for one)."""
+    dcn_share: float | None = Field(default=None, alias="dcnShare")
+    """The part of the step the cross-slice DCN traffic adds: (this step - the step of one slice
+    doing its share of the work) / this step; the rest of the gradient reduction hides behind
+    backward."""
     memory_per_accelerator_bytes: dict[str, float] | None = None
     """weights, gradients, optimizer, activations, reserve, total and capacity, in bytes."""
     warnings: list[Annotated[str, Field(max_length=1024)]] | None = Field(
