@@ -843,7 +843,7 @@ def _data_parallel_seconds(
     if hw.kind == "tpu":
         ax0, ax1, ax2 = hw.slice_axes
         first = np.maximum(ax0 / (tensor * pipeline), 1.0)
-        data, across = data / hw.slices, _f(data)  # the ranks inside a slice; all of them
+        data = data / hw.slices  # the ranks inside one slice (multislice: the rest over DCN)
         line = data
         shaped = np.isclose(first * ax1 * ax2, data)
         a0 = np.where(shaped, first, line)
@@ -857,7 +857,7 @@ def _data_parallel_seconds(
             (w0, hw.wrapped[1], hw.wrapped[2]),
             hw.intra_hop_latency,
         )
-        seconds = _f(coll.seconds) + multislice_dcn_seconds(nbytes, across, hw)
+        seconds = _f(coll.seconds)
         return DataParallelComm(seconds, np.zeros(np.shape(seconds), np.int64))
     g = float(hw.per_host)
     tp = tensor * pipeline
@@ -1008,6 +1008,9 @@ def evaluate_layouts(
     )
     dc = d * c
     dp = _data_parallel_seconds(dp_bytes, t, p, dc, hw, strategy, reducible=shard != SHARD_FULL)
+    # Multislice (MaxText's dcn_data_parallelism): sharding and gathers stay inside a slice; the
+    # gradients are all-reduced across slices over DCN, behind backward like the rest.
+    dp = dp._replace(seconds=dp.seconds + multislice_dcn_seconds(reduce_bytes, dc, hw))
     # Unsharded gradients are reduced while the last micro-batch's backward runs (DDP buckets,
     # Megatron's overlap_grad_reduce); full sharding's gathers prefetch behind every layer's
     # compute but the first.
@@ -1162,10 +1165,10 @@ def valid_context(sequence_length: int, context: int) -> bool:
 
 
 def multislice_dcn_seconds(nbytes: ArrayLike, data: ArrayLike, hw: LayoutHardware) -> F64:
-    """The cross-slice part of a multislice job's data-parallel reduction of ``nbytes`` per rank
-    over ``data`` ranks (``data / slices`` in each slice): after the reduce-scatter inside the
-    slice each chip holds nbytes / (data / slices), and each host's chips' shards go round the
-    ring of slices over its DCN NIC. 0 for one slice."""
+    """The cross-slice part of a multislice job's gradient reduction of ``nbytes`` per rank over
+    ``data`` ranks (``data / slices`` in each slice): after the reduce-scatter inside the slice
+    each chip holds nbytes / (data / slices), and each host's chips' shards go round the ring of
+    slices over its DCN NIC (:func:`C.dcn_allreduce_seconds`). 0 for one slice."""
     if hw.slices <= 1:
         return np.zeros(np.shape(_f(nbytes) * _f(data)))
     inner = np.maximum(_f(data) / hw.slices, 1.0)
