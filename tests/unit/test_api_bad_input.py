@@ -366,6 +366,7 @@ def maybe(*values: Any) -> st.SearchStrategy[Any]:
     ),
     per_worker=maybe(0, 1, 3, 4, 8, 16, 17, 8.0, 4.5),
     topology=maybe(MISSING, "2x2x4", "4x4", "2x4", "1x1", "2x2x2x2", "0x4", "axb"),
+    slices=maybe(0, 1, 2, 3, 4, 300),
     strategy=st.sampled_from(["Auto", "Ring", "ReductionServer", "Tree"]),
     reducers=st.sampled_from(
         [None, None, {"poolName": "p"}, {"replicas": 4}, {"replicas": 4, "poolName": "p"}]
@@ -378,6 +379,7 @@ def test_parse_manifest_and_the_crd_agree_on_training_jobs(
     accelerator: str | None,
     per_worker: int | None,
     topology: str | None,
+    slices: int | None,
     strategy: str,
     reducers: dict[str, Any] | None,
     compute: tuple[float | None, str | None],
@@ -393,6 +395,10 @@ def test_parse_manifest_and_the_crd_agree_on_training_jobs(
     chosen_topology = base_topology if topology is None else topology
     if chosen_topology not in (None, MISSING):
         spec["accelerator"]["topology"] = chosen_topology
+    if slices is not None:
+        spec["accelerator"]["slices"] = slices
+        if workers is None and slices in (2, 4):  # often a valid multislice job
+            spec["workers"] = base_workers * slices
     spec["communication"] = {"strategy": strategy}
     if reducers is not None:
         spec["communication"]["reductionServer"] = reducers

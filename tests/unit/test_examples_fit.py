@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ringmaster.api import TrainingJobSpec
+from ringmaster.api import TrainingJobSpec, topology_chips
 from ringmaster.controllers.training_lifecycle import ReducerPool
 from ringmaster.controllers.trainingjob import status_plan
 from ringmaster.localcluster.pools import POOLS_BY_NAME
@@ -17,6 +17,14 @@ from tests.unit.training_world import TrainingWorld, job
 
 pytestmark = pytest.mark.unit
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def slice_hosts(pool) -> int:
+    if not pool.tpu_topology:
+        return 0
+    return topology_chips(pool.tpu_topology) // pool.accelerators_per_node
+
+
 TRAINING = sorted(
     p for p in EXAMPLES.glob("*.yaml") if yaml.safe_load(p.read_text()).get("kind") == "TrainingJob"
 )
@@ -25,7 +33,11 @@ TRAINING = sorted(
 @pytest.mark.parametrize("path", TRAINING, ids=lambda p: p.stem)
 def test_a_training_example_is_admitted_on_an_empty_local_cluster(path):
     spec = TrainingJobSpec.model_validate(yaml.safe_load(path.read_text())["spec"])
-    sizes = {name: max(pool.default_size, 8) for name, pool in POOLS_BY_NAME.items()}
+    # A TPU pool is one slice: as many hosts as its topology has chips per host (a v5e 16x16
+    # pool starts empty in the local cluster but is 64 hosts on GKE).
+    sizes = {
+        name: max(pool.default_size, 8, slice_hosts(pool)) for name, pool in POOLS_BY_NAME.items()
+    }
     world = TrainingWorld(sizes)
     settings = spec.communication.reduction_server
     shared = settings.pool_name if settings else None

@@ -31,7 +31,7 @@ from __future__ import annotations
 import datetime as dt
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from enum import StrEnum
 
@@ -81,6 +81,17 @@ class GangOption:
     accelerator_resource: str
     per_worker: int
     reducers: ReducerNeed | None = None
+    slices: int = 1
+    """TPU multislice: the workers split into this many slices of ``workers / slices`` hosts,
+    each on its own pool of ``pools`` (all of them, or none)."""
+    pools: tuple[str, ...] = ()
+    """Multislice only: the pools (slice node pools) any slice may take, best first."""
+    slice_shape: str = ""
+    """Multislice only: what one slice is, for people (``tpu-v5-lite-podslice 16x16``)."""
+
+    @property
+    def hosts_per_slice(self) -> int:
+        return self.workers // self.slices
 
 
 @dataclass(frozen=True)
@@ -96,10 +107,13 @@ class Admit:
     option: GangOption
     hosts: tuple[str, ...] = ()
     """The host of each worker by rank (the pods are pinned there), or () for none."""
+    pools: tuple[str, ...] = ()
+    """Multislice: the pool of each slice, by slice id (slice s holds ranks s x hosts per slice
+    up to the next slice's first)."""
 
     @property
     def pool(self) -> str:
-        return self.option.pool
+        return self.pools[0] if self.pools else self.option.pool
 
 
 Verdict = Admit | Wait
@@ -140,12 +154,20 @@ class WaitingGang:
     blocked: Wait | None = None  # a reason no room can fix (no pool, reducers not ready)
 
 
-def promise_for(key: Key, attempt: int, option: GangOption, hosts: tuple[str, ...] = ()) -> Promise:
-    """The room an admitted gang holds until its pods are seen (on `hosts`, when named)."""
+def promise_for(
+    key: Key,
+    attempt: int,
+    option: GangOption,
+    hosts: tuple[str, ...] = (),
+    pools: tuple[str, ...] = (),
+) -> Promise:
+    """The room an admitted gang holds until its pods are seen (on `hosts`, when named; a
+    multislice gang's on the pool of each slice, `pools`)."""
     need = option.reducers
     return Promise(
         job=key,
-        pool=option.pool,
+        pool=pools[0] if pools else option.pool,
+        pools=pools if len(pools) > 1 else (),
         attempt=attempt,
         worker=option.worker,
         workers=option.workers,
@@ -285,6 +307,27 @@ class CycleView:
         named = placed == option.workers and len(hosts) == placed and all(hosts)
         return tuple(hosts) if named else ()
 
+    def free_slices(self, option: GangOption) -> list[str]:
+        """The pools of a multislice gang that can take one whole slice now, best first."""
+        per_slice = option.hosts_per_slice
+        return [
+            pool
+            for pool in option.pools
+            if self.room(pool).count(option.worker, per_slice, option.one_per_node) >= per_slice
+        ]
+
+    def assume_slices(self, option: GangOption, pools: tuple[str, ...]) -> tuple[str, ...]:
+        """A multislice gang is admitted on `pools` (one slice each): the room of every slice
+        is taken. Returns the host of each worker by rank, or () when not every host is named."""
+        hosts: list[str] = []
+        for pool in pools:
+            placed, named = self.room(pool).place(
+                option.worker, option.hosts_per_slice, option.one_per_node
+            )
+            hosts += named if placed == option.hosts_per_slice else []
+        complete = len(hosts) == option.workers and all(hosts)
+        return tuple(hosts) if complete else ()
+
 
 @dataclass(frozen=True)
 class GangCheck:
@@ -395,6 +438,35 @@ def check_gang(view: CycleView, option: GangOption) -> GangCheck:
     return GangCheck(True, "Admitted", "", available)
 
 
+INSUFFICIENT_SLICES = "InsufficientSlices"
+
+
+def check_slices(view: CycleView, option: GangOption) -> tuple[GangCheck, tuple[str, ...]]:
+    """THE multislice check: `slices` distinct pools that each take one whole slice now, or
+    nothing. Returns the check and the pools chosen (the first free ones, best first)."""
+    free = view.free_slices(option)
+    if len(free) >= option.slices:
+        return GangCheck(True, "Admitted", "", option.workers), tuple(free[: option.slices])
+    too_large = worker_larger_than_nodes(view.snapshot.node_sizes(option.pool), option)
+    if too_large:
+        return GangCheck(False, WORKER_LARGER_THAN_NODE, too_large, 0), ()
+    per_slice = option.hosts_per_slice
+    busy = []
+    for pool in option.pools:
+        if pool in free:
+            continue
+        slice_option = replace(option, pool=pool, workers=per_slice)
+        busy.append(f"pool {pool}: {pool_state(view, slice_option) or 'in use'}")
+    known = len(option.pools)
+    message = (
+        f"needs {option.slices} slices of {option.slice_shape}; {len(free)} free"
+        f" ({known} pool{'s' if known != 1 else ''} of that type and topology"
+        + (f"; {'; '.join(busy)}" if busy else "")
+        + ")"
+    )
+    return GangCheck(False, INSUFFICIENT_SLICES, message, len(free) * per_slice), ()
+
+
 # ---------------------------------------------------------------- the cycle
 
 
@@ -499,11 +571,21 @@ def _decide_gangs(
                 )
             )
             continue
-        checks = [(option, check_gang(view, option)) for option in gang.options]
-        chosen = next((option for option, check in checks if check.fits), None)
-        if chosen is not None:
-            verdicts.append(Admit(gang.key, chosen, view.assume(chosen)))
-            continue
+        slices = [o for o in gang.options if o.slices > 1]
+        if slices:
+            # A multislice gang has one option: any `slices` of its pools.
+            check, pools = check_slices(view, slices[0])
+            if check.fits:
+                hosts = view.assume_slices(slices[0], pools)
+                verdicts.append(Admit(gang.key, slices[0], hosts, pools))
+                continue
+            checks = [(slices[0], check)]
+        else:
+            checks = [(option, check_gang(view, option)) for option in gang.options]
+            chosen = next((option for option, check in checks if check.fits), None)
+            if chosen is not None:
+                verdicts.append(Admit(gang.key, chosen, view.assume(chosen)))
+                continue
         # Report the first option that could fit once room frees; a gang no node could ever
         # hold says so, and never holds its queue (it would block it for ever).
         could = [check for _, check in checks if check.reason != WORKER_LARGER_THAN_NODE]

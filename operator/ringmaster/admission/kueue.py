@@ -54,6 +54,21 @@ SUSPENDED_ANNOTATION = "ringmaster.dev/deactivated-by-suspend"
 
 WORKERS_POD_SET = "workers"
 REDUCERS_POD_SET = "reducers"
+# Kueue's Workload takes at most 18 pod sets (apis/kueue/v1beta2/workload_types.go, PodSets'
+# MaxItems); a multislice job gets one per slice up to that, so quota and flavors are per slice.
+MAX_POD_SETS = 18
+
+
+def worker_pod_sets(workers: int, slices: int) -> list[tuple[str, int]]:
+    """The worker pod sets of a job, (name, count): ``workers`` for one slice; ``slice-<id>``
+    per slice of a multislice job, each of ``workers / slices`` (every slice counted in quota,
+    each given its own flavor); past MAX_POD_SETS slices, one ``workers`` set of them all (the
+    form of Kueue's own JobSet integration: one pod set per replicated Job, count = replicas x
+    parallelism), which still counts every slice."""
+    if slices <= 1 or slices > MAX_POD_SETS:
+        return [(WORKERS_POD_SET, workers)]
+    return [(f"slice-{i}", workers // slices) for i in range(slices)]
+
 
 # Kueue's condition types and reasons (apis/kueue/v1beta2/workload_types.go).
 QUOTA_RESERVED, ADMITTED, EVICTED = "QuotaReserved", "Admitted", "Evicted"

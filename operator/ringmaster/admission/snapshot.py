@@ -123,6 +123,8 @@ class Promise:
     reducers: int = 0
     hosts: tuple[str, ...] = ()
     """The host of each worker by rank, when admission chose them (the pods are pinned there)."""
+    pools: tuple[str, ...] = ()
+    """A multislice gang's pool of each slice (``pool`` is the first); () for one pool."""
 
 
 @dataclass(frozen=True)
@@ -461,10 +463,13 @@ class ClusterSnapshot:
         pods, and the pods of admitted gangs no event has shown yet."""
         yield from self._pending.get(pool, {}).items()
         for promise in self._promises.values():
-            if promise.pool == pool and not promise.hosts:  # (hosted ones hold their hosts)
+            pools = promise.pools or (promise.pool,)
+            if pool in pools and not promise.hosts:  # (hosted ones hold their hosts)
                 unseen = promise.workers - self._seen_workers[(promise.job, promise.attempt)]
-                if unseen > 0:
-                    yield promise.worker, unseen
+                # A multislice gang's unseen workers, spread over its slices (rounded up).
+                share = -(-unseen // len(pools))
+                if share > 0:
+                    yield promise.worker, share
 
     def free_reducer_hosts(self, machine: str) -> int:
         """CPU hosts of a machine type with room for a reducer and none on them, less the

@@ -36,6 +36,12 @@ ComputePrecision = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
 Fp8Recipe = Literal["Linear", "AllMatmuls"]
 
 
+# The largest published multislice run joined 199 slices of 256 v5e chips (Google Cloud blog,
+# "Google Cloud demonstrates the world's largest distributed training job for LLMs across 50000+
+# TPU v5e chips", Nov 2023); the bound keeps a typo from asking for thousands of node pools.
+MAX_SLICES = 256
+
+
 class TrainingAccelerator(SpecModel):
     """The accelerators of each worker host. Immutable: a job's hardware is fixed once created."""
 
@@ -50,6 +56,11 @@ class TrainingAccelerator(SpecModel):
     topology: str | None = Field(default=None, max_length=11, pattern=TOPOLOGY_PATTERN)
     """TPU slice topology, chips per axis (``2x2x4`` for v4 and v5p, ``2x4`` for v5e and v6e);
     TPU only. Whether the type takes 2 or 3 axes is the catalog's."""
+    slices: Int = Field(default=1, ge=1, le=MAX_SLICES)
+    """TPU multislice: the job runs this many slices of ``topology``, each on its own node pool
+    (``workers / slices`` hosts per slice), joined over the data-center network (DCN): data
+    parallel (or FSDP) across slices, the layout inside each. All slices are admitted together
+    or none (reason ``InsufficientSlices``). TPU only; 1 is one slice."""
 
     cel_rules = (
         Rule(
@@ -67,6 +78,13 @@ class TrainingAccelerator(SpecModel):
             check=lambda s: is_tpu(s.type) or s.topology is None,
         ),
         Rule(
+            cel="!has(self.slices) || self.slices == 1 || has(self.topology)",
+            message="slices > 1 needs a TPU topology: multislice joins TPU slices over DCN",
+            field_path=".slices",
+            reason="FieldValueForbidden",
+            check=lambda s: s.slices == 1 or s.topology is not None,
+        ),
+        Rule(
             cel="self == oldSelf",
             message="accelerator is immutable: create a new TrainingJob to change hardware",
             check_update=lambda old, new: old == new,
@@ -81,6 +99,7 @@ def _matches(pattern: str, value: str) -> bool:
 # Chips of a 2-D or 3-D topology in CEL (no fold in CEL, so the product is spelled out).
 _ANY_TOPOLOGY = TOPOLOGY_PATTERN
 _ACC_IS_TPU = cel_is_tpu("self.accelerator.type")
+_CEL_SLICES = "(has(self.accelerator.slices) ? self.accelerator.slices : 1)"
 _AXES = "self.accelerator.topology.split('x')"
 _CEL_TOPOLOGY_CHIPS = (
     f"({_AXES}.size() == 2 ? int({_AXES}[0]) * int({_AXES}[1])"
@@ -645,19 +664,34 @@ class TrainingJobSpec(SpecModel):
             ),
         ),
         Rule(
-            # The gang is the slice: its hosts times chips per host are the topology's chips.
+            cel=f"{_CEL_SLICES} == 1 || self.workers % {_CEL_SLICES} == 0",
+            message="workers must be a multiple of accelerator.slices: every slice has the "
+            "same hosts",
+            field_path=".workers",
+            check=lambda s: s.workers % s.accelerator.slices == 0,
+            message_expression=(
+                f"'workers %d is not a multiple of slices %d'.format([self.workers, {_CEL_SLICES}])"
+            ),
+            message_for=lambda s: (
+                f"workers {s.workers} is not a multiple of slices {s.accelerator.slices}"
+            ),
+        ),
+        Rule(
+            # Each slice is one TPU slice: its hosts times chips per host are the topology's chips.
             cel=(
                 "!has(self.accelerator.topology)"
                 f" || !self.accelerator.topology.matches('{_ANY_TOPOLOGY}')"
-                f" || self.workers * self.accelerator.perWorker == {_CEL_TOPOLOGY_CHIPS}"
+                f" || self.workers * self.accelerator.perWorker"
+                f" == {_CEL_SLICES} * {_CEL_TOPOLOGY_CHIPS}"
             ),
-            message="workers x accelerator.perWorker must equal the chips of the TPU topology "
-            "(2x2x4 = 16 chips = 4 workers x 4)",
+            message="workers x accelerator.perWorker must equal slices x the chips of the TPU "
+            "topology (2x2x4 = 16 chips = 4 workers x 4; 2 slices of it: 8 workers x 4)",
             field_path=".workers",
             check=lambda s: (
                 s.accelerator.topology is None
                 or not _matches(_ANY_TOPOLOGY, s.accelerator.topology)
-                or s.workers * s.accelerator.per_worker == topology_chips(s.accelerator.topology)
+                or s.workers * s.accelerator.per_worker
+                == s.accelerator.slices * topology_chips(s.accelerator.topology)
             ),
         ),
     )
@@ -739,6 +773,12 @@ class TrainingPlan(StatusModel):
     tokens_per_second: float | None = None
     mfu: float | None = None
     """Model FLOPs utilisation: model FLOPs per second / the accelerators' dense peak."""
+    slices: int | None = None
+    """TPU multislice: the slices joined over the data-center network (absent for one)."""
+    dcn_share: float | None = Field(default=None, alias="dcnShare")
+    """The part of the step the cross-slice DCN traffic adds: (this step - the step of one slice
+    doing its share of the work) / this step; the rest of the gradient reduction hides behind
+    backward."""
     memory_per_accelerator_bytes: dict[str, float] | None = None
     """weights, gradients, optimizer, activations, reserve, total and capacity, in bytes."""
     warnings: list[Annotated[str, Field(max_length=1024)]] | None = Field(
@@ -785,6 +825,10 @@ class Admission(StatusModel):
     hosts: list[str] | None = None
     """The host of each worker, by rank, when the operator chose them: each worker pod is
     pinned to its host, so kube-scheduler places the gang where admission counted its room."""
+    slice_pools: list[str] | None = Field(default=None, max_length=MAX_SLICES)
+    """A multislice job's node pool of each slice, by slice id (``MEGASCALE_SLICE_ID``): slice
+    s holds ranks s x (workers / slices) to the next slice's first, and ``hosts`` names each
+    one's host; ``pool`` is slice 0's. Absent for one slice."""
 
 
 class WorkerCounts(StatusModel):

@@ -11,6 +11,7 @@ kept apart from checked ones (``ringmaster calibrate`` prints them all):
 - :mod:`.llm_training`      Megatron-LM, torchtitan, MaxText and NeMo throughput, torchtitan memory,
                             and the layouts published runs used (llm_training_points.yaml)
 - :mod:`.llm_serving`       LLM decode and prefill (gpt-fast, TensorRT-LLM)
+- :mod:`.multislice`        MaxText on 1-32 TPU v5e-256 slices over DCN (multislice_points.yaml)
 - :mod:`.command`           ``ringmaster calibrate``
 
 Pure except for :func:`.points.load_points` and the command: no Kubernetes, the engine only read.

@@ -20,6 +20,7 @@ from typing import Any
 from ringmaster.calibration import llm_training
 from ringmaster.calibration.collectives import collective_rows
 from ringmaster.calibration.llm_serving import llm_serving_rows, summary_line
+from ringmaster.calibration.multislice import render_multislice_section
 from ringmaster.calibration.points import (
     CHECKED,
     EXIT_USAGE,
@@ -150,4 +151,5 @@ def run(args: argparse.Namespace) -> int:
         bad = sum(not r.ok for r in rows)
         print(f"{len(rows) - bad} of {len(rows)} within tolerance")
         print("\n" + llm_training.render_llm_section(load_points(path), path))
+        print("\n" + render_multislice_section())
     return 0 if all(r.ok for r in rows) else 1

@@ -420,7 +420,18 @@ def _adopt(step: _Step, current: Mapping[int, WorkerPod], attempt: int) -> Admis
     workers = step.spec.workers
     pool = step.status.pool or next((p.pool for p in current.values() if p.pool), None)
     if len(current) >= workers and pool is not None:
-        admission = Admission(pool=pool, time=step.now, attempt=attempt)
+        slices = step.spec.accelerator.slices
+        per_slice = workers // slices
+        # A multislice gang: each slice where its first worker's nodeSelector put it.
+        slice_pools = [
+            current[s * per_slice].pool if s * per_slice in current else None for s in range(slices)
+        ]
+        admission = Admission(
+            pool=slice_pools[0] or pool if slices > 1 else pool,
+            time=step.now,
+            attempt=attempt,
+            slice_pools=[p or pool for p in slice_pools] if slices > 1 else None,
+        )
         step.status.admission = admission
         message = f"gang of {workers} workers adopted on pool {pool}"
         if step.conditions.transition(SCHEDULABLE, "True", "Admitted", message):
@@ -540,6 +551,24 @@ def _option(step: _Step, pool: PoolSummary, attempt: int) -> GangOption:
     )
 
 
+def _slices_option(step: _Step, pools: Sequence[PoolSummary], attempt: int) -> GangOption:
+    """A multislice gang: one option over every pool that can hold one of its slices (the cycle
+    takes ``slices`` distinct ones of them, or none)."""
+    spec = step.spec
+    option = _option(step, pools[0], attempt)
+    return replace(
+        option,
+        slices=spec.accelerator.slices,
+        pools=tuple(p.name for p in pools),
+        slice_shape=f"{spec.accelerator.type} {spec.accelerator.topology}",
+    )
+
+
+def _slice_pools(admission: Admission) -> tuple[str, ...]:
+    """The pool of each slice of a multislice admission; () for one slice."""
+    return tuple(admission.slice_pools or ())
+
+
 def _wait(step: _Step, reason: str, message: str) -> None:
     step.status.phase = PENDING
     if step.conditions.transition(SCHEDULABLE, "False", reason, message):
@@ -561,6 +590,7 @@ _WARNINGS = frozenset(
         PLAN_FAILED,
         # Kueue admitted the job where it cannot run, or finished its Workload (admission/kueue.py).
         "FlavorMismatch",
+        "InsufficientSliceFlavors",
         "ResourceFlavorNotFound",
         "WorkloadFinished",
     }
@@ -621,7 +651,11 @@ def _waiting(step: _Step, attempt: int) -> Admission | None:
         key=job.key,
         created=job.created or step.now,
         queue=spec.accelerator.type,
-        options=tuple(_option(step, pool, attempt) for pool in candidates),
+        options=(
+            (_slices_option(step, candidates, attempt),)
+            if spec.accelerator.slices > 1
+            else tuple(_option(step, pool, attempt) for pool in candidates)
+        ),
         priority_class=spec.template.priority_class_name,
         attempt=attempt,
         waiting_since=waiting_since,
@@ -630,7 +664,9 @@ def _waiting(step: _Step, attempt: int) -> Admission | None:
     if isinstance(verdict, Admit):
         chosen = next((o for o in gang.options if o == verdict.option), None)
         if chosen is not None:
-            return _record_admission(step, chosen, attempt, hosts=verdict.hosts)
+            return _record_admission(
+                step, chosen, attempt, hosts=verdict.hosts, pools=verdict.pools
+            )
         # The job changed since the cycle decided: the verdict no longer applies.
     elif isinstance(verdict, Wait):
         _wait(step, verdict.reason, verdict.message)
@@ -639,24 +675,37 @@ def _waiting(step: _Step, attempt: int) -> Admission | None:
 
 
 def _record_admission(
-    step: _Step, option: GangOption, attempt: int, by: str = "", hosts: tuple[str, ...] = ()
+    step: _Step,
+    option: GangOption,
+    attempt: int,
+    by: str = "",
+    hosts: tuple[str, ...] = (),
+    pools: tuple[str, ...] = (),
 ) -> Admission:
     spec, status = step.spec, step.status
-    pool = step.world.pools.get(option.pool)
+    first = pools[0] if pools else option.pool
+    pool = step.world.pools.get(first)
     admission = Admission(
-        pool=option.pool, time=step.now, attempt=attempt, hosts=list(hosts) if hosts else None
+        pool=first,
+        time=step.now,
+        attempt=attempt,
+        hosts=list(hosts) if hosts else None,
+        slice_pools=list(pools) if len(pools) > 1 else None,
     )
     status.admission = admission
-    status.pool = option.pool
+    status.pool = first
     status.phase = ADMITTED
     machine = f" ({pool.identity.instance_type})" if pool and pool.identity.instance_type else ""
+    where = f"pool {first}{machine}"
+    if len(pools) > 1:
+        where = f"{len(pools)} slices of {option.slice_shape} on pools {', '.join(pools)}"
     message = (
         f"gang of {spec.workers} workers x {spec.accelerator.per_worker} "
-        f"{spec.accelerator.type} admitted{by} on pool {option.pool}{machine}"
+        f"{spec.accelerator.type} admitted{by} on {where}"
     )
     if step.conditions.transition(SCHEDULABLE, "True", "Admitted", message):
         step.event("Normal", "Admitted", message)
-    step.decision.promise = promise_for(step.job.key, attempt, option, hosts)
+    step.decision.promise = promise_for(step.job.key, attempt, option, hosts, pools)
     return admission
 
 
@@ -721,17 +770,22 @@ def _admitted(
     # worker pod and planning again on every look of every admitted job).
     held = step.world.held
     hosts = _hosts(admission, spec.workers)
+    slice_pools = _slice_pools(admission)
     if (
         held is not None
         and held.attempt == attempt
         and held.pool == admission.pool
+        and held.pools == slice_pools
         and held.workers == spec.workers
         and held.hosts == hosts
     ):
         decision.promise = held
     elif pool is not None:
         option = _option(step, pool, attempt)
-        decision.promise = promise_for(job.key, attempt, option, hosts)
+        if slice_pools:
+            known = [step.world.pools[p] for p in slice_pools if p in step.world.pools]
+            option = _slices_option(step, known or [pool], attempt)
+        decision.promise = promise_for(job.key, attempt, option, hosts, slice_pools)
 
     # A failed worker fails the gang: restart all of it, or give up at the backoff limit.
     failed = sorted((p for p in current.values() if p.phase == "Failed"), key=lambda p: p.rank)
@@ -786,7 +840,7 @@ def _admitted(
                 decision.requeue_after = SOON_SECONDS
                 return
 
-    placement = _kueue_placement(step, _placement(step, admission.pool, pool))
+    placements = _slice_placements(step, admission, pool)
     missing = [r for r in range(spec.workers) if r not in current]
     if missing:
         # Admitted: create what is not there yet (all of it, or what a crash kept us from).
@@ -797,7 +851,7 @@ def _admitted(
                 job.name,
                 job.namespace,
                 spec,
-                placement,
+                placements[rank * len(placements) // spec.workers],
                 rank,
                 attempt,
                 endpoints,
@@ -825,6 +879,20 @@ def _admitted(
     else:
         status.phase = ADMITTED
         decision.requeue_after = SOON_SECONDS
+
+
+def _slice_placements(
+    step: _Step, admission: Admission, pool: PoolSummary | None
+) -> list[PoolPlacement]:
+    """Where each slice's workers go (one placement for a one-slice gang): slice s on the pool
+    admission gave it, with the node labels of the Kueue flavor its pod set was given."""
+    pools = _slice_pools(admission)
+    if not pools:
+        return [_kueue_placement(step, _placement(step, admission.pool, pool))]
+    return [
+        _kueue_placement(step, _placement(step, name, step.world.pools.get(name)), slice_id)
+        for slice_id, name in enumerate(pools)
+    ]
 
 
 def _hosts(admission: Admission, workers: int) -> tuple[str, ...]:
@@ -979,10 +1047,13 @@ def _kueue_pod_sets(step: _Step, pool: PoolSummary, attempt: int) -> list[kueue.
     uses them (a shared ReductionServerPool is not the job's to count)."""
     spec, job, plan = step.spec, step.job, step.status.plan
     layout = plan.to_k8s() if plan else None
-    worker = worker_pod(
-        job.name, job.namespace, spec, _placement(step, pool.name, pool), 0, attempt, (), layout
-    )
-    pod_sets = [kueue.PodSet(kueue.WORKERS_POD_SET, spec.workers, worker)]
+    placement = _placement(step, pool.name, pool)
+    pod_sets = []
+    first = 0
+    for name, count in kueue.worker_pod_sets(spec.workers, spec.accelerator.slices):
+        worker = worker_pod(job.name, job.namespace, spec, placement, first, attempt, (), layout)
+        pod_sets.append(kueue.PodSet(name, count, worker))
+        first += count
     settings, _name, _reducers = _reducer_settings(step)
     if _uses_reducers(plan) and settings.pool_name is None:
         wanted = settings.replicas or (plan.reducers_wanted if plan else None) or 1
@@ -1052,6 +1123,8 @@ def _kueue_waiting(
     if not view.runs:
         _queued(step, view, _kueue_detail(view))
         return None
+    if spec.accelerator.slices > 1:
+        return _kueue_slices_admitted(step, view, candidates, attempt)
     placement = kueue.flavor_placement(view, kueue.WORKERS_POD_SET, world.flavors)
     if isinstance(placement, kueue.FlavorProblem):
         _wait(step, placement.reason, placement.message)
@@ -1067,13 +1140,52 @@ def _kueue_waiting(
     return _record_admission(step, _option(step, pool, attempt), attempt, by)
 
 
-def _kueue_placement(step: _Step, placement: PoolPlacement) -> PoolPlacement:
-    """The pool's placement with the admitted flavor's node labels and tolerations added."""
+def _kueue_slices_admitted(
+    step: _Step, view: WorkloadView, candidates: Sequence[PoolSummary], attempt: int
+) -> Admission | None:
+    """Kueue admitted a multislice job: each slice takes a distinct pool its pod set's flavor
+    selects (Kueue counts quota, not which node pool holds a slice)."""
+    world, spec = step.world.kueue, step.spec
+    assert world is not None
+    taken: list[str] = []
+    described = []
+    for name, _count in kueue.worker_pod_sets(spec.workers, spec.accelerator.slices):
+        placement = kueue.flavor_placement(view, name, world.flavors)
+        if isinstance(placement, kueue.FlavorProblem):
+            _wait(step, placement.reason, placement.message)
+            return None
+        free = [(p.name, world.pool_labels(p.name)) for p in candidates if p.name not in taken]
+        chosen = kueue.pool_for_flavor(free, placement)
+        if isinstance(chosen, kueue.FlavorProblem):
+            _wait(
+                step,
+                "InsufficientSliceFlavors",
+                f"pod set {name}: {chosen.message} (each slice needs a pool of its own; "
+                f"taken: {', '.join(taken) or 'none'})",
+            )
+            return None
+        taken.append(chosen)
+        described.append(placement.describe())
+    option = _slices_option(step, candidates, attempt)
+    flavors = ", ".join(sorted(set(described)))
+    by = f" by Kueue (ClusterQueue {view.cluster_queue}, {flavors})"
+    return _record_admission(step, option, attempt, by, pools=tuple(taken))
+
+
+def _kueue_placement(
+    step: _Step, placement: PoolPlacement, slice_id: int | None = None
+) -> PoolPlacement:
+    """The pool's placement with the admitted flavor's node labels and tolerations added (a
+    multislice job's slice: its own pod set's flavor)."""
     world = step.world.kueue
     view = _own_workload(step) if _kueue_queue(step) is not None else None
     if world is None or view is None or not view.runs:
         return placement
-    flavor = kueue.flavor_placement(view, kueue.WORKERS_POD_SET, world.flavors)
+    pod_set = kueue.WORKERS_POD_SET
+    if slice_id is not None:
+        sets = kueue.worker_pod_sets(step.spec.workers, step.spec.accelerator.slices)
+        pod_set = sets[slice_id][0] if len(sets) > 1 else pod_set
+    flavor = kueue.flavor_placement(view, pod_set, world.flavors)
     if isinstance(flavor, kueue.FlavorProblem):
         return placement
     merged = kueue.merged_placement(placement.node_selector, flavor)

@@ -391,7 +391,9 @@ class TrainingController(Controller):
                 # The room is held at once: later cycles see it taken before any pod exists.
                 gang = self.waiting.pop(verdict.key)
                 self.snapshot.promise(
-                    promise_for(verdict.key, gang.attempt, verdict.option, verdict.hosts)
+                    promise_for(
+                        verdict.key, gang.attempt, verdict.option, verdict.hosts, verdict.pools
+                    )
                 )
                 self.verdicts[verdict.key] = verdict
                 self._admitted_at[verdict.key] = time.monotonic()

@@ -726,6 +726,22 @@ def ici_collective(
     )
 
 
+def dcn_allreduce_seconds(
+    bytes_per_host: ArrayLike,
+    slices: ArrayLike,
+    dcn_bandwidth: ArrayLike,
+    dcn_hop_latency: ArrayLike = E.DCN_HOP_LATENCY,
+) -> F64:
+    """The DCN part of a multislice all-reduce: a ring over ``slices`` slices, each host sending
+    and receiving 2(S-1)/S of the ``bytes_per_host`` its chips hold (after the reduce-scatter
+    inside the slice) over its data-center NIC, plus 2(S-1) hops; 0 for one slice."""
+    s = _f(slices)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        dcn = 2.0 * (s - 1.0) / s * _f(bytes_per_host) / _f(dcn_bandwidth)
+        lat = NCCL_BASE_LATENCY + 2.0 * (s - 1.0) * _f(dcn_hop_latency)
+    return where(s > 1, dcn + lat, 0.0)
+
+
 def multislice_allreduce(
     nbytes: ArrayLike,
     slices: ArrayLike,
@@ -742,11 +758,10 @@ def multislice_allreduce(
     m = _f(nbytes)
     s = _f(slices)
     shard_per_host = m * _f(chips_per_host) / _f(chips_per_slice)
-    dcn = where(s > 1, 2.0 * (s - 1.0) / s * shard_per_host / _f(dcn_bandwidth), 0.0)
-    lat = where(s > 1, NCCL_BASE_LATENCY + 2.0 * (s - 1.0) * _f(dcn_hop_latency), 0.0)
-    seconds = slice_time.seconds + dcn + lat
+    dcn = dcn_allreduce_seconds(shard_per_host, s, dcn_bandwidth, dcn_hop_latency)
+    seconds = slice_time.seconds + dcn
     ranks = s * _f(chips_per_slice)
-    code = where(dcn + lat > slice_time.seconds, BOTTLENECK_NIC, slice_time.bottleneck)
+    code = where(dcn > slice_time.seconds, BOTTLENECK_NIC, slice_time.bottleneck)
     alg = np.asarray(where(s > 1, ALG_MULTISLICE, slice_time.algorithm), dtype=np.int64)
     return CollectiveTime(
         seconds=seconds,

@@ -508,14 +508,19 @@ _MACHINES: tuple[MachineType, ...] = (
     _machine("n1-standard-32", 32, 32, 1.519992, _N1),  # 32 vCPU, 120 GB
     _machine("n1-standard-64", 64, 32, 3.039984, _N1),  # 64 vCPU, 240 GB
     # TPU hosts: 4 chips per host (v2-8, ct3p, ct4p), 1/4/8 for v5e (ct5lp); the NIC figure is
-    # the host's data-center network (not used for gradients, which travel over ICI):
+    # the host's data-center network (DCN): a slice's gradients travel over ICI, a multislice
+    # job's across slices over this NIC ("dcn": NIC_EFFICIENCY of line rate).
     # [points] v5e host: 8 chips with 2 x 100 Gbps NICs; others assumed 100 Gbps.
     _machine("tpu-v2-host", 96, 100, 6.50, _TPU_HOST + " ([points] 2018)", "tpu-v2", 4),
     _machine("ct3p-hightpu-4t", 96, 100, 4 * 2.00, _TPU_HOST, "tpu-v3-slice", 4),
-    _machine("ct4p-hightpu-4t", 240, 100, 4 * 3.22, _TPU_HOST, "tpu-v4-podslice", 4),
-    _machine("ct5lp-hightpu-1t", 24, 50, 1.20, _TPU_HOST, "tpu-v5-lite-podslice", 1),
-    _machine("ct5lp-hightpu-4t", 112, 100, 4 * 1.20, _TPU_HOST, "tpu-v5-lite-podslice", 4),
-    _machine("ct5lp-hightpu-8t", 224, 200, 8 * 1.20, _TPU_HOST, "tpu-v5-lite-podslice", 8),
+    _machine("ct4p-hightpu-4t", 240, 100, 4 * 3.22, _TPU_HOST, "tpu-v4-podslice", 4, 1, "dcn"),
+    _machine("ct5lp-hightpu-1t", 24, 50, 1.20, _TPU_HOST, "tpu-v5-lite-podslice", 1, 1, "dcn"),
+    _machine(
+        "ct5lp-hightpu-4t", 112, 100, 4 * 1.20, _TPU_HOST, "tpu-v5-lite-podslice", 4, 1, "dcn"
+    ),
+    _machine(
+        "ct5lp-hightpu-8t", 224, 200, 8 * 1.20, _TPU_HOST, "tpu-v5-lite-podslice", 8, 2, "dcn"
+    ),
     # v5p / v6e hosts; the NIC is the data-center network (DCN) a multislice job crosses between
     # slices. [TPU-V5P]/[TPU-V6E] give host network totals, not per chip: 200 Gbps per v5p and
     # 1-/4-chip v6e host, 4 x 100 Gbps per 8-chip v6e host (assumed to be the figures in force).

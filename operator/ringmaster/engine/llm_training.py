@@ -262,7 +262,11 @@ class LayoutHardware:
     nic_bandwidth: float  # host NIC, achieved, bytes/s
     host_price: float  # USD/h
     efficiency: float  # E of the GEMM-shape model (LLM_MATMUL_EFFICIENCY)
-    slice_axes: tuple[int, int, int] = (1, 1, 1)  # TPU slice topology
+    slice_axes: tuple[int, int, int] = (1, 1, 1)  # TPU slice topology (one slice's)
+    # TPU multislice: slices of slice_axes joined over the data-center network; the layout's
+    # tensor / pipeline / context stay inside a slice, data parallelism spans the slices.
+    slices: int = 1
+    dcn_bandwidth: float = 0.0  # a host's achieved DCN bandwidth, bytes/s
     wrapped: tuple[bool, bool, bool] = (False, False, False)
     reducers: int = 0  # reduction-server reducers (0: none considered)
     reducer_bandwidth: float = 0.0  # achieved, bytes/s, per reducer
@@ -301,6 +305,8 @@ def layout_hardware(
     wrapped: tuple[bool, bool, bool] = (False, False, False),
     compute_precision: str | None = None,
     fp8_recipe: str = "Linear",
+    slices: int = 1,
+    dcn_bandwidth: float = 0.0,
 ) -> LayoutHardware:
     """The hardware of ``hosts`` x ``host`` (a reducer machine type adds the reduction-server
     option: ``reducers`` of them, or as many as Vertex AI's bandwidth rule asks).
@@ -343,7 +349,9 @@ def layout_hardware(
         allocator_overhead=0.0 if acc.kind == "tpu" else ALLOCATOR_OVERHEAD,
         attention_peak_flops=attention_peak,
         head_peak_flops=half,
-        slice_axes=slice_axes or (hosts * host.count, 1, 1),
+        slice_axes=slice_axes or (hosts * host.count // max(slices, 1), 1, 1),
+        slices=max(slices, 1),
+        dcn_bandwidth=dcn_bandwidth,
         wrapped=wrapped,
         reducers=k,
         reducer_bandwidth=reducer_bw,
@@ -835,6 +843,7 @@ def _data_parallel_seconds(
     if hw.kind == "tpu":
         ax0, ax1, ax2 = hw.slice_axes
         first = np.maximum(ax0 / (tensor * pipeline), 1.0)
+        data = data / hw.slices  # the ranks inside one slice (multislice: the rest over DCN)
         line = data
         shaped = np.isclose(first * ax1 * ax2, data)
         a0 = np.where(shaped, first, line)
@@ -848,7 +857,8 @@ def _data_parallel_seconds(
             (w0, hw.wrapped[1], hw.wrapped[2]),
             hw.intra_hop_latency,
         )
-        return DataParallelComm(_f(coll.seconds), np.zeros(np.shape(coll.seconds), np.int64))
+        seconds = _f(coll.seconds)
+        return DataParallelComm(seconds, np.zeros(np.shape(seconds), np.int64))
     g = float(hw.per_host)
     tp = tensor * pipeline
     per_host = np.where((tp <= g) & (np.mod(g, tp) == 0), np.maximum(g / tp, 1.0), 1.0)
@@ -998,6 +1008,9 @@ def evaluate_layouts(
     )
     dc = d * c
     dp = _data_parallel_seconds(dp_bytes, t, p, dc, hw, strategy, reducible=shard != SHARD_FULL)
+    # Multislice (MaxText's dcn_data_parallelism): sharding and gathers stay inside a slice; the
+    # gradients are all-reduced across slices over DCN, behind backward like the rest.
+    dp = dp._replace(seconds=dp.seconds + multislice_dcn_seconds(reduce_bytes, dc, hw))
     # Unsharded gradients are reduced while the last micro-batch's backward runs (DDP buckets,
     # Megatron's overlap_grad_reduce); full sharding's gathers prefetch behind every layer's
     # compute but the first.
@@ -1151,6 +1164,18 @@ def valid_context(sequence_length: int, context: int) -> bool:
     return context == 1 or (context >= 1 and sequence_length % (2 * context) == 0)
 
 
+def multislice_dcn_seconds(nbytes: ArrayLike, data: ArrayLike, hw: LayoutHardware) -> F64:
+    """The cross-slice part of a multislice job's gradient reduction of ``nbytes`` per rank over
+    ``data`` ranks (``data / slices`` in each slice): after the reduce-scatter inside the slice
+    each chip holds nbytes / (data / slices), and each host's chips' shards go round the ring of
+    slices over its DCN NIC (:func:`C.dcn_allreduce_seconds`). 0 for one slice."""
+    if hw.slices <= 1:
+        return np.zeros(np.shape(_f(nbytes) * _f(data)))
+    inner = np.maximum(_f(data) / hw.slices, 1.0)
+    per_host = _f(nbytes) / inner * hw.per_host
+    return _f(C.dcn_allreduce_seconds(per_host, hw.slices, hw.dcn_bandwidth))
+
+
 def layout_grid(request: LayoutRequest, hw: LayoutHardware) -> dict[str, I64]:
     """Every valid layout of the request: heads divisible by t (and t within a host: a divisor of
     the host's accelerators, or of the slice's first axis on a TPU), p stages of the layers
@@ -1193,7 +1218,8 @@ def layout_grid(request: LayoutRequest, hw: LayoutHardware) -> dict[str, I64]:
     for t in tensors:
         for p in pipelines:
             for c in contexts:
-                if n % (t * p * c):
+                # Multislice: tensor, pipeline and context stay inside one slice.
+                if (n // hw.slices) % (t * p * c):
                     continue
                 d = n // (t * p * c)
                 if request.global_batch % d:

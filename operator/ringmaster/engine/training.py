@@ -328,19 +328,28 @@ def tpu_training(
     link_bandwidth: ArrayLike,
     hosts: ArrayLike,
     host_price: ArrayLike,
+    slices: ArrayLike = 1,
+    chips_per_host: ArrayLike = 4,
+    dcn_bandwidth: ArrayLike = 1.0,
 ) -> StrategyArrays:
     """A TPU slice: gradients all-reduced over the ICI torus, all axes at once (no reduction
-    server there), overlapped with backward bucket by bucket as on GPUs."""
+    server there), overlapped with backward bucket by bucket as on GPUs. Several slices
+    (multislice): each bucket is reduce-scattered inside the slice, all-reduced across slices
+    over the hosts' data-center NICs and all-gathered (:func:`C.multislice_allreduce`), still
+    behind backward, as XLA overlaps MaxText's cross-slice gradient reduction."""
     m = _f(gradient_bytes)
     compute = _f(compute_seconds)
     chips = _f(axes[0]) * _f(axes[1]) * _f(axes[2])
 
     def ici_of(sizes: F64) -> C.CollectiveTime:
-        return C.ici_collective(C.ALL_REDUCE, sizes, axes, wrapped, link_bandwidth, ICI_HOP_LATENCY)
+        inside = C.ici_collective(
+            C.ALL_REDUCE, sizes, axes, wrapped, link_bandwidth, ICI_HOP_LATENCY
+        )
+        return C.multislice_allreduce(sizes, slices, inside, chips, chips_per_host, dcn_bandwidth)
 
     return _finish(
         overlap_timeline(ici_of, m, BACKWARD_FRACTION * compute, shape=np.shape(chips)),
-        kind_ranks=chips,
+        kind_ranks=chips * _f(slices),
         gradient_bytes=m,
         compute=compute,
         batch=_f(batch_per_accelerator),
@@ -398,6 +407,8 @@ class TrainingInputs:
     reducer_share: float = 1.0
     # The workers' environment as (name, value) pairs: NCCL_ALGO / NCCL_PROTO restrict NCCL.
     nccl_env: tuple[tuple[str, str], ...] = ()
+    # TPU multislice: slices of `topology`, workers / slices hosts each, joined over DCN.
+    slices: int = 1
 
 
 @dataclass(frozen=True)
@@ -689,16 +700,25 @@ def predict_training(
 
 def slice_shape(inputs: TrainingInputs) -> tuple[int, int, int]:
     """The slice's axes: from the topology, else a line of all chips (the conservative shape)."""
+    slices = max(inputs.slices, 1)
     if inputs.topology:
         axes = parse_topology(inputs.topology)
         chips = axes[0] * axes[1] * axes[2]
-        if chips != inputs.workers * inputs.per_worker:
+        if chips * slices != inputs.workers * inputs.per_worker:
+            of = f" (x {slices} slices = {chips * slices})" if slices > 1 else ""
             raise ValueError(
-                f"topology {inputs.topology} has {chips} chips but workers x perWorker = "
+                f"topology {inputs.topology} has {chips} chips{of} but workers x perWorker = "
                 f"{inputs.workers} x {inputs.per_worker} = {inputs.workers * inputs.per_worker}"
             )
         return axes
-    return inputs.workers * inputs.per_worker, 1, 1
+    return inputs.workers * inputs.per_worker // slices, 1, 1
+
+
+def dcn_bandwidth(host: Host) -> float:
+    """A TPU host's achieved data-center-network bandwidth, bytes/s: its NIC (the catalog's
+    machine entry, with its source) at the network's achieved fraction. What a multislice job's
+    cross-slice traffic gets per host."""
+    return float(host.nic_bandwidth * C.network_efficiency(host.machine.transport, 1))
 
 
 def _wrapped(acc: Accelerator, axes: tuple[int, int, int]) -> tuple[bool, bool, bool]:
@@ -734,6 +754,9 @@ def _predict_tpu(
         link_bandwidth=link,
         hosts=inputs.workers,
         host_price=host.price_per_hour,
+        slices=max(inputs.slices, 1),
+        chips_per_host=inputs.per_worker,
+        dcn_bandwidth=dcn_bandwidth(host),
     )
     inputs_topology = inputs if inputs.topology else _with_topology(inputs, axes)
     words = _describe(ring, 0, host, inputs_topology, 0, 0)

@@ -109,6 +109,48 @@ POOLS: tuple[PoolTemplate, ...] = (
         accelerators_per_node=4,
         tpu_topology="2x4",
     ),
+    # TPU multislice (issue 32): a second v5e 2x4 slice pool, so a 2-slice job runs with one
+    # slice per pool (each GKE multi-host TPU node pool is one slice).
+    PoolTemplate(
+        name="tpu-v5e-2x4-b",
+        instance_type="ct5lp-hightpu-4t",
+        vcpus=112,
+        memory_gib=192,
+        default_size=2,
+        accelerator="tpu-v5-lite-podslice",
+        accelerators_per_node=4,
+        tpu_topology="2x4",
+    ),
+    # The multislice examples' slices, not started by default (64 and 16 hosts each: `ringmaster
+    # cluster up --pool tpu-v5e-16x16-a=64 ...`): v5e 16x16 (256 chips, 64 ct5lp-hightpu-4t
+    # hosts) and v5p 4x4x4 (64 chips, 16 ct5p-hightpu-4t hosts: 208 vCPUs, 448 GB), shapes from
+    # the Cloud TPU v5e and v5p pages.
+    *(
+        PoolTemplate(
+            name=f"tpu-v5e-16x16-{suffix}",
+            instance_type="ct5lp-hightpu-4t",
+            vcpus=112,
+            memory_gib=192,
+            default_size=0,
+            accelerator="tpu-v5-lite-podslice",
+            accelerators_per_node=4,
+            tpu_topology="16x16",
+        )
+        for suffix in "ab"
+    ),
+    *(
+        PoolTemplate(
+            name=f"tpu-v5p-4x4x4-{suffix}",
+            instance_type="ct5p-hightpu-4t",
+            vcpus=208,
+            memory_gib=448,
+            default_size=0,
+            accelerator="tpu-v5p-slice",
+            accelerators_per_node=4,
+            tpu_topology="4x4x4",
+        )
+        for suffix in "abcd"
+    ),
     # A 2x2x4 TPU v4 slice: 16 chips on 4 hosts of 4 chips each.
     PoolTemplate(
         name="tpu-v4-2x2x4",

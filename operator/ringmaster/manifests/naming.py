@@ -15,6 +15,7 @@ TRAINING_JOB_LABEL = "ringmaster.dev/trainingjob"
 REDUCTION_POOL_LABEL = "ringmaster.dev/reductionserverpool"
 ROLE_LABEL = "ringmaster.dev/role"
 RANK_LABEL = "ringmaster.dev/rank"
+SLICE_LABEL = "ringmaster.dev/slice"  # a multislice job's worker: its slice id
 ATTEMPT_ANNOTATION = "ringmaster.dev/attempt"
 # The scheduling gate (spec.schedulingGates) on an InferenceEndpoint's pods: kube-scheduler leaves
 # a gated pod alone until the operator's admission cycle grants it a host (pinned by node

@@ -11,6 +11,7 @@ from ringmaster.manifests.naming import (
     ATTEMPT_ANNOTATION,
     RANK_LABEL,
     ROLE_LABEL,
+    SLICE_LABEL,
     TRAINING_JOB_LABEL,
     common_labels,
     rendezvous_service_name,
@@ -19,6 +20,9 @@ from ringmaster.manifests.naming import (
 )
 
 MASTER_PORT = 29500  # torch.distributed's default rendezvous port
+# The multislice coordinator's port: the one Ray's TPU support gives JAX's megascale runtime
+# (ray-project/ray, python/ray/util/tpu.py, get_tpu_coordinator_env_vars: "8081").
+MEGASCALE_PORT = 8081
 CLUSTER_DOMAIN = "svc.cluster.local"
 
 
@@ -116,11 +120,41 @@ def launcher_env(
         "PET_NPROC_PER_NODE": str(per_worker),
     }
     if is_tpu:
-        env["TPU_WORKER_ID"] = str(rank)
-        env["TPU_WORKER_HOSTNAMES"] = ",".join(
-            worker_fqdn(job, namespace, r) for r in range(spec.workers)
-        )
+        env.update(tpu_env(job, namespace, spec, rank))
     return [{"name": k, "value": v} for k, v in env.items()]
+
+
+def slice_of(spec: TrainingJobSpec, rank: int) -> tuple[int, int]:
+    """(slice id, worker id inside the slice) of a rank: slice s holds ranks s x hosts per
+    slice up to the next slice's first (one slice: (0, rank))."""
+    per_slice = spec.workers // spec.accelerator.slices
+    return rank // per_slice, rank % per_slice
+
+
+def tpu_env(job: str, namespace: str, spec: TrainingJobSpec, rank: int) -> dict[str, str]:
+    """What GKE's TPU webhook gives an Indexed Job's pods, per slice: TPU_WORKER_ID and
+    TPU_WORKER_HOSTNAMES (the hosts of the worker's own slice, by worker id); for a multislice
+    job also the MEGASCALE_* variables JAX's multislice runtime reads (as JobSet on GKE and Ray's
+    TPU support set them): the coordinator (worker 0 of slice 0), the slice count, the worker's
+    slice and the coordinator's port. Every host is named by the job's one headless Service."""
+    slices = spec.accelerator.slices
+    per_slice = spec.workers // slices
+    slice_id, worker_id = slice_of(spec, rank)
+    first = slice_id * per_slice
+    env = {
+        "TPU_WORKER_ID": str(worker_id),
+        "TPU_WORKER_HOSTNAMES": ",".join(
+            worker_fqdn(job, namespace, r) for r in range(first, first + per_slice)
+        ),
+    }
+    if slices > 1:
+        env |= {
+            "MEGASCALE_COORDINATOR_ADDRESS": f"{worker_fqdn(job, namespace, 0)}:{MEGASCALE_PORT}",
+            "MEGASCALE_NUM_SLICES": str(slices),
+            "MEGASCALE_SLICE_ID": str(slice_id),
+            "MEGASCALE_PORT": str(MEGASCALE_PORT),
+        }
+    return env
 
 
 REDUCER_ENDPOINTS_ENV = "RINGMASTER_REDUCTION_SERVERS"
@@ -190,6 +224,8 @@ def worker_pod(
         **selector_labels(job),
         RANK_LABEL: str(rank),
     }
+    if spec.accelerator.slices > 1:
+        labels[SLICE_LABEL] = str(slice_of(spec, rank)[0])
     annotations = {
         **(user_meta.annotations if user_meta and user_meta.annotations else {}),
         ATTEMPT_ANNOTATION: str(attempt),
@@ -210,8 +246,10 @@ def worker_pod(
         "image": template.image,
         "env": env,
         "resources": resources,
-        "ports": [{"name": "rendezvous", "containerPort": 29500}],
+        "ports": [{"name": "rendezvous", "containerPort": MASTER_PORT}],
     }
+    if spec.accelerator.slices > 1:
+        container["ports"].append({"name": "megascale", "containerPort": MEGASCALE_PORT})
     for field in ("command", "args"):
         if getattr(template, field):
             container[field] = list(getattr(template, field))

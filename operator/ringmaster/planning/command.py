@@ -25,6 +25,7 @@ from typing import Any
 from ringmaster.engine.hardware import Catalog
 from ringmaster.planning import render
 from ringmaster.planning.layouts import layout_json
+from ringmaster.planning.multislice import render_slice_scaling, slice_scaling
 from ringmaster.planning.plans import (
     InferenceReport,
     LlmInferenceReport,
@@ -468,6 +469,10 @@ def _render(plans: list[Any], catalog: Catalog, fmt: str, calibration: Any = Non
     for m, plan in plans:
         if isinstance(plan, TrainingReport):
             block = render.render_training(plan)
+            if plan.slices > 1:
+                unit = "tokens" if plan.layout is not None else "samples"
+                scaling = slice_scaling(m.spec, catalog)
+                block += "\n" + render_slice_scaling(scaling, unit)
         elif isinstance(plan, InferenceReport):
             block = render.render_inference(plan)
         elif isinstance(plan, LlmInferenceReport):

@@ -24,6 +24,7 @@ from ringmaster.engine.training import (
     TrainingInputs,
     TrainingPrediction,
     _wrapped,
+    dcn_bandwidth,
     slice_shape,
 )
 from ringmaster.engine.transformer import Transformer
@@ -190,6 +191,8 @@ def plan_layout(
         wrapped=wrapped,
         compute_precision=inputs.compute_precision,
         fp8_recipe=getattr(spec.model, "fp8_recipe", None) or "Linear",
+        slices=inputs.slices,
+        dcn_bandwidth=dcn_bandwidth(host) if acc.kind == "tpu" else 0.0,
     )
     try:
         search = L.search_layouts(request, hw)

@@ -138,6 +138,19 @@ class TrainingReport:
     prediction: TrainingPrediction
     kind: str = "TrainingJob"
     layout: LayoutPlan | None = None  # a model with an architecture: the layout and its fit
+    # TPU multislice: the step of one slice doing one slice's share of the work (weak scaling,
+    # :func:`weak_scaled`), against which the DCN's part of the step is told.
+    one_slice_step_seconds: float | None = None
+    slices: int = 1
+
+    @property
+    def dcn_share(self) -> float | None:
+        """The part of the step the cross-slice traffic adds: (step of N slices - step of one
+        slice doing its share) / step of N slices; None for one slice."""
+        if self.slices <= 1 or self.one_slice_step_seconds is None:
+            return None
+        step = self.chosen.step_seconds
+        return max(0.0, (step - self.one_slice_step_seconds) / step) if step > 0 else None
 
     @property
     def chosen_strategy(self) -> str:
@@ -161,6 +174,9 @@ class TrainingReport:
             "computePrecision": p.compute_precision,
             "notes": list(p.notes),
             **(layout_json(self.layout) if self.layout is not None else {}),
+            **(
+                {"slices": self.slices, "dcnShare": _sig(self.dcn_share)} if self.slices > 1 else {}
+            ),
         }
 
     def to_status(self) -> TrainingPlan:
@@ -198,6 +214,9 @@ class TrainingReport:
                 if (step := _sig(strategy.step_seconds)) is not None
             },
         )
+        if self.slices > 1:
+            plan.slices = self.slices
+            plan.dcn_share = _sig(self.dcn_share)
         # A layout (a model with an architecture) adds its own fields.
         return TrainingPlan.model_validate({**plan.model_dump(), **self.status_fields()})
 
@@ -248,6 +267,7 @@ def training_inputs(
         compute_precision=None if precision is None else str(precision),
         reducer_share=reducer_share,
         nccl_env=_nccl_env(spec),
+        slices=spec.accelerator.slices,
     )
 
 
@@ -323,6 +343,27 @@ def plan_training(
     ``reducer_share``: for a job on a shared ReductionServerPool, 1 / the number of bound jobs
     running at once (the controller knows them); plans and sizing then use that share."""
     cat = catalog or active_catalog()
+    report = _plan_training(spec, machine_type, reducers, name, namespace, cat, reducer_share)
+    slices = getattr(spec.accelerator, "slices", 1)
+    if slices <= 1:
+        return report
+    try:
+        one = _plan_training(weak_scaled(spec, 1), machine_type, reducers, "", None, cat, 1.0)
+        alone: float | None = one.chosen.step_seconds
+    except PlanError:
+        alone = None  # (one slice's share fits no layout: no DCN share to tell)
+    return replace(report, slices=slices, one_slice_step_seconds=alone)
+
+
+def _plan_training(
+    spec: _TrainingSpec,
+    machine_type: str | None,
+    reducers: int | None,
+    name: str,
+    namespace: str | None,
+    cat: Catalog,
+    reducer_share: float,
+) -> TrainingReport:
     inputs = training_inputs(spec, machine_type, reducers, reducer_share)
     if getattr(spec.model, "architecture", None) is not None:
         _check_hardware(inputs, cat, inputs.per_worker)
@@ -338,6 +379,23 @@ def plan_training(
         return TrainingReport(name=name, namespace=namespace, prediction=prediction, layout=layout)
     prediction = predict_training_inputs(inputs, cat)
     return TrainingReport(name=name, namespace=namespace, prediction=prediction)
+
+
+def weak_scaled(spec: Any, slices: int) -> Any:
+    """A multislice spec at ``slices`` slices, each doing the same work as in the spec (MaxText's
+    multislice runs keep the per-device batch: the global batch grows with the slices): workers
+    and parallelism.globalBatchSize scaled by slices / spec's slices."""
+    acc = spec.accelerator
+    per_slice = spec.workers // acc.slices
+    update: dict[str, Any] = {
+        "workers": per_slice * slices,
+        "accelerator": acc.model_copy(update={"slices": slices}),
+    }
+    parallelism = getattr(spec, "parallelism", None)
+    if parallelism is not None and parallelism.global_batch_size is not None:
+        batch = parallelism.global_batch_size // acc.slices * slices
+        update["parallelism"] = parallelism.model_copy(update={"global_batch_size": batch})
+    return spec.model_copy(update=update)
 
 
 # --- inference -----------------------------------------------------------------------------------
