@@ -33,6 +33,7 @@ from ringmaster.controllers.kubeapi import KubeApi
 from ringmaster.controllers.outage import is_unreachable
 from ringmaster.planning import active_catalog
 from ringmaster.planning.catalog import (
+    replica_hardware_problem,
     Catalog,
     CatalogError,
     apply_catalog,
@@ -185,6 +186,20 @@ def job_hardware_problem(
     """Why the operator's current catalog cannot place this hardware (reason, message), with a
     word on a rejected ConfigMap when there is one; None when it can."""
     problem = hardware_problem(active_catalog(), accelerator, per_host, topology)
+    rejection = WATCHER.state.rejection if WATCHER is not None else None
+    if problem is None or rejection is None:
+        return problem
+    return problem[0], (
+        f"{problem[1]}. The catalog ConfigMap {rejection.where} was rejected ({rejection.error}); "
+        "the last good catalog is in use"
+    )
+
+
+def serving_hardware_problem(
+    accelerator: str, per_replica: int, hosts: int | None = None
+) -> tuple[str, str] | None:
+    """As :func:`job_hardware_problem`, for a serving replica that may span hosts."""
+    problem = replica_hardware_problem(active_catalog(), accelerator, per_replica, hosts)
     rejection = WATCHER.state.rejection if WATCHER is not None else None
     if problem is None or rejection is None:
         return problem

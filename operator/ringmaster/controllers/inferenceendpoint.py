@@ -30,7 +30,7 @@ from ringmaster import metrics
 from ringmaster.api import GROUP, VERSION, InferenceEndpointSpec, InferenceEndpointStatus
 from ringmaster.controllers import cluster_state
 from ringmaster.controllers.base import Controller, Key, as_body, snapshot
-from ringmaster.controllers.catalog import job_hardware_problem, on_catalog_change
+from ringmaster.controllers.catalog import on_catalog_change, serving_hardware_problem
 from ringmaster.controllers.inference_lifecycle import (
     REPLICAS_MANAGER,
     Decision,
@@ -153,7 +153,11 @@ class InferenceController(Controller):
                 used,
                 self.planner,
                 now,
-                job_hardware_problem(spec.accelerator.type, spec.accelerator.per_replica),
+                serving_hardware_problem(
+                    spec.accelerator.type,
+                    spec.accelerator.per_replica,
+                    spec.accelerator.hosts_per_replica,
+                ),
             )
         try:
             await self._apply(
