@@ -294,10 +294,12 @@ class InferenceEndpointSpec(SpecModel):
             message="parallelism.tensor, .pipeline and .expert must each divide "
             "accelerator.perReplica",
             field_path=".parallelism",
-            check=lambda s: s.parallelism is None
-            or all(
-                d is None or s.accelerator.per_replica % d == 0
-                for d in (s.parallelism.tensor, s.parallelism.pipeline, s.parallelism.expert)
+            check=lambda s: (
+                s.parallelism is None
+                or all(
+                    d is None or s.accelerator.per_replica % d == 0
+                    for d in (s.parallelism.tensor, s.parallelism.pipeline, s.parallelism.expert)
+                )
             ),
         ),
         Rule(
@@ -306,10 +308,12 @@ class InferenceEndpointSpec(SpecModel):
             "self.parallelism.tensor * self.parallelism.pipeline == self.accelerator.perReplica",
             message="parallelism.tensor x parallelism.pipeline must equal accelerator.perReplica",
             field_path=".parallelism",
-            check=lambda s: s.parallelism is None
-            or s.parallelism.tensor is None
-            or s.parallelism.pipeline is None
-            or s.parallelism.tensor * s.parallelism.pipeline == s.accelerator.per_replica,
+            check=lambda s: (
+                s.parallelism is None
+                or s.parallelism.tensor is None
+                or s.parallelism.pipeline is None
+                or s.parallelism.tensor * s.parallelism.pipeline == s.accelerator.per_replica
+            ),
         ),
         Rule(
             cel="!has(self.model.architecture) || !has(self.parallelism) || "
@@ -317,10 +321,12 @@ class InferenceEndpointSpec(SpecModel):
             "self.parallelism.pipeline <= self.model.architecture.layers",
             message="parallelism.pipeline must be at most model.architecture.layers",
             field_path=".parallelism.pipeline",
-            check=lambda s: s.model.architecture is None
-            or s.parallelism is None
-            or s.parallelism.pipeline is None
-            or s.parallelism.pipeline <= s.model.architecture.layers,
+            check=lambda s: (
+                s.model.architecture is None
+                or s.parallelism is None
+                or s.parallelism.pipeline is None
+                or s.parallelism.pipeline <= s.model.architecture.layers
+            ),
         ),
         Rule(
             # The tensor-parallel degree: parallelism.tensor, else perReplica over the pipeline
@@ -334,8 +340,10 @@ class InferenceEndpointSpec(SpecModel):
             "/ parallelism.pipeline, else accelerator.perReplica) must divide "
             "model.architecture.attentionHeads",
             field_path=".accelerator.perReplica",
-            check=lambda s: s.model.architecture is None
-            or s.model.architecture.attention_heads % tensor_degree(s) == 0,
+            check=lambda s: (
+                s.model.architecture is None
+                or s.model.architecture.attention_heads % tensor_degree(s) == 0
+            ),
         ),
         Rule(
             cel="!has(self.replicas) || (self.replicas >= self.minReplicas"

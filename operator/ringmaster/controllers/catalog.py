@@ -33,13 +33,13 @@ from ringmaster.controllers.kubeapi import KubeApi
 from ringmaster.controllers.outage import is_unreachable
 from ringmaster.planning import active_catalog
 from ringmaster.planning.catalog import (
-    replica_hardware_problem,
     Catalog,
     CatalogError,
     apply_catalog,
     hardware_problem,
     install_catalog,
     parse_catalog,
+    replica_hardware_problem,
 )
 
 log = logging.getLogger(__name__)

@@ -78,6 +78,14 @@ class UnknownHardwareError(LookupError):
         return str(self.args[0])
 
 
+class UnsupportedReplicaError(UnknownHardwareError):
+    """A serving replica no host shape of the catalog builds; the message has the numbers."""
+
+    def __init__(self, message: str) -> None:
+        LookupError.__init__(self, message)
+        self.what, self.name, self.known = "replica shape", "", []
+
+
 class CatalogOverrideError(ValueError):
     """An override entry that cannot be applied (unknown field, wrong type, missing field)."""
 
@@ -603,7 +611,7 @@ class Catalog:
         if hosts is not None:
             if per_replica % hosts == 0 and per_replica // hosts in shapes:
                 return per_replica // hosts, hosts
-            raise UnknownHardwareError(
+            raise UnsupportedReplicaError(
                 f"{per_replica} x {accelerator} over {hosts} hosts is "
                 f"{per_replica / hosts:g} per host; {accelerator} comes {listed} per host in "
                 "the catalog"
@@ -613,7 +621,7 @@ class Catalog:
         for shape in sorted(shapes, reverse=True):
             if per_replica % shape == 0:
                 return shape, per_replica // shape
-        raise UnknownHardwareError(
+        raise UnsupportedReplicaError(
             f"{per_replica} x {accelerator} is no whole number of hosts: {accelerator} comes "
             f"{listed} per host in the catalog (perReplica a multiple of one)"
         )
