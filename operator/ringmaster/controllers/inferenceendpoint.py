@@ -18,7 +18,7 @@ import contextlib
 import datetime as dt
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,10 +41,13 @@ from ringmaster.controllers.inference_lifecycle import (
     reconcile_inference,
 )
 from ringmaster.controllers.kubeapi import KubeApi
-from ringmaster.manifests.inference import INFERENCE_ENDPOINT_LABEL, object_name
+from ringmaster.manifests.inference import INFERENCE_ENDPOINT_LABEL, LWS_KIND, object_name
 from ringmaster.manifests.naming import MANAGED_BY, OPERATOR
 
 PLURAL = "inferenceendpoints"
+CRDS = ("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+LWS_GROUP, LWS_VERSION, LWS_PLURAL = "leaderworkerset.x-k8s.io", "v1", "leaderworkersets"
+LWS_CRD = f"{LWS_PLURAL}.{LWS_GROUP}"
 KIND = "InferenceEndpoint"
 # What was applied is applied again after this long, even unchanged (someone edited it).
 REASSERT_SECONDS = 300.0
@@ -60,6 +63,17 @@ def _owner(meta: Mapping[str, Any]) -> str | None:
         if ref.get("kind") == KIND and str(ref.get("apiVersion", "")).startswith(f"{GROUP}/"):
             return str(ref["name"])
     return None
+
+
+def crd_served(body: Mapping[str, Any], version: str) -> bool:
+    """A CRD is Established and serves ``version``."""
+    versions = (body.get("spec") or {}).get("versions") or []
+    served = any(v.get("name") == version and v.get("served") for v in versions)
+    conditions = (body.get("status") or {}).get("conditions") or []
+    established = any(
+        c.get("type") == "Established" and c.get("status") == "True" for c in conditions
+    )
+    return served and established
 
 
 def plan(spec: InferenceEndpointSpec) -> dict[str, Any]:
@@ -85,6 +99,21 @@ def ringmaster_inference_deployments(
 ) -> dict[Key, DeploymentView]:
     owner = _owner(meta)
     return {(namespace or "", owner): DeploymentView.from_object(body)} if owner else {}
+
+
+@kopf.index(LWS_GROUP, LWS_VERSION, LWS_PLURAL, labels=OWNED)
+def ringmaster_inference_groups(
+    namespace: str | None, meta: kopf.Meta, body: kopf.Body, **_: Any
+) -> dict[Key, DeploymentView]:
+    """The endpoints' LeaderWorkerSets (watched by kopf only while their CRD is served)."""
+    owner = _owner(meta)
+    return {(namespace or "", owner): DeploymentView.from_object(body)} if owner else {}
+
+
+@kopf.index(*CRDS, field="metadata.name", value=LWS_CRD)
+def ringmaster_lws_crd(body: kopf.Body, **_: Any) -> dict[str, bool]:
+    """Whether the LeaderWorkerSet API is served (its CRD Established at v1)."""
+    return {"served": crd_served(body, LWS_VERSION)}
 
 
 @kopf.index("autoscaling", "v2", "horizontalpodautoscalers", labels=OWNED)
@@ -122,8 +151,9 @@ class InferenceController(Controller):
             for key in list(self.objects()):
                 self.queue.add(key)
 
-    def _first(self, index: str, key: Key) -> Any:
-        store = self.indexes[index].get(key)
+    def _first(self, index: str, key: Hashable) -> Any:
+        indexed = self.indexes.get(index)
+        store = indexed.get(key) if indexed is not None else None
         return next(iter(store), None) if store else None
 
     async def reconcile_object(
@@ -134,6 +164,8 @@ class InferenceController(Controller):
         generation = int(body["metadata"].get("generation", 1))
         now = dt.datetime.now(dt.UTC).replace(microsecond=0)
         deployment: DeploymentView | None = self._first("ringmaster_inference_deployments", key)
+        group: DeploymentView | None = self._first("ringmaster_inference_groups", key)
+        lws_installed = bool(self._first("ringmaster_lws_crd", "served"))
         autoscaler_present = bool(self._first("ringmaster_inference_autoscalers", key))
         try:
             spec = InferenceEndpointSpec.model_validate(body.get("spec") or {})
@@ -158,10 +190,12 @@ class InferenceController(Controller):
                     spec.accelerator.per_replica,
                     spec.accelerator.hosts_per_replica,
                 ),
+                group,
+                lws_installed,
             )
         try:
             await self._apply(
-                namespace, name, body, current, decision, deployment, autoscaler_present
+                namespace, name, body, current, decision, deployment, group, autoscaler_present
             )
         except ApiException as error:
             if error.status == 403 and "being terminated" in str(error.body):
@@ -176,6 +210,7 @@ class InferenceController(Controller):
         obj: dict[str, Any],
         fingerprint: str,
         deployment: DeploymentView | None,
+        group: DeploymentView | None,
         autoscaler_present: bool,
     ) -> bool:
         last = self.applied.get(key, {}).get(obj["kind"])
@@ -186,6 +221,8 @@ class InferenceController(Controller):
         if obj["kind"] == "Deployment":
             # Gone, or its spec changed since our apply (an edit, or the HPA's scaling).
             return deployment is None or deployment.generation != last.generation
+        if obj["kind"] == LWS_KIND:
+            return group is None or group.generation != last.generation
         if obj["kind"] == "HorizontalPodAutoscaler":
             return not autoscaler_present
         return False
@@ -198,6 +235,7 @@ class InferenceController(Controller):
         current_status: dict[str, Any],
         decision: Decision,
         deployment: DeploymentView | None,
+        group: DeploymentView | None,
         autoscaler_present: bool,
     ) -> None:
         key = (namespace, name)
@@ -206,7 +244,7 @@ class InferenceController(Controller):
             # and into the pod template, so relabelling an endpoint would roll its pods.
             kopf.append_owner_reference(obj, owner=as_body(body))
             fingerprint = json.dumps(obj, sort_keys=True)
-            if self._needs_apply(key, obj, fingerprint, deployment, autoscaler_present):
+            if self._needs_apply(key, obj, fingerprint, deployment, group, autoscaler_present):
                 result = await self.api.apply(namespace, obj)
                 generation = int((result.get("metadata") or {}).get("generation") or 0)
                 self.applied.setdefault(key, {})[obj["kind"]] = Applied(
@@ -214,6 +252,9 @@ class InferenceController(Controller):
                 )
         if decision.hold_replicas is not None:
             await self.api.apply_as(namespace, decision.hold_replicas, REPLICAS_MANAGER)
+        if decision.delete_workload is not None:
+            await self.api.delete_object(namespace, decision.delete_workload, object_name(name))
+            self.applied.get(key, {}).pop(decision.delete_workload, None)
         if decision.delete_autoscaler:
             await self.api.delete_object(namespace, "HorizontalPodAutoscaler", object_name(name))
             self.applied.get(key, {}).pop("HorizontalPodAutoscaler", None)
@@ -269,6 +310,16 @@ async def inferenceendpoint_changed(namespace: str | None, name: str, **kwargs: 
     ctl.queue.add((namespace or "", name))
 
 
+@kopf.on.event(*CRDS, field="metadata.name", value=LWS_CRD)
+async def lws_crd_changed(**kwargs: Any) -> None:
+    """LeaderWorkerSet installed or removed: every endpoint is looked at again (those that
+    waited for it start)."""
+    ctl = controller()
+    ctl.bind(kwargs)
+    ctl.catalog_changed()
+
+
+@kopf.on.event(LWS_GROUP, LWS_VERSION, LWS_PLURAL, labels=OWNED)
 @kopf.on.event("apps", "v1", "deployments", labels=OWNED)
 @kopf.on.event("autoscaling", "v2", "horizontalpodautoscalers", labels=OWNED)
 async def inference_child_changed(namespace: str | None, meta: kopf.Meta, **kwargs: Any) -> None:
