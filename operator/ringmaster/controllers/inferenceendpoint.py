@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import kopf
+from kopf._cogs.structs.references import Insights
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
@@ -41,6 +42,7 @@ from ringmaster.controllers.inference_lifecycle import (
     reconcile_inference,
 )
 from ringmaster.controllers.kubeapi import KubeApi
+from ringmaster.controllers.kueue_workloads import DiscoveryFollower
 from ringmaster.manifests.inference import INFERENCE_ENDPOINT_LABEL, LWS_KIND, object_name
 from ringmaster.manifests.naming import MANAGED_BY, OPERATOR
 
@@ -310,10 +312,29 @@ async def inferenceendpoint_changed(namespace: str | None, name: str, **kwargs: 
     ctl.queue.add((namespace or "", name))
 
 
+_lws_follower: DiscoveryFollower | None = None
+
+
+def follow_leader_worker_set(insights: Insights, settings: kopf.OperatorSettings) -> None:
+    """With the ``insights`` and ``settings`` kopf.run is given: LeaderWorkerSet installed while
+    the operator runs is watched through the discovery lag (kueue_workloads.DiscoveryFollower)."""
+    global _lws_follower
+    _lws_follower = DiscoveryFollower(
+        insights,
+        kopf.get_default_registry(),
+        settings,
+        group=LWS_GROUP,
+        resources=frozenset({LWS_PLURAL}),
+        name="LeaderWorkerSet",
+    )
+
+
 @kopf.on.event(*CRDS, field="metadata.name", value=LWS_CRD)
-async def lws_crd_changed(**kwargs: Any) -> None:
+async def lws_crd_changed(body: kopf.Body, **kwargs: Any) -> None:
     """LeaderWorkerSet installed or removed: every endpoint is looked at again (those that
     waited for it start)."""
+    if _lws_follower is not None and crd_served(body, LWS_VERSION):
+        _lws_follower.follow()
     ctl = controller()
     ctl.bind(kwargs)
     ctl.catalog_changed()

@@ -152,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
     # Shared with the Kueue integration, which follows Kueue installed while the operator runs.
     insights = Insights()
     kopf_settings = kopf.OperatorSettings()
+    inferenceendpoint.follow_leader_worker_set(insights, kopf_settings)
     # Kueue (docs/install.md): its handlers only where its objects may be watched.
     if (args.kueue or os.environ.get(KUEUE_ENV) or "auto") != "off":
         exact = [n for n in args.namespaces if not any(c in n for c in "*?[")]
