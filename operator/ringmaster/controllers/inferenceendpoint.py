@@ -50,6 +50,7 @@ PLURAL = "inferenceendpoints"
 CRDS = ("apiextensions.k8s.io", "v1", "customresourcedefinitions")
 LWS_GROUP, LWS_VERSION, LWS_PLURAL = "leaderworkerset.x-k8s.io", "v1", "leaderworkersets"
 LWS_CRD = f"{LWS_PLURAL}.{LWS_GROUP}"
+LWS_ENABLED = False  # register_leader_worker_set
 KIND = "InferenceEndpoint"
 # What was applied is applied again after this long, even unchanged (someone edited it).
 REASSERT_SECONDS = 300.0
@@ -103,7 +104,6 @@ def ringmaster_inference_deployments(
     return {(namespace or "", owner): DeploymentView.from_object(body)} if owner else {}
 
 
-@kopf.index(LWS_GROUP, LWS_VERSION, LWS_PLURAL, labels=OWNED)
 def ringmaster_inference_groups(
     namespace: str | None, meta: kopf.Meta, body: kopf.Body, **_: Any
 ) -> dict[Key, DeploymentView]:
@@ -167,7 +167,7 @@ class InferenceController(Controller):
         now = dt.datetime.now(dt.UTC).replace(microsecond=0)
         deployment: DeploymentView | None = self._first("ringmaster_inference_deployments", key)
         group: DeploymentView | None = self._first("ringmaster_inference_groups", key)
-        lws_installed = bool(self._first("ringmaster_lws_crd", "served"))
+        lws_installed = LWS_ENABLED and bool(self._first("ringmaster_lws_crd", "served"))
         autoscaler_present = bool(self._first("ringmaster_inference_autoscalers", key))
         try:
             spec = InferenceEndpointSpec.model_validate(body.get("spec") or {})
@@ -313,12 +313,19 @@ async def inferenceendpoint_changed(namespace: str | None, name: str, **kwargs: 
 
 
 _lws_follower: DiscoveryFollower | None = None
+LWS_ENV = "RINGMASTER_LWS"  # auto (default) or off: the chart's lws.enabled
 
 
-def follow_leader_worker_set(insights: Insights, settings: kopf.OperatorSettings) -> None:
-    """With the ``insights`` and ``settings`` kopf.run is given: LeaderWorkerSet installed while
-    the operator runs is watched through the discovery lag (kueue_workloads.DiscoveryFollower)."""
-    global _lws_follower
+def register_leader_worker_set(insights: Insights, settings: kopf.OperatorSettings) -> None:
+    """Watch the endpoints' LeaderWorkerSets (``ringmaster run`` calls it unless LeaderWorkerSet
+    is off or the operator may not watch them: a refused watch would hold every index). With the
+    ``insights`` and ``settings`` kopf.run is given, LeaderWorkerSet installed while the
+    operator runs is watched through the discovery lag (kueue_workloads.DiscoveryFollower).
+    Not registered, a multi-host endpoint waits with LeaderWorkerSetNotInstalled."""
+    global _lws_follower, LWS_ENABLED
+    LWS_ENABLED = True
+    kopf.index(LWS_GROUP, LWS_VERSION, LWS_PLURAL, labels=OWNED)(ringmaster_inference_groups)
+    kopf.on.event(LWS_GROUP, LWS_VERSION, LWS_PLURAL, labels=OWNED)(inference_child_changed)
     _lws_follower = DiscoveryFollower(
         insights,
         kopf.get_default_registry(),
@@ -327,6 +334,28 @@ def follow_leader_worker_set(insights: Insights, settings: kopf.OperatorSettings
         resources=frozenset({LWS_PLURAL}),
         name="LeaderWorkerSet",
     )
+
+
+def missing_lws_permission() -> str | None:
+    """Which LeaderWorkerSet right the operator's identity lacks (list, watch, create, patch,
+    delete), asked once at start with SelfSubjectAccessReviews; None when it has them all."""
+    import kubernetes
+
+    api = kubernetes.client.AuthorizationV1Api()
+    for verb in ("list", "watch", "create", "patch", "delete"):
+        attributes = kubernetes.client.V1ResourceAttributes(
+            group=LWS_GROUP, resource=LWS_PLURAL, verb=verb
+        )
+        review = kubernetes.client.V1SelfSubjectAccessReview(
+            spec=kubernetes.client.V1SelfSubjectAccessReviewSpec(resource_attributes=attributes)
+        )
+        try:
+            answer = api.create_self_subject_access_review(review)
+        except Exception as error:  # the API is away: do not guess
+            return f"{verb} {LWS_PLURAL} (the access review failed: {error})"
+        if answer.status is None or not answer.status.allowed:
+            return f"{verb} {LWS_GROUP} {LWS_PLURAL}"
+    return None
 
 
 @kopf.on.event(*CRDS, field="metadata.name", value=LWS_CRD)
@@ -340,7 +369,6 @@ async def lws_crd_changed(body: kopf.Body, **kwargs: Any) -> None:
     ctl.catalog_changed()
 
 
-@kopf.on.event(LWS_GROUP, LWS_VERSION, LWS_PLURAL, labels=OWNED)
 @kopf.on.event("apps", "v1", "deployments", labels=OWNED)
 @kopf.on.event("autoscaling", "v2", "horizontalpodautoscalers", labels=OWNED)
 async def inference_child_changed(namespace: str | None, meta: kopf.Meta, **kwargs: Any) -> None:
