@@ -20,9 +20,10 @@ declare -A want=(
   [kwok]="sigs.k8s.io/kwok v$KWOK_VERSION"
   [helm]="helm.sh/helm/v3 v$HELM_VERSION"
   [kueue]="sigs.k8s.io/kueue v$KUEUE_VERSION"
+  [lws]="sigs.k8s.io/lws v$LWS_VERSION"
 )
 declare -A version=([kube]=$KUBE_VERSION [etcd]=$ETCD_VERSION [kwok]=$KWOK_VERSION [helm]=$HELM_VERSION
-  [kueue]=$KUEUE_VERSION)
+  [kueue]=$KUEUE_VERSION [lws]=$LWS_VERSION)
 
 if [[ ${1:-} == --pin ]]; then
   for c in "${!want[@]}"; do
@@ -48,7 +49,7 @@ done
 
 export GOFLAGS="-trimpath -buildvcs=false"
 export CGO_ENABLED=0
-for c in etcd kwok helm kube kueue; do
+for c in etcd kwok helm kube kueue lws; do
   out="$cache/bin/$c-${version[$c]}"
   if [[ -f $out/.complete ]]; then
     continue
@@ -69,6 +70,10 @@ for c in etcd kwok helm kube kueue; do
     done
   fi
   nice=()
+  if [[ $c == lws ]]; then
+    ldflags+=" -X sigs.k8s.io/lws/pkg/version.GitVersion=v$LWS_VERSION"
+    nice=(nice -n 19)
+  fi
   if [[ $c == kueue ]]; then
     ldflags+=" -X sigs.k8s.io/kueue/pkg/version.GitVersion=v$KUEUE_VERSION"
     # The heaviest build here, and optional to a running cluster: lowest CPU priority, so that a
@@ -78,6 +83,8 @@ for c in etcd kwok helm kube kueue; do
   (cd "$root/tools/$c" && "${nice[@]}" go build -ldflags="$ldflags" -o "$tmp/" tool)
   # etcd's main package is the module root (server/), so go names the binary "server".
   if [[ $c == etcd ]]; then mv "$tmp/server" "$tmp/etcd"; fi
+  # LeaderWorkerSet's main package is cmd/, so go names the binary "cmd".
+  if [[ $c == lws ]]; then mv "$tmp/cmd" "$tmp/lws"; fi
   # kwok's own default stages (node heartbeat, pod ready/complete/delete) at the pinned version:
   # a cluster that adds stages of its own must list the defaults too.
   if [[ $c == kwok ]]; then
@@ -96,6 +103,15 @@ for c in etcd kwok helm kube kueue; do
     cp "$src/webhook/manifests.yaml" "$tmp/kueue-webhooks.yaml"
     chmod -R u+w "$tmp/kueue-crds" "$tmp/kueue-webhooks.yaml"
   fi
+  # LeaderWorkerSet's CRDs and webhook configurations at the pinned version, installed by
+  # `ringmaster cluster lws up` (operator/ringmaster/localcluster/lws.py); never fetched at run time.
+  if [[ $c == lws ]]; then
+    src=$(cd "$root/tools/lws" && go list -m -f '{{.Dir}}' sigs.k8s.io/lws)/config
+    mkdir -p "$tmp/lws-crds"
+    cp "$src"/crd/bases/*.yaml "$tmp/lws-crds/"
+    cp "$src/webhook/manifests.yaml" "$tmp/lws-webhooks.yaml"
+    chmod -R u+w "$tmp/lws-crds" "$tmp/lws-webhooks.yaml"
+  fi
   touch "$tmp/.complete"
   # Whoever finishes first installs; a build that lost the race keeps the winner's copy.
   if [[ -f $out/.complete ]]; then rm -rf "$tmp"; else rm -rf "$out" && mv "$tmp" "$out"; fi
@@ -103,9 +119,9 @@ for c in etcd kwok helm kube kueue; do
 done
 
 # One directory with every binary, so callers need one PATH entry.
-all="$cache/bin/all-k$KUBE_VERSION-e$ETCD_VERSION-w$KWOK_VERSION-h$HELM_VERSION-q$KUEUE_VERSION"
+all="$cache/bin/all-k$KUBE_VERSION-e$ETCD_VERSION-w$KWOK_VERSION-h$HELM_VERSION-q$KUEUE_VERSION-l$LWS_VERSION"
 mkdir -p "$all"
-for c in etcd kwok helm kube kueue; do
+for c in etcd kwok helm kube kueue lws; do
   for f in "$cache/bin/$c-${version[$c]}"/*; do ln -sf "$f" "$all/"; done
 done
 echo "$all"

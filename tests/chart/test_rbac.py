@@ -224,6 +224,8 @@ def test_every_kind_the_operator_applies_can_be_created_and_patched(render: Rend
             continue  # pods are created (KubeApi.create), never applied: see the pod rule
         if kind == "ConfigMap":
             continue  # the calibration's only, which the chart creates: patched by name
+        if kind == "LeaderWorkerSet":
+            verbs = granted(render({"lws": {"enabled": True}})).get((group, plural), set())
         assert {"create", "patch"} <= verbs, kind
 
 
@@ -314,3 +316,20 @@ def test_the_progress_endpoint_adds_token_reviews_only_and_calibration_can_go(re
     assert {k[2] for k in table(catalog_only) if k[1] == "configmaps"} == {
         ("rm-ringmaster-catalog",)
     }
+
+
+def test_leader_worker_set_rights_come_only_with_lws_enabled(render: Render):
+    lws = ("leaderworkerset.x-k8s.io", "leaderworkersets")
+    assert lws not in granted(render())
+    assert "delete" not in granted(render()).get(("apps", "deployments"), set())
+    for layout, values in LAYOUTS.items():
+        rights = granted(render({**values, "lws": {"enabled": True}}))
+        assert rights[lws] == {"list", "watch", "create", "patch", "delete"}, layout
+        assert "delete" in rights[("apps", "deployments")], layout
+
+    def args(values: dict[str, Any]) -> list[str]:
+        deployment = next(o for o in render(values) if o["kind"] == "Deployment")
+        return list(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
+
+    assert "--lws=off" in args({})
+    assert "--lws=auto" in args({"lws": {"enabled": True}})

@@ -155,7 +155,8 @@ def render_bad_input_doc(rows: list[BadInput]) -> str:
         "| `UnknownAccelerator` | `spec.accelerator.type` | the catalog has no such accelerator "
         "(the message lists the known ones and how to add one) |",
         "| `UnsupportedHostShape` | `spec.accelerator.perWorker` / `perReplica` | no machine type "
-        "of the catalog carries that many of the accelerator (3 x A100) |",
+        "of the catalog carries that many of the accelerator (3 x A100), or a serving replica's "
+        "perReplica is no whole number of hosts (12 x H100 on 8-GPU hosts) |",
         "| `UnsupportedTopology` | `spec.accelerator.topology` | a 2-D topology for a 3-D TPU "
         "(`4x4` for tpu-v4-podslice) or the reverse |",
         "",

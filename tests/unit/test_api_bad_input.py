@@ -440,6 +440,40 @@ def test_parse_manifest_and_the_crd_agree_on_inference_endpoints(
 
 @settings(max_examples=200, deadline=None)
 @given(
+    per_replica=st.sampled_from([1, 2, 3, 4, 8, 16, 24, 32, 600]),
+    hosts=st.one_of(st.none(), st.integers(min_value=0, max_value=5)),
+    tensor=st.one_of(st.none(), st.sampled_from([0, 1, 2, 4, 8, 16, 32, 600])),
+    pipeline=st.one_of(st.none(), st.sampled_from([0, 1, 2, 3, 4, 100])),
+    expert=st.one_of(st.none(), st.sampled_from([1, 2, 5, 8, 16])),
+    heads=st.sampled_from([40, 64, 128]),
+)
+def test_parse_manifest_and_the_crd_agree_on_serving_parallelism(
+    per_replica: int,
+    hosts: int | None,
+    tensor: int | None,
+    pipeline: int | None,
+    expert: int | None,
+    heads: int,
+) -> None:
+    doc = load_example("inferenceendpoint-llama3-70b-a100-tp4.yaml")
+    spec = doc["spec"]
+    spec["accelerator"]["perReplica"] = per_replica
+    if hosts is not None:
+        spec["accelerator"]["hostsPerReplica"] = hosts
+    parallelism = {
+        k: v
+        for k, v in (("tensor", tensor), ("pipeline", pipeline), ("expert", expert))
+        if v is not None
+    }
+    if tensor is not None or pipeline is not None or expert is not None:
+        spec["parallelism"] = parallelism
+    arch = spec["model"]["architecture"]
+    arch["attentionHeads"], arch["kvHeads"], arch["hiddenSize"] = heads, 8, heads * 128
+    _assert_same_verdict(doc)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
     parameters=st.one_of(
         st.integers(min_value=-10, max_value=10**17),
         st.from_regex(r"\A[0-9]{1,5}(\.[0-9]{0,4})?[KMGBTkmb]?\Z"),

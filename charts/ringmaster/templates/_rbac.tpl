@@ -51,6 +51,17 @@
 - apiGroups: [autoscaling]
   resources: [horizontalpodautoscalers]
   verbs: [list, watch, create, patch, delete]
+{{- if .Values.lws.enabled }}
+# LeaderWorkerSet (lws.enabled): an endpoint whose replicas span hosts runs as one, indexed and
+# watched for readiness, server-side applied (also its count under a second field manager), and
+# deleted when its replicas come back to one host; the Deployment it replaces is deleted then.
+- apiGroups: [leaderworkerset.x-k8s.io]
+  resources: [leaderworkersets]
+  verbs: [list, watch, create, patch, delete]
+- apiGroups: [apps]
+  resources: [deployments]
+  verbs: [delete]
+{{- end }}
 {{- if .Values.kueue.enabled }}
 # Kueue (kueue.enabled): a labelled TrainingJob's Workload is indexed and watched, created, patched
 # (its pod sets while queued; spec.active on suspend and resume) and deleted when the job's shape

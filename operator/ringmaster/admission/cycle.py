@@ -24,13 +24,15 @@ Ringmaster's own serving replicas (an InferenceEndpoint's pods) wait at an admis
 gate and take their room through the same pass, before the gangs, oldest first: each gets a
 named host with room that no admitted gang was promised (:class:`Grant`), or stays gated with
 the numbers (:class:`Hold`). So kube-scheduler is never free to give one a host a gang holds.
+The pods of a replica across hosts (one LeaderWorkerSet group) are admitted whole: every pod a
+host of its own from the same pass, or every pod held; a partial group never starts.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from enum import StrEnum
@@ -39,6 +41,8 @@ from ringmaster.admission.snapshot import (
     UNLIMITED,
     ClusterSnapshot,
     Key,
+    PodFacts,
+    PoolSummary,
     Promise,
     Shape,
     copies_that_fit,
@@ -482,12 +486,26 @@ def admission_order(
 
 
 def grant_serving_pods(view: CycleView) -> list[ServingVerdict]:
-    """Room for each pod at the admission gate, oldest first, on a named host of its pool."""
+    """Room for each pod at the admission gate, oldest first, on a named host of its pool. The
+    pods of a replica group (a replica across hosts) are decided together, at the place of the
+    group's oldest pod: all of them granted hosts of their own in this pass, or all held (a
+    group waits whole until every one of its pods is at the gate)."""
     verdicts: list[ServingVerdict] = []
     if not view.snapshot.has_gated():
         return verdicts
     pools = view.snapshot.pools()
-    for pod in view.snapshot.gated():
+    gated = view.snapshot.gated()
+    members: dict[Key, list[PodFacts]] = {}
+    for pod in gated:
+        if pod.group is not None:
+            members.setdefault(pod.group, []).append(pod)
+    decided: set[Key] = set()
+    for pod in gated:
+        if pod.group is not None:
+            if pod.group not in decided:
+                decided.add(pod.group)
+                verdicts += _grant_group(view, pools, members[pod.group])
+            continue
         if pod.pool is None or not pod.requests:
             verdicts.append(Grant(pod.key, None))
             continue
@@ -499,16 +517,52 @@ def grant_serving_pods(view: CycleView) -> list[ServingVerdict]:
         if placed == 1 and hosts and hosts[0]:
             verdicts.append(Grant(pod.key, hosts[0]))
             continue
-        schedulable = sum(room.nodes.values())
-        wanted = ", ".join(f"{name} {_amount(name, amount)}" for name, amount in pod.requests)
-        verdicts.append(
-            Hold(
-                pod.key,
-                f"no host of pool {pod.pool} has room for it ({wanted}): 0 of {schedulable} "
-                f"schedulable hosts, counting the room held for admitted gangs as taken",
-            )
-        )
+        verdicts.append(Hold(pod.key, _no_room(room, pod, 1)))
     return verdicts
+
+
+def _no_room(room: Room, pod: PodFacts, pods: int) -> str:
+    schedulable = sum(room.nodes.values())
+    wanted = ", ".join(f"{name} {_amount(name, amount)}" for name, amount in pod.requests)
+    if pods == 1:
+        return (
+            f"no host of pool {pod.pool} has room for it ({wanted}): 0 of {schedulable} "
+            f"schedulable hosts, counting the room held for admitted gangs as taken"
+        )
+    free = room.count(pod.requests, pods, one_per_node=True)
+    return (
+        f"its replica group needs {pods} hosts of pool {pod.pool} with room for one pod each "
+        f"({wanted}); {free} of {schedulable} schedulable hosts have it, counting the room held "
+        f"for admitted gangs as taken"
+    )
+
+
+def _grant_group(
+    view: CycleView, pools: Mapping[str, PoolSummary], pods: list[PodFacts]
+) -> list[ServingVerdict]:
+    """One replica group: every pod a host of its own, or every pod held."""
+    first = pods[0]
+    size = first.group_size
+    if len(pods) < size:
+        message = (
+            f"its replica group has {len(pods)} of its {size} pods at the admission gate; "
+            "a group is admitted whole"
+        )
+        return [Hold(p.key, message) for p in pods]
+    if first.pool is None or not first.requests:
+        return [Grant(p.key, None) for p in pods]
+    if first.pool not in pools:
+        return [Hold(p.key, f"pool {first.pool} has no nodes") for p in pods]
+    room = view.room(first.pool)
+    # Counted before anything is taken: a group that does not fit leaves the room as it was.
+    if room.count(first.requests, size, one_per_node=True) < size:
+        message = _no_room(room, first, size)
+        return [Hold(p.key, message) for p in pods]
+    placed, hosts = room.place(first.requests, size, one_per_node=True)
+    assert placed == size, "counted room is placed"
+    if len(hosts) == size and all(hosts):
+        return [Grant(p.key, host) for p, host in zip(pods, hosts, strict=True)]
+    return [Grant(p.key, None) for p in pods]
 
 
 def admission_pass(

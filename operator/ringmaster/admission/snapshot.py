@@ -94,6 +94,8 @@ class PodFacts:
     attempt: int = 0
     reducer_pool: Key | None = None  # the ReductionServerPool whose reducer it is
     gated: bool = False  # held at Ringmaster's admission scheduling gate (a serving replica)
+    group: Key | None = None  # the replica group (a LeaderWorkerSet group) it belongs to
+    group_size: int = 1  # the pods of its group, all admitted together
 
     @property
     def key(self) -> Key:

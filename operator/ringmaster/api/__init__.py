@@ -34,6 +34,7 @@ from ringmaster.api.inferenceendpoint import (
     InferencePlan,
     KvCachePrecision,
     Precision,
+    ServingParallelism,
     Slo,
     TokenLengths,
 )
@@ -112,6 +113,7 @@ __all__ = [
     "ResourceRequirements",
     "Rule",
     "RunPolicy",
+    "ServingParallelism",
     "Slo",
     "Strategy",
     "TokenLengths",

@@ -24,15 +24,68 @@ LLM_PRECISIONS = ("BF16", "FP16", "FP8", "INT4")
 DEFAULT_MAX_UTILIZATION_PERCENT = 85
 
 
+MAX_ACCELERATORS_PER_REPLICA = 512
+MAX_HOSTS_PER_REPLICA = 64
+
+
 class InferenceAccelerator(SpecModel):
-    """The accelerators of each serving replica (one host)."""
+    """The accelerators of each serving replica: one host, or a group of hosts (a replica that
+    spans hosts runs as one LeaderWorkerSet group: docs/serving.md)."""
 
     type: AcceleratorType
     """Accelerator type as GKE labels nodes: any name of that form; the operator's catalog
     (docs/catalog.md) must define it, or the endpoint waits with reason ``UnknownAccelerator``."""
-    per_replica: Int = Field(default=1, ge=1, le=16)
-    """Accelerators per replica; must be a host shape of the type in the catalog, or the endpoint
-    waits with reason ``UnsupportedHostShape``."""
+    per_replica: Int = Field(default=1, ge=1, le=MAX_ACCELERATORS_PER_REPLICA)
+    """Accelerators per replica: a host shape of the type in the catalog (one host per
+    replica), or a multiple of one (``16`` on 8-GPU hosts: two hosts per replica). A count the
+    catalog cannot build waits with reason ``UnsupportedHostShape`` and the shapes it has."""
+    hosts_per_replica: Int | None = Field(default=None, ge=1, le=MAX_HOSTS_PER_REPLICA)
+    """Hosts each replica spans; perReplica / hostsPerReplica accelerators on each, a host shape
+    of the catalog. Default: one host when perReplica is a host shape, else the fewest hosts of
+    the largest shape that divides perReplica."""
+
+    cel_rules = (
+        Rule(
+            cel="!has(self.hostsPerReplica) || self.perReplica % self.hostsPerReplica == 0",
+            message="hostsPerReplica must divide perReplica (the same accelerators on each host)",
+            field_path=".hostsPerReplica",
+            check=lambda s: s.hosts_per_replica is None or s.per_replica % s.hosts_per_replica == 0,
+        ),
+    )
+
+
+class ServingParallelism(SpecModel):
+    """How a replica's accelerators split the model (LLM endpoints). A degree left out is
+    chosen by the engine (``Auto``): tensor parallelism over one host, and across hosts either
+    tensor parallelism inside each host with pipeline stages across them, or tensor parallelism
+    over every accelerator on the fabric, whichever serves the target with fewer replicas
+    (``status.plan.layout`` names the choice and why)."""
+
+    tensor: Int | None = Field(default=None, ge=1, le=MAX_ACCELERATORS_PER_REPLICA)
+    """Tensor-parallel degree (vLLM ``--tensor-parallel-size``, SGLang ``--tp-size``); must
+    divide the attention heads; tensor x pipeline = perReplica."""
+    pipeline: Int | None = Field(default=None, ge=1, le=MAX_ACCELERATORS_PER_REPLICA)
+    """Pipeline stages (vLLM ``--pipeline-parallel-size``, SGLang ``--pp-size``); at most the
+    layers; tensor x pipeline = perReplica."""
+    expert: Int | None = Field(default=None, ge=1, le=MAX_ACCELERATORS_PER_REPLICA)
+    """Expert-parallel degree of a mixture-of-experts model's expert layers (vLLM
+    ``--enable-expert-parallel``, SGLang ``--ep-size``): the experts spread over this many of the
+    replica's accelerators; must divide perReplica. Passed to the server as
+    RINGMASTER_EXPERT_PARALLEL; a dense model's plan counts it as 1."""
+
+    cel_rules = (
+        Rule(
+            cel="!has(self.tensor) || !has(self.pipeline) || self.tensor * self.pipeline <= "
+            f"{MAX_ACCELERATORS_PER_REPLICA}",
+            message=f"tensor x pipeline must be at most {MAX_ACCELERATORS_PER_REPLICA}",
+            field_path=".tensor",
+            check=lambda s: (
+                s.tensor is None
+                or s.pipeline is None
+                or s.tensor * s.pipeline <= MAX_ACCELERATORS_PER_REPLICA
+            ),
+        ),
+    )
 
 
 class InferenceModel(SpecModel):
@@ -159,6 +212,9 @@ class InferenceEndpointSpec(SpecModel):
     FP8, else 16-bit); FP8 halves the cache and doubles the sequences that fit."""
     tokens: TokenLengths | None = None
     """LLM endpoints: prompt and generation lengths. Required with an architecture."""
+    parallelism: ServingParallelism | None = None
+    """LLM endpoints: the replica's tensor / pipeline / expert degrees; each one left out is
+    chosen by the engine."""
     slo: Slo
     max_batch_size: Int = Field(default=32, ge=1, le=1024)
     """Largest batch the server forms; the engine picks the batch size up to this."""
@@ -223,14 +279,70 @@ class InferenceEndpointSpec(SpecModel):
             ),
         ),
         Rule(
+            cel="has(self.model.architecture) || !has(self.parallelism)",
+            message="spec.parallelism needs model.architecture (LLM endpoints)",
+            field_path=".parallelism",
+            check=lambda s: s.model.architecture is not None or s.parallelism is None,
+        ),
+        Rule(
+            cel="!has(self.parallelism) || ((!has(self.parallelism.tensor) || "
+            "self.accelerator.perReplica % self.parallelism.tensor == 0) && "
+            "(!has(self.parallelism.pipeline) || "
+            "self.accelerator.perReplica % self.parallelism.pipeline == 0) && "
+            "(!has(self.parallelism.expert) || "
+            "self.accelerator.perReplica % self.parallelism.expert == 0))",
+            message="parallelism.tensor, .pipeline and .expert must each divide "
+            "accelerator.perReplica",
+            field_path=".parallelism",
+            check=lambda s: (
+                s.parallelism is None
+                or all(
+                    d is None or s.accelerator.per_replica % d == 0
+                    for d in (s.parallelism.tensor, s.parallelism.pipeline, s.parallelism.expert)
+                )
+            ),
+        ),
+        Rule(
+            cel="!has(self.parallelism) || !has(self.parallelism.tensor) || "
+            "!has(self.parallelism.pipeline) || "
+            "self.parallelism.tensor * self.parallelism.pipeline == self.accelerator.perReplica",
+            message="parallelism.tensor x parallelism.pipeline must equal accelerator.perReplica",
+            field_path=".parallelism",
+            check=lambda s: (
+                s.parallelism is None
+                or s.parallelism.tensor is None
+                or s.parallelism.pipeline is None
+                or s.parallelism.tensor * s.parallelism.pipeline == s.accelerator.per_replica
+            ),
+        ),
+        Rule(
+            cel="!has(self.model.architecture) || !has(self.parallelism) || "
+            "!has(self.parallelism.pipeline) || "
+            "self.parallelism.pipeline <= self.model.architecture.layers",
+            message="parallelism.pipeline must be at most model.architecture.layers",
+            field_path=".parallelism.pipeline",
+            check=lambda s: (
+                s.model.architecture is None
+                or s.parallelism is None
+                or s.parallelism.pipeline is None
+                or s.parallelism.pipeline <= s.model.architecture.layers
+            ),
+        ),
+        Rule(
+            # The tensor-parallel degree: parallelism.tensor, else perReplica over the pipeline
+            # stages, else (Auto) perReplica itself, which every layout the engine picks divides.
             cel="!has(self.model.architecture) || self.model.architecture.attentionHeads % "
-            "self.accelerator.perReplica == 0",
-            message="accelerator.perReplica (the tensor-parallel degree) must divide "
+            "(has(self.parallelism) && has(self.parallelism.tensor) ? self.parallelism.tensor "
+            ": (has(self.parallelism) && has(self.parallelism.pipeline) ? "
+            "self.accelerator.perReplica / self.parallelism.pipeline : "
+            "self.accelerator.perReplica)) == 0",
+            message="the tensor-parallel degree (parallelism.tensor, else accelerator.perReplica "
+            "/ parallelism.pipeline, else accelerator.perReplica) must divide "
             "model.architecture.attentionHeads",
             field_path=".accelerator.perReplica",
             check=lambda s: (
                 s.model.architecture is None
-                or s.model.architecture.attention_heads % s.accelerator.per_replica == 0
+                or s.model.architecture.attention_heads % tensor_degree(s) == 0
             ),
         ),
         Rule(
@@ -241,6 +353,17 @@ class InferenceEndpointSpec(SpecModel):
             check=lambda s: s.replicas is None or s.min_replicas <= s.replicas <= s.max_replicas,
         ),
     )
+
+
+def tensor_degree(spec: InferenceEndpointSpec) -> int:
+    """The tensor-parallel degree the spec fixes (Auto: perReplica, which the engine's layouts
+    divide); the CEL rule on attentionHeads and its twin read it."""
+    par = spec.parallelism
+    if par is not None and par.tensor is not None:
+        return par.tensor
+    if par is not None and par.pipeline is not None:
+        return max(1, spec.accelerator.per_replica // par.pipeline)
+    return spec.accelerator.per_replica
 
 
 class InferenceEndpointPhase(StrEnum):
@@ -297,6 +420,15 @@ class InferencePlan(StatusModel):
     weights_bytes_per_accelerator: float | None = None
     kv_cache_precision: str | None = None
     tensor_parallel: int | None = None
+    pipeline_parallel: int | None = None
+    """LLM endpoints: pipeline stages of each replica."""
+    expert_parallel: int | None = None
+    """LLM endpoints: expert-parallel degree (1 for a dense model)."""
+    hosts_per_replica: int | None = None
+    """Hosts each replica spans (a LeaderWorkerSet group's size when more than one)."""
+    layout: Annotated[str, Field(max_length=1024)] | None = None
+    """LLM endpoints: the replica's layout across its accelerators and hosts, and why the engine
+    chose it."""
     max_num_seqs: int | None = None
     """LLM endpoints: the server's max_num_seqs (vLLM's name)."""
     max_model_len: int | None = None

@@ -39,6 +39,7 @@ from ringmaster.planning.catalog import (
     hardware_problem,
     install_catalog,
     parse_catalog,
+    replica_hardware_problem,
 )
 
 log = logging.getLogger(__name__)
@@ -185,6 +186,20 @@ def job_hardware_problem(
     """Why the operator's current catalog cannot place this hardware (reason, message), with a
     word on a rejected ConfigMap when there is one; None when it can."""
     problem = hardware_problem(active_catalog(), accelerator, per_host, topology)
+    rejection = WATCHER.state.rejection if WATCHER is not None else None
+    if problem is None or rejection is None:
+        return problem
+    return problem[0], (
+        f"{problem[1]}. The catalog ConfigMap {rejection.where} was rejected ({rejection.error}); "
+        "the last good catalog is in use"
+    )
+
+
+def serving_hardware_problem(
+    accelerator: str, per_replica: int, hosts: int | None = None
+) -> tuple[str, str] | None:
+    """As :func:`job_hardware_problem`, for a serving replica that may span hosts."""
+    problem = replica_hardware_problem(active_catalog(), accelerator, per_replica, hosts)
     rejection = WATCHER.state.rejection if WATCHER is not None else None
     if problem is None or rejection is None:
         return problem

@@ -19,6 +19,11 @@ import kopf
 
 from ringmaster.admission.snapshot import PodFacts, shape
 from ringmaster.controllers.training_lifecycle import WorkerPod
+from ringmaster.manifests.inference import (
+    INFERENCE_ENDPOINT_LABEL,
+    LWS_GROUP_KEY_LABEL,
+    LWS_SIZE_ANNOTATION,
+)
 from ringmaster.manifests.naming import (
     ADMISSION_GATE,
     ATTEMPT_ANNOTATION,
@@ -95,7 +100,23 @@ def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
         attempt=attempt,
         reducer_pool=(namespace, reducer_pool) if reducer_pool else None,
         gated=any(g.get("name") == ADMISSION_GATE for g in spec.get("schedulingGates") or ()),
+        **_replica_group(metadata, labels, namespace),
     )
+
+
+def _replica_group(
+    metadata: Mapping[str, Any], labels: Mapping[str, str], namespace: str
+) -> dict[str, Any]:
+    """A serving pod of a replica across hosts: its LeaderWorkerSet group (the group-key label
+    that LeaderWorkerSet's webhook gives every pod of a group) and the group's size."""
+    key = labels.get(LWS_GROUP_KEY_LABEL)
+    if not key or INFERENCE_ENDPOINT_LABEL not in labels:
+        return {}
+    try:
+        size = int((metadata.get("annotations") or {}).get(LWS_SIZE_ANNOTATION, 1))
+    except ValueError:
+        size = 1
+    return {"group": (namespace, key), "group_size": max(size, 1)}
 
 
 POD_INDEX = "ringmaster_pods"

@@ -40,6 +40,7 @@ from ringmaster.controllers.reporting import (
     report_plausibility,
 )
 from ringmaster.manifests.inference import (
+    LWS_KIND,
     OUTPUT_TOKENS_PER_SECOND_METRIC,
     REQUESTS_PER_SECOND_METRIC,
     ServingPlacement,
@@ -48,6 +49,7 @@ from ringmaster.manifests.inference import (
     replicas_only,
     selector_string,
     server_deployment,
+    server_leader_worker_set,
     server_service,
     serving_env,
 )
@@ -90,9 +92,13 @@ class DeploymentView:
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> DeploymentView:
+        """A Deployment, or a LeaderWorkerSet (its status counts groups, and has no
+        observedGeneration: its controller acts on every generation it reports on)."""
         metadata = obj.get("metadata") or {}
         spec = obj.get("spec") or {}
         status = obj.get("status") or {}
+        if obj.get("kind") == LWS_KIND and "observedGeneration" not in status:
+            status = {**status, "observedGeneration": metadata.get("generation") or 0}
         managers = frozenset(
             str(entry.get("manager"))
             for entry in metadata.get("managedFields") or []
@@ -132,6 +138,9 @@ class Decision:
     hold_replicas: dict[str, Any] | None = None
     """Applied as REPLICAS_MANAGER after `apply`: the hand-over of the count to the HPA."""
     delete_autoscaler: bool = False
+    delete_workload: str | None = None
+    """The kind of the workload the endpoint no longer runs on (a Deployment once its replicas
+    span hosts, a LeaderWorkerSet once they fit one), deleted after `apply`."""
     events: list[Event] = field(default_factory=list)
     desired_replicas: int = 0
     target_requests_per_second: float = 0.0
@@ -147,12 +156,14 @@ def choose_pool(
     used: Mapping[str, Mapping[str, Decimal]],
     replicas: int,
     current: str | None = None,
+    hosts: int = 1,
 ) -> NodePool | NoPool:
-    """The pool for the replicas: nodes of the accelerator type with at least perReplica of them.
-    The pool already serving stays (moving would restart every replica); otherwise one where all
-    replicas fit now, then the one whose hosts strand the fewest accelerators, then by name."""
+    """The pool for the replicas: nodes of the accelerator type with at least a pod's share of
+    them (perReplica, or perReplica / hosts for a replica across ``hosts`` hosts). The pool
+    already serving stays (moving would restart every replica); otherwise one where all replicas
+    fit now, then the one whose hosts strand the fewest accelerators, then by name."""
     accelerator = spec.accelerator.type
-    per_replica = spec.accelerator.per_replica
+    per_replica = spec.accelerator.per_replica // hosts
     big_enough = accelerator_pools(pools, accelerator, per_replica, "perReplica")
     if isinstance(big_enough, NoPool):
         return big_enough
@@ -162,7 +173,7 @@ def choose_pool(
     request = {accelerator_resource(spec): Decimal(per_replica)}
 
     def preference(pool: NodePool) -> tuple[bool, int, str]:
-        fits = gang_fits(pool, used, request, max(replicas, 1)).fits
+        fits = gang_fits(pool, used, request, max(replicas, 1) * hosts).fits
         return (not fits, pool.accelerators_per_node % per_replica, pool.name)
 
     return min(big_enough, key=preference)
@@ -215,6 +226,10 @@ def status_plan(plan: Mapping[str, Any], replicas: int, target: float) -> Infere
                     "weightsBytesPerAccelerator",
                     "kvCachePrecision",
                     "tensorParallel",
+                    "pipelineParallel",
+                    "expertParallel",
+                    "hostsPerReplica",
+                    "layout",
                     "maxNumSeqs",
                     "maxModelLen",
                     "maxNumBatchedTokens",
@@ -348,9 +363,13 @@ def reconcile_inference(
     planner: Planner,
     now: dt.datetime,
     hardware: tuple[str, str] | None = None,
+    group: DeploymentView | None = None,
+    leader_worker_set_installed: bool = False,
 ) -> Decision:
     """``hardware``: why the operator's catalog cannot place the endpoint's accelerator
-    (planning.catalog.hardware_problem), or None."""
+    (planning.catalog.hardware_problem), or None. ``group``: the endpoint's LeaderWorkerSet, which
+    runs its replicas when they span hosts (``deployment`` runs them on one host);
+    ``leader_worker_set_installed``: its CRD is served."""
     spec = endpoint.spec
     name, namespace = endpoint.name, endpoint.namespace
     previous = endpoint.status
@@ -376,6 +395,29 @@ def reconcile_inference(
         plan = planner(spec)
     except PlanError as error:
         return _fail(decision, conditions, "PlanFailed", str(error))
+
+    # A replica across hosts runs as one LeaderWorkerSet group; one on a host, as a Deployment.
+    hosts = int(plan.get("hostsPerReplica") or 1)
+    spans_hosts = hosts > 1
+    previous_workload = deployment if spans_hosts else group
+    if spans_hosts:
+        deployment = group
+    if spans_hosts and not leader_worker_set_installed:
+        # Nothing is created: without its controller a LeaderWorkerSet would run no pod.
+        reason = "LeaderWorkerSetNotInstalled"
+        message = (
+            f"each replica spans {hosts} hosts ({spec.accelerator.per_replica} x "
+            f"{spec.accelerator.type}) and runs as a LeaderWorkerSet group, but the "
+            "LeaderWorkerSet API (leaderworkerset.x-k8s.io/v1) is not installed: install "
+            'LeaderWorkerSet (docs/install.md, "With LeaderWorkerSet")'
+        )
+        running = deployment is not None or previous_workload is not None
+        phase = InferenceEndpointPhase.DEGRADED if running else InferenceEndpointPhase.PENDING
+        status.phase = phase.value
+        if not conditions.set(READY, "False", reason, message).was("False", reason):
+            decision.events.append(Event("Warning", reason, message))
+        conditions.stamp()
+        return decision
 
     # Who sets the count, and what it is (see the module's docstring).
     autoscaled = spec.autoscaling.enabled
@@ -420,7 +462,7 @@ def reconcile_inference(
         conditions.stamp()
         return decision
 
-    pool = choose_pool(spec, pools, used, desired, current=previous.pool)
+    pool = choose_pool(spec, pools, used, desired, current=previous.pool, hosts=hosts)
     if isinstance(pool, NoPool):
         # Nothing is applied: a Deployment without a pool's selector could land anywhere.
         phase = InferenceEndpointPhase.DEGRADED if deployment else InferenceEndpointPhase.PENDING
@@ -435,7 +477,9 @@ def reconcile_inference(
                 "Normal",
                 "PoolSelected",
                 f"serving on node pool {pool.name} ({spec.accelerator.per_replica} x "
-                f"{spec.accelerator.type} per replica)",
+                f"{spec.accelerator.type} per replica"
+                + (f", {hosts} hosts each" if spans_hosts else "")
+                + ")",
             )
         )
     status.pool = pool.name
@@ -445,16 +489,23 @@ def reconcile_inference(
         accelerator_resource=pool.accelerator_resource or accelerator_resource(spec),
     )
 
-    decision.apply = [
-        server_deployment(
-            name, namespace, spec, placement, None if hpa_owns else desired, serving_env(plan)
-        ),
-        server_service(name, namespace, spec),
-    ]
+    count = None if hpa_owns else desired
+    if spans_hosts:
+        kind = LWS_KIND
+        workload = server_leader_worker_set(
+            name, namespace, spec, placement, count, hosts, serving_env(plan)
+        )
+    else:
+        kind = "Deployment"
+        workload = server_deployment(name, namespace, spec, placement, count, serving_env(plan))
+    decision.apply = [workload, server_service(name, namespace, spec, groups=spans_hosts)]
+    if previous_workload is not None:
+        decision.delete_workload = "Deployment" if spans_hosts else LWS_KIND
     if autoscaled:
-        decision.apply.append(autoscaler(name, namespace, spec, *_autoscaling_target(spec, plan)))
+        metric = _autoscaling_target(spec, plan)
+        decision.apply.append(autoscaler(name, namespace, spec, *metric, kind=kind))
         if not hpa_owns:
-            decision.hold_replicas = replicas_only(name, namespace, desired)
+            decision.hold_replicas = replicas_only(name, namespace, desired, kind)
     elif autoscaler_present:
         decision.delete_autoscaler = True
 
@@ -467,7 +518,7 @@ def reconcile_inference(
         )
         decision.events.append(Event("Normal", "Scaled", message))
 
-    _readiness(decision, conditions, deployment, desired, capacity[0] == "True")
+    _readiness(decision, conditions, deployment, desired, capacity[0] == "True", kind)
     conditions.stamp()
     return decision
 
@@ -478,13 +529,15 @@ def _readiness(
     deployment: DeploymentView | None,
     desired: int,
     capacity_met: bool,
+    kind: str = "Deployment",
 ) -> None:
-    """Ready and the phase, from the Deployment's status."""
+    """Ready and the phase, from the Deployment's status (or the LeaderWorkerSet's, whose ready
+    replicas are groups whose leader and workers are all ready)."""
     status = decision.status
     ready = deployment.ready_replicas if deployment else 0
     counts = f"{min(ready, desired)}/{desired} replicas ready"
     if deployment is None:
-        value, reason, message = "False", "Creating", "creating the Deployment"
+        value, reason, message = "False", "Creating", f"creating the {kind}"
     elif desired == 0:
         value, reason, message = "False", "ScaledToZero", "no replicas are desired"
     elif deployment.serves(desired):

@@ -18,11 +18,12 @@ import contextlib
 import datetime as dt
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import kopf
+from kopf._cogs.structs.references import Insights
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
@@ -30,7 +31,7 @@ from ringmaster import metrics
 from ringmaster.api import GROUP, VERSION, InferenceEndpointSpec, InferenceEndpointStatus
 from ringmaster.controllers import cluster_state
 from ringmaster.controllers.base import Controller, Key, as_body, snapshot
-from ringmaster.controllers.catalog import job_hardware_problem, on_catalog_change
+from ringmaster.controllers.catalog import on_catalog_change, serving_hardware_problem
 from ringmaster.controllers.inference_lifecycle import (
     REPLICAS_MANAGER,
     Decision,
@@ -41,10 +42,15 @@ from ringmaster.controllers.inference_lifecycle import (
     reconcile_inference,
 )
 from ringmaster.controllers.kubeapi import KubeApi
-from ringmaster.manifests.inference import INFERENCE_ENDPOINT_LABEL, object_name
+from ringmaster.controllers.kueue_workloads import DiscoveryFollower
+from ringmaster.manifests.inference import INFERENCE_ENDPOINT_LABEL, LWS_KIND, object_name
 from ringmaster.manifests.naming import MANAGED_BY, OPERATOR
 
 PLURAL = "inferenceendpoints"
+CRDS = ("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+LWS_GROUP, LWS_VERSION, LWS_PLURAL = "leaderworkerset.x-k8s.io", "v1", "leaderworkersets"
+LWS_CRD = f"{LWS_PLURAL}.{LWS_GROUP}"
+LWS_ENABLED = False  # register_leader_worker_set
 KIND = "InferenceEndpoint"
 # What was applied is applied again after this long, even unchanged (someone edited it).
 REASSERT_SECONDS = 300.0
@@ -60,6 +66,17 @@ def _owner(meta: Mapping[str, Any]) -> str | None:
         if ref.get("kind") == KIND and str(ref.get("apiVersion", "")).startswith(f"{GROUP}/"):
             return str(ref["name"])
     return None
+
+
+def crd_served(body: Mapping[str, Any], version: str) -> bool:
+    """A CRD is Established and serves ``version``."""
+    versions = (body.get("spec") or {}).get("versions") or []
+    served = any(v.get("name") == version and v.get("served") for v in versions)
+    conditions = (body.get("status") or {}).get("conditions") or []
+    established = any(
+        c.get("type") == "Established" and c.get("status") == "True" for c in conditions
+    )
+    return served and established
 
 
 def plan(spec: InferenceEndpointSpec) -> dict[str, Any]:
@@ -85,6 +102,20 @@ def ringmaster_inference_deployments(
 ) -> dict[Key, DeploymentView]:
     owner = _owner(meta)
     return {(namespace or "", owner): DeploymentView.from_object(body)} if owner else {}
+
+
+def ringmaster_inference_groups(
+    namespace: str | None, meta: kopf.Meta, body: kopf.Body, **_: Any
+) -> dict[Key, DeploymentView]:
+    """The endpoints' LeaderWorkerSets (watched by kopf only while their CRD is served)."""
+    owner = _owner(meta)
+    return {(namespace or "", owner): DeploymentView.from_object(body)} if owner else {}
+
+
+@kopf.index(*CRDS, field="metadata.name", value=LWS_CRD)
+def ringmaster_lws_crd(body: kopf.Body, **_: Any) -> dict[str, bool]:
+    """Whether the LeaderWorkerSet API is served (its CRD Established at v1)."""
+    return {"served": crd_served(body, LWS_VERSION)}
 
 
 @kopf.index("autoscaling", "v2", "horizontalpodautoscalers", labels=OWNED)
@@ -122,8 +153,9 @@ class InferenceController(Controller):
             for key in list(self.objects()):
                 self.queue.add(key)
 
-    def _first(self, index: str, key: Key) -> Any:
-        store = self.indexes[index].get(key)
+    def _first(self, index: str, key: Hashable) -> Any:
+        indexed = self.indexes.get(index)
+        store = indexed.get(key) if indexed is not None else None
         return next(iter(store), None) if store else None
 
     async def reconcile_object(
@@ -134,6 +166,8 @@ class InferenceController(Controller):
         generation = int(body["metadata"].get("generation", 1))
         now = dt.datetime.now(dt.UTC).replace(microsecond=0)
         deployment: DeploymentView | None = self._first("ringmaster_inference_deployments", key)
+        group: DeploymentView | None = self._first("ringmaster_inference_groups", key)
+        lws_installed = LWS_ENABLED and bool(self._first("ringmaster_lws_crd", "served"))
         autoscaler_present = bool(self._first("ringmaster_inference_autoscalers", key))
         try:
             spec = InferenceEndpointSpec.model_validate(body.get("spec") or {})
@@ -153,11 +187,17 @@ class InferenceController(Controller):
                 used,
                 self.planner,
                 now,
-                job_hardware_problem(spec.accelerator.type, spec.accelerator.per_replica),
+                serving_hardware_problem(
+                    spec.accelerator.type,
+                    spec.accelerator.per_replica,
+                    spec.accelerator.hosts_per_replica,
+                ),
+                group,
+                lws_installed,
             )
         try:
             await self._apply(
-                namespace, name, body, current, decision, deployment, autoscaler_present
+                namespace, name, body, current, decision, deployment, group, autoscaler_present
             )
         except ApiException as error:
             if error.status == 403 and "being terminated" in str(error.body):
@@ -172,6 +212,7 @@ class InferenceController(Controller):
         obj: dict[str, Any],
         fingerprint: str,
         deployment: DeploymentView | None,
+        group: DeploymentView | None,
         autoscaler_present: bool,
     ) -> bool:
         last = self.applied.get(key, {}).get(obj["kind"])
@@ -182,6 +223,8 @@ class InferenceController(Controller):
         if obj["kind"] == "Deployment":
             # Gone, or its spec changed since our apply (an edit, or the HPA's scaling).
             return deployment is None or deployment.generation != last.generation
+        if obj["kind"] == LWS_KIND:
+            return group is None or group.generation != last.generation
         if obj["kind"] == "HorizontalPodAutoscaler":
             return not autoscaler_present
         return False
@@ -194,6 +237,7 @@ class InferenceController(Controller):
         current_status: dict[str, Any],
         decision: Decision,
         deployment: DeploymentView | None,
+        group: DeploymentView | None,
         autoscaler_present: bool,
     ) -> None:
         key = (namespace, name)
@@ -202,7 +246,7 @@ class InferenceController(Controller):
             # and into the pod template, so relabelling an endpoint would roll its pods.
             kopf.append_owner_reference(obj, owner=as_body(body))
             fingerprint = json.dumps(obj, sort_keys=True)
-            if self._needs_apply(key, obj, fingerprint, deployment, autoscaler_present):
+            if self._needs_apply(key, obj, fingerprint, deployment, group, autoscaler_present):
                 result = await self.api.apply(namespace, obj)
                 generation = int((result.get("metadata") or {}).get("generation") or 0)
                 self.applied.setdefault(key, {})[obj["kind"]] = Applied(
@@ -210,6 +254,9 @@ class InferenceController(Controller):
                 )
         if decision.hold_replicas is not None:
             await self.api.apply_as(namespace, decision.hold_replicas, REPLICAS_MANAGER)
+        if decision.delete_workload is not None:
+            await self.api.delete_object(namespace, decision.delete_workload, object_name(name))
+            self.applied.get(key, {}).pop(decision.delete_workload, None)
         if decision.delete_autoscaler:
             await self.api.delete_object(namespace, "HorizontalPodAutoscaler", object_name(name))
             self.applied.get(key, {}).pop("HorizontalPodAutoscaler", None)
@@ -263,6 +310,63 @@ async def inferenceendpoint_changed(namespace: str | None, name: str, **kwargs: 
     ctl = controller()
     ctl.bind(kwargs)
     ctl.queue.add((namespace or "", name))
+
+
+_lws_follower: DiscoveryFollower | None = None
+LWS_ENV = "RINGMASTER_LWS"  # auto (default) or off: the chart's lws.enabled
+
+
+def register_leader_worker_set(insights: Insights, settings: kopf.OperatorSettings) -> None:
+    """Watch the endpoints' LeaderWorkerSets (``ringmaster run`` calls it unless LeaderWorkerSet
+    is off or the operator may not watch them: a refused watch would hold every index). With the
+    ``insights`` and ``settings`` kopf.run is given, LeaderWorkerSet installed while the
+    operator runs is watched through the discovery lag (kueue_workloads.DiscoveryFollower).
+    Not registered, a multi-host endpoint waits with LeaderWorkerSetNotInstalled."""
+    global _lws_follower, LWS_ENABLED
+    LWS_ENABLED = True
+    kopf.index(LWS_GROUP, LWS_VERSION, LWS_PLURAL, labels=OWNED)(ringmaster_inference_groups)
+    kopf.on.event(LWS_GROUP, LWS_VERSION, LWS_PLURAL, labels=OWNED)(inference_child_changed)
+    _lws_follower = DiscoveryFollower(
+        insights,
+        kopf.get_default_registry(),
+        settings,
+        group=LWS_GROUP,
+        resources=frozenset({LWS_PLURAL}),
+        name="LeaderWorkerSet",
+    )
+
+
+def missing_lws_permission() -> str | None:
+    """Which LeaderWorkerSet right the operator's identity lacks (list, watch, create, patch,
+    delete), asked once at start with SelfSubjectAccessReviews; None when it has them all."""
+    import kubernetes
+
+    api = kubernetes.client.AuthorizationV1Api()
+    for verb in ("list", "watch", "create", "patch", "delete"):
+        attributes = kubernetes.client.V1ResourceAttributes(
+            group=LWS_GROUP, resource=LWS_PLURAL, verb=verb
+        )
+        review = kubernetes.client.V1SelfSubjectAccessReview(
+            spec=kubernetes.client.V1SelfSubjectAccessReviewSpec(resource_attributes=attributes)
+        )
+        try:
+            answer = api.create_self_subject_access_review(review)
+        except Exception as error:  # the API is away: do not guess
+            return f"{verb} {LWS_PLURAL} (the access review failed: {error})"
+        if answer.status is None or not answer.status.allowed:
+            return f"{verb} {LWS_GROUP} {LWS_PLURAL}"
+    return None
+
+
+@kopf.on.event(*CRDS, field="metadata.name", value=LWS_CRD)
+async def lws_crd_changed(body: kopf.Body, **kwargs: Any) -> None:
+    """LeaderWorkerSet installed or removed: every endpoint is looked at again (those that
+    waited for it start)."""
+    if _lws_follower is not None and crd_served(body, LWS_VERSION):
+        _lws_follower.follow()
+    ctl = controller()
+    ctl.bind(kwargs)
+    ctl.catalog_changed()
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=OWNED)

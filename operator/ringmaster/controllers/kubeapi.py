@@ -53,6 +53,7 @@ _PATHS = {
     "StatefulSet": ("/apis/apps/v1", "statefulsets"),
     "Deployment": ("/apis/apps/v1", "deployments"),
     "HorizontalPodAutoscaler": ("/apis/autoscaling/v2", "horizontalpodautoscalers"),
+    "LeaderWorkerSet": ("/apis/leaderworkerset.x-k8s.io/v1", "leaderworkersets"),
     "ReductionServerPool": (f"/apis/{GROUP}/{VERSION}", "reductionserverpools"),
 }
 

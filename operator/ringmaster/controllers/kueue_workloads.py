@@ -100,7 +100,8 @@ Scan = Callable[[], Awaitable[Collection[Resource]]]
 
 
 class DiscoveryFollower:
-    """Re-reads Kueue's API group until kopf watches every Kueue resource the handlers need.
+    """Re-reads an API group (Kueue's by default; LeaderWorkerSet's for the InferenceEndpoint
+    controller) until kopf watches every resource of it the handlers need.
 
     kopf's own observer does the same on each CRD event; this only adds the re-reads that the
     discovery lag makes necessary, at ``interval`` for at most ``patience`` seconds (the API's
@@ -115,7 +116,13 @@ class DiscoveryFollower:
         interval: float = 0.5,
         patience: float = 60.0,
         scan: Scan | None = None,
+        group: str = KUEUE_GROUP,
+        resources: frozenset[str] = KUEUE_RESOURCES,
+        name: str = "Kueue",
     ) -> None:
+        self.group = group
+        self.resources = resources
+        self.name = name
         self.insights = insights
         self.registry = registry
         self.settings = settings
@@ -125,11 +132,11 @@ class DiscoveryFollower:
         self._task: asyncio.Task[bool] | None = None
 
     def unwatched(self) -> set[str]:
-        """The Kueue resources kopf does not index or watch yet."""
-        live = {r.plural for r in self.insights.indexed_resources if r.group == KUEUE_GROUP} & {
-            r.plural for r in self.insights.watched_resources if r.group == KUEUE_GROUP
+        """The group's resources kopf does not index or watch yet."""
+        live = {r.plural for r in self.insights.indexed_resources if r.group == self.group} & {
+            r.plural for r in self.insights.watched_resources if r.group == self.group
         }
-        return set(KUEUE_RESOURCES - live)
+        return set(self.resources - live)
 
     def follow(self) -> None:
         """Start following (once at a time) if something is not watched yet."""
@@ -142,8 +149,9 @@ class DiscoveryFollower:
         while self.unwatched():
             if loop.time() >= deadline:
                 log.warning(
-                    "Kueue's Workload CRD is served but discovery does not list %s after %.0f s: "
-                    "labelled TrainingJobs wait until it does (or the operator restarts)",
+                    "%s's CRDs are served but discovery does not list %s after %.0f s: what "
+                    "needs them waits until it does (or the operator restarts)",
+                    self.name,
                     ", ".join(sorted(self.unwatched())),
                     self.patience,
                 )
@@ -152,23 +160,23 @@ class DiscoveryFollower:
             try:
                 resources = await self._scan()
             except Exception as error:  # the API is away: try again at the next interval
-                log.debug("re-reading discovery of %s failed: %s", KUEUE_GROUP, error)
+                log.debug("re-reading discovery of %s failed: %s", self.group, error)
                 continue
             async with self.insights.revised:
                 observation.revise_resources(
                     resources=resources,
                     insights=self.insights,
                     registry=self.registry,
-                    group=KUEUE_GROUP,
+                    group=self.group,
                 )
                 await self.insights.backbone.fill(resources=resources)
                 self.insights.revised.notify_all()
-        log.info("Kueue's resources are watched")
+        log.info("%s's resources are watched", self.name)
         return True
 
     async def _read_discovery(self) -> Collection[Resource]:
         return await scanning.scan_resources(
-            groups={KUEUE_GROUP}, settings=self.settings, logger=log
+            groups={self.group}, settings=self.settings, logger=log
         )
 
 

@@ -70,6 +70,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "Default: $RINGMASTER_KUEUE or auto",
     )
     parser.add_argument(
+        "--lws",
+        choices=("auto", "off"),
+        default=None,
+        help="auto: an InferenceEndpoint whose replicas span hosts runs as a LeaderWorkerSet "
+        "whenever its CRD is served, if the operator may manage LeaderWorkerSets (checked at "
+        "start); off: such endpoints wait with LeaderWorkerSetNotInstalled (no RBAC for it "
+        "needed). Default: $RINGMASTER_LWS or auto",
+    )
+    parser.add_argument(
         "--catalog-configmap",
         metavar="NAMESPACE/NAME",
         default=None,
@@ -152,6 +161,17 @@ def run(args: argparse.Namespace) -> int:
     # Shared with the Kueue integration, which follows Kueue installed while the operator runs.
     insights = Insights()
     kopf_settings = kopf.OperatorSettings()
+    # LeaderWorkerSet (docs/install.md): watched only where the operator may watch it.
+    if (args.lws or os.environ.get(inferenceendpoint.LWS_ENV) or "auto") != "off":
+        refused = inferenceendpoint.missing_lws_permission()
+        if refused is None:
+            inferenceendpoint.register_leader_worker_set(insights, kopf_settings)
+        else:
+            logging.getLogger(__name__).warning(
+                "LeaderWorkerSet integration off: this identity may not %s (the chart grants it "
+                "with lws.enabled=true); endpoints whose replicas span hosts wait",
+                refused,
+            )
     # Kueue (docs/install.md): its handlers only where its objects may be watched.
     if (args.kueue or os.environ.get(KUEUE_ENV) or "auto") != "off":
         exact = [n for n in args.namespaces if not any(c in n for c in "*?[")]

@@ -84,6 +84,14 @@ class UnknownHardwareError(LookupError):
         return str(self.args[0])
 
 
+class UnsupportedReplicaError(UnknownHardwareError):
+    """A serving replica no host shape of the catalog builds; the message has the numbers."""
+
+    def __init__(self, message: str) -> None:
+        LookupError.__init__(self, message)
+        self.what, self.name, self.known = "replica shape", "", []
+
+
 class CatalogOverrideError(ValueError):
     """An override entry that cannot be applied (unknown field, wrong type, missing field)."""
 
@@ -608,6 +616,33 @@ class Catalog:
         """Accelerators per host that ``accelerator`` comes in: the counts of its default
         machines (8 for a2-highgpu-8g, 16 for a2-megagpu-16g)."""
         return tuple(sorted(self.default_machines.get(accelerator, {})))
+
+    def replica_hosts(
+        self, accelerator: str, per_replica: int, hosts: int | None = None
+    ) -> tuple[int, int]:
+        """(accelerators per host, hosts) of a serving replica of ``per_replica`` accelerators:
+        ``hosts`` of them when given (each a host shape), else one host when ``per_replica`` is a
+        host shape, else the fewest hosts of the largest shape that divides it. Raises
+        UnknownHardwareError with the shapes the catalog has."""
+        shapes = self.host_shapes(accelerator)
+        listed = ", ".join(map(str, shapes)) or "no host shape"
+        if hosts is not None:
+            if per_replica % hosts == 0 and per_replica // hosts in shapes:
+                return per_replica // hosts, hosts
+            raise UnsupportedReplicaError(
+                f"{per_replica} x {accelerator} over {hosts} hosts is "
+                f"{per_replica / hosts:g} per host; {accelerator} comes {listed} per host in "
+                "the catalog"
+            )
+        if per_replica in shapes:
+            return per_replica, 1
+        for shape in sorted(shapes, reverse=True):
+            if per_replica % shape == 0:
+                return shape, per_replica // shape
+        raise UnsupportedReplicaError(
+            f"{per_replica} x {accelerator} is no whole number of hosts: {accelerator} comes "
+            f"{listed} per host in the catalog (perReplica a multiple of one)"
+        )
 
     def host(self, accelerator: str, count: int, machine_type: str | None = None) -> Host:
         """Resolve a worker host; an explicit machine type must fit ``count`` accelerators."""

@@ -29,10 +29,11 @@ and later), ``INT4`` (weight-only W4A16, AWQ/GPTQ: 4-bit weights plus one FP16 s
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ringmaster.engine import collectives
 from ringmaster.engine import llm_batching as batching
 from ringmaster.engine.hardware import DEFAULT_CATALOG, Accelerator, Catalog, UnknownHardwareError
 from ringmaster.engine.llm_batching import Lengths
@@ -45,6 +46,7 @@ from ringmaster.engine.llm_step import (
     LLM_MEMORY_EFFICIENCY,
     LLM_SEQUENCE_OVERHEAD_SECONDS,
     LLM_STEP_OVERHEAD_SECONDS,
+    ReplicaSpan,
     ServingTerms,
     StepConstants,
     kv_bytes_per_token_per_accelerator,
@@ -64,11 +66,13 @@ __all__ = [
     "LLM_MEMORY_EFFICIENCY",
     "LLM_SEQUENCE_OVERHEAD_SECONDS",
     "LLM_STEP_OVERHEAD_SECONDS",
+    "Layout",
     "LlmServingInputs",
     "LlmServingPrediction",
     "LoadCurvePoint",
     "ServingTerms",
     "StepConstants",
+    "choose_layouts",
     "kv_bytes_per_token_per_accelerator",
     "predict_llm_serving",
     "prefill_seconds",
@@ -107,7 +111,7 @@ BINDING_WORDS = ("TTFT target", "TPOT target", "KV cache capacity", "utilization
 class LlmServingInputs:
     model: Transformer
     accelerator: str
-    per_replica: int  # tensor-parallel degree
+    per_replica: int  # accelerators of one replica (tensor x pipeline)
     precision: str  # PRECISIONS
     input_tokens_mean: float
     output_tokens_mean: float
@@ -126,6 +130,52 @@ class LlmServingInputs:
     model_name: str | None = None
     max_num_seqs: int | None = None  # default: chosen (see the module's docstring)
     max_num_batched_tokens: int | None = None  # default: chosen
+    hosts_per_replica: int | None = None  # default: Catalog.replica_hosts
+    tensor_parallel: int | None = None  # default: chosen (choose_layouts)
+    pipeline_parallel: int | None = None
+    expert_parallel: int | None = None  # carried; a dense model serves as if 1
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A replica's tensor x pipeline split over ``hosts`` hosts of ``per_host`` accelerators."""
+
+    tensor: int
+    pipeline: int
+    hosts: int
+    per_host: int
+
+    @property
+    def tensor_hosts(self) -> int:
+        return max(1, math.ceil(self.tensor / self.per_host))
+
+    def words(self) -> str:
+        if self.hosts == 1:
+            inside = f"TP {self.tensor}" + (f" x PP {self.pipeline}" if self.pipeline > 1 else "")
+            return f"{inside} on one host"
+        if self.tensor_hosts > 1:
+            tp = f"TP {self.tensor} across {self.tensor_hosts} hosts on the fabric"
+        else:
+            tp = f"TP {self.tensor} inside each host"
+        return tp + (f" x PP {self.pipeline} across hosts" if self.pipeline > 1 else "")
+
+
+def choose_layouts(inputs: LlmServingInputs, per_host: int, hosts: int) -> list[Layout]:
+    """The layouts the engine weighs for a replica: the spec's when it names tensor or pipeline;
+    on one host, tensor parallelism over all of it (vLLM's default); across hosts, tensor
+    parallelism inside each host with one pipeline stage per host (vLLM's and SGLang's advice for
+    multi-node serving) and tensor parallelism over every accelerator on the fabric. Layouts
+    whose tensor degree does not divide the heads are left out, unless none is left (its plan
+    says why)."""
+    g = inputs.per_replica
+    if inputs.tensor_parallel is not None or inputs.pipeline_parallel is not None:
+        tp = inputs.tensor_parallel or g // (inputs.pipeline_parallel or 1)
+        return [Layout(tp, max(1, g // tp), hosts, per_host)]
+    if hosts == 1:
+        return [Layout(g, 1, 1, per_host)]
+    options = [Layout(per_host, hosts, hosts, per_host), Layout(g, 1, hosts, per_host)]
+    usable = [o for o in options if inputs.model.heads % o.tensor == 0]
+    return usable or options[:1]
 
 
 @dataclass(frozen=True)
@@ -179,6 +229,10 @@ class LlmServingPrediction:
     # What fits in maxReplicas (or spec.replicas): their sustainable output.
     max_replicas: int | None = None
     price_per_replica_hour_usd: float = 0.0
+    pipeline_parallel: int = 1
+    expert_parallel: int = 1
+    hosts_per_replica: int = 1
+    layout: str = ""  # the layout in words and why it was chosen
 
     @property
     def max_replicas_output_tokens_per_second(self) -> float | None:
@@ -200,10 +254,16 @@ def _params(n: float) -> str:
 
 
 def _fits(
-    model: Transformer, acc: Accelerator, tp: int, w: float, tokens: float, kv: float
+    model: Transformer,
+    acc: Accelerator,
+    tp: int,
+    w: float,
+    tokens: float,
+    kv: float,
+    pp: int = 1,
 ) -> bool:
-    free = acc.memory_bytes * (1.0 - HBM_RESERVE_FRACTION) - model.parameters * w / tp
-    return free >= kv_bytes_per_token_per_accelerator(model, tp, kv) * tokens
+    free = acc.memory_bytes * (1.0 - HBM_RESERVE_FRACTION) - model.parameters * w / (tp * pp)
+    return free >= kv_bytes_per_token_per_accelerator(model, tp, kv, pp) * tokens
 
 
 def _host_shapes(catalog: Catalog, accelerator: str) -> list[int]:
@@ -218,30 +278,48 @@ def _host_shapes(catalog: Catalog, accelerator: str) -> list[int]:
 
 
 def _does_not_fit(
-    inputs: LlmServingInputs, acc: Accelerator, catalog: Catalog, tokens: float, kv: float
+    inputs: LlmServingInputs,
+    acc: Accelerator,
+    catalog: Catalog,
+    tokens: float,
+    kv: float,
+    layout: Layout,
 ) -> str:
     """Why the weights (and one sequence) do not fit, with the numbers and what would."""
-    model, tp, precision = inputs.model, inputs.per_replica, inputs.precision
+    model, precision = inputs.model, inputs.precision
+    tp, pp = layout.tensor, layout.pipeline
     need = model.parameters * WEIGHT_BYTES[precision]
     name = inputs.model_name or _params(model.parameters)
-    have = f"{tp} x {acc.name} have" if tp > 1 else f"one {acc.name} has"
+    g = tp * pp
+    have = f"{g} x {acc.name} have" if g > 1 else f"one {acc.name} has"
     text = (
-        f"{name} in {precision} needs {_gb(need)} of weights; {have} {_gb(acc.memory_bytes * tp)}"
+        f"{name} in {precision} needs {_gb(need)} of weights; {have} {_gb(acc.memory_bytes * g)}"
         f" ({HBM_RESERVE_FRACTION:.0%} reserved)"
     )
-    if need / tp <= acc.memory_bytes * (1.0 - HBM_RESERVE_FRACTION):
+    if need / g <= acc.memory_bytes * (1.0 - HBM_RESERVE_FRACTION):
         text += f" and no room left for one sequence of {tokens:,.0f} tokens"
+    shapes = _host_shapes(catalog, acc.name)
+    largest = max(shapes, default=1)
+    bigger = [*shapes, *(largest * k for k in (2, 3, 4, 6, 8))]
     options = [
-        f"perReplica: {g}"
-        for g in _host_shapes(catalog, acc.name)
-        if g > tp
-        and model.heads % g == 0
-        and _fits(model, acc, g, WEIGHT_BYTES[precision], tokens, kv)
+        f"perReplica: {n}" + (f" ({n // largest} hosts)" if n > largest else "")
+        for n in bigger
+        if n > g
+        and model.heads % min(n, largest) == 0
+        and _fits(
+            model,
+            acc,
+            min(n, largest),
+            WEIGHT_BYTES[precision],
+            tokens,
+            kv,
+            max(1, n // largest),
+        )
     ][:1]
     for other in ("FP8", "INT4"):
         smaller = WEIGHT_BYTES[other] < WEIGHT_BYTES[precision]
         runs = other != "FP8" or acc.supports("fp8")
-        if smaller and runs and _fits(model, acc, tp, WEIGHT_BYTES[other], tokens, kv):
+        if smaller and runs and _fits(model, acc, tp, WEIGHT_BYTES[other], tokens, kv, pp):
             options.append(other)
             break
     if options:
@@ -370,7 +448,71 @@ def predict_llm_serving(
     inputs: LlmServingInputs, catalog: Catalog = DEFAULT_CATALOG
 ) -> LlmServingPrediction:
     """Replicas, throughput (sustainable and offline), the load curve, TTFT / TPOT p99 and the
-    KV-cache figures for one LLM endpoint."""
+    KV-cache figures for one LLM endpoint; for a replica across hosts, for each layout the
+    engine weighs (:func:`choose_layouts`), the one that serves the target with the fewest
+    replicas (then the most output per replica), named with why."""
+    per_host, hosts = catalog.replica_hosts(
+        inputs.accelerator, inputs.per_replica, inputs.hosts_per_replica
+    )
+    host = catalog.host(inputs.accelerator, per_host, inputs.machine_type)
+    fabric = collectives.gpu_fabric(host.accelerator, host.machine, per_host)
+    nic_share = float(np.asarray(fabric.net_bandwidth)) / per_host
+    results = [
+        _predict_layout(inputs, catalog, layout, fabric, nic_share)
+        for layout in choose_layouts(inputs, per_host, hosts)
+    ]
+
+    def rank(p: LlmServingPrediction) -> tuple[bool, float, float, float]:
+        needed = math.inf if p.replicas_needed is None else float(p.replicas_needed)
+        offline = -p.offline_output_tokens_per_second
+        return (not p.feasible, needed, -p.output_tokens_per_second_per_replica, offline)
+
+    best = min(results, key=rank)
+    words = _layout_words(best)
+    others = [p for p in results if p is not best]
+    if others:
+        words += (
+            "; chosen over "
+            + "; ".join(f"{_layout_words(o)}: {_rate_words(o)}" for o in others)
+            + f" (it: {_rate_words(best)})"
+        )
+    expert = inputs.expert_parallel or 1
+    notes = list(best.notes)
+    if expert > 1:
+        notes.append(
+            f"expert parallelism {expert} is passed to the server (RINGMASTER_EXPERT_PARALLEL); "
+            "the plan serves the model as dense: mixture-of-experts serving is not modelled yet"
+        )
+    return replace(best, layout=words, expert_parallel=expert, notes=tuple(notes))
+
+
+def _layout_words(p: LlmServingPrediction) -> str:
+    layout = Layout(
+        p.tensor_parallel,
+        p.pipeline_parallel,
+        p.hosts_per_replica,
+        p.tensor_parallel * p.pipeline_parallel // p.hosts_per_replica,
+    )
+    return layout.words()
+
+
+def _rate_words(p: LlmServingPrediction) -> str:
+    if not p.feasible and p.replicas_needed is None:
+        return "cannot serve the targets" if p.max_num_seqs else "does not fit"
+    return (
+        f"{p.output_tokens_per_second_per_replica:,.0f} output tokens/s per replica within the "
+        f"targets, {p.max_concurrent_sequences:,} sequences in its KV cache"
+    )
+
+
+def _predict_layout(
+    inputs: LlmServingInputs,
+    catalog: Catalog,
+    layout: Layout,
+    fabric: collectives.GpuFabric,
+    nic_share: float,
+) -> LlmServingPrediction:
+    """:func:`predict_llm_serving` for one layout."""
     precision = inputs.precision.upper()
     if precision not in PRECISIONS:
         raise ValueError(
@@ -382,10 +524,13 @@ def predict_llm_serving(
         raise ValueError(
             f"kvCachePrecision: {kv_precision!r}; known: {', '.join(KV_CACHE_PRECISIONS)}"
         )
-    host = catalog.host(inputs.accelerator, inputs.per_replica, inputs.machine_type)
+    host = catalog.host(inputs.accelerator, layout.per_host, inputs.machine_type)
     acc = host.accelerator
     model = inputs.model
-    tp = inputs.per_replica
+    tp, pp = layout.tensor, layout.pipeline
+    accelerators = tp * pp
+    price = host.price_per_hour * layout.hosts
+    span = ReplicaSpan(layout.per_host, pp, fabric, nic_share)
     w = WEIGHT_BYTES[precision]
     kv = KV_BYTES[kv_precision]
     in_mean, out_mean = inputs.input_tokens_mean, inputs.output_tokens_mean
@@ -406,11 +551,13 @@ def predict_llm_serving(
     if reason is None and model.heads % tp:
         reason = (
             f"tensor parallelism {tp} must divide the {model.heads} attention heads "
-            f"(perReplica {tp})"
+            f"(perReplica {inputs.per_replica}, {layout.words()})"
         )
+    if reason is None and pp > model.layers:
+        reason = f"{pp} pipeline stages exceed the model's {model.layers} layers"
     usable = reason is None or compute != "fp8"
     peak = acc.peak(compute) if usable else acc.peak("bf16")
-    weights_per_acc = model.parameters * w / tp
+    weights_per_acc = model.parameters * w / accelerators
     kv_total = model.kv_cache_bytes_per_token(kv)
     terms = serving_terms(
         model,
@@ -422,12 +569,13 @@ def predict_llm_serving(
         in_mean,
         out_mean,
         compute_precision=compute if usable else "bf16",
+        span=span if (pp > 1 or layout.tensor_hosts > 1) else None,
     )
     cache_tokens = int(terms.kv_cache_tokens)
     max_model_len = min(model.sequence_length, cache_tokens)
     max_sequences = int(cache_tokens // max(1.0, in_mean + out_mean))
     if reason is None and max_model_len < longest:
-        reason = _does_not_fit(inputs, acc, catalog, longest, kv)
+        reason = _does_not_fit(inputs, acc, catalog, longest, kv, layout)
     if reason is None and longest > model.sequence_length:
         reason = (
             f"a p99 request of {longest:,.0f} tokens (input + output) is longer than the "
@@ -447,11 +595,13 @@ def predict_llm_serving(
         kv_cache_bytes_per_token=kv_total,
         weights_bytes_per_accelerator=weights_per_acc,
         tensor_parallel=tp,
+        pipeline_parallel=pp,
+        hosts_per_replica=layout.hosts,
         machine_type=host.machine.name,
         precision=precision,
         kv_cache_precision=kv_precision,
         max_replicas=bound_replicas,
-        price_per_replica_hour_usd=host.price_per_hour,
+        price_per_replica_hour_usd=price,
     )
     if reason is not None:  # nothing runs: no throughput to speak of
         replicas = inputs.replicas if inputs.replicas is not None else inputs.min_replicas
@@ -468,7 +618,7 @@ def predict_llm_serving(
             max_num_seqs=0,
             binding="",
             bottleneck="infeasible",
-            cost_per_hour_usd=max(replicas, 0) * host.price_per_hour,
+            cost_per_hour_usd=max(replicas, 0) * price,
             notes=tuple(notes),
             max_num_batched_tokens=inputs.max_num_batched_tokens or 0,
             **common,  # type: ignore[arg-type]
@@ -491,7 +641,7 @@ def predict_llm_serving(
     if rate <= 0.0:
         idle = replica.points(np.array([saturation * 1e-3]))
         idle_ttft, idle_tpot = float(idle.ttft[0.99][0]), float(idle.tpot[0.99][0])
-        where = f"({tp} x {acc.name}, {precision})"
+        where = f"({accelerators} x {acc.name}, {layout.words()}, {precision})"
         if idle_ttft > ttft_t:
             reason = (
                 f"TTFT p99 target {_ms(ttft_t)} is below the {_ms(idle_ttft)} a "
@@ -503,7 +653,7 @@ def predict_llm_serving(
                 f"takes on an idle replica {where}"
             )
         else:
-            reason = f"no rate meets the targets on {tp} x {acc.name} at {precision}"
+            reason = f"no rate meets the targets on {accelerators} x {acc.name} at {precision}"
         reason += (
             f"; offline it serves {best_offline * out_mean:,.0f} output tokens/s "
             f"({best_offline:,.3g} req/s) per replica with no latency target"
@@ -541,9 +691,9 @@ def predict_llm_serving(
     running = float(np.asarray(replica.cap.slots)[pick])
     gemm_compute = running * float(terms.gemm_per_token)
     resource = (
-        f"compute, {compute.upper()} {peak * tp / 1e12:g} TFLOPS"
+        f"compute, {compute.upper()} {peak * accelerators / 1e12:g} TFLOPS"
         if gemm_compute > float(terms.weights_read)
-        else f"HBM bandwidth in decode, {acc.memory_bandwidth * tp / GB:g} GB/s"
+        else f"HBM bandwidth in decode, {acc.memory_bandwidth * accelerators / GB:g} GB/s"
     )
     del step
     if rate <= 0.0:
@@ -570,7 +720,7 @@ def predict_llm_serving(
         max_num_seqs=max_num_seqs,
         binding=binding_words,
         bottleneck=bottleneck,
-        cost_per_hour_usd=max(replicas, 0) * host.price_per_hour,
+        cost_per_hour_usd=max(replicas, 0) * price,
         notes=tuple(notes),
         offline_requests_per_second=best_offline,
         offline_output_tokens_per_second=best_offline * out_mean,

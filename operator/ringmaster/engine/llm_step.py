@@ -28,6 +28,25 @@ once, here, as the sum of the kernels a step runs one after another:
   (free while those stream weights, a full cost once compute binds) and add their own attention
   kernel, which does not overlap the decode attention.
 
+**A replica across hosts** (``tp x pp`` accelerators, vLLM's and SGLang's multi-node serving):
+
+- tensor parallelism over more accelerators than one host has runs its all-reduces on the
+  fabric: each is NCCL's collective over ``ceil(tp / per_host)`` hosts
+  (:func:`ringmaster.engine.collectives.nccl_collective`, the network model the training engine
+  uses), not the host's NVLink ring; at a few KB per all-reduce it is latency-bound, and a step
+  pays ``2 L`` of them;
+- ``pp`` pipeline stages split the layers; the scheduler keeps ``pp`` micro-batches in flight
+  (vLLM's virtual engines), so in one round every running sequence advances one token through
+  every stage: the round streams each stage's weights once per micro-batch (``W / tp`` per
+  accelerator, as a ``tp``-way replica), reads the KV cache of ``L / pp`` layers, divides the
+  decode GEMM FLOPs ``pp`` ways, and adds ``pp`` activation sends between stages (across hosts
+  when the stages are, over the host's NIC share); the cache holds ``pp`` times the tokens of a
+  ``tp``-way replica's, less the weights. Prompt tokens are divided ``pp`` ways too (under load
+  the stages prefill different micro-batches at once), which is right for throughput; a lone
+  prompt on an idle replica crosses the stages in turn, so the model's idle TTFT of a pipelined
+  replica is optimistic by up to ``(pp - 1) / pp`` of its prefill compute (docs/engine.md, "Out
+  of reach").
+
 The constants carry their sources below; the fitted ones are recomputed from their named points by
 :mod:`ringmaster.calibration.llm_serving` (fitted and checked apart, ``ringmaster calibrate``).
 """
@@ -41,7 +60,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ringmaster.engine import collectives
-from ringmaster.engine.efficiency import NVLINK_EFFICIENCY, PCIE_EFFICIENCY
+from ringmaster.engine.efficiency import NETWORK_HOP_LATENCY, NVLINK_EFFICIENCY, PCIE_EFFICIENCY
 from ringmaster.engine.hardware import Accelerator
 from ringmaster.engine.transformer import Transformer
 from ringmaster.engine.units import US
@@ -112,6 +131,52 @@ def tensor_parallel_allreduce_seconds(
     return ring.seconds
 
 
+def cross_host_allreduce_seconds(
+    nbytes: ArrayLike, tp: int, per_host: int, fabric: collectives.GpuFabric
+) -> F64:
+    """One all-reduce of ``nbytes`` over ``tp`` ranks that span ``tp / per_host`` hosts: what
+    NCCL's tuner runs there (ring, tree, NVLS-tree; LL at these sizes) on the host's NICs."""
+    hosts = max(1, math.ceil(tp / per_host))
+    return collectives.nccl_collective(
+        collectives.ALL_REDUCE, nbytes, hosts, tp // hosts, fabric, with_busbw=False
+    ).seconds
+
+
+def pipeline_send_seconds(
+    nbytes: ArrayLike,
+    tp: int,
+    across_hosts: bool,
+    accelerator: Accelerator,
+    nic_share: float,
+) -> F64:
+    """One micro-batch's activations from one stage to the next: each of the ``tp`` ranks sends
+    its ``1 / tp`` (Megatron's scatter-gather, vLLM's PP send), over its share of the host's NICs
+    when the stages are on different hosts (a network hop, NETWORK_HOP_LATENCY), else over the
+    host's link."""
+    per_rank = _f(nbytes) / tp
+    if across_hosts:
+        return per_rank / nic_share + NETWORK_HOP_LATENCY
+    link = accelerator.intra_link
+    bandwidth = accelerator.intra_bandwidth * _LINK_EFFICIENCY[link]
+    return per_rank / bandwidth + TP_HOP_LATENCY[link]
+
+
+class ReplicaSpan(NamedTuple):
+    """How a replica's ``tp x pp`` accelerators sit on hosts of ``per_host`` accelerators; the
+    fabric and NIC share are the hosts' (collectives.gpu_fabric)."""
+
+    per_host: int
+    pipeline: int = 1
+    fabric: collectives.GpuFabric | None = None
+    nic_share: float = 0.0  # NIC bytes/s per accelerator (the host's NICs over per_host)
+
+    def tensor_hosts(self, tp: int) -> int:
+        return max(1, math.ceil(tp / self.per_host))
+
+    def stages_across_hosts(self, tp: int) -> bool:
+        return self.pipeline > 1 and tp * self.pipeline > self.per_host
+
+
 class StepConstants(NamedTuple):
     """The fitted constants of a step, passed explicitly so calibration can refit them."""
 
@@ -168,11 +233,16 @@ def serving_terms(
     compute_precision: str = "bf16",
     kv_memory_fraction: ArrayLike | None = None,
     constants: StepConstants = DEFAULT_CONSTANTS,
+    span: ReplicaSpan | None = None,
 ) -> ServingTerms:
     """The costs of one replica of ``tp`` accelerators (every argument but the model may be an
     array: one call evaluates a grid of configurations). ``kv_memory_fraction``: the share of
-    each accelerator's HBM left to weights + cache (default 1 - HBM_RESERVE_FRACTION)."""
+    each accelerator's HBM left to weights + cache (default 1 - HBM_RESERVE_FRACTION).
+    ``span``: a replica of ``tp x span.pipeline`` accelerators over hosts (the module's
+    docstring); then ``tp`` is one integer, and a step is one round of the pipeline."""
     g = _f(tp)
+    pp = 1 if span is None else span.pipeline
+    ranks = int(np.max(g))  # a span's replica has one tensor degree
     n_in = _f(input_tokens)
     n_out = _f(output_tokens)
     hbm = _f(accelerator.memory_bandwidth if memory_bandwidth is None else memory_bandwidth)
@@ -181,15 +251,29 @@ def serving_terms(
     rate = _f(peak_flops) * g * e_c
     w = _f(weight_bytes_per_parameter)
     kv_heads = np.ceil(model.kv_heads / g)  # a KV head is replicated, never split
-    kv_per_token = 2.0 * model.layers * kv_heads * model.head_dim * _f(kv_bytes_per_element)
+    stage_layers = model.layers / pp
+    kv_per_token = 2.0 * stage_layers * kv_heads * model.head_dim * _f(kv_bytes_per_element)
     two_l = 2.0 * model.layers
     one_token = ACTIVATION_BYTES * model.hidden
-    base = two_l * tensor_parallel_allreduce_seconds(0.0, g, accelerator)
-    per_token = two_l * tensor_parallel_allreduce_seconds(one_token, g, accelerator) - base
+    if span is not None and span.tensor_hosts(ranks) > 1:
+        assert span.fabric is not None, "tensor parallelism across hosts needs the hosts' fabric"
+        zero = cross_host_allreduce_seconds(0.0, ranks, span.per_host, span.fabric)
+        one = cross_host_allreduce_seconds(one_token, ranks, span.per_host, span.fabric)
+        base, per_token = two_l * zero, two_l * (one - zero)
+    else:
+        base = two_l * tensor_parallel_allreduce_seconds(0.0, g, accelerator)
+        per_token = two_l * tensor_parallel_allreduce_seconds(one_token, g, accelerator) - base
+    per_token = per_token / pp  # a round all-reduces each token's activations once per layer
+    if span is not None and pp > 1:
+        across = span.stages_across_hosts(ranks)
+        send0 = pipeline_send_seconds(0.0, ranks, across, accelerator, span.nic_share)
+        send1 = pipeline_send_seconds(one_token, ranks, across, accelerator, span.nic_share)
+        base = base + pp * send0  # pp sends on a round's critical path
+        per_token = per_token + (send1 - send0)  # every token crosses every boundary once
     layer_flops = 2.0 * model.layers * model.parameters_per_layer
     attention = model.attention_flops_per_token(1.0)  # linear in the context
     share = 1.0 - HBM_RESERVE_FRACTION if kv_memory_fraction is None else _f(kv_memory_fraction)
-    free = capacity * share - model.parameters * w / g
+    free = capacity * share - model.parameters * w / (g * pp)
     kv_hbm = hbm * constants.kv_read_efficiency
     return ServingTerms(
         overhead=np.full_like(g, constants.step_overhead * model.layers / OVERHEAD_FIT_LAYERS),
@@ -197,12 +281,13 @@ def serving_terms(
         allreduce_base=base,
         allreduce_per_token=per_token,
         weights_read=model.matmul_parameters * w / g / (hbm * constants.memory_efficiency),
-        gemm_per_token=2.0 * model.matmul_parameters / rate,
+        gemm_per_token=2.0 * model.matmul_parameters / (rate * pp),
         prefill_gemm_per_token=(
             layer_flops + 2.0 * model.vocab * model.hidden / np.maximum(n_in, 1.0)
         )
-        / rate,
-        prefill_attention_per_context=np.broadcast_to(attention / rate, np.shape(rate)) + 0.0,
+        / (rate * pp),
+        prefill_attention_per_context=np.broadcast_to(attention / (rate * pp), np.shape(rate))
+        + 0.0,
         kv_read_per_token=kv_per_token / kv_hbm,
         kv_read_per_sequence=constants.kv_sequence_tokens * kv_per_token / kv_hbm,
         context_tokens=n_in + 0.5 * n_out,
@@ -219,9 +304,13 @@ def serving_terms(
 HBM_RESERVE_FRACTION = 0.10
 
 
-def kv_bytes_per_token_per_accelerator(model: Transformer, tp: int, kv_bytes: float) -> float:
-    """2 x layers x ceil(kv_heads / tp) x head_dim x bytes: one token's cache on one accelerator."""
-    return 2.0 * model.layers * math.ceil(model.kv_heads / tp) * model.head_dim * kv_bytes
+def kv_bytes_per_token_per_accelerator(
+    model: Transformer, tp: int, kv_bytes: float, pipeline: int = 1
+) -> float:
+    """2 x layers / pp x ceil(kv_heads / tp) x head_dim x bytes: one token's cache on one
+    accelerator (a stage holds its own layers' cache)."""
+    layers = model.layers / pipeline
+    return 2.0 * layers * math.ceil(model.kv_heads / tp) * model.head_dim * kv_bytes
 
 
 def step_seconds(

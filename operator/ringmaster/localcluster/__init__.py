@@ -3,6 +3,7 @@
 ringmaster cluster up [--pool a100-highgpu-8g=64 ...]   create (or resize) the cluster
                       [--wait-seconds S]                 limit of the wait for Ready nodes
 ringmaster cluster up --kueue                           ... and run Kueue beside it (kueue.py)
+ringmaster cluster up --lws                             ... and LeaderWorkerSet (lws.py)
 ringmaster cluster up --recreate                        delete the cluster there and create it
                                                          anew (never done unasked)
 ringmaster cluster pools                                 the node pools and their readiness
@@ -25,6 +26,7 @@ from ringmaster.localcluster.cluster import (
     show_pools,
 )
 from ringmaster.localcluster.kueue import LocalKueue
+from ringmaster.localcluster.lws import LocalLeaderWorkerSet
 from ringmaster.localcluster.pools import POOLS, parse_sizes
 from ringmaster.localcluster.readiness import BASE_WAIT_SECONDS, WAIT_SECONDS_PER_NODE
 
@@ -47,6 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="node count of a pool, repeatable (the scale bench asks for thousands)",
     )
     parser.add_argument("--kueue", action="store_true", help="up: also run Kueue (tools/kueue)")
+    parser.add_argument(
+        "--lws", action="store_true", help="up: also run LeaderWorkerSet (tools/lws)"
+    )
     parser.add_argument(
         "--recreate",
         action="store_true",
@@ -82,9 +87,12 @@ def run(args: argparse.Namespace) -> int:
             cluster.up(sizes, wait_seconds=args.wait_seconds, recreate=args.recreate)
             if args.kueue:
                 LocalKueue(cluster).up()
+            if args.lws:
+                LocalLeaderWorkerSet(cluster).up()
             print(show_pools(cluster.kubeconfig))
         else:
             LocalKueue(cluster).down()
+            LocalLeaderWorkerSet(cluster).down()
             cluster.down()
     except (ClusterError, ValueError) as error:
         print(f"ringmaster cluster: {error}", file=sys.stderr)

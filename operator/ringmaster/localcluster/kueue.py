@@ -152,10 +152,16 @@ class ServingCertificates:
         return cls(*(p.read_bytes() for p in paths))
 
     @classmethod
-    def generate(cls) -> ServingCertificates:
-        """A CA and a serving certificate in the shape Kueue's rotator (cert-controller) makes
-        and accepts: RSA keys in PKCS#1, the CA valid for CA_NAME, the server for the Service's
-        DNS name plus 127.0.0.1 (for the apiserver); ten years, past the 90-day look-ahead."""
+    def generate(
+        cls,
+        ca_name: str = CA_NAME,
+        organization: str = "kueue",
+        service_dns: str = f"{WEBHOOK_SERVICE}.{NAMESPACE}.svc",
+    ) -> ServingCertificates:
+        """A CA and a serving certificate in the shape a cert-controller rotator (Kueue's,
+        LeaderWorkerSet's) makes and accepts: RSA keys in PKCS#1, the CA valid for ``ca_name``,
+        the server for the webhook Service's DNS name plus 127.0.0.1 (for the apiserver); ten
+        years, past the 90-day look-ahead."""
         from cryptography import x509
         from cryptography.hazmat.primitives import hashes, serialization
         from cryptography.hazmat.primitives.asymmetric import rsa
@@ -171,16 +177,16 @@ class ServingCertificates:
         now = datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)
         until = now + datetime.timedelta(days=3650)
         ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        ca_name = x509.Name(
+        ca_subject = x509.Name(
             [
-                x509.NameAttribute(NameOID.COMMON_NAME, CA_NAME),
-                x509.NameAttribute(NameOID.ORGANIZATION_NAME, "kueue"),
+                x509.NameAttribute(NameOID.COMMON_NAME, ca_name),
+                x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization),
             ]
         )
         ca_cert = (
             x509.CertificateBuilder()
-            .subject_name(ca_name)
-            .issuer_name(ca_name)
+            .subject_name(ca_subject)
+            .issuer_name(ca_subject)
             .public_key(ca_key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now)
@@ -200,15 +206,14 @@ class ServingCertificates:
                 ),
                 critical=True,
             )
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(CA_NAME)]), critical=False)
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(ca_name)]), critical=False)
             .sign(ca_key, hashes.SHA256())
         )
-        service_dns = f"{WEBHOOK_SERVICE}.{NAMESPACE}.svc"
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         cert = (
             x509.CertificateBuilder()
             .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, service_dns)]))
-            .issuer_name(ca_name)
+            .issuer_name(ca_subject)
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now)

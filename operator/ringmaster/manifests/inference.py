@@ -10,6 +10,7 @@ and the TPOT target, never from the target rate, so a new target still rolls no 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -36,9 +37,28 @@ OUTPUT_TOKENS_PER_SECOND_METRIC = "output_tokens_per_second"
 # (TensorRT-LLM: tp_size, max_batch_size, max_seq_len, max_num_tokens). Pass them through in
 # the container's command (README).
 TENSOR_PARALLEL_ENV = "RINGMASTER_TENSOR_PARALLEL"
+# A replica's layout across hosts (README: vLLM's --pipeline-parallel-size and its Ray / mp
+# multi-node launch, SGLang's --pp-size, --ep-size, --nnodes, --node-rank, --dist-init-addr).
+PIPELINE_PARALLEL_ENV = "RINGMASTER_PIPELINE_PARALLEL"
+EXPERT_PARALLEL_ENV = "RINGMASTER_EXPERT_PARALLEL"
+GROUP_SIZE_ENV = "RINGMASTER_GROUP_SIZE"  # hosts (pods) of one replica
+LEADER_ADDRESS_ENV = "RINGMASTER_LEADER_ADDRESS"  # the group's leader pod, by DNS name
+NODE_RANK_ENV = "RINGMASTER_NODE_RANK"  # this pod's index in its group (the leader is 0)
 MAX_NUM_SEQS_ENV = "RINGMASTER_MAX_NUM_SEQS"
 MAX_MODEL_LEN_ENV = "RINGMASTER_MAX_MODEL_LEN"
 MAX_NUM_BATCHED_TOKENS_ENV = "RINGMASTER_MAX_NUM_BATCHED_TOKENS"
+# LeaderWorkerSet (sigs.k8s.io/lws, api/leaderworkerset/v1): a replica across hosts is one group
+# of `size` pods, pod 0 its leader; the variables its pod webhook injects into every container;
+# the label of a pod's index in its group.
+LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
+LWS_KIND = "LeaderWorkerSet"
+LWS_LEADER_ADDRESS = "LWS_LEADER_ADDRESS"
+LWS_WORKER_INDEX = "LWS_WORKER_INDEX"
+LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP_KEY_LABEL = "leaderworkerset.sigs.k8s.io/group-key"
+LWS_SIZE_ANNOTATION = "leaderworkerset.sigs.k8s.io/size"
+HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
 # An HPA needs at least one replica (below that it stops scaling: HPAScaleToZero is alpha).
 HPA_MIN_REPLICAS_FLOOR = 1
 
@@ -80,8 +100,23 @@ def serving_env(plan: Mapping[str, Any]) -> dict[str, str]:
     other endpoints."""
     if plan.get("maxNumSeqs") is None:
         return {}
+    hosts = int(plan.get("hostsPerReplica") or 1)
+    group = (
+        {
+            GROUP_SIZE_ENV: str(hosts),
+            # LeaderWorkerSet's own variables, which its webhook puts first in the container's
+            # env, so that these references expand (a $(VAR) sees only the entries above it).
+            LEADER_ADDRESS_ENV: f"$({LWS_LEADER_ADDRESS})",
+            NODE_RANK_ENV: f"$({LWS_WORKER_INDEX})",
+        }
+        if hosts > 1
+        else {}
+    )
     return {
         TENSOR_PARALLEL_ENV: str(plan["tensorParallel"]),
+        PIPELINE_PARALLEL_ENV: str(plan.get("pipelineParallel") or 1),
+        EXPERT_PARALLEL_ENV: str(plan.get("expertParallel") or 1),
+        **group,
         MAX_NUM_SEQS_ENV: str(plan["maxNumSeqs"]),
         MAX_MODEL_LEN_ENV: str(plan["maxModelLen"]),
         **(
@@ -93,11 +128,14 @@ def serving_env(plan: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _container(
-    spec: InferenceEndpointSpec, placement: ServingPlacement, env: Mapping[str, str]
+    spec: InferenceEndpointSpec,
+    placement: ServingPlacement,
+    env: Mapping[str, str],
+    accelerators: int,
 ) -> dict[str, Any]:
     template = spec.template
     resources = template.resources.to_k8s() if template.resources else {}
-    devices = str(spec.accelerator.per_replica)
+    devices = str(accelerators)
     # Extended resources are requested through limits (requests default to them).
     resources["limits"] = {**resources.get("limits", {}), placement.accelerator_resource: devices}
     if "requests" in resources:
@@ -137,38 +175,13 @@ def server_deployment(
 ) -> dict[str, Any]:
     """The model-server Deployment. ``replicas`` None leaves the field out, for when another
     field manager (the HPA) owns it: applying it would take the count back."""
-    user_meta = spec.template.metadata
-    pod_labels = {
-        **(user_meta.labels if user_meta and user_meta.labels else {}),
-        **object_labels(endpoint),
-    }
-    pod_metadata: dict[str, Any] = {"labels": pod_labels}
-    if user_meta and user_meta.annotations:
-        pod_metadata["annotations"] = dict(user_meta.annotations)
     deployment_spec: dict[str, Any] = {
         "selector": {"matchLabels": selector_labels(endpoint)},
         "revisionHistoryLimit": 3,
-        "template": {
-            "metadata": pod_metadata,
-            "spec": {
-                "enableServiceLinks": False,
-                # Each replica waits for the operator's admission to grant it a host that no
-                # gang was promised (docs/architecture.md: who may take a promised host).
-                "schedulingGates": [{"name": ADMISSION_GATE}],
-                "nodeSelector": dict(placement.node_selector),
-                "tolerations": [
-                    {
-                        "key": placement.accelerator_resource,
-                        "operator": "Exists",
-                        "effect": "NoSchedule",
-                    }
-                ],
-                "containers": [_container(spec, placement, env or {})],
-            },
-        },
+        "template": _pod_template(
+            endpoint, spec, placement, env or {}, spec.accelerator.per_replica
+        ),
     }
-    if spec.template.priority_class_name:
-        deployment_spec["template"]["spec"]["priorityClassName"] = spec.template.priority_class_name
     if replicas is not None:
         deployment_spec = {"replicas": replicas, **deployment_spec}
     return {
@@ -183,6 +196,102 @@ def server_deployment(
     }
 
 
+def server_leader_worker_set(
+    endpoint: str,
+    namespace: str,
+    spec: InferenceEndpointSpec,
+    placement: ServingPlacement,
+    replicas: int | None,
+    hosts: int,
+    env: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """A replica across ``hosts`` hosts: one LeaderWorkerSet group per replica, its leader and
+    workers from spec.template, each pod with one host's share of the accelerators and a host of
+    its own (no two of the endpoint's pods on one host: a required pod anti-affinity, so a
+    group never stacks on a host even where admission did not pin it). A group is created,
+    restarted (RecreateGroupOnPodRestart: a multi-host server cannot lose one rank) and scaled as
+    a unit. ``replicas`` None leaves the count to the HPA, as for the Deployment."""
+    per_host = spec.accelerator.per_replica // hosts
+    template = _pod_template(endpoint, spec, placement, env or {}, per_host)
+    template["spec"]["affinity"] = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {"matchLabels": selector_labels(endpoint)},
+                    "topologyKey": HOSTNAME_TOPOLOGY,
+                }
+            ]
+        }
+    }
+    # Readiness from the leader: it serves the group's requests; a worker runs its ranks and
+    # listens on no server port, so it carries no readiness probe (LeaderWorkerSet counts a
+    # group ready when all its pods are, and a worker's probe would never pass).
+    worker = copy.deepcopy(template)
+    for container in worker["spec"]["containers"]:
+        container.pop("readinessProbe", None)
+    lws_spec: dict[str, Any] = {
+        "startupPolicy": "LeaderCreated",
+        "leaderWorkerTemplate": {
+            "size": hosts,
+            "restartPolicy": "RecreateGroupOnPodRestart",
+            "leaderTemplate": template,
+            "workerTemplate": worker,
+        },
+    }
+    if replicas is not None:
+        lws_spec = {"replicas": replicas, **lws_spec}
+    return {
+        "apiVersion": LWS_API_VERSION,
+        "kind": LWS_KIND,
+        "metadata": {
+            "name": object_name(endpoint),
+            "namespace": namespace,
+            "labels": object_labels(endpoint),
+        },
+        "spec": lws_spec,
+    }
+
+
+def _pod_template(
+    endpoint: str,
+    spec: InferenceEndpointSpec,
+    placement: ServingPlacement,
+    env: Mapping[str, str],
+    accelerators: int,
+) -> dict[str, Any]:
+    """One model-server pod: the user's template, the pool's selector and tolerations,
+    ``accelerators`` of the pool's kind, behind the operator's admission gate."""
+    user_meta = spec.template.metadata
+    pod_labels = {
+        **(user_meta.labels if user_meta and user_meta.labels else {}),
+        **object_labels(endpoint),
+    }
+    pod_metadata: dict[str, Any] = {"labels": pod_labels}
+    if user_meta and user_meta.annotations:
+        pod_metadata["annotations"] = dict(user_meta.annotations)
+    template: dict[str, Any] = {
+        "metadata": pod_metadata,
+        "spec": {
+            "enableServiceLinks": False,
+            # Each replica waits for the operator's admission to grant it a host that no
+            # gang was promised (docs/architecture.md: who may take a promised host).
+            "schedulingGates": [{"name": ADMISSION_GATE}],
+            "nodeSelector": dict(placement.node_selector),
+            "tolerations": [
+                {
+                    "key": placement.accelerator_resource,
+                    "operator": "Exists",
+                    "effect": "NoSchedule",
+                }
+            ],
+            "containers": [_container(spec, placement, env, accelerators)],
+        },
+    }
+    if spec.template.priority_class_name:
+        template["spec"]["priorityClassName"] = spec.template.priority_class_name
+    return template
+
+
 def gate_lifted(host: str | None) -> dict[str, Any]:
     """The strategic-merge patch that lets a replica through its admission gate, pinned to the
     host admission granted it (None: anywhere). Both are allowed on a gated pod (Kubernetes
@@ -193,19 +302,28 @@ def gate_lifted(host: str | None) -> dict[str, Any]:
     return {"spec": spec}
 
 
-def replicas_only(endpoint: str, namespace: str, replicas: int) -> dict[str, Any]:
-    """The Deployment's replica count alone: what a second field manager applies to hold the
-    count while the main apply leaves it out (see the controller's hand-over to the HPA)."""
+def replicas_only(
+    endpoint: str, namespace: str, replicas: int, kind: str = "Deployment"
+) -> dict[str, Any]:
+    """The Deployment's (or LeaderWorkerSet's) replica count alone: what a second field manager
+    applies to hold the count while the main apply leaves it out (see the controller's hand-over
+    to the HPA)."""
     return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
+        "apiVersion": LWS_API_VERSION if kind == LWS_KIND else "apps/v1",
+        "kind": kind,
         "metadata": {"name": object_name(endpoint), "namespace": namespace},
         "spec": {"replicas": replicas},
     }
 
 
-def server_service(endpoint: str, namespace: str, spec: InferenceEndpointSpec) -> dict[str, Any]:
-    """A ClusterIP Service in front of the ready replicas."""
+def server_service(
+    endpoint: str, namespace: str, spec: InferenceEndpointSpec, groups: bool = False
+) -> dict[str, Any]:
+    """A ClusterIP Service in front of the ready replicas; of replicas across hosts
+    (``groups``), in front of each group's leader, which serves the group's requests."""
+    selector = selector_labels(endpoint)
+    if groups:
+        selector = {**selector, LWS_WORKER_INDEX_LABEL: "0"}
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -216,7 +334,7 @@ def server_service(endpoint: str, namespace: str, spec: InferenceEndpointSpec) -
         },
         "spec": {
             "type": "ClusterIP",
-            "selector": selector_labels(endpoint),
+            "selector": selector,
             "ports": [
                 {
                     "name": PORT_NAME,
@@ -245,6 +363,7 @@ def autoscaler(
     spec: InferenceEndpointSpec,
     per_replica_rate: float | None,
     metric: str = REQUESTS_PER_SECOND_METRIC,
+    kind: str = "Deployment",
 ) -> dict[str, Any]:
     """An autoscaling/v2 HPA on the Deployment, between minReplicas and maxReplicas.
 
@@ -289,8 +408,8 @@ def autoscaler(
         },
         "spec": {
             "scaleTargetRef": {
-                "apiVersion": "apps/v1",
-                "kind": "Deployment",
+                "apiVersion": LWS_API_VERSION if kind == LWS_KIND else "apps/v1",
+                "kind": kind,
                 "name": object_name(endpoint),
             },
             "minReplicas": max(spec.min_replicas, HPA_MIN_REPLICAS_FLOOR),

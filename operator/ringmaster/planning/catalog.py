@@ -30,7 +30,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ringmaster.api import ACCELERATOR_NAME_PATTERN, is_tpu, topology_dims
 from ringmaster.api.common import MACHINE_TYPE
-from ringmaster.engine.hardware import DEFAULT_CATALOG, Accelerator, Catalog, MachineType
+from ringmaster.engine.hardware import (
+    DEFAULT_CATALOG,
+    Accelerator,
+    Catalog,
+    MachineType,
+    UnknownHardwareError,
+)
 from ringmaster.engine.units import GB, TERA, gbps_to_bytes_per_second
 
 __all__ = [
@@ -347,6 +353,23 @@ def hardware_problem(
             f"{accelerator} slices have {dims}-D topologies ({form}), not {topology}",
         )
     return None
+
+
+def replica_hardware_problem(
+    catalog: Catalog, accelerator: str, per_replica: int, hosts: int | None = None
+) -> tuple[str, str] | None:
+    """Why ``catalog`` cannot build a serving replica of ``per_replica`` x ``accelerator`` on
+    one host or on ``hosts`` hosts (UnknownAccelerator, UnsupportedHostShape), or None."""
+    if accelerator not in catalog.accelerators:
+        return hardware_problem(catalog, accelerator, per_replica)
+    try:
+        per_host, _ = catalog.replica_hosts(accelerator, per_replica, hosts)
+    except UnknownHardwareError as exc:
+        return "UnsupportedHostShape", f"{exc}; {HOW_TO_ADD_SHAPE}"
+    return hardware_problem(catalog, accelerator, per_host)
+
+
+HOW_TO_ADD_SHAPE = "a machine type of another shape can be added to the catalog (docs/catalog.md)"
 
 
 # ---------------------------------------------------------------- the operator's catalog

@@ -480,6 +480,10 @@ class LlmInferenceReport:
             "precision": p.precision,
             "kvCachePrecision": p.kv_cache_precision,
             "tensorParallel": p.tensor_parallel,
+            "pipelineParallel": p.pipeline_parallel,
+            "expertParallel": p.expert_parallel,
+            "hostsPerReplica": p.hosts_per_replica,
+            "layout": p.layout,
             "maxNumSeqs": p.max_num_seqs,
             "maxNumBatchedTokens": p.max_num_batched_tokens,
             "maxModelLen": p.max_model_len,
@@ -530,6 +534,7 @@ def llm_serving_inputs(spec: _InferenceSpec) -> LlmServingInputs:
     slo = spec.slo
     tokens = spec.tokens
     ms = 1e-3
+    parallelism = getattr(spec, "parallelism", None)
     return LlmServingInputs(
         model=transformer_of(spec.model.architecture),
         model_name=spec.model.name,
@@ -550,6 +555,10 @@ def llm_serving_inputs(spec: _InferenceSpec) -> LlmServingInputs:
         min_replicas=spec.min_replicas,
         max_replicas=spec.max_replicas,
         machine_type=getattr(spec, "machine_type", None),
+        hosts_per_replica=getattr(spec.accelerator, "hosts_per_replica", None),
+        tensor_parallel=parallelism.tensor if parallelism else None,
+        pipeline_parallel=parallelism.pipeline if parallelism else None,
+        expert_parallel=parallelism.expert if parallelism else None,
     )
 
 
@@ -580,7 +589,15 @@ def predict_inference_inputs(inputs: InferenceInputs, catalog: Catalog) -> Infer
 
 
 def predict_llm_serving_inputs(inputs: LlmServingInputs, catalog: Catalog) -> LlmServingPrediction:
-    _check_hardware(inputs, catalog, inputs.per_replica)
+    try:
+        catalog.accelerator(inputs.accelerator)
+        per_host, _ = catalog.replica_hosts(
+            inputs.accelerator, inputs.per_replica, inputs.hosts_per_replica
+        )
+    except UnknownHardwareError as exc:
+        field = "type" if inputs.accelerator not in catalog.accelerators else "perReplica"
+        raise PlanError(f"spec.accelerator.{field}: {exc}") from None
+    _check_hardware(inputs, catalog, per_host)
     try:
         return predict_llm_serving(inputs, catalog)
     except (ValueError, LookupError) as exc:

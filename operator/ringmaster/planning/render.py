@@ -293,9 +293,16 @@ def render_llm_inference(plan: LlmInferenceReport) -> str:
     p = plan.prediction
     kv = f"KV cache {p.kv_cache_precision} {p.kv_cache_bytes_per_token / 1e3:,.4g} kB/token"
     tp = f"tensor parallel {p.tensor_parallel}, " if p.tensor_parallel > 1 else ""
+    if p.pipeline_parallel > 1:
+        tp += f"pipeline {p.pipeline_parallel}, "
     lines = [
         f"InferenceEndpoint {plan.name}: LLM in {p.precision} on {p.machine_type} ({tp}"
         f"weights {_size(p.weights_bytes_per_accelerator)} per accelerator, {kv})",
+        *(
+            [f"replica of {p.hosts_per_replica} hosts: {p.layout}"]
+            if p.hosts_per_replica > 1 or p.pipeline_parallel > 1
+            else []
+        ),
         table(
             (
                 "replicas",

@@ -1,0 +1,178 @@
+"""Replicas across hosts on the real control plane and the real LeaderWorkerSet controller
+(built from its Go module by hack/cluster-tools.sh, run by `ringmaster cluster up --lws`):
+without LeaderWorkerSet a two-host endpoint waits and creates nothing; with it, it becomes one
+LeaderWorkerSet whose groups the operator's admission lets through whole, each pod on a host of
+its own of the H100 pool; scaling adds a whole group; deleting the endpoint removes everything."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from ringmaster.localcluster.cluster import Binaries, LocalCluster
+from ringmaster.localcluster.lws import LocalLeaderWorkerSet
+from ringmaster.localcluster.pools import POOLS_BY_NAME, node_manifest
+from tests.e2e.kube import Cluster, OperatorProcess, wait_for
+from tests.e2e.test_inferenceendpoint import condition, events_of, patch_spec, status
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "inferenceendpoint-llama31-405b-bf16-2x-h100.yaml"
+POOL = "h100-highgpu-8g"
+POOL_LABEL = "cloud.google.com/gke-nodepool"
+SELECTOR = "ringmaster.dev/inferenceendpoint"
+NAME = "llama405"
+# Two groups of two hosts need four H100 hosts: the session's cluster has the pool's default.
+HOSTS = 4
+
+
+@pytest.fixture
+def h100_hosts(cluster: Cluster) -> Iterator[None]:
+    pool = POOLS_BY_NAME[POOL]
+    extra = [node_manifest(pool, i) for i in range(pool.default_size, HOSTS)]
+    for node in extra:
+        cluster.apply(node)
+    wait_for(
+        lambda: (
+            sum(
+                any(
+                    c["type"] == "Ready" and c["status"] == "True"
+                    for c in n["status"]["conditions"]
+                )
+                for n in cluster.get_json("nodes", "-l", f"{POOL_LABEL}={POOL}")["items"]
+            )
+            >= HOSTS
+        ),
+        what=f"{HOSTS} Ready {POOL} nodes",
+    )
+    yield
+    for node in extra:
+        cluster.kubectl("delete", "node", node["metadata"]["name"], "--wait=false", check=False)
+
+
+def local_lws(cluster: Cluster) -> LocalLeaderWorkerSet:
+    if not LocalLeaderWorkerSet.available(cluster.bin_dir):
+        reason = f"no LeaderWorkerSet in {cluster.bin_dir} (hack/cluster-tools.sh builds it)"
+        if os.environ.get("RINGMASTER_E2E_REQUIRE_LWS") or os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    local = LocalCluster(Binaries.locate(str(cluster.bin_dir)), cluster.kubeconfig.parent.name)
+    assert local.kubeconfig == cluster.kubeconfig, "LeaderWorkerSet runs beside a cluster only"
+    return LocalLeaderWorkerSet(local)
+
+
+def group_pods(cluster: Cluster, ns: str) -> list[dict[str, Any]]:
+    pods = cluster.get_json("pods", "-n", ns, "-l", f"{SELECTOR}={NAME}")["items"]
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+
+def running_on_distinct_hosts(cluster: Cluster, ns: str, count: int) -> list[dict[str, Any]]:
+    pods = group_pods(cluster, ns)
+    placed = [
+        p for p in pods if p["spec"].get("nodeName") and p["status"].get("phase") == "Running"
+    ]
+    if len(pods) != count or len(placed) != count:
+        return []
+    return pods
+
+
+def env_of(pod: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][0].get("env", [])}
+
+
+def test_a_two_host_endpoint_waits_for_leader_worker_set_then_runs_as_groups(
+    operator: OperatorProcess, cluster: Cluster, quiet_namespace: str, h100_hosts: None
+) -> None:
+    ns = quiet_namespace
+    lws = local_lws(cluster)
+    lws.down(uninstall=True)  # the cluster as if LeaderWorkerSet were never there
+    body = yaml.safe_load(EXAMPLE.read_text())
+    body["metadata"]["name"] = NAME
+    body["spec"]["replicas"] = 1
+    cluster.apply(body, ns)
+
+    # Without LeaderWorkerSet: a clear reason, an Event, and nothing created.
+    def waiting() -> bool:
+        ready = condition({"status": status(cluster, ns, NAME)}, "Ready")
+        return bool(ready and ready["reason"] == "LeaderWorkerSetNotInstalled")
+
+    wait_for(waiting, what=f"{NAME} waiting for LeaderWorkerSet ({status(cluster, ns, NAME)})")
+    assert status(cluster, ns, NAME)["phase"] == "Pending"
+    assert any(e["reason"] == "LeaderWorkerSetNotInstalled" for e in events_of(cluster, ns, NAME))
+    assert cluster.get_json("deployments", "-n", ns)["items"] == []
+    assert group_pods(cluster, ns) == []
+
+    lws.up()
+    try:
+        # One LeaderWorkerSet of groups of two, its pods admitted whole, a host each.
+        pods = wait_for(
+            lambda: running_on_distinct_hosts(cluster, ns, 2),
+            timeout=120,
+            what=f"one group of two running pods ({operator.log_path})",
+        )
+        group = cluster.get_json("leaderworkersets", NAME, "-n", ns)
+        assert group["spec"]["replicas"] == 1
+        assert group["spec"]["leaderWorkerTemplate"]["size"] == 2
+        assert cluster.get_json("deployments", "-n", ns)["items"] == []
+        hosts = {p["spec"]["nodeName"] for p in pods}
+        assert len(hosts) == 2
+        pools = {cluster.get_json("node", h)["metadata"]["labels"][POOL_LABEL] for h in hosts}
+        assert pools == {POOL}
+        for pod in pods:
+            env = env_of(pod)
+            assert env["RINGMASTER_TENSOR_PARALLEL"] == "8"
+            assert env["RINGMASTER_PIPELINE_PARALLEL"] == "2"
+            assert env["RINGMASTER_EXPERT_PARALLEL"] == "1"
+            assert env["RINGMASTER_GROUP_SIZE"] == "2"
+            assert env["RINGMASTER_LEADER_ADDRESS"] == "$(LWS_LEADER_ADDRESS)"
+            # LeaderWorkerSet's webhook put its own variables first, so the references expand.
+            assert list(env)[:3] == ["LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX"]
+            assert env["LWS_LEADER_ADDRESS"].startswith(f"{NAME}-0.{NAME}.{ns}")
+            assert not pod["spec"].get("schedulingGates")
+        # Ready from the group's readiness (its leader's probe); one replica where the engine
+        # asks for four keeps the endpoint Degraded with CapacityMet=False and the numbers.
+        wait_for(
+            lambda: (
+                status(cluster, ns, NAME).get("readyReplicas") == 1
+                and (condition({"status": status(cluster, ns, NAME)}, "Ready") or {}).get("reason")
+                == "ReplicasReady"
+            ),
+            timeout=90,
+            what=f"{NAME} Ready with one group ({status(cluster, ns, NAME)})",
+        )
+        capacity = condition({"status": status(cluster, ns, NAME)}, "CapacityMet")
+        assert capacity is not None and capacity["reason"] == "TooFewReplicas"
+        assert status(cluster, ns, NAME)["plan"]["layout"].startswith(
+            "TP 8 inside each host x PP 2 across hosts"
+        )
+
+        # Scaling adds a whole group: four pods, four hosts.
+        patch_spec(cluster, ns, NAME, '{"spec": {"replicas": 2}}')
+        pods = wait_for(
+            lambda: running_on_distinct_hosts(cluster, ns, 4),
+            timeout=120,
+            what="two groups of two running pods",
+        )
+        assert len({p["spec"]["nodeName"] for p in pods}) == 4
+        wait_for(
+            lambda: status(cluster, ns, NAME).get("readyReplicas") == 2,
+            timeout=90,
+            what=f"{NAME} with two ready groups ({status(cluster, ns, NAME)})",
+        )
+
+        # Deleting the endpoint removes the LeaderWorkerSet, its groups and the Service.
+        cluster.kubectl("delete", "inferenceendpoint", NAME, "-n", ns)
+        wait_for(
+            lambda: (
+                not cluster.get_json("leaderworkersets", "-n", ns)["items"]
+                and not group_pods(cluster, ns)
+            ),
+            timeout=120,
+            what="the LeaderWorkerSet and its pods gone",
+        )
+    finally:
+        lws.down(uninstall=True)
