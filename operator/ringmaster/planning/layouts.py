@@ -71,6 +71,7 @@ class LayoutPlan:
     global_batch: int
     parameters: int
     hardware: L.LayoutHardware
+    model: Transformer | None = None
 
     @property
     def chosen(self) -> L.Layout:
@@ -98,6 +99,7 @@ def layout_request(spec: Any) -> L.LayoutRequest:
             sharding="None",
             micro_batch=per_accelerator,
             context=1,
+            expert=1,
             strategy=str(spec.communication.strategy),
         )
     global_batch = par.global_batch_size or (per_accelerator or 1) * accelerators
@@ -110,6 +112,7 @@ def layout_request(spec: Any) -> L.LayoutRequest:
         micro_batch=_fixed(par.micro_batch_size),
         recompute=_fixed(par.activation_recompute),
         context=_fixed(par.context),
+        expert=_fixed(par.expert),
         virtual_stages=par.virtual_pipeline_stages,
         strategy=str(spec.communication.strategy),
     )
@@ -129,6 +132,7 @@ def _bottleneck(layout: L.Layout) -> str:
         "compute": layout.compute_seconds,
         "tensor-parallel collectives": layout.tensor_parallel_seconds,
         "context-parallel K/V passes": layout.context_parallel_seconds,
+        "expert-parallel all-to-all": layout.expert_parallel_seconds,
         "pipeline bubble": layout.bubble_seconds,
         "pipeline sends": layout.pipeline_send_seconds,
         "data-parallel reduction": layout.exposed_data_parallel_seconds,
@@ -176,6 +180,7 @@ def _at_strategy(
         micro_batch=np.array([layout.micro_batch]),
         recompute=np.array([L.RECOMPUTES.index(layout.recompute)]),
         context=np.array([layout.context]),
+        expert=np.array([layout.expert]),
         global_batch=request.global_batch,
         virtual_stages=layout.virtual_stages,
         strategy=strategy,
@@ -222,7 +227,7 @@ def plan_layout(
         strategies[REDUCTION_SERVER] = _strategy(
             REDUCTION_SERVER, rs_layout, hw, request.global_batch
         )
-    params = L.stage_parameters(request.model, chosen.tensor, chosen.pipeline)
+    params = L.stage_parameters(request.model, chosen.tensor, chosen.pipeline, chosen.expert)
     notes = [f"layout: {chosen.describe()} ({search.evaluated} layouts evaluated)"]
     if not search.fits:
         notes.append(f"does not fit: {search.reason}")
@@ -239,7 +244,11 @@ def plan_layout(
         notes=tuple(notes),
     )
     plan = LayoutPlan(
-        search=search, global_batch=request.global_batch, parameters=derived, hardware=hw
+        search=search,
+        global_batch=request.global_batch,
+        parameters=derived,
+        hardware=hw,
+        model=request.model,
     )
     return plan, prediction
 
@@ -253,6 +262,7 @@ def _layout_fields(layout: L.Layout, global_batch: int) -> dict[str, Any]:
         "tensor": layout.tensor,
         "pipeline": layout.pipeline,
         "context": layout.context,
+        "expert": layout.expert,
         "data": layout.data,
         "sharding": layout.sharding,
         "microBatchSize": layout.micro_batch,
@@ -286,6 +296,7 @@ def layout_json(plan: LayoutPlan) -> dict[str, Any]:
         "mfu": _sig(c.mfu, 4),
         "parameters": plan.parameters,
         "layoutsEvaluated": plan.search.evaluated,
+        **({"moe": moe_json(plan)} if plan.search.chosen and _is_moe(plan) else {}),
         "alternatives": [
             {
                 "layout": _layout_fields(a.layout, plan.global_batch),
@@ -299,10 +310,35 @@ def layout_json(plan: LayoutPlan) -> dict[str, Any]:
     }
 
 
+def _is_moe(plan: LayoutPlan) -> bool:
+    return plan.model is not None and plan.model.is_moe
+
+
+def moe_json(plan: LayoutPlan) -> dict[str, Any]:
+    """A mixture of experts' figures: its total and active parameters, the expert-parallel
+    degree, and the dispatch / combine all-to-alls on the step's critical path."""
+    c = plan.chosen
+    model = plan.model
+    assert model is not None
+    return {
+        "experts": model.experts,
+        "activeExperts": model.active_experts,
+        "sharedExperts": model.shared_experts,
+        "moeLayers": model.moe_layers,
+        "totalParameters": model.parameters,
+        "activeParameters": model.active_parameters,
+        "expertParallel": c.expert,
+        "allToAllSeconds": _sig(c.expert_parallel_seconds),
+        "allToAllShare": _sig(c.expert_parallel_seconds / c.step_seconds, 4)
+        if c.step_seconds > 0
+        else 0.0,
+    }
+
+
 def layout_status(plan: LayoutPlan) -> dict[str, Any]:
     """status.plan's layout fields (camelCase), the one place that maps a layout to status."""
     c = plan.chosen
-    return {
+    out = {
         "layout": c.name,
         **_layout_fields(c, plan.global_batch),
         "fits": plan.search.fits,
@@ -311,3 +347,7 @@ def layout_status(plan: LayoutPlan) -> dict[str, Any]:
         "mfu": _sig(c.mfu, 4),
         "memoryPerAcceleratorBytes": _memory(c),
     }
+    if _is_moe(plan):
+        out["activeParameters"] = plan.model.active_parameters if plan.model else None
+        out["allToAllSeconds"] = _sig(c.expert_parallel_seconds)
+    return out
