@@ -290,11 +290,19 @@ class Parallelism(SpecModel):
     activations; 2 x context must divide architecture.sequenceLength."""
     virtual_pipeline_stages: Int = Field(default=1, ge=1, le=64)
     """Interleaved 1F1B: model chunks per pipeline stage (1 = plain 1F1B)."""
+    expert: IntOrAuto = AUTO
+    """Expert parallelism for a mixture of experts (architecture.experts): the routed experts
+    are split over this many ranks, carved out of the data x context ranks as Megatron-Core's
+    expert_model_parallel_size is, so the data-parallel degree (and the global batch's rule)
+    stay as they are; each expert is further split over the tensor ranks (Megatron-Core's
+    default expert tensor parallelism). Must divide architecture.experts and data x context.
+    ``Auto`` searches it (1 for a dense model)."""
 
 
 _T = "self.parallelism.tensor"
 _P = "self.parallelism.pipeline"
 _C = "self.parallelism.context"
+_E = "self.parallelism.expert"
 _ARCH = "self.model.architecture"
 
 
@@ -328,8 +336,9 @@ _CEL_PARALLEL = f"has(self.parallelism) && has({_ARCH})"
 # (the engine's own rule, which no layout search can repair; with microBatchSize Auto, of the
 # data-parallel degree alone). With context Auto the search may take every remaining accelerator
 # for context (data 1), so only the micro-batch must divide. Checked only when the fixed degrees
-# divide the accelerators (the rules above report that). An axis added later (expert) divides
-# the data-parallel degree too: add it to _CEL_DATA and _data_degree together.
+# divide the accelerators (the rules above report that). Expert parallelism is not a factor here:
+# Megatron-Core carves the expert ranks out of data x context, and every one of them still runs
+# its own micro-batches, so the data-parallel degree stays accelerators / (t c p).
 _MB = "self.parallelism.microBatchSize"
 _ACCELERATORS = "self.workers * self.accelerator.perWorker"
 _CEL_MODEL_DEGREE = f"(int({_T}) * {_cel_degree(_C)} * int({_P}))"
@@ -574,6 +583,57 @@ class TrainingJobSpec(SpecModel):
         ),
         Rule(
             cel=(
+                f"!({_CEL_PARALLEL}) || string({_E}) == 'Auto' || int({_E}) == 1"
+                f" || (has({_ARCH}.experts) && {_ARCH}.experts % int({_E}) == 0)"
+            ),
+            message="parallelism.expert must divide model.architecture.experts (a dense model "
+            "takes expert 1)",
+            field_path=".parallelism.expert",
+            check=lambda s: (
+                s.parallelism is None
+                or s.model.architecture is None
+                or _auto(s.parallelism.expert)
+                or int(s.parallelism.expert) == 1
+                or (
+                    s.model.architecture.experts is not None
+                    and s.model.architecture.experts % int(s.parallelism.expert) == 0
+                )
+            ),
+        ),
+        Rule(
+            cel=(
+                f"!has(self.parallelism) || string({_E}) == 'Auto'"
+                " || (self.workers * self.accelerator.perWorker)"
+                f" % ({_cel_degree(_T)} * {_cel_degree(_P)} * {_cel_degree(_C)} * int({_E})) == 0"
+            ),
+            message="tensor x context x pipeline x expert must divide the accelerators: the "
+            "expert ranks are carved out of data x context",
+            field_path=".parallelism.expert",
+            check=lambda s: (
+                s.parallelism is None
+                or _auto(s.parallelism.expert)
+                or (s.workers * s.accelerator.per_worker)
+                % (
+                    _degree(s.parallelism.tensor)
+                    * _degree(s.parallelism.pipeline)
+                    * _degree(s.parallelism.context)
+                    * int(s.parallelism.expert)
+                )
+                == 0
+            ),
+            message_expression=(
+                "'expert %s x tensor %s x context %s x pipeline %s does not divide the %d"
+                f" accelerators'.format([{_E}, {_T}, {_C}, {_P},"
+                " self.workers * self.accelerator.perWorker])"
+            ),
+            message_for=lambda s: (
+                f"expert {s.parallelism.expert} x tensor {s.parallelism.tensor} x context "
+                f"{s.parallelism.context} x pipeline {s.parallelism.pipeline} does not divide "
+                f"the {s.workers * s.accelerator.per_worker} accelerators"
+            ),
+        ),
+        Rule(
+            cel=(
                 "!has(self.parallelism) || (self.workers * self.accelerator.perWorker)"
                 f" % ({_cel_degree(_T)} * {_cel_degree(_P)}) == 0"
             ),
@@ -766,6 +826,12 @@ class TrainingPlan(StatusModel):
     virtual_pipeline_stages: int | None = None
     context: int | None = None
     """Context-parallel ranks (ring attention)."""
+    expert: int | None = None
+    """Expert-parallel ranks (a mixture of experts), carved out of data x context."""
+    active_parameters: int | None = None
+    """A mixture of experts' parameters one token runs through (top-k experts, not all)."""
+    all_to_all_seconds: float | None = None
+    """A mixture of experts: the dispatch / combine all-to-alls on the step's critical path."""
     fits: bool | None = None
     """Whether the layout fits in the accelerators' memory."""
     reason: str | None = None

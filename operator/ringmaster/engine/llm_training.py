@@ -121,6 +121,22 @@ BYTES_LOSS_PER_LOGIT = 10.0
 BYTES_GATHER = BYTES_WEIGHTS
 BYTES_REDUCE = BYTES_GRADIENTS
 
+# Mixture of experts. Dispatch and combine are two all-to-alls per MoE layer per micro-batch in
+# forward and two more in backward (their gradients: dispatch's backward is a combine, and the
+# reverse; DeepEP's README, "The backward pass of MoE dispatch is actually a combine"), two more
+# where the layer's forward is recomputed (Full).
+MOE_ALL_TO_ALLS = 4
+MOE_ALL_TO_ALLS_RECOMPUTE = 2
+# The busiest expert-parallel rank sets the pace: with a capacity factor the most tokens a rank's
+# experts take is capacity x the mean. 1.25 is Switch Transformer's training capacity factor
+# (Fedus et al. 2022, JMLR, section 2.2 and Table 1's 1.25) and GShard's expert capacity bound;
+# dropless training with auxiliary-loss balancing (Megatron-Core's default) sits near it.
+# Applied to the routed experts' FLOPs and to the all-to-all bytes. Not fitted.
+MOE_LOAD_IMBALANCE = 1.25
+# Dispatched tokens travel in bf16 (Megatron-Core's alltoall dispatcher; DeepEP's FP8 dispatch
+# is an option the engine does not assume).
+BYTES_DISPATCH = 2.0
+
 # Full sharding gathers a layer's weights just before use and prefetches the next one (PyTorch
 # FSDP's default BackwardPrefetch.BACKWARD_PRE and FSDP2's implicit prefetch of one layer):
 # two layers' unsharded bf16 weights are resident at once.
@@ -404,14 +420,25 @@ class StageParameters(NamedTuple):
     middle: F64 = np.zeros(())  # ... of a stage between them (0 when p <= 2)
 
 
-def stage_parameters(model: Transformer, tensor: ArrayLike, pipeline: ArrayLike) -> StageParameters:
-    """Parameters per accelerator: the stage's layers / t; the embedding on the first stage, the
-    LM head (a copy of a tied embedding, as Megatron-LM keeps one) and the final norm on the
-    last. Norm vectors are counted as split by t too (they are < 0.1% of a layer)."""
+def routed_expert_parameters_per_layer(model: Transformer) -> float:
+    """A layer's routed experts, the mean over the layers (what expert parallelism shards)."""
+    return model.routed_expert_parameters / model.layers
+
+
+def stage_parameters(
+    model: Transformer, tensor: ArrayLike, pipeline: ArrayLike, expert: ArrayLike = 1
+) -> StageParameters:
+    """Parameters per accelerator: the stage's layers / t (their routed experts / (t e): expert
+    parallelism splits the experts e ways and each expert t ways, Megatron-Core's default
+    expert_tensor_parallel_size = tensor); the embedding on the first stage, the LM head (a copy
+    of a tied embedding, as Megatron-LM keeps one) and the final norm on the last. Norm vectors
+    are counted as split by t too (they are < 0.1% of a layer). A MoE model's layers are
+    counted at their mean (DeepSeek-V3's three dense layers are spread over the stages)."""
     t = _f(tensor)
     p = _f(pipeline)
     stages = stage_layers(model, p)
-    layer = model.parameters_per_layer / t
+    routed = routed_expert_parameters_per_layer(model)
+    layer = (model.parameters_per_layer - routed + routed / _f(expert)) / t
     table = float(model.vocab * model.hidden)
     head = np.where((p > 1) | (not model.tied_embeddings), table, 0.0)
     last = stages.last * layer + head / t + model.hidden
@@ -502,20 +529,28 @@ def memory_per_accelerator(
     sequence_parallel: bool = True,
     allocator_overhead: float = ALLOCATOR_OVERHEAD,
     fp8: bool = False,
+    expert: ArrayLike = 1,
 ) -> MemoryArrays:
     """Weights, gradients, optimizer state, activations and the reserve per accelerator, on the
     fullest of the first, a middle and the last pipeline stage. Context-parallel ranks hold the
     same weights: the sharding spans data x context ranks (Megatron-LM's data-context group,
-    torchtitan's FSDP mesh with CP)."""
-    t, p, d, c = _f(tensor), _f(pipeline), _f(data), _f(context)
+    torchtitan's FSDP mesh with CP). Routed experts are split over the e expert-parallel ranks
+    (carved out of data x context, as Megatron-Core does), so their sharding spans the d c / e
+    ranks that hold the same experts (its expert-data-parallel group)."""
+    t, p, d, c, e = _f(tensor), _f(pipeline), _f(data), _f(context), _f(expert)
     shard = np.asarray(sharding)
     m, v = _f(micro_batches), _f(virtual_stages)
-    params = stage_parameters(model, t, p)
+    params = stage_parameters(model, t, p, e)
     stages = stage_layers(model, p)
+    expert_layer = routed_expert_parameters_per_layer(model) / (t * e)
     dc = d * c
+    edc = np.maximum(dc / e, 1.0)
     weights_div = np.where(shard >= SHARD_FULL, dc, 1.0)
     grads_div = np.where(shard >= SHARD_GRADIENTS, dc, 1.0)
     optim_div = np.where(shard >= SHARD_OPTIMIZER, dc, 1.0)
+    expert_weights_div = np.where(shard >= SHARD_FULL, edc, 1.0)
+    expert_grads_div = np.where(shard >= SHARD_GRADIENTS, edc, 1.0)
+    expert_optim_div = np.where(shard >= SHARD_OPTIMIZER, edc, 1.0)
     gathered = np.where(
         (shard >= SHARD_FULL) & (dc > 1), FSDP_RESIDENT_LAYERS * params.layer * BYTES_GATHER, 0.0
     )
@@ -540,13 +575,17 @@ def memory_per_accelerator(
     )
     act_last = stages.last * stored + transient + logits
 
-    def state(n: F64) -> tuple[F64, F64, F64]:
-        w = n * BYTES_WEIGHTS / weights_div + gathered
-        return w, n * BYTES_GRADIENTS / grads_div, n * BYTES_OPTIMIZER / optim_div
+    def state(n: F64, layers: F64) -> tuple[F64, F64, F64]:
+        x = layers * expert_layer  # routed experts: their own sharding group
+        dense = n - x
+        w = dense * BYTES_WEIGHTS / weights_div + x * BYTES_WEIGHTS / expert_weights_div
+        g = dense * BYTES_GRADIENTS / grads_div + x * BYTES_GRADIENTS / expert_grads_div
+        o = dense * BYTES_OPTIMIZER / optim_div + x * BYTES_OPTIMIZER / expert_optim_div
+        return w + gathered, g, o
 
-    w1, g1, o1 = state(params.first)
-    w2, g2, o2 = state(params.middle)
-    w3, g3, o3 = state(params.last)
+    w1, g1, o1 = state(params.first, stages.first)
+    w2, g2, o2 = state(params.middle, np.where(p > 2, stages.middle, 0.0))
+    w3, g3, o3 = state(params.last, stages.last)
     totals = np.stack(
         np.broadcast_arrays(
             w1 + g1 + o1 + act_first * (1.0 + allocator_overhead),
@@ -583,13 +622,23 @@ def recompute_flops_per_token_per_layer(model: Transformer, recompute: ArrayLike
         [
             0.0,
             core,
-            2.0 * model.parameters_per_layer + core,
+            2.0 * busiest_rank_parameters_per_layer(model) + core,
             2.0 * (h * kv + h * h + h * f),
             core,
             2.0 * model.ffn_parameters_per_layer + core,
         ]
     )
     return _f(per_token[r])
+
+
+def busiest_rank_parameters_per_layer(model: Transformer) -> float:
+    """The weights a token multiplies through in a layer (the active ones, mean over layers),
+    with the routed experts' share scaled by MOE_LOAD_IMBALANCE: the busiest expert-parallel
+    rank's work per token. A dense model's parameters_per_layer."""
+    if model.experts <= 1:  # dense, or one expert: nothing to balance
+        return model.parameters_per_layer
+    routed = model.moe_layers * model.active_experts * model.expert_parameters / model.layers
+    return model.active_parameters_per_layer + (MOE_LOAD_IMBALANCE - 1.0) * routed
 
 
 def recompute_flops_per_token(model: Transformer, recompute: ArrayLike) -> F64:
@@ -646,7 +695,7 @@ def stage_compute_seconds(
     core_eff = eff if flash_attention else gemm_efficiency(hw, model.head_dim, rank_tokens)
     head_eff = gemm_efficiency(hw, np.minimum(model.hidden, model.vocab / t), rank_tokens)
     core = model.attention_flops_per_token(model.sequence_length) / model.layers
-    linear = 2.0 * model.parameters_per_layer
+    linear = 2.0 * busiest_rank_parameters_per_layer(model)
     r = np.asarray(recompute)
     again = recompute_flops_per_token_per_layer(model, r)
     # The repeated work is linear layers' except the attention core's share.
@@ -675,7 +724,7 @@ def stage_flops_per_micro_batch(
     stages = stage_layers(model, pipeline)
     tokens = _f(micro_batch) * model.sequence_length / (_f(context) * _f(tensor))
     per_layer = 3.0 * (
-        2.0 * model.parameters_per_layer
+        2.0 * busiest_rank_parameters_per_layer(model)
         + model.attention_flops_per_token(model.sequence_length) / model.layers
     ) + recompute_flops_per_token_per_layer(model, recompute)
     head = 3.0 * 2.0 * model.vocab * model.hidden
@@ -817,6 +866,48 @@ def _context_parallel_seconds(nbytes: F64, tensor: F64, context: F64, hw: Layout
     return _f(np.where(context > 1, coll.seconds, 0.0))
 
 
+def moe_all_to_all_bytes(
+    model: Transformer, micro_batch: ArrayLike, tensor: ArrayLike, context: ArrayLike
+) -> F64:
+    """One rank's buffer in one dispatch (or combine): its share of the micro-batch's tokens
+    (sequence-parallel over t, split over c), each sent to top-k experts, hidden wide in bf16,
+    times MOE_LOAD_IMBALANCE (the busiest rank receives the most)."""
+    tokens = _f(micro_batch) * model.sequence_length / (_f(context) * _f(tensor))
+    per_token = model.active_experts * model.hidden * BYTES_DISPATCH
+    return _f(tokens * per_token * MOE_LOAD_IMBALANCE)
+
+
+def moe_all_to_alls(recompute: ArrayLike) -> F64:
+    """All-to-alls per MoE layer per micro-batch: MOE_ALL_TO_ALLS, and
+    MOE_ALL_TO_ALLS_RECOMPUTE more where the whole layer's forward is recomputed."""
+    full = np.asarray(recompute) == RECOMPUTE_FULL
+    return _f(MOE_ALL_TO_ALLS + np.where(full, MOE_ALL_TO_ALLS_RECOMPUTE, 0))
+
+
+def _expert_parallel_seconds(
+    nbytes: F64, tensor: F64, context: F64, expert: F64, hw: LayoutHardware
+) -> F64:
+    """One all-to-all of ``nbytes`` per rank over the e expert-parallel ranks. They sit at a
+    stride of t c (Megatron-Core orders tp-cp-ep-dp-pp), so g / (t c) of them share a host:
+    NVLink while t c e fits in a host, else across hosts with the group's share of the NICs
+    (engine.collectives.nccl_all_to_all); over the slice's ICI on a TPU (one line of e chips)."""
+    if hw.kind == "tpu":
+        coll = C.ici_all_to_all(
+            nbytes,
+            (expert, 1.0, 1.0),
+            (False, False, False),
+            hw.intra_bandwidth,
+            hw.intra_hop_latency,
+        )
+        return _f(np.where(expert > 1, coll.seconds, 0.0))
+    g = float(hw.per_host)
+    per_host = np.clip(g / (tensor * context), 1.0, expert)
+    hosts = expert / per_host
+    nic = hw.nic_bandwidth / (g / per_host)
+    coll = C.nccl_all_to_all(nbytes, hosts, per_host, _fabric(hw, nic), with_busbw=False)
+    return _f(np.where(expert > 1, coll.seconds, 0.0))
+
+
 class DataParallelComm(NamedTuple):
     seconds: F64  # the whole reduction per step
     strategy: I64  # STRATEGY_*
@@ -914,6 +1005,8 @@ class LayoutArrays(NamedTuple):
     cost_per_hour: F64
     context: I64 = np.ones(1, np.int64)
     context_parallel_seconds: F64 = np.zeros(1)  # exposed ring-attention K/V passes, per step
+    expert: I64 = np.ones(1, np.int64)
+    expert_parallel_seconds: F64 = np.zeros(1)  # exposed dispatch / combine all-to-alls, per step
 
 
 def evaluate_layouts(
@@ -931,9 +1024,12 @@ def evaluate_layouts(
     flash_attention: bool = True,
     context: ArrayLike = 1,
     sequence_parallel: bool = True,
+    expert: ArrayLike = 1,
 ) -> LayoutArrays:
     """Memory, fit, step time, tokens/s and MFU of every layout (arrays broadcast together).
-    The caller guarantees divisibility (t p c | accelerators, d b | global batch, c | s)."""
+    The caller guarantees divisibility (t p c | accelerators, d b | global batch, c | s,
+    e | d c and e | experts)."""
+    e = _f(expert)
     t = _f(tensor)
     p = _f(pipeline)
     b = _f(micro_batch)
@@ -958,6 +1054,7 @@ def evaluate_layouts(
         sequence_parallel=sequence_parallel,
         allocator_overhead=hw.allocator_overhead,
         fp8=hw.compute_precision == "fp8",
+        expert=e,
     )
     fits = mem.total <= hw.memory_bytes
 
@@ -985,11 +1082,31 @@ def evaluate_layouts(
     )
     cp_mb = layers * np.maximum(cp_layer - core_layer, 0.0)
     pp_mb = _pipeline_send_seconds(act_bytes, t, p, hw) * v
-    slot = compute_mb + tp_mb + cp_mb + pp_mb
+    # Dispatch and combine of every MoE layer of the busiest stage. On the critical path: the
+    # experts wait for the dispatched tokens and the next layer for the combined ones; the shared
+    # experts' compute runs beside them (Megatron-Core's --moe-shared-expert-overlap). The
+    # batch-level overlap of one micro-batch's all-to-all with another's compute
+    # (--overlap-moe-expert-parallel-comm, DeepSeek's DualPipe) is not assumed.
+    ep_mb = np.zeros(())
+    if model.is_moe:
+        moe_share = model.moe_layers / model.layers
+        a2a = _expert_parallel_seconds(moe_all_to_all_bytes(model, b, t, c), t, c, e, hw)
+        shared_tokens = b * model.sequence_length / (c * t)
+        shared = (
+            3.0
+            * 2.0
+            * model.shared_experts
+            * model.expert_parameters
+            * shared_tokens
+            / (hw.peak_flops * matmul_efficiency(model, hw, b, t, c))
+        )
+        per_layer = np.maximum(moe_all_to_alls(rec) * a2a - shared, 0.0)
+        ep_mb = layers * moe_share * per_layer
+    slot = compute_mb + tp_mb + cp_mb + pp_mb + ep_mb
     bubble = slot * (p - 1.0) / v
     pipeline_seconds = slot * m + bubble
 
-    params = stage_parameters(model, t, p)
+    params = stage_parameters(model, t, p, e)
     worst = np.maximum(np.maximum(params.first, params.last), params.middle)
     # All-reduce-equivalent bytes (an all-gather or a reduce-scatter of X moves half of an
     # all-reduce of X): None all-reduces fp32 gradients; Optimizer / Gradients reduce-scatter
@@ -1056,6 +1173,8 @@ def evaluate_layouts(
         cost_per_hour=f(cost),
         context=i(c),
         context_parallel_seconds=f(cp_mb * m),
+        expert=i(e),
+        expert_parallel_seconds=f(ep_mb * m),
     )
 
 
@@ -1076,6 +1195,7 @@ class LayoutRequest:
     virtual_stages: int = 1
     strategy: str = AUTO  # the data-parallel part: Auto, Ring, ReductionServer
     context: int | None = None
+    expert: int | None = None  # expert parallelism (a mixture of experts; dense: 1)
 
 
 @dataclass(frozen=True)
@@ -1111,19 +1231,24 @@ class Layout:
     cost_per_hour: float
     context: int = 1
     context_parallel_seconds: float = 0.0
+    expert: int = 1
+    expert_parallel_seconds: float = 0.0
 
     @property
     def name(self) -> str:
-        """``TP8 PP4 DP32`` (``TP8 CP2 PP4 DP16`` with context parallelism), as ``kubectl get
-        tj -o wide`` shows it."""
+        """``TP8 PP4 DP32`` (``TP8 CP2 PP4 DP16`` with context parallelism, ``TP1 EP8 PP16
+        DP128`` with expert parallelism: EP is carved out of DP, which keeps its count), as
+        ``kubectl get tj -o wide`` shows it."""
         cp = f" CP{self.context}" if self.context > 1 else ""
-        return f"TP{self.tensor}{cp} PP{self.pipeline} DP{self.data}"
+        ep = f" EP{self.expert}" if self.expert > 1 else ""
+        return f"TP{self.tensor}{cp}{ep} PP{self.pipeline} DP{self.data}"
 
     def describe(self) -> str:
         v = f" x {self.virtual_stages} virtual" if self.virtual_stages > 1 else ""
         cp = f" x context {self.context}" if self.context > 1 else ""
+        ep = f", expert {self.expert} (of data x context)" if self.expert > 1 else ""
         return (
-            f"tensor {self.tensor}{cp} x pipeline {self.pipeline}{v} x data {self.data}, "
+            f"tensor {self.tensor}{cp} x pipeline {self.pipeline}{v} x data {self.data}{ep}, "
             f"sharding {self.sharding}, micro-batch {self.micro_batch}, recompute "
             f"{self.recompute}"
         )
@@ -1176,6 +1301,24 @@ def multislice_dcn_seconds(nbytes: ArrayLike, data: ArrayLike, hw: LayoutHardwar
     return _f(C.dcn_allreduce_seconds(per_host, hw.slices, hw.dcn_bandwidth))
 
 
+def valid_expert(model: Transformer, data_context: int, expert: int) -> bool:
+    """Whether ``expert`` ranks split the experts: it divides the routed experts (Megatron-Core:
+    num_moe_experts % expert_model_parallel_size == 0) and the data x context ranks it is
+    carved from; a dense model takes only 1."""
+    if expert < 1 or data_context % expert:
+        return False
+    return expert == 1 or (model.experts > 0 and model.experts % expert == 0)
+
+
+def expert_degrees(model: Transformer, data_context: int, fixed: int | None) -> list[int]:
+    """The expert-parallel degrees to try: the fixed one where valid, else every valid one."""
+    if fixed is not None:
+        return [fixed] if valid_expert(model, data_context, fixed) else []
+    if not model.is_moe:
+        return [1]
+    return [e for e in _divisors(data_context) if valid_expert(model, data_context, e)]
+
+
 def layout_grid(request: LayoutRequest, hw: LayoutHardware) -> dict[str, I64]:
     """Every valid layout of the request: heads divisible by t (and t within a host: a divisor of
     the host's accelerators, or of the slice's first axis on a TPU), p stages of the layers
@@ -1214,7 +1357,7 @@ def layout_grid(request: LayoutRequest, hw: LayoutHardware) -> dict[str, I64]:
         if request.recompute is not None
         else list(SEARCHED_RECOMPUTES)
     )
-    rows: list[tuple[int, int, int, int, int, int]] = []
+    rows: list[tuple[int, int, int, int, int, int, int]] = []
     for t in tensors:
         for p in pipelines:
             for c in contexts:
@@ -1230,13 +1373,14 @@ def layout_grid(request: LayoutRequest, hw: LayoutHardware) -> dict[str, I64]:
                     if request.micro_batch is not None
                     else _powers_of_two_dividing(per_replica)
                 )
-                for b in micro:
-                    if per_replica % b:
-                        continue
-                    for s in shardings if d * c > 1 else [SHARD_NONE]:
-                        for r in recomputes:
-                            rows.append((t, p, s, b, r, c))
-    arr = np.array(rows, dtype=np.int64).reshape(-1, 6)
+                for ep in expert_degrees(model, d * c, request.expert):
+                    for b in micro:
+                        if per_replica % b:
+                            continue
+                        for s in shardings if d * c > 1 else [SHARD_NONE]:
+                            for r in recomputes:
+                                rows.append((t, p, s, b, r, c, ep))
+    arr = np.array(rows, dtype=np.int64).reshape(-1, 7)
     return {
         "tensor": arr[:, 0],
         "pipeline": arr[:, 1],
@@ -1244,6 +1388,7 @@ def layout_grid(request: LayoutRequest, hw: LayoutHardware) -> dict[str, I64]:
         "micro_batch": arr[:, 3],
         "recompute": arr[:, 4],
         "context": arr[:, 5],
+        "expert": arr[:, 6],
     }
 
 
@@ -1258,6 +1403,7 @@ def evaluate_grid(request: LayoutRequest, hw: LayoutHardware, grid: dict[str, I6
         micro_batch=grid["micro_batch"],
         recompute=grid["recompute"],
         context=grid["context"],
+        expert=grid["expert"],
         global_batch=request.global_batch,
         virtual_stages=request.virtual_stages,
         strategy=request.strategy,
@@ -1296,6 +1442,8 @@ def _layout(a: LayoutArrays, i: int, capacity: float) -> Layout:
         cost_per_hour=float(a.cost_per_hour[i]),
         context=int(a.context[i]),
         context_parallel_seconds=float(a.context_parallel_seconds[i]),
+        expert=int(a.expert[i]),
+        expert_parallel_seconds=float(a.expert_parallel_seconds[i]),
     )
 
 
@@ -1347,9 +1495,13 @@ def _alternatives(a: LayoutArrays, best: int, cap: float) -> tuple[Alternative, 
     """The best layout of each other (tensor, context, pipeline, sharding): the fastest that
     fits, else the closest to fitting; fitting ones first by step time, then the rest by their
     overshoot."""
-    key = (a.tensor * 100_000_000 + a.context * 100_000 + a.pipeline * 10 + a.sharding).astype(
-        np.int64
-    )
+    key = (
+        a.expert * 100_000_000_000
+        + a.tensor * 100_000_000
+        + a.context * 100_000
+        + a.pipeline * 10
+        + a.sharding
+    ).astype(np.int64)
     chosen_key = key[best]
     chosen_step = float(a.step_seconds[best])
     picks: list[int] = []
@@ -1384,6 +1536,7 @@ def _single(request: LayoutRequest, hw: LayoutHardware, layout: Layout, **change
         "micro_batch": layout.micro_batch,
         "recompute": RECOMPUTES.index(layout.recompute),
         "sharding": SHARDINGS.index(layout.sharding),
+        "expert": layout.expert,
         **change,
     }
     d = hw.accelerators / (fields["tensor"] * fields["pipeline"] * fields["context"])
@@ -1400,6 +1553,7 @@ def _single(request: LayoutRequest, hw: LayoutHardware, layout: Layout, **change
         context=fields["context"],
         allocator_overhead=hw.allocator_overhead,
         fp8=hw.compute_precision == "fp8",
+        expert=fields["expert"],
     )
     return float(mem.total)
 
@@ -1442,9 +1596,14 @@ def _levers(request: LayoutRequest, hw: LayoutHardware, closest: Layout) -> list
         for q in _divisors(n)
         if q > p and valid_pipeline(model.layers, q) and divides(t, q, c)
     ]
+    experts = [
+        (f"expert: {q}", {"expert": q})
+        for q in expert_degrees(model, closest.data * c, None)
+        if q > closest.expert
+    ]
     state = closest.weights_bytes + closest.gradients_bytes + closest.optimizer_bytes
     activation_levers = [recompute, contexts, micro]
-    state_levers = [sharding, tensors, pipelines]
+    state_levers = [experts, sharding, tensors, pipelines]
     levers = (
         activation_levers + state_levers
         if closest.activations_bytes >= state
@@ -1469,6 +1628,7 @@ def _does_not_fit(closest: Layout, hw: LayoutHardware, request: LayoutRequest) -
         "activations" if closest.activations_bytes >= state else "weights, gradients and optimizer"
     )
     cp = f" x context {closest.context}" if closest.context > 1 else ""
+    cp += f" (expert {closest.expert})" if closest.expert > 1 else ""
     text = (
         f"needs {_gib(closest.total_bytes)} per accelerator with tensor {closest.tensor}{cp} x "
         f"pipeline {closest.pipeline} (sharding {closest.sharding}, recompute "
@@ -1505,9 +1665,12 @@ def _no_layout_message(request: LayoutRequest, hw: LayoutHardware) -> str:
         parts.append(f"context {request.context}")
     if request.micro_batch is not None:
         parts.append(f"micro-batch {request.micro_batch}")
+    if request.expert is not None:
+        parts.append(f"expert {request.expert} ({m.experts} experts)")
     return (
         " ".join(parts)
         + " (heads must divide by tensor; pipeline stages hold ceil(layers / pipeline) layers,"
         " the first and last at most one fewer; the sequence by 2 x context; accelerators by"
-        " tensor x context x pipeline; the global batch by data x micro-batch)"
+        " tensor x context x pipeline; the global batch by data x micro-batch; expert must"
+        " divide the experts and data x context)"
     )

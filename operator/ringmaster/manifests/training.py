@@ -187,6 +187,7 @@ LAYOUT_ENV = (
     ("RINGMASTER_TENSOR_PARALLEL", "tensor"),
     ("RINGMASTER_PIPELINE_PARALLEL", "pipeline"),
     ("RINGMASTER_CONTEXT_PARALLEL", "context"),
+    ("RINGMASTER_EXPERT_PARALLEL", "expert"),
     ("RINGMASTER_DATA_PARALLEL", "data"),
     ("RINGMASTER_SHARDING", "sharding"),
     ("RINGMASTER_MICRO_BATCH_SIZE", "microBatchSize"),

@@ -27,7 +27,7 @@ from ringmaster.engine.training import (
     dcn_bandwidth,
     slice_shape,
 )
-from ringmaster.engine.transformer import Transformer
+from ringmaster.engine.transformer import LatentAttention, Transformer
 
 AUTO = "Auto"
 PARAMETERS_TOLERANCE = 0.03  # as the API's CEL rule (api.trainingjob.PARAMETERS_TOLERANCE_PERCENT)
@@ -35,6 +35,16 @@ PARAMETERS_TOLERANCE = 0.03  # as the API's CEL rule (api.trainingjob.PARAMETERS
 
 def transformer_of(arch: Any, sequence_length: int | None = None) -> Transformer:
     """The engine's Transformer for an API TransformerArchitecture."""
+    mla = arch.latent_attention
+    latent = None
+    if mla is not None:
+        latent = LatentAttention(
+            kv_lora_rank=mla.kv_lora_rank,
+            qk_rope_head_dim=mla.qk_rope_head_dim,
+            qk_nope_head_dim=mla.qk_nope_head_dim,
+            v_head_dim=mla.v_head_dim,
+            q_lora_rank=mla.q_lora_rank or 0,
+        )
     return Transformer(
         layers=arch.layers,
         hidden=arch.hidden_size,
@@ -45,6 +55,14 @@ def transformer_of(arch: Any, sequence_length: int | None = None) -> Transformer
         ffn_hidden=arch.ffn_hidden_size or 0,
         gated_ffn=arch.ffn_type == "Gated",
         tied_embeddings=arch.tied_embeddings,
+        head_dim=arch.head_dim or 0,
+        experts=arch.experts or 0,
+        active_experts=arch.active_experts or 0,
+        shared_experts=arch.shared_experts or 0,
+        expert_ffn_hidden=arch.expert_ffn_hidden_size or 0,
+        first_dense_layers=arch.first_dense_layers or 0,
+        moe_layer_frequency=arch.moe_layer_frequency or 1,
+        latent_attention=latent,
     )
 
 
@@ -54,6 +72,7 @@ class LayoutPlan:
     global_batch: int
     parameters: int
     hardware: L.LayoutHardware
+    model: Transformer | None = None
 
     @property
     def chosen(self) -> L.Layout:
@@ -81,6 +100,7 @@ def layout_request(spec: Any) -> L.LayoutRequest:
             sharding="None",
             micro_batch=per_accelerator,
             context=1,
+            expert=1,
             strategy=str(spec.communication.strategy),
         )
     global_batch = par.global_batch_size or (per_accelerator or 1) * accelerators
@@ -93,6 +113,7 @@ def layout_request(spec: Any) -> L.LayoutRequest:
         micro_batch=_fixed(par.micro_batch_size),
         recompute=_fixed(par.activation_recompute),
         context=_fixed(par.context),
+        expert=_fixed(par.expert),
         virtual_stages=par.virtual_pipeline_stages,
         strategy=str(spec.communication.strategy),
     )
@@ -112,6 +133,7 @@ def _bottleneck(layout: L.Layout) -> str:
         "compute": layout.compute_seconds,
         "tensor-parallel collectives": layout.tensor_parallel_seconds,
         "context-parallel K/V passes": layout.context_parallel_seconds,
+        "expert-parallel all-to-all": layout.expert_parallel_seconds,
         "pipeline bubble": layout.bubble_seconds,
         "pipeline sends": layout.pipeline_send_seconds,
         "data-parallel reduction": layout.exposed_data_parallel_seconds,
@@ -159,6 +181,7 @@ def _at_strategy(
         micro_batch=np.array([layout.micro_batch]),
         recompute=np.array([L.RECOMPUTES.index(layout.recompute)]),
         context=np.array([layout.context]),
+        expert=np.array([layout.expert]),
         global_batch=request.global_batch,
         virtual_stages=layout.virtual_stages,
         strategy=strategy,
@@ -207,7 +230,7 @@ def plan_layout(
         strategies[REDUCTION_SERVER] = _strategy(
             REDUCTION_SERVER, rs_layout, hw, request.global_batch
         )
-    params = L.stage_parameters(request.model, chosen.tensor, chosen.pipeline)
+    params = L.stage_parameters(request.model, chosen.tensor, chosen.pipeline, chosen.expert)
     notes = [f"layout: {chosen.describe()} ({search.evaluated} layouts evaluated)"]
     if not search.fits:
         notes.append(f"does not fit: {search.reason}")
@@ -224,7 +247,11 @@ def plan_layout(
         notes=tuple(notes),
     )
     plan = LayoutPlan(
-        search=search, global_batch=request.global_batch, parameters=derived, hardware=hw
+        search=search,
+        global_batch=request.global_batch,
+        parameters=derived,
+        hardware=hw,
+        model=request.model,
     )
     return plan, prediction
 
@@ -238,6 +265,7 @@ def _layout_fields(layout: L.Layout, global_batch: int) -> dict[str, Any]:
         "tensor": layout.tensor,
         "pipeline": layout.pipeline,
         "context": layout.context,
+        "expert": layout.expert,
         "data": layout.data,
         "sharding": layout.sharding,
         "microBatchSize": layout.micro_batch,
@@ -271,6 +299,7 @@ def layout_json(plan: LayoutPlan) -> dict[str, Any]:
         "mfu": _sig(c.mfu, 4),
         "parameters": plan.parameters,
         "layoutsEvaluated": plan.search.evaluated,
+        **({"moe": moe_json(plan)} if plan.search.chosen and _is_moe(plan) else {}),
         "alternatives": [
             {
                 "layout": _layout_fields(a.layout, plan.global_batch),
@@ -284,10 +313,35 @@ def layout_json(plan: LayoutPlan) -> dict[str, Any]:
     }
 
 
+def _is_moe(plan: LayoutPlan) -> bool:
+    return plan.model is not None and plan.model.is_moe
+
+
+def moe_json(plan: LayoutPlan) -> dict[str, Any]:
+    """A mixture of experts' figures: its total and active parameters, the expert-parallel
+    degree, and the dispatch / combine all-to-alls on the step's critical path."""
+    c = plan.chosen
+    model = plan.model
+    assert model is not None
+    return {
+        "experts": model.experts,
+        "activeExperts": model.active_experts,
+        "sharedExperts": model.shared_experts,
+        "moeLayers": model.moe_layers,
+        "totalParameters": model.parameters,
+        "activeParameters": model.active_parameters,
+        "expertParallel": c.expert,
+        "allToAllSeconds": _sig(c.expert_parallel_seconds),
+        "allToAllShare": _sig(c.expert_parallel_seconds / c.step_seconds, 4)
+        if c.step_seconds > 0
+        else 0.0,
+    }
+
+
 def layout_status(plan: LayoutPlan) -> dict[str, Any]:
     """status.plan's layout fields (camelCase), the one place that maps a layout to status."""
     c = plan.chosen
-    return {
+    out = {
         "layout": c.name,
         **_layout_fields(c, plan.global_batch),
         "fits": plan.search.fits,
@@ -296,3 +350,7 @@ def layout_status(plan: LayoutPlan) -> dict[str, Any]:
         "mfu": _sig(c.mfu, 4),
         "memoryPerAcceleratorBytes": _memory(c),
     }
+    if _is_moe(plan):
+        out["activeParameters"] = plan.model.active_parameters if plan.model else None
+        out["allToAllSeconds"] = _sig(c.expert_parallel_seconds)
+    return out

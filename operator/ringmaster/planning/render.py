@@ -205,9 +205,23 @@ def render_layout(plan: LayoutPlan) -> str:
         f"{c.pipeline_send_seconds:.3g}, data-parallel exposed "
         f"{c.exposed_data_parallel_seconds:.3g}",
     ]
+    model = plan.model
+    if model is not None and model.is_moe:
+        share = c.expert_parallel_seconds / c.step_seconds if c.step_seconds > 0 else 0.0
+        lines.append(
+            f"mixture of experts: {model.parameters / 1e9:.4g}B total, "
+            f"{model.active_parameters / 1e9:.3g}B active ({model.active_experts} of "
+            f"{model.experts} experts{_shared(model.shared_experts)}, {model.moe_layers} MoE "
+            f"layers); expert parallel {c.expert}; dispatch/combine all-to-all "
+            f"{c.expert_parallel_seconds:.3g} s, {share:.0%} of the step"
+        )
     if plan.search.reason:
         lines.append(f"does not fit: {plan.search.reason}")
     return "\n".join(lines)
+
+
+def _shared(shared: int) -> str:
+    return f" + {shared} shared" if shared else ""
 
 
 def render_alternatives(plan: LayoutPlan) -> str:
