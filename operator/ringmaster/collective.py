@@ -1,12 +1,15 @@
 """`ringmaster collective`: what nccl-tests should print on given hosts, and a check of a real run.
 
-    ringmaster collective {all-reduce,all-gather,reduce-scatter} --machine-type M --hosts N
+    ringmaster collective {all-reduce,all-gather,reduce-scatter,all-to-all}
+        --machine-type M --hosts N
         [--accelerators-per-host G] [--nic-gbps X] [--min-bytes 8] [--max-bytes 8G]
         [--env NCCL_ALGO=ring] [-o table|json] [--compare LOG]
 
 Sizes double from ``--min-bytes`` to ``--max-bytes`` and take nccl-tests' binary suffixes (K, M,
-G: 1024, 1024^2, 1024^3). Per size: time (us), algbw and busbw (GB/s, 10^9 bytes, nccl-tests'
-convention) and the algorithm and protocol the engine expects NCCL (or XLA) to run.
+G: 1024, 1024^2, 1024^3). For ``all-to-all`` (``alltoall_perf``: mixture-of-experts dispatch and
+combine) the size is each rank's buffer, 1/N of it bound for each rank. Per size: time (us),
+algbw and busbw (GB/s, 10^9 bytes, nccl-tests' convention) and the algorithm and protocol the
+engine expects NCCL (or XLA) to run.
 
 ``-o json`` is a stable contract: a list of ``{"bytes", "seconds", "algbwGBps", "busbwGBps",
 "algorithm", "protocol"}``; keys may be added, never changed.
@@ -53,6 +56,7 @@ _PERF_NAMES = {
     "all_reduce_perf": C.ALL_REDUCE,
     "all_gather_perf": C.ALL_GATHER,
     "reduce_scatter_perf": C.REDUCE_SCATTER,
+    "alltoall_perf": C.ALL_TO_ALL,
 }
 
 
@@ -284,7 +288,9 @@ def parse_nccl_tests(text: str) -> tuple[str | None, list[Measured]]:
     #wrong``; the out-of-place time, algbw and busbw are the 8th, 7th and 6th fields from the end
     (the ``root`` column is absent in older versions, ``#wrong`` may be ``N/A``)."""
     kind = None
-    found = re.search(r"\b(all_reduce_perf|all_gather_perf|reduce_scatter_perf)\b", text)
+    found = re.search(
+        r"\b(all_reduce_perf|all_gather_perf|reduce_scatter_perf|alltoall_perf)\b", text
+    )
     if found:
         kind = _PERF_NAMES[found.group(1)]
     out: list[Measured] = []
@@ -386,7 +392,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "kind",
         nargs="?",
-        choices=C.KINDS,
+        choices=C.ALL_KINDS,
         default=None,
         help="the collective (default all-reduce, or the one the --compare log ran)",
     )

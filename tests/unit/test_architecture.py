@@ -9,35 +9,68 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ringmaster.api.architecture import (
+    LatentAttention as ApiLatentAttention,
+)
+from ringmaster.api.architecture import (
     TransformerArchitecture,
+    architecture_active_parameters,
     architecture_parameters,
+    cel_architecture_active_parameters,
     cel_architecture_parameters,
 )
 from ringmaster.engine.transformer import KNOWN_TRANSFORMERS, Transformer
+from ringmaster.planning.layouts import transformer_of
 
 pytestmark = pytest.mark.unit
 
 
 def _api(t: Transformer) -> TransformerArchitecture:
+    mla = t.latent_attention
+    moe = t.experts > 0
     return TransformerArchitecture(
         layers=t.layers,
         hidden_size=t.hidden,
         attention_heads=t.heads,
-        kv_heads=t.kv_heads,
+        kv_heads=None if mla else t.kv_heads,
+        head_dim=None if mla else t.head_dim,
+        attention_type="MultiHeadLatent" if mla else "Standard",
+        latent_attention=None
+        if mla is None
+        else ApiLatentAttention(
+            kv_lora_rank=mla.kv_lora_rank,
+            q_lora_rank=mla.q_lora_rank or None,
+            qk_rope_head_dim=mla.qk_rope_head_dim,
+            qk_nope_head_dim=mla.qk_nope_head_dim,
+            v_head_dim=mla.v_head_dim,
+        ),
         ffn_hidden_size=t.ffn_hidden,
         ffn_type="Gated" if t.gated_ffn else "Standard",
         vocab_size=t.vocab,
         sequence_length=t.sequence_length,
         tied_embeddings=t.tied_embeddings,
+        experts=t.experts if moe else None,
+        active_experts=t.active_experts if moe else None,
+        shared_experts=t.shared_experts if moe else None,
+        expert_ffn_hidden_size=t.expert_ffn_hidden if moe else None,
+        first_dense_layers=t.first_dense_layers if moe else None,
+        moe_layer_frequency=t.moe_layer_frequency if moe else None,
     )
 
 
-def _cel_parameters(arch: TransformerArchitecture) -> int:
+def _cel(expression: str, arch: TransformerArchitecture) -> int:
     env = celpy.Environment()
-    program = env.program(env.compile(cel_architecture_parameters("self")))
+    program = env.program(env.compile(expression))
     # What the apiserver's rules see after defaulting: every defaulted field present.
     obj = arch.model_dump(mode="json", by_alias=True, exclude_none=True)
     return int(program.evaluate({"self": celpy.json_to_cel(obj)}))
+
+
+def _cel_parameters(arch: TransformerArchitecture) -> int:
+    return _cel(cel_architecture_parameters("self"), arch)
+
+
+def _cel_active_parameters(arch: TransformerArchitecture) -> int:
+    return _cel(cel_architecture_active_parameters("self"), arch)
 
 
 # Published sizes: Meta's model cards (Llama 2: 6.74B / 13.0B / 69.0B in the paper's Table 1 as
@@ -55,13 +88,59 @@ PUBLISHED = {
     # Nemotron-4 reports: 3.2B embedding + 12.5B non-embedding; 9.4B + 331.6B.
     "nemotron-4-15b": 15.7e9,
     "nemotron-4-340b": 341.0e9,
+    # Mixtures of experts: (total, active) as each model's publisher states them.
+    # Mixtral 8x7B: 46.7B / 12.9B (Jiang et al. 2024, "Mixtral of Experts", section 2.1).
+    "mixtral-8x7b": 46.7e9,
+    # DeepSeek-V3: 671B / 37B (DeepSeek-V3 Technical Report, abstract; without the 14B MTP
+    # module, deepseek-ai/DeepSeek-V3 README).
+    "deepseek-v3": 671e9,
+    # Kimi K2: 1.04T / 32.6B (Kimi K2 technical report, section 1 / Table 2; the model card's
+    # "1T total, 32B activated").
+    "kimi-k2": 1.04e12,
+    # Qwen3-235B-A22B: 235B / 22B; Qwen3-30B-A3B: 30.5B / 3.3B (the Qwen model cards).
+    "qwen3-235b-a22b": 235e9,
+    "qwen3-30b-a3b": 30.5e9,
+    # gpt-oss: 116.83B / 5.13B and 20.91B / 3.61B (OpenAI's gpt-oss model card, Table 1:
+    # its active count leaves the embedding out).
+    "gpt-oss-120b": 116.83e9,
+    "gpt-oss-20b": 20.91e9,
+    # Llama 4 Scout 109B / 17B, Maverick 400B / 17B (Meta's Llama 4 model card: the totals
+    # include the vision encoder, which the text model here lacks).
+    "llama-4-scout": 109e9,
+    "llama-4-maverick": 400e9,
 }
+# How close each published count is reachable, where not within 0.5%: Kimi K2's 1.04T and
+# Scout's 109B count parts outside the text decoder (the report's rounding, the vision encoder).
+TOLERANCE = {"kimi-k2": 0.015, "llama-4-scout": 0.015}
+PUBLISHED_ACTIVE = {
+    "mixtral-8x7b": 12.9e9,
+    "deepseek-v3": 37e9,
+    "kimi-k2": 32.6e9,
+    "qwen3-235b-a22b": 22e9,
+    "qwen3-30b-a3b": 3.3e9,
+    "llama-4-scout": 17e9,
+    "llama-4-maverick": 17e9,
+}
+# Published active counts are rounded to two significant figures (37B, 22B, 3.3B, 17B).
+ACTIVE_TOLERANCE = 0.025
 
 
 @pytest.mark.parametrize("name", sorted(KNOWN_TRANSFORMERS))
 def test_known_models_have_their_published_size(name: str) -> None:
     t = KNOWN_TRANSFORMERS[name]
-    assert t.parameters == pytest.approx(PUBLISHED[name], rel=0.005)
+    assert t.parameters == pytest.approx(PUBLISHED[name], rel=TOLERANCE.get(name, 0.005))
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_ACTIVE))
+def test_known_mixtures_have_their_published_active_size(name: str) -> None:
+    t = KNOWN_TRANSFORMERS[name]
+    assert t.active_parameters == pytest.approx(PUBLISHED_ACTIVE[name], rel=ACTIVE_TOLERANCE)
+
+
+@pytest.mark.parametrize(("name", "active"), [("gpt-oss-120b", 5.13e9), ("gpt-oss-20b", 3.61e9)])
+def test_gpt_oss_active_count_leaves_the_embedding_out(name: str, active: float) -> None:
+    t = KNOWN_TRANSFORMERS[name]
+    assert t.active_parameters - t.embedding_parameters == pytest.approx(active, rel=0.005)
 
 
 @pytest.mark.parametrize("name", sorted(KNOWN_TRANSFORMERS))
@@ -70,6 +149,9 @@ def test_api_and_cel_twins_equal_the_engine(name: str) -> None:
     arch = _api(t)
     assert architecture_parameters(arch) == t.parameters
     assert _cel_parameters(arch) == t.parameters
+    assert architecture_active_parameters(arch) == t.active_parameters
+    assert _cel_active_parameters(arch) == t.active_parameters
+    assert transformer_of(arch) == t
 
 
 @given(
@@ -110,6 +192,132 @@ def test_twins_agree_on_random_shapes(layers, head_dim, heads, group, ffn, gated
     assert architecture_parameters(arch) == engine.parameters == _cel_parameters(arch)
 
 
+@given(
+    layers=st.integers(2, 64),
+    heads=st.integers(1, 32),
+    head_dim=st.sampled_from([64, 128]),
+    explicit_head_dim=st.booleans(),
+    experts=st.integers(1, 64),
+    top=st.integers(1, 8),
+    shared=st.integers(0, 2),
+    expert_ffn=st.one_of(st.none(), st.integers(1, 8192)),
+    first_dense=st.integers(0, 3),
+    frequency=st.integers(1, 2),
+    latent=st.booleans(),
+    q_lora=st.one_of(st.none(), st.integers(1, 2048)),
+)
+def test_twins_agree_on_random_mixtures(
+    layers,
+    heads,
+    head_dim,
+    explicit_head_dim,
+    experts,
+    top,
+    shared,
+    expert_ffn,
+    first_dense,
+    frequency,
+    latent,
+    q_lora,
+):
+    first_dense = min(first_dense, layers - frequency)
+    hidden = heads * 96 if explicit_head_dim else heads * head_dim
+    mla = (
+        {"kvLoraRank": 512, "qkRopeHeadDim": 64, "qkNopeHeadDim": 128, "vHeadDim": 128}
+        if latent
+        else None
+    )
+    if mla and q_lora:
+        mla["qLoraRank"] = q_lora
+    arch = TransformerArchitecture.model_validate(
+        {
+            "layers": layers,
+            "hiddenSize": hidden,
+            "attentionHeads": heads,
+            "vocabSize": 32000,
+            "sequenceLength": 4096,
+            "ffnType": "Gated",
+            "ffnHiddenSize": 4096,
+            **({"headDim": head_dim} if explicit_head_dim and not latent else {}),
+            **({"attentionType": "MultiHeadLatent", "latentAttention": mla} if mla else {}),
+            "experts": experts,
+            "activeExperts": min(top, experts),
+            "sharedExperts": shared,
+            **({"expertFfnHiddenSize": expert_ffn} if expert_ffn else {}),
+            "firstDenseLayers": first_dense,
+            "moeLayerFrequency": frequency,
+        }
+    )
+    engine = transformer_of(arch)
+    assert architecture_parameters(arch) == engine.parameters == _cel_parameters(arch)
+    assert (
+        architecture_active_parameters(arch)
+        == engine.active_parameters
+        == _cel_active_parameters(arch)
+    )
+    assert engine.active_parameters <= engine.parameters
+
+
+def test_hand_computed_mixtral_8x7b() -> None:
+    t = KNOWN_TRANSFORMERS["mixtral-8x7b"]
+    h, f = 4096, 14336
+    attention = 2 * h * h + 2 * h * 1024
+    expert = 3 * h * f
+    router = 8 * h
+    per_layer = attention + 8 * expert + router + 2 * h
+    assert t.parameters == 32 * per_layer + 2 * 32000 * h + h
+    assert t.active_parameters == 32 * (attention + 2 * expert + router + 2 * h) + 2 * 32000 * h + h
+    assert t.routed_expert_parameters == 32 * 8 * expert
+    # Training FLOPs follow the active weights: 6 x (active matmul weights) + attention.
+    matmul = t.active_parameters - 32000 * h - h
+    assert t.training_flops_per_token() == pytest.approx(6 * matmul + 12 * 32 * h * 32768)
+
+
+def test_hand_computed_deepseek_v3() -> None:
+    t = KNOWN_TRANSFORMERS["deepseek-v3"]
+    h, heads = 7168, 128
+    # MLA: W_qa 7168x1536, W_qb 1536x(128x192), W_kva 7168x(512+64), W_kvb 512x(128x256),
+    # W_o (128x128)x7168.
+    attention = h * 1536 + 1536 * heads * 192 + h * 576 + 512 * heads * 256 + heads * 128 * h
+    assert t.attention_parameters_per_layer == attention
+    dense = 3 * h * 18432
+    expert = 3 * h * 2048
+    moe = 257 * expert + 256 * h
+    assert t.moe_layers == 58 and t.dense_layers == 3
+    assert t.parameters == 61 * (attention + 2 * h) + 3 * dense + 58 * moe + 2 * 129280 * h + h
+    # The latent cache: 512 + 64 elements per layer, 70 KB per token in bf16 (DeepSeek-V2's
+    # section 2.1.2: 4.5 x d_h per layer, d_h = 128), against 2 x 128 x 128 for MHA.
+    assert t.kv_cache_bytes_per_token(2) == 61 * 576 * 2
+    # Attention FLOPs: scores over 192-wide heads, values 128 wide.
+    assert t.attention_flops_per_token(1000) == 2 * 61 * 1000 * heads * (192 + 128)
+
+
+def test_one_expert_of_top_one_is_the_dense_model() -> None:
+    dense = KNOWN_TRANSFORMERS["llama-3-8b"]
+    moe = Transformer(
+        32,
+        4096,
+        32,
+        128256,
+        8192,
+        kv_heads=8,
+        ffn_hidden=14336,
+        gated_ffn=True,
+        experts=1,
+        active_experts=1,
+    )
+    assert moe.parameters == moe.active_parameters == dense.parameters
+    assert moe.training_flops_per_token() == dense.training_flops_per_token()
+    assert moe.kv_cache_bytes_per_token(2) == dense.kv_cache_bytes_per_token(2)
+
+
+def test_interleaved_and_leading_dense_layers() -> None:
+    maverick = KNOWN_TRANSFORMERS["llama-4-maverick"]
+    assert maverick.moe_layers == 24 and maverick.dense_layers == 24
+    kimi = KNOWN_TRANSFORMERS["kimi-k2"]
+    assert kimi.moe_layers == 60
+
+
 def test_hand_computed_llama_3_8b() -> None:
     t = KNOWN_TRANSFORMERS["llama-3-8b"]
     # Grouped-query attention: 8 KV heads of 128 -> K and V are 4096 x 1024 each.
@@ -148,6 +356,12 @@ def test_tied_embeddings_count_once_but_still_multiply() -> None:
         ({"hidden": 4100, "heads": 32}, "hidden 4100 is not divisible by heads 32"),
         ({"kv_heads": 5}, "heads 32 is not divisible by kv_heads 5"),
         ({"layers": 0}, "layers must be positive"),
+        ({"experts": 8, "active_experts": 9}, "active_experts 9 must be between 1 and experts 8"),
+        ({"shared_experts": 1}, "active_experts and shared_experts need experts"),
+        (
+            {"experts": 8, "active_experts": 2, "first_dense_layers": 32},
+            "leave no MoE layer",
+        ),
     ],
 )
 def test_engine_refuses_impossible_shapes(kwargs: dict[str, int], message: str) -> None:
@@ -161,6 +375,25 @@ def test_engine_refuses_impossible_shapes(kwargs: dict[str, int], message: str) 
     [
         ({"hiddenSize": 4100}, "hiddenSize 4100 must be divisible by attentionHeads 32"),
         ({"kvHeads": 5}, "kvHeads 5 must divide attentionHeads 32"),
+        ({"experts": 8}, "experts and activeExperts go together"),
+        ({"experts": 8, "activeExperts": 9}, "activeExperts 9 must be at most experts 8"),
+        ({"sharedExperts": 1}, "sharedExperts, expertFfnHiddenSize, firstDenseLayers and"),
+        (
+            {"experts": 8, "activeExperts": 2, "firstDenseLayers": 32},
+            "firstDenseLayers and moeLayerFrequency leave no MoE layer",
+        ),
+        ({"attentionType": "MultiHeadLatent"}, "latentAttention is required with attentionType"),
+        (
+            {
+                "latentAttention": {
+                    "kvLoraRank": 512,
+                    "qkRopeHeadDim": 64,
+                    "qkNopeHeadDim": 128,
+                    "vHeadDim": 128,
+                }
+            },
+            "latentAttention is required with attentionType",
+        ),
     ],
 )
 def test_api_refuses_impossible_shapes(fields: dict[str, int], message: str) -> None:

@@ -15,10 +15,31 @@ from pydantic import Field
 from ringmaster.api.base import Int, Rule, SpecModel
 
 FfnType = Literal["Standard", "Gated"]
+AttentionType = Literal["Standard", "MultiHeadLatent"]
+
+
+class LatentAttention(SpecModel):
+    """Multi-head latent attention (DeepSeek-V2 / V3, Kimi K2), in its config.json's names:
+    keys and values are rebuilt from one compressed latent per token, which is what the KV
+    cache holds (kvLoraRank + qkRopeHeadDim per layer)."""
+
+    kv_lora_rank: Int = Field(ge=1, le=65536)
+    """Width of the compressed KV latent (``kv_lora_rank``, 512 in DeepSeek-V3)."""
+    q_lora_rank: Int | None = Field(default=None, ge=1, le=65536)
+    """Width of the query bottleneck (``q_lora_rank``, 1536); omitted: queries are projected
+    directly (DeepSeek-V2-Lite)."""
+    qk_rope_head_dim: Int = Field(ge=1, le=4096)
+    """The rotary part of each head's query and key (``qk_rope_head_dim``, 64)."""
+    qk_nope_head_dim: Int = Field(ge=1, le=4096)
+    """The non-rotary part of each head's query and key (``qk_nope_head_dim``, 128)."""
+    v_head_dim: Int = Field(ge=1, le=4096)
+    """Each head's value width (``v_head_dim``, 128)."""
 
 
 class TransformerArchitecture(SpecModel):
-    """A decoder-only transformer (GPT, Llama, Mistral, ...), as its config.json describes it."""
+    """A decoder-only transformer (GPT, Llama, Mistral, ...), as its config.json describes it;
+    with ``experts``, a mixture of experts (Mixtral, DeepSeek-V3, Qwen3-MoE, Llama 4, gpt-oss,
+    Kimi K2)."""
 
     type: Literal["Transformer"] = "Transformer"
     """The architecture family; only ``Transformer`` (decoder-only) today."""
@@ -27,34 +48,72 @@ class TransformerArchitecture(SpecModel):
     hidden_size: Int = Field(ge=1, le=262144)
     """Model width (``hidden_size``)."""
     attention_heads: Int = Field(ge=1, le=4096)
-    """Query heads (``num_attention_heads``); must divide hiddenSize."""
+    """Query heads (``num_attention_heads``); must divide hiddenSize unless headDim is given."""
     kv_heads: Int | None = Field(default=None, ge=1, le=4096)
     """Key/value heads (``num_key_value_heads``): fewer than attentionHeads is grouped-query
     attention; must divide attentionHeads. Default: attentionHeads."""
+    head_dim: Int | None = Field(default=None, ge=1, le=4096)
+    """Width of a head (``head_dim``) where it is not hiddenSize / attentionHeads (Qwen3: 128
+    with hiddenSize 4096 and 64 heads; gpt-oss: 64). Default: hiddenSize / attentionHeads."""
+    attention_type: AttentionType = "Standard"
+    """``Standard`` (multi-head, grouped-query or multi-query by kvHeads) or
+    ``MultiHeadLatent`` (DeepSeek's MLA: give latentAttention)."""
+    latent_attention: LatentAttention | None = None
+    """The dimensions of multi-head latent attention; required with attentionType
+    ``MultiHeadLatent``, and only then."""
     ffn_hidden_size: Int | None = Field(default=None, ge=1, le=1048576)
-    """Width of the feed-forward layer (``intermediate_size``). Default: 4 x hiddenSize."""
+    """Width of the dense layers' feed-forward (``intermediate_size``; Llama 4's
+    ``intermediate_size_mlp``). Default: 4 x hiddenSize."""
     ffn_type: FfnType = "Standard"
-    """``Gated`` (SwiGLU, as Llama: three matrices) or ``Standard`` (GELU, as GPT: two)."""
+    """``Gated`` (SwiGLU, as Llama: three matrices) or ``Standard`` (GELU, as GPT: two); the
+    experts have the same."""
     vocab_size: Int = Field(ge=1, le=4194304)
     """Vocabulary size (``vocab_size``)."""
-    sequence_length: Int = Field(ge=1, le=4194304)
-    """Tokens per sequence: the training sequence length, or the longest context served."""
+    sequence_length: Int = Field(ge=1, le=16777216)
+    """Tokens per sequence: the training sequence length, or the longest context served (up
+    to 16Mi: Llama 4 Scout serves 10M)."""
     tied_embeddings: bool = False
     """The output layer reuses the input embedding (``tie_word_embeddings``)."""
+    experts: Int | None = Field(default=None, ge=1, le=4096)
+    """Routed experts per MoE layer (``n_routed_experts``, ``num_experts``,
+    ``num_local_experts``): a mixture of experts. Omitted: a dense model."""
+    active_experts: Int | None = Field(default=None, ge=1, le=4096)
+    """Routed experts each token runs, top-k (``num_experts_per_tok``); required with
+    experts, at most experts."""
+    shared_experts: Int | None = Field(default=None, ge=0, le=64)
+    """Experts every token runs beside the routed ones (``n_shared_experts``; Llama 4: 1), each
+    expertFfnHiddenSize wide. Default: 0."""
+    expert_ffn_hidden_size: Int | None = Field(default=None, ge=1, le=1048576)
+    """Width of an expert's feed-forward (``moe_intermediate_size``; Mixtral's and gpt-oss's
+    ``intermediate_size``). Default: ffnHiddenSize."""
+    first_dense_layers: Int | None = Field(default=None, ge=0, le=1024)
+    """Leading layers with a dense feed-forward (DeepSeek-V3's ``first_k_dense_replace``: 3).
+    Default: 0."""
+    moe_layer_frequency: Int | None = Field(default=None, ge=1, le=1024)
+    """Of the layers after the first dense ones, every this-many-th is MoE, the last of each
+    group, the others dense (Llama 4 Maverick's ``interleave_moe_layer_step``: 2). Default: 1,
+    every layer."""
 
     cel_rules = (
         Rule(
-            cel="self.hiddenSize % self.attentionHeads == 0",
-            message="hiddenSize must be divisible by attentionHeads",
+            cel=(
+                "has(self.headDim) || self.attentionType == 'MultiHeadLatent'"
+                " || self.hiddenSize % self.attentionHeads == 0"
+            ),
+            message="hiddenSize must be divisible by attentionHeads (or give headDim)",
             field_path=".attentionHeads",
-            check=lambda s: s.hidden_size % s.attention_heads == 0,
+            check=lambda s: (
+                s.head_dim is not None
+                or s.attention_type == "MultiHeadLatent"
+                or s.hidden_size % s.attention_heads == 0
+            ),
             message_expression=(
-                "'hiddenSize %d must be divisible by attentionHeads %d'"
+                "'hiddenSize %d must be divisible by attentionHeads %d (or give headDim)'"
                 ".format([self.hiddenSize, self.attentionHeads])"
             ),
             message_for=lambda s: (
                 f"hiddenSize {s.hidden_size} must be divisible by attentionHeads "
-                f"{s.attention_heads}"
+                f"{s.attention_heads} (or give headDim)"
             ),
         ),
         Rule(
@@ -70,6 +129,81 @@ class TransformerArchitecture(SpecModel):
                 f"kvHeads {s.kv_heads} must divide attentionHeads {s.attention_heads}"
             ),
         ),
+        Rule(
+            cel="(self.attentionType == 'MultiHeadLatent') == has(self.latentAttention)",
+            message="latentAttention is required with attentionType MultiHeadLatent, and only "
+            "used with it",
+            field_path=".latentAttention",
+            check=lambda s: (
+                (s.attention_type == "MultiHeadLatent") == (s.latent_attention is not None)
+            ),
+        ),
+        Rule(
+            cel="!has(self.latentAttention) || (!has(self.kvHeads) && !has(self.headDim))",
+            message="kvHeads and headDim do not apply to multi-head latent attention (its "
+            "latentAttention dimensions say it all)",
+            field_path=".latentAttention",
+            reason="FieldValueForbidden",
+            check=lambda s: (
+                s.latent_attention is None or (s.kv_heads is None and s.head_dim is None)
+            ),
+        ),
+        Rule(
+            cel="has(self.experts) == has(self.activeExperts)",
+            message="experts and activeExperts go together (a mixture of experts needs both)",
+            field_path=".activeExperts",
+            check=lambda s: (s.experts is None) == (s.active_experts is None),
+        ),
+        Rule(
+            cel=(
+                "!has(self.experts) || !has(self.activeExperts)"
+                " || self.activeExperts <= self.experts"
+            ),
+            message="activeExperts must be at most experts",
+            field_path=".activeExperts",
+            check=lambda s: (
+                s.experts is None or s.active_experts is None or s.active_experts <= s.experts
+            ),
+            message_expression=(
+                "'activeExperts %d must be at most experts %d'"
+                ".format([self.activeExperts, self.experts])"
+            ),
+            message_for=lambda s: (
+                f"activeExperts {s.active_experts} must be at most experts {s.experts}"
+            ),
+        ),
+        Rule(
+            cel=(
+                "has(self.experts) || (!has(self.sharedExperts) && !has(self.expertFfnHiddenSize)"
+                " && !has(self.firstDenseLayers) && !has(self.moeLayerFrequency))"
+            ),
+            message="sharedExperts, expertFfnHiddenSize, firstDenseLayers and "
+            "moeLayerFrequency need experts",
+            field_path=".experts",
+            reason="FieldValueRequired",
+            check=lambda s: (
+                s.experts is not None
+                or (
+                    s.shared_experts is None
+                    and s.expert_ffn_hidden_size is None
+                    and s.first_dense_layers is None
+                    and s.moe_layer_frequency is None
+                )
+            ),
+        ),
+        Rule(
+            cel=(
+                "!has(self.experts) || (self.layers - (has(self.firstDenseLayers) ?"
+                " self.firstDenseLayers : 0)) >= (has(self.moeLayerFrequency) ?"
+                " self.moeLayerFrequency : 1)"
+            ),
+            message="firstDenseLayers and moeLayerFrequency leave no MoE layer",
+            field_path=".firstDenseLayers",
+            check=lambda s: (
+                s.experts is None
+                or s.layers - (s.first_dense_layers or 0) >= (s.moe_layer_frequency or 1)
+            ),
+        ),
     )
 
     @property
@@ -80,29 +214,115 @@ class TransformerArchitecture(SpecModel):
     def effective_ffn_hidden_size(self) -> int:
         return self.ffn_hidden_size if self.ffn_hidden_size is not None else 4 * self.hidden_size
 
+    @property
+    def effective_head_dim(self) -> int:
+        return (
+            self.head_dim if self.head_dim is not None else self.hidden_size // self.attention_heads
+        )
+
+    @property
+    def effective_expert_ffn_hidden_size(self) -> int:
+        if self.expert_ffn_hidden_size is not None:
+            return self.expert_ffn_hidden_size
+        return self.effective_ffn_hidden_size
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers whose feed-forward is experts (twin of engine.transformer's)."""
+        if self.experts is None:
+            return 0
+        return (self.layers - (self.first_dense_layers or 0)) // (self.moe_layer_frequency or 1)
+
+
+def _attention_parameters(arch: TransformerArchitecture) -> int:
+    h, heads = arch.hidden_size, arch.attention_heads
+    mla = arch.latent_attention
+    if mla is None:
+        d = arch.effective_head_dim
+        return 2 * h * heads * d + 2 * h * arch.effective_kv_heads * d
+    qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+    if mla.q_lora_rank is not None:
+        q = h * mla.q_lora_rank + mla.q_lora_rank * heads * qk
+    else:
+        q = h * heads * qk
+    kv_a = h * (mla.kv_lora_rank + mla.qk_rope_head_dim)
+    kv_b = mla.kv_lora_rank * heads * (mla.qk_nope_head_dim + mla.v_head_dim)
+    return q + kv_a + kv_b + heads * mla.v_head_dim * h
+
+
+def _parameters(arch: TransformerArchitecture, routed_experts: int) -> int:
+    h = arch.hidden_size
+    matrices = 3 if arch.ffn_type == "Gated" else 2
+    dense_ffn = matrices * h * arch.effective_ffn_hidden_size
+    moe_layers = arch.moe_layers
+    experts = arch.experts or 0
+    expert = matrices * h * arch.effective_expert_ffn_hidden_size
+    router = h * experts if experts > 1 else 0
+    moe = (routed_experts + (arch.shared_experts or 0)) * expert + router
+    layers = (
+        arch.layers * (_attention_parameters(arch) + 2 * h)
+        + (arch.layers - moe_layers) * dense_ffn
+        + moe_layers * moe
+    )
+    embeddings = arch.vocab_size * h * (1 if arch.tied_embeddings else 2)
+    return layers + embeddings + h
+
 
 def architecture_parameters(arch: TransformerArchitecture) -> int:
     """The parameter count the architecture implies (twin of engine.transformer's)."""
-    h = arch.hidden_size
-    kv = arch.effective_kv_heads * (h // arch.attention_heads)
-    ffn_matrices = 3 if arch.ffn_type == "Gated" else 2
-    per_layer = 2 * h * h + 2 * h * kv + ffn_matrices * h * arch.effective_ffn_hidden_size + 2 * h
-    embeddings = arch.vocab_size * h * (1 if arch.tied_embeddings else 2)
-    return arch.layers * per_layer + embeddings + h
+    return _parameters(arch, arch.experts or 0)
+
+
+def architecture_active_parameters(arch: TransformerArchitecture) -> int:
+    """The parameters one token touches: the top-k routed experts, not all of them (twin of
+    engine.transformer's ``active_parameters``)."""
+    return _parameters(arch, arch.active_experts or 0)
+
+
+def _cel_parameters(path: str, routed: str) -> str:
+    a = path
+    h = f"{a}.hiddenSize"
+    heads = f"{a}.attentionHeads"
+    kv_heads = f"(has({a}.kvHeads) ? {a}.kvHeads : {heads})"
+    head_dim = f"(has({a}.headDim) ? {a}.headDim : {h} / {heads})"
+    standard = f"2 * {h} * {heads} * {head_dim} + 2 * {h} * {kv_heads} * {head_dim}"
+    la = f"{a}.latentAttention"
+    qk = f"({la}.qkNopeHeadDim + {la}.qkRopeHeadDim)"
+    q = (
+        f"(has({la}.qLoraRank) ? {h} * {la}.qLoraRank + {la}.qLoraRank * {heads} * {qk}"
+        f" : {h} * {heads} * {qk})"
+    )
+    latent = (
+        f"{q} + {h} * ({la}.kvLoraRank + {la}.qkRopeHeadDim)"
+        f" + {la}.kvLoraRank * {heads} * ({la}.qkNopeHeadDim + {la}.vHeadDim)"
+        f" + {heads} * {la}.vHeadDim * {h}"
+    )
+    attention = f"(has({a}.latentAttention) ? {latent} : {standard})"
+    ffn = f"(has({a}.ffnHiddenSize) ? {a}.ffnHiddenSize : 4 * {h})"
+    matrices = f"({a}.ffnType == 'Gated' ? 3 : 2)"
+    expert_ffn = f"(has({a}.expertFfnHiddenSize) ? {a}.expertFfnHiddenSize : {ffn})"
+    first_dense = f"(has({a}.firstDenseLayers) ? {a}.firstDenseLayers : 0)"
+    frequency = f"(has({a}.moeLayerFrequency) ? {a}.moeLayerFrequency : 1)"
+    moe_layers = f"(has({a}.experts) ? ({a}.layers - {first_dense}) / {frequency} : 0)"
+    shared = f"(has({a}.sharedExperts) ? {a}.sharedExperts : 0)"
+    router = f"(has({a}.experts) && {a}.experts > 1 ? {h} * {a}.experts : 0)"
+    moe = f"(({routed} + {shared}) * {matrices} * {h} * {expert_ffn} + {router})"
+    layers = (
+        f"{a}.layers * ({attention} + 2 * {h})"
+        f" + ({a}.layers - {moe_layers}) * {matrices} * {h} * {ffn}"
+        f" + {moe_layers} * {moe}"
+    )
+    embeddings = f"{a}.vocabSize * {h} * ({a}.tiedEmbeddings ? 1 : 2)"
+    return f"({layers} + {embeddings} + {h})"
 
 
 def cel_architecture_parameters(path: str) -> str:
     """A CEL expression (an int) for :func:`architecture_parameters` of the architecture at
     ``path`` (e.g. ``self.architecture``), for rules of the model that holds it. CRD defaulting
-    has filled ``ffnType`` and ``tiedEmbeddings`` by the time rules run."""
-    a = path
-    kv_heads = f"(has({a}.kvHeads) ? {a}.kvHeads : {a}.attentionHeads)"
-    ffn = f"(has({a}.ffnHiddenSize) ? {a}.ffnHiddenSize : 4 * {a}.hiddenSize)"
-    matrices = f"({a}.ffnType == 'Gated' ? 3 : 2)"
-    kv = f"{kv_heads} * ({a}.hiddenSize / {a}.attentionHeads)"
-    per_layer = (
-        f"2 * {a}.hiddenSize * {a}.hiddenSize + 2 * {a}.hiddenSize * {kv}"
-        f" + {matrices} * {a}.hiddenSize * {ffn} + 2 * {a}.hiddenSize"
-    )
-    embeddings = f"{a}.vocabSize * {a}.hiddenSize * ({a}.tiedEmbeddings ? 1 : 2)"
-    return f"({a}.layers * ({per_layer}) + {embeddings} + {a}.hiddenSize)"
+    has filled ``ffnType``, ``attentionType`` and ``tiedEmbeddings`` by the time rules run."""
+    return _cel_parameters(path, f"(has({path}.experts) ? {path}.experts : 0)")
+
+
+def cel_architecture_active_parameters(path: str) -> str:
+    """A CEL expression for :func:`architecture_active_parameters`."""
+    return _cel_parameters(path, f"(has({path}.activeExperts) ? {path}.activeExperts : 0)")

@@ -20,6 +20,7 @@ from typing import Any
 from ringmaster.calibration import llm_training
 from ringmaster.calibration.collectives import collective_rows
 from ringmaster.calibration.llm_serving import llm_serving_rows, summary_line
+from ringmaster.calibration.moe import MOE_MODEL, moe_rows
 from ringmaster.calibration.points import (
     CHECKED,
     EXIT_USAGE,
@@ -62,7 +63,19 @@ def report(points: Mapping[str, Any]) -> list[Row]:
         )
         for r in llm_serving_rows(points)
     ]
+    # Mixture-of-experts all-to-all: its own points file (calibration/moe_points.yaml).
+    rows += moe_rows()
     return rows
+
+
+def moe_summary_line(rows: list[Row]) -> str:
+    errors = [abs(r.error) for r in rows if r.model == MOE_MODEL and r.error is not None]
+    if not errors:
+        return "mixture of experts: no points"
+    return (
+        f"mixture of experts (all-to-all): {len(errors)} checked points, 0 fitted; median "
+        f"|error| {statistics.median(errors):.1%}, largest {max(errors):.1%}"
+    )
 
 
 def checked_errors(rows: list[Row]) -> list[float]:
@@ -147,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"calibration points: {path}")
         print(render_table(rows))
         print(summary_line(load_points(path)) or "llm_inference: no points in this file")
+        print(moe_summary_line(rows))
         bad = sum(not r.ok for r in rows)
         print(f"{len(rows) - bad} of {len(rows)} within tolerance")
         print("\n" + llm_training.render_llm_section(load_points(path), path))

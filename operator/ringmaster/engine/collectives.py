@@ -262,6 +262,10 @@ ALL_REDUCE = "all-reduce"
 ALL_GATHER = "all-gather"
 REDUCE_SCATTER = "reduce-scatter"
 KINDS = (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER)
+# All-to-all (mixture-of-experts dispatch and combine): point-to-point, not one of NCCL's
+# collective algorithms, so it stays out of KINDS (what the tuner model runs).
+ALL_TO_ALL = "all-to-all"
+ALL_KINDS = (*KINDS, ALL_TO_ALL)
 
 # Algorithm codes (CollectiveTime.algorithm); names as NCCL_ALGO spells them.
 ALG_RING = 0
@@ -271,6 +275,7 @@ ALG_NVLS_TREE = 3
 ALG_ICI = 4  # a TPU slice's torus (XLA)
 ALG_REDUCTION_SERVER = 5
 ALG_MULTISLICE = 6  # ICI inside slices, DCN between them
+ALG_P2P = 7  # NCCL's grouped send / receive (ncclAllToAll)
 ALGORITHM_NAMES = {
     ALG_RING: "Ring",
     ALG_TREE: "Tree",
@@ -279,6 +284,7 @@ ALGORITHM_NAMES = {
     ALG_ICI: "ICI",
     ALG_REDUCTION_SERVER: "ReductionServer",
     ALG_MULTISLICE: "ICI+DCN",
+    ALG_P2P: "P2P",
 }
 PROTO_LL = 0
 PROTO_LL128 = 1
@@ -301,13 +307,14 @@ class CollectiveTime(NamedTuple):
 
 
 def bus_factor(kind: str, ranks: ArrayLike) -> F64:
-    """nccl-tests' busbw / algbw: 2(N-1)/N for all-reduce, (N-1)/N for the other two."""
+    """nccl-tests' busbw / algbw: 2(N-1)/N for all-reduce, (N-1)/N for the others (all-to-all:
+    1/N of the buffer stays on the rank, nccl-tests doc/PERFORMANCE.md and issue 130)."""
     n = np.maximum(_f(ranks), 1.0)
     if kind == ALL_REDUCE:
         return 2.0 * (n - 1.0) / n
-    if kind in (ALL_GATHER, REDUCE_SCATTER):
+    if kind in (ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL):
         return (n - 1.0) / n
-    raise ValueError(f"unknown collective {kind!r}; known: {', '.join(KINDS)}")
+    raise ValueError(f"unknown collective {kind!r}; known: {', '.join(ALL_KINDS)}")
 
 
 def bus_bandwidth_of(kind: str, nbytes: ArrayLike, ranks: ArrayLike, seconds: ArrayLike) -> F64:
@@ -325,6 +332,8 @@ def parse_nccl_env(
 
     NCCL's syntax (tuning.cc parseList): a comma list, ``^`` to exclude, and optional
     ``function:list`` entries separated by ``;`` (``"ring,tree;allreduce:^tree"``)."""
+    if kind == ALL_TO_ALL:  # point-to-point: NCCL_ALGO and NCCL_PROTO choose nothing there
+        return set(_NCCL_ALGOS.values()), set(_NCCL_PROTOS.values())
     algos = _parse_list((env or {}).get("NCCL_ALGO"), _NCCL_ALGOS, kind, "NCCL_ALGO")
     protos = _parse_list((env or {}).get("NCCL_PROTO"), _NCCL_PROTOS, kind, "NCCL_PROTO")
     return algos, protos
@@ -757,6 +766,101 @@ def multislice_allreduce(
     )
 
 
+# --- all-to-all: mixture-of-experts dispatch and combine ------------------------------------------
+
+
+def nccl_all_to_all(
+    nbytes: ArrayLike,
+    hosts: ArrayLike,
+    per_host: ArrayLike,
+    fabric: GpuFabric,
+    *,
+    with_busbw: bool = True,
+) -> CollectiveTime:
+    """ncclAllToAll (nccl-tests ``alltoall_perf``) over ``hosts`` hosts of ``per_host`` GPUs: every
+    rank sends ``nbytes / R`` to each of the R ranks (``nbytes`` is the per-rank buffer, as the
+    log's size column). NCCL runs it as grouped sends and receives, each peer on its own path:
+
+    * the (g-1)/R of the buffer bound for the host's other GPUs crosses the GPU's NVLink (or
+      PCIe), at the link's achieved rate (NVLINK_EFFICIENCY: the same Simple-protocol overhead
+      nccl-tests shows as the busbw of every non-all-reduce collective on NVLink, issue 212);
+    * the (R-g)/R bound for other hosts crosses the host's NICs, shared by its g GPUs (each
+      GPU's NIC, or a neighbour's through PXN); the two streams run at once, the slower sets
+      the time. So on n hosts the busbw tends to n/(n-1) x a GPU's share of the NICs, as
+      nccl-tests issue 130 states (sjeaugey: "2x network bandwidth per GPU" on 2 nodes).
+
+    No NVLS, no tree: nothing is reduced, every byte goes where it is addressed. Latency: a
+    base, the first hop (NVLink or network), and ALLTOALL_PEER_LATENCY for every further peer
+    (the p2p operations are issued one peer after another)."""
+    m = _f(nbytes)
+    n = _f(hosts)
+    g = _f(per_host)
+    ranks = n * g
+    multi = n > 1
+    intra_share = where(ranks > 0, (g - 1.0) / np.maximum(ranks, 1.0), 0.0)
+    inter_share = where(multi, (ranks - g) / np.maximum(ranks, 1.0), 0.0)
+    intra = intra_share * m / _f(fabric.intra_bandwidth)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inter = where(multi, inter_share * m * g / _f(fabric.net_bandwidth), 0.0)
+    bw = np.maximum(intra, inter)
+    link = fabric.intra_link if fabric.intra_link in ("nvlink", "pcie") else "pcie"
+    first_hop = where(multi, E.NETWORK_HOP_LATENCY, E.intra_hop_latency(link))
+    lat = where(
+        ranks > 1,
+        NCCL_BASE_LATENCY + first_hop + (ranks - 2.0) * E.ALLTOALL_PEER_LATENCY,
+        0.0,
+    )
+    seconds = bw + lat
+    code = where(inter >= intra, BOTTLENECK_NIC, BOTTLENECK_INTRA)
+    code = np.asarray(where(bw >= lat, code, BOTTLENECK_LATENCY), dtype=np.int64)
+    shape = np.broadcast(seconds, code).shape
+    return CollectiveTime(
+        seconds=np.broadcast_to(seconds, shape),
+        algorithm=np.full(shape, ALG_P2P, dtype=np.int64),
+        protocol=np.full(shape, PROTO_SIMPLE, dtype=np.int64),
+        bus_bandwidth=(
+            bus_bandwidth_of(ALL_TO_ALL, m, ranks, seconds) if with_busbw else np.asarray(np.nan)
+        ),
+        bottleneck=np.broadcast_to(code, shape),
+    )
+
+
+def ici_all_to_all(
+    nbytes: ArrayLike,
+    axes: tuple[ArrayLike, ArrayLike, ArrayLike],
+    wrapped: tuple[ArrayLike, ArrayLike, ArrayLike],
+    link_bandwidth: ArrayLike,
+    hop_latency: ArrayLike,
+) -> CollectiveTime:
+    """All-to-all over a TPU slice's torus (XLA's AllToAll), bounded by the bisection: of the N
+    chips' buffers of M, N/2 x N/2 x M/N = M N/4 bytes cross the middle of every axis each
+    way, over the N/p links of that plane (two per chip-pair on a wrapped axis, f = 2). The
+    axes carry their parts at once, so the busiest sets the time: max over axes of
+    M p / (4 f B); on one open line of p chips, M p / (4B). Latency: a base and p/2 hops
+    along the longest axis (the farthest chip)."""
+    m = _f(nbytes)
+    p = np.stack(np.broadcast_arrays(*(_f(a) for a in axes)))
+    f = where(np.stack(np.broadcast_arrays(*(np.asarray(w) for w in wrapped))), 2.0, 1.0)
+    p, f = np.broadcast_arrays(p, f)
+    b = _f(link_bandwidth)
+    chips = np.prod(p, axis=0)
+    per_axis = np.max(where(p > 1, p / (4.0 * f), 0.0), axis=0)
+    # With a single axis of 2 chips, the whole M/2 crosses the one link: p/(4f) = 1/2.
+    bw = where(chips > 1, per_axis * m / b, 0.0)
+    far = np.max(np.floor(p / where(f > 1, 2.0, 1.0)), axis=0)
+    lat = where(chips > 1, NCCL_BASE_LATENCY + far * _f(hop_latency), 0.0)
+    code = np.asarray(where(bw >= lat, BOTTLENECK_ICI, BOTTLENECK_LATENCY), dtype=np.int64)
+    seconds = bw + lat
+    shape = seconds.shape
+    return CollectiveTime(
+        seconds=seconds,
+        algorithm=np.full(shape, ALG_ICI, dtype=np.int64),
+        protocol=np.full(shape, PROTO_NONE, dtype=np.int64),
+        bus_bandwidth=bus_bandwidth_of(ALL_TO_ALL, m, chips, seconds),
+        bottleneck=code,
+    )
+
+
 # --- the reduction server, with its machine's limits ----------------------------------------------
 
 
@@ -903,9 +1007,10 @@ def intra_host_collective(
     if accelerator.kind == "tpu":
         axes = topology or (ranks, 1, 1)
         link = accelerator.ici_link_bandwidth * E.ICI_EFFICIENCY
-        return ici_collective(
-            kind, nbytes, axes, _wrapped_axes(accelerator, axes), link, E.ICI_HOP_LATENCY
-        )
+        wrapped = _wrapped_axes(accelerator, axes)
+        if kind == ALL_TO_ALL:
+            return ici_all_to_all(nbytes, axes, wrapped, link, E.ICI_HOP_LATENCY)
+        return ici_collective(kind, nbytes, axes, wrapped, link, E.ICI_HOP_LATENCY)
     bus_factor(kind, ranks)  # validates kind
     nvls = accelerator.nvswitch and accelerator.nccl_arch in ("hopper", "blackwell")
     fabric = GpuFabric(
@@ -915,6 +1020,8 @@ def intra_host_collective(
         nvls_bandwidth=accelerator.intra_bandwidth * E.NVLS_EFFICIENCY if nvls else 0.0,
         arch=accelerator.nccl_arch or "volta",
     )
+    if kind == ALL_TO_ALL:
+        return nccl_all_to_all(nbytes, 1, ranks, fabric)
     algos, protos = parse_nccl_env(env, kind)
     return nccl_collective(kind, nbytes, 1, ranks, fabric, algorithms=algos, protocols=protos)
 
@@ -937,7 +1044,9 @@ def inter_host_collective(
     ``slice_topology``), DCN between them. The call for data-parallel gradients."""
     if accelerator.kind == "tpu":
         if kind != ALL_REDUCE:
-            raise ValueError("multislice: only the all-reduce is modelled between TPU slices")
+            raise ValueError(
+                f"multislice: only the all-reduce is modelled between TPU slices, not {kind}"
+            )
         chips = chips_per_slice or per_host
         axes = slice_topology or (chips, 1, 1)
         inside = intra_host_collective(kind, nbytes, chips, accelerator, topology=axes)
@@ -945,8 +1054,10 @@ def inter_host_collective(
         slices = hosts_f * per_host / chips
         dcn = machine.nic_bandwidth * E.NIC_EFFICIENCY
         return multislice_allreduce(nbytes, slices, inside, chips, per_host, dcn)
-    algos, protos = parse_nccl_env(env, kind)
     fabric = gpu_fabric(accelerator, machine, per_host)
+    if kind == ALL_TO_ALL:
+        return nccl_all_to_all(nbytes, hosts, per_host, fabric)
+    algos, protos = parse_nccl_env(env, kind)
     return nccl_collective(
         kind, nbytes, hosts, per_host, fabric, algorithms=algos, protocols=protos
     )

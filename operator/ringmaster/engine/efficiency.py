@@ -84,6 +84,17 @@ PCIE_HOP_LATENCY = 5.7 * US
 NETWORK_HOP_LATENCY = 14.0 * US
 # TPU ICI hop: no published point; borrowed from NVLink's hop.
 ICI_HOP_LATENCY = NVLINK_HOP_LATENCY
+# All-to-all (ncclAllToAll, grouped send / receive): each further peer adds a p2p step. No
+# published small-size alltoall_perf table was found to fit it on; borrowed from NVLink's ring
+# step (the same proxy-and-flag handshake per peer), and checked in calibration.moe.
+ALLTOALL_PEER_LATENCY = NVLINK_HOP_LATENCY
+
+
+def intra_hop_latency(link: str) -> float:
+    """One NCCL step across a host's GPU link: NVLink, else PCIe."""
+    return NVLINK_HOP_LATENCY if link == "nvlink" else PCIE_HOP_LATENCY
+
+
 # A data-center-network hop between TPU slices (multislice): no published point; borrowed from
 # NCCL's network hop (both are TCP through a host NIC).
 DCN_HOP_LATENCY = NETWORK_HOP_LATENCY

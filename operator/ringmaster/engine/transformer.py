@@ -25,10 +25,59 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
+class LatentAttention:
+    """Multi-head latent attention (DeepSeek-V2, Liu et al. 2024, section 2.1; DeepSeek-V3's
+    config.json names): K and V are rebuilt from one compressed latent of ``kv_lora_rank``
+    per token, plus a shared rotary key of ``qk_rope_head_dim``; queries go through a rank
+    ``q_lora_rank`` bottleneck (0: a direct projection, as DeepSeek-V2-Lite). Each head's query
+    and key are ``qk_nope_head_dim + qk_rope_head_dim`` wide, its value ``v_head_dim``."""
+
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+    qk_nope_head_dim: int
+    v_head_dim: int
+    q_lora_rank: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.q_lora_rank < 0:
+            raise ValueError(f"q_lora_rank must be 0 or positive, got {self.q_lora_rank}")
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    def parameters(self, hidden: int, heads: int) -> int:
+        """W_q (or W_qa, W_qb), W_kva (latent and rotary key), W_kvb (keys' non-rotary part and
+        values from the latent), W_o. The two latent RMSNorms' vectors (q_lora_rank +
+        kv_lora_rank) are left out, as every norm but the layer's two."""
+        if self.q_lora_rank:
+            q = hidden * self.q_lora_rank + self.q_lora_rank * heads * self.qk_head_dim
+        else:
+            q = hidden * heads * self.qk_head_dim
+        kv_a = hidden * (self.kv_lora_rank + self.qk_rope_head_dim)
+        kv_b = self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim)
+        o = heads * self.v_head_dim * hidden
+        return q + kv_a + kv_b + o
+
+
+@dataclass(frozen=True)
 class Transformer:
     """The shape of a decoder-only transformer. ``kv_heads < heads`` is grouped-query attention
     (``kv_heads == 1`` is multi-query); a gated FFN (SwiGLU, Llama) has three matrices of
-    hidden x ffn_hidden, a standard one (GELU, GPT) two."""
+    hidden x ffn_hidden, a standard one (GELU, GPT) two.
+
+    Mixture of experts (GShard, Lepikhin et al. 2020; the config.json names of Mixtral,
+    DeepSeek-V3, Qwen3-MoE, Llama 4): with ``experts`` > 0 the FFN of the MoE layers is
+    ``experts`` routed experts of width ``expert_ffn_hidden`` (the same gating as the dense FFN),
+    of which a token runs ``active_experts`` (top-k), plus ``shared_experts`` every token runs,
+    plus a router (hidden x experts). The first ``first_dense_layers`` layers keep the dense
+    FFN (DeepSeek-V3's first_k_dense_replace); of the rest, every ``moe_layer_frequency``-th is
+    MoE (the last of each group, as Llama 4's interleave_moe_layer_step), the others dense.
+    A dense model is ``experts == 0``; one expert of top-1 is the dense model exactly (no
+    router: nothing to route)."""
 
     layers: int
     hidden: int
@@ -36,15 +85,28 @@ class Transformer:
     vocab: int
     sequence_length: int
     kv_heads: int = 0  # 0: as many as ``heads`` (multi-head attention)
-    ffn_hidden: int = 0  # 0: 4 x hidden
+    ffn_hidden: int = 0  # 0: 4 x hidden; the dense layers' FFN width
     gated_ffn: bool = False
     tied_embeddings: bool = False  # the LM head reuses the input embedding's weights
+    head_dim: int = 0  # 0: hidden / heads (Qwen3 and gpt-oss set head_dim apart from it)
+    experts: int = 0  # routed experts per MoE layer; 0: a dense model
+    active_experts: int = 0  # routed experts each token runs (top-k)
+    shared_experts: int = 0  # experts every token runs, beside the routed ones
+    expert_ffn_hidden: int = 0  # 0: ffn_hidden (Mixtral's experts are its dense FFN's width)
+    first_dense_layers: int = 0
+    moe_layer_frequency: int = 1
+    latent_attention: LatentAttention | None = None  # multi-head latent attention (DeepSeek)
 
     def __post_init__(self) -> None:
         if self.kv_heads == 0:
             object.__setattr__(self, "kv_heads", self.heads)
         if self.ffn_hidden == 0:
             object.__setattr__(self, "ffn_hidden", 4 * self.hidden)
+        if self.expert_ffn_hidden == 0:
+            object.__setattr__(self, "expert_ffn_hidden", self.ffn_hidden)
+        explicit_head_dim = self.head_dim != 0
+        if not explicit_head_dim and self.heads > 0:
+            object.__setattr__(self, "head_dim", self.hidden // self.heads)
         problems = [
             f"{name} must be positive, got {value}"
             for name, value in (
@@ -55,42 +117,144 @@ class Transformer:
                 ("sequence_length", self.sequence_length),
                 ("kv_heads", self.kv_heads),
                 ("ffn_hidden", self.ffn_hidden),
+                ("moe_layer_frequency", self.moe_layer_frequency),
             )
             if value <= 0
         ]
-        if not problems and self.hidden % self.heads:
+        problems += [
+            f"{name} must not be negative, got {value}"
+            for name, value in (
+                ("experts", self.experts),
+                ("active_experts", self.active_experts),
+                ("shared_experts", self.shared_experts),
+                ("first_dense_layers", self.first_dense_layers),
+            )
+            if value < 0
+        ]
+        if (
+            not problems
+            and not explicit_head_dim
+            and self.latent_attention is None
+            and self.hidden % self.heads
+        ):
             problems.append(f"hidden {self.hidden} is not divisible by heads {self.heads}")
         if not problems and self.heads % self.kv_heads:
             problems.append(f"heads {self.heads} is not divisible by kv_heads {self.kv_heads}")
+        if not problems and self.experts and not 1 <= self.active_experts <= self.experts:
+            problems.append(
+                f"active_experts {self.active_experts} must be between 1 and experts {self.experts}"
+            )
+        if not problems and not self.experts and (self.active_experts or self.shared_experts):
+            problems.append("active_experts and shared_experts need experts")
+        if (
+            not problems
+            and self.experts
+            and self.layers - self.first_dense_layers < self.moe_layer_frequency
+        ):
+            problems.append(
+                f"first_dense_layers {self.first_dense_layers} and moe_layer_frequency "
+                f"{self.moe_layer_frequency} leave no MoE layer of {self.layers}"
+            )
         if problems:
             raise ValueError("; ".join(problems))
 
     # --- shape -------------------------------------------------------------------------------
 
     @property
-    def head_dim(self) -> int:
-        return self.hidden // self.heads
-
-    @property
     def kv_hidden(self) -> int:
         """Width of the K (and of the V) projection: kv_heads x head_dim."""
         return self.kv_heads * self.head_dim
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 0
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers whose FFN is experts: of those after the first dense ones, one in each
+        ``moe_layer_frequency``."""
+        if not self.experts:
+            return 0
+        return (self.layers - self.first_dense_layers) // self.moe_layer_frequency
+
+    @property
+    def dense_layers(self) -> int:
+        return self.layers - self.moe_layers
 
     # --- parameters --------------------------------------------------------------------------
 
     @property
     def attention_parameters_per_layer(self) -> int:
-        """Q and O are hidden x hidden; K and V are hidden x kv_hidden each."""
-        return 2 * self.hidden * self.hidden + 2 * self.hidden * self.kv_hidden
+        """Q and O are hidden x (heads x head_dim); K and V are hidden x kv_hidden each; with
+        latent attention, :meth:`LatentAttention.parameters`."""
+        if self.latent_attention is not None:
+            return self.latent_attention.parameters(self.hidden, self.heads)
+        q_width = self.heads * self.head_dim
+        return 2 * self.hidden * q_width + 2 * self.hidden * self.kv_hidden
 
     @property
     def ffn_parameters_per_layer(self) -> int:
+        """A dense layer's FFN."""
         return (3 if self.gated_ffn else 2) * self.hidden * self.ffn_hidden
 
     @property
-    def parameters_per_layer(self) -> int:
-        """Attention, FFN and the layer's two norm vectors."""
-        return self.attention_parameters_per_layer + self.ffn_parameters_per_layer + 2 * self.hidden
+    def expert_parameters(self) -> int:
+        """One expert (routed or shared): an FFN of width ``expert_ffn_hidden``."""
+        return (3 if self.gated_ffn else 2) * self.hidden * self.expert_ffn_hidden
+
+    @property
+    def router_parameters_per_layer(self) -> int:
+        """The router of a MoE layer (hidden x experts; none for a single expert)."""
+        return self.hidden * self.experts if self.experts > 1 else 0
+
+    @property
+    def moe_parameters_per_layer(self) -> int:
+        """A MoE layer's FFN: every routed and shared expert, and the router."""
+        experts = self.experts + self.shared_experts
+        return experts * self.expert_parameters + self.router_parameters_per_layer
+
+    @property
+    def active_moe_parameters_per_layer(self) -> int:
+        """What one token runs through in a MoE layer's FFN: top-k routed and the shared
+        experts, and the router."""
+        experts = self.active_experts + self.shared_experts
+        return experts * self.expert_parameters + self.router_parameters_per_layer
+
+    @property
+    def routed_expert_parameters(self) -> int:
+        """Every routed expert of every MoE layer: what expert parallelism shards."""
+        return self.moe_layers * self.experts * self.expert_parameters
+
+    @property
+    def layer_parameters(self) -> int:
+        """Every layer's weights: attention, FFN (dense or experts and router), two norms."""
+        common = self.layers * (self.attention_parameters_per_layer + 2 * self.hidden)
+        return (
+            common
+            + self.dense_layers * self.ffn_parameters_per_layer
+            + self.moe_layers * self.moe_parameters_per_layer
+        )
+
+    @property
+    def active_layer_parameters(self) -> int:
+        """The layers' weights one token runs through (equal to :attr:`layer_parameters` for a
+        dense model)."""
+        common = self.layers * (self.attention_parameters_per_layer + 2 * self.hidden)
+        return (
+            common
+            + self.dense_layers * self.ffn_parameters_per_layer
+            + self.moe_layers * self.active_moe_parameters_per_layer
+        )
+
+    @property
+    def parameters_per_layer(self) -> float:
+        """A layer's weights, the mean over the layers (exact for a dense model)."""
+        return self.layer_parameters / self.layers
+
+    @property
+    def active_parameters_per_layer(self) -> float:
+        """The weights one token runs through in a layer, the mean over the layers."""
+        return self.active_layer_parameters / self.layers
 
     @property
     def embedding_parameters(self) -> int:
@@ -106,7 +270,16 @@ class Transformer:
     def parameters(self) -> int:
         """Every weight: layers, embedding, LM head (unless tied), final norm."""
         return (
-            self.layers * self.parameters_per_layer
+            self.layer_parameters + self.embedding_parameters + self.head_parameters + self.hidden
+        )
+
+    @property
+    def active_parameters(self) -> int:
+        """The weights one token touches, counting the embedding table as Mistral (Mixtral's
+        12.9B), DeepSeek (V3's 37B) and Meta (Llama 4's 17B) count: :attr:`parameters` with
+        the routed experts a token does not run left out."""
+        return (
+            self.active_layer_parameters
             + self.embedding_parameters
             + self.head_parameters
             + self.hidden
@@ -114,16 +287,29 @@ class Transformer:
 
     @property
     def matmul_parameters(self) -> int:
-        """The weights a token multiplies through: every layer's and the LM head's (tied or not);
-        the embedding look-up is not a matmul."""
-        return self.layers * self.parameters_per_layer + self.vocab * self.hidden
+        """The weights a token multiplies through: its layers' (top-k and shared experts,
+        router) and the LM head's (tied or not); the embedding look-up is not a matmul."""
+        return self.active_layer_parameters + self.vocab * self.hidden
 
     # --- FLOPs -------------------------------------------------------------------------------
 
+    @property
+    def qk_head_dim(self) -> int:
+        """Width of a head's query and key (latent attention: non-rotary + rotary parts)."""
+        mla = self.latent_attention
+        return mla.qk_head_dim if mla is not None else self.head_dim
+
+    @property
+    def v_head_dim(self) -> int:
+        mla = self.latent_attention
+        return mla.v_head_dim if mla is not None else self.head_dim
+
     def attention_flops_per_token(self, context: float) -> float:
         """Forward FLOPs of attention scores and weighted sum for one token seeing ``context``
-        tokens, over all layers: 2 matmuls x 2 FLOPs x context x heads x head_dim."""
-        return 4.0 * self.layers * context * self.heads * self.head_dim
+        tokens, over all layers: 2 FLOPs x context x heads x (query-key width + value width),
+        4 x context x heads x head_dim for standard attention."""
+        width = self.qk_head_dim + self.v_head_dim
+        return 2.0 * self.layers * context * self.heads * width
 
     def forward_flops_per_token(self, context: float | None = None) -> float:
         """Forward FLOPs of one token: 2 x matmul parameters + attention over ``context``
@@ -133,7 +319,8 @@ class Transformer:
 
     def training_flops_per_token(self) -> float:
         """Forward + backward (3 x forward) at the full sequence, no recompute: the "model
-        FLOPs" that MFU divides by (6N + 12 L H S per token, as PaLM's appendix B)."""
+        FLOPs" that MFU divides by (6N + 12 L H S per token, as PaLM's appendix B; N the
+        active parameters for a mixture of experts)."""
         return 3.0 * self.forward_flops_per_token()
 
     # --- bytes -------------------------------------------------------------------------------
@@ -141,9 +328,20 @@ class Transformer:
     def weight_bytes(self, bytes_per_parameter: float) -> float:
         return self.parameters * bytes_per_parameter
 
+    @property
+    def kv_cache_elements_per_token_per_layer(self) -> int:
+        """What a layer caches per token: K and V (2 x kv_heads x head_dim), or with latent
+        attention the compressed latent and the rotary key (kv_lora_rank + qk_rope_head_dim,
+        as DeepSeek-V2's section 2.1.2 and vLLM's MLA backend store it)."""
+        mla = self.latent_attention
+        if mla is not None:
+            return mla.kv_lora_rank + mla.qk_rope_head_dim
+        return 2 * self.kv_hidden
+
     def kv_cache_bytes_per_token(self, bytes_per_element: float) -> float:
-        """K and V of one token in every layer: 2 x layers x kv_heads x head_dim x bytes."""
-        return 2.0 * self.layers * self.kv_hidden * bytes_per_element
+        """K and V of one token in every layer: 2 x layers x kv_heads x head_dim x bytes (the
+        latent and rotary key for latent attention)."""
+        return float(self.layers * self.kv_cache_elements_per_token_per_layer) * bytes_per_element
 
 
 # Published shapes, for examples, tests and calibration. Llama shapes are the models'
@@ -178,4 +376,167 @@ KNOWN_TRANSFORMERS: dict[str, Transformer] = {
     # vocabulary 256,000, untied embeddings, sequence 4,096.
     "nemotron-4-15b": Transformer(32, 6144, 48, 256000, 4096, kv_heads=8, ffn_hidden=24576),
     "nemotron-4-340b": Transformer(96, 18432, 96, 256000, 4096, kv_heads=8, ffn_hidden=73728),
+    # --- mixtures of experts: each model's config.json on Hugging Face (the repository named
+    # beside it, file config.json; Llama 4's text_config), in the fields' own names:
+    # num_hidden_layers, hidden_size, num_attention_heads, num_key_value_heads, head_dim,
+    # intermediate_size (dense FFN), moe_intermediate_size (an expert; Mixtral's and gpt-oss's
+    # experts are intermediate_size wide, Llama 4's dense layers intermediate_size_mlp),
+    # n_routed_experts / num_experts / num_local_experts, num_experts_per_tok,
+    # n_shared_experts, first_k_dense_replace, moe_layer_freq / interleave_moe_layer_step,
+    # vocab_size, max_position_embeddings; MLA: kv_lora_rank, q_lora_rank, qk_rope_head_dim,
+    # qk_nope_head_dim, v_head_dim. Biases (gpt-oss), QK-norms (Qwen3) and the latent norms
+    # (MLA) are left out, as everywhere here (< 0.05% of the weights).
+    # mistralai/Mixtral-8x7B-v0.1: 8 experts of the dense FFN's width, top-2, every layer.
+    "mixtral-8x7b": Transformer(
+        32,
+        4096,
+        32,
+        32000,
+        32768,
+        kv_heads=8,
+        ffn_hidden=14336,
+        gated_ffn=True,
+        experts=8,
+        active_experts=2,
+    ),
+    # deepseek-ai/DeepSeek-V3: MLA, 256 routed experts top-8 + 1 shared, the first 3 layers
+    # dense; the multi-token-prediction module (num_nextn_predict_layers, 14B) is not counted,
+    # as the report's 671B does not count it.
+    "deepseek-v3": Transformer(
+        61,
+        7168,
+        128,
+        129280,
+        163840,
+        ffn_hidden=18432,
+        gated_ffn=True,
+        experts=256,
+        active_experts=8,
+        shared_experts=1,
+        expert_ffn_hidden=2048,
+        first_dense_layers=3,
+        latent_attention=LatentAttention(
+            kv_lora_rank=512,
+            qk_rope_head_dim=64,
+            qk_nope_head_dim=128,
+            v_head_dim=128,
+            q_lora_rank=1536,
+        ),
+    ),
+    # moonshotai/Kimi-K2-Instruct: DeepSeek-V3's architecture with 64 heads, 384 experts and
+    # one dense layer.
+    "kimi-k2": Transformer(
+        61,
+        7168,
+        64,
+        163840,
+        131072,
+        ffn_hidden=18432,
+        gated_ffn=True,
+        experts=384,
+        active_experts=8,
+        shared_experts=1,
+        expert_ffn_hidden=2048,
+        first_dense_layers=1,
+        latent_attention=LatentAttention(
+            kv_lora_rank=512,
+            qk_rope_head_dim=64,
+            qk_nope_head_dim=128,
+            v_head_dim=128,
+            q_lora_rank=1536,
+        ),
+    ),
+    # Qwen/Qwen3-235B-A22B and Qwen/Qwen3-30B-A3B: head_dim 128 apart from hidden / heads,
+    # 128 experts top-8, every layer (decoder_sparse_step 1, mlp_only_layers []).
+    "qwen3-235b-a22b": Transformer(
+        94,
+        4096,
+        64,
+        151936,
+        40960,
+        kv_heads=4,
+        head_dim=128,
+        ffn_hidden=12288,
+        gated_ffn=True,
+        experts=128,
+        active_experts=8,
+        expert_ffn_hidden=1536,
+    ),
+    "qwen3-30b-a3b": Transformer(
+        48,
+        2048,
+        32,
+        151936,
+        40960,
+        kv_heads=4,
+        head_dim=128,
+        ffn_hidden=6144,
+        gated_ffn=True,
+        experts=128,
+        active_experts=8,
+        expert_ffn_hidden=768,
+    ),
+    # openai/gpt-oss-120b and openai/gpt-oss-20b: 128 (32) experts of intermediate_size 2880,
+    # top-4 (experts_per_token), head_dim 64.
+    "gpt-oss-120b": Transformer(
+        36,
+        2880,
+        64,
+        201088,
+        131072,
+        kv_heads=8,
+        head_dim=64,
+        ffn_hidden=2880,
+        gated_ffn=True,
+        experts=128,
+        active_experts=4,
+    ),
+    "gpt-oss-20b": Transformer(
+        24,
+        2880,
+        64,
+        201088,
+        131072,
+        kv_heads=8,
+        head_dim=64,
+        ffn_hidden=2880,
+        gated_ffn=True,
+        experts=32,
+        active_experts=4,
+    ),
+    # meta-llama/Llama-4-Scout-17B-16E and meta-llama/Llama-4-Maverick-17B-128E (text_config):
+    # top-1 of 16 (128) experts + 1 shared expert of intermediate_size 8192; Maverick's
+    # interleave_moe_layer_step 2 makes every second layer MoE, the others dense of
+    # intermediate_size_mlp 16384.
+    "llama-4-scout": Transformer(
+        48,
+        5120,
+        40,
+        202048,
+        10485760,
+        kv_heads=8,
+        head_dim=128,
+        ffn_hidden=16384,
+        gated_ffn=True,
+        experts=16,
+        active_experts=1,
+        shared_experts=1,
+        expert_ffn_hidden=8192,
+    ),
+    "llama-4-maverick": Transformer(
+        48,
+        5120,
+        40,
+        202048,
+        1048576,
+        kv_heads=8,
+        head_dim=128,
+        ffn_hidden=16384,
+        gated_ffn=True,
+        experts=128,
+        active_experts=1,
+        shared_experts=1,
+        expert_ffn_hidden=8192,
+        moe_layer_frequency=2,
+    ),
 }

@@ -26,7 +26,7 @@ from ringmaster.engine.training import (
     _wrapped,
     slice_shape,
 )
-from ringmaster.engine.transformer import Transformer
+from ringmaster.engine.transformer import LatentAttention, Transformer
 
 AUTO = "Auto"
 PARAMETERS_TOLERANCE = 0.03  # as the API's CEL rule (api.trainingjob.PARAMETERS_TOLERANCE_PERCENT)
@@ -34,6 +34,16 @@ PARAMETERS_TOLERANCE = 0.03  # as the API's CEL rule (api.trainingjob.PARAMETERS
 
 def transformer_of(arch: Any, sequence_length: int | None = None) -> Transformer:
     """The engine's Transformer for an API TransformerArchitecture."""
+    mla = arch.latent_attention
+    latent = None
+    if mla is not None:
+        latent = LatentAttention(
+            kv_lora_rank=mla.kv_lora_rank,
+            qk_rope_head_dim=mla.qk_rope_head_dim,
+            qk_nope_head_dim=mla.qk_nope_head_dim,
+            v_head_dim=mla.v_head_dim,
+            q_lora_rank=mla.q_lora_rank or 0,
+        )
     return Transformer(
         layers=arch.layers,
         hidden=arch.hidden_size,
@@ -44,6 +54,14 @@ def transformer_of(arch: Any, sequence_length: int | None = None) -> Transformer
         ffn_hidden=arch.ffn_hidden_size or 0,
         gated_ffn=arch.ffn_type == "Gated",
         tied_embeddings=arch.tied_embeddings,
+        head_dim=arch.head_dim or 0,
+        experts=arch.experts or 0,
+        active_experts=arch.active_experts or 0,
+        shared_experts=arch.shared_experts or 0,
+        expert_ffn_hidden=arch.expert_ffn_hidden_size or 0,
+        first_dense_layers=arch.first_dense_layers or 0,
+        moe_layer_frequency=arch.moe_layer_frequency or 1,
+        latent_attention=latent,
     )
 
 

@@ -1,0 +1,94 @@
+"""Mixture of experts: the all-to-all (dispatch / combine) model beside published figures
+(``moe_points.yaml`` next to this module, each with its source). Every row is checked: the
+all-to-all model adds no fitted constant (it reuses the NVLink and NIC efficiencies fitted on
+all-reduce points), so these rows test the physics, not a fit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ringmaster.calibration.points import CHECKED, Row, load_points, relative_error
+from ringmaster.engine import collectives as C
+from ringmaster.engine.hardware import DEFAULT_CATALOG, Accelerator, Catalog, MachineType
+from ringmaster.engine.units import GB, gbps_to_bytes_per_second
+
+MOE_POINTS = Path(__file__).resolve().parent / "moe_points.yaml"
+MOE_MODEL = "moe"
+# Checked rows are held to the network model's goal for its largest error.
+TOLERANCE = 0.25
+# H800 (NVIDIA H800 SXM5 product brief): the H100's chip with NVLink cut to 8 links, 400 GB/s
+# bidirectional = 200 GB/s per direction; DeepSeek's hosts carry one CX7 400 Gb/s IB NIC per GPU
+# (DeepSeek-V3 technical report, section 3.1; DeepEP docs/legacy.md).
+H800_NVLINK_GBPS = 200.0
+H800_HOST_NIC_GBPS = 8 * 400.0
+
+
+def _hardware(name: str, catalog: Catalog) -> tuple[Accelerator, MachineType]:
+    if name == "h800":
+        h100 = catalog.accelerator("nvidia-h100-80gb")
+        acc = replace(h100, name="h800", intra_bandwidth=H800_NVLINK_GBPS * GB)
+        machine = replace(
+            catalog.machine("a3-ultragpu-8g"),
+            name="h800-8x-cx7",
+            accelerator="h800",
+            nic_bandwidth=gbps_to_bytes_per_second(H800_HOST_NIC_GBPS),
+            transport="rdma",
+        )
+        return acc, machine
+    acc = catalog.accelerator(name)
+    host = catalog.host(name, 8)
+    return acc, host.machine
+
+
+def predicted_GBps(point: dict[str, Any], catalog: Catalog) -> float:
+    """The model's figure for the point's quantity: nccl-tests busbw; the NVLink or RDMA bytes
+    per GPU per second (DeepEP's "bottleneck bandwidth"); or the buffer per second (DeepEP V2's
+    "logical bandwidth")."""
+    acc, machine = _hardware(point["accelerator"], catalog)
+    hosts, g = int(point["hosts"]), int(point["per_host"])
+    ranks = hosts * g
+    if "bytes" in point:
+        nbytes = float(point["bytes"])
+    else:  # each token goes to top_k experts, spread evenly over the ranks
+        nbytes = float(point["tokens"]) * float(point["top_k"]) * float(point["token_bytes"])
+    if hosts == 1:
+        t = C.intra_host_collective(C.ALL_TO_ALL, nbytes, g, acc)
+    else:
+        t = C.inter_host_collective(C.ALL_TO_ALL, nbytes, hosts, g, machine, acc)
+    seconds = float(t.seconds)
+    quantity = point["quantity"]
+    if quantity == "busbw":
+        return float(t.bus_bandwidth) / 1e9
+    if quantity == "nvlink":
+        return nbytes * (g - 1) / ranks / seconds / 1e9
+    if quantity == "rdma":
+        return nbytes * (ranks - g) / ranks / seconds / 1e9
+    if quantity == "logical":
+        return nbytes / seconds / 1e9
+    raise ValueError(f"{point['id']}: unknown quantity {quantity!r}")
+
+
+def moe_rows(catalog: Catalog | None = None, points: dict[str, Any] | None = None) -> list[Row]:
+    catalog = catalog or DEFAULT_CATALOG
+    data = points if points is not None else load_points(MOE_POINTS)
+    rows = []
+    for point in data.get("all_to_all", []):
+        predicted = predicted_GBps(point, catalog)
+        published = float(point["published_GBps"])
+        rows.append(
+            Row(
+                point["id"],
+                f"all-to-all {point['quantity']} GB/s",
+                published,
+                predicted,
+                relative_error(predicted, published),
+                TOLERANCE,
+                CHECKED,
+                point.get("note", "") or point["source"],
+                model=MOE_MODEL,
+            )
+        )
+    return rows
