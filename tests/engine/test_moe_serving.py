@@ -180,3 +180,12 @@ def test_an_moe_plan_reports_the_experts_its_batch_reads() -> None:
     assert p.experts_read_per_step == pytest.approx(expected, rel=0.3)
     assert 8 < p.experts_read_per_step <= 128
     assert np.isfinite(p.offline_output_tokens_per_second)
+
+
+def test_prefill_runs_on_active_parameters() -> None:
+    t = _terms(MIXTRAL)
+    rate = 2 * H100.peak("bf16") * S.LLM_COMPUTE_EFFICIENCY
+    head = 2.0 * MIXTRAL.vocab * MIXTRAL.hidden / 1000.0
+    assert float(t.prefill_gemm_per_token) == pytest.approx(
+        (2.0 * MIXTRAL.active_layer_parameters + head) / rate
+    )

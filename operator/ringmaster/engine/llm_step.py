@@ -269,7 +269,7 @@ def serving_terms(
     dense_read = model.matmul_parameters - routed_active
     miss = 1.0 - model.active_experts / model.experts if model.experts else 1.0
     weight_hbm = hbm * constants.memory_efficiency
-    layer_flops = 2.0 * model.layers * model.parameters_per_layer
+    layer_flops = 2.0 * model.active_layer_parameters  # active: top-k and shared experts
     attention = model.attention_flops_per_token(1.0)  # linear in the context
     share = 1.0 - HBM_RESERVE_FRACTION if kv_memory_fraction is None else _f(kv_memory_fraction)
     free = capacity * share - model.parameters * w / g
