@@ -480,8 +480,11 @@ def test_every_llm_point_is_reported_fitted_and_checked_apart(llm_points):
             assert abs(r.error) <= LC.FITTED_TOLERANCE
     for r in rows:
         assert abs(r.error) <= r.tolerance, (r.quantity, r.published, r.predicted)
-    median, largest = LC.checked_error_summary(rows)
+    dense = [r for r in rows if r.id != "trtllm-perf-overview-moe-fp4"]
+    median, largest = LC.checked_error_summary(dense)
     assert median <= 0.12 and largest <= LC.CHECKED_TOLERANCE
+    fp4 = [r for r in moe if "FP4" in r.quantity]
+    assert len(fp4) == 12 and all(0.0 < r.error <= 0.6 for r in fp4)  # optimistic, unfitted
     # the static table's batch-768 row, +52% before the FP8 GEMM efficiency, within 10% now
     b768 = next(r for r in rows if "b768" in r.quantity)
     assert abs(b768.error) <= 0.10
