@@ -85,12 +85,12 @@ def test_a_pipeline_trades_latency_for_throughput_on_one_host() -> None:
     assert pp.load_curve[0].tpot_p50_seconds > 3 * tp.load_curve[0].tpot_p50_seconds
 
 
-def test_expert_parallelism_is_carried_and_the_dense_plan_says_so() -> None:
-    plan = predict_llm_serving(inputs(expert_parallel=8))
-    assert plan.expert_parallel == 8
-    assert any("mixture-of-experts serving is not modelled" in n for n in plan.notes)
-    dense = predict_llm_serving(inputs())
-    assert plan.output_tokens_per_second_per_replica == dense.output_tokens_per_second_per_replica
+def test_expert_parallelism_reaches_the_plan_and_a_dense_model_refuses_it() -> None:
+    moe = KNOWN_TRANSFORMERS["qwen3-30b-a3b"]
+    plan = predict_llm_serving(inputs(model=moe, per_replica=8, expert_parallel=8))
+    assert plan.expert_parallel == 8 and plan.feasible, plan.reason
+    with pytest.raises(ValueError, match="needs a mixture of experts"):
+        predict_llm_serving(inputs(expert_parallel=8))
 
 
 def test_a_replica_on_one_host_keeps_its_single_host_figures() -> None:

@@ -15,12 +15,14 @@ from ringmaster.api.common import Condition, PodTemplate, conditions_field
 from ringmaster.api.quantity import Count
 from ringmaster.api.resource import AGE, PrinterColumn, Resource, condition_reason
 
-Precision = Literal["FP32", "FP16", "INT8", "BF16", "FP8", "INT4"]
+Precision = Literal["FP32", "FP16", "INT8", "BF16", "FP8", "INT4", "FP4"]
 KvCachePrecision = Literal["BF16", "FP16", "FP8"]
 # The precisions of each engine: a model without an architecture is served as one block of
-# FLOPs (FP32/FP16/INT8); an LLM (with an architecture) in BF16/FP16, FP8 or weight-only INT4.
+# FLOPs (FP32/FP16/INT8); an LLM (with an architecture) in BF16/FP16, FP8, weight-only INT4 or
+# FP4 (NVFP4 on Blackwell; whether the accelerator has FP4 units is the catalog's word, so the
+# operator judges it: a condition, not a CEL rule).
 BLOCK_PRECISIONS = ("FP32", "FP16", "INT8")
-LLM_PRECISIONS = ("BF16", "FP16", "FP8", "INT4")
+LLM_PRECISIONS = ("BF16", "FP16", "FP8", "INT4", "FP4")
 DEFAULT_MAX_UTILIZATION_PERCENT = 85
 
 
@@ -206,7 +208,9 @@ class InferenceEndpointSpec(SpecModel):
     precision: Precision = "FP16"
     """Arithmetic the model is served in; INT8 needs fewer replicas where the accelerator has
     INT8 throughput (T4, A100). LLM endpoints (with an architecture): BF16, FP16, FP8 (FP8
-    tensor cores: H100 and later) or INT4 (weight-only, W4A16 as AWQ and GPTQ)."""
+    tensor cores: H100 and later), INT4 (weight-only, W4A16 as AWQ and GPTQ) or FP4 (NVFP4
+    weights and activations with one FP8 scale per 16 values, on FP4 tensor cores: Blackwell;
+    elsewhere the endpoint is not planned and says why)."""
     kv_cache_precision: KvCachePrecision | None = None
     """LLM endpoints: the KV cache's element type. Default: the activations' precision (FP8 for
     FP8, else 16-bit); FP8 halves the cache and doubles the sequences that fit."""
@@ -244,7 +248,7 @@ class InferenceEndpointSpec(SpecModel):
         Rule(
             cel="has(self.model.architecture) ? self.precision in "
             f"{list(LLM_PRECISIONS)} : self.precision in {list(BLOCK_PRECISIONS)}",
-            message="precision must be BF16, FP16, FP8 or INT4 with model.architecture, and "
+            message="precision must be BF16, FP16, FP8, INT4 or FP4 with model.architecture, and "
             "FP32, FP16 or INT8 without",
             field_path=".precision",
             check=lambda s: (

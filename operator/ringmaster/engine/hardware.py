@@ -68,7 +68,7 @@ TRANSPORTS = ("tcp", "tcpx", "tcpxo", "rdma", "efa", "dcn")
 # NCCL's tuning tables are indexed by GPU generation (tuning.cc: Volta, Ampere, Hopper, Blackwell;
 # anything older than Ampere, T4 and P4 included, uses the Volta row).
 NcclArch = Literal["volta", "ampere", "hopper", "blackwell", ""]
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "int8", "fp8")
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "int8", "fp8", "fp4")
 
 
 class UnknownHardwareError(LookupError):
@@ -313,8 +313,18 @@ _ACCELERATORS: tuple[Accelerator, ...] = (
     _acc(
         "nvidia-b200",
         "gpu",
-        # [points]/[B200-DS] 2024, dense: BF16/FP16 2,250, FP8/INT8 4,500, TF32 1,100, FP32 75.
-        {"fp32": 75, "tf32": 1100, "fp16": 2250, "bf16": 2250, "fp8": 4500, "int8": 4500},
+        # [points]/[B200-DS] 2024, dense: BF16/FP16 2,250, FP8/INT8 4,500, TF32 1,100, FP32 75;
+        # FP4 9,000 ([B200-DS]: 144 PFLOPS FP4 with sparsity for the 8-GPU board = 18 per GPU
+        # sparse, 9 dense; NVFP4 and MXFP4 run on the same units).
+        {
+            "fp32": 75,
+            "tf32": 1100,
+            "fp16": 2250,
+            "bf16": 2250,
+            "fp8": 4500,
+            "int8": 4500,
+            "fp4": 9000,
+        },
         180,  # [points] 180 GB HBM3e
         8000,  # [points] 8 TB/s
         "nvlink",

@@ -56,7 +56,13 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ringmaster.engine.llm_step import KV_BLOCK_TOKENS, ServingTerms, step_seconds
+from ringmaster.engine.llm_step import (
+    KV_BLOCK_TOKENS,
+    ServingTerms,
+    expert_fraction_read,
+    step_seconds,
+    weights_read_seconds,
+)
 
 F64 = NDArray[np.float64]
 
@@ -279,11 +285,11 @@ def _lumps(
         ..., None, None
     ]
     decode = _f(_f(running) * t.gemm_per_token)[..., None, None]
-    gemm = np.maximum(
-        decode + _f(t.prefill_gemm_per_token)[..., None, None] * p,
-        _f(t.weights_read)[..., None, None],
-    )
-    del n
+    # The weights streamed: the dense parts and the experts this lump's tokens touch.
+    streamed = _f(t.weights_read)[..., None, None] + _f(t.expert_weights_read)[
+        ..., None, None
+    ] * expert_fraction_read(_f(t.expert_miss_per_token)[..., None, None], n + p)
+    gemm = np.maximum(decode + _f(t.prefill_gemm_per_token)[..., None, None] * p, streamed)
     return base + per_prompt * p + gemm, weight
 
 
@@ -341,8 +347,11 @@ class LoadPoint(NamedTuple):
 
 
 def _mean_step(terms: ServingTerms, lam: F64, h: F64) -> F64:
-    """tau at rate lam (closed form on each GEMM roofline branch; inf where it cannot keep up)."""
+    """tau at rate lam (closed form on each GEMM roofline branch; inf where it cannot keep up).
+    A mixture of experts streams the experts of one token here (a lower bound: the touched
+    experts grow with the step's tokens, which the rounds of :func:`load_points` add)."""
     t = terms
+    streamed = weights_read_seconds(t, 1.0)
     fixed = t.overhead + t.allreduce_base
     per_seq = t.sequence_overhead + t.allreduce_per_token + t.context_tokens * t.kv_read_per_token
     per_seq = per_seq + t.kv_read_per_sequence
@@ -351,7 +360,7 @@ def _mean_step(terms: ServingTerms, lam: F64, h: F64) -> F64:
     compute = linear + lam * (h * t.gemm_per_token + t.input_tokens * t.prefill_gemm_per_token)
     with np.errstate(divide="ignore", invalid="ignore"):
         tau_c = np.where(compute < 1.0, fixed / (1.0 - compute), np.inf)
-        tau_m = np.where(linear < 1.0, (fixed + t.weights_read) / (1.0 - linear), np.inf)
+        tau_m = np.where(linear < 1.0, (fixed + streamed) / (1.0 - linear), np.inf)
     return np.maximum(tau_c, tau_m)
 
 

@@ -23,7 +23,14 @@
 
 Precisions: ``BF16``/``FP16`` (2-byte weights), ``FP8`` (1-byte weights, FP8 tensor cores: H100
 and later), ``INT4`` (weight-only W4A16, AWQ/GPTQ: 4-bit weights plus one FP16 scale per group of
-128, computed in 16-bit). The KV cache is 16-bit, or FP8 when ``kv_cache_precision`` says so.
+128, computed in 16-bit), ``FP4`` (NVFP4: 4-bit E2M1 weights and activations with one FP8 scale
+per block of 16, on Blackwell's FP4 tensor cores; MXFP4's E8M0 scale per 32 is 3% smaller). The
+KV cache is 16-bit, or FP8 when ``kv_cache_precision`` says so (FP4's default).
+
+Mixtures of experts run on their active parameters and stream the experts a step touches
+(:mod:`ringmaster.engine.llm_step`); ``expert_parallel`` is 1 or the replica's tensor-parallel
+degree (vLLM's ``--enable-expert-parallel``, SGLang's ``--ep-size``), and must divide the
+routed experts.
 """
 
 from __future__ import annotations
@@ -49,10 +56,12 @@ from ringmaster.engine.llm_step import (
     ReplicaSpan,
     ServingTerms,
     StepConstants,
+    expert_fraction_read,
     kv_bytes_per_token_per_accelerator,
     prefill_seconds,
     serving_terms,
     step_seconds,
+    weights_read_seconds,
 )
 from ringmaster.engine.transformer import Transformer
 from ringmaster.engine.units import GB, GIB
@@ -85,19 +94,32 @@ _REFINE = 3
 # AWQ's and GPTQ's default group size: one FP16 scale per 128 weights (AWQ, Lin et al. 2024).
 INT4_GROUP_SIZE = 128
 
-PRECISIONS = ("BF16", "FP16", "FP8", "INT4")
+# NVFP4's block: 16 E2M1 values share one FP8 (E4M3) scale (NVIDIA's "Introducing NVFP4" blog,
+# 2025, and TensorRT Model Optimizer's NVFP4 format; the per-tensor FP32 scale is negligible).
+# MXFP4 (OCP Microscaling spec v1.0, 2023): 32 values share one 8-bit E8M0 scale.
+NVFP4_BLOCK = 16
+MXFP4_BLOCK = 32
+
+PRECISIONS = ("BF16", "FP16", "FP8", "INT4", "FP4")
 KV_CACHE_PRECISIONS = ("BF16", "FP16", "FP8")
 WEIGHT_BYTES: dict[str, float] = {
     "BF16": 2.0,
     "FP16": 2.0,
     "FP8": 1.0,
     "INT4": 0.5 + 2.0 / INT4_GROUP_SIZE,
+    "FP4": 0.5 + 1.0 / NVFP4_BLOCK,
 }
 # The precision the matrix units compute in: W4A16 dequantises to 16-bit.
-COMPUTE_PRECISION = {"BF16": "bf16", "FP16": "fp16", "FP8": "fp8", "INT4": "bf16"}
+COMPUTE_PRECISION = {"BF16": "bf16", "FP16": "fp16", "FP8": "fp8", "INT4": "bf16", "FP4": "fp4"}
 KV_BYTES = {"BF16": 2.0, "FP16": 2.0, "FP8": 1.0}
-# The KV cache's default precision for each weight precision: the activations' precision.
-DEFAULT_KV_PRECISION = {"BF16": "BF16", "FP16": "FP16", "FP8": "FP8", "INT4": "FP16"}
+# The KV cache's default precision for each weight precision: the activations' precision (FP4
+# engines keep an FP8 cache: TensorRT-LLM's NVFP4 checkpoints quantise the KV cache to FP8).
+DEFAULT_KV_PRECISION = {"BF16": "BF16", "FP16": "FP16", "FP8": "FP8", "INT4": "FP16", "FP4": "FP8"}
+# The tensor cores each low precision needs, in words for the reasons.
+_UNITS = {
+    "fp8": "FP8 tensor cores (H100 and later)",
+    "fp4": "FP4 tensor cores (Blackwell: B200, GB200)",
+}
 
 # What binds the sustainable rate (the constraint) ...
 BINDS_TTFT = 0
@@ -133,7 +155,8 @@ class LlmServingInputs:
     hosts_per_replica: int | None = None  # default: Catalog.replica_hosts
     tensor_parallel: int | None = None  # default: chosen (choose_layouts)
     pipeline_parallel: int | None = None
-    expert_parallel: int | None = None  # carried; a dense model serves as if 1
+    # 1 (default), or the tensor degree: whole experts sharded over the replica's tensor ranks
+    expert_parallel: int | None = None
 
 
 @dataclass(frozen=True)
@@ -233,6 +256,9 @@ class LlmServingPrediction:
     expert_parallel: int = 1
     hosts_per_replica: int = 1
     layout: str = ""  # the layout in words and why it was chosen
+    # Mixture of experts: the routed experts a decode step at the chosen batch reads per MoE
+    # layer (uniform routing; 0 for a dense model).
+    experts_read_per_step: float = 0.0
 
     @property
     def max_replicas_output_tokens_per_second(self) -> float | None:
@@ -316,9 +342,10 @@ def _does_not_fit(
             max(1, n // largest),
         )
     ][:1]
-    for other in ("FP8", "INT4"):
+    for other in ("FP8", "FP4", "INT4"):
         smaller = WEIGHT_BYTES[other] < WEIGHT_BYTES[precision]
-        runs = other != "FP8" or acc.supports("fp8")
+        units = COMPUTE_PRECISION[other]
+        runs = units not in _UNITS or acc.supports(units)
         if smaller and runs and _fits(model, acc, tp, WEIGHT_BYTES[other], tokens, kv, pp):
             options.append(other)
             break
@@ -476,14 +503,7 @@ def predict_llm_serving(
             + "; ".join(f"{_layout_words(o)}: {_rate_words(o)}" for o in others)
             + f" (it: {_rate_words(best)})"
         )
-    expert = inputs.expert_parallel or 1
-    notes = list(best.notes)
-    if expert > 1:
-        notes.append(
-            f"expert parallelism {expert} is passed to the server (RINGMASTER_EXPERT_PARALLEL); "
-            "the plan serves the model as dense: mixture-of-experts serving is not modelled yet"
-        )
-    return replace(best, layout=words, expert_parallel=expert, notes=tuple(notes))
+    return replace(best, layout=words)
 
 
 def _layout_words(p: LlmServingPrediction) -> str:
@@ -542,11 +562,13 @@ def _predict_layout(
     reason: str | None = None
     compute = COMPUTE_PRECISION[precision]
     for p, what in ((compute, "weights"), ("fp8" if kv_precision == "FP8" else compute, "")):
-        if p == "fp8" and not acc.supports("fp8"):
+        if p in _UNITS and not acc.supports(p) and reason is None:
             field_name = "precision" if what else "kvCachePrecision"
+            instead = (
+                "BF16" if not what else ("FP8 or INT4" if acc.supports("fp8") else "BF16 or INT4")
+            )
             reason = (
-                f"{field_name} FP8 needs FP8 tensor cores (H100 and later); {acc.name} has none:"
-                f" use {'BF16 or INT4' if what else 'BF16'}"
+                f"{field_name} {p.upper()} needs {_UNITS[p]}; {acc.name} has none: use {instead}"
             )
     if reason is None and model.heads % tp:
         reason = (
@@ -555,7 +577,17 @@ def _predict_layout(
         )
     if reason is None and pp > model.layers:
         reason = f"{pp} pipeline stages exceed the model's {model.layers} layers"
-    usable = reason is None or compute != "fp8"
+    ep = inputs.expert_parallel or 1
+    if ep != 1 and not model.is_moe:
+        raise ValueError(f"expert parallelism {ep} needs a mixture of experts (experts > 0)")
+    if ep not in (1, tp):
+        raise ValueError(
+            f"expert parallelism {ep} must be 1 or the replica's tensor degree {tp} (EP spans "
+            "the tensor-parallel ranks, as vLLM's --enable-expert-parallel)"
+        )
+    if ep > 1 and model.experts % ep:
+        raise ValueError(f"expert parallelism {ep} must divide the {model.experts} experts")
+    usable = reason is None or compute not in _UNITS
     peak = acc.peak(compute) if usable else acc.peak("bf16")
     weights_per_acc = model.parameters * w / accelerators
     kv_total = model.kv_cache_bytes_per_token(kv)
@@ -570,6 +602,7 @@ def _predict_layout(
         out_mean,
         compute_precision=compute if usable else "bf16",
         span=span if (pp > 1 or layout.tensor_hosts > 1) else None,
+        expert_parallel=ep,
     )
     cache_tokens = int(terms.kv_cache_tokens)
     max_model_len = min(model.sequence_length, cache_tokens)
@@ -602,6 +635,7 @@ def _predict_layout(
         kv_cache_precision=kv_precision,
         max_replicas=bound_replicas,
         price_per_replica_hour_usd=price,
+        expert_parallel=ep,
     )
     if reason is not None:  # nothing runs: no throughput to speak of
         replicas = inputs.replicas if inputs.replicas is not None else inputs.min_replicas
@@ -690,9 +724,12 @@ def _predict_layout(
     step = float(np.asarray(replica.cap.step)[pick])
     running = float(np.asarray(replica.cap.slots)[pick])
     gemm_compute = running * float(terms.gemm_per_token)
+    experts_read = model.experts * float(
+        expert_fraction_read(terms.expert_miss_per_token, max(running, 1.0))
+    )
     resource = (
         f"compute, {compute.upper()} {peak * accelerators / 1e12:g} TFLOPS"
-        if gemm_compute > float(terms.weights_read)
+        if gemm_compute > float(weights_read_seconds(terms, max(running, 1.0)))
         else f"HBM bandwidth in decode, {acc.memory_bandwidth * accelerators / GB:g} GB/s"
     )
     del step
@@ -729,5 +766,6 @@ def _predict_layout(
         tpot_slo_rate=None if tpot_all else tpot_rate,
         load_curve=curve,
         max_num_batched_tokens=budget,
+        experts_read_per_step=experts_read,
         **common,  # type: ignore[arg-type]
     )

@@ -47,6 +47,31 @@ once, here, as the sum of the kernels a step runs one after another:
   replica is optimistic by up to ``(pp - 1) / pp`` of its prefill compute (docs/engine.md, "Out
   of reach").
 
+Mixture of experts (:mod:`ringmaster.engine.transformer`): the GEMMs' FLOPs are the ACTIVE
+parameters' (``P_m`` = attention, dense FFNs, shared experts, router, top-k routed experts, LM
+head), while the weights a step streams are the dense parts plus the routed experts its tokens
+touch. With ``E`` routed experts, top-``k`` and ``B = n + p`` tokens in the step, routed
+uniformly and independently, an expert is missed by every token with probability
+``(1 - k/E)^B``, so the expected distinct experts read per MoE layer are
+``E (1 - (1 - k/E)^B)``: ``k`` at batch 1, nearly ``E`` at a batch of a few times ``E / k``.
+Uniform routing is what the load-balancing loss trains for (Switch Transformer, Fedus et al.
+2021, eq. 4: minimised at a uniform dispatch; DeepSeek-V3's auxiliary-loss-free bias balancing,
+the V3 report section 2.1.2) and the expected-coverage formula is the classic occupancy result
+(Feller, An Introduction to Probability Theory, vol. 1, ch. II.11). Skewed routing reads fewer
+distinct experts at a given batch: the model is an upper bound on the step there.
+
+Every weight stays resident (memory follows all the parameters, sharded over the replica's
+accelerators). Expert parallelism (``ep`` > 1, vLLM's ``--enable-expert-parallel``: EP spans the
+replica's tensor-parallel ranks) shards whole experts instead of slicing each: the bytes per
+accelerator are the same, and the MoE layers' reduction becomes a dispatch and a combine
+all-to-all of the step's tokens x top-k x hidden (:func:`ringmaster.engine.collectives.
+intra_host_collective`, NVLink), folded into the step's collective terms.
+
+Multi-head latent attention caches one latent of ``kv_lora_rank + qk_rope_head_dim`` per token
+per layer (DeepSeek-V3; vLLM's MLA backend), whole on every tensor-parallel rank (vLLM's MLA
+replicates the latent over TP: every rank's heads read all of it), in capacity and in the
+decode attention's reads.
+
 The constants carry their sources below; the fitted ones are recomputed from their named points by
 :mod:`ringmaster.calibration.llm_serving` (fitted and checked apart, ``ringmaster calibrate``).
 """
@@ -197,9 +222,9 @@ class ServingTerms(NamedTuple):
 
     overhead: F64  # O: fixed cost of a step
     sequence_overhead: F64  # o_seq: host cost per running sequence
-    allreduce_base: F64  # 2 L all-reduces of no bytes (latency)
+    allreduce_base: F64  # the step's collectives with no bytes (latency): TP all-reduces, EP a2a
     allreduce_per_token: F64  # their bandwidth cost per token in the step
-    weights_read: F64  # the GEMMs streaming the weights once (per accelerator)
+    weights_read: F64  # the GEMMs streaming the dense weights once (per accelerator)
     gemm_per_token: F64  # one decode token's GEMM FLOPs
     prefill_gemm_per_token: F64  # one prompt token's GEMM FLOPs (LM head on the last token only)
     prefill_attention_per_context: F64  # one prompt token's attention per token it attends to
@@ -210,12 +235,51 @@ class ServingTerms(NamedTuple):
     input_tokens: F64  # input mean
     kv_cache_tokens: F64  # tokens the replica's KV cache holds
     kv_bytes_per_token: F64  # one token's cache on one accelerator
+    # Mixture of experts: streaming every routed expert once (per accelerator; 0 for a dense
+    # model), and the chance one token leaves a given expert unread, 1 - k/E.
+    expert_weights_read: F64 = np.zeros(())
+    expert_miss_per_token: F64 = np.ones(())
 
 
 def compute_efficiency_for(compute_precision: ArrayLike, constants: StepConstants) -> F64:
-    """``e_c`` of the precision the matrix units compute in ("fp8" or a 16-bit one)."""
-    fp8 = np.asarray(compute_precision) == "fp8"
-    return np.where(fp8, constants.fp8_compute_efficiency, constants.compute_efficiency)
+    """``e_c`` of the precision the matrix units compute in ("fp8", "fp4" or a 16-bit one).
+    FP4 (Blackwell's NVFP4 / MXFP4 GEMMs) borrows the FP8 fraction of its own peak: no
+    published FP4 serving table states a layout this engine could fit it on (docs/engine.md)."""
+    low = np.isin(np.asarray(compute_precision), ("fp8", "fp4"))
+    return np.where(low, constants.fp8_compute_efficiency, constants.compute_efficiency)
+
+
+def expert_fraction_read(miss_per_token: ArrayLike, tokens: ArrayLike) -> F64:
+    """The expected share of a MoE layer's routed experts that ``tokens`` tokens touch, uniform
+    routing: ``1 - (1 - k/E)^B`` (see the module's docstring). A step carries one token at
+    least; a single expert of top-1 (miss 0) is always read, as the dense FFN it is."""
+    return 1.0 - _f(miss_per_token) ** np.maximum(_f(tokens), 1.0)
+
+
+def weights_read_seconds(terms: ServingTerms, tokens: ArrayLike) -> F64:
+    """The weights a step of ``tokens`` tokens streams: the dense parts and the experts touched."""
+    return terms.weights_read + terms.expert_weights_read * expert_fraction_read(
+        terms.expert_miss_per_token, tokens
+    )
+
+
+def kv_elements_per_token_per_accelerator(model: Transformer, tp: ArrayLike) -> F64:
+    """One token's cache elements on one accelerator of ``tp``: K and V of its share of the KV
+    heads (a KV head is replicated, never split), or MLA's whole latent on every rank."""
+    if model.latent_attention is not None:
+        return np.full_like(
+            _f(tp), float(model.layers * model.kv_cache_elements_per_token_per_layer)
+        )
+    return 2.0 * model.layers * np.ceil(model.kv_heads / _f(tp)) * model.head_dim
+
+
+def expert_parallel_alltoall_seconds(
+    nbytes: ArrayLike, ranks: int, accelerator: Accelerator
+) -> F64:
+    """One dispatch (or combine) all-to-all of a per-rank buffer of ``nbytes`` among the
+    replica's ``ranks`` accelerators on their host link (nccl-tests' alltoall_perf model)."""
+    a2a = collectives.intra_host_collective(collectives.ALL_TO_ALL, nbytes, ranks, accelerator)
+    return a2a.seconds
 
 
 def serving_terms(
@@ -234,12 +298,15 @@ def serving_terms(
     kv_memory_fraction: ArrayLike | None = None,
     constants: StepConstants = DEFAULT_CONSTANTS,
     span: ReplicaSpan | None = None,
+    expert_parallel: int = 1,
 ) -> ServingTerms:
     """The costs of one replica of ``tp`` accelerators (every argument but the model may be an
     array: one call evaluates a grid of configurations). ``kv_memory_fraction``: the share of
     each accelerator's HBM left to weights + cache (default 1 - HBM_RESERVE_FRACTION).
     ``span``: a replica of ``tp x span.pipeline`` accelerators over hosts (the module's
-    docstring); then ``tp`` is one integer, and a step is one round of the pipeline."""
+    docstring); then ``tp`` is one integer, and a step is one round of the pipeline.
+    ``expert_parallel``: 1 (experts sliced by TP) or the replica's ``tp`` (whole experts
+    sharded over its ranks; the MoE layers' all-reduce becomes a dispatch and a combine)."""
     g = _f(tp)
     pp = 1 if span is None else span.pipeline
     ranks = int(np.max(g))  # a span's replica has one tensor degree
@@ -250,27 +317,44 @@ def serving_terms(
     e_c = compute_efficiency_for(compute_precision, constants)
     rate = _f(peak_flops) * g * e_c
     w = _f(weight_bytes_per_parameter)
-    kv_heads = np.ceil(model.kv_heads / g)  # a KV head is replicated, never split
-    stage_layers = model.layers / pp
-    kv_per_token = 2.0 * stage_layers * kv_heads * model.head_dim * _f(kv_bytes_per_element)
-    two_l = 2.0 * model.layers
+    # a stage holds its own layers' cache; a KV head is replicated, never split
+    kv_per_token = kv_elements_per_token_per_accelerator(model, g) * _f(kv_bytes_per_element) / pp
     one_token = ACTIVATION_BYTES * model.hidden
+    # With EP the MoE layers' FFN all-reduce gives way to a dispatch and a combine all-to-all:
+    # each rank sends its 1/ep of the step's tokens, k copies each (DeepEP / vLLM's all2all).
+    moe_a2a = model.moe_layers if expert_parallel > 1 else 0
+    allreduces = 2.0 * model.layers - moe_a2a
     if span is not None and span.tensor_hosts(ranks) > 1:
         assert span.fabric is not None, "tensor parallelism across hosts needs the hosts' fabric"
         zero = cross_host_allreduce_seconds(0.0, ranks, span.per_host, span.fabric)
         one = cross_host_allreduce_seconds(one_token, ranks, span.per_host, span.fabric)
-        base, per_token = two_l * zero, two_l * (one - zero)
+        base, per_token = allreduces * zero, allreduces * (one - zero)
     else:
-        base = two_l * tensor_parallel_allreduce_seconds(0.0, g, accelerator)
-        per_token = two_l * tensor_parallel_allreduce_seconds(one_token, g, accelerator) - base
-    per_token = per_token / pp  # a round all-reduces each token's activations once per layer
+        base = allreduces * tensor_parallel_allreduce_seconds(0.0, g, accelerator)
+        per_token = allreduces * tensor_parallel_allreduce_seconds(one_token, g, accelerator) - base
+    if moe_a2a:
+        routed = one_token * model.active_experts / expert_parallel
+        a2a_base = (
+            2.0 * moe_a2a * expert_parallel_alltoall_seconds(0.0, expert_parallel, accelerator)
+        )
+        a2a_one = (
+            2.0 * moe_a2a * expert_parallel_alltoall_seconds(routed, expert_parallel, accelerator)
+        )
+        base = base + a2a_base
+        per_token = per_token + (a2a_one - a2a_base)
+    per_token = per_token / pp  # a round reduces each token's activations once per layer
     if span is not None and pp > 1:
         across = span.stages_across_hosts(ranks)
         send0 = pipeline_send_seconds(0.0, ranks, across, accelerator, span.nic_share)
         send1 = pipeline_send_seconds(one_token, ranks, across, accelerator, span.nic_share)
         base = base + pp * send0  # pp sends on a round's critical path
         per_token = per_token + (send1 - send0)  # every token crosses every boundary once
-    layer_flops = 2.0 * model.layers * model.parameters_per_layer
+    routed_experts = float(model.routed_expert_parameters)
+    routed_active = float(model.moe_layers * model.active_experts * model.expert_parameters)
+    dense_read = model.matmul_parameters - routed_active
+    miss = 1.0 - model.active_experts / model.experts if model.experts else 1.0
+    weight_hbm = hbm * constants.memory_efficiency
+    layer_flops = 2.0 * model.active_layer_parameters  # active: top-k and shared experts
     attention = model.attention_flops_per_token(1.0)  # linear in the context
     share = 1.0 - HBM_RESERVE_FRACTION if kv_memory_fraction is None else _f(kv_memory_fraction)
     free = capacity * share - model.parameters * w / (g * pp)
@@ -280,7 +364,7 @@ def serving_terms(
         sequence_overhead=np.full_like(g, constants.sequence_overhead),
         allreduce_base=base,
         allreduce_per_token=per_token,
-        weights_read=model.matmul_parameters * w / g / (hbm * constants.memory_efficiency),
+        weights_read=dense_read * w / g / weight_hbm,
         gemm_per_token=2.0 * model.matmul_parameters / (rate * pp),
         prefill_gemm_per_token=(
             layer_flops + 2.0 * model.vocab * model.hidden / np.maximum(n_in, 1.0)
@@ -295,6 +379,8 @@ def serving_terms(
         input_tokens=n_in,
         kv_cache_tokens=np.floor(np.maximum(free, 0.0) / kv_per_token),
         kv_bytes_per_token=kv_per_token,
+        expert_weights_read=routed_experts * w / g / weight_hbm,
+        expert_miss_per_token=np.full_like(g, miss),
     )
 
 
@@ -307,10 +393,9 @@ HBM_RESERVE_FRACTION = 0.10
 def kv_bytes_per_token_per_accelerator(
     model: Transformer, tp: int, kv_bytes: float, pipeline: int = 1
 ) -> float:
-    """2 x layers / pp x ceil(kv_heads / tp) x head_dim x bytes: one token's cache on one
-    accelerator (a stage holds its own layers' cache)."""
-    layers = model.layers / pipeline
-    return 2.0 * layers * math.ceil(model.kv_heads / tp) * model.head_dim * kv_bytes
+    """2 x layers / pp x ceil(kv_heads / tp) x head_dim x bytes (MLA: layers / pp x latent x
+    bytes): one token's cache on one accelerator (a stage holds its own layers' cache)."""
+    return float(kv_elements_per_token_per_accelerator(model, tp)) * kv_bytes / pipeline
 
 
 def step_seconds(
@@ -329,7 +414,8 @@ def step_seconds(
     context = n * terms.context_tokens if context_tokens is None else _f(context_tokens)
     length = terms.input_tokens if prompt_length is None else _f(prompt_length)
     gemm = np.maximum(
-        n * terms.gemm_per_token + p * terms.prefill_gemm_per_token, terms.weights_read
+        n * terms.gemm_per_token + p * terms.prefill_gemm_per_token,
+        weights_read_seconds(terms, n + p),
     )
     return (
         terms.overhead

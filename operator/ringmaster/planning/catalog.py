@@ -55,7 +55,7 @@ __all__ = [
 ]
 
 # The engine's precisions, spelled out for the schema (a test keeps the two equal).
-Precision = Literal["fp32", "tf32", "fp16", "bf16", "int8", "fp8"]
+Precision = Literal["fp32", "tf32", "fp16", "bf16", "int8", "fp8", "fp4"]
 
 # Where to tell a user to add an entry (docs/catalog.md has the format and an example).
 HOW_TO_ADD = (
