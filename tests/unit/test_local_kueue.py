@@ -12,8 +12,8 @@ from ringmaster.localcluster.kueue import (
     CA_NAME,
     CONVERTED_CRDS,
     TRAINING_JOB_FRAMEWORK,
-    ServingCertificates,
     configuration,
+    kueue_certificates,
     webhook_configurations,
     with_conversion_webhook,
 )
@@ -79,7 +79,7 @@ def test_conversion_webhook_only_on_the_crds_kueue_injects() -> None:
 
 
 def test_serving_certificate_is_valid_for_the_service_and_loopback() -> None:
-    certs = ServingCertificates.generate()
+    certs = kueue_certificates()
     ca = x509.load_pem_x509_certificate(certs.ca_cert)
     server = x509.load_pem_x509_certificate(certs.cert)
     server.verify_directly_issued_by(ca)
