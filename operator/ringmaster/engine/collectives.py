@@ -694,6 +694,30 @@ def _shaped(a: NDArray[Any], shape: tuple[int, ...]) -> NDArray[Any]:
 # --- TPU: ICI inside a slice, DCN between slices --------------------------------------------------
 
 
+def _torus(
+    axes: tuple[ArrayLike, ArrayLike, ArrayLike], wrapped: tuple[ArrayLike, ArrayLike, ArrayLike]
+) -> tuple[F64, F64]:
+    """A slice's axes stacked (p) with their links per chip-pair, 2 where wrapped (f)."""
+    p = np.stack(np.broadcast_arrays(*(_f(a) for a in axes)))
+    f = where(np.stack(np.broadcast_arrays(*(np.asarray(w) for w in wrapped))), 2.0, 1.0)
+    p, f = np.broadcast_arrays(p, f)
+    return p, f
+
+
+def _ici_time(kind: str, m: F64, chips: F64, bw: F64, lat: F64) -> CollectiveTime:
+    """An ICI collective's time from its bandwidth and latency terms, bound by the larger."""
+    code = np.asarray(where(bw >= lat, BOTTLENECK_ICI, BOTTLENECK_LATENCY), dtype=np.int64)
+    seconds = bw + lat
+    shape = seconds.shape
+    return CollectiveTime(
+        seconds=seconds,
+        algorithm=np.full(shape, ALG_ICI, dtype=np.int64),
+        protocol=np.full(shape, PROTO_NONE, dtype=np.int64),
+        bus_bandwidth=bus_bandwidth_of(kind, m, chips, seconds),
+        bottleneck=code,
+    )
+
+
 def ici_collective(
     kind: str,
     nbytes: ArrayLike,
@@ -710,9 +734,7 @@ def ici_collective(
     less than its share when reduced last, 2(p-1)/N x M / (f x B) for an all-reduce. The slower
     of the two bounds is the time."""
     m = _f(nbytes)
-    p = np.stack(np.broadcast_arrays(*(_f(a) for a in axes)))
-    f = where(np.stack(np.broadcast_arrays(*(np.asarray(w) for w in wrapped))), 2.0, 1.0)
-    p, f = np.broadcast_arrays(p, f)
+    p, f = _torus(axes, wrapped)
     b = _f(link_bandwidth)
     chips = np.prod(p, axis=0)
     capacity = np.sum(where(p > 1, f, 0.0), axis=0) * b
@@ -723,16 +745,7 @@ def ici_collective(
     bw = where(chips > 1, bw, 0.0)
     steps = passes * np.sum(p - 1.0, axis=0)
     lat = where(chips > 1, NCCL_BASE_LATENCY + steps * _f(hop_latency), 0.0)
-    code = np.asarray(where(bw >= lat, BOTTLENECK_ICI, BOTTLENECK_LATENCY), dtype=np.int64)
-    seconds = bw + lat
-    shape = seconds.shape
-    return CollectiveTime(
-        seconds=seconds,
-        algorithm=np.full(shape, ALG_ICI, dtype=np.int64),
-        protocol=np.full(shape, PROTO_NONE, dtype=np.int64),
-        bus_bandwidth=bus_bandwidth_of(kind, m, chips, seconds),
-        bottleneck=code,
-    )
+    return _ici_time(kind, m, chips, bw, lat)
 
 
 def dcn_allreduce_seconds(
@@ -854,9 +867,7 @@ def ici_all_to_all(
     M p / (4 f B); on one open line of p chips, M p / (4B). Latency: a base and p/2 hops
     along the longest axis (the farthest chip)."""
     m = _f(nbytes)
-    p = np.stack(np.broadcast_arrays(*(_f(a) for a in axes)))
-    f = where(np.stack(np.broadcast_arrays(*(np.asarray(w) for w in wrapped))), 2.0, 1.0)
-    p, f = np.broadcast_arrays(p, f)
+    p, f = _torus(axes, wrapped)
     b = _f(link_bandwidth)
     chips = np.prod(p, axis=0)
     per_axis = np.max(where(p > 1, p / (4.0 * f), 0.0), axis=0)
@@ -864,16 +875,7 @@ def ici_all_to_all(
     bw = where(chips > 1, per_axis * m / b, 0.0)
     far = np.max(np.floor(p / where(f > 1, 2.0, 1.0)), axis=0)
     lat = where(chips > 1, NCCL_BASE_LATENCY + far * _f(hop_latency), 0.0)
-    code = np.asarray(where(bw >= lat, BOTTLENECK_ICI, BOTTLENECK_LATENCY), dtype=np.int64)
-    seconds = bw + lat
-    shape = seconds.shape
-    return CollectiveTime(
-        seconds=seconds,
-        algorithm=np.full(shape, ALG_ICI, dtype=np.int64),
-        protocol=np.full(shape, PROTO_NONE, dtype=np.int64),
-        bus_bandwidth=bus_bandwidth_of(ALL_TO_ALL, m, chips, seconds),
-        bottleneck=code,
-    )
+    return _ici_time(ALL_TO_ALL, m, chips, bw, lat)
 
 
 # --- the reduction server, with its machine's limits ----------------------------------------------
