@@ -96,3 +96,11 @@ PROGRESS_REPORTS = Counter(
     "Progress reports the endpoint answered, by HTTP status code.",
     ["code"],
 )
+PROGRESS_REPORTS_REFUSED = Counter(
+    "ringmaster_progress_reports_refused_total",
+    "Progress reports the endpoint refused, by TrainingJob (namespace and name empty when the "
+    "URL names no TrainingJob), HTTP status code and reason (TooLarge, BadReport, BadBody, "
+    "NoToken, TokenRefused, NotAPodToken, NotAWorker, NotFound, TooManyReports, TooManyReviews, "
+    "ReviewFailed). The log warns once a minute per job, code and reason; this counts them all.",
+    ["namespace", "name", "code", "reason"],
+)

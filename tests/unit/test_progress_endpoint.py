@@ -13,6 +13,7 @@ from ringmaster.controllers.progress_server import (
     REPORT_BURST,
     ProgressEndpoint,
     TokenBucket,
+    make_app,
     ssl_context,
 )
 from ringmaster.manifests.progress import audience, progress_path
@@ -63,12 +64,7 @@ async def exchange(
         accept=lambda key, report: accepted.append((key, report)),
         clock=clock or Clock(),
     )
-    app = web.Application(client_max_size=MAX_BODY_BYTES)
-    app.router.add_post(
-        "/apis/ringmaster.dev/v1alpha1/namespaces/{namespace}/trainingjobs/{name}/progress",
-        endpoint.handle,
-    )
-    runner = web.AppRunner(app)
+    runner = web.AppRunner(make_app(endpoint))  # the operator's own app
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()

@@ -10,9 +10,17 @@ must be a worker of that job. The ServiceAccount needs no RBAC at all.
 
 Answers: 202 accepted; 400 a bad body (the message says what); 401 no token, or one the API
 server does not vouch for this job's audience (a token for another job, or for none); 403 a
-valid token of a pod that is not this job's worker; 404 no such TrainingJob; 413 too large;
-429 over the job's rate (Retry-After says when); 503 the API server could not be asked. A
-refusal is logged once per job, code and reason, then only at debug level.
+valid token of a pod that is not this job's worker; 404 no such TrainingJob; 413 a body over
+MAX_BODY_BYTES (256 KiB), declared so in Content-Length (refused before reading) or found so
+while reading a chunked one; 429 over the job's rate (Retry-After says when); 503 the API
+server could not be asked.
+
+The body is read whole (it may arrive in many pieces, with a Content-Length or chunked) and
+at most MAX_BODY_BYTES + 1 bytes of it: a larger one is refused without being held.
+
+Every refusal is counted in ``ringmaster_progress_reports_refused_total`` (by job, code and
+reason); the log warns at most once a minute per job, code and reason, saying how many were
+refused since its last warning (the others at debug level).
 
 TokenReviews are cached by the token's hash (a pod reports with the same token for most of
 an hour), and cache misses pass a global rate, so a flood of forged tokens costs the API
@@ -33,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from ringmaster import metrics
 from ringmaster.admission.snapshot import Key
@@ -60,6 +69,11 @@ REVIEW_CACHE_SECONDS = 300.0
 """A vouched-for token is trusted this long without asking again (a bound token of a deleted
 pod is refused by the API server from then on; five minutes is the delay that bounds)."""
 REFUSAL_CACHE_SECONDS = 30.0
+LOG_EVERY_SECONDS = 60.0
+"""A job's refusals of one code and reason: one warning a minute, saying how many since the last
+(the counter ringmaster_progress_reports_refused_total counts every one)."""
+MAX_LOGGED = 10_000
+"""Jobs, codes and reasons whose last warning is remembered (a URL's names are anyone's)."""
 
 
 class TokenBucket:
@@ -111,7 +125,8 @@ class ProgressEndpoint:
         self.buckets: dict[Key, TokenBucket] = {}
         self.reviews = TokenBucket(REVIEWS_PER_SECOND, REVIEW_BURST, clock)
         self.cache: dict[tuple[str, str], tuple[float, Review]] = {}
-        self.logged: set[tuple[Key, int, str]] = set()
+        # (job, code, reason) -> (when it was last warned of, refusals since then)
+        self.logged: dict[tuple[Key, int, str], tuple[float, int]] = {}
 
     async def handle(self, request: web.Request) -> web.Response:
         key = (request.match_info["namespace"], request.match_info["name"])
@@ -151,7 +166,7 @@ class ProgressEndpoint:
         ).take()
         if wait > 0:
             raise Refusal(429, "TooManyReports", "over the job's report rate", retry_after=wait)
-        body = await request.content.read(MAX_BODY_BYTES + 1)
+        body = await read_body(request)
         try:
             report = parse_report(body, dt.datetime.now(dt.UTC))
         except ReportRefused as error:
@@ -180,11 +195,10 @@ class ProgressEndpoint:
 
     def _refuse(self, key: Key, refusal: Refusal) -> web.Response:
         metrics.PROGRESS_REPORTS.labels(str(refusal.code)).inc()
-        seen = (key, refusal.code, refusal.reason)
-        level = logging.DEBUG if seen in self.logged else logging.WARNING
-        if len(self.logged) < 10_000:
-            self.logged.add(seen)
-        log.log(level, "progress of %s/%s refused (%d): %s", *key, refusal.code, refusal.message)
+        # A URL's names are anyone's to choose: only a TrainingJob's own become labels.
+        job = key if self.job_exists(key) else ("", "")
+        metrics.PROGRESS_REPORTS_REFUSED.labels(*job, str(refusal.code), refusal.reason).inc()
+        self._log(key, refusal)
         headers = {}
         if refusal.retry_after is not None:
             headers["Retry-After"] = str(max(1, round(refusal.retry_after + 0.5)))
@@ -194,8 +208,44 @@ class ProgressEndpoint:
             headers=headers,
         )
 
+    def _log(self, key: Key, refusal: Refusal) -> None:
+        seen, now = (key, refusal.code, refusal.reason), self.clock()
+        line = ("progress of %s/%s refused (%d %s): %s", *key, refusal.code, refusal.reason)
+        last = self.logged.get(seen)
+        if last is not None and now - last[0] < LOG_EVERY_SECONDS:
+            self.logged[seen] = (last[0], last[1] + 1)
+            log.debug(*line, refusal.message)
+            return
+        if last is None and len(self.logged) >= MAX_LOGGED:
+            self.logged = {k: v for k, v in self.logged.items() if now - v[0] < LOG_EVERY_SECONDS}
+            if len(self.logged) >= MAX_LOGGED:  # a flood of distinct URLs: the counter has them
+                log.debug(*line, refusal.message)
+                return
+        self.logged[seen] = (now, 0)
+        since = f" ({last[1]} more refused since the last warning)" if last and last[1] else ""
+        log.warning(*line, refusal.message + since)
+
     def forget(self, key: Key) -> None:
         self.buckets.pop(key, None)
+
+
+async def read_body(request: web.Request) -> bytes:
+    """The request's whole body, however it arrives (Content-Length or chunked, aiohttp's
+    stream decodes either, in as many pieces as the network makes): a single ``read`` returns
+    only what has arrived so far. At most MAX_BODY_BYTES + 1 bytes are read: a larger body is
+    refused (413) without being held."""
+    body = bytearray()
+    try:
+        while len(body) <= MAX_BODY_BYTES:
+            piece = await request.content.read(MAX_BODY_BYTES + 1 - len(body))
+            if not piece:
+                break
+            body += piece
+    except HttpProcessingError as error:  # a bad chunk, or the sender gone before its end
+        raise Refusal(400, "BadBody", f"the body could not be read: {error.message}") from None
+    if len(body) > MAX_BODY_BYTES:
+        raise Refusal(413, "TooLarge", f"body over {MAX_BODY_BYTES} bytes")
+    return bytes(body)
 
 
 def _review_from(status: Mapping[str, Any], wanted: str) -> Review:
@@ -228,14 +278,23 @@ def ssl_context(cert: str | None, key: str | None, insecure: bool) -> ssl.SSLCon
     )
 
 
-async def serve(
-    endpoint: ProgressEndpoint, port: int, context: ssl.SSLContext | None
-) -> web.AppRunner:
+def make_app(endpoint: ProgressEndpoint) -> web.Application:
+    # read_body bounds the body itself; client_max_size bounds request.read() and post() too.
     app = web.Application(client_max_size=MAX_BODY_BYTES)
     app.router.add_post(ROUTE, endpoint.handle)
-    runner = web.AppRunner(app, access_log=None)
+    return app
+
+
+async def serve(
+    endpoint: ProgressEndpoint,
+    port: int,
+    context: ssl.SSLContext | None,
+    host: str = "0.0.0.0",
+) -> web.AppRunner:
+    """Serve on ``port`` (0: any free one, ``runner.addresses`` says which)."""
+    runner = web.AppRunner(make_app(endpoint), access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, "0.0.0.0", port, ssl_context=context)
+    site = web.TCPSite(runner, host, port, ssl_context=context)
     await site.start()
     log.info("progress endpoint on port %d (%s)", port, "https" if context else "plain http")
     return runner
