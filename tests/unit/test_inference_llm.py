@@ -237,3 +237,28 @@ def test_plot_draws_the_load_curve_with_both_slo_lines(capsys, tmp_path, monkeyp
     # a non-LLM endpoint without --sweep has nothing to draw
     resnet = LLAMA_8B.parent / "inferenceendpoint-resnet50-int8-t4.yaml"
     assert main(["plan", str(resnet), "--plot", str(png)]) == 2
+
+
+def test_a_precision_the_accelerator_lacks_waits_precision_unsupported_not_model_does_not_fit():
+    # Llama 3 8B fits one H100 many times over; it is FP4's tensor cores the H100 lacks.
+    decision = decide(spec_of(LLAMA_8B, precision="FP4"), sizes=LLM_SIZES)
+    ready, capacity = condition(decision, "Ready"), condition(decision, "CapacityMet")
+    assert (ready.status, ready.reason) == ("False", "PrecisionUnsupported")
+    assert capacity.reason == "PrecisionUnsupported"
+    assert "FP4 tensor cores" in ready.message
+    assert decision.apply == []
+
+
+def test_an_object_the_api_server_refuses_is_reported_not_retried_in_a_loop():
+    from ringmaster.controllers.inference_lifecycle import refused_apply
+    from tests.unit.test_inference_lifecycle import NOW
+
+    decision = decide(spec_of(LLAMA_8B), sizes=LLM_SIZES)
+    refused = refused_apply(
+        decision, "Service", "llama3-8b", "Only one reference can have Controller set", NOW
+    )
+    ready = condition(refused, "Ready")
+    assert (ready.status, ready.reason) == ("False", "ApplyRefused")
+    assert "Service llama3-8b" in ready.message and "Only one reference" in ready.message
+    assert [e.reason for e in refused.events] == ["ApplyRefused"]
+    assert refused.apply == []

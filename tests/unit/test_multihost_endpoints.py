@@ -18,7 +18,9 @@ from ringmaster.manifests.inference import (
     LWS_GROUP_KEY_LABEL,
     LWS_SIZE_ANNOTATION,
     ServingPlacement,
+    object_name,
     server_leader_worker_set,
+    workload_name,
 )
 from ringmaster.manifests.naming import ADMISSION_GATE
 from tests.unit.test_inference_lifecycle import NOW, applied, deployment, endpoint, planner, world
@@ -196,3 +198,66 @@ def test_a_group_that_does_not_fit_holds_every_pod_and_takes_no_room() -> None:
             s.grant(g.pod, g.host)
     assert CycleView(s).room(H100_POOL).count(GPU8, 10, True) == 1
     del view
+
+
+# ---------------------------------------------------------------- names, host shapes, pool size
+
+
+@pytest.mark.parametrize("name", ["llama", "a" * 63, "llama.3-405b", "x" * 80])
+def test_the_leader_worker_set_never_takes_the_endpoints_service_name(name: str) -> None:
+    # LeaderWorkerSet names its headless Service after itself and skips it when one of the name
+    # exists: sharing the endpoint's Service name broke either the apply or the leader address.
+    lws_name = workload_name(name, "LeaderWorkerSet")
+    assert lws_name != object_name(name)
+    assert len(lws_name) <= 63
+    assert workload_name(name) == object_name(name)  # the Deployment keeps the endpoint's name
+
+
+def test_the_objects_of_a_multi_host_endpoint_carry_the_names_apart() -> None:
+    decision = decide(spec(autoscaling={"enabled": True}), installed=True)
+    lws, service = applied(decision, "LeaderWorkerSet"), applied(decision, "Service")
+    hpa = applied(decision, "HorizontalPodAutoscaler")
+    assert service["metadata"]["name"] == "llama"
+    assert lws["metadata"]["name"] == "llama-group"
+    assert hpa["spec"]["scaleTargetRef"]["name"] == "llama-group"
+    assert decision.hold_replicas["metadata"]["name"] == "llama-group"
+
+
+def test_a_replica_no_pool_can_build_waits_unsupported_host_shape_and_creates_nothing() -> None:
+    # 12 x H100 is planned as 3 hosts of 4; the only H100 pool has hosts of 8.
+    twelve = spec(
+        accelerator={"type": "nvidia-h100-80gb", "perReplica": 12},
+        parallelism={"tensor": 4, "pipeline": 3},
+    )
+    decision = decide(twelve, installed=True)
+    assert decision.apply == []
+    ready = find_condition(decision.status.conditions, "Ready")
+    assert (ready.status, ready.reason) == ("False", "UnsupportedHostShape")
+    assert "3 hosts x 4 nvidia-h100-80gb" in ready.message
+    assert f"{H100_POOL} 8" in ready.message
+    assert decision.status.phase == "Pending"
+    assert "UnsupportedHostShape" in [e.reason for e in decision.events if e.type == "Warning"]
+
+
+def test_groups_the_pool_cannot_hold_show_in_the_endpoints_conditions() -> None:
+    # 4 groups of 2 hosts on a pool of 2 hosts: one group runs, the conditions say 3 wait.
+    decision = decide(spec(), installed=True, hosts=2)
+    assert applied(decision, "LeaderWorkerSet")["spec"]["replicas"] == 4
+    schedulable = find_condition(decision.status.conditions, "Schedulable")
+    assert (schedulable.status, schedulable.reason) == ("False", "PoolTooSmall")
+    assert "4 groups of 2 hosts" in schedulable.message
+    assert "2 schedulable hosts, which hold 1: 3 wait" in schedulable.message
+    assert "PoolTooSmall" in [e.reason for e in decision.events]
+    # Room for all four: the condition says so.
+    roomy = decide(spec(), installed=True, hosts=8)
+    schedulable = find_condition(roomy.status.conditions, "Schedulable")
+    assert (schedulable.status, schedulable.reason) == ("True", "PoolFits")
+
+
+def test_a_pool_smaller_than_one_group_gets_nothing_created() -> None:
+    decision = decide(spec(), installed=True, hosts=1)
+    assert decision.apply == []
+    ready = find_condition(decision.status.conditions, "Ready")
+    assert (ready.status, ready.reason) == ("False", "PoolTooSmall")
+    assert "one group needs 2 hosts of 8 x nvidia-h100-80gb" in ready.message
+    assert decision.status.phase == "Pending"

@@ -57,7 +57,7 @@ from ringmaster.placement.labels import GPU_RESOURCE, TPU_RESOURCE
 from ringmaster.placement.pools import NodePool, NoPool, accelerator_pools, gang_fits
 from ringmaster.planning import PlanError
 
-READY, CAPACITY_MET = "Ready", "CapacityMet"
+READY, CAPACITY_MET, SCHEDULABLE = "Ready", "CapacityMet", "Schedulable"
 # The operator's field manager, and the one that holds the replica count during the hand-over
 # to an HPA (see the module's docstring).
 MAIN_MANAGER = "ringmaster"
@@ -89,6 +89,7 @@ class DeploymentView:
     replicas_managers: frozenset[str] = frozenset()
     """Field managers that own spec.replicas (server-side apply's managedFields)."""
     progress_deadline_exceeded: bool = False
+    name: str = ""
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> DeploymentView:
@@ -117,6 +118,7 @@ class DeploymentView:
             ready_replicas=int(status.get("readyReplicas") or 0),
             replicas_managers=managers,
             progress_deadline_exceeded=stuck,
+            name=str(metadata.get("name") or ""),
         )
 
     def serves(self, desired: int) -> bool:
@@ -158,25 +160,81 @@ def choose_pool(
     current: str | None = None,
     hosts: int = 1,
 ) -> NodePool | NoPool:
-    """The pool for the replicas: nodes of the accelerator type with at least a pod's share of
-    them (perReplica, or perReplica / hosts for a replica across ``hosts`` hosts). The pool
-    already serving stays (moving would restart every replica); otherwise one where all replicas
-    fit now, then the one whose hosts strand the fewest accelerators, then by name."""
+    """The pool for the replicas: nodes of the accelerator type with at least perReplica of
+    them; for a replica across ``hosts`` hosts, nodes of exactly perReplica / hosts (each pod
+    of a group takes a whole host, one per host, so a larger host would strand the rest and run
+    another machine than the plan priced). The pool already serving stays (moving would
+    restart every replica); otherwise one where all replicas fit now, then the one whose hosts
+    strand the fewest accelerators, then by name."""
     accelerator = spec.accelerator.type
-    per_replica = spec.accelerator.per_replica // hosts
-    big_enough = accelerator_pools(pools, accelerator, per_replica, "perReplica")
+    per_host = spec.accelerator.per_replica // hosts
+    big_enough = accelerator_pools(pools, accelerator, per_host, "perReplica")
     if isinstance(big_enough, NoPool):
         return big_enough
+    if hosts > 1:
+        exact = [p for p in big_enough if p.accelerators_per_node == per_host]
+        if not exact:
+            shapes = ", ".join(f"{p.name} {p.accelerators_per_node}" for p in big_enough)
+            return NoPool(
+                "UnsupportedHostShape",
+                f"each replica is planned as {hosts} hosts x {per_host} {accelerator} "
+                f"(perReplica {spec.accelerator.per_replica}), one pod per host; no pool has "
+                f"hosts of {per_host} (accelerators per host: {shapes}): add such a pool, or "
+                "make perReplica a multiple of a pool's host",
+            )
+        big_enough = exact
     by_name = {p.name: p for p in big_enough}
     if current in by_name:
         return by_name[current]
-    request = {accelerator_resource(spec): Decimal(per_replica)}
+    request = {accelerator_resource(spec): Decimal(per_host)}
 
     def preference(pool: NodePool) -> tuple[bool, int, str]:
         fits = gang_fits(pool, used, request, max(replicas, 1) * hosts).fits
-        return (not fits, pool.accelerators_per_node % per_replica, pool.name)
+        return (not fits, pool.accelerators_per_node % per_host, pool.name)
 
     return min(big_enough, key=preference)
+
+
+def replicas_placeable(pool: NodePool, per_replica: int, hosts: int = 1) -> int:
+    """How many replicas the pool's schedulable hosts hold at most, whoever else runs there:
+    replicas on one host pack by accelerators; a group takes ``hosts`` whole hosts."""
+    per_host = per_replica // hosts
+    if hosts > 1:
+        return sum(1 for n in pool.nodes if n.schedulable and n.accelerators >= per_host) // hosts
+    return sum(n.accelerators // per_replica for n in pool.nodes if n.schedulable)
+
+
+def _schedulable(
+    spec: InferenceEndpointSpec, pool: NodePool, desired: int, hosts: int, placeable: int
+) -> tuple[ConditionStatus, str, str]:
+    """Schedulable: whether the pool, as large as it is, can hold the desired replicas."""
+    unit = "group" if hosts > 1 else "replica"
+    shape = (
+        f"{hosts} hosts of {spec.accelerator.per_replica // hosts} x {spec.accelerator.type}"
+        if hosts > 1
+        else f"{spec.accelerator.per_replica} x {spec.accelerator.type}"
+    )
+    schedulable = sum(1 for n in pool.nodes if n.schedulable)
+    if placeable >= desired:
+        return (
+            "True",
+            "PoolFits",
+            f"pool {pool.name} holds {placeable} {unit}s of {shape} on its {schedulable} "
+            f"schedulable hosts; {desired} desired",
+        )
+    if placeable == 0:
+        return (
+            "False",
+            "PoolTooSmall",
+            f"one {unit} needs {shape}; pool {pool.name} has {schedulable} schedulable hosts, "
+            f"so none can run (nothing is created until the pool grows)",
+        )
+    return (
+        "False",
+        "PoolTooSmall",
+        f"{desired} {unit}s of {shape} desired; pool {pool.name} has {schedulable} schedulable "
+        f"hosts, which hold {placeable}: {desired - placeable} wait until the pool grows",
+    )
 
 
 def _sig(x: float) -> float:
@@ -256,7 +314,14 @@ def _is_llm(plan: Mapping[str, Any]) -> bool:
     return "outputTokensPerSecondPerReplica" in plan
 
 
-def _capacity_condition(plan: Mapping[str, Any], replicas: int) -> tuple[ConditionStatus, str, str]:
+# How the engine's refusals of a precision begin (engine/llm_serving.py: "precision FP4 needs
+# FP4 tensor cores ...", "kvCachePrecision FP8 needs ...").
+_PRECISION_REFUSALS = ("precision ", "kvCachePrecision ")
+
+
+def _capacity_condition(
+    spec: InferenceEndpointSpec, plan: Mapping[str, Any], replicas: int
+) -> tuple[ConditionStatus, str, str]:
     """CapacityMet with the numbers: the engine's own sentence when the target is out of reach,
     and for an LLM endpoint which target binds the per-replica rate."""
     per_replica = plan.get("perReplicaRequestsPerSecond") or 0.0
@@ -283,6 +348,9 @@ def _capacity_condition(plan: Mapping[str, Any], replicas: int) -> tuple[Conditi
         # An LLM that no replica can hold (weights, cache, FP8 units) names no latency target.
         unservable = _is_llm(plan) and "target" not in text
         reason = "ModelDoesNotFit" if unservable else "LatencyTargetUnreachable"
+        if text.startswith(_PRECISION_REFUSALS):
+            # The accelerator lacks the precision's tensor cores: the model may fit well.
+            reason = "PrecisionUnsupported"
     elif replicas < needed:
         reason = "TooFewReplicas"
     else:
@@ -329,16 +397,20 @@ def _replicas(n: int) -> str:
     return f"{n} replica" if n == 1 else f"{n} replicas"
 
 
-def _fail(
+def _wait(
     decision: Decision,
     conditions: Conditions,
     reason: str,
     message: str,
+    phase: InferenceEndpointPhase,
+    announce: bool = True,
 ) -> Decision:
-    """A spec that cannot be planned: nothing is applied (what runs keeps running)."""
-    status = decision.status
-    status.phase = InferenceEndpointPhase.FAILED.value
-    if not conditions.set(READY, "False", reason, message).was("False", reason):
+    """The one way an endpoint waits or fails: nothing is applied (what runs keeps running),
+    Ready=False says why, and a Warning Event announces a new reason (``announce`` False when
+    another condition's Event already said it)."""
+    decision.status.phase = phase.value
+    changed = not conditions.set(READY, "False", reason, message).was("False", reason)
+    if changed and announce:
         decision.events.append(Event("Warning", reason, message))
     conditions.stamp()
     return decision
@@ -350,8 +422,95 @@ def invalid_spec(
     """The decision for a spec the models refuse (a CRD older than the operator)."""
     status = status.model_copy(deep=True)
     status.observed_generation = generation
-    decision = Decision(status=status)
-    return _fail(decision, Conditions(status, generation, now), "InvalidSpec", message)
+    conditions = Conditions(status, generation, now)
+    return _wait(
+        Decision(status=status), conditions, "InvalidSpec", message, InferenceEndpointPhase.FAILED
+    )
+
+
+def refused_apply(
+    decision: Decision, kind: str, name: str, message: str, now: dt.datetime
+) -> Decision:
+    """The API server refused one of the endpoint's objects (a Service of its name that another
+    controller owns): Ready=False names the object and the server's words, with a Warning."""
+    status = decision.status
+    conditions = Conditions(status, status.observed_generation or 0, now)
+    refused = Decision(
+        status=status, target_requests_per_second=decision.target_requests_per_second
+    )
+    running = status.ready_replicas or status.replicas
+    phase = InferenceEndpointPhase.DEGRADED if running else InferenceEndpointPhase.PENDING
+    reason = "ApplyRefused"
+    return _wait(
+        refused, conditions, reason, f"the API server refused {kind} {name}: {message}", phase
+    )
+
+
+class _Stop:
+    """A phase's answer when the decision is made: the later phases do not run."""
+
+
+STOP = _Stop()
+
+
+@dataclass
+class _Step:
+    """What every phase of the serving reconcile works on."""
+
+    endpoint: EndpointView
+    decision: Decision
+    conditions: Conditions
+    planner: Planner
+    pools: Mapping[str, NodePool]
+    used: Mapping[str, Mapping[str, Decimal]]
+    hardware: tuple[str, str] | None
+    deployment: DeploymentView | None
+    group: DeploymentView | None
+    leader_worker_set_installed: bool
+    autoscaler_present: bool
+    plan: Mapping[str, Any] = field(default_factory=dict)
+    hosts: int = 1
+    desired: int = 0
+    hpa_owns: bool = False
+    capacity: tuple[ConditionStatus, str, str] = ("Unknown", "", "")
+    pool: NodePool | None = None
+
+    @property
+    def spec(self) -> InferenceEndpointSpec:
+        return self.endpoint.spec
+
+    @property
+    def status(self) -> InferenceEndpointStatus:
+        return self.decision.status
+
+    @property
+    def spans_hosts(self) -> bool:
+        return self.hosts > 1
+
+    @property
+    def kind(self) -> str:
+        """The workload that runs the replicas: a LeaderWorkerSet group per replica across
+        hosts, a Deployment's pod per replica on one host."""
+        return LWS_KIND if self.spans_hosts else "Deployment"
+
+    @property
+    def workload(self) -> DeploymentView | None:
+        return self.group if self.spans_hosts else self.deployment
+
+    @property
+    def other_workload(self) -> DeploymentView | None:
+        """The workload of the other kind, left from before the replicas' shape changed."""
+        return self.deployment if self.spans_hosts else self.group
+
+    def wait(self, reason: str, message: str, announce: bool = True) -> _Stop:
+        """Wait with a reason: Degraded while replicas run on either workload, else Pending."""
+        running = self.deployment is not None or self.group is not None
+        phase = InferenceEndpointPhase.DEGRADED if running else InferenceEndpointPhase.PENDING
+        _wait(self.decision, self.conditions, reason, message, phase, announce)
+        return STOP
+
+    def event(self, type_: str, reason: str, message: str) -> None:
+        self.decision.events.append(Event(type_, reason, message))  # type: ignore[arg-type]
 
 
 def reconcile_inference(
@@ -369,158 +528,213 @@ def reconcile_inference(
     """``hardware``: why the operator's catalog cannot place the endpoint's accelerator
     (planning.catalog.hardware_problem), or None. ``group``: the endpoint's LeaderWorkerSet, which
     runs its replicas when they span hosts (``deployment`` runs them on one host);
-    ``leader_worker_set_installed``: its CRD is served."""
-    spec = endpoint.spec
-    name, namespace = endpoint.name, endpoint.namespace
-    previous = endpoint.status
-    status = previous.model_copy(deep=True)
+    ``leader_worker_set_installed``: its CRD is served. The phases run in order until one
+    decides (waits, fails) or all have run."""
+    status = endpoint.status.model_copy(deep=True)
     status.observed_generation = endpoint.generation
     decision = Decision(status=status)
-    conditions = Conditions(status, endpoint.generation, now)
-    target = target_requests_per_second(spec)
-    decision.target_requests_per_second = target
-
-    if hardware is not None:
-        # Like a missing pool: nothing is applied, what runs keeps running, and the endpoint
-        # waits for the catalog to define its hardware.
-        reason, message = hardware
-        phase = InferenceEndpointPhase.DEGRADED if deployment else InferenceEndpointPhase.PENDING
-        status.phase = phase.value
-        if not conditions.set(READY, "False", reason, message).was("False", reason):
-            decision.events.append(Event("Warning", reason, message))
-        conditions.stamp()
-        return decision
-
-    try:
-        plan = planner(spec)
-    except PlanError as error:
-        return _fail(decision, conditions, "PlanFailed", str(error))
-
-    # A replica across hosts runs as one LeaderWorkerSet group; one on a host, as a Deployment.
-    hosts = int(plan.get("hostsPerReplica") or 1)
-    spans_hosts = hosts > 1
-    previous_workload = deployment if spans_hosts else group
-    if spans_hosts:
-        deployment = group
-    if spans_hosts and not leader_worker_set_installed:
-        # Nothing is created: without its controller a LeaderWorkerSet would run no pod.
-        reason = "LeaderWorkerSetNotInstalled"
-        message = (
-            f"each replica spans {hosts} hosts ({spec.accelerator.per_replica} x "
-            f"{spec.accelerator.type}) and runs as a LeaderWorkerSet group, but the "
-            "LeaderWorkerSet API (leaderworkerset.x-k8s.io/v1) is not installed: install "
-            'LeaderWorkerSet (docs/install.md, "With LeaderWorkerSet")'
-        )
-        running = deployment is not None or previous_workload is not None
-        phase = InferenceEndpointPhase.DEGRADED if running else InferenceEndpointPhase.PENDING
-        status.phase = phase.value
-        if not conditions.set(READY, "False", reason, message).was("False", reason):
-            decision.events.append(Event("Warning", reason, message))
-        conditions.stamp()
-        return decision
-
-    # Who sets the count, and what it is (see the module's docstring).
-    autoscaled = spec.autoscaling.enabled
-    hpa_owns = (
-        autoscaled
-        and deployment is not None
-        and bool(deployment.replicas_managers - {MAIN_MANAGER})
+    decision.target_requests_per_second = target_requests_per_second(endpoint.spec)
+    step = _Step(
+        endpoint,
+        decision,
+        Conditions(status, endpoint.generation, now),
+        planner,
+        pools,
+        used,
+        hardware,
+        deployment,
+        group,
+        leader_worker_set_installed,
+        autoscaler_present,
     )
-    if hpa_owns:
-        assert deployment is not None
-        desired = deployment.spec_replicas
-    elif autoscaled and deployment is not None:
-        desired = deployment.spec_replicas  # switching the HPA on: start from what runs
-    else:
-        desired = int(plan["replicas"])
-    if desired != plan["replicas"]:
-        # The figures (capacity, p99, cost) for the count that actually runs.
-        plan = planner(spec.model_copy(update={"replicas": desired}))
-    decision.desired_replicas = desired
-
-    status.replicas = desired
-    status.ready_replicas = deployment.ready_replicas if deployment else 0
-    status.selector = selector_string(name)
-    status.url = endpoint_url(name, namespace, spec.port)
-    status.plan = status_plan(plan, desired, target)
-    decision.events += report_plausibility(conditions, plan_warnings(status.plan))
-
-    capacity = _capacity_condition(plan, desired)
-    capacity_before = conditions.set(CAPACITY_MET, *capacity)
-    if capacity[0] == "False" and not capacity_before.was("False", capacity[1]):
-        decision.events.append(Event("Warning", "CapacityNotMet", capacity[2]))
-    elif capacity[0] == "True" and capacity_before.was("False"):
-        decision.events.append(Event("Normal", "CapacityMet", capacity[2]))
-
-    if _is_llm(plan) and plan.get("replicasNeeded") is None:
-        # No replica can serve it: create nothing (what already runs keeps running) and wait
-        # for a spec that fits, with the engine's reason.
-        status.phase = (
-            InferenceEndpointPhase.DEGRADED if deployment else InferenceEndpointPhase.PENDING
-        ).value
-        conditions.set(READY, "False", capacity[1], capacity[2])
-        conditions.stamp()
-        return decision
-
-    pool = choose_pool(spec, pools, used, desired, current=previous.pool, hosts=hosts)
-    if isinstance(pool, NoPool):
-        # Nothing is applied: a Deployment without a pool's selector could land anywhere.
-        phase = InferenceEndpointPhase.DEGRADED if deployment else InferenceEndpointPhase.PENDING
-        status.phase = phase.value
-        if not conditions.set(READY, "False", pool.reason, pool.message).was("False", pool.reason):
-            decision.events.append(Event("Warning", pool.reason, pool.message))
-        conditions.stamp()
-        return decision
-    if pool.name != previous.pool:
-        decision.events.append(
-            Event(
-                "Normal",
-                "PoolSelected",
-                f"serving on node pool {pool.name} ({spec.accelerator.per_replica} x "
-                f"{spec.accelerator.type} per replica"
-                + (f", {hosts} hosts each" if spans_hosts else "")
-                + ")",
-            )
-        )
-    status.pool = pool.name
-    placement = ServingPlacement(
-        pool=pool.name,
-        node_selector=pool.node_selector(),
-        accelerator_resource=pool.accelerator_resource or accelerator_resource(spec),
-    )
-
-    count = None if hpa_owns else desired
-    if spans_hosts:
-        kind = LWS_KIND
-        workload = server_leader_worker_set(
-            name, namespace, spec, placement, count, hosts, serving_env(plan)
-        )
-    else:
-        kind = "Deployment"
-        workload = server_deployment(name, namespace, spec, placement, count, serving_env(plan))
-    decision.apply = [workload, server_service(name, namespace, spec, groups=spans_hosts)]
-    if previous_workload is not None:
-        decision.delete_workload = "Deployment" if spans_hosts else LWS_KIND
-    if autoscaled:
-        metric = _autoscaling_target(spec, plan)
-        decision.apply.append(autoscaler(name, namespace, spec, *metric, kind=kind))
-        if not hpa_owns:
-            decision.hold_replicas = replicas_only(name, namespace, desired, kind)
-    elif autoscaler_present:
-        decision.delete_autoscaler = True
-
-    if previous.replicas != desired:
-        source = _sizing_source(spec, plan, hpa_owns)
-        message = (
-            f"{_replicas(desired)}: {source}"
-            if previous.replicas is None
-            else f"scaled from {previous.replicas} to {_replicas(desired)}: {source}"
-        )
-        decision.events.append(Event("Normal", "Scaled", message))
-
-    _readiness(decision, conditions, deployment, desired, capacity[0] == "True", kind)
-    conditions.stamp()
+    for phase in _PHASES:
+        if phase(step) is STOP:
+            return decision
+    step.conditions.stamp()
     return decision
+
+
+def _hardware(step: _Step) -> _Stop | None:
+    """Like a missing pool: the endpoint waits for the catalog to define its hardware."""
+    return step.wait(*step.hardware) if step.hardware is not None else None
+
+
+def _plan(step: _Step) -> _Stop | None:
+    """The engine's plan; its refusal fails the endpoint (nothing applied)."""
+    try:
+        step.plan = step.planner(step.spec)
+    except PlanError as error:
+        _wait(
+            step.decision, step.conditions, "PlanFailed", str(error), InferenceEndpointPhase.FAILED
+        )
+        return STOP
+    step.hosts = int(step.plan.get("hostsPerReplica") or 1)
+    return None
+
+
+def _installation(step: _Step) -> _Stop | None:
+    """Replicas across hosts need LeaderWorkerSet: without its controller a LeaderWorkerSet
+    would run no pod, so nothing is created."""
+    if not step.spans_hosts or step.leader_worker_set_installed:
+        return None
+    spec = step.spec
+    return step.wait(
+        "LeaderWorkerSetNotInstalled",
+        f"each replica spans {step.hosts} hosts ({spec.accelerator.per_replica} x "
+        f"{spec.accelerator.type}) and runs as a LeaderWorkerSet group, but the "
+        "LeaderWorkerSet API (leaderworkerset.x-k8s.io/v1) is not installed: install "
+        'LeaderWorkerSet (docs/install.md, "With LeaderWorkerSet")',
+    )
+
+
+def _replica_count(step: _Step) -> _Stop | None:
+    """Who sets the count and what it is (see the module's docstring), the plan's figures for
+    that count, and CapacityMet. An LLM no replica can serve waits with the engine's reason."""
+    spec, status, workload = step.spec, step.status, step.workload
+    autoscaled = spec.autoscaling.enabled
+    step.hpa_owns = (
+        autoscaled and workload is not None and bool(workload.replicas_managers - {MAIN_MANAGER})
+    )
+    if autoscaled and workload is not None:
+        desired = workload.spec_replicas  # the HPA's count, or what runs when it takes over
+    else:
+        desired = int(step.plan["replicas"])
+    if desired != step.plan["replicas"]:
+        # The figures (capacity, p99, cost) for the count that actually runs.
+        step.plan = step.planner(spec.model_copy(update={"replicas": desired}))
+    step.desired = step.decision.desired_replicas = desired
+
+    name = step.endpoint.name
+    status.replicas = desired
+    status.ready_replicas = workload.ready_replicas if workload else 0
+    status.selector = selector_string(name)
+    status.url = endpoint_url(name, step.endpoint.namespace, spec.port)
+    status.plan = status_plan(step.plan, desired, step.decision.target_requests_per_second)
+    step.decision.events += report_plausibility(step.conditions, plan_warnings(status.plan))
+
+    step.capacity = _capacity_condition(spec, step.plan, desired)
+    value, reason, message = step.capacity
+    before = step.conditions.set(CAPACITY_MET, value, reason, message)
+    if value == "False" and not before.was("False", reason):
+        step.event("Warning", "CapacityNotMet", message)
+    elif value == "True" and before.was("False"):
+        step.event("Normal", "CapacityMet", message)
+    if _is_llm(step.plan) and step.plan.get("replicasNeeded") is None:
+        # No replica can serve it: wait for a spec that fits (CapacityNotMet announced it).
+        return step.wait(reason, message, announce=False)
+    return None
+
+
+def _pool(step: _Step) -> _Stop | None:
+    """The pool, its hosts' shape and how many of the replicas it can hold. A pool that cannot
+    hold one replica gets nothing applied: a Deployment without a pool's selector could land
+    anywhere, and a group that never fits would hold gated pods forever."""
+    spec = step.spec
+    pool = choose_pool(
+        spec,
+        step.pools,
+        step.used,
+        step.desired,
+        current=step.endpoint.status.pool,
+        hosts=step.hosts,
+    )
+    if isinstance(pool, NoPool):
+        return step.wait(pool.reason, pool.message)
+    placeable = replicas_placeable(pool, spec.accelerator.per_replica, step.hosts)
+    value, reason, message = _schedulable(spec, pool, step.desired, step.hosts, placeable)
+    if step.conditions.transition(SCHEDULABLE, value, reason, message) and value == "False":
+        step.event("Warning", reason, message)
+    if placeable == 0 and step.desired > 0:
+        return step.wait(reason, message, announce=False)
+    if pool.name != step.endpoint.status.pool:
+        step.event(
+            "Normal",
+            "PoolSelected",
+            f"serving on node pool {pool.name} ({spec.accelerator.per_replica} x "
+            f"{spec.accelerator.type} per replica"
+            + (f", {step.hosts} hosts each" if step.spans_hosts else "")
+            + ")",
+        )
+    step.status.pool = pool.name
+    step.pool = pool
+    return None
+
+
+def _workload(step: _Step) -> _Stop | None:
+    """The Deployment or the LeaderWorkerSet, one builder each, and the Service in front; the
+    workload of the other kind, once the replicas' shape changed, goes."""
+    assert step.pool is not None
+    spec, name, namespace = step.spec, step.endpoint.name, step.endpoint.namespace
+    placement = ServingPlacement(
+        pool=step.pool.name,
+        node_selector=step.pool.node_selector(),
+        accelerator_resource=step.pool.accelerator_resource or accelerator_resource(spec),
+    )
+    count = None if step.hpa_owns else step.desired
+    env = serving_env(step.plan)
+    if step.spans_hosts:
+        workload = server_leader_worker_set(
+            name, namespace, spec, placement, count, step.hosts, env
+        )
+    else:
+        workload = server_deployment(name, namespace, spec, placement, count, env)
+    step.decision.apply = [workload, server_service(name, namespace, spec, step.spans_hosts)]
+    if step.other_workload is not None:
+        other = "Deployment" if step.spans_hosts else LWS_KIND
+        step.decision.delete_workload = other
+    return None
+
+
+def _autoscaler(step: _Step) -> _Stop | None:
+    """The HPA while autoscaling is on (after the count's hand-over), none otherwise."""
+    spec, name, namespace = step.spec, step.endpoint.name, step.endpoint.namespace
+    if spec.autoscaling.enabled:
+        metric = _autoscaling_target(spec, step.plan)
+        step.decision.apply.append(autoscaler(name, namespace, spec, *metric, kind=step.kind))
+        if not step.hpa_owns:
+            step.decision.hold_replicas = replicas_only(name, namespace, step.desired, step.kind)
+    elif step.autoscaler_present:
+        step.decision.delete_autoscaler = True
+    return None
+
+
+def _scaled(step: _Step) -> _Stop | None:
+    """A Scaled Event when the count changes, saying who decided it."""
+    previous = step.endpoint.status.replicas
+    if previous != step.desired:
+        source = _sizing_source(step.spec, step.plan, step.hpa_owns)
+        message = (
+            f"{_replicas(step.desired)}: {source}"
+            if previous is None
+            else f"scaled from {previous} to {_replicas(step.desired)}: {source}"
+        )
+        step.event("Normal", "Scaled", message)
+    return None
+
+
+def _ready(step: _Step) -> _Stop | None:
+    _readiness(
+        step.decision,
+        step.conditions,
+        step.workload,
+        step.desired,
+        step.capacity[0] == "True",
+        step.kind,
+    )
+    return None
+
+
+_PHASES: tuple[Callable[[_Step], _Stop | None], ...] = (
+    _hardware,
+    _plan,
+    _installation,
+    _replica_count,
+    _pool,
+    _workload,
+    _autoscaler,
+    _scaled,
+    _ready,
+)
 
 
 def _readiness(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import logging
 import time
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
@@ -40,12 +41,19 @@ from ringmaster.controllers.inference_lifecycle import (
     Planner,
     invalid_spec,
     reconcile_inference,
+    refused_apply,
 )
 from ringmaster.controllers.kubeapi import KubeApi
 from ringmaster.controllers.kueue_workloads import DiscoveryFollower
-from ringmaster.manifests.inference import INFERENCE_ENDPOINT_LABEL, LWS_KIND, object_name
+from ringmaster.manifests.inference import (
+    INFERENCE_ENDPOINT_LABEL,
+    LWS_KIND,
+    object_name,
+    workload_name,
+)
 from ringmaster.manifests.naming import MANAGED_BY, OPERATOR
 
+logger = logging.getLogger(__name__)
 PLURAL = "inferenceendpoints"
 CRDS = ("apiextensions.k8s.io", "v1", "customresourcedefinitions")
 LWS_GROUP, LWS_VERSION, LWS_PLURAL = "leaderworkerset.x-k8s.io", "v1", "leaderworkersets"
@@ -54,6 +62,9 @@ LWS_ENABLED = False  # register_leader_worker_set
 KIND = "InferenceEndpoint"
 # What was applied is applied again after this long, even unchanged (someone edited it).
 REASSERT_SECONDS = 300.0
+# An object the API server refuses (a Service of the name owned by someone else) is tried again
+# after this long; meanwhile the endpoint says why.
+REFUSED_RETRY_SECONDS = 30.0
 OWNED: dict[str, Any] = {
     MANAGED_BY: OPERATOR,
     INFERENCE_ENDPOINT_LABEL: kopf.PRESENT,
@@ -129,6 +140,18 @@ def ringmaster_inference_autoscalers(
 # ---------------------------------------------------------------- the controller
 
 
+class ApplyRefused(Exception):
+    """The API server refused to apply one of the endpoint's objects (409, 422)."""
+
+    def __init__(self, kind: str, name: str, error: ApiException) -> None:
+        try:
+            message = str(json.loads(error.body or "{}").get("message") or error.reason)
+        except (TypeError, ValueError):
+            message = str(error.reason)
+        super().__init__(f"{kind} {name}: {message}")
+        self.kind, self.name, self.message = kind, name, message
+
+
 @dataclass(frozen=True)
 class Applied:
     fingerprint: str
@@ -166,7 +189,7 @@ class InferenceController(Controller):
         generation = int(body["metadata"].get("generation", 1))
         now = dt.datetime.now(dt.UTC).replace(microsecond=0)
         deployment: DeploymentView | None = self._first("ringmaster_inference_deployments", key)
-        group: DeploymentView | None = self._first("ringmaster_inference_groups", key)
+        group = await self._current_group(namespace, name)
         lws_installed = LWS_ENABLED and bool(self._first("ringmaster_lws_crd", "served"))
         autoscaler_present = bool(self._first("ringmaster_inference_autoscalers", key))
         try:
@@ -203,8 +226,35 @@ class InferenceController(Controller):
             if error.status == 403 and "being terminated" in str(error.body):
                 return None  # the namespace is going away, and the endpoint with it
             raise
+        except ApplyRefused as refused:
+            # Not a crash loop: the endpoint says which object the API server refused and why.
+            decision = refused_apply(decision, refused.kind, refused.name, refused.message, now)
+            await self.write_status(namespace, name, current, decision.status.to_k8s())
+            for event in decision.events:
+                self.post(body, event.type, event.reason, event.message)
+            self._observe(namespace, name, decision)
+            return REFUSED_RETRY_SECONDS
         self._observe(namespace, name, decision)
         return None
+
+    async def _current_group(self, namespace: str, name: str) -> DeploymentView | None:
+        """The endpoint's LeaderWorkerSet under its current name. One under another name was
+        made by an older operator (it shared the endpoint's name, and so its headless Service
+        the endpoint's Service): it goes, and the replicas move to the set of the new name."""
+        indexed = self.indexes.get("ringmaster_inference_groups")
+        views = list(indexed.get((namespace, name)) or []) if indexed is not None else []
+        wanted = workload_name(name, LWS_KIND)
+        for view in views:
+            if view.name and view.name != wanted:
+                logger.info(
+                    "%s/%s: deleting LeaderWorkerSet %s (renamed %s)",
+                    namespace,
+                    name,
+                    view.name,
+                    wanted,
+                )
+                await self.api.delete_object(namespace, LWS_KIND, view.name)
+        return next((v for v in views if v.name in ("", wanted)), None)
 
     def _needs_apply(
         self,
@@ -247,7 +297,12 @@ class InferenceController(Controller):
             kopf.append_owner_reference(obj, owner=as_body(body))
             fingerprint = json.dumps(obj, sort_keys=True)
             if self._needs_apply(key, obj, fingerprint, deployment, group, autoscaler_present):
-                result = await self.api.apply(namespace, obj)
+                try:
+                    result = await self.api.apply(namespace, obj)
+                except ApiException as error:
+                    if error.status not in (409, 422):
+                        raise
+                    raise ApplyRefused(obj["kind"], obj["metadata"]["name"], error) from error
                 generation = int((result.get("metadata") or {}).get("generation") or 0)
                 self.applied.setdefault(key, {})[obj["kind"]] = Applied(
                     fingerprint, generation, time.monotonic()
@@ -255,7 +310,8 @@ class InferenceController(Controller):
         if decision.hold_replicas is not None:
             await self.api.apply_as(namespace, decision.hold_replicas, REPLICAS_MANAGER)
         if decision.delete_workload is not None:
-            await self.api.delete_object(namespace, decision.delete_workload, object_name(name))
+            kind = decision.delete_workload
+            await self.api.delete_object(namespace, kind, workload_name(name, kind))
             self.applied.get(key, {}).pop(decision.delete_workload, None)
         if decision.delete_autoscaler:
             await self.api.delete_object(namespace, "HorizontalPodAutoscaler", object_name(name))

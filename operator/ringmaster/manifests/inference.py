@@ -77,6 +77,19 @@ def object_name(endpoint: str) -> str:
     return dns_label(endpoint)
 
 
+# LeaderWorkerSet creates a headless Service named after the LeaderWorkerSet, through which its
+# leader address (LWS_LEADER_ADDRESS) resolves; it skips that Service when one of the name
+# exists. So the set is named apart from the endpoint's own Service, which keeps the endpoint's
+# name (and URL) whether its replicas span hosts or not.
+GROUP_SET_SUFFIX = "-group"
+
+
+def workload_name(endpoint: str, kind: str = "Deployment") -> str:
+    """The name of the workload that runs the replicas: the Deployment has the endpoint's name,
+    the LeaderWorkerSet ``<endpoint>-group`` (its pods ``<endpoint>-group-<i>[-<j>]``)."""
+    return dns_label(endpoint, GROUP_SET_SUFFIX) if kind == LWS_KIND else object_name(endpoint)
+
+
 def selector_labels(endpoint: str) -> dict[str, str]:
     # A label value is at most 63 characters; dns_label keeps long names distinct.
     return {INFERENCE_ENDPOINT_LABEL: dns_label(endpoint), ROLE_LABEL: SERVER_ROLE}
@@ -244,7 +257,7 @@ def server_leader_worker_set(
         "apiVersion": LWS_API_VERSION,
         "kind": LWS_KIND,
         "metadata": {
-            "name": object_name(endpoint),
+            "name": workload_name(endpoint, LWS_KIND),
             "namespace": namespace,
             "labels": object_labels(endpoint),
         },
@@ -311,7 +324,7 @@ def replicas_only(
     return {
         "apiVersion": LWS_API_VERSION if kind == LWS_KIND else "apps/v1",
         "kind": kind,
-        "metadata": {"name": object_name(endpoint), "namespace": namespace},
+        "metadata": {"name": workload_name(endpoint, kind), "namespace": namespace},
         "spec": {"replicas": replicas},
     }
 
@@ -410,7 +423,7 @@ def autoscaler(
             "scaleTargetRef": {
                 "apiVersion": LWS_API_VERSION if kind == LWS_KIND else "apps/v1",
                 "kind": kind,
-                "name": object_name(endpoint),
+                "name": workload_name(endpoint, kind),
             },
             "minReplicas": max(spec.min_replicas, HPA_MIN_REPLICAS_FLOOR),
             "maxReplicas": spec.max_replicas,
