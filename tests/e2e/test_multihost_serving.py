@@ -26,6 +26,7 @@ POOL = "h100-highgpu-8g"
 POOL_LABEL = "cloud.google.com/gke-nodepool"
 SELECTOR = "ringmaster.dev/inferenceendpoint"
 NAME = "llama405"
+GROUP_SET = f"{NAME}-group"  # the LeaderWorkerSet, named apart from the endpoint's Service
 # Two groups of two hosts need four H100 hosts: the session's cluster has the pool's default.
 HOSTS = 4
 
@@ -93,6 +94,25 @@ def env_of(pod: dict[str, Any]) -> dict[str, str]:
     return {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][0].get("env", [])}
 
 
+def controllers_of(obj: dict[str, Any]) -> list[str]:
+    return [
+        f"{r['kind']}/{r['name']}"
+        for r in obj["metadata"].get("ownerReferences") or []
+        if r.get("controller")
+    ]
+
+
+def assert_services_apart(cluster: Cluster, ns: str, name: str = NAME) -> None:
+    """The endpoint's ClusterIP Service (the endpoint its controller) and LeaderWorkerSet's
+    headless Service of the set (the set its controller), each under its own name."""
+    ours = cluster.get_json("service", name, "-n", ns)
+    assert controllers_of(ours) == [f"InferenceEndpoint/{name}"]
+    assert ours["spec"]["type"] == "ClusterIP" and ours["spec"]["clusterIP"] != "None"
+    theirs = cluster.get_json("service", f"{name}-group", "-n", ns)
+    assert controllers_of(theirs) == [f"LeaderWorkerSet/{name}-group"]
+    assert theirs["spec"]["clusterIP"] == "None"
+
+
 def test_a_two_host_endpoint_waits_for_leader_worker_set_then_runs_as_groups(
     operator: OperatorProcess, cluster: Cluster, quiet_namespace: str, h100_hosts: None
 ) -> None:
@@ -124,7 +144,7 @@ def test_a_two_host_endpoint_waits_for_leader_worker_set_then_runs_as_groups(
             timeout=120,
             what=f"one group of two running pods ({operator.log_path})",
         )
-        group = cluster.get_json("leaderworkersets", NAME, "-n", ns)
+        group = cluster.get_json("leaderworkersets", GROUP_SET, "-n", ns)
         assert group["spec"]["replicas"] == 1
         assert group["spec"]["leaderWorkerTemplate"]["size"] == 2
         assert cluster.get_json("deployments", "-n", ns)["items"] == []
@@ -141,7 +161,8 @@ def test_a_two_host_endpoint_waits_for_leader_worker_set_then_runs_as_groups(
             assert env["RINGMASTER_LEADER_ADDRESS"] == "$(LWS_LEADER_ADDRESS)"
             # LeaderWorkerSet's webhook put its own variables first, so the references expand.
             assert list(env)[:3] == ["LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX"]
-            assert env["LWS_LEADER_ADDRESS"].startswith(f"{NAME}-0.{NAME}.{ns}")
+            # The leader's address resolves through LeaderWorkerSet's own headless Service.
+            assert env["LWS_LEADER_ADDRESS"].startswith(f"{GROUP_SET}-0.{GROUP_SET}.{ns}")
             assert not pod["spec"].get("schedulingGates")
         # Ready from the group's readiness (its leader's probe); one replica where the engine
         # asks for four keeps the endpoint Degraded with CapacityMet=False and the numbers.
@@ -154,6 +175,7 @@ def test_a_two_host_endpoint_waits_for_leader_worker_set_then_runs_as_groups(
             timeout=90,
             what=f"{NAME} Ready with one group ({status(cluster, ns, NAME)})",
         )
+        assert_services_apart(cluster, ns)
         capacity = condition({"status": status(cluster, ns, NAME)}, "CapacityMet")
         assert capacity is not None and capacity["reason"] == "TooFewReplicas"
         assert status(cluster, ns, NAME)["plan"]["layout"].startswith(
@@ -187,3 +209,132 @@ def test_a_two_host_endpoint_waits_for_leader_worker_set_then_runs_as_groups(
     finally:
         lws.down(uninstall=True)
         restart_after_uninstall(operator)
+
+
+@pytest.fixture
+def leader_worker_set(cluster: Cluster, operator: OperatorProcess) -> Iterator[None]:
+    """LeaderWorkerSet running for the test; uninstalled afterwards, with the session's
+    operator restarted as its Deployment would be (restart_after_uninstall)."""
+    lws = local_lws(cluster)
+    lws.up()
+    try:
+        yield
+    finally:
+        lws.down(uninstall=True)
+        restart_after_uninstall(operator)
+
+
+def one_host(body: dict[str, Any]) -> dict[str, Any]:
+    """The 405B endpoint on one host of 8 H100: FP8 weights, TP 8."""
+    spec = body["spec"]
+    spec["accelerator"]["perReplica"] = 8
+    spec["precision"] = "FP8"
+    return body
+
+
+ROUNDS = 20
+
+
+def test_the_endpoints_service_and_leader_worker_sets_never_share_a_name(
+    operator: OperatorProcess, cluster: Cluster, leader_worker_set: None, h100_hosts: None
+) -> None:
+    """The create race of issue 45: in fresh namespaces, whichever of the operator and
+    LeaderWorkerSet's controller creates its Service first, both Services exist under their own
+    names with their own controllers, and every endpoint has a status (none is refused)."""
+    namespaces = [f"svc-{i}-{os.getpid() % 10000}" for i in range(ROUNDS)]
+    body = yaml.safe_load(EXAMPLE.read_text())
+    body["metadata"]["name"] = NAME
+    body["spec"]["replicas"] = 1
+    try:
+        for ns in namespaces:
+            cluster.kubectl("create", "namespace", ns)
+            cluster.apply(body, ns)
+
+        def settled(ns: str) -> bool:
+            services = {
+                s["metadata"]["name"] for s in cluster.get_json("services", "-n", ns)["items"]
+            }
+            return services == {NAME, GROUP_SET} and bool(status(cluster, ns, NAME).get("plan"))
+
+        for ns in namespaces:
+            wait_for(lambda ns=ns: settled(ns), timeout=60, what=f"both Services in {ns}")
+            assert_services_apart(cluster, ns)
+            ready = condition({"status": status(cluster, ns, NAME)}, "Ready")
+            assert ready is not None and ready["reason"] != "ApplyRefused", ready
+        assert "Only one reference can have Controller" not in operator.log_path.read_text()
+    finally:
+        for ns in namespaces:
+            cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def test_an_endpoint_moves_from_one_host_to_groups_and_back_keeping_its_service(
+    operator: OperatorProcess,
+    cluster: Cluster,
+    quiet_namespace: str,
+    leader_worker_set: None,
+    h100_hosts: None,
+) -> None:
+    ns = quiet_namespace
+    body = one_host(yaml.safe_load(EXAMPLE.read_text()))
+    body["metadata"]["name"] = NAME
+    body["spec"]["replicas"] = 1
+    cluster.apply(body, ns)
+
+    def serving(kind: str) -> bool:
+        s = status(cluster, ns, NAME)
+        ready = condition({"status": s}, "Ready") or {}
+        workloads = {
+            "Deployment": cluster.get_json("deployments", "-n", ns)["items"],
+            "LeaderWorkerSet": cluster.get_json("leaderworkersets", "-n", ns)["items"],
+        }
+        others = [w for k, w in workloads.items() if k != kind and w]
+        return ready.get("reason") == "ReplicasReady" and bool(workloads[kind]) and not others
+
+    wait_for(lambda: serving("Deployment"), timeout=120, what=f"one host ({operator.log_path})")
+    uid = cluster.get_json("service", NAME, "-n", ns)["metadata"]["uid"]
+    assert status(cluster, ns, NAME)["plan"]["hostsPerReplica"] == 1
+
+    patch_spec(
+        cluster, ns, NAME, '{"spec": {"accelerator": {"perReplica": 16}, "precision": "BF16"}}'
+    )
+    wait_for(lambda: serving("LeaderWorkerSet"), timeout=120, what="groups of two hosts")
+    assert_services_apart(cluster, ns)
+    service = cluster.get_json("service", NAME, "-n", ns)
+    assert service["metadata"]["uid"] == uid  # the same Service throughout: clients keep it
+    assert service["spec"]["selector"]["leaderworkerset.sigs.k8s.io/worker-index"] == "0"
+
+    patch_spec(
+        cluster, ns, NAME, '{"spec": {"accelerator": {"perReplica": 8}, "precision": "FP8"}}'
+    )
+    wait_for(lambda: serving("Deployment"), timeout=120, what="back on one host")
+    service = cluster.get_json("service", NAME, "-n", ns)
+    assert service["metadata"]["uid"] == uid
+    assert "leaderworkerset.sigs.k8s.io/worker-index" not in service["spec"]["selector"]
+    wait_for(
+        lambda: not cluster.kubectl("get", "service", GROUP_SET, "-n", ns, check=False).stdout,
+        timeout=60,
+        what="LeaderWorkerSet's headless Service gone with the set",
+    )
+
+
+def test_a_replica_shape_the_pool_cannot_build_waits_and_creates_nothing(
+    operator: OperatorProcess, cluster: Cluster, quiet_namespace: str, leader_worker_set: None
+) -> None:
+    """12 x H100 is planned as 3 hosts of 4 (a3-highgpu-4g); the cluster's H100 pool has hosts
+    of 8: the endpoint waits UnsupportedHostShape and creates no set, Service or pod."""
+    ns = quiet_namespace
+    body = yaml.safe_load(EXAMPLE.read_text())
+    body["metadata"]["name"] = NAME
+    body["spec"]["accelerator"]["perReplica"] = 12
+    body["spec"]["parallelism"] = {"tensor": 4, "pipeline": 3}
+    cluster.apply(body, ns)
+
+    def waiting() -> dict[str, Any] | None:
+        ready = condition({"status": status(cluster, ns, NAME)}, "Ready")
+        return ready if ready and ready["reason"] == "UnsupportedHostShape" else None
+
+    ready = wait_for(waiting, what=f"{NAME} UnsupportedHostShape ({status(cluster, ns, NAME)})")
+    assert "3 hosts x 4 nvidia-h100-80gb" in ready["message"]
+    assert any(e["reason"] == "UnsupportedHostShape" for e in events_of(cluster, ns, NAME))
+    for kind in ("leaderworkersets", "deployments", "services", "pods"):
+        assert cluster.get_json(kind, "-n", ns)["items"] == [], kind

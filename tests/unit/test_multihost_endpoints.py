@@ -261,3 +261,19 @@ def test_a_pool_smaller_than_one_group_gets_nothing_created() -> None:
     assert (ready.status, ready.reason) == ("False", "PoolTooSmall")
     assert "one group needs 2 hosts of 8 x nvidia-h100-80gb" in ready.message
     assert decision.status.phase == "Pending"
+
+
+def test_a_group_whose_grant_was_cut_short_is_completed_not_held_forever() -> None:
+    # The operator lifted the leader's gate, then died before the worker's: the leader is bound
+    # on a host; the worker alone at the gate follows onto another host.
+    leader = group_pod("llama-0", "g0")
+    leader["spec"]["schedulingGates"] = []
+    leader["spec"]["nodeName"] = "h100-highgpu-8g-0"
+    leader["status"]["phase"] = "Running"
+    worker = group_pod("llama-0-1", "g0")
+    s = snap(4, leader, worker)
+    grants, _ = admission_pass(s, [], SETTINGS, NOW)
+    [grant] = grants
+    assert isinstance(grant, Grant), grant
+    assert grant.pod == ("serving", "llama-0-1")
+    assert grant.host and grant.host != "h100-highgpu-8g-0"

@@ -544,11 +544,19 @@ def _grant_group(
     first = pods[0]
     size = first.group_size
     if len(pods) < size:
-        message = (
-            f"its replica group has {len(pods)} of its {size} pods at the admission gate; "
-            "a group is admitted whole"
-        )
-        return [Hold(p.key, message) for p in pods]
+        assert first.group is not None
+        at_gate = {p.key for p in pods}
+        through = [m for m in view.snapshot.group_members(first.group) if m.key not in at_gate]
+        if len(pods) + len(through) < size:
+            message = (
+                f"its replica group has {len(pods)} of its {size} pods at the admission gate; "
+                "a group is admitted whole"
+            )
+            return [Hold(p.key, message) for p in pods]
+        # A grant cut short (the operator stopped between its pods' gates): the group was
+        # admitted whole, and the pods still at the gate follow onto hosts of their own (a
+        # granted pod of a group fills its host, so the room left excludes theirs).
+        size = len(pods)
     if first.pool is None or not first.requests:
         return [Grant(p.key, None) for p in pods]
     if first.pool not in pools:

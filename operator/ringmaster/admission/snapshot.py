@@ -489,6 +489,14 @@ class ClusterSnapshot:
     def has_gated(self) -> bool:
         return bool(self._gated)
 
+    def group_members(self, group: Key) -> list[PodFacts]:
+        """The live pods of a replica group, at the gate or through it."""
+        return [
+            pod
+            for pod in self._pods.values()
+            if pod.group == group and pod.active and not pod.terminating
+        ]
+
     def gated(self) -> list[PodFacts]:
         """Pods held at the admission gate and not granted, oldest first (as they appeared)."""
         return sorted(self._gated.values(), key=lambda pod: self._gated_since[pod.key])
