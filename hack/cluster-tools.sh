@@ -49,6 +49,12 @@ done
 
 export GOFLAGS="-trimpath -buildvcs=false"
 export CGO_ENABLED=0
+# One build at a time per cache: callers started together (the e2e workers of a parallel suite,
+# two checkouts) wait for the first and then find its binaries, instead of each compiling
+# Kubernetes on the same cores.
+mkdir -p "$cache"
+exec 9>"$cache/.build.lock"
+flock 9
 for c in etcd kwok helm kube kueue lws; do
   out="$cache/bin/$c-${version[$c]}"
   if [[ -f $out/.complete ]]; then
