@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -136,15 +137,24 @@ def test_an_admission_s_events_are_named_after_that_admission():
         admission_announcements("bert", "uid-1", status.model_copy(update={"phase": "Running"}))
         == []
     )
-    # Another job of the same name, another attempt, another admission: other names.
+    # Another job of the same name: other names. Another attempt, another admission: another
+    # Admitted, and the same StrategyChosen while the strategy is the same (issue 45).
     assert names.isdisjoint(e.name for e in admission_announcements("bert", "uid-2", status))
     assert status.admission is not None
+    strategy = next(e.name for e in admission_announcements("bert", "uid-1", status))
     for changed in (
         {"attempt": status.admission.attempt + 1},
         {"time": status.admission.time + dt.timedelta(seconds=1)},
     ):
         other = status.model_copy(update={"admission": status.admission.model_copy(update=changed)})
-        assert names.isdisjoint(e.name for e in admission_announcements("bert", "uid-1", other))
+        again = {e.reason: e.name for e in admission_announcements("bert", "uid-1", other)}
+        assert again["StrategyChosen"] == strategy
+        assert again["Admitted"] not in names
+    assert status.plan is not None
+    replanned = status.model_copy(
+        update={"plan": status.plan.model_copy(update={"strategy": "ReductionServer"})}
+    )
+    assert strategy not in {e.name for e in admission_announcements("bert", "uid-1", replanned)}
 
 
 def test_a_created_pod_the_watch_shows_is_no_longer_expected():
@@ -380,3 +390,87 @@ def test_a_waiting_job_s_numbers_are_rewritten_at_most_every_refresh_period():
     assert controller._worth_writing(numbers, late)
     reason = Wait(key, "QueuedBehind", "ml/gpt starts first")
     assert controller._worth_writing(reason, NOW)  # a new reason at once
+
+
+class EventsApi(RecordingApi):
+    """The API as far as Events go: a named Event posted again is refused (409, which
+    KubeApi.post_event_about takes as posted already); an unnamed one gets a name of its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: dict[str, str] = {}  # name -> reason
+
+    async def post_event_about(
+        self, involved: Any, type_: str, reason: str, message: str, name: str = ""
+    ) -> None:
+        await super().post_event_about(involved, type_, reason, message, name)
+        self.events.setdefault(name or f"generated-{len(self.events)}", reason)
+
+    def count(self, reason: str) -> int:
+        return sum(1 for r in self.events.values() if r == reason)
+
+
+def test_a_restarted_operator_posts_no_second_strategy_chosen_for_a_gang_admitted_again():
+    """Issue 45 (the chaos run: 4 of 20 jobs): a gang restarted after a worker failed is
+    admitted again with the strategy it had, so no StrategyChosen goes out; an operator started
+    while that admission is on record must not announce the strategy as new."""
+    the_spec = spec(workers=2, runPolicy={"backoffLimit": 2})
+    world = TrainingWorld()
+    api = EventsApi()
+    first = TrainingController(api, ring_planner, QueueingSettings())  # type: ignore[arg-type]
+
+    def look(controller: TrainingController, status: TrainingJobStatus, pods=()) -> Any:
+        decision = world.decide(replace(job(the_spec, status), uid="uid-1"), pods)
+        current = status.to_k8s()
+        asyncio.run(controller._apply("ml", "bert", dict(BODY), current, status, decision))
+        return decision
+
+    admitted = look(first, TrainingJobStatus())
+    running = look(first, admitted.status, pods_of(admitted))
+    assert running.status.phase == "Running"
+    restarted = look(first, running.status, pods_of(admitted, "Failed"))
+    assert restarted.status.restarts == 1
+    again = look(first, restarted.status)
+    assert again.status.phase == "Admitted" and again.status.admission.attempt == 1
+    assert "StrategyChosen" not in {e.reason for e in again.events}
+    assert api.count("StrategyChosen") == 1
+
+    # The operator is killed and started again while the second admission is on record.
+    second = TrainingController(api, ring_planner, QueueingSettings())  # type: ignore[arg-type]
+    look(second, again.status)
+    assert api.count("Admitted") == 2  # one per admission
+    assert api.count("StrategyChosen") == 1, api.events
+
+
+def test_a_strategy_that_changes_on_record_is_announced_once_whoever_looks():
+    the_spec = spec(workers=2)
+    world = TrainingWorld()
+    api = EventsApi()
+
+    def planner(strategy: str):
+        def plan(spec_: Any, machine: str | None, reducers: Any = None) -> Any:
+            return ring_planner(spec_, machine, reducers).model_copy(update={"strategy": strategy})
+
+        return plan
+
+    def look(status: TrainingJobStatus, strategy: str, pods=()) -> Any:
+        controller = TrainingController(api, ring_planner, QueueingSettings())  # type: ignore[arg-type]
+        decision = world.decide(
+            replace(job(the_spec, status), uid="uid-1"), pods, planner=planner(strategy)
+        )
+        current = status.to_k8s()
+        asyncio.run(controller._apply("ml", "bert", dict(BODY), current, status, decision))
+        return decision
+
+    admitted = look(TrainingJobStatus(), "Ring")
+    running = look(admitted.status, "Ring", pods_of(admitted))
+    assert api.count("StrategyChosen") == 1
+    # A new catalog (or a shared reducer pool's new share) changes the strategy on record.
+    changed = look(running.status, "ReductionServerless", pods_of(admitted))
+    assert changed.status.plan.strategy == "ReductionServerless"
+    assert api.count("StrategyChosen") == 2
+    # Looked at again by a process that did not post it (the status write was lost): the same
+    # decision, the same Event, not a third.
+    look(running.status, "ReductionServerless", pods_of(admitted))
+    look(changed.status, "ReductionServerless", pods_of(admitted))
+    assert api.count("StrategyChosen") == 2

@@ -461,7 +461,7 @@ def _plan(step: _Step, pool: PoolSummary | None, reducers: ReducerPool | None) -
     step.conditions.set(PLANNED, "True", "Planned", f"strategy {plan.strategy}")
     step.decision.events += report_plausibility(step.conditions, plan_warnings(plan))
     if plan.strategy != previous and plan.fits is not False:
-        step.event("Normal", "StrategyChosen", _strategy_message(plan))
+        step.decision.events.append(strategy_announcement(step.job.name, step.job.uid, plan))
     return ""
 
 
@@ -469,6 +469,20 @@ def _strategy_message(plan: TrainingPlan) -> str:
     return (
         f"{plan.strategy}: predicted {plan.step_seconds or 0:.3g} s/step, "
         f"bottleneck {plan.bottleneck}"
+    )
+
+
+def strategy_announcement(name: str, uid: str, plan: TrainingPlan) -> Event:
+    """The StrategyChosen Event of the strategy `plan` gives the job, named after the job and
+    that strategy. It is decided when the strategy on record (status.plan, as the API has it)
+    changes, and posted again by an operator that finds an admission on record it may not have
+    announced (admission_announcements); posted any number of times, by any process, the API
+    keeps one per strategy the job was given. (So a job that goes back to a strategy it had
+    before is not told again: that Event is there already.)"""
+    identity = hashlib.sha256(f"{uid}/{plan.strategy}".encode()).hexdigest()[:12]
+    # An Event's name is a DNS subdomain of at most 253 characters.
+    return Event(
+        "Normal", "StrategyChosen", _strategy_message(plan), f"{name[:200]}.strategy-{identity}"
     )
 
 
@@ -711,8 +725,9 @@ def _record_admission(
 
 def admission_announcements(name: str, uid: str, status: TrainingJobStatus) -> list[Event]:
     """The Events that announce the admission `status` records while its phase is Admitted,
-    rebuilt from the status alone and named after the admission (uid, attempt, time): whoever
-    posts them, and however often, the API keeps one of each. An admitted gang's Events go out
+    rebuilt from the status alone: Admitted named after the admission (uid, attempt, time),
+    StrategyChosen after the strategy (strategy_announcement); whoever posts them, and however
+    often, the API keeps one of each. An admitted gang's Events go out
     with its pods, after the status write, one round trip fewer on its path than before it; an
     operator that finds an admission on record it did not announce itself (it was killed in
     between, or the post failed) posts these before anything else, so none is ever lost.
@@ -726,9 +741,10 @@ def admission_announcements(name: str, uid: str, status: TrainingJobStatus) -> l
     events = []
     plan = status.plan
     if plan is not None and plan.fits is not False:
-        events.append(
-            Event("Normal", "StrategyChosen", _strategy_message(plan), f"{prefix}.plan-{identity}")
-        )
+        # Named after the strategy, not the admission: a gang restarted with the strategy it
+        # had is admitted again without a new StrategyChosen, and an operator started while it
+        # is Admitted finds the one posted at its first admission (issue 45).
+        events.append(strategy_announcement(name, uid, plan))
     schedulable = find_condition(status.conditions, SCHEDULABLE)
     if schedulable is not None and (schedulable.status, schedulable.reason) == ("True", "Admitted"):
         events.append(

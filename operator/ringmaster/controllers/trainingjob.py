@@ -722,7 +722,13 @@ class TrainingController(Controller):
             if e.name not in recorded_names
         }
         after = [replace(e, name=named[e.reason]) for e in decision.events if e.reason in named]
-        before = recorded + [e for e in decision.events if e.reason not in named]
+        # A named Event the decision repeats that is announced already (or is in `recorded`)
+        # is not posted twice: its name says it is the same one.
+        before = recorded + [
+            e
+            for e in decision.events
+            if e.reason not in named and not (e.name and e.name in recorded_names)
+        ]
         # What the decision itself does not announce (a strategy unchanged since the last
         # attempt) is not announced after a restart either.
         said = {e.reason for e in after}
