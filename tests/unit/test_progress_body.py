@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import itertools
 import json
 import logging
@@ -266,3 +267,21 @@ def test_the_projects_client_sends_a_4096_rank_report(tmp_path: Path) -> None:
         return await asyncio.to_thread(send)
 
     assert run(scenario) == [202] * 5
+
+
+def test_the_largest_report_the_schema_admits_is_under_the_body_limit() -> None:
+    # 4096 ranks, each from a host with the longest DNS name: valid, so it must not be a 413.
+    from ringmaster.observe.reports import MAX_HOST_NAME, parse_report
+
+    body = json.dumps(
+        {
+            "step": 123456789,
+            "stepSeconds": 0.123456789,
+            "ranks": [
+                {"rank": r, "host": f"{r:06d}".ljust(MAX_HOST_NAME, "h"), "stepSeconds": 0.84321}
+                for r in range(MAX_RANKS)
+            ],
+        }
+    ).encode()
+    assert len(body) <= MAX_BODY_BYTES, len(body)
+    assert len(parse_report(body, dt.datetime.now(dt.UTC)).ranks or []) == MAX_RANKS
