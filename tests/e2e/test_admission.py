@@ -160,6 +160,12 @@ def render_bad_input_doc(rows: list[BadInput]) -> str:
         "| `UnsupportedTopology` | `spec.accelerator.topology` | a 2-D topology for a 3-D TPU "
         "(`4x4` for tpu-v4-podslice) or the reverse |",
         "",
+        "What only the engine can judge is left to the operator too: whether an LLM's weights and",
+        "KV cache fit a replica's memory, and whether any replica meets the latency targets. Such",
+        "an endpoint is stored and planned, and `CapacityMet=False` gives the reason",
+        "(`ModelDoesNotFit`, `LatencyTargetUnreachable`) with the numbers. Its parallelism",
+        "(tensor, pipeline, expert) is judged at admission (the rows above).",
+        "",
         "## Accepted, with a warning",
         "",
         "Some input is valid but almost surely a slip. It is accepted, planned, and reported as",

@@ -149,6 +149,22 @@ def test_bad_expert_parallelism_is_refused_clearly(
         L.predict_llm_serving(inputs)
 
 
+@pytest.mark.parametrize(("ep", "tensor"), [(1, {8, 16}), (16, {16}), (8, {8})])
+def test_an_expert_degree_keeps_the_layouts_whose_tensor_degree_it_is(
+    ep: int, tensor: set[int]
+) -> None:
+    # Qwen3-30B-A3B (128 experts, 32 heads) on 2 x 8 H100 per replica, layout left to the
+    # engine: EP spans the tensor-parallel ranks, so only layouts with TP = EP are weighed (both
+    # were, and the one with the other TP refused the whole plan).
+    inputs = L.LlmServingInputs(
+        QWEN3_30B, "nvidia-h100-80gb", 16, "BF16", 1000, 200, 2.0, 0.05,
+        target_requests_per_second=5, expert_parallel=ep,
+    )  # fmt: skip
+    assert {layout.tensor for layout in L.choose_layouts(inputs, 8, 2)} == tensor
+    prediction = L.predict_llm_serving(inputs)
+    assert prediction.tensor_parallel in tensor and prediction.expert_parallel == ep
+
+
 def test_fp4_is_refused_on_h100_and_planned_on_b200() -> None:
     inputs = L.LlmServingInputs(
         QWEN3_30B, "nvidia-h100-80gb", 8, "FP4", 1000, 500, 2.0, 0.05,

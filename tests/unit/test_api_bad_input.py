@@ -438,23 +438,43 @@ def test_parse_manifest_and_the_crd_agree_on_inference_endpoints(
     _assert_same_verdict(doc)
 
 
-@settings(max_examples=200, deadline=None)
+FIT, TP, STAGES, BELOW_STAGES = "fit", "tp", "stages", "below-stages"
+
+
+@settings(max_examples=300, deadline=None)
 @given(
     per_replica=st.sampled_from([1, 2, 3, 4, 8, 16, 24, 32, 600]),
     hosts=st.one_of(st.none(), st.integers(min_value=0, max_value=5)),
     tensor=st.one_of(st.none(), st.sampled_from([0, 1, 2, 4, 8, 16, 32, 600])),
-    pipeline=st.one_of(st.none(), st.sampled_from([0, 1, 2, 3, 4, 100])),
-    expert=st.one_of(st.none(), st.sampled_from([1, 2, 5, 8, 16])),
+    pipeline=st.one_of(st.none(), st.sampled_from([0, 1, 2, 3, 4, 32, 100, FIT, FIT])),
+    expert=st.one_of(st.none(), st.sampled_from([1, 2, 4, 5, 8, 16, 32, TP, TP, TP, FIT])),
     heads=st.sampled_from([40, 64, 128]),
+    experts=st.sampled_from([None, None, 1, 6, 8, 16, 128]),
+    layers=st.sampled_from([80, 80, 12, STAGES, STAGES, BELOW_STAGES]),
 )
 def test_parse_manifest_and_the_crd_agree_on_serving_parallelism(
     per_replica: int,
     hosts: int | None,
     tensor: int | None,
-    pipeline: int | None,
-    expert: int | None,
+    pipeline: int | str | None,
+    expert: int | str | None,
     heads: int,
+    experts: int | None,
+    layers: int | str,
 ) -> None:
+    """Every rule on spec.parallelism (tensor, pipeline and expert against perReplica, the
+    layers, the heads and the experts): the same verdict, field and message from the CRD's CEL
+    and from parse_manifest, on dense models and mixtures of experts. FIT makes pipeline
+    perReplica / tensor (expert: perReplica) and TP the expert the tensor-parallel degree, so
+    the rules that read the degrees are reached with the others passing; STAGES makes the
+    layers the pipeline stages the spec fixes (BELOW_STAGES: one fewer)."""
+    if pipeline == FIT:
+        pipeline = per_replica // tensor if tensor else None
+    if expert == FIT:
+        expert = per_replica
+    elif expert == TP:
+        stages = pipeline if isinstance(pipeline, int) and pipeline > 0 else 1
+        expert = tensor or per_replica // stages or None
     doc = load_example("inferenceendpoint-llama3-70b-a100-tp4.yaml")
     spec = doc["spec"]
     spec["accelerator"]["perReplica"] = per_replica
@@ -469,7 +489,17 @@ def test_parse_manifest_and_the_crd_agree_on_serving_parallelism(
         spec["parallelism"] = parallelism
     arch = spec["model"]["architecture"]
     arch["attentionHeads"], arch["kvHeads"], arch["hiddenSize"] = heads, 8, heads * 128
+    if isinstance(layers, str):
+        if isinstance(pipeline, int) and pipeline > 0:
+            stages = pipeline
+        else:
+            stages = per_replica // tensor if tensor else 1
+        layers = max(1, stages - (layers == BELOW_STAGES))
+    arch["layers"] = layers
+    if experts is not None:
+        arch["experts"], arch["activeExperts"] = experts, 1
     _assert_same_verdict(doc)
+    _assert_same_rule_messages(doc)
 
 
 @settings(max_examples=200, deadline=None)
@@ -485,6 +515,18 @@ def test_parse_manifest_and_the_crd_agree_on_counts(parameters: Any) -> None:
     doc = load_example("trainingjob-bert-large-auto.yaml")
     doc["spec"]["model"]["parameters"] = parameters
     _assert_same_verdict(doc)
+
+
+def _assert_same_rule_messages(doc: dict[str, Any]) -> None:
+    """Where parse_manifest refuses by a rule, a CEL rule refuses at that field with the same
+    message (messageExpression included)."""
+    cel = {(path, message) for layer, path, message in offline_admit(doc) if layer == "cel"}
+    try:
+        parse_manifest(doc)
+    except ManifestError as exc:
+        for error in exc.errors:
+            if any(path == error.path for path, _ in cel):
+                assert (error.path, error.message) in cel, (error, cel)
 
 
 def _assert_same_verdict(doc: dict[str, Any]) -> None:
@@ -513,8 +555,8 @@ def test_parse_manifest_and_the_crd_agree_on_batches_that_split(
     context: int | str,
     global_batch: int | None,
 ) -> None:
-    """The global batch over the data-parallel replicas (accelerators / tensor x context x
-    pipeline): the CEL rule and its Python twin."""
+    """The global batch over the data-parallel replicas (accelerators / (tensor x context x
+    pipeline)): the CEL rule and its Python twin, verdict and message (its arithmetic)."""
     doc = load_example("trainingjob-llama3-8b-fsdp-h100.yaml")
     spec = doc["spec"]
     spec["workers"] = workers
@@ -527,3 +569,4 @@ def test_parse_manifest_and_the_crd_agree_on_batches_that_split(
     else:
         spec["parallelism"]["globalBatchSize"] = global_batch
     _assert_same_verdict(doc)
+    _assert_same_rule_messages(doc)

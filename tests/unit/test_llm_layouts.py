@@ -349,7 +349,10 @@ def test_a_batch_that_divides_no_layout_is_invalid_input(tmp_path, capsys):
     assert code == 2
     # The CRD's rule (and its Python twin) refuses it before the engine is asked.
     assert "spec.parallelism.globalBatchSize" in err
-    assert "not a multiple of micro-batch 1 x data-parallel 16" in err
+    assert (
+        "global batch 33 is not a multiple of micro-batch 1 x data-parallel 16 = 16 "
+        "(data-parallel 16 = 16 accelerators / (tensor 1 x context 1 x pipeline 1))"
+    ) in err
 
 
 # --- status, DoesNotFit, environment ------------------------------------------------------------
@@ -559,7 +562,10 @@ def test_a_fixed_context_degree_divides_the_data_parallel_replicas(tmp_path, cap
     path.write_text(yaml.safe_dump(doc))
     code, _, err = plan(capsys, path)
     assert code == 2
-    assert "data-parallel 8" in err and "context 2" in err
+    assert (
+        "global batch 12 is not a multiple of micro-batch 1 x data-parallel 8 = 8 "
+        "(data-parallel 8 = 16 accelerators / (tensor 1 x context 2 x pipeline 1))"
+    ) in err
     doc["spec"]["parallelism"].update(globalBatchSize=24)
     path.write_text(yaml.safe_dump(doc))
     code, _, err = plan(capsys, path)

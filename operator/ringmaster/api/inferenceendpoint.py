@@ -71,9 +71,11 @@ class ServingParallelism(SpecModel):
     layers; tensor x pipeline = perReplica."""
     expert: Int | None = Field(default=None, ge=1, le=MAX_ACCELERATORS_PER_REPLICA)
     """Expert-parallel degree of a mixture-of-experts model's expert layers (vLLM
-    ``--enable-expert-parallel``, SGLang ``--ep-size``): the experts spread over this many of the
-    replica's accelerators; must divide perReplica. Passed to the server as
-    RINGMASTER_EXPERT_PARALLEL; a dense model's plan counts it as 1."""
+    ``--enable-expert-parallel``, SGLang ``--ep-size``): the experts spread over the replica's
+    tensor-parallel ranks, so it is 1 or the tensor-parallel degree (tensor, else perReplica /
+    pipeline, else perReplica: with both left out, the engine then keeps tensor parallelism over
+    the whole replica), and must divide architecture.experts (a dense model takes 1). Passed to
+    the server as RINGMASTER_EXPERT_PARALLEL."""
 
     cel_rules = (
         Rule(
@@ -200,6 +202,24 @@ class Autoscaling(SpecModel):
     )
 
 
+_PAR = "self.parallelism"
+_ARCH = "self.model.architecture"
+_G = "self.accelerator.perReplica"
+# The tensor-parallel degree the spec fixes (twin: tensor_degree): parallelism.tensor, else
+# perReplica over the pipeline stages, else (Auto) perReplica itself, which every layout the
+# engine picks divides (and the one it keeps when the expert degree is perReplica).
+_CEL_TENSOR_DEGREE = (
+    f"(has({_PAR}) && has({_PAR}.tensor) ? {_PAR}.tensor : (has({_PAR}) && has({_PAR}.pipeline)"
+    f" ? {_G} / {_PAR}.pipeline : {_G}))"
+)
+# Whether the degrees given divide perReplica: the rules that read the tensor-parallel degree
+# judge only then (the rules on tensor and pipeline report the rest).
+_CEL_DEGREES_DIVIDE = (
+    f"(!has({_PAR}) || ((!has({_PAR}.tensor) || {_G} % {_PAR}.tensor == 0)"
+    f" && (!has({_PAR}.pipeline) || {_G} % {_PAR}.pipeline == 0)))"
+)
+
+
 class InferenceEndpointSpec(SpecModel):
     """The desired serving endpoint."""
 
@@ -289,27 +309,42 @@ class InferenceEndpointSpec(SpecModel):
             check=lambda s: s.model.architecture is not None or s.parallelism is None,
         ),
         Rule(
-            cel="!has(self.parallelism) || ((!has(self.parallelism.tensor) || "
-            "self.accelerator.perReplica % self.parallelism.tensor == 0) && "
-            "(!has(self.parallelism.pipeline) || "
-            "self.accelerator.perReplica % self.parallelism.pipeline == 0) && "
-            "(!has(self.parallelism.expert) || "
-            "self.accelerator.perReplica % self.parallelism.expert == 0))",
-            message="parallelism.tensor, .pipeline and .expert must each divide "
-            "accelerator.perReplica",
-            field_path=".parallelism",
+            cel=f"!has({_PAR}) || !has({_PAR}.tensor) || {_G} % {_PAR}.tensor == 0",
+            message="parallelism.tensor must divide accelerator.perReplica",
+            field_path=".parallelism.tensor",
             check=lambda s: (
                 s.parallelism is None
-                or all(
-                    d is None or s.accelerator.per_replica % d == 0
-                    for d in (s.parallelism.tensor, s.parallelism.pipeline, s.parallelism.expert)
-                )
+                or s.parallelism.tensor is None
+                or s.accelerator.per_replica % s.parallelism.tensor == 0
+            ),
+            message_expression=(
+                f"'tensor %d does not divide perReplica %d'.format([{_PAR}.tensor, {_G}])"
+            ),
+            message_for=lambda s: (
+                f"tensor {s.parallelism.tensor} does not divide perReplica "
+                f"{s.accelerator.per_replica}"
             ),
         ),
         Rule(
-            cel="!has(self.parallelism) || !has(self.parallelism.tensor) || "
-            "!has(self.parallelism.pipeline) || "
-            "self.parallelism.tensor * self.parallelism.pipeline == self.accelerator.perReplica",
+            cel=f"!has({_PAR}) || !has({_PAR}.pipeline) || {_G} % {_PAR}.pipeline == 0",
+            message="parallelism.pipeline must divide accelerator.perReplica",
+            field_path=".parallelism.pipeline",
+            check=lambda s: (
+                s.parallelism is None
+                or s.parallelism.pipeline is None
+                or s.accelerator.per_replica % s.parallelism.pipeline == 0
+            ),
+            message_expression=(
+                f"'pipeline %d does not divide perReplica %d'.format([{_PAR}.pipeline, {_G}])"
+            ),
+            message_for=lambda s: (
+                f"pipeline {s.parallelism.pipeline} does not divide perReplica "
+                f"{s.accelerator.per_replica}"
+            ),
+        ),
+        Rule(
+            cel=f"!has({_PAR}) || !has({_PAR}.tensor) || !has({_PAR}.pipeline) || "
+            f"{_PAR}.tensor * {_PAR}.pipeline == {_G}",
             message="parallelism.tensor x parallelism.pipeline must equal accelerator.perReplica",
             field_path=".parallelism",
             check=lambda s: (
@@ -318,11 +353,19 @@ class InferenceEndpointSpec(SpecModel):
                 or s.parallelism.pipeline is None
                 or s.parallelism.tensor * s.parallelism.pipeline == s.accelerator.per_replica
             ),
+            message_expression=(
+                "'tensor %d x pipeline %d is %d accelerators, not perReplica %d'.format("
+                f"[{_PAR}.tensor, {_PAR}.pipeline, {_PAR}.tensor * {_PAR}.pipeline, {_G}])"
+            ),
+            message_for=lambda s: (
+                f"tensor {s.parallelism.tensor} x pipeline {s.parallelism.pipeline} is "
+                f"{s.parallelism.tensor * s.parallelism.pipeline} accelerators, not perReplica "
+                f"{s.accelerator.per_replica}"
+            ),
         ),
         Rule(
-            cel="!has(self.model.architecture) || !has(self.parallelism) || "
-            "!has(self.parallelism.pipeline) || "
-            "self.parallelism.pipeline <= self.model.architecture.layers",
+            cel=f"!has({_ARCH}) || !has({_PAR}) || !has({_PAR}.pipeline) || "
+            f"{_PAR}.pipeline <= {_ARCH}.layers",
             message="parallelism.pipeline must be at most model.architecture.layers",
             field_path=".parallelism.pipeline",
             check=lambda s: (
@@ -331,22 +374,111 @@ class InferenceEndpointSpec(SpecModel):
                 or s.parallelism.pipeline is None
                 or s.parallelism.pipeline <= s.model.architecture.layers
             ),
+            message_expression=(
+                "'pipeline %d: more stages than the %d layers (model.architecture.layers)'"
+                f".format([{_PAR}.pipeline, {_ARCH}.layers])"
+            ),
+            message_for=lambda s: (
+                f"pipeline {s.parallelism.pipeline}: more stages than the "
+                f"{s.model.architecture.layers} layers (model.architecture.layers)"
+            ),
+        ),
+        Rule(
+            # tensor alone fixes the stages too: the engine runs perReplica / tensor of them.
+            cel=f"!has({_ARCH}) || !has({_PAR}) || has({_PAR}.pipeline) || "
+            f"!has({_PAR}.tensor) || {_G} / {_PAR}.tensor <= {_ARCH}.layers",
+            message="with parallelism.pipeline left out, accelerator.perReplica / "
+            "parallelism.tensor pipeline stages must be at most model.architecture.layers",
+            field_path=".parallelism.tensor",
+            check=lambda s: (
+                s.model.architecture is None
+                or s.parallelism is None
+                or s.parallelism.pipeline is not None
+                or s.parallelism.tensor is None
+                or s.accelerator.per_replica // s.parallelism.tensor <= s.model.architecture.layers
+            ),
+            message_expression=(
+                "'tensor %d leaves perReplica %d / tensor = %d pipeline stages, more than the %d"
+                " layers (model.architecture.layers)'"
+                f".format([{_PAR}.tensor, {_G}, {_G} / {_PAR}.tensor, {_ARCH}.layers])"
+            ),
+            message_for=lambda s: (
+                f"tensor {s.parallelism.tensor} leaves perReplica {s.accelerator.per_replica} / "
+                f"tensor = {s.accelerator.per_replica // s.parallelism.tensor} pipeline stages, "
+                f"more than the {s.model.architecture.layers} layers (model.architecture.layers)"
+            ),
         ),
         Rule(
             # The tensor-parallel degree: parallelism.tensor, else perReplica over the pipeline
             # stages, else (Auto) perReplica itself, which every layout the engine picks divides.
-            cel="!has(self.model.architecture) || self.model.architecture.attentionHeads % "
-            "(has(self.parallelism) && has(self.parallelism.tensor) ? self.parallelism.tensor "
-            ": (has(self.parallelism) && has(self.parallelism.pipeline) ? "
-            "self.accelerator.perReplica / self.parallelism.pipeline : "
-            "self.accelerator.perReplica)) == 0",
+            cel=f"!has({_ARCH}) || !{_CEL_DEGREES_DIVIDE}"
+            f" || {_ARCH}.attentionHeads % {_CEL_TENSOR_DEGREE} == 0",
             message="the tensor-parallel degree (parallelism.tensor, else accelerator.perReplica "
             "/ parallelism.pipeline, else accelerator.perReplica) must divide "
             "model.architecture.attentionHeads",
             field_path=".accelerator.perReplica",
             check=lambda s: (
                 s.model.architecture is None
+                or not degrees_divide(s)
                 or s.model.architecture.attention_heads % tensor_degree(s) == 0
+            ),
+        ),
+        Rule(
+            cel=f"!has({_ARCH}) || !has({_PAR}) || !has({_PAR}.expert) || {_PAR}.expert == 1 "
+            f"|| (has({_ARCH}.experts) && {_ARCH}.experts % {_PAR}.expert == 0)",
+            message="parallelism.expert must divide model.architecture.experts (a dense model "
+            "takes expert 1)",
+            field_path=".parallelism.expert",
+            check=lambda s: (
+                s.model.architecture is None
+                or s.parallelism is None
+                or s.parallelism.expert is None
+                or s.parallelism.expert == 1
+                or (
+                    s.model.architecture.experts is not None
+                    and s.model.architecture.experts % s.parallelism.expert == 0
+                )
+            ),
+            message_expression=(
+                f"has({_ARCH}.experts) ? 'expert %d does not divide the %d experts "
+                f"(model.architecture.experts)'.format([{_PAR}.expert, {_ARCH}.experts]) : "
+                "'expert %d needs a mixture of experts (model.architecture.experts); a dense "
+                f"model takes expert 1'.format([{_PAR}.expert])"
+            ),
+            message_for=lambda s: (
+                f"expert {s.parallelism.expert} does not divide the "
+                f"{s.model.architecture.experts} experts (model.architecture.experts)"
+                if s.model.architecture.experts is not None
+                else f"expert {s.parallelism.expert} needs a mixture of experts "
+                "(model.architecture.experts); a dense model takes expert 1"
+            ),
+        ),
+        Rule(
+            cel=f"!has({_PAR}) || !has({_PAR}.expert) || {_PAR}.expert == 1 || "
+            f"!{_CEL_DEGREES_DIVIDE} || {_PAR}.expert == {_CEL_TENSOR_DEGREE}",
+            message="parallelism.expert must be 1 or the tensor-parallel degree "
+            "(parallelism.tensor, else accelerator.perReplica / parallelism.pipeline, else "
+            "accelerator.perReplica): expert parallelism spans the tensor-parallel ranks (vLLM's "
+            "--enable-expert-parallel)",
+            field_path=".parallelism.expert",
+            check=lambda s: (
+                s.parallelism is None
+                or s.parallelism.expert is None
+                or s.parallelism.expert == 1
+                or not degrees_divide(s)
+                or s.parallelism.expert == tensor_degree(s)
+            ),
+            message_expression=(
+                "'expert %d must be 1 or the tensor-parallel degree %d (parallelism.tensor, else"
+                " perReplica / parallelism.pipeline, else perReplica): expert parallelism spans"
+                " the tensor-parallel ranks'"
+                f".format([{_PAR}.expert, {_CEL_TENSOR_DEGREE}])"
+            ),
+            message_for=lambda s: (
+                f"expert {s.parallelism.expert} must be 1 or the tensor-parallel degree "
+                f"{tensor_degree(s)} (parallelism.tensor, else perReplica / "
+                "parallelism.pipeline, else perReplica): expert parallelism spans the "
+                "tensor-parallel ranks"
             ),
         ),
         Rule(
@@ -359,9 +491,17 @@ class InferenceEndpointSpec(SpecModel):
     )
 
 
+def degrees_divide(spec: InferenceEndpointSpec) -> bool:
+    """Whether parallelism.tensor and .pipeline, where given, divide perReplica (twin of
+    ``_CEL_DEGREES_DIVIDE``)."""
+    par, g = spec.parallelism, spec.accelerator.per_replica
+    return par is None or all(d is None or g % d == 0 for d in (par.tensor, par.pipeline))
+
+
 def tensor_degree(spec: InferenceEndpointSpec) -> int:
     """The tensor-parallel degree the spec fixes (Auto: perReplica, which the engine's layouts
-    divide); the CEL rule on attentionHeads and its twin read it."""
+    divide); the CEL rules on attentionHeads and on parallelism.expert and their twins read
+    it."""
     par = spec.parallelism
     if par is not None and par.tensor is not None:
         return par.tensor

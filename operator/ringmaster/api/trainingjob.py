@@ -352,6 +352,48 @@ _CEL_BATCH_DIVIDES = (
 )
 
 
+# The refusal shows the arithmetic that fails, in each of the three cases that can fail (with
+# context and micro-batch both Auto the batch need only be whole).
+_GBS = "self.parallelism.globalBatchSize"
+_CEL_FIXED_DATA = f"({_ACCELERATORS}) / {_CEL_MODEL_DEGREE}"  # context is not Auto here
+_CEL_SPLIT_ARGS = f"{_CEL_FIXED_DATA}, {_ACCELERATORS}, int({_T}), int({_C}), int({_P})"
+_CEL_BATCH_MESSAGE = (
+    f"string({_C}) == 'Auto' ? 'global batch %d is not a multiple of micro-batch %d (context"
+    " Auto: the engine may give context all the accelerators tensor x pipeline leave, so"
+    f" data-parallel may be 1)'.format([{_GBS}, {_CEL_MB}])"
+    f" : (string({_MB}) == 'Auto' ? 'global batch %d is not a multiple of data-parallel %d ="
+    " %d accelerators / (tensor %d x context %d x pipeline %d), whatever micro-batch the engine"
+    f" picks'.format([{_GBS}, {_CEL_SPLIT_ARGS}])"
+    " : 'global batch %d is not a multiple of micro-batch %d x data-parallel %d = %d"
+    " (data-parallel %d = %d accelerators / (tensor %d x context %d x pipeline %d))'"
+    f".format([{_GBS}, {_CEL_MB}, {_CEL_FIXED_DATA}, {_CEL_MB} * {_CEL_FIXED_DATA},"
+    f" {_CEL_SPLIT_ARGS}]))"
+)
+
+
+def _batch_message(s: Any) -> str:
+    """Twin of ``_CEL_BATCH_MESSAGE``."""
+    p = s.parallelism
+    head = f"global batch {p.global_batch_size} is not a multiple of"
+    if _auto(p.context):
+        return (
+            f"{head} micro-batch {_degree(p.micro_batch_size)} (context Auto: the engine may give "
+            "context all the accelerators tensor x pipeline leave, so data-parallel may be 1)"
+        )
+    data = _data_degree(s)
+    split = (
+        f"{data} = {s.workers * s.accelerator.per_worker} accelerators / (tensor {p.tensor} x "
+        f"context {p.context} x pipeline {p.pipeline})"
+    )
+    if _auto(p.micro_batch_size):
+        return f"{head} data-parallel {split}, whatever micro-batch the engine picks"
+    micro = int(p.micro_batch_size)
+    return (
+        f"{head} micro-batch {micro} x data-parallel {data} = {micro * data} (data-parallel "
+        f"{split})"
+    )
+
+
 def _model_degree(p: Any) -> int:
     return int(p.tensor) * _degree(p.context) * int(p.pipeline)
 
@@ -662,19 +704,8 @@ class TrainingJobSpec(SpecModel):
             "when context is Auto)",
             field_path=".parallelism.globalBatchSize",
             check=_batch_divides,
-            message_expression=(
-                "'global batch %d is not a multiple of micro-batch %s x data-parallel %d"
-                " (%d accelerators / tensor %s x context %s x pipeline %s)'.format([self"
-                f".parallelism.globalBatchSize, {_MB}, {_CEL_DATA}, {_ACCELERATORS}, {_T}, {_C},"
-                f" {_P}])"
-            ),
-            message_for=lambda s: (
-                f"global batch {s.parallelism.global_batch_size} is not a multiple of "
-                f"micro-batch {s.parallelism.micro_batch_size} x data-parallel "
-                f"{_data_degree(s)} ({s.workers * s.accelerator.per_worker} accelerators / "
-                f"tensor {s.parallelism.tensor} x context {s.parallelism.context} x pipeline "
-                f"{s.parallelism.pipeline})"
-            ),
+            message_expression=_CEL_BATCH_MESSAGE,
+            message_for=_batch_message,
         ),
         Rule(
             cel=(

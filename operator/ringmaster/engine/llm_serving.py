@@ -188,8 +188,8 @@ def choose_layouts(inputs: LlmServingInputs, per_host: int, hosts: int) -> list[
     on one host, tensor parallelism over all of it (vLLM's default); across hosts, tensor
     parallelism inside each host with one pipeline stage per host (vLLM's and SGLang's advice for
     multi-node serving) and tensor parallelism over every accelerator on the fabric. Layouts
-    whose tensor degree does not divide the heads are left out, unless none is left (its plan
-    says why)."""
+    whose tensor degree does not divide the heads, or is not the expert-parallel degree (EP > 1
+    spans the tensor-parallel ranks), are left out, unless none is left (its plan says why)."""
     g = inputs.per_replica
     if inputs.tensor_parallel is not None or inputs.pipeline_parallel is not None:
         tp = inputs.tensor_parallel or g // (inputs.pipeline_parallel or 1)
@@ -197,7 +197,8 @@ def choose_layouts(inputs: LlmServingInputs, per_host: int, hosts: int) -> list[
     if hosts == 1:
         return [Layout(g, 1, 1, per_host)]
     options = [Layout(per_host, hosts, hosts, per_host), Layout(g, 1, hosts, per_host)]
-    usable = [o for o in options if inputs.model.heads % o.tensor == 0]
+    ep = inputs.expert_parallel or 1
+    usable = [o for o in options if inputs.model.heads % o.tensor == 0 and ep in (1, o.tensor)]
     return usable or options[:1]
 
 
