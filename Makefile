@@ -6,6 +6,8 @@ PYTHON ?= python3
 PYTEST ?= $(PYTHON) -m pytest
 # The control-plane binaries: built once per version into ~/.cache/ringmaster (hack/cluster-tools.sh).
 BIN_DIR = $(shell bash hack/cluster-tools.sh)
+# What a bare cluster needs (no Kueue, LeaderWorkerSet or helm): cluster-up and cluster-down.
+CLUSTER_BIN_DIR = $(shell bash hack/cluster-tools.sh etcd kwok kube)
 
 .PHONY: help install tools cluster-up cluster-down demo test test-unit test-e2e lint format bench-engine bench-scale crds
 
@@ -15,17 +17,17 @@ help:  ## list the targets
 install:  ## install the package and its test tools into the current Python
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[test]'
 
-tools:  ## build (or find cached) etcd, kube-*, kubectl, kwok, helm
+tools:  ## build (or find cached) etcd, kube-*, kubectl, kwok, helm, Kueue, LeaderWorkerSet
 	@bash hack/cluster-tools.sh
 
 cluster-up:  ## bring the local kwok cluster up with its simulated node pools
-	RINGMASTER_BIN_DIR=$(BIN_DIR) ringmaster cluster up
+	RINGMASTER_BIN_DIR=$(CLUSTER_BIN_DIR) ringmaster cluster up
 
 cluster-down:  ## delete the local cluster
-	RINGMASTER_BIN_DIR=$(BIN_DIR) ringmaster cluster down
+	RINGMASTER_BIN_DIR=$(CLUSTER_BIN_DIR) ringmaster cluster down
 
 demo: install  ## cluster up, CRDs and examples applied, the operator's decisions shown
-	RINGMASTER_BIN_DIR=$(BIN_DIR) bash hack/demo.sh
+	bash hack/demo.sh  # builds only the components it runs (etcd kwok kube lws)
 
 test: install lint  ## the whole suite: lint, unit tests, e2e tests on the local cluster
 	$(PYTEST) -m "not bench"

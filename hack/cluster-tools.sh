@@ -2,9 +2,13 @@
 # Builds the local cluster's binaries from their Go modules (through the Go module proxy) into a
 # cache outside the clone, keyed by version, and prints the directory that holds them.
 #
-#   hack/cluster-tools.sh          build what is missing, print the bin directory
-#   hack/cluster-tools.sh --pin    rewrite tools/*/go.mod from tools/versions.env, then build
+#   hack/cluster-tools.sh                  build what is missing, print the bin directory
+#   hack/cluster-tools.sh etcd kwok kube   build only these components (any of etcd, kwok,
+#                                          helm, kube, kueue, lws), print the same directory
+#   hack/cluster-tools.sh --pin [...]      rewrite tools/*/go.mod from tools/versions.env, then build
 #
+# The printed directory links every component built so far, by this call or an earlier one: a
+# partial call (make demo asks for etcd kwok kube lws) leaves the others to a later full call.
 # Cache: ${RINGMASTER_CACHE_DIR:-$HOME/.cache/ringmaster}/bin/<component>-<version>/
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,7 +29,22 @@ declare -A want=(
 declare -A version=([kube]=$KUBE_VERSION [etcd]=$ETCD_VERSION [kwok]=$KWOK_VERSION [helm]=$HELM_VERSION
   [kueue]=$KUEUE_VERSION [lws]=$LWS_VERSION)
 
-if [[ ${1:-} == --pin ]]; then
+# Build order: the control plane first, the heaviest optional builds last.
+all_components=(etcd kwok helm kube kueue lws)
+pin=0
+if [[ ${1:-} == --pin ]]; then pin=1; shift; fi
+components=()
+for c in "$@"; do
+  if [[ -z ${want[$c]:-} ]]; then
+    log "unknown component $c (known: ${all_components[*]})"
+    exit 2
+  fi
+done
+for c in "${all_components[@]}"; do
+  if [[ $# -eq 0 || " $* " == *" $c "* ]]; then components+=("$c"); fi
+done
+
+if [[ $pin == 1 ]]; then
   for c in "${!want[@]}"; do
     read -r mod ver <<<"${want[$c]}"
     (cd "$root/tools/$c" && go mod edit -require="$mod@$ver")
@@ -39,7 +58,7 @@ if [[ ${1:-} == --pin ]]; then
   done
 fi
 
-for c in "${!want[@]}"; do
+for c in "${components[@]}"; do
   read -r mod ver <<<"${want[$c]}"
   if ! grep -Eq "^\s*(require )?$mod $ver( |\$)" "$root/tools/$c/go.mod"; then
     log "tools/$c/go.mod does not require $mod $ver (tools/versions.env): run $0 --pin"
@@ -55,7 +74,7 @@ export CGO_ENABLED=0
 mkdir -p "$cache"
 exec 9>"$cache/.build.lock"
 flock 9
-for c in etcd kwok helm kube kueue lws; do
+for c in "${components[@]}"; do
   out="$cache/bin/$c-${version[$c]}"
   if [[ -f $out/.complete ]]; then
     continue
@@ -124,10 +143,12 @@ for c in etcd kwok helm kube kueue lws; do
   log "built $c in $((SECONDS - start))s: $(cd "$out" && echo *)"
 done
 
-# One directory with every binary, so callers need one PATH entry.
+# One directory with every binary, so callers need one PATH entry: it links each component
+# built so far (a partial call's, and whatever earlier calls built), a later call adds the rest.
 all="$cache/bin/all-k$KUBE_VERSION-e$ETCD_VERSION-w$KWOK_VERSION-h$HELM_VERSION-q$KUEUE_VERSION-l$LWS_VERSION"
 mkdir -p "$all"
-for c in etcd kwok helm kube kueue lws; do
+for c in "${all_components[@]}"; do
+  [[ -f $cache/bin/$c-${version[$c]}/.complete ]] || continue
   for f in "$cache/bin/$c-${version[$c]}"/*; do ln -sf "$f" "$all/"; done
 done
 echo "$all"

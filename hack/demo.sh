@@ -1,24 +1,43 @@
 #!/usr/bin/env bash
 # The README's first command: the operator's main job end to end on the local cluster.
-# Brings the kwok cluster up with its simulated A100 / TPU / CPU node pools, installs the CRDs,
-# starts the operator, applies the examples and shows what Ringmaster decided and where the
-# real kube-scheduler put the pods. KEEP_OPERATOR=1 leaves the operator running afterwards.
+# Brings the kwok cluster up with its simulated A100 / H100 / TPU / CPU node pools and
+# LeaderWorkerSet, installs the CRDs, starts the operator, applies the examples and shows what
+# Ringmaster decided and where the real kube-scheduler put the pods. KEEP_OPERATOR=1 leaves the
+# operator running afterwards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export RINGMASTER_BIN_DIR=${RINGMASTER_BIN_DIR:-$(bash hack/cluster-tools.sh)}
+# Only what the demo runs: the control plane, kwok and LeaderWorkerSet (no Kueue, no helm; a
+# later `hack/cluster-tools.sh` with no arguments builds those into the same directory).
+export RINGMASTER_BIN_DIR=${RINGMASTER_BIN_DIR:-$(bash hack/cluster-tools.sh etcd kwok kube lws)}
 export PATH="$RINGMASTER_BIN_DIR:$PATH"
 namespace=ringmaster-demo
 log=${RINGMASTER_CACHE_DIR:-$HOME/.cache/ringmaster}/demo-operator.log
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-step "local cluster (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok)"
-# Room for every example at once: two 8-host BERT gangs and a serving replica on the A100 pool,
-# 25 + 16 reducers on the CPU pool (one per host). The LLM training examples take 2 H100 hosts,
-# 4 A100 80GB hosts and a 2-host TPU v5e 2x4 slice; the LLM endpoints 1 more H100 host (2 x 1 GPU)
-# and 4 more A100 80GB hosts (6 replicas x 4 GPUs of the 70B, 2 x 1 of the INT4 70B).
-ringmaster cluster up --pool a100-highgpu-8g=20 --pool reducers=48 \
-  --pool h100-highgpu-8g=3 --pool a100-ultragpu-8g=8
+step "local cluster (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok, LeaderWorkerSet)"
+# Room for every example at once, pool by pool (`ringmaster plan examples/<file>` gives each
+# count; one pod per host where a pod takes a whole host's accelerators):
+# - a100-highgpu-8g (8 x A100 40GB): two 8-host BERT gangs + 1 host for the ResNet-50 endpoint's
+#   replica (1 GPU) = 17.
+# - reducers (n1-highcpu-16, one reducer per host): the first BERT job's own 25 + the shared
+#   pool's 16 = 41.
+# - a100-ultragpu-8g (8 x A100 80GB): the 70B layout search's 4 hosts + the 70B endpoint's
+#   8 replicas x 4 GPUs (4 hosts) + the INT4 70B's 2 x 1 GPU (1 host) = 9.
+# - h100-highgpu-8g (8 x H100): the FSDP fine-tune's 2 hosts + the MoE fine-tune's 1 + the 405B
+#   endpoint's 4 replicas x 2 hosts (one LeaderWorkerSet group each, on hosts of exactly 8 H100)
+#   + 1 host for Llama-3-8B's 3 x 1 GPU and Mixtral's 1 x 2 = 12.
+# - the multislice slices, one node pool per slice: 2 v5e 16x16 slices of 64 hosts
+#   (tpu-v5e-16x16-a/b) and 4 v5p 4x4x4 slices of 16 hosts (tpu-v5p-4x4x4-a..d).
+# The other pools keep their default sizes (`ringmaster cluster --help`): a v5e 2x4 slice of 2
+# hosts, a v4 2x2x4 slice of 4, 8 T4 hosts for the T4 endpoint's 2 replicas.
+# The cluster is `ringmaster cluster up`'s default, ringmaster (the e2e tests' clusters are
+# ringmaster-e2e*, the scale bench's ringmaster-scale), so `make cluster-down` deletes it.
+ringmaster cluster up --lws --pool a100-highgpu-8g=17 --pool reducers=41 \
+  --pool a100-ultragpu-8g=9 --pool h100-highgpu-8g=12 \
+  --pool tpu-v5e-16x16-a=64 --pool tpu-v5e-16x16-b=64 \
+  --pool tpu-v5p-4x4x4-a=16 --pool tpu-v5p-4x4x4-b=16 \
+  --pool tpu-v5p-4x4x4-c=16 --pool tpu-v5p-4x4x4-d=16
 KUBECONFIG=$(ringmaster cluster kubeconfig)
 export KUBECONFIG
 
@@ -28,7 +47,8 @@ kubectl wait --for=condition=Established -f crds/ --timeout=60s
 
 step "operator (ringmaster run; log: $log)"
 mkdir -p "$(dirname "$log")"
-ringmaster run --metrics-port 0 >"$log" 2>&1 &
+# --lws auto: the 405B endpoint's 2-host replicas run as LeaderWorkerSet groups.
+ringmaster run --metrics-port 0 --lws auto >"$log" 2>&1 &
 operator=$!
 if [[ ${KEEP_OPERATOR:-0} != 1 ]]; then trap 'kill $operator 2>/dev/null || true' EXIT; fi
 
@@ -40,7 +60,31 @@ for job in $(kubectl get trainingjobs -n "$namespace" -o name); do
   kubectl wait -n "$namespace" "$job" --for=jsonpath='{.status.conditions[?(@.type=="Schedulable")].reason}' \
     --timeout=60s >/dev/null 2>&1 || true
 done
-sleep 2
+
+step "waiting until every example runs (kube-scheduler binds the pods, kwok starts them)"
+# Every example fits the cluster above: each TrainingJob reaches Running, each reducer pool and
+# endpoint Ready (some 300 pods). Whatever is not there after DEMO_WAIT_SECONDS is named, and
+# the tables below show its reason.
+deadline=$((SECONDS + ${DEMO_WAIT_SECONDS:-300}))
+last=
+while true; do
+  not_yet=$(
+    kubectl get trainingjobs -n "$namespace" \
+      -o jsonpath='{range .items[*]}{.kind}/{.metadata.name}={.status.phase}{"\n"}{end}' | grep -v '=Running$' || true
+    kubectl get reductionserverpools,inferenceendpoints -n "$namespace" \
+      -o jsonpath='{range .items[*]}{.kind}/{.metadata.name}={.status.phase}{"\n"}{end}' | grep -v '=Ready$' || true
+  )
+  if [[ -z $not_yet ]]; then
+    echo "every TrainingJob Running, every ReductionServerPool and InferenceEndpoint Ready"
+    break
+  fi
+  if ((SECONDS >= deadline)); then
+    echo "not there after ${DEMO_WAIT_SECONDS:-300}s:" $not_yet
+    break
+  fi
+  if [[ $not_yet != "$last" ]]; then echo "waiting for:" $not_yet; last=$not_yet; fi
+  sleep 3
+done
 
 step "TrainingJobs: the strategy the engine chose, its predicted step time and cost"
 kubectl get trainingjobs -n "$namespace" -o wide
