@@ -211,10 +211,11 @@ def test_a_two_host_endpoint_waits_for_leader_worker_set_then_runs_as_groups(
         restart_after_uninstall(operator)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def leader_worker_set(cluster: Cluster, operator: OperatorProcess) -> Iterator[None]:
-    """LeaderWorkerSet running for the test; uninstalled afterwards, with the session's
-    operator restarted as its Deployment would be (restart_after_uninstall)."""
+    """LeaderWorkerSet running for the tests below (once: each start and uninstall costs tens
+    of seconds); uninstalled afterwards, with the session's operator restarted as its
+    Deployment would be (restart_after_uninstall)."""
     lws = local_lws(cluster)
     lws.up()
     try:
