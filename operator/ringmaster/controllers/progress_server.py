@@ -12,8 +12,8 @@ Answers: 202 accepted; 400 a bad body (the message says what); 401 no token, or 
 server does not vouch for this job's audience (a token for another job, or for none); 403 a
 valid token of a pod that is not this job's worker; 404 no such TrainingJob; 413 a body over
 MAX_BODY_BYTES (1.5 MiB: the largest report the schema admits), declared so in Content-Length
-(refused before reading) or found so while reading a chunked one; 429 over the job's rate (Retry-After says when); 503 the API
-server could not be asked.
+(refused before reading) or found so while reading a chunked one; 429 over the job's rate
+(Retry-After says when); 503 the API server could not be asked.
 
 The body is read whole (it may arrive in many pieces, with a Content-Length or chunked) and
 at most MAX_BODY_BYTES + 1 bytes of it: a larger one is refused without being held.
