@@ -205,6 +205,15 @@ class Autoscaling(SpecModel):
 _PAR = "self.parallelism"
 _ARCH = "self.model.architecture"
 _G = "self.accelerator.perReplica"
+_CEL_P99_IN = "(has(self.tokens.inputP99) ? self.tokens.inputP99 : self.tokens.inputMean)"
+_CEL_P99_OUT = "(has(self.tokens.outputP99) ? self.tokens.outputP99 : self.tokens.outputMean)"
+_CEL_LONGEST = f"{_CEL_P99_IN} + {_CEL_P99_OUT}"
+
+
+def _longest(tokens: TokenLengths) -> int:
+    """The longest request the engine sizes for: p99 prompt + p99 generation (means by
+    default)."""
+    return (tokens.input_p99 or tokens.input_mean) + (tokens.output_p99 or tokens.output_mean)
 # The tensor-parallel degree the spec fixes (twin: tensor_degree): parallelism.tensor, else
 # perReplica over the pipeline stages, else (Auto) perReplica itself, which every layout the
 # engine picks divides (and the one it keeps when the expert degree is perReplica).
@@ -381,6 +390,30 @@ class InferenceEndpointSpec(SpecModel):
             message_for=lambda s: (
                 f"pipeline {s.parallelism.pipeline}: more stages than the "
                 f"{s.model.architecture.layers} layers (model.architecture.layers)"
+            ),
+        ),
+        Rule(
+            # The longest request (p99 prompt + p99 generation, each its mean when left out)
+            # must fit the context the architecture serves: no cache size changes that.
+            cel=f"!has({_ARCH}) || !has(self.tokens) || {_CEL_LONGEST} <= {_ARCH}.sequenceLength",
+            message="tokens.inputP99 + tokens.outputP99 (each its mean when left out) must be at "
+            "most model.architecture.sequenceLength",
+            field_path=".tokens",
+            check=lambda s: (
+                s.model.architecture is None
+                or s.tokens is None
+                or _longest(s.tokens) <= s.model.architecture.sequence_length
+            ),
+            message_expression=(
+                "'the longest request, %d prompt + %d generated tokens, is longer than the %d "
+                "tokens the model serves (model.architecture.sequenceLength)'"
+                f".format([{_CEL_P99_IN}, {_CEL_P99_OUT}, {_ARCH}.sequenceLength])"
+            ),
+            message_for=lambda s: (
+                f"the longest request, {s.tokens.input_p99 or s.tokens.input_mean} prompt + "
+                f"{s.tokens.output_p99 or s.tokens.output_mean} generated tokens, is longer than "
+                f"the {s.model.architecture.sequence_length} tokens the model serves "
+                "(model.architecture.sequenceLength)"
             ),
         ),
         Rule(
