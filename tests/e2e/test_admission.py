@@ -160,6 +160,26 @@ def render_bad_input_doc(rows: list[BadInput]) -> str:
         "| `UnsupportedTopology` | `spec.accelerator.topology` | a 2-D topology for a 3-D TPU "
         "(`4x4` for tpu-v4-podslice) or the reverse |",
         "",
+        "An InferenceEndpoint is also held, creating nothing, with `Ready=False` and a Warning",
+        "Event, when the cluster's pools cannot build its replicas:",
+        "",
+        "| reason | field | when |",
+        "|---|---|---|",
+        "| `UnsupportedHostShape` | `spec.accelerator.perReplica` | a replica across hosts needs "
+        "hosts of exactly its per-host share (one pod per host takes the whole host), and the "
+        "accelerator's pools have hosts of other sizes (12 x H100 planned as 3 x 4 on a pool of "
+        "8-GPU hosts); the message lists the pools and their hosts |",
+        "| `PoolTooSmall` | `spec.accelerator.perReplica` | the pool's schedulable hosts cannot "
+        "hold one replica (a group of 3 hosts on a pool of 2); when they hold some of the "
+        "desired replicas, the workload is created and `Schedulable=False PoolTooSmall` says "
+        "how many run and how many wait |",
+        "| `PrecisionUnsupported` | `spec.precision` / `spec.kvCachePrecision` | the accelerator "
+        "lacks the precision's tensor cores (FP4 on an H100, FP8 on an A100); the model itself "
+        "may fit |",
+        "| `ApplyRefused` | - | the API server refused one of the endpoint's objects (a Service "
+        "of its name that another controller owns): the message names the object and quotes "
+        "the server; tried again every 30 s |",
+        "",
         "What only the engine can judge is left to the operator too: whether an LLM's weights and",
         "KV cache fit a replica's memory, and whether any replica meets the latency targets. Such",
         "an endpoint is stored and planned, and `CapacityMet=False` gives the reason",
