@@ -48,9 +48,8 @@ from ringmaster.manifests.inference import (
     endpoint_url,
     replicas_only,
     selector_string,
-    server_deployment,
-    server_leader_worker_set,
     server_service,
+    server_workload,
     serving_env,
 )
 from ringmaster.placement.labels import GPU_RESOURCE, TPU_RESOURCE
@@ -661,8 +660,8 @@ def _pool(step: _Step) -> _Stop | None:
 
 
 def _workload(step: _Step) -> _Stop | None:
-    """The Deployment or the LeaderWorkerSet, one builder each, and the Service in front; the
-    workload of the other kind, once the replicas' shape changed, goes."""
+    """The workload (a Deployment, or a LeaderWorkerSet of replicas across hosts: one builder)
+    and the Service in front; the workload of the other kind, once the shape changed, goes."""
     assert step.pool is not None
     spec, name, namespace = step.spec, step.endpoint.name, step.endpoint.namespace
     placement = ServingPlacement(
@@ -671,13 +670,9 @@ def _workload(step: _Step) -> _Stop | None:
         accelerator_resource=step.pool.accelerator_resource or accelerator_resource(spec),
     )
     count = None if step.hpa_owns else step.desired
-    env = serving_env(step.plan)
-    if step.spans_hosts:
-        workload = server_leader_worker_set(
-            name, namespace, spec, placement, count, step.hosts, env
-        )
-    else:
-        workload = server_deployment(name, namespace, spec, placement, count, env)
+    workload = server_workload(
+        name, namespace, spec, placement, count, step.hosts, serving_env(step.plan)
+    )
     step.decision.apply = [workload, server_service(name, namespace, spec, step.spans_hosts)]
     if step.other_workload is not None:
         other = "Deployment" if step.spans_hosts else LWS_KIND

@@ -265,6 +265,22 @@ def server_leader_worker_set(
     }
 
 
+def server_workload(
+    endpoint: str,
+    namespace: str,
+    spec: InferenceEndpointSpec,
+    placement: ServingPlacement,
+    replicas: int | None,
+    hosts: int,
+    env: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The workload that runs the replicas: a Deployment of one pod per replica on one host, or
+    a LeaderWorkerSet of one group of ``hosts`` pods per replica across hosts."""
+    if hosts > 1:
+        return server_leader_worker_set(endpoint, namespace, spec, placement, replicas, hosts, env)
+    return server_deployment(endpoint, namespace, spec, placement, replicas, env)
+
+
 def _pod_template(
     endpoint: str,
     spec: InferenceEndpointSpec,
