@@ -17,6 +17,7 @@ import kopf
 
 from ringmaster import metrics
 from ringmaster.controllers.kubeapi import KubeApi, namespace_terminating
+from ringmaster.controllers.reachability import REACHABILITY
 from ringmaster.controllers.reporting import Event
 from ringmaster.controllers.workqueue import WorkQueue
 
@@ -65,8 +66,13 @@ class Controller:
     def __init__(self, api: KubeApi) -> None:
         self.api = api
         self.queue = WorkQueue(
-            self.reconcile, workers=self.workers, name=self.kind, contact=lambda: api.contact
+            self.reconcile,
+            workers=self.workers,
+            name=self.kind,
+            contact=lambda: api.contact,
+            unreachable=lambda key, error: REACHABILITY.requeued(self.kind, key, error),
         )
+        REACHABILITY.register(self.kind, self.queue.add)
         self.indexes: Mapping[str, Any] = {}
         # The status we last wrote and the resourceVersion our write produced. The operator is
         # the only writer of status, so until the watch brings that version back, our write is

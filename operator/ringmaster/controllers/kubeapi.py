@@ -346,6 +346,21 @@ class KubeApi:
         body = {"propagationPolicy": "Background"}
         await self._call(f"delete {kind}", self._request, "DELETE", path, body, ok=(404,))
 
+    async def ready(self, timeout: float = 2.0) -> bool:
+        """The API server answers /readyz with 200: it serves, and its storage with it (the
+        probe that ends an outage, reachability.py)."""
+
+        def get() -> bool:
+            client = self.core.api_client
+            method, url, headers, _body, _ = client.param_serialize(
+                method="GET", resource_path="/readyz", auth_settings=["BearerToken"]
+            )
+            response = client.call_api(method, url, header_params=headers, _request_timeout=timeout)
+            response.read()
+            return bool(response.status == 200)
+
+        return await self._call("get /readyz", get)
+
     def _request(
         self,
         method: str,

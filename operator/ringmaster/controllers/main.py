@@ -135,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
         catalog,
         garbage_collection,
         inferenceendpoint,
+        reachability,
         reductionserverpool,
         settings,
         trainingjob,
@@ -188,7 +189,8 @@ def run(args: argparse.Namespace) -> int:
         # kopf logs every handler call at INFO; the controllers log and post what matters.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     # The kubernetes client's urllib3 warns on each of its quick reconnects; while the API is
-    # away the controllers say so once (controllers/outage.py) and pace their own retries.
+    # away the controllers say so once (controllers/outage.py) and pace their own retries, and
+    # kopf's retries of its watches are counted, not logged (controllers/reachability.py).
     logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
     garbage_collection.tune()
     priority = None

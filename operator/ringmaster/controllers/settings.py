@@ -8,6 +8,8 @@ from typing import Any
 
 import kopf
 
+from ringmaster.controllers.outage import capped_backoffs
+
 
 class NoDiffBase(kopf.DiffBaseStorage):
     """No "last handled" essence. kopf builds one for every watch event of every watched kind
@@ -34,4 +36,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.networking.request_timeout = 60
+    # A watch that lost the API tries again every second at most, not up to 21 s apart: an
+    # object created just after the API is back is seen within a second (outage.py).
+    settings.networking.error_backoffs = capped_backoffs()
     settings.persistence.diffbase_storage = NoDiffBase()

@@ -37,11 +37,14 @@ class WorkQueue:
         retry_seconds: float = 5.0,
         name: str = "controller",
         contact: Callable[[], float] = time.monotonic,
+        unreachable: Callable[[Hashable, BaseException], None] | None = None,
     ):
         self._reconcile = reconcile
         self.name = name
         self.outage = Outage()
         self._contact = contact  # when the API last answered
+        # Told of each key requeued because the API is away (reachability.py's account).
+        self._unreachable = unreachable
         self._workers = workers
         self._retry_seconds = retry_seconds
         self._front: deque[Hashable] = deque()  # the urgent lane
@@ -127,6 +130,8 @@ class WorkQueue:
                 if is_unreachable(error):
                     # An outage, not a bug: one warning, then quiet retries with backoff.
                     failure = self.outage.failed(time.monotonic(), random.random())
+                    if self._unreachable is not None:
+                        self._unreachable(key, error)
                     if failure.first:
                         log.warning(
                             "%s: the Kubernetes API is unreachable (%s: %s); retrying with "
