@@ -210,14 +210,15 @@ def llm_layout_search() -> None:
     """Issue 12: every layout of a 70B model on 1,024 H100 (128 x a3-highgpu-8g); goal < 50 ms."""
     from ringmaster.engine import llm_training as L
     from ringmaster.engine.hardware import DEFAULT_CATALOG
+    from ringmaster.engine.llm_layout_search import LayoutRequest, layout_grid, search_layouts
     from ringmaster.engine.transformer import KNOWN_TRANSFORMERS
 
     host = DEFAULT_CATALOG.host("nvidia-h100-80gb", 8)
     hw = L.layout_hardware(host, 128, DEFAULT_CATALOG, reducer_machine_type="n1-highcpu-16")
-    request = L.LayoutRequest(KNOWN_TRANSFORMERS["llama-3-70b"], global_batch=1024)
-    search = L.search_layouts(request, hw)
-    latency = best_of(lambda: L.search_layouts(request, hw), repeats=20)
-    grid = L.layout_grid(request, hw)
+    request = LayoutRequest(KNOWN_TRANSFORMERS["llama-3-70b"], global_batch=1024)
+    search = search_layouts(request, hw)
+    latency = best_of(lambda: search_layouts(request, hw), repeats=20)
+    grid = layout_grid(request, hw)
     big = {k: np.tile(v, 1000) for k, v in grid.items()}
     evaluate = best_of(
         lambda: L.evaluate_layouts(request.model, hw, global_batch=request.global_batch, **big)

@@ -20,6 +20,13 @@ from ringmaster.calibration.llm_training import (
 from ringmaster.engine import collectives as C
 from ringmaster.engine import llm_training as L
 from ringmaster.engine.hardware import DEFAULT_CATALOG
+from ringmaster.engine.llm_layout_search import (
+    LayoutRequest,
+    NoLayoutError,
+    layout_grid,
+    search_layouts,
+    valid_context,
+)
 from ringmaster.engine.transformer import KNOWN_TRANSFORMERS, Transformer
 from ringmaster.engine.units import GIB
 
@@ -200,7 +207,7 @@ def test_tensor_parallel_traffic_per_layer():
 
 def test_tensor_parallel_within_a_host_only():
     hw = hardware(hosts=16)
-    grid = L.layout_grid(L.LayoutRequest(LLAMA_70B, global_batch=128), hw)
+    grid = layout_grid(LayoutRequest(LLAMA_70B, global_batch=128), hw)
     assert set(grid["tensor"].tolist()) == {1, 2, 4, 8}
     assert all(LLAMA_70B.layers % p == 0 for p in grid["pipeline"].tolist())
 
@@ -263,8 +270,8 @@ def test_llama3_405b_stages_126_layers_over_16_with_lighter_ends():
 def test_llama3_405b_on_8192_h100_plans_as_it_ran():
     model = replace(KNOWN_TRANSFORMERS["llama-3.1-405b"], sequence_length=8192)
     hw = hardware(hosts=1024)
-    req = L.LayoutRequest(model, global_batch=2048, tensor=8, pipeline=16, context=1, micro_batch=1)
-    r = L.search_layouts(req, hw)
+    req = LayoutRequest(model, global_batch=2048, tensor=8, pipeline=16, context=1, micro_batch=1)
+    r = search_layouts(req, hw)
     assert r.fits and r.chosen.name == "TP8 PP16 DP64"
     # the busiest stage runs 8 layers: a step is about 8/7.875 of the even split's
     assert 0.2 < r.chosen.mfu < 0.6
@@ -290,16 +297,16 @@ def test_context_parallelism_divides_activations_and_costs_ring_passes():
 
 
 def test_context_parallel_degrees_split_the_sequence_in_2c_chunks():
-    assert L.valid_context(8192, 1) and L.valid_context(8192, 4096)
-    assert not L.valid_context(8192, 8192) and not L.valid_context(6, 4)
+    assert valid_context(8192, 1) and valid_context(8192, 4096)
+    assert not valid_context(8192, 8192) and not valid_context(6, 4)
     model = replace(KNOWN_TRANSFORMERS["llama-3-8b"], sequence_length=131072)
-    grid = L.layout_grid(L.LayoutRequest(model, global_batch=64), hardware(hosts=8))
+    grid = layout_grid(LayoutRequest(model, global_batch=64), hardware(hosts=8))
     assert set(grid["context"].tolist()) == {1, 2, 4, 8, 16, 32}
 
 
 def test_long_sequences_search_context_parallelism():
     model = replace(KNOWN_TRANSFORMERS["llama-3-8b"], sequence_length=131072)
-    r = L.search_layouts(L.LayoutRequest(model, global_batch=16), hardware(hosts=8))
+    r = search_layouts(LayoutRequest(model, global_batch=16), hardware(hosts=8))
     assert r.fits and r.chosen.context > 1
 
 
@@ -340,28 +347,28 @@ def test_gemm_efficiency_by_shape():
 
 def test_seventy_b_on_one_a100_host_fits_nowhere_with_numbers():
     hw = hardware("nvidia-tesla-a100", 1)
-    r = L.search_layouts(L.LayoutRequest(LLAMA_70B, global_batch=64), hw)
+    r = search_layouts(LayoutRequest(LLAMA_70B, global_batch=64), hw)
     assert not r.fits
     assert "per accelerator" in (r.reason or "") and "more accelerators" in (r.reason or "")
 
 
 def test_fixed_layout_that_does_not_fit_names_a_way_out():
     hw = hardware("nvidia-a100-80gb", 8)
-    req = L.LayoutRequest(LLAMA_70B, global_batch=64, tensor=8, pipeline=1, sharding="None")
-    r = L.search_layouts(req, hw)
+    req = LayoutRequest(LLAMA_70B, global_batch=64, tensor=8, pipeline=1, sharding="None")
+    r = search_layouts(req, hw)
     assert not r.fits
     assert "try pipeline >= " in (r.reason or "") or "sharding: Full" in (r.reason or "")
 
 
 def test_no_layout_divides():
     hw = hardware("nvidia-h100-80gb", 1)
-    with pytest.raises(L.NoLayoutError, match="heads must divide by tensor"):
-        L.search_layouts(L.LayoutRequest(LLAMA_70B, global_batch=7, tensor=3), hw)
+    with pytest.raises(NoLayoutError, match="heads must divide by tensor"):
+        search_layouts(LayoutRequest(LLAMA_70B, global_batch=7, tensor=3), hw)
 
 
 def test_search_for_70b_on_1024_h100():
     hw = hardware(hosts=128, reducer_machine_type="n1-highcpu-16")
-    r = L.search_layouts(L.LayoutRequest(LLAMA_70B, global_batch=1024), hw)
+    r = search_layouts(LayoutRequest(LLAMA_70B, global_batch=1024), hw)
     assert r.fits and r.evaluated > 500
     assert 0.2 < r.chosen.mfu < 0.7
     assert r.alternatives and all(a.why for a in r.alternatives)
@@ -495,10 +502,10 @@ def test_auto_picks_the_fastest_fitting_layout_it_evaluated(
     model, acc, hosts, batch, tensor, sharding
 ):
     hw = hardware(acc, hosts)
-    req = L.LayoutRequest(model, global_batch=batch, tensor=tensor, sharding=sharding)
+    req = LayoutRequest(model, global_batch=batch, tensor=tensor, sharding=sharding)
     try:
-        r = L.search_layouts(req, hw)
-    except L.NoLayoutError:
+        r = search_layouts(req, hw)
+    except NoLayoutError:
         return
     a = r.arrays
     if r.fits:
@@ -585,9 +592,9 @@ def test_every_layout_a_published_run_used_fits(row):
 
 def test_tpu_tensor_parallel_uses_the_slice():
     hw = hardware("tpu-v5-lite-podslice", 64, 4, slice_axes=(16, 16, 1))
-    grid = L.layout_grid(L.LayoutRequest(LLAMA_7B, global_batch=256), hw)
+    grid = layout_grid(LayoutRequest(LLAMA_7B, global_batch=256), hw)
     assert set(grid["tensor"].tolist()) == {1, 2, 4, 8, 16}
-    r = L.search_layouts(L.LayoutRequest(LLAMA_7B, global_batch=256), hw)
+    r = search_layouts(LayoutRequest(LLAMA_7B, global_batch=256), hw)
     assert r.fits
     assert replace(hw, kind="tpu").memory_bytes == 16e9
     assert r.chosen.total_bytes <= 16e9 and GIB > 0

@@ -10,6 +10,7 @@ import pytest
 
 from ringmaster.engine import llm_training as L
 from ringmaster.engine.hardware import DEFAULT_CATALOG
+from ringmaster.engine.llm_layout_search import LayoutRequest, NoLayoutError, search_layouts
 from ringmaster.engine.transformer import KNOWN_TRANSFORMERS, Transformer
 
 pytestmark = pytest.mark.unit
@@ -51,8 +52,8 @@ def test_one_expert_of_top_one_plans_as_the_dense_model() -> None:
     dense = dataclasses.replace(KNOWN_TRANSFORMERS["llama-3-8b"], sequence_length=4096)
     moe = dataclasses.replace(dense, experts=1, active_experts=1)
     hw = L.layout_hardware(H100_HOST, 2, DEFAULT_CATALOG)
-    a = L.search_layouts(L.LayoutRequest(dense, 64), hw)
-    b = L.search_layouts(L.LayoutRequest(moe, 64), hw)
+    a = search_layouts(LayoutRequest(dense, 64), hw)
+    b = search_layouts(LayoutRequest(moe, 64), hw)
     assert a.chosen == b.chosen
 
 
@@ -67,8 +68,8 @@ def test_compute_follows_active_parameters_with_the_load_imbalance() -> None:
 
 def test_expert_parallelism_is_carved_out_of_data_parallelism() -> None:
     hw = L.layout_hardware(H100_HOST, 1, DEFAULT_CATALOG)
-    request = L.LayoutRequest(QWEN3_30B, 64, tensor=1, pipeline=1, context=1, expert=8)
-    layout = L.search_layouts(request, hw).chosen
+    request = LayoutRequest(QWEN3_30B, 64, tensor=1, pipeline=1, context=1, expert=8)
+    layout = search_layouts(request, hw).chosen
     assert layout.expert == 8 and layout.data == 8
     assert layout.name == "TP1 EP8 PP1 DP8"
     assert layout.expert_parallel_seconds > 0
@@ -76,14 +77,14 @@ def test_expert_parallelism_is_carved_out_of_data_parallelism() -> None:
 
 def test_all_to_all_across_hosts_costs_more_than_inside_one() -> None:
     hw = L.layout_hardware(H100_HOST, 4, DEFAULT_CATALOG)
-    inside = L.search_layouts(
-        L.LayoutRequest(
+    inside = search_layouts(
+        LayoutRequest(
             QWEN3_30B, 256, tensor=1, pipeline=1, context=1, expert=8, sharding="Optimizer"
         ),
         hw,
     ).chosen
-    across = L.search_layouts(
-        L.LayoutRequest(
+    across = search_layouts(
+        LayoutRequest(
             QWEN3_30B, 256, tensor=1, pipeline=1, context=1, expert=32, sharding="Optimizer"
         ),
         hw,
@@ -93,17 +94,15 @@ def test_all_to_all_across_hosts_costs_more_than_inside_one() -> None:
 
 def test_auto_searches_expert_parallelism_and_a_bad_degree_has_no_layout() -> None:
     hw = L.layout_hardware(H100_HOST, 1, DEFAULT_CATALOG)
-    search = L.search_layouts(L.LayoutRequest(QWEN3_30B, 64), hw)
+    search = search_layouts(LayoutRequest(QWEN3_30B, 64), hw)
     assert len(set(search.arrays.expert.tolist())) > 1
-    with pytest.raises(L.NoLayoutError, match="expert 3"):
-        L.search_layouts(L.LayoutRequest(QWEN3_30B, 64, expert=3), hw)
+    with pytest.raises(NoLayoutError, match="expert 3"):
+        search_layouts(LayoutRequest(QWEN3_30B, 64, expert=3), hw)
 
 
 def test_a_model_too_big_for_its_gpus_suggests_expert_parallelism() -> None:
     hw = L.layout_hardware(H100_HOST, 1, DEFAULT_CATALOG)
-    request = L.LayoutRequest(
-        MIXTRAL, 64, tensor=1, pipeline=1, context=1, expert=1, sharding="None"
-    )
-    search = L.search_layouts(request, hw)
+    request = LayoutRequest(MIXTRAL, 64, tensor=1, pipeline=1, context=1, expert=1, sharding="None")
+    search = search_layouts(request, hw)
     assert not search.fits
     assert "expert:" in (search.reason or "")

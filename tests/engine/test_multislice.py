@@ -15,6 +15,7 @@ from ringmaster.calibration.multislice import maxtext_mfu, multislice_report, v5
 from ringmaster.engine import collectives as C
 from ringmaster.engine import llm_training as L
 from ringmaster.engine.hardware import DEFAULT_CATALOG
+from ringmaster.engine.llm_layout_search import LayoutRequest, layout_grid
 from ringmaster.planning.multislice import render_slice_scaling, slice_scaling
 from ringmaster.planning.plans import plan_training, weak_scaled
 
@@ -54,7 +55,7 @@ def test_tensor_pipeline_and_context_stay_inside_one_slice():
     host = DEFAULT_CATALOG.host("tpu-v5-lite-podslice", 4)
     hw = L.layout_hardware(host, 4, DEFAULT_CATALOG, slice_axes=(2, 4, 1), slices=2)
     spec = spec_of(EXAMPLES / "trainingjob-maxtext-tpu-v5e.yaml")
-    request = L.LayoutRequest(
+    request = LayoutRequest(
         model=L.Transformer(
             layers=16,
             hidden=2048,
@@ -66,7 +67,7 @@ def test_tensor_pipeline_and_context_stay_inside_one_slice():
         ),
         global_batch=64,
     )
-    grid = L.layout_grid(request, hw)
+    grid = layout_grid(request, hw)
     products = grid["tensor"] * grid["pipeline"] * grid["context"]
     assert len(products) and np.all(8 % products == 0)
     assert spec.accelerator.slices == 1

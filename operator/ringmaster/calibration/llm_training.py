@@ -32,6 +32,7 @@ import yaml
 from ringmaster.engine import llm_training as L
 from ringmaster.engine.efficiency import NIC_EFFICIENCY
 from ringmaster.engine.hardware import DEFAULT_CATALOG
+from ringmaster.engine.llm_layout_search import LayoutRequest, LayoutSearch, search_layouts
 from ringmaster.engine.transformer import KNOWN_TRANSFORMERS, Transformer
 from ringmaster.engine.units import GIB, gbps_to_bytes_per_second
 
@@ -450,9 +451,7 @@ def _layout_model(row: Mapping[str, Any]) -> Transformer:
 DGX_H100_NIC_GBPS = 8 * 400
 
 
-def published_layout_search(
-    row: Mapping[str, Any], nic_gbps: float | None = None
-) -> L.LayoutSearch:
+def published_layout_search(row: Mapping[str, Any], nic_gbps: float | None = None) -> LayoutSearch:
     """The search with every field the published run fixed (recompute ``Auto`` where the source
     names none), on the run's accelerators (with ``nic_gbps`` per host where given)."""
     per_host = int(row.get("per_host", 8))
@@ -468,7 +467,7 @@ def published_layout_search(
     if nic_gbps is not None:
         hw = replace(hw, nic_bandwidth=gbps_to_bytes_per_second(nic_gbps) * NIC_EFFICIENCY)
     recompute = str(row["recompute"])
-    request = L.LayoutRequest(
+    request = LayoutRequest(
         model=_layout_model(row),
         global_batch=int(row["global_batch"]),
         tensor=int(row["tensor"]),
@@ -480,7 +479,7 @@ def published_layout_search(
         virtual_stages=int(row["virtual"]),
         strategy=L.RING,
     )
-    return L.search_layouts(request, hw)
+    return search_layouts(request, hw)
 
 
 def throughput_report(points: Mapping[str, Any] | None = None) -> list[LlmRow]:

@@ -14,6 +14,7 @@ from ringmaster.calibration.points import CHECKED, Row, load_points, relative_er
 from ringmaster.engine import collectives as C
 from ringmaster.engine import llm_training as L
 from ringmaster.engine.hardware import DEFAULT_CATALOG, Accelerator, Catalog, Host, MachineType
+from ringmaster.engine.llm_layout_search import LayoutRequest, search_layouts
 from ringmaster.engine.transformer import KNOWN_TRANSFORMERS
 from ringmaster.engine.units import GB, gbps_to_bytes_per_second
 
@@ -124,7 +125,7 @@ def predicted_tokens_per_gpu(point: dict[str, Any], catalog: Catalog) -> float:
     hosts = int(point["hosts"])
     model = replace(KNOWN_TRANSFORMERS[point["model"]], sequence_length=point["sequence_length"])
     hw = L.layout_hardware(host, hosts, catalog, compute_precision=point["compute_precision"])
-    request = L.LayoutRequest(
+    request = LayoutRequest(
         model,
         int(point["global_batch"]),
         tensor=int(point["tensor"]),
@@ -134,5 +135,5 @@ def predicted_tokens_per_gpu(point: dict[str, Any], catalog: Catalog) -> float:
         sharding=point["sharding"],
         recompute=point["recompute"],
     )
-    layout = L.search_layouts(request, hw).chosen
+    layout = search_layouts(request, hw).chosen
     return layout.tokens_per_second / (hosts * host.count)

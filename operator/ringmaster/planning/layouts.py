@@ -17,6 +17,14 @@ import numpy as np
 
 from ringmaster.engine import llm_training as L
 from ringmaster.engine.hardware import Catalog
+from ringmaster.engine.llm_layout_search import (
+    Layout,
+    LayoutRequest,
+    LayoutSearch,
+    NoLayoutError,
+    _layout,
+    search_layouts,
+)
 from ringmaster.engine.training import (
     REDUCTION_SERVER,
     RING,
@@ -68,14 +76,14 @@ def transformer_of(arch: Any, sequence_length: int | None = None) -> Transformer
 
 @dataclass(frozen=True)
 class LayoutPlan:
-    search: L.LayoutSearch
+    search: LayoutSearch
     global_batch: int
     parameters: int
     hardware: L.LayoutHardware
     model: Transformer | None = None
 
     @property
-    def chosen(self) -> L.Layout:
+    def chosen(self) -> Layout:
         return self.search.chosen
 
 
@@ -83,7 +91,7 @@ def _fixed(value: Any) -> Any:
     return None if value is None or value == AUTO else value
 
 
-def layout_request(spec: Any) -> L.LayoutRequest:
+def layout_request(spec: Any) -> LayoutRequest:
     """What the spec fixes and what it leaves to the search. Without spec.parallelism the job is
     plain data-parallel, as before: tensor 1, pipeline 1, no sharding, one micro-batch of
     batchSizePerAccelerator; only the recompute setting is searched."""
@@ -92,7 +100,7 @@ def layout_request(spec: Any) -> L.LayoutRequest:
     par = getattr(spec, "parallelism", None)
     per_accelerator = spec.model.batch_size_per_accelerator
     if par is None:
-        return L.LayoutRequest(
+        return LayoutRequest(
             model=model,
             global_batch=(per_accelerator or 1) * accelerators,
             tensor=1,
@@ -104,7 +112,7 @@ def layout_request(spec: Any) -> L.LayoutRequest:
             strategy=str(spec.communication.strategy),
         )
     global_batch = par.global_batch_size or (per_accelerator or 1) * accelerators
-    return L.LayoutRequest(
+    return LayoutRequest(
         model=model,
         global_batch=int(global_batch),
         tensor=_fixed(par.tensor),
@@ -128,7 +136,7 @@ def _check_parameters(spec: Any, derived: int) -> None:
         )
 
 
-def _bottleneck(layout: L.Layout) -> str:
+def _bottleneck(layout: Layout) -> str:
     terms = {
         "compute": layout.compute_seconds,
         "tensor-parallel collectives": layout.tensor_parallel_seconds,
@@ -145,7 +153,7 @@ def _bottleneck(layout: L.Layout) -> str:
 
 
 def _strategy(
-    name: str, layout: L.Layout, hw: L.LayoutHardware, global_batch: int
+    name: str, layout: Layout, hw: L.LayoutHardware, global_batch: int
 ) -> StrategyPrediction:
     samples = global_batch / layout.step_seconds
     rs = name == REDUCTION_SERVER
@@ -170,8 +178,8 @@ def _strategy(
 
 
 def _at_strategy(
-    request: L.LayoutRequest, hw: L.LayoutHardware, layout: L.Layout, strategy: str
-) -> L.Layout:
+    request: LayoutRequest, hw: L.LayoutHardware, layout: Layout, strategy: str
+) -> Layout:
     a = L.evaluate_layouts(
         request.model,
         hw,
@@ -186,7 +194,7 @@ def _at_strategy(
         virtual_stages=layout.virtual_stages,
         strategy=strategy,
     )
-    return L._layout(a, 0, hw.memory_bytes)
+    return _layout(a, 0, hw.memory_bytes)
 
 
 def plan_layout(
@@ -218,8 +226,8 @@ def plan_layout(
         dcn_bandwidth=dcn_bandwidth(host) if acc.kind == "tpu" else 0.0,
     )
     try:
-        search = L.search_layouts(request, hw)
-    except L.NoLayoutError as exc:
+        search = search_layouts(request, hw)
+    except NoLayoutError as exc:
         raise ValueError(f"spec.parallelism: {exc}") from None
     chosen = search.chosen
     strategies = {
@@ -260,7 +268,7 @@ def _sig(x: float, digits: int = 6) -> float:
     return float(f"{x:.{digits}g}")
 
 
-def _layout_fields(layout: L.Layout, global_batch: int) -> dict[str, Any]:
+def _layout_fields(layout: Layout, global_batch: int) -> dict[str, Any]:
     return {
         "tensor": layout.tensor,
         "pipeline": layout.pipeline,
@@ -275,7 +283,7 @@ def _layout_fields(layout: L.Layout, global_batch: int) -> dict[str, Any]:
     }
 
 
-def _memory(layout: L.Layout) -> dict[str, float]:
+def _memory(layout: Layout) -> dict[str, float]:
     return {
         "weights": _sig(layout.weights_bytes),
         "gradients": _sig(layout.gradients_bytes),

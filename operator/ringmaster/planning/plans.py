@@ -23,6 +23,7 @@ from ringmaster.engine.hardware import (
 )
 from ringmaster.engine.inference import InferenceInputs, InferencePrediction, predict_inference
 from ringmaster.engine.llm_alternatives import Alternative, pareto_alternatives
+from ringmaster.engine.llm_layout_search import Layout
 from ringmaster.engine.llm_serving import (
     LlmServingInputs,
     LlmServingPrediction,
@@ -320,7 +321,7 @@ def predict_training_inputs(inputs: TrainingInputs, catalog: Catalog) -> Trainin
         raise _engine_error(exc) from None
 
 
-def gradient_all_reduce(layout: L.Layout) -> bool:
+def gradient_all_reduce(layout: Layout) -> bool:
     """Whether the layout all-reduces gradients across data-parallel replicas: the collective a
     reduction server replaces. Not with one replica (DP 1), nor fully sharded (FSDP / ZeRO-3
     reduce-scatters gradients and all-gathers weights instead), so such a job gets no reducers

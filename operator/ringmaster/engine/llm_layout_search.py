@@ -1,0 +1,534 @@
+"""LLM training layouts: the search for the best layout of a request.
+
+:func:`search_layouts` enumerates every valid layout of a request (:func:`layout_grid`),
+evaluates them in one call (:func:`ringmaster.engine.llm_training.evaluate_layouts`), and picks
+the fastest that fits (cheaper on ties), with the best alternatives and why each lost; when none
+fits, the levers that shrink the dominant memory term.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ringmaster.engine.llm_training import (
+    AUTO,
+    BYTES_GRADIENTS,
+    BYTES_OPTIMIZER,
+    BYTES_WEIGHTS,
+    FRAMEWORK_RESERVE_BYTES,
+    I64,
+    RECOMPUTE_FULL,
+    RECOMPUTE_NONE,
+    RECOMPUTE_SELECTIVE,
+    RECOMPUTES,
+    REDUCTION_SERVER,
+    RING,
+    SHARD_FULL,
+    SHARD_NONE,
+    SHARDINGS,
+    STRATEGY_REDUCTION_SERVER,
+    LayoutArrays,
+    LayoutHardware,
+    evaluate_layouts,
+    memory_per_accelerator,
+    valid_pipeline,
+)
+from ringmaster.engine.transformer import Transformer
+from ringmaster.engine.units import GIB
+
+# The recompute policies ``Auto`` searches: the first three of RECOMPUTES, which every launcher
+# has.
+SEARCHED_RECOMPUTES = (RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL)
+
+# How many alternatives a search reports.
+ALTERNATIVES = 5
+
+# Context-parallel degrees ``Auto`` tries: powers of two up to this (Llama 3 405B's longest
+# context ran CP 16: Dubey et al. 2024, section 3.3.2).
+MAX_CONTEXT_PARALLEL = 32
+
+
+@dataclass(frozen=True)
+class LayoutRequest:
+    """What the user fixed (an int or a name) and what the search chooses (None = Auto)."""
+
+    model: Transformer
+    global_batch: int  # sequences per step
+    tensor: int | None = None
+    pipeline: int | None = None
+    sharding: str | None = None
+    micro_batch: int | None = None
+    recompute: str | None = None
+    virtual_stages: int = 1
+    strategy: str = AUTO  # the data-parallel part: Auto, Ring, ReductionServer
+    context: int | None = None
+    expert: int | None = None  # expert parallelism (a mixture of experts; dense: 1)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One evaluated layout, as plain numbers."""
+
+    tensor: int
+    pipeline: int
+    data: int
+    sharding: str
+    micro_batch: int
+    micro_batches: int
+    recompute: str
+    virtual_stages: int
+    fits: bool
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    reserve_bytes: float
+    total_bytes: float
+    capacity_bytes: float
+    step_seconds: float
+    compute_seconds: float
+    tensor_parallel_seconds: float
+    pipeline_send_seconds: float
+    bubble_seconds: float
+    data_parallel_seconds: float
+    exposed_data_parallel_seconds: float
+    tokens_per_second: float
+    mfu: float
+    strategy: str
+    cost_per_hour: float
+    context: int = 1
+    context_parallel_seconds: float = 0.0
+    expert: int = 1
+    expert_parallel_seconds: float = 0.0
+
+    @property
+    def name(self) -> str:
+        """``TP8 PP4 DP32`` (``TP8 CP2 PP4 DP16`` with context parallelism, ``TP1 EP8 PP16
+        DP128`` with expert parallelism: EP is carved out of DP, which keeps its count), as
+        ``kubectl get tj -o wide`` shows it."""
+        cp = f" CP{self.context}" if self.context > 1 else ""
+        ep = f" EP{self.expert}" if self.expert > 1 else ""
+        return f"TP{self.tensor}{cp}{ep} PP{self.pipeline} DP{self.data}"
+
+    def describe(self) -> str:
+        v = f" x {self.virtual_stages} virtual" if self.virtual_stages > 1 else ""
+        cp = f" x context {self.context}" if self.context > 1 else ""
+        ep = f", expert {self.expert} (of data x context)" if self.expert > 1 else ""
+        return (
+            f"tensor {self.tensor}{cp} x pipeline {self.pipeline}{v} x data {self.data}{ep}, "
+            f"sharding {self.sharding}, micro-batch {self.micro_batch}, recompute "
+            f"{self.recompute}"
+        )
+
+
+@dataclass(frozen=True)
+class Alternative:
+    layout: Layout
+    why: str  # "slower by 12%" or "does not fit by 3.2 GiB"
+
+
+@dataclass(frozen=True)
+class LayoutSearch:
+    chosen: Layout  # the fastest that fits; when none fits, the one closest to fitting
+    fits: bool
+    reason: str | None  # when nothing fits: the numbers and what to try
+    alternatives: tuple[Alternative, ...]
+    evaluated: int  # layouts evaluated
+    arrays: LayoutArrays = field(repr=False)
+
+
+def _divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+def _powers_of_two_dividing(n: int) -> list[int]:
+    out, k = [], 1
+    while k <= n:
+        if n % k == 0:
+            out.append(k)
+        k *= 2
+    return out
+
+
+def valid_context(sequence_length: int, context: int) -> bool:
+    """Whether a sequence splits over ``context`` ranks: load-balanced causal ring attention
+    cuts it into 2c chunks, two per rank (Megatron-LM's and torchtitan's CP), so 2c | s."""
+    return context == 1 or (context >= 1 and sequence_length % (2 * context) == 0)
+
+
+def valid_expert(model: Transformer, data_context: int, expert: int) -> bool:
+    """Whether ``expert`` ranks split the experts: it divides the routed experts (Megatron-Core:
+    num_moe_experts % expert_model_parallel_size == 0) and the data x context ranks it is
+    carved from; a dense model takes only 1."""
+    if expert < 1 or data_context % expert:
+        return False
+    return expert == 1 or (model.experts > 0 and model.experts % expert == 0)
+
+
+def expert_degrees(model: Transformer, data_context: int, fixed: int | None) -> list[int]:
+    """The expert-parallel degrees to try: the fixed one where valid, else every valid one."""
+    if fixed is not None:
+        return [fixed] if valid_expert(model, data_context, fixed) else []
+    if not model.is_moe:
+        return [1]
+    return [e for e in _divisors(data_context) if valid_expert(model, data_context, e)]
+
+
+def layout_grid(request: LayoutRequest, hw: LayoutHardware) -> dict[str, I64]:
+    """Every valid layout of the request: heads divisible by t (and t within a host: a divisor of
+    the host's accelerators, or of the slice's first axis on a TPU), p stages of the layers
+    (:func:`valid_pipeline`), c a power of two (up to MAX_CONTEXT_PARALLEL) splitting the
+    sequence (:func:`valid_context`), accelerators by t p c, the global batch by d b;
+    micro-batches are powers of two; ``Auto`` recompute tries SEARCHED_RECOMPUTES."""
+    model = request.model
+    n = hw.accelerators
+    host_span = hw.per_host if hw.kind == "gpu" else hw.slice_axes[0]
+    tensors = (
+        [request.tensor]
+        if request.tensor is not None
+        else [t for t in _divisors(host_span) if model.heads % t == 0]
+    )
+    pipelines = (
+        [request.pipeline]
+        if request.pipeline is not None
+        else [p for p in _divisors(n) if valid_pipeline(model.layers, p)]
+    )
+    contexts = (
+        [request.context]
+        if request.context is not None
+        else [
+            c
+            for c in _powers_of_two_dividing(min(n, MAX_CONTEXT_PARALLEL))
+            if valid_context(model.sequence_length, c)
+        ]
+    )
+    shardings = (
+        [SHARDINGS.index(request.sharding)]
+        if request.sharding is not None
+        else list(range(len(SHARDINGS)))
+    )
+    recomputes = (
+        [RECOMPUTES.index(request.recompute)]
+        if request.recompute is not None
+        else list(SEARCHED_RECOMPUTES)
+    )
+    rows: list[tuple[int, int, int, int, int, int, int]] = []
+    for t in tensors:
+        for p in pipelines:
+            for c in contexts:
+                # Multislice: tensor, pipeline and context stay inside one slice.
+                if (n // hw.slices) % (t * p * c):
+                    continue
+                d = n // (t * p * c)
+                if request.global_batch % d:
+                    continue
+                per_replica = request.global_batch // d
+                micro = (
+                    [request.micro_batch]
+                    if request.micro_batch is not None
+                    else _powers_of_two_dividing(per_replica)
+                )
+                for ep in expert_degrees(model, d * c, request.expert):
+                    for b in micro:
+                        if per_replica % b:
+                            continue
+                        for s in shardings if d * c > 1 else [SHARD_NONE]:
+                            for r in recomputes:
+                                rows.append((t, p, s, b, r, c, ep))
+    arr = np.array(rows, dtype=np.int64).reshape(-1, 7)
+    return {
+        "tensor": arr[:, 0],
+        "pipeline": arr[:, 1],
+        "sharding": arr[:, 2],
+        "micro_batch": arr[:, 3],
+        "recompute": arr[:, 4],
+        "context": arr[:, 5],
+        "expert": arr[:, 6],
+    }
+
+
+def evaluate_grid(request: LayoutRequest, hw: LayoutHardware, grid: dict[str, I64]) -> LayoutArrays:
+    """:func:`evaluate_layouts` over a :func:`layout_grid`."""
+    return evaluate_layouts(
+        request.model,
+        hw,
+        tensor=grid["tensor"],
+        pipeline=grid["pipeline"],
+        sharding=grid["sharding"],
+        micro_batch=grid["micro_batch"],
+        recompute=grid["recompute"],
+        context=grid["context"],
+        expert=grid["expert"],
+        global_batch=request.global_batch,
+        virtual_stages=request.virtual_stages,
+        strategy=request.strategy,
+    )
+
+
+def _layout(a: LayoutArrays, i: int, capacity: float) -> Layout:
+    mem = a.memory
+    return Layout(
+        tensor=int(a.tensor[i]),
+        pipeline=int(a.pipeline[i]),
+        data=int(a.data[i]),
+        sharding=SHARDINGS[int(a.sharding[i])],
+        micro_batch=int(a.micro_batch[i]),
+        micro_batches=int(a.micro_batches[i]),
+        recompute=RECOMPUTES[int(a.recompute[i])],
+        virtual_stages=int(a.virtual_stages[i]),
+        fits=bool(a.fits[i]),
+        weights_bytes=float(mem.weights[i]),
+        gradients_bytes=float(mem.gradients[i]),
+        optimizer_bytes=float(mem.optimizer[i]),
+        activations_bytes=float(mem.activations[i]),
+        reserve_bytes=float(mem.reserve[i]),
+        total_bytes=float(mem.total[i]),
+        capacity_bytes=capacity,
+        step_seconds=float(a.step_seconds[i]),
+        compute_seconds=float(a.compute_seconds[i]),
+        tensor_parallel_seconds=float(a.tensor_parallel_seconds[i]),
+        pipeline_send_seconds=float(a.pipeline_send_seconds[i]),
+        bubble_seconds=float(a.bubble_seconds[i]),
+        data_parallel_seconds=float(a.data_parallel_seconds[i]),
+        exposed_data_parallel_seconds=float(a.exposed_data_parallel_seconds[i]),
+        tokens_per_second=float(a.tokens_per_second[i]),
+        mfu=float(a.mfu[i]),
+        strategy=REDUCTION_SERVER if int(a.strategy[i]) == STRATEGY_REDUCTION_SERVER else RING,
+        cost_per_hour=float(a.cost_per_hour[i]),
+        context=int(a.context[i]),
+        context_parallel_seconds=float(a.context_parallel_seconds[i]),
+        expert=int(a.expert[i]),
+        expert_parallel_seconds=float(a.expert_parallel_seconds[i]),
+    )
+
+
+def _gib(x: float) -> str:
+    return f"{x / GIB:.1f} GiB"
+
+
+class NoLayoutError(ValueError):
+    """The request admits no layout at all (nothing divides); the message names the numbers."""
+
+
+def search_layouts(request: LayoutRequest, hw: LayoutHardware) -> LayoutSearch:
+    """Evaluate every valid layout and choose: the fastest that fits, cheaper on ties (then the
+    one with the most memory to spare)."""
+    grid = layout_grid(request, hw)
+    if grid["tensor"].size == 0:
+        raise NoLayoutError(_no_layout_message(request, hw))
+    a = evaluate_grid(request, hw, grid)
+    cap = hw.memory_bytes
+    fitting = np.flatnonzero(a.fits)
+    if fitting.size:
+        order = fitting[
+            np.lexsort(
+                (
+                    a.memory.total[fitting],
+                    a.cost_per_hour[fitting] * a.step_seconds[fitting],
+                    np.round(a.step_seconds[fitting], 12),
+                )
+            )
+        ]
+        best = int(order[0])
+        chosen = _layout(a, best, cap)
+        reason = None
+    else:
+        best = int(np.argmin(a.memory.total))
+        chosen = _layout(a, best, cap)
+        reason = _does_not_fit(chosen, hw, request)
+    return LayoutSearch(
+        chosen=chosen,
+        fits=bool(fitting.size),
+        reason=reason,
+        alternatives=_alternatives(a, best, cap),
+        evaluated=int(a.step_seconds.size),
+        arrays=a,
+    )
+
+
+def _alternatives(a: LayoutArrays, best: int, cap: float) -> tuple[Alternative, ...]:
+    """The best layout of each other (tensor, context, pipeline, sharding): the fastest that
+    fits, else the closest to fitting; fitting ones first by step time, then the rest by their
+    overshoot."""
+    key = (
+        a.expert * 100_000_000_000
+        + a.tensor * 100_000_000
+        + a.context * 100_000
+        + a.pipeline * 10
+        + a.sharding
+    ).astype(np.int64)
+    chosen_key = key[best]
+    chosen_step = float(a.step_seconds[best])
+    picks: list[int] = []
+    for k in np.unique(key):
+        if k == chosen_key:
+            continue
+        members = np.flatnonzero(key == k)
+        fit = members[a.fits[members]]
+        if fit.size:
+            picks.append(int(fit[np.argmin(a.step_seconds[fit])]))
+        else:
+            picks.append(int(members[np.argmin(a.memory.total[members])]))
+    picks.sort(key=lambda i: (not a.fits[i], a.step_seconds[i] if a.fits[i] else a.memory.total[i]))
+    out = []
+    for i in picks[:ALTERNATIVES]:
+        layout = _layout(a, i, cap)
+        if layout.fits:
+            slower = layout.step_seconds / chosen_step - 1.0
+            why = f"slower by {slower:.1%}" if slower > 0 else "as fast, costs more or spares less"
+        else:
+            why = f"does not fit by {_gib(layout.total_bytes - cap)}"
+        out.append(Alternative(layout, why))
+    return tuple(out)
+
+
+def _single(request: LayoutRequest, hw: LayoutHardware, layout: Layout, **change: int) -> float:
+    """Memory per accelerator of ``layout`` with some of its fields changed."""
+    fields = {
+        "tensor": layout.tensor,
+        "pipeline": layout.pipeline,
+        "context": layout.context,
+        "micro_batch": layout.micro_batch,
+        "recompute": RECOMPUTES.index(layout.recompute),
+        "sharding": SHARDINGS.index(layout.sharding),
+        "expert": layout.expert,
+        **change,
+    }
+    d = hw.accelerators / (fields["tensor"] * fields["pipeline"] * fields["context"])
+    mem = memory_per_accelerator(
+        request.model,
+        tensor=fields["tensor"],
+        pipeline=fields["pipeline"],
+        data=d,
+        sharding=fields["sharding"],
+        micro_batch=fields["micro_batch"],
+        micro_batches=request.global_batch / (d * fields["micro_batch"]),
+        recompute=fields["recompute"],
+        virtual_stages=layout.virtual_stages,
+        context=fields["context"],
+        allocator_overhead=hw.allocator_overhead,
+        fp8=hw.compute_precision == "fp8",
+        expert=fields["expert"],
+    )
+    return float(mem.total)
+
+
+def _levers(request: LayoutRequest, hw: LayoutHardware, closest: Layout) -> list[str]:
+    """What shrinks the dominant term, each with the memory it leaves: activations shrink with
+    recompute, context parallelism and the micro-batch; weights, gradients and optimizer state
+    with sharding, tensor and pipeline parallelism. Of each lever's settings that divide, the
+    smallest step that fits is named, else the one that shrinks the most."""
+    model = request.model
+    n = hw.accelerators
+    t, p, c = closest.tensor, closest.pipeline, closest.context
+
+    def divides(tt: int, pp: int, cc: int) -> bool:
+        return n % (tt * pp * cc) == 0 and request.global_batch % (n // (tt * pp * cc)) == 0
+
+    host_span = hw.per_host if hw.kind == "gpu" else hw.slice_axes[0]
+    steps = max(1, MAX_CONTEXT_PARALLEL.bit_length())
+    recompute: list[tuple[str, dict[str, int]]] = []
+    if closest.recompute != "Full":
+        recompute.append(("activationRecompute: Full", {"recompute": RECOMPUTE_FULL}))
+    contexts = [
+        (f"context: {c * 2**k}", {"context": c * 2**k})
+        for k in range(1, steps)
+        if valid_context(model.sequence_length, c * 2**k) and divides(t, p, c * 2**k)
+    ]
+    micro = [("microBatchSize: 1", {"micro_batch": 1})] if closest.micro_batch > 1 else []
+    sharding = (
+        [("sharding: Full", {"sharding": SHARD_FULL})]
+        if closest.sharding != "Full" and closest.data * c > 1
+        else []
+    )
+    tensors = [
+        (f"tensor: {q}", {"tensor": q})
+        for q in _divisors(host_span)
+        if q > t and model.heads % q == 0 and divides(q, p, c)
+    ]
+    pipelines = [
+        (f"pipeline: {q}", {"pipeline": q})
+        for q in _divisors(n)
+        if q > p and valid_pipeline(model.layers, q) and divides(t, q, c)
+    ]
+    experts = [
+        (f"expert: {q}", {"expert": q})
+        for q in expert_degrees(model, closest.data * c, None)
+        if q > closest.expert
+    ]
+    state = closest.weights_bytes + closest.gradients_bytes + closest.optimizer_bytes
+    activation_levers = [recompute, contexts, micro]
+    state_levers = [experts, sharding, tensors, pipelines]
+    levers = (
+        activation_levers + state_levers
+        if closest.activations_bytes >= state
+        else state_levers + activation_levers
+    )
+    tips = []
+    for options in levers:
+        tried = [(text, _single(request, hw, closest, **change)) for text, change in options]
+        useful = [(text, after) for text, after in tried if after < closest.total_bytes]
+        if not useful:
+            continue
+        fitting = [(text, after) for text, after in useful if after <= hw.memory_bytes]
+        text, after = fitting[0] if fitting else min(useful, key=lambda x: x[1])
+        tips.append(f"{text} ({_gib(after)})")
+    return tips[:3]
+
+
+def _does_not_fit(closest: Layout, hw: LayoutHardware, request: LayoutRequest) -> str:
+    """The numbers, the dominant term, and the levers that shrink it."""
+    state = closest.weights_bytes + closest.gradients_bytes + closest.optimizer_bytes
+    dominant = (
+        "activations" if closest.activations_bytes >= state else "weights, gradients and optimizer"
+    )
+    cp = f" x context {closest.context}" if closest.context > 1 else ""
+    cp += f" (expert {closest.expert})" if closest.expert > 1 else ""
+    text = (
+        f"needs {_gib(closest.total_bytes)} per accelerator with tensor {closest.tensor}{cp} x "
+        f"pipeline {closest.pipeline} (sharding {closest.sharding}, recompute "
+        f"{closest.recompute}, micro-batch {closest.micro_batch}: weights "
+        f"{_gib(closest.weights_bytes)}, gradients {_gib(closest.gradients_bytes)}, optimizer "
+        f"{_gib(closest.optimizer_bytes)}, activations {_gib(closest.activations_bytes)}, "
+        f"reserve {_gib(closest.reserve_bytes)}); {hw.accelerator} has "
+        f"{_gib(hw.memory_bytes)}; {dominant} dominate"
+    )
+    tips = _levers(request, hw, closest)
+    if not tips:
+        model_state = request.model.parameters * (BYTES_WEIGHTS + BYTES_GRADIENTS + BYTES_OPTIMIZER)
+        needed = math.ceil(model_state / max(hw.memory_bytes - FRAMEWORK_RESERVE_BYTES, 1.0))
+        tips.append(
+            f"more accelerators: weights, gradients and optimizer state alone are "
+            f"{_gib(model_state)}, at least {needed} x {_gib(hw.memory_bytes)} fully sharded"
+        )
+    return f"{text}; try {' or '.join(tips)}"
+
+
+def _no_layout_message(request: LayoutRequest, hw: LayoutHardware) -> str:
+    m = request.model
+    n = hw.accelerators
+    parts = [
+        f"no layout divides: {n} accelerators, {m.heads} attention heads, {m.layers} layers,"
+        f" sequence {m.sequence_length},"
+    ]
+    parts.append(f"global batch {request.global_batch}")
+    if request.tensor is not None:
+        parts.append(f"with tensor {request.tensor}")
+    if request.pipeline is not None:
+        parts.append(f"pipeline {request.pipeline}")
+    if request.context is not None:
+        parts.append(f"context {request.context}")
+    if request.micro_batch is not None:
+        parts.append(f"micro-batch {request.micro_batch}")
+    if request.expert is not None:
+        parts.append(f"expert {request.expert} ({m.experts} experts)")
+    return (
+        " ".join(parts)
+        + " (heads must divide by tensor; pipeline stages hold ceil(layers / pipeline) layers,"
+        " the first and last at most one fewer; the sequence by 2 x context; accelerators by"
+        " tensor x context x pipeline; the global batch by data x micro-batch; expert must"
+        " divide the experts and data x context)"
+    )
