@@ -20,12 +20,28 @@ from ringmaster.calibration.llm_training import (
 from ringmaster.engine import collectives as C
 from ringmaster.engine import llm_training as L
 from ringmaster.engine.hardware import DEFAULT_CATALOG
+from ringmaster.engine.llm_layout_names import (
+    RECOMPUTE_FULL,
+    RECOMPUTE_NONE,
+    RECOMPUTE_SELECTIVE,
+    RECOMPUTES,
+    SHARD_NONE,
+)
 from ringmaster.engine.llm_layout_search import (
     LayoutRequest,
     NoLayoutError,
     layout_grid,
     search_layouts,
     valid_context,
+)
+from ringmaster.engine.llm_memory import (
+    ALLOCATOR_OVERHEAD,
+    FRAMEWORK_RESERVE_BYTES,
+    FSDP_RESIDENT_LAYERS,
+    activation_bytes_per_layer,
+    memory_per_accelerator,
+    stage_layers,
+    valid_pipeline,
 )
 from ringmaster.engine.transformer import KNOWN_TRANSFORMERS, Transformer
 from ringmaster.engine.units import GIB
@@ -48,15 +64,15 @@ P7 = 6_738_415_616  # Llama-2-7B's published parameter count (the transformer mo
 
 def test_seven_b_model_state_by_hand():
     assert LLAMA_7B.parameters == P7
-    mem = L.memory_per_accelerator(
+    mem = memory_per_accelerator(
         LLAMA_7B,
         tensor=1,
         pipeline=1,
         data=8,
-        sharding=L.SHARD_NONE,
+        sharding=SHARD_NONE,
         micro_batch=1,
         micro_batches=4,
-        recompute=L.RECOMPUTE_NONE,
+        recompute=RECOMPUTE_NONE,
     )
     assert float(mem.weights) == 2 * P7  # bf16
     assert float(mem.gradients) == 4 * P7  # fp32 accumulation
@@ -68,7 +84,7 @@ def test_seven_b_model_state_by_hand():
     per_layer = 2 * s * (6 * h + 2 * h + 3 * f)
     activations = 32 * per_layer + 10 * s * V
     assert float(mem.activations) == activations
-    reserve = L.ALLOCATOR_OVERHEAD * activations + L.FRAMEWORK_RESERVE_BYTES
+    reserve = ALLOCATOR_OVERHEAD * activations + FRAMEWORK_RESERVE_BYTES
     assert float(mem.reserve) == pytest.approx(reserve)
     assert float(mem.total) == pytest.approx(18 * P7 + activations + reserve)
 
@@ -93,29 +109,29 @@ TINY = Transformer(2, 8, 2, 16, 4, kv_heads=1, ffn_hidden=16, gated_ffn=True)
     ],
 )
 def test_each_recompute_policy_by_hand(policy, elements):
-    code = L.RECOMPUTES.index(policy)
+    code = RECOMPUTES.index(policy)
     # micro-batch 3, sequence 4: 12 tokens, 2 bytes each element
-    stored, working = L.activation_bytes_per_layer(TINY, 3, 1, code)
+    stored, working = activation_bytes_per_layer(TINY, 3, 1, code)
     assert float(stored) == 2 * 12 * elements
     assert float(working) == 2 * 12 * (6 * 8 + 2 * 4 + 3 * 16)
     # tensor 2 (sequence parallel) and context 2 each halve it
-    assert float(L.activation_bytes_per_layer(TINY, 3, 2, code)[0]) == 12 * elements
-    assert float(L.activation_bytes_per_layer(TINY, 3, 2, code, 2)[0]) == 6 * elements
+    assert float(activation_bytes_per_layer(TINY, 3, 2, code)[0]) == 12 * elements
+    assert float(activation_bytes_per_layer(TINY, 3, 2, code, 2)[0]) == 6 * elements
 
 
 def test_fp8_linear_layers_keep_their_inputs_as_fp8_casts():
     # None keeps the QKV, projection and FFN inputs (3h + f = 40 elements) at 1 byte, not 2
-    bf16, _ = L.activation_bytes_per_layer(TINY, 3, 1, L.RECOMPUTE_NONE)
-    fp8, _ = L.activation_bytes_per_layer(TINY, 3, 1, L.RECOMPUTE_NONE, fp8=True)
+    bf16, _ = activation_bytes_per_layer(TINY, 3, 1, RECOMPUTE_NONE)
+    fp8, _ = activation_bytes_per_layer(TINY, 3, 1, RECOMPUTE_NONE, fp8=True)
     assert float(bf16) - float(fp8) == 12 * (3 * 8 + 16)
-    full, _ = L.activation_bytes_per_layer(TINY, 3, 1, L.RECOMPUTE_FULL, fp8=True)
+    full, _ = activation_bytes_per_layer(TINY, 3, 1, RECOMPUTE_FULL, fp8=True)
     assert float(full) == 2 * 12 * 8  # the layer input is no linear layer's input
 
 
 def test_policies_that_rebuild_layers_hold_one_layer_s_working_set():
     common = dict(tensor=1, pipeline=1, data=1, sharding=0, micro_batch=1, micro_batches=1)
-    none = L.memory_per_accelerator(TINY, recompute=L.RECOMPUTE_NONE, **common)
-    full = L.memory_per_accelerator(TINY, recompute=L.RECOMPUTE_FULL, **common)
+    none = memory_per_accelerator(TINY, recompute=RECOMPUTE_NONE, **common)
+    full = memory_per_accelerator(TINY, recompute=RECOMPUTE_FULL, **common)
     logits = 10 * 4 * 16
     assert float(none.activations) == 2 * (2 * 4 * 104) + logits
     assert float(full.activations) == 2 * (2 * 4 * 8) + 2 * 4 * 104 + logits
@@ -126,37 +142,37 @@ def test_gpt_layer_activations_are_korthikantis_less_dropout_masks():
     s, b, h, a, t = 2048, 2, 12288, 96, 8
     # Korthikanti et al. 2022, Table 2, with sequence parallelism: sbh(34 + 5as/h) / t; the 34
     # holds two dropout masks (2 sbh) that no current recipe keeps.
-    stored, _ = L.activation_bytes_per_layer(gpt, b, t, L.RECOMPUTE_NONE, flash_attention=False)
+    stored, _ = activation_bytes_per_layer(gpt, b, t, RECOMPUTE_NONE, flash_attention=False)
     assert float(stored) == pytest.approx(s * b * h * (32 + 5 * a * s / h) / t)
-    flash, _ = L.activation_bytes_per_layer(gpt, b, t, L.RECOMPUTE_NONE)
+    flash, _ = activation_bytes_per_layer(gpt, b, t, RECOMPUTE_NONE)
     assert float(flash) == pytest.approx(s * b * h * 32 / t)
-    selective, _ = L.activation_bytes_per_layer(gpt, b, t, L.RECOMPUTE_SELECTIVE, 1, False)
+    selective, _ = activation_bytes_per_layer(gpt, b, t, RECOMPUTE_SELECTIVE, 1, False)
     assert float(selective) == pytest.approx(s * b * h * 32 / t)
-    full, _ = L.activation_bytes_per_layer(gpt, b, t, L.RECOMPUTE_FULL)
+    full, _ = activation_bytes_per_layer(gpt, b, t, RECOMPUTE_FULL)
     assert float(full) == pytest.approx(2 * s * b * h / t)
     # Without sequence parallelism (Table 2, "tensor parallel"): sbh(10 + 24/t + 5as/(ht)), less
     # the masks: the norms' inputs and outputs are whole on every rank.
-    no_sp, _ = L.activation_bytes_per_layer(gpt, b, t, L.RECOMPUTE_NONE, 1, False, False)
+    no_sp, _ = activation_bytes_per_layer(gpt, b, t, RECOMPUTE_NONE, 1, False, False)
     assert float(no_sp) == pytest.approx(s * b * h * (8 + 24 / t + 5 * a * s / (h * t)))
 
 
 def test_sharding_divides_each_term_by_data_parallelism():
     common = dict(tensor=1, pipeline=1, data=8, micro_batch=1, micro_batches=1, recompute=0)
     none, opt, grads, full = (
-        L.memory_per_accelerator(LLAMA_7B, sharding=s, **common) for s in range(4)
+        memory_per_accelerator(LLAMA_7B, sharding=s, **common) for s in range(4)
     )
     assert float(opt.optimizer) == 12 * P7 / 8
     assert float(grads.gradients) == 4 * P7 / 8 and float(opt.gradients) == 4 * P7
     layer = LLAMA_7B.parameters_per_layer
-    assert float(full.weights) == 2 * P7 / 8 + L.FSDP_RESIDENT_LAYERS * layer * 2
+    assert float(full.weights) == 2 * P7 / 8 + FSDP_RESIDENT_LAYERS * layer * 2
     assert float(none.weights) == 2 * P7
 
 
 def test_first_stage_keeps_p_micro_batches_in_flight():
     common = dict(tensor=1, data=1, sharding=0, micro_batch=1, micro_batches=16, recompute=1)
-    one = L.memory_per_accelerator(LLAMA_70B, pipeline=1, **common)
-    four = L.memory_per_accelerator(LLAMA_70B, pipeline=4, **common)
-    stored, _ = L.activation_bytes_per_layer(LLAMA_70B, 1, 1, 1)
+    one = memory_per_accelerator(LLAMA_70B, pipeline=1, **common)
+    four = memory_per_accelerator(LLAMA_70B, pipeline=4, **common)
+    stored, _ = activation_bytes_per_layer(LLAMA_70B, 1, 1, 1)
     # the first stage: 80/4 layers x 4 micro-batches = as many layer-activations as p = 1 holds
     assert float(four.activations) == pytest.approx(80 / 4 * 4 * float(stored))
     assert float(one.activations) > float(four.activations)  # p = 1 adds the logits
@@ -214,15 +230,15 @@ def test_tensor_parallel_within_a_host_only():
 
 def test_elementwise_time_by_hand():
     hw = hardware()
-    _, working = L.activation_bytes_per_layer(LLAMA_7B, 2, 1, L.RECOMPUTE_NONE)
-    flash = float(L.elementwise_seconds(LLAMA_7B, hw, 2, 1, 1, L.RECOMPUTE_NONE))
+    _, working = activation_bytes_per_layer(LLAMA_7B, 2, 1, RECOMPUTE_NONE)
+    flash = float(L.elementwise_seconds(LLAMA_7B, hw, 2, 1, 1, RECOMPUTE_NONE))
     assert flash == pytest.approx(32 * 4 * float(working) / hw.memory_bandwidth)
-    _, scores = L.activation_bytes_per_layer(LLAMA_7B, 2, 1, L.RECOMPUTE_NONE, 1, False)
-    rebuilt = float(L.elementwise_seconds(LLAMA_7B, hw, 2, 1, 1, L.RECOMPUTE_FULL, False))
+    _, scores = activation_bytes_per_layer(LLAMA_7B, 2, 1, RECOMPUTE_NONE, 1, False)
+    rebuilt = float(L.elementwise_seconds(LLAMA_7B, hw, 2, 1, 1, RECOMPUTE_FULL, False))
     assert rebuilt == pytest.approx(32 * 6 * float(scores) / hw.memory_bandwidth)
     # FP8's cast-transposes move the working set twice more
     fp8 = replace(hw, compute_precision="fp8")
-    cast = float(L.elementwise_seconds(LLAMA_7B, fp8, 2, 1, 1, L.RECOMPUTE_NONE))
+    cast = float(L.elementwise_seconds(LLAMA_7B, fp8, 2, 1, 1, RECOMPUTE_NONE))
     assert cast == pytest.approx(32 * 6 * float(working) / hw.memory_bandwidth)
 
 
@@ -241,10 +257,10 @@ def test_recompute_flops_per_policy(policy, per_layer):
     model = LLAMA_70B
     h, kv, f = model.hidden, model.kv_hidden, model.ffn_hidden
     core = 4 * model.sequence_length * h  # attention's forward FLOPs per token per layer
-    extra = float(L.recompute_flops_per_token(model, L.RECOMPUTES.index(policy)))
+    extra = float(L.recompute_flops_per_token(model, RECOMPUTES.index(policy)))
     assert extra == pytest.approx(model.layers * per_layer(h, kv, f, core))
     base = model.training_flops_per_token()
-    total = float(L.hardware_flops_per_token(model, L.RECOMPUTES.index(policy)))
+    total = float(L.hardware_flops_per_token(model, RECOMPUTES.index(policy)))
     assert total == pytest.approx(base + extra)
 
 
@@ -253,17 +269,17 @@ def test_recompute_flops_per_policy(policy, per_layer):
 
 def test_llama3_405b_stages_126_layers_over_16_with_lighter_ends():
     model = KNOWN_TRANSFORMERS["llama-3.1-405b"]
-    assert L.valid_pipeline(126, 16)  # 8 x 16 = 128: the first and the last hold 7
-    stages = L.stage_layers(model, 16)
+    assert valid_pipeline(126, 16)  # 8 x 16 = 128: the first and the last hold 7
+    stages = stage_layers(model, 16)
     assert (float(stages.first), float(stages.middle), float(stages.last)) == (7, 8, 7)
-    assert L.valid_pipeline(126, 2) and L.valid_pipeline(3, 2)
-    assert not L.valid_pipeline(126, 5)  # 26 x 5 = 130: four missing layers
-    assert not L.valid_pipeline(126, 127) and not L.valid_pipeline(4, 0)
-    one = L.stage_layers(model, 1)
+    assert valid_pipeline(126, 2) and valid_pipeline(3, 2)
+    assert not valid_pipeline(126, 5)  # 26 x 5 = 130: four missing layers
+    assert not valid_pipeline(126, 127) and not valid_pipeline(4, 0)
+    one = stage_layers(model, 1)
     assert float(one.first) == float(one.last) == 126
-    odd = L.stage_layers(model, 4)  # 32 x 4 = 128: first and last 31
+    odd = stage_layers(model, 4)  # 32 x 4 = 128: first and last 31
     assert (float(odd.first), float(odd.middle), float(odd.last)) == (31, 32, 31)
-    three = L.stage_layers(TINY, 3) if L.valid_pipeline(2, 3) else None
+    three = stage_layers(TINY, 3) if valid_pipeline(2, 3) else None
     assert three is None  # more stages than layers
 
 
@@ -321,7 +337,7 @@ def test_fp8_recipes_run_linear_layers_or_every_matmul_at_the_fp8_peak():
     assert linear.attention_peak_flops == bf16.peak_flops == linear.head_peak_flops
     assert every.attention_peak_flops == linear.peak_flops
     seconds = [
-        float(L.stage_compute_seconds(LLAMA_70B, hw, 1, 8, 4, L.RECOMPUTE_NONE))
+        float(L.stage_compute_seconds(LLAMA_70B, hw, 1, 8, 4, RECOMPUTE_NONE))
         for hw in (bf16, linear, every)
     ]
     assert seconds[0] > seconds[1] > seconds[2] > seconds[0] / 2
@@ -394,7 +410,7 @@ MODELS = st.sampled_from(
 def test_more_sharding_never_more_memory(model, t, p, d, b, m, r):
     totals = [
         float(
-            L.memory_per_accelerator(
+            memory_per_accelerator(
                 model,
                 tensor=t,
                 pipeline=p,
@@ -426,14 +442,14 @@ def test_more_sharding_never_more_memory(model, t, p, d, b, m, r):
 def test_more_recompute_never_less_compute_nor_more_activation_memory(model, t, p, b, c):
     flops = [float(L.stage_flops_per_micro_batch(model, b, t, p, r)) for r in range(3)]
     assert flops[0] <= flops[1] <= flops[2]
-    stored = {r: float(L.activation_bytes_per_layer(model, b, t, r, c)[0]) for r in range(6)}
+    stored = {r: float(activation_bytes_per_layer(model, b, t, r, c)[0]) for r in range(6)}
     # None keeps the most, Full the least; every named policy lies between them
     assert stored[0] >= stored[1] >= stored[2]
     assert all(stored[0] >= stored[r] >= stored[2] for r in range(6))
     # and so does the memory of a whole layout
     common = dict(tensor=t, pipeline=p, data=2, sharding=0, micro_batch=b, micro_batches=8)
     totals = [
-        float(L.memory_per_accelerator(model, recompute=r, context=c, **common).activations)
+        float(memory_per_accelerator(model, recompute=r, context=c, **common).activations)
         for r in (0, 1, 2)
     ]
     assert totals[0] >= totals[1] >= totals[2]
@@ -451,7 +467,7 @@ def test_more_recompute_never_less_compute_nor_more_activation_memory(model, t, 
 def test_more_context_parallelism_never_raises_activations(model, t, p, b, r, c):
     def activations(cc):
         return float(
-            L.memory_per_accelerator(
+            memory_per_accelerator(
                 model,
                 tensor=t,
                 pipeline=p,
@@ -544,7 +560,7 @@ def test_constants_are_the_fit_of_their_named_points(llm_points):
         "LLM_MATMUL_EFFICIENCY": L.LLM_MATMUL_EFFICIENCY,
         "LLM_GEMM_HALF_DIM": L.LLM_GEMM_HALF_DIM,
         "LLM_MATMUL_EFFICIENCY_TPU": L.LLM_MATMUL_EFFICIENCY_TPU,
-        "ALLOCATOR_OVERHEAD": L.ALLOCATOR_OVERHEAD,
+        "ALLOCATOR_OVERHEAD": ALLOCATOR_OVERHEAD,
     }
 
 

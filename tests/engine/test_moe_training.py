@@ -10,7 +10,15 @@ import pytest
 
 from ringmaster.engine import llm_training as L
 from ringmaster.engine.hardware import DEFAULT_CATALOG
+from ringmaster.engine.llm_layout_names import RECOMPUTE_FULL
 from ringmaster.engine.llm_layout_search import LayoutRequest, NoLayoutError, search_layouts
+from ringmaster.engine.llm_memory import (
+    BYTES_WEIGHTS,
+    MemoryArrays,
+    memory_per_accelerator,
+    routed_expert_parameters_per_layer,
+    stage_layers,
+)
 from ringmaster.engine.transformer import KNOWN_TRANSFORMERS, Transformer
 
 pytestmark = pytest.mark.unit
@@ -20,8 +28,8 @@ MIXTRAL = dataclasses.replace(KNOWN_TRANSFORMERS["mixtral-8x7b"], sequence_lengt
 QWEN3_30B = dataclasses.replace(KNOWN_TRANSFORMERS["qwen3-30b-a3b"], sequence_length=4096)
 
 
-def _memory(model: Transformer, expert: np.ndarray, sharding: int = 1) -> L.MemoryArrays:
-    return L.memory_per_accelerator(
+def _memory(model: Transformer, expert: np.ndarray, sharding: int = 1) -> MemoryArrays:
+    return memory_per_accelerator(
         model,
         tensor=1,
         pipeline=4,
@@ -29,7 +37,7 @@ def _memory(model: Transformer, expert: np.ndarray, sharding: int = 1) -> L.Memo
         sharding=sharding,
         micro_batch=1,
         micro_batches=8,
-        recompute=L.RECOMPUTE_FULL,
+        recompute=RECOMPUTE_FULL,
         expert=expert,
     )
 
@@ -42,10 +50,10 @@ def test_more_expert_parallelism_never_raises_memory(sharding: int) -> None:
     assert np.all(np.diff(mem.total) < 0)
     # Without sharding, the experts' weights are split exactly e ways.
     if sharding == 0:
-        stage_layers = L.stage_layers(MIXTRAL, 4).middle
-        routed = L.routed_expert_parameters_per_layer(MIXTRAL) * float(stage_layers)
+        middle_layers = stage_layers(MIXTRAL, 4).middle
+        routed = routed_expert_parameters_per_layer(MIXTRAL) * float(middle_layers)
         saved = float(mem.weights[0] - mem.weights[3])
-        assert saved == pytest.approx(routed * (1 - 1 / 8) * L.BYTES_WEIGHTS, rel=0.02)
+        assert saved == pytest.approx(routed * (1 - 1 / 8) * BYTES_WEIGHTS, rel=0.02)
 
 
 def test_one_expert_of_top_one_plans_as_the_dense_model() -> None:

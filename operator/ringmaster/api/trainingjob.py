@@ -312,7 +312,7 @@ def _auto(v: Any) -> bool:
 
 def pipeline_stages_layers(layers: int, pipeline: int) -> bool:
     """Whether ``pipeline`` stages hold ``layers``: ceil(layers / pipeline) each, the first and
-    the last at most one fewer (twin of engine.llm_training.valid_pipeline; a test keeps them
+    the last at most one fewer (twin of engine.llm_memory.valid_pipeline; a test keeps them
     equal)."""
     if pipeline < 1 or pipeline > layers:
         return False

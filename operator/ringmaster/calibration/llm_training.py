@@ -12,10 +12,10 @@ Four constants are fitted, each on a named subset, and every other row is only c
 - ``ALLOCATOR_OVERHEAD`` on the ``role: fitted`` memory rows (torchtitan's Llama 3.1 8B FSDP
   runs on 8 and 128 H100, eager). Checked: the other torchtitan memory rows.
 
-:func:`derive_llm_constants` recomputes them from the points (a test keeps engine.llm_training's
-values equal to it); :func:`llm_report` gives one row per published figure; ``ringmaster
-calibrate`` prints :func:`render_llm_section` after its own table. :func:`published_layout_search`
-plans each published layout (a test asserts every one fits).
+:func:`derive_llm_constants` recomputes them from the points (a test keeps the values in
+engine.llm_training and engine.llm_memory equal to it); :func:`llm_report` gives one row per
+published figure; ``ringmaster calibrate`` prints :func:`render_llm_section` after its own table.
+:func:`published_layout_search` plans each published layout (a test asserts every one fits).
 """
 
 from __future__ import annotations
@@ -32,7 +32,22 @@ import yaml
 from ringmaster.engine import llm_training as L
 from ringmaster.engine.efficiency import NIC_EFFICIENCY
 from ringmaster.engine.hardware import DEFAULT_CATALOG
+from ringmaster.engine.llm_layout_names import (
+    RECOMPUTE_FULL,
+    RECOMPUTE_NONE,
+    RECOMPUTE_SELECTIVE,
+    RECOMPUTES,
+    RING,
+    SHARD_FULL,
+    SHARD_NONE,
+    SHARDINGS,
+)
 from ringmaster.engine.llm_layout_search import LayoutRequest, LayoutSearch, search_layouts
+from ringmaster.engine.llm_memory import (
+    ALLOCATOR_OVERHEAD,
+    FRAMEWORK_RESERVE_BYTES,
+    memory_per_accelerator,
+)
 from ringmaster.engine.transformer import KNOWN_TRANSFORMERS, Transformer
 from ringmaster.engine.units import GIB, gbps_to_bytes_per_second
 
@@ -159,24 +174,24 @@ def _megatron(
             virtual_stages=virtual,
             tensor=int(r["tp"]),
             pipeline=int(r["pp"]),
-            sharding=L.SHARD_NONE,
+            sharding=SHARD_NONE,
             micro_batch=int(r["micro_batch"]),
-            recompute=L.RECOMPUTE_FULL,
+            recompute=RECOMPUTE_FULL,
             global_batch=int(r["global_batch"]),
-            strategy=L.RING,
+            strategy=RING,
             flash_attention=False,  # 2021: attention scores materialised (FlashAttention: 2022)
             sequence_parallel=False,  # 2021: norms and dropouts whole on every TP rank (SP: 2022)
         )
-        flops = float(L.hardware_flops_per_token(model, L.RECOMPUTE_FULL))
+        flops = float(L.hardware_flops_per_token(model, RECOMPUTE_FULL))
         predicted = flops * float(a.tokens_per_second) / int(r["gpus"]) / 1e12
         out.append((float(r["params_billion"]), float(r["tflops_per_gpu"]), predicted))
     return out
 
 
 _RECOMPUTE = {
-    "none": L.RECOMPUTE_NONE,
-    "selective": L.RECOMPUTE_SELECTIVE,
-    "full": L.RECOMPUTE_FULL,
+    "none": RECOMPUTE_NONE,
+    "selective": RECOMPUTE_SELECTIVE,
+    "full": RECOMPUTE_FULL,
 }
 
 
@@ -194,11 +209,11 @@ def _torchtitan(
             hw,
             tensor=1,
             pipeline=1,
-            sharding=L.SHARD_FULL,
+            sharding=SHARD_FULL,
             micro_batch=b,
             recompute=_RECOMPUTE[r["activation_checkpointing"]],
             global_batch=64 * b,
-            strategy=L.RING,
+            strategy=RING,
         )
         out.append((str(r["model"]), float(r["mfu"]), float(a.mfu)))
     return out
@@ -219,9 +234,9 @@ def _maxtext(points: Mapping[str, Any], efficiency: float) -> list[tuple[float, 
             _tpu_v5e_256(efficiency),
             tensor=tensor,
             pipeline=1,
-            sharding=L.SHARD_FULL,
+            sharding=SHARD_FULL,
             micro_batch=b * tensor,
-            recompute=L.RECOMPUTE_SELECTIVE if size == 128 else L.RECOMPUTE_FULL,
+            recompute=RECOMPUTE_SELECTIVE if size == 128 else RECOMPUTE_FULL,
             global_batch=256 * b,
         )
         out.append((float(size), float(r["mfu"]), float(a.mfu)))
@@ -383,19 +398,19 @@ def _memory_predicted(row: Mapping[str, Any], overhead: float) -> float:
     d = int(row["gpus"]) // (t * p * c)
     local = int(row["local_batch"])
     micro = 1 if p > 1 else local  # torchtitan's pipeline micro-batch is 1 sequence
-    mem = L.memory_per_accelerator(
+    mem = memory_per_accelerator(
         model,
         tensor=t,
         pipeline=p,
         data=d,
-        sharding=L.SHARDINGS.index(str(row.get("sharding", "Full"))),
+        sharding=SHARDINGS.index(str(row.get("sharding", "Full"))),
         micro_batch=micro,
         micro_batches=local // micro,
-        recompute=L.RECOMPUTES.index(str(row["recompute"])),
+        recompute=RECOMPUTES.index(str(row["recompute"])),
         context=c,
         allocator_overhead=overhead,
     )
-    return (float(mem.total) - L.FRAMEWORK_RESERVE_BYTES) / GIB
+    return (float(mem.total) - FRAMEWORK_RESERVE_BYTES) / GIB
 
 
 def _fit_overhead(rows: Sequence[Mapping[str, Any]]) -> float:
@@ -422,7 +437,7 @@ def memory_report(points: Mapping[str, Any] | None = None) -> list[LlmRow]:
             f" s{r['seq']} b{r['local_batch']} {r['recompute']}"
             + (f" ({'+'.join(notes)})" if notes else "")
         )
-        predicted = _memory_predicted(r, L.ALLOCATOR_OVERHEAD)
+        predicted = _memory_predicted(r, ALLOCATOR_OVERHEAD)
         out.append(
             LlmRow(str(r["id"]), setup, "GiB per GPU", float(r["gib"]), predicted, str(r["role"]))
         )
@@ -477,7 +492,7 @@ def published_layout_search(row: Mapping[str, Any], nic_gbps: float | None = Non
         micro_batch=int(row["micro_batch"]),
         recompute=None if recompute == "Auto" else recompute,
         virtual_stages=int(row["virtual"]),
-        strategy=L.RING,
+        strategy=RING,
     )
     return search_layouts(request, hw)
 

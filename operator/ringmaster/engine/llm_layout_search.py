@@ -13,13 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ringmaster.engine.llm_training import (
+from ringmaster.engine.llm_layout_names import (
     AUTO,
-    BYTES_GRADIENTS,
-    BYTES_OPTIMIZER,
-    BYTES_WEIGHTS,
-    FRAMEWORK_RESERVE_BYTES,
-    I64,
     RECOMPUTE_FULL,
     RECOMPUTE_NONE,
     RECOMPUTE_SELECTIVE,
@@ -30,11 +25,20 @@ from ringmaster.engine.llm_training import (
     SHARD_NONE,
     SHARDINGS,
     STRATEGY_REDUCTION_SERVER,
+)
+from ringmaster.engine.llm_memory import (
+    BYTES_GRADIENTS,
+    BYTES_OPTIMIZER,
+    BYTES_WEIGHTS,
+    FRAMEWORK_RESERVE_BYTES,
+    memory_per_accelerator,
+    valid_pipeline,
+)
+from ringmaster.engine.llm_training import (
+    I64,
     LayoutArrays,
     LayoutHardware,
     evaluate_layouts,
-    memory_per_accelerator,
-    valid_pipeline,
 )
 from ringmaster.engine.transformer import Transformer
 from ringmaster.engine.units import GIB

@@ -17,6 +17,7 @@ import numpy as np
 
 from ringmaster.engine import llm_training as L
 from ringmaster.engine.hardware import Catalog
+from ringmaster.engine.llm_layout_names import RECOMPUTES, SHARDINGS
 from ringmaster.engine.llm_layout_search import (
     Layout,
     LayoutRequest,
@@ -25,6 +26,7 @@ from ringmaster.engine.llm_layout_search import (
     _layout,
     search_layouts,
 )
+from ringmaster.engine.llm_memory import BYTES_REDUCE, stage_parameters
 from ringmaster.engine.training import (
     REDUCTION_SERVER,
     RING,
@@ -185,9 +187,9 @@ def _at_strategy(
         hw,
         tensor=np.array([layout.tensor]),
         pipeline=np.array([layout.pipeline]),
-        sharding=np.array([L.SHARDINGS.index(layout.sharding)]),
+        sharding=np.array([SHARDINGS.index(layout.sharding)]),
         micro_batch=np.array([layout.micro_batch]),
-        recompute=np.array([L.RECOMPUTES.index(layout.recompute)]),
+        recompute=np.array([RECOMPUTES.index(layout.recompute)]),
         context=np.array([layout.context]),
         expert=np.array([layout.expert]),
         global_batch=request.global_batch,
@@ -238,7 +240,7 @@ def plan_layout(
         strategies[REDUCTION_SERVER] = _strategy(
             REDUCTION_SERVER, rs_layout, hw, request.global_batch
         )
-    params = L.stage_parameters(request.model, chosen.tensor, chosen.pipeline, chosen.expert)
+    params = stage_parameters(request.model, chosen.tensor, chosen.pipeline, chosen.expert)
     notes = [f"layout: {chosen.describe()} ({search.evaluated} layouts evaluated)"]
     if not search.fits:
         notes.append(f"does not fit: {search.reason}")
@@ -249,7 +251,7 @@ def plan_layout(
         accelerator=acc.name,
         workers=inputs.workers,
         per_worker=inputs.per_worker,
-        gradient_bytes=float(np.maximum(params.first, params.last)) * L.BYTES_REDUCE,
+        gradient_bytes=float(np.maximum(params.first, params.last)) * BYTES_REDUCE,
         compute_seconds=chosen.step_seconds - chosen.exposed_data_parallel_seconds,
         compute_source="architecture",
         notes=tuple(notes),

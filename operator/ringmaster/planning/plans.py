@@ -14,7 +14,6 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from ringmaster.api import TrainingPlan
-from ringmaster.engine import llm_training as L
 from ringmaster.engine.hardware import (
     DEFAULT_CATALOG,
     Catalog,
@@ -23,6 +22,7 @@ from ringmaster.engine.hardware import (
 )
 from ringmaster.engine.inference import InferenceInputs, InferencePrediction, predict_inference
 from ringmaster.engine.llm_alternatives import Alternative, pareto_alternatives
+from ringmaster.engine.llm_layout_names import SHARD_FULL, SHARDINGS
 from ringmaster.engine.llm_layout_search import Layout
 from ringmaster.engine.llm_serving import (
     LlmServingInputs,
@@ -326,7 +326,7 @@ def gradient_all_reduce(layout: Layout) -> bool:
     reduction server replaces. Not with one replica (DP 1), nor fully sharded (FSDP / ZeRO-3
     reduce-scatters gradients and all-gathers weights instead), so such a job gets no reducers
     and no Ring / ReductionServer comparison."""
-    return layout.data > 1 and layout.sharding != L.SHARDINGS[L.SHARD_FULL]
+    return layout.data > 1 and layout.sharding != SHARDINGS[SHARD_FULL]
 
 
 def plan_training(

@@ -1,0 +1,351 @@
+"""LLM training layouts: memory per accelerator.
+
+Memory per accelerator (bytes), on the fullest of the first, a middle and the last stage:
+
+- model state: BYTES_WEIGHTS + BYTES_GRADIENTS + BYTES_OPTIMIZER per parameter of the stage's
+  shard (parameters / t, the stage's layers), each divided by d c as the sharding shards it;
+- activations per layer per micro-batch: the tensors the recompute policy keeps
+  (SAVED_ELEMENTS, counted as Korthikanti et al. 2022, "Reducing Activation Recomputation in
+  Large Transformer Models", section 4, with FlashAttention keeping no s x s scores and no
+  dropout masks), 2 bytes each (FP8 linear layers keep their inputs at 1), x s b / c tokens,
+  / t (sequence parallelism); a policy that rebuilds layers also holds one layer's working set.
+  The first stage of a 1F1B pipeline keeps min(p, m) micro-batches in flight, times
+  (1 + (p - 1) / (p v)) when interleaved (ibid. section 4.2.3); the last stage also holds the
+  loss's BYTES_LOSS_PER_LOGIT x s b V / (t c);
+- the reserve: FRAMEWORK_RESERVE_BYTES (runtime outside the allocator) and ALLOCATOR_OVERHEAD
+  (the caching allocator's slack over the activations).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from ringmaster.engine.llm_layout_names import (
+    RECOMPUTE_FULL,
+    RECOMPUTE_MINIMAL,
+    RECOMPUTE_NONE,
+    RECOMPUTE_SAVE_DOT_EXCEPT_MLP,
+    RECOMPUTE_SELECTIVE,
+    RECOMPUTE_SELECTIVE_OP,
+    RECOMPUTES,
+    SHARD_FULL,
+    SHARD_GRADIENTS,
+    SHARD_OPTIMIZER,
+)
+from ringmaster.engine.transformer import Transformer
+from ringmaster.engine.units import GIB
+
+F64 = NDArray[np.float64]
+
+# --- constants, each with its source --------------------------------------------------------
+
+
+# Bytes per parameter of mixed-precision Adam, as Megatron-LM's distributed-optimizer table
+# states them for bf16 parameters with fp32 gradients (docs/source/api-guide/dist_optimizer.md,
+# "18 bytes" non-distributed): bf16 weights 2; fp32 gradient accumulation buffer 4
+# (accumulate_allreduce_grads_in_fp32; torchtitan's FSDP2 reduce dtype is fp32 too); fp32 master
+# weights 4 + Adam's first and second moments 4 + 4 = 12 (ZeRO, Rajbhandari et al. 2020, section
+# 3.1: K = 12).
+BYTES_WEIGHTS = 2.0
+BYTES_GRADIENTS = 4.0
+BYTES_OPTIMIZER = 12.0
+# Bytes of a stored activation element (bf16).
+BYTES_ACTIVATION = 2.0
+# Bytes per logit at the loss's peak, on the last stage: the fp32 logits the cross-entropy
+# works on (4: Korthikanti et al. 2022, section 4.3) and, as its backward begins, their fp32
+# gradient (4) and the bf16 gradient handed back to the LM head (2). Counted, not fitted.
+BYTES_LOSS_PER_LOGIT = 10.0
+# Bytes per parameter all-gathered under sharding (the bf16 working copy) and reduce-scattered
+# or all-reduced (fp32 gradients, as BYTES_GRADIENTS).
+BYTES_GATHER = BYTES_WEIGHTS
+BYTES_REDUCE = BYTES_GRADIENTS
+
+# Full sharding gathers a layer's weights just before use and prefetches the next one (PyTorch
+# FSDP's default BackwardPrefetch.BACKWARD_PRE and FSDP2's implicit prefetch of one layer):
+# two layers' unsharded bf16 weights are resident at once.
+FSDP_RESIDENT_LAYERS = 2
+
+# What each recompute policy keeps for backward, per layer and token, in elements of width h
+# (the model), h_kv (K or V) and f (the FFN), tensor by tensor as the frameworks save them; no
+# dropout (today's LLM recipes use none), so no masks:
+#   None: the layer input, the attention norm's output (the QKV input), Q, K, V, the attention
+#     output (FlashAttention keeps it and the softmax statistics, never the s x s scores: Dao
+#     et al. 2022), the residual after attention, the MLP norm's output, and gate, up and their
+#     product (gated; GeLU's input and output in a standard FFN): 6h + 2h_kv + 3f (2f). With
+#     the dropout masks and materialised scores this is Korthikanti et al. 2022's
+#     s b h (34 + 5 a s / h) (section 4.1).
+#   Selective (Megatron-LM): the same; the attention core it recomputes keeps nothing more
+#     under FlashAttention (without it, None also keeps the scores: 5 a s^2 b bytes).
+#   Full: the layer input alone (plus one layer's working set while it is recomputed).
+#   SelectiveOp (torchtitan distributed/activation_checkpoint.py: _save_list, every other
+#     matmul): the input, the outputs of wq, wv, w1, w2 and of attention: 4h + h_kv + f.
+#   Minimal (MaxText checkpoint_dots_with_no_batch_dims): the input and every projection's
+#     output (Q, K, V, out, wi_0, wi_1, wo): 4h + 2h_kv + 2f (gated; f standard).
+#   SaveDotExceptMlp (MaxText): the input, Q, K, V and the attention projection: 3h + 2h_kv.
+SAVED_ELEMENTS: dict[int, tuple[int, int, int, int]] = {  # (h, h_kv, f gated, f standard)
+    RECOMPUTE_NONE: (6, 2, 3, 2),
+    RECOMPUTE_SELECTIVE: (6, 2, 3, 2),
+    RECOMPUTE_FULL: (1, 0, 0, 0),
+    RECOMPUTE_SELECTIVE_OP: (4, 1, 1, 1),
+    RECOMPUTE_MINIMAL: (4, 2, 2, 1),
+    RECOMPUTE_SAVE_DOT_EXCEPT_MLP: (3, 2, 0, 0),
+}
+# With FP8 linear layers, Transformer Engine keeps each linear layer's input for the weight
+# gradient as its FP8 cast (transformer_engine.pytorch.module.linear / layernorm_linear /
+# layernorm_mlp save the casts, not the bf16 tensors): of what None and Selective keep, the QKV,
+# attention-projection and FFN inputs, 3h + f elements, at 1 byte.
+FP8_SAVED_LINEAR_INPUTS = (3, 1)  # (h, f)
+BYTES_FP8 = 1.0
+# Of those h-wide tensors, the ones outside the tensor-parallel regions (the layer input, the
+# norms' inputs and outputs: Korthikanti et al. 2022, Table 2's 10 s b h of "tensor parallel"
+# without dropout masks), whole on every rank without sequence parallelism.
+REPLICATED_WITHOUT_SP = (4, 4, 1, 2, 1, 1)
+# Policies that rebuild a layer during backward, so that layer's working set is resident then.
+REBUILDS_LAYER = (
+    RECOMPUTE_FULL,
+    RECOMPUTE_SELECTIVE_OP,
+    RECOMPUTE_MINIMAL,
+    RECOMPUTE_SAVE_DOT_EXCEPT_MLP,
+)
+
+# The runtime outside PyTorch's caching allocator: the CUDA context with its kernels and the
+# cuBLAS workspaces (about 0.5-0.8 GiB on H100 with CUDA 12 lazy loading) and NCCL's buffers
+# (NCCL_BUFFSIZE 4 MiB per channel and peer, for the TP, DP, PP and CP communicators). Assumed,
+# not calibrated: frameworks' memory figures (torch.cuda.max_memory_reserved) leave it out.
+FRAMEWORK_RESERVE_BYTES = 2.0 * GIB
+
+# The caching allocator's slack over the activations it churns through (blocks split and
+# cached between micro-batches, PyTorch's CUDA caching allocator): a fraction of the activation
+# bytes. Model state lives in a few long-lived buffers and adds none. Calibrated
+# (ringmaster.calibration.llm_training, fitted on torchtitan's Llama 3.1 8B FSDP rows on 8 and
+# 128 H100, the published memory figures of a plain eager run); a test keeps it equal to the fit.
+ALLOCATOR_OVERHEAD = 0.233
+
+
+def _f(x: ArrayLike) -> F64:
+    return np.asarray(x, dtype=np.float64)
+
+
+def valid_pipeline(layers: int, pipeline: int) -> bool:
+    """Whether ``pipeline`` stages can hold ``layers``: each holds ceil(layers / p) layers but
+    the first and the last, which may hold one fewer (Llama 3 405B ran 126 layers over 16
+    stages so: Dubey et al. 2024, section 3.3.2; Megatron-LM's
+    --decoder-first/last-pipeline-num-layers)."""
+    if pipeline < 1 or pipeline > layers:
+        return False
+    per_stage = -(-layers // pipeline)
+    return per_stage * pipeline - layers <= min(2, pipeline - 1) if pipeline > 1 else True
+
+
+class StageLayers(NamedTuple):
+    first: F64
+    middle: F64  # every stage but the first and the last: ceil(layers / p), the busiest
+    last: F64
+
+
+def stage_layers(model: Transformer, pipeline: ArrayLike) -> StageLayers:
+    """Layers per stage (:func:`valid_pipeline`): the last stage gives up the first missing
+    layer (it also runs the LM head and the loss), the first the second."""
+    p = _f(pipeline)
+    per_stage = np.ceil(model.layers / p)
+    missing = per_stage * p - model.layers
+    last = per_stage - (missing >= 1)
+    first = np.where(p > 1, per_stage - (missing >= 2), last)
+    return StageLayers(_f(first), _f(per_stage), _f(last))
+
+
+class StageParameters(NamedTuple):
+    first: F64  # parameters held by one accelerator of the first pipeline stage
+    last: F64  # ... of the last stage (the same stage when p = 1)
+    layer: F64  # parameters of one layer's shard (per / t)
+    middle: F64 = np.zeros(())  # ... of a stage between them (0 when p <= 2)
+
+
+def routed_expert_parameters_per_layer(model: Transformer) -> float:
+    """A layer's routed experts, the mean over the layers (what expert parallelism shards)."""
+    return model.routed_expert_parameters / model.layers
+
+
+def stage_parameters(
+    model: Transformer, tensor: ArrayLike, pipeline: ArrayLike, expert: ArrayLike = 1
+) -> StageParameters:
+    """Parameters per accelerator: the stage's layers / t (their routed experts / (t e): expert
+    parallelism splits the experts e ways and each expert t ways, Megatron-Core's default
+    expert_tensor_parallel_size = tensor); the embedding on the first stage, the LM head (a copy
+    of a tied embedding, as Megatron-LM keeps one) and the final norm on the last. Norm vectors
+    are counted as split by t too (they are < 0.1% of a layer). A MoE model's layers are
+    counted at their mean (DeepSeek-V3's three dense layers are spread over the stages)."""
+    t = _f(tensor)
+    p = _f(pipeline)
+    stages = stage_layers(model, p)
+    routed = routed_expert_parameters_per_layer(model)
+    layer = (model.parameters_per_layer - routed + routed / _f(expert)) / t
+    table = float(model.vocab * model.hidden)
+    head = np.where((p > 1) | (not model.tied_embeddings), table, 0.0)
+    last = stages.last * layer + head / t + model.hidden
+    first = np.where(p > 1, stages.first * layer + table / t, last + table / t)
+    middle = np.where(p > 2, stages.middle * layer, 0.0)
+    return StageParameters(_f(first), _f(last), _f(layer), _f(middle))
+
+
+def _saved_elements(model: Transformer, recompute: ArrayLike) -> F64:
+    """Elements per token per layer that ``recompute`` keeps (SAVED_ELEMENTS)."""
+    r = np.asarray(recompute)
+    table = np.array([SAVED_ELEMENTS[k] for k in range(len(RECOMPUTES))], dtype=np.float64)
+    row = table[r]
+    f = np.where(model.gated_ffn, row[..., 2], row[..., 3])
+    return _f(row[..., 0] * model.hidden + row[..., 1] * model.kv_hidden + f * model.ffn_hidden)
+
+
+def activation_bytes_per_layer(
+    model: Transformer,
+    micro_batch: ArrayLike,
+    tensor: ArrayLike,
+    recompute: ArrayLike,
+    context: ArrayLike = 1,
+    flash_attention: bool = True,
+    sequence_parallel: bool = True,
+    fp8: bool = False,
+) -> tuple[F64, F64]:
+    """(stored per layer per micro-batch, one layer's full working set), bytes per accelerator.
+
+    SAVED_ELEMENTS of the policy x 2 bytes x the rank's tokens s b / c, divided by t (sequence
+    parallelism splits every term under TP: Korthikanti et al. 2022, section 4.2.2; context
+    parallelism splits the sequence). Without sequence parallelism (Megatron-LM before 2022)
+    the tensors outside the tensor-parallel regions (REPLICATED_WITHOUT_SP) are whole on every
+    rank. Without FlashAttention, None also keeps the attention scores, 5 a s^2 b / (t c) (ibid.
+    4.1: softmax output 2, dropout mask 1, dropout output 2). With FP8 linear layers (``fp8``)
+    the four linear layers' inputs that None and Selective keep (FP8_SAVED_LINEAR_INPUTS) are
+    kept as their FP8 casts, 1 byte each.
+    """
+    t = _f(tensor)
+    c = _f(context)
+    r = np.asarray(recompute)
+    tokens = _f(micro_batch) * model.sequence_length / c
+    h = float(model.hidden)
+    replicated = np.zeros(()) if sequence_parallel else np.asarray(REPLICATED_WITHOUT_SP)
+    extra = (1.0 - 1.0 / t) * BYTES_ACTIVATION * h * tokens  # one replicated h-wide tensor
+    stored = BYTES_ACTIVATION * _saved_elements(model, r) * tokens / t
+    working = BYTES_ACTIVATION * _saved_elements(model, RECOMPUTE_NONE) * tokens / t
+    if not sequence_parallel:
+        stored = stored + replicated[r] * extra
+        working = working + replicated[RECOMPUTE_NONE] * extra
+    if fp8:
+        saved = FP8_SAVED_LINEAR_INPUTS[0] * h + FP8_SAVED_LINEAR_INPUTS[1] * model.ffn_hidden
+        cut = (BYTES_ACTIVATION - BYTES_FP8) * saved * tokens / t
+        stored = stored - np.where(np.isin(r, (RECOMPUTE_NONE, RECOMPUTE_SELECTIVE)), cut, 0.0)
+        working = working - cut
+    if not flash_attention:
+        scores = 5.0 * model.heads * model.sequence_length * tokens / t
+        working = working + scores
+        stored = stored + np.where(r == RECOMPUTE_NONE, scores, 0.0)
+    return _f(stored), _f(working)
+
+
+class MemoryArrays(NamedTuple):
+    """Bytes per accelerator on the fullest pipeline stage, by term. ``reserve`` is the runtime
+    (FRAMEWORK_RESERVE_BYTES) and the allocator's slack (ALLOCATOR_OVERHEAD)."""
+
+    weights: F64
+    gradients: F64
+    optimizer: F64
+    activations: F64
+    reserve: F64
+    total: F64
+
+
+def memory_per_accelerator(
+    model: Transformer,
+    *,
+    tensor: ArrayLike,
+    pipeline: ArrayLike,
+    data: ArrayLike,
+    sharding: ArrayLike,
+    micro_batch: ArrayLike,
+    micro_batches: ArrayLike,
+    recompute: ArrayLike,
+    virtual_stages: ArrayLike = 1,
+    context: ArrayLike = 1,
+    flash_attention: bool = True,
+    sequence_parallel: bool = True,
+    allocator_overhead: float = ALLOCATOR_OVERHEAD,
+    fp8: bool = False,
+    expert: ArrayLike = 1,
+) -> MemoryArrays:
+    """Weights, gradients, optimizer state, activations and the reserve per accelerator, on the
+    fullest of the first, a middle and the last pipeline stage. Context-parallel ranks hold the
+    same weights: the sharding spans data x context ranks (Megatron-LM's data-context group,
+    torchtitan's FSDP mesh with CP). Routed experts are split over the e expert-parallel ranks
+    (carved out of data x context, as Megatron-Core does), so their sharding spans the d c / e
+    ranks that hold the same experts (its expert-data-parallel group)."""
+    t, p, d, c, e = _f(tensor), _f(pipeline), _f(data), _f(context), _f(expert)
+    shard = np.asarray(sharding)
+    m, v = _f(micro_batches), _f(virtual_stages)
+    params = stage_parameters(model, t, p, e)
+    stages = stage_layers(model, p)
+    expert_layer = routed_expert_parameters_per_layer(model) / (t * e)
+    dc = d * c
+    edc = np.maximum(dc / e, 1.0)
+    weights_div = np.where(shard >= SHARD_FULL, dc, 1.0)
+    grads_div = np.where(shard >= SHARD_GRADIENTS, dc, 1.0)
+    optim_div = np.where(shard >= SHARD_OPTIMIZER, dc, 1.0)
+    expert_weights_div = np.where(shard >= SHARD_FULL, edc, 1.0)
+    expert_grads_div = np.where(shard >= SHARD_GRADIENTS, edc, 1.0)
+    expert_optim_div = np.where(shard >= SHARD_OPTIMIZER, edc, 1.0)
+    gathered = np.where(
+        (shard >= SHARD_FULL) & (dc > 1), FSDP_RESIDENT_LAYERS * params.layer * BYTES_GATHER, 0.0
+    )
+
+    rec = np.asarray(recompute)
+    stored, working = activation_bytes_per_layer(
+        model, micro_batch, t, rec, c, flash_attention, sequence_parallel, fp8
+    )
+    # A policy that rebuilds layers holds one layer's working set while it does.
+    transient = np.where(np.isin(rec, REBUILDS_LAYER), working, 0.0)
+    # 1F1B: the first stage keeps min(p, m) micro-batches in flight, the second one fewer;
+    # interleaving adds (p - 1) / (p v) (Korthikanti et al. 2022, section 4.2.3).
+    interleave = np.where(v > 1, 1.0 + (p - 1.0) / (p * v), 1.0)
+    logits = BYTES_LOSS_PER_LOGIT * model.sequence_length * _f(micro_batch) * model.vocab / (t * c)
+    act_first = (
+        stages.first * stored * np.minimum(p, m) * interleave
+        + transient
+        + np.where(p > 1, 0.0, logits)
+    )
+    act_middle = np.where(
+        p > 2, stages.middle * stored * np.minimum(p - 1.0, m) * interleave + transient, 0.0
+    )
+    act_last = stages.last * stored + transient + logits
+
+    def state(n: F64, layers: F64) -> tuple[F64, F64, F64]:
+        x = layers * expert_layer  # routed experts: their own sharding group
+        dense = n - x
+        w = dense * BYTES_WEIGHTS / weights_div + x * BYTES_WEIGHTS / expert_weights_div
+        g = dense * BYTES_GRADIENTS / grads_div + x * BYTES_GRADIENTS / expert_grads_div
+        o = dense * BYTES_OPTIMIZER / optim_div + x * BYTES_OPTIMIZER / expert_optim_div
+        return w + gathered, g, o
+
+    w1, g1, o1 = state(params.first, stages.first)
+    w2, g2, o2 = state(params.middle, np.where(p > 2, stages.middle, 0.0))
+    w3, g3, o3 = state(params.last, stages.last)
+    totals = np.stack(
+        np.broadcast_arrays(
+            w1 + g1 + o1 + act_first * (1.0 + allocator_overhead),
+            np.where(p > 2, w2 + g2 + o2 + act_middle * (1.0 + allocator_overhead), 0.0),
+            w3 + g3 + o3 + act_last * (1.0 + allocator_overhead),
+        )
+    )
+    pick = np.argmax(totals, axis=0)
+
+    def choose(a: F64, b: F64, z: F64) -> F64:
+        return _f(np.choose(pick, np.broadcast_arrays(a, b, z)))
+
+    weights = choose(w1, w2, w3)
+    gradients = choose(g1, g2, g3)
+    optimizer = choose(o1, o2, o3)
+    activations = choose(act_first, act_middle, act_last)
+    reserve = activations * allocator_overhead + FRAMEWORK_RESERVE_BYTES
+    total = weights + gradients + optimizer + activations + reserve
+    return MemoryArrays(weights, gradients, optimizer, activations, reserve, total)
