@@ -7,15 +7,18 @@ the kubelet of every node.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -281,23 +284,107 @@ class LocalCluster:
             scratch = Path(tmp) / "kubeconfig"
             scratch.write_text("apiVersion: v1\nkind: Config\n", encoding="utf-8")
             self.kwokctl("delete", "cluster", f"--kubeconfig={scratch}", check=False)
+        # kwokctl stops the pid in each component's pid file, and only that one: a component
+        # restarted by hand (or whose pid file went) runs on, bound to ports and files of a
+        # cluster that is gone. Every process that still names this cluster's directory is one
+        # of its components, however it was started.
+        stop_processes(self.kubeconfig.parent)
         # kwokctl leaves the workdir when a component is already gone; make `down` total.
         shutil.rmtree(self.kubeconfig.parent, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class Process:
+    pid: int
+    argv: tuple[bytes, ...]
+
+    @property
+    def name(self) -> str:
+        return Path(self.argv[0].decode(errors="replace")).name
+
+
+def names_path_in(argv: Sequence[bytes], directory: Path) -> bool:
+    """Whether a command line names `directory`, or a path inside it, as an argument: whole
+    (``--data-dir /d/etcd``), as a flag's value (``--client-ca-file=/d/pki/ca.crt``) or as an
+    item of a comma-separated list. A sibling whose name starts the same (clusters/rm-2 beside
+    clusters/rm) is not inside it, nor is a path that merely contains it (/backup/d)."""
+    root = str(directory).rstrip("/").encode()
+    for arg in argv[1:]:
+        for token in re.split(rb"[=,]", arg):
+            if token == root or token.startswith(root + b"/"):
+                return True
+    return False
+
+
+def processes_in(directory: Path, processes: Iterable[Process]) -> list[Process]:
+    """The processes whose command line names `directory` or a path inside it: the components
+    of the cluster that lives there (their kubeconfig, certificates, etcd data and logs are
+    all in it). A zombie or a kernel thread (no command line) is none."""
+    return [p for p in processes if p.argv and p.argv[0] and names_path_in(p.argv, directory)]
+
+
+def running_processes() -> list[Process]:
+    """Every process this user can see, from Linux's /proc (none elsewhere)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().rstrip(b"\0").split(b"\0")
+        except OSError:
+            continue
+        found.append(Process(int(cmdline.parent.name), tuple(argv)))
+    return found
+
+
+def _ancestors() -> set[int]:
+    """This process and every process above it (not to be stopped, whatever they name)."""
+    pids = set()
+    pid = os.getpid()
+    while pid > 1 and pid not in pids:
+        pids.add(pid)
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            break
+        pid = int(stat.rsplit(")", 1)[1].split()[1])  # the field after the (name) is the ppid
+    return pids
+
+
+def stop_processes(directory: Path, grace_seconds: float = 2.0) -> list[Process]:
+    """Stop every process of the cluster in `directory` that still runs: SIGTERM, then SIGKILL
+    for any left after `grace_seconds`. Returns those it found."""
+    spared = _ancestors()
+    found = [p for p in processes_in(directory, running_processes()) if p.pid not in spared]
+    for process in found:
+        _log(f"stopping {process.name} (pid {process.pid}), still running after kwokctl")
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_seconds
+    left = found
+    while left:
+        left = [p for p in left if _still_runs(p)]
+        if not left or time.monotonic() >= deadline:
+            break
+        time.sleep(0.1)
+    for process in left:
+        _log(f"killing {process.name} (pid {process.pid}): it ignored SIGTERM")
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, signal.SIGKILL)
+    return found
+
+
+def _still_runs(process: Process) -> bool:
+    """The process runs with the same command line (gone, a zombie, or a reused pid: not)."""
+    try:
+        argv = Path(f"/proc/{process.pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+    except OSError:
+        return False
+    return tuple(argv) == process.argv
 
 
 def _processes_of(directory: Path) -> set[str]:
     """The program names of running processes whose command line names `directory` (Linux's
     /proc; elsewhere none is found, and only pid files count)."""
-    names = set()
-    needle = str(directory).encode()
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            argv = cmdline.read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if argv and argv[0] and any(needle in arg for arg in argv[1:]):
-            names.add(Path(argv[0].decode(errors="replace")).name)
-    return names
+    return {p.name for p in processes_in(directory, running_processes())}
 
 
 def pool_summary(nodes: Sequence[Mapping[str, object]]) -> list[dict[str, object]]:
