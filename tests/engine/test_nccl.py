@@ -6,6 +6,7 @@ import pytest
 
 from ringmaster.engine import collectives as C
 from ringmaster.engine import efficiency as E
+from ringmaster.engine.alpha_beta_collectives import torus_allreduce
 from ringmaster.engine.hardware import DEFAULT_CATALOG as CAT
 from ringmaster.engine.units import GIB, MIB
 
@@ -213,7 +214,7 @@ def test_tpu_all_axes_at_once_is_faster_than_one_after_another():
     v4 = CAT.accelerator("tpu-v4-podslice")
     m = 1 * GIB
     at_once = C.intra_host_collective(C.ALL_REDUCE, m, 64, v4, topology=(4, 4, 4))
-    sequential = C.torus_allreduce(
+    sequential = torus_allreduce(
         m, (4, 4, 4), v4.ici_link_bandwidth * E.ICI_EFFICIENCY, (True,) * 3, E.ICI_HOP_LATENCY
     )
     b = v4.ici_link_bandwidth * E.ICI_EFFICIENCY

@@ -85,6 +85,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ringmaster.engine import collectives
+from ringmaster.engine.alpha_beta_collectives import ring_allreduce
 from ringmaster.engine.efficiency import NETWORK_HOP_LATENCY, NVLINK_EFFICIENCY, PCIE_EFFICIENCY
 from ringmaster.engine.hardware import Accelerator
 from ringmaster.engine.transformer import Transformer
@@ -150,9 +151,7 @@ def tensor_parallel_allreduce_seconds(
     The only call into the collective model: switching it is a one-place change."""
     link = accelerator.intra_link
     bandwidth = accelerator.intra_bandwidth * _LINK_EFFICIENCY[link]
-    ring = collectives.ring_allreduce(
-        nbytes, ranks, bandwidth, TP_HOP_LATENCY[link], TP_ALLREDUCE_BASE_LATENCY
-    )
+    ring = ring_allreduce(nbytes, ranks, bandwidth, TP_HOP_LATENCY[link], TP_ALLREDUCE_BASE_LATENCY)
     return ring.seconds
 
 

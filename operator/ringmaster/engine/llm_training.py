@@ -34,6 +34,11 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ringmaster.engine import collectives as C
+from ringmaster.engine.alpha_beta_collectives import (
+    reduction_server,
+    ring_allreduce,
+    torus_allreduce,
+)
 from ringmaster.engine.efficiency import (
     ICI_EFFICIENCY,
     ICI_HOP_LATENCY,
@@ -468,7 +473,7 @@ def _tensor_parallel_seconds(
         bandwidth = hw.intra_bandwidth
         if hw.wrapped[0]:
             bandwidth *= 2.0  # a wrapped ICI axis runs two rings, one each way
-        one = C.ring_allreduce(one_collective_bytes, tensor, bandwidth, hw.intra_hop_latency)
+        one = ring_allreduce(one_collective_bytes, tensor, bandwidth, hw.intra_hop_latency)
         return _f(collectives * one.seconds)
     nccl = C.nccl_collective(
         C.ALL_REDUCE, one_collective_bytes, 1.0, tensor, _fabric(hw, np.inf), with_busbw=False
@@ -612,7 +617,7 @@ def _data_parallel_seconds(
         a1 = np.where(shaped, float(ax1), 1.0)
         a2 = np.where(shaped, float(ax2), 1.0)
         w0 = np.where(shaped & (a0 == ax0), hw.wrapped[0], False)
-        coll = C.torus_allreduce(
+        coll = torus_allreduce(
             nbytes,
             (a0, a1, a2),
             hw.intra_bandwidth,
@@ -635,7 +640,7 @@ def _data_parallel_seconds(
     ring = np.where(data > 1, ring, 0.0)
     if hw.reducers <= 0 or strategy == RING:
         return DataParallelComm(_f(ring), np.zeros(np.shape(ring), np.int64))
-    rs = C.reduction_server(
+    rs = reduction_server(
         *args,
         NETWORK_HOP_LATENCY,
         hw.reducers,
