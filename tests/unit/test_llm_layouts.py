@@ -153,7 +153,7 @@ def test_fp8_recipe_with_fp8_passes_both():
 
 
 def test_pipeline_staging_rule_is_the_engine_s_twin():
-    from ringmaster.api.trainingjob import pipeline_stages_layers
+    from ringmaster.api.parallelism import pipeline_stages_layers
     from ringmaster.engine.llm_memory import valid_pipeline
 
     for layers in range(1, 140):

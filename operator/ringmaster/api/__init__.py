@@ -47,6 +47,7 @@ from ringmaster.api.manifest import (
     parse_manifest,
     validate_update,
 )
+from ringmaster.api.parallelism import Parallelism
 from ringmaster.api.quantity import format_count, parse_count
 from ringmaster.api.reductionserverpool import (
     REDUCTION_SERVER_POOL,
@@ -60,7 +61,6 @@ from ringmaster.api.trainingjob import (
     TRAINING_JOB,
     Communication,
     GradientDType,
-    Parallelism,
     ReductionServerSettings,
     RunPolicy,
     Strategy,

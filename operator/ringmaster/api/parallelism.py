@@ -1,0 +1,444 @@
+"""TrainingJob's spec.parallelism: the layout of an LLM's training over the job's accelerators
+(tensor, context, pipeline, data, expert, sharding, micro-batch, recompute), each a number or
+``Auto`` for the engine to choose, and the rules that refuse a layout no search can repair, each
+CEL rule with its Python twin."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, WithJsonSchema
+
+from ringmaster.api.accelerators import cel_is_tpu, is_tpu
+from ringmaster.api.base import Int, Rule, SpecModel, whole_number
+
+AUTO: Literal["Auto"] = "Auto"
+
+
+def _int_or_auto(value: Any) -> int | str:
+    value = whole_number(value)
+    if isinstance(value, bool):
+        raise ValueError('must be a positive integer or "Auto"')
+    if isinstance(value, int):
+        if not 1 <= value <= 4096:
+            raise ValueError("must be between 1 and 4096")
+        return value
+    if value != AUTO:
+        raise ValueError('must be a positive integer or "Auto"')
+    return AUTO
+
+
+IntOrAuto = Annotated[
+    int | str,
+    BeforeValidator(_int_or_auto),
+    WithJsonSchema(
+        {
+            "x-kubernetes-int-or-string": True,
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "pattern": "^Auto$",
+            "minimum": 1,
+            "maximum": 4096,
+        }
+    ),
+]
+"""A degree of parallelism: a positive integer, or ``Auto`` for the engine to choose."""
+
+Sharding = Literal["Auto", "None", "Optimizer", "Gradients", "Full"]
+Recompute = Literal[
+    "Auto", "None", "Selective", "Full", "SelectiveOp", "Minimal", "SaveDotExceptMlp"
+]
+
+
+class Parallelism(SpecModel):
+    """How the model is split over the job's accelerators. Every field left out (or ``Auto``)
+    is chosen by the engine: the fastest layout that fits in memory (``parallelism: {}`` is a
+    full search). The data-parallel degree is what remains: workers x perWorker / (tensor x
+    context x pipeline)."""
+
+    tensor: IntOrAuto = AUTO
+    """Tensor (Megatron) parallelism: within a host (a divisor of perWorker on GPUs), over
+    NVLink or ICI; must divide architecture.attentionHeads."""
+    pipeline: IntOrAuto = AUTO
+    """Pipeline stages (1F1B schedule): each holds ceil(layers / pipeline) layers but the first
+    and the last, which may hold one fewer (Llama 3 405B: 126 layers over 16 stages)."""
+    sharding: Sharding = AUTO
+    """Sharding of the data-parallel replicas: ``None`` (DDP), ``Optimizer`` (ZeRO-1),
+    ``Gradients`` (ZeRO-2), ``Full`` (ZeRO-3 / FSDP full shard)."""
+    micro_batch_size: IntOrAuto = AUTO
+    """Sequences per micro-batch."""
+    global_batch_size: Int | None = Field(default=None, ge=1, le=16777216)
+    """Sequences per step over all replicas (tokens: x architecture.sequenceLength); gradient
+    accumulation follows. Default: batchSizePerAccelerator x accelerators."""
+    activation_recompute: Recompute = AUTO
+    """What is recomputed in backward instead of kept (README, "LLM training layouts", maps each
+    to its launcher's flag): ``None`` (FlashAttention, nothing recomputed), ``Selective``
+    (Megatron-LM's: the attention core), ``Full`` (every layer from its input),
+    ``SelectiveOp`` (torchtitan's op-level selective AC), ``Minimal`` and ``SaveDotExceptMlp``
+    (MaxText's remat policies ``minimal`` and ``save_dot_except_mlp``). ``Auto`` searches
+    None, Selective and Full."""
+    context: IntOrAuto = AUTO
+    """Context parallelism (ring attention: Megatron-LM's context_parallel_size, torchtitan's
+    CP): each of the c ranks holds sequenceLength / c tokens of every sequence, dividing the
+    activations; 2 x context must divide architecture.sequenceLength."""
+    virtual_pipeline_stages: Int = Field(default=1, ge=1, le=64)
+    """Interleaved 1F1B: model chunks per pipeline stage (1 = plain 1F1B)."""
+    expert: IntOrAuto = AUTO
+    """Expert parallelism for a mixture of experts (architecture.experts): the routed experts
+    are split over this many ranks, carved out of the data x context ranks as Megatron-Core's
+    expert_model_parallel_size is, so the data-parallel degree (and the global batch's rule)
+    stay as they are; each expert is further split over the tensor ranks (Megatron-Core's
+    default expert tensor parallelism). Must divide architecture.experts and data x context.
+    ``Auto`` searches it (1 for a dense model)."""
+
+
+_T = "self.parallelism.tensor"
+_P = "self.parallelism.pipeline"
+_C = "self.parallelism.context"
+_E = "self.parallelism.expert"
+_ARCH = "self.model.architecture"
+
+
+def _auto(v: Any) -> bool:
+    return bool(v == AUTO)
+
+
+def pipeline_stages_layers(layers: int, pipeline: int) -> bool:
+    """Whether ``pipeline`` stages hold ``layers``: ceil(layers / pipeline) each, the first and
+    the last at most one fewer (twin of engine.llm_memory.valid_pipeline; a test keeps them
+    equal)."""
+    if pipeline < 1 or pipeline > layers:
+        return False
+    missing = -(-layers // pipeline) * pipeline - layers
+    return missing <= min(2, pipeline - 1)
+
+
+def _degree(v: int | str) -> int:
+    return 1 if v == AUTO else int(v)
+
+
+def _cel_degree(path: str) -> str:
+    return f"(string({path}) == 'Auto' ? 1 : int({path}))"
+
+
+_CEL_PARALLEL = f"has(self.parallelism) && has({_ARCH})"
+
+# A layout fixed in tensor, context, pipeline and global batch that splits no batch: each
+# data-parallel replica runs a whole number of micro-batches per step, so the global batch is a
+# multiple of micro-batch x data-parallel degree, accelerators / (tensor x context x pipeline)
+# (the engine's own rule, which no layout search can repair; with microBatchSize Auto, of the
+# data-parallel degree alone). With context Auto the search may take every remaining accelerator
+# for context (data 1), so only the micro-batch must divide. Checked only when the fixed degrees
+# divide the accelerators (the rules above report that). Expert parallelism is not a factor here:
+# Megatron-Core carves the expert ranks out of data x context, and every one of them still runs
+# its own micro-batches, so the data-parallel degree stays accelerators / (t c p).
+_MB = "self.parallelism.microBatchSize"
+_ACCELERATORS = "self.workers * self.accelerator.perWorker"
+_CEL_MODEL_DEGREE = f"(int({_T}) * {_cel_degree(_C)} * int({_P}))"
+_CEL_DATA = f"(string({_C}) == 'Auto' ? 1 : ({_ACCELERATORS}) / {_CEL_MODEL_DEGREE})"
+_CEL_MB = f"(string({_MB}) == 'Auto' ? 1 : int({_MB}))"
+_CEL_BATCH_DIVIDES = (
+    "!has(self.parallelism) || !has(self.parallelism.globalBatchSize)"
+    f" || string({_T}) == 'Auto' || string({_P}) == 'Auto'"
+    f" || ({_ACCELERATORS}) % {_CEL_MODEL_DEGREE} != 0"
+    f" || self.parallelism.globalBatchSize % ({_CEL_MB} * {_CEL_DATA}) == 0"
+)
+
+
+# The refusal shows the arithmetic that fails, in each of the three cases that can fail (with
+# context and micro-batch both Auto the batch need only be whole).
+_GBS = "self.parallelism.globalBatchSize"
+_CEL_FIXED_DATA = f"({_ACCELERATORS}) / {_CEL_MODEL_DEGREE}"  # context is not Auto here
+_CEL_SPLIT_ARGS = f"{_CEL_FIXED_DATA}, {_ACCELERATORS}, int({_T}), int({_C}), int({_P})"
+_CEL_BATCH_MESSAGE = (
+    f"string({_C}) == 'Auto' ? 'global batch %d is not a multiple of micro-batch %d (context"
+    " Auto: the engine may give context all the accelerators tensor x pipeline leave, so"
+    f" data-parallel may be 1)'.format([{_GBS}, {_CEL_MB}])"
+    f" : (string({_MB}) == 'Auto' ? 'global batch %d is not a multiple of data-parallel %d ="
+    " %d accelerators / (tensor %d x context %d x pipeline %d), whatever micro-batch the engine"
+    f" picks'.format([{_GBS}, {_CEL_SPLIT_ARGS}])"
+    " : 'global batch %d is not a multiple of micro-batch %d x data-parallel %d = %d"
+    " (data-parallel %d = %d accelerators / (tensor %d x context %d x pipeline %d))'"
+    f".format([{_GBS}, {_CEL_MB}, {_CEL_FIXED_DATA}, {_CEL_MB} * {_CEL_FIXED_DATA},"
+    f" {_CEL_SPLIT_ARGS}]))"
+)
+
+
+def _batch_message(s: Any) -> str:
+    """Twin of ``_CEL_BATCH_MESSAGE``."""
+    p = s.parallelism
+    head = f"global batch {p.global_batch_size} is not a multiple of"
+    if _auto(p.context):
+        return (
+            f"{head} micro-batch {_degree(p.micro_batch_size)} (context Auto: the engine may give "
+            "context all the accelerators tensor x pipeline leave, so data-parallel may be 1)"
+        )
+    data = _data_degree(s)
+    split = (
+        f"{data} = {s.workers * s.accelerator.per_worker} accelerators / (tensor {p.tensor} x "
+        f"context {p.context} x pipeline {p.pipeline})"
+    )
+    if _auto(p.micro_batch_size):
+        return f"{head} data-parallel {split}, whatever micro-batch the engine picks"
+    micro = int(p.micro_batch_size)
+    return (
+        f"{head} micro-batch {micro} x data-parallel {data} = {micro * data} (data-parallel "
+        f"{split})"
+    )
+
+
+def _model_degree(p: Any) -> int:
+    return int(p.tensor) * _degree(p.context) * int(p.pipeline)
+
+
+def _data_degree(s: Any) -> int:
+    p = s.parallelism
+    if _auto(p.context):
+        return 1
+    return int(s.workers * s.accelerator.per_worker // _model_degree(p))
+
+
+def _batch_divides(s: Any) -> bool:
+    p = s.parallelism
+    if p is None or p.global_batch_size is None:
+        return True
+    if _auto(p.tensor) or _auto(p.pipeline):
+        return True
+    if (s.workers * s.accelerator.per_worker) % _model_degree(p):
+        return True
+    return bool(p.global_batch_size % (_degree(p.micro_batch_size) * _data_degree(s)) == 0)
+
+
+_ACC_IS_TPU = cel_is_tpu("self.accelerator.type")
+
+# The rules on spec.parallelism, which need the spec's workers, accelerator and
+# model.architecture: TrainingJobSpec's first rules, in this order.
+PARALLELISM_RULES: tuple[Rule, ...] = (
+    Rule(
+        cel=f"!has(self.parallelism) || has({_ARCH})",
+        message="parallelism needs model.architecture (layers and heads to split)",
+        field_path=".parallelism",
+        reason="FieldValueForbidden",
+        check=lambda s: s.parallelism is None or s.model.architecture is not None,
+    ),
+    Rule(
+        cel=(
+            "has(self.model.batchSizePerAccelerator)"
+            " || (has(self.parallelism) && has(self.parallelism.globalBatchSize))"
+        ),
+        message="give model.batchSizePerAccelerator, or parallelism.globalBatchSize",
+        field_path=".model.batchSizePerAccelerator",
+        reason="FieldValueRequired",
+        check=lambda s: (
+            s.model.batch_size_per_accelerator is not None
+            or (s.parallelism is not None and s.parallelism.global_batch_size is not None)
+        ),
+    ),
+    Rule(
+        cel=(
+            f"!({_CEL_PARALLEL}) || string({_T}) == 'Auto'"
+            f" || {_ARCH}.attentionHeads % int({_T}) == 0"
+        ),
+        message="parallelism.tensor must divide model.architecture.attentionHeads",
+        field_path=".parallelism.tensor",
+        check=lambda s: (
+            s.parallelism is None
+            or s.model.architecture is None
+            or _auto(s.parallelism.tensor)
+            or s.model.architecture.attention_heads % int(s.parallelism.tensor) == 0
+        ),
+        message_expression=(
+            f"'tensor %s does not divide attentionHeads %d'.format([{_T}, {_ARCH}.attentionHeads])"
+        ),
+        message_for=lambda s: (
+            f"tensor {s.parallelism.tensor} does not divide attentionHeads "
+            f"{s.model.architecture.attention_heads}"
+        ),
+    ),
+    Rule(
+        cel=(
+            f"!({_CEL_PARALLEL}) || string({_P}) == 'Auto' || ({_ARCH}.layers >= int({_P})"
+            f" && int({_P}) * (({_ARCH}.layers + int({_P}) - 1) / int({_P})) - {_ARCH}.layers"
+            f" <= (int({_P}) >= 3 ? 2 : int({_P}) - 1))"
+        ),
+        message="parallelism.pipeline must stage model.architecture.layers: each stage holds "
+        "ceil(layers / pipeline) layers, the first and the last at most one fewer",
+        field_path=".parallelism.pipeline",
+        check=lambda s: (
+            s.parallelism is None
+            or s.model.architecture is None
+            or _auto(s.parallelism.pipeline)
+            or pipeline_stages_layers(s.model.architecture.layers, int(s.parallelism.pipeline))
+        ),
+        message_expression=(
+            "'pipeline %s cannot stage layers %d: each stage holds ceil(layers / pipeline)"
+            " layers, the first and the last at most one fewer'"
+            f".format([{_P}, {_ARCH}.layers])"
+        ),
+        message_for=lambda s: (
+            f"pipeline {s.parallelism.pipeline} cannot stage layers "
+            f"{s.model.architecture.layers}: each stage holds ceil(layers / pipeline) "
+            "layers, the first and the last at most one fewer"
+        ),
+    ),
+    Rule(
+        cel=(
+            f"!({_CEL_PARALLEL}) || string({_C}) == 'Auto' || int({_C}) == 1"
+            f" || {_ARCH}.sequenceLength % (2 * int({_C})) == 0"
+        ),
+        message="2 x parallelism.context must divide model.architecture.sequenceLength",
+        field_path=".parallelism.context",
+        check=lambda s: (
+            s.parallelism is None
+            or s.model.architecture is None
+            or _auto(s.parallelism.context)
+            or int(s.parallelism.context) == 1
+            or s.model.architecture.sequence_length % (2 * int(s.parallelism.context)) == 0
+        ),
+        message_expression=(
+            "'context %s: 2 x context must divide sequenceLength %d (ring attention splits"
+            f" each sequence in 2 x context chunks)'.format([{_C}, {_ARCH}.sequenceLength])"
+        ),
+        message_for=lambda s: (
+            f"context {s.parallelism.context}: 2 x context must divide sequenceLength "
+            f"{s.model.architecture.sequence_length} (ring attention splits each sequence "
+            "in 2 x context chunks)"
+        ),
+    ),
+    Rule(
+        cel=(
+            f"!has(self.parallelism) || string({_C}) == 'Auto'"
+            " || (self.workers * self.accelerator.perWorker)"
+            f" % ({_cel_degree(_T)} * {_cel_degree(_P)} * int({_C})) == 0"
+        ),
+        message="tensor x context x pipeline must divide the accelerators (workers x perWorker)",
+        field_path=".parallelism.context",
+        check=lambda s: (
+            s.parallelism is None
+            or _auto(s.parallelism.context)
+            or (s.workers * s.accelerator.per_worker)
+            % (
+                _degree(s.parallelism.tensor)
+                * _degree(s.parallelism.pipeline)
+                * int(s.parallelism.context)
+            )
+            == 0
+        ),
+        message_expression=(
+            "'tensor %s x context %s x pipeline %s does not divide the %d accelerators"
+            f" (workers x perWorker)'.format([{_T}, {_C}, {_P},"
+            " self.workers * self.accelerator.perWorker])"
+        ),
+        message_for=lambda s: (
+            f"tensor {s.parallelism.tensor} x context {s.parallelism.context} x pipeline "
+            f"{s.parallelism.pipeline} does not divide the "
+            f"{s.workers * s.accelerator.per_worker} accelerators (workers x perWorker)"
+        ),
+    ),
+    Rule(
+        cel=(
+            f"!({_CEL_PARALLEL}) || string({_E}) == 'Auto' || int({_E}) == 1"
+            f" || (has({_ARCH}.experts) && {_ARCH}.experts % int({_E}) == 0)"
+        ),
+        message="parallelism.expert must divide model.architecture.experts (a dense model "
+        "takes expert 1)",
+        field_path=".parallelism.expert",
+        check=lambda s: (
+            s.parallelism is None
+            or s.model.architecture is None
+            or _auto(s.parallelism.expert)
+            or int(s.parallelism.expert) == 1
+            or (
+                s.model.architecture.experts is not None
+                and s.model.architecture.experts % int(s.parallelism.expert) == 0
+            )
+        ),
+    ),
+    Rule(
+        cel=(
+            f"!has(self.parallelism) || string({_E}) == 'Auto'"
+            " || (self.workers * self.accelerator.perWorker)"
+            f" % ({_cel_degree(_T)} * {_cel_degree(_P)} * {_cel_degree(_C)} * int({_E})) == 0"
+        ),
+        message="tensor x context x pipeline x expert must divide the accelerators: the "
+        "expert ranks are carved out of data x context",
+        field_path=".parallelism.expert",
+        check=lambda s: (
+            s.parallelism is None
+            or _auto(s.parallelism.expert)
+            or (s.workers * s.accelerator.per_worker)
+            % (
+                _degree(s.parallelism.tensor)
+                * _degree(s.parallelism.pipeline)
+                * _degree(s.parallelism.context)
+                * int(s.parallelism.expert)
+            )
+            == 0
+        ),
+        message_expression=(
+            "'expert %s x tensor %s x context %s x pipeline %s does not divide the %d"
+            f" accelerators'.format([{_E}, {_T}, {_C}, {_P},"
+            " self.workers * self.accelerator.perWorker])"
+        ),
+        message_for=lambda s: (
+            f"expert {s.parallelism.expert} x tensor {s.parallelism.tensor} x context "
+            f"{s.parallelism.context} x pipeline {s.parallelism.pipeline} does not divide "
+            f"the {s.workers * s.accelerator.per_worker} accelerators"
+        ),
+    ),
+    Rule(
+        cel=(
+            "!has(self.parallelism) || (self.workers * self.accelerator.perWorker)"
+            f" % ({_cel_degree(_T)} * {_cel_degree(_P)}) == 0"
+        ),
+        message="tensor x pipeline must divide the accelerators (workers x perWorker)",
+        field_path=".parallelism",
+        check=lambda s: (
+            s.parallelism is None
+            or (s.workers * s.accelerator.per_worker)
+            % (_degree(s.parallelism.tensor) * _degree(s.parallelism.pipeline))
+            == 0
+        ),
+        message_expression=(
+            "'tensor %s x pipeline %s does not divide the %d accelerators (workers x"
+            f" perWorker)'.format([{_T}, {_P}, self.workers * self.accelerator.perWorker])"
+        ),
+        message_for=lambda s: (
+            f"tensor {s.parallelism.tensor} x pipeline {s.parallelism.pipeline} does not "
+            f"divide the {s.workers * s.accelerator.per_worker} accelerators "
+            "(workers x perWorker)"
+        ),
+    ),
+    Rule(
+        cel=_CEL_BATCH_DIVIDES,
+        message="parallelism.globalBatchSize must be a multiple of microBatchSize (1 when "
+        "Auto) x the data-parallel degree (accelerators / (tensor x context x pipeline); 1 "
+        "when context is Auto)",
+        field_path=".parallelism.globalBatchSize",
+        check=_batch_divides,
+        message_expression=_CEL_BATCH_MESSAGE,
+        message_for=_batch_message,
+    ),
+    Rule(
+        cel=(
+            f"!has(self.parallelism) || {_ACC_IS_TPU}"
+            f" || string({_T}) == 'Auto' || self.accelerator.perWorker % int({_T}) == 0"
+        ),
+        message="parallelism.tensor must divide accelerator.perWorker: tensor parallelism "
+        "stays within a host's NVLink",
+        field_path=".parallelism.tensor",
+        check=lambda s: (
+            s.parallelism is None
+            or is_tpu(s.accelerator.type)
+            or _auto(s.parallelism.tensor)
+            or s.accelerator.per_worker % int(s.parallelism.tensor) == 0
+        ),
+        message_expression=(
+            "'tensor %s does not divide perWorker %d: tensor parallelism stays within a host'"
+            f".format([{_T}, self.accelerator.perWorker])"
+        ),
+        message_for=lambda s: (
+            f"tensor {s.parallelism.tensor} does not divide perWorker "
+            f"{s.accelerator.per_worker}: tensor parallelism stays within a host"
+        ),
+    ),
+)
