@@ -83,6 +83,10 @@ SOON_SECONDS = 1.0
 REDUCTION_SERVER = "ReductionServer"
 # A gang restarted for the infrastructure's sake (a named host lost before its worker started).
 REQUEUED = "Requeued"
+# A gang restarted because a worker failed or went (an attempt of runPolicy.backoffLimit spent).
+RESTARTED = "Restarted"
+# Schedulable=False of a gang that waits for the admission cycle's word on its new attempt.
+WAITING_FOR_ADMISSION = "WaitingForAdmission"
 REDUCERS_CONDITION = "ReductionServerReady"
 
 
@@ -282,8 +286,32 @@ def reconcile_training(
         _settle_finished(step)
     if world.kueue is not None:
         _kueue_report(step, pods)
+    _phase_and_schedulable_agree(step)
     step.conditions.stamp()
     return decision
+
+
+def _phase_and_schedulable_agree(step: _Step) -> None:
+    """Every status written says one thing of the gang's room: a gang that waits (Pending) is
+    not Schedulable=True Admitted, one that holds its room (Admitted, Running) is
+    Schedulable=True. The paths that send a gang back to Pending say why (a restart, a requeue,
+    a wait); this catches any that does not, so that no write contradicts itself (issue 45: a
+    multislice job seen Pending and Admitted at once across an operator restart)."""
+    status = step.status
+    schedulable = step.conditions.get(SCHEDULABLE)
+    holds = schedulable is not None and schedulable.status == "True"
+    if status.phase == PENDING and holds:
+        attempt = gang_attempt(status)
+        step.conditions.set(
+            SCHEDULABLE,
+            "False",
+            WAITING_FOR_ADMISSION,
+            f"attempt {attempt} of the gang waits for admission",
+        )
+    elif status.phase in (ADMITTED, RUNNING) and not holds:
+        pool = status.admission.pool if status.admission else status.pool
+        message = f"gang of {step.spec.workers} workers admitted on pool {pool}"
+        step.conditions.set(SCHEDULABLE, "True", "Admitted", message)
 
 
 def _settle_finished(step: _Step) -> None:
@@ -962,6 +990,7 @@ def _restart(
     _release_reducers(step)
     if infrastructure:
         status.requeues = (status.requeues or 0) + 1
+        reason = REQUEUED
         step.event(
             "Warning",
             REQUEUED,
@@ -970,7 +999,16 @@ def _restart(
         )
     else:
         status.restarts = spent + 1
-        step.event("Warning", "Restarted", f"{what}; restarting the gang ({spent + 1}/{limit})")
+        reason = RESTARTED
+        step.event("Warning", RESTARTED, f"{what}; restarting the gang ({spent + 1}/{limit})")
+    # The room the gang had is let go with it: Schedulable says so until the new attempt's
+    # admission (which announces itself again), not the admission that ended.
+    step.conditions.set(
+        SCHEDULABLE,
+        "False",
+        reason,
+        f"{what}; attempt {gang_attempt(status)} of the gang waits for admission",
+    )
     decision.requeue_after = SOON_SECONDS
 
 
