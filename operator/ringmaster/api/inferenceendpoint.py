@@ -214,6 +214,8 @@ def _longest(tokens: TokenLengths) -> int:
     """The longest request the engine sizes for: p99 prompt + p99 generation (means by
     default)."""
     return (tokens.input_p99 or tokens.input_mean) + (tokens.output_p99 or tokens.output_mean)
+
+
 # The tensor-parallel degree the spec fixes (twin: tensor_degree): parallelism.tensor, else
 # perReplica over the pipeline stages, else (Auto) perReplica itself, which every layout the
 # engine picks divides (and the one it keeps when the expert degree is perReplica).
