@@ -4,12 +4,15 @@ JAX's multislice runtime reads."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 import time
 import uuid
 from typing import Any
 
 import pytest
+from kubernetes import client, config, watch
 
 from ringmaster.admission.kueue import QUEUE_NAME_LABEL
 from ringmaster.localcluster.kueue import LocalKueue
@@ -210,6 +213,78 @@ def test_kueue_counts_every_slice_of_a_multislice_job(
         cluster.kubectl("delete", "workloads", "--all", "-n", ns, check=False)
         cluster.kubectl("delete", "clusterqueue", cluster_queue, "--wait=false", check=False)
         cluster.kubectl("delete", "resourceflavor", flavor, "--wait=false", check=False)
+
+
+def test_a_two_slice_gang_restarted_across_an_operator_restart_never_says_pending_and_admitted(
+    operator: OperatorProcess, cluster: Cluster, quiet_namespace: str
+):
+    """Issue 45 (defect 7c): the operator is killed while a two-slice job runs, its workers fail
+    meanwhile, and the operator that starts restarts both slices. Every status the job shows,
+    from a watch, is Pending with Schedulable=False or Admitted/Running with Schedulable=True
+    (the restart used to show Pending with the ended attempt's Schedulable=True Admitted)."""
+    ns = quiet_namespace
+    manifest = two_slice_job("flaky")
+    manifest["spec"]["template"]["metadata"] = {
+        "annotations": {"sim.ringmaster.dev/exit-code": "3", "sim.ringmaster.dev/run-for": "8s"}
+    }
+    manifest["spec"]["runPolicy"] = {"backoffLimit": 1}
+    seen: list[tuple[str | None, tuple[str, str] | None]] = []
+    stop = threading.Event()
+
+    def watch_job() -> None:
+        config.load_kube_config(str(cluster.kubeconfig))
+        api = client.CustomObjectsApi()
+        while not stop.is_set():
+            with contextlib.suppress(Exception):
+                for event in watch.Watch().stream(
+                    api.list_namespaced_custom_object,
+                    "ringmaster.dev",
+                    "v1alpha1",
+                    ns,
+                    "trainingjobs",
+                    timeout_seconds=2,
+                ):
+                    status = event["object"].get("status") or {}
+                    said = next(
+                        (c for c in status.get("conditions") or [] if c["type"] == "Schedulable"),
+                        None,
+                    )
+                    seen.append(
+                        (status.get("phase"), (said["status"], said["reason"]) if said else None)
+                    )
+
+    watcher = threading.Thread(target=watch_job, daemon=True)
+    watcher.start()
+    try:
+        cluster.apply(manifest, ns)
+        wait_phase(cluster, ns, "flaky", "Running")
+        operator.stop(kill=True)
+        # The workers fail while no operator runs.
+        wait_for(
+            lambda: any(
+                p["status"].get("phase") == "Failed" for p in worker_pods(cluster, ns, "flaky")
+            ),
+            60,
+            what="a worker failed",
+        )
+        operator.start()
+        wait_phase(cluster, ns, "flaky", "Failed", timeout=90)
+        time.sleep(1)
+    finally:
+        stop.set()
+        watcher.join(timeout=10)
+        if operator.process is None:
+            operator.start()
+    status = job(cluster, ns, "flaky")["status"]
+    assert status["restarts"] == 1 and condition(job(cluster, ns, "flaky"), "Schedulable")
+    contradictions = [
+        (phase_, said)
+        for phase_, said in seen
+        if (phase_ == "Pending" and said and said[0] == "True")
+        or (phase_ in ("Admitted", "Running") and (not said or said[0] != "True"))
+    ]
+    assert not contradictions, seen
+    assert ("Pending", ("False", "Restarted")) in seen, seen
 
 
 @pytest.fixture(autouse=True)
