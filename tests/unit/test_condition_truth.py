@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ringmaster.api import TrainingJobStatus, find_condition, set_condition
-from ringmaster.controllers.training_lifecycle import JobView
+from ringmaster.controllers.training_step import JobView
 from tests.unit.test_inference_lifecycle import condition, decide
 from tests.unit.test_inference_llm import LLAMA_70B_INT4, LLM_SIZES, spec_of
 from tests.unit.training_world import NOW, TrainingWorld, job, pods_of, spec

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from ringmaster.api import TrainingJobSpec, topology_chips
-from ringmaster.controllers.training_lifecycle import ReducerPool
+from ringmaster.controllers.training_step import ReducerPool
 from ringmaster.controllers.trainingjob import status_plan
 from ringmaster.localcluster.pools import POOLS_BY_NAME
 from tests.unit.training_world import TrainingWorld, job

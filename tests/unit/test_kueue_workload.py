@@ -1,6 +1,7 @@
 """A TrainingJob admitted through Kueue's protocol for external job types: the Workload it maps
 to, the flavor-to-pod mapping, eviction, PodsReady, Finished and suspension. Pure: the
-TrainingJob state machine (training_lifecycle.py) with a KueueWorld, and admission/kueue.py."""
+TrainingJob state machine (training_lifecycle.py, its Kueue path in training_kueue.py) with a
+KueueWorld, and admission/kueue.py."""
 
 from __future__ import annotations
 
@@ -13,14 +14,8 @@ import pytest
 from ringmaster.admission import kueue
 from ringmaster.admission.kueue import Flavor, FlavorProblem
 from ringmaster.api import TrainingJobStatus, TrainingPlan, find_condition
-from ringmaster.controllers.training_lifecycle import (
-    Decision,
-    JobView,
-    KueueWorld,
-    WorkerPod,
-    World,
-    reconcile_training,
-)
+from ringmaster.controllers.training_lifecycle import reconcile_training
+from ringmaster.controllers.training_step import Decision, JobView, KueueWorld, WorkerPod, World
 from ringmaster.placement.pools import node_from_object
 from tests.unit.training_world import NOW, TrainingWorld, node_objects, ring_planner, spec
 

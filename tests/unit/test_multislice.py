@@ -10,7 +10,8 @@ import pytest
 from ringmaster.admission import kueue
 from ringmaster.admission.cycle import Admit, Wait
 from ringmaster.api import TrainingJobSpec
-from ringmaster.controllers.training_lifecycle import World, reconcile_training
+from ringmaster.controllers.training_lifecycle import reconcile_training
+from ringmaster.controllers.training_step import World
 from ringmaster.manifests.training import MEGASCALE_PORT, slice_of, tpu_env
 from tests.unit.training_world import NOW, TrainingWorld, job, pods_of, ring_planner, spec
 

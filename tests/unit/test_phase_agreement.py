@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from ringmaster.api import TrainingJobStatus, find_condition
-from ringmaster.controllers.training_lifecycle import Decision, WorkerPod
+from ringmaster.controllers.training_step import Decision, WorkerPod
 from tests.unit.test_multislice import POOL_A, POOL_B, two_slices, world
 from tests.unit.training_world import TrainingWorld, job, pods_of, spec
 

@@ -21,7 +21,7 @@ from ringmaster.controllers.reduction_lifecycle import (
     ReducerPods,
     reconcile_reduction_pool,
 )
-from ringmaster.controllers.training_lifecycle import JobView, ReducerPool, WorkerPod
+from ringmaster.controllers.training_step import JobView, ReducerPool, WorkerPod
 from tests.unit.training_world import REDUCER_REQUEST, TrainingWorld
 
 pytestmark = pytest.mark.unit

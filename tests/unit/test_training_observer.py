@@ -10,8 +10,8 @@ import pytest
 
 from ringmaster import metrics
 from ringmaster.api import TrainingJobStatus, TrainingPlan, TrainingProgress, find_condition
-from ringmaster.controllers.training_lifecycle import Decision
 from ringmaster.controllers.training_observer import DEGRADED, DRIFT, TrainingObserver
+from ringmaster.controllers.training_step import Decision
 from ringmaster.manifests.progress import TOKEN_DIR, audience, with_progress_reporting
 from ringmaster.observe.calibration import MIN_JOBS, Observation
 from ringmaster.observe.reports import ProgressReport, RankTiming

@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from ringmaster.admission.cycle import QueueingSettings
-from ringmaster.controllers.training_lifecycle import World, reconcile_training
+from ringmaster.controllers.training_lifecycle import reconcile_training
+from ringmaster.controllers.training_step import World
 from ringmaster.controllers.trainingjob import PROGRESS_SECONDS, TrainingController
 from tests.unit.training_world import NOW, TrainingWorld, job, pods_of, ring_planner, spec
 

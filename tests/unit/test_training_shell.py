@@ -24,7 +24,7 @@ from ringmaster.admission.cycle import Admit, QueueingSettings, Wait
 from ringmaster.api import TrainingJobStatus
 from ringmaster.controllers.cluster_state import indexed_pod
 from ringmaster.controllers.kubeapi import MAX_EVENT_MESSAGE, KubeApi
-from ringmaster.controllers.training_lifecycle import admission_announcements
+from ringmaster.controllers.training_admission import admission_announcements
 from ringmaster.controllers.trainingjob import (
     POD_BATCH_SECONDS,
     WAIT_REFRESH_SECONDS,

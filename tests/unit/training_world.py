@@ -14,14 +14,8 @@ from ringmaster.admission.cycle import QueueingSettings, WaitingGang, admission_
 from ringmaster.admission.snapshot import ClusterSnapshot, NodeFacts, PodFacts, shape
 from ringmaster.api import TrainingJobSpec, TrainingJobStatus, TrainingPlan
 from ringmaster.controllers.cluster_state import pod_facts
-from ringmaster.controllers.training_lifecycle import (
-    Decision,
-    JobView,
-    ReducerPool,
-    WorkerPod,
-    World,
-    reconcile_training,
-)
+from ringmaster.controllers.training_lifecycle import reconcile_training
+from ringmaster.controllers.training_step import Decision, JobView, ReducerPool, WorkerPod, World
 from ringmaster.engine.hardware import DEFAULT_CATALOG, Catalog
 from ringmaster.localcluster.pools import POOLS_BY_NAME, node_list
 from ringmaster.manifests.reduction import REDUCER_REQUESTS

@@ -18,7 +18,7 @@ from typing import Any
 import kopf
 
 from ringmaster.admission.snapshot import PodFacts, shape
-from ringmaster.controllers.training_lifecycle import WorkerPod
+from ringmaster.controllers.training_step import WorkerPod
 from ringmaster.manifests.inference import (
     INFERENCE_ENDPOINT_LABEL,
     LWS_GROUP_KEY_LABEL,

@@ -13,8 +13,8 @@ discovery lists it (kube-rs#951): when Kueue's CRDs are installed while the oper
 group's last CRD event comes first, kopf would never watch Workloads and a labelled job would wait
 for an admission it cannot see. :class:`DiscoveryFollower` re-reads the group until kopf does.
 
-The protocol is in admission/kueue.py; the phase functions in training_lifecycle.py; the
-TrainingJob controller (trainingjob.py) applies their writes.
+The protocol is in admission/kueue.py; the phase functions in training_lifecycle.py (the Kueue
+path in training_kueue.py); the TrainingJob controller (trainingjob.py) applies their writes.
 """
 
 from __future__ import annotations

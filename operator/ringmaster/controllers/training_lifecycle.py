@@ -11,254 +11,73 @@ for the current attempt), admitted (admission recorded, pods being created or re
 starting), running, and restarting (a worker failed or went: the gang goes, a new attempt waits).
 The admission is written to ``status.admission`` before any pod is created, so a restarted
 operator finds it in the API.
+
+What every phase works on (the world, the decision, the step) is in training_step.py; a waiting
+gang's plan, options and recorded admission in training_admission.py; the path of jobs Kueue
+admits in training_kueue.py.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from collections.abc import Mapping, Sequence
 
-from ringmaster.admission import kueue
-from ringmaster.admission.cycle import (
-    WORKER_LARGER_THAN_NODE,
-    Admit,
-    GangOption,
-    ReducerNeed,
-    Verdict,
-    Wait,
-    WaitingGang,
-    promise_for,
-)
-from ringmaster.admission.kueue import Flavor, WorkloadView, WorkloadWrite
+from ringmaster.admission.cycle import Admit, Wait, WaitingGang, promise_for
 from ringmaster.admission.pools import candidate_pools
-from ringmaster.admission.snapshot import Key, PoolSummary, Promise, shape
-from ringmaster.api import (
-    TrainingJobSpec,
-    TrainingJobStatus,
-    TrainingPlan,
-    WorkerCounts,
-    find_condition,
-    is_tpu,
+from ringmaster.admission.snapshot import PoolSummary
+from ringmaster.api import TrainingJobStatus, WorkerCounts
+from ringmaster.api.trainingjob import Admission
+from ringmaster.controllers.reporting import Conditions
+from ringmaster.controllers.training_admission import (
+    _option,
+    _placement,
+    _plan,
+    _record_admission,
+    _reducer_problem,
+    _reducer_settings,
+    _reducers_in_use,
+    _slice_pools,
+    _slices_option,
+    _uses_reducers,
 )
-from ringmaster.api.reductionserverpool import ReductionServerPoolSpec
-from ringmaster.api.trainingjob import Admission, ReductionServerSettings
-from ringmaster.controllers.reporting import (
-    Conditions,
-    Event,
-    plan_warnings,
-    report_plausibility,
+from ringmaster.controllers.training_kueue import (
+    _kueue_placement,
+    _kueue_queue,
+    _kueue_report,
+    _kueue_stopped,
+    _kueue_waiting,
+    _own_workload,
 )
-from ringmaster.manifests.naming import (
-    ATTEMPT_ANNOTATION,
-    MANAGED_BY,
-    OPERATOR,
-    RANK_LABEL,
-    TRAINING_JOB_LABEL,
-    owned_reducer_pool_name,
+from ringmaster.controllers.training_step import (
+    ADMITTED,
+    COMPLETE,
+    DOES_NOT_FIT,
+    FAILED,
+    FAILED_CONDITION,
+    FINISHED,
+    PENDING,
+    PLAN_FAILED,
+    REDUCERS_CONDITION,
+    REQUEUED,
+    RESTARTED,
+    RUNNING,
+    SCHEDULABLE,
+    SOON_SECONDS,
+    SUCCEEDED,
+    SUSPENDED,
+    SUSPENDED_CONDITION,
+    WAITING_FOR_ADMISSION,
+    Decision,
+    JobView,
+    Planner,
+    WorkerPod,
+    World,
+    _Step,
+    _wait,
 )
-from ringmaster.manifests.reduction import owned_reducer_pool, reducer_statefulset
-from ringmaster.manifests.training import (
-    REDUCER_ENDPOINTS_ENV,
-    PoolPlacement,
-    rendezvous_service,
-    worker_pod,
-)
-from ringmaster.placement.labels import GKE_NODEPOOL, GPU_RESOURCE, POOL_NAME_KEYS, TPU_RESOURCE
-from ringmaster.placement.pools import NoPool, pod_requests
-
-PENDING, ADMITTED, RUNNING = "Pending", "Admitted", "Running"
-SUCCEEDED, FAILED, SUSPENDED = "Succeeded", "Failed", "Suspended"
-FINISHED = (SUCCEEDED, FAILED)
-
-SCHEDULABLE, PLANNED, COMPLETE = "Schedulable", "Planned", "Complete"
-DOES_NOT_FIT, PLAN_FAILED = "DoesNotFit", "PlanFailed"
-FAILED_CONDITION, SUSPENDED_CONDITION = "Failed", "Suspended"
-
-# How soon to look again while something is in motion (pods starting or going away).
-SOON_SECONDS = 1.0
-
-REDUCTION_SERVER = "ReductionServer"
-# A gang restarted for the infrastructure's sake (a named host lost before its worker started).
-REQUEUED = "Requeued"
-# A gang restarted because a worker failed or went (an attempt of runPolicy.backoffLimit spent).
-RESTARTED = "Restarted"
-# Schedulable=False of a gang that waits for the admission cycle's word on its new attempt.
-WAITING_FOR_ADMISSION = "WaitingForAdmission"
-REDUCERS_CONDITION = "ReductionServerReady"
-
-
-@dataclass(frozen=True)
-class ReducerPool:
-    """What a job needs to know of the ReductionServerPool it uses."""
-
-    name: str
-    replicas: int  # desired (status.replicas)
-    ready: int
-    endpoints: tuple[str, ...]
-    machine_type: str
-    message: str = ""  # the pool's Ready condition message ("3/25 ready; 22 cannot be scheduled")
-    running_jobs: frozenset[str] = frozenset()  # the pool's status.runningJobs
-    share: float = 1.0  # the part of its bandwidth the job looking at it gets (reducer_pool_for)
-
-    def share_for(self, job: str) -> float:
-        """A job's part of the pool's bandwidth: the jobs that run on it at once divide it
-        evenly, and a job about to start counts itself in (so its plan, and the pool's size
-        that follows from the plan, already hold when it runs)."""
-        return 1.0 / (len(self.running_jobs - {job}) + 1)
-
-
-Planner = Callable[[TrainingJobSpec, str | None, ReducerPool | None], TrainingPlan]
-"""(spec, machine type of the pool, the reducer pool if any) -> status.plan; raises ValueError
-when the engine cannot model the hardware."""
-
-
-@dataclass(frozen=True)
-class WorkerPod:
-    """What the state machine needs to know of one worker pod."""
-
-    name: str
-    rank: int
-    attempt: int
-    phase: str
-    node: str | None
-    terminating: bool
-    exit_detail: str | None = None  # "exit code 137 (Error)" for a failed container
-    pool: str | None = None  # the pool its nodeSelector names
-    reducer_endpoints: tuple[str, ...] = ()  # the reducers it was started with (its env)
-
-    @classmethod
-    def from_object(cls, pod: Mapping[str, Any]) -> WorkerPod:
-        metadata = pod.get("metadata") or {}
-        status = pod.get("status") or {}
-        spec = pod.get("spec") or {}
-        detail = None
-        for container in status.get("containerStatuses") or []:
-            terminated = (container.get("state") or {}).get("terminated")
-            if terminated and terminated.get("exitCode", 0) != 0:
-                detail = f"exit code {terminated['exitCode']} ({terminated.get('reason', '')})"
-        selector = spec.get("nodeSelector") or {}
-        env = {
-            e.get("name"): e.get("value")
-            for c in spec.get("containers") or []
-            for e in c.get("env") or []
-        }
-        reducers = env.get(REDUCER_ENDPOINTS_ENV) or ""
-        return cls(
-            name=metadata["name"],
-            rank=int((metadata.get("labels") or {}).get(RANK_LABEL, -1)),
-            attempt=int((metadata.get("annotations") or {}).get(ATTEMPT_ANNOTATION, 0)),
-            phase=status.get("phase") or "Pending",
-            node=spec.get("nodeName"),
-            terminating=bool(metadata.get("deletionTimestamp")),
-            exit_detail=detail,
-            pool=next((selector[k] for k in POOL_NAME_KEYS if k in selector), None),
-            reducer_endpoints=tuple(e for e in reducers.split(",") if e),
-        )
-
-
-@dataclass(frozen=True)
-class JobView:
-    name: str
-    namespace: str
-    generation: int
-    spec: TrainingJobSpec
-    status: TrainingJobStatus
-    created: dt.datetime | None = None
-    ending: bool = False
-    """The job is being deleted, or its namespace is: its pods go with it, which is no failure."""
-    uid: str = ""
-    labels: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def key(self) -> Key:
-        return (self.namespace, self.name)
-
-
-@dataclass(frozen=True)
-class World:
-    """What one job's reconcile reads besides the job and its pods."""
-
-    pools: Mapping[str, PoolSummary]
-    reducer_pools: Mapping[str, ReducerPool] = field(default_factory=dict)
-    verdict: Verdict | None = None
-    """The admission cycle's latest word on this job, if it has one the job has not acted on."""
-    hardware: tuple[str, str] | None = None
-    """Why the operator's catalog cannot place the job's accelerator (reason, message:
-    planning.catalog.hardware_problem), or None. Checked only before admission: a gang that
-    runs keeps running when the catalog changes."""
-    kueue: KueueWorld | None = None
-    """Set when Kueue is installed (its Workload CRD is served) and the operator may use it."""
-    held: Promise | None = None
-    """The room the admission snapshot holds for this job now, if any."""
-    host_problems: Mapping[str, str] = field(default_factory=dict)
-    """Why hosts the job's admission named can no longer take its workers (host -> why)."""
-
-
-@dataclass(frozen=True)
-class KueueWorld:
-    """What a job's reconcile reads of Kueue (admission/kueue.py has the protocol)."""
-
-    workloads: Sequence[Mapping[str, Any]] = ()
-    """Workloads controlled by a TrainingJob of this name (the one of this job's UID is its own)."""
-    flavors: Mapping[str, Flavor] = field(default_factory=dict)
-    workload_priority_classes: Mapping[str, int] = field(default_factory=dict)
-    priority_classes: Mapping[str, tuple[int, bool]] = field(default_factory=dict)
-    """PriorityClasses: name -> (value, globalDefault)."""
-    pool_labels: Callable[[str], Mapping[str, str]] = lambda _pool: {}
-    """The labels every node of a pool carries: what a flavor's node labels must select."""
-
-
-@dataclass
-class Decision:
-    status: TrainingJobStatus
-    create: list[dict[str, Any]] = field(default_factory=list)
-    """Created after status is written (so an admission is on record before its pods exist)."""
-    apply: list[dict[str, Any]] = field(default_factory=list)
-    """Objects to server-side apply every time (the job's own ReductionServerPool)."""
-    delete: list[str] = field(default_factory=list)
-    events: list[Event] = field(default_factory=list)
-    """Posted before status is written: what the status records was announced (the Admitted
-    Event of an admission), whenever the process dies."""
-    delete_job: bool = False
-    requeue_after: float | None = None
-    waiting: WaitingGang | None = None
-    """Set while the job waits for admission: what the admission cycle needs to decide it."""
-    promise: Promise | None = None
-    """The room the job's admission holds until its pods are seen."""
-    release: bool = False
-    """The job holds no room beyond its pods any more."""
-    workload: list[WorkloadWrite] = field(default_factory=list)
-    """Writes to the job's Kueue Workload (created, kept in step, reported to)."""
-
-
-def accelerator_resource(spec: TrainingJobSpec) -> str:
-    return TPU_RESOURCE if is_tpu(spec.accelerator.type) else GPU_RESOURCE
-
-
-@dataclass
-class _Step:
-    """What every phase function works on."""
-
-    job: JobView
-    world: World
-    now: dt.datetime
-    planner: Planner
-    decision: Decision
-    conditions: Conditions
-
-    @property
-    def spec(self) -> TrainingJobSpec:
-        return self.job.spec
-
-    @property
-    def status(self) -> TrainingJobStatus:
-        return self.decision.status
-
-    def event(self, type_: str, reason: str, message: str) -> None:
-        self.decision.events.append(Event(type_, reason, message))  # type: ignore[arg-type]
+from ringmaster.manifests.reduction import owned_reducer_pool
+from ringmaster.manifests.training import PoolPlacement, rendezvous_service, worker_pod
+from ringmaster.placement.pools import NoPool
 
 
 def reconcile_training(
@@ -415,7 +234,8 @@ def _active(step: _Step, pods: Sequence[WorkerPod]) -> None:
     if _kueue_queue(step) is not None:
         view = _own_workload(step)
         if view is None or not view.runs:
-            _kueue_stopped(step, pods, view, attempt)
+            if _kueue_stopped(step, pods, view):
+                _waiting(step, attempt)
             return
     live = [p for p in pods if not p.terminating]
     current = {p.rank: p for p in live if p.attempt == attempt}
@@ -469,174 +289,6 @@ def _adopt(step: _Step, current: Mapping[int, WorkerPod], attempt: int) -> Admis
     step.status.phase = PENDING
     step.decision.requeue_after = SOON_SECONDS
     return None
-
-
-def _plan(step: _Step, pool: PoolSummary | None, reducers: ReducerPool | None) -> str:
-    """status.plan for the pool's machine type, the Planned condition and StrategyChosen.
-    Returns why the engine could not plan the job ("" when it did)."""
-    status = step.status
-    previous = status.plan.strategy if status.plan else None
-    machine = pool.identity.instance_type if pool else None
-    try:
-        status.plan = step.planner(step.spec, machine, reducers)
-    except ValueError as error:
-        # No plan: a waiting job waits with the reason (_waiting); a gang that runs already
-        # keeps running, without a prediction.
-        status.plan = None
-        step.conditions.set(PLANNED, "False", PLAN_FAILED, str(error))
-        return str(error)
-    plan = status.plan
-    step.conditions.set(PLANNED, "True", "Planned", f"strategy {plan.strategy}")
-    step.decision.events += report_plausibility(step.conditions, plan_warnings(plan))
-    if plan.strategy != previous and plan.fits is not False:
-        step.decision.events.append(strategy_announcement(step.job.name, step.job.uid, plan))
-    return ""
-
-
-def _strategy_message(plan: TrainingPlan) -> str:
-    return (
-        f"{plan.strategy}: predicted {plan.step_seconds or 0:.3g} s/step, "
-        f"bottleneck {plan.bottleneck}"
-    )
-
-
-def strategy_announcement(name: str, uid: str, plan: TrainingPlan) -> Event:
-    """The StrategyChosen Event of the strategy `plan` gives the job, named after the job and
-    that strategy. It is decided when the strategy on record (status.plan, as the API has it)
-    changes, and posted again by an operator that finds an admission on record it may not have
-    announced (admission_announcements); posted any number of times, by any process, the API
-    keeps one per strategy the job was given. (So a job that goes back to a strategy it had
-    before is not told again: that Event is there already.)"""
-    identity = hashlib.sha256(f"{uid}/{plan.strategy}".encode()).hexdigest()[:12]
-    # An Event's name is a DNS subdomain of at most 253 characters.
-    return Event(
-        "Normal", "StrategyChosen", _strategy_message(plan), f"{name[:200]}.strategy-{identity}"
-    )
-
-
-def _reducer_settings(step: _Step) -> tuple[ReductionServerSettings, str, ReducerPool | None]:
-    """The job's reducer settings, its pool's name, and the pool as this job sees it: a shared
-    pool's bandwidth is divided among the jobs running on it (the job's own pool is all its)."""
-    settings = step.spec.communication.reduction_server or ReductionServerSettings()
-    name = settings.pool_name or owned_reducer_pool_name(step.job.name)
-    pool = step.world.reducer_pools.get(name)
-    if pool is not None and settings.pool_name is not None:
-        pool = replace(pool, share=pool.share_for(step.job.name))
-    return settings, name, pool
-
-
-def _reducers_in_use(
-    reducers: ReducerPool | None, current: Mapping[int, WorkerPod]
-) -> ReducerPool | None:
-    """The pool as running workers use it: the reducers they were started with that still serve
-    (a pool grown for another job adds none to them; a lost or scaled-away one takes one away)."""
-    used = {e for p in current.values() for e in p.reducer_endpoints}
-    if reducers is None or not used:
-        return reducers
-    serving = len(used & set(reducers.endpoints))
-    return replace(reducers, replicas=serving, ready=serving) if serving else reducers
-
-
-def _uses_reducers(plan: TrainingPlan | None) -> bool:
-    return plan is not None and plan.strategy == REDUCTION_SERVER
-
-
-def _reducer_problem(
-    shared: str | None, reducers: ReducerPool | None, namespace: str
-) -> tuple[str, str] | None:
-    """Why the job's reducers cannot serve it yet (reason, message), or None when they can."""
-    if reducers is None:
-        if shared:
-            return (
-                "ReductionServerPoolNotFound",
-                f"ReductionServerPool {shared} does not exist in namespace {namespace}",
-            )
-        return "ReducersNotReady", "creating the job's reduction server pool"
-    if reducers.replicas == 0 or reducers.ready < reducers.replicas:
-        detail = reducers.message or f"{reducers.ready}/{reducers.replicas} ready"
-        return "ReducersNotReady", f"reducers of pool {reducers.name}: {detail}"
-    return None
-
-
-def _placement(step: _Step, pool_name: str, pool: PoolSummary | None) -> PoolPlacement:
-    return PoolPlacement(
-        pool=pool_name,
-        node_selector=dict(pool.node_selector) if pool else {GKE_NODEPOOL: pool_name},
-        accelerator_resource=accelerator_resource(step.spec),
-        machine_type=pool.identity.instance_type if pool else None,
-    )
-
-
-def _option(step: _Step, pool: PoolSummary, attempt: int) -> GangOption:
-    """The gang on one pool: its workers, and its own reducers if the plan there wants them."""
-    spec, job = step.spec, step.job
-    placement = _placement(step, pool.name, pool)
-    one_worker = pod_requests(worker_pod(job.name, job.namespace, spec, placement, 0, attempt))
-    settings, name, reducers = _reducer_settings(step)
-    need = None
-    if settings.pool_name is None:
-        try:
-            plan = step.planner(spec, pool.identity.instance_type, reducers)
-        except ValueError:
-            plan = None
-        if plan is not None and _uses_reducers(plan):
-            wanted = settings.replicas or plan.reducers_wanted or 1
-            need = ReducerNeed(settings.machine_type, wanted, (job.namespace, name))
-    return GangOption(
-        pool=pool.name,
-        worker=shape(one_worker),
-        workers=spec.workers,
-        one_per_node=placement.accelerator_resource == TPU_RESOURCE,
-        accelerator_resource=placement.accelerator_resource,
-        per_worker=spec.accelerator.per_worker,
-        reducers=need,
-    )
-
-
-def _slices_option(step: _Step, pools: Sequence[PoolSummary], attempt: int) -> GangOption:
-    """A multislice gang: one option over every pool that can hold one of its slices (the cycle
-    takes ``slices`` distinct ones of them, or none)."""
-    spec = step.spec
-    option = _option(step, pools[0], attempt)
-    return replace(
-        option,
-        slices=spec.accelerator.slices,
-        pools=tuple(p.name for p in pools),
-        slice_shape=f"{spec.accelerator.type} {spec.accelerator.topology}",
-    )
-
-
-def _slice_pools(admission: Admission) -> tuple[str, ...]:
-    """The pool of each slice of a multislice admission; () for one slice."""
-    return tuple(admission.slice_pools or ())
-
-
-def _wait(step: _Step, reason: str, message: str) -> None:
-    step.status.phase = PENDING
-    if step.conditions.transition(SCHEDULABLE, "False", reason, message):
-        step.event("Warning" if reason in _WARNINGS else "Normal", reason, message)
-
-
-# Reasons a user must act on (the others clear by themselves as room frees).
-_WARNINGS = frozenset(
-    {
-        "NoMatchingPool",
-        "TopologyMismatch",
-        "ReductionServerPoolNotFound",
-        "PriorityClassNotFound",
-        "UnknownAccelerator",
-        "UnsupportedHostShape",
-        "UnsupportedTopology",
-        WORKER_LARGER_THAN_NODE,
-        DOES_NOT_FIT,
-        PLAN_FAILED,
-        # Kueue admitted the job where it cannot run, or finished its Workload (admission/kueue.py).
-        "FlavorMismatch",
-        "InsufficientSliceFlavors",
-        "ResourceFlavorNotFound",
-        "WorkloadFinished",
-    }
-)
 
 
 def _waiting(step: _Step, attempt: int) -> Admission | None:
@@ -714,71 +366,6 @@ def _waiting(step: _Step, attempt: int) -> Admission | None:
         _wait(step, verdict.reason, verdict.message)
     step.decision.waiting = gang
     return None
-
-
-def _record_admission(
-    step: _Step,
-    option: GangOption,
-    attempt: int,
-    by: str = "",
-    hosts: tuple[str, ...] = (),
-    pools: tuple[str, ...] = (),
-) -> Admission:
-    spec, status = step.spec, step.status
-    first = pools[0] if pools else option.pool
-    pool = step.world.pools.get(first)
-    admission = Admission(
-        pool=first,
-        time=step.now,
-        attempt=attempt,
-        hosts=list(hosts) if hosts else None,
-        slice_pools=list(pools) if len(pools) > 1 else None,
-    )
-    status.admission = admission
-    status.pool = first
-    status.phase = ADMITTED
-    machine = f" ({pool.identity.instance_type})" if pool and pool.identity.instance_type else ""
-    where = f"pool {first}{machine}"
-    if len(pools) > 1:
-        where = f"{len(pools)} slices of {option.slice_shape} on pools {', '.join(pools)}"
-    message = (
-        f"gang of {spec.workers} workers x {spec.accelerator.per_worker} "
-        f"{spec.accelerator.type} admitted{by} on {where}"
-    )
-    if step.conditions.transition(SCHEDULABLE, "True", "Admitted", message):
-        step.event("Normal", "Admitted", message)
-    step.decision.promise = promise_for(step.job.key, attempt, option, hosts, pools)
-    return admission
-
-
-def admission_announcements(name: str, uid: str, status: TrainingJobStatus) -> list[Event]:
-    """The Events that announce the admission `status` records while its phase is Admitted,
-    rebuilt from the status alone: Admitted named after the admission (uid, attempt, time),
-    StrategyChosen after the strategy (strategy_announcement); whoever posts them, and however
-    often, the API keeps one of each. An admitted gang's Events go out
-    with its pods, after the status write, one round trip fewer on its path than before it; an
-    operator that finds an admission on record it did not announce itself (it was killed in
-    between, or the post failed) posts these before anything else, so none is ever lost.
-    Empty when the status records no admission in phase Admitted."""
-    admission = status.admission
-    if status.phase != ADMITTED or admission is None:
-        return []
-    admitted = f"{uid}/{admission.attempt}/{admission.time.isoformat()}"
-    identity = hashlib.sha256(admitted.encode()).hexdigest()[:12]
-    prefix = name[:200]  # an Event's name is a DNS subdomain of at most 253 characters
-    events = []
-    plan = status.plan
-    if plan is not None and plan.fits is not False:
-        # Named after the strategy, not the admission: a gang restarted with the strategy it
-        # had is admitted again without a new StrategyChosen, and an operator started while it
-        # is Admitted finds the one posted at its first admission (issue 45).
-        events.append(strategy_announcement(name, uid, plan))
-    schedulable = find_condition(status.conditions, SCHEDULABLE)
-    if schedulable is not None and (schedulable.status, schedulable.reason) == ("True", "Admitted"):
-        events.append(
-            Event("Normal", "Admitted", schedulable.message, f"{prefix}.admitted-{identity}")
-        )
-    return events
 
 
 # ---------------------------------------------------------------- admitted, running, restarting
@@ -1027,266 +614,3 @@ def _counts(pods: Sequence[WorkerPod], workers: int) -> dict[str, int]:
         if key in counts and key != "total":
             counts[key] += 1
     return counts
-
-
-# ---------------------------------------------------------------- jobs Kueue admits
-
-QUEUED_IN_KUEUE = "QueuedInKueue"
-
-
-def _kueue_queue(step: _Step) -> str | None:
-    """The LocalQueue of a job that Kueue admits (labelled, and Kueue installed), or None."""
-    return kueue.queue_name(step.job.labels) if step.world.kueue is not None else None
-
-
-def _own_workload(step: _Step) -> WorkloadView | None:
-    world = step.world.kueue
-    if world is None:
-        return None
-    body = next((w for w in world.workloads if kueue.owned_by(w, step.job.uid)), None)
-    return kueue.read_workload(body) if body is not None else None
-
-
-def _kueue_detail(view: WorkloadView | None) -> str:
-    if view is None:
-        return "creating its Workload"
-    if view.evicted is not None:
-        evicted = view.evicted
-        return f"evicted ({evicted.reason}: {evicted.message}); waiting to be admitted again"
-    return view.pending_message()
-
-
-def _queued(step: _Step, view: WorkloadView | None, detail: str) -> None:
-    name = view.name if view else kueue.workload_name(step.job.name, step.job.uid)
-    queue = _kueue_queue(step)
-    _wait(step, QUEUED_IN_KUEUE, f"queued in Kueue LocalQueue {queue} (Workload {name}): {detail}")
-
-
-def _kueue_stopped(
-    step: _Step, pods: Sequence[WorkerPod], view: WorkloadView | None, attempt: int
-) -> None:
-    """Kueue has not admitted the job, or has evicted it: no gang may run. One that runs is
-    stopped whole (no attempt spent: the job did nothing wrong), then the job waits in Kueue."""
-    status, decision = step.status, step.decision
-    live = [p for p in pods if not p.terminating]
-    if live or status.admission is not None:
-        decision.delete += [p.name for p in live]
-        if view is not None and view.evicted is not None:
-            evicted = view.evicted
-            step.event(
-                "Warning",
-                "Evicted",
-                f"Kueue evicted Workload {view.name} ({evicted.reason}: {evicted.message}): the "
-                "gang is stopped and waits to be admitted again (no restart counted)",
-            )
-        else:
-            step.event("Normal", "Stopped", "the gang is stopped: its Workload is not admitted")
-        settings, name, _reducers = _reducer_settings(step)
-        if settings.pool_name is None and status.reduction_server_pool == name:
-            # The reducers' quota goes back with the workers': the job's own pool scales to 0.
-            decision.apply.append(owned_reducer_pool(step.job.name, settings, 0))
-    status.admission = None
-    status.workers = None
-    decision.release = True
-    if pods:
-        status.phase = PENDING
-        _queued(step, view, f"{_kueue_detail(view)}; {len(pods)} workers are being deleted")
-        decision.requeue_after = SOON_SECONDS
-        return
-    _waiting(step, attempt)
-
-
-def _kueue_pod_sets(step: _Step, pool: PoolSummary, attempt: int) -> list[kueue.PodSet]:
-    """The job's pods as Kueue counts them: the workers, and the job's own reducers if the plan
-    uses them (a shared ReductionServerPool is not the job's to count)."""
-    spec, job, plan = step.spec, step.job, step.status.plan
-    layout = plan.to_k8s() if plan else None
-    placement = _placement(step, pool.name, pool)
-    pod_sets = []
-    first = 0
-    for name, count in kueue.worker_pod_sets(spec.workers, spec.accelerator.slices):
-        worker = worker_pod(job.name, job.namespace, spec, placement, first, attempt, (), layout)
-        pod_sets.append(kueue.PodSet(name, count, worker))
-        first += count
-    settings, _name, _reducers = _reducer_settings(step)
-    if _uses_reducers(plan) and settings.pool_name is None:
-        wanted = settings.replicas or (plan.reducers_wanted if plan else None) or 1
-        owned = owned_reducer_pool(job.name, settings, wanted)
-        pool_spec = ReductionServerPoolSpec.model_validate(owned["spec"])
-        reducers = reducer_statefulset(owned["metadata"]["name"], pool_spec, wanted)
-        pod_sets.append(kueue.PodSet(kueue.REDUCERS_POD_SET, wanted, reducers["spec"]["template"]))
-    return pod_sets
-
-
-def _kueue_waiting(
-    step: _Step, candidates: Sequence[PoolSummary], attempt: int
-) -> Admission | None:
-    """A planned job that Kueue admits: keep its Workload in step with it and wait for Kueue;
-    once admitted, take the pool the flavor selects. Returns the admission when it starts now."""
-    world, job, spec = step.world.kueue, step.job, step.spec
-    queue = _kueue_queue(step)
-    assert world is not None and queue is not None
-    priority = kueue.workload_priority(
-        job.labels,
-        spec.template.priority_class_name,
-        world.workload_priority_classes,
-        world.priority_classes,
-    )
-    if isinstance(priority, kueue.PriorityProblem):
-        _wait(step, priority.reason, priority.message)
-        return None
-    desired = kueue.build_workload(
-        job=job.name,
-        namespace=job.namespace,
-        uid=job.uid,
-        queue=queue,
-        pod_sets=_kueue_pod_sets(step, candidates[0], attempt),
-        priority=priority,
-        pools=[dict(p.node_selector) for p in candidates],
-        labels={MANAGED_BY: OPERATOR, TRAINING_JOB_LABEL: job.name},
-    )
-    view = _own_workload(step)
-    decision = step.decision
-    if view is None:
-        decision.workload.append(WorkloadWrite("create", desired["metadata"]["name"], desired))
-        _queued(step, None, "creating its Workload")
-        return None
-    if view.finished is not None:
-        finished = view.finished
-        _wait(
-            step,
-            "WorkloadFinished",
-            f"Workload {view.name} is Finished ({finished.reason}: {finished.message}): "
-            "delete the Workload to queue the job again",
-        )
-        return None
-    current = view.body.get("spec") or {}
-    new_shape = kueue.quota_shape(current) != kueue.quota_shape(desired["spec"])
-    new_priority = kueue.priority_shape(current) != kueue.priority_shape(desired["spec"])
-    if (new_shape or new_priority) and not view.quota_reserved:
-        fields = ("queueName", "podSets", "priority", "priorityClassRef")
-        patch = {"spec": {k: desired["spec"].get(k) for k in fields}}
-        decision.workload.append(WorkloadWrite("patch", view.name, patch))
-        _queued(step, view, "its Workload is brought in step with the job")
-        return None
-    if new_shape:
-        # Kueue reserved quota for another shape (counts, resources, queue): a new Workload.
-        decision.workload.append(WorkloadWrite("delete", view.name))
-        _queued(step, view, "the job changed since Kueue admitted it: a new Workload follows")
-        return None
-    if not view.runs:
-        _queued(step, view, _kueue_detail(view))
-        return None
-    if spec.accelerator.slices > 1:
-        return _kueue_slices_admitted(step, view, candidates, attempt)
-    placement = kueue.flavor_placement(view, kueue.WORKERS_POD_SET, world.flavors)
-    if isinstance(placement, kueue.FlavorProblem):
-        _wait(step, placement.reason, placement.message)
-        return None
-    chosen = kueue.pool_for_flavor(
-        [(p.name, world.pool_labels(p.name)) for p in candidates], placement
-    )
-    if isinstance(chosen, kueue.FlavorProblem):
-        _wait(step, chosen.reason, chosen.message)
-        return None
-    pool = next(p for p in candidates if p.name == chosen)
-    by = f" by Kueue (ClusterQueue {view.cluster_queue}, {placement.describe()})"
-    return _record_admission(step, _option(step, pool, attempt), attempt, by)
-
-
-def _kueue_slices_admitted(
-    step: _Step, view: WorkloadView, candidates: Sequence[PoolSummary], attempt: int
-) -> Admission | None:
-    """Kueue admitted a multislice job: each slice takes a distinct pool its pod set's flavor
-    selects (Kueue counts quota, not which node pool holds a slice)."""
-    world, spec = step.world.kueue, step.spec
-    assert world is not None
-    taken: list[str] = []
-    described = []
-    for name, _count in kueue.worker_pod_sets(spec.workers, spec.accelerator.slices):
-        placement = kueue.flavor_placement(view, name, world.flavors)
-        if isinstance(placement, kueue.FlavorProblem):
-            _wait(step, placement.reason, placement.message)
-            return None
-        free = [(p.name, world.pool_labels(p.name)) for p in candidates if p.name not in taken]
-        chosen = kueue.pool_for_flavor(free, placement)
-        if isinstance(chosen, kueue.FlavorProblem):
-            _wait(
-                step,
-                "InsufficientSliceFlavors",
-                f"pod set {name}: {chosen.message} (each slice needs a pool of its own; "
-                f"taken: {', '.join(taken) or 'none'})",
-            )
-            return None
-        taken.append(chosen)
-        described.append(placement.describe())
-    option = _slices_option(step, candidates, attempt)
-    flavors = ", ".join(sorted(set(described)))
-    by = f" by Kueue (ClusterQueue {view.cluster_queue}, {flavors})"
-    return _record_admission(step, option, attempt, by, pools=tuple(taken))
-
-
-def _kueue_placement(
-    step: _Step, placement: PoolPlacement, slice_id: int | None = None
-) -> PoolPlacement:
-    """The pool's placement with the admitted flavor's node labels and tolerations added (a
-    multislice job's slice: its own pod set's flavor)."""
-    world = step.world.kueue
-    view = _own_workload(step) if _kueue_queue(step) is not None else None
-    if world is None or view is None or not view.runs:
-        return placement
-    pod_set = kueue.WORKERS_POD_SET
-    if slice_id is not None:
-        sets = kueue.worker_pod_sets(step.spec.workers, step.spec.accelerator.slices)
-        pod_set = sets[slice_id][0] if len(sets) > 1 else pod_set
-    flavor = kueue.flavor_placement(view, pod_set, world.flavors)
-    if isinstance(flavor, kueue.FlavorProblem):
-        return placement
-    merged = kueue.merged_placement(placement.node_selector, flavor)
-    if isinstance(merged, kueue.FlavorProblem):
-        return placement
-    return replace(placement, node_selector=merged, tolerations=flavor.tolerations)
-
-
-def _kueue_report(step: _Step, pods: Sequence[WorkerPod]) -> None:
-    """What Kueue learns from the job: PodsReady, Finished, the quota given back after an
-    eviction once no pod is left, and spec.active following runPolicy.suspend."""
-    view = _own_workload(step)
-    if view is None:
-        return
-    status, decision = step.status, step.decision
-    if any(w.action == "delete" for w in decision.workload):
-        return  # a new Workload follows: nothing to tell this one
-    if _kueue_queue(step) is None:
-        # The label was taken off: Ringmaster admits the job now; the Workload would hold quota.
-        decision.workload.append(WorkloadWrite("delete", view.name))
-        return
-    edit = kueue.StatusEdit(view, step.now)
-    if status.phase in FINISHED:
-        kind = COMPLETE if status.phase == SUCCEEDED else FAILED_CONDITION
-        condition = step.conditions.get(kind)
-        message = condition.message if condition is not None else status.phase
-        kueue.report_finished(edit, status.phase == SUCCEEDED, message)
-    elif view.evicted is not None and not pods:
-        kueue.release_after_eviction(edit)
-    elif view.runs:
-        counts = status.workers
-        ready = counts is not None and counts.running + counts.succeeded >= step.spec.workers
-        kueue.report_pods_ready(edit, ready)
-    patch = edit.patch()
-    if patch is not None:
-        # First: it carries the resourceVersion read, which a spec patch would move.
-        decision.workload.insert(0, WorkloadWrite("status", view.name, patch))
-    suspended = step.spec.run_policy.suspend and status.phase not in FINISHED
-    if suspended and view.active:
-        deactivate = {
-            "metadata": {"annotations": {kueue.SUSPENDED_ANNOTATION: "true"}},
-            "spec": {"active": False},
-        }
-        decision.workload.append(WorkloadWrite("patch", view.name, deactivate))
-    elif not suspended and not view.active and view.deactivated_by_suspend:
-        activate = {
-            "metadata": {"annotations": {kueue.SUSPENDED_ANNOTATION: None}},
-            "spec": {"active": True},
-        }
-        decision.workload.append(WorkloadWrite("patch", view.name, activate))

@@ -31,7 +31,7 @@ from ringmaster.admission.cycle import WaitingGang, admission_order
 from ringmaster.admission.snapshot import ClusterSnapshot, Key
 from ringmaster.api import TrainingJobSpec, TrainingJobStatus, TrainingPlan, TrainingProgress
 from ringmaster.controllers.reporting import Conditions, Event
-from ringmaster.controllers.training_lifecycle import Decision
+from ringmaster.controllers.training_step import Decision
 from ringmaster.manifests.naming import ROLE_LABEL
 from ringmaster.manifests.progress import with_progress_reporting
 from ringmaster.observe.calibration import DATA_KEY, ClusterCalibration, Observation, workload_kind

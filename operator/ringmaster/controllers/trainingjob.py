@@ -74,7 +74,10 @@ from ringmaster.controllers.cluster_state import POD_INDEX, indexed_pod, worker_
 from ringmaster.controllers.expectations import UNWATCHED, CreateExpectations
 from ringmaster.controllers.kubeapi import KubeApi
 from ringmaster.controllers.reporting import Conditions, Event
-from ringmaster.controllers.training_lifecycle import (
+from ringmaster.controllers.training_admission import admission_announcements
+from ringmaster.controllers.training_lifecycle import gang_attempt, reconcile_training
+from ringmaster.controllers.training_observer import TrainingObserver, estimate_starts
+from ringmaster.controllers.training_step import (
     PENDING,
     Decision,
     JobView,
@@ -82,11 +85,7 @@ from ringmaster.controllers.training_lifecycle import (
     Planner,
     ReducerPool,
     World,
-    admission_announcements,
-    gang_attempt,
-    reconcile_training,
 )
-from ringmaster.controllers.training_observer import TrainingObserver, estimate_starts
 from ringmaster.manifests.inference import gate_lifted
 from ringmaster.manifests.reduction import REDUCER_REQUESTS
 from ringmaster.placement.pools import node_from_object, parse_resources
