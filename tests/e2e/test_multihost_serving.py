@@ -336,6 +336,11 @@ def test_a_replica_shape_the_pool_cannot_build_waits_and_creates_nothing(
 
     ready = wait_for(waiting, what=f"{NAME} UnsupportedHostShape ({status(cluster, ns, NAME)})")
     assert "3 hosts x 4 nvidia-h100-80gb" in ready["message"]
-    assert any(e["reason"] == "UnsupportedHostShape" for e in events_of(cluster, ns, NAME))
+    # kopf posts Events after the status write that carries the condition.
+    wait_for(
+        lambda: any(e["reason"] == "UnsupportedHostShape" for e in events_of(cluster, ns, NAME)),
+        timeout=30,
+        what="the UnsupportedHostShape Event",
+    )
     for kind in ("leaderworkersets", "deployments", "services", "pods"):
         assert cluster.get_json(kind, "-n", ns)["items"] == [], kind
