@@ -8,6 +8,11 @@ PYTEST ?= $(PYTHON) -m pytest
 BIN_DIR = $(shell bash hack/cluster-tools.sh)
 # What a bare cluster needs (no Kueue, LeaderWorkerSet or helm): cluster-up and cluster-down.
 CLUSTER_BIN_DIR = $(shell bash hack/cluster-tools.sh etcd kwok kube)
+# The tests run on pytest-xdist workers, whole files each, the slowest first; each worker runs its
+# e2e files on a local cluster of its own (tests/conftest.py, tests/e2e/conftest.py). `-n auto`
+# is 5 workers (PYTEST_XDIST_AUTO_NUM_WORKERS=N for another count), none with
+# RINGMASTER_E2E_KUBECONFIG; XDIST= runs everything in one process.
+XDIST ?= -n auto --dist loadfile --no-loadscope-reorder
 
 .PHONY: help install tools cluster-up cluster-down demo test test-unit test-e2e lint format bench-engine bench-scale crds
 
@@ -29,14 +34,14 @@ cluster-down:  ## delete the local cluster
 demo: install  ## cluster up, CRDs and examples applied, the operator's decisions shown
 	bash hack/demo.sh  # builds only the components it runs (etcd kwok kube lws)
 
-test: install lint  ## the whole suite: lint, unit tests, e2e tests on the local cluster
-	$(PYTEST) -m "not bench"
+test: install lint  ## the whole suite: lint, unit tests, e2e tests on local clusters
+	RINGMASTER_BIN_DIR=$(BIN_DIR) $(PYTEST) $(XDIST) -m "not bench"
 
 test-unit:  ## the tests that need no cluster
-	$(PYTEST) --ignore=tests/e2e -m "not bench"
+	$(PYTEST) $(XDIST) --ignore=tests/e2e -m "not bench"
 
-test-e2e:  ## the tests on the local cluster
-	RINGMASTER_BIN_DIR=$(BIN_DIR) $(PYTEST) tests/e2e
+test-e2e:  ## the tests on local clusters
+	RINGMASTER_BIN_DIR=$(BIN_DIR) $(PYTEST) $(XDIST) tests/e2e
 
 lint:  ## ruff and mypy
 	ruff check operator tests benchmarks

@@ -1,15 +1,27 @@
-"""The local control plane for end-to-end tests, brought up once per session.
+"""The local control plane for end-to-end tests, brought up once per session (per worker).
 
 Like controller-runtime's envtest: set RINGMASTER_E2E_KUBECONFIG to use a cluster that is
 already running (it is then neither created nor deleted); otherwise the fixture builds the
 binaries if needed (hack/cluster-tools.sh), creates the kwok cluster `ringmaster-e2e`, and deletes
 it at the end unless RINGMASTER_E2E_KEEP=1. RINGMASTER_E2E_CLUSTER names the cluster, so runs
 in parallel do not share one.
+
+Under pytest-xdist (`make test`: ``-n auto --dist loadfile``, tests/conftest.py) each worker
+owns a cluster of its own, named after it (`ringmaster-e2e-gw0`, `ringmaster-e2e-gw1`, ...),
+with its own session operator and, when a test asks, its own Kueue and LeaderWorkerSet: a
+worker's files run one after another on it, as the whole suite did on one cluster without xdist.
+A running cluster (RINGMASTER_E2E_KUBECONFIG) cannot be shared by workers: ``-n auto`` then runs
+no worker, and an explicit ``-n 2`` or more is refused (``-n 0`` or ``-n 1`` works).
+
+A cluster this fixture did not leave behind on purpose (RINGMASTER_E2E_KEEP=1 marks it kept) is
+a crashed or killed run's: it is created anew, not reused with that run's objects in it. The
+first worker also deletes such clusters of workers that this run does not have.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -17,13 +29,21 @@ from pathlib import Path
 
 import pytest
 
-from ringmaster.localcluster.cluster import Binaries, LocalCluster
+from ringmaster.localcluster.cluster import Binaries, LocalCluster, kubeconfig_path
 from ringmaster.localcluster.kueue import LocalKueue
+from ringmaster.localcluster.lws import LocalLeaderWorkerSet
 from tests.e2e.kube import Cluster, OperatorProcess
 
 REPO = Path(__file__).resolve().parents[2]
 # Parallel runs (two checkouts, two engineers) each set their own name.
-E2E_CLUSTER_NAME = os.environ.get("RINGMASTER_E2E_CLUSTER", "ringmaster-e2e")
+E2E_CLUSTER_BASE = os.environ.get("RINGMASTER_E2E_CLUSTER", "ringmaster-e2e")
+# pytest-xdist's worker (gw0, gw1, ...): each has a cluster of its own.
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+E2E_CLUSTER_NAME = f"{E2E_CLUSTER_BASE}-{XDIST_WORKER}" if XDIST_WORKER else E2E_CLUSTER_BASE
+# In a cluster's directory: RINGMASTER_E2E_KEEP=1 left it up on purpose, and it may be reused.
+KEPT_MARKER = ".e2e-kept"
+# In a cluster's directory: the xdist run (PYTEST_XDIST_TESTRUNUID) whose worker made it.
+RUN_MARKER = ".e2e-run"
 # The session operator's hardware catalog ConfigMap, as the chart sets it (absent: built-in).
 E2E_CATALOG_CONFIGMAP = ("default", "ringmaster-e2e-catalog")
 
@@ -51,16 +71,59 @@ def cluster() -> Iterator[Cluster]:
     binaries = Binaries.locate(str(bin_dir))
     existing = os.environ.get("RINGMASTER_E2E_KUBECONFIG")
     if existing:
+        workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+        if workers > 1:
+            pytest.fail(
+                f"RINGMASTER_E2E_KUBECONFIG names one running cluster, and {workers} workers "
+                "would share it: run with -n 0 (`-n auto` does so by itself)"
+            )
         yield Cluster(Path(existing), binaries.path("kubectl"), bin_dir)
         return
+    if XDIST_WORKER == "gw0":
+        _delete_other_runs_workers(binaries)
     local = LocalCluster(binaries, E2E_CLUSTER_NAME)
-    # The session owns its cluster: one left broken by an earlier run is made anew.
-    local.up(recreate=local.exists() and not local.is_healthy())
+    kept = local.kubeconfig.parent / KEPT_MARKER
+    # The session owns its cluster: one left broken, or left by a run that crashed (with its
+    # objects, its operator's leftovers, its Kueue's webhooks), is made anew.
+    if local.exists() and not (kept.exists() and local.is_healthy()):
+        _delete(local)
+    local.up()
+    kept.unlink(missing_ok=True)
+    (local.kubeconfig.parent / RUN_MARKER).write_text(os.environ.get("PYTEST_XDIST_TESTRUNUID", ""))
     try:
         yield Cluster(local.kubeconfig, binaries.path("kubectl"), bin_dir)
     finally:
-        if os.environ.get("RINGMASTER_E2E_KEEP") != "1":
+        if os.environ.get("RINGMASTER_E2E_KEEP") == "1":
+            kept.touch()
+        else:
             local.down()
+
+
+def _delete(local: LocalCluster) -> None:
+    """Delete a cluster an earlier run left, with the Kueue and LeaderWorkerSet it ran."""
+    LocalKueue(local).down()
+    LocalLeaderWorkerSet(local).down()
+    local.down()
+
+
+def _delete_other_runs_workers(binaries: Binaries) -> None:
+    """Delete the clusters that workers of earlier runs left and no worker of this run owns
+    (`-gw5` after a run with more workers, or the cluster of a worker xdist started in place of
+    one that crashed), unless kept on purpose. A worker of this run that xdist started in place
+    of a crashed one has a name above the count too: its cluster, marked with this run's id,
+    stays."""
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID", "")
+    clusters = kubeconfig_path(E2E_CLUSTER_BASE).parent.parent
+    pattern = re.compile(re.escape(E2E_CLUSTER_BASE) + r"-gw(\d+)")
+    for directory in sorted(clusters.glob(f"{E2E_CLUSTER_BASE}-gw*")):
+        match = pattern.fullmatch(directory.name)
+        if not match or int(match[1]) < count or (directory / KEPT_MARKER).exists():
+            continue
+        marker = directory / RUN_MARKER
+        if marker.exists() and marker.read_text() == run:
+            continue
+        _delete(LocalCluster(binaries, directory.name))
 
 
 @pytest.fixture(scope="session")

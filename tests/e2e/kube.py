@@ -12,6 +12,20 @@ from typing import Any
 
 from ringmaster.localcluster.ports import free_port
 
+# Run before the operator's own program, in its process: on Linux the operator is sent SIGTERM
+# when the test process that started it ends (the parent-death signal survives the exec), so a
+# test worker that crashes or is killed leaves no operator behind. One left behind would retry
+# against its cluster's kubeconfig, which the next run's worker of the same name writes anew:
+# a second operator on that run's cluster. (Linux sends it when the thread that started the
+# operator ends: start operators from the test's own thread, as every test does.)
+WITH_PARENT = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    sys.exit('the test process that started the operator has ended')\n"
+    "os.execv(sys.executable, [sys.executable, *sys.argv[2:]])\n"
+)
+
 
 @dataclass
 class Cluster:
@@ -76,9 +90,11 @@ class OperatorProcess:
 
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
         log = self.log_path.open("ab")
+        launcher = ["-c", WITH_PARENT, str(os.getpid())] if sys.platform == "linux" else []
         self.process = subprocess.Popen(
             [
                 sys.executable,
+                *launcher,
                 "-m",
                 "ringmaster",
                 "run",

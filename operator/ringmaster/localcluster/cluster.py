@@ -24,6 +24,7 @@ from importlib import resources
 from pathlib import Path
 
 from ringmaster.localcluster.pools import node_list
+from ringmaster.localcluster.ports import free_port
 from ringmaster.localcluster.readiness import NodesNotReady, list_nodes, wait_for_ready_nodes
 
 DEFAULT_NAME = "ringmaster"
@@ -42,6 +43,23 @@ componentsPatches:
   extraArgs:
   - {key: leader-elect, value: "false"}
 """
+# The components' ports, in kwokctl's options. Left to kwokctl, they count down from 32767 and
+# two clusters created at once (the test suite's workers) get the same ones: ours come from the
+# machine-wide allocator (ports.py) instead.
+KWOKCTL_PORT_OPTIONS = (
+    "etcdPort",
+    "etcdPeerPort",
+    "kubeApiserverPort",
+    "kubeControllerManagerPort",
+    "kubeSchedulerPort",
+    "kwokControllerPort",
+)
+
+
+def kwokctl_configuration(ports: Mapping[str, int]) -> str:
+    """KWOKCTL_CONFIGURATION with the components' ports given (KWOKCTL_PORT_OPTIONS)."""
+    options = "".join(f"  {key}: {port}\n" for key, port in ports.items())
+    return f"{KWOKCTL_CONFIGURATION}options:\n{options}"
 
 
 def kwok_configuration(pod_workers: int) -> str:
@@ -239,7 +257,8 @@ class LocalCluster:
         version = self.binaries.kube_version()
         with tempfile.TemporaryDirectory() as tmp:
             config = Path(tmp) / "kwokctl-stages.yaml"
-            documents = [KWOKCTL_CONFIGURATION] + [
+            ports = {key: free_port() for key in KWOKCTL_PORT_OPTIONS}
+            documents = [kwokctl_configuration(ports)] + [
                 p.read_text() for p in self.binaries.stage_files()
             ]
             if self.kwok_pod_workers is not None:

@@ -1,0 +1,95 @@
+"""How the suite runs in parallel (pytest-xdist): `make test` passes
+``-n auto --dist loadfile --no-loadscope-reorder``.
+
+Each worker takes whole files, one after another, and the e2e files of a worker run on its own
+local cluster with its own operator (tests/e2e/conftest.py): a file that needs a whole cluster
+(an API outage, an operator restart, LeaderWorkerSet uninstalled, capacity measured) has it.
+
+- ``-n auto`` is DEFAULT_WORKERS workers (PYTEST_XDIST_AUTO_NUM_WORKERS=N sets another count),
+  or none at all when RINGMASTER_E2E_KUBECONFIG names a running cluster: that one cluster cannot
+  be shared, so the tests run in this process, one after another, as without xdist.
+- The workers take the files slowest first (FILE_SECONDS), so that no long e2e file starts last
+  while the others have run out of work: the suite lasts about as long as its slowest worker.
+  (``--no-loadscope-reorder`` keeps that order: by default xdist hands out the files with the
+  most tests first, which are unit tests, and the long e2e files last.)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+# The suite mostly waits (the control plane, the operator, kwok's stages, the namespace
+# controller's 5 s before it empties a deleted namespace), so workers overlap the waits until
+# the CPU runs out. Measured on 2 cores (whole suite): 4 workers 470-490 s, 5 workers 470 s
+# (one worker with both LeaderWorkerSet files, since balanced by FILE_SECONDS: about 400 s),
+# 6 workers 345 s at 86 % CPU on average, 8 workers 375 s at 97 % with timing failures. 5 leave
+# headroom for the bursts (every cluster starts at once, the chaos tests); each worker's cluster
+# and operators take under 1 GiB.
+DEFAULT_WORKERS = 5
+
+# Seconds each slow file took, on average over three runs of the suite with 4 and 5 workers on
+# 2 cores (the first file of a worker also waits for its cluster). To refresh: run with
+# `--junitxml=FILE` and sum each file's test cases. A file not listed counts as
+# UNLISTED_E2E_SECONDS if it is an e2e file, else as a second: those go last, in collection order.
+FILE_SECONDS: dict[str, float] = {
+    "tests/e2e/test_multihost_serving.py": 191,
+    "tests/e2e/test_promised_hosts.py": 184,
+    "tests/e2e/test_serving_chaos.py": 153,
+    "tests/e2e/test_trainingjob.py": 150,
+    "tests/e2e/test_inferenceendpoint.py": 117,
+    "tests/e2e/test_chaos.py": 105,
+    "tests/e2e/test_resilience.py": 88,
+    "tests/e2e/test_progress.py": 88,
+    "tests/e2e/test_admission.py": 75,
+    "tests/unit/test_api_bad_input.py": 70,
+    "tests/e2e/test_helm.py": 66,
+    "tests/e2e/test_multislice.py": 65,
+    "tests/e2e/test_catalog.py": 61,
+    "tests/e2e/test_reductionserver.py": 44,
+    "tests/e2e/test_cluster_down.py": 43,
+    "tests/e2e/test_kueue.py": 37,
+    "tests/e2e/test_llm_training.py": 34,
+    "tests/e2e/test_peering.py": 28,
+    "tests/e2e/test_live_edits.py": 27,
+    "tests/e2e/test_operability.py": 27,
+    "tests/engine/test_llm_serving.py": 16,
+    "tests/engine/test_llm_batching.py": 15,
+    "tests/chart/test_rbac.py": 15,
+    "tests/e2e/test_kueue_local.py": 14,
+    "tests/unit/test_progress_body.py": 13,
+    "tests/chart/test_chart.py": 10,
+    "tests/e2e/test_control_plane.py": 9,
+    "tests/unit/test_parallelism_rules.py": 8,
+    "tests/engine/test_llm_training.py": 7,
+    "tests/unit/test_api_live_edits.py": 7,
+}
+UNLISTED_E2E_SECONDS = 30.0
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    if os.environ.get("RINGMASTER_E2E_KUBECONFIG"):
+        return 0  # one cluster, already running: the tests share it one after another
+    configured = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS")
+    return int(configured) if configured else DEFAULT_WORKERS
+
+
+def _file_seconds(item: pytest.Item, root: Path) -> float:
+    path = Path(str(item.fspath))
+    try:
+        relative = path.relative_to(root).as_posix()
+    except ValueError:
+        return 1.0
+    unlisted = UNLISTED_E2E_SECONDS if relative.startswith("tests/e2e/") else 1.0
+    return FILE_SECONDS.get(relative, unlisted)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On a worker, the slowest files first (the order within a file is kept). Every worker
+    sorts the same way, as xdist requires; a run without workers keeps the collection order."""
+    if not hasattr(config, "workerinput"):
+        return
+    root = config.rootpath
+    items.sort(key=lambda item: -_file_seconds(item, root))  # stable: file order kept
