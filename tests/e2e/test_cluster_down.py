@@ -77,10 +77,15 @@ def processes_of(cluster: LocalCluster) -> dict[int, str]:
 
 
 def running(pid: int) -> bool:
+    """The process has not finished exiting. Not its empty command line: that empties when the
+    exit releases the memory, before it closes the files, so a restart at that moment found
+    the old process's port still bound (a run of the suite on 5 workers). A zombie (state Z)
+    has closed everything."""
     try:
-        return bool(Path(f"/proc/{pid}/cmdline").read_bytes())  # a zombie has none
+        stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def restart_apiserver_by_hand(cluster: LocalCluster) -> int:
