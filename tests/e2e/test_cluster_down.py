@@ -77,15 +77,23 @@ def processes_of(cluster: LocalCluster) -> dict[int, str]:
 
 
 def running(pid: int) -> bool:
-    """The process has not finished exiting. Not its empty command line: that empties when the
-    exit releases the memory, before it closes the files, so a restart at that moment found
-    the old process's port still bound (a run of the suite on 5 workers). A zombie (state Z)
-    has closed everything."""
+    """The process has not finished exiting. Not its empty command line, nor its main thread a
+    zombie: a killed process's memory goes first and its main thread may be a zombie while its
+    other threads still exit, the files (its listening socket) closing with the last of them,
+    and a restart at that moment found the port still bound (runs of the suite on 5 workers).
+    Exited: gone, or nothing left of it but its zombie main thread."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
     except OSError:
         return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    for task in tasks:
+        try:
+            state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue  # that thread has just gone
+        if state != "Z":
+            return True
+    return False
 
 
 def restart_apiserver_by_hand(cluster: LocalCluster) -> int:
