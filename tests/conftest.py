@@ -23,11 +23,10 @@ import pytest
 
 # The suite mostly waits (the control plane, the operator, kwok's stages, the namespace
 # controller's 5 s before it empties a deleted namespace), so workers overlap the waits until
-# the CPU runs out. Measured on 2 cores (whole suite): 4 workers 470-490 s, 5 workers 470 s
-# (one worker with both LeaderWorkerSet files, since balanced by FILE_SECONDS: about 400 s),
-# 6 workers 345 s at 86 % CPU on average, 8 workers 375 s at 97 % with timing failures. 5 leave
-# headroom for the bursts (every cluster starts at once, the chaos tests); each worker's cluster
-# and operators take under 1 GiB.
+# the CPU runs out. Measured on 2 cores (whole suite): 4 workers 470-490 s; 5 workers 356-382 s
+# in five runs at 80-85 % CPU on average; 6 workers 345 s at 86 %; 8 workers 375 s at 97 %,
+# with timing failures. 5 leave headroom for the bursts (every cluster starts at once, the chaos
+# tests); each worker's cluster and operators take under 1 GiB.
 DEFAULT_WORKERS = 5
 
 # Seconds each slow file took, on average over three runs of the suite with 4 and 5 workers on
