@@ -112,6 +112,51 @@ def test_a_context_parallel_job_runs_with_its_layout_in_the_workers_env(
     assert "context 3: 2 x context must divide sequenceLength 4096" in result.stderr
 
 
+def test_a_torchtitan_job_gets_its_launcher_env_and_its_plan_shows_the_step_by_part(
+    operator: OperatorProcess, cluster: Cluster, quiet_namespace: str
+):
+    """spec.framework reaches the workers (RINGMASTER_FRAMEWORK) and status.plan composes the
+    step for it: its parts, and the evidence the prediction rests on; Megatron's fused kernels
+    predict a shorter step for the same layout. The apiserver refuses compile for Megatron."""
+    ns = quiet_namespace
+    doc = example()
+    doc["metadata"]["name"] = "llama-titan"
+    doc["spec"]["framework"] = {"name": "Torchtitan"}
+    cluster.apply(doc, ns)
+    pods = wait_for(
+        lambda: (
+            len(p := worker_pods(cluster, ns, "llama-titan")) == 4
+            and all(q["spec"].get("nodeName") for q in p)
+            and p
+        ),
+        timeout=90,
+        what="llama-titan's 4 worker pods, bound",
+    )
+    plan = job(cluster, ns, "llama-titan")["status"]["plan"]
+    assert plan["framework"] == "Torchtitan"
+    parts = plan["stepPartsSeconds"]
+    assert {"gemm", "attention", "memoryBound", "loss", "optimizer", "hostGap"} <= set(parts)
+    assert parts["gemm"] > 0 and parts["attention"] > 0 and parts["memoryBound"] > 0
+    assert plan["evidence"].startswith("framework Torchtitan (spec.framework); ")
+    assert "A100 x Torchtitan x bf16: 4 checked published runs" in plan["evidence"]
+    for pod in pods:
+        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+        assert env["RINGMASTER_FRAMEWORK"] == "Torchtitan"
+    megatron = copy.deepcopy(doc)
+    megatron["spec"]["framework"] = {"name": "Megatron"}
+    faster = plan_training(parse_manifest(megatron).spec).to_status().step_seconds
+    assert faster < plan["stepSeconds"]
+    megatron["metadata"]["name"] = "llama-compiled-megatron"
+    megatron["spec"]["framework"]["compile"] = True
+    result = cluster.kubectl(
+        "apply", "-n", ns, "-f", "-", input=yaml.safe_dump(megatron), check=False
+    )
+    assert result.returncode != 0
+    assert "compile (torch.compile) applies to Torchtitan, DeepSpeed and PyTorch only" in (
+        result.stderr
+    )
+
+
 def test_the_apiserver_refuses_a_layout_that_does_not_divide_naming_the_numbers(
     crds_installed: Cluster, quiet_namespace: str
 ):

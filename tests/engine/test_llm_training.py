@@ -1,6 +1,7 @@
 """LLM training layouts: memory terms, bubble, tensor-parallel traffic by hand; the search's
 promises as properties; the calibration constants equal to their fit."""
 
+import statistics
 from dataclasses import replace
 
 import numpy as np
@@ -43,6 +44,7 @@ from ringmaster.engine.llm_memory import (
     stage_layers,
     valid_pipeline,
 )
+from ringmaster.engine.step_parts import micro_batch_parts
 from ringmaster.engine.transformer import KNOWN_TRANSFORMERS, Transformer
 from ringmaster.engine.units import GIB
 
@@ -228,18 +230,34 @@ def test_tensor_parallel_within_a_host_only():
     assert all(LLAMA_70B.layers % p == 0 for p in grid["pipeline"].tolist())
 
 
-def test_elementwise_time_by_hand():
-    hw = hardware()
-    _, working = activation_bytes_per_layer(LLAMA_7B, 2, 1, RECOMPUTE_NONE)
-    flash = float(L.elementwise_seconds(LLAMA_7B, hw, 2, 1, 1, RECOMPUTE_NONE))
-    assert flash == pytest.approx(32 * 4 * float(working) / hw.memory_bandwidth)
-    _, scores = activation_bytes_per_layer(LLAMA_7B, 2, 1, RECOMPUTE_NONE, 1, False)
-    rebuilt = float(L.elementwise_seconds(LLAMA_7B, hw, 2, 1, 1, RECOMPUTE_FULL, False))
-    assert rebuilt == pytest.approx(32 * 6 * float(scores) / hw.memory_bandwidth)
-    # FP8's cast-transposes move the working set twice more
-    fp8 = replace(hw, compute_precision="fp8")
-    cast = float(L.elementwise_seconds(LLAMA_7B, fp8, 2, 1, 1, RECOMPUTE_NONE))
-    assert cast == pytest.approx(32 * 6 * float(working) / hw.memory_bandwidth)
+def test_memory_bound_time_by_hand():
+    """A Llama-7B layer's memory-bound kernels under PyTorch (eager): two norms and four adds on
+    the micro-batch's tokens x h, RoPE on q and k, SwiGLU on the FFN width, at the H100's
+    measured picoseconds per element; fused (Megatron) they move the minimum bytes at the
+    streaming rate and cost less; Full recompute runs their forward share again."""
+    from ringmaster.engine import ceilings as CE
+    from ringmaster.engine.step_parts import ELEMENTWISE_FORWARD_SHARE, micro_batch_parts
+
+    hw = hardware("nvidia-h100-80gb", per_host=8)
+    tokens = 2 * LLAMA_7B.sequence_length
+    h, f = LLAMA_7B.hidden, LLAMA_7B.ffn_hidden
+    ps = CE.H100_ELEMENTWISE_PS["eager"]
+    layer = (
+        2 * ps["rmsnorm"] * tokens * h
+        + 4 * ps["residual_add"] * tokens * h
+        + ps["rope"] * tokens * (h + LLAMA_7B.kv_hidden)
+        + ps["swiglu"] * tokens * f
+    ) * 1e-12
+    eager = micro_batch_parts(LLAMA_7B, hw, 2, 1, 1, RECOMPUTE_NONE)
+    assert float(eager.memory_bound) == pytest.approx(32 * layer, rel=1e-9)
+    full = micro_batch_parts(LLAMA_7B, hw, 2, 1, 1, RECOMPUTE_FULL)
+    assert float(full.memory_bound) == pytest.approx(
+        32 * layer * (1 + ELEMENTWISE_FORWARD_SHARE), rel=1e-9
+    )
+    fused = replace(hw, framework=L.framework_profile("Megatron"))
+    assert float(micro_batch_parts(LLAMA_7B, fused, 2, 1, 1, RECOMPUTE_NONE).memory_bound) < float(
+        eager.memory_bound
+    )
 
 
 @pytest.mark.parametrize(
@@ -336,26 +354,34 @@ def test_fp8_recipes_run_linear_layers_or_every_matmul_at_the_fp8_peak():
     assert linear.peak_flops == pytest.approx(2 * bf16.peak_flops, rel=1e-3)
     assert linear.attention_peak_flops == bf16.peak_flops == linear.head_peak_flops
     assert every.attention_peak_flops == linear.peak_flops
-    seconds = [
-        float(L.stage_compute_seconds(LLAMA_70B, hw, 1, 8, 4, RECOMPUTE_NONE))
-        for hw in (bf16, linear, every)
-    ]
-    assert seconds[0] > seconds[1] > seconds[2] > seconds[0] / 2
+
+    def gemm_and_attention(hw):
+        parts = micro_batch_parts(LLAMA_70B, hw, 1, 8, 4, RECOMPUTE_NONE)
+        return float(parts.gemm + parts.attention)
+
+    seconds = [gemm_and_attention(hw) for hw in (bf16, linear)]
+    # FP8 is never more than the FP8 / BF16 sustained ceiling ratio faster
+    from ringmaster.engine.ceilings import H100_SUSTAINED_TFLOPS as SUSTAINED
+
+    assert seconds[0] > seconds[1] > seconds[0] * SUSTAINED["bf16"] / SUSTAINED["fp8fast"]
     with pytest.raises(ValueError, match="fp8 recipe"):
         L.layout_hardware(host, 8, DEFAULT_CATALOG, fp8_recipe="Attention")
 
 
 def test_gemm_efficiency_by_shape():
-    hw = hardware()
-    k, e = hw.gemm_half_dim, hw.efficiency
-    assert k == L.LLM_GEMM_HALF_DIM and e == L.LLM_MATMUL_EFFICIENCY
-    eff = float(L.matmul_efficiency(LLAMA_70B, hw, 1, 8))
-    assert eff == pytest.approx(e / (1 + k * 8 / 8192 + k / 8192))
-    tpu = hardware("tpu-v5-lite-podslice", 64, 4, slice_axes=(16, 16, 1))
-    assert (
-        tpu.gemm_half_dim == 0
-        and float(L.matmul_efficiency(LLAMA_70B, tpu, 1, 8)) == tpu.efficiency
-    )
+    """The H100's measured shape model under its sustained (power-capped) rate; a chip with a
+    step-level fit (A100: Megatron-LM SC'21) scales the carried fractions by it."""
+    from ringmaster.engine import ceilings as CE
+
+    hw = hardware("nvidia-h100-80gb", per_host=8)
+    e, k = CE.H100_GEMM_EFFICIENCY["bf16"], CE.H100_GEMM_HALF_DIM["bf16"]
+    small = float(L.gemm_efficiency(hw, 1024, 1024))
+    assert small == pytest.approx(e / (1 + k / 1024 + k / 1024))
+    large = float(L.gemm_efficiency(hw, 65536, 65536))
+    assert large == pytest.approx(CE.H100_SUSTAINED_TFLOPS["bf16"] / CE.H100_PEAK_TFLOPS["bf16"])
+    a100 = hardware("nvidia-a100-80gb", per_host=8)
+    assert a100.step_fit == L.GEMM_STEP_FIT["ampere"] and "Megatron" in a100.step_fit_source
+    assert hw.step_fit == 1.0 and hw.step_fit_source == ""
 
 
 # --- the search -------------------------------------------------------------------------------
@@ -500,7 +526,7 @@ def test_a_larger_hidden_size_never_lowers_matmul_efficiency(h, grow, t, tokens,
         return float(L.matmul_efficiency(model, hw, 1, t))
 
     assert eff(h + grow) >= eff(h)
-    assert 0 < eff(h) <= hw.efficiency
+    assert 0 < eff(h) <= 1.0
 
 
 @settings(
@@ -556,12 +582,7 @@ def llm_points(points):
 
 def test_constants_are_the_fit_of_their_named_points(llm_points):
     derived = derive_llm_constants(llm_points)
-    assert derived == {
-        "LLM_MATMUL_EFFICIENCY": L.LLM_MATMUL_EFFICIENCY,
-        "LLM_GEMM_HALF_DIM": L.LLM_GEMM_HALF_DIM,
-        "LLM_MATMUL_EFFICIENCY_TPU": L.LLM_MATMUL_EFFICIENCY_TPU,
-        "ALLOCATOR_OVERHEAD": ALLOCATOR_OVERHEAD,
-    }
+    assert derived == {"GEMM_STEP_FIT": L.GEMM_STEP_FIT, "ALLOCATOR_OVERHEAD": ALLOCATOR_OVERHEAD}
 
 
 def test_every_llm_point_is_reported_fitted_apart_from_checked(llm_points):
@@ -582,11 +603,13 @@ def test_every_llm_point_is_reported_fitted_apart_from_checked(llm_points):
 
 
 def test_efficiency_rises_with_model_size_as_megatron_table_1_does(llm_points):
-    """The issue's symptom: one efficiency per chip fell from -4.5% at 39B to -14.6% at 530B. By
-    GEMM shape every Table 1 row, fitted or checked, is within 6% (the largest: 18.4B, -5.1%),
-    and from 39B up the predicted TFLOP/s rise with the published ones."""
+    """The issue's symptom: one efficiency per chip fell from -4.5% at 39B to -14.6% at 530B. With
+    the step composed from the ceilings (GEMMs by shape, materialised attention, fused kernels)
+    and one step-level factor, every Table 1 row is within 15% (the largest: 1.7B, +14%) and
+    their median within 5%; from 39B up the predicted TFLOP/s rise with the published ones."""
     rows = [r for r in llm_report(llm_points) if r.id == "megatron-sc21-table1"]
-    assert all(abs(r.error) < 0.06 for r in rows)
+    assert all(abs(r.error) < 0.15 for r in rows)
+    assert statistics.median(abs(r.error) for r in rows) < 0.05
     big = [r for r in rows if float(r.setup.split()[1].rstrip("B")) >= 39]
     assert big[-2].predicted > big[0].predicted  # 530B over 39B, as 163 over 138
 

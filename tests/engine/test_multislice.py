@@ -111,11 +111,12 @@ def test_weak_scaling_keeps_each_slice_s_share_and_the_table_names_the_best_coun
 
 
 def test_maxtext_multislice_loses_mfu_with_slices_but_less_than_published():
-    # The model's DCN term only loses MFU (never gains), more with more slices; the published
-    # losses are larger (docs/engine.md: what the model leaves out), by at most this much.
+    # The model's DCN term only loses MFU, more with more slices; the one gain is the optimizer
+    # step, sharded over more chips (under 0.01 % of the step here); the published losses are
+    # larger (docs/engine.md: what the model leaves out), by at most this much.
     for size, batch in ((16, 6), (32, 4), (64, 2), (128, 1)):
         mfu = [maxtext_mfu(size, batch, n) for n in (1, 2, 8, 32)]
-        assert all(a >= b for a, b in itertools.pairwise(mfu))
+        assert all(b <= a * 1.0001 for a, b in itertools.pairwise(mfu))
     kept = [r for r in multislice_report() if r.quantity == "MFU kept from 1 slice"]
     assert len(kept) == 20
     assert all(r.predicted >= r.published for r in kept)

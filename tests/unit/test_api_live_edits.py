@@ -31,12 +31,24 @@ EDITS: dict[str, Any] = {
     "accelerator": ("accelerator.type", "nvidia-a100-80gb"),
     "parallelism": ("parallelism.tensor", 2),
     "steps": ("steps", 5000),
+    "framework": ("framework.name", "Megatron"),
 }
 # The example each edit starts from (parallelism needs a model architecture).
-BASES = {"parallelism": "trainingjob-llama3-8b-fsdp-h100.yaml"}
+BASES = {
+    "parallelism": "trainingjob-llama3-8b-fsdp-h100.yaml",
+    "framework": "trainingjob-llama3-8b-fsdp-h100.yaml",
+}
 BERT = "trainingjob-bert-large-auto.yaml"
 PHASES = [None, *(p.value for p in TrainingJobPhase)]
-SHAPE = ["workers", "machineType", "model", "communication", "template", "parallelism"]
+SHAPE = [
+    "workers",
+    "machineType",
+    "model",
+    "communication",
+    "template",
+    "parallelism",
+    "framework",
+]
 
 
 def job(phase: str | None, example: str = BERT) -> dict[str, Any]:

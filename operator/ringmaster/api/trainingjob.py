@@ -35,6 +35,8 @@ Strategy = Literal["Auto", "Ring", "ReductionServer"]
 GradientDType = Literal["fp32", "bf16", "fp16"]
 ComputePrecision = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
 Fp8Recipe = Literal["Linear", "AllMatmuls"]
+FrameworkName = Literal["Megatron", "Torchtitan", "MaxText", "DeepSpeed", "PyTorch"]
+AttentionKernel = Literal["FlashAttention2", "cuDNN"]
 
 
 # The largest published multislice run joined 199 slices of 256 v5e chips (Google Cloud blog,
@@ -120,6 +122,33 @@ def _parameters_agree(s: Any) -> bool:
     derived = architecture_parameters(s.architecture)
     tol = PARAMETERS_TOLERANCE_PERCENT
     return derived * (100 - tol) <= given <= derived * (100 + tol)
+
+
+class TrainingFramework(SpecModel):
+    """The training framework the workers run: the engine composes the step from the kernels it
+    runs (docs/engine.md, "The step as each framework runs it")."""
+
+    name: FrameworkName
+    """``Megatron`` (Megatron-Core / NeMo: Transformer Engine's fused kernels and cuDNN
+    attention), ``Torchtitan``, ``MaxText`` (JAX / XLA), ``DeepSpeed`` (Hugging Face modeling code
+    under DeepSpeed) or ``PyTorch`` (plain FSDP / DDP, Hugging Face Accelerate). Left out
+    (no ``spec.framework``): the one the pod template's image names, else ``PyTorch`` on GPUs and
+    ``MaxText`` on TPUs; the plan says which."""
+    compile: bool = False
+    """``torch.compile`` on (Torchtitan, DeepSpeed and PyTorch only): Inductor fuses the norms,
+    RoPE, activations and the loss."""
+    attention_kernel: AttentionKernel | None = None
+    """The attention kernel, where the job picks one; left out: the framework's default
+    (cuDNN under Megatron and MaxText on Hopper and newer, FlashAttention 2 otherwise)."""
+
+    cel_rules = (
+        Rule(
+            cel="!self.compile || self.name in ['Torchtitan', 'DeepSpeed', 'PyTorch']",
+            message="compile (torch.compile) applies to Torchtitan, DeepSpeed and PyTorch only",
+            field_path=".compile",
+            check=lambda f: not f.compile or f.name in ("Torchtitan", "DeepSpeed", "PyTorch"),
+        ),
+    )
 
 
 class TrainingModel(SpecModel):
@@ -297,6 +326,9 @@ class TrainingJobSpec(SpecModel):
     parallelism: Parallelism | None = None
     """Tensor / pipeline / sharded data parallelism for a model with an architecture; left out,
     the job is plain data-parallel as before."""
+    framework: TrainingFramework | None = None
+    """The training framework (its kernels shape the predicted step); left out: inferred from
+    the image, else the default (see ``framework.name``)."""
     template: PodTemplate
     run_policy: RunPolicy = Field(default_factory=RunPolicy, json_schema_extra={"default": {}})
     steps: Int | None = Field(default=None, ge=1, le=10**12)
@@ -328,6 +360,16 @@ class TrainingJobSpec(SpecModel):
             reason="FieldValueForbidden",
             check=lambda s: (
                 not is_tpu(s.accelerator.type) or s.communication.reduction_server is None
+            ),
+        ),
+        Rule(
+            cel=f"!{_ACC_IS_TPU} || !has(self.framework) || self.framework.name == 'MaxText'",
+            message="a TPU slice runs MaxText (JAX / XLA): framework.name must be MaxText",
+            field_path=".framework.name",
+            check=lambda s: (
+                not is_tpu(s.accelerator.type)
+                or s.framework is None
+                or s.framework.name == "MaxText"
             ),
         ),
         Rule(
@@ -454,6 +496,15 @@ class TrainingPlan(StatusModel):
     backward."""
     memory_per_accelerator_bytes: dict[str, float] | None = None
     """weights, gradients, optimizer, activations, reserve, total and capacity, in bytes."""
+    framework: str | None = None
+    """The framework the step is composed for (``spec.framework.name``, else inferred: the
+    evidence says how); the workers get it as ``RINGMASTER_FRAMEWORK``."""
+    step_parts_seconds: dict[str, float] | None = None
+    """The step, part by part (seconds per step on the busiest accelerator): gemm, attention,
+    memoryBound, loss, hostGap, optimizer, and the exposed communication and pipeline bubble."""
+    evidence: str | None = Field(default=None, max_length=1024)
+    """What the prediction rests on: the calibration cell (accelerator x framework x precision)
+    and its checked error, or ``extrapolated: no checked run of <framework> on <accelerator>``."""
     warnings: list[Annotated[str, Field(max_length=1024)]] | None = Field(
         default=None, max_length=8
     )
@@ -604,6 +655,7 @@ TRAINING_JOB_RULES = (
     _fixed_while_admitted("communication", "communication"),
     _fixed_while_admitted("template", "template"),
     _fixed_while_admitted("parallelism", "parallelism", optional=True),
+    _fixed_while_admitted("framework", "framework", optional=True),
     # Otherwise suspend-edit-resume, done faster than the operator reacts, would leave the old
     # gang running under the new shape: the very orphan the rules above prevent.
     Rule(
@@ -654,6 +706,11 @@ TRAINING_JOB_SPEC_CHANGES = (
         "parallelism",
         _WHILE_NOT_ADMITTED,
         "the layout (tensor, pipeline, sharding) every worker was started with",
+    ),
+    SpecChange(
+        "framework",
+        _WHILE_NOT_ADMITTED,
+        "the step the plan predicts and the launcher's RINGMASTER_FRAMEWORK the workers got",
     ),
     SpecChange(
         "steps",

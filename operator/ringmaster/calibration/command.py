@@ -17,7 +17,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ringmaster.calibration import llm_training
+from ringmaster.calibration import evidence, llm_training
+from ringmaster.calibration.ceilings import render_ceilings_section
 from ringmaster.calibration.collectives import collective_rows
 from ringmaster.calibration.llm_serving import llm_serving_rows, summary_line
 from ringmaster.calibration.moe import MOE_MODEL, moe_rows
@@ -166,4 +167,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{len(rows) - bad} of {len(rows)} within tolerance")
         print("\n" + llm_training.render_llm_section(load_points(path), path))
         print("\n" + render_multislice_section())
+        print("\n" + render_ceilings_section())
+        print("\n" + evidence.render_evidence_matrix())
+        print("\n" + evidence.render_leave_one_out())
     return 0 if all(r.ok for r in rows) else 1

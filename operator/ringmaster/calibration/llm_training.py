@@ -31,6 +31,7 @@ import yaml
 
 from ringmaster.engine import llm_training as L
 from ringmaster.engine.efficiency import NIC_EFFICIENCY
+from ringmaster.engine.frameworks import framework as framework_profile
 from ringmaster.engine.hardware import DEFAULT_CATALOG
 from ringmaster.engine.llm_layout_names import (
     RECOMPUTE_FULL,
@@ -125,25 +126,20 @@ class LlmRow:
         return abs(self.error) <= TOLERANCE
 
 
-def _gpu(
-    acc: str, gpus: int, nic_gbps: float, efficiency: float, half_dim: float
-) -> L.LayoutHardware:
+def _gpu(acc: str, gpus: int, nic_gbps: float, fit: float, framework: str) -> L.LayoutHardware:
     host = DEFAULT_CATALOG.host(acc, 8)
-    hw = L.layout_hardware(host, gpus // 8, DEFAULT_CATALOG)
+    hw = L.layout_hardware(host, gpus // 8, DEFAULT_CATALOG, framework=framework_profile(framework))
     return replace(
-        hw,
-        nic_bandwidth=gbps_to_bytes_per_second(nic_gbps) * NIC_EFFICIENCY,
-        efficiency=efficiency,
-        gemm_half_dim=half_dim,
+        hw, nic_bandwidth=gbps_to_bytes_per_second(nic_gbps) * NIC_EFFICIENCY, step_fit=fit
     )
 
 
-def _tpu_v5e_256(efficiency: float) -> L.LayoutHardware:
+def _tpu_v5e_256(fit: float) -> L.LayoutHardware:
     host = DEFAULT_CATALOG.host("tpu-v5-lite-podslice", 4)
     hw = L.layout_hardware(
         host, 64, DEFAULT_CATALOG, slice_axes=(16, 16, 1), wrapped=(True, True, False)
     )
-    return replace(hw, efficiency=efficiency)
+    return replace(hw, step_fit=fit)
 
 
 def _one(model: Transformer, hw: L.LayoutHardware, **layout: Any) -> L.LayoutArrays:
@@ -151,9 +147,7 @@ def _one(model: Transformer, hw: L.LayoutHardware, **layout: Any) -> L.LayoutArr
     return L.evaluate_layouts(model, hw, global_batch=global_batch, **layout)
 
 
-def _megatron(
-    points: Mapping[str, Any], efficiency: float, half_dim: float = L.LLM_GEMM_HALF_DIM
-) -> list[tuple[float, float, float]]:
+def _megatron(points: Mapping[str, Any], fit: float) -> list[tuple[float, float, float]]:
     """(params_billion, published, predicted TFLOP/s per GPU) per Table 1 row; predicted counts
     FLOPs as the paper does (model FLOPs + full recompute)."""
     point = point_by_id(points, "megatron-sc21-table1")
@@ -163,7 +157,7 @@ def _megatron(
         model = Transformer(
             int(r["layers"]), int(r["hidden"]), int(r["heads"]), MEGATRON_VOCAB, MEGATRON_SEQUENCE
         )
-        hw = _gpu("nvidia-a100-80gb", int(r["gpus"]), SELENE_NIC_GBPS, efficiency, half_dim)
+        hw = _gpu("nvidia-a100-80gb", int(r["gpus"]), SELENE_NIC_GBPS, fit, "Megatron")
         size = float(r["params_billion"])
         virtual = 1
         if size in MEGATRON_LAYERS_PER_VIRTUAL_STAGE:
@@ -195,14 +189,12 @@ _RECOMPUTE = {
 }
 
 
-def _torchtitan(
-    points: Mapping[str, Any], efficiency: float, half_dim: float = L.LLM_GEMM_HALF_DIM
-) -> list[tuple[str, float, float]]:
+def _torchtitan(points: Mapping[str, Any], fit: float) -> list[tuple[str, float, float]]:
     """(model, published MFU, predicted MFU) on 64 x A100-80GB with FSDP full sharding."""
     out = []
     for r in point_by_id(points, "torchtitan-a100-fsdp")["rows"]:
         model = replace(TORCHTITAN_MODELS[r["model"]], sequence_length=int(r["seq"]))
-        hw = _gpu("nvidia-a100-80gb", 64, TORCHTITAN_NIC_GBPS, efficiency, half_dim)
+        hw = _gpu("nvidia-a100-80gb", 64, TORCHTITAN_NIC_GBPS, fit, "Torchtitan")
         b = int(r["local_batch"])
         a = _one(
             model,
@@ -219,7 +211,7 @@ def _torchtitan(
     return out
 
 
-def _maxtext(points: Mapping[str, Any], efficiency: float) -> list[tuple[float, float, float]]:
+def _maxtext(points: Mapping[str, Any], fit: float) -> list[tuple[float, float, float]]:
     """(params_billion, published MFU, predicted MFU) on one v5e-256 slice, FSDP over all
     chips, full rematerialisation; the 128B row runs tensor 16 x FSDP 16 with
     ``remat_policy=minimal_offloaded`` (MaxText configs/v5e/128b.sh), modelled as Selective."""
@@ -231,7 +223,7 @@ def _maxtext(points: Mapping[str, Any], efficiency: float) -> list[tuple[float, 
         b = int(r["per_device_batch"])
         a = _one(
             model,
-            _tpu_v5e_256(efficiency),
+            _tpu_v5e_256(fit),
             tensor=tensor,
             pipeline=1,
             sharding=SHARD_FULL,
@@ -250,16 +242,16 @@ def point_by_id(points: Mapping[str, Any], pid: str) -> dict[str, Any]:
     raise KeyError(f"llm_training point {pid!r}")
 
 
-def _fit(ratio: Callable[[float], float]) -> float:
-    """The efficiency at which the geometric mean of predicted / published is 1: predicted
-    throughput grows with the efficiency, nearly in proportion (sub-linearly where
-    communication is exposed), so e <- e / ratio(e) converges in a few steps."""
+def _fit(ratio: Callable[[float], float], ceiling: float = 1.0) -> float:
+    """The factor at which the geometric mean of predicted / published is 1: predicted
+    throughput grows with the factor, nearly in proportion (sub-linearly where other parts of
+    the step or communication bind), so e <- e / ratio(e) converges in a few steps."""
     e = 0.5
-    for _ in range(12):
+    for _ in range(30):
         r = ratio(e)
         if abs(r - 1.0) < 1e-7:
             break
-        e = min(e / r, 1.0)
+        e = min(e / r, ceiling)
     return round(e, 3)
 
 
@@ -267,44 +259,32 @@ def _geomean(pairs: Sequence[tuple[float, float]]) -> float:
     return math.exp(statistics.fmean(math.log(p / q) for q, p in pairs))
 
 
-# The GEMM-shape model's K (elements) is chosen on this grid, E fitted at each K: the pair with
-# the least root-mean-square log error over the fitted Table 1 rows.
-HALF_DIM_GRID = tuple(range(0, 513, 32))
+# A step fit is a factor on the chip's GEMM rate; the H100-carried fractions are below the
+# A100's own, so it may exceed 1, never its datasheet peak over the carried fraction.
+STEP_FIT_CEILING = 1.0 / 0.7
 
 
-def fit_gemm_shape(points: Mapping[str, Any]) -> tuple[float, float]:
-    """(LLM_MATMUL_EFFICIENCY, LLM_GEMM_HALF_DIM) from the fitted Megatron rows."""
-    best: tuple[float, float, float] | None = None
-    for k in HALF_DIM_GRID:
+def fit_ampere_step(points: Mapping[str, Any]) -> float:
+    """GEMM_STEP_FIT["ampere"]: Megatron-LM SC'21's fitted Table 1 rows, the rest of the step
+    composed from the ceilings (Megatron's fused kernels, materialised attention scores)."""
 
-        def ratio(e: float, k: float = k) -> float:
-            rows = _megatron(points, e, k)
-            return _geomean([(pub, pred) for size, pub, pred in rows if size in FITTED_MEGATRON])
+    def ratio(e: float) -> float:
+        return _geomean(
+            [(pub, pred) for size, pub, pred in _megatron(points, e) if size in FITTED_MEGATRON]
+        )
 
-        e = _fit(ratio)
-        rows = [
-            (pub, pred) for size, pub, pred in _megatron(points, e, k) if size in FITTED_MEGATRON
-        ]
-        rms = math.sqrt(statistics.fmean(math.log(pred / pub) ** 2 for pub, pred in rows))
-        if best is None or rms < best[0] - 1e-9:
-            best = (rms, e, float(k))
-    assert best is not None
-    return best[1], best[2]
+    return _fit(ratio, STEP_FIT_CEILING)
 
 
-def derive_llm_constants(points: Mapping[str, Any]) -> dict[str, float]:
-    """LLM_MATMUL_EFFICIENCY, LLM_GEMM_HALF_DIM, LLM_MATMUL_EFFICIENCY_TPU and
-    ALLOCATOR_OVERHEAD from their fitted rows."""
+def derive_llm_constants(points: Mapping[str, Any]) -> dict[str, Any]:
+    """GEMM_STEP_FIT (Ampere, TPU) and ALLOCATOR_OVERHEAD from their fitted rows."""
 
     def tpu(e: float) -> float:
         rows = [(pub, pred) for k, pub, pred in _maxtext(points, e) if k in FITTED_MAXTEXT]
         return _geomean(rows)
 
-    efficiency, half_dim = fit_gemm_shape(points)
     return {
-        "LLM_MATMUL_EFFICIENCY": efficiency,
-        "LLM_GEMM_HALF_DIM": half_dim,
-        "LLM_MATMUL_EFFICIENCY_TPU": _fit(tpu),
+        "GEMM_STEP_FIT": {"ampere": fit_ampere_step(points), "tpu": _fit(tpu, STEP_FIT_CEILING)},
         "ALLOCATOR_OVERHEAD": _fit_overhead(training_points()["memory"]),
     }
 
@@ -312,7 +292,7 @@ def derive_llm_constants(points: Mapping[str, Any]) -> dict[str, float]:
 def llm_report(points: Mapping[str, Any]) -> list[LlmRow]:
     """Every llm_training row: published, predicted with the engine's constants, fitted or not."""
     rows = []
-    for size, pub, pred in _megatron(points, L.LLM_MATMUL_EFFICIENCY):
+    for size, pub, pred in _megatron(points, L.GEMM_STEP_FIT["ampere"]):
         rows.append(
             LlmRow(
                 "megatron-sc21-table1",
@@ -323,9 +303,9 @@ def llm_report(points: Mapping[str, Any]) -> list[LlmRow]:
                 "fitted" if size in FITTED_MEGATRON else "checked",
             )
         )
-    for name, pub, pred in _torchtitan(points, L.LLM_MATMUL_EFFICIENCY):
+    for name, pub, pred in _torchtitan(points, L.GEMM_STEP_FIT["ampere"]):
         rows.append(LlmRow("torchtitan-a100-fsdp", name, "MFU", pub, pred, "checked"))
-    for size, pub, pred in _maxtext(points, L.LLM_MATMUL_EFFICIENCY_TPU):
+    for size, pub, pred in _maxtext(points, L.GEMM_STEP_FIT["tpu"]):
         role = "fitted" if size in FITTED_MAXTEXT else "checked"
         rows.append(LlmRow("maxtext-v5e", f"{size:g}B", "MFU", pub, pred, role))
     rows.extend(memory_report())
@@ -466,6 +446,19 @@ def _layout_model(row: Mapping[str, Any]) -> Transformer:
 DGX_H100_NIC_GBPS = 8 * 400
 
 
+def published_framework(row: Mapping[str, Any]) -> str:
+    """The framework a published run used: its ``framework`` key, else its source's (NeMo and
+    Megatron-LM rows, Meta's Llama 3 run on its Megatron-style stack: Megatron; torchtitan;
+    MaxText)."""
+    if "framework" in row:
+        return str(row["framework"])
+    pid = str(row["id"])
+    for prefix, name in (("torchtitan", "Torchtitan"), ("maxtext", "MaxText")):
+        if pid.startswith(prefix):
+            return name
+    return "Megatron"
+
+
 def published_layout_search(row: Mapping[str, Any], nic_gbps: float | None = None) -> LayoutSearch:
     """The search with every field the published run fixed (recompute ``Auto`` where the source
     names none), on the run's accelerators (with ``nic_gbps`` per host where given)."""
@@ -477,7 +470,12 @@ def published_layout_search(row: Mapping[str, Any], nic_gbps: float | None = Non
         side = round(int(row["gpus"]) ** (1 / 3))
         axes = (side, side, int(row["gpus"]) // (side * side))
     hw = L.layout_hardware(
-        host, hosts, DEFAULT_CATALOG, slice_axes=axes, compute_precision=str(row["precision"])
+        host,
+        hosts,
+        DEFAULT_CATALOG,
+        slice_axes=axes,
+        compute_precision=str(row["precision"]),
+        framework=framework_profile(published_framework(row)),
     )
     if nic_gbps is not None:
         hw = replace(hw, nic_bandwidth=gbps_to_bytes_per_second(nic_gbps) * NIC_EFFICIENCY)
@@ -513,3 +511,10 @@ def throughput_report(points: Mapping[str, Any] | None = None) -> list[LlmRow]:
         published = float(r["tokens_per_s_per_gpu"])
         out.append(LlmRow(str(r["id"]), setup, "tokens/s per GPU", published, predicted, "checked"))
     return out
+
+
+def training_points_for_report() -> dict[str, Any]:
+    """The packaged points (the copy that ships with the operator): what evidence rests on."""
+    from ringmaster.calibration.points import PACKAGED_POINTS, load_points
+
+    return load_points(PACKAGED_POINTS)

@@ -107,6 +107,12 @@ class Layout:
     context_parallel_seconds: float = 0.0
     expert: int = 1
     expert_parallel_seconds: float = 0.0
+    gemm_seconds: float = 0.0
+    attention_seconds: float = 0.0
+    memory_bound_seconds: float = 0.0
+    loss_seconds: float = 0.0
+    host_gap_seconds: float = 0.0
+    optimizer_seconds: float = 0.0
 
     @property
     def name(self) -> str:
@@ -306,6 +312,12 @@ def _layout(a: LayoutArrays, i: int, capacity: float) -> Layout:
         context_parallel_seconds=float(a.context_parallel_seconds[i]),
         expert=int(a.expert[i]),
         expert_parallel_seconds=float(a.expert_parallel_seconds[i]),
+        gemm_seconds=float(a.gemm_seconds[i]),
+        attention_seconds=float(a.attention_seconds[i]),
+        memory_bound_seconds=float(a.memory_bound_seconds[i]),
+        loss_seconds=float(a.loss_seconds[i]),
+        host_gap_seconds=float(a.host_gap_seconds[i]),
+        optimizer_seconds=float(a.optimizer_seconds[i]),
     )
 
 

@@ -27,7 +27,7 @@ new network model changes one place.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -38,6 +38,12 @@ from ringmaster.engine.alpha_beta_collectives import (
     reduction_server,
     ring_allreduce,
     torus_allreduce,
+)
+from ringmaster.engine.ceilings import (
+    H100_BURST_TFLOPS,
+    H100_SUSTAINED_TFLOPS,
+    Ceilings,
+    ceilings_for,
 )
 from ringmaster.engine.efficiency import (
     ICI_EFFICIENCY,
@@ -52,7 +58,14 @@ from ringmaster.engine.efficiency import (
     PCIE_HOP_LATENCY,
     RING_PREFERENCE_TOLERANCE,
 )
-from ringmaster.engine.hardware import Catalog, Host
+from ringmaster.engine.frameworks import (
+    DEFAULT_GPU_FRAMEWORK,
+    DEFAULT_TPU_FRAMEWORK,
+    HOST_SECONDS_PER_KERNEL,
+    Framework,
+)
+from ringmaster.engine.frameworks import framework as framework_profile
+from ringmaster.engine.hardware import DEFAULT_CATALOG, Accelerator, Catalog, Host
 from ringmaster.engine.llm_layout_names import (
     AUTO,
     FP8_RECIPES,
@@ -70,13 +83,12 @@ from ringmaster.engine.llm_memory import (
     BYTES_ACTIVATION,
     BYTES_GATHER,
     BYTES_REDUCE,
-    REBUILDS_LAYER,
     MemoryArrays,
-    activation_bytes_per_layer,
     memory_per_accelerator,
     stage_layers,
     stage_parameters,
 )
+from ringmaster.engine.step_parts import micro_batch_parts, optimizer_seconds
 from ringmaster.engine.training import (
     exposed_communication,
     resolve_compute_precision,
@@ -122,43 +134,25 @@ TP_ALLREDUCES_RECOMPUTE = 2
 CP_KV_PASSES = 3
 CP_KV_PASSES_RECOMPUTE = 1
 
-# Achieved matmul throughput by GEMM shape. A GEMM whose narrowest dimension is n reaches
-# about E / (1 + K / n) of the dense peak: tile and wave quantisation and each kernel's fixed
-# cost amortise over n (NVIDIA Deep Learning Performance Guide, "Matrix Multiplication
-# Background"). A layer's GEMMs have two narrow dimensions on a rank: the model width it holds,
-# h / t, and the tokens of its micro-batch, s b / c, so a layer reaches
-# E / (1 + K t / h + K c / (s b)); larger models and micro-batches run nearer E. The memory-bound
-# kernels around the matmuls are timed apart, at HBM bandwidth (ELEMENTWISE_PASSES).
-# Calibrated (ringmaster.calibration.llm_training: E and K fitted on alternate rows of
-# Megatron-LM SC'21 Table 1, the others checked); a test keeps them equal to the fit.
-LLM_MATMUL_EFFICIENCY = 0.855
-LLM_GEMM_HALF_DIM = 224.0
-
-# The same for TPUs (XLA on the MXU, which fuses much of the elementwise work into the matmuls:
-# the fitted value is high). Calibrated on the MaxText v5e 16B row (ibid.); one fitted row sets
-# no shape, so TPUs keep K = 0.
-LLM_MATMUL_EFFICIENCY_TPU = 0.901
+# What the chip's measured ceilings (engine.ceilings) do not carry: a chip without its own
+# operator measurements runs its GEMMs at the H100's measured fractions of its own peak, times a
+# factor fitted on one framework's published steps there, everything else in the step composed
+# from the ceilings (engine.step_parts). Ampere: Megatron-LM SC'21 Table 1, alternate rows
+# (calibration.llm_training; the other rows checked): the A100 holds more of its peak than the
+# power-capped H100 does. TPU: MaxText's 16B row on a v5e-256 slice (XLA on the MXU). A test keeps
+# both equal to their fits; the plan names them as step-level fits.
+GEMM_STEP_FIT = {"ampere": 0.979, "tpu": 1.236}
 
 LINK_EFFICIENCY = {"nvlink": NVLINK_EFFICIENCY, "pcie": PCIE_EFFICIENCY, "ici": ICI_EFFICIENCY}
 LINK_HOP_LATENCY = {"nvlink": NVLINK_HOP_LATENCY, "pcie": PCIE_HOP_LATENCY, "ici": ICI_HOP_LATENCY}
 
-# The memory-bound kernels around the matmuls (norms, activation functions, residual adds,
-# rotary embeddings; softmax too where attention scores are materialised) move each stored
-# activation about this many times per micro-batch: written and read in the forward pass, its
-# gradient written and read in the backward pass. Assumed (no published point isolates it);
-# a policy that rebuilds layers runs the forward pass, two more passes, again.
-ELEMENTWISE_PASSES = 4
-ELEMENTWISE_PASSES_RECOMPUTE = 2
-# FP8 linear layers cast each input to FP8 and transpose it for the weight gradient (read 2 bytes,
-# write 1 + 1) and do the same to each output gradient in backward (Transformer Engine's
-# cast-transpose, torchtitan's Float8): 4 bytes per element of the layers' inputs (3h + f) and
-# output gradients (3h + 2h_kv + 2f), 6h + 2h_kv + 3f in all: twice the working set's bf16 bytes.
-# Counted, not fitted.
-FP8_CAST_PASSES = 2
-
 
 def _f(x: ArrayLike) -> F64:
     return np.asarray(x, dtype=np.float64)
+
+
+def _default_ceilings() -> Ceilings:
+    return ceilings_for(DEFAULT_CATALOG.accelerator("nvidia-h100-80gb"))
 
 
 # --- hardware, as the layout model needs it ----------------------------------------------------
@@ -178,7 +172,6 @@ class LayoutHardware:
     intra_hop_latency: float
     nic_bandwidth: float  # host NIC, achieved, bytes/s
     host_price: float  # USD/h
-    efficiency: float  # E of the GEMM-shape model (LLM_MATMUL_EFFICIENCY)
     slice_axes: tuple[int, int, int] = (1, 1, 1)  # TPU slice topology (one slice's)
     # TPU multislice: slices of slice_axes joined over the data-center network; the layout's
     # tensor / pipeline / context stay inside a slice, data parallelism spans the slices.
@@ -197,7 +190,6 @@ class LayoutHardware:
     nvls_bandwidth: float = 0.0
     nccl_arch: str = "ampere"
     compute_precision: str = "bf16"
-    gemm_half_dim: float = 0.0  # K of the GEMM-shape model (LLM_GEMM_HALF_DIM; 0: flat)
     # The caching allocator's slack over activations: PyTorch's on GPUs; XLA assigns buffers
     # ahead of time on TPUs, so none there.
     allocator_overhead: float = ALLOCATOR_OVERHEAD
@@ -205,10 +197,28 @@ class LayoutHardware:
     # compute precision's, except under FP8 recipes, which keep some of them in bf16.
     attention_peak_flops: float = 0.0  # 0: peak_flops
     head_peak_flops: float = 0.0  # 0: peak_flops
+    # The step's composition (engine.step_parts): the chip's ceilings, the framework's kernels,
+    # the step-level GEMM fit of a chip without its own measurement (GEMM_STEP_FIT; 1 otherwise),
+    # the power cap's toll on attention kernels measured at burst clocks (sustained / burst GEMM
+    # rate of the measured chip), and an eager stack's host time per kernel.
+    ceilings: Ceilings = field(default_factory=lambda: _default_ceilings())
+    framework: Framework = field(default_factory=lambda: framework_profile(DEFAULT_GPU_FRAMEWORK))
+    step_fit: float = 1.0
+    step_fit_source: str = ""
+    attention_derate: float = 1.0
+    host_seconds_per_kernel: float = HOST_SECONDS_PER_KERNEL
 
     @property
     def accelerators(self) -> int:
         return self.hosts * self.per_host
+
+    def with_precision(self, precision: str) -> LayoutHardware:
+        """The same hardware computing at ``precision`` (the LM head stays bf16 under FP8)."""
+        return (
+            self
+            if precision == self.compute_precision
+            else replace(self, compute_precision=precision)
+        )
 
 
 def layout_hardware(
@@ -224,6 +234,7 @@ def layout_hardware(
     fp8_recipe: str = "Linear",
     slices: int = 1,
     dcn_bandwidth: float = 0.0,
+    framework: Framework | None = None,
 ) -> LayoutHardware:
     """The hardware of ``hosts`` x ``host`` (a reducer machine type adds the reduction-server
     option: ``reducers`` of them, or as many as Vertex AI's bandwidth rule asks).
@@ -240,6 +251,15 @@ def layout_hardware(
     half = acc.peak("bf16") if precision == "fp8" else peak
     attention_peak = peak if fp8_recipe == "AllMatmuls" else half
     nvls = acc.nvswitch and acc.nccl_arch in ("hopper", "blackwell")
+    ceilings = ceilings_for(acc)
+    fw = (
+        framework
+        if framework is not None
+        else framework_profile(
+            DEFAULT_TPU_FRAMEWORK if acc.kind == "tpu" else DEFAULT_GPU_FRAMEWORK
+        )
+    )
+    fit, fit_source, derate = step_fit(acc)
     k, reducer_bw, reducer_price = 0, 0.0, 0.0
     if reducer_machine_type and acc.kind == "gpu" and hosts > 1:
         reducer = catalog.machine(reducer_machine_type)
@@ -261,8 +281,11 @@ def layout_hardware(
         nic_bandwidth=host.nic_bandwidth
         * float(C.network_efficiency(host.machine.transport, host.count)),
         host_price=host.price_per_hour,
-        efficiency=LLM_MATMUL_EFFICIENCY_TPU if acc.kind == "tpu" else LLM_MATMUL_EFFICIENCY,
-        gemm_half_dim=0.0 if acc.kind == "tpu" else LLM_GEMM_HALF_DIM,
+        ceilings=ceilings,
+        framework=fw,
+        step_fit=fit,
+        step_fit_source=fit_source,
+        attention_derate=derate,
         allocator_overhead=0.0 if acc.kind == "tpu" else ALLOCATOR_OVERHEAD,
         attention_peak_flops=attention_peak,
         head_peak_flops=half,
@@ -327,6 +350,22 @@ def hardware_flops_per_token(model: Transformer, recompute: ArrayLike) -> F64:
     return model.training_flops_per_token() + recompute_flops_per_token(model, recompute)
 
 
+def step_fit(acc: Accelerator) -> tuple[float, str, float]:
+    """(GEMM step fit, its source, attention's power derate) of ``acc``: 1 and the measured
+    sustained / burst ratio where the chip's own ceilings are measured or carried from the H100
+    (Hopper, Blackwell: the same power-capped behaviour assumed), else the step-level fit."""
+    key = "tpu" if acc.kind == "tpu" else acc.nccl_arch
+    if key in GEMM_STEP_FIT:
+        source = (
+            "fitted on MaxText's v5e steps (calibration.llm_training)"
+            if key == "tpu"
+            else "fitted on Megatron-LM's A100 steps, SC'21 Table 1 (calibration.llm_training)"
+        )
+        return GEMM_STEP_FIT[key], source, 1.0
+    derate = H100_SUSTAINED_TFLOPS["bf16"] / H100_BURST_TFLOPS["bf16"]
+    return 1.0, "", derate
+
+
 def matmul_efficiency(
     model: Transformer,
     hw: LayoutHardware,
@@ -334,57 +373,18 @@ def matmul_efficiency(
     tensor: ArrayLike,
     context: ArrayLike = 1,
 ) -> F64:
-    """The fraction of peak a layer's linear layers reach: E / (1 + K t / h + K c / (s b)), the
-    GEMM shape model (LLM_MATMUL_EFFICIENCY, LLM_GEMM_HALF_DIM)."""
+    """The fraction of peak a layer's linear layers reach (:func:`gemm_efficiency` at width
+    h / t and the micro-batch's tokens on a rank)."""
     tokens = _f(micro_batch) * model.sequence_length / _f(context)
     return gemm_efficiency(hw, model.hidden / _f(tensor), tokens)
 
 
 def gemm_efficiency(hw: LayoutHardware, width: ArrayLike, tokens: ArrayLike) -> F64:
-    """E / (1 + K / width + K / tokens): GEMMs whose two narrow dimensions are ``width`` and
-    ``tokens``; non-decreasing in both."""
-    k = hw.gemm_half_dim
-    return _f(hw.efficiency / (1.0 + k / _f(width) + k / _f(tokens)))
-
-
-def stage_compute_seconds(
-    model: Transformer,
-    hw: LayoutHardware,
-    micro_batch: ArrayLike,
-    tensor: ArrayLike,
-    pipeline: ArrayLike,
-    recompute: ArrayLike,
-    context: ArrayLike = 1,
-    flash_attention: bool = True,
-) -> F64:
-    """One micro-batch's matmul time on an accelerator of the busiest stage (ceil(L / p)
-    layers; the LM head too when p = 1, else the last stage's fewer layers and the head),
-    forward + backward + recompute, each kind of matmul at its peak (FP8 recipes) x its GEMM
-    shape efficiency: the linear layers' at width h / t; the LM head's at its narrowest side,
-    min(h, V / t); the attention core's as the linear layers' inside a fused FlashAttention
-    kernel (its tiles span the sequence), else as batched GEMMs as narrow as a head (QK^T's
-    inner dimension and AV's output are head_dim wide)."""
-    t, p = _f(tensor), _f(pipeline)
-    rank_tokens = _f(micro_batch) * model.sequence_length / _f(context)
-    tokens = rank_tokens / t
-    eff = matmul_efficiency(model, hw, micro_batch, tensor, context)
-    core_eff = eff if flash_attention else gemm_efficiency(hw, model.head_dim, rank_tokens)
-    head_eff = gemm_efficiency(hw, np.minimum(model.hidden, model.vocab / t), rank_tokens)
-    core = model.attention_flops_per_token(model.sequence_length) / model.layers
-    linear = 2.0 * busiest_rank_parameters_per_layer(model)
-    r = np.asarray(recompute)
-    again = recompute_flops_per_token_per_layer(model, r)
-    # The repeated work is linear layers' except the attention core's share.
-    core_again = np.where(np.isin(r, (RECOMPUTE_NONE, RECOMPUTE_SELECTIVE_OP)), 0.0, core)
-    linear_flops = 3.0 * linear + again - core_again
-    core_flops = 3.0 * core + core_again
-    attention_peak = hw.attention_peak_flops or hw.peak_flops
-    head_peak = hw.head_peak_flops or hw.peak_flops
-    per_layer = linear_flops / (hw.peak_flops * eff) + core_flops / (attention_peak * core_eff)
-    head = 3.0 * 2.0 * model.vocab * model.hidden / (head_peak * head_eff)
-    stages = stage_layers(model, p)
-    busiest = np.maximum(stages.middle * per_layer, stages.last * per_layer + head)
-    return _f(tokens * busiest)
+    """Achieved fraction of ``hw.peak_flops`` of a GEMM whose narrow sides are ``width`` and
+    ``tokens``: the chip's ceilings (shape model under the sustained cap) x the step fit;
+    non-decreasing in both."""
+    rate = hw.ceilings.gemm_flops(hw.compute_precision, width, tokens) * hw.step_fit
+    return _f(rate / hw.peak_flops)
 
 
 def stage_flops_per_micro_batch(
@@ -413,35 +413,6 @@ def pipeline_bubble_fraction(
     """Idle time of a 1F1B pipeline relative to its work: (p - 1) / (m v) (Narayanan et al.
     SC'21, sections 2.2.1 and 2.2.2)."""
     return (_f(pipeline) - 1.0) / (_f(micro_batches) * _f(virtual_stages))
-
-
-def elementwise_seconds(
-    model: Transformer,
-    hw: LayoutHardware,
-    micro_batch: ArrayLike,
-    tensor: ArrayLike,
-    pipeline: ArrayLike,
-    recompute: ArrayLike,
-    flash_attention: bool = True,
-    context: ArrayLike = 1,
-    sequence_parallel: bool = True,
-) -> F64:
-    """HBM time of one micro-batch's memory-bound kernels on the busiest stage: the layer's
-    activations (as None keeps them; the attention scores too unless a fused,
-    FlashAttention-style kernel keeps them on chip) moved ELEMENTWISE_PASSES times (more for
-    a policy that rebuilds layers, and FP8_CAST_PASSES more under FP8)."""
-    if hw.memory_bandwidth <= 0:
-        return _f(0.0)
-    _, traffic = activation_bytes_per_layer(
-        model, micro_batch, tensor, RECOMPUTE_NONE, context, flash_attention, sequence_parallel
-    )
-    passes = ELEMENTWISE_PASSES + np.where(
-        np.isin(np.asarray(recompute), REBUILDS_LAYER), ELEMENTWISE_PASSES_RECOMPUTE, 0
-    )
-    if hw.compute_precision == "fp8":
-        passes = passes + FP8_CAST_PASSES
-    layers = stage_layers(model, pipeline).middle
-    return _f(layers * passes * traffic / hw.memory_bandwidth)
 
 
 # --- communication: the one adapter onto the network model ------------------------------------
@@ -695,6 +666,14 @@ class LayoutArrays(NamedTuple):
     context_parallel_seconds: F64 = np.zeros(1)  # exposed ring-attention K/V passes, per step
     expert: I64 = np.ones(1, np.int64)
     expert_parallel_seconds: F64 = np.zeros(1)  # exposed dispatch / combine all-to-alls, per step
+    # The compute's parts, per step (engine.step_parts; their sum is compute_seconds), and the
+    # optimizer step after the last micro-batch.
+    gemm_seconds: F64 = np.zeros(1)
+    attention_seconds: F64 = np.zeros(1)
+    memory_bound_seconds: F64 = np.zeros(1)
+    loss_seconds: F64 = np.zeros(1)
+    host_gap_seconds: F64 = np.zeros(1)
+    optimizer_seconds: F64 = np.zeros(1)
 
 
 def evaluate_layouts(
@@ -746,10 +725,8 @@ def evaluate_layouts(
     )
     fits = mem.total <= hw.memory_bytes
 
-    compute_mb = stage_compute_seconds(model, hw, b, t, p, rec, c, flash_attention)
-    compute_mb = compute_mb + elementwise_seconds(
-        model, hw, b, t, p, rec, flash_attention, c, sequence_parallel
-    )
+    parts = micro_batch_parts(model, hw, b, t, p, rec, c, flash_attention, sequence_parallel)
+    compute_mb = parts.total
     layers = stage_layers(model, p).middle
     act_bytes = BYTES_ACTIVATION * model.sequence_length * b * model.hidden / c
     tp_mb = layers * _tensor_parallel_seconds(
@@ -824,7 +801,8 @@ def evaluate_layouts(
     exposed_full = dp.seconds - np.minimum(hideable, compute_mb * m)
     exposed = np.where(shard == SHARD_FULL, exposed_full, exposed_bucketed)
     exposed = np.where(dc > 1, exposed, 0.0)
-    step = pipeline_seconds + exposed
+    optimizer = optimizer_seconds(model, hw, worst, dc, shard, m)
+    step = pipeline_seconds + exposed + optimizer
     tokens = global_batch * model.sequence_length / step
     mfu = model.training_flops_per_token() * tokens / (hw.accelerators * hw.peak_flops)
     cost = hw.hosts * hw.host_price + np.where(
@@ -863,4 +841,10 @@ def evaluate_layouts(
         context_parallel_seconds=f(cp_mb * m),
         expert=i(e),
         expert_parallel_seconds=f(ep_mb * m),
+        gemm_seconds=f(parts.gemm * m),
+        attention_seconds=f(parts.attention * m),
+        memory_bound_seconds=f(parts.memory_bound * m),
+        loss_seconds=f(parts.loss * m),
+        host_gap_seconds=f(parts.host_gap * m),
+        optimizer_seconds=f(optimizer),
     )

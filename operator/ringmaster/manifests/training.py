@@ -194,6 +194,7 @@ LAYOUT_ENV = (
     ("RINGMASTER_GLOBAL_BATCH_SIZE", "globalBatchSize"),
     ("RINGMASTER_ACTIVATION_RECOMPUTE", "activationRecompute"),
     ("RINGMASTER_VIRTUAL_PIPELINE_STAGES", "virtualPipelineStages"),
+    ("RINGMASTER_FRAMEWORK", "framework"),
 )
 
 

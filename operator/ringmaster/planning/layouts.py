@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ringmaster.engine import llm_training as L
+from ringmaster.engine.frameworks import Framework, framework, infer_framework
 from ringmaster.engine.hardware import Catalog
 from ringmaster.engine.llm_layout_names import RECOMPUTES, SHARDINGS
 from ringmaster.engine.llm_layout_search import (
@@ -83,10 +84,27 @@ class LayoutPlan:
     parameters: int
     hardware: L.LayoutHardware
     model: Transformer | None = None
+    framework_label: str = ""
+    evidence: str = ""
 
     @property
     def chosen(self) -> Layout:
         return self.search.chosen
+
+
+def resolve_framework(spec: Any, kind: str) -> tuple[Framework, str]:
+    """The job's framework profile and how it was chosen: ``spec.framework``, else the image's
+    hint, else the default (engine.frameworks)."""
+    given = getattr(spec, "framework", None)
+    if given is not None:
+        profile = framework(
+            str(given.name), compiled=bool(given.compile), attention=given.attention_kernel
+        )
+        compiled = " with torch.compile" if profile.compiled else ""
+        return profile, f"framework {profile.name}{compiled} (spec.framework)"
+    template = getattr(spec, "template", None)
+    name, why = infer_framework(getattr(template, "image", None), kind)
+    return framework(name), f"framework {name} ({why})"
 
 
 def _fixed(value: Any) -> Any:
@@ -214,6 +232,7 @@ def plan_layout(
         axes = slice_shape(inputs)
         wrapped = _wrapped(acc, axes)
     use_reducers = acc.kind == "gpu" and inputs.strategy != RING and inputs.workers > 1
+    profile, framework_label = resolve_framework(spec, acc.kind)
     hw = L.layout_hardware(
         host,
         inputs.workers,
@@ -226,6 +245,7 @@ def plan_layout(
         fp8_recipe=getattr(spec.model, "fp8_recipe", None) or "Linear",
         slices=inputs.slices,
         dcn_bandwidth=dcn_bandwidth(host) if acc.kind == "tpu" else 0.0,
+        framework=profile,
     )
     try:
         search = search_layouts(request, hw)
@@ -241,7 +261,13 @@ def plan_layout(
             REDUCTION_SERVER, rs_layout, hw, request.global_batch
         )
     params = stage_parameters(request.model, chosen.tensor, chosen.pipeline, chosen.expert)
-    notes = [f"layout: {chosen.describe()} ({search.evaluated} layouts evaluated)"]
+    evidence = f"{framework_label}; " + training_evidence(
+        acc.name, profile.name, hw.compute_precision, hw
+    )
+    notes = [
+        f"layout: {chosen.describe()} ({search.evaluated} layouts evaluated)",
+        f"evidence: {evidence}",
+    ]
     if not search.fits:
         notes.append(f"does not fit: {search.reason}")
     prediction = TrainingPrediction(
@@ -262,8 +288,23 @@ def plan_layout(
         parameters=derived,
         hardware=hw,
         model=request.model,
+        framework_label=profile.name,
+        evidence=evidence,
     )
     return plan, prediction
+
+
+def training_evidence(
+    accelerator: str, framework_name: str, precision: str, hw: L.LayoutHardware
+) -> str:
+    """The calibration cell a prediction rests on (calibration.evidence), and the ceilings'."""
+    from ringmaster.calibration.evidence import cell_evidence
+
+    text = cell_evidence(accelerator, framework_name, precision)
+    matmul = hw.ceilings.evidence.get("matmul", "")
+    if hw.step_fit_source:
+        matmul = f"GEMMs {hw.step_fit_source}"
+    return f"{text}; {matmul}" if matmul else text
 
 
 def _sig(x: float, digits: int = 6) -> float:
@@ -282,6 +323,24 @@ def _layout_fields(layout: Layout, global_batch: int) -> dict[str, Any]:
         "globalBatchSize": global_batch,
         "virtualPipelineStages": layout.virtual_stages,
         "activationRecompute": layout.recompute,
+    }
+
+
+def step_parts(layout: Layout) -> dict[str, float]:
+    """The step part by part (engine.step_parts and the layout's communication), seconds."""
+    return {
+        "gemm": _sig(layout.gemm_seconds),
+        "attention": _sig(layout.attention_seconds),
+        "memoryBound": _sig(layout.memory_bound_seconds),
+        "loss": _sig(layout.loss_seconds),
+        "hostGap": _sig(layout.host_gap_seconds),
+        "optimizer": _sig(layout.optimizer_seconds),
+        "tensorParallel": _sig(layout.tensor_parallel_seconds),
+        "contextParallel": _sig(layout.context_parallel_seconds),
+        "expertParallel": _sig(layout.expert_parallel_seconds),
+        "pipelineSends": _sig(layout.pipeline_send_seconds),
+        "pipelineBubble": _sig(layout.bubble_seconds),
+        "exposedDataParallel": _sig(layout.exposed_data_parallel_seconds),
     }
 
 
@@ -309,6 +368,9 @@ def layout_json(plan: LayoutPlan) -> dict[str, Any]:
         "mfu": _sig(c.mfu, 4),
         "parameters": plan.parameters,
         "layoutsEvaluated": plan.search.evaluated,
+        "framework": plan.framework_label,
+        "stepPartsSeconds": step_parts(c),
+        "evidence": plan.evidence,
         **({"moe": moe_json(plan)} if plan.search.chosen and _is_moe(plan) else {}),
         "alternatives": [
             {
@@ -359,6 +421,9 @@ def layout_status(plan: LayoutPlan) -> dict[str, Any]:
         "tokensPerSecond": _sig(c.tokens_per_second),
         "mfu": _sig(c.mfu, 4),
         "memoryPerAcceleratorBytes": _memory(c),
+        "framework": plan.framework_label or None,
+        "stepPartsSeconds": step_parts(c),
+        "evidence": plan.evidence[:1024] or None,
     }
     if _is_moe(plan):
         out["activeParameters"] = plan.model.active_parameters if plan.model else None

@@ -1,0 +1,242 @@
+"""The evidence behind a training verdict: accelerator generation x framework x precision.
+
+Every published training row the engine is held against (calibration.llm_training: Megatron-LM
+SC'21, torchtitan's A100 table, MaxText on v5e, NeMo's DGX H100 tables; calibration.multislice)
+falls in one cell; a cell counts its fitted rows (a constant was set on them) and its checked rows
+(only compared) with their median |error|. :func:`cell_evidence` is what ``plan`` and
+``status.plan.evidence`` show for a prediction: its cell, or ``extrapolated: no checked run of
+<framework> on <accelerator>`` with the nearest cells that do exist. The H100's operator ceilings
+are a separate line: they are measured kernels, not steps.
+
+Leave-one-source-out (:func:`leave_one_source_out`): each step-level fitted constant is refitted
+without the source it was fitted on and that source's rows are predicted: the honest estimate of
+the error on runs the engine has not seen. Where a constant has a single source the refit falls
+back to what the engine does without it (the H100's measured fractions carried over: factor 1).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from functools import lru_cache
+from statistics import median
+
+from ringmaster.calibration import llm_training as T
+from ringmaster.calibration.multislice import multislice_report
+from ringmaster.engine import llm_training as L
+
+_GENERATIONS = (
+    ("a100", "A100"),
+    ("h100", "H100"),
+    ("h200", "H200"),
+    ("gb200", "GB200"),
+    ("b200", "B200"),
+    ("v100", "V100"),
+    ("tpu-v4", "TPU v4"),
+    ("tpu-v5-lite", "TPU v5e"),
+    ("tpu-v5p", "TPU v5p"),
+    ("tpu-v6e", "TPU v6e"),
+)
+
+
+def generation(accelerator: str) -> str:
+    """The generation a catalog accelerator belongs to (cells are per generation)."""
+    for hint, name in _GENERATIONS:
+        if hint in accelerator:
+            return name
+    return accelerator
+
+
+@dataclass(frozen=True)
+class CellRow:
+    source: str
+    generation: str
+    framework: str
+    precision: str
+    role: str  # fitted | checked
+    error: float
+
+
+@dataclass(frozen=True)
+class Cell:
+    generation: str
+    framework: str
+    precision: str
+    fitted: int
+    checked: int
+    checked_median: float | None  # median |error| of the checked rows
+
+    def describe(self) -> str:
+        where = f"{self.generation} x {self.framework} x {self.precision}"
+        if self.checked:
+            return (
+                f"{where}: {self.checked} checked published runs, median |error| "
+                f"{self.checked_median:.1%}" + (f", {self.fitted} fitted" if self.fitted else "")
+            )
+        return f"{where}: {self.fitted} fitted runs, none checked"
+
+
+def _training_rows() -> list[CellRow]:
+    points = T.training_points_for_report()
+    rows: list[CellRow] = []
+    for size, pub, pred in T._megatron(points, L.GEMM_STEP_FIT["ampere"]):
+        role = "fitted" if size in T.FITTED_MEGATRON else "checked"
+        rows.append(
+            CellRow("megatron-sc21-table1", "A100", "Megatron", "bf16", role, pred / pub - 1)
+        )
+    for _, pub, pred in T._torchtitan(points, L.GEMM_STEP_FIT["ampere"]):
+        rows.append(
+            CellRow("torchtitan-a100-fsdp", "A100", "Torchtitan", "bf16", "checked", pred / pub - 1)
+        )
+    for size, pub, pred in T._maxtext(points, L.GEMM_STEP_FIT["tpu"]):
+        role = "fitted" if size in T.FITTED_MAXTEXT else "checked"
+        rows.append(CellRow("maxtext-v5e", "TPU v5e", "MaxText", "bf16", role, pred / pub - 1))
+    for row in T.training_points()["published_layouts"]:
+        if "tokens_per_s_per_gpu" not in row:
+            continue
+        pub = float(row["tokens_per_s_per_gpu"])
+        pred = T.published_layout_search(row, T.DGX_H100_NIC_GBPS).chosen.tokens_per_second
+        rows.append(
+            CellRow(
+                str(row["id"]).split("-")[0],
+                generation(str(row["accelerator"])),
+                T.published_framework(row),
+                str(row["precision"]),
+                "checked",
+                pred / int(row["gpus"]) / pub - 1,
+            )
+        )
+    for m in multislice_report():
+        if m.quantity == "MFU":
+            rows.append(
+                CellRow("maxtext-multislice", "TPU v5e", "MaxText", "bf16", "checked", m.error)
+            )
+    return rows
+
+
+@lru_cache(maxsize=1)
+def training_cells() -> tuple[Cell, ...]:
+    grouped: dict[tuple[str, str, str], list[CellRow]] = defaultdict(list)
+    for row in _training_rows():
+        grouped[(row.generation, row.framework, row.precision)].append(row)
+    cells = []
+    for (gen, fw, precision), rows in sorted(grouped.items()):
+        checked = [abs(r.error) for r in rows if r.role == "checked"]
+        cells.append(
+            Cell(
+                gen,
+                fw,
+                precision,
+                sum(r.role == "fitted" for r in rows),
+                len(checked),
+                median(checked) if checked else None,
+            )
+        )
+    return tuple(cells)
+
+
+def cell_evidence(accelerator: str, framework: str, precision: str) -> str:
+    """What a prediction for ``framework`` on ``accelerator`` at ``precision`` rests on."""
+    gen = generation(accelerator)
+    cells = training_cells()
+    for cell in cells:
+        if (cell.generation, cell.framework, cell.precision) == (gen, framework, precision):
+            if cell.checked:
+                return cell.describe()
+            break
+    nearest = [c for c in cells if c.framework == framework and c.checked]
+    near = "; ".join(
+        f"{c.generation} {c.precision}: median {c.checked_median:.1%}" for c in nearest
+    )
+    tail = (
+        f" ({framework} checked on {near})" if near else f" (no checked run of {framework} at all)"
+    )
+    return f"extrapolated: no checked run of {framework} on {gen} at {precision}{tail}"
+
+
+def render_evidence_matrix() -> str:
+    """The matrix as ``ringmaster calibrate`` prints it."""
+    lines = [
+        "Evidence matrix (training): accelerator x framework x precision; fitted / checked rows "
+        "and the checked median |error|",
+        f"{'accelerator':<10} {'framework':<11} {'precision':<9} {'fitted':>6} {'checked':>7}"
+        f" {'median |error|':>14}",
+    ]
+    for c in training_cells():
+        err = f"{c.checked_median:.1%}" if c.checked_median is not None else "-"
+        lines.append(
+            f"{c.generation:<10} {c.framework:<11} {c.precision:<9} {c.fitted:>6} {c.checked:>7}"
+            f" {err:>14}"
+        )
+    lines.append(
+        "Every other cell is extrapolated: the plan says so (status.plan.evidence). Operator "
+        "ceilings: H100 SXM measured (calibration/measured/h100-sxm-ops.yaml); other chips carry "
+        "the H100's fractions of their own datasheet."
+    )
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class LeaveOneOut:
+    constant: str
+    source: str
+    fitted: float
+    refitted: float
+    rows: int
+    median_error: float  # median |error| of the source's rows under the refit
+
+
+def leave_one_source_out() -> list[LeaveOneOut]:
+    """Each step-level fitted constant without its source: the source's rows predicted by the
+    engine as it would be without them (single-source fits fall back to factor 1)."""
+    points = T.training_points_for_report()
+    out = []
+    fit = L.GEMM_STEP_FIT["ampere"]
+    rows = T._megatron(points, 1.0)
+    out.append(
+        LeaveOneOut(
+            'GEMM_STEP_FIT["ampere"]',
+            "megatron-sc21-table1",
+            fit,
+            1.0,
+            len(rows),
+            median(abs(pred / pub - 1) for _, pub, pred in rows),
+        )
+    )
+    titan = T._torchtitan(points, 1.0)
+    out.append(
+        LeaveOneOut(
+            'GEMM_STEP_FIT["ampere"] (its checked source)',
+            "torchtitan-a100-fsdp",
+            fit,
+            1.0,
+            len(titan),
+            median(abs(pred / pub - 1) for _, pub, pred in titan),
+        )
+    )
+    tpu = T._maxtext(points, 1.0)
+    out.append(
+        LeaveOneOut(
+            'GEMM_STEP_FIT["tpu"]',
+            "maxtext-v5e",
+            L.GEMM_STEP_FIT["tpu"],
+            1.0,
+            len(tpu),
+            median(abs(pred / pub - 1) for _, pub, pred in tpu),
+        )
+    )
+    return out
+
+
+def render_leave_one_out() -> str:
+    lines = [
+        "Leave one source out (step-level fits): refit without the source, predict its rows",
+        f"{'constant':<46} {'source':<22} {'fitted':>7} {'refit':>7} {'rows':>5}"
+        f" {'median |error|':>15}",
+    ]
+    for r in leave_one_source_out():
+        lines.append(
+            f"{r.constant:<46} {r.source:<22} {r.fitted:>7.3f} {r.refitted:>7.3f} {r.rows:>5}"
+            f" {r.median_error:>15.1%}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,224 @@
+"""What each accelerator's silicon sustains, per precision: the one place training and serving read.
+
+The engine's first layer (DESIGN.md, "The engine's layers"): ceilings are kernel-level rates,
+not framework choices. A step is composed from them by :mod:`ringmaster.engine.step_parts`
+(which kernels a framework runs) and :mod:`ringmaster.engine.llm_training` (the layout).
+
+- **Matmuls**: a GEMM whose two narrow dimensions are ``width`` and ``tokens`` reaches
+  ``E_p / (1 + K / width + K / tokens)`` of the dense peak at precision ``p`` (tile and wave
+  quantisation amortise over the narrow sides), and never more than the **sustained** rate the
+  power cap allows once the chip runs GEMMs for seconds (a training step does). Burst (a cold chip,
+  the first tens of milliseconds) is higher; serving's short, memory-bound steps run nearer it.
+- **Attention kernels** (FlashAttention 2 as PyTorch ships it, cuDNN's fused attention as
+  Transformer Engine and PyTorch run it on Hopper, XLA's Splash on TPU): forward and backward
+  each reach ``E / (1 + s0 / s + d0 / d)`` of the 16-bit peak at sequence length ``s`` and head
+  dimension ``d``, over the causal FLOPs (half the square).
+- **Memory-bound kernels** (norms, RoPE, SwiGLU, residual adds, the loss over the vocabulary, the
+  optimizer): seconds per element as measured, eager or compiled, scaled to another chip by its
+  achieved HBM bandwidth (they stream HBM; nothing else binds them).
+
+The H100 SXM numbers are fitted on the team's own operator measurements
+(``calibration/measured/h100-sxm-ops.yaml``: one H100 80GB HBM3 SXM, 700 W, PyTorch 2.11, CUDA
+13.0); :mod:`ringmaster.calibration.ceilings` refits every one of them and a test keeps the values
+below equal to the fit. A chip without its own measurement carries the H100's fractions of its own
+datasheet, and says so (:attr:`Ceilings.evidence`): the plan shows it, never silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from ringmaster.engine.hardware import Accelerator
+from ringmaster.engine.units import GB, TERA
+
+MEASURED_H100 = (
+    "measured: calibration/measured/h100-sxm-ops.yaml (one H100 SXM 700 W, PyTorch 2.11)"
+)
+"""The evidence string of every number fitted on the team's H100 measurements."""
+
+# --- the H100 SXM (700 W), fitted on calibration/measured/h100-sxm-ops.yaml ----------------------
+
+# GEMM shape model on the grid's rows with M >= 1024 (216 shapes: qkv / out / gate_up / down of
+# hidden 2048-16384 at tp 1, 2, 8), least squares of the log error: E and K per precision.
+# Median |error| 8.7 % (bf16), 9.4 % (fp8), 9.3 % (fp8 fast accumulation). K agrees with the 224
+# fitted on Megatron-LM's A100 step times before this module existed (an independent check).
+H100_GEMM_EFFICIENCY = {"bf16": 0.8114, "fp8": 0.7599, "fp8fast": 0.791}
+H100_GEMM_HALF_DIM = {"bf16": 220.0, "fp8": 411.0, "fp8fast": 405.0}
+# The power cap: the grid's largest GEMM (32768 x 16384 x 114688) run for seconds. bf16: the
+# full-shape calls' median TFLOP/s over both runs (714.4, 698.8); fp8 with fast accumulation: the
+# 1024-row slices' median (1362, 1358); fp8 without it scaled by the grid's fp8 / fp8fast ratio on
+# its largest shapes. Burst: the first 50 ms after 3 s idle (777.2 / 759.3 bf16, 1510 / 1491 fp8).
+H100_SUSTAINED_TFLOPS = {"bf16": 706.6, "fp8": 1289.7, "fp8fast": 1360.0}
+H100_BURST_TFLOPS = {"bf16": 768.2, "fp8": 1423.0, "fp8fast": 1500.5}
+# Attention, causal, bf16, GQA in the kernel (16,384 tokens a call): E, s0, d0 per kernel and
+# direction, fitted on the 36 rows of each (head dim 64 and 128, 8-64 heads, s 1k-32k). Median
+# |error|: flash forward 7.2 %, backward 3.4 %; cuDNN forward 5.4 %, backward 3.2 %.
+H100_ATTENTION = {
+    ("flash2", "forward"): (0.4209, 500.0, 26.0),
+    ("flash2", "backward"): (0.4013, 1050.0, 26.0),
+    ("cudnn", "forward"): (1.0637, 775.0, 84.0),
+    ("cudnn", "backward"): (0.8509, 1875.0, 60.0),
+}
+# Memory-bound kernels, forward + backward, picoseconds per element (the median over hidden
+# 2048-16384 of the measured ps_per_element). Elements: rmsnorm and the residual add T h, RoPE
+# T (h + h_kv), SwiGLU T f. The residual add is forward only (its backward passes through), so a
+# layer's two adds count twice more for the gradients' adds at the forks.
+H100_ELEMENTWISE_PS = {
+    "eager": {"rmsnorm": 7.168, "rope": 16.43, "swiglu": 9.204, "residual_add": 2.264},
+    "compiled": {"rmsnorm": 4.918, "rope": 14.01, "swiglu": 5.291, "residual_add": 2.039},
+}
+# A fused kernel (Transformer Engine's norms, fused RoPE and SwiGLU; XLA's fusions) moves each
+# tensor once: the minimum bytes per element (rmsnorm 10, RoPE 8, SwiGLU 16, add 6: the file's
+# byte columns) at the streaming rate Inductor's SwiGLU reaches (3,024 GB/s, the median of its
+# forward + backward rows). Assumed, not measured: no fused TE kernel was timed.
+H100_STREAM_GBPS = 3024.0
+FUSED_BYTES_PER_ELEMENT = {"rmsnorm": 10.0, "rope": 8.0, "swiglu": 16.0, "residual_add": 6.0}
+# Cross-entropy over the vocabulary, forward + backward, picoseconds per logit (8,192 tokens;
+# median over vocab 32k-152k). eager_upcast: bf16 logits cast to fp32 first (torchtitan, Hugging
+# Face); eager_fp32: fp32 logits; compiled: Inductor's fused kernel (any dtype).
+H100_LOSS_PS_PER_LOGIT = {"eager_upcast": 16.955, "eager_fp32": 11.965, "compiled": 2.84}
+# Optimizer and its bookkeeping, picoseconds per parameter (median over 0.1-2 B parameters):
+# AdamW fused (one kernel over all tensors) and foreach (PyTorch's default on CUDA); a gradient
+# accumulated into fp32 main grads; the bf16 copy of fp32 masters; zeroing the fp32 grads.
+H100_OPTIMIZER_PS_PER_PARAMETER = {
+    "adamw_fused": 10.555,
+    "adamw_foreach": 29.795,
+    "grad_accumulate": 4.755,
+    "copy_back": 2.268,
+    "zero_grads": 1.547,
+}
+# Achieved HBM: a device-to-device copy of 16 GiB, bytes read + written / time (3,034 GB/s of the
+# datasheet's 3,350): what scales the memory-bound kernels to other chips.
+H100_COPY_GBPS = 3034.0
+H100_DATASHEET_HBM_GBPS = 3350.0
+H100_PEAK_TFLOPS = {"bf16": 989.4, "fp8": 1978.9}
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """One accelerator's ceilings at every precision it has, and where each comes from."""
+
+    accelerator: str
+    peak_flops: Mapping[str, float]  # the datasheet's dense peaks (FLOP/s)
+    gemm_efficiency: Mapping[str, float]  # E_p of the shape model
+    gemm_half_dim: Mapping[str, float]  # K_p
+    sustained_flops: Mapping[str, float]  # the power-capped GEMM rate, FLOP/s
+    burst_flops: Mapping[str, float]
+    attention: Mapping[tuple[str, str], tuple[float, float, float]]
+    hbm_scale: float  # H100's achieved HBM / this chip's: multiplies every memory-bound time
+    evidence: Mapping[str, str] = field(default_factory=dict)  # quantity -> its evidence
+
+    def gemm_flops(
+        self, precision: str, width: ArrayLike, tokens: ArrayLike, *, sustained: bool = True
+    ) -> NDArray[np.float64]:
+        """Achieved FLOP/s of a GEMM of narrow sides ``width`` and ``tokens`` (numpy-friendly)."""
+        p = _gemm_key(precision)
+        e, k = self.gemm_efficiency[p], self.gemm_half_dim[p]
+        shape = e / (1.0 + k / np.asarray(width, float) + k / np.asarray(tokens, float))
+        rate = shape * self.peak_flops[_peak_key(p)]
+        cap = (self.sustained_flops if sustained else self.burst_flops)[p]
+        return np.asarray(np.minimum(rate, cap), dtype=np.float64)
+
+    def attention_flops(
+        self, kernel: str, direction: str, sequence: ArrayLike, head_dim: float
+    ) -> NDArray[np.float64]:
+        """Achieved FLOP/s (causal FLOPs) of an attention kernel at 16-bit."""
+        e, s0, d0 = self.attention[(kernel, direction)]
+        s = np.asarray(sequence, dtype=np.float64)
+        return np.asarray(
+            e / (1.0 + s0 / s + d0 / float(head_dim)) * self.peak_flops["bf16"], dtype=np.float64
+        )
+
+    def elementwise_seconds(self, mode: str, op: str, elements: float) -> float:
+        """Seconds of ``elements`` through one memory-bound op, eager, compiled or fused."""
+        if mode == "fused":
+            seconds = FUSED_BYTES_PER_ELEMENT[op] / (H100_STREAM_GBPS * GB)
+        else:
+            seconds = H100_ELEMENTWISE_PS[mode][op] * 1e-12
+        return seconds * elements * self.hbm_scale
+
+    def loss_seconds(self, mode: str, logits: ArrayLike) -> NDArray[np.float64]:
+        """Cross-entropy forward + backward over ``logits`` logits."""
+        return (
+            np.asarray(H100_LOSS_PS_PER_LOGIT[mode] * 1e-12 * np.asarray(logits, dtype=np.float64))
+            * self.hbm_scale
+        )
+
+    def optimizer_seconds(self, item: str, parameters: float) -> float:
+        """One optimizer-side pass (``item``) over ``parameters``."""
+        return H100_OPTIMIZER_PS_PER_PARAMETER[item] * 1e-12 * parameters * self.hbm_scale
+
+
+def _gemm_key(precision: str) -> str:
+    return precision if precision in ("fp8", "fp8fast") else "bf16"
+
+
+def _peak_key(gemm_key: str) -> str:
+    return "fp8" if gemm_key.startswith("fp8") else "bf16"
+
+
+def _h100_fractions() -> tuple[dict[str, float], dict[str, float]]:
+    sustained = {p: v / H100_PEAK_TFLOPS[_peak_key(p)] for p, v in H100_SUSTAINED_TFLOPS.items()}
+    burst = {p: v / H100_PEAK_TFLOPS[_peak_key(p)] for p, v in H100_BURST_TFLOPS.items()}
+    return sustained, burst
+
+
+# Chips whose own ceilings are fitted elsewhere, overriding the H100's fractions: accelerator ->
+# (gemm E for bf16, evidence). The A100's E is fitted on Megatron-LM's published step times
+# (SC'21 Table 1, alternate rows; calibration.llm_training) with every other part of the step
+# composed from the ceilings: a step-level fit, named as such. TPUs' on MaxText's 16B v5e row.
+STEP_FITTED_GEMM_EFFICIENCY: dict[str, tuple[float, str]] = {}
+
+
+def ceilings_for(acc: Accelerator) -> Ceilings:
+    """The ceilings of ``acc``: measured for the H100 SXM, else the H100's measured fractions of
+    the datasheet carried over (named in ``evidence``), with any step-level fit of this chip."""
+    sustained_frac, burst_frac = _h100_fractions()
+    peaks = {
+        "bf16": acc.peak("bf16") if acc.supports("bf16") or acc.kind == "tpu" else acc.peak("fp16"),
+    }
+    if acc.supports("fp8"):
+        peaks["fp8"] = acc.peak("fp8")
+    measured = acc.name == "nvidia-h100-80gb"
+    carried = f"extrapolated: the H100's measured fractions of peak carried to {acc.name}"
+    gemm_e = dict(H100_GEMM_EFFICIENCY)
+    evidence = {
+        "matmul": MEASURED_H100 if measured else carried,
+        "attention": MEASURED_H100 if measured else carried,
+        "memory-bound": MEASURED_H100
+        if measured
+        else f"extrapolated: the H100's measured times scaled by HBM bandwidth to {acc.name}",
+    }
+    fitted = STEP_FITTED_GEMM_EFFICIENCY.get(acc.name) or STEP_FITTED_GEMM_EFFICIENCY.get(acc.kind)
+    if fitted is not None and not measured:
+        value, source = fitted
+        scale = value / H100_GEMM_EFFICIENCY["bf16"]
+        gemm_e = {p: e * scale for p, e in gemm_e.items()}
+        evidence["matmul"] = source
+    sustained = {
+        p: f * peaks[_peak_key(p)] for p, f in sustained_frac.items() if _peak_key(p) in peaks
+    }
+    burst = {p: f * peaks[_peak_key(p)] for p, f in burst_frac.items() if _peak_key(p) in peaks}
+    if fitted is not None and not measured:
+        # A step-level fit is the chip's whole GEMM rate; the H100's power cap is not carried.
+        sustained = {p: peaks[_peak_key(p)] for p in sustained}
+        burst = dict(sustained)
+    hbm = acc.memory_bandwidth * (H100_COPY_GBPS / H100_DATASHEET_HBM_GBPS)
+    return Ceilings(
+        accelerator=acc.name,
+        peak_flops=peaks,
+        gemm_efficiency=gemm_e,
+        gemm_half_dim=dict(H100_GEMM_HALF_DIM),
+        sustained_flops=sustained,
+        burst_flops=burst,
+        attention=dict(H100_ATTENTION),
+        hbm_scale=(H100_COPY_GBPS * GB) / hbm if hbm > 0 else 1.0,
+        evidence=evidence,
+    )
+
+
+__all__ = ["TERA", "Ceilings", "ceilings_for"]

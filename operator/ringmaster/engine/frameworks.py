@@ -1,0 +1,154 @@
+"""What each training framework runs on the silicon: its kernels, its loss, its optimizer.
+
+The engine's second layer (DESIGN.md): the same layout on the same chip steps at different speeds
+under Megatron-Core and under plain PyTorch FSDP, because one fuses its norms, RoPE, SwiGLU and
+loss into single kernels and runs cuDNN's attention, and the other launches each op from Python.
+:mod:`ringmaster.engine.step_parts` composes the step from a :class:`Framework` and the chip's
+:mod:`ringmaster.engine.ceilings`.
+
+Each profile states what the framework's default configuration runs, with where that is said:
+
+- **Megatron** (Megatron-Core, NeMo): Transformer Engine layers: fused RMSNorm / LayerNorm,
+  fused RoPE (``apply_rope_fusion``), fused SwiGLU (``bias_swiglu_fusion``), TE's attention (cuDNN
+  fused attention on Hopper and newer; FlashAttention 2 on Ampere), the fused vocab-parallel
+  cross-entropy (``cross_entropy_loss_fusion``, on in NeMo 2's performance recipes), a fused Adam
+  over fp32 masters (the distributed optimizer: shards the fp32 state, copies bf16 weights back),
+  and gradient accumulation fused into the weight-gradient GEMM
+  (``gradient_accumulation_fusion``: no separate add per micro-batch).
+- **Torchtitan**: eager PyTorch modules (``torchtitan/models/llama3``), SDPA attention (PyTorch's
+  FlashAttention 2 kernel), the loss on fp32-upcast logits (``cross_entropy(pred.float(), ...)``),
+  AdamW ``implementation = "fused"`` (its job config default), FSDP2 with bf16 parameters gathered
+  from fp32 shards (no separate copy-back); ``compile`` (``[compile] enable``) off by default.
+- **MaxText**: JAX/XLA: every elementwise op fused by XLA into its neighbours, the loss fused,
+  optax's AdamW compiled into the step; attention through XLA's Splash (TPU) or cuDNN (GPU).
+- **DeepSpeed**: Hugging Face modeling code run eagerly, ``flash_attention_2``, fp32-upcast loss,
+  DeepSpeed's FusedAdam (multi-tensor, one launch per chunk), fp32 masters copied back to bf16.
+- **PyTorch** (plain FSDP / DDP, Hugging Face Accelerate): eager modules, SDPA (FlashAttention 2),
+  fp32-upcast loss, ``torch.optim.AdamW`` whose CUDA default is ``foreach``. The default when a
+  job names no framework and its image names none either (the most conservative: nothing fused).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+FRAMEWORKS = ("Megatron", "Torchtitan", "MaxText", "DeepSpeed", "PyTorch")
+DEFAULT_GPU_FRAMEWORK = "PyTorch"
+DEFAULT_TPU_FRAMEWORK = "MaxText"
+ATTENTION_KERNELS = ("FlashAttention2", "cuDNN")
+_KERNEL_KEY = {"FlashAttention2": "flash2", "cuDNN": "cudnn"}
+
+# Host time per kernel an eager PyTorch stack spends in Python, the dispatcher and the launch: the
+# GPU idles when a layer's kernels finish faster than the host issues them. Assumed (no point
+# isolates it): 8 us, the order of PyTorch's per-op eager overhead on a server CPU. Kernels per
+# layer, forward + backward, counted from the modules as each framework runs them: a Llama block
+# eager is about 70 (norms, projections, RoPE's view / multiply / cast, SDPA, SwiGLU's silu and
+# multiply, adds, and their backward ops); Inductor fuses it to about 25; Transformer Engine's
+# fused modules to about 30.
+HOST_SECONDS_PER_KERNEL = 8e-6
+KERNELS_PER_LAYER = {"eager": 70, "compiled": 25, "fused": 30}
+
+
+@dataclass(frozen=True)
+class Framework:
+    """A framework's kernels, as the step composition needs them."""
+
+    name: str
+    attention: str  # "cudnn" | "flash2" (ceilings' kernel keys) on Hopper and newer
+    attention_ampere: str  # the kernel on Ampere and older
+    memory_bound: str  # "fused" | "compiled" | "eager"
+    loss: str  # "compiled" | "eager_upcast" | "eager_fp32" (ceilings' loss keys)
+    optimizer: str  # "adamw_fused" | "adamw_foreach"
+    fused_grad_accumulation: bool  # fp32 main grads accumulated inside the wgrad GEMM
+    copies_weights_back: bool  # fp32 masters copied to bf16 weights after the update
+    host_launched: bool  # PyTorch from Python: the host can bind a short layer
+    compiled: bool = False
+
+    def attention_kernel(self, nccl_arch: str) -> str:
+        return self.attention if nccl_arch in ("hopper", "blackwell") else self.attention_ampere
+
+    @property
+    def host_kernels_per_layer(self) -> int:
+        return KERNELS_PER_LAYER[self.memory_bound] if self.host_launched else 0
+
+
+_BASE = {
+    "Megatron": Framework(
+        "Megatron", "cudnn", "flash2", "fused", "compiled", "adamw_fused", True, True, True
+    ),
+    "Torchtitan": Framework(
+        "Torchtitan", "flash2", "flash2", "eager", "eager_upcast", "adamw_fused", False, False, True
+    ),
+    "MaxText": Framework(
+        "MaxText", "cudnn", "cudnn", "fused", "compiled", "adamw_fused", True, False, False
+    ),
+    "DeepSpeed": Framework(
+        "DeepSpeed", "flash2", "flash2", "eager", "eager_upcast", "adamw_fused", False, True, True
+    ),
+    "PyTorch": Framework(
+        "PyTorch", "flash2", "flash2", "eager", "eager_upcast", "adamw_foreach", False, False, True
+    ),
+}
+COMPILABLE = ("Torchtitan", "DeepSpeed", "PyTorch")
+
+
+def framework(name: str, *, compiled: bool = False, attention: str | None = None) -> Framework:
+    """The profile of ``name``; ``compiled``: torch.compile on (Inductor fuses the memory-bound
+    ops and the loss); ``attention``: an attention kernel the job names (ATTENTION_KERNELS)."""
+    if name not in _BASE:
+        raise ValueError(f"framework {name!r}: expected one of {', '.join(FRAMEWORKS)}")
+    base = _BASE[name]
+    if compiled and name not in COMPILABLE:
+        raise ValueError(f"framework {name}: compile applies to {', '.join(COMPILABLE)} only")
+    if compiled:
+        base = Framework(
+            base.name,
+            base.attention,
+            base.attention_ampere,
+            "compiled",
+            "compiled",
+            base.optimizer,
+            base.fused_grad_accumulation,
+            base.copies_weights_back,
+            base.host_launched,
+            compiled=True,
+        )
+    if attention is not None:
+        if attention not in _KERNEL_KEY:
+            raise ValueError(
+                f"attention kernel {attention!r}: expected one of {', '.join(ATTENTION_KERNELS)}"
+            )
+        key = _KERNEL_KEY[attention]
+        base = Framework(
+            base.name,
+            key,
+            key,
+            base.memory_bound,
+            base.loss,
+            base.optimizer,
+            base.fused_grad_accumulation,
+            base.copies_weights_back,
+            base.host_launched,
+            base.compiled,
+        )
+    return base
+
+
+# Image names that say which framework a pod runs, for jobs that do not say it themselves.
+_IMAGE_HINTS = (
+    ("torchtitan", "Torchtitan"),
+    ("maxtext", "MaxText"),
+    ("nemo", "Megatron"),
+    ("megatron", "Megatron"),
+    ("deepspeed", "DeepSpeed"),
+)
+
+
+def infer_framework(image: str | None, kind: str) -> tuple[str, str]:
+    """(framework, why) for a job that names none: the image's hint, else the default."""
+    lowered = (image or "").lower()
+    for hint, name in _IMAGE_HINTS:
+        if hint in lowered:
+            return name, f"from the image {image}"
+    default = DEFAULT_TPU_FRAMEWORK if kind == "tpu" else DEFAULT_GPU_FRAMEWORK
+    return default, "the default (spec.framework not set)"

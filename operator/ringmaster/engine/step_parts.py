@@ -1,0 +1,259 @@
+"""The whole training step of one accelerator, part by part, as its framework runs it.
+
+The engine's third layer (DESIGN.md): a micro-batch on the busiest pipeline stage costs
+
+- **GEMMs**: the linear layers' FLOPs (forward at its precision's fast-accumulation rate under
+  FP8, backward without: Transformer Engine's and torchao's defaults), recompute's, and the LM
+  head's, each at the chip's GEMM rate for its shape (:meth:`Ceilings.gemm_flops`), capped by the
+  power-limited sustained rate;
+- **attention**: the causal core (half the square) forward and backward (2.5 x the forward's
+  FLOPs, FlashAttention's count) at the framework's kernel's measured rate for the sequence
+  length and head dimension; without a fused kernel (materialised scores: Megatron-LM 2021), as
+  batched GEMMs over the full square plus the scores' softmax traffic;
+- **memory-bound kernels**: two norms, RoPE (rotary models), the FFN's activation and four residual
+  adds (two forward, two gradient adds at the forks), eager, compiled or fused
+  (:attr:`Framework.memory_bound`), a recomputing policy's forward share again, FP8's casts;
+- **the loss** over the vocabulary (last stage; vocabulary-parallel over the tensor ranks);
+- **host gaps**: an eager stack's layer cannot run faster than the host issues its kernels;
+
+and a step adds **the optimizer** over the parameters the rank updates (its data-parallel shard
+under ZeRO / FSDP), with its bookkeeping (fp32 gradient accumulation, the bf16 copy-back, zeroing).
+Every rate comes from :mod:`ringmaster.engine.ceilings`; every choice from
+:mod:`ringmaster.engine.frameworks`. The layout arithmetic around it (pipeline bubble, collectives)
+is :mod:`ringmaster.engine.llm_training`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from ringmaster.engine.llm_layout_names import (
+    RECOMPUTE_NONE,
+    RECOMPUTE_SELECTIVE_OP,
+    SHARD_NONE,
+)
+from ringmaster.engine.llm_memory import REBUILDS_LAYER, stage_layers
+from ringmaster.engine.transformer import Transformer
+
+if TYPE_CHECKING:
+    from ringmaster.engine.llm_training import LayoutHardware
+
+F64 = NDArray[np.float64]
+
+# FlashAttention's backward does 2.5 x the forward's FLOPs (FlashAttention-2 paper, section 4.1:
+# the backward has 5 matmuls to the forward's 2); the measured file counts it the same way.
+ATTENTION_BACKWARD_FLOPS = 2.5
+# The share of a memory-bound kernel's forward + backward time that is its forward (what a
+# recomputing policy runs again): the median over the measured eager rmsnorm, RoPE and SwiGLU rows
+# of fwd / (fwd + bwd) time is 0.27 / 0.49 / 0.36; 0.35 for all. Measured (h100-sxm-ops.yaml).
+ELEMENTWISE_FORWARD_SHARE = 0.35
+# FP8 linear layers cast each input and output gradient (Transformer Engine's cast-transpose):
+# about twice the working set's bf16 bytes in extra traffic (llm_training.FP8_CAST_PASSES), at
+# the streaming rate. Counted, not fitted.
+FP8_CAST_BYTES_PER_ELEMENT = 4.0
+
+
+class MicroBatchParts(NamedTuple):
+    """Seconds one micro-batch spends on one accelerator of the busiest stage, by part."""
+
+    gemm: F64
+    attention: F64
+    memory_bound: F64
+    loss: F64
+    host_gap: F64  # host-bound time beyond the GPU's (eager stacks, short layers)
+
+    @property
+    def total(self) -> F64:
+        return self.gemm + self.attention + self.memory_bound + self.loss + self.host_gap
+
+
+def _f(x: ArrayLike) -> F64:
+    return np.asarray(x, dtype=np.float64)
+
+
+def _linear_flops_per_token_per_layer(model: Transformer, recompute: ArrayLike) -> tuple[F64, F64]:
+    """(forward, backward + recompute) linear-layer FLOPs per token per layer, on the busiest
+    expert-parallel rank (llm_training.busiest_rank_parameters_per_layer)."""
+    from ringmaster.engine import llm_training as L
+
+    forward = 2.0 * L.busiest_rank_parameters_per_layer(model)
+    r = np.asarray(recompute)
+    core = model.attention_flops_per_token(model.sequence_length) / model.layers
+    again = L.recompute_flops_per_token_per_layer(model, r)
+    core_again = np.where(np.isin(r, (RECOMPUTE_NONE, RECOMPUTE_SELECTIVE_OP)), 0.0, core)
+    return _f(forward), _f(2.0 * forward + again - core_again)
+
+
+def _core_again(model: Transformer, recompute: ArrayLike) -> F64:
+    """1 where the policy recomputes the attention core's forward, else 0."""
+    r = np.asarray(recompute)
+    return np.where(np.isin(r, (RECOMPUTE_NONE, RECOMPUTE_SELECTIVE_OP)), 0.0, 1.0)
+
+
+def _gemm_seconds(
+    hw: LayoutHardware, flops_fwd: F64, flops_bwd: F64, width: ArrayLike, tokens: ArrayLike
+) -> F64:
+    ce = hw.ceilings
+    if hw.compute_precision == "fp8":
+        fwd = ce.gemm_flops("fp8fast", width, tokens) * hw.step_fit
+        bwd = ce.gemm_flops("fp8", width, tokens) * hw.step_fit
+        return _f(flops_fwd / fwd + flops_bwd / bwd)
+    rate = ce.gemm_flops(hw.compute_precision, width, tokens) * hw.step_fit
+    return _f((flops_fwd + flops_bwd) / rate)
+
+
+def micro_batch_parts(
+    model: Transformer,
+    hw: LayoutHardware,
+    micro_batch: ArrayLike,
+    tensor: ArrayLike,
+    pipeline: ArrayLike,
+    recompute: ArrayLike,
+    context: ArrayLike = 1,
+    flash_attention: bool = True,
+    sequence_parallel: bool = True,
+) -> MicroBatchParts:
+    """The parts of one micro-batch on the busiest stage (see the module's docstring)."""
+    fw, ce = hw.framework, hw.ceilings
+    t, c = _f(tensor), _f(context)
+    rank_tokens = _f(micro_batch) * model.sequence_length / c  # tokens a rank's layers see
+    tokens = rank_tokens / t  # per-rank share of the token x width work
+    r = np.asarray(recompute)
+
+    # GEMMs of the linear layers.
+    fwd, bwd = _linear_flops_per_token_per_layer(model, r)
+    linear = _gemm_seconds(hw, fwd * tokens, bwd * tokens, model.hidden / t, rank_tokens)
+
+    # Attention core.
+    full_core = model.attention_flops_per_token(model.sequence_length) / model.layers
+    if flash_attention:
+        kernel = fw.attention_kernel(hw.nccl_arch)
+        causal_fwd = 0.5 * full_core * tokens
+        redo = _core_again(model, r)
+        fwd_rate = ce.attention_flops(kernel, "forward", model.sequence_length, model.head_dim)
+        bwd_rate = ce.attention_flops(kernel, "backward", model.sequence_length, model.head_dim)
+        derate = hw.attention_derate
+        attention = (causal_fwd * (1.0 + redo) / fwd_rate) + (
+            ATTENTION_BACKWARD_FLOPS * causal_fwd / bwd_rate
+        )
+        attention = _f(attention / derate)
+    else:
+        flops = full_core * tokens * (3.0 + _core_again(model, r))
+        rate = ce.gemm_flops("bf16", model.head_dim, rank_tokens) * hw.step_fit
+        attention = _f(flops / rate)
+
+    # Memory-bound kernels of a layer.
+    mode = fw.memory_bound
+    sp_tokens = rank_tokens / t if sequence_parallel else rank_tokens
+    ffn_width = _activation_width(model) / t
+    norms = 2.0 * ce.elementwise_seconds(mode, "rmsnorm", 1.0) * sp_tokens * model.hidden
+    adds = 4.0 * ce.elementwise_seconds(mode, "residual_add", 1.0) * sp_tokens * model.hidden
+    rotary = (
+        ce.elementwise_seconds(mode, "rope", 1.0)
+        * rank_tokens
+        * (model.heads * model.qk_head_dim + model.kv_hidden)
+        / t
+        if _rotary(model)
+        else 0.0
+    )
+    activation = ce.elementwise_seconds(mode, "swiglu", 1.0) * rank_tokens * ffn_width
+    per_layer_mb = norms + adds + rotary + activation
+    rebuilds = np.isin(r, REBUILDS_LAYER)
+    per_layer_mb = per_layer_mb * (1.0 + np.where(rebuilds, ELEMENTWISE_FORWARD_SHARE, 0.0))
+    if not flash_attention:
+        # Materialised scores: written, softmaxed, read in forward; their gradient in backward.
+        scores = micro_batch_scores_bytes(model, micro_batch, tensor, context)
+        per_layer_mb = per_layer_mb + 4.0 * scores * ce.hbm_scale / (ce_stream_bytes_per_s())
+    if hw.compute_precision == "fp8":
+        working = (
+            rank_tokens * (3.0 * model.hidden + 2.0 * model.kv_hidden + 3.0 * ffn_width * t) / t
+        )
+        per_layer_mb = per_layer_mb + FP8_CAST_BYTES_PER_ELEMENT * working * ce.hbm_scale / (
+            ce_stream_bytes_per_s()
+        )
+
+    stages = stage_layers(model, pipeline)
+    layer_gpu = linear + attention + per_layer_mb
+    host_floor = fw.host_kernels_per_layer * hw.host_seconds_per_kernel
+    layer_gap = np.maximum(host_floor - layer_gpu, 0.0)
+
+    # LM head (last stage) and the loss.
+    head_flops = 2.0 * model.vocab * model.hidden * tokens
+    head = _gemm_seconds(
+        hw.with_precision("bf16"),
+        _f(head_flops),
+        _f(2.0 * head_flops),
+        np.minimum(model.hidden, model.vocab / t),
+        rank_tokens,
+    )
+    loss = _f(ce.loss_seconds(fw.loss, rank_tokens * model.vocab / t))
+
+    mid = stages.middle * layer_gpu
+    last = stages.last * layer_gpu + head + loss
+    last_is_busiest = last >= mid
+    n = np.where(last_is_busiest, stages.last, stages.middle)
+    return MicroBatchParts(
+        gemm=_f(n * linear + np.where(last_is_busiest, head, 0.0)),
+        attention=_f(n * attention),
+        memory_bound=_f(n * per_layer_mb),
+        loss=_f(np.where(last_is_busiest, loss, 0.0)),
+        host_gap=_f(n * layer_gap),
+    )
+
+
+def _rotary(model: Transformer) -> bool:
+    """Rotary position embeddings: the gated-FFN (Llama-family) models the engine knows use them;
+    GPT-style models (standard FFN) add learned positions once, outside the layers."""
+    return model.gated_ffn
+
+
+def _activation_width(model: Transformer) -> float:
+    """The FFN activation's width per token, the mean over layers: the dense FFN's, or the active
+    (top-k and shared) experts' of a mixture of experts."""
+    if model.experts <= 1:
+        return float(model.ffn_hidden)
+    moe = model.moe_layers
+    active = (model.active_experts + model.shared_experts) * model.expert_ffn_hidden
+    return (moe * active + (model.layers - moe) * model.ffn_hidden) / model.layers
+
+
+def ce_stream_bytes_per_s() -> float:
+    from ringmaster.engine.ceilings import H100_STREAM_GBPS
+    from ringmaster.engine.units import GB
+
+    return H100_STREAM_GBPS * GB
+
+
+def micro_batch_scores_bytes(
+    model: Transformer, micro_batch: ArrayLike, tensor: ArrayLike, context: ArrayLike
+) -> F64:
+    """Bytes of one layer's attention scores on a rank (bf16), without a fused kernel."""
+    s = model.sequence_length
+    return _f(2.0 * _f(micro_batch) * model.heads / _f(tensor) * s * s / _f(context))
+
+
+def optimizer_seconds(
+    model: Transformer,
+    hw: LayoutHardware,
+    rank_parameters: ArrayLike,
+    shard_ranks: ArrayLike,
+    sharding: ArrayLike,
+    micro_batches: ArrayLike,
+) -> F64:
+    """One step's optimizer on a rank: AdamW over the parameters it updates (its 1 / shard_ranks
+    share under any sharding), the fp32 gradient accumulation of every micro-batch after the
+    first (unless fused into the GEMM), the bf16 copy-back and zeroing of the fp32 gradients."""
+    fw, ce = hw.framework, hw.ceilings
+    params = _f(rank_parameters)
+    updated = np.where(np.asarray(sharding) == SHARD_NONE, params, params / _f(shard_ranks))
+    seconds = ce.optimizer_seconds(fw.optimizer, 1.0) * updated
+    seconds = seconds + ce.optimizer_seconds("zero_grads", 1.0) * params
+    if fw.copies_weights_back:
+        seconds = seconds + ce.optimizer_seconds("copy_back", 1.0) * updated
+    if not fw.fused_grad_accumulation:
+        extra = np.maximum(_f(micro_batches) - 1.0, 0.0)
+        seconds = seconds + ce.optimizer_seconds("grad_accumulate", 1.0) * params * extra
+    return _f(seconds)

@@ -1,0 +1,201 @@
+"""The whole step per framework: ceilings equal to their fit, compositions by hand, properties,
+the evidence behind a verdict."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ringmaster.calibration.ceilings import derive_ceiling_constants, operator_rows
+from ringmaster.calibration.evidence import (
+    cell_evidence,
+    leave_one_source_out,
+    render_evidence_matrix,
+    training_cells,
+)
+from ringmaster.engine import ceilings as CE
+from ringmaster.engine import llm_training as L
+from ringmaster.engine.frameworks import FRAMEWORKS, framework, infer_framework
+from ringmaster.engine.hardware import DEFAULT_CATALOG
+from ringmaster.engine.llm_layout_names import RECOMPUTE_NONE, SHARD_FULL, SHARD_NONE
+from ringmaster.engine.step_parts import (
+    ATTENTION_BACKWARD_FLOPS,
+    micro_batch_parts,
+    optimizer_seconds,
+)
+from ringmaster.engine.transformer import Transformer
+
+pytestmark = pytest.mark.unit
+
+LLAMA_8B = Transformer(
+    layers=32,
+    hidden=4096,
+    heads=32,
+    vocab=128256,
+    sequence_length=8192,
+    kv_heads=8,
+    ffn_hidden=14336,
+    gated_ffn=True,
+)
+
+
+def h100(fw: str = "PyTorch", hosts: int = 1, **kw) -> L.LayoutHardware:
+    host = DEFAULT_CATALOG.host("nvidia-h100-80gb", 8)
+    return L.layout_hardware(host, hosts, DEFAULT_CATALOG, framework=framework(fw, **kw))
+
+
+def test_h100_ceilings_are_the_fit_of_the_measurements():
+    derived = derive_ceiling_constants()
+    for name, value in derived.items():
+        assert getattr(CE, name) == value, name
+
+
+def test_every_measured_operator_group_within_ten_percent_at_the_median():
+    groups: dict[str, list[float]] = {}
+    for row in operator_rows():
+        groups.setdefault(row.group, []).append(abs(row.error))
+    assert {g.split()[0] for g in groups} == {
+        "gemm",
+        "attention",
+        "memory-bound",
+        "loss",
+        "optimizer",
+    }
+    for group, errors in groups.items():
+        assert float(np.median(errors)) <= 0.10, group
+
+
+def test_attention_by_hand_under_pytorch_and_megatron():
+    """Causal FLOPs (half the square) forward at FlashAttention 2's fitted rate and backward at
+    2.5 x those FLOPs, derated by the power cap; Megatron runs cuDNN's kernel, faster."""
+    hw = h100("PyTorch")
+    tokens = 8192.0
+    core = LLAMA_8B.attention_flops_per_token(8192) / LLAMA_8B.layers
+    fwd = 0.5 * core * tokens
+    ce = hw.ceilings
+    expected = (
+        fwd / ce.attention_flops("flash2", "forward", 8192, 128)
+        + ATTENTION_BACKWARD_FLOPS * fwd / ce.attention_flops("flash2", "backward", 8192, 128)
+    ) / hw.attention_derate
+    parts = micro_batch_parts(LLAMA_8B, hw, 1, 1, 1, RECOMPUTE_NONE)
+    assert float(parts.attention) == pytest.approx(32 * expected, rel=1e-9)
+    mega = micro_batch_parts(LLAMA_8B, h100("Megatron"), 1, 1, 1, RECOMPUTE_NONE)
+    assert float(mega.attention) < float(parts.attention)
+
+
+def test_loss_and_optimizer_by_hand():
+    """Torchtitan's loss on fp32-upcast logits; PyTorch's foreach AdamW on the unsharded
+    parameters, Torchtitan's fused AdamW on the FSDP shard, plus zeroing and accumulation."""
+    titan = h100("Torchtitan")
+    parts = micro_batch_parts(LLAMA_8B, titan, 2, 1, 1, RECOMPUTE_NONE)
+    logits = 2 * 8192 * LLAMA_8B.vocab
+    assert float(parts.loss) == pytest.approx(
+        CE.H100_LOSS_PS_PER_LOGIT["eager_upcast"] * 1e-12 * logits
+    )
+    ps = CE.H100_OPTIMIZER_PS_PER_PARAMETER
+    params = 8.0e9
+    plain = optimizer_seconds(LLAMA_8B, h100("PyTorch"), params, 8, SHARD_NONE, 1)
+    assert float(plain) == pytest.approx((ps["adamw_foreach"] + ps["zero_grads"]) * 1e-12 * params)
+    sharded = optimizer_seconds(LLAMA_8B, titan, params, 8, SHARD_FULL, 3)
+    expected = ps["adamw_fused"] * params / 8 + ps["zero_grads"] * params
+    expected += ps["grad_accumulate"] * params * 2
+    assert float(sharded) == pytest.approx(expected * 1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    b=st.integers(1, 4),
+    t=st.sampled_from([1, 2, 4, 8]),
+    seq=st.sampled_from([1024, 4096, 8192]),
+    rec=st.integers(0, 2),
+    fw=st.sampled_from(["PyTorch", "Torchtitan", "DeepSpeed"]),
+)
+def test_fused_or_compiled_kernels_never_slower_than_eager(b, t, seq, rec, fw):
+    model = replace(LLAMA_8B, sequence_length=seq)
+    eager = micro_batch_parts(model, h100(fw), b, t, 1, rec)
+    compiled = micro_batch_parts(model, h100(fw, compiled=True), b, t, 1, rec)
+    fused = micro_batch_parts(
+        model, replace(h100(fw), framework=framework("Megatron")), b, t, 1, rec
+    )
+    assert float(compiled.memory_bound) <= float(eager.memory_bound)
+    assert float(compiled.loss) <= float(eager.loss)
+    assert float(fused.memory_bound) <= float(eager.memory_bound)
+    assert float(compiled.total) <= float(eager.total)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    b=st.integers(1, 4),
+    t=st.sampled_from([1, 2, 8]),
+    seq=st.sampled_from([2048, 8192]),
+    fw=st.sampled_from(list(FRAMEWORKS)),
+)
+def test_fp8_never_faster_than_the_ceiling_ratio(b, t, seq, fw):
+    """FP8 GEMMs gain at most the sustained FP8 / BF16 ratio; the rest of the step gains nothing."""
+    model = replace(LLAMA_8B, sequence_length=seq)
+    bf16 = h100(fw)
+    fp8 = replace(bf16, compute_precision="fp8", peak_flops=bf16.peak_flops * 2)
+    slow = micro_batch_parts(model, bf16, b, t, 1, RECOMPUTE_NONE)
+    fast = micro_batch_parts(model, fp8, b, t, 1, RECOMPUTE_NONE)
+    ratio = CE.H100_SUSTAINED_TFLOPS["fp8fast"] / CE.H100_SUSTAINED_TFLOPS["bf16"]
+    assert float(fast.gemm) >= float(slow.gemm) / ratio * (1 - 1e-9)
+    assert float(fast.total) >= float(slow.total) / ratio
+
+
+def test_a_short_eager_layer_is_bound_by_the_host():
+    tiny = Transformer(
+        layers=4, hidden=512, heads=8, vocab=32000, sequence_length=256, gated_ffn=True
+    )
+    eager = micro_batch_parts(tiny, h100("PyTorch"), 1, 1, 1, RECOMPUTE_NONE)
+    xla = micro_batch_parts(tiny, h100("MaxText"), 1, 1, 1, RECOMPUTE_NONE)
+    assert float(eager.host_gap) > 0 and float(xla.host_gap) == 0
+
+
+def test_the_framework_changes_the_plan_and_megatron_is_fastest():
+    def step(fw: str) -> float:
+        a = L.evaluate_layouts(
+            LLAMA_8B,
+            h100(fw, hosts=2),
+            tensor=1,
+            pipeline=1,
+            sharding=SHARD_FULL,
+            micro_batch=1,
+            recompute=RECOMPUTE_NONE,
+            global_batch=32,
+        )
+        parts = a.gemm_seconds + a.attention_seconds + a.memory_bound_seconds
+        parts = parts + a.loss_seconds + a.host_gap_seconds
+        assert float(parts) == pytest.approx(float(a.compute_seconds))
+        return float(a.step_seconds)
+
+    steps = {fw: step(fw) for fw in ("Megatron", "Torchtitan", "PyTorch")}
+    assert steps["Megatron"] < steps["Torchtitan"] < steps["PyTorch"]
+
+
+def test_framework_profiles_refuse_what_they_do_not_run():
+    with pytest.raises(ValueError, match="compile applies"):
+        framework("Megatron", compiled=True)
+    with pytest.raises(ValueError, match="framework 'JAX'"):
+        framework("JAX")
+    assert infer_framework("ghcr.io/pytorch/torchtitan:latest", "gpu")[0] == "Torchtitan"
+    assert infer_framework("nvcr.io/nvidia/nemo:24.07", "gpu")[0] == "Megatron"
+    assert infer_framework("python:3.11", "gpu")[0] == "PyTorch"
+    assert infer_framework(None, "tpu")[0] == "MaxText"
+
+
+def test_the_evidence_matrix_separates_fitted_checked_and_extrapolated():
+    cells = {(c.generation, c.framework, c.precision): c for c in training_cells()}
+    assert cells[("A100", "Megatron", "bf16")].fitted == 5
+    assert cells[("A100", "Torchtitan", "bf16")].checked == 4
+    assert cells[("H100", "Megatron", "fp8")].checked >= 10
+    said = cell_evidence("nvidia-a100-80gb", "Torchtitan", "bf16")
+    assert "4 checked published runs" in said
+    guess = cell_evidence("nvidia-b200", "DeepSpeed", "bf16")
+    assert guess.startswith("extrapolated: no checked run of DeepSpeed on B200")
+    assert "accelerator framework" in render_evidence_matrix()
+    loso = {r.source: r for r in leave_one_source_out()}
+    assert loso["maxtext-v5e"].refitted == 1.0 and loso["maxtext-v5e"].median_error > 0
