@@ -10,7 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ringmaster.calibration.ceilings import derive_ceiling_constants, operator_rows
+from ringmaster.calibration.ceilings import (
+    derive_ceiling_constants,
+    derive_published_ratios,
+    operator_rows,
+)
 from ringmaster.calibration.evidence import (
     cell_evidence,
     leave_one_source_out,
@@ -52,6 +56,25 @@ def test_h100_ceilings_are_the_fit_of_the_measurements():
     derived = derive_ceiling_constants()
     for name, value in derived.items():
         assert getattr(CE, name) == value, name
+
+
+def test_other_chips_ratios_are_the_fit_of_their_published_points():
+    for name, value in derive_published_ratios().items():
+        assert getattr(CE, name) == value, name
+
+
+def test_a_chip_says_what_its_ceilings_rest_on():
+    h100 = CE.ceilings_for(DEFAULT_CATALOG.accelerator("nvidia-h100-80gb"))
+    b200 = CE.ceilings_for(DEFAULT_CATALOG.accelerator("nvidia-b200"))
+    v5p = CE.ceilings_for(DEFAULT_CATALOG.accelerator("tpu-v5p-slice"))
+    a100 = CE.ceilings_for(DEFAULT_CATALOG.accelerator("nvidia-a100-80gb"))
+    assert h100.evidence["matmul"].startswith("measured:")
+    assert b200.evidence["matmul"].startswith("published:")
+    assert v5p.evidence["matmul"].startswith("extrapolated:")
+    assert a100.evidence["attention"].startswith("published: FlashAttention 2")
+    # B200's FP8 GEMMs: the H100's sustained fraction x the published ratio x B200's peak
+    expected = CE.H100_SUSTAINED_TFLOPS["fp8fast"] / 1978.9 * 1.0762 * 4500e12
+    assert float(b200.gemm_flops("fp8fast", 1e6, 1e6)) == pytest.approx(expected, rel=1e-3)
 
 
 def test_every_measured_operator_group_within_ten_percent_at_the_median():

@@ -335,3 +335,53 @@ def render_ceilings_section() -> str:
             f" {max(errors):>8.1%}"
         )
     return "\n".join(lines)
+
+
+PUBLISHED_CEILINGS = Path(__file__).with_name("ceilings_points.yaml")
+
+
+@lru_cache(maxsize=1)
+def published_ceilings() -> dict[str, dict[str, Any]]:
+    with PUBLISHED_CEILINGS.open() as f:
+        return {p["id"]: p for p in yaml.safe_load(f)["points"]}
+
+
+def _fraction(pid: str) -> float:
+    p = published_ceilings()[pid]
+    return float(p["value"]) / float(p["datasheet_peak"])
+
+
+# The maximum-achievable-matmul rows each ratio is computed from (one table, one method).
+MAMF_ROWS = {
+    ("nvidia-tesla-a100", "bf16"): "mamf-a100-sxm-bf16",
+    ("nvidia-a100-80gb", "bf16"): "mamf-a100-sxm-bf16",
+    ("nvidia-h200-141gb", "bf16"): "mamf-h200-sxm-bf16",
+    ("nvidia-h200-141gb", "fp8"): "mamf-h200-sxm-fp8",
+    ("nvidia-b200", "bf16"): "mamf-b200-sxm-bf16",
+    ("nvidia-b200", "fp8"): "mamf-b200-sxm-fp8",
+    ("nvidia-gb200", "bf16"): "mamf-gb200-bf16",
+    ("nvidia-gb200", "fp8"): "mamf-gb200-fp8",
+}
+TRIAD_ROWS = {
+    "nvidia-a100-80gb": "azure-a100-80gb-hbm-triad",
+    "nvidia-h200-141gb": "azure-h200-hbm-triad",
+}
+# FlashAttention 2, forward + backward, causal, head dim 128, 16k tokens (the repository's
+# benchmark figures): 189 TFLOP/s on the A100 80GB (ceilings_points.yaml) and 328 on the H100
+# (the same row's note: "Causal hdim128 16k: 328").
+FLASH2_H100_CAUSAL_TFLOPS = 328.0
+
+
+def derive_published_ratios() -> dict[str, Any]:
+    """PUBLISHED_MATMUL_RATIO, PUBLISHED_HBM_RATIO and FLASH2_AMPERE_RATIO of engine.ceilings."""
+    h100 = {"bf16": _fraction("mamf-h100-sxm-bf16"), "fp8": _fraction("mamf-h100-sxm-fp8")}
+    matmul = {key: round(_fraction(pid) / h100[key[1]], 4) for key, pid in MAMF_ROWS.items()}
+    triad = _fraction("azure-h100-hbm-triad")
+    hbm = {acc: round(_fraction(pid) / triad, 4) for acc, pid in TRIAD_ROWS.items()}
+    a100 = _fraction("fa2-a100-80gb-fwdbwd-hdim128-causal")
+    flash = round(a100 / (FLASH2_H100_CAUSAL_TFLOPS / CE.H100_PEAK_TFLOPS["bf16"]), 4)
+    return {
+        "PUBLISHED_MATMUL_RATIO": matmul,
+        "PUBLISHED_HBM_RATIO": hbm,
+        "FLASH2_AMPERE_RATIO": flash,
+    }

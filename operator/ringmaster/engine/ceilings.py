@@ -98,6 +98,39 @@ H100_DATASHEET_HBM_GBPS = 3350.0
 H100_PEAK_TFLOPS = {"bf16": 989.4, "fp8": 1978.9}
 
 
+# --- other chips: published ratios to the H100, same source and method -----------------------
+
+# Maximum achievable matmul (burst, best of a shape sweep, torch.mm) as a fraction of each chip's
+# dense peak, over the H100 SXM's in the same table (stas00/ml-engineering
+# compute/accelerator/README.md @ 744d01e, "Maximum Achievable Matmul FLOPS"; H100 0.803 bf16,
+# 0.709 fp8): the H100's measured GEMM model (shape, power cap) is scaled by it. One source and one
+# method for every chip, so the ratio holds what the absolute figures do not (the H100's own MAMF
+# is a burst figure above its measured sustained rate). calibration.ceilings refits them from
+# calibration/ceilings_points.yaml.
+PUBLISHED_MATMUL_RATIO: dict[tuple[str, str], float] = {
+    ("nvidia-tesla-a100", "bf16"): 1.0825,
+    ("nvidia-a100-80gb", "bf16"): 1.0825,
+    ("nvidia-h200-141gb", "bf16"): 1.0,
+    ("nvidia-h200-141gb", "fp8"): 1.0362,
+    ("nvidia-b200", "bf16"): 0.9658,
+    ("nvidia-b200", "fp8"): 1.0762,
+    ("nvidia-gb200", "bf16"): 0.9076,
+    ("nvidia-gb200", "fp8"): 1.0202,
+}
+# Achieved HBM (BabelStream triad on Azure's ND v4 / v5 machines, Azure/AI-benchmarking-guide
+# Azure_Results/*_results.md @ 8fd0): each chip's fraction of its datasheet over the H100's
+# (0.887), applied to the H100's measured copy fraction.
+PUBLISHED_HBM_RATIO: dict[str, float] = {
+    "nvidia-a100-80gb": 0.9404,
+    "nvidia-h200-141gb": 0.9752,
+}
+# FlashAttention 2 is tuned for Ampere: forward + backward, causal, head dim 128, 16k tokens, it
+# reaches 189 of the A100's 312 TFLOP/s and 328 of the H100's 989.4 (Dao-AILab/flash-attention
+# assets/flash2_a100_fwd_bwd_benchmark.png and flash2_h100_fwd_bwd_benchmark.png @ 0251105): on
+# Ampere its fraction of peak is this multiple of the H100's measured one.
+FLASH2_AMPERE_RATIO = 1.8273
+
+
 @dataclass(frozen=True)
 class Ceilings:
     """One accelerator's ceilings at every precision it has, and where each comes from."""
@@ -167,47 +200,58 @@ def _h100_fractions() -> tuple[dict[str, float], dict[str, float]]:
     return sustained, burst
 
 
-# Chips whose own ceilings are fitted elsewhere, overriding the H100's fractions: accelerator ->
-# (gemm E for bf16, evidence). The A100's E is fitted on Megatron-LM's published step times
-# (SC'21 Table 1, alternate rows; calibration.llm_training) with every other part of the step
-# composed from the ceilings: a step-level fit, named as such. TPUs' on MaxText's 16B v5e row.
-STEP_FITTED_GEMM_EFFICIENCY: dict[str, tuple[float, str]] = {}
-
-
 def ceilings_for(acc: Accelerator) -> Ceilings:
-    """The ceilings of ``acc``: measured for the H100 SXM, else the H100's measured fractions of
-    the datasheet carried over (named in ``evidence``), with any step-level fit of this chip."""
+    """The ceilings of ``acc``: measured for the H100 SXM; else the H100's measured model scaled
+    by the chip's published ratios where they exist (PUBLISHED_*), else carried as fractions of
+    the chip's own datasheet. ``evidence`` names which, per quantity."""
     sustained_frac, burst_frac = _h100_fractions()
-    peaks = {
-        "bf16": acc.peak("bf16") if acc.supports("bf16") or acc.kind == "tpu" else acc.peak("fp16"),
-    }
+    bf16 = acc.peak("bf16") if acc.supports("bf16") or acc.kind == "tpu" else acc.peak("fp16")
+    peaks = {"bf16": bf16}
     if acc.supports("fp8"):
         peaks["fp8"] = acc.peak("fp8")
     measured = acc.name == "nvidia-h100-80gb"
     carried = f"extrapolated: the H100's measured fractions of peak carried to {acc.name}"
-    gemm_e = dict(H100_GEMM_EFFICIENCY)
-    evidence = {
-        "matmul": MEASURED_H100 if measured else carried,
-        "attention": MEASURED_H100 if measured else carried,
-        "memory-bound": MEASURED_H100
-        if measured
-        else f"extrapolated: the H100's measured times scaled by HBM bandwidth to {acc.name}",
+    scale: dict[str, float] = {}
+    for p in peaks:
+        scale[p] = PUBLISHED_MATMUL_RATIO.get((acc.name, p), 1.0)
+    published = [p for p in peaks if (acc.name, p) in PUBLISHED_MATMUL_RATIO]
+    matmul_evidence = MEASURED_H100 if measured else carried
+    if published and not measured:
+        matmul_evidence = (
+            f"published: {acc.name}'s maximum achievable matmul ({', '.join(published)}) over the"
+            " H100's (stas00/ml-engineering), on the H100's measured shape model and power cap"
+        )
+    gemm_e = {
+        p: e * scale[_peak_key(p)] for p, e in H100_GEMM_EFFICIENCY.items() if _peak_key(p) in peaks
     }
-    fitted = STEP_FITTED_GEMM_EFFICIENCY.get(acc.name) or STEP_FITTED_GEMM_EFFICIENCY.get(acc.kind)
-    if fitted is not None and not measured:
-        value, source = fitted
-        scale = value / H100_GEMM_EFFICIENCY["bf16"]
-        gemm_e = {p: e * scale for p, e in gemm_e.items()}
-        evidence["matmul"] = source
     sustained = {
-        p: f * peaks[_peak_key(p)] for p, f in sustained_frac.items() if _peak_key(p) in peaks
+        p: f * scale[_peak_key(p)] * peaks[_peak_key(p)]
+        for p, f in sustained_frac.items()
+        if _peak_key(p) in peaks
     }
-    burst = {p: f * peaks[_peak_key(p)] for p, f in burst_frac.items() if _peak_key(p) in peaks}
-    if fitted is not None and not measured:
-        # A step-level fit is the chip's whole GEMM rate; the H100's power cap is not carried.
-        sustained = {p: peaks[_peak_key(p)] for p in sustained}
-        burst = dict(sustained)
-    hbm = acc.memory_bandwidth * (H100_COPY_GBPS / H100_DATASHEET_HBM_GBPS)
+    burst = {
+        p: f * scale[_peak_key(p)] * peaks[_peak_key(p)]
+        for p, f in burst_frac.items()
+        if _peak_key(p) in peaks
+    }
+    attention = dict(H100_ATTENTION)
+    attention_evidence = MEASURED_H100 if measured else carried
+    if acc.nccl_arch == "ampere":
+        for direction in ("forward", "backward"):
+            e, s0, d0 = attention[("flash2", direction)]
+            attention[("flash2", direction)] = (e * FLASH2_AMPERE_RATIO, s0, d0)
+        attention_evidence = (
+            "published: FlashAttention 2 on A100 over H100 (Dao-AILab/flash-attention benchmarks)"
+        )
+    hbm_ratio = PUBLISHED_HBM_RATIO.get(acc.name, 1.0)
+    hbm = acc.memory_bandwidth * (H100_COPY_GBPS / H100_DATASHEET_HBM_GBPS) * hbm_ratio
+    memory_evidence = MEASURED_H100
+    if not measured:
+        memory_evidence = (
+            f"published: {acc.name}'s triad bandwidth over the H100's (Azure AI-benchmarking-guide)"
+            if acc.name in PUBLISHED_HBM_RATIO
+            else f"extrapolated: the H100's measured times scaled by HBM bandwidth to {acc.name}"
+        )
     return Ceilings(
         accelerator=acc.name,
         peak_flops=peaks,
@@ -215,9 +259,13 @@ def ceilings_for(acc: Accelerator) -> Ceilings:
         gemm_half_dim=dict(H100_GEMM_HALF_DIM),
         sustained_flops=sustained,
         burst_flops=burst,
-        attention=dict(H100_ATTENTION),
+        attention=attention,
         hbm_scale=(H100_COPY_GBPS * GB) / hbm if hbm > 0 else 1.0,
-        evidence=evidence,
+        evidence={
+            "matmul": matmul_evidence,
+            "attention": attention_evidence,
+            "memory-bound": memory_evidence,
+        },
     )
 
 
