@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from ringmaster.calibration import llm_serving as LC
 from ringmaster.engine import llm_batching as B
 from ringmaster.engine import llm_serving as L
+from ringmaster.engine.ceilings import hbm_ratio, matmul_ratio
 from ringmaster.engine.hardware import DEFAULT_CATALOG
 from ringmaster.engine.transformer import KNOWN_TRANSFORMERS, Transformer
 
@@ -46,11 +47,12 @@ def test_batch1_decode_is_weight_bytes_over_achieved_bandwidth():
     terms = L.serving_terms(LLAMA2_7B, A100, 1, A100.peak("bf16"), 2.0, 2.0, 1, 2)
     weights = LLAMA2_7B.matmul_parameters * 2.0  # the layers and the LM head, read once
     kv = 2 * 32 * 4096 * 2.0 * (2 + L.LLM_KV_SEQUENCE_TOKENS)  # 2 tokens of context + c0
+    hbm = 2039e9 * hbm_ratio(A100.name)  # the H100's fractions, at the A100's published ratio
     expected = (
         L.LLM_STEP_OVERHEAD_SECONDS
         + L.LLM_SEQUENCE_OVERHEAD_SECONDS
-        + weights / (2039e9 * L.LLM_MEMORY_EFFICIENCY)
-        + kv / (2039e9 * L.LLM_KV_READ_EFFICIENCY)
+        + weights / (hbm * L.LLM_MEMORY_EFFICIENCY)
+        + kv / (hbm * L.LLM_KV_READ_EFFICIENCY)
     )
     assert float(L.step_seconds(terms, 1, 0)) == pytest.approx(expected, rel=1e-12)
     # ~13.2 GB / 1,615 GB/s + 1.3 ms = 9.5 ms: gpt-fast's 104.9 tokens/s, the fitted point
@@ -112,11 +114,13 @@ def test_prefill_is_compute_bound_for_long_prompts_and_pays_the_weights_for_shor
         2048 * (2 * 32 * LLAMA2_7B.parameters_per_layer + LLAMA2_7B.attention_flops_per_token(1024))
         + 2 * 32000 * 4096
     )
-    expected = L.LLM_STEP_OVERHEAD_SECONDS + flops / (312e12 * L.LLM_COMPUTE_EFFICIENCY)
+    rate = 312e12 * L.LLM_COMPUTE_EFFICIENCY * matmul_ratio(A100.name, "fp16")
+    expected = L.LLM_STEP_OVERHEAD_SECONDS + flops / rate
     assert float(L.prefill_seconds(terms, 2048)) == pytest.approx(expected, rel=1e-9)
     short = L.serving_terms(LLAMA2_7B, A100, 1, A100.peak("fp16"), 2.0, 2.0, 16, 1)
-    weights = LLAMA2_7B.matmul_parameters * 2 / (2039e9 * L.LLM_MEMORY_EFFICIENCY)
-    attention = 16 * LLAMA2_7B.attention_flops_per_token(8) / (312e12 * L.LLM_COMPUTE_EFFICIENCY)
+    hbm = 2039e9 * hbm_ratio(A100.name)
+    weights = LLAMA2_7B.matmul_parameters * 2 / (hbm * L.LLM_MEMORY_EFFICIENCY)
+    attention = 16 * LLAMA2_7B.attention_flops_per_token(8) / rate
     assert float(L.prefill_seconds(short, 16)) == pytest.approx(
         L.LLM_STEP_OVERHEAD_SECONDS + weights + attention, rel=1e-9
     )

@@ -131,6 +131,19 @@ PUBLISHED_HBM_RATIO: dict[str, float] = {
 FLASH2_AMPERE_RATIO = 1.8273
 
 
+def matmul_ratio(accelerator: str, precision: str) -> float:
+    """The chip's published matmul fraction of its own peak over the H100's, at ``precision``'s
+    tensor-core rate (1 where none is published: the H100's fraction carried over)."""
+    key = "fp8" if precision in ("fp8", "fp4") else "bf16"
+    return PUBLISHED_MATMUL_RATIO.get((accelerator, key), 1.0)
+
+
+def hbm_ratio(accelerator: str) -> float:
+    """The chip's published achieved-HBM fraction of its datasheet over the H100's (1 where none
+    is published)."""
+    return PUBLISHED_HBM_RATIO.get(accelerator, 1.0)
+
+
 @dataclass(frozen=True)
 class Ceilings:
     """One accelerator's ceilings at every precision it has, and where each comes from."""

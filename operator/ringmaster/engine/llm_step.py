@@ -86,6 +86,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ringmaster.engine import collectives
 from ringmaster.engine.alpha_beta_collectives import ring_allreduce
+from ringmaster.engine.ceilings import hbm_ratio, matmul_ratio
 from ringmaster.engine.efficiency import NETWORK_HOP_LATENCY, NVLINK_EFFICIENCY, PCIE_EFFICIENCY
 from ringmaster.engine.hardware import Accelerator
 from ringmaster.engine.transformer import Transformer
@@ -95,10 +96,15 @@ F64 = NDArray[np.float64]
 
 # --- constants ------------------------------------------------------------------------------------
 
+# Every fraction below is the H100's: a point on another chip is evaluated with that chip's
+# published ratio to the H100 (engine.ceilings.matmul_ratio / hbm_ratio: the A100's maximum
+# achievable matmul 1.0825 x the H100's fraction, its triad bandwidth 0.9404 x), so the same
+# constants serve every chip and the ceilings stay in one place for training and serving.
+
 # Sustained fraction of the dense 16-bit tensor peak in prefill and compute-bound GEMMs. Fitted on
 # one point, TensorRT-LLM's batch-1 time to first token of LLaMA-7B with a 2,048-token prompt on
 # A100 in FP16, 133 ms (trtllm-batch1-ttft-7b: the most compute-bound point published).
-LLM_COMPUTE_EFFICIENCY = 0.6724
+LLM_COMPUTE_EFFICIENCY = 0.6212
 # The same for FP8 GEMMs, as a fraction of the FP8 peak (twice the 16-bit one): FP8 kernels reach
 # a lower fraction of their doubled peak (per-tensor scaling, the BF16 epilogue, the attention that
 # stays 16-bit). Fitted with the three constants below, by least squares of the log error, on
@@ -106,14 +112,14 @@ LLM_COMPUTE_EFFICIENCY = 0.6724
 # Llama-3.1-8B on one H100 and one H200, Llama-3.3-70B on two H100s, ten mixes each); checked on
 # its other setups (70B on one H200, 405B on eight H100s and eight H200s) and on TensorRT-LLM's
 # FP8 TTFT of LLaMA-7B (36 ms for 2,048 tokens: -13%).
-LLM_FP8_COMPUTE_EFFICIENCY = 0.4697
+LLM_FP8_COMPUTE_EFFICIENCY = 0.4543
 # Achieved fraction of HBM bandwidth when the GEMMs stream the weights, and the fixed cost of one
 # step (kernel launches, synchronisation) of a 32-layer model. Fitted together on two points:
 # gpt-fast's batch-1 decode of Llama-2-7B (32 layers) in BF16 on A100-80GB at TP1 (104.9
 # tokens/s) and TP2 (168.8); checked at TP4 and TP8. The launches are per layer, so a model of L
 # layers pays L / 32 of it (405B's 126 layers: 5.2 ms a step): with it, the checked 405B rows of
 # the throughput table fall from +55% worst to +43%.
-LLM_MEMORY_EFFICIENCY = 0.7917
+LLM_MEMORY_EFFICIENCY = 0.8419
 LLM_STEP_OVERHEAD_SECONDS = 1.3125e-3
 OVERHEAD_FIT_LAYERS = 32
 # Paged decode attention: its achieved fraction of HBM bandwidth, bounded by the weights' (no
@@ -124,7 +130,7 @@ OVERHEAD_FIT_LAYERS = 32
 # kernels show no per-sequence cost the table can resolve. A Python-scheduled engine (vLLM) pays
 # one (its v0.6 release notes: the GPU idled a third of the time on CPU overheads) that no
 # published table isolates: docs/engine.md, "Out of reach".
-LLM_KV_READ_EFFICIENCY = 0.7917
+LLM_KV_READ_EFFICIENCY = 0.8313
 LLM_KV_SEQUENCE_TOKENS = 0.0
 LLM_SEQUENCE_OVERHEAD_SECONDS = 0.0
 # NCCL's tuning model for small messages, which tensor-parallel activations are (a few MB at
@@ -313,7 +319,11 @@ def serving_terms(
     n_out = _f(output_tokens)
     hbm = _f(accelerator.memory_bandwidth if memory_bandwidth is None else memory_bandwidth)
     capacity = _f(accelerator.memory_bytes if memory_bytes is None else memory_bytes)
-    e_c = compute_efficiency_for(compute_precision, constants)
+    # The fitted fractions are the H100's (engine.ceilings: one place for training and serving);
+    # another chip's published ratio to the H100 scales them.
+    e_c = compute_efficiency_for(compute_precision, constants) * matmul_ratio(
+        accelerator.name, compute_precision
+    )
     rate = _f(peak_flops) * g * e_c
     w = _f(weight_bytes_per_parameter)
     # a stage holds its own layers' cache; a KV head is replicated, never split
@@ -352,12 +362,12 @@ def serving_terms(
     routed_active = float(model.moe_layers * model.active_experts * model.expert_parameters)
     dense_read = model.matmul_parameters - routed_active
     miss = 1.0 - model.active_experts / model.experts if model.experts else 1.0
-    weight_hbm = hbm * constants.memory_efficiency
+    weight_hbm = hbm * constants.memory_efficiency * hbm_ratio(accelerator.name)
     layer_flops = 2.0 * model.active_layer_parameters  # active: top-k and shared experts
     attention = model.attention_flops_per_token(1.0)  # linear in the context
     share = 1.0 - HBM_RESERVE_FRACTION if kv_memory_fraction is None else _f(kv_memory_fraction)
     free = capacity * share - model.parameters * w / (g * pp)
-    kv_hbm = hbm * constants.kv_read_efficiency
+    kv_hbm = hbm * constants.kv_read_efficiency * hbm_ratio(accelerator.name)
     return ServingTerms(
         overhead=np.full_like(g, constants.step_overhead * model.layers / OVERHEAD_FIT_LAYERS),
         sequence_overhead=np.full_like(g, constants.sequence_overhead),
