@@ -298,6 +298,35 @@ def test_deleting_an_endpoint_removes_everything_it_created(
     wait_for(all_gone, timeout=60, what="the endpoint's objects garbage-collected")
 
 
+def test_an_sglang_endpoint_gets_sglangs_launcher_env_and_memory_split(
+    operator: OperatorProcess, cluster: Cluster, quiet_namespace: str
+):
+    """spec.engine reaches the server (RINGMASTER_SERVING_ENGINE) and the plan: SGLang keeps
+    0.88 of HBM for weights and cache where vLLM keeps 0.9, so its replica holds fewer sequences;
+    the evidence says its step constants are another engine's."""
+    ns = quiet_namespace
+    body = manifest(LLAMA_8B_EXAMPLE, "llama-sglang")
+    body["spec"]["engine"] = "SGLang"
+    sglang = plan_inference(InferenceEndpointSpec.model_validate(body["spec"])).to_json()
+    vllm_body = manifest(LLAMA_8B_EXAMPLE, "llama-vllm")
+    vllm_body["spec"]["engine"] = "vLLM"
+    vllm = plan_inference(InferenceEndpointSpec.model_validate(vllm_body["spec"])).to_json()
+    assert sglang["maxConcurrentSequences"] < vllm["maxConcurrentSequences"]
+    cluster.apply(body, ns)
+    wait_serving(cluster, ns, "llama-sglang", sglang["replicas"])
+    deployment = cluster.get_json("deployment", "llama-sglang", "-n", ns)
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["RINGMASTER_SERVING_ENGINE"] == "SGLang"
+    plan = endpoint(cluster, ns, "llama-sglang")["status"]["plan"]
+    assert plan["engine"] == "SGLang"
+    assert plan["evidence"].startswith("engine SGLang (spec.engine); extrapolated: no fitted run")
+    bad = manifest(LLAMA_8B_EXAMPLE, "llama-bad-engine")
+    bad["spec"]["engine"] = "TGI"
+    result = cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(bad), check=False)
+    assert result.returncode != 0 and "spec.engine" in result.stderr
+
+
 def test_an_llm_endpoint_runs_with_its_serving_settings_and_token_columns(
     operator: OperatorProcess, cluster: Cluster, quiet_namespace: str
 ):
@@ -318,9 +347,11 @@ def test_an_llm_endpoint_runs_with_its_serving_settings_and_token_columns(
     assert env["RINGMASTER_MAX_NUM_SEQS"] == str(plan["maxNumSeqs"])
     assert env["RINGMASTER_MAX_MODEL_LEN"] == "8192"
     assert env["RINGMASTER_MAX_NUM_BATCHED_TOKENS"] == str(plan["maxNumBatchedTokens"])
+    assert env["RINGMASTER_SERVING_ENGINE"] == plan["engine"] == "vLLM"  # the image's
 
     obj = endpoint(cluster, ns, name)
     s = obj["status"]["plan"]
+    assert s["engine"] == "vLLM" and s["evidence"].startswith("engine vLLM (from the image")
     assert s["outputTokensPerSecond"] == pytest.approx(
         replicas * plan["outputTokensPerSecondPerReplica"], rel=1e-5
     )

@@ -11,12 +11,16 @@ from pydantic import Field
 from ringmaster.api.accelerators import AcceleratorType
 from ringmaster.api.architecture import TransformerArchitecture
 from ringmaster.api.base import Int, Rule, SpecModel, StatusModel
-from ringmaster.api.common import Condition, PodTemplate, conditions_field
+from ringmaster.api.common import Condition, MachineType, PodTemplate, conditions_field
+
 from ringmaster.api.quantity import Count
 from ringmaster.api.resource import AGE, PrinterColumn, Resource, condition_reason
 
 Precision = Literal["FP32", "FP16", "INT8", "BF16", "FP8", "INT4", "FP4"]
 KvCachePrecision = Literal["BF16", "FP16", "FP8"]
+Batching = Literal["Continuous", "Static"]
+
+ServingEngineName = Literal["vLLM", "SGLang", "TensorRT-LLM"]
 # The precisions of each engine: a model without an architecture is served as one block of
 # FLOPs (FP32/FP16/INT8); an LLM (with an architecture) in BF16/FP16, FP8, weight-only INT4 or
 # FP4 (NVFP4 on Blackwell; whether the accelerator has FP4 units is the catalog's word, so the
@@ -24,6 +28,11 @@ KvCachePrecision = Literal["BF16", "FP16", "FP8"]
 BLOCK_PRECISIONS = ("FP32", "FP16", "INT8")
 LLM_PRECISIONS = ("BF16", "FP16", "FP8", "INT4", "FP4")
 DEFAULT_MAX_UTILIZATION_PERCENT = 85
+# The dynamic batcher's largest batch where spec.maxBatchSize is left out (endpoints without an
+# architecture; an LLM endpoint's batch is then the engine's choice within its KV cache).
+DEFAULT_MAX_BATCH_SIZE = 32
+MAX_BATCH_SIZE = 4096
+
 
 
 MAX_ACCELERATORS_PER_REPLICA = 512
@@ -235,8 +244,20 @@ class InferenceEndpointSpec(SpecModel):
     """The desired serving endpoint."""
 
     accelerator: InferenceAccelerator
+    machine_type: MachineType | None = None
+    """Machine type of the replicas' hosts (``a3-ultragpu-8g``), as TrainingJob's: the plan
+    sizes and prices that machine (its accelerators per host, NIC and price; a replica of
+    fewer accelerators than its host pays its share, perReplica / the host's accelerators, and
+    replicas pack on the host), and the replicas run only on node pools of that machine type
+    (``node.kubernetes.io/instance-type``): another pool of the accelerator waits with reason
+    ``NoMatchingPool`` naming both. The catalog (docs/catalog.md) must define it with
+    accelerator.type on it, else the plan fails naming the machine types it has. A replica
+    across hosts takes whole hosts of it. Omitted: derived from the accelerator and the
+    accelerators per host (8 x nvidia-h100-80gb -> a3-highgpu-8g), on any pool of the
+    accelerator."""
     model: InferenceModel
     precision: Precision = "FP16"
+
     """Arithmetic the model is served in; INT8 needs fewer replicas where the accelerator has
     INT8 throughput (T4, A100). LLM endpoints (with an architecture): BF16, FP16, FP8 (FP8
     tensor cores: H100 and later), INT4 (weight-only, W4A16 as AWQ and GPTQ) or FP4 (NVFP4
@@ -250,9 +271,32 @@ class InferenceEndpointSpec(SpecModel):
     parallelism: ServingParallelism | None = None
     """LLM endpoints: the replica's tensor / pipeline / expert degrees; each one left out is
     chosen by the engine."""
+    engine: ServingEngineName | None = None
+    """LLM endpoints: the serving engine the replicas run (``vLLM``, ``SGLang``,
+    ``TensorRT-LLM``): its memory split and scheduler shape the plan, and the server gets it as
+    ``RINGMASTER_SERVING_ENGINE`` (README, "Serving engines", maps the settings to each one's
+    flags). Left out: the one the container image names, else ``vLLM``; ``status.plan.evidence``
+    says which, and what the engine's step constants were fitted on."""
     slo: Slo
-    max_batch_size: Int = Field(default=32, ge=1, le=1024)
-    """Largest batch the server forms; the engine picks the batch size up to this."""
+    max_batch_size: Int | None = Field(default=None, ge=1, le=MAX_BATCH_SIZE)
+    """Largest batch a replica runs. Without an architecture: the dynamic batcher's largest
+    batch (default 32); the engine picks the batch size up to this. LLM endpoints: the most
+    sequences a replica runs at once, the serving engine's max-num-seqs (vLLM
+    ``--max-num-seqs``, SGLang ``--max-running-requests``, TensorRT-LLM ``--max_batch_size``):
+    the plan picks max-num-seqs at most this (``status.plan.maxNumSeqs``, passed to the server;
+    ``status.plan.maxBatchSize`` shows the cap), and the offline maximum and the load curve are
+    those of that batch. Left out: the engine picks max-num-seqs within the KV cache."""
+    batching: Batching | None = None
+    """LLM endpoints: how a replica forms its batch. ``Continuous`` (the default): in-flight
+    batching, sequences join and leave the running batch at every step (vLLM, SGLang,
+    TensorRT-LLM's default). ``Static``: a batch of up to maxBatchSize requests (the engine's
+    choice within the KV cache when maxBatchSize is left out) is prefilled together and decoded
+    until its longest sequence finishes before the next batch starts, every step running the
+    whole batch (TensorRT-LLM's static batching, fixed-batch benchmark runs): its throughput is
+    batch x output tokens / (the batch's prefill + output x the decode step at that batch), and
+    a request waits for the batch in flight (docs/engine.md). The server gets it as
+    ``RINGMASTER_BATCHING``."""
+
     replicas: Int | None = Field(default=None, ge=0, le=1000)
     """Fixed replica count, overriding the engine's sizing (also what ``kubectl scale`` sets).
     Omitted: sized from the SLO."""
@@ -293,6 +337,14 @@ class InferenceEndpointSpec(SpecModel):
             field_path=".kvCachePrecision",
             check=lambda s: s.model.architecture is not None or s.kv_cache_precision is None,
         ),
+        Rule(
+            cel="has(self.model.architecture) || !has(self.batching)",
+            message="batching needs model.architecture (LLM endpoints); other endpoints' dynamic "
+            "batcher forms batches of up to maxBatchSize",
+            field_path=".batching",
+            check=lambda s: s.model.architecture is not None or s.batching is None,
+        ),
+
         Rule(
             cel="has(self.model.architecture) ? (has(self.slo.timeToFirstTokenP99Milliseconds)"
             " && has(self.slo.timePerOutputTokenP99Milliseconds)) : "
@@ -610,9 +662,20 @@ class InferencePlan(StatusModel):
     chose it."""
     max_num_seqs: int | None = None
     """LLM endpoints: the server's max_num_seqs (vLLM's name)."""
+    max_batch_size: int | None = None
+    """LLM endpoints: the cap on the running batch the plan honoured (spec.maxBatchSize);
+    absent: none, the engine picked maxNumSeqs within the KV cache."""
+    batching: str | None = None
+    """LLM endpoints: ``Continuous`` or ``Static`` (spec.batching)."""
+
     max_model_len: int | None = None
     max_num_batched_tokens: int | None = None
     """LLM endpoints: the server's token budget per step (vLLM's max_num_batched_tokens)."""
+    engine: str | None = None
+    """LLM endpoints: the serving engine the plan is made for (``spec.engine``, else inferred)."""
+    evidence: Annotated[str, Field(max_length=1024)] | None = None
+    """LLM endpoints: how the engine was chosen and what its step constants rest on (fitted on
+    its own published runs, or ``extrapolated`` from another engine's)."""
     offline_output_tokens_per_second_per_replica: float | None = None
     """LLM endpoints: the most output tokens per second one replica serves with no latency
     target (every request queued at once), whether or not the SLO can be met."""

@@ -290,6 +290,8 @@ def status_plan(plan: Mapping[str, Any], replicas: int, target: float) -> Infere
                     "maxNumSeqs",
                     "maxModelLen",
                     "maxNumBatchedTokens",
+                    "engine",
+                    "evidence",
                     "offlineOutputTokensPerSecondPerReplica",
                     "offlineRequestsPerSecondPerReplica",
                     "ttftSloRequestsPerSecondPerReplica",

@@ -63,6 +63,11 @@ from ringmaster.engine.llm_step import (
     step_seconds,
     weights_read_seconds,
 )
+from ringmaster.engine.serving_engines import (
+    DEFAULT_SERVING_ENGINE,
+    serving_engine,
+    serving_evidence,
+)
 from ringmaster.engine.transformer import Transformer
 from ringmaster.engine.units import GB, GIB
 
@@ -157,6 +162,8 @@ class LlmServingInputs:
     pipeline_parallel: int | None = None
     # 1 (default), or the tensor degree: whole experts sharded over the replica's tensor ranks
     expert_parallel: int | None = None
+    engine: str = DEFAULT_SERVING_ENGINE  # serving_engines.SERVING_ENGINES
+    engine_source: str = ""  # how the engine was chosen (spec.engine, the image, the default)
 
 
 @dataclass(frozen=True)
@@ -257,6 +264,8 @@ class LlmServingPrediction:
     expert_parallel: int = 1
     hosts_per_replica: int = 1
     layout: str = ""  # the layout in words and why it was chosen
+    engine: str = DEFAULT_SERVING_ENGINE
+    evidence: str = ""  # what the step's constants rest on (serving_engines.serving_evidence)
     # Mixture of experts: the routed experts a decode step at the chosen batch reads per MoE
     # layer (uniform routing; 0 for a dense model).
     experts_read_per_step: float = 0.0
@@ -592,6 +601,7 @@ def _predict_layout(
     peak = acc.peak(compute) if usable else acc.peak("bf16")
     weights_per_acc = model.parameters * w / accelerators
     kv_total = model.kv_cache_bytes_per_token(kv)
+    profile = serving_engine(inputs.engine)
     terms = serving_terms(
         model,
         acc,
@@ -601,6 +611,7 @@ def _predict_layout(
         kv,
         in_mean,
         out_mean,
+        kv_memory_fraction=profile.kv_memory_fraction(acc.memory_bytes, weights_per_acc),
         compute_precision=compute if usable else "bf16",
         span=span if (pp > 1 or layout.tensor_hosts > 1) else None,
         expert_parallel=ep,
@@ -637,6 +648,11 @@ def _predict_layout(
         max_replicas=bound_replicas,
         price_per_replica_hour_usd=price,
         expert_parallel=ep,
+        engine=profile.name,
+        evidence=(
+            f"engine {profile.name} ({inputs.engine_source or 'given'}); "
+            + serving_evidence(profile, acc.name)
+        ),
     )
     if reason is not None:  # nothing runs: no throughput to speak of
         replicas = inputs.replicas if inputs.replicas is not None else inputs.min_replicas

@@ -47,6 +47,9 @@ NODE_RANK_ENV = "RINGMASTER_NODE_RANK"  # this pod's index in its group (the lea
 MAX_NUM_SEQS_ENV = "RINGMASTER_MAX_NUM_SEQS"
 MAX_MODEL_LEN_ENV = "RINGMASTER_MAX_MODEL_LEN"
 MAX_NUM_BATCHED_TOKENS_ENV = "RINGMASTER_MAX_NUM_BATCHED_TOKENS"
+# The serving engine the plan was made for (spec.engine, or inferred): a launcher picks its flags
+# by it (README, "Serving engines").
+SERVING_ENGINE_ENV = "RINGMASTER_SERVING_ENGINE"
 # LeaderWorkerSet (sigs.k8s.io/lws, api/leaderworkerset/v1): a replica across hosts is one group
 # of `size` pods, pod 0 its leader; the variables its pod webhook injects into every container;
 # the label of a pod's index in its group.
@@ -132,6 +135,7 @@ def serving_env(plan: Mapping[str, Any]) -> dict[str, str]:
         **group,
         MAX_NUM_SEQS_ENV: str(plan["maxNumSeqs"]),
         MAX_MODEL_LEN_ENV: str(plan["maxModelLen"]),
+        **({SERVING_ENGINE_ENV: str(plan["engine"])} if plan.get("engine") else {}),
         **(
             {MAX_NUM_BATCHED_TOKENS_ENV: str(plan["maxNumBatchedTokens"])}
             if plan.get("maxNumBatchedTokens")

@@ -14,6 +14,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from ringmaster.api import TrainingPlan
+from ringmaster.api.inferenceendpoint import DEFAULT_MAX_BATCH_SIZE
+
 from ringmaster.engine.hardware import (
     DEFAULT_CATALOG,
     Catalog,
@@ -29,6 +31,7 @@ from ringmaster.engine.llm_serving import (
     LlmServingPrediction,
     predict_llm_serving,
 )
+from ringmaster.engine.serving_engines import infer_serving_engine
 from ringmaster.engine.training import (
     DEFAULT_REDUCER_MACHINE,
     REDUCTION_SERVER,
@@ -98,8 +101,9 @@ class _InferenceSpec(Protocol):
     kv_cache_precision: Any
     tokens: Any
     slo: Any
-    max_batch_size: int
+    max_batch_size: int | None
     replicas: int | None
+
     min_replicas: int
     max_replicas: int
 
@@ -488,6 +492,8 @@ class LlmInferenceReport:
             "maxNumSeqs": p.max_num_seqs,
             "maxNumBatchedTokens": p.max_num_batched_tokens,
             "maxModelLen": p.max_model_len,
+            "engine": p.engine,
+            "evidence": p.evidence[:1024],
             "machineType": p.machine_type,
             "notes": list(p.notes),
             # The offline maximum (no latency target), always; the rates at which each p99
@@ -560,7 +566,21 @@ def llm_serving_inputs(spec: _InferenceSpec) -> LlmServingInputs:
         tensor_parallel=parallelism.tensor if parallelism else None,
         pipeline_parallel=parallelism.pipeline if parallelism else None,
         expert_parallel=parallelism.expert if parallelism else None,
+        max_batch_size=spec.max_batch_size,
+        static_batching=getattr(spec, "batching", None) == "Static",
+
+        **_serving_engine_inputs(spec),
     )
+
+
+def _serving_engine_inputs(spec: _InferenceSpec) -> dict[str, str]:
+    """The engine an LLM endpoint runs (spec.engine, else the image's hint, else the default)."""
+    given = getattr(spec, "engine", None)
+    if given is not None:
+        return {"engine": str(given), "engine_source": "spec.engine"}
+    template = getattr(spec, "template", None)
+    name, why = infer_serving_engine(getattr(template, "image", None))
+    return {"engine": name, "engine_source": why}
 
 
 def inference_inputs(spec: _InferenceSpec) -> InferenceInputs:
@@ -572,8 +592,9 @@ def inference_inputs(spec: _InferenceSpec) -> InferenceInputs:
         precision=str(spec.precision),
         target_requests_per_second=float(spec.slo.target_requests_per_second),
         latency_p99_seconds=float(spec.slo.latency_p99_milliseconds) / 1e3,
-        max_batch_size=spec.max_batch_size,
+        max_batch_size=spec.max_batch_size or DEFAULT_MAX_BATCH_SIZE,
         replicas=spec.replicas,
+
         min_replicas=spec.min_replicas,
         max_replicas=spec.max_replicas,
         machine_type=getattr(spec, "machine_type", None),
