@@ -5,6 +5,10 @@
         [--accelerators-per-host G] [--nic-gbps X] [--min-bytes 8] [--max-bytes 8G]
         [--env NCCL_ALGO=ring] [-o table|json] [--compare LOG]
 
+``--env NAME=VALUE`` takes a pod's NCCL variables: NCCL_ALGO, NCCL_PROTO and NCCL_NVLS_ENABLE
+change the prediction; every other NCCL_* variable is listed as having no effect on performance
+or as ignored by the engine (engine.nccl_settings), never dropped silently.
+
 Sizes double from ``--min-bytes`` to ``--max-bytes`` and take nccl-tests' binary suffixes (K, M,
 G: 1024, 1024^2, 1024^3). For ``all-to-all`` (``alltoall_perf``: mixture-of-experts dispatch and
 combine) the size is each rank's buffer, 1/N of it bound for each rank. Per size: time (us),
@@ -27,13 +31,14 @@ import json
 import re
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ringmaster.engine import collectives as C
+from ringmaster.engine import nccl_settings
 from ringmaster.engine.hardware import (
     Accelerator,
     Catalog,
@@ -94,6 +99,7 @@ class Setup:
     per_host: int
     env: dict[str, str]
     topology: tuple[int, int, int] | None = None
+    settings: nccl_settings.NcclSettings = field(default_factory=nccl_settings.NcclSettings)
 
     @property
     def ranks(self) -> int:
@@ -165,7 +171,19 @@ def resolve(args: argparse.Namespace, catalog: Catalog) -> Setup:
         topology = (parts[0], parts[1], parts[2])
         if accelerator.kind != "tpu":
             raise UsageError("--topology applies to TPU slices only")
-    return Setup(args.kind, machine, accelerator, args.hosts, per_host, env, topology)
+    try:
+        settings = nccl_settings.classify(env)
+    except ValueError as exc:
+        raise UsageError(f"--env {exc}") from None
+    return Setup(args.kind, machine, accelerator, args.hosts, per_host, env, topology, settings)
+
+
+def settings_lines(setup: Setup) -> list[str]:
+    """What the engine does with each --env NCCL variable (engine.nccl_settings)."""
+    lines = setup.settings.notes()
+    if setup.settings.ignored:
+        lines.append(nccl_settings.ignored_message(setup.settings.ignored))
+    return lines
 
 
 def predict(setup: Setup, sizes: np.ndarray) -> C.CollectiveTime:
@@ -267,7 +285,8 @@ def render(setup: Setup, table: list[dict[str, Any]]) -> str:
         for r in table
     ]
     header = ("size (B)", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "algorithm", "protocol")
-    return f"# predicted {setup.describe()}\n" + _table(header, body, {4, 5})
+    notes = "".join(f"# {line}\n" for line in settings_lines(setup))
+    return f"# predicted {setup.describe()}\n" + notes + _table(header, body, {4, 5})
 
 
 # --- nccl-tests logs ---------------------------------------------------------------------------
@@ -412,7 +431,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--env",
         action="append",
         metavar="NAME=VALUE",
-        help="NCCL environment, e.g. NCCL_ALGO=ring or NCCL_PROTO=^LL128 (repeatable)",
+        help="NCCL environment, e.g. NCCL_ALGO=ring, NCCL_PROTO=^LL128 or NCCL_NVLS_ENABLE=0 "
+        "(repeatable; other NCCL_* variables are listed as no-effect or ignored)",
     )
     parser.add_argument("--topology", help="TPU slice topology (AxB or AxBxC)")
     parser.add_argument("--compare", metavar="LOG", help="an nccl-tests *_perf text log")
@@ -465,6 +485,8 @@ def _run(args: argparse.Namespace) -> int:
         setup = resolve(args, catalog)
         sizes = sizes_between(parse_size(args.min_bytes), parse_size(args.max_bytes))
         table = rows(setup, sizes)
+        if args.output == "json" and setup.settings.ignored:  # the JSON list stays a contract
+            print(nccl_settings.ignored_message(setup.settings.ignored), file=sys.stderr)
         print(json.dumps(table, indent=2) if args.output == "json" else render(setup, table))
         return 0
     except (UsageError, CatalogError, CatalogOverrideError, UnknownHardwareError) as exc:

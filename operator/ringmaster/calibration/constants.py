@@ -11,6 +11,7 @@ from typing import Any
 from ringmaster.calibration.collectives import (
     FABRIC_POINTS,
     efa_efficiency,
+    nvls_blackwell_efficiency,
     nvls_plateau_algbw,
     nvls_tree_share,
     pipeline_fill_per_step_byte,
@@ -55,6 +56,7 @@ def derive_constants(points: Mapping[str, Any]) -> dict[str, float]:
         "NVLINK_EFFICIENCY": nvlink,
         "NIC_EFFICIENCY": nic,
         "NVLS_EFFICIENCY": nvls,
+        "NVLS_EFFICIENCY_BLACKWELL": nvls_blackwell_efficiency(fabric, fill),
         "EFA_EFFICIENCY": efa_efficiency(fabric, fill),
         "NVLS_TREE_SHARE": nvls_tree_share(fabric, points, fill),
         "TCP_SHARED_NIC_EFFICIENCY": tcp_shared_nic_efficiency(fabric, nic),

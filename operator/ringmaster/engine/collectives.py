@@ -13,7 +13,10 @@ gradients across hosts):
 
 Both return a :class:`CollectiveTime` (seconds, algorithm, protocol, busbw, bottleneck) and
 broadcast over numpy arrays of ``nbytes`` (and ``hosts``); ``env`` takes a pod's environment so
-``NCCL_ALGO`` / ``NCCL_PROTO`` restrict the choice as they restrict NCCL.
+``NCCL_ALGO`` / ``NCCL_PROTO`` restrict the choice as they restrict NCCL, ``NCCL_NVLS_ENABLE=0``
+removes NVLS and NVLSTree (engine.nccl_settings classifies every other ``NCCL_*`` variable).
+A machine type whose NVLink domain spans hosts (GB200 NVL72: ``MachineType.nvlink_domain``) runs
+each domain's hosts as one NCCL node (:func:`domain_collective`).
 
 The model of what NCCL runs (:func:`nccl_collective`) follows NCCL's own tuner
 (src/graph/tuning.cc): for every algorithm (Ring, Tree, NVLS, NVLSTree) and protocol (LL, LL128,
@@ -143,7 +146,23 @@ def parse_nccl_env(
         return set(_NCCL_ALGOS.values()), set(_NCCL_PROTOS.values())
     algos = _parse_list((env or {}).get("NCCL_ALGO"), _NCCL_ALGOS, kind, "NCCL_ALGO")
     protos = _parse_list((env or {}).get("NCCL_PROTO"), _NCCL_PROTOS, kind, "NCCL_PROTO")
+    if not nvls_enabled(env):  # NCCL_NVLS_ENABLE=0: no NVLink SHARP, in the host or across
+        algos -= {ALG_NVLS, ALG_NVLS_TREE}
     return algos, protos
+
+
+def nvls_enabled(env: Mapping[str, str] | None) -> bool:
+    """False when ``NCCL_NVLS_ENABLE`` turns NVLink SHARP off (NCCL reads it as an integer:
+    0 off; unset or 1 on where the hardware has it, 2 on too)."""
+    text = (env or {}).get("NCCL_NVLS_ENABLE", "").strip()
+    if not text:
+        return True
+    try:
+        return int(text) != 0
+    except ValueError:
+        raise ValueError(
+            f"NCCL_NVLS_ENABLE={text!r}: expected an integer (0 turns NVLS off)"
+        ) from None
 
 
 _FUNCTIONS = {ALL_REDUCE: "allreduce", ALL_GATHER: "allgather", REDUCE_SCATTER: "reducescatter"}
@@ -188,6 +207,10 @@ class GpuFabric:
     intra_link: str = "nvlink"  # "nvlink" or "pcie" (NCCL's latency row)
     nvls_bandwidth: ArrayLike = 0.0  # NVLS all-reduce algbw; 0 without NVSwitch + Hopper
     arch: str = "ampere"  # NCCL's GPU-generation row
+    # What the workers' NCCL_ALGO / NCCL_PROTO / NCCL_NVLS_ENABLE leave enabled (parse_nccl_env);
+    # None: everything. nccl_collective intersects them with its own arguments.
+    algorithms: frozenset[int] | None = None
+    protocols: frozenset[int] | None = None
 
 
 def _floor_log2(x: F64) -> F64:
@@ -296,6 +319,10 @@ def nccl_collective(
     arch = fabric.arch or "volta"
     algos = {ALG_RING, ALG_TREE, ALG_NVLS, ALG_NVLS_TREE} if algorithms is None else algorithms
     protos = {PROTO_LL, PROTO_LL128, PROTO_SIMPLE} if protocols is None else protocols
+    if fabric.algorithms is not None:
+        algos = algos & fabric.algorithms
+    if fabric.protocols is not None:
+        protos = protos & fabric.protocols
     # LL128 needs NVLink between the GPUs (tuning.cc: typeIntra <= PATH_NVB).
     if link != "nvlink":
         protos = protos - {PROTO_LL128}
@@ -782,30 +809,87 @@ def link_efficiency(intra_link: str) -> float:
     }[intra_link]
 
 
-def network_efficiency(transport: str, per_host: ArrayLike) -> F64:
+def network_efficiency(transport: str, per_host: ArrayLike, efa_generation: int = 0) -> F64:
     """Achieved fraction of a host's NIC line rate: NIC_EFFICIENCY, for kernel TCP shared by
     several GPUs the socket transport's loss on top (TCP_SHARED_NIC_EFFICIENCY), and AWS EFA's
-    own (EFA_EFFICIENCY). GPUDirect-TCPX / TCPXO keep NIC_EFFICIENCY (a published TCPXO run
-    bounds it from below; no TCPX run was found)."""
+    own by generation (efficiency.efa_efficiency). GPUDirect-TCPX / TCPXO keep NIC_EFFICIENCY
+    (a published TCPXO run bounds it from below; no TCPX run was found)."""
     g = _f(per_host)
     if transport == "tcp":
         return where(g > 1, E.NIC_EFFICIENCY * E.TCP_SHARED_NIC_EFFICIENCY, E.NIC_EFFICIENCY)
     if transport == "efa":
-        return np.full(g.shape, E.EFA_EFFICIENCY)
+        return np.full(g.shape, E.efa_efficiency(efa_generation))
     return np.full(g.shape, E.NIC_EFFICIENCY)
+
+
+def nvls_bandwidth(accelerator: Accelerator) -> float:
+    """NVLS's achieved all-reduce algbw (bytes/s) on ``accelerator``'s NVSwitch: its NVLink line
+    rate times the generation's NVLS efficiency; 0 without NVSwitch + Hopper or later."""
+    if not (accelerator.nvswitch and accelerator.nccl_arch in ("hopper", "blackwell")):
+        return 0.0
+    return accelerator.intra_bandwidth * E.nvls_efficiency(accelerator.nccl_arch)
 
 
 def gpu_fabric(
     accelerator: Accelerator, machine: MachineType, per_host: ArrayLike = 8
 ) -> GpuFabric:
     """The achieved bandwidths NCCL gets on ``machine`` with ``per_host`` GPUs in use."""
-    nvls = accelerator.nvswitch and accelerator.nccl_arch in ("hopper", "blackwell")
+    efficiency = network_efficiency(machine.transport, per_host, machine.efa_generation)
     return GpuFabric(
         intra_bandwidth=accelerator.intra_bandwidth * link_efficiency(accelerator.intra_link),
-        net_bandwidth=machine.nic_bandwidth * network_efficiency(machine.transport, per_host),
+        net_bandwidth=machine.nic_bandwidth * efficiency,
         intra_link=accelerator.intra_link,
-        nvls_bandwidth=accelerator.intra_bandwidth * E.NVLS_EFFICIENCY if nvls else 0.0,
+        nvls_bandwidth=nvls_bandwidth(accelerator),
         arch=accelerator.nccl_arch or "volta",
+    )
+
+
+# --- NVLink domains larger than a host (GB200 / GB300 NVL72, NVL36) -------------------------------
+
+
+def hosts_per_domain(machine: MachineType, hosts: ArrayLike) -> F64:
+    """Hosts of a job that share one NVLink domain: the most hosts, at most the domain's, that
+    divide ``hosts`` evenly (a job is placed on as few domains as it fills, in equal groups:
+    18 x 4-GPU hosts of an NVL72 rack are one domain, 36 are two, 20 are two of 10); 1 where the
+    domain is the host. NCCL's multi-node NVLink treats each such group as one node: NVLink
+    (NVLS) inside it, the hosts' NICs together between groups."""
+    n = _f(hosts)
+    per_host = max(machine.accelerator_count, 1)
+    most = machine.nvlink_domain // per_host if machine.nvlink_domain > per_host else 1
+    k = np.ones(n.shape)
+    for size in range(most, 1, -1):
+        k = np.where((k == 1.0) & (np.mod(n, size) == 0), float(size), k)
+    return k
+
+
+def domain_collective(
+    kind: str,
+    nbytes: ArrayLike,
+    hosts: ArrayLike,
+    per_host: int,
+    machine: MachineType,
+    accelerator: Accelerator,
+    algos: set[int] | None = None,
+    protos: set[int] | None = None,
+) -> CollectiveTime:
+    """``kind`` over ``hosts`` hosts whose NVLink domain spans several of them: groups of
+    :func:`hosts_per_domain` hosts run as one NCCL node of their GPUs together (NVLS or NVLink
+    ring inside, at NVLink rate even across hosts), their NICs together between groups (Ring /
+    Tree / NVLSTree over the fabric)."""
+    k = hosts_per_domain(machine, hosts)
+    fabric = gpu_fabric(accelerator, machine, per_host)
+    grouped = GpuFabric(
+        intra_bandwidth=fabric.intra_bandwidth,
+        net_bandwidth=_f(fabric.net_bandwidth) * k,
+        intra_link=fabric.intra_link,
+        nvls_bandwidth=fabric.nvls_bandwidth,
+        arch=fabric.arch,
+    )
+    groups, per_group = _f(hosts) / k, per_host * k
+    if kind == ALL_TO_ALL:
+        return nccl_all_to_all(nbytes, groups, per_group, grouped)
+    return nccl_collective(
+        kind, nbytes, groups, per_group, grouped, algorithms=algos, protocols=protos
     )
 
 
@@ -836,12 +920,11 @@ def intra_host_collective(
             return ici_all_to_all(nbytes, axes, wrapped, link, E.ICI_HOP_LATENCY)
         return ici_collective(kind, nbytes, axes, wrapped, link, E.ICI_HOP_LATENCY)
     bus_factor(kind, ranks)  # validates kind
-    nvls = accelerator.nvswitch and accelerator.nccl_arch in ("hopper", "blackwell")
     fabric = GpuFabric(
         intra_bandwidth=accelerator.intra_bandwidth * link_efficiency(accelerator.intra_link),
         net_bandwidth=np.inf,
         intra_link=accelerator.intra_link,
-        nvls_bandwidth=accelerator.intra_bandwidth * E.NVLS_EFFICIENCY if nvls else 0.0,
+        nvls_bandwidth=nvls_bandwidth(accelerator),
         arch=accelerator.nccl_arch or "volta",
     )
     if kind == ALL_TO_ALL:
@@ -878,6 +961,10 @@ def inter_host_collective(
         slices = hosts_f * per_host / chips
         dcn = machine.nic_bandwidth * E.NIC_EFFICIENCY
         return multislice_allreduce(nbytes, slices, inside, chips, per_host, dcn)
+    if machine.nvlink_domain > per_host:  # an NVLink domain of several hosts (NVL72)
+        bus_factor(kind, per_host)  # validates kind
+        algos, protos = parse_nccl_env(env, kind)
+        return domain_collective(kind, nbytes, hosts, per_host, machine, accelerator, algos, protos)
     fabric = gpu_fabric(accelerator, machine, per_host)
     if kind == ALL_TO_ALL:
         return nccl_all_to_all(nbytes, hosts, per_host, fabric)

@@ -39,6 +39,14 @@ ICI_EFFICIENCY = NVLINK_EFFICIENCY
 # (tuning.cc nvlsEfficiency) says 0.85 of its per-channel estimate for Hopper.
 NVLS_EFFICIENCY = 0.6188  # = 4 GiB / (4 GiB x 1.75 / 480 GB/s - fill) / 450
 
+# NVLS on Blackwell (NVLink 5, 900 GB/s per direction): the NVSwitch trays of a GB200 NVL72 rack
+# reduce for all 72 GPUs of the domain (multi-node NVLink). Fitted on one full-rack run: 72 x
+# GB200, busbw 839.16 GB/s = algbw 425.49 at 4 GiB (coreweave/nccl-tests pull request 43, the
+# NVL72 Slurm example's output, 2025-02), less NVLS's pipeline fill (0.23 ms of 10.1 ms) ->
+# 0.4783 of the 900 GB/s line rate. Hopper's fraction (0.62) would put it 29 % high. Checked on
+# 8 x B200 (one HGX host, "830+" GB/s busbw, nccl issue 1807), calibration.collectives.
+NVLS_EFFICIENCY_BLACKWELL = 0.4783  # = 4 GiB / (4 GiB x 142/72 / 839.16 GB/s - fill) / 900
+
 # NVLSTree (several NVSwitch hosts): NVLS reduces inside each host while a tree crosses the
 # network, and the in-host phases do not reach what one host's NVLS reaches alone (NCCL gives
 # the network's proxies and the tree's channels part of the NVLS channels: tuning.cc
@@ -50,12 +58,32 @@ NVLS_EFFICIENCY = 0.6188  # = 4 GiB / (4 GiB x 1.75 / 480 GB/s - fill) / 450
 NVLS_TREE_SHARE = 0.8288  # = (430 / 1.875 less fill) / (480 / 1.75 less fill)
 
 # AWS Elastic Fabric Adapter: achieved fraction of the EFAs' line rate for NCCL through the
-# aws-ofi-nccl plugin (SRD over libfabric, GPUDirect). Fitted on the NIC-bound ring runs of
-# 3 and 4 p4d.24xlarge (4 x 100 Gbps EFA = 50 GB/s): busbw 31.77 and 29.61 GB/s at 1 GiB
-# (nccl issue 527, NCCL 2.9.9), each less the ring's pipeline fill (0.94 ms of 65-66 ms):
-# 0.645, 0.600 -> 0.622. Checked on the two-host runs of the same issue and of
-# aws-samples/awsome-distributed-training (calibration.collectives).
-EFA_EFFICIENCY = 0.6225  # = mean(31.77, 29.61 without fill) / 50
+# aws-ofi-nccl plugin (SRD over libfabric, GPUDirect), by EFA generation (MachineType
+# .efa_generation). Generation 1 (p4d / p4de) is fitted on today's software: the two-host run of
+# 2 x p4de.24xlarge (4 x 100 Gbps EFA = 50 GB/s), aws-ofi-nccl 1.8.1 and NCCL 2.20.3
+# (aws-samples/awsome-distributed-training micro-benchmarks/nccl-tests/README.md, commit
+# 88c2e71b, 2024-04-19): NCCL's Tree on two hosts carries M over each host's EFAs, busbw 76.79
+# and 78.33 GB/s at 1 and 2 GiB = algbw 40.95 and 41.78, less the tree's pipeline fill, over
+# 50 GB/s x NCCL_TREE_FRACTION -> 0.924. The 2021 software (NCCL 2.9.9, nccl issue 527) reached
+# 0.62 on the same EFAs: those rows are kept, out of reach (calibration.collectives).
+EFA_EFFICIENCY = 0.9241  # = mean(40.95, 41.78 GB/s algbw without fill) / (50 GB/s x 0.92)
+# Later generations (p5 EFA v2, p5en v3, p6 v4): no NIC-bound published run was found (the
+# 2 x p5 run is bound by NVLSTree's in-host phases, so it bounds the fraction from below at
+# 0.65): assumed the generation-1 fraction under the same software, checked on 2 x p5.
+EFA_EFFICIENCY_BY_GENERATION: dict[int, float] = {1: EFA_EFFICIENCY}
+
+
+def efa_efficiency(generation: int) -> float:
+    """EFA's achieved fraction of line rate for ``generation`` (EFA_EFFICIENCY where the
+    generation has no fit of its own)."""
+    return EFA_EFFICIENCY_BY_GENERATION.get(generation, EFA_EFFICIENCY)
+
+
+def nvls_efficiency(arch: str) -> float:
+    """NVLS's achieved fraction of the NVLink line rate by NCCL GPU generation: Blackwell's
+    fitted on an NVL72 rack, Hopper's on an HGX H100 host."""
+    return NVLS_EFFICIENCY_BLACKWELL if arch == "blackwell" else NVLS_EFFICIENCY
+
 
 # What kernel TCP loses when several GPUs share one gVNIC: NCCL's socket transport bounces every
 # byte through host memory with a few CPU threads and flows (NCCL_SOCKET_NTHREADS x

@@ -39,13 +39,29 @@ Sources used below, abbreviated:
             price cut): p4d.24xlarge 32.7726, p4de.24xlarge 40.9657, p5.48xlarge 98.32 USD/h;
             check the current price list and override them through the catalog.
   [SMI]     The device memory nvidia-smi reports (``memory.total``): H100 80GB HBM3 81559 MiB,
-            H200 143771 MiB, B200 183359 MiB, A100-SXM4 80GB 81920 MiB, A100-SXM4 40GB 40960
-            MiB (nvidia-smi tables quoted in public repositories' setup notes and logs, 2024-26).
+            H200 143771 MiB, B200 183359 MiB, GB200 189471 MiB, A100-SXM4 80GB 81920 MiB,
+            A100-SXM4 40GB 40960 MiB (nvidia-smi tables quoted in public repositories' setup
+            notes and logs, 2024-26).
             A datasheet's "80 GB" is 80 GiB of HBM stacks less what the driver keeps, not
             80 x 10^9 bytes: read as decimal, an H100 holds 74.5 GiB and the engine refused
             layouts that ran (issue 36). Parts without such a figure keep the datasheet's GB.
   [NCCL]    NVIDIA/nccl src/graph/tuning.cc (commit 5067397, 2026): NVLS needs Hopper or newer
             on an NVSwitch host; the LL/LL128 tables are indexed by GPU generation.
+  [GB200-NVL72] NVIDIA GB200 NVL72 product page and datasheet (2024-25): per rack of 72 GPUs
+            FP4 1,440 / FP8 720 / FP16-BF16 360 / TF32 180 PFLOPS with sparsity (dense = half),
+            up to 13.4 TB HBM3e (186 GB per GPU) at 576 TB/s (8 TB/s per GPU), NVLink 130 TB/s
+            (1.8 TB/s per GPU, 900 GB/s per direction); 18 compute trays of 4 GPUs, one NVLink
+            domain. The NVLink Switch system reaches 576 GPUs in one domain (NVIDIA NVLink page).
+  [BW-BRIEF] NVIDIA Blackwell architecture technical brief (2024), GB200 column (1,200 W), dense:
+            FP32 90, TF32 1,250, FP16/BF16 2,500, FP8/INT8 5,000, FP4 10,000 TFLOPS (tabulated
+            at glennklockwood.com/garden/processors/B200).
+  [GCE-A4X] Compute Engine "Networking and GPU machines" page (2025): A4X (GB200) machine types
+            have 4 x ConnectX-7 NICs, 1,600 Gbps for GPU-to-GPU traffic (GPUDirect RDMA over
+            RoCE), plus 2 Titanium NICs; a4x-highgpu-4g: 4 GPUs, 140 vCPUs, in NVL72 racks of
+            18 VMs. No on-demand list price is published (reservations only): the catalog price is
+            assumed (see the machine's comment).
+  [EFA-GEN] AWS EFA generations (EC2 "Elastic Fabric Adapter" page, 2024-25): p4d / p4de EFA v1,
+            p5 EFA v2, p5en EFA v3, p6-b200 EFA v4.
 """
 
 from __future__ import annotations
@@ -171,11 +187,21 @@ class MachineType:
     source: str = ""
     nics: int = 1  # NICs that carry GPU traffic; nic_bandwidth is their sum
     transport: Transport = "tcp"
+    # GPUs in one NVLink domain when it spans several hosts (a GB200 NVL72 rack: 72, hosts of 4,
+    # NCCL's multi-node NVLink); 0: the domain is the host (its accelerator_count).
+    nvlink_domain: int = 0
+    # AWS EFA's generation (1: p4d / p4de, 2: p5, 3: p5en, 4: p6) [EFA-GEN]; 0 where not EFA.
+    efa_generation: int = 0
 
     @property
     def nic_gbps(self) -> float:
         """Line rate of one NIC, Gbps."""
         return self.nic_bandwidth * 8.0 / 1e9 / max(self.nics, 1)
+
+    @property
+    def domain_accelerators(self) -> int:
+        """GPUs that reach each other over NVLink: the NVLink domain, or else the host."""
+        return self.nvlink_domain or self.accelerator_count
 
 
 @dataclass(frozen=True)
@@ -236,6 +262,7 @@ def _machine(
     count: int = 0,
     nics: int = 1,
     transport: Transport = "tcp",
+    **extra: Any,
 ) -> MachineType:
     return MachineType(
         name=name,
@@ -247,6 +274,7 @@ def _machine(
         source=source,
         nics=nics,
         transport=transport,
+        **extra,
     )
 
 
@@ -334,6 +362,30 @@ _ACCELERATORS: tuple[Accelerator, ...] = (
         nvswitch=True,
         nccl_arch="blackwell",
         device_mib=183359,  # [SMI]
+    ),
+    _acc(
+        "nvidia-gb200",
+        "gpu",
+        # [BW-BRIEF] GB200 column, dense (= [GB200-NVL72]'s rack figures with sparsity / 72 / 2:
+        # BF16 360 PF -> 2.5 PF per GPU, FP8 720 -> 5, FP4 1,440 -> 10, TF32 180 -> 1.25).
+        {
+            "fp32": 90,
+            "tf32": 1250,
+            "fp16": 2500,
+            "bf16": 2500,
+            "fp8": 5000,
+            "int8": 5000,
+            "fp4": 10000,
+        },
+        186,  # [GB200-NVL72] 13.4 TB / 72 (the Blackwell brief's 192 GB are the HBM stacks)
+        8000,  # [GB200-NVL72] 576 TB/s / 72
+        "nvlink",
+        900,  # [GB200-NVL72] NVLink5 1.8 TB/s bidirectional = 900 GB/s per direction
+        None,  # bundled in a4x-highgpu-4g
+        "[GB200-NVL72] 2025, [BW-BRIEF] 2024",
+        nvswitch=True,  # NVLink Switch trays: NVLS across the whole rack (multi-node NVLink)
+        nccl_arch="blackwell",
+        device_mib=189471,  # [SMI] "NVIDIA GB200, 189471 MiB" (nvidia-smi on GB200 trays, 2025)
     ),
     _acc(
         "nvidia-tesla-v100",
@@ -504,16 +556,59 @@ _MACHINES: tuple[MachineType, ...] = (
         "a3-ultragpu-8g", 224, 3200, 84.8, _A3, "nvidia-h200-141gb", 8, nics=8, transport="rdma"
     ),
     _machine("a4-highgpu-8g", 224, 3200, 120.0, _A3, "nvidia-b200", 8, nics=8, transport="rdma"),
+    # [GCE-A4X]: a GB200 NVL72 rack is 18 of these VMs (4 GPUs each) in one 72-GPU NVLink domain;
+    # 4 x 400 Gbps ConnectX-7 (RoCE) per VM between racks. Price: none published on demand;
+    # assumed half of a4-highgpu-8g's (the same B200 silicon per GPU): override it through the
+    # catalog with the price you pay.
+    _machine(
+        "a4x-highgpu-4g",
+        140,
+        1600,
+        120.0 / 2,
+        "[GCE-A4X] 2025; price assumed (a4-highgpu-8g's per GPU)",
+        "nvidia-gb200",
+        4,
+        nics=4,
+        transport="rdma",
+        nvlink_domain=72,
+    ),
     # AWS hosts ([EC2-ACC], [EC2-PRICE]); GPU traffic over EFA. Not GKE defaults: a job names
     # them with spec.machineType.
     _machine(
-        "p4d.24xlarge", 96, 400, 32.7726, _EC2, "nvidia-tesla-a100", 8, nics=4, transport="efa"
+        "p4d.24xlarge",
+        96,
+        400,
+        32.7726,
+        _EC2,
+        "nvidia-tesla-a100",
+        8,
+        nics=4,
+        transport="efa",
+        efa_generation=1,
     ),
     _machine(
-        "p4de.24xlarge", 96, 400, 40.9657, _EC2, "nvidia-a100-80gb", 8, nics=4, transport="efa"
+        "p4de.24xlarge",
+        96,
+        400,
+        40.9657,
+        _EC2,
+        "nvidia-a100-80gb",
+        8,
+        nics=4,
+        transport="efa",
+        efa_generation=1,
     ),
     _machine(
-        "p5.48xlarge", 192, 3200, 98.32, _EC2, "nvidia-h100-80gb", 8, nics=32, transport="efa"
+        "p5.48xlarge",
+        192,
+        3200,
+        98.32,
+        _EC2,
+        "nvidia-h100-80gb",
+        8,
+        nics=32,
+        transport="efa",
+        efa_generation=2,
     ),
     # N1 reducer hosts: [points] n1-highcpu-16 32 Gbps (Vertex AI Reduction Server notebook).
     _machine("n1-highcpu-16", 16, 32, 0.566789, _N1),  # 16 vCPU, 14.4 GB
@@ -571,6 +666,7 @@ _DEFAULT_MACHINES: dict[str, dict[int, str]] = {
     },
     "nvidia-h200-141gb": {8: "a3-ultragpu-8g"},
     "nvidia-b200": {8: "a4-highgpu-8g"},
+    "nvidia-gb200": {4: "a4x-highgpu-4g"},
     # Attached GPUs: 8 vCPUs per GPU, the usual GKE sizing for data loading.
     "nvidia-tesla-v100": {
         1: "n1-standard-8",

@@ -53,7 +53,6 @@ from ringmaster.engine.efficiency import (
     NIC_EFFICIENCY,
     NVLINK_EFFICIENCY,
     NVLINK_HOP_LATENCY,
-    NVLS_EFFICIENCY,
     PCIE_EFFICIENCY,
     PCIE_HOP_LATENCY,
     RING_PREFERENCE_TOLERANCE,
@@ -207,6 +206,11 @@ class LayoutHardware:
     step_fit_source: str = ""
     attention_derate: float = 1.0
     host_seconds_per_kernel: float = HOST_SECONDS_PER_KERNEL
+    # --- issue 41 part 4 (network): what the workers' NCCL_ALGO / NCCL_PROTO /
+    # NCCL_NVLS_ENABLE leave NCCL (collectives.parse_nccl_env; None: everything), passed to
+    # every collective through _fabric. planning.layouts sets them from the pod's env.
+    nccl_algorithms: frozenset[int] | None = None
+    nccl_protocols: frozenset[int] | None = None
 
     @property
     def accelerators(self) -> int:
@@ -250,7 +254,6 @@ def layout_hardware(
     peak = acc.peak(precision)
     half = acc.peak("bf16") if precision == "fp8" else peak
     attention_peak = peak if fp8_recipe == "AllMatmuls" else half
-    nvls = acc.nvswitch and acc.nccl_arch in ("hopper", "blackwell")
     ceilings = ceilings_for(acc)
     fw = (
         framework
@@ -279,7 +282,10 @@ def layout_hardware(
         intra_hop_latency=LINK_HOP_LATENCY[acc.intra_link],
         # The transport's achieved rate: kernel TCP shared by the host's GPUs loses more.
         nic_bandwidth=host.nic_bandwidth
-        * float(C.network_efficiency(host.machine.transport, host.count)),
+        # issue 41 part 4: EFA's efficiency by generation
+        * float(
+            C.network_efficiency(host.machine.transport, host.count, host.machine.efa_generation)
+        ),
         host_price=host.price_per_hour,
         ceilings=ceilings,
         framework=fw,
@@ -300,7 +306,7 @@ def layout_hardware(
         machine_type=host.machine.name,
         memory_bandwidth=acc.memory_bandwidth * MEMORY_EFFICIENCY,
         intra_link=acc.intra_link,
-        nvls_bandwidth=acc.intra_bandwidth * NVLS_EFFICIENCY if nvls else 0.0,
+        nvls_bandwidth=C.nvls_bandwidth(acc),  # issue 41 part 4: NVLS efficiency by generation
         nccl_arch=acc.nccl_arch or "volta",
         compute_precision=precision,
     )
@@ -460,6 +466,8 @@ def _fabric(hw: LayoutHardware, net_bandwidth: ArrayLike) -> C.GpuFabric:
         intra_link=hw.intra_link,
         nvls_bandwidth=hw.nvls_bandwidth,
         arch=hw.nccl_arch,
+        algorithms=hw.nccl_algorithms,  # issue 41 part 4: the pod's NCCL_* restrictions
+        protocols=hw.nccl_protocols,
     )
 
 

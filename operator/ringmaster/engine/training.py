@@ -23,6 +23,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ringmaster.engine import collectives as C
+from ringmaster.engine import nccl_settings
 from ringmaster.engine.arrays import as_f64 as _f
 from ringmaster.engine.arrays import blocked, joint_shape, where
 from ringmaster.engine.efficiency import (
@@ -628,11 +629,16 @@ def predict_training(
             f"NCCL's sockets reach about {float(C.network_efficiency('tcp', 8)):.0%} of its "
             "line rate"
         )
-    if env.get("NCCL_ALGO") or env.get("NCCL_PROTO"):
-        notes.append(
-            "NCCL restricted by the workers' env: "
-            + ", ".join(f"{k}={env[k]}" for k in ("NCCL_ALGO", "NCCL_PROTO") if env.get(k))
-        )
+    notes += nccl_settings.classify(env).notes()
+    # An NVLink domain of several hosts (GB200 NVL72): its hosts run as one NCCL node.
+    group = 1
+    if host.machine.nvlink_domain > inputs.per_worker:
+        group = int(C.hosts_per_domain(host.machine, inputs.workers))
+        if group > 1:
+            notes.append(
+                f"{group} hosts share one NVLink domain ({host.machine.nvlink_domain} GPUs): "
+                "NVLink between them, their NICs together to other domains"
+            )
     reducer = catalog.machine(inputs.reducer_machine_type)
     share = inputs.reducer_share
     rule = int(
@@ -645,14 +651,14 @@ def predict_training(
         reducer.nic_bandwidth * NIC_EFFICIENCY, reducer.vcpus, inputs.gradient_dtype.lower(), share
     )
     ring, rs = gpu_training(
-        hosts=inputs.workers,
-        per_host=inputs.per_worker,
+        hosts=inputs.workers // group,
+        per_host=inputs.per_worker * group,
         gradient_bytes=m,
         compute_seconds=compute,
         batch_per_accelerator=batch,
-        nic_bandwidth=fabric.net_bandwidth,
+        nic_bandwidth=_f(fabric.net_bandwidth) * group,
         intra_bandwidth=fabric.intra_bandwidth,
-        host_price=host.price_per_hour,
+        host_price=host.price_per_hour * group,
         reducers=k,
         reducer_bandwidth=rate,
         # A job pays for the part of a shared pool it uses: the jobs that share it pay the rest.

@@ -64,6 +64,14 @@ HOW_TO_ADD = (
 )
 
 
+# The most accelerators one host's own NVLink / NVSwitch joins: 16 (a2-megagpu-16g, HGX-2). A
+# machine type with more must say which NVLink domain its GPUs share (nvlinkDomain).
+MAX_HOST_ACCELERATORS = 16
+# The largest NVLink domain NVIDIA's NVLink Switch system builds: 576 GPUs (NVLink 5, NVIDIA's
+# NVLink and NVLink Switch page, 2024).
+MAX_NVLINK_DOMAIN = 576
+
+
 class CatalogError(ValueError):
     """A catalog document that cannot be applied; the message names the entry and field."""
 
@@ -118,7 +126,18 @@ class MachineTypeEntry(_Entry):
     accelerator: str | None = None
     """The accelerator the machine carries (A2, A3, A4, G2, TPU hosts); none for N1 with
     attached GPUs."""
-    accelerator_count: int | None = Field(default=None, alias="acceleratorCount", ge=1, le=16)
+    accelerator_count: int | None = Field(
+        default=None, alias="acceleratorCount", ge=1, le=MAX_NVLINK_DOMAIN
+    )
+    """Accelerators of one host (node): at most MAX_HOST_ACCELERATORS where the NVLink domain
+    is the host, at most ``nvlinkDomain`` (and a divisor of it) where it spans hosts."""
+    nvlink_domain: int | None = Field(
+        default=None, alias="nvlinkDomain", ge=2, le=MAX_NVLINK_DOMAIN
+    )
+    """GPUs in one NVLink domain when it spans several hosts (a GB200 NVL72 rack of 4-GPU
+    trays: 72); left out, the domain is the host."""
+    efa_generation: int | None = Field(default=None, alias="efaGeneration", ge=1, le=4)
+    """AWS EFA's generation (1: p4d / p4de, 2: p5, 3: p5en, 4: p6), for ``transport: efa``."""
     source: str | None = None
 
 
@@ -254,6 +273,7 @@ def apply_catalog(base: Catalog, doc: CatalogFile, *, where: str = "catalog") ->
             )
         if machine.accelerator is not None and machine.accelerator_count < 1:
             raise CatalogError(f"{at}: a machine with an accelerator needs acceleratorCount")
+        _check_domain(at, machine)
     defaults = {k: dict(v) for k, v in base.default_machines.items()}
     for acc_name in doc.accelerators:
         if acc_name not in base.accelerators and acc_name not in doc.default_machines:
@@ -263,6 +283,25 @@ def apply_catalog(base: Catalog, doc: CatalogFile, *, where: str = "catalog") ->
             _check_shape(where, acc_name, count, machine_name, accelerators, machines)
             defaults.setdefault(acc_name, {})[count] = machine_name
     return Catalog(accelerators, machines, defaults)
+
+
+def _check_domain(at: str, machine: MachineType) -> None:
+    """The acceleratorCount limit follows from the NVLink domain: a host's own NVLink joins at
+    most MAX_HOST_ACCELERATORS; a domain larger than a host holds whole hosts."""
+    count, domain = machine.accelerator_count, machine.nvlink_domain
+    if domain:
+        if count < 1 or domain % count:
+            raise CatalogError(
+                f"{at}.nvlinkDomain: {domain} GPUs is no whole number of hosts of "
+                f"acceleratorCount {count}"
+            )
+    elif count > MAX_HOST_ACCELERATORS:
+        raise CatalogError(
+            f"{at}.acceleratorCount: {count} accelerators on one host is more than one host's "
+            f"NVLink joins ({MAX_HOST_ACCELERATORS}); a host that is part of a larger NVLink "
+            "domain says so with nvlinkDomain (a GB200 NVL72 tray: acceleratorCount 4, "
+            "nvlinkDomain 72)"
+        )
 
 
 def _carried_shapes(at: str, accelerator: str, doc: CatalogFile) -> dict[int, str]:

@@ -10,12 +10,14 @@ to status.plan's fields.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from ringmaster.engine import collectives as C
 from ringmaster.engine import llm_training as L
+from ringmaster.engine import nccl_settings
 from ringmaster.engine.frameworks import Framework, framework, infer_framework
 from ringmaster.engine.hardware import Catalog
 from ringmaster.engine.llm_layout_names import RECOMPUTES, SHARDINGS
@@ -247,6 +249,7 @@ def plan_layout(
         dcn_bandwidth=dcn_bandwidth(host) if acc.kind == "tpu" else 0.0,
         framework=profile,
     )
+    hw, network_notes = network_hardware(hw, host.machine, inputs.nccl_env)
     try:
         search = search_layouts(request, hw)
     except NoLayoutError as exc:
@@ -270,6 +273,7 @@ def plan_layout(
     ]
     if not search.fits:
         notes.append(f"does not fit: {search.reason}")
+    notes += network_notes
     prediction = TrainingPrediction(
         chosen_strategy=chosen.strategy,
         strategies=strategies,
@@ -292,6 +296,42 @@ def plan_layout(
         evidence=evidence,
     )
     return plan, prediction
+
+
+def network_hardware(
+    hw: L.LayoutHardware, machine: Any, env: tuple[tuple[str, str], ...]
+) -> tuple[L.LayoutHardware, list[str]]:
+    """The layout hardware as NCCL will run it (issue 41, part 4), and the notes that say so:
+
+    * the workers' NCCL_ALGO / NCCL_PROTO / NCCL_NVLS_ENABLE restrict every collective of the
+      layout (engine.nccl_settings sorts the other NCCL_* variables: no effect, or ignored);
+    * an NVLink domain of several hosts (GB200 NVL72) is one NCCL node: its hosts together are
+      the layout's "host" (tensor parallelism may span it, NVLink inside, its NICs together to
+      other domains, its price the hosts' together)."""
+    settings = nccl_settings.classify(env)
+    notes = settings.notes()
+    if settings.modelled and hw.kind == "gpu":
+        algos, protos = C.parse_nccl_env(dict(settings.modelled))
+        hw = replace(hw, nccl_algorithms=frozenset(algos), nccl_protocols=frozenset(protos))
+        if not C.nvls_enabled(dict(settings.modelled)):
+            hw = replace(hw, nvls_bandwidth=0.0)
+    if hw.kind == "gpu" and machine.nvlink_domain > hw.per_host:
+        k = int(C.hosts_per_domain(machine, hw.hosts))
+        if k > 1:
+            hw = replace(
+                hw,
+                hosts=hw.hosts // k,
+                per_host=hw.per_host * k,
+                nic_bandwidth=hw.nic_bandwidth * k,
+                host_price=hw.host_price * k,
+                reducer_bandwidth=hw.reducer_bandwidth,
+            )
+            notes.append(
+                f"NVLink domain: {k} hosts of {machine.name} ({hw.per_host} GPUs) run as one "
+                f"NCCL node of its {machine.nvlink_domain}-GPU domain; tensor parallelism may "
+                "span them"
+            )
+    return hw, notes
 
 
 def training_evidence(

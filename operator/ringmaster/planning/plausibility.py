@@ -16,11 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ringmaster.api.architecture import architecture_parameters
+from ringmaster.engine import nccl_settings
 from ringmaster.engine.hardware import Catalog
 from ringmaster.planning.plans import (
     InferenceReport,
     LlmInferenceReport,
     TrainingReport,
+    _nccl_env,
     active_catalog,
 )
 
@@ -127,6 +129,14 @@ def training_warnings(
             )
         )
 
+    ignored = _ignored_nccl_settings(spec)
+    if ignored:
+        warnings.append(
+            Implausible(
+                "spec.template.env", "NcclSettingIgnored", nccl_settings.ignored_message(ignored)
+            )
+        )
+
     chosen = plan.chosen
     if chosen.step_seconds > LONGEST_PLAUSIBLE_STEP_SECONDS:
         days = chosen.step_seconds / SECONDS_PER_DAY
@@ -151,6 +161,15 @@ def training_warnings(
             )
         )
     return warnings
+
+
+def _ignored_nccl_settings(spec: Any) -> tuple[str, ...]:
+    """The workers' NCCL_* variables the engine neither models nor knows to be harmless
+    (engine.nccl_settings): the plan is NCCL's default for them, so the user is told by name."""
+    try:
+        return nccl_settings.classify(_nccl_env(spec)).ignored
+    except ValueError:  # a bad modelled value: the plan itself already refused it
+        return ()
 
 
 def inference_warnings(
