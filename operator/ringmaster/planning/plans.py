@@ -542,6 +542,7 @@ def llm_serving_inputs(spec: _InferenceSpec) -> LlmServingInputs:
     tokens = spec.tokens
     ms = 1e-3
     parallelism = getattr(spec, "parallelism", None)
+    engine, engine_source = _serving_engine(spec)
     return LlmServingInputs(
         model=transformer_of(spec.model.architecture),
         model_name=spec.model.name,
@@ -569,18 +570,18 @@ def llm_serving_inputs(spec: _InferenceSpec) -> LlmServingInputs:
         max_batch_size=spec.max_batch_size,
         static_batching=getattr(spec, "batching", None) == "Static",
 
-        **_serving_engine_inputs(spec),
+        engine=engine,
+        engine_source=engine_source,
     )
 
 
-def _serving_engine_inputs(spec: _InferenceSpec) -> dict[str, str]:
+def _serving_engine(spec: _InferenceSpec) -> tuple[str, str]:
     """The engine an LLM endpoint runs (spec.engine, else the image's hint, else the default)."""
     given = getattr(spec, "engine", None)
     if given is not None:
-        return {"engine": str(given), "engine_source": "spec.engine"}
+        return str(given), "spec.engine"
     template = getattr(spec, "template", None)
-    name, why = infer_serving_engine(getattr(template, "image", None))
-    return {"engine": name, "engine_source": why}
+    return infer_serving_engine(getattr(template, "image", None))
 
 
 def inference_inputs(spec: _InferenceSpec) -> InferenceInputs:
