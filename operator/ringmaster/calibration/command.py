@@ -38,6 +38,7 @@ from ringmaster.calibration.points import (
 )
 from ringmaster.calibration.reduction_server import reduction_server_rows
 from ringmaster.calibration.serving import serving_rows
+from ringmaster.calibration.serving_engines import render_serving_engines_section
 
 # The data-parallel and network model's own points: the checked-error goal applies to these. The
 # LLM serving rows (calibration.llm_serving, in the same table) and the LLM training section
@@ -168,6 +169,7 @@ def run(args: argparse.Namespace) -> int:
         print("\n" + llm_training.render_llm_section(load_points(path), path))
         print("\n" + render_multislice_section())
         print("\n" + render_ceilings_section())
+        print("\n" + render_serving_engines_section())
         print("\n" + evidence.render_evidence_matrix())
         print("\n" + evidence.render_leave_one_out())
     return 0 if all(r.ok for r in rows) else 1

@@ -1,0 +1,202 @@
+"""The serving model held against published runs of each serving engine (serving_engine_points).
+
+Every row is CHECKED: nothing here sets a constant (the step's constants are TensorRT-LLM's, fitted
+in calibration.llm_serving). A row is evaluated when the model can state it: fixed input and
+output lengths (``dataset: random``), a model and an accelerator the catalog has; the others
+(ShareGPT or MLPerf's OpenOrca length distributions, MoE serving with disaggregation) are listed
+with the reason they are out of reach. Two scenarios:
+
+- **offline**: every request queued at once; the batching model's offline maximum with the
+  engine's settings (the row's max-num-seqs / token budget / memory fraction where it states
+  them, else the engine's defaults; TensorRT-LLM rows with trtllm-bench's own choices);
+- **static**: a fixed batch prefilled together and decoded to its last token (vLLM's
+  benchmark_latency, TensorRT-LLM's emulated static batching): end-to-end latency = the batch's
+  prefill + (output - 1) decode steps of the whole batch.
+
+The rows say per engine and accelerator how far the model is off a run it never saw: the
+serving half of the evidence matrix (``render_serving_engines_section``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from functools import cache
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+import numpy as np
+import yaml
+
+from ringmaster.calibration import llm_serving as LC
+from ringmaster.engine import llm_batching as B
+from ringmaster.engine import llm_serving as L
+from ringmaster.engine import llm_step as S
+from ringmaster.engine.hardware import DEFAULT_CATALOG, UnknownHardwareError
+from ringmaster.engine.serving_engines import serving_engine
+from ringmaster.engine.transformer import KNOWN_TRANSFORMERS, Transformer
+
+ENGINE_POINTS = Path(__file__).resolve().parent / "serving_engine_points.yaml"
+CHECKED_TOLERANCE = 0.75  # as calibration.llm_serving's checked rows
+MODELS: dict[str, Transformer] = {
+    **LC.MODELS,
+    "llama-3.1-70b": replace(KNOWN_TRANSFORMERS["llama-3-70b"], sequence_length=131072),
+}
+ACCELERATORS = {
+    **LC.GPUS,
+    "MI300X": "amd-mi300x",
+    "MI325X": "amd-mi325x",
+}
+PRECISION = {"fp8": "FP8", "bf16": "BF16", "fp16": "FP16"}
+
+
+@cache
+def engine_points() -> list[dict[str, Any]]:
+    data: dict[str, Any] = yaml.safe_load(ENGINE_POINTS.read_text(encoding="utf-8"))
+    return list(data["points"])
+
+
+@dataclass(frozen=True)
+class EngineRow:
+    id: str
+    engine: str
+    accelerator: str
+    quantity: str
+    published: float
+    predicted: float | None  # None: out of reach (``reason``)
+    reason: str = ""
+
+    @property
+    def error(self) -> float | None:
+        if self.predicted is None:
+            return None
+        return self.predicted / self.published - 1.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None or abs(self.error) <= CHECKED_TOLERANCE
+
+
+def _out_of_reach(point: dict[str, Any]) -> str:
+    workload = point.get("workload") or {}
+    if workload.get("dataset") != "random":
+        return f"lengths from the {workload.get('dataset')} distribution, not stated as numbers"
+    if point["scenario"] not in ("offline", "static"):
+        return f"scenario {point['scenario']}: the lengths' distribution is not stated"
+    if point["model"] not in MODELS:
+        return f"model {point['model']} is not one the engine knows by name"
+    if point["gpu"] not in ACCELERATORS:
+        return f"accelerator {point['gpu']} is not in the catalog"
+    try:
+        DEFAULT_CATALOG.accelerator(ACCELERATORS[point["gpu"]])
+    except UnknownHardwareError:
+        return f"accelerator {ACCELERATORS[point['gpu']]} is not in the catalog yet"
+    return ""
+
+
+def _terms(point: dict[str, Any]) -> tuple[S.ServingTerms, Any, Transformer, str]:
+    model = MODELS[point["model"]]
+    acc = DEFAULT_CATALOG.accelerator(ACCELERATORS[point["gpu"]])
+    precision = PRECISION.get(str(point["weights"]).lower(), "FP8")
+    kv = (
+        "FP8"
+        if str(point.get("kv_cache")).lower() in ("fp8", "unknown") and precision == "FP8"
+        else "BF16"
+    )
+    workload = point["workload"]
+    terms = LC._terms(
+        model,
+        acc,
+        int(point["tp"]),
+        precision,
+        kv,
+        float(workload["input"]),
+        float(workload["output"]),
+        LC.engine_constants(),
+    )
+    return terms, acc, model, precision
+
+
+def _offline(point: dict[str, Any]) -> float:
+    workload = point["workload"]
+    n_in, n_out = int(workload["input"]), int(workload["output"])
+    if point["engine"] == "TensorRT-LLM":
+        # Llama 3.1 70B and 3.3 70B share one architecture (LC.MODELS names the latter).
+        name = "llama-3.3-70b" if point["model"] == "llama-3.1-70b" else point["model"]
+        row = LC.ThroughputRow(name, point["gpu"], int(point["tp"]), n_in, n_out, 0.0, "FP8")
+        return LC.offline_tokens_per_second(row, LC.engine_constants())
+    terms, acc, model, precision = _terms(point)
+    profile = serving_engine(point["engine"])
+    settings = point.get("settings") or {}
+    share = float(settings.get("gpu_memory_utilization", profile.memory_fraction))
+    w = L.WEIGHT_BYTES[precision]
+    free = share * acc.memory_bytes - model.parameters * w / int(point["tp"])
+    terms = terms._replace(
+        kv_cache_tokens=np.floor(max(free, 0.0) / float(terms.kv_bytes_per_token))
+    )
+    seqs = float(settings.get("max_num_seqs", 256))
+    budget = float(settings.get("max_num_batched_tokens", B.DEFAULT_MAX_NUM_BATCHED_TOKENS))
+    fixed = B.Lengths(n_in, n_in)
+    cap = B.capacity(terms, seqs, budget, 0.0, input_lengths=fixed)
+    return float(cap.rate) * n_out
+
+
+def _static_latency(point: dict[str, Any]) -> float:
+    terms, _, _, _ = _terms(point)
+    workload = point["workload"]
+    b, n_in, n_out = float(point["batch"]), float(workload["input"]), float(workload["output"])
+    prefill = float(S.step_seconds(terms, 0.0, b * n_in, prompt_length=n_in))
+    return (prefill + (n_out - 1.0) * float(S.step_seconds(terms, b, 0.0))) * 1e3
+
+
+def engine_rows() -> list[EngineRow]:
+    rows = []
+    for p in engine_points():
+        figures = p.get("figures") or {}
+        static = p["scenario"] == "static"
+        published = figures.get("e2e_latency_ms") if static else figures.get("output_tokens_per_s")
+        if published is None:
+            continue
+        quantity = (
+            f"{p['model']} TP{p['tp']} batch {p.get('batch')} e2e ms"
+            if static
+            else f"{p['model']} TP{p['tp']} {p['workload'].get('input')}/"
+            f"{p['workload'].get('output')} output tokens/s"
+        )
+        reason = _out_of_reach(p)
+        predicted = None if reason else (_static_latency(p) if static else _offline(p))
+        rows.append(
+            EngineRow(p["id"], p["engine"], p["gpu"], quantity, float(published), predicted, reason)
+        )
+    return rows
+
+
+def render_serving_engines_section() -> str:
+    rows = engine_rows()
+    lines = [
+        "Serving engines (serving_engine_points.yaml; every row checked, none fitted):",
+        f"{'point':<58} {'engine':<13} {'gpu':<7} {'quantity':<40} {'published':>10}"
+        f" {'predicted':>10} {'error':>8}",
+    ]
+    for r in rows:
+        if r.predicted is None:
+            continue
+        lines.append(
+            f"{r.id[:58]:<58} {r.engine:<13} {r.accelerator:<7} {r.quantity[:40]:<40}"
+            f" {r.published:>10,.0f} {r.predicted:>10,.0f} {r.error:>+8.1%}"
+        )
+    cells: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for r in rows:
+        if r.error is not None:
+            cells[(r.engine, r.accelerator)].append(abs(r.error))
+    lines.append("by engine x accelerator: checked rows, median |error|")
+    for (engine, gpu), errors in sorted(cells.items()):
+        lines.append(f"  {engine:<13} {gpu:<7} {len(errors):>3} rows  median {median(errors):.1%}")
+    reach = defaultdict(int)
+    for r in rows:
+        if r.predicted is None:
+            reach[r.reason] += 1
+    for reason, count in sorted(reach.items()):
+        lines.append(f"  out of reach ({count} rows): {reason}")
+    return "\n".join(lines)

@@ -1,0 +1,47 @@
+"""Published runs of each serving engine, held against the model: every row checked, evaluated
+where the model can state it, and out of reach with its reason where it cannot."""
+
+from __future__ import annotations
+
+import pytest
+
+from ringmaster.calibration.serving_engines import (
+    engine_points,
+    engine_rows,
+    render_serving_engines_section,
+)
+from ringmaster.engine.serving_engines import (
+    ENGINES,
+    infer_serving_engine,
+    serving_engine,
+    serving_evidence,
+)
+
+pytestmark = pytest.mark.unit
+
+
+def test_every_point_names_its_primary_source_and_engine():
+    for point in engine_points():
+        assert point["source"] and point["engine"] in ENGINES, point["id"]
+
+
+def test_rows_are_evaluated_or_out_of_reach_with_a_reason():
+    rows = engine_rows()
+    evaluated = [r for r in rows if r.predicted is not None]
+    assert any(r.engine == "TensorRT-LLM" and r.accelerator == "H100" for r in evaluated)
+    assert all(r.reason for r in rows if r.predicted is None)
+    assert all(r.predicted > 0 for r in evaluated)
+    assert "median" in render_serving_engines_section()
+
+
+def test_engine_profiles_and_evidence():
+    assert serving_engine("SGLang").kv_memory_fraction(80e9, 16e9) == 0.88
+    trt = serving_engine("TensorRT-LLM")
+    assert trt.kv_memory_fraction(80e9, 16e9) == pytest.approx((16e9 + 0.9 * 64e9) / 80e9)
+    assert serving_evidence(trt, "nvidia-h100-80gb").startswith("TensorRT-LLM: step constants")
+    assert serving_evidence(serving_engine("vLLM"), "amd-mi300x").startswith("extrapolated:")
+    assert infer_serving_engine("lmsysorg/sglang:v0.4")[0] == "SGLang"
+    assert infer_serving_engine("nvcr.io/nvidia/tritonserver:24.08-trtllm")[0] == "TensorRT-LLM"
+    assert infer_serving_engine("my/server:1")[0] == "vLLM"
+    with pytest.raises(ValueError, match="serving engine 'TGI'"):
+        serving_engine("TGI")
