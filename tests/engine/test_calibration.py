@@ -82,6 +82,11 @@ def test_calibrate_command_prints_the_table(capsys, tmp_path):
     out = capsys.readouterr().out
     assert "a100-nvlink-8gpu-allreduce" in out and "within tolerance" in out
     assert "checked points;" in out and "median |error|" in out and "fitted" in out
+    # issue 41: the H100 operators, the evidence matrix and each fit without its source
+    assert "H100 SXM operator ceilings" in out and "attention cudnn backward" in out
+    assert "Evidence matrix (training)" in out and "A100       Torchtitan  bf16" in out
+    assert "Leave one source out" in out and 'GEMM_STEP_FIT["tpu"]' in out
+    assert "Serving engines (serving_engine_points.yaml" in out
     assert main(["calibrate", "--points", str(tmp_path / "none.yaml")]) == 2
     assert "cannot read" in capsys.readouterr().err
 

@@ -320,3 +320,17 @@ def test_a_calibration_for_another_machine_says_so_and_a_bad_file_is_one_line(ca
     broken = tmp_path / "broken.json"
     broken.write_text("{}")
     assert "not a cluster calibration" in bad(capsys, source, "--cluster-calibration", broken)
+
+
+def test_an_llm_plan_shows_the_step_by_part_the_framework_and_its_evidence(capsys):
+    """issue 41: the table names the framework the step is composed for and its parts; the JSON
+    carries them and the evidence (a cell with checked runs, or extrapolated)."""
+    example = str(EXAMPLES / "trainingjob-llama3-8b-fsdp-h100.yaml")
+    assert main(["plan", example]) == 0
+    out = capsys.readouterr().out
+    assert "compute by part (Torchtitan): GEMMs" in out and "optimizer" in out
+    assert "evidence: framework Torchtitan (spec.framework); extrapolated:" in out
+    assert main(["plan", example, "-o", "json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    parts = plan["stepPartsSeconds"]
+    assert plan["framework"] == "Torchtitan" and parts["attention"] > 0 and parts["loss"] > 0
