@@ -44,6 +44,7 @@ from ringmaster.engine import collectives
 from ringmaster.engine import llm_batching as batching
 from ringmaster.engine.hardware import DEFAULT_CATALOG, Accelerator, Catalog, UnknownHardwareError
 from ringmaster.engine.llm_batching import Lengths
+from ringmaster.engine.llm_static import StaticReplica
 from ringmaster.engine.llm_step import (
     HBM_RESERVE_FRACTION,
     LLM_COMPUTE_EFFICIENCY,
@@ -68,6 +69,7 @@ from ringmaster.engine.serving_engines import (
     serving_engine,
     serving_evidence,
 )
+from ringmaster.engine.serving_hosts import host_share, replica_hosts
 from ringmaster.engine.transformer import Transformer
 from ringmaster.engine.units import GB, GIB
 
@@ -162,6 +164,8 @@ class LlmServingInputs:
     pipeline_parallel: int | None = None
     # 1 (default), or the tensor degree: whole experts sharded over the replica's tensor ranks
     expert_parallel: int | None = None
+    max_batch_size: int | None = None  # caps max_num_seqs (spec.maxBatchSize); default: none
+    static_batching: bool = False  # spec.batching Static (engine.llm_static)
     engine: str = DEFAULT_SERVING_ENGINE  # serving_engines.SERVING_ENGINES
     engine_source: str = ""  # how the engine was chosen (spec.engine, the image, the default)
 
@@ -264,6 +268,8 @@ class LlmServingPrediction:
     expert_parallel: int = 1
     hosts_per_replica: int = 1
     layout: str = ""  # the layout in words and why it was chosen
+    max_batch_size: int | None = None  # the cap the plan honoured (inputs.max_batch_size)
+    batching: str = "Continuous"  # or "Static"
     engine: str = DEFAULT_SERVING_ENGINE
     evidence: str = ""  # what the step's constants rest on (serving_engines.serving_evidence)
     # Mixture of experts: the routed experts a decode step at the chosen batch reads per MoE
@@ -394,6 +400,8 @@ class _Replica:
                     float(math.floor(full)),
                 }
             )
+        if inputs.max_batch_size is not None:  # spec.maxBatchSize caps the running batch
+            seqs = sorted({min(s, float(inputs.max_batch_size)) for s in seqs})
         grid_b, grid_s = np.meshgrid(np.array(budgets), np.array(seqs), indexing="ij")
         grid_s = np.minimum(grid_s, np.floor(grid_b / 2.0))  # decodes leave room for prompts
         self.budgets, self.seqs = grid_b.ravel(), grid_s.ravel()
@@ -459,7 +467,7 @@ class _Replica:
         )
 
 
-def _curve(replica: _Replica, out_mean: float) -> tuple[LoadCurvePoint, ...]:
+def _curve(replica: _Replica | StaticReplica, out_mean: float) -> tuple[LoadCurvePoint, ...]:
     offline = float(np.asarray(replica.cap.rate)[replica.pick])
     if offline <= 0.0:
         return ()
@@ -488,8 +496,12 @@ def predict_llm_serving(
     KV-cache figures for one LLM endpoint; for a replica across hosts, for each layout the
     engine weighs (:func:`choose_layouts`), the one that serves the target with the fewest
     replicas (then the most output per replica), named with why."""
-    per_host, hosts = catalog.replica_hosts(
-        inputs.accelerator, inputs.per_replica, inputs.hosts_per_replica
+    per_host, hosts = replica_hosts(
+        catalog,
+        inputs.accelerator,
+        inputs.per_replica,
+        inputs.hosts_per_replica,
+        inputs.machine_type,
     )
     host = catalog.host(inputs.accelerator, per_host, inputs.machine_type)
     fabric = collectives.gpu_fabric(host.accelerator, host.machine, per_host)
@@ -559,7 +571,7 @@ def _predict_layout(
     model = inputs.model
     tp, pp = layout.tensor, layout.pipeline
     accelerators = tp * pp
-    price = host.price_per_hour * layout.hosts
+    price = host.price_per_hour * host_share(host) * layout.hosts
     span = ReplicaSpan(layout.per_host, pp, fabric, nic_share)
     w = WEIGHT_BYTES[precision]
     kv = KV_BYTES[kv_precision]
@@ -648,6 +660,8 @@ def _predict_layout(
         max_replicas=bound_replicas,
         price_per_replica_hour_usd=price,
         expert_parallel=ep,
+        max_batch_size=inputs.max_batch_size,
+        batching="Static" if inputs.static_batching else "Continuous",
         engine=profile.name,
         evidence=(
             f"engine {profile.name} ({inputs.engine_source or 'given'}); "
@@ -675,7 +689,8 @@ def _predict_layout(
             **common,  # type: ignore[arg-type]
         )
 
-    replica = _Replica(terms, inputs, in_lengths, out_lengths, float(cache_tokens))
+    schedule = StaticReplica if inputs.static_batching else _Replica
+    replica = schedule(terms, inputs, in_lengths, out_lengths, float(cache_tokens))
     pick = replica.pick
     offline = np.asarray(replica.cap.rate, dtype=np.float64)
     saturation = float(offline[pick])
