@@ -12,14 +12,12 @@ from ringmaster.api.accelerators import AcceleratorType
 from ringmaster.api.architecture import TransformerArchitecture
 from ringmaster.api.base import Int, Rule, SpecModel, StatusModel
 from ringmaster.api.common import Condition, MachineType, PodTemplate, conditions_field
-
 from ringmaster.api.quantity import Count
 from ringmaster.api.resource import AGE, PrinterColumn, Resource, condition_reason
 
 Precision = Literal["FP32", "FP16", "INT8", "BF16", "FP8", "INT4", "FP4"]
 KvCachePrecision = Literal["BF16", "FP16", "FP8"]
 Batching = Literal["Continuous", "Static"]
-
 ServingEngineName = Literal["vLLM", "SGLang", "TensorRT-LLM"]
 # The precisions of each engine: a model without an architecture is served as one block of
 # FLOPs (FP32/FP16/INT8); an LLM (with an architecture) in BF16/FP16, FP8, weight-only INT4 or
@@ -32,7 +30,6 @@ DEFAULT_MAX_UTILIZATION_PERCENT = 85
 # architecture; an LLM endpoint's batch is then the engine's choice within its KV cache).
 DEFAULT_MAX_BATCH_SIZE = 32
 MAX_BATCH_SIZE = 4096
-
 
 
 MAX_ACCELERATORS_PER_REPLICA = 512
@@ -257,7 +254,6 @@ class InferenceEndpointSpec(SpecModel):
     accelerator."""
     model: InferenceModel
     precision: Precision = "FP16"
-
     """Arithmetic the model is served in; INT8 needs fewer replicas where the accelerator has
     INT8 throughput (T4, A100). LLM endpoints (with an architecture): BF16, FP16, FP8 (FP8
     tensor cores: H100 and later), INT4 (weight-only, W4A16 as AWQ and GPTQ) or FP4 (NVFP4
@@ -294,8 +290,8 @@ class InferenceEndpointSpec(SpecModel):
     until its longest sequence finishes before the next batch starts, every step running the
     whole batch (TensorRT-LLM's static batching, fixed-batch benchmark runs): its throughput is
     batch x output tokens / (the batch's prefill + output x the decode step at that batch), and
-    a request waits for the batch in flight (docs/engine.md). The server gets it as
-    ``RINGMASTER_BATCHING``."""
+    a request waits for the batch in flight (docs/engine.md). The server gets
+    ``RINGMASTER_BATCHING=Static`` (nothing for Continuous)."""
 
     replicas: Int | None = Field(default=None, ge=0, le=1000)
     """Fixed replica count, overriding the engine's sizing (also what ``kubectl scale`` sets).
@@ -344,7 +340,6 @@ class InferenceEndpointSpec(SpecModel):
             field_path=".batching",
             check=lambda s: s.model.architecture is not None or s.batching is None,
         ),
-
         Rule(
             cel="has(self.model.architecture) ? (has(self.slo.timeToFirstTokenP99Milliseconds)"
             " && has(self.slo.timePerOutputTokenP99Milliseconds)) : "
@@ -667,7 +662,6 @@ class InferencePlan(StatusModel):
     absent: none, the engine picked maxNumSeqs within the KV cache."""
     batching: str | None = None
     """LLM endpoints: ``Continuous`` or ``Static`` (spec.batching)."""
-
     max_model_len: int | None = None
     max_num_batched_tokens: int | None = None
     """LLM endpoints: the server's token budget per step (vLLM's max_num_batched_tokens)."""

@@ -196,10 +196,16 @@ def job_hardware_problem(
 
 
 def serving_hardware_problem(
-    accelerator: str, per_replica: int, hosts: int | None = None
+    accelerator: str,
+    per_replica: int,
+    hosts: int | None = None,
+    machine_type: str | None = None,
 ) -> tuple[str, str] | None:
-    """As :func:`job_hardware_problem`, for a serving replica that may span hosts."""
-    problem = replica_hardware_problem(active_catalog(), accelerator, per_replica, hosts)
+    """As :func:`job_hardware_problem`, for a serving replica that may span hosts (on the
+    machine type the endpoint names, if any)."""
+    problem = replica_hardware_problem(
+        active_catalog(), accelerator, per_replica, hosts, machine_type
+    )
     rejection = WATCHER.state.rejection if WATCHER is not None else None
     if problem is None or rejection is None:
         return problem

@@ -159,8 +159,9 @@ def choose_pool(
     current: str | None = None,
     hosts: int = 1,
 ) -> NodePool | NoPool:
-    """The pool for the replicas: nodes of the accelerator type with at least perReplica of
-    them; for a replica across ``hosts`` hosts, nodes of exactly perReplica / hosts (each pod
+    """The pool for the replicas: nodes of the accelerator type (and of spec.machineType, when
+    given) with at least perReplica of them; for a replica across ``hosts`` hosts, nodes of
+    exactly perReplica / hosts (each pod
     of a group takes a whole host, one per host, so a larger host would strand the rest and run
     another machine than the plan priced). The pool already serving stays (moving would
     restart every replica); otherwise one where all replicas fit now, then the one whose hosts
@@ -170,6 +171,21 @@ def choose_pool(
     big_enough = accelerator_pools(pools, accelerator, per_host, "perReplica")
     if isinstance(big_enough, NoPool):
         return big_enough
+    if spec.machine_type is not None:
+        # The plan sized and priced this machine: another one runs another plan.
+        mine = [p for p in big_enough if p.identity.instance_type == spec.machine_type]
+        if not mine:
+            seen = ", ".join(
+                f"{p.name} ({p.identity.instance_type or 'no instance-type label'})"
+                for p in big_enough
+            )
+            return NoPool(
+                "NoMatchingPool",
+                f"no {accelerator} pool of machine type {spec.machine_type} (spec.machineType); "
+                f"the {accelerator} pools run {seen}: add a pool of {spec.machine_type}, or set "
+                "spec.machineType to one of theirs",
+            )
+        big_enough = mine
     if hosts > 1:
         exact = [p for p in big_enough if p.accelerators_per_node == per_host]
         if not exact:
@@ -288,6 +304,8 @@ def status_plan(plan: Mapping[str, Any], replicas: int, target: float) -> Infere
                     "hostsPerReplica",
                     "layout",
                     "maxNumSeqs",
+                    "maxBatchSize",
+                    "batching",
                     "maxModelLen",
                     "maxNumBatchedTokens",
                     "engine",

@@ -214,6 +214,7 @@ class InferenceController(Controller):
                     spec.accelerator.type,
                     spec.accelerator.per_replica,
                     spec.accelerator.hosts_per_replica,
+                    spec.machine_type,
                 ),
                 group,
                 lws_installed,

@@ -47,6 +47,9 @@ NODE_RANK_ENV = "RINGMASTER_NODE_RANK"  # this pod's index in its group (the lea
 MAX_NUM_SEQS_ENV = "RINGMASTER_MAX_NUM_SEQS"
 MAX_MODEL_LEN_ENV = "RINGMASTER_MAX_MODEL_LEN"
 MAX_NUM_BATCHED_TOKENS_ENV = "RINGMASTER_MAX_NUM_BATCHED_TOKENS"
+# "Static" for spec.batching: Static (TensorRT-LLM's static batching); absent for continuous
+# batching, every engine's default (so that no running endpoint's pods change for it).
+BATCHING_ENV = "RINGMASTER_BATCHING"
 # The serving engine the plan was made for (spec.engine, or inferred): a launcher picks its flags
 # by it (README, "Serving engines").
 SERVING_ENGINE_ENV = "RINGMASTER_SERVING_ENGINE"
@@ -135,6 +138,7 @@ def serving_env(plan: Mapping[str, Any]) -> dict[str, str]:
         **group,
         MAX_NUM_SEQS_ENV: str(plan["maxNumSeqs"]),
         MAX_MODEL_LEN_ENV: str(plan["maxModelLen"]),
+        **({BATCHING_ENV: "Static"} if plan.get("batching") == "Static" else {}),
         **({SERVING_ENGINE_ENV: str(plan["engine"])} if plan.get("engine") else {}),
         **(
             {MAX_NUM_BATCHED_TOKENS_ENV: str(plan["maxNumBatchedTokens"])}

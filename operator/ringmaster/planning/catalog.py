@@ -37,6 +37,7 @@ from ringmaster.engine.hardware import (
     MachineType,
     UnknownHardwareError,
 )
+from ringmaster.engine.serving_hosts import replica_hosts
 from ringmaster.engine.units import GB, TERA, gbps_to_bytes_per_second
 
 __all__ = [
@@ -395,12 +396,27 @@ def hardware_problem(
 
 
 def replica_hardware_problem(
-    catalog: Catalog, accelerator: str, per_replica: int, hosts: int | None = None
+    catalog: Catalog,
+    accelerator: str,
+    per_replica: int,
+    hosts: int | None = None,
+    machine_type: str | None = None,
 ) -> tuple[str, str] | None:
     """Why ``catalog`` cannot build a serving replica of ``per_replica`` x ``accelerator`` on
-    one host or on ``hosts`` hosts (UnknownAccelerator, UnsupportedHostShape), or None."""
+    one host or on ``hosts`` hosts (UnknownAccelerator, UnsupportedHostShape), or None. On a
+    named ``machine_type`` the replica is built from that machine's hosts (a share of one, or
+    whole ones: engine.serving_hosts); a machine type the catalog lacks is the plan's error,
+    which names it."""
     if accelerator not in catalog.accelerators:
         return hardware_problem(catalog, accelerator, per_replica)
+    if machine_type is not None:
+        if machine_type not in catalog.machines:
+            return None
+        try:
+            replica_hosts(catalog, accelerator, per_replica, hosts, machine_type)
+        except UnknownHardwareError as exc:
+            return "UnsupportedHostShape", f"{exc}; {HOW_TO_ADD_SHAPE}"
+        return None
     try:
         per_host, _ = catalog.replica_hosts(accelerator, per_replica, hosts)
     except UnknownHardwareError as exc:

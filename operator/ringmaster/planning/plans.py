@@ -15,7 +15,6 @@ from typing import Any, Protocol
 
 from ringmaster.api import TrainingPlan
 from ringmaster.api.inferenceendpoint import DEFAULT_MAX_BATCH_SIZE
-
 from ringmaster.engine.hardware import (
     DEFAULT_CATALOG,
     Catalog,
@@ -32,6 +31,7 @@ from ringmaster.engine.llm_serving import (
     predict_llm_serving,
 )
 from ringmaster.engine.serving_engines import infer_serving_engine
+from ringmaster.engine.serving_hosts import replica_hosts
 from ringmaster.engine.training import (
     DEFAULT_REDUCER_MACHINE,
     REDUCTION_SERVER,
@@ -103,7 +103,6 @@ class _InferenceSpec(Protocol):
     slo: Any
     max_batch_size: int | None
     replicas: int | None
-
     min_replicas: int
     max_replicas: int
 
@@ -490,6 +489,8 @@ class LlmInferenceReport:
             "hostsPerReplica": p.hosts_per_replica,
             "layout": p.layout,
             "maxNumSeqs": p.max_num_seqs,
+            "maxBatchSize": p.max_batch_size,
+            "batching": p.batching,
             "maxNumBatchedTokens": p.max_num_batched_tokens,
             "maxModelLen": p.max_model_len,
             "engine": p.engine,
@@ -569,7 +570,6 @@ def llm_serving_inputs(spec: _InferenceSpec) -> LlmServingInputs:
         expert_parallel=parallelism.expert if parallelism else None,
         max_batch_size=spec.max_batch_size,
         static_batching=getattr(spec, "batching", None) == "Static",
-
         engine=engine,
         engine_source=engine_source,
     )
@@ -595,7 +595,6 @@ def inference_inputs(spec: _InferenceSpec) -> InferenceInputs:
         latency_p99_seconds=float(spec.slo.latency_p99_milliseconds) / 1e3,
         max_batch_size=spec.max_batch_size or DEFAULT_MAX_BATCH_SIZE,
         replicas=spec.replicas,
-
         min_replicas=spec.min_replicas,
         max_replicas=spec.max_replicas,
         machine_type=getattr(spec, "machine_type", None),
@@ -614,12 +613,20 @@ def predict_inference_inputs(inputs: InferenceInputs, catalog: Catalog) -> Infer
 def predict_llm_serving_inputs(inputs: LlmServingInputs, catalog: Catalog) -> LlmServingPrediction:
     try:
         catalog.accelerator(inputs.accelerator)
-        per_host, _ = catalog.replica_hosts(
-            inputs.accelerator, inputs.per_replica, inputs.hosts_per_replica
+        per_host, _ = replica_hosts(
+            catalog,
+            inputs.accelerator,
+            inputs.per_replica,
+            inputs.hosts_per_replica,
+            inputs.machine_type,
         )
     except UnknownHardwareError as exc:
-        field = "type" if inputs.accelerator not in catalog.accelerators else "perReplica"
-        raise PlanError(f"spec.accelerator.{field}: {exc}") from None
+        field = "accelerator.perReplica"
+        if inputs.accelerator not in catalog.accelerators:
+            field = "accelerator.type"
+        elif inputs.machine_type is not None:
+            field = "machineType"
+        raise PlanError(f"spec.{field}: {exc}") from None
     _check_hardware(inputs, catalog, per_host)
     try:
         return predict_llm_serving(inputs, catalog)

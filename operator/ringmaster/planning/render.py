@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ringmaster.engine.inference import InferencePrediction
+from ringmaster.engine.llm_serving import LlmServingPrediction
 from ringmaster.engine.training import REDUCTION_SERVER, RING, TrainingPrediction
 from ringmaster.planning.layouts import LayoutPlan
 from ringmaster.planning.plans import (
@@ -306,6 +307,26 @@ def _ms_or_dash(seconds: float | None) -> str:
     return f"{ms:,.0f}" if ms >= 100 else f"{ms:.3g}"
 
 
+def _batch_words(p: LlmServingPrediction) -> str:
+    """The batch the plan honoured: spec.maxBatchSize's cap and spec.batching."""
+    kind = (
+        "static batches (spec.batching Static: prefilled together, decoded to the longest)"
+        if p.batching == "Static"
+        else "continuous batching"
+    )
+    if p.max_batch_size is None:
+        return f"batch: {kind}, up to {p.max_num_seqs} sequences (the engine's choice)"
+    binds = (
+        "the cap binds"
+        if p.max_num_seqs >= p.max_batch_size
+        else f"max-num-seqs {p.max_num_seqs} is below it"
+    )
+    return (
+        f"batch: {kind}, capped at maxBatchSize {p.max_batch_size} ({binds}; the KV cache "
+        f"holds {p.max_concurrent_sequences:,} sequences at mean lengths)"
+    )
+
+
 def render_llm_inference(plan: LlmInferenceReport) -> str:
     p = plan.prediction
     kv = f"KV cache {p.kv_cache_precision} {p.kv_cache_bytes_per_token / 1e3:,.4g} kB/token"
@@ -348,6 +369,8 @@ def render_llm_inference(plan: LlmInferenceReport) -> str:
             right=set(range(8)),
         ),
     ]
+    if p.max_batch_size is not None or p.batching == "Static":
+        lines.append(_batch_words(p))
     if p.offline_requests_per_second > 0:
         lines.append(
             f"offline maximum per replica (no latency target): "
