@@ -15,7 +15,14 @@ Per step, as vLLM v1 does it:
 
 TTFT is first token minus arrival; TPOT is (last token - first token) / (output - 1), per request,
 as vLLM's benchmark_serving and MLPerf define them. Poisson arrivals; lengths from the endpoint's
-distributions (``Lengths.sample``). The first 10% of requests are a warm-up and not measured.
+distributions (``Lengths.sample``). The first ``warmup`` of the requests (10% by default) are not
+measured.
+
+The running set is held as numpy arrays in admission order, so a step costs a few dozen array
+operations whatever the batch (hundreds of sequences run at realistic loads): the budget is a
+cumulative sum, the blocks each request needs another; only preemption and admission walk
+requests one by one, as the scheduler does. About 40 us a step: 30,000 requests of a 256-slot
+replica in a few seconds.
 """
 
 from __future__ import annotations
@@ -30,22 +37,6 @@ from ringmaster.engine.llm_step import KV_BLOCK_TOKENS, ServingTerms, step_secon
 
 
 @dataclass
-class _Request:
-    arrival: float
-    prompt: int
-    output: int
-    computed: int = 0  # tokens whose KV is in the cache
-    generated: int = 0
-    blocks: int = 0
-    first_token: float | None = None
-    finish: float | None = None
-
-    @property
-    def tokens(self) -> int:
-        return self.prompt + self.generated
-
-
-@dataclass
 class SimulationResult:
     ttft: np.ndarray
     tpot: np.ndarray
@@ -53,6 +44,8 @@ class SimulationResult:
     preemptions: int
     mean_running: float
     steps: int = 0
+    # seconds spent with each running count, over the measured window (index: the count)
+    running_seconds: np.ndarray = field(default_factory=lambda: np.zeros(1))
     extra: dict[str, float] = field(default_factory=dict)
 
     def ttft_q(self, q: float) -> float:
@@ -62,7 +55,7 @@ class SimulationResult:
         return float(np.quantile(self.tpot, q))
 
 
-def _blocks(tokens: int) -> int:
+def _blocks(tokens: np.ndarray) -> np.ndarray:
     return -(-tokens // KV_BLOCK_TOKENS)
 
 
@@ -78,110 +71,138 @@ def simulate(
     requests: int = 3000,
     seed: int = 0,
     offline: bool = False,
+    warmup: float = 0.1,
 ) -> SimulationResult:
     """Serve ``requests`` Poisson arrivals at ``rate`` (all at time 0 when ``offline``)."""
     rng = np.random.default_rng(seed)
     gaps = rng.exponential(1.0 / rate, requests) if not offline else np.zeros(requests)
-    arrivals = np.cumsum(gaps)
-    prompts = input_lengths.sample(rng, requests)
-    outputs = np.maximum(output_lengths.sample(rng, requests), 1)
-    total_blocks = kv_cache_tokens // KV_BLOCK_TOKENS
-    pending = deque(
-        _Request(float(a), int(i), int(o))
-        for a, i, o in zip(arrivals, prompts, outputs, strict=True)
-    )
-    everyone = list(pending)
-    waiting: deque[_Request] = deque()
-    running: list[_Request] = []
-    free = total_blocks
+    arrival = np.cumsum(gaps)
+    prompt = input_lengths.sample(rng, requests)
+    output = np.maximum(output_lengths.sample(rng, requests), 1)
+    # Per request (by id): what a waiting or preempted request keeps.
+    generated = np.zeros(requests, dtype=np.int64)
+    computed_of = np.zeros(requests, dtype=np.int64)
+    first_token = np.full(requests, np.nan)
+    finish = np.full(requests, np.nan)
+    # The running set, in admission order.
+    ids = np.zeros(0, dtype=np.int64)
+    computed = np.zeros(0, dtype=np.int64)
+    blocks = np.zeros(0, dtype=np.int64)
+    free = int(kv_cache_tokens // KV_BLOCK_TOKENS)
+    waiting: deque[int] = deque()
+    arrived = 0
     now = 0.0
-    preemptions = 0
-    steps = 0
-    running_time = 0.0
-    elapsed = 0.0
-    while pending or waiting or running:
-        while pending and pending[0].arrival <= now:
-            waiting.append(pending.popleft())
-        if not waiting and not running:
-            now = pending[0].arrival
+    preemptions = steps = 0
+    running_time = elapsed = 0.0
+    recomputed = 0
+    occupied = np.zeros(max(max_num_seqs, 1) + 1)
+    start = float(arrival[int(requests * warmup)]) if requests else 0.0
+    while arrived < requests or waiting or ids.size:
+        if arrived < requests and arrival[arrived] <= now:
+            upto = int(np.searchsorted(arrival, now, side="right"))
+            waiting.extend(range(arrived, upto))
+            arrived = upto
+        if not waiting and not ids.size:
+            now = float(arrival[arrived])
             continue
         budget = max_num_batched_tokens
-        scheduled: list[tuple[_Request, int]] = []
+        # 1. the running requests, in order, within the budget
+        want = prompt[ids] + generated[ids] - computed
+        before = budget - (np.cumsum(want) - want)
+        alloc = np.clip(before, 0, want)
+        need = np.where(alloc > 0, _blocks(computed + alloc) - blocks, 0)
         preempted = False
-        i = 0
-        while i < len(running) and budget > 0:
-            req = running[i]
-            new = min(req.tokens - req.computed, budget)
-            need = _blocks(req.computed + new) - req.blocks
-            while need > free:
-                victim = running.pop()
+        spent = np.cumsum(need)
+        while spent.size and spent[-1] > free:
+            # the first request whose blocks do not fit preempts from the end of the batch
+            j = int(np.argmax(spent > free))
+            while spent[j] > free:
+                victim = ids.size - 1
                 preemptions += 1
                 preempted = True
-                free += victim.blocks
-                victim.blocks = 0
-                victim.computed = 0
-                scheduled = [(r, k) for r, k in scheduled if r is not victim]
-                waiting.appendleft(victim)
-                if victim is req:
+                free += int(blocks[victim])
+                recomputed += int(computed[victim])
+                computed_of[ids[victim]] = 0
+                waiting.appendleft(int(ids[victim]))
+                ids, computed, blocks = ids[:-1], computed[:-1], blocks[:-1]
+                alloc, need = alloc[:-1], need[:-1]
+                if victim == j:
                     break
-            if req not in running:
-                break
-            free -= need
-            req.blocks += need
-            scheduled.append((req, new))
-            budget -= new
-            i += 1
+            spent = np.cumsum(need)
+        free -= int(spent[-1]) if spent.size else 0
+        blocks = blocks + need
+        budget -= int(alloc.sum())
+        # 2. admissions, first come first served, while nothing was preempted
+        new_ids: list[int] = []
+        new_alloc: list[int] = []
+        new_blocks: list[int] = []
         if not preempted:
-            while waiting and budget > 0 and len(running) < max_num_seqs:
-                req = waiting[0]
-                new = min(req.tokens - req.computed, budget)
-                need = _blocks(req.computed + new) - req.blocks
-                if need > free:
+            room_seqs = max_num_seqs - ids.size
+            while waiting and budget > 0 and len(new_ids) < room_seqs:
+                r = waiting[0]
+                done = int(computed_of[r])
+                k = min(int(prompt[r] + generated[r]) - done, budget)
+                b = -(-(done + k) // KV_BLOCK_TOKENS)
+                if b > free:
                     break
                 waiting.popleft()
-                free -= need
-                req.blocks += need
-                running.append(req)
-                scheduled.append((req, new))
-                budget -= new
-        if not scheduled:  # nothing fits: wait for the next arrival (cannot happen with room)
-            if not pending:
+                free -= b
+                new_ids.append(r)
+                new_alloc.append(k)
+                new_blocks.append(b)
+                budget -= k
+        if new_ids:
+            ids = np.concatenate([ids, np.array(new_ids, dtype=np.int64)])
+            computed = np.concatenate([computed, computed_of[new_ids]])
+            blocks = np.concatenate([blocks, np.array(new_blocks, dtype=np.int64)])
+            alloc = np.concatenate([alloc, np.array(new_alloc, dtype=np.int64)])
+        if not ids.size or not alloc.any():  # nothing fits: wait for the next arrival
+            if arrived >= requests:
                 raise RuntimeError("the cache cannot hold one request")
-            now = max(now, pending[0].arrival)
+            now = max(now, float(arrival[arrived]))
             continue
-        decodes = [(r, k) for r, k in scheduled if r.computed >= r.prompt and k == 1]
-        chunks = [(r, k) for r, k in scheduled if not (r.computed >= r.prompt and k == 1)]
-        n = len(decodes)
-        context = float(sum(r.computed + 1 for r, _ in decodes))
-        p = float(sum(k for _, k in chunks))
-        span = sum(k * (r.computed + 0.5 * k) for r, k in chunks)
+        # 3. the step: its decodes (one token past a complete prefix) and its prompt chunks
+        decode = (computed >= prompt[ids]) & (alloc == 1)
+        chunk = (alloc > 0) & ~decode
+        n = int(decode.sum())
+        context = float(np.sum(computed[decode] + 1))
+        p = float(np.sum(alloc[chunk]))
+        span = float(np.sum(alloc[chunk] * (computed[chunk] + 0.5 * alloc[chunk])))
         length = 2.0 * span / p if p else 0.0
         dt = float(step_seconds(terms, n, p, context_tokens=context, prompt_length=length))
-        running_time += len(running) * dt
+        running_time += ids.size * dt
+        if now >= start:
+            occupied[min(ids.size, occupied.size - 1)] += dt
         elapsed += dt
         now += dt
         steps += 1
-        for req, k in scheduled:
-            req.computed += k
-            if req.computed == req.tokens:
-                req.generated += 1
-                if req.first_token is None:
-                    req.first_token = now
-                if req.generated >= req.output:
-                    req.finish = now
-                    free += req.blocks
-                    req.blocks = 0
-                    running.remove(req)
-    measured = everyone[requests // 10 :]
-    ttft = np.array([r.first_token - r.arrival for r in measured])
-    tpot = np.array([(r.finish - r.first_token) / (r.output - 1) for r in measured if r.output > 1])
-    first = measured[0].arrival
-    last = max(r.finish for r in measured)
+        computed = computed + alloc
+        emits = (alloc > 0) & (computed == prompt[ids] + generated[ids])
+        emitting = ids[emits]
+        generated[emitting] += 1
+        fresh = emitting[np.isnan(first_token[emitting])]
+        first_token[fresh] = now
+        ends = np.zeros(ids.size, dtype=bool)
+        ends[emits] = generated[emitting] >= output[emitting]
+        if ends.any():
+            finish[ids[ends]] = now
+            free += int(blocks[ends].sum())
+            keep = ~ends
+            ids, computed, blocks = ids[keep], computed[keep], blocks[keep]
+    measured = slice(int(requests * warmup), None)
+    ttft = (first_token - arrival)[measured]
+    multi = output[measured] > 1
+    tpot = ((finish - first_token)[measured] / np.maximum(output[measured] - 1, 1))[multi]
+    first = float(arrival[measured][0])
+    last = float(np.max(finish[measured]))
+    count = requests - int(requests * warmup)
     return SimulationResult(
         ttft=ttft,
         tpot=tpot,
-        throughput=len(measured) / (last - first) if last > first else float("inf"),
+        throughput=count / (last - first) if last > first else float("inf"),
         preemptions=preemptions,
         mean_running=running_time / elapsed if elapsed else 0.0,
         steps=steps,
+        running_seconds=occupied,
+        extra={"recomputed_tokens": float(recomputed)},
     )
