@@ -50,7 +50,7 @@ from ringmaster.engine import efficiency as E
 from ringmaster.engine.arrays import as_f64 as _f
 from ringmaster.engine.arrays import where
 from ringmaster.engine.efficiency import NCCL_BASE_LATENCY
-from ringmaster.engine.hardware import Accelerator, MachineType
+from ringmaster.engine.hardware import XGMI_LINKS_PER_GPU, Accelerator, MachineType
 from ringmaster.engine.units import US
 
 F64 = NDArray[np.float64]
@@ -202,9 +202,9 @@ class GpuFabric:
 
     Arrays broadcast against the configurations evaluated."""
 
-    intra_bandwidth: ArrayLike  # per GPU per direction, NVLink or PCIe
+    intra_bandwidth: ArrayLike  # per GPU per direction, NVLink, xGMI or PCIe
     net_bandwidth: ArrayLike  # the host's NICs together, per direction
-    intra_link: str = "nvlink"  # "nvlink" or "pcie" (NCCL's latency row)
+    intra_link: str = "nvlink"  # "nvlink", "xgmi" or "pcie" (NCCL's / RCCL's latency row)
     nvls_bandwidth: ArrayLike = 0.0  # NVLS all-reduce algbw; 0 without NVSwitch + Hopper
     arch: str = "ampere"  # NCCL's GPU-generation row
     # What the workers' NCCL_ALGO / NCCL_PROTO / NCCL_NVLS_ENABLE leave enabled (parse_nccl_env);
@@ -315,7 +315,7 @@ def nccl_collective(
     intra = _f(fabric.intra_bandwidth)
     net = _f(fabric.net_bandwidth)
     nvls_bw = _f(fabric.nvls_bandwidth)
-    link = fabric.intra_link if fabric.intra_link in ("nvlink", "pcie") else "pcie"
+    link = fabric.intra_link if fabric.intra_link in ("nvlink", "xgmi", "pcie") else "pcie"
     arch = fabric.arch or "volta"
     algos = {ALG_RING, ALG_TREE, ALG_NVLS, ALG_NVLS_TREE} if algorithms is None else algorithms
     protos = {PROTO_LL, PROTO_LL128, PROTO_SIMPLE} if protocols is None else protocols
@@ -323,7 +323,8 @@ def nccl_collective(
         algos = algos & fabric.algorithms
     if fabric.protocols is not None:
         protos = protos & fabric.protocols
-    # LL128 needs NVLink between the GPUs (tuning.cc: typeIntra <= PATH_NVB).
+    # LL128 needs NVLink between the GPUs (tuning.cc: typeIntra <= PATH_NVB); RCCL's LL128 on xGMI
+    # depends on its build and version and is left out.
     if link != "nvlink":
         protos = protos - {PROTO_LL128}
     all_reduce = kind == ALL_REDUCE
@@ -665,7 +666,7 @@ def nccl_all_to_all(
     with np.errstate(divide="ignore", invalid="ignore"):
         inter = where(multi, inter_share * m * g / _f(fabric.net_bandwidth), 0.0)
     bw = np.maximum(intra, inter)
-    link = fabric.intra_link if fabric.intra_link in ("nvlink", "pcie") else "pcie"
+    link = fabric.intra_link if fabric.intra_link in ("nvlink", "xgmi", "pcie") else "pcie"
     first_hop = where(multi, E.NETWORK_HOP_LATENCY, E.intra_hop_latency(link))
     lat = where(
         ranks > 1,
@@ -805,8 +806,21 @@ def link_efficiency(intra_link: str) -> float:
     return {
         "nvlink": E.NVLINK_EFFICIENCY,
         "pcie": E.PCIE_EFFICIENCY,
+        "xgmi": E.XGMI_EFFICIENCY,
         "ici": E.ICI_EFFICIENCY,
     }[intra_link]
+
+
+def link_bandwidth(accelerator: Accelerator, peers: ArrayLike) -> F64:
+    """Line rate (bytes/s per direction) a GPU's collective among ``peers`` GPUs of one host
+    reaches: the accelerator's intra_bandwidth on a switched fabric (NVSwitch, PCIe); on an xGMI
+    mesh (one link from each GPU to each of the seven others, no switch) only the links to the
+    other GPUs of the collective carry it: min(peers - 1, 7) of the 7 (RCCL's rings over 4 of an
+    8-GPU host's MI300X use the 3 links between them)."""
+    if accelerator.intra_link != "xgmi":
+        return np.asarray(accelerator.intra_bandwidth, dtype=np.float64)
+    links = np.clip(_f(peers) - 1.0, 1.0, float(XGMI_LINKS_PER_GPU))
+    return accelerator.intra_bandwidth * links / XGMI_LINKS_PER_GPU
 
 
 def network_efficiency(transport: str, per_host: ArrayLike, efa_generation: int = 0) -> F64:
@@ -836,7 +850,8 @@ def gpu_fabric(
     """The achieved bandwidths NCCL gets on ``machine`` with ``per_host`` GPUs in use."""
     efficiency = network_efficiency(machine.transport, per_host, machine.efa_generation)
     return GpuFabric(
-        intra_bandwidth=accelerator.intra_bandwidth * link_efficiency(accelerator.intra_link),
+        intra_bandwidth=link_bandwidth(accelerator, per_host)
+        * link_efficiency(accelerator.intra_link),
         net_bandwidth=machine.nic_bandwidth * efficiency,
         intra_link=accelerator.intra_link,
         nvls_bandwidth=nvls_bandwidth(accelerator),
@@ -921,7 +936,8 @@ def intra_host_collective(
         return ici_collective(kind, nbytes, axes, wrapped, link, E.ICI_HOP_LATENCY)
     bus_factor(kind, ranks)  # validates kind
     fabric = GpuFabric(
-        intra_bandwidth=accelerator.intra_bandwidth * link_efficiency(accelerator.intra_link),
+        intra_bandwidth=link_bandwidth(accelerator, ranks)
+        * link_efficiency(accelerator.intra_link),
         net_bandwidth=np.inf,
         intra_link=accelerator.intra_link,
         nvls_bandwidth=nvls_bandwidth(accelerator),

@@ -31,6 +31,18 @@ PCIE_EFFICIENCY = NVLINK_EFFICIENCY
 # TPU ICI: no published point; borrowed from NVLink, the nearest chip-to-chip link measured.
 ICI_EFFICIENCY = NVLINK_EFFICIENCY
 
+# AMD Infinity Fabric (xGMI) under RCCL: achieved fraction of a GPU's xGMI line rate (7 links x
+# 64 GB/s = 448 GB/s per direction on the 8-GPU mesh) for a large ring all-reduce. Fitted on
+# 8 x MI300X (Azure ND MI300X v5, RCCL 2.22.3, all_reduce_perf in place): busbw 316.82 GB/s at
+# 8 GiB (Azure/AI-benchmarking-guide Azure_Results/ND_MI300X_v5_results.md, as in the
+# yosoyjay fork @ a8263ef), less the ring's pipeline fill (0.94 ms of 47.4 ms) -> 0.7214; the
+# 256 MiB - 4 GiB sizes of the same run are checked (calibration.collectives). AMD's own figure
+# agrees: about 48 of 64 GB/s per link usable (0.75; ROCm blogs, "Understanding RCCL Bandwidth
+# and xGMI Performance on AMD Instinct MI300X", 2025). RCCL reaches its plateau sooner than the
+# engine's fill (fitted on NCCL) says: its line through 1 and 8 GiB meets M = 0 at 0.06 ms, so
+# the engine is low below 1 GiB (-12 % there, -37 % at 256 MiB).
+XGMI_EFFICIENCY = 0.7214  # = 8 GiB x 1.75 / (8 GiB x 1.75 / 316.82 GB/s - fill) / 448
+
 # NVLink SHARP (NVLS): the NVSwitch reduces, so each GPU sends and receives the message once and
 # algbw = achieved fraction x NVLink line rate. Fitted on 8 x H100: busbw 480 GB/s = algbw 274.3
 # x 2(8-1)/8, of a 450 GB/s line rate (nccl-tests issue 212, nccl issue 1455), at 4 GiB less
@@ -112,6 +124,9 @@ PCIE_HOP_LATENCY = 5.7 * US
 NETWORK_HOP_LATENCY = 14.0 * US
 # TPU ICI hop: no published point; borrowed from NVLink's hop.
 ICI_HOP_LATENCY = NVLINK_HOP_LATENCY
+# xGMI hop under RCCL: no published small-size point; borrowed from NVLink's hop (both are
+# point-to-point GPU links with a proxy-free peer-to-peer transport).
+XGMI_HOP_LATENCY = NVLINK_HOP_LATENCY
 # All-to-all (ncclAllToAll, grouped send / receive): each further peer adds a p2p step. No
 # published small-size alltoall_perf table was found to fit it on; borrowed from NVLink's ring
 # step (the same proxy-and-flag handshake per peer), and checked in calibration.moe.
@@ -119,8 +134,8 @@ ALLTOALL_PEER_LATENCY = NVLINK_HOP_LATENCY
 
 
 def intra_hop_latency(link: str) -> float:
-    """One NCCL step across a host's GPU link: NVLink, else PCIe."""
-    return NVLINK_HOP_LATENCY if link == "nvlink" else PCIE_HOP_LATENCY
+    """One NCCL (RCCL) step across a host's GPU link: NVLink, xGMI, else PCIe."""
+    return {"nvlink": NVLINK_HOP_LATENCY, "xgmi": XGMI_HOP_LATENCY}.get(link, PCIE_HOP_LATENCY)
 
 
 # A data-center-network hop between TPU slices (multislice): no published point; borrowed from
@@ -142,6 +157,14 @@ NCCL_HW_LATENCY_US: dict[str, dict[str, tuple[float, float, float]]] = {
         "nvls": (0.0, 0.0, 25.0),
         "nvls_tree": (0.0, 0.0, 25.0),
     },
+    # RCCL over xGMI: no table of its own is modelled; NVLink's ring and tree rows borrowed (RCCL
+    # keeps NCCL's tuner), and no NVLS (RCCL has no NVLS algorithm: NCCL_ALGO=NVLS does not exist).
+    "xgmi": {
+        "tree": (0.6, 1.25, 4.0),
+        "ring": (0.6, 1.9, 3.4),
+        "nvls": (0.0, 0.0, 0.0),
+        "nvls_tree": (0.0, 0.0, 0.0),
+    },
     "pcie": {
         "tree": (1.0, 1.9, 4.0),
         "ring": (1.0, 2.5, 5.7),
@@ -156,7 +179,14 @@ NCCL_HW_LATENCY_US: dict[str, dict[str, tuple[float, float, float]]] = {
     },
 }
 # llMaxBws, GB/s: one host by GPU generation; several hosts by CPU (Intel row; 2 hosts, more).
-NCCL_LL_MAX_BW_ONE_HOST_GBPS = {"volta": 39.0, "ampere": 87.7, "hopper": 141.0, "blackwell": 282.0}
+# "cdna3" (MI300X / MI325X under RCCL): borrowed from NCCL's Ampere row (no RCCL figure modelled).
+NCCL_LL_MAX_BW_ONE_HOST_GBPS = {
+    "volta": 39.0,
+    "ampere": 87.7,
+    "hopper": 141.0,
+    "blackwell": 282.0,
+    "cdna3": 87.7,
+}
 NCCL_LL_MAX_BW_TWO_HOSTS_GBPS = 39.0
 NCCL_LL_MAX_BW_MANY_HOSTS_GBPS = 20.4
 # "Various model refinements": LL moves 8 bytes of data per 16 (half), LL128 120 of 128; the tree
@@ -170,7 +200,7 @@ NCCL_TREE_LL128_FRACTION = 120.0 / 128.0
 NCCL_NET_OVERHEAD_US = 1.0
 # "Plateau effect of ring": multi-host ring/Simple all-reduce latency x1.4 (Ampere and newer),
 # x1.9 (older), once each channel's share per rank reaches 64 bytes.
-NCCL_RING_PLATEAU = {"volta": 1.9, "ampere": 1.4, "hopper": 1.4, "blackwell": 1.4}
+NCCL_RING_PLATEAU = {"volta": 1.9, "ampere": 1.4, "hopper": 1.4, "blackwell": 1.4, "cdna3": 1.4}
 # Channels NCCL opens (for the plateau threshold only). Assumed: 16, typical of 8-GPU hosts.
 NCCL_ASSUMED_CHANNELS = 16
 # treeCorrectionFactor[protocol][log2(bytes / 64)] for 64 B .. 256 MiB: trees are slower than

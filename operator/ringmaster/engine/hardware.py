@@ -41,7 +41,8 @@ Sources used below, abbreviated:
   [SMI]     The device memory nvidia-smi reports (``memory.total``): H100 80GB HBM3 81559 MiB,
             H200 143771 MiB, B200 183359 MiB, GB200 189471 MiB, A100-SXM4 80GB 81920 MiB,
             A100-SXM4 40GB 40960 MiB (nvidia-smi tables quoted in public repositories' setup
-            notes and logs, 2024-26).
+            notes and logs, 2024-26); AMD Instinct MI300X 196288 MiB (rocm-smi's "VRAM Total
+            Memory (B): 205822885888", quoted alike).
             A datasheet's "80 GB" is 80 GiB of HBM stacks less what the driver keeps, not
             80 x 10^9 bytes: read as decimal, an H100 holds 74.5 GiB and the engine refused
             layouts that ran (issue 36). Parts without such a figure keep the datasheet's GB.
@@ -60,6 +61,27 @@ Sources used below, abbreviated:
             RoCE), plus 2 Titanium NICs; a4x-highgpu-4g: 4 GPUs, 140 vCPUs, in NVL72 racks of
             18 VMs. No on-demand list price is published (reservations only): the catalog price is
             assumed (see the machine's comment).
+  [MI300X-DS] AMD Instinct MI300X data sheet and product page (2023-24;
+            www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html, data sheet
+            www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/data-sheets/
+            amd-instinct-mi300x-data-sheet.pdf): 192 GB HBM3 at 5.3 TB/s; dense (no sparsity)
+            FP16 / BF16 1,307.4, FP8 2,614.9, INT8 2,614.9, TF32 653.7, FP32 matrix 163.4 TFLOPS;
+            7 AMD Infinity Fabric links of 128 GB/s (both directions) each, 896 GB/s in all.
+  [MI325X-DS] AMD Instinct MI325X data sheet and product page (2024;
+            www.amd.com/en/products/accelerators/instinct/mi300/mi325x.html): the MI300X's
+            compute (dense FP16 / BF16 1,307.4, FP8 / INT8 2,614.9, TF32 653.7, FP32 163.4
+            TFLOPS), 256 GB HBM3E at 6 TB/s, the same 7 x 128 GB/s Infinity Fabric links; a
+            drop-in for the MI300X platform (AMD's 8-OAM universal baseboard).
+  [ROCM-XGMI] "Understanding RCCL Bandwidth and xGMI Performance on AMD Instinct MI300X", ROCm
+            blogs, 2025-03-02 (rocm.blogs.amd.com/software-tools-optimization/mi300x-rccl-xgmi/
+            README.html): each MI300X of an 8-GPU platform is linked to its seven peers by xGMI, a
+            fully connected mesh; 64 GB/s per link and direction, about 48 GB/s of it usable (CRC
+            and protocol). So 7 x 64 = 448 GB/s per GPU and direction.
+  [ND-MI300X] Azure "ND MI300X v5 size series" (learn.microsoft.com/azure/virtual-machines/sizes/
+            gpu-accelerated/ndmi300xv5-series, 2024): Standard_ND96isr_MI300X_v5, 8 x MI300X,
+            96 vCPUs (4th Gen Xeon), 8 x 400 Gb/s NVIDIA Quantum-2 CX7 InfiniBand, one per GPU,
+            GPUDirect RDMA. No on-demand price was found in a stored source: assumed (see the
+            machine's comment).
   [EFA-GEN] AWS EFA generations (EC2 "Elastic Fabric Adapter" page, 2024-25): p4d / p4de EFA v1,
             p5 EFA v2, p5en EFA v3, p6-b200 EFA v4.
 """
@@ -73,7 +95,13 @@ from typing import Any, Literal
 from ringmaster.engine.units import GB, MIB, TERA, gbps_to_bytes_per_second
 
 Kind = Literal["gpu", "tpu"]
-IntraLink = Literal["nvlink", "pcie", "ici"]
+# How a host's accelerators talk: NVLink (with NVSwitch on HGX hosts), PCIe, AMD Infinity Fabric
+# (xGMI: on AMD's 8-GPU OAM platforms a fully connected mesh, one link from each GPU to each of
+# the seven others, no switch), or a TPU's ICI.
+IntraLink = Literal["nvlink", "pcie", "xgmi", "ici"]
+# xGMI links per GPU on AMD's 8-GPU OAM platforms (MI300X / MI325X: 7, one to each peer,
+# [ROCM-XGMI]); a collective among g of the host's GPUs uses the g - 1 links between them.
+XGMI_LINKS_PER_GPU = 7
 # How GPU traffic leaves a host: kernel TCP through gVNIC (every byte bounced through host memory
 # by CPU threads), Google's GPUDirect-TCPX / TCPXO (GPU memory straight to the NIC, TCP), RDMA
 # (InfiniBand or RoCE, GPUDirect-RDMA), AWS's Elastic Fabric Adapter (EFA: the SRD protocol
@@ -82,8 +110,10 @@ IntraLink = Literal["nvlink", "pcie", "ici"]
 Transport = Literal["tcp", "tcpx", "tcpxo", "rdma", "efa", "dcn"]
 TRANSPORTS = ("tcp", "tcpx", "tcpxo", "rdma", "efa", "dcn")
 # NCCL's tuning tables are indexed by GPU generation (tuning.cc: Volta, Ampere, Hopper, Blackwell;
-# anything older than Ampere, T4 and P4 included, uses the Volta row).
-NcclArch = Literal["volta", "ampere", "hopper", "blackwell", ""]
+# anything older than Ampere, T4 and P4 included, uses the Volta row). "cdna3": AMD MI300X /
+# MI325X under RCCL (NCCL's fork for ROCm: ring and tree, no NVLS); the engine borrows NCCL's
+# Ampere rows for it (efficiency.py says where).
+NcclArch = Literal["volta", "ampere", "hopper", "blackwell", "cdna3", ""]
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "int8", "fp8", "fp4")
 
 
@@ -388,6 +418,49 @@ _ACCELERATORS: tuple[Accelerator, ...] = (
         device_mib=189471,  # [SMI] "NVIDIA GB200, 189471 MiB" (nvidia-smi on GB200 trays, 2025)
     ),
     _acc(
+        "amd-mi300x",
+        "gpu",
+        # [MI300X-DS] dense: FP16 / BF16 1,307.4, FP8 2,614.9 (OCP FP8: E4M3FNUZ / E5M2FNUZ),
+        # INT8 2,614.9, TF32 653.7, FP32 (matrix) 163.4.
+        {
+            "fp32": 163.4,
+            "tf32": 653.7,
+            "fp16": 1307.4,
+            "bf16": 1307.4,
+            "fp8": 2614.9,
+            "int8": 2614.9,
+        },
+        192,  # [MI300X-DS] 192 GB HBM3
+        5300,  # [MI300X-DS] 5.3 TB/s
+        "xgmi",
+        448,  # [MI300X-DS]/[ROCM-XGMI] 7 xGMI links x 64 GB/s per direction
+        None,  # bundled in Standard_ND96isr_MI300X_v5
+        "[MI300X-DS] 2023-24, [ROCM-XGMI] 2025",
+        nccl_arch="cdna3",  # RCCL: ring and tree over the xGMI mesh, no NVLS (no switch)
+        device_mib=196288,  # [SMI] rocm-smi "VRAM Total Memory (B): 205822885888"
+    ),
+    _acc(
+        "amd-mi325x",
+        "gpu",
+        # [MI325X-DS] dense: the MI300X's compute.
+        {
+            "fp32": 163.4,
+            "tf32": 653.7,
+            "fp16": 1307.4,
+            "bf16": 1307.4,
+            "fp8": 2614.9,
+            "int8": 2614.9,
+        },
+        256,  # [MI325X-DS] 256 GB HBM3E
+        6000,  # [MI325X-DS] 6 TB/s
+        "xgmi",
+        448,  # [MI325X-DS] the MI300X's 7 x 128 GB/s links: 448 GB/s per direction
+        None,  # bundled in amd-mi325x-oam-8
+        "[MI325X-DS] 2024, [ROCM-XGMI] 2025",
+        nccl_arch="cdna3",
+        device_mib=256 * 1024,  # ROCm's GPU specifications table: 256 GiB (no rocm-smi figure)
+    ),
+    _acc(
         "nvidia-tesla-v100",
         "gpu",
         # [V100-DS] 2018 SXM2: FP32 15.7, tensor FP16 125; INT8 via DP4A = 4 x FP32 = 62.8.
@@ -610,6 +683,38 @@ _MACHINES: tuple[MachineType, ...] = (
         transport="efa",
         efa_generation=2,
     ),
+    # AMD hosts, RCCL over the xGMI mesh inside, RDMA over one 400 Gb/s NIC per GPU between hosts.
+    # Not GKE shapes: a job names them with spec.machineType, or the pool's instance-type label
+    # (AKS: node.kubernetes.io/instance-type) does. [ND-MI300X]: 8 x 400 Gb/s InfiniBand NDR.
+    # Price: Azure's on-demand rate was not found in a stored source; assumed 6.00 USD per
+    # GPU-hour (the rate Oracle announced for its BM.GPU.MI300X.8, 2024): override it through the
+    # catalog with the price you pay.
+    _machine(
+        "Standard_ND96isr_MI300X_v5",
+        96,
+        3200,
+        8 * 6.00,
+        "[ND-MI300X] 2024; price assumed (6.00 USD per GPU-hour)",
+        "amd-mi300x",
+        8,
+        nics=8,
+        transport="rdma",
+    ),
+    # A generic 8 x MI325X OAM server (AMD's universal baseboard, as Dell / Supermicro / Gigabyte
+    # build it), one 400 Gb/s RDMA NIC (InfiniBand or RoCE) per GPU as on the MI300X platforms;
+    # 2 x 64-core EPYC (256 vCPUs) assumed. No list price: assumed the MI300X host's per GPU;
+    # override it through the catalog.
+    _machine(
+        "amd-mi325x-oam-8",
+        256,
+        3200,
+        8 * 6.00,
+        "[MI325X-DS] 2024 (8-GPU platform); NICs, vCPUs and price assumed",
+        "amd-mi325x",
+        8,
+        nics=8,
+        transport="rdma",
+    ),
     # N1 reducer hosts: [points] n1-highcpu-16 32 Gbps (Vertex AI Reduction Server notebook).
     _machine("n1-highcpu-16", 16, 32, 0.566789, _N1),  # 16 vCPU, 14.4 GB
     _machine("n1-highcpu-32", 32, 32, 1.133578, _N1),  # 32 vCPU, 28.8 GB
@@ -667,6 +772,8 @@ _DEFAULT_MACHINES: dict[str, dict[int, str]] = {
     "nvidia-h200-141gb": {8: "a3-ultragpu-8g"},
     "nvidia-b200": {8: "a4-highgpu-8g"},
     "nvidia-gb200": {4: "a4x-highgpu-4g"},
+    "amd-mi300x": {8: "Standard_ND96isr_MI300X_v5"},
+    "amd-mi325x": {8: "amd-mi325x-oam-8"},
     # Attached GPUs: 8 vCPUs per GPU, the usual GKE sizing for data loading.
     "nvidia-tesla-v100": {
         1: "n1-standard-8",

@@ -87,7 +87,12 @@ from numpy.typing import ArrayLike, NDArray
 from ringmaster.engine import collectives
 from ringmaster.engine.alpha_beta_collectives import ring_allreduce
 from ringmaster.engine.ceilings import hbm_ratio, matmul_ratio
-from ringmaster.engine.efficiency import NETWORK_HOP_LATENCY, NVLINK_EFFICIENCY, PCIE_EFFICIENCY
+from ringmaster.engine.efficiency import (
+    NETWORK_HOP_LATENCY,
+    NVLINK_EFFICIENCY,
+    PCIE_EFFICIENCY,
+    XGMI_EFFICIENCY,
+)
 from ringmaster.engine.hardware import Accelerator
 from ringmaster.engine.transformer import Transformer
 from ringmaster.engine.units import US
@@ -137,8 +142,14 @@ LLM_SEQUENCE_OVERHEAD_SECONDS = 0.0
 # most): ring algorithm, LL protocol (nccl src/graph/tuning.cc: baseLat ring LL 6.6 us, hwLat
 # ring LL 0.6 us on NVLink, 1.0 us on PCIe).
 TP_ALLREDUCE_BASE_LATENCY = 6.6 * US
-TP_HOP_LATENCY = {"nvlink": 0.6 * US, "pcie": 1.0 * US, "ici": 0.6 * US}  # ICI: borrowed NVLink
-_LINK_EFFICIENCY = {"nvlink": NVLINK_EFFICIENCY, "pcie": PCIE_EFFICIENCY, "ici": NVLINK_EFFICIENCY}
+# ICI and xGMI (RCCL keeps NCCL's tuner): NVLink's hop borrowed.
+TP_HOP_LATENCY = {"nvlink": 0.6 * US, "pcie": 1.0 * US, "ici": 0.6 * US, "xgmi": 0.6 * US}
+_LINK_EFFICIENCY = {
+    "nvlink": NVLINK_EFFICIENCY,
+    "pcie": PCIE_EFFICIENCY,
+    "ici": NVLINK_EFFICIENCY,
+    "xgmi": XGMI_EFFICIENCY,
+}
 # Activations travel in 16-bit whatever the weights are (FP8 and W4A16 kernels emit BF16/FP16).
 ACTIVATION_BYTES = 2.0
 # vLLM's KV-cache block: 16 tokens (vllm/config CacheConfig block_size default). A sequence holds
@@ -156,7 +167,8 @@ def tensor_parallel_allreduce_seconds(
     """One all-reduce of ``nbytes`` over the replica's ``ranks`` accelerators on their host link.
     The only call into the collective model: switching it is a one-place change."""
     link = accelerator.intra_link
-    bandwidth = accelerator.intra_bandwidth * _LINK_EFFICIENCY[link]
+    # On an xGMI mesh only the links among the ``ranks`` GPUs carry it.
+    bandwidth = collectives.link_bandwidth(accelerator, ranks) * _LINK_EFFICIENCY[link]
     ring = ring_allreduce(nbytes, ranks, bandwidth, TP_HOP_LATENCY[link], TP_ALLREDUCE_BASE_LATENCY)
     return ring.seconds
 

@@ -56,6 +56,8 @@ from ringmaster.engine.efficiency import (
     PCIE_EFFICIENCY,
     PCIE_HOP_LATENCY,
     RING_PREFERENCE_TOLERANCE,
+    XGMI_EFFICIENCY,
+    XGMI_HOP_LATENCY,
 )
 from ringmaster.engine.frameworks import (
     DEFAULT_GPU_FRAMEWORK,
@@ -142,8 +144,18 @@ CP_KV_PASSES_RECOMPUTE = 1
 # both equal to their fits; the plan names them as step-level fits.
 GEMM_STEP_FIT = {"ampere": 0.91, "tpu": 1.236}
 
-LINK_EFFICIENCY = {"nvlink": NVLINK_EFFICIENCY, "pcie": PCIE_EFFICIENCY, "ici": ICI_EFFICIENCY}
-LINK_HOP_LATENCY = {"nvlink": NVLINK_HOP_LATENCY, "pcie": PCIE_HOP_LATENCY, "ici": ICI_HOP_LATENCY}
+LINK_EFFICIENCY = {
+    "nvlink": NVLINK_EFFICIENCY,
+    "pcie": PCIE_EFFICIENCY,
+    "xgmi": XGMI_EFFICIENCY,
+    "ici": ICI_EFFICIENCY,
+}
+LINK_HOP_LATENCY = {
+    "nvlink": NVLINK_HOP_LATENCY,
+    "pcie": PCIE_HOP_LATENCY,
+    "xgmi": XGMI_HOP_LATENCY,
+    "ici": ICI_HOP_LATENCY,
+}
 
 
 def _f(x: ArrayLike) -> F64:
@@ -277,7 +289,12 @@ def layout_hardware(
         per_host=host.count,
         peak_flops=peak,
         memory_bytes=acc.memory_bytes,
-        intra_bandwidth=(acc.ici_link_bandwidth if acc.kind == "tpu" else acc.intra_bandwidth)
+        # An xGMI mesh: the links among the host's GPUs in use (collectives.link_bandwidth).
+        intra_bandwidth=(
+            acc.ici_link_bandwidth
+            if acc.kind == "tpu"
+            else float(C.link_bandwidth(acc, host.count))
+        )
         * LINK_EFFICIENCY[acc.intra_link],
         intra_hop_latency=LINK_HOP_LATENCY[acc.intra_link],
         # The transport's achieved rate: kernel TCP shared by the host's GPUs loses more.

@@ -521,7 +521,7 @@ def _words(code: int, host: Host, inputs: TrainingInputs, reducer_gbps: float, k
     if code == C.BOTTLENECK_REDUCERS:
         return f"reducers' aggregate bandwidth, {k} x {reducer_gbps:g} Gbps"
     if code == C.BOTTLENECK_INTRA:
-        link = "NVLink" if acc.intra_link == "nvlink" else "PCIe"
+        link = {"nvlink": "NVLink", "xgmi": "xGMI (Infinity Fabric)"}.get(acc.intra_link, "PCIe")
         return f"intra-host {link}, {acc.intra_bandwidth / 1e9:g} GB/s"
     if code == C.BOTTLENECK_ICI:
         return f"ICI torus {inputs.topology or ''}, {acc.ici_link_bandwidth / 1e9:g} GB/s per link"

@@ -92,8 +92,11 @@ class AcceleratorEntry(_Entry):
     memory_gb: float | None = Field(default=None, alias="memoryGB", gt=0)
     memory_bandwidth_gbps: float | None = Field(default=None, alias="memoryBandwidthGBps", gt=0)
     """HBM bandwidth, GB/s."""
-    intra_link: Literal["nvlink", "pcie", "ici"] | None = Field(default=None, alias="intraLink")
-    """How the accelerators of one host talk: NVLink, PCIe, or a TPU's ICI."""
+    intra_link: Literal["nvlink", "pcie", "xgmi", "ici"] | None = Field(
+        default=None, alias="intraLink"
+    )
+    """How the accelerators of one host talk: NVLink, PCIe, AMD Infinity Fabric (xGMI, a fully
+    connected mesh of 7 links per GPU), or a TPU's ICI."""
     intra_bandwidth_gbps: float | None = Field(default=None, alias="intraBandwidthGBps", gt=0)
     """Per accelerator and direction, to its host peers, GB/s."""
     price_per_hour_usd: float | None = Field(default=None, alias="pricePerHourUSD", ge=0)
@@ -106,7 +109,7 @@ class AcceleratorEntry(_Entry):
     """TPU: axes of a slice topology (2 for "4x4", 3 for "2x2x4")."""
     nvswitch: bool | None = None
     """GPU on an NVSwitch host where NCCL can run NVLS (Hopper or newer SXM)."""
-    nccl_arch: Literal["volta", "ampere", "hopper", "blackwell"] | None = Field(
+    nccl_arch: Literal["volta", "ampere", "hopper", "blackwell", "cdna3"] | None = Field(
         default=None, alias="ncclArch"
     )
     source: str | None = None
