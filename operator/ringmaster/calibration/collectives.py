@@ -350,6 +350,16 @@ def nvls_blackwell_efficiency(fabric: Mapping[str, Any], per_step_byte: float) -
     return size / t / DEFAULT_CATALOG.accelerator("nvidia-gb200").intra_bandwidth
 
 
+def xgmi_efficiency(fabric: Mapping[str, Any], per_step_byte: float) -> float:
+    """XGMI_EFFICIENCY from its fitted run: 8 x MI300X under RCCL, the ring's busbw at the fitted
+    size less its pipeline fill, over the xGMI line rate (7 links x 64 GB/s per direction)."""
+    p = _fabric_point(fabric, "xgmi", "mi300x-xgmi-8gpu-allreduce")
+    size = int(p["fitted_size"])
+    busbw = float(p["busbw_GBps_by_size"][size]) * 1e9
+    t = without_fill(size * 1.75 / busbw, per_step_byte, C.ALG_RING, size, 1, 8)
+    return size * 1.75 / t / DEFAULT_CATALOG.accelerator("amd-mi300x").intra_bandwidth
+
+
 def nvls_plateau_algbw(points: Mapping[str, Any], per_step_byte: float) -> float:
     """8 x H100 NVLS algbw (bytes/s) without its pipeline fill, from the shared points' busbw at
     4 GiB (the size its row evaluates)."""
@@ -465,7 +475,54 @@ def fabric_rows(fabric: Mapping[str, Any]) -> list[Row]:
         + fill_by_chunk_rows(fabric)
         + gcp_rows(fabric)
         + nvlink_domain_rows(fabric)
+        + xgmi_rows(fabric)
     )
+
+
+def xgmi_rows(fabric: Mapping[str, Any]) -> list[Row]:
+    """8 x MI300X under RCCL on the xGMI mesh: the 8 GiB busbw fits XGMI_EFFICIENCY, the other
+    sizes of the run check it (ring, no NVLS); sizes where RCCL's early plateau leaves the
+    engine's pipeline fill (fitted on NCCL) beyond GOAL_MAX are out of reach, said so."""
+    mi300x = DEFAULT_CATALOG.accelerator("amd-mi300x")
+    p = _fabric_point(fabric, "xgmi", "mi300x-xgmi-8gpu-allreduce")
+    fitted = int(p["fitted_size"])
+    rows: list[Row] = []
+    for size, pub in sorted((int(k), float(v)) for k, v in p["busbw_GBps_by_size"].items()):
+        t = C.intra_host_collective(C.ALL_REDUCE, size, 8, mi300x)
+        busbw = _busbw(t) / 1e9
+        alg = C.ALGORITHM_NAMES[int(np.ravel(t.algorithm)[0])]
+        quantity = f"busbw GB/s, 8 x MI300X (xGMI, RCCL), {size / GIB:g} GiB, {alg}"
+        err = relative_error(busbw, pub)
+        fit = size == fitted
+        if not fit and abs(err) > GOAL_MAX:
+            rows.append(
+                Row(
+                    p["id"],
+                    quantity,
+                    pub,
+                    busbw,
+                    None,
+                    GOAL_MAX,
+                    OUT_OF_REACH,
+                    f"{err:+.0%}: RCCL on xGMI is at its plateau by 256 MiB (its line through "
+                    "1 and 8 GiB meets M = 0 at 0.06 ms); the engine's pipeline fill, fitted on "
+                    "NCCL (0.94 ms), is not RCCL's",
+                )
+            )
+            continue
+        rows.append(
+            Row(
+                p["id"],
+                quantity,
+                pub,
+                busbw,
+                err,
+                0.02 if fit else GOAL_MAX,
+                FITTED if fit else CHECKED,
+                "XGMI_EFFICIENCY" if fit else "RCCL's ring over the xGMI mesh by size",
+            )
+        )
+    return rows
 
 
 def nvlink_domain_rows(fabric: Mapping[str, Any]) -> list[Row]:

@@ -17,6 +17,7 @@ from ringmaster.calibration.collectives import (
     pipeline_fill_per_step_byte,
     tcp_shared_nic_efficiency,
     without_fill,
+    xgmi_efficiency,
 )
 from ringmaster.calibration.points import (
     RESNET50_OPERATIONS,
@@ -57,6 +58,7 @@ def derive_constants(points: Mapping[str, Any]) -> dict[str, float]:
         "NIC_EFFICIENCY": nic,
         "NVLS_EFFICIENCY": nvls,
         "NVLS_EFFICIENCY_BLACKWELL": nvls_blackwell_efficiency(fabric, fill),
+        "XGMI_EFFICIENCY": xgmi_efficiency(fabric, fill),
         "EFA_EFFICIENCY": efa_efficiency(fabric, fill),
         "NVLS_TREE_SHARE": nvls_tree_share(fabric, points, fill),
         "TCP_SHARED_NIC_EFFICIENCY": tcp_shared_nic_efficiency(fabric, nic),

@@ -289,6 +289,7 @@ SINGLE_SOURCE = (
     ("NVLS_EFFICIENCY", "nccl-tests issue 212 / nccl issue 1455 (8 x H100)"),
     ("NVLS_TREE_SHARE", "nccl issue 1221 (2 x 8 H100 RoCE)"),
     ("NVLS_EFFICIENCY_BLACKWELL", "coreweave/nccl-tests pull request 43 (one GB200 NVL72)"),
+    ("XGMI_EFFICIENCY", "Azure AI-benchmarking-guide (8 x MI300X, RCCL)"),
     ("EFA_EFFICIENCY", "awsome-distributed-training (2 x p4de, aws-ofi-nccl 1.8.1)"),
     ("TCP_SHARED_NIC_EFFICIENCY", "nccl issue 209 (4 x 8 V100)"),
     ("PIPELINE_FILL_SECONDS_PER_STEP_BYTE", "awsome-distributed-training (2 x p4de)"),
