@@ -30,7 +30,6 @@ from ringmaster.api import (
     InferenceEndpointSpec,
     InferenceEndpointStatus,
     InferencePlan,
-    is_tpu,
 )
 from ringmaster.api.common import ConditionStatus
 from ringmaster.controllers.reporting import (
@@ -52,7 +51,7 @@ from ringmaster.manifests.inference import (
     server_workload,
     serving_env,
 )
-from ringmaster.placement.labels import GPU_RESOURCE, TPU_RESOURCE
+from ringmaster.placement.labels import accelerator_resource as resource_for
 from ringmaster.placement.pools import NodePool, NoPool, accelerator_pools, gang_fits
 from ringmaster.planning import PlanError
 
@@ -148,7 +147,7 @@ class Decision:
 
 
 def accelerator_resource(spec: InferenceEndpointSpec) -> str:
-    return TPU_RESOURCE if is_tpu(spec.accelerator.type) else GPU_RESOURCE
+    return resource_for(spec.accelerator.type)
 
 
 def choose_pool(

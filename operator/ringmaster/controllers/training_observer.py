@@ -39,7 +39,7 @@ from ringmaster.observe.drift import MIN_DRIFT_SAMPLES, degraded_message, judge_
 from ringmaster.observe.reports import ProgressReport
 from ringmaster.observe.start_time import Holder, Queued, StartEstimate, expected_starts
 from ringmaster.observe.steps import StepWindow, progress_figures
-from ringmaster.placement.labels import GPU_RESOURCE, TPU_RESOURCE
+from ringmaster.placement.labels import ACCELERATOR_TAINT_KEYS
 
 log = logging.getLogger(__name__)
 
@@ -464,7 +464,7 @@ def accelerators_free(snapshot: ClusterSnapshot) -> dict[str, int]:
         total = Decimal(0)
         for vector, nodes in snapshot.free_vectors(pool).items():
             amounts = dict(vector)
-            total += (amounts.get(GPU_RESOURCE, 0) + amounts.get(TPU_RESOURCE, 0)) * nodes
+            total += sum(amounts.get(k, 0) for k in ACCELERATOR_TAINT_KEYS) * nodes
         free[pool] = int(total)
     return free
 

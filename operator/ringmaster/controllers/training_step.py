@@ -16,11 +16,12 @@ from typing import Any
 from ringmaster.admission.cycle import WORKER_LARGER_THAN_NODE, Verdict, WaitingGang
 from ringmaster.admission.kueue import Flavor, WorkloadWrite
 from ringmaster.admission.snapshot import Key, PoolSummary, Promise
-from ringmaster.api import TrainingJobSpec, TrainingJobStatus, TrainingPlan, is_tpu
+from ringmaster.api import TrainingJobSpec, TrainingJobStatus, TrainingPlan
 from ringmaster.controllers.reporting import Conditions, Event
 from ringmaster.manifests.naming import ATTEMPT_ANNOTATION, RANK_LABEL
 from ringmaster.manifests.training import REDUCER_ENDPOINTS_ENV
-from ringmaster.placement.labels import GPU_RESOURCE, POOL_NAME_KEYS, TPU_RESOURCE
+from ringmaster.placement import labels
+from ringmaster.placement.labels import POOL_NAME_KEYS
 
 PENDING, ADMITTED, RUNNING = "Pending", "Admitted", "Running"
 SUCCEEDED, FAILED, SUSPENDED = "Succeeded", "Failed", "Suspended"
@@ -188,7 +189,7 @@ class Decision:
 
 
 def accelerator_resource(spec: TrainingJobSpec) -> str:
-    return TPU_RESOURCE if is_tpu(spec.accelerator.type) else GPU_RESOURCE
+    return labels.accelerator_resource(spec.accelerator.type)
 
 
 @dataclass

@@ -40,7 +40,7 @@ class PoolTemplate:
     def accelerator_resource(self) -> str | None:
         if self.accelerator is None:
             return None
-        return L.TPU_RESOURCE if self.is_tpu else L.GPU_RESOURCE
+        return L.accelerator_resource(self.accelerator)
 
 
 # Machine shapes from the GCE machine-type documentation (A2, A3, A4, N1, E2, TPU ct4p, ct5lp)

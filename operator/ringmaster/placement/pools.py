@@ -15,10 +15,9 @@ from kubernetes.utils.quantity import parse_quantity
 
 from ringmaster.placement.labels import (
     ACCELERATOR_TAINT_KEYS,
-    GPU_RESOURCE,
     POOL_NAME_KEYS,
-    TPU_RESOURCE,
     PoolIdentity,
+    accelerator_resource,
     pool_identity,
 )
 
@@ -57,7 +56,7 @@ class NodePool:
     def accelerator_resource(self) -> str | None:
         if self.identity.accelerator is None:
             return None
-        return TPU_RESOURCE if self.identity.is_tpu else GPU_RESOURCE
+        return accelerator_resource(self.identity.accelerator)
 
     def node_selector(self) -> dict[str, str]:
         """The label that selects exactly this pool's nodes (the one discovery grouped them by)."""
