@@ -133,7 +133,8 @@ def test_a_new_tpu_needs_its_topology_and_interconnect() -> None:
         ("defaultMachines: {nvidia-x: {8: a2-highgpu-8g}}", "nvidia-x is not in the catalog"),
         (
             "machineTypes: {g9-1: {vcpus: 1, nicGbps: 1, pricePerHourUSD: 1, accelerator: nope}}",
-            r"g9-1\.accelerator: nope is not in the catalog; known: nvidia-a100-80gb",
+            r"g9-1\.accelerator: nope is not in the catalog; known: amd-mi300x, amd-mi325x, "
+            "nvidia-a100-80gb",
         ),
         (
             "accelerators: {tpu-x: {kind: gpu, peakTFLOPS: {bf16: 1}, memoryGB: 1,"
