@@ -365,6 +365,14 @@ MAMF_ROWS = {
 TRIAD_ROWS = {
     "nvidia-a100-80gb": "azure-a100-80gb-hbm-triad",
     "nvidia-h200-141gb": "azure-h200-hbm-triad",
+    "amd-mi300x": "azure-mi300x-hbm-triad",
+}
+# AMD parts: the MAMF table has their bf16 rows (torch.mm with TunableOp); their FP8 fraction is
+# the bf16 one times AMD's own FP8 / BF16 ratio of maximum achievable FLOPS (ROCm blog, measuring
+# max achievable FLOPS part 2: hipBLASLt, one method for both precisions).
+AMD_ROWS = {
+    "amd-mi300x": ("mamf-mi300x-bf16-torch", "amd-maf-mi300x-bf16", "amd-maf-mi300x-fp8"),
+    "amd-mi325x": ("mamf-mi325x-bf16-torch", "amd-maf-mi325x-bf16", "amd-maf-mi325x-fp8"),
 }
 # FlashAttention 2, forward + backward, causal, head dim 128, 16k tokens (the repository's
 # benchmark figures): 189 TFLOP/s on the A100 80GB (ceilings_points.yaml) and 328 on the H100
@@ -376,6 +384,10 @@ def derive_published_ratios() -> dict[str, Any]:
     """PUBLISHED_MATMUL_RATIO, PUBLISHED_HBM_RATIO and FLASH2_AMPERE_RATIO of engine.ceilings."""
     h100 = {"bf16": _fraction("mamf-h100-sxm-bf16"), "fp8": _fraction("mamf-h100-sxm-fp8")}
     matmul = {key: round(_fraction(pid) / h100[key[1]], 4) for key, pid in MAMF_ROWS.items()}
+    for acc, (mamf, maf_bf16, maf_fp8) in AMD_ROWS.items():
+        matmul[(acc, "bf16")] = round(_fraction(mamf) / h100["bf16"], 4)
+        fp8 = _fraction(mamf) * _fraction(maf_fp8) / _fraction(maf_bf16)
+        matmul[(acc, "fp8")] = round(fp8 / h100["fp8"], 4)
     triad = _fraction("azure-h100-hbm-triad")
     hbm = {acc: round(_fraction(pid) / triad, 4) for acc, pid in TRIAD_ROWS.items()}
     a100 = _fraction("fa2-a100-80gb-fwdbwd-hdim128-causal")

@@ -193,7 +193,7 @@ def render_serving_engines_section() -> str:
     lines.append("by engine x accelerator: checked rows, median |error|")
     for (engine, gpu), errors in sorted(cells.items()):
         lines.append(f"  {engine:<13} {gpu:<7} {len(errors):>3} rows  median {median(errors):.1%}")
-    reach = defaultdict(int)
+    reach: dict[str, int] = defaultdict(int)
     for r in rows:
         if r.predicted is None:
             reach[r.reason] += 1

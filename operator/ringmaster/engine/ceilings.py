@@ -116,6 +116,12 @@ PUBLISHED_MATMUL_RATIO: dict[tuple[str, str], float] = {
     ("nvidia-b200", "fp8"): 1.0762,
     ("nvidia-gb200", "bf16"): 0.9076,
     ("nvidia-gb200", "fp8"): 1.0202,
+    # AMD: the same table's bf16 rows (torch.mm, TunableOp); FP8 as bf16 x AMD's own FP8 / BF16
+    # ratio of maximum achievable FLOPS (ROCm/rocm-blogs measuring-max-achievable-flops part 2).
+    ("amd-mi300x", "bf16"): 0.6367,
+    ("amd-mi300x", "fp8"): 0.6484,
+    ("amd-mi325x", "bf16"): 0.7476,
+    ("amd-mi325x", "fp8"): 0.7631,
 }
 # Achieved HBM (BabelStream triad on Azure's ND v4 / v5 machines, Azure/AI-benchmarking-guide
 # Azure_Results/*_results.md @ 8fd0): each chip's fraction of its datasheet over the H100's
@@ -123,6 +129,7 @@ PUBLISHED_MATMUL_RATIO: dict[tuple[str, str], float] = {
 PUBLISHED_HBM_RATIO: dict[str, float] = {
     "nvidia-a100-80gb": 0.9404,
     "nvidia-h200-141gb": 0.9752,
+    "amd-mi300x": 0.8726,
 }
 # FlashAttention 2 is tuned for Ampere: forward + backward, causal, head dim 128, 16k tokens, it
 # reaches 189 of the A100's 312 TFLOP/s and 328 of the H100's 989.4 (Dao-AILab/flash-attention
