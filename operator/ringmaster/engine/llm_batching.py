@@ -13,8 +13,7 @@ which TensorRT-LLM's in-flight batching and SGLang's scheduler resemble:
 
 A seeded discrete-event simulation of exactly this scheduler is the reference (it lives in the
 test suite, ``tests/engine/llm_scheduler_reference.py``); this module is the fast method that
-sizing uses, stated once here and checked against the simulation at 50, 80, 95 and 99% of the
-offline maximum:
+sizing uses, stated once here and checked against the simulation from 10% to 95% load:
 
 - **Slots.** A replica runs at most ``c = min(S, K / m)`` sequences, ``K`` the cache's tokens and
   ``m`` the tokens a running sequence holds on average: its prompt, half its output weighted by
@@ -25,41 +24,23 @@ offline maximum:
   ``h = out - 1 + max(1, in / (T - c))`` steps (the first token comes from the prefill step), so
   each step carries ``p = c in / h`` prompt tokens; if ``c + p`` exceeds the budget the budget
   binds and ``c = T h / (h + in)``. Then ``lambda_max = c / (h x step(c, p))`` requests/s.
-- **The fixed point at a rate lambda**: ``N = lambda h tau`` running (Little's law), ``p = lambda
-  in tau`` prompt tokens per step, and ``tau = step(N, p)``: a continuously batching server is
-  not a queue of fixed service rate, its rate ``N / (h tau(N))`` grows with its batch. The step
-  is affine in ``tau`` on each branch of the GEMM roofline, so the fixed point is closed-form
-  (prompts in whole lumps then correct it by a secant); ``N`` reaches ``c`` exactly at
-  ``lambda_max``, so below it nothing is infinite.
-- **The law of the running count** about ``N`` (:func:`occupancy`): a birth-death chain, arrivals
-  at ``lambda``, completions at ``n / (h tau(n))`` with ``n`` running (every running request
-  advances a step per step: processor sharing, whose count does not depend on the hold time's
-  law), so ``ln pi(n) - ln pi(n - 1) = ln(lambda h tau(n) / n)``, integrated on a grid; its mode
-  is the fixed point, its spread ``sqrt(N / f)`` with ``f = 1 - d ln tau / d ln n`` (the flatter
-  the step in ``n``, the weaker the pull back: the count of a memory-bound replica at high load
-  wanders over hundreds). Each arrival's prefill also slows every running request, so the
-  arrivals' noise reaches the count amplified by ``1 / (1 - u)``, ``u`` the prompts' share of
-  the step: the log-density is flattened by ``(1 + (1 - u)^-2) / 2``. From ``c`` on, requests
-  queue and the queue drains at ``lambda_max``: the states beyond ``c`` fall by ``rho = lambda /
-  lambda_max`` each (M/M/c's geometric tail).
-- **Waiting for a slot**: the probability is the chain's mass at ``c`` and beyond (PASTA); the
-  wait of those who wait is exponential with rate ``(lambda_max - lambda) x 2 / (1 + cv_h^2)``
-  (the M/M/c tail, scaled for the hold time's variability as Kingman's and Allen and Cunneen's
-  approximations do). It matters only where the count's law reaches ``c``: close to
-  ``lambda_max`` for a replica whose step grows with its batch.
+- **Mean state at a rate lambda**: ``N = lambda h tau`` running (Little's law), ``p = lambda in
+  tau`` prompt tokens per step, and ``tau = step(N, p)``; the step is affine in ``tau`` on each
+  branch of the GEMM roofline, so the fixed point is closed-form.
+- **Waiting for a slot**: an M/G/c queue of ``c`` slots served at the saturated speed, with load
+  ``rho = lambda / lambda_max``. The probability of waiting is Halfin and Whitt's (Operations
+  Research 29(3), 1981) ``1 / (1 + beta Phi(beta) / phi(beta))`` with ``beta = sqrt(c) (1 - rho)
+  / sqrt(rho)``; the wait of those who wait is exponential with rate ``(lambda_max - lambda) x
+  2 / (1 + cv_h^2)`` (the M/M/c tail, scaled for the hold time's variability as Allen and
+  Cunneen's approximation does).
 - **TTFT** = the wait for a slot + the rest of the step under way (uniform in ``[0, tau]``) + the
   steps that carry the prompt's chunks with the other prompts ahead of it. Its quantile adds the
   three parts' means and the root of the sum of their squared excesses at the quantile (the
-  quantile of a sum of independent parts, to second order), the step's excesses amplified by
-  ``1 / (1 - u)`` (a long step lets the prompts pile up for the next ones).
-- **TPOT** of a request is the mean step over its decode: the running count it sees is the
-  chain's, averaged over its own lifetime ``h tau`` against the count's relaxation time ``h tau
-  / f`` (an Ornstein-Uhlenbeck average: the deviations shrink by ``sqrt(2 (f - 1 + e^-f) / f^2)``),
-  pinned at ``c`` where the queue covers the quantile; plus the prompts that land in its own
-  steps, the step's deviation over ``sqrt(out - 1)`` taken as a quantile over the output
-  lengths' law (a short request's mean is the noisiest), amplified by ``1 / (1 - u)``.
-- **Preemption** (the cache binds before ``S``) is in the reference, not in this model, which is
-  optimistic there: the plans keep ``S`` within the cache at p99 lengths.
+  quantile of a sum of independent parts, to second order).
+- **TPOT** of a request is the mean step over its decode: the running count it sees is Poisson
+  about ``N`` (M/G/infinity), averaged over its own lifetime, which shrinks the deviations by
+  ``sqrt(2/3)`` (the triangular autocorrelation of an M/D/infinity count over one service time),
+  and pinned at ``c`` for the share of time the queue is not empty.
 
 Everything is closed-form and vectorised: one call evaluates every rate (and configuration) of
 a grid at once.
@@ -99,6 +80,8 @@ MAX_NUM_SEQS_CHOICES = (8, 16, 32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2048
 CURVE_LOADS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
 # The percentiles a curve reports.
 QUANTILES = (0.5, 0.9, 0.99)
+# The lifetime average of an M/D/infinity count: variance x 2/3 (see the module docstring).
+_LIFETIME_SHRINK = math.sqrt(2.0 / 3.0)
 
 
 def _f(x: ArrayLike) -> F64:
@@ -361,8 +344,6 @@ class LoadPoint(NamedTuple):
     wait_probability: F64  # P(a request waits for a slot)
     ttft: dict[float, F64]  # quantile -> seconds
     tpot: dict[float, F64]
-    ttft_mean: F64 | None = None  # seconds
-    tpot_mean: F64 | None = None  # seconds, the mean over requests of each one's TPOT
 
 
 def _mean_step(terms: ServingTerms, lam: F64, h: F64) -> F64:
@@ -381,152 +362,6 @@ def _mean_step(terms: ServingTerms, lam: F64, h: F64) -> F64:
         tau_c = np.where(compute < 1.0, fixed / (1.0 - compute), np.inf)
         tau_m = np.where(linear < 1.0, (fixed + streamed) / (1.0 - linear), np.inf)
     return np.maximum(tau_c, tau_m)
-
-
-def _smooth_step(terms: ServingTerms, running: F64, lam: F64) -> F64:
-    """The step with ``running`` decodes while prompts arrive smoothly at ``lam`` requests/s
-    (``lam x in x tau`` prompt tokens in a step of ``tau``): affine in ``tau`` on each branch of
-    the GEMM roofline, so closed-form (the lumps are :func:`step_moments`' business)."""
-    t = terms
-    k = _f(running)
-    streamed = weights_read_seconds(t, np.maximum(k, 1.0))
-    fixed = t.overhead + t.allreduce_base
-    per_seq = t.sequence_overhead + t.allreduce_per_token + t.context_tokens * t.kv_read_per_token
-    per_seq = per_seq + t.kv_read_per_sequence
-    per_prompt = t.allreduce_per_token + 0.5 * t.input_tokens * t.prefill_attention_per_context
-    prompt_rate = lam * t.input_tokens
-    # The prompts alone cannot fill the step below the offline maximum; the floor only keeps
-    # points past it (masked by the caller) finite.
-    memory = np.maximum(1.0 - prompt_rate * per_prompt, 1e-3)
-    compute = np.maximum(1.0 - prompt_rate * (per_prompt + t.prefill_gemm_per_token), 1e-3)
-    tau_m = (fixed + streamed + k * per_seq) / memory
-    tau_c = (fixed + k * (per_seq + t.gemm_per_token)) / compute
-    return _f(np.maximum(tau_m, tau_c))
-
-
-class Occupancy(NamedTuple):
-    """The running count of a replica at a rate: its law over ``nodes`` (states, ascending, the
-    last ``c``) as a cumulative distribution, and what follows from it."""
-
-    wait_probability: F64  # P(count >= c): an arrival waits for a slot (PASTA)
-    mean: F64  # E[running]
-    relaxation: F64  # f = 1 - d ln tau / d ln n at the mode: the count's restoring force
-    prompt_share: F64  # u: the share of the step the prompts take at the mode
-    nodes: F64  # (..., _CHAIN_NODES)
-    cdf: F64  # P(count <= node), the last < 1 by the waiting mass
-
-
-# Nodes of the running count: a fine grid over the bulk (the mode +- _CHAIN_SPAN sd) and a
-# coarse one from there to c (the log-density is smooth there, only its integral matters).
-_CHAIN_BULK = 48
-_CHAIN_REACH = 24
-_CHAIN_SPAN = 7.0
-
-
-def occupancy(
-    terms: ServingTerms,
-    cap: Capacity,
-    rate: ArrayLike,
-    running: ArrayLike,
-    step: ArrayLike,
-    output_cv: float = 0.0,
-) -> Occupancy:
-    """The law of the running count at ``rate``, given the fixed point ``running`` = N and its
-    ``step`` (see the module's docstring): a birth-death chain whose arrivals come at ``rate``
-    and whose completions, with ``n`` running, come at ``n / (h tau(n))`` (every running request
-    advances one step per step: processor sharing, whose count does not depend on the law of
-    the hold time), capped at c, beyond which the queue drains at the offline maximum."""
-    # A rate of zero has the empty replica for its law: a tiny rate stands in for it.
-    lam = np.maximum(_f(rate), 1e-9)
-    c = _f(cap.slots)
-    h = np.maximum(_f(cap.hold_steps), 1.0)
-    big = np.maximum(c, 1.0)
-    mode = np.clip(_f(running), 0.0, big)
-    # The lumps of prompts (the fixed point's step against the smooth one), from the mode's
-    # to the saturated step's ratio, linearly in the count.
-    kappa_n = _f(step) / _smooth_step(terms, mode, lam)
-    kappa_c = _f(cap.step) / _smooth_step(terms, big, _f(cap.rate))
-
-    def tau(k: F64) -> F64:
-        share = np.clip((k - mode[..., None]) / np.maximum(big - mode, 1e-9)[..., None], 0.0, 1.0)
-        kappa = kappa_n[..., None] + (kappa_c - kappa_n)[..., None] * share
-        t = ServingTerms(*(np.asarray(x)[..., None] for x in terms))
-        return _smooth_step(t, k, lam[..., None]) * kappa
-
-    def g(k: F64) -> F64:  # ln pi(k - 1) - ln pi(k): ln of completions over arrivals at k
-        return np.log(np.maximum(k, 1e-9) / (lam[..., None] * h[..., None] * tau(k)))
-
-    # The restoring force at the mode: g'(N) = 1/N - tau'/tau = f / N.
-    m = np.maximum(mode, 0.5)[..., None]
-    pair = tau(np.concatenate([0.99 * m, 1.01 * m], axis=-1))
-    elasticity = (np.log(pair[..., 1]) - np.log(pair[..., 0])) / (np.log(1.01) - np.log(0.99))
-    f = np.clip(1.0 - elasticity, 0.02, 1.0)
-    sd = np.sqrt(np.maximum(mode, 0.5) / f * 12.5)  # the widest the temperature below makes it
-    lo = np.maximum(mode - _CHAIN_SPAN * sd, 0.0)
-    mid = np.minimum(mode + _CHAIN_SPAN * sd, big)
-    bulk = lo[..., None] + (mid - lo)[..., None] * np.linspace(0.0, 1.0, _CHAIN_BULK)
-    reach = mid[..., None] + (big - mid)[..., None] * np.linspace(0.0, 1.0, _CHAIN_REACH + 1)[1:]
-    nodes = np.concatenate([bulk, reach], axis=-1)
-    # ln pi at the nodes: the state-to-state ratio integrated (x -> state x + 1/2, so that the
-    # steps of the sum land on their midpoints), from the first node.
-    slope = -g(nodes + 0.5)
-    width = np.diff(nodes, axis=-1)
-    rise = np.cumsum(0.5 * (slope[..., 1:] + slope[..., :-1]) * width, axis=-1)
-    log_pi = np.concatenate([np.zeros_like(nodes[..., :1]), rise], axis=-1)
-    # The prompts' share of the step, u: an arrival also slows every running request's
-    # progress by its prefill, so the arrivals' noise reaches the count amplified by 1 / (1 - u)
-    # and the count's variance by (1 + 1 / (1 - u)^2) / 2 (the departures' noise is not):
-    # the chain's log-density flattened by that factor.
-    u = np.clip(1.0 - _smooth_step(terms, mode, np.zeros_like(lam)) / _f(step), 0.0, 0.95)
-    temperature = 0.5 * (1.0 + 1.0 / (1.0 - u) ** 2)
-    log_pi = log_pi / temperature[..., None]
-    log_pi -= np.max(log_pi, axis=-1, keepdims=True)
-    pi = np.exp(log_pi)
-    # The states below c (trapezoid to sum: half the bottom state when it is 0, less half of c's)
-    # and those from c on: c's, then the queue's, falling by rho a state.
-    rho = np.clip(lam / np.where(cap.rate > 0.0, cap.rate, np.inf), 0.0, 1.0 - 1e-12)
-    pieces = 0.5 * (pi[..., 1:] + pi[..., :-1]) * width
-    below = np.cumsum(pieces, axis=-1)
-    bottom = np.where(lo <= 0.0, 0.5 * pi[..., 0], 0.0)
-    top = pi[..., -1]
-    waiting = top / (1.0 - rho)
-    total = bottom + below[..., -1] - 0.5 * top + waiting
-    cdf = np.concatenate([bottom[..., None], bottom[..., None] + below], axis=-1) / total[..., None]
-    cdf[..., -1] = 1.0 - waiting / total  # the states below c
-    weighted = pi * nodes
-    mean_below = np.sum(0.5 * (weighted[..., 1:] + weighted[..., :-1]) * width, axis=-1)
-    mean = (mean_below - 0.5 * top * big + waiting * big) / total
-    return Occupancy(waiting / total, mean, f, u, nodes, cdf)
-
-
-def count_quantile(occ: Occupancy, q: float) -> F64:
-    """The running count at quantile ``q`` (c where the waiting mass covers it)."""
-    above = np.sum(occ.cdf < q, axis=-1)
-    i = np.clip(above, 1, occ.nodes.shape[-1] - 1)[..., None]
-    x0, x1 = np.take_along_axis(occ.nodes, i - 1, -1), np.take_along_axis(occ.nodes, i, -1)
-    y0, y1 = np.take_along_axis(occ.cdf, i - 1, -1), np.take_along_axis(occ.cdf, i, -1)
-    share = np.clip((q - y0) / np.maximum(y1 - y0, 1e-300), 0.0, 1.0)
-    return _f((x0 + (x1 - x0) * share)[..., 0])
-
-
-@lru_cache(maxsize=256)
-def _per_step_noise(output_lengths: Lengths, q: float) -> float:
-    """The ``q`` quantile of ``Z / sqrt(out - 1)``, ``Z`` standard normal and ``out`` drawn from
-    the output lengths: the deviation of a request's mean step from the mean step, in units of
-    one step's standard deviation, when the steps it decodes in are independent (a scale
-    mixture of normals, heavier-tailed than its variance says). Bisection over 64 equally
-    likely output lengths; once per (lengths, quantile)."""
-    probabilities = (np.arange(64) + 0.5) / 64.0
-    outputs = np.array([output_lengths.quantile(float(x)) for x in probabilities])
-    scale = 1.0 / np.sqrt(np.maximum(outputs - 1.0, 1.0))
-    lo, hi = -10.0, 10.0
-    for _ in range(60):
-        mid = 0.5 * (lo + hi)
-        if float(np.mean(_normal_cdf(mid / scale))) < q:
-            lo = mid
-        else:
-            hi = mid
-    return 0.5 * (lo + hi)
 
 
 def load_points(
@@ -569,11 +404,11 @@ def load_points(
     n = np.minimum(lam * h * tau, c)
     p = lam * terms.input_tokens * tau
 
-    # Waiting for a slot: the law of the running count about its fixed point (the chain of
-    # :func:`occupancy`); those who wait, wait an exponential time at the rate the queue drains,
-    # the offline maximum less the arrivals, scaled for the hold time's variability (Kingman).
-    occ = occupancy(terms, cap, lam, n, tau)
-    p_wait = np.where(stable, occ.wait_probability, 1.0)
+    # Waiting for a slot: Halfin-Whitt's probability, the M/M/c tail scaled for the hold time.
+    safe_rho = np.clip(rho, 1e-12, 1.0 - 1e-12)
+    beta = np.sqrt(np.maximum(c, 1.0)) * (1.0 - safe_rho) / np.sqrt(safe_rho)
+    density = np.exp(-0.5 * np.minimum(beta * beta, 1400.0)) / math.sqrt(2.0 * math.pi)
+    p_wait = np.where(stable, density / (density + beta * _normal_cdf(beta)), 1.0)
     cv_h = output_lengths.cv * terms.output_tokens / np.maximum(h, 1.0)
     theta = (cap.rate - lam) * 2.0 / (1.0 + cv_h * cv_h)
     room = np.maximum(budget - n, 1.0)
@@ -588,8 +423,6 @@ def load_points(
     moments = step_moments(terms, n, lam * tau, input_lengths, room)
     ttft: dict[float, F64] = {}
     tpot: dict[float, F64] = {}
-    f = occ.relaxation
-    shrink = np.sqrt(2.0 * (f - 1.0 + np.exp(-f)) / (f * f))
     for q in quantiles:
         with np.errstate(divide="ignore", invalid="ignore"):
             wait_q = np.where(
@@ -597,42 +430,22 @@ def load_points(
             )
         residual_q = q * moments.longest if q > 0.5 else moments.residual_median
         base_mean = moments.residual_mean + pre_mean
-        # The excess of a long step, or of a long prompt's, lets more prompts pile up for the
-        # next steps: amplified by 1 / (1 - u) as the lumps of a TPOT are.
         base_q = base_mean + np.sqrt(
             (residual_q - moments.residual_mean) ** 2
             + (prefill(input_lengths.quantile(q)) - pre_mean) ** 2
-        ) / (1.0 - occ.prompt_share)
+        )
         # The quantile of base + wait: the wait's when it has any mass there, else the base's.
         total = np.maximum(base_q, base_mean + wait_q)
         ttft[q] = np.where(stable, total, np.inf)
-        # The count a request sees, averaged over its own lifetime: the count relaxes over
-        # h tau / f (f the chain's restoring force), the request lives h tau.
-        seen = occ.mean + shrink * (count_quantile(occ, q) - occ.mean)
+        spread = _LIFETIME_SHRINK * _z(q) * np.sqrt(n)
+        seen = np.where(p_wait >= 1.0 - q, c, np.minimum(n + spread, c))
         crowd = expected_step(terms, seen, lam * tau, input_lengths, budget - seen) - moments.mean
-        # The prompts that land in a request's own decode steps: the mean of its out - 1 steps,
-        # a short request's the noisiest (the quantile over the output lengths' law).
-        # A lump stretches the request's life, and more prompts land in the stretch: the noise
-        # reaches its TPOT amplified by 1 / (1 - u), as the arrivals' reach the count.
-        noise = _per_step_noise(output_lengths, q) / (1.0 - occ.prompt_share)
-        lumps = noise * np.sqrt(np.maximum(moments.variance, 0.0))
+        # The prompts that land in a request's own decode steps: the mean of out - 1 steps.
+        lumps = _z(q) * np.sqrt(np.maximum(moments.variance, 0.0) / np.maximum(h - 1.0, 1.0))
         per_token = moments.mean + np.sign(crowd) * np.sqrt(crowd * crowd + lumps * lumps)
         tpot[q] = np.where(stable, per_token, np.inf)
     unstable = np.where(stable, 0.0, np.inf)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ttft_mean = moments.residual_mean + pre_mean + np.where(p_wait > 0.0, p_wait / theta, 0.0)
-    tpot_mean = expected_step(terms, occ.mean, lam * tau, input_lengths, budget - occ.mean)
-    return LoadPoint(
-        lam,
-        rho,
-        n + unstable,
-        tau + unstable,
-        p_wait,
-        ttft,
-        tpot,
-        ttft_mean + unstable,
-        tpot_mean + unstable,
-    )
+    return LoadPoint(lam, rho, n + unstable, tau + unstable, p_wait, ttft, tpot)
 
 
 # --- the rates that meet the SLOs ----------------------------------------------------------------
