@@ -452,6 +452,23 @@ class _Replica:
             pick = int(np.argmax(np.where(within, offline, -1.0)))
         self.pick = pick
         self.best_offline = int(np.argmax(offline))
+        # The offline maximum over every batch up to the largest considered (each budget), not
+        # only the grid's: a server may run fewer sequences than its cap, so a larger cap never
+        # lowers it (past the budget's sweet spot more decodes crowd the prompts' chunks out).
+        dense = np.arange(1.0, float(np.max(self.seqs)) + 1.0)
+        dense_b, dense_s = np.meshgrid(np.array(budgets), dense, indexing="ij")
+        dense_s = np.minimum(dense_s, np.floor(dense_b / 2.0))
+        dense_cap = batching.capacity(
+            t, dense_s.ravel(), dense_b.ravel(), out_lengths.cv, input_lengths=in_lengths
+        )
+        dense_rate = np.broadcast_to(np.asarray(dense_cap.rate, dtype=np.float64), dense_s.size)
+        at = int(np.argmax(dense_rate))
+        self.offline_best_rate = max(float(dense_rate[at]), float(offline[self.best_offline]))
+        self.offline_best_seqs = (
+            int(dense_s.ravel()[at])
+            if float(dense_rate[at]) >= float(offline[self.best_offline])
+            else int(self.seqs[self.best_offline])
+        )
         self.limit_index = int(np.argmin(limits[:, pick]))
         self.in_lengths, self.out_lengths = in_lengths, out_lengths
 
@@ -694,7 +711,9 @@ def _predict_layout(
     pick = replica.pick
     offline = np.asarray(replica.cap.rate, dtype=np.float64)
     saturation = float(offline[pick])
-    best_offline = float(offline[replica.best_offline])
+    best_offline = float(
+        getattr(replica, "offline_best_rate", None) or offline[replica.best_offline]
+    )
     rate = float(replica.sustainable[pick])
     max_num_seqs = int(replica.seqs[pick])
     budget = int(replica.budgets[pick])
@@ -793,7 +812,9 @@ def _predict_layout(
         notes=tuple(notes),
         offline_requests_per_second=best_offline,
         offline_output_tokens_per_second=best_offline * out_mean,
-        offline_max_num_seqs=int(replica.seqs[replica.best_offline]),
+        offline_max_num_seqs=int(
+            getattr(replica, "offline_best_seqs", None) or replica.seqs[replica.best_offline]
+        ),
         ttft_slo_rate=None if ttft_all else ttft_rate,
         tpot_slo_rate=None if tpot_all else tpot_rate,
         load_curve=curve,
