@@ -187,6 +187,17 @@ class KubeApi:
         plain: dict[str, Any] = self.core.api_client.sanitize_for_serialization(found)
         return plain
 
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """One Pod as a plain dict, or None when it does not exist."""
+        try:
+            found = await self._call("get Pod", self.core.read_namespaced_pod, name, namespace)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        plain: dict[str, Any] = self.core.api_client.sanitize_for_serialization(found)
+        return plain
+
     async def put_config_map(self, namespace: str, name: str, data: dict[str, str]) -> None:
         """Create or replace a ConfigMap's data (the operator's own state, such as the cluster
         calibration), by server-side apply: no read first, no conflict with itself."""

@@ -87,6 +87,7 @@ from ringmaster.controllers.training_step import (
     World,
 )
 from ringmaster.manifests.inference import gate_lifted
+from ringmaster.manifests.naming import ADMISSION_GATE
 from ringmaster.manifests.reduction import REDUCER_REQUESTS
 from ringmaster.placement.pools import node_from_object, parse_resources
 
@@ -437,6 +438,11 @@ class TrainingController(Controller):
         except ApiException as error:
             if error.status == 404:
                 return  # gone: its DELETED event takes it out of the snapshot
+            if error.status in (409, 422) and await self._already_through(grant):
+                # An earlier grant lifted it (pinned elsewhere: a gated pod's affinity cannot
+                # change once the gate is gone); its next watch event tells the snapshot.
+                self._gate_failures.pop(grant.pod, None)
+                return
             log.warning("could not lift the admission gate of pod %s/%s: %s", *grant.pod, error)
         except Exception:
             log.exception("could not lift the admission gate of pod %s/%s", *grant.pod)
@@ -446,6 +452,15 @@ class TrainingController(Controller):
         await asyncio.sleep(min(most, first * 2 ** (failures - 1)))
         self.snapshot.ungrant(grant.pod)
         self.wake()
+
+    async def _already_through(self, grant: Grant) -> bool:
+        """Whether the pod no longer carries the admission gate (or is gone)."""
+        try:
+            pod = await self.api.get_pod(*grant.pod)
+        except Exception:  # not knowing is not through: the caller retries
+            return False
+        gates = ((pod or {}).get("spec") or {}).get("schedulingGates") or []
+        return pod is None or all(g.get("name") != ADMISSION_GATE for g in gates)
 
     async def _post_hold(self, hold: Hold) -> None:
         namespace, name = hold.pod
