@@ -393,7 +393,14 @@ def test_an_llm_that_no_replica_can_hold_waits_with_the_reason_and_creates_nothi
     assert "needs 131 GiB of weights" in ready["message"]
     assert ready["message"].endswith("use perReplica: 2 or INT4")
     assert cluster.get_json("deployments,services,hpa", "-n", ns)["items"] == []
-    warnings = [e for e in events_of(cluster, ns, "too-big") if e["reason"] == "CapacityNotMet"]
+
+    # The Event goes out after the status that records the condition (the shell posts it
+    # without waiting): under load it lands a moment later.
+    def capacity_warnings() -> list[dict]:
+        return [e for e in events_of(cluster, ns, "too-big") if e["reason"] == "CapacityNotMet"]
+
+    wait_for(capacity_warnings, timeout=30, interval=0.5, what="the CapacityNotMet Event")
+    warnings = capacity_warnings()
     assert len(warnings) == 1 and "131 GiB" in warnings[0]["message"]
 
 
