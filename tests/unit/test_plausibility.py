@@ -168,3 +168,16 @@ def test_the_operators_status_plans_carry_the_warnings_to_the_plausible_conditio
     raw = inferenceendpoint.plan(parse_manifest(endpoint).spec)
     typed = inference_lifecycle.status_plan(raw, 1, 4000.0)
     assert [w.split(":")[0] for w in plan_warnings(typed)] == ["spec.model.parameters"]
+
+
+def test_a_batch_cap_far_below_the_kv_cache_that_costs_replicas_is_named() -> None:
+    """The CRD defaulted maxBatchSize to 32 before it capped LLM replicas: an endpoint created
+    then is held to 32 sequences without anyone choosing it, and the plan says what it costs."""
+    doc = example("inferenceendpoint-llama3-70b-a100-tp4.yaml")
+    assert "BatchCapBinds" not in reasons(doc)
+    doc["spec"]["maxBatchSize"] = 32
+    found = [w for w in warnings_of(doc) if w.reason == "BatchCapBinds"]
+    assert len(found) == 1 and found[0].field == "spec.maxBatchSize"
+    assert "maxBatchSize 32" in found[0].message and "without the cap" in found[0].message
+    doc["spec"]["maxBatchSize"] = 256  # at or above what the engine picks: no cost, no word
+    assert "BatchCapBinds" not in reasons(doc)

@@ -24,6 +24,7 @@ from ringmaster.planning.plans import (
     TrainingReport,
     _nccl_env,
     active_catalog,
+    plan_inference,
 )
 
 # A training step longer than a day: the API caps a *measured* computeSecondsPerStep at the same
@@ -178,4 +179,49 @@ def inference_warnings(
     """What is implausible about an InferenceEndpoint ``spec`` (weights that do not fit a replica
     are already an infeasible plan, with its reason)."""
     too_many = _parameters(_parameter_count(spec.model))
-    return [too_many] if too_many else []
+    warnings = [too_many] if too_many else []
+    capped = _binding_batch_cap(spec, plan, catalog)
+    if capped is not None:
+        warnings.append(capped)
+    return warnings
+
+
+# A cap that holds an LLM replica to under half the sequences its KV cache holds is named: the
+# CRD defaulted maxBatchSize to 32 before it capped LLM replicas, so an endpoint created then
+# carries 32 without anyone having chosen it.
+BATCH_CAP_SLACK = 2.0
+
+
+def _binding_batch_cap(
+    spec: Any, plan: InferenceReport | LlmInferenceReport, catalog: Catalog | None
+) -> Implausible | None:
+    """spec.maxBatchSize capping an LLM replica far below its KV cache, and what it costs."""
+    cap = getattr(spec, "max_batch_size", None)
+    if not isinstance(plan, LlmInferenceReport) or cap is None:
+        return None
+    p = plan.prediction
+    if p.max_num_seqs < cap or p.max_concurrent_sequences < BATCH_CAP_SLACK * cap:
+        return None
+    free = plan_inference(spec.model_copy(update={"max_batch_size": None}), catalog=catalog)
+    if not isinstance(free, LlmInferenceReport):
+        return None
+
+    def needed(report: LlmInferenceReport) -> float:
+        n = report.prediction.replicas_needed
+        return float("inf") if n is None else float(n)
+
+    if needed(free) >= needed(plan):
+        return None
+    capped = (
+        "no replica count meets the target"
+        if p.replicas_needed is None
+        else (f"{p.replicas_needed} replicas meet the target")
+    )
+    return Implausible(
+        "spec.maxBatchSize",
+        "BatchCapBinds",
+        f"maxBatchSize {cap} holds each replica to {cap} running sequences where its KV cache "
+        f"holds {p.max_concurrent_sequences:,}: {capped}, {free.prediction.replicas_needed} "
+        "without the cap (before maxBatchSize capped LLM replicas the CRD defaulted it to 32; "
+        "remove it to let the engine choose)",
+    )
