@@ -52,6 +52,18 @@ def pool_nodes(cluster: Cluster, pool: str) -> list[str]:
     return sorted(n["metadata"]["name"] for n in nodes["items"])
 
 
+def pods_on_pools(cluster: Cluster, *pools: str) -> list[str]:
+    """Pods not yet finished on the pools' nodes: an earlier test's, still going away, hold the
+    slice the next test counts as free (seen under load on a worker's shared cluster)."""
+    nodes = {n for pool in pools for n in pool_nodes(cluster, pool)}
+    return [
+        f"{p['metadata']['namespace']}/{p['metadata']['name']}"
+        for p in cluster.get_json("pods", "--all-namespaces")["items"]
+        if p["spec"].get("nodeName") in nodes
+        and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    ]
+
+
 def env(pod: dict[str, Any]) -> dict[str, str]:
     return {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][0]["env"]}
 
@@ -62,6 +74,12 @@ def test_two_slices_wait_for_each_other_then_run_each_on_its_own_pool(
     ns = quiet_namespace
     cordoned = pool_nodes(cluster, POOL_B)
     assert cordoned and len(pool_nodes(cluster, POOL_A)) == len(cordoned) == 2
+    wait_for(
+        lambda: not pods_on_pools(cluster, POOL_A, POOL_B),
+        timeout=120,
+        interval=1,
+        what="earlier tests' pods off both v5e pools",
+    )
     for node in cordoned:
         cluster.kubectl("cordon", node)
     try:
