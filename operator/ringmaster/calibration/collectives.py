@@ -494,35 +494,51 @@ def xgmi_rows(fabric: Mapping[str, Any]) -> list[Row]:
         quantity = f"busbw GB/s, 8 x MI300X (xGMI, RCCL), {size / GIB:g} GiB, {alg}"
         err = relative_error(busbw, pub)
         fit = size == fitted
-        if not fit and abs(err) > GOAL_MAX:
-            rows.append(
-                Row(
-                    p["id"],
-                    quantity,
-                    pub,
-                    busbw,
-                    None,
-                    GOAL_MAX,
-                    OUT_OF_REACH,
-                    f"{err:+.0%}: RCCL on xGMI is at its plateau by 256 MiB (its line through "
-                    "1 and 8 GiB meets M = 0 at 0.06 ms); the engine's pipeline fill, fitted on "
-                    "NCCL (0.94 ms), is not RCCL's",
-                )
-            )
-            continue
+        reach = (
+            f"{err:+.0%}: RCCL on xGMI is at its plateau by 256 MiB (its line through 1 and 8 GiB "
+            "meets M = 0 at 0.06 ms); the engine's pipeline fill, fitted on NCCL (0.94 ms), is "
+            "not RCCL's"
+        )
         rows.append(
-            Row(
+            _by_size_row(
                 p["id"],
                 quantity,
                 pub,
                 busbw,
-                err,
-                0.02 if fit else GOAL_MAX,
-                FITTED if fit else CHECKED,
-                "XGMI_EFFICIENCY" if fit else "RCCL's ring over the xGMI mesh by size",
+                fit,
+                "XGMI_EFFICIENCY",
+                "RCCL's ring over the xGMI mesh by size",
+                reach,
             )
         )
     return rows
+
+
+def _by_size_row(
+    pid: str,
+    quantity: str,
+    pub: float,
+    busbw: float,
+    fit: bool,
+    constant: str,
+    checked_note: str,
+    out_of_reach_note: str,
+) -> Row:
+    """One size of a by-size curve: the fitted size sets ``constant``; another is checked, or
+    out of reach (said why, not bent to) when beyond GOAL_MAX."""
+    err = relative_error(busbw, pub)
+    if not fit and abs(err) > GOAL_MAX:
+        return Row(pid, quantity, pub, busbw, None, GOAL_MAX, OUT_OF_REACH, out_of_reach_note)
+    return Row(
+        pid,
+        quantity,
+        pub,
+        busbw,
+        err,
+        0.02 if fit else GOAL_MAX,
+        FITTED if fit else CHECKED,
+        constant if fit else checked_note,
+    )
 
 
 def nvlink_domain_rows(fabric: Mapping[str, Any]) -> list[Row]:
@@ -534,6 +550,7 @@ def nvlink_domain_rows(fabric: Mapping[str, Any]) -> list[Row]:
     rows: list[Row] = []
     p = _fabric_point(fabric, "nvlink_domain", "gb200-nvl72-allreduce-72-gpus")
     fitted = int(p["fitted_size"])
+    _, slope, _ = _line_through_largest(p["time_us_by_size"])
     for size, pub in sorted((int(k), float(v)) for k, v in p["busbw_GBps_by_size"].items()):
         t = C.inter_host_collective(C.ALL_REDUCE, size, 18, 4, a4x, gb200)
         busbw = _busbw(t) / 1e9
@@ -541,37 +558,24 @@ def nvlink_domain_rows(fabric: Mapping[str, Any]) -> list[Row]:
         fit = size == fitted
         err = relative_error(busbw, pub)
         quantity = f"busbw GB/s, 18 x 4 GB200 (one NVL72), {size / GIB:g} GiB, {alg}"
-        if not fit and abs(err) > GOAL_MAX:
-            # Out of reach, not bent to: below its plateau the rack spends a time beyond the
-            # plateau's rate (the 4 -> 8 GiB slope) that the engine's NVLS latency + fill do not
-            # hold; its ramp to the plateau is not modelled.
-            _, slope, _ = _line_through_largest(p["time_us_by_size"])
-            extra = float(p["time_us_by_size"][size]) * 1e-6 - size / slope
-            ours = float(np.ravel(t.seconds)[0]) - size / slope
-            rows.append(
-                Row(
-                    p["id"],
-                    quantity,
-                    pub,
-                    busbw,
-                    None,
-                    GOAL_MAX,
-                    OUT_OF_REACH,
-                    f"{err:+.0%}: {extra * 1e3:.2f} ms beyond the plateau's rate, the engine "
-                    f"{ours * 1e3:.2f} ms; the rack's ramp to its NVLS plateau is not modelled",
-                )
-            )
-            continue
+        # Below its plateau the rack spends a time beyond the plateau's rate (the 4 -> 8 GiB
+        # slope) that the engine's NVLS latency + fill do not hold; its ramp is not modelled.
+        extra = float(p["time_us_by_size"][size]) * 1e-6 - size / slope
+        ours = float(np.ravel(t.seconds)[0]) - size / slope
+        reach = (
+            f"{err:+.0%}: {extra * 1e3:.2f} ms beyond the plateau's rate, the engine "
+            f"{ours * 1e3:.2f} ms; the rack's ramp to its NVLS plateau is not modelled"
+        )
         rows.append(
-            Row(
+            _by_size_row(
                 p["id"],
                 quantity,
                 pub,
                 busbw,
-                err,
-                0.02 if fit else GOAL_MAX,
-                FITTED if fit else CHECKED,
-                "NVLS_EFFICIENCY_BLACKWELL" if fit else "NVLS over the rack by size",
+                fit,
+                "NVLS_EFFICIENCY_BLACKWELL",
+                "NVLS over the rack by size",
+                reach,
             )
         )
     p = _fabric_point(fabric, "nvlink_domain", "b200-nvls-8gpu-allreduce")

@@ -192,41 +192,22 @@ def leave_one_source_out() -> list[LeaveOneOut]:
     """Each step-level fitted constant without its source: the source's rows predicted by the
     engine as it would be without them (single-source fits fall back to factor 1)."""
     points = T.training_points_for_report()
-    out = []
-    fit = L.GEMM_STEP_FIT["ampere"]
-    rows = T._megatron(points, 1.0)
-    out.append(
-        LeaveOneOut(
-            'GEMM_STEP_FIT["ampere"]',
-            "megatron-sc21-table1",
-            fit,
-            1.0,
-            len(rows),
-            median(abs(pred / pub - 1) for _, pub, pred in rows),
-        )
-    )
-    titan = T._torchtitan(points, 1.0)
-    out.append(
-        LeaveOneOut(
+    fits = (
+        ('GEMM_STEP_FIT["ampere"]', "megatron-sc21-table1", "ampere", T._megatron),
+        (
             'GEMM_STEP_FIT["ampere"] (its checked source)',
             "torchtitan-a100-fsdp",
-            fit,
-            1.0,
-            len(titan),
-            median(abs(pred / pub - 1) for _, pub, pred in titan),
-        )
+            "ampere",
+            T._torchtitan,
+        ),
+        ('GEMM_STEP_FIT["tpu"]', "maxtext-v5e", "tpu", T._maxtext),
     )
-    tpu = T._maxtext(points, 1.0)
-    out.append(
-        LeaveOneOut(
-            'GEMM_STEP_FIT["tpu"]',
-            "maxtext-v5e",
-            L.GEMM_STEP_FIT["tpu"],
-            1.0,
-            len(tpu),
-            median(abs(pred / pub - 1) for _, pub, pred in tpu),
-        )
-    )
+    out = []
+    for constant, source, family, report in fits:
+        rows = report(points, 1.0)  # the engine without the fit: the carried fractions
+        errors = [abs(pred / pub - 1) for _, pub, pred in rows]
+        fitted = L.GEMM_STEP_FIT[family]
+        out.append(LeaveOneOut(constant, source, fitted, 1.0, len(rows), median(errors)))
     return out
 
 

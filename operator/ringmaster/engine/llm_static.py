@@ -42,7 +42,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ringmaster.engine import llm_batching as batching
-from ringmaster.engine.llm_batching import Capacity, Lengths, LoadPoint
+from ringmaster.engine.llm_batching import Capacity, Lengths, LoadPoint, _z
 from ringmaster.engine.llm_step import ServingTerms, step_seconds
 
 if TYPE_CHECKING:
@@ -65,19 +65,6 @@ def _z_table() -> tuple[F64, F64]:
     """The normal quantile z(1 - p) on a log grid of tail probabilities p, for interpolation."""
     tails = np.geomspace(1e-9, 0.5, 400)
     return np.log(tails), np.array([_z(1.0 - p) for p in tails])
-
-
-@lru_cache(maxsize=512)
-def _z(q: float) -> float:
-    """The standard normal's q-quantile (bisection on erfc: exact to 1e-12)."""
-    lo, hi = -12.0, 12.0
-    for _ in range(90):
-        mid = 0.5 * (lo + hi)
-        if 0.5 * math.erfc(-mid / math.sqrt(2.0)) < q:
-            lo = mid
-        else:
-            hi = mid
-    return 0.5 * (lo + hi)
 
 
 def _longest_output(output: Lengths, batch: ArrayLike) -> F64:
