@@ -21,6 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
+from ringmaster.controllers.base import RESYNC_SECONDS
+from ringmaster.controllers.trainingjob import WAIT_REFRESH_SECONDS
 from tests.e2e.kube import Cluster, OperatorProcess, wait_for
 from tests.e2e.test_trainingjob import (
     A100_POOL,
@@ -271,6 +273,20 @@ def _pods_in_transition(cluster: Cluster, ns: str) -> list[str]:
     return moving
 
 
+def _pod_versions(cluster: Cluster, ns: str) -> dict[str, str]:
+    pods = cluster.get_json("pods", "-n", ns)["items"]
+    return {p["metadata"]["name"]: p["metadata"]["resourceVersion"] for p in pods}
+
+
+def _waits_for_room(obj: dict) -> bool:
+    """A job the admission queue holds for room: its status carries the capacity it saw."""
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return any(
+        c.get("type") == "Schedulable" and c.get("reason") == "InsufficientCapacity"
+        for c in conditions
+    )
+
+
 def _versions(cluster: Cluster, ns: str) -> dict[tuple[str, str], str]:
     return _resource_versions(_objects(cluster, ns))
 
@@ -316,20 +332,30 @@ def test_examples_applied_twice_server_side_cause_no_diff_and_no_churn(
     def settled(quiet: float = 10.0) -> dict[tuple[str, str], dict]:
         """Wait until no example changes for `quiet` seconds while none of their pods is between
         states (under load the scheduler or kwok can take longer than `quiet` to move a pod,
-        and the operator rightly writes the job's status when it moves); the examples then."""
+        and the operator rightly writes the job's status when it moves); the examples then.
+        While an example waits for room, its "N fit now" is rewritten at most every
+        WAIT_REFRESH_SECONDS, checked on each resync: a pod's move is written up to that late,
+        so the pods must have been still that long too."""
         last = _objects(cluster, ns)
-        since = time.monotonic()
+        pods = _pod_versions(cluster, ns)
+        since = pods_since = time.monotonic()
+        refresh = WAIT_REFRESH_SECONDS + RESYNC_SECONDS + 2.0
 
         def still() -> bool:
-            nonlocal last, since
-            now = _objects(cluster, ns)
+            nonlocal last, since, pods, pods_since
+            now, now_pods = _objects(cluster, ns), _pod_versions(cluster, ns)
             if _resource_versions(now) != _resource_versions(last) or _pods_in_transition(
                 cluster, ns
             ):
                 last, since = now, time.monotonic()
-            return time.monotonic() - since >= quiet
+            if now_pods != pods:
+                pods, pods_since = now_pods, time.monotonic()
+            waits = any(_waits_for_room(obj) for obj in now.values())
+            return time.monotonic() - since >= quiet and (
+                not waits or time.monotonic() - pods_since >= refresh
+            )
 
-        wait_for(still, timeout=180, interval=1, what="the operator to settle")
+        wait_for(still, timeout=240, interval=1, what="the operator to settle")
         return last
 
     start = time.monotonic()
