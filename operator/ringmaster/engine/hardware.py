@@ -90,9 +90,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ringmaster.engine.units import GB, MIB, TERA, gbps_to_bytes_per_second
+
+if TYPE_CHECKING:  # engine.profiled imports this module
+    from ringmaster.engine.profiled import PoolMeasurement
 
 Kind = Literal["gpu", "tpu"]
 # How a host's accelerators talk: NVLink (with NVSwitch on HGX hosts), PCIe, AMD Infinity Fabric
@@ -799,6 +802,10 @@ class Catalog:
     accelerators: Mapping[str, Accelerator]
     machines: Mapping[str, MachineType]
     default_machines: Mapping[str, Mapping[int, str]] = field(default_factory=dict)
+    # PoolProfile measurements by (machine type, accelerator): plans on such hosts use the
+    # profiled ceilings (engine.profiled). Composed over the catalog's layers by
+    # planning.catalog.with_pool_profiles; empty: every pool on the catalog's figures.
+    profiles: Mapping[tuple[str, str], PoolMeasurement] = field(default_factory=dict)
 
     def accelerator(self, name: str) -> Accelerator:
         try:
@@ -856,6 +863,11 @@ class Catalog:
             f"{per_replica} x {accelerator} is no whole number of hosts: {accelerator} comes "
             f"{listed} per host in the catalog (perReplica a multiple of one)"
         )
+
+    def profile(self, host: Host) -> PoolMeasurement | None:
+        """The profile a plan on ``host`` uses: its machine type's, if measured on the same
+        accelerator; None: the catalog's figures."""
+        return self.profiles.get((host.machine.name, host.accelerator.name))
 
     def host(self, accelerator: str, count: int, machine_type: str | None = None) -> Host:
         """Resolve a worker host; an explicit machine type must fit ``count`` accelerators."""

@@ -37,12 +37,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import numpy as np
 
 from ringmaster.engine import collectives
 from ringmaster.engine import llm_batching as batching
-from ringmaster.engine.hardware import DEFAULT_CATALOG, Accelerator, Catalog, UnknownHardwareError
+from ringmaster.engine.ceilings import Ceilings, ceilings_for
+from ringmaster.engine.hardware import (
+    DEFAULT_CATALOG,
+    Accelerator,
+    Catalog,
+    Host,
+    UnknownHardwareError,
+)
 from ringmaster.engine.llm_batching import Lengths
 from ringmaster.engine.llm_static import StaticReplica
 from ringmaster.engine.llm_step import (
@@ -63,6 +71,12 @@ from ringmaster.engine.llm_step import (
     serving_terms,
     step_seconds,
     weights_read_seconds,
+)
+from ringmaster.engine.profiled import (
+    ceilings_hbm_ratio,
+    ceilings_matmul_ratio,
+    measured_words,
+    profiled_ceilings,
 )
 from ringmaster.engine.serving_engines import (
     DEFAULT_SERVING_ENGINE,
@@ -564,6 +578,37 @@ def _rate_words(p: LlmServingPrediction) -> str:
     )
 
 
+class _ServingPool(NamedTuple):
+    ceilings: Ceilings | None  # a profiled pool's (None: the catalog's published ratios)
+    evidence: str  # "; profiled on pool ..." or ""
+    note: str
+
+
+def _profiled_serving(catalog: Catalog, host: Host, precision: str) -> _ServingPool:
+    """The ceilings a replica on ``host`` is served on: a PoolProfile's where the catalog
+    carries one for its machine type and accelerator (issue 47, engine.profiled), with the
+    plan's evidence and a note of what it changes. The replica's fabric stays the catalog's
+    (serving's cross-host collectives are latency-bound)."""
+    measured = catalog.profile(host)
+    if measured is None:
+        return _ServingPool(None, "", "")
+    acc = host.accelerator
+    base = ceilings_for(acc)
+    profiled = profiled_ceilings(base, measured)
+    compute = ceilings_matmul_ratio(profiled, acc.name, precision) / ceilings_matmul_ratio(
+        base, acc.name, precision
+    )
+    memory = ceilings_hbm_ratio(profiled, acc.name, acc.memory_bandwidth) / ceilings_hbm_ratio(
+        base, acc.name, acc.memory_bandwidth
+    )
+    what = ", ".join(measured_words(base, measured)) or "nothing serving reads"
+    return _ServingPool(
+        profiled,
+        f"; {measured.evidence_long}: {what}",
+        f"{measured.evidence_long}: GEMMs at {compute:.3g}x, HBM at {memory:.3g}x the catalog's",
+    )
+
+
 def _predict_layout(
     inputs: LlmServingInputs,
     catalog: Catalog,
@@ -631,6 +676,9 @@ def _predict_layout(
     weights_per_acc = model.parameters * w / accelerators
     kv_total = model.kv_cache_bytes_per_token(kv)
     profile = serving_engine(inputs.engine)
+    pool = _profiled_serving(catalog, host, compute if usable else "bf16")
+    if pool.note:
+        notes.append(pool.note)
     terms = serving_terms(
         model,
         acc,
@@ -644,6 +692,7 @@ def _predict_layout(
         compute_precision=compute if usable else "bf16",
         span=span if (pp > 1 or layout.tensor_hosts > 1) else None,
         expert_parallel=ep,
+        ceilings=pool.ceilings,
     )
     cache_tokens = int(terms.kv_cache_tokens)
     max_model_len = min(model.sequence_length, cache_tokens)
@@ -683,6 +732,7 @@ def _predict_layout(
         evidence=(
             f"engine {profile.name} ({inputs.engine_source or 'given'}); "
             + serving_evidence(profile, acc.name)
+            + pool.evidence
         ),
     )
     if reason is not None:  # nothing runs: no throughput to speak of

@@ -86,7 +86,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ringmaster.engine import collectives
 from ringmaster.engine.alpha_beta_collectives import ring_allreduce
-from ringmaster.engine.ceilings import hbm_ratio, matmul_ratio
+from ringmaster.engine.ceilings import Ceilings, hbm_ratio, matmul_ratio
 from ringmaster.engine.efficiency import (
     NETWORK_HOP_LATENCY,
     NVLINK_EFFICIENCY,
@@ -94,6 +94,7 @@ from ringmaster.engine.efficiency import (
     XGMI_EFFICIENCY,
 )
 from ringmaster.engine.hardware import Accelerator
+from ringmaster.engine.profiled import ceilings_hbm_ratio, ceilings_matmul_ratio
 from ringmaster.engine.transformer import Transformer
 from ringmaster.engine.units import US
 
@@ -316,6 +317,7 @@ def serving_terms(
     constants: StepConstants = DEFAULT_CONSTANTS,
     span: ReplicaSpan | None = None,
     expert_parallel: int = 1,
+    ceilings: Ceilings | None = None,
 ) -> ServingTerms:
     """The costs of one replica of ``tp`` accelerators (every argument but the model may be an
     array: one call evaluates a grid of configurations). ``kv_memory_fraction``: the share of
@@ -323,7 +325,9 @@ def serving_terms(
     ``span``: a replica of ``tp x span.pipeline`` accelerators over hosts (the module's
     docstring); then ``tp`` is one integer, and a step is one round of the pipeline.
     ``expert_parallel``: 1 (experts sliced by TP) or the replica's ``tp`` (whole experts
-    sharded over its ranks; the MoE layers' all-reduce becomes a dispatch and a combine)."""
+    sharded over its ranks; the MoE layers' all-reduce becomes a dispatch and a combine).
+    ``ceilings``: a profiled pool's (engine.profiled): its measured matmul and HBM fractions
+    replace the chip's published ratios to the H100 (None: the published ones)."""
     g = _f(tp)
     pp = 1 if span is None else span.pipeline
     ranks = int(np.max(g))  # a span's replica has one tensor degree
@@ -333,9 +337,13 @@ def serving_terms(
     capacity = _f(accelerator.memory_bytes if memory_bytes is None else memory_bytes)
     # The fitted fractions are the H100's (engine.ceilings: one place for training and serving);
     # another chip's published ratio to the H100 scales them.
-    e_c = compute_efficiency_for(compute_precision, constants) * matmul_ratio(
-        accelerator.name, compute_precision
-    )
+    if ceilings is None:
+        compute_ratio = matmul_ratio(accelerator.name, compute_precision)
+        memory_ratio = hbm_ratio(accelerator.name)
+    else:  # issue 47: measured on the pool
+        compute_ratio = ceilings_matmul_ratio(ceilings, accelerator.name, compute_precision)
+        memory_ratio = ceilings_hbm_ratio(ceilings, accelerator.name, accelerator.memory_bandwidth)
+    e_c = compute_efficiency_for(compute_precision, constants) * compute_ratio
     rate = _f(peak_flops) * g * e_c
     w = _f(weight_bytes_per_parameter)
     # a stage holds its own layers' cache; a KV head is replicated, never split
@@ -374,12 +382,12 @@ def serving_terms(
     routed_active = float(model.moe_layers * model.active_experts * model.expert_parameters)
     dense_read = model.matmul_parameters - routed_active
     miss = 1.0 - model.active_experts / model.experts if model.experts else 1.0
-    weight_hbm = hbm * constants.memory_efficiency * hbm_ratio(accelerator.name)
+    weight_hbm = hbm * constants.memory_efficiency * memory_ratio
     layer_flops = 2.0 * model.active_layer_parameters  # active: top-k and shared experts
     attention = model.attention_flops_per_token(1.0)  # linear in the context
     share = 1.0 - HBM_RESERVE_FRACTION if kv_memory_fraction is None else _f(kv_memory_fraction)
     free = capacity * share - model.parameters * w / (g * pp)
-    kv_hbm = hbm * constants.kv_read_efficiency * hbm_ratio(accelerator.name)
+    kv_hbm = hbm * constants.kv_read_efficiency * memory_ratio
     return ServingTerms(
         overhead=np.full_like(g, constants.step_overhead * model.layers / OVERHEAD_FIT_LAYERS),
         sequence_overhead=np.full_like(g, constants.sequence_overhead),

@@ -89,6 +89,7 @@ from ringmaster.engine.llm_memory import (
     stage_layers,
     stage_parameters,
 )
+from ringmaster.engine.profiled import profiled_pool
 from ringmaster.engine.step_parts import micro_batch_parts, optimizer_seconds
 from ringmaster.engine.training import (
     exposed_communication,
@@ -223,6 +224,9 @@ class LayoutHardware:
     # every collective through _fabric. planning.layouts sets them from the pod's env.
     nccl_algorithms: frozenset[int] | None = None
     nccl_protocols: frozenset[int] | None = None
+    # issue 47: a pool measured by a PoolProfile (engine.profiled): what the profile replaced,
+    # for the plan's evidence ("" on the catalog's figures).
+    profile_evidence: str = ""
 
     @property
     def accelerators(self) -> int:
@@ -275,6 +279,17 @@ def layout_hardware(
         )
     )
     fit, fit_source, derate = step_fit(acc)
+    # The transport's achieved rate: kernel TCP shared by the host's GPUs loses more.
+    # issue 41 part 4: EFA's efficiency by generation
+    nic = host.nic_bandwidth * float(
+        C.network_efficiency(host.machine.transport, host.count, host.machine.efa_generation)
+    )
+    profile_evidence = ""
+    measured = catalog.profile(host)
+    if measured is not None:  # issue 47: the pool's own measurements in place of the catalog's
+        pool = profiled_pool(ceilings, measured, acc, host.machine, nic, (fit, fit_source, derate))
+        ceilings, nic, profile_evidence = pool.ceilings, pool.nic_bandwidth, pool.evidence
+        fit, fit_source, derate = pool.step_fit, pool.step_fit_source, pool.attention_derate
     k, reducer_bw, reducer_price = 0, 0.0, 0.0
     if reducer_machine_type and acc.kind == "gpu" and hosts > 1:
         reducer = catalog.machine(reducer_machine_type)
@@ -297,12 +312,7 @@ def layout_hardware(
         )
         * LINK_EFFICIENCY[acc.intra_link],
         intra_hop_latency=LINK_HOP_LATENCY[acc.intra_link],
-        # The transport's achieved rate: kernel TCP shared by the host's GPUs loses more.
-        nic_bandwidth=host.nic_bandwidth
-        # issue 41 part 4: EFA's efficiency by generation
-        * float(
-            C.network_efficiency(host.machine.transport, host.count, host.machine.efa_generation)
-        ),
+        nic_bandwidth=nic,
         host_price=host.price_per_hour,
         ceilings=ceilings,
         framework=fw,
@@ -326,6 +336,7 @@ def layout_hardware(
         nvls_bandwidth=C.nvls_bandwidth(acc),  # issue 41 part 4: NVLS efficiency by generation
         nccl_arch=acc.nccl_arch or "volta",
         compute_precision=precision,
+        profile_evidence=profile_evidence,
     )
 
 

@@ -14,14 +14,16 @@ from the machine types that carry it (``accelerator`` + ``acceleratorCount``). A
 fails any check changes nothing: the error names the entry and field.
 
 Also here: :func:`hardware_problem`, why a job's accelerator, host shape or topology cannot be
-placed with a given catalog (the ``UnknownAccelerator`` condition), and the catalog the operator
-currently uses (:func:`install_catalog`, :func:`installed_catalog`).
+placed with a given catalog (the ``UnknownAccelerator`` condition), the catalog the operator
+currently uses (:func:`install_catalog`, :func:`installed_catalog`), and the pools' own profiles
+plans use over it (:func:`install_pool_profiles`, :func:`with_pool_profiles`; PoolProfile,
+docs/pool-profiles.md).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
@@ -37,6 +39,7 @@ from ringmaster.engine.hardware import (
     MachineType,
     UnknownHardwareError,
 )
+from ringmaster.engine.profiled import PoolMeasurement, slowest
 from ringmaster.engine.serving_hosts import replica_hosts
 from ringmaster.engine.units import GB, TERA, gbps_to_bytes_per_second
 
@@ -48,11 +51,15 @@ __all__ = [
     "CatalogFile",
     "MachineTypeEntry",
     "apply_catalog",
+    "choose_pool_profiles",
     "hardware_problem",
     "install_catalog",
+    "install_pool_profiles",
     "installed_catalog",
+    "installed_pool_profiles",
     "load_catalog",
     "parse_catalog",
+    "with_pool_profiles",
 ]
 
 # The engine's precisions, spelled out for the schema (a test keeps the two equal).
@@ -444,3 +451,60 @@ def install_catalog(catalog: Catalog | None) -> None:
 
 def installed_catalog() -> Catalog | None:
     return _installed
+
+
+# ---------------------------------------------------------------- pools' own profiles (issue 47)
+
+_profiles: dict[tuple[str, str], PoolMeasurement] = {}
+_composed: tuple[Catalog, Catalog] | None = None  # (a base, it with _profiles): one per change
+
+
+def choose_pool_profiles(
+    measurements: Iterable[PoolMeasurement],
+) -> dict[tuple[str, str], PoolMeasurement]:
+    """The profile each (machine type, accelerator) is planned on. Several profiled pools of the
+    same hardware: the slowest (engine.profiled.slowest: by the reference step, else the
+    sustained 16-bit GEMM rate, else HBM), which names the others. Conservative: a job may land
+    on any pool of its machine type, and one planned on the fast pool's figures would miss them
+    on the slow one."""
+    groups: dict[tuple[str, str], list[PoolMeasurement]] = {}
+    for m in measurements:
+        groups.setdefault((m.machine_type, m.accelerator), []).append(m)
+    return {key: slowest(group) for key, group in sorted(groups.items())}
+
+
+def install_pool_profiles(
+    profiles: Mapping[str, PoolMeasurement] | Iterable[PoolMeasurement],
+) -> bool:
+    """Plan every pool that has one on its PoolProfile's measurement: ``profiles`` are all the
+    profiled pools (keyed by anything, e.g. namespace/name, or a plain list); an empty one
+    plans every pool on the catalog again. Kept apart from the catalog ConfigMap's layers, and
+    composed over them by :func:`with_pool_profiles` (``active_catalog()`` does), so either may
+    change without the other. True when the profiles plans use changed: the caller then clears
+    its plan caches (the operator runs its catalog-change callbacks)."""
+    global _profiles, _composed
+    values = profiles.values() if isinstance(profiles, Mapping) else profiles
+    chosen = choose_pool_profiles(values)
+    if chosen == _profiles:
+        return False
+    _profiles, _composed = chosen, None
+    return True
+
+
+def installed_pool_profiles() -> Mapping[tuple[str, str], PoolMeasurement]:
+    return dict(_profiles)
+
+
+def with_pool_profiles(
+    catalog: Catalog, profiles: Mapping[tuple[str, str], PoolMeasurement] | None = None
+) -> Catalog:
+    """``catalog`` carrying ``profiles`` (default: the installed ones), and only those, for
+    plans to use (``Catalog.profile``); ``catalog`` itself when that is what it carries."""
+    global _composed
+    if profiles is not None:
+        return catalog if catalog.profiles == profiles else replace(catalog, profiles=profiles)
+    if catalog.profiles == _profiles:
+        return catalog
+    if _composed is None or _composed[0] is not catalog:
+        _composed = (catalog, replace(catalog, profiles=dict(_profiles)))
+    return _composed[1]

@@ -344,6 +344,9 @@ def training_evidence(
     matmul = hw.ceilings.evidence.get("matmul", "")
     if hw.step_fit_source:
         matmul = f"GEMMs {hw.step_fit_source}"
+    if hw.profile_evidence:  # issue 47: "profiled on pool h100-a, 2026-11-26: GEMMs bf16, ..."
+        profiled_gemms = hw.step_fit_source.startswith("profiled")
+        matmul = hw.profile_evidence if profiled_gemms else f"{matmul}; {hw.profile_evidence}"
     return f"{text}; {matmul}" if matmul else text
 
 

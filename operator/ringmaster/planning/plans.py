@@ -41,7 +41,12 @@ from ringmaster.engine.training import (
     TrainingPrediction,
     predict_training,
 )
-from ringmaster.planning.catalog import CatalogError, installed_catalog, load_catalog
+from ringmaster.planning.catalog import (
+    CatalogError,
+    installed_catalog,
+    load_catalog,
+    with_pool_profiles,
+)
 from ringmaster.planning.layouts import (
     LayoutPlan,
     layout_json,
@@ -63,17 +68,19 @@ _catalog_cache: dict[str | None, Catalog] = {}
 
 def active_catalog(path: str | None = None) -> Catalog:
     """The catalog plans use: the built-in one with the file ``path`` applied; without a path,
-    the one the operator installed from its ConfigMap, else the file $RINGMASTER_CATALOG."""
+    the one the operator installed from its ConfigMap, else the file $RINGMASTER_CATALOG; with
+    the pools' profiles the operator installed over it (planning.catalog.install_pool_profiles).
+    """
     installed = installed_catalog()
     if path is None and installed is not None:
-        return installed
+        return with_pool_profiles(installed)
     chosen = path or os.environ.get(CATALOG_ENV) or None
     if chosen not in _catalog_cache:
         try:
             _catalog_cache[chosen] = load_catalog(chosen) if chosen else DEFAULT_CATALOG
         except CatalogError as exc:
             raise PlanError(f"catalog: {exc}") from None
-    return _catalog_cache[chosen]
+    return with_pool_profiles(_catalog_cache[chosen])
 
 
 def _sig(x: float | None, digits: int = 6) -> float | None:
