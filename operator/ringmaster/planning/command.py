@@ -1,4 +1,4 @@
-"""`ringmaster plan FILE [-o table|json] [--sweep FIELD=RANGE] [--plot FILE.png]`
+"""`ringmaster plan FILE [-o table|json] [--sweep FIELD=RANGE] [--plot FILE.png] [--profile FILE]`
 
 Reads the YAML a user applies (one or more documents) and prints what the operator would decide,
 with no cluster: the dry run of the operator's decision. Bad input prints one line naming the
@@ -24,6 +24,7 @@ from typing import Any
 
 from ringmaster.engine.hardware import Catalog
 from ringmaster.planning import render
+from ringmaster.planning.catalog import choose_pool_profiles, with_pool_profiles
 from ringmaster.planning.layouts import layout_json
 from ringmaster.planning.multislice import render_slice_scaling, slice_scaling
 from ringmaster.planning.plans import (
@@ -83,6 +84,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="a hardware catalog file, YAML or JSON, added to the built-in catalog "
         "(docs/catalog.md; default: $RINGMASTER_CATALOG)",
+    )
+    parser.add_argument(
+        "--profile",
+        metavar="FILE",
+        action="append",
+        help="plan a profiled pool on what was measured there (docs/pool-profiles.md): a "
+        "PoolProfile (kubectl get poolprofile NAME -o yaml; a List of them works too), or its "
+        "pods' results as a JSON/YAML list with --profile-machine-type; may repeat",
+    )
+    parser.add_argument(
+        "--profile-machine-type",
+        metavar="MACHINE_TYPE",
+        help="the machine type of the hosts a --profile results list was measured on",
     )
 
 
@@ -485,14 +499,61 @@ def _render(plans: list[Any], catalog: Catalog, fmt: str, calibration: Any = Non
     return "\n\n".join(blocks)
 
 
+def _profiles(paths: list[str] | None, machine_type: str | None, catalog: Catalog) -> Catalog:
+    """``catalog`` with the pools of the --profile files planned on their profiles (the
+    operator's rule: several pools of one machine type, the slowest)."""
+    if not paths:
+        if machine_type is not None:
+            raise _Usage("--profile-machine-type: give --profile FILE too")
+        return catalog
+    import yaml
+
+    from ringmaster.profiling.aggregate import ProfileError, measurements_from_document
+
+    measured = []
+    for path in paths:
+        text, source = _read(path)
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise _Usage(f"{source}: invalid YAML: {str(exc).splitlines()[0]}") from None
+        try:
+            measured += measurements_from_document(
+                data,
+                where=source,
+                catalog=catalog,
+                machine_type=machine_type,
+                pool=Path(source).stem,
+            )
+        except ProfileError as exc:
+            raise _Usage(str(exc)) from None
+    return with_pool_profiles(catalog, choose_pool_profiles(measured))
+
+
+def _unused_profiles(plans: list[Any], catalog: Catalog) -> list[str]:
+    """One line for each --profile no plan of the file runs on (its machine type differs)."""
+    words = json.dumps([plan.to_json() for _, plan in plans if plan is not None])
+    return [
+        f"ringmaster plan: note: --profile: pool {m.pool} ({m.machine_type}, {m.accelerator}) "
+        "is not where any plan here runs; it changes nothing"
+        for m in catalog.profiles.values()
+        if f"pool {m.pool}," not in words
+    ]
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         sweep = parse_sweep(args.sweep) if args.sweep else None
         catalog = active_catalog(args.catalog)
+        catalog = _profiles(
+            getattr(args, "profile", None), getattr(args, "profile_machine_type", None), catalog
+        )
         text, source = _read(args.file)
         if args.jobs_sharing_pool < 1:
             raise _Usage("--jobs-sharing-pool: give a count of 1 or more")
         plans = _plans(text, source, catalog, args.jobs_sharing_pool)
+        for line in _unused_profiles(plans, catalog):
+            print(line, file=sys.stderr)
         calibration = _calibration(args.cluster_calibration)
         if sweep is not None:
             out = _sweep_output(plans, sweep, catalog, args.output, args.plot)
