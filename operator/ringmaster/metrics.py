@@ -104,3 +104,15 @@ PROGRESS_REPORTS_REFUSED = Counter(
     "ReviewFailed). The log warns once a minute per job, code and reason; this counts them all.",
     ["namespace", "name", "code", "reason"],
 )
+
+# --- PoolProfile (docs/pool-profiles.md) ----------------------------------------------------------
+POOL_PROFILE_SUSTAINED = Gauge(
+    "ringmaster_pool_profile_sustained_tflops",
+    "A profiled pool's sustained GEMM rate, its median host (TFLOP/s), by precision.",
+    ["namespace", "poolprofile", "pool", "precision"],
+)
+POOL_PROFILE_FLAGGED = Gauge(
+    "ringmaster_pool_profile_flagged_hosts",
+    "Hosts the profile's last run found below their pool (labelled ringmaster.dev/degraded).",
+    ["namespace", "poolprofile"],
+)

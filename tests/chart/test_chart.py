@@ -67,6 +67,7 @@ def test_default_install_renders_exactly_the_operator_objects(render: Render):
         "CustomResourceDefinition",  # clusterkopfpeerings.kopf.dev
         "CustomResourceDefinition",  # inferenceendpoints
         "CustomResourceDefinition",  # kopfpeerings.kopf.dev
+        "CustomResourceDefinition",  # poolprofiles
         "CustomResourceDefinition",  # reductionserverpools
         "CustomResourceDefinition",  # trainingjobs
         "Deployment",

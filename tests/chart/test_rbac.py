@@ -26,19 +26,28 @@ NAMESPACED_RULES = {
     (RM, "trainingjobs"): {"list", "watch", "delete"},
     (RM, "reductionserverpools"): {"list", "watch", "create", "patch"},
     (RM, "inferenceendpoints"): {"list", "watch"},
+    (RM, "poolprofiles"): {"list", "watch"},
     (RM, "trainingjobs/status"): {"patch"},
     (RM, "reductionserverpools/status"): {"patch"},
     (RM, "inferenceendpoints/status"): {"patch"},
+    (RM, "poolprofiles/status"): {"patch"},
     (RM, "trainingjobs/finalizers"): {"update"},
     (RM, "reductionserverpools/finalizers"): {"update"},
     (RM, "inferenceendpoints/finalizers"): {"update"},
+    (RM, "poolprofiles/finalizers"): {"update"},
+    # A PoolProfile's payload: created anywhere, patched by its one name (below).
+    (CORE, "configmaps"): {"create"},
     ("apps", "statefulsets"): {"create", "patch"},
     ("apps", "deployments"): {"list", "watch", "create", "patch"},
     ("autoscaling", "horizontalpodautoscalers"): {"list", "watch", "create", "patch", "delete"},
 }
+# Rules by resourceNames among the namespaced ones: a PoolProfile's payload ConfigMap, patched by
+# its one name (manifests/profiling.py, PAYLOAD_CONFIGMAP).
+NAMED_NAMESPACED_RULES = {(CORE, "configmaps", ("ringmaster-profile-payload",)): {"patch"}}
 CLUSTER_RULES = {
     (CORE, "namespaces"): {"list", "watch"},
-    (CORE, "nodes"): {"list", "watch"},
+    # A PoolProfile labels (and, if asked, taints) the hosts it flags.
+    (CORE, "nodes"): {"list", "watch", "get", "patch"},
     ("scheduling.k8s.io", "priorityclasses"): {"list", "watch"},
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
 }
@@ -102,12 +111,18 @@ def test_no_wildcards_no_secrets_no_escalation(render: Render, layout: str):
             for field in ("apiGroups", "resources", "verbs", "resourceNames"):
                 assert not any("*" in item for item in rule.get(field, [])), (field, rule)
             assert not {"secrets", "serviceaccounts"} & set(rule["resources"]), rule
-            if "configmaps" in rule["resources"]:  # the catalog's and calibration's, by name
-                assert role["kind"] == "Role" and rule["resources"] == ["configmaps"], rule
-                assert (rule["resourceNames"], rule["verbs"]) in (
-                    (["rm-ringmaster-catalog"], ["get"]),
-                    (["rm-ringmaster-calibration"], ["get", "patch"]),
-                ), rule
+            if "configmaps" in rule["resources"]:
+                assert rule["resources"] == ["configmaps"], rule
+                if "resourceNames" not in rule:  # a new one: never read, patched, deleted
+                    assert rule["verbs"] == ["create"], rule
+                elif rule["resourceNames"] == ["ringmaster-profile-payload"]:
+                    assert rule["verbs"] == ["patch"], rule  # the PoolProfiles' payload
+                else:  # the catalog's and calibration's, by name, in the release's namespace
+                    assert role["kind"] == "Role", rule
+                    assert (rule["resourceNames"], rule["verbs"]) in (
+                        (["rm-ringmaster-catalog"], ["get"]),
+                        (["rm-ringmaster-calibration"], ["get", "patch"]),
+                    ), rule
             assert not any(r.startswith(("roles", "clusterroles")) for r in rule["resources"])
             assert not {"escalate", "bind", "impersonate", "deletecollection"} & set(
                 rule["verbs"]
@@ -118,9 +133,11 @@ def test_no_wildcards_no_secrets_no_escalation(render: Render, layout: str):
 def test_all_namespaces_grants_exactly_the_table(render: Render):
     objects = render()
     (role,) = [r for r in roles(objects) if r["kind"] == "ClusterRole"]
-    assert table(role) == {
-        (g, r, ()): v for (g, r), v in {**CLUSTER_RULES, **NAMESPACED_RULES}.items()
-    }
+    assert (
+        table(role)
+        == {(g, r, ()): v for (g, r), v in {**CLUSTER_RULES, **NAMESPACED_RULES}.items()}
+        | NAMED_NAMESPACED_RULES
+    )
     (binding,) = [o for o in objects if o["kind"] == "ClusterRoleBinding"]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert catalog_role(objects) is not None
@@ -152,7 +169,10 @@ def test_some_namespaces_grant_namespaced_rights_only_there(render: Render):
     namespaced = next(o for o in objects if o["metadata"]["name"] == "rm-ringmaster-namespaced")
     # Cluster-wide: read nodes and CRDs, and follow the namespaces; no pod anywhere.
     assert table(cluster_role) == {(g, r, ()): v for (g, r), v in CLUSTER_RULES.items()}
-    assert table(namespaced) == {(g, r, ()): v for (g, r), v in NAMESPACED_RULES.items()}
+    assert (
+        table(namespaced)
+        == {(g, r, ()): v for (g, r), v in NAMESPACED_RULES.items()} | NAMED_NAMESPACED_RULES
+    )
     cluster_bindings = [o for o in objects if o["kind"] == "ClusterRoleBinding"]
     assert [b["roleRef"]["name"] for b in cluster_bindings] == ["rm-ringmaster"]
     role_bindings = [
@@ -267,15 +287,18 @@ def test_kueue_rights_come_only_with_kueue_enabled(render: Render):
         **KUEUE_CLUSTER_RULES,
         **KUEUE_NAMESPACED_RULES,
     }
-    assert table(role) == {(g, r, ()): v for (g, r), v in everything.items()}
+    assert (
+        table(role) == {(g, r, ()): v for (g, r), v in everything.items()} | NAMED_NAMESPACED_RULES
+    )
     objects = render({"kueue": {"enabled": True}, **LAYOUTS["some-namespaces"]})
     by_name = {o["metadata"]["name"]: o for o in roles(objects) if o["kind"] == "ClusterRole"}
     cluster = {**CLUSTER_RULES, **KUEUE_CLUSTER_RULES}
     namespaced = {**NAMESPACED_RULES, **KUEUE_NAMESPACED_RULES}
     assert table(by_name["rm-ringmaster"]) == {(g, r, ()): v for (g, r), v in cluster.items()}
-    assert table(by_name["rm-ringmaster-namespaced"]) == {
-        (g, r, ()): v for (g, r), v in namespaced.items()
-    }
+    assert (
+        table(by_name["rm-ringmaster-namespaced"])
+        == {(g, r, ()): v for (g, r), v in namespaced.items()} | NAMED_NAMESPACED_RULES
+    )
 
 
 def test_what_the_kueue_handlers_watch_is_granted_when_enabled(render: Render):
@@ -307,7 +330,11 @@ def test_the_progress_endpoint_adds_token_reviews_only_and_calibration_can_go(re
     tokens); calibration.enabled=false: no ConfigMap rule but the catalog's."""
     objects = render({"progress": {"enabled": True, "insecureHTTP": True}})
     (role,) = [r for r in roles(objects) if r["kind"] == "ClusterRole"]
-    extra = set(table(role)) - {(g, r, ()) for g, r in {**CLUSTER_RULES, **NAMESPACED_RULES}}
+    extra = (
+        set(table(role))
+        - {(g, r, ()) for g, r in {**CLUSTER_RULES, **NAMESPACED_RULES}}
+        - set(NAMED_NAMESPACED_RULES)
+    )
     assert extra == {("authentication.k8s.io", "tokenreviews", ())}
     assert table(role)[("authentication.k8s.io", "tokenreviews", ())] == {"create"}
     assert "tokenreviews" not in str(roles(render()))

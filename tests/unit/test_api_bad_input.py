@@ -153,6 +153,8 @@ class OfflineAdmission:
                 fail("too many items")
             keys = s.get("x-kubernetes-list-map-keys")
             seen: set[tuple[Any, ...]] = set()
+            if s.get("x-kubernetes-list-type") == "set" and len(set(map(repr, v))) < len(v):
+                fail("duplicate entries in a set")
             for i, item in enumerate(v):
                 self._validate(s["items"], item, f"{path}[{i}]", None, errors)
                 if keys and isinstance(item, dict):

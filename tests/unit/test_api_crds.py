@@ -148,12 +148,12 @@ def test_names_subresources_and_printer_columns(resource: Any) -> None:
                 assert node["x-kubernetes-list-map-keys"] == [key], column
                 node = node["items"]
         else:
-            kinds = {"string": "string", "integer": "integer", "number": "number"}
+            kinds = {"string": "string", "integer": "integer", "number": "number", "date": "string"}
             assert node.get("type") == kinds[column["type"]], column
 
 
-def test_the_short_names_are_tj_rsp_ie() -> None:
-    assert {r.short_name for r in RESOURCES.values()} == {"tj", "rsp", "ie"}
+def test_the_short_names_are_tj_rsp_ie_ppf() -> None:
+    assert {r.short_name for r in RESOURCES.values()} == {"tj", "rsp", "ie", "ppf"}
 
 
 def test_status_conditions_have_the_kubernetes_shape() -> None:

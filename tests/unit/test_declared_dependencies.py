@@ -28,6 +28,8 @@ NOT_OURS = {
     "transformers": "progress.HuggingFaceCallback subclasses the training script's own "
     "transformers.TrainerCallback: it exists only where the script already runs a Trainer, "
     "and is imported only when the callback is made",
+    "torch": "profiling/payload.py runs in the user's own training image, which brings PyTorch "
+    "(a PoolProfile mounts it there); it imports torch only inside its measuring functions",
 }
 """Modules imported but deliberately not installed by ringmaster, and why."""
 

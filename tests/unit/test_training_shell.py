@@ -497,18 +497,18 @@ def test_a_gate_already_lifted_by_an_earlier_grant_is_done_not_a_failure(caplog,
     refused (422: an ungated pod's affinity is immutable), logged as a failure and retried.
     Through already, the lift is done; still gated, it is a failure as before."""
     from ringmaster.admission.cycle import Grant
-    from ringmaster.controllers import trainingjob as T
+    from ringmaster.controllers import admission_gate as G
     from ringmaster.manifests.naming import ADMISSION_GATE
 
     assert ADMISSION_GATE == "ringmaster.dev/admission"
-    monkeypatch.setattr(T, "GATE_RETRY_SECONDS", (0.0, 0.0))
+    monkeypatch.setattr(G, "GATE_RETRY_SECONDS", (0.0, 0.0))
     grant = Grant(("ml", "server-1"), "node-7")
     through = TrainingController(GateApi(gated=False), ring_planner, QueueingSettings())  # type: ignore[arg-type]
     with caplog.at_level(logging.WARNING):
-        asyncio.run(through._lift_gate(grant))
-    assert "could not lift" not in caplog.text and not through._gate_failures
+        asyncio.run(through.gate._lift_gate(grant))
+    assert "could not lift" not in caplog.text and not through.gate._failures
     stuck = TrainingController(GateApi(gated=True), ring_planner, QueueingSettings())  # type: ignore[arg-type]
     with caplog.at_level(logging.WARNING):
-        asyncio.run(stuck._lift_gate(grant))
+        asyncio.run(stuck.gate._lift_gate(grant))
     assert "could not lift the admission gate" in caplog.text
-    assert stuck._gate_failures == {("ml", "server-1"): 1}
+    assert stuck.gate._failures == {("ml", "server-1"): 1}

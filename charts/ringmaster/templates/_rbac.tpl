@@ -12,6 +12,15 @@
 - apiGroups: [""]
   resources: [services]
   verbs: [create, patch]
+# PoolProfiles' payload, mounted into their measurement pods: one ConfigMap per namespace,
+# server-side applied (created when absent, then patched by that name only).
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [create]
+- apiGroups: [""]
+  resources: [configmaps]
+  resourceNames: [ringmaster-profile-payload]
+  verbs: [patch]
 # kopf.event() posts core v1 Events (kopf creates them, it never patches or lists them).
 - apiGroups: [""]
   resources: [events]
@@ -19,6 +28,10 @@
 # kopf's watches and indexes over the three kinds; the operator never writes their spec.
 - apiGroups: [ringmaster.dev]
   resources: [inferenceendpoints]
+  verbs: [list, watch]
+# PoolProfiles: indexed and watched; the operator never writes their spec.
+- apiGroups: [ringmaster.dev]
+  resources: [poolprofiles]
   verbs: [list, watch]
 # TTL: ttlSecondsAfterFinished deletes the finished TrainingJob.
 - apiGroups: [ringmaster.dev]
@@ -30,13 +43,13 @@
   verbs: [list, watch, create, patch]
 # phase, conditions and the engine's plan: a merge patch of the status subresource.
 - apiGroups: [ringmaster.dev]
-  resources: [trainingjobs/status, reductionserverpools/status, inferenceendpoints/status]
+  resources: [trainingjobs/status, reductionserverpools/status, inferenceendpoints/status, poolprofiles/status]
   verbs: [patch]
 # Owned objects carry ownerReferences with blockOwnerDeletion; clusters that enable the
 # OwnerReferencesPermissionEnforcement admission plugin (OpenShift does) require update on the
 # owner's finalizers for that. No finalizer is ever set.
 - apiGroups: [ringmaster.dev]
-  resources: [trainingjobs/finalizers, reductionserverpools/finalizers, inferenceendpoints/finalizers]
+  resources: [trainingjobs/finalizers, reductionserverpools/finalizers, inferenceendpoints/finalizers, poolprofiles/finalizers]
   verbs: [update]
 # Reducers of a ReductionServerPool: server-side applied (create when absent, then patch).
 - apiGroups: [apps]
@@ -88,10 +101,12 @@
 - apiGroups: [""]
   resources: [namespaces]
   verbs: [list, watch]
-# kopf indexes every node to discover the node pools (placement/pools.py). Read only.
+# kopf indexes every node to discover the node pools (placement/pools.py). A PoolProfile labels
+# (ringmaster.dev/degraded) the hosts it finds below their pool and, if asked, taints them: get
+# and patch, on nodes only.
 - apiGroups: [""]
   resources: [nodes]
-  verbs: [list, watch]
+  verbs: [list, watch, get, patch]
 # Admission orders waiting TrainingJobs by the value of their pods' PriorityClass
 # (admission/cycle.py); kopf indexes and watches them. Read only.
 - apiGroups: [scheduling.k8s.io]

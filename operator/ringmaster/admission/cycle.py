@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from enum import StrEnum
 
+from ringmaster.admission.profiles import ProfileContest, Yield, grant_profile_pods, yields_for
 from ringmaster.admission.snapshot import (
     UNLIMITED,
     ClusterSnapshot,
@@ -47,6 +48,7 @@ from ringmaster.admission.snapshot import (
     Shape,
     copies_that_fit,
 )
+from ringmaster.manifests.profiling import DEGRADED_LABEL
 
 
 class QueueingRule(StrEnum):
@@ -141,7 +143,9 @@ class Hold:
     message: str
 
 
-ServingVerdict = Grant | Hold
+ServingVerdict = Grant | Hold | Yield
+"""What a pass decides for single pods: serving replicas and PoolProfile measurement pods at the
+gate (Grant, Hold), and measurement pods that give their hosts back to a gang (Yield)."""
 
 
 @dataclass(frozen=True)
@@ -379,14 +383,19 @@ def pool_state(view: CycleView, option: GangOption) -> str:
     sizes = view.snapshot.node_sizes(option.pool)
     hosts = sum(sizes.values())
     schedulable = sum(view.snapshot.free_vectors(option.pool).values())
+    degraded = view.snapshot.degraded_hosts(option.pool)
+    flagged = f"{degraded} of {hosts} hosts flagged degraded by a PoolProfile ({DEGRADED_LABEL})"
+    off = hosts - schedulable - degraded
     if hosts and not schedulable:
+        if degraded and not off:
+            return f"{flagged}, the others none"
         return f"cordoned or not Ready: 0 of {hosts} hosts schedulable"
     empty = Room(sizes).count(option.worker, option.workers, option.one_per_node)
     if empty < option.workers:
         return f"too small: {empty} fit on its {hosts} hosts even empty"
-    if schedulable < hosts:
-        return f"full; {hosts - schedulable} of {hosts} hosts cordoned or not Ready"
-    return ""
+    parts = [f"{off} of {hosts} hosts cordoned or not Ready"] if off > 0 else []
+    parts += [flagged] if degraded else []
+    return "full; " + "; ".join(parts) if parts else ""
 
 
 def waiting_message(option: GangOption, checks: list[tuple[GangOption, GangCheck]]) -> str:
@@ -495,6 +504,8 @@ def grant_serving_pods(view: CycleView) -> list[ServingVerdict]:
         return verdicts
     pools = view.snapshot.pools()
     gated = view.snapshot.gated()
+    # A PoolProfile's measurement pods come last, in the room everyone else left (profiles.py).
+    gated = [pod for pod in gated if pod.profile is None]
     members: dict[Key, list[PodFacts]] = {}
     for pod in gated:
         if pod.group is not None:
@@ -583,8 +594,37 @@ def admission_pass(
     gang in admission order, in the room left. The caller records each Grant
     (:meth:`ClusterSnapshot.grant`) and each Admit (:meth:`ClusterSnapshot.promise`)."""
     view = CycleView(snapshot)
-    grants = grant_serving_pods(view)
-    return grants, _decide_gangs(view, gangs, settings, now)
+    grants: list[ServingVerdict] = list(grant_serving_pods(view))
+    contest = ProfileContest()
+    verdicts = _decide_gangs(view, gangs, settings, now, contest)
+    if snapshot.has_gated() or contest.yields:
+        grants += _profile_verdicts(snapshot, grants, verdicts, contest)
+    return grants, verdicts
+
+
+def _profile_verdicts(
+    snapshot: ClusterSnapshot,
+    grants: list[ServingVerdict],
+    verdicts: list[Verdict],
+    contest: ProfileContest,
+) -> list[ServingVerdict]:
+    """The PoolProfile runs' part of a pass (admission/profiles.py): the runs that yield to a
+    waiting gang, then the runs at the gate, in the idle hosts nobody else took or waits for."""
+    held = {v.pod for v in grants if isinstance(v, Hold)}
+    for pod in snapshot.gated():
+        if pod.key in held and pod.pool:
+            contest.contested.add(pod.pool)
+    contest.taken.update(v.host for v in grants if isinstance(v, Grant) and v.host)
+    for verdict in verdicts:
+        if isinstance(verdict, Admit):
+            if verdict.hosts:
+                contest.taken.update(verdict.hosts)
+            else:
+                contest.contested.update(verdict.pools or (verdict.option.pool,))
+    out: list[ServingVerdict] = list(contest.yields.values())
+    for key, host, why in grant_profile_pods(snapshot, snapshot.pools(), contest):
+        out.append(Hold(key, why) if why else Grant(key, host))
+    return out
 
 
 def admission_cycle(
@@ -604,6 +644,7 @@ def _decide_gangs(
     gangs: Iterable[WaitingGang],
     settings: QueueingSettings,
     now: dt.datetime,
+    contest: ProfileContest | None = None,
 ) -> list[Verdict]:
     snapshot = view.snapshot
     held: dict[str, WaitingGang] = {}  # queue -> the gang that holds it
@@ -642,12 +683,27 @@ def _decide_gangs(
                 verdicts.append(Admit(gang.key, slices[0], hosts, pools))
                 continue
             checks = [(slices[0], check)]
+            if contest is not None:
+                contest.contested.update(slices[0].pools)
         else:
             checks = [(option, check_gang(view, option)) for option in gang.options]
             chosen = next((option for option, check in checks if check.fits), None)
             if chosen is not None:
                 verdicts.append(Admit(gang.key, chosen, view.assume(chosen)))
                 continue
+        if contest is not None and not slices:
+            for option, check in checks:
+                if check.reason == "InsufficientCapacity":
+                    yields_for(
+                        view.snapshot,
+                        gang.key,
+                        option.pool,
+                        option.workers,
+                        check.available,
+                        option.worker,
+                        option.one_per_node,
+                        contest,
+                    )
         # Report the first option that could fit once room frees; a gang no node could ever
         # hold says so, and never holds its queue (it would block it for ever).
         could = [check for _, check in checks if check.reason != WORKER_LARGER_THAN_NODE]

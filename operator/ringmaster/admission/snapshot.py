@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
+from ringmaster.manifests.profiling import DEGRADED_LABEL
 from ringmaster.placement.labels import POOL_NAME_KEYS, PoolIdentity
 from ringmaster.placement.pools import Node
 
@@ -62,6 +63,9 @@ class NodeFacts:
     schedulable: bool  # Ready and not cordoned
     pool_label: str | None  # the label key that names its pool (the pods' nodeSelector)
     accelerators: int
+    # Flagged by a PoolProfile (ringmaster.dev/degraded=true): no gang or serving replica is
+    # placed on it; a profile's own pods may be, to measure it again.
+    degraded: bool = False
 
     @classmethod
     def from_node(cls, node: Node) -> NodeFacts:
@@ -74,6 +78,7 @@ class NodeFacts:
             schedulable=node.schedulable,
             pool_label=label,
             accelerators=node.accelerators,
+            degraded=node.labels.get(DEGRADED_LABEL) == "true",
         )
 
 
@@ -96,6 +101,7 @@ class PodFacts:
     gated: bool = False  # held at Ringmaster's admission scheduling gate (a serving replica)
     group: Key | None = None  # the replica group (a LeaderWorkerSet group) it belongs to
     group_size: int = 1  # the pods of its group, all admitted together
+    profile: Key | None = None  # the PoolProfile whose measurement pod it is (a group of its run)
 
     @property
     def key(self) -> Key:
@@ -187,6 +193,8 @@ class ClusterSnapshot:
         self._gated_since: dict[Key, int] = {}  # their order of arrival (kept across updates)
         self._arrivals = 0
         self._granted: dict[Key, str] = {}  # gated pods a cycle gave a host, not yet seen ungated
+        self._degraded: Counter[str] = Counter()  # pool -> schedulable hosts flagged degraded
+        self._profile_pods: set[Key] = set()  # PoolProfile measurement pods (few, looked at often)
 
     # ------------------------------------------------------------ events
 
@@ -201,6 +209,8 @@ class ClusterSnapshot:
             self._members.setdefault(node.identity.pool, Counter())
             _add(self._members[node.identity.pool], self._member(node))
             _add(self._sizes.setdefault(node.identity.pool, Counter()), node.allocatable)
+            if node.degraded and node.schedulable:
+                _add(self._degraded, node.identity.pool)
         self._refresh(node.name)
         self.version += 1
 
@@ -228,6 +238,8 @@ class ClusterSnapshot:
         if old is not None:
             self._count_pod(old, -1)
         self._pods[pod.key] = pod
+        if pod.profile is not None:
+            self._profile_pods.add(pod.key)
         self._count_pod(pod, 1)
         if pod.key not in self._gated:
             self._gated_since.pop(pod.key, None)
@@ -259,6 +271,7 @@ class ClusterSnapshot:
     def remove_pod(self, key: Key) -> None:
         self._granted.pop(key, None)
         self._gated_since.pop(key, None)
+        self._profile_pods.discard(key)
         old = self._pods.pop(key, None)
         if old is None:
             return
@@ -329,6 +342,10 @@ class ClusterSnapshot:
         _add(self._sizes[pool], node.allocatable, -1)
         if not self._sizes[pool]:
             del self._sizes[pool]
+        if node.degraded and node.schedulable:
+            _add(self._degraded, pool, -1)
+            if not self._degraded[pool]:
+                del self._degraded[pool]
 
     @staticmethod
     def _member(node: NodeFacts) -> tuple[PoolIdentity, str | None, int]:
@@ -389,7 +406,7 @@ class ClusterSnapshot:
         if machine is not None:
             _add(self._free_reducer_hosts, machine, -1)
         node = self._nodes.get(name)
-        if node is None or not node.schedulable or not node.identity.pool:
+        if node is None or not node.schedulable or not node.identity.pool or node.degraded:
             return
         used = self._used.get(name, {})
         reserved = self._reserved(name) if name in self._promised_on else {}
@@ -450,6 +467,8 @@ class ClusterSnapshot:
             return f"host {host} is gone"
         if not node.schedulable:
             return f"host {host} is cordoned or not Ready"
+        if node.degraded:
+            return f"host {host} is flagged degraded ({DEGRADED_LABEL}) by a PoolProfile"
         counted = self._counted.get(host)
         if counted is not None and any(amount < 0 for _, amount in counted[1]):
             return f"host {host} has no room left for it (other pods took it)"
@@ -488,6 +507,41 @@ class ClusterSnapshot:
 
     def has_gated(self) -> bool:
         return bool(self._gated)
+
+    def degraded_hosts(self, pool: str) -> int:
+        """The pool's schedulable hosts a PoolProfile flagged (not counted in its room)."""
+        return self._degraded[pool]
+
+    def idle_hosts(self, pool: str) -> list[str]:
+        """The pool's schedulable hosts, flagged or not, where nothing runs, nothing is pinned
+        and no gang is promised anything: what a PoolProfile may measure."""
+        return [
+            name
+            for name, node in self._nodes.items()
+            if node.identity.pool == pool
+            and node.schedulable
+            and not self._used.get(name)
+            and name not in self._promised_on
+            and name not in self._granted.values()
+        ]
+
+    def node(self, name: str) -> NodeFacts | None:
+        return self._nodes.get(name)
+
+    def profile_pods(self, pool: str) -> list[PodFacts]:
+        """A PoolProfile's measurement pods that hold room on the pool (through the gate, not
+        finished, not going away)."""
+        pods = (self._pods[key] for key in self._profile_pods)
+        return [
+            pod
+            for pod in pods
+            if pod.active
+            and not pod.terminating
+            and not pod.gated
+            and pod.host is not None
+            and (node := self._nodes.get(pod.host)) is not None
+            and node.identity.pool == pool
+        ]
 
     def group_members(self, group: Key) -> list[PodFacts]:
         """The live pods of a replica group, at the gate or through it."""
@@ -531,6 +585,7 @@ class ClusterSnapshot:
             "seen_on": dict(self._seen_on),
             "reducers_on": dict(self._reducers_on),
             "gated": set(self._gated),
+            "degraded": dict(self._degraded),
         }
 
     @classmethod

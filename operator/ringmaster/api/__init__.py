@@ -48,6 +48,12 @@ from ringmaster.api.manifest import (
     validate_update,
 )
 from ringmaster.api.parallelism import Parallelism
+from ringmaster.api.poolprofile import (
+    POOL_PROFILE,
+    PoolProfilePhase,
+    PoolProfileSpec,
+    PoolProfileStatus,
+)
 from ringmaster.api.quantity import format_count, parse_count
 from ringmaster.api.reductionserverpool import (
     REDUCTION_SERVER_POOL,
@@ -80,6 +86,7 @@ __all__ = [
     "DEFAULT_REDUCER_MACHINE_TYPE",
     "GROUP",
     "INFERENCE_ENDPOINT",
+    "POOL_PROFILE",
     "REDUCTION_SERVER_POOL",
     "RESOURCES",
     "TOPOLOGY_PATTERN",
@@ -104,6 +111,9 @@ __all__ = [
     "ParsedManifest",
     "PodMetadata",
     "PodTemplate",
+    "PoolProfilePhase",
+    "PoolProfileSpec",
+    "PoolProfileStatus",
     "Precision",
     "ReductionServerPoolPhase",
     "ReductionServerPoolSpec",

@@ -18,16 +18,17 @@ from pydantic_core import ErrorDetails
 from ringmaster.api.base import API_VERSION, RULE_ERROR_TYPE, SpecModel, StatusModel, StoredObject
 from ringmaster.api.common import DNS_LABEL, DNS_SUBDOMAIN
 from ringmaster.api.inferenceendpoint import INFERENCE_ENDPOINT, InferenceEndpointSpec
+from ringmaster.api.poolprofile import POOL_PROFILE, PoolProfileSpec
 from ringmaster.api.reductionserverpool import REDUCTION_SERVER_POOL, ReductionServerPoolSpec
 from ringmaster.api.resource import Resource
 from ringmaster.api.trainingjob import TRAINING_JOB, TrainingJobSpec
 
 RESOURCES: dict[str, Resource] = {
-    r.kind: r for r in (TRAINING_JOB, REDUCTION_SERVER_POOL, INFERENCE_ENDPOINT)
+    r.kind: r for r in (TRAINING_JOB, REDUCTION_SERVER_POOL, INFERENCE_ENDPOINT, POOL_PROFILE)
 }
 """The kinds of the API, by kind."""
 
-AnySpec = TrainingJobSpec | InferenceEndpointSpec | ReductionServerPoolSpec
+AnySpec = TrainingJobSpec | InferenceEndpointSpec | ReductionServerPoolSpec | PoolProfileSpec
 
 _TOP_LEVEL = ("apiVersion", "kind", "metadata", "spec", "status")
 

@@ -172,6 +172,13 @@ def on_catalog_change(callback: Callable[[], None]) -> None:
     _LISTENERS.append(callback)
 
 
+def catalog_changed() -> None:
+    """What plans rest on changed outside the ConfigMap (a PoolProfile's measurement): every
+    listener looks at its objects again."""
+    for listener in _LISTENERS:
+        listener()
+
+
 def parse_reference(value: str) -> tuple[str, str]:
     """ "NAMESPACE/NAME" -> (namespace, name)."""
     namespace, sep, name = value.partition("/")

@@ -33,6 +33,7 @@ from ringmaster.manifests.naming import (
     ROLE_LABEL,
     TRAINING_JOB_LABEL,
 )
+from ringmaster.manifests.profiling import GROUP_SIZE_ANNOTATION, POOL_PROFILE_LABEL, PROFILER_ROLE
 from ringmaster.manifests.training import pinned_host
 from ringmaster.placement.labels import INSTANCE_TYPE_KEYS, POOL_NAME_KEYS
 from ringmaster.placement.pools import (
@@ -100,8 +101,30 @@ def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
         attempt=attempt,
         reducer_pool=(namespace, reducer_pool) if reducer_pool else None,
         gated=any(g.get("name") == ADMISSION_GATE for g in spec.get("schedulingGates") or ()),
-        **_replica_group(metadata, labels, namespace),
+        **(
+            _profile_run(metadata, labels, namespace, attempt)
+            if role == PROFILER_ROLE
+            else _replica_group(metadata, labels, namespace)
+        ),
     )
+
+
+def _profile_run(
+    metadata: Mapping[str, Any], labels: Mapping[str, str], namespace: str, run: int
+) -> dict[str, Any]:
+    """A PoolProfile's measurement pod: its profile, and its run as a group admitted whole."""
+    profile = labels.get(POOL_PROFILE_LABEL)
+    if not profile:
+        return {}
+    try:
+        size = int((metadata.get("annotations") or {}).get(GROUP_SIZE_ANNOTATION, 1))
+    except ValueError:
+        size = 1
+    return {
+        "profile": (namespace, profile),
+        "group": (namespace, f"poolprofile/{profile}/{run}"),
+        "group_size": max(size, 1),
+    }
 
 
 def _replica_group(

@@ -350,12 +350,44 @@ class KubeApi:
         content_type = "application/strategic-merge-patch+json"
         await self._call(f"patch {kind}", self._request, "PATCH", path, patch, None, content_type)
 
-    async def delete_object(self, namespace: str, kind: str, name: str) -> None:
-        """Delete one object of a kind in _PATHS (background propagation); gone already is fine."""
+    async def delete_object(
+        self, namespace: str, kind: str, name: str, grace_seconds: int | None = None
+    ) -> None:
+        """Delete one object of a kind in _PATHS (background propagation); gone already is fine.
+        ``grace_seconds``: the pod's termination grace period, overriding its own."""
         prefix, plural = _PATHS[kind]
         path = f"{prefix}/namespaces/{namespace}/{plural}/{name}"
-        body = {"propagationPolicy": "Background"}
+        body: dict[str, Any] = {"propagationPolicy": "Background"}
+        if grace_seconds is not None:
+            body["gracePeriodSeconds"] = grace_seconds
         await self._call(f"delete {kind}", self._request, "DELETE", path, body, ok=(404,))
+
+    async def patch_node(self, name: str, patch: dict[str, Any]) -> None:
+        """Strategic-merge-patch a Node (labels, taints); ApiException when refused."""
+        path = f"/api/v1/nodes/{name}"
+        content_type = "application/strategic-merge-patch+json"
+        await self._call("patch Node", self._request, "PATCH", path, patch, None, content_type)
+
+    async def set_degraded_taint(self, name: str, on: bool) -> None:
+        """Add or remove the NoSchedule taint ringmaster.dev/degraded on a Node. A Node's taints
+        are replaced whole by a patch: read, change ours, write with the read version (a
+        conflict is the caller's to retry)."""
+        from ringmaster.manifests.profiling import DEGRADED_LABEL
+
+        def call() -> None:
+            node = json.loads(self._request("GET", f"/api/v1/nodes/{name}", {}))
+            taints = [t for t in node["spec"].get("taints") or [] if t.get("key") != DEGRADED_LABEL]
+            if on:
+                taints.append({"key": DEGRADED_LABEL, "value": "true", "effect": "NoSchedule"})
+            if taints == (node["spec"].get("taints") or []):
+                return
+            version = node["metadata"]["resourceVersion"]
+            patch = {"metadata": {"resourceVersion": version}, "spec": {"taints": taints}}
+            self._request(
+                "PATCH", f"/api/v1/nodes/{name}", patch, None, "application/merge-patch+json"
+            )
+
+        await self._call("taint Node", call)
 
     async def ready(self, timeout: float = 2.0) -> bool:
         """The API server answers /readyz with 200: it serves, and its storage with it (the

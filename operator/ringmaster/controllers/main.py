@@ -135,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
         catalog,
         garbage_collection,
         inferenceendpoint,
+        poolprofile,
         reachability,
         reductionserverpool,
         settings,

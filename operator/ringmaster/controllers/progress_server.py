@@ -55,6 +55,7 @@ TLS_CERT_ENV = "RINGMASTER_PROGRESS_TLS_CERT"
 TLS_KEY_ENV = "RINGMASTER_PROGRESS_TLS_KEY"
 INSECURE_ENV = "RINGMASTER_PROGRESS_INSECURE_HTTP"
 ROUTE = "/apis/ringmaster.dev/v1alpha1/namespaces/{namespace}/trainingjobs/{name}/progress"
+RESULTS_ROUTE = "/apis/ringmaster.dev/v1alpha1/namespaces/{namespace}/poolprofiles/{name}/results"
 POD_NAME_CLAIM = "authentication.kubernetes.io/pod-name"
 
 REPORTS_PER_SECOND = 1.0
@@ -116,7 +117,19 @@ class ProgressEndpoint:
         workers_of: Callable[[Key], set[str]],
         accept: Callable[[Key, ProgressReport], None],
         clock: Callable[[], float] = time.monotonic,
+        *,
+        kind: str = "TrainingJob",
+        member: str = "worker",
+        audience_of: Callable[[str, str], str] = audience,
+        parse: Callable[[Any, dt.datetime], Any] = parse_report,
+        refused: type[Exception] = ReportRefused,
+        accept_from: Callable[[Key, str, Any], None] | None = None,
     ) -> None:
+        """``kind`` / ``member`` / ``audience_of`` / ``parse``: what the route takes (a
+        TrainingJob's progress by default; a PoolProfile's results, poolprofile.py).
+        ``accept_from`` gets the posting pod's name too."""
+        self.kind, self.member, self.audience_of = kind, member, audience_of
+        self.parse, self.refused, self.accept_from = parse, refused, accept_from
         self.api = api
         self.job_exists = job_exists
         self.workers_of = workers_of
@@ -144,13 +157,14 @@ class ProgressEndpoint:
         if not header.startswith("Bearer ") or not header[7:].strip():
             raise Refusal(401, "NoToken", "send the pod's projected token: Authorization: Bearer")
         if not self.job_exists(key):
-            raise Refusal(404, "NotFound", f"no TrainingJob {key[0]}/{key[1]}")
-        review = await self._review(header[7:].strip(), audience(*key))
+            raise Refusal(404, "NotFound", f"no {self.kind} {key[0]}/{key[1]}")
+        wanted = self.audience_of(*key)
+        review = await self._review(header[7:].strip(), wanted)
         if not review.authenticated:
             raise Refusal(
                 401,
                 "TokenRefused",
-                f"the API server does not vouch for this token for audience {audience(*key)}"
+                f"the API server does not vouch for this token for audience {wanted}"
                 + (f": {review.error}" if review.error else ""),
             )
         if review.namespace != key[0] or review.pod is None:
@@ -159,7 +173,7 @@ class ProgressEndpoint:
             raise Refusal(
                 403,
                 "NotAWorker",
-                f"pod {review.pod} is not a worker of TrainingJob {key[0]}/{key[1]}",
+                f"pod {review.pod} is not a {self.member} of {self.kind} {key[0]}/{key[1]}",
             )
         wait = self.buckets.setdefault(
             key, TokenBucket(REPORTS_PER_SECOND, REPORT_BURST, self.clock)
@@ -168,10 +182,13 @@ class ProgressEndpoint:
             raise Refusal(429, "TooManyReports", "over the job's report rate", retry_after=wait)
         body = await read_body(request)
         try:
-            report = parse_report(body, dt.datetime.now(dt.UTC))
-        except ReportRefused as error:
+            report = self.parse(body, dt.datetime.now(dt.UTC))
+        except self.refused as error:
             raise Refusal(400, "BadReport", str(error)) from None
-        self.accept(key, report)
+        if self.accept_from is not None:
+            self.accept_from(key, review.pod, report)
+        else:
+            self.accept(key, report)
 
     async def _review(self, token: str, wanted: str) -> Review:
         digest = hashlib.sha256(token.encode()).hexdigest()
@@ -278,10 +295,14 @@ def ssl_context(cert: str | None, key: str | None, insecure: bool) -> ssl.SSLCon
     )
 
 
-def make_app(endpoint: ProgressEndpoint) -> web.Application:
+def make_app(
+    endpoint: ProgressEndpoint, results: ProgressEndpoint | None = None
+) -> web.Application:
     # read_body bounds the body itself; client_max_size bounds request.read() and post() too.
     app = web.Application(client_max_size=MAX_BODY_BYTES)
     app.router.add_post(ROUTE, endpoint.handle)
+    if results is not None:
+        app.router.add_post(RESULTS_ROUTE, results.handle)
     return app
 
 
@@ -290,9 +311,10 @@ async def serve(
     port: int,
     context: ssl.SSLContext | None,
     host: str = "0.0.0.0",
+    results: ProgressEndpoint | None = None,
 ) -> web.AppRunner:
     """Serve on ``port`` (0: any free one, ``runner.addresses`` says which)."""
-    runner = web.AppRunner(make_app(endpoint), access_log=None)
+    runner = web.AppRunner(make_app(endpoint, results), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=context)
     await site.start()
@@ -328,7 +350,38 @@ async def start_for(controller: Any) -> web.AppRunner | None:
         )
 
     endpoint = ProgressEndpoint(controller.api, job_exists, workers_of, controller.observer.accept)
-    return await serve(endpoint, *settings)
+    return await serve(endpoint, *settings, results=profile_results_endpoint(controller.api))
+
+
+def profile_results_endpoint(api: Any) -> ProgressEndpoint:
+    """The PoolProfile results route (issue 47): the same checks, for a profile's own pods."""
+    from ringmaster.controllers import poolprofile
+    from ringmaster.manifests.profiling import audience as profile_audience
+    from ringmaster.profiling.results import ResultRefused, parse_result
+
+    # Looked up per request: the controllers start in any order.
+    def exists(key: Key) -> bool:
+        return poolprofile.CONTROLLER is not None and poolprofile.CONTROLLER.profile_exists(key)
+
+    def pods_of(key: Key) -> set[str]:
+        return poolprofile.CONTROLLER.pods_of(key) if poolprofile.CONTROLLER else set()
+
+    def accept_from(key: Key, pod: str, result: Any) -> None:
+        if poolprofile.CONTROLLER is not None:
+            poolprofile.CONTROLLER.accept(key, pod, result)
+
+    return ProgressEndpoint(
+        api,
+        exists,
+        pods_of,
+        lambda key, report: None,
+        kind="PoolProfile",
+        member="measurement pod of the current run",
+        audience_of=profile_audience,
+        parse=parse_result,
+        refused=ResultRefused,
+        accept_from=accept_from,
+    )
 
 
 async def stop(runner: web.AppRunner | None) -> None:

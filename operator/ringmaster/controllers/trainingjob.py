@@ -40,11 +40,8 @@ from ringmaster import metrics
 from ringmaster.admission.cycle import (
     DEFAULT_BYPASS_LIMIT_SECONDS,
     Admit,
-    Grant,
-    Hold,
     QueueingRule,
     QueueingSettings,
-    ServingVerdict,
     Verdict,
     Wait,
     WaitingGang,
@@ -68,6 +65,7 @@ from ringmaster.api import (
     TrainingPlan,
 )
 from ringmaster.controllers import progress_server
+from ringmaster.controllers.admission_gate import AdmissionGate
 from ringmaster.controllers.base import Controller, Key, as_body, snapshot
 from ringmaster.controllers.catalog import job_hardware_problem, on_catalog_change
 from ringmaster.controllers.cluster_state import POD_INDEX, indexed_pod, worker_pods
@@ -86,8 +84,6 @@ from ringmaster.controllers.training_step import (
     ReducerPool,
     World,
 )
-from ringmaster.manifests.inference import gate_lifted
-from ringmaster.manifests.naming import ADMISSION_GATE
 from ringmaster.manifests.reduction import REDUCER_REQUESTS
 from ringmaster.placement.pools import node_from_object, parse_resources
 
@@ -119,10 +115,6 @@ FIRST_LOOK_SECONDS = 2.0
 # pod events (syncJobBatchPeriod, 1 s, pkg/controller/job/job_controller.go). Admission does not
 # wait on it: the snapshot takes the pod at once and the cycle admits from it.
 POD_BATCH_SECONDS = 0.5
-# A serving pod whose gate could not be lifted keeps the room of its grant this long before it
-# is gated again and granted anew (doubling per failure): the API refused or did not answer,
-# and granting it again at once would retry at the cycle's pace.
-GATE_RETRY_SECONDS = (1.0, 30.0)
 
 
 def queueing_settings() -> QueueingSettings:
@@ -253,9 +245,8 @@ class TrainingController(Controller):
         self._first_looks_skipped: set[Key] = set()
         self._announced: dict[Key, frozenset[str]] = {}  # named Events this process posted
         self.expectations = CreateExpectations()
-        self._held_pods: dict[Key, str] = {}  # serving pods at the gate -> the Hold last posted
-        self._gate_failures: dict[Key, int] = {}
-        self._gate_tasks: set[asyncio.Task[None]] = set()
+        # Pods at the admission gate: serving replicas and PoolProfile runs (admission_gate.py).
+        self.gate = AdmissionGate(api, self.snapshot, self.wake)
         # Progress reports, drift, the cluster calibration, expected starts (docs/progress.md).
         self.observer = TrainingObserver.from_environment(api, self.queue.add)
 
@@ -319,8 +310,7 @@ class TrainingController(Controller):
         facts = indexed_pod(body).facts  # parsed once for the index and this event
         if event == "DELETED":
             self.snapshot.remove_pod(facts.key)
-            self._held_pods.pop(facts.key, None)
-            self._gate_failures.pop(facts.key, None)
+            self.gate.forget(facts.key)
         else:
             self.snapshot.set_pod(facts)
         if facts.job is not None:
@@ -385,7 +375,7 @@ class TrainingController(Controller):
                 self.snapshot, self.waiting.values(), self.settings, now
             )
         for grant in grants:
-            self._serve(grant)
+            self.gate.serve(grant)
         for verdict in verdicts:
             if isinstance(verdict, Admit):
                 # The room is held at once: later cycles see it taken before any pod exists.
@@ -411,66 +401,6 @@ class TrainingController(Controller):
         jobs = {key: next(iter(store)) for key, store in self.objects().items() if store}
         now = dt.datetime.now(dt.UTC)
         return estimate_starts(self.snapshot, self.waiting, jobs, now, self.observer.etas)
-
-    def _serve(self, verdict: ServingVerdict) -> None:
-        """A serving pod at the gate: granted, its room is taken at once and the gate lifted in
-        the background; held, an Event on the pod says why (once per message)."""
-        if isinstance(verdict, Hold):
-            if self._held_pods.get(verdict.pod) != verdict.message:
-                self._held_pods[verdict.pod] = verdict.message
-                self._background(self._post_hold(verdict))
-            return
-        self._held_pods.pop(verdict.pod, None)
-        self.snapshot.grant(verdict.pod, verdict.host)
-        self._background(self._lift_gate(verdict))
-
-    def _background(self, work: Any) -> None:
-        task = asyncio.ensure_future(work)
-        self._gate_tasks.add(task)
-        task.add_done_callback(self._gate_tasks.discard)
-
-    async def _lift_gate(self, grant: Grant) -> None:
-        namespace, name = grant.pod
-        try:
-            await self.api.patch_object(namespace, "Pod", name, gate_lifted(grant.host))
-            self._gate_failures.pop(grant.pod, None)
-            return
-        except ApiException as error:
-            if error.status == 404:
-                return  # gone: its DELETED event takes it out of the snapshot
-            if error.status in (409, 422) and await self._already_through(grant):
-                # An earlier grant lifted it (pinned elsewhere: a gated pod's affinity cannot
-                # change once the gate is gone); its next watch event tells the snapshot.
-                self._gate_failures.pop(grant.pod, None)
-                return
-            log.warning("could not lift the admission gate of pod %s/%s: %s", *grant.pod, error)
-        except Exception:
-            log.exception("could not lift the admission gate of pod %s/%s", *grant.pod)
-        failures = self._gate_failures.get(grant.pod, 0) + 1
-        self._gate_failures[grant.pod] = failures
-        first, most = GATE_RETRY_SECONDS
-        await asyncio.sleep(min(most, first * 2 ** (failures - 1)))
-        self.snapshot.ungrant(grant.pod)
-        self.wake()
-
-    async def _already_through(self, grant: Grant) -> bool:
-        """Whether the pod no longer carries the admission gate (or is gone)."""
-        try:
-            pod = await self.api.get_pod(*grant.pod)
-        except Exception:  # not knowing is not through: the caller retries
-            return False
-        gates = ((pod or {}).get("spec") or {}).get("schedulingGates") or []
-        return pod is None or all(g.get("name") != ADMISSION_GATE for g in gates)
-
-    async def _post_hold(self, hold: Hold) -> None:
-        namespace, name = hold.pod
-        metadata = {"namespace": namespace, "name": name}
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata}
-        try:
-            await self.api.post_event_about(pod, "Normal", "WaitingForRoom", hold.message)
-        except Exception as error:  # a report, not state: the next Hold posts again
-            self._held_pods.pop(hold.pod, None)
-            log.debug("could not post the hold of pod %s/%s: %s", namespace, name, error)
 
     def _worth_writing(self, verdict: Verdict, now: dt.datetime) -> bool:
         """A new reason at once; new numbers for the same reason at most every
@@ -919,8 +849,7 @@ class TrainingController(Controller):
     async def stop(self) -> None:
         if self.cycle_task is not None:
             self.cycle_task.cancel()
-        for task in list(self._gate_tasks):
-            task.cancel()
+        self.gate.stop()
         self.observer.stop()
         await super().stop()
 

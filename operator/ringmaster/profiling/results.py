@@ -37,6 +37,7 @@ Bounds keep a bad or hostile body from writing nonsense into status: a rate beyo
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 from typing import Any, Literal
 
@@ -202,7 +203,15 @@ class ResultRefused(ValueError):
 
 
 def parse_result(body: Any, now: dt.datetime | None = None) -> HostResult:
-    """Validate one posted result; ResultRefused names the first problem."""
+    """Validate one posted result (the request's bytes, or the parsed JSON); ResultRefused names
+    the first problem."""
+    if isinstance(body, bytes | str):
+        if len(body) > MAX_BODY_BYTES:
+            raise ResultRefused(f"body of {len(body)} bytes is over {MAX_BODY_BYTES}")
+        try:
+            body = json.loads(body)
+        except ValueError as error:
+            raise ResultRefused(f"body: not JSON ({error})") from None
     try:
         result = HostResult.model_validate(body)
     except ValidationError as exc:
