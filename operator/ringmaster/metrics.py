@@ -106,10 +106,11 @@ PROGRESS_REPORTS_REFUSED = Counter(
 )
 
 # --- PoolProfile (docs/pool-profiles.md) ----------------------------------------------------------
-POOL_PROFILE_SUSTAINED = Gauge(
-    "ringmaster_pool_profile_sustained_tflops",
-    "A profiled pool's sustained GEMM rate, its median host (TFLOP/s), by precision.",
-    ["namespace", "poolprofile", "pool", "precision"],
+POOL_PROFILE_MEASURED = Gauge(
+    "ringmaster_pool_profile_measured",
+    "A profiled pool's headline measurements, its median host: gemm.sustained.<precision> and "
+    "gemm.burst.<precision> (TFLOP/s), hbm (GB/s), referenceStep (tokens/s).",
+    ["namespace", "poolprofile", "pool", "measurement"],
 )
 POOL_PROFILE_FLAGGED = Gauge(
     "ringmaster_pool_profile_flagged_hosts",

@@ -88,7 +88,10 @@ def load_example(name: str) -> dict[str, Any]:
 
 
 def example_files() -> list[str]:
-    return sorted(p.name for p in EXAMPLES.glob("*.yaml"))
+    """The examples, and the ones `make demo` does not apply (profiles/: no payload runs on the
+    local cluster's simulated hosts), relative to examples/."""
+    found = [*EXAMPLES.glob("*.yaml"), *EXAMPLES.glob("profiles/*.yaml")]
+    return sorted(str(p.relative_to(EXAMPLES)) for p in found)
 
 
 ROWS = load_table()

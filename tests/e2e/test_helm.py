@@ -187,15 +187,20 @@ def test_the_service_account_is_denied_what_it_does_not_need(cluster: Cluster, i
     assert can("patch", "trainingjobs.ringmaster.dev", "--subresource=status", "-n", "default")
     assert can("list", "nodes")
     assert can("get", f"configmaps/{FULLNAME}-catalog", "-n", SYSTEM_NS)  # the catalog only
+    # A PoolProfile: its payload ConfigMap by name, and the degraded label on nodes.
+    assert can("patch", "configmaps/ringmaster-profile-payload", "-n", "default")
+    assert can("patch", "nodes")
     for denied in (
         ("get", "configmaps/someone-elses", "-n", SYSTEM_NS),
         ("list", "configmaps", "-n", SYSTEM_NS),
         ("get", "secrets", "-n", SYSTEM_NS),
         ("list", "secrets", "-A"),
         ("get", "configmaps", "-n", "default"),
+        ("patch", "configmaps/someone-elses", "-n", "default"),
+        ("get", "configmaps/ringmaster-profile-payload", "-n", "default"),
         ("patch", "trainingjobs.ringmaster.dev", "-n", "default"),  # spec: never
-        ("patch", "nodes"),
         ("delete", "nodes"),
+        ("update", "nodes"),
         ("create", "pods", "--subresource=exec", "-n", "default"),
         ("create", "clusterrolebindings"),
         ("create", "serviceaccounts", "--subresource=token", "-n", SYSTEM_NS),
@@ -223,6 +228,38 @@ def test_the_operator_on_the_service_accounts_token_runs_the_trainingjob_flow(
     # Ownership with blockOwnerDeletion passed admission; deletion cascades through the GC.
     cluster.kubectl("delete", "trainingjob", "rbac", "-n", ns, "--wait=true", "--timeout=60s")
     wait_for(lambda: not worker_pods(cluster, ns, "rbac"), timeout=60, what="workers collected")
+    assert not forbidden_lines(sa_operator.log_path), "\n".join(
+        forbidden_lines(sa_operator.log_path)
+    )
+
+
+def test_the_operator_on_the_service_accounts_token_runs_a_pool_profile(
+    cluster: Cluster, sa_operator: OperatorProcess, quiet_namespace: str
+):
+    """A PoolProfile's run under the chart's rights: its payload ConfigMap (created, then patched
+    by name), its Service and pods, and their deletion with the profile."""
+    ns = quiet_namespace
+    profile = {
+        "apiVersion": "ringmaster.dev/v1alpha1",
+        "kind": "PoolProfile",
+        "metadata": {"name": "b200"},
+        "spec": {"pool": "b200-highgpu-8g", "image": "pytorch:2.5", "quick": True},
+    }
+    cluster.apply(profile, namespace=ns)
+
+    def run_pods() -> list[dict[str, Any]]:
+        selector = "ringmaster.dev/poolprofile=b200"
+        return cluster.get_json("pods", "-n", ns, "-l", selector)["items"]
+
+    wait_for(
+        lambda: len([p for p in run_pods() if not p["spec"].get("schedulingGates")]) == 2,
+        timeout=60,
+        what="the run's pods through the admission gate",
+    )
+    payload = cluster.get_json("configmap", "ringmaster-profile-payload", "-n", ns)
+    assert "def main" in payload["data"]["payload.py"]
+    cluster.kubectl("delete", "poolprofile", "b200", "-n", ns, "--wait=true", "--timeout=60s")
+    wait_for(lambda: not run_pods(), timeout=60, what="the run's pods collected")
     assert not forbidden_lines(sa_operator.log_path), "\n".join(
         forbidden_lines(sa_operator.log_path)
     )

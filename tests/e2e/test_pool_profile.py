@@ -131,7 +131,7 @@ def test_a_profile_measures_idle_hosts_flags_the_slow_one_and_plans_the_pool_on_
     tmp_path: Path,
     unflagged: None,
 ) -> None:
-    _, url, cert = reporting_operator
+    operator, url, cert = reporting_operator
     ns = quiet_namespace
     # One host busy: a sample of 3 hosts is measured on the 3 idle ones, never the busy one.
     cluster.apply(a100_80gb_job("busy", 1), ns)
@@ -209,6 +209,14 @@ def test_a_profile_measures_idle_hosts_flags_the_slow_one_and_plans_the_pool_on_
 
     wait_for(tainted, timeout=30, what="the flagged host tainted")
     assert "HostDegraded" in events_of(cluster, ns, "a100")
+    [degraded] = [c for c in done["conditions"] if c["type"] == "HostsDegraded"]
+    assert degraded["status"] == "True" and slow in degraded["message"]
+    scraped = urllib.request.urlopen(f"http://127.0.0.1:{operator.metrics_port}/metrics").read()
+    wanted = (  # Prometheus' text format sorts the labels
+        'ringmaster_pool_profile_measured{measurement="gemm.sustained.bf16",'
+        f'namespace="{ns}",pool="{POOL}",poolprofile="a100"}} 280.0'
+    )
+    assert wanted in scraped.decode()
     columns = cluster.kubectl("get", "poolprofiles", "-n", ns).stdout
     assert "Profiled" in columns and POOL in columns
 
@@ -285,7 +293,15 @@ def test_bad_input_is_a_condition_never_a_crash(
     assert not run_pods(cluster, ns, "nowhere")
     # An image without PyTorch: the payload's own error comes back as the profile's condition.
     cluster.apply(profile("no-torch", H100_POOL, hosts=1, measurements=["Gemm"]), ns)
-    [pod] = wait_for(lambda: through(run_pods(cluster, ns, "no-torch")), what="the run's pod")
+    try:
+        [pod] = wait_for(lambda: through(run_pods(cluster, ns, "no-torch")), what="the run's pod")
+    except AssertionError as error:
+        pods = json.dumps(run_pods(cluster, ns, "no-torch"))[:3000]
+        lines = operator.log_path.read_text().splitlines()
+        log = "\n".join([line for line in lines if "healthz" not in line][-60:])
+        raise AssertionError(
+            f"{error}\nstatus: {status(cluster, ns, 'no-torch')}\npods: {pods}\n{log}"
+        ) from None
     token = token_for(
         cluster, ns, pod["metadata"]["name"], audience(ns, "no-torch"), tmp_path / "t"
     )

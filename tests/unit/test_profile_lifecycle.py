@@ -115,3 +115,18 @@ def test_a_re_profile_run_is_followed_while_the_pool_stays_planned_on_the_last_p
     pods = RunPods({0: "Running", 1: "Running"}, {0: "n0", 1: "n1"}, all_seen=True)
     d = step(d.status, pods, {"n0": result("n0"), "n1": result("n1")}, now=later, spec=spec)
     assert d.finished and d.start_run is None
+
+
+def test_hosts_below_the_pool_are_a_condition_naming_each_and_why():
+    status = step(PoolProfileStatus()).status
+    results = {"n0": result("n0"), "n1": result("n1", 520.0)}
+    flagged = {"n1": "gemm.sustained.bf16 26% below the pool's median"}
+    finish(status, 1, results, {0: "n0", 1: "n1"}, flagged, {}, 700.0, 706.6, NOW)
+    [c] = [c for c in status.conditions if c.type == "HostsDegraded"]
+    assert (c.status, c.reason) == ("True", "BelowPool")
+    assert "n1: gemm.sustained.bf16 26% below" in c.message
+    assert status.flagged_hosts == ["n1"] and status.flagged == 1
+    assert [h.degraded for h in status.hosts] == [False, True]
+    finish(status, 1, results, {0: "n0", 1: "n1"}, {}, {}, 700.0, 706.6, NOW)
+    [c] = [c for c in status.conditions if c.type == "HostsDegraded"]
+    assert (c.status, c.reason) == ("False", "NoneBelowPool")

@@ -162,7 +162,10 @@ def _stored_status(model: type[StatusModel], doc: dict[str, Any]) -> StatusModel
 def _validate_spec(model: type[SpecModel], spec: Any) -> AnySpec:
     # by_name=False: a snake_case key is an unknown field, as it is for the apiserver.
     validated = model.model_validate(spec, by_alias=True, by_name=False)
-    assert isinstance(validated, TrainingJobSpec | InferenceEndpointSpec | ReductionServerPoolSpec)
+    assert isinstance(
+        validated,
+        TrainingJobSpec | InferenceEndpointSpec | ReductionServerPoolSpec | PoolProfileSpec,
+    )
     return validated
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal, get_args
 
 from pydantic import Field, field_validator
 
@@ -14,19 +14,14 @@ from ringmaster.api.base import Int, Rule, SpecModel, StatusModel
 from ringmaster.api.common import DNS_LABEL, Condition, conditions_field
 from ringmaster.api.resource import AGE, PrinterColumn, Resource, condition_reason
 
+Measurement = Literal["Gemm", "Attention", "Hbm", "Step", "AllReduce", "AllToAll"]
+"""What the payload measures (docs/pool-profile-payload.md): GEMM rates by shape, BF16 and FP8,
+sustained against burst; causal attention forward and backward (FlashAttention 2, cuDNN); HBM
+(a device-to-device copy); one training step of a small reference transformer; the all-reduce
+and the all-to-all across the profiled hosts, 1 MiB to 4 GiB."""
 
-class Measurement(StrEnum):
-    """What the payload measures (docs/pool-profile-payload.md)."""
-
-    GEMM = "Gemm"  # GEMM rates by shape, BF16 and FP8, sustained against burst
-    ATTENTION = "Attention"  # causal attention forward and backward (FlashAttention 2, cuDNN)
-    HBM = "Hbm"  # device-to-device copy
-    STEP = "Step"  # one training step of a small reference transformer
-    ALL_REDUCE = "AllReduce"  # across the profiled hosts, 1 MiB to 4 GiB
-    ALL_TO_ALL = "AllToAll"
-
-
-ALL_MEASUREMENTS = tuple(Measurement)
+ALL_MEASUREMENTS: tuple[Measurement, ...] = get_args(Measurement)
+COLLECTIVES = ("AllReduce", "AllToAll")
 DEFAULT_DEGRADED_PERCENT = 10
 
 
@@ -70,9 +65,7 @@ class PoolProfileSpec(SpecModel):
             "set hosts to 2 or more, or list measurements without them",
             field_path=".hosts",
             check=lambda s: (
-                s.hosts is None
-                or s.hosts >= 2
-                or not {Measurement.ALL_REDUCE, Measurement.ALL_TO_ALL} & set(s.measurements)
+                s.hosts is None or s.hosts >= 2 or not set(COLLECTIVES) & set(s.measurements)
             ),
         ),
     )
@@ -81,7 +74,7 @@ class PoolProfileSpec(SpecModel):
     @classmethod
     def _unique(cls, value: list[Measurement]) -> list[Measurement]:
         # The Python twin of the schema's list-type set (the apiserver refuses a repeat).
-        repeated = sorted({m.value for m in value if value.count(m) > 1})
+        repeated = sorted({m for m in value if value.count(m) > 1})
         if repeated:
             raise ValueError(f"Duplicate value: {', '.join(repeated)}")
         return value

@@ -204,7 +204,7 @@ class PoolProfileController(Controller):
                 node_selector=dict(pool.node_selector),
                 accelerator_resource=accelerator_resource(pool.accelerator),
                 per_host=pool.per_host,
-                measurements=[m.value for m in spec.measurements],
+                measurements=list(spec.measurements),
                 quick=spec.quick,
                 results_url=os.environ.get(PROGRESS_URL_ENV),
                 ca=bool(ca),
@@ -298,12 +298,24 @@ class PoolProfileController(Controller):
             install_measurements(self._measurements())
         with contextlib.suppress(KeyError):
             metrics.POOL_PROFILE_FLAGGED.remove(*key)
+        forget_metrics(key)
+
+
+_EXPORTED: dict[Key, set[tuple[str, str]]] = {}  # profile -> (pool, measurement) exported
 
 
 def metrics_for(key: Key, pool: str, summary: Any) -> None:
     metrics.POOL_PROFILE_FLAGGED.labels(*key).set(len(summary.flagged))
-    if summary.sustained_bf16 is not None:
-        metrics.POOL_PROFILE_SUSTAINED.labels(*key, pool, "bf16").set(summary.sustained_bf16)
+    forget_metrics(key)
+    for measurement, value in summary.headline.items():
+        metrics.POOL_PROFILE_MEASURED.labels(*key, pool, measurement).set(value)
+        _EXPORTED.setdefault(key, set()).add((pool, measurement))
+
+
+def forget_metrics(key: Key) -> None:
+    for labels in _EXPORTED.pop(key, set()):
+        with contextlib.suppress(KeyError):
+            metrics.POOL_PROFILE_MEASURED.remove(*key, *labels)
 
 
 CONTROLLER: PoolProfileController | None = None

@@ -26,6 +26,7 @@ from ringmaster.api.poolprofile import (
 from ringmaster.profiling.results import HostResult
 
 PROFILED = "Profiled"
+HOSTS_DEGRADED = "HostsDegraded"  # True: hosts below the pool, labelled ringmaster.dev/degraded
 
 
 @dataclass(frozen=True)
@@ -258,6 +259,16 @@ def finish(
     if flagged:
         message += f"; flagged degraded: {', '.join(sorted(flagged))}"
     _condition(status, "True", "Profiled", message, generation, now)
+    below = "; ".join(f"{node}: {why}" for node, why in sorted(flagged.items()))
+    status.conditions = set_condition(
+        status.conditions,
+        HOSTS_DEGRADED,
+        "True" if flagged else "False",
+        "BelowPool" if flagged else "NoneBelowPool",
+        below or "no measured host is below the pool's median by more than the threshold",
+        generation,
+        _now_iso(now),
+    )
     events.append(("Normal", "Profiled", message))
     for node, why in sorted(flagged.items()):
         events.append(("Warning", "HostDegraded", f"{node}: {why}"))

@@ -11,6 +11,7 @@ from typing import Any
 from ringmaster.controllers.catalog import catalog_changed
 from ringmaster.controllers.profile_lifecycle import PoolFacts
 from ringmaster.engine.ceilings import ceilings_for
+from ringmaster.engine.profiled import HBM_KEY, REFERENCE_KEY
 from ringmaster.planning import active_catalog
 from ringmaster.planning.catalog import install_pool_profiles
 from ringmaster.profiling.aggregate import (
@@ -33,6 +34,7 @@ class RunSummary:
     measured: dict[str, Any]  # status.measured
     sustained_bf16: float | None  # the pool's median host, TFLOP/s
     catalog_sustained_bf16: float | None
+    headline: dict[str, float]  # the metrics' measurements (HEADLINE)
 
 
 def summarize_run(
@@ -49,7 +51,14 @@ def summarize_run(
         measured=summary_json(summary, ceilings),
         sustained_bf16=_round(summary.sustained_tflops.get("bf16")),
         catalog_sustained_bf16=_round(catalog / 1e12) if catalog else None,
+        headline={k: v for k, v in summary.medians().items() if _headline(k)},
     )
+
+
+def _headline(key: str) -> bool:
+    """The measurements exported as metrics: the pool's rates, not its per-shape points (their
+    label values would be unbounded)."""
+    return key.startswith(("gemm.sustained.", "gemm.burst.")) or key in (HBM_KEY, REFERENCE_KEY)
 
 
 def _round(value: float | None) -> float | None:
