@@ -20,7 +20,7 @@ from tests.chart.conftest import Render
 CORE = ""
 RM = "ringmaster.dev"
 NAMESPACED_RULES = {
-    (CORE, "pods"): {"list", "watch", "create", "delete", "patch"},
+    (CORE, "pods"): {"list", "watch", "get", "create", "delete", "patch"},
     (CORE, "services"): {"create", "patch"},
     (CORE, "events"): {"create"},
     (RM, "trainingjobs"): {"list", "watch", "delete"},

@@ -4,9 +4,11 @@
 # reductionserverpool.py); the TrainingJob controller creates worker pods and deletes them on
 # gang restart and suspend. Patched only to let a serving pod through its admission scheduling
 # gate (pinned to the host admission granted it: docs/architecture.md); status is the kubelet's.
+# Read one by one (get) only when a gate lift is refused, to tell a pod already through from one
+# still held (controllers/admission_gate.py).
 - apiGroups: [""]
   resources: [pods]
-  verbs: [list, watch, create, delete, patch]
+  verbs: [list, watch, get, create, delete, patch]
 # Rendezvous Services (created by TrainingJobs); reducer and serving Services, server-side applied
 # by ReductionServerPools and InferenceEndpoints (patch, and create when absent). Never read back.
 - apiGroups: [""]
