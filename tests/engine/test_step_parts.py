@@ -84,6 +84,7 @@ def test_every_measured_operator_group_within_ten_percent_at_the_median():
     assert {g.split()[0] for g in groups} == {
         "gemm",
         "attention",
+        "decode",
         "memory-bound",
         "loss",
         "optimizer",

@@ -76,6 +76,88 @@ def fit_gemm(precision: str) -> tuple[float, float]:
     return round(e, 4), k
 
 
+DECODE_GEMM_MAX_TOKENS = 512  # decode batches: the grid's M = 1, 8, 32, 128, 512
+_WEIGHT_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp8fast": 1.0}
+
+
+def decode_gemm_rows() -> list[dict[str, Any]]:
+    return [r for r in _rows(measured_h100()["gemm"]) if r["M"] <= DECODE_GEMM_MAX_TOKENS]
+
+
+def _log_grid_fit(
+    measured: np.ndarray, predict: Callable[..., np.ndarray], grids: Sequence[np.ndarray]
+) -> tuple[float, ...]:
+    """The grid point (one value per grid) of least squared log error: ``predict`` takes the
+    first grid's values as a column (broadcast over it) and the others' as scalars."""
+    best: tuple[float, tuple[float, ...]] | None = None
+    first, *rest = grids
+    for others in np.array(np.meshgrid(*rest)).reshape(len(rest), -1).T:
+        sse = np.sum(np.log(predict(first[:, None], *others) / measured) ** 2, axis=-1)
+        i = int(np.argmin(sse))
+        if best is None or sse[i] < best[0]:
+            best = (float(sse[i]), (float(first[i]), *(float(o) for o in others)))
+    assert best is not None
+    return best[1]
+
+
+def _decode_gemm_arrays(precision: str) -> tuple[np.ndarray, ...]:
+    rows = decode_gemm_rows()
+    seconds = np.array([(r[f"{precision}_us_r1"] + r[f"{precision}_us_r2"]) / 2e6 for r in rows])
+    weights = np.array([r["K"] * r["N"] * _WEIGHT_BYTES[precision] for r in rows])
+    flops = np.array([2.0 * r["M"] * r["K"] * r["N"] for r in rows])
+    width = np.array([min(r["K"], r["N"]) for r in rows], float)
+    return seconds, weights, flops, width
+
+
+def fit_decode_gemm(precision: str) -> tuple[float, float, float]:
+    """(f_w, floor us, E_d) of floor + max(W / (f_w HBM), F / (E_d / (1 + K_p / width) peak))
+    on the GEMM rows at decode batches (engine.ceilings.H100_DECODE_GEMM)."""
+    seconds, weights, flops, width = _decode_gemm_arrays(precision)
+    hbm = CE.H100_DATASHEET_HBM_GBPS * 1e9
+    peak = CE.H100_PEAK_TFLOPS["fp8" if precision.startswith("fp8") else "bf16"] * 1e12
+    shape = peak / (1.0 + CE.H100_GEMM_HALF_DIM[precision] / width)
+
+    def predict(floor_us: np.ndarray, f_w: float, e_d: float) -> np.ndarray:
+        return floor_us * 1e-6 + np.maximum(weights / (f_w * hbm), flops / (e_d * shape))
+
+    floor, f_w, e_d = _log_grid_fit(
+        seconds,
+        predict,
+        [
+            np.round(np.arange(0.0, 10.01, 0.1), 1),
+            np.round(np.arange(0.5, 1.0001, 0.005), 3),
+            np.round(np.arange(0.3, 1.2001, 0.01), 2),
+        ],
+    )
+    return round(f_w, 4), round(floor, 1), round(e_d, 2)
+
+
+def decode_attention_rows(backend: str) -> list[dict[str, Any]]:
+    return [
+        r
+        for r in _rows(measured_h100()["decode_attention"])
+        if r["backend"] == backend and r["mode"] == "gqa"
+    ]
+
+
+def fit_decode_attention(kernel: str) -> tuple[float, float]:
+    """(f_kv, floor us) of floor + KV bytes / (f_kv HBM) on the decode attention rows."""
+    rows = decode_attention_rows(ATTENTION_BACKEND[kernel])
+    seconds = np.array([(r["us_r1"] + r["us_r2"]) / 2e6 for r in rows])
+    kv_bytes = np.array([r["kv_bytes"] for r in rows], float)
+    hbm = CE.H100_DATASHEET_HBM_GBPS * 1e9
+
+    def predict(floor_us: np.ndarray, f_kv: float) -> np.ndarray:
+        return floor_us * 1e-6 + kv_bytes / (f_kv * hbm)
+
+    floor, f_kv = _log_grid_fit(
+        seconds,
+        predict,
+        [np.round(np.arange(0.0, 20.01, 0.1), 1), np.round(np.arange(0.5, 1.0001, 0.0025), 4)],
+    )
+    return round(f_kv, 4), round(floor, 1)
+
+
 def _sustained_phases() -> dict[str, list[dict[str, Any]]]:
     s = measured_h100()["gemm_sustained"]
     return {"r1": s["r1"], "r2": s["r2"]}
@@ -222,6 +304,8 @@ def derive_ceiling_constants() -> dict[str, Any]:
         "H100_LOSS_PS_PER_LOGIT": loss_ps(),
         "H100_OPTIMIZER_PS_PER_PARAMETER": optimizer_ps(),
         "H100_COPY_GBPS": copy_gbps(),
+        "H100_DECODE_GEMM": {p: fit_decode_gemm(p) for p in ("bf16", "fp8", "fp8fast")},
+        "H100_DECODE_ATTENTION": {k: fit_decode_attention(k) for k in ("flash2", "cudnn")},
     }
 
 
@@ -271,6 +355,32 @@ def operator_rows() -> list[OperatorRow]:
                         work / rate,
                     )
                 )
+    for r in decode_gemm_rows():
+        for p in ("bf16", "fp8", "fp8fast"):
+            gemm_seconds = ce.decode_gemm_seconds(
+                p,
+                r["K"] * r["N"] * _WEIGHT_BYTES[p],
+                2.0 * r["M"] * r["K"] * r["N"],
+                min(r["K"], r["N"]),
+            )
+            rows.append(
+                OperatorRow(
+                    f"decode gemm {p}",
+                    f"{r['layer']} h{r['hidden']} tp{r['tp']} M{r['M']}",
+                    (r[f"{p}_us_r1"] + r[f"{p}_us_r2"]) / 2e6,
+                    float(gemm_seconds),
+                )
+            )
+    for kernel, backend in ATTENTION_BACKEND.items():
+        for r in decode_attention_rows(backend):
+            rows.append(
+                OperatorRow(
+                    f"decode attention {kernel}",
+                    f"b{r['batch']} ctx{r['context']}",
+                    (r["us_r1"] + r["us_r2"]) / 2e6,
+                    float(ce.kv_read_seconds(kernel, r["kv_bytes"])),
+                )
+            )
     for r in _rows(measured_h100()["memory_bound"]):
         forward_only = r["op"] == "residual_add"
         us = (

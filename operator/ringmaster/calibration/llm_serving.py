@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from ringmaster.engine import ceilings as CE
 from ringmaster.engine import llm_batching as B
 from ringmaster.engine import llm_serving as L
 from ringmaster.engine import llm_step as S
@@ -133,6 +134,7 @@ def _constants(values: Mapping[str, float]) -> S.StepConstants:
         kv_read_efficiency=values["LLM_KV_READ_EFFICIENCY"],
         kv_sequence_tokens=values["LLM_KV_SEQUENCE_TOKENS"],
         sequence_overhead=values["LLM_SEQUENCE_OVERHEAD_SECONDS"],
+        measured_decode=S.MEASURED_DECODE,
     )
 
 
@@ -330,6 +332,24 @@ _FIT_ITERATIONS = 160
 _FIT_START = np.array([0.0, 0.5, math.log(16.0), math.log(2.0)])
 
 
+def _measured_decode() -> dict[str, float]:
+    """The two fractions the measured decode step takes from engine.ceilings, not from a fit:
+    the GEMMs' weight streaming (bf16 rows) and the decode attention's KV read."""
+    return {
+        "LLM_MEMORY_EFFICIENCY": CE.H100_DECODE_GEMM["bf16"][0],
+        "LLM_KV_READ_EFFICIENCY": CE.H100_DECODE_ATTENTION[CE.DECODE_ATTENTION_KERNEL][0],
+    }
+
+
+def _unpack_measured(x: np.ndarray) -> dict[str, float]:
+    """As :func:`_unpack` without the KV read (measured): the other three coordinates."""
+    return {
+        "LLM_FP8_COMPUTE_EFFICIENCY": 1.0 / (1.0 + math.exp(-x[0])),
+        "LLM_KV_SEQUENCE_TOKENS": math.exp(x[1]),
+        "LLM_SEQUENCE_OVERHEAD_SECONDS": math.exp(x[2]) * 1e-6,
+    }
+
+
 def derive_llm_constants(
     points: Mapping[str, Any], serving: Mapping[str, Any] | None = None
 ) -> dict[str, float]:
@@ -344,6 +364,20 @@ def derive_llm_constants(
         "LLM_STEP_OVERHEAD_SECONDS": 0.0,
         **_unpack(_FIT_START, 1.0),
     }
+    if S.MEASURED_DECODE:
+        values |= _measured_decode()
+        start = _FIT_START[[0, 2, 3]]
+        for _ in range(2):
+            values |= _closed_form_measured(pts, values)
+
+            def loss_measured(x: np.ndarray, known: Mapping[str, float] = dict(values)) -> float:
+                trial = {**known, **_unpack_measured(x)}
+                return sum(
+                    math.log(offline_tokens_per_second(r, trial) / r.published) ** 2 for r in rows
+                )
+
+            values |= _unpack_measured(_nelder_mead(loss_measured, start, _FIT_ITERATIONS))
+        return values
     for _ in range(2):
         values |= _closed_form(pts, values)
         memory = values["LLM_MEMORY_EFFICIENCY"]
@@ -358,6 +392,37 @@ def derive_llm_constants(
 
         values |= _unpack(_nelder_mead(loss, _FIT_START, _FIT_ITERATIONS), memory)
     return values
+
+
+def _closed_form_measured(pts: Mapping[str, Any], values: Mapping[str, float]) -> dict[str, float]:
+    """The measured decode step's closed-form constants: the step overhead (what the measured
+    kernels leave of gpt-fast's batch-1 decode at TP1 and TP2: their mean, least squares in
+    seconds, one unknown on two points) and the compute efficiency (the TTFT point)."""
+    rates = pts["gpt-fast-batch1-decode"]["tokens_per_s"]
+    acc = DEFAULT_CATALOG.accelerator("nvidia-a100-80gb")
+    raw = {**values, "LLM_STEP_OVERHEAD_SECONDS": 0.0}
+    left = []
+    for key in GPT_FAST_FIT:
+        tp = int(key.rsplit("tp", 1)[1])
+        terms = _terms(LLAMA_7B, acc, tp, "BF16", "BF16", GPT_FAST_PROMPT, GPT_FAST_OUTPUT, raw)
+        left.append(1.0 / float(rates[key]) - float(S.step_seconds(terms, 1.0, 0.0)))
+    # Bounded at zero (a step costs no less than its kernels): the measured floors account for
+    # the whole fixed cost, and the unbounded solution sits 82 us (6 % of them) below it.
+    overhead = max(0.0, float(np.mean(left)) * S.OVERHEAD_FIT_LAYERS / LLAMA_7B.layers)
+    fitted = {**values, "LLM_STEP_OVERHEAD_SECONDS": overhead, "LLM_COMPUTE_EFFICIENCY": 1.0}
+    ttft = float(pts["trtllm-batch1-ttft-7b"]["ttft_ms"][TTFT_FIT]) * 1e-3
+    gpu, precision, prompt = TTFT_FIT.split("-")
+    n = float(prompt.removeprefix("input"))
+    p = precision.upper()
+    terms = _terms(LLAMA_7B, DEFAULT_CATALOG.accelerator(GPUS[gpu]), 1, p, p, n, 1.0, fitted)
+    whole = float(S.prefill_seconds(terms, n))
+    gemm = n * float(terms.prefill_gemm_per_token)
+    attention = n * 0.5 * n * float(terms.prefill_attention_per_context)
+    rest = whole - gemm - attention
+    return {
+        "LLM_COMPUTE_EFFICIENCY": (gemm + attention) / (ttft - rest),
+        "LLM_STEP_OVERHEAD_SECONDS": overhead,
+    }
 
 
 def _closed_form(pts: Mapping[str, Any], values: Mapping[str, float]) -> dict[str, float]:

@@ -97,6 +97,40 @@ H100_COPY_GBPS = 3034.0
 H100_DATASHEET_HBM_GBPS = 3350.0
 H100_PEAK_TFLOPS = {"bf16": 989.4, "fp8": 1978.9}
 
+# --- the decode step (serving), fitted on the same file ------------------------------------------
+
+# GEMMs at decode batches: the grid's rows with M = 1, 8, 32, 128, 512 (360 rows a precision: 72
+# shapes, qkv / out / gate_up / down of hidden 2048-16384 at tp 1, 2, 8). One call takes
+# ``floor + max(weight bytes / (f_w x HBM datasheet), FLOPs / (E_d / (1 + K_p / width) x peak))``:
+# at small M it streams the weights (nothing else binds), at a few hundred rows it turns
+# compute-bound at the shape model's width term (K_p = H100_GEMM_HALF_DIM) with its own E_d (the
+# token term of the M >= 1024 model does not describe small M: it would put M = 128 28 % high).
+# Least squares of the log error over a grid of (floor, f_w, E_d). Value: (f_w, floor in
+# microseconds, E_d). Median |error| 3.7 % (bf16), 3.3 % (fp8), 3.2 % (fp8 fast accumulation),
+# largest 23-29 % (the wave-quantised M = 128-512 rows of the widest shapes). f_w (0.84 of 3,350
+# GB/s) is the fraction gpt-fast's batch-1 decode gave before it was measured (0.8419).
+H100_DECODE_GEMM = {
+    "bf16": (0.84, 7.0, 0.8),
+    "fp8": (0.84, 6.9, 0.74),
+    "fp8fast": (0.845, 6.9, 0.78),
+}
+# Decode attention (one query token a sequence, GQA 32 / 8 heads, head dim 128, bf16 KV, batch
+# 1-256, context 512-32k: 20 rows a kernel, mode gqa): one call takes ``floor + KV bytes /
+# (f_kv x HBM datasheet)``, so the achieved fraction ``f_kv x bytes / (bytes + floor x f_kv x
+# HBM)`` grows with batch x context (a per-sequence term fits at zero tokens: the bytes decide).
+# Value: (f_kv, floor in microseconds). FlashAttention 2 (what vLLM's flash backend runs):
+# median |error| 4.0 %, largest 14.1 % (batch 1, context 8k); cuDNN: 1.0 %, largest 20.9 %
+# (batch 1, context 512). The rows are contiguous KV (no block table): a paged kernel is no
+# faster, so f_kv is the bound a serving engine reads at.
+H100_DECODE_ATTENTION = {"flash2": (0.8, 13.3), "cudnn": (0.925, 10.1)}
+# The kernel serving's decode attention runs (vLLM's FLASH_ATTN backend, FlashAttention's
+# decode path), and the GEMM calls of one layer (QKV, output, gate + up, down).
+DECODE_ATTENTION_KERNEL = "flash2"
+DECODE_GEMMS_PER_LAYER = 4
+# The smallest device times measured (CUDA-graph-like, no launch gaps): a GEMM 5.8-6.1 us (tp 8,
+# hidden 2048, M <= 32), a decode attention 11.1 us (cuDNN, batch 1, context 512): the fitted
+# floors above sit 0.9-2.2 us above them (each floor is the intercept of its whole fit).
+
 
 # --- other chips: published ratios to the H100, same source and method -----------------------
 
@@ -164,6 +198,15 @@ class Ceilings:
     attention: Mapping[tuple[str, str], tuple[float, float, float]]
     hbm_scale: float  # H100's achieved HBM / this chip's: multiplies every memory-bound time
     evidence: Mapping[str, str] = field(default_factory=dict)  # quantity -> its evidence
+    # The decode step (serving): (f_w, floor us, E_d) per GEMM precision and (f_kv, floor us)
+    # per attention kernel, f as fractions of ``memory_bandwidth`` (the datasheet's, bytes/s).
+    decode_gemm: Mapping[str, tuple[float, float, float]] = field(
+        default_factory=lambda: dict(H100_DECODE_GEMM)
+    )
+    decode_attention: Mapping[str, tuple[float, float]] = field(
+        default_factory=lambda: dict(H100_DECODE_ATTENTION)
+    )
+    memory_bandwidth: float = H100_DATASHEET_HBM_GBPS * GB
 
     def gemm_flops(
         self, precision: str, width: ArrayLike, tokens: ArrayLike, *, sustained: bool = True
@@ -184,6 +227,39 @@ class Ceilings:
         s = np.asarray(sequence, dtype=np.float64)
         return np.asarray(
             e / (1.0 + s0 / s + d0 / float(head_dim)) * self.peak_flops["bf16"], dtype=np.float64
+        )
+
+    def decode_gemm_seconds(
+        self, precision: str, weight_bytes: ArrayLike, flops: ArrayLike, width: ArrayLike
+    ) -> NDArray[np.float64]:
+        """One GEMM call at a decode batch: its floor, then the weights streamed or the FLOPs
+        at the decode rate of its narrow side ``width``, whichever binds."""
+        p = _gemm_key(precision)
+        f_w, floor_us, e_d = self.decode_gemm[p]
+        rate = (
+            e_d
+            / (1.0 + self.gemm_half_dim[p] / np.asarray(width, float))
+            * self.peak_flops[_peak_key(p)]
+        )
+        stream = np.asarray(weight_bytes, float) / (f_w * self.memory_bandwidth)
+        return np.asarray(
+            floor_us * 1e-6 + np.maximum(stream, np.asarray(flops, float) / rate), dtype=np.float64
+        )
+
+    def kv_read_seconds(self, kernel: str, kv_bytes: ArrayLike) -> NDArray[np.float64]:
+        """One decode-attention call reading ``kv_bytes`` of KV cache."""
+        f_kv, floor_us = self.decode_attention[kernel]
+        return np.asarray(
+            floor_us * 1e-6 + np.asarray(kv_bytes, float) / (f_kv * self.memory_bandwidth),
+            dtype=np.float64,
+        )
+
+    def kv_read_efficiency(self, kernel: str, kv_bytes: ArrayLike) -> NDArray[np.float64]:
+        """The achieved fraction of the datasheet's HBM of one decode-attention call: it grows
+        with the bytes a call reads (batch x context) towards ``f_kv``."""
+        seconds = self.kv_read_seconds(kernel, kv_bytes)
+        return np.asarray(
+            np.asarray(kv_bytes, float) / (seconds * self.memory_bandwidth), dtype=np.float64
         )
 
     def elementwise_seconds(self, mode: str, op: str, elements: float) -> float:
@@ -272,6 +348,21 @@ def ceilings_for(acc: Accelerator) -> Ceilings:
             if acc.name in PUBLISHED_HBM_RATIO
             else f"extrapolated: the H100's measured times scaled by HBM bandwidth to {acc.name}"
         )
+    decode_gemm = {
+        p: (f * hbm_ratio, floor, e * scale[_peak_key(p)])
+        for p, (f, floor, e) in H100_DECODE_GEMM.items()
+        if _peak_key(p) in peaks
+    }
+    decode_attention = {
+        k: (f * hbm_ratio, floor) for k, (f, floor) in H100_DECODE_ATTENTION.items()
+    }
+    decode_evidence = MEASURED_H100
+    if not measured:
+        decode_evidence = (
+            f"extrapolated: the H100's measured decode GEMM and KV-read fractions (and floors)"
+            f" carried to {acc.name}, the fractions scaled by its published HBM ratio"
+            f" ({hbm_ratio:.4g}) and matmul ratio"
+        )
     return Ceilings(
         accelerator=acc.name,
         peak_flops=peaks,
@@ -285,7 +376,11 @@ def ceilings_for(acc: Accelerator) -> Ceilings:
             "matmul": matmul_evidence,
             "attention": attention_evidence,
             "memory-bound": memory_evidence,
+            "decode": decode_evidence,
         },
+        decode_gemm=decode_gemm,
+        decode_attention=decode_attention,
+        memory_bandwidth=acc.memory_bandwidth,
     )
 
 
