@@ -47,6 +47,15 @@ class SimulationResult:
     # seconds spent with each running count, over the measured window (index: the count)
     running_seconds: np.ndarray = field(default_factory=lambda: np.zeros(1))
     extra: dict[str, float] = field(default_factory=dict)
+    # every request's completion time (arrival order), the measured and the warm-up ones
+    finish: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    def saturated_throughput(self, start: float = 0.2, end: float = 0.7) -> float:
+        """Completions per second between the ``start`` and ``end`` shares of them (in time
+        order): the offline maximum when arrivals outpace the replica (no ramp, no drain)."""
+        done = np.sort(self.finish[np.isfinite(self.finish)])
+        i, j = int(start * done.size), int(end * done.size)
+        return (j - i) / float(done[j] - done[i])
 
     def ttft_q(self, q: float) -> float:
         return float(np.quantile(self.ttft, q))
@@ -205,4 +214,5 @@ def simulate(
         steps=steps,
         running_seconds=occupied,
         extra={"recomputed_tokens": float(recomputed)},
+        finish=finish,
     )
