@@ -32,6 +32,7 @@ EDITS: dict[str, Any] = {
     "parallelism": ("parallelism.tensor", 2),
     "steps": ("steps", 5000),
     "framework": ("framework.name", "Megatron"),
+    "placement": ("placement.topology", "Required"),
 }
 # The example each edit starts from (parallelism needs a model architecture).
 BASES = {

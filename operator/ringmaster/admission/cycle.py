@@ -49,6 +49,14 @@ from ringmaster.admission.snapshot import (
     copies_that_fit,
 )
 from ringmaster.manifests.profiling import DEGRADED_LABEL
+from ringmaster.placement.topology import (
+    Topology,
+    block_key,
+    choose_hosts,
+    describe_domains,
+    free_domains,
+    level_name,
+)
 
 
 class QueueingRule(StrEnum):
@@ -94,6 +102,13 @@ class GangOption:
     """Multislice only: the pools (slice node pools) any slice may take, best first."""
     slice_shape: str = ""
     """Multislice only: what one slice is, for people (``tpu-v5-lite-podslice 16x16``)."""
+    topology: str = "Preferred"
+    """Required: the gang waits until one block of the pool holds it whole; Preferred: packed
+    into the fewest blocks the free hosts allow (placement/topology.py). Auto is resolved by the
+    shell before the cycle sees it."""
+    groups: tuple[int, ...] = ()
+    """Hosts per tensor / expert group, heaviest first, that the packing keeps in one NVLink
+    clique (a GB200 NVL72 domain) where hosts carry cliques."""
 
     @property
     def hosts_per_slice(self) -> int:
@@ -116,6 +131,8 @@ class Admit:
     pools: tuple[str, ...] = ()
     """Multislice: the pool of each slice, by slice id (slice s holds ranks s x hosts per slice
     up to the next slice's first)."""
+    blocks: tuple[str, ...] = ()
+    """The topology blocks the hosts are in (placement/topology.py), where the pool has them."""
 
     @property
     def pool(self) -> str:
@@ -250,6 +267,25 @@ class Room:
                 placed = copies
         return placed, hosts
 
+    def hosts_fitting(self, request: Shape) -> list[str]:
+        """The named hosts with room for one pod of ``request`` (a host of unknown name: none)."""
+        hosts: list[str] = []
+        for free in list(self.nodes):
+            if copies_that_fit(dict(free), request) >= 1:
+                hosts += [name for name in self._names_for(free) if name]
+        return hosts
+
+    def take_host(self, request: Shape, host: str) -> bool:
+        """One pod of ``request`` on the named ``host``; False when it has no room for it."""
+        for free in list(self.nodes):
+            names = self._names_for(free)
+            if host in names and copies_that_fit(dict(free), request) >= 1:
+                names.remove(host)
+                names.append(host)  # _move takes from the end
+                self._move(free, request, 1, 1)
+                return True
+        return False
+
     def _move(self, free: Shape, request: Shape, pods: int, nodes: int) -> list[str]:
         """`pods` pods on each of `nodes` nodes of this free room; returns those nodes."""
         if nodes <= 0 or pods <= 0:
@@ -301,12 +337,51 @@ class CycleView:
             return 0
         return max(0, need.count - self.snapshot.reducers_seen(need.pool))
 
+    def topologies(self, option: GangOption) -> dict[str, Topology]:
+        """The hosts of the pool with room for a whole worker, by name, with their topology;
+        empty when the pool's hosts carry no topology labels or a worker is not a whole host."""
+        if not self.snapshot.has_topology(option.pool):
+            return {}
+        room = self.room(option.pool)
+        facts = [self.snapshot.node(h) for h in room.hosts_fitting(option.worker)]
+        whole = all(
+            f is not None and copies_that_fit(dict(f.allocatable), option.worker) == 1
+            for f in facts
+        )
+        return {f.name: f.topology for f in facts if f is not None} if whole else {}
+
+    def _packed(self, option: GangOption) -> tuple[str, ...]:
+        """Hosts by rank packed by topology (the fewest blocks; groups inside a clique), their
+        room taken; () where the pool has no topology to pack by."""
+        free = self.topologies(option)
+        if len(free) < option.workers:
+            return ()
+        choice = choose_hosts(free, option.workers, option.groups)
+        if choice is None:
+            return ()
+        room = self.room(option.pool)
+        for host in choice.hosts:
+            taken = room.take_host(option.worker, host)
+            assert taken, "a host counted free has room"
+        return tuple(choice.hosts)
+
+    def blocks_of(self, hosts: tuple[str, ...]) -> tuple[str, ...]:
+        """The topology blocks ``hosts`` are in (none where their pool has no blocks)."""
+        topologies = [n.topology for h in hosts if (n := self.snapshot.node(h)) is not None]
+        key = block_key(tuple(k for t in topologies for k in t.keys))
+        return tuple(sorted({t.value(key) or "" for t in topologies} - {""})) if key else ()
+
     def assume(self, option: GangOption) -> tuple[str, ...]:
         """The gang is admitted: its room is taken for the rest of the cycle. Returns the host
-        of each worker by rank, or () when no host is named (workers that request nothing)."""
-        placed, hosts = self.room(option.pool).place(
-            option.worker, option.workers, option.one_per_node
-        )
+        of each worker by rank, or () when no host is named (workers that request nothing).
+        Where the pool's hosts carry topology labels, the hosts are packed by it."""
+        packed = () if option.one_per_node else self._packed(option)
+        if packed:
+            placed, hosts = len(packed), list(packed)
+        else:
+            placed, hosts = self.room(option.pool).place(
+                option.worker, option.workers, option.one_per_node
+            )
         if option.reducers is not None:
             machine = option.reducers.machine
             self._reducer_hosts[machine] = self.reducer_hosts(machine) - (
@@ -436,6 +511,10 @@ def check_gang(view: CycleView, option: GangOption) -> GangCheck:
             available,
             why,
         )
+    if option.topology == "Required":
+        short = topology_short(view, option)
+        if short:
+            return GangCheck(False, TOPOLOGY_UNAVAILABLE, short, available)
     hosts = view.reducer_hosts_needed(option)
     if hosts:
         assert option.reducers is not None
@@ -449,6 +528,26 @@ def check_gang(view: CycleView, option: GangOption) -> GangCheck:
                 available,
             )
     return GangCheck(True, "Admitted", "", available)
+
+
+TOPOLOGY_UNAVAILABLE = "TopologyUnavailable"
+
+
+def topology_short(view: CycleView, option: GangOption) -> str:
+    """Why a gang that requires one block cannot have it now ("" when a block holds it, or the
+    pool has no blocks): the free hosts per block, with the numbers."""
+    free = view.topologies(option)
+    key = block_key(tuple(k for t in free.values() for k in t.keys)) if free else None
+    if key is None:
+        return ""
+    domains = free_domains(free, key)
+    if domains and domains[0].free >= option.workers:
+        return ""
+    have = describe_domains(domains, key) if domains else "none free"
+    return (
+        f"needs {option.workers} hosts of pool {option.pool} in one {level_name(key)} "
+        f"(spec.placement.topology: Required); {have}"
+    )
 
 
 INSUFFICIENT_SLICES = "InsufficientSlices"
@@ -689,7 +788,8 @@ def _decide_gangs(
             checks = [(option, check_gang(view, option)) for option in gang.options]
             chosen = next((option for option, check in checks if check.fits), None)
             if chosen is not None:
-                verdicts.append(Admit(gang.key, chosen, view.assume(chosen)))
+                hosts = view.assume(chosen)
+                verdicts.append(Admit(gang.key, chosen, hosts, blocks=view.blocks_of(hosts)))
                 continue
         if contest is not None and not slices:
             for option, check in checks:

@@ -26,13 +26,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
 from ringmaster.manifests.profiling import DEGRADED_LABEL
 from ringmaster.placement.labels import POOL_NAME_KEYS, PoolIdentity
 from ringmaster.placement.pools import Node
+from ringmaster.placement.topology import Topology, node_topology
 
 Key = tuple[str, str]
 """(namespace, name)."""
@@ -66,6 +67,9 @@ class NodeFacts:
     # Flagged by a PoolProfile (ringmaster.dev/degraded=true): no gang or serving replica is
     # placed on it; a profile's own pods may be, to measure it again.
     degraded: bool = False
+    # Where it sits in the network (GKE blocks, AWS network-node layers, the NVLink clique):
+    # admission packs a gang's hosts by it (placement/topology.py).
+    topology: Topology = field(default_factory=Topology)
 
     @classmethod
     def from_node(cls, node: Node) -> NodeFacts:
@@ -79,6 +83,7 @@ class NodeFacts:
             pool_label=label,
             accelerators=node.accelerators,
             degraded=node.labels.get(DEGRADED_LABEL) == "true",
+            topology=node_topology(node.labels),
         )
 
 
@@ -194,6 +199,7 @@ class ClusterSnapshot:
         self._arrivals = 0
         self._granted: dict[Key, str] = {}  # gated pods a cycle gave a host, not yet seen ungated
         self._degraded: Counter[str] = Counter()  # pool -> schedulable hosts flagged degraded
+        self._packable: Counter[str] = Counter()  # pool -> hosts with a block or NVLink clique
         self._profile_pods: set[Key] = set()  # PoolProfile measurement pods (few, looked at often)
 
     # ------------------------------------------------------------ events
@@ -211,6 +217,8 @@ class ClusterSnapshot:
             _add(self._sizes.setdefault(node.identity.pool, Counter()), node.allocatable)
             if node.degraded and node.schedulable:
                 _add(self._degraded, node.identity.pool)
+            if node.topology.packable:
+                _add(self._packable, node.identity.pool)
         self._refresh(node.name)
         self.version += 1
 
@@ -346,6 +354,10 @@ class ClusterSnapshot:
             _add(self._degraded, pool, -1)
             if not self._degraded[pool]:
                 del self._degraded[pool]
+        if node.topology.packable:
+            _add(self._packable, pool, -1)
+            if not self._packable[pool]:
+                del self._packable[pool]
 
     @staticmethod
     def _member(node: NodeFacts) -> tuple[PoolIdentity, str | None, int]:
@@ -508,6 +520,10 @@ class ClusterSnapshot:
     def has_gated(self) -> bool:
         return bool(self._gated)
 
+    def has_topology(self, pool: str) -> bool:
+        """Whether some host of the pool carries a block level or an NVLink clique to pack by."""
+        return bool(self._packable[pool])
+
     def degraded_hosts(self, pool: str) -> int:
         """The pool's schedulable hosts a PoolProfile flagged (not counted in its room)."""
         return self._degraded[pool]
@@ -586,6 +602,7 @@ class ClusterSnapshot:
             "reducers_on": dict(self._reducers_on),
             "gated": set(self._gated),
             "degraded": dict(self._degraded),
+            "packable": dict(self._packable),
         }
 
     @classmethod

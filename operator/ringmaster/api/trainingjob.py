@@ -309,6 +309,20 @@ class RunPolicy(SpecModel):
     update."""
 
 
+TopologyPolicy = Literal["Auto", "Required", "Preferred"]
+
+
+class TrainingPlacement(SpecModel):
+    """Where in its pool the gang's hosts go (docs/topology.md)."""
+
+    topology: TopologyPolicy = "Auto"
+    """Hosts are packed by the pool's topology labels (GKE blocks, AWS network-node layers, the
+    NVLink clique): into the fewest blocks the free hosts allow. Required: wait until one block
+    holds the whole gang. Preferred: packed where possible, spread otherwise. Auto: the engine's
+    choice; with no published spine oversubscription (1.0 by default) spreading costs nothing in
+    the model, so Auto prefers."""
+
+
 class TrainingJobSpec(SpecModel):
     """The desired training run."""
 
@@ -330,6 +344,8 @@ class TrainingJobSpec(SpecModel):
     """The training framework (its kernels shape the predicted step); left out: inferred from
     the image, else the default (see ``framework.name``)."""
     template: PodTemplate
+    placement: TrainingPlacement | None = None
+    """Topology within the pool (left out: Auto)."""
     run_policy: RunPolicy = Field(default_factory=RunPolicy, json_schema_extra={"default": {}})
     steps: Int | None = Field(default=None, ge=1, le=10**12)
     """Training steps the job runs, if known: with the predicted step time it gives the job's
@@ -549,6 +565,9 @@ class Admission(StatusModel):
     hosts: list[str] | None = None
     """The host of each worker, by rank, when the operator chose them: each worker pod is
     pinned to its host, so kube-scheduler places the gang where admission counted its room."""
+    blocks: list[str] | None = Field(default=None, max_length=4096)
+    """The topology blocks (GKE ``gce-topology-block``, AWS network-node layer 1) of its hosts,
+    where the pool's nodes carry them."""
     slice_pools: list[str] | None = Field(default=None, max_length=MAX_SLICES)
     """A multislice job's node pool of each slice, by slice id (``MEGASCALE_SLICE_ID``): slice
     s holds ranks s x (workers / slices) to the next slice's first, and ``hosts`` names each
@@ -711,6 +730,11 @@ TRAINING_JOB_SPEC_CHANGES = (
         "framework",
         _WHILE_NOT_ADMITTED,
         "the step the plan predicts and the launcher's RINGMASTER_FRAMEWORK the workers got",
+    ),
+    SpecChange(
+        "placement",
+        "any time",
+        "used by the next admission only: an admitted gang keeps its hosts",
     ),
     SpecChange(
         "steps",

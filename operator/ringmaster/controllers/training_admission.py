@@ -145,6 +145,7 @@ def _option(step: _Step, pool: PoolSummary, attempt: int) -> GangOption:
         if plan is not None and _uses_reducers(plan):
             wanted = settings.replicas or plan.reducers_wanted or 1
             need = ReducerNeed(settings.machine_type, wanted, (job.namespace, name))
+    policy = spec.placement.topology if spec.placement else "Auto"
     return GangOption(
         pool=pool.name,
         worker=shape(one_worker),
@@ -153,7 +154,17 @@ def _option(step: _Step, pool: PoolSummary, attempt: int) -> GangOption:
         accelerator_resource=placement.accelerator_resource,
         per_worker=spec.accelerator.per_worker,
         reducers=need,
+        # Auto prefers: spreading over blocks costs nothing at the default spine
+        # oversubscription (engine/placement_cost.py, DEFAULT_SPINE_OVERSUBSCRIPTION).
+        topology="Required" if policy == "Required" else "Preferred",
+        groups=_groups(step.status.plan, spec.accelerator.per_worker),
     )
+
+
+def _groups(plan: TrainingPlan | None, per_worker: int) -> tuple[int, ...]:
+    """Hosts per tensor-parallel group where one spans hosts (an NVL72 domain's trays)."""
+    tensor = (plan.tensor or 1) if plan is not None else 1
+    return (-(-tensor // per_worker),) if tensor > per_worker else ()
 
 
 def _slices_option(step: _Step, pools: Sequence[PoolSummary], attempt: int) -> GangOption:
@@ -181,6 +192,7 @@ def _record_admission(
     by: str = "",
     hosts: tuple[str, ...] = (),
     pools: tuple[str, ...] = (),
+    blocks: tuple[str, ...] = (),
 ) -> Admission:
     spec, status = step.spec, step.status
     first = pools[0] if pools else option.pool
@@ -190,6 +202,7 @@ def _record_admission(
         time=step.now,
         attempt=attempt,
         hosts=list(hosts) if hosts else None,
+        blocks=list(blocks) if blocks else None,
         slice_pools=list(pools) if len(pools) > 1 else None,
     )
     status.admission = admission
@@ -199,6 +212,8 @@ def _record_admission(
     where = f"pool {first}{machine}"
     if len(pools) > 1:
         where = f"{len(pools)} slices of {option.slice_shape} on pools {', '.join(pools)}"
+    if blocks:
+        where += f", {'block' if len(blocks) == 1 else 'blocks'} {', '.join(blocks)}"
     message = (
         f"gang of {spec.workers} workers x {spec.accelerator.per_worker} "
         f"{spec.accelerator.type} admitted{by} on {where}"

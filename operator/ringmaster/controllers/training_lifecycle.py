@@ -359,7 +359,12 @@ def _waiting(step: _Step, attempt: int) -> Admission | None:
         chosen = next((o for o in gang.options if o == verdict.option), None)
         if chosen is not None:
             return _record_admission(
-                step, chosen, attempt, hosts=verdict.hosts, pools=verdict.pools
+                step,
+                chosen,
+                attempt,
+                hosts=verdict.hosts,
+                pools=verdict.pools,
+                blocks=verdict.blocks,
             )
         # The job changed since the cycle decided: the verdict no longer applies.
     elif isinstance(verdict, Wait):

@@ -98,6 +98,12 @@ class Topology:
     def keys(self) -> tuple[str, ...]:
         return tuple(k for k, _ in self.path)
 
+    @property
+    def packable(self) -> bool:
+        """A block level or an NVLink clique to pack a gang by (a zone alone is shared by a
+        whole pool)."""
+        return self.clique is not None or block_key(self.keys) is not None
+
 
 def node_topology(labels: Mapping[str, str], user_levels: Sequence[str] = ()) -> Topology:
     """A node's :class:`Topology` from its labels (:func:`topology_levels`)."""
