@@ -59,6 +59,28 @@ def busy_pod(name: str, node: str) -> dict[str, Any]:
     }
 
 
+def too_big_waits(cluster: Cluster, ns: str) -> dict[str, Any]:
+    """A 3-host gang that requires one block of 2 hosts: its waiting condition. The operator
+    sees the fixture's labels a moment after they are set (its node watch): a gang decided
+    before that was admitted without them, and is tried again."""
+    for _ in range(10):
+        cluster.apply(gang("too-big", 3, "Required"), ns)
+        decided = wait_for(
+            lambda: (
+                (c := condition(job(cluster, ns, "too-big"), "Schedulable"))
+                and c["reason"] in ("TopologyUnavailable", "Admitted")
+                and c
+            ),
+            timeout=60,
+            what="the 3-host gang decided",
+        )
+        if decided["reason"] == "TopologyUnavailable":
+            return decided
+        cluster.kubectl("delete", "trainingjob", "too-big", "-n", ns, "--wait=true")
+        wait_for(lambda: not worker_pods(cluster, ns, "too-big"), timeout=60, what="pods gone")
+    raise AssertionError("the operator never saw the pool's blocks")
+
+
 def blocks_of(cluster: Cluster, ns: str, name: str, block: dict[str, str]) -> set[str]:
     return {block[p["spec"]["nodeName"]] for p in worker_pods(cluster, ns, name)}
 
@@ -67,6 +89,11 @@ def test_a_gang_is_packed_into_one_block_and_a_required_block_is_waited_for(
     operator: Any, cluster: Cluster, quiet_namespace: str, two_blocks: dict[str, str]
 ) -> None:
     ns = quiet_namespace
+    # A gang no block can hold, required in one: it waits, with the blocks' numbers.
+    waiting = too_big_waits(cluster, ns)
+    assert "needs 3 hosts of pool a100-ultragpu-8g in one block" in waiting["message"]
+    assert "block b0: 2 free, b1: 2" in waiting["message"]
+    cluster.kubectl("delete", "trainingjob", "too-big", "-n", ns, "--wait=true")
     cluster.apply(gang("packed", 2), ns)
     wait_phase(cluster, ns, "packed", "Running", timeout=60)
     assert len(blocks_of(cluster, ns, "packed", two_blocks)) == 1
