@@ -8,7 +8,13 @@ import datetime as dt
 import pytest
 
 from ringmaster.api.poolprofile import PoolProfileSpec, PoolProfileStatus
-from ringmaster.controllers.profile_lifecycle import PoolFacts, RunPods, decide, finish
+from ringmaster.controllers.profile_lifecycle import (
+    PoolFacts,
+    RunPods,
+    decide,
+    finish,
+    invalid_spec,
+)
 from ringmaster.profiling.results import parse_result
 
 pytestmark = pytest.mark.unit
@@ -130,3 +136,10 @@ def test_hosts_below_the_pool_are_a_condition_naming_each_and_why():
     finish(status, 1, results, {0: "n0", 1: "n1"}, {}, {}, 700.0, 706.6, NOW)
     [c] = [c for c in status.conditions if c.type == "HostsDegraded"]
     assert (c.status, c.reason) == ("False", "NoneBelowPool")
+
+
+def test_a_spec_the_model_refuses_is_a_condition_not_a_run():
+    status = invalid_spec(PoolProfileStatus(), 3, "measurements: unknown", NOW)
+    [c] = status.conditions
+    assert (c.status, c.reason, c.message) == ("False", "InvalidSpec", "measurements: unknown")
+    assert status.observed_generation == 3 and status.run == 0

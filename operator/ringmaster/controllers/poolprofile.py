@@ -21,7 +21,13 @@ from ringmaster.api import GROUP, VERSION
 from ringmaster.api.poolprofile import PoolProfilePhase, PoolProfileSpec, PoolProfileStatus
 from ringmaster.controllers.base import Controller, Key, as_body, snapshot
 from ringmaster.controllers.kubeapi import KubeApi
-from ringmaster.controllers.profile_lifecycle import PoolFacts, RunPods, decide, finish
+from ringmaster.controllers.profile_lifecycle import (
+    PoolFacts,
+    RunPods,
+    decide,
+    finish,
+    invalid_spec,
+)
 from ringmaster.controllers.training_observer import PROGRESS_CA_ENV, PROGRESS_URL_ENV
 from ringmaster.manifests import profiling as M
 from ringmaster.manifests.naming import ATTEMPT_ANNOTATION, ROLE_LABEL
@@ -107,14 +113,20 @@ class PoolProfileController(Controller):
         self, namespace: str, name: str, body: dict[str, Any], current: dict[str, Any]
     ) -> float | None:
         key = (namespace, name)
+        status = PoolProfileStatus.model_validate(current)
+        generation = int(body["metadata"].get("generation", 1))
         try:
             spec = PoolProfileSpec.model_validate(body.get("spec") or {})
         except ValidationError as error:
-            self.post(body, "Warning", "InvalidSpec", str(error)[:1000])
+            # The schema and CEL admit only what the model does: this is a version skew.
+            message = str(error)[:1000]
+            invalid = invalid_spec(status, generation, message, dt.datetime.now(dt.UTC))
+            await self.write_status(namespace, name, current, invalid.to_k8s())
+            self.post(body, "Warning", "InvalidSpec", message)
             return None
-        status = PoolProfileStatus.model_validate(current)
-        generation = int(body["metadata"].get("generation", 1))
         pool, pools = self._pool(spec.pool)
+        if pool is None and not pools:
+            return 2.0  # no node seen yet (the operator is starting): no verdict on the pool
         run = status.run
         pods = [p for p in self._pods(key) if p[1] == run and p[3] != "Deleting"]
         if status.run_hosts and len(pods) >= status.run_hosts:

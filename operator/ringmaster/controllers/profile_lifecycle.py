@@ -200,6 +200,16 @@ def _expected_hosts(spec: PoolProfileSpec, pool: PoolFacts) -> int:
     return min(spec.hosts or pool.nodes, pool.nodes)
 
 
+def invalid_spec(
+    status: PoolProfileStatus, generation: int, message: str, now: dt.datetime
+) -> PoolProfileStatus:
+    """A spec the operator's model refuses: the condition says why, nothing runs."""
+    status = status.model_copy(deep=True)
+    status.observed_generation = generation
+    _condition(status, "False", "InvalidSpec", message, generation, now)
+    return status
+
+
 def finish(
     status: PoolProfileStatus,
     generation: int,
