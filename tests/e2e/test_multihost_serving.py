@@ -132,7 +132,14 @@ def test_a_two_host_endpoint_waits_for_leader_worker_set_then_runs_as_groups(
 
     wait_for(waiting, what=f"{NAME} waiting for LeaderWorkerSet ({status(cluster, ns, NAME)})")
     assert status(cluster, ns, NAME)["phase"] == "Pending"
-    assert any(e["reason"] == "LeaderWorkerSetNotInstalled" for e in events_of(cluster, ns, NAME))
+    # The Event goes out after the status that records it (kopf posts Events from a queue).
+    wait_for(
+        lambda: any(
+            e["reason"] == "LeaderWorkerSetNotInstalled" for e in events_of(cluster, ns, NAME)
+        ),
+        timeout=30,
+        what="the LeaderWorkerSetNotInstalled Event",
+    )
     assert cluster.get_json("deployments", "-n", ns)["items"] == []
     assert group_pods(cluster, ns) == []
 

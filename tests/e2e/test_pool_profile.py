@@ -208,7 +208,8 @@ def test_a_profile_measures_idle_hosts_flags_the_slow_one_and_plans_the_pool_on_
         return any(t["key"] == DEGRADED_LABEL and t["effect"] == "NoSchedule" for t in taints)
 
     wait_for(tainted, timeout=30, what="the flagged host tainted")
-    assert "HostDegraded" in events_of(cluster, ns, "a100")
+    # Events go out after the status that records them (kopf posts them from a queue).
+    wait_for(lambda: "HostDegraded" in events_of(cluster, ns, "a100"), what="HostDegraded")
     [degraded] = [c for c in done["conditions"] if c["type"] == "HostsDegraded"]
     assert degraded["status"] == "True" and slow in degraded["message"]
     scraped = urllib.request.urlopen(f"http://127.0.0.1:{operator.metrics_port}/metrics").read()
@@ -254,7 +255,7 @@ def test_a_run_gives_its_hosts_back_to_a_gang_and_measures_again_when_they_are_i
     first_run = status(cluster, ns, "h100")["run"]
     cluster.apply(h100_job("urgent", 2), ns)
     wait_phase(cluster, ns, "urgent", "Running", timeout=60)
-    assert "YieldedToGang" in events_of(cluster, ns, "h100")
+    wait_for(lambda: "YieldedToGang" in events_of(cluster, ns, "h100"), what="YieldedToGang")
     # A new run waits at the gate for idle hosts, and says so on its pods.
     wait_for(lambda: status(cluster, ns, "h100").get("run", 0) > first_run, what="a new run")
     waiting = wait_for(lambda: run_pods(cluster, ns, "h100"), what="the new run's pods")
