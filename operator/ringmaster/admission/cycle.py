@@ -17,15 +17,23 @@ Queueing rule (an operator setting, ``ringmaster run --queueing``):
 - ``StrictFIFO``: the first gang of an accelerator type that does not fit holds every gang behind
   it of that type (a strict queue per accelerator type; other types are not held).
 
-No preemption: a waiting high-priority gang does not evict running ones (Kueue does that, with
-its preemption policies, for clusters that need it).
+No preemption of gangs: a waiting high-priority gang does not evict running ones (Kueue does
+that, with its preemption policies, for clusters that need it). The one exception is a
+PoolProfile's measurement run, which takes idle hosts only and gives them back at once to a gang
+that needs them (:mod:`ringmaster.admission.profiles`, :class:`Yield`).
+
+Inside a pool whose hosts carry topology labels (GKE blocks, AWS network-node layers, the NVLink
+clique), a gang of whole-host workers is packed into the fewest blocks the free hosts allow, and
+one whose ``spec.placement.topology`` is Required waits for one block to hold it
+(:func:`topology_short`, :mod:`ringmaster.placement.topology`).
 
 Ringmaster's own serving replicas (an InferenceEndpoint's pods) wait at an admission scheduling
 gate and take their room through the same pass, before the gangs, oldest first: each gets a
 named host with room that no admitted gang was promised (:class:`Grant`), or stays gated with
 the numbers (:class:`Hold`). So kube-scheduler is never free to give one a host a gang holds.
 The pods of a replica across hosts (one LeaderWorkerSet group) are admitted whole: every pod a
-host of its own from the same pass, or every pod held; a partial group never starts.
+host of its own from the same pass, or every pod held; a partial group never starts. A
+PoolProfile's run comes last in the pass, in the idle hosts nobody else took or waits for.
 """
 
 from __future__ import annotations
