@@ -61,6 +61,7 @@ KUEUE_NAMESPACED_RULES = {
 KUEUE_CLUSTER_RULES = {
     (KUEUE, "resourceflavors"): {"list", "watch"},
     (KUEUE, "workloadpriorityclasses"): {"list", "watch"},
+    (KUEUE, "topologies"): {"list", "watch"},
 }
 
 # Every layout the values can produce.

@@ -109,8 +109,9 @@ def test_the_follower_gives_up_with_a_warning_when_discovery_never_lists_kueue(
     with caplog.at_level(logging.WARNING):
         assert asyncio.run(follower.until_watched()) is False
     assert reads
-    assert "discovery does not list resourceflavors, workloadpriorityclasses, workloads" in (
-        caplog.text
+    assert (
+        "discovery does not list resourceflavors, topologies, workloadpriorityclasses, workloads"
+        in (caplog.text)
     )
 
 

@@ -120,9 +120,10 @@
   verbs: [list, watch]
 {{- if .Values.kueue.enabled }}
 # Kueue (kueue.enabled): an admitted flavor's node labels and tolerations go into the pods; a
-# WorkloadPriorityClass sets a Workload's priority. Indexed and watched; read only.
+# WorkloadPriorityClass sets a Workload's priority; a flavor's Topology says which levels a
+# topology request may name. Indexed and watched; read only.
 - apiGroups: [kueue.x-k8s.io]
-  resources: [resourceflavors, workloadpriorityclasses]
+  resources: [resourceflavors, workloadpriorityclasses, topologies]
   verbs: [list, watch]
 {{- end }}
 {{- end }}

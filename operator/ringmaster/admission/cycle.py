@@ -24,7 +24,9 @@ that needs them (:mod:`ringmaster.admission.profiles`, :class:`Yield`).
 
 Inside a pool whose hosts carry topology labels (GKE blocks, AWS network-node layers, the NVLink
 clique), a gang of whole-host workers is packed into the fewest blocks the free hosts allow, and
-one whose ``spec.placement.topology`` is Required waits for one block to hold it
+one that requires its level (``spec.placement.topology: Required``, or Auto where the engine's
+plan found spreading too slow: the option carries the verdict, computed with the plan) waits
+for one block to hold it, or for NVLink cliques to hold its tensor-parallel groups
 (:func:`topology_short`, :mod:`ringmaster.placement.topology`).
 
 Ringmaster's own serving replicas (an InferenceEndpoint's pods) wait at an admission scheduling
@@ -56,12 +58,17 @@ from ringmaster.admission.snapshot import (
     Shape,
     copies_that_fit,
 )
+from ringmaster.engine.placement_cost import PlacementShape
 from ringmaster.manifests.profiling import DEGRADED_LABEL
 from ringmaster.placement.topology import (
+    NVLINK_CLIQUE,
+    REQUIRED,
+    DomainCount,
     Topology,
     block_key,
     choose_hosts,
     describe_domains,
+    describe_hosts,
     free_domains,
     level_name,
 )
@@ -113,10 +120,21 @@ class GangOption:
     topology: str = "Preferred"
     """Required: the gang waits until one block of the pool holds it whole; Preferred: packed
     into the fewest blocks the free hosts allow (placement/topology.py). Auto is resolved by the
-    shell before the cycle sees it."""
+    shell before the cycle sees it (from the plan: status.plan.placement)."""
     groups: tuple[int, ...] = ()
     """Hosts per tensor / expert group, heaviest first, that the packing keeps in one NVLink
     clique (a GB200 NVL72 domain) where hosts carry cliques."""
+    cliques: str = "Preferred"
+    """Required: the gang waits until every ``groups[0]`` group of hosts can have an NVLink
+    clique of its own; Preferred: inside cliques where the free hosts allow."""
+    topology_why: str = ""
+    """Why the block level is required, for the waiting message (Auto's numbers)."""
+    cliques_why: str = ""
+    """Why the cliques are required, for the waiting message (Auto's numbers)."""
+    auto: bool = False
+    """The engine required the levels (spec.placement.topology: Auto): a level none of the
+    pool's domains could hold the gang in even with every host free is preferred instead, so
+    that the gang does not wait for ever."""
 
     @property
     def hosts_per_slice(self) -> int:
@@ -141,6 +159,9 @@ class Admit:
     up to the next slice's first)."""
     blocks: tuple[str, ...] = ()
     """The topology blocks the hosts are in (placement/topology.py), where the pool has them."""
+    shape: PlacementShape | None = None
+    """The hosts as the engine describes a placement (engine.placement_cost), where the pool
+    has topology labels: what the admission's predicted step is read for."""
 
     @property
     def pool(self) -> str:
@@ -373,6 +394,16 @@ class CycleView:
             assert taken, "a host counted free has room"
         return tuple(choice.hosts)
 
+    def shape_of(self, option: GangOption, hosts: tuple[str, ...]) -> PlacementShape | None:
+        """The engine's description of the hosts admitted; None where the pool has no topology
+        labels or the hosts are not named."""
+        if not hosts or not self.snapshot.has_topology(option.pool):
+            return None
+        topologies = {h: n.topology for h in hosts if (n := self.snapshot.node(h)) is not None}
+        if len(topologies) != len(set(hosts)):
+            return None
+        return describe_hosts(topologies, hosts, option.groups).shape()
+
     def blocks_of(self, hosts: tuple[str, ...]) -> tuple[str, ...]:
         """The topology blocks ``hosts`` are in (none where their pool has no blocks)."""
         topologies = [n.topology for h in hosts if (n := self.snapshot.node(h)) is not None]
@@ -519,10 +550,9 @@ def check_gang(view: CycleView, option: GangOption) -> GangCheck:
             available,
             why,
         )
-    if option.topology == "Required":
-        short = topology_short(view, option)
-        if short:
-            return GangCheck(False, TOPOLOGY_UNAVAILABLE, short, available)
+    short = topology_short(view, option)
+    if short:
+        return GangCheck(False, TOPOLOGY_UNAVAILABLE, short, available)
     hosts = view.reducer_hosts_needed(option)
     if hosts:
         assert option.reducers is not None
@@ -542,19 +572,70 @@ TOPOLOGY_UNAVAILABLE = "TopologyUnavailable"
 
 
 def topology_short(view: CycleView, option: GangOption) -> str:
-    """Why a gang that requires one block cannot have it now ("" when a block holds it, or the
-    pool has no blocks): the free hosts per block, with the numbers."""
+    """Why a gang that requires its level cannot have it now: the free hosts per domain, with
+    the numbers; "" when it can, when it requires none, or the pool has no such level."""
+    if REQUIRED not in (option.topology, option.cliques):
+        return ""
     free = view.topologies(option)
-    key = block_key(tuple(k for t in free.values() for k in t.keys)) if free else None
+    if not free:
+        return ""
+    short = _block_short(view, option, free) if option.topology == REQUIRED else ""
+    if not short and option.cliques == REQUIRED:
+        short = _cliques_short(view, option, free)
+    return short
+
+
+def _block_short(view: CycleView, option: GangOption, free: Mapping[str, Topology]) -> str:
+    """One block for the whole gang."""
+    key = block_key(tuple(k for t in free.values() for k in t.keys))
     if key is None:
         return ""
     domains = free_domains(free, key)
     if domains and domains[0].free >= option.workers:
         return ""
+    largest = max(view.snapshot.domain_sizes(option.pool, key), default=0)
+    if option.auto and largest < option.workers:
+        return ""  # no block could ever hold it: Auto packs into the fewest instead
     have = describe_domains(domains, key) if domains else "none free"
+    if option.auto:
+        return (
+            f"needs {option.workers} hosts of pool {option.pool} in one {level_name(key)}; "
+            f"{have}; {option.topology_why} (spec.placement.topology: Auto)"
+        )
     return (
         f"needs {option.workers} hosts of pool {option.pool} in one {level_name(key)} "
         f"(spec.placement.topology: Required); {have}"
+    )
+
+
+def _cliques_short(view: CycleView, option: GangOption, free: Mapping[str, Topology]) -> str:
+    """Every ``groups[0]`` group of hosts (a tensor-parallel group over trays) in an NVLink
+    clique of its own: the cliques' free hosts hold that many whole groups."""
+    unit = option.groups[0] if option.groups else 1
+    if unit <= 1 or option.workers % unit:
+        return ""
+    per_clique = Counter(t.clique for t in free.values() if t.clique)
+    if not per_clique and not view.snapshot.domain_sizes(option.pool, NVLINK_CLIQUE):
+        return ""
+    needed = option.workers // unit
+    room = sum(n // unit for n in per_clique.values())
+    if room >= needed:
+        return ""
+    ever = sum(n // unit for n in view.snapshot.domain_sizes(option.pool, NVLINK_CLIQUE))
+    if option.auto and ever < needed:
+        return ""  # the cliques could never hold every group: Auto places it as it can
+    domains = [
+        DomainCount((c,), n) for c, n in sorted(per_clique.items(), key=lambda kv: (-kv[1], kv[0]))
+    ]
+    have = describe_domains(domains, NVLINK_CLIQUE) if domains else "none free"
+    why = (
+        f"{option.cliques_why} (spec.placement.topology: Auto)"
+        if option.auto
+        else "spec.placement.topology: Required"
+    )
+    return (
+        f"needs its {needed} tensor-parallel groups of {unit} hosts of pool {option.pool} each "
+        f"inside one NVLink clique ({NVLINK_CLIQUE}), room for {room}; {have}; {why}"
     )
 
 
@@ -797,7 +878,15 @@ def _decide_gangs(
             chosen = next((option for option, check in checks if check.fits), None)
             if chosen is not None:
                 hosts = view.assume(chosen)
-                verdicts.append(Admit(gang.key, chosen, hosts, blocks=view.blocks_of(hosts)))
+                verdicts.append(
+                    Admit(
+                        gang.key,
+                        chosen,
+                        hosts,
+                        blocks=view.blocks_of(hosts),
+                        shape=view.shape_of(chosen, hosts),
+                    )
+                )
                 continue
         if contest is not None and not slices:
             for option, check in checks:

@@ -23,6 +23,17 @@ pkg/controller/jobframework/reconciler.go, pkg/workload/, apis/kueue/v1beta2):
   which makes Kueue evict it and keep it out of the queue until the job resumes: the user's
   suspend and Kueue's admission are two separate levers and never write each other's field.
 
+- **Topology.** Where the job's pools carry topology levels and the cluster's Kueue runs
+  Topology Aware Scheduling for them (a ResourceFlavor with ``spec.topologyName`` whose Topology
+  has the level), the worker pod sets carry the job's topology verdict as Kueue's integrations
+  write one: the pod template annotation ``kueue.x-k8s.io/podset-required-topology`` or
+  ``-preferred-topology`` (the block level's node label) and ``-slice-required-topology`` with
+  ``-slice-size`` (each tensor-parallel group's NVLink clique), and the same in the pod set's
+  ``topologyRequest`` (jobframework/tas.go ``NewPodSetTopologyRequest``: Kueue reads the
+  Workload's field, not the annotations, when it admits). Without such a flavor the pod sets
+  ask for nothing: Kueue refuses a TAS request on a flavor without a topology
+  (tas_flavorassigner.go), and Ringmaster's own packing is the job's placement.
+
 Ringmaster adds one thing Kueue's integrations do not have: its own choice of pools. The worker
 pod set's template carries a required node affinity over the pools Ringmaster would run the job
 on, so Kueue only assigns flavors that fit them; on admission the flavor's node labels must
@@ -34,7 +45,7 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -51,6 +62,13 @@ JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 # Set on a Workload that Ringmaster deactivated because its job was suspended: only those are
 # activated again on resume (a Workload Kueue deactivated itself stays so).
 SUSPENDED_ANNOTATION = "ringmaster.dev/deactivated-by-suspend"
+
+# Topology Aware Scheduling (apis/kueue/v1beta2/topology_types.go).
+TOPOLOGY_PLURAL = "topologies"
+PODSET_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
+PODSET_PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
+PODSET_SLICE_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-slice-required-topology"
+PODSET_SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
 
 WORKERS_POD_SET = "workers"
 REDUCERS_POD_SET = "reducers"
@@ -152,12 +170,106 @@ def workload_priority(
 
 
 @dataclass(frozen=True)
+class TopologyRequest:
+    """A pod set's request to Kueue's Topology Aware Scheduling: all its pods in one domain of
+    ``required`` (or preferably of ``preferred``), and every ``slice_size`` consecutive pods in
+    one domain of ``slice_level``."""
+
+    required: str | None = None
+    preferred: str | None = None
+    slice_level: str | None = None
+    slice_size: int | None = None
+
+    def annotations(self) -> dict[str, str]:
+        """The pod template annotations Kueue's integrations read it from."""
+        out = {}
+        if self.required:
+            out[PODSET_REQUIRED_TOPOLOGY] = self.required
+        elif self.preferred:
+            out[PODSET_PREFERRED_TOPOLOGY] = self.preferred
+        if self.slice_level and self.slice_size:
+            out[PODSET_SLICE_REQUIRED_TOPOLOGY] = self.slice_level
+            out[PODSET_SLICE_SIZE] = str(self.slice_size)
+        return out
+
+    def to_workload(self) -> dict[str, Any]:
+        """The pod set's ``topologyRequest`` (PodSetTopologyRequest), as jobframework builds it
+        from the annotations."""
+        out: dict[str, Any] = {}
+        if self.required:
+            out["required"] = self.required
+        elif self.preferred:
+            out["preferred"] = self.preferred
+        if self.slice_level and self.slice_size:
+            out["podSetSliceRequiredTopology"] = self.slice_level
+            out["podSetSliceSize"] = self.slice_size
+        return out
+
+
+def topology_request(
+    levels: Sequence[str],
+    block: str,
+    cliques: str,
+    group_hosts: int,
+    tas_levels: Collection[str],
+    clique_key: str,
+) -> TopologyRequest | None:
+    """The worker pod set's request from the job's topology verdict: ``block`` (Required or
+    Preferred) for the pool's block level (``levels[0]`` of the pool's topology levels, the
+    NVLink clique ``clique_key`` aside), and ``cliques`` for each group of ``group_hosts``
+    hosts (Required: one NVLink clique each, a Kueue pod set slice). Only the levels Kueue has
+    (``tas_levels``: those of the Topologies of the flavors that can hold the job) are asked
+    for; None when none is."""
+    block_key = next((k for k in levels if k != clique_key), None)
+    required = preferred = None
+    if block_key is not None and block_key in tas_levels:
+        if block == "Required":
+            required = block_key
+        else:
+            preferred = block_key
+    slice_level, slice_size = None, None
+    splits = group_hosts > 1 and clique_key in levels and clique_key in tas_levels
+    if splits and cliques == "Required":
+        slice_level, slice_size = clique_key, group_hosts
+    if required is None and preferred is None and slice_level is None:
+        return None
+    return TopologyRequest(required, preferred, slice_level, slice_size)
+
+
+def tas_levels(
+    pools: Sequence[Mapping[str, str]],
+    flavors: Mapping[str, Flavor],
+    topologies: Mapping[str, Sequence[str]],
+) -> set[str]:
+    """The node labels of the levels Kueue's Topology Aware Scheduling knows for the job's
+    pools: the levels of the Topology of every flavor with one whose node labels select one of
+    ``pools`` (the labels every node of each carries)."""
+    levels: set[str] = set()
+    for flavor in flavors.values():
+        if flavor.topology_name is None or flavor.topology_name not in topologies:
+            continue
+        if any(all(p.get(k) == v for k, v in flavor.node_labels.items()) for p in pools):
+            levels.update(topologies[flavor.topology_name])
+    return levels
+
+
+def topology_levels(body: Mapping[str, Any]) -> tuple[str, ...]:
+    """A Kueue Topology's levels, outermost first: their node labels."""
+    return tuple(
+        str(level["nodeLabel"])
+        for level in (body.get("spec") or {}).get("levels") or []
+        if level.get("nodeLabel")
+    )
+
+
+@dataclass(frozen=True)
 class PodSet:
     """One homogeneous group of the job's pods: a real pod (its template) and how many."""
 
     name: str
     count: int
     pod: Mapping[str, Any]
+    topology: TopologyRequest | None = None
 
 
 def template_for_pools(
@@ -208,11 +320,7 @@ def build_workload(
     job's body). ``pools``: the node selectors of the pools the job may run on, best first."""
     spec: dict[str, Any] = {
         "queueName": queue,
-        "podSets": [
-            {"name": s.name, "count": s.count, "template": template_for_pools(s.pod, pools)}
-            for s in pod_sets
-            if s.count > 0
-        ],
+        "podSets": [_pod_set(s, pools) for s in pod_sets if s.count > 0],
         "priority": priority.value,
     }
     if priority.ref is not None:
@@ -227,6 +335,19 @@ def build_workload(
         },
         "spec": spec,
     }
+
+
+def _pod_set(pod_set: PodSet, pools: Sequence[Mapping[str, str]]) -> dict[str, Any]:
+    template = template_for_pools(pod_set.pod, pools)
+    out: dict[str, Any] = {"name": pod_set.name, "count": pod_set.count, "template": template}
+    if pod_set.topology is not None:
+        metadata = template.setdefault("metadata", {})
+        metadata["annotations"] = {
+            **metadata.get("annotations", {}),
+            **pod_set.topology.annotations(),
+        }
+        out["topologyRequest"] = pod_set.topology.to_workload()
+    return out
 
 
 def _requests(template: Mapping[str, Any]) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
@@ -261,6 +382,15 @@ def quota_shape(spec: Mapping[str, Any]) -> tuple[Any, ...]:
 
 def priority_shape(spec: Mapping[str, Any]) -> tuple[Any, ...]:
     return (spec.get("priority"), dict(spec.get("priorityClassRef") or {}))
+
+
+def topology_shape(spec: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Each pod set's topology request: changed (the plan moved Auto's verdict, or Kueue's
+    Topologies changed) before Kueue reserves quota, the Workload follows; after, it keeps the
+    one it was admitted with (a running gang is not evicted over it)."""
+    return tuple(
+        (s.get("name"), dict(s.get("topologyRequest") or {})) for s in spec.get("podSets") or []
+    )
 
 
 @dataclass(frozen=True)
@@ -377,6 +507,8 @@ class Flavor:
 
     node_labels: Mapping[str, str] = field(default_factory=dict)
     tolerations: tuple[Mapping[str, Any], ...] = ()
+    topology_name: str | None = None
+    """The Kueue Topology of a flavor that runs Topology Aware Scheduling."""
 
     @classmethod
     def from_object(cls, body: Mapping[str, Any]) -> Flavor:
@@ -384,6 +516,7 @@ class Flavor:
         return cls(
             dict(spec.get("nodeLabels") or {}),
             tuple(dict(t) for t in spec.get("tolerations") or []),
+            spec.get("topologyName") or None,
         )
 
 

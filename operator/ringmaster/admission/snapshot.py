@@ -33,7 +33,7 @@ from typing import Any
 from ringmaster.manifests.profiling import DEGRADED_LABEL
 from ringmaster.placement.labels import POOL_NAME_KEYS, PoolIdentity
 from ringmaster.placement.pools import Node
-from ringmaster.placement.topology import Topology, node_topology
+from ringmaster.placement.topology import NVLINK_CLIQUE, Topology, block_domain, node_topology
 
 Key = tuple[str, str]
 """(namespace, name)."""
@@ -149,12 +149,27 @@ class PoolSummary:
     accelerators_per_node: int
     node_selector: Mapping[str, str]
     nodes: int
+    levels: tuple[str, ...] = ()
+    """The topology levels admission packs the pool's hosts by: the block level's label key
+    (GKE's block, AWS's network-node layer 1, a user's outermost level) and the NVLink clique
+    (``nvidia.com/gpu.clique``), where its hosts carry them."""
 
 
 def _add(counter: Counter[Any], key: Any, n: int = 1) -> None:
     counter[key] += n
     if counter[key] == 0:
         del counter[key]
+
+
+def _domains_of(node: NodeFacts) -> list[tuple[str, tuple[str, ...]]]:
+    """The block and the NVLink clique a node is in, as (level key, domain)."""
+    domains = []
+    block = block_domain(node.name, node.topology)
+    if block is not None:
+        domains.append(block)
+    if node.topology.clique:
+        domains.append((NVLINK_CLIQUE, (node.topology.clique,)))
+    return domains
 
 
 def _identity_order(identity: PoolIdentity) -> tuple[str, str, str, str]:
@@ -200,6 +215,8 @@ class ClusterSnapshot:
         self._granted: dict[Key, str] = {}  # gated pods a cycle gave a host, not yet seen ungated
         self._degraded: Counter[str] = Counter()  # pool -> schedulable hosts flagged degraded
         self._packable: Counter[str] = Counter()  # pool -> hosts with a block or NVLink clique
+        # pool -> (level key, domain) -> hosts, any state: blocks and NVLink cliques whole.
+        self._domains: dict[str, Counter[tuple[str, tuple[str, ...]]]] = {}
         self._profile_pods: set[Key] = set()  # PoolProfile measurement pods (few, looked at often)
 
     # ------------------------------------------------------------ events
@@ -219,6 +236,9 @@ class ClusterSnapshot:
                 _add(self._degraded, node.identity.pool)
             if node.topology.packable:
                 _add(self._packable, node.identity.pool)
+                domains = self._domains.setdefault(node.identity.pool, Counter())
+                for domain in _domains_of(node):
+                    _add(domains, domain)
         self._refresh(node.name)
         self.version += 1
 
@@ -358,6 +378,10 @@ class ClusterSnapshot:
             _add(self._packable, pool, -1)
             if not self._packable[pool]:
                 del self._packable[pool]
+            for domain in _domains_of(node):
+                _add(self._domains[pool], domain, -1)
+            if not self._domains[pool]:
+                del self._domains[pool]
 
     @staticmethod
     def _member(node: NodeFacts) -> tuple[PoolIdentity, str | None, int]:
@@ -456,6 +480,7 @@ class ClusterSnapshot:
                 accelerators_per_node=max(m[2] for m in members),
                 node_selector={label: name},
                 nodes=sum(members.values()),
+                levels=self._levels(name),
             )
         return out
 
@@ -523,6 +548,15 @@ class ClusterSnapshot:
     def has_topology(self, pool: str) -> bool:
         """Whether some host of the pool carries a block level or an NVLink clique to pack by."""
         return bool(self._packable[pool])
+
+    def _levels(self, pool: str) -> tuple[str, ...]:
+        keys = {key for key, _ in self._domains.get(pool, {})}
+        return tuple(sorted(keys - {NVLINK_CLIQUE})) + tuple(keys & {NVLINK_CLIQUE})
+
+    def domain_sizes(self, pool: str, key: str) -> list[int]:
+        """The hosts of each of the pool's domains of level ``key`` (a block key or the NVLink
+        clique), whatever their state: what a domain could hold once its hosts are free."""
+        return [n for (k, _), n in self._domains.get(pool, {}).items() if k == key]
 
     def degraded_hosts(self, pool: str) -> int:
         """The pool's schedulable hosts a PoolProfile flagged (not counted in its room)."""
@@ -603,6 +637,7 @@ class ClusterSnapshot:
             "gated": set(self._gated),
             "degraded": dict(self._degraded),
             "packable": dict(self._packable),
+            "domains": {p: dict(c) for p, c in self._domains.items()},
         }
 
     @classmethod

@@ -318,9 +318,10 @@ class TrainingPlacement(SpecModel):
     topology: TopologyPolicy = "Auto"
     """Hosts are packed by the pool's topology labels (GKE blocks, AWS network-node layers, the
     NVLink clique): into the fewest blocks the free hosts allow. Required: wait until one block
-    holds the whole gang. Preferred: packed where possible, spread otherwise. Auto: the engine's
-    choice; with no published spine oversubscription (1.0 by default) spreading costs nothing in
-    the model, so Auto prefers."""
+    holds the whole gang (and each tensor-parallel group over trays one NVLink clique).
+    Preferred: packed where possible, spread otherwise. Auto: the engine's choice per level
+    (``status.plan.placement``): required where spreading makes the step more than 5 % slower,
+    preferred otherwise; and only where one of the pool's domains could hold the gang."""
 
 
 class TrainingJobSpec(SpecModel):
@@ -433,6 +434,45 @@ class TrainingJobPhase(StrEnum):
     FAILED = "Failed"
 
 
+TopologyRequirement = Literal["Required", "Preferred"]
+
+
+class PlacementStep(StatusModel):
+    """One placement of the gang's hosts in its pool, and the engine's step under it."""
+
+    placement: str = Field(max_length=64)
+    """``Packed``: one block, every tensor-parallel group inside one NVLink clique (the plan's
+    own step). ``PackedInBlocks``: several blocks, each group of consecutive ranks inside one.
+    ``Spread``: dealt over the blocks, as a topology-blind scheduler deals hosts. On hosts whose
+    NVLink domain spans several (GB200 NVL72), with a tensor-parallel group over trays, the same
+    three with the groups split over NVLink cliques: ``TensorOverNICs``,
+    ``PackedInBlocksTensorOverNICs``, ``SpreadTensorOverNICs``."""
+    step_seconds: float
+    loss_percent: float
+    """How much slower than ``Packed``, in percent."""
+
+
+class PlacementPlan(StatusModel):
+    """What the placement of a gang of several GPU hosts costs its step, and what
+    ``spec.placement.topology: Auto`` decides from it (docs/topology.md)."""
+
+    steps: list[PlacementStep] = Field(default_factory=list, max_length=8)
+    spine_oversubscription: float | None = None
+    """The oversubscription between blocks the steps assume: the machine type's
+    ``spineOversubscription`` in the catalog, else 1 (non-blocking; no cloud publishes one)."""
+    loss_threshold_percent: float | None = None
+    """Auto requires a level whose spread placement loses more than this."""
+    block: TopologyRequirement | None = None
+    """Auto's choice for the block level: Required when ``Spread`` loses more than the
+    threshold, else Preferred."""
+    nvlink_clique: TopologyRequirement | None = None
+    """Auto's choice for the NVLink clique (``nvidia.com/gpu.clique``) of each tensor-parallel
+    group: Required when ``TensorOverNICs`` loses more than the threshold, else Preferred;
+    absent where no group spans hosts of one NVLink domain."""
+    tensor_group_hosts: int | None = None
+    """Hosts per tensor-parallel group, where one spans hosts (GB200 NVL72 trays)."""
+
+
 class TrainingPlan(StatusModel):
     """The engine's decision and prediction for the pool the gang runs on. Every field is
     declared: what is not here is not in status (the ReductionServerPool controller reads
@@ -527,6 +567,9 @@ class TrainingPlan(StatusModel):
     """Valid but implausible input, each naming its field (a step longer than a day, memory
     beyond the whole gang, a parameter count far beyond any published model); also the
     ``Plausible`` condition and one Warning Event each."""
+    placement: PlacementPlan | None = None
+    """A gang of several GPU hosts: its step under each placement in its pool, and what
+    ``spec.placement.topology: Auto`` decides from it."""
 
 
 class TrainingProgress(StatusModel):
@@ -568,6 +611,11 @@ class Admission(StatusModel):
     blocks: list[str] | None = Field(default=None, max_length=4096)
     """The topology blocks (GKE ``gce-topology-block``, AWS network-node layer 1) of its hosts,
     where the pool's nodes carry them."""
+    placement: str | None = Field(default=None, max_length=64)
+    """Which of ``plan.placement.steps`` the admitted hosts are (``Packed``, ``Spread``, ...),
+    where the pool's hosts carry topology labels."""
+    predicted_step_seconds: float | None = None
+    """The engine's step under that placement (``plan.stepSeconds`` is the packed one)."""
     slice_pools: list[str] | None = Field(default=None, max_length=MAX_SLICES)
     """A multislice job's node pool of each slice, by slice id (``MEGASCALE_SLICE_ID``): slice
     s holds ranks s x (workers / slices) to the next slice's first, and ``hosts`` names each

@@ -32,9 +32,11 @@ from kopf._core.reactor import observation
 from ringmaster.admission.kueue import (
     KUEUE_GROUP,
     KUEUE_VERSION,
+    TOPOLOGY_PLURAL,
     WORKLOAD_CRD,
     WORKLOAD_PLURAL,
     Flavor,
+    topology_levels,
 )
 from ringmaster.api import GROUP
 from ringmaster.controllers.base import snapshot
@@ -43,7 +45,9 @@ from ringmaster.controllers.trainingjob import _controller
 CRDS = ("apiextensions.k8s.io", "v1", "customresourcedefinitions")
 KUEUE_ENV = "RINGMASTER_KUEUE"  # auto (default) or off
 # What the handlers below watch of Kueue.
-KUEUE_RESOURCES = frozenset({WORKLOAD_PLURAL, "resourceflavors", "workloadpriorityclasses"})
+KUEUE_RESOURCES = frozenset(
+    {WORKLOAD_PLURAL, "resourceflavors", "workloadpriorityclasses", TOPOLOGY_PLURAL}
+)
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +84,10 @@ def ringmaster_kueue_workloads(
 
 def ringmaster_kueue_flavors(name: str, body: kopf.Body, **_: Any) -> dict[str, Flavor]:
     return {name: Flavor.from_object(body)}
+
+
+def ringmaster_kueue_topologies(name: str, body: kopf.Body, **_: Any) -> dict[str, Any]:
+    return {name: topology_levels(body)}
 
 
 def ringmaster_kueue_priority_classes(name: str, body: kopf.Body, **_: Any) -> dict[str, int]:
@@ -196,6 +204,7 @@ NEEDED = (
     ("workloads", "watch"),
     ("resourceflavors", "watch"),
     ("workloadpriorityclasses", "watch"),
+    (TOPOLOGY_PLURAL, "watch"),
 )
 
 
@@ -246,6 +255,10 @@ def register(
     )
     kopf.index(KUEUE_GROUP, KUEUE_VERSION, "workloadpriorityclasses", registry=reg)(
         ringmaster_kueue_priority_classes
+    )
+    # Topology Aware Scheduling: which levels a flavor's Topology has (admission/kueue.py).
+    kopf.index(KUEUE_GROUP, KUEUE_VERSION, TOPOLOGY_PLURAL, registry=reg)(
+        ringmaster_kueue_topologies
     )
     kopf.index(*CRDS, field="metadata.name", value=WORKLOAD_CRD, registry=reg)(ringmaster_kueue_crd)
     kopf.on.event(KUEUE_GROUP, KUEUE_VERSION, WORKLOAD_PLURAL, registry=reg)(workload_changed)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from ringmaster.admission.cycle import GangOption, ReducerNeed, promise_for
 from ringmaster.admission.snapshot import PoolSummary, shape
@@ -28,10 +28,13 @@ from ringmaster.controllers.training_step import (
     _Step,
     accelerator_resource,
 )
+from ringmaster.engine.placement_cost import DEFAULT_LOSS_THRESHOLD_PERCENT, PlacementShape
 from ringmaster.manifests.naming import owned_reducer_pool_name
 from ringmaster.manifests.training import PoolPlacement, worker_pod
 from ringmaster.placement.labels import GKE_NODEPOOL, TPU_RESOURCE
 from ringmaster.placement.pools import pod_requests
+from ringmaster.placement.topology import AUTO, PREFERRED, REQUIRED, loss_words
+from ringmaster.planning.placement import PACKED, SPREAD, TENSOR_OVER_NICS, placement_of
 
 
 def _plan(step: _Step, pool: PoolSummary | None, reducers: ReducerPool | None) -> str:
@@ -130,12 +133,28 @@ def _placement(step: _Step, pool_name: str, pool: PoolSummary | None) -> PoolPla
     )
 
 
+def _pool_plan(step: _Step, pool: PoolSummary | None) -> TrainingPlan | None:
+    """The plan on the pool's machine type: status.plan where it is for that machine type (as
+    _plan made it, with the reducers the job uses), else the planner's (cached), or None."""
+    machine = pool.identity.instance_type if pool else None
+    current = step.status.plan
+    if current is not None and machine is not None and machine == current.machine_type:
+        return current
+    _settings, _name, reducers = _reducer_settings(step)
+    try:
+        return step.planner(step.spec, machine, reducers)
+    except ValueError:
+        return None
+
+
 def _option(step: _Step, pool: PoolSummary, attempt: int) -> GangOption:
-    """The gang on one pool: its workers, and its own reducers if the plan there wants them."""
+    """The gang on one pool: its workers, its own reducers if the plan there wants them, and
+    the topology it requires or prefers there."""
     spec, job = step.spec, step.job
     placement = _placement(step, pool.name, pool)
     one_worker = pod_requests(worker_pod(job.name, job.namespace, spec, placement, 0, attempt))
     settings, name, reducers = _reducer_settings(step)
+    plan = None
     need = None
     if settings.pool_name is None:
         try:
@@ -145,7 +164,8 @@ def _option(step: _Step, pool: PoolSummary, attempt: int) -> GangOption:
         if plan is not None and _uses_reducers(plan):
             wanted = settings.replicas or plan.reducers_wanted or 1
             need = ReducerNeed(settings.machine_type, wanted, (job.namespace, name))
-    policy = spec.placement.topology if spec.placement else "Auto"
+    plan = plan or _pool_plan(step, pool)
+    demand = topology_demand(spec.placement.topology if spec.placement else AUTO, plan)
     return GangOption(
         pool=pool.name,
         worker=shape(one_worker),
@@ -154,11 +174,55 @@ def _option(step: _Step, pool: PoolSummary, attempt: int) -> GangOption:
         accelerator_resource=placement.accelerator_resource,
         per_worker=spec.accelerator.per_worker,
         reducers=need,
-        # Auto prefers: spreading over blocks costs nothing at the default spine
-        # oversubscription (engine/placement_cost.py, DEFAULT_SPINE_OVERSUBSCRIPTION).
-        topology="Required" if policy == "Required" else "Preferred",
-        groups=_groups(step.status.plan, spec.accelerator.per_worker),
+        topology=demand.block,
+        groups=_groups(plan, spec.accelerator.per_worker),
+        cliques=demand.cliques,
+        topology_why=demand.block_why,
+        cliques_why=demand.cliques_why,
+        auto=demand.auto,
     )
+
+
+@dataclass(frozen=True)
+class TopologyDemand:
+    """What a gang requires of its pool's topology levels, and why (for the waiting message)."""
+
+    block: str = PREFERRED
+    """Required: one block holds the whole gang."""
+    cliques: str = PREFERRED
+    """Required: each tensor-parallel group over trays inside one NVLink clique."""
+    block_why: str = ""
+    cliques_why: str = ""
+    auto: bool = False
+
+
+def topology_demand(policy: str, plan: TrainingPlan | None) -> TopologyDemand:
+    """``spec.placement.topology`` resolved: Required and Preferred as the job says; Auto as the
+    engine decided in the plan (status.plan.placement: the loss of spreading against the
+    threshold, planning/placement.py), computed once with the plan, never per admission pass.
+    Without the plan's figures (one host, a TPU slice, no plan) Auto prefers."""
+    if policy == REQUIRED:
+        return TopologyDemand(REQUIRED, REQUIRED)
+    if policy != AUTO:
+        return TopologyDemand()
+    placement = plan.placement if plan is not None else None
+    if placement is None:
+        return TopologyDemand(auto=True)
+    steps = {s.placement: s.step_seconds for s in placement.steps}
+    packed = steps.get(PACKED, 0.0)
+    threshold = placement.loss_threshold_percent or DEFAULT_LOSS_THRESHOLD_PERCENT
+    block = placement.block or PREFERRED
+    cliques = placement.nvlink_clique or PREFERRED
+    block_why = cliques_why = ""
+    if block == REQUIRED:
+        spread = steps.get(SPREAD, packed)
+        block_why = loss_words(packed, spread, "spread over blocks", threshold)
+    if cliques == REQUIRED:
+        split = steps.get(TENSOR_OVER_NICS, packed)
+        cliques_why = loss_words(
+            packed, split, "split over cliques, its all-reduces over the NICs,", threshold
+        )
+    return TopologyDemand(block, cliques, block_why, cliques_why, auto=True)
 
 
 def _groups(plan: TrainingPlan | None, per_worker: int) -> tuple[int, ...]:
@@ -193,6 +257,7 @@ def _record_admission(
     hosts: tuple[str, ...] = (),
     pools: tuple[str, ...] = (),
     blocks: tuple[str, ...] = (),
+    placed: PlacementShape | None = None,
 ) -> Admission:
     spec, status = step.spec, step.status
     first = pools[0] if pools else option.pool
@@ -205,6 +270,9 @@ def _record_admission(
         blocks=list(blocks) if blocks else None,
         slice_pools=list(pools) if len(pools) > 1 else None,
     )
+    predicted = _placement_step(_pool_plan(step, pool), placed) if placed else None
+    if predicted is not None:
+        admission.placement, admission.predicted_step_seconds = predicted
     status.admission = admission
     status.pool = first
     status.phase = ADMITTED
@@ -222,6 +290,16 @@ def _record_admission(
         step.event("Normal", "Admitted", message)
     step.decision.promise = promise_for(step.job.key, attempt, option, hosts, pools)
     return admission
+
+
+def _placement_step(plan: TrainingPlan | None, placed: PlacementShape) -> tuple[str, float] | None:
+    """Which of the plan's placements the admitted hosts are, and the step under it."""
+    placement = plan.placement if plan is not None else None
+    if placement is None or not placement.steps:
+        return None
+    steps = {s.placement: s.step_seconds for s in placement.steps}
+    name = placement_of(placed, steps)
+    return (name, steps[name]) if name in steps else None
 
 
 def admission_announcements(name: str, uid: str, status: TrainingJobStatus) -> list[Event]:

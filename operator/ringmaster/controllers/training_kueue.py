@@ -17,12 +17,15 @@ from ringmaster.admission.snapshot import PoolSummary
 from ringmaster.api.reductionserverpool import ReductionServerPoolSpec
 from ringmaster.api.trainingjob import Admission
 from ringmaster.controllers.training_admission import (
+    _groups,
     _option,
     _placement,
+    _pool_plan,
     _record_admission,
     _reducer_settings,
     _slices_option,
     _uses_reducers,
+    topology_demand,
 )
 from ringmaster.controllers.training_step import (
     COMPLETE,
@@ -38,6 +41,7 @@ from ringmaster.controllers.training_step import (
 from ringmaster.manifests.naming import MANAGED_BY, OPERATOR, TRAINING_JOB_LABEL
 from ringmaster.manifests.reduction import owned_reducer_pool, reducer_statefulset
 from ringmaster.manifests.training import PoolPlacement, worker_pod
+from ringmaster.placement.topology import AUTO, NVLINK_CLIQUE
 
 QUEUED_IN_KUEUE = "QueuedInKueue"
 
@@ -111,9 +115,10 @@ def _kueue_pod_sets(step: _Step, pool: PoolSummary, attempt: int) -> list[kueue.
     placement = _placement(step, pool.name, pool)
     pod_sets = []
     first = 0
+    topology = _worker_topology(step, pool)
     for name, count in kueue.worker_pod_sets(spec.workers, spec.accelerator.slices):
         worker = worker_pod(job.name, job.namespace, spec, placement, first, attempt, (), layout)
-        pod_sets.append(kueue.PodSet(name, count, worker))
+        pod_sets.append(kueue.PodSet(name, count, worker, topology))
         first += count
     settings, _name, _reducers = _reducer_settings(step)
     if _uses_reducers(plan) and settings.pool_name is None:
@@ -123,6 +128,23 @@ def _kueue_pod_sets(step: _Step, pool: PoolSummary, attempt: int) -> list[kueue.
         reducers = reducer_statefulset(owned["metadata"]["name"], pool_spec, wanted)
         pod_sets.append(kueue.PodSet(kueue.REDUCERS_POD_SET, wanted, reducers["spec"]["template"]))
     return pod_sets
+
+
+def _worker_topology(step: _Step, pool: PoolSummary) -> kueue.TopologyRequest | None:
+    """The workers' topology request to Kueue: the job's verdict (spec.placement.topology, Auto
+    resolved from the plan as for Ringmaster's own admission) for the levels of the pool that
+    Kueue's Topology Aware Scheduling has for it; None for a multislice job (its slices are
+    whole TPU slices) or a pool without such levels."""
+    world, spec = step.world.kueue, step.spec
+    if world is None or spec.accelerator.slices > 1 or not pool.levels:
+        return None
+    plan = _pool_plan(step, pool)
+    demand = topology_demand(spec.placement.topology if spec.placement else AUTO, plan)
+    groups = _groups(plan, spec.accelerator.per_worker)
+    levels = kueue.tas_levels([world.pool_labels(pool.name)], world.flavors, world.topologies)
+    return kueue.topology_request(
+        pool.levels, demand.block, demand.cliques, groups[0] if groups else 1, levels, NVLINK_CLIQUE
+    )
 
 
 def _kueue_waiting(
@@ -170,7 +192,8 @@ def _kueue_waiting(
     current = view.body.get("spec") or {}
     new_shape = kueue.quota_shape(current) != kueue.quota_shape(desired["spec"])
     new_priority = kueue.priority_shape(current) != kueue.priority_shape(desired["spec"])
-    if (new_shape or new_priority) and not view.quota_reserved:
+    new_topology = kueue.topology_shape(current) != kueue.topology_shape(desired["spec"])
+    if (new_shape or new_priority or new_topology) and not view.quota_reserved:
         fields = ("queueName", "podSets", "priority", "priorityClassRef")
         patch = {"spec": {k: desired["spec"].get(k) for k in fields}}
         decision.workload.append(WorkloadWrite("patch", view.name, patch))

@@ -365,6 +365,7 @@ def _waiting(step: _Step, attempt: int) -> Admission | None:
                 hosts=verdict.hosts,
                 pools=verdict.pools,
                 blocks=verdict.blocks,
+                placed=verdict.shape,
             )
         # The job changed since the cycle decided: the verdict no longer applies.
     elif isinstance(verdict, Wait):

@@ -163,6 +163,8 @@ class KueueWorld:
     """PriorityClasses: name -> (value, globalDefault)."""
     pool_labels: Callable[[str], Mapping[str, str]] = lambda _pool: {}
     """The labels every node of a pool carries: what a flavor's node labels must select."""
+    topologies: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Kueue's Topologies: name -> their levels' node labels, outermost first."""
 
 
 @dataclass

@@ -717,6 +717,11 @@ class TrainingController(Controller):
                 for entry in store
             },
             pool_labels=self.pool_labels,
+            topologies={
+                name: levels
+                for name, store in self.indexes.get("ringmaster_kueue_topologies", {}).items()
+                for levels in store
+            },
         )
 
     def pool_labels(self, pool: str) -> dict[str, str]:

@@ -225,6 +225,11 @@ class MachineType:
     nvlink_domain: int = 0
     # AWS EFA's generation (1: p4d / p4de, 2: p5, 3: p5en, 4: p6) [EFA-GEN]; 0 where not EFA.
     efa_generation: int = 0
+    # The spine's oversubscription between topology blocks for these hosts (engine.
+    # placement_cost): None where no one states it; no cloud publishes it, so the built-in
+    # catalog states none and plans use DEFAULT_SPINE_OVERSUBSCRIPTION (1.0, non-blocking). A
+    # cluster sets its own fabric's figure in a catalog file (spineOversubscription).
+    spine_oversubscription: float | None = None
 
     @property
     def nic_gbps(self) -> float:

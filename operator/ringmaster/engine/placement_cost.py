@@ -61,8 +61,21 @@ from ringmaster.engine.llm_memory import BYTES_ACTIVATION, stage_layers
 from ringmaster.engine.transformer import Transformer
 
 # Assumption (no public figure, see the module's docstring): no penalty between blocks unless
-# the caller or the catalog says otherwise.
+# the caller or the catalog says otherwise (a machine type's ``spineOversubscription``).
 DEFAULT_SPINE_OVERSUBSCRIPTION = 1.0
+
+# ``spec.placement.topology: Auto`` requires a level (waits for it) when spreading over it makes
+# the step slower than this, in percent of the packed step. A policy choice, not a measurement:
+# above the collective model's checked error on the NIC side (3 %, docs/engine.md: the packed and
+# spread steps differ only in their network terms, so the compute's own error cancels), so a
+# required level rests on a difference the engine resolves; and low enough that a gang losing a
+# twentieth of every step for its whole run waits for a block instead. The one place it is set.
+DEFAULT_LOSS_THRESHOLD_PERCENT = 5.0
+
+
+def auto_requires(loss: float, threshold: float = DEFAULT_LOSS_THRESHOLD_PERCENT) -> bool:
+    """Whether ``Auto`` requires a level whose spread placement loses ``loss`` percent."""
+    return loss > threshold
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ringmaster.engine.placement_cost import PlacementShape
+from ringmaster.engine.placement_cost import (
+    DEFAULT_LOSS_THRESHOLD_PERCENT,
+    PlacementShape,
+    auto_requires,
+    loss_percent,
+)
 from ringmaster.placement.labels import ZONE
 
 GKE_BLOCK = "cloud.google.com/gce-topology-block"
@@ -60,6 +65,7 @@ LEVEL_NAMES = {
     AWS_LAYER_1: "block",
     AWS_LAYER_2: "subblock",
     AWS_LAYER_3: "host",
+    NVLINK_CLIQUE: "NVLink clique",
 }
 # The level whose crossing is the spine (engine.placement_cost's "blocks").
 BLOCK_KEYS = frozenset({GKE_BLOCK, AWS_LAYER_1})
@@ -470,6 +476,22 @@ def _groups_inside(hosts: Sequence[str], size: int, domain_of: Callable[[str], o
     return True
 
 
+def describe_hosts(
+    topologies: Mapping[str, Topology], hosts: Sequence[str], groups: Sequence[int] = ()
+) -> HostChoice:
+    """``hosts`` by rank as a :class:`HostChoice` (its blocks, and whether its ``groups`` stay
+    inside blocks and NVLink cliques): what an admitted gang's hosts are, for the engine."""
+    return _describe(topologies, tuple(hosts), groups, None, _levels_of(topologies))
+
+
+def block_domain(host: str, topology: Topology) -> tuple[str, tuple[str, ...]] | None:
+    """(block level key, the host's block domain), or None where its levels have no block."""
+    key = block_key(topology.keys)
+    if key is None:
+        return None
+    return key, _domain(host, topology, topology.keys.index(key))
+
+
 def blocks_forced(free: Mapping[str, Topology], hosts_needed: int) -> int:
     """The fewest blocks that hold ``hosts_needed`` of the free hosts: blocks largest first
     until they do (the lower bound any placement meets); 0 when fewer are free."""
@@ -499,12 +521,6 @@ def topologies(
 
 REQUIRED, PREFERRED, AUTO = "Required", "Preferred", "Auto"
 POLICIES = (REQUIRED, PREFERRED, AUTO)
-# Auto requires the level when spreading loses more than this, in percent of the packed step.
-# A policy choice, not a measurement: above the collective model's checked error on the NIC side
-# (3%, docs/engine.md: the two steps differ only in their network terms, so the compute's own
-# error cancels), so a required level rests on a difference the engine resolves; and low enough
-# that a gang losing a twentieth of every step for its whole run waits for a block instead.
-DEFAULT_LOSS_THRESHOLD_PERCENT = 5.0
 
 
 @dataclass(frozen=True)
@@ -523,6 +539,22 @@ class TopologyVerdict:
         return "Require" if self.require else "Prefer"
 
 
+def loss_words(
+    packed_step: float, spread_step: float, placement: str, threshold: float | None = None
+) -> str:
+    """ "spread over blocks the step is 18 % slower (2.41 s against 2.04 s), above the 5 %
+    threshold": what a placement costs, in a message (the threshold's clause where given)."""
+    loss = loss_percent(packed_step, spread_step)
+    words = (
+        f"{placement} the step is {loss:.0f} % slower "
+        f"({spread_step:.3g} s against {packed_step:.3g} s)"
+    )
+    if threshold is not None:
+        above = auto_requires(loss, threshold)
+        words += f", above the {threshold:g} % threshold" if above else f", within {threshold:g} %"
+    return words
+
+
 def topology_verdict(
     packed_step: float,
     spread_step: float,
@@ -539,8 +571,8 @@ def topology_verdict(
     12, 9, 7 free; spread over blocks the step is 18 % slower (2.41 s against 2.04 s)"."""
     if policy not in POLICIES:
         raise ValueError(f"topology policy {policy!r}: expected one of {', '.join(POLICIES)}")
-    loss = (spread_step - packed_step) / packed_step * 100.0 if packed_step > 0 else 0.0
-    require = policy == REQUIRED or (policy == AUTO and loss > threshold)
+    loss = loss_percent(packed_step, spread_step)
+    require = policy == REQUIRED or (policy == AUTO and auto_requires(loss, threshold))
     word = level_name(level) if level else "domain"
     what = f"{hosts} hosts in one {word}" if hosts is not None else f"one {word}"
     have = ""
@@ -548,13 +580,9 @@ def topology_verdict(
         counts = ", ".join(str(d.free) for d in domains[:8])
         more = f" and {len(domains) - 8} more" if len(domains) > 8 else ""
         have = f": {word}s have {counts}{more} free"
-    numbers = (
-        f"spread over {word}s the step is {loss:.0f} % slower "
-        f"({spread_step:.3g} s against {packed_step:.3g} s)"
+    numbers = loss_words(
+        packed_step, spread_step, f"spread over {word}s", threshold if policy == AUTO else None
     )
-    if policy == AUTO:
-        why = f"above the {threshold:g} % threshold" if require else f"within {threshold:g} %"
-        numbers += f", {why}"
     if require:
         message = f"needs {what}{have}; {numbers}"
     else:

@@ -78,6 +78,10 @@ MAX_HOST_ACCELERATORS = 16
 # The largest NVLink domain NVIDIA's NVLink Switch system builds: 576 GPUs (NVLink 5, NVIDIA's
 # NVLink and NVLink Switch page, 2024).
 MAX_NVLINK_DOMAIN = 576
+# The largest spine oversubscription a catalog may state: fabrics are built from 1:1 (NVIDIA's
+# reference designs) to a few to one (3:1 is a common enterprise leaf-spine ratio); 16:1 only
+# guards against a figure typed as a percentage or a bandwidth.
+MAX_SPINE_OVERSUBSCRIPTION = 16.0
 
 
 class CatalogError(ValueError):
@@ -149,6 +153,13 @@ class MachineTypeEntry(_Entry):
     trays: 72); left out, the domain is the host."""
     efa_generation: int | None = Field(default=None, alias="efaGeneration", ge=1, le=4)
     """AWS EFA's generation (1: p4d / p4de, 2: p5, 3: p5en, 4: p6), for ``transport: efa``."""
+    spine_oversubscription: float | None = Field(
+        default=None, alias="spineOversubscription", ge=1.0, le=MAX_SPINE_OVERSUBSCRIPTION
+    )
+    """The oversubscription of the fabric between topology blocks (GKE blocks, AWS
+    network-node layer 1) these hosts sit in: 1 non-blocking, 2 for 2:1, as your fabric states
+    it. Left out: 1 (no cloud publishes it), so spreading a gang over blocks costs nothing in
+    the model (docs/topology.md)."""
     source: str | None = None
 
 

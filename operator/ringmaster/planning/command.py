@@ -27,6 +27,7 @@ from ringmaster.planning import render
 from ringmaster.planning.catalog import choose_pool_profiles, with_pool_profiles
 from ringmaster.planning.layouts import layout_json
 from ringmaster.planning.multislice import render_slice_scaling, slice_scaling
+from ringmaster.planning.placement import render_placement
 from ringmaster.planning.plans import (
     InferenceReport,
     LlmInferenceReport,
@@ -487,6 +488,8 @@ def _render(plans: list[Any], catalog: Catalog, fmt: str, calibration: Any = Non
                 unit = "tokens" if plan.layout is not None else "samples"
                 scaling = slice_scaling(m.spec, catalog)
                 block += "\n" + render_slice_scaling(scaling, unit)
+            if plan.placement is not None:
+                block += "\n" + render_placement(plan.placement)
         elif isinstance(plan, InferenceReport):
             block = render.render_inference(plan)
         elif isinstance(plan, LlmInferenceReport):

@@ -54,6 +54,7 @@ from ringmaster.planning.layouts import (
     plan_layout,
     transformer_of,
 )
+from ringmaster.planning.placement import PlacementTable, placement_table
 
 # A catalog file (YAML or JSON, planning/catalog.py) applied over the built-in catalog.
 CATALOG_ENV = "RINGMASTER_CATALOG"
@@ -153,6 +154,9 @@ class TrainingReport:
     # :func:`weak_scaled`), against which the DCN's part of the step is told.
     one_slice_step_seconds: float | None = None
     slices: int = 1
+    # A gang of several GPU hosts: its step under each placement in a pool with topology, and
+    # what spec.placement.topology: Auto decides from it (planning.placement).
+    placement: PlacementTable | None = None
 
     @property
     def dcn_share(self) -> float | None:
@@ -188,6 +192,7 @@ class TrainingReport:
             **(
                 {"slices": self.slices, "dcnShare": _sig(self.dcn_share)} if self.slices > 1 else {}
             ),
+            **({"placement": self.placement.to_json()} if self.placement is not None else {}),
         }
 
     def to_status(self) -> TrainingPlan:
@@ -228,6 +233,8 @@ class TrainingReport:
         if self.slices > 1:
             plan.slices = self.slices
             plan.dcn_share = _sig(self.dcn_share)
+        if self.placement is not None:
+            plan.placement = self.placement.to_status()
         # A layout (a model with an architecture) adds its own fields.
         return TrainingPlan.model_validate({**plan.model_dump(), **self.status_fields()})
 
@@ -387,9 +394,35 @@ def _plan_training(
                 prediction,
                 strategies={k: v for k, v in prediction.strategies.items() if k == RING},
             )
-        return TrainingReport(name=name, namespace=namespace, prediction=prediction, layout=layout)
+        return TrainingReport(
+            name=name,
+            namespace=namespace,
+            prediction=prediction,
+            layout=layout,
+            placement=_placement(inputs, prediction, layout, cat),
+        )
     prediction = predict_training_inputs(inputs, cat)
-    return TrainingReport(name=name, namespace=namespace, prediction=prediction)
+    return TrainingReport(
+        name=name,
+        namespace=namespace,
+        prediction=prediction,
+        placement=_placement(inputs, prediction, None, cat),
+    )
+
+
+def _placement(
+    inputs: TrainingInputs,
+    prediction: TrainingPrediction,
+    layout: LayoutPlan | None,
+    cat: Catalog,
+) -> PlacementTable | None:
+    """The step per placement (planning.placement), for a layout that fits."""
+    if layout is not None and not layout.search.fits:
+        return None
+    try:
+        return placement_table(inputs, prediction, layout, cat)
+    except (ValueError, LookupError) as exc:
+        raise _engine_error(exc) from None
 
 
 def weak_scaled(spec: Any, slices: int) -> Any:

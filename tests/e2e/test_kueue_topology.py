@@ -1,0 +1,159 @@
+"""A TrainingJob admitted by a real Kueue with Topology Aware Scheduling (issue 43): where the
+job's pool has a TAS flavor (a ResourceFlavor with spec.topologyName, its Topology naming the
+GKE block level), the operator writes the job's topology verdict into the Workload's worker pod
+set: ``topologyRequest`` and the pod template annotation Kueue's integrations use; Kueue admits it
+on the TAS flavor and the gang runs. Auto on a non-blocking spine prefers the block; Required
+requires it."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from ringmaster.admission.kueue import (
+    PODSET_PREFERRED_TOPOLOGY,
+    PODSET_REQUIRED_TOPOLOGY,
+    QUEUE_NAME_LABEL,
+)
+from ringmaster.localcluster.kueue import LocalKueue
+from ringmaster.placement.labels import GKE_NODEPOOL, GPU_RESOURCE
+from ringmaster.placement.topology import GKE_BLOCK
+from tests.e2e.kube import Cluster, OperatorProcess, wait_for
+from tests.e2e.test_kueue import workload_of
+from tests.e2e.test_topology import POOL, gang, hosts
+from tests.e2e.test_trainingjob import condition, wait_phase
+
+pytestmark = pytest.mark.e2e
+
+HOSTNAME = "kubernetes.io/hostname"
+
+
+@pytest.fixture
+def tas_queue(
+    kueue: LocalKueue, cluster: Cluster, quiet_namespace: str
+) -> Iterator[dict[str, str]]:
+    """The pool's hosts in two GKE blocks; a Topology of (block, host); a TAS ResourceFlavor on
+    the pool; a ClusterQueue with quota for both hosts of a block; a LocalQueue ``team``."""
+    names = hosts(cluster)
+    block = {name: f"b{i // 2}" for i, name in enumerate(names)}
+    for name, value in block.items():
+        cluster.kubectl("label", "node", name, f"{GKE_BLOCK}={value}", "--overwrite")
+    suffix = uuid.uuid4().hex[:6]
+    topology, flavor, cluster_queue = f"blocks-{suffix}", f"tas-{suffix}", f"tas-{suffix}"
+    cluster.apply(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "Topology",
+            "metadata": {"name": topology},
+            "spec": {"levels": [{"nodeLabel": GKE_BLOCK}, {"nodeLabel": HOSTNAME}]},
+        }
+    )
+    cluster.apply(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": flavor},
+            "spec": {"nodeLabels": {GKE_NODEPOOL: POOL}, "topologyName": topology},
+        }
+    )
+    cluster.apply(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ClusterQueue",
+            "metadata": {"name": cluster_queue},
+            "spec": {
+                "namespaceSelector": {},
+                "resourceGroups": [
+                    {
+                        "coveredResources": [GPU_RESOURCE],
+                        "flavors": [
+                            {
+                                "name": flavor,
+                                "resources": [{"name": GPU_RESOURCE, "nominalQuota": 32}],
+                            }
+                        ],
+                    }
+                ],
+            },
+        }
+    )
+    cluster.apply(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"name": "team"},
+            "spec": {"clusterQueue": cluster_queue},
+        },
+        quiet_namespace,
+    )
+    wait_for(
+        lambda: (
+            (c := condition(cluster.get_json("clusterqueue", cluster_queue), "Active"))
+            and c["status"] == "True"
+        ),
+        timeout=60,
+        what=f"ClusterQueue {cluster_queue} Active",
+    )
+    try:
+        yield block
+    finally:
+        cluster.kubectl("delete", "trainingjobs", "--all", "-n", quiet_namespace, check=False)
+        cluster.kubectl("delete", "workloads", "--all", "-n", quiet_namespace, check=False)
+        cluster.kubectl("delete", "clusterqueue", cluster_queue, "--wait=false", check=False)
+        cluster.kubectl("delete", "resourceflavor", flavor, "--wait=false", check=False)
+        cluster.kubectl("delete", "topology", topology, "--wait=false", check=False)
+        cluster.kubectl("label", "node", *names, f"{GKE_BLOCK}-", check=False)
+
+
+def labelled(name: str, topology: str | None = None) -> dict[str, Any]:
+    manifest = gang(name, 2, topology)
+    manifest["metadata"]["labels"] = {QUEUE_NAME_LABEL: "team"}
+    return manifest
+
+
+def workers_pod_set(cluster: Cluster, ns: str, name: str) -> dict[str, Any]:
+    workload = wait_for(
+        lambda: workload_of(cluster, ns, name), timeout=60, what=f"the Workload of {name}"
+    )
+    [workers] = [s for s in workload["spec"]["podSets"] if s["name"] == "workers"]
+    return workers
+
+
+def test_kueue_gets_the_topology_verdict_and_admits_on_its_tas_flavor(
+    operator: OperatorProcess,
+    cluster: Cluster,
+    quiet_namespace: str,
+    tas_queue: dict[str, str],
+) -> None:
+    ns = quiet_namespace
+    start = time.monotonic()
+    try:
+        # Auto, on the default non-blocking spine: the engine finds no loss, Kueue is asked to
+        # prefer one block.
+        cluster.apply(labelled("auto"), ns)
+        workers = workers_pod_set(cluster, ns, "auto")
+        assert workers["topologyRequest"] == {"preferred": GKE_BLOCK}
+        annotations = workers["template"]["metadata"]["annotations"]
+        assert annotations[PODSET_PREFERRED_TOPOLOGY] == GKE_BLOCK
+        wait_phase(cluster, ns, "auto", "Running", timeout=90)
+        admission = workload_of(cluster, ns, "auto")["status"]["admission"]
+        [assignment] = admission["podSetAssignments"]
+        assert assignment.get("topologyAssignment"), assignment  # Kueue placed it by topology
+        admitted = condition(cluster.get_json("trainingjob", "auto", "-n", ns), "Schedulable")
+        assert admitted["status"] == "True" and "by Kueue" in admitted["message"]
+
+        # The user's Required: Kueue is asked for one block.
+        cluster.apply(labelled("required", "Required"), ns)
+        workers = workers_pod_set(cluster, ns, "required")
+        assert workers["topologyRequest"] == {"required": GKE_BLOCK}
+        annotations = workers["template"]["metadata"]["annotations"]
+        assert annotations[PODSET_REQUIRED_TOPOLOGY] == GKE_BLOCK
+        wait_phase(cluster, ns, "required", "Running", timeout=90)
+        print(f"Kueue TAS TrainingJob test: {time.monotonic() - start:.1f}s")
+    except BaseException:
+        print(operator.log_path.read_text()[-6000:])
+        raise
