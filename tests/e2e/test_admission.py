@@ -89,8 +89,13 @@ def load_example(name: str) -> dict[str, Any]:
 
 def example_files() -> list[str]:
     """The examples, and the ones `make demo` does not apply (profiles/: no payload runs on the
-    local cluster's simulated hosts), relative to examples/."""
-    found = [*EXAMPLES.glob("*.yaml"), *EXAMPLES.glob("profiles/*.yaml")]
+    local cluster's simulated hosts; alternatives/: a job that may run on several
+    accelerators), relative to examples/."""
+    found = [
+        *EXAMPLES.glob("*.yaml"),
+        *EXAMPLES.glob("profiles/*.yaml"),
+        *EXAMPLES.glob("alternatives/*.yaml"),
+    ]
     return sorted(str(p.relative_to(EXAMPLES)) for p in found)
 
 

@@ -29,6 +29,10 @@ plan found spreading too slow: the option carries the verdict, computed with the
 for one block to hold it, or for NVLink cliques to hold its tensor-parallel groups
 (:func:`topology_short`, :mod:`ringmaster.placement.topology`).
 
+A gang that may run on several accelerators (``spec.accelerator.alternatives``) has one option
+per pool of each, best first by the job's objective: the first that fits now is admitted, and
+the Admit says why not the others (:mod:`ringmaster.admission.alternatives`).
+
 Ringmaster's own serving replicas (an InferenceEndpoint's pods) wait at an admission scheduling
 gate and take their room through the same pass, before the gangs, oldest first: each gets a
 named host with room that no admitted gang was promised (:class:`Grant`), or stays gated with
@@ -47,6 +51,13 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from enum import StrEnum
 
+from ringmaster.admission.alternatives import (
+    Considered,
+    alternatives_waiting_message,
+    considered,
+    hold,
+    open_options,
+)
 from ringmaster.admission.profiles import ProfileContest, Yield, grant_profile_pods, yields_for
 from ringmaster.admission.snapshot import (
     UNLIMITED,
@@ -135,6 +146,9 @@ class GangOption:
     """The engine required the levels (spec.placement.topology: Auto): a level none of the
     pool's domains could hold the gang in even with every host free is preferred instead, so
     that the gang does not wait for ever."""
+    accelerator: str = ""
+    """The accelerator this option runs the gang on, where the job names alternatives
+    (admission/alternatives.py): the options then come best first by the job's objective."""
 
     @property
     def hosts_per_slice(self) -> int:
@@ -162,6 +176,9 @@ class Admit:
     shape: PlacementShape | None = None
     """The hosts as the engine describes a placement (engine.placement_cost), where the pool
     has topology labels: what the admission's predicted step is read for."""
+    considered: Considered = ()
+    """A gang with alternatives: every other option, with why it was not taken ("" where it
+    had room too)."""
 
     @property
     def pool(self) -> str:
@@ -515,21 +532,24 @@ def pool_state(view: CycleView, option: GangOption) -> str:
 def waiting_message(option: GangOption, checks: list[tuple[GangOption, GangCheck]]) -> str:
     """What a gang that fits on none of its pools waits for: every pool considered, with its
     room now and why it cannot take the gang (one pool: that pool's own message)."""
+    if any(candidate.accelerator for candidate, _ in checks):
+        return alternatives_waiting_message(checks, _pool_words)
     if len(checks) == 1:
         return checks[0][1].message
-    parts = []
-    for candidate, check in checks:
-        if check.reason == WORKER_LARGER_THAN_NODE:
-            why = "a worker is larger than any of its hosts"
-        elif check.reason == "InsufficientCapacity":
-            why = f"{check.available} fit now" + (f" ({check.why})" if check.why else " (full)")
-        else:
-            why = check.message
-        parts.append(f"pool {candidate.pool}: {why}")
+    parts = [f"pool {candidate.pool}: {_pool_words(check)}" for candidate, check in checks]
     return (
         f"needs {option.workers} workers x {option.per_worker} {option.accelerator_resource}"
         f" on one of {len(checks)} pools; " + "; ".join(parts)
     )
+
+
+def _pool_words(check: GangCheck) -> str:
+    """Why one pool does not take the gang, in short."""
+    if check.reason == WORKER_LARGER_THAN_NODE:
+        return "a worker is larger than any of its hosts"
+    if check.reason == "InsufficientCapacity":
+        return f"{check.available} fit now" + (f" ({check.why})" if check.why else " (full)")
+    return check.message
 
 
 def check_gang(view: CycleView, option: GangOption) -> GangCheck:
@@ -851,7 +871,7 @@ def _decide_gangs(
                 )
             )
             continue
-        holder = held.get(gang.queue)
+        gang, holder, dropped = open_options(gang, held)
         if holder is not None:
             verdicts.append(
                 Wait(
@@ -885,6 +905,7 @@ def _decide_gangs(
                         hosts,
                         blocks=view.blocks_of(hosts),
                         shape=view.shape_of(chosen, hosts),
+                        considered=considered(checks, chosen, dropped),
                     )
                 )
                 continue
@@ -912,5 +933,5 @@ def _decide_gangs(
         since = gang.waiting_since or now
         waited = (now - since).total_seconds()
         if settings.rule == QueueingRule.STRICT_FIFO or waited >= settings.bypass_limit_seconds:
-            held[gang.queue] = gang
+            hold(held, gang)
     return verdicts

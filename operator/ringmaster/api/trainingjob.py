@@ -16,6 +16,14 @@ from ringmaster.api.accelerators import (
     is_tpu,
     topology_chips,
 )
+from ringmaster.api.alternatives import (
+    ACCELERATOR_ALTERNATIVE_RULES,
+    MAX_ALTERNATIVES,
+    SPEC_ALTERNATIVE_RULES,
+    AcceleratorAlternative,
+    AcceleratorChoice,
+    Objective,
+)
 from ringmaster.api.architecture import (
     TransformerArchitecture,
     architecture_parameters,
@@ -64,6 +72,14 @@ class TrainingAccelerator(SpecModel):
     (``workers / slices`` hosts per slice), joined over the data-center network (DCN): data
     parallel (or FSDP) across slices, the layout inside each. All slices are admitted together
     or none (reason ``InsufficientSlices``). TPU only; 1 is one slice."""
+    alternatives: list[AcceleratorAlternative] | None = Field(
+        default=None, min_length=1, max_length=MAX_ALTERNATIVES
+    )
+    """Other accelerator types the job may run on (docs/topology.md, "The accelerator chosen
+    per job"): each is planned again by the engine (its workers, layout and batch split, under
+    the same global batch), and admission takes the best by ``spec.placement.objective`` of
+    those that can start now. ``status.admission.accelerators`` says which, and why not the
+    others. Not offered through Kueue yet (condition ``AcceleratorAlternatives=False``)."""
 
     cel_rules = (
         Rule(
@@ -92,6 +108,7 @@ class TrainingAccelerator(SpecModel):
             message="accelerator is immutable: create a new TrainingJob to change hardware",
             check_update=lambda old, new: old == new,
         ),
+        *ACCELERATOR_ALTERNATIVE_RULES,
     )
 
 
@@ -322,6 +339,11 @@ class TrainingPlacement(SpecModel):
     Preferred: packed where possible, spread otherwise. Auto: the engine's choice per level
     (``status.plan.placement``): required where spreading makes the step more than 5 % slower,
     preferred otherwise; and only where one of the pool's domains could hold the gang."""
+    objective: Objective = "EarliestFinish"
+    """How ``accelerator.alternatives`` are ranked: ``EarliestFinish`` (the shortest run: steps
+    x the predicted step there, every candidate starting now) or ``LowestCost`` (run hours x the
+    catalog's price per hour of the workers and reducers). Without a step count (``steps``, or
+    a report's totalSteps) the step time, or the cost of one step, ranks them."""
 
 
 class TrainingJobSpec(SpecModel):
@@ -355,6 +377,7 @@ class TrainingJobSpec(SpecModel):
 
     cel_rules = (
         *PARALLELISM_RULES,
+        *SPEC_ALTERNATIVE_RULES,
         Rule(
             cel=(
                 f"!{_ACC_IS_TPU}"
@@ -616,6 +639,18 @@ class Admission(StatusModel):
     where the pool's hosts carry topology labels."""
     predicted_step_seconds: float | None = None
     """The engine's step under that placement (``plan.stepSeconds`` is the packed one)."""
+    accelerator: str | None = Field(default=None, max_length=63)
+    """The accelerator type the gang was admitted on, where ``spec.accelerator.alternatives``
+    offered others (its pods were built for it: resources, node selector, layout)."""
+    workers: int | None = None
+    """The gang's worker hosts on that accelerator (where alternatives were offered)."""
+    per_worker: int | None = None
+    """Accelerators per worker on that accelerator (where alternatives were offered)."""
+    accelerators: list[AcceleratorChoice] | None = Field(
+        default=None, max_length=MAX_ALTERNATIVES + 1
+    )
+    """Every accelerator considered, best first by ``spec.placement.objective``: the numbers
+    the engine planned there, the one chosen, and why not the others."""
     slice_pools: list[str] | None = Field(default=None, max_length=MAX_SLICES)
     """A multislice job's node pool of each slice, by slice id (``MEGASCALE_SLICE_ID``): slice
     s holds ranks s x (workers / slices) to the next slice's first, and ``hosts`` names each
@@ -782,7 +817,8 @@ TRAINING_JOB_SPEC_CHANGES = (
     SpecChange(
         "placement",
         "any time",
-        "used by the next admission only: an admitted gang keeps its hosts",
+        "used by the next admission only: an admitted gang keeps its hosts and the accelerator "
+        "its objective chose",
     ),
     SpecChange(
         "steps",
@@ -825,6 +861,13 @@ TRAINING_JOB = Resource(
             "Per-Worker", "integer", ".spec.accelerator.perWorker", "Accelerators per worker"
         ),
         PrinterColumn("Accelerator", "string", ".spec.accelerator.type", "Accelerator type"),
+        PrinterColumn(
+            "Admitted-On",
+            "string",
+            ".status.admission.accelerator",
+            "The accelerator admission chose among spec.accelerator.alternatives",
+            priority=1,
+        ),
         PrinterColumn(
             "Step-Seconds", "number", ".status.plan.stepSeconds", "Predicted seconds per step"
         ),

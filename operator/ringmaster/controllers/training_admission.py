@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 
 from ringmaster.admission.cycle import GangOption, ReducerNeed, promise_for
 from ringmaster.admission.snapshot import PoolSummary, shape
-from ringmaster.api import TrainingJobStatus, TrainingPlan, find_condition
+from ringmaster.api import TrainingJobSpec, TrainingJobStatus, TrainingPlan, find_condition
+from ringmaster.api.alternatives import AcceleratorChoice
 from ringmaster.api.trainingjob import Admission, ReductionServerSettings
 from ringmaster.controllers.reporting import Event, plan_warnings, report_plausibility
 from ringmaster.controllers.training_step import (
@@ -37,14 +38,20 @@ from ringmaster.placement.topology import AUTO, PREFERRED, REQUIRED, loss_words
 from ringmaster.planning.placement import PACKED, SPREAD, TENSOR_OVER_NICS, placement_of
 
 
-def _plan(step: _Step, pool: PoolSummary | None, reducers: ReducerPool | None) -> str:
-    """status.plan for the pool's machine type, the Planned condition and StrategyChosen.
-    Returns why the engine could not plan the job ("" when it did)."""
+def _plan(
+    step: _Step,
+    pool: PoolSummary | None,
+    reducers: ReducerPool | None,
+    spec: TrainingJobSpec | None = None,
+) -> str:
+    """status.plan for the pool's machine type (the job on ``spec``'s accelerator: by default
+    the one it runs on), the Planned condition and StrategyChosen. Returns why the engine could
+    not plan the job ("" when it did)."""
     status = step.status
     previous = status.plan.strategy if status.plan else None
     machine = pool.identity.instance_type if pool else None
     try:
-        status.plan = step.planner(step.spec, machine, reducers)
+        status.plan = step.planner(spec or step.spec, machine, reducers)
     except ValueError as error:
         # No plan: a waiting job waits with the reason (_waiting); a gang that runs already
         # keeps running, without a prediction.
@@ -124,16 +131,20 @@ def _reducer_problem(
     return None
 
 
-def _placement(step: _Step, pool_name: str, pool: PoolSummary | None) -> PoolPlacement:
+def _placement(
+    step: _Step, pool_name: str, pool: PoolSummary | None, spec: TrainingJobSpec | None = None
+) -> PoolPlacement:
     return PoolPlacement(
         pool=pool_name,
         node_selector=dict(pool.node_selector) if pool else {GKE_NODEPOOL: pool_name},
-        accelerator_resource=accelerator_resource(step.spec),
+        accelerator_resource=accelerator_resource(spec or step.spec),
         machine_type=pool.identity.instance_type if pool else None,
     )
 
 
-def _pool_plan(step: _Step, pool: PoolSummary | None) -> TrainingPlan | None:
+def _pool_plan(
+    step: _Step, pool: PoolSummary | None, spec: TrainingJobSpec | None = None
+) -> TrainingPlan | None:
     """The plan on the pool's machine type: status.plan where it is for that machine type (as
     _plan made it, with the reducers the job uses), else the planner's (cached), or None."""
     machine = pool.identity.instance_type if pool else None
@@ -142,16 +153,19 @@ def _pool_plan(step: _Step, pool: PoolSummary | None) -> TrainingPlan | None:
         return current
     _settings, _name, reducers = _reducer_settings(step)
     try:
-        return step.planner(step.spec, machine, reducers)
+        return step.planner(spec or step.spec, machine, reducers)
     except ValueError:
         return None
 
 
-def _option(step: _Step, pool: PoolSummary, attempt: int) -> GangOption:
+def _option(
+    step: _Step, pool: PoolSummary, attempt: int, spec: TrainingJobSpec | None = None
+) -> GangOption:
     """The gang on one pool: its workers, its own reducers if the plan there wants them, and
-    the topology it requires or prefers there."""
-    spec, job = step.spec, step.job
-    placement = _placement(step, pool.name, pool)
+    the topology it requires or prefers there. ``spec``: the job on one of its accelerators
+    (planning/alternatives.py; by default the one it runs on)."""
+    spec, job = spec or step.spec, step.job
+    placement = _placement(step, pool.name, pool, spec)
     one_worker = pod_requests(worker_pod(job.name, job.namespace, spec, placement, 0, attempt))
     settings, name, reducers = _reducer_settings(step)
     plan = None
@@ -164,7 +178,7 @@ def _option(step: _Step, pool: PoolSummary, attempt: int) -> GangOption:
         if plan is not None and _uses_reducers(plan):
             wanted = settings.replicas or plan.reducers_wanted or 1
             need = ReducerNeed(settings.machine_type, wanted, (job.namespace, name))
-    plan = plan or _pool_plan(step, pool)
+    plan = plan or _pool_plan(step, pool, spec)
     demand = topology_demand(spec.placement.topology if spec.placement else AUTO, plan)
     return GangOption(
         pool=pool.name,
@@ -180,6 +194,7 @@ def _option(step: _Step, pool: PoolSummary, attempt: int) -> GangOption:
         topology_why=demand.block_why,
         cliques_why=demand.cliques_why,
         auto=demand.auto,
+        accelerator=spec.accelerator.type if step.job.spec.accelerator.alternatives else "",
     )
 
 
@@ -258,8 +273,12 @@ def _record_admission(
     pools: tuple[str, ...] = (),
     blocks: tuple[str, ...] = (),
     placed: PlacementShape | None = None,
+    accelerators: list[AcceleratorChoice] | None = None,
+    chosen_why: str = "",
 ) -> Admission:
-    spec, status = step.spec, step.status
+    """``accelerators`` and ``chosen_why``: a job with alternatives, every accelerator it
+    could run on and why the option's was taken (training_alternatives.py)."""
+    status = step.status
     first = pools[0] if pools else option.pool
     pool = step.world.pools.get(first)
     admission = Admission(
@@ -270,10 +289,16 @@ def _record_admission(
         blocks=list(blocks) if blocks else None,
         slice_pools=list(pools) if len(pools) > 1 else None,
     )
+    if option.accelerator:
+        admission.accelerator = option.accelerator
+        admission.workers, admission.per_worker = option.workers, option.per_worker
+        admission.accelerators = accelerators
+    # On record first: the spec the gang runs with (step.spec) follows the accelerator chosen.
+    status.admission = admission
+    spec = step.spec
     predicted = _placement_step(_pool_plan(step, pool), placed) if placed else None
     if predicted is not None:
         admission.placement, admission.predicted_step_seconds = predicted
-    status.admission = admission
     status.pool = first
     status.phase = ADMITTED
     machine = f" ({pool.identity.instance_type})" if pool and pool.identity.instance_type else ""
@@ -285,7 +310,7 @@ def _record_admission(
     message = (
         f"gang of {spec.workers} workers x {spec.accelerator.per_worker} "
         f"{spec.accelerator.type} admitted{by} on {where}"
-    )
+    ) + (f"; {chosen_why}" if chosen_why else "")
     if step.conditions.transition(SCHEDULABLE, "True", "Admitted", message):
         step.event("Normal", "Admitted", message)
     step.decision.promise = promise_for(step.job.key, attempt, option, hosts, pools)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping, Sequence
 
-from ringmaster.admission.cycle import Admit, Wait, WaitingGang, promise_for
+from ringmaster.admission.cycle import Admit, GangOption, Wait, WaitingGang, promise_for
 from ringmaster.admission.pools import candidate_pools
 from ringmaster.admission.snapshot import PoolSummary
 from ringmaster.api import TrainingJobStatus, WorkerCounts
@@ -39,6 +39,15 @@ from ringmaster.controllers.training_admission import (
     _slice_pools,
     _slices_option,
     _uses_reducers,
+)
+from ringmaster.controllers.training_alternatives import (
+    admitted_choices,
+    adopted_accelerator,
+    alternative_options,
+    flag_through_kueue,
+)
+from ringmaster.controllers.training_alternatives import (
+    waiting_message as alternatives_waiting_message,
 )
 from ringmaster.controllers.training_kueue import (
     _kueue_placement,
@@ -78,6 +87,7 @@ from ringmaster.controllers.training_step import (
 from ringmaster.manifests.reduction import owned_reducer_pool
 from ringmaster.manifests.training import PoolPlacement, rendezvous_service, worker_pod
 from ringmaster.placement.pools import NoPool
+from ringmaster.planning.alternatives import Ranking
 
 
 def reconcile_training(
@@ -265,8 +275,9 @@ def _adopt(step: _Step, current: Mapping[int, WorkerPod], attempt: int) -> Admis
     """Pods of this attempt exist with no admission on record (an operator older than the
     record, or a record lost in a race): a whole gang is adopted as admitted where it is; a
     partial one is released, since nothing says its room was ever checked."""
-    workers = step.spec.workers
     pool = step.status.pool or next((p.pool for p in current.values() if p.pool), None)
+    # A job with alternatives: the gang's shape is that of the accelerator its pool has.
+    accelerator, workers = adopted_accelerator(step, pool)
     if len(current) >= workers and pool is not None:
         slices = step.spec.accelerator.slices
         per_slice = workers // slices
@@ -279,6 +290,7 @@ def _adopt(step: _Step, current: Mapping[int, WorkerPod], attempt: int) -> Admis
             time=step.now,
             attempt=attempt,
             slice_pools=[p or pool for p in slice_pools] if slices > 1 else None,
+            accelerator=accelerator,
         )
         step.status.admission = admission
         message = f"gang of {workers} workers adopted on pool {pool}"
@@ -301,6 +313,9 @@ def _waiting(step: _Step, attempt: int) -> Admission | None:
         # No pool, plan or pod for hardware the catalog does not define: wait for the catalog.
         _wait(step, *step.world.hardware)
         return None
+    if spec.accelerator.alternatives and _kueue_queue(step) is None:
+        found = alternative_options(step, attempt)
+        return _queue(step, found.options, attempt, found.ranking) if found else None
     candidates = candidate_pools(
         step.world.pools,
         spec.accelerator.type,
@@ -334,7 +349,22 @@ def _waiting(step: _Step, attempt: int) -> Admission | None:
             step.decision.requeue_after = SOON_SECONDS
             return None
     if _kueue_queue(step) is not None:
+        flag_through_kueue(step)
         return _kueue_waiting(step, candidates, attempt)
+    options = (
+        (_slices_option(step, candidates, attempt),)
+        if spec.accelerator.slices > 1
+        else tuple(_option(step, pool, attempt) for pool in candidates)
+    )
+    return _queue(step, options, attempt)
+
+
+def _queue(
+    step: _Step, options: tuple[GangOption, ...], attempt: int, ranking: Ranking | None = None
+) -> Admission | None:
+    """Join the admission queue with ``options`` (best first) and act on the cycle's verdict.
+    ``ranking``: a job with accelerator alternatives, the accelerators its options run on."""
+    spec, job = step.job.spec, step.job
     schedulable = step.conditions.get(SCHEDULABLE)
     waiting_since = (
         schedulable.last_transition_time
@@ -345,11 +375,7 @@ def _waiting(step: _Step, attempt: int) -> Admission | None:
         key=job.key,
         created=job.created or step.now,
         queue=spec.accelerator.type,
-        options=(
-            (_slices_option(step, candidates, attempt),)
-            if spec.accelerator.slices > 1
-            else tuple(_option(step, pool, attempt) for pool in candidates)
-        ),
+        options=options,
         priority_class=spec.template.priority_class_name,
         attempt=attempt,
         waiting_since=waiting_since,
@@ -358,6 +384,11 @@ def _waiting(step: _Step, attempt: int) -> Admission | None:
     if isinstance(verdict, Admit):
         chosen = next((o for o in gang.options if o == verdict.option), None)
         if chosen is not None:
+            choices, why = (
+                admitted_choices(ranking, chosen, verdict.considered, step.now)
+                if ranking is not None and chosen.accelerator
+                else (None, "")
+            )
             return _record_admission(
                 step,
                 chosen,
@@ -366,10 +397,15 @@ def _waiting(step: _Step, attempt: int) -> Admission | None:
                 pools=verdict.pools,
                 blocks=verdict.blocks,
                 placed=verdict.shape,
+                accelerators=choices,
+                chosen_why=why,
             )
         # The job changed since the cycle decided: the verdict no longer applies.
     elif isinstance(verdict, Wait):
-        _wait(step, verdict.reason, verdict.message)
+        message = verdict.message
+        if ranking is not None:
+            message = alternatives_waiting_message(message, ranking)
+        _wait(step, verdict.reason, message)
     step.decision.waiting = gang
     return None
 

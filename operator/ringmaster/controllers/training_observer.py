@@ -485,8 +485,10 @@ def estimate_starts(
         if status.get("phase") not in RUNNING_PHASES or not status.get("pool"):
             continue
         spec = body.get("spec") or {}
-        accelerators = int(spec.get("workers") or 0) * int(
-            (spec.get("accelerator") or {}).get("perWorker") or 0
+        # The admission's shape where it chose among accelerator alternatives, else the spec's.
+        admitted = status.get("admission") or {}
+        accelerators = int(admitted.get("workers") or spec.get("workers") or 0) * int(
+            admitted.get("perWorker") or (spec.get("accelerator") or {}).get("perWorker") or 0
         )
         if etas is not None and (namespace, name) in etas:
             ends = etas[(namespace, name)]
@@ -512,6 +514,9 @@ def estimate_starts(
                 tuple(o.pool for o in gang.options),
                 option.workers * option.per_worker,
                 float(steps) * float(per_step) if steps and per_step else None,
+                tuple(o.workers * o.per_worker for o in gang.options)
+                if any(o.accelerator for o in gang.options)
+                else (),
             )
         )
     estimates = expected_starts(accelerators_free(snapshot), holders, queue, now)

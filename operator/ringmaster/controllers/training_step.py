@@ -22,6 +22,7 @@ from ringmaster.manifests.naming import ATTEMPT_ANNOTATION, RANK_LABEL
 from ringmaster.manifests.training import REDUCER_ENDPOINTS_ENV
 from ringmaster.placement import labels
 from ringmaster.placement.labels import POOL_NAME_KEYS
+from ringmaster.planning.alternatives import spec_on
 
 PENDING, ADMITTED, RUNNING = "Pending", "Admitted", "Running"
 SUCCEEDED, FAILED, SUSPENDED = "Succeeded", "Failed", "Suspended"
@@ -204,10 +205,23 @@ class _Step:
     planner: Planner
     decision: Decision
     conditions: Conditions
+    _specs: dict[str | None, TrainingJobSpec] = field(default_factory=dict)
 
     @property
     def spec(self) -> TrainingJobSpec:
-        return self.job.spec
+        """The spec the gang runs with: on the accelerator its admission on record chose, where
+        the job names alternatives (planning/alternatives.py), else the job's own."""
+        spec = self.job.spec
+        if not spec.accelerator.alternatives:
+            return spec
+        chosen = admitted_accelerator(self.decision.status)
+        if chosen not in self._specs:
+            try:
+                self._specs[chosen] = spec_on(spec, chosen)
+            except ValueError:
+                # Deterministic, and it succeeded at admission: kept as a fallback only.
+                self._specs[chosen] = spec
+        return self._specs[chosen]
 
     @property
     def status(self) -> TrainingJobStatus:
@@ -215,6 +229,16 @@ class _Step:
 
     def event(self, type_: str, reason: str, message: str) -> None:
         self.decision.events.append(Event(type_, reason, message))  # type: ignore[arg-type]
+
+
+def admitted_accelerator(status: TrainingJobStatus) -> str | None:
+    """The accelerator the admission of the current gang attempt chose among the job's
+    alternatives; None where it names none (or there is no such admission)."""
+    admission = status.admission
+    attempt = (status.restarts or 0) + (status.requeues or 0)
+    if admission is None or admission.attempt != attempt:
+        return None
+    return admission.accelerator
 
 
 def _wait(step: _Step, reason: str, message: str) -> None:

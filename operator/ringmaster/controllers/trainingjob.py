@@ -86,6 +86,7 @@ from ringmaster.controllers.training_step import (
 )
 from ringmaster.manifests.reduction import REDUCER_REQUESTS
 from ringmaster.placement.pools import node_from_object, parse_resources
+from ringmaster.planning.alternatives import alternatives_hardware_problem
 
 log = logging.getLogger(__name__)
 PLURAL = "trainingjobs"
@@ -561,7 +562,8 @@ class TrainingController(Controller):
                 verdict,
                 job_hardware_problem(
                     spec.accelerator.type, spec.accelerator.per_worker, spec.accelerator.topology
-                ),
+                )
+                or alternatives_hardware_problem(spec, job_hardware_problem),
                 kueue=self.kueue_world(key, labels),
                 held=self.snapshot.promised(key),
                 host_problems=self.snapshot.host_problems(

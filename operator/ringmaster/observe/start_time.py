@@ -43,6 +43,12 @@ class Queued:
     accelerators: int
     duration_seconds: float | None
     """spec.steps x predicted step time, or None: unknown (it holds its room for good)."""
+    pool_accelerators: tuple[int, ...] = ()
+    """Accelerators it needs on each of ``pools`` where they differ (a job with accelerator
+    alternatives: each pool's accelerator runs its own shape); empty: ``accelerators`` on all."""
+
+    def needs(self, index: int) -> int:
+        return self.pool_accelerators[index] if self.pool_accelerators else self.accelerators
 
 
 @dataclass(frozen=True)
@@ -115,26 +121,26 @@ def expected_starts(
                 None, None, f"more than {MAX_QUEUE} jobs are ahead of it"
             )
             continue
-        best: tuple[dt.datetime, str] | None = None
-        for pool in job.pools:
+        best: tuple[dt.datetime, str, int] | None = None
+        for index, pool in enumerate(job.pools):
             candidate = timelines.get(pool)
             if candidate is None:
                 continue
-            when = candidate.earliest(job.accelerators, now, job.duration_seconds)
+            when = candidate.earliest(job.needs(index), now, job.duration_seconds)
             if when is not None and (best is None or when < best[0]):
-                best = (when, pool)
+                best = (when, pool, job.needs(index))
         if best is None:
             estimates[job.job] = StartEstimate(None, None, _why_unknown(job, timelines))
             continue
-        when, pool = best
+        when, pool, need = best
         timeline = timelines[pool]
-        timeline.add(when, -job.accelerators)
+        timeline.add(when, -need)
         if job.duration_seconds is None:
             timeline.held_for_good.append(
                 f"{job.job}, ahead of it on {pool}, has no spec.steps, so its end is unknown"
             )
         else:
-            timeline.add(when + dt.timedelta(seconds=job.duration_seconds), job.accelerators)
+            timeline.add(when + dt.timedelta(seconds=job.duration_seconds), need)
         if when <= now:
             estimates[job.job] = StartEstimate(
                 None,

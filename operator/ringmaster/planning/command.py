@@ -19,11 +19,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ringmaster.api import TrainingPlan
 from ringmaster.engine.hardware import Catalog
 from ringmaster.planning import render
+from ringmaster.planning.alternatives import plan_candidates, render_choices
 from ringmaster.planning.catalog import choose_pool_profiles, with_pool_profiles
 from ringmaster.planning.layouts import layout_json
 from ringmaster.planning.multislice import render_slice_scaling, slice_scaling
@@ -144,6 +148,9 @@ def _plans(text: str, source: str, catalog: Catalog, jobs_sharing_pool: int = 1)
             report = plan_training(
                 m.spec, name=m.name, namespace=m.namespace, catalog=catalog, reducer_share=share
             )
+            if m.spec.accelerator.alternatives:
+                ranking = plan_candidates(m.spec, _status_planner(catalog, share))
+                report = replace(report, accelerators=ranking)
             out.append((m, report))
         elif isinstance(m.spec, InferenceEndpointSpec):
             out.append(
@@ -152,6 +159,15 @@ def _plans(text: str, source: str, catalog: Catalog, jobs_sharing_pool: int = 1)
         else:
             out.append((m, None))
     return out
+
+
+def _status_planner(catalog: Catalog, share: float) -> Callable[[Any], TrainingPlan]:
+    """A TrainingJob spec -> its status.plan, as the operator plans it (for the alternatives)."""
+
+    def plan(spec: Any) -> TrainingPlan:
+        return plan_training(spec, catalog=catalog, reducer_share=share).to_status()
+
+    return plan
 
 
 def _pool_json(m: Any, catalog: Catalog) -> dict[str, Any]:
@@ -490,6 +506,8 @@ def _render(plans: list[Any], catalog: Catalog, fmt: str, calibration: Any = Non
                 block += "\n" + render_slice_scaling(scaling, unit)
             if plan.placement is not None:
                 block += "\n" + render_placement(plan.placement)
+            if plan.accelerators is not None:
+                block += "\n" + render_choices(plan.accelerators)
         elif isinstance(plan, InferenceReport):
             block = render.render_inference(plan)
         elif isinstance(plan, LlmInferenceReport):

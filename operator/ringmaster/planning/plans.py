@@ -41,6 +41,7 @@ from ringmaster.engine.training import (
     TrainingPrediction,
     predict_training,
 )
+from ringmaster.planning.alternatives import Ranking, ranked_choices
 from ringmaster.planning.catalog import (
     CatalogError,
     installed_catalog,
@@ -157,6 +158,9 @@ class TrainingReport:
     # A gang of several GPU hosts: its step under each placement in a pool with topology, and
     # what spec.placement.topology: Auto decides from it (planning.placement).
     placement: PlacementTable | None = None
+    # A job with spec.accelerator.alternatives: every accelerator planned and ranked by its
+    # objective (planning.alternatives); `ringmaster plan` sets it.
+    accelerators: Ranking | None = None
 
     @property
     def dcn_share(self) -> float | None:
@@ -193,6 +197,11 @@ class TrainingReport:
                 {"slices": self.slices, "dcnShare": _sig(self.dcn_share)} if self.slices > 1 else {}
             ),
             **({"placement": self.placement.to_json()} if self.placement is not None else {}),
+            **(
+                {"accelerators": [c.to_k8s() for c in ranked_choices(self.accelerators)]}
+                if self.accelerators is not None
+                else {}
+            ),
         }
 
     def to_status(self) -> TrainingPlan:
