@@ -160,7 +160,9 @@ def test_the_mean_step_is_the_fixed_point_of_littles_law():
         point = B.load_points(terms, cap, rate, lengths, B.Lengths(256, 256))
         n, tau = float(point.running), float(point.step)
         assert n == pytest.approx(rate * float(cap.hold_steps) * tau)
-        again = B.expected_step(terms, n, rate * tau, lengths, 8192 - n)
+        h = float(cap.hold_steps)
+        decoding = n * (h - 1.0) / h  # the slots less the prompt steps
+        again = B.mean_step(terms, decoding, rate, lengths, 8192 - decoding)
         assert float(again) == pytest.approx(tau, rel=1e-2)  # the secant lands within 1%
     assert math.isinf(
         float(
@@ -495,7 +497,9 @@ def test_every_llm_point_is_reported_fitted_and_checked_apart(llm_points):
     median, largest = LC.checked_error_summary(dense)
     assert median <= 0.12 and largest <= LC.CHECKED_TOLERANCE
     fp4 = [r for r in moe if "FP4" in r.quantity]
-    assert len(fp4) == 12 and all(0.0 < r.error <= 0.6 for r in fp4)  # optimistic, unfitted
+    # optimistic, unfitted: FP4 borrows the FP8 fraction of its own peak (+27% to +63% since that
+    # fraction's refit on the batching model's backlog chain, +22% to +60% before)
+    assert len(fp4) == 12 and all(0.0 < r.error <= 0.65 for r in fp4)
     # the static table's batch-768 row, +52% before the FP8 GEMM efficiency, within 10% now
     b768 = next(r for r in rows if "b768" in r.quantity)
     assert abs(b768.error) <= 0.10

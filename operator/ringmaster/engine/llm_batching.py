@@ -13,34 +13,41 @@ which TensorRT-LLM's in-flight batching and SGLang's scheduler resemble:
 
 A seeded discrete-event simulation of exactly this scheduler is the reference (it lives in the
 test suite, ``tests/engine/llm_scheduler_reference.py``); this module is the fast method that
-sizing uses, stated once here and checked against the simulation from 10% to 95% load:
+sizing uses, stated once here and checked against the simulation from 10% to 99% load
+(tests/engine/test_latency_fixed_point.py states the agreement):
 
 - **Slots.** A replica runs at most ``c = min(S, K / m)`` sequences, ``K`` the cache's tokens and
   ``m`` the tokens a running sequence holds on average: its prompt, half its output weighted by
   how long it runs (``out (1 + cv^2) / 2``) and half a block (vLLM allocates blocks as a sequence
   grows); the whole ``input + output`` where the engine reserves a sequence's cache on admission
-  (TensorRT-LLM's GUARANTEED_NO_EVICT).
+  (TensorRT-LLM's GUARANTEED_NO_EVICT). A step finds a sequence length-biased too: its decode
+  context is ``in + out (1 + cv^2) / 2``.
+- **The step** carries the running decodes and the prompt tokens waiting at its start, up to the
+  room the decodes leave in the budget; what arrives while it runs waits for the next. That
+  backlog is a Markov chain over steps (engine.llm_prefill_queue): a long step lets more prompts
+  in, so the next is long too. It gives the mean step, its spread, and the TTFT of a request by
+  the backlog it lands in.
 - **Offline throughput** (no latency bound): all ``c`` slots run; each slot holds a request for
-  ``h = out - 1 + max(1, in / (T - c))`` steps (the first token comes from the prefill step), so
-  each step carries ``p = c in / h`` prompt tokens; if ``c + p`` exceeds the budget the budget
-  binds and ``c = T h / (h + in)``. Then ``lambda_max = c / (h x step(c, p))`` requests/s.
-- **Mean state at a rate lambda**: ``N = lambda h tau`` running (Little's law), ``p = lambda in
-  tau`` prompt tokens per step, and ``tau = step(N, p)``; the step is affine in ``tau`` on each
-  branch of the GEMM roofline, so the fixed point is closed-form.
-- **Waiting for a slot**: an M/G/c queue of ``c`` slots served at the saturated speed, with load
-  ``rho = lambda / lambda_max``. The probability of waiting is Halfin and Whitt's (Operations
-  Research 29(3), 1981) ``1 / (1 + beta Phi(beta) / phi(beta))`` with ``beta = sqrt(c) (1 - rho)
-  / sqrt(rho)``; the wait of those who wait is exponential with rate ``(lambda_max - lambda) x
-  2 / (1 + cv_h^2)`` (the M/M/c tail, scaled for the hold time's variability as Allen and
-  Cunneen's approximation does).
-- **TTFT** = the wait for a slot + the rest of the step under way (uniform in ``[0, tau]``) + the
-  steps that carry the prompt's chunks with the other prompts ahead of it. Its quantile adds the
-  three parts' means and the root of the sum of their squared excesses at the quantile (the
-  quantile of a sum of independent parts, to second order).
-- **TPOT** of a request is the mean step over its decode: the running count it sees is Poisson
-  about ``N`` (M/G/infinity), averaged over its own lifetime, which shrinks the deviations by
-  ``sqrt(2/3)`` (the triangular autocorrelation of an M/D/infinity count over one service time),
-  and pinned at ``c`` for the share of time the queue is not empty.
+  ``h = out - 1 + max(1, in / (T - c))`` steps, a step admits the ``c / h`` prompts the last one
+  freed, and the chain gives the mean step ``tau``: ``lambda_max = c / (h tau)``; if
+  ``c + c in / h`` exceeds the budget the budget binds and ``c = T h / (h + in)``.
+- **Mean state at a rate lambda**: ``N = lambda h tau`` in the slots (Little's law), the chain at
+  ``N (h - 1) / h`` decodes and Poisson arrivals at ``lambda``, ``tau`` its mean step: a fixed
+  point in ``tau`` (secant), never past the saturated step (beyond it the slots' queue takes the
+  excess).
+- **Waiting for a slot** (:func:`slot_wait`): the count in the slots as a diffusion whose
+  completions ``N / (h tau(N))`` follow the step as the count grows, over-dispersed by the
+  prompts' feedback (peakedness ``(1 + u^2 cv_in^2) / (1 - u)^2``, ``u`` the prompts' share of
+  the work); above the slots an exponential queue.
+- **TTFT** = the wait for a slot + the backlog chain's TTFT (the rest of the step under way, the
+  step that carries its prompt with what is ahead of it, and the steps its prompt's remainder
+  takes), as a mixture over the chain's states and its own prompt's length (nodes that resolve
+  the long tail); the quantile of base + wait is the wait's where it has mass there.
+- **TPOT** of a request is its life's steps over its decode tokens: the mean step, plus the
+  stretch of a life (the prompts that arrive in it lengthen its steps, amplified by ``1 /
+  (1 - u)``: variance ``k x per_token^2 lambda tau E[in^2] / (1 - u)^2`` over ``k`` steps) at
+  output lengths that resolve the short end, plus the longer steps of a crowd (the count's
+  quantile, capped at the slots).
 
 Everything is closed-form and vectorised: one call evaluates every rate (and configuration) of
 a grid at once.
@@ -49,18 +56,17 @@ a grid at once.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ringmaster.engine import llm_prefill_queue as prefill_queue
 from ringmaster.engine.llm_step import (
     KV_BLOCK_TOKENS,
     ServingTerms,
-    expert_fraction_read,
-    step_seconds,
     weights_read_seconds,
 )
 
@@ -147,17 +153,6 @@ def _normal_quantile(q: float) -> float:
     return 0.5 * (lo + hi)
 
 
-def _normal_cdf(x: F64) -> F64:
-    """Phi(x), vectorised (Abramowitz and Stegun 7.1.26 on erf: |error| < 1.5e-7)."""
-    z = np.abs(x) / math.sqrt(2.0)
-    t = 1.0 / (1.0 + 0.3275911 * z)
-    poly = t * (
-        0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
-    )
-    erf = 1.0 - poly * np.exp(-z * z)
-    return 0.5 * (1.0 + np.sign(x) * erf)
-
-
 # --- the scheduler's capacity ---------------------------------------------------------------------
 
 
@@ -185,6 +180,21 @@ def live_tokens(terms: ServingTerms, output_cv: ArrayLike, reserve_whole: bool =
     return terms.input_tokens + grow + 0.5 * KV_BLOCK_TOKENS
 
 
+def decode_context_terms(terms: ServingTerms, output_cv: ArrayLike) -> ServingTerms:
+    """The terms with a running sequence's context length-biased: a step finds a sequence with
+    probability proportional to how long it runs, so its output so far is ``out (1 + cv^2) / 2``
+    on average, not ``out / 2`` (equal for fixed lengths)."""
+    grow = 0.5 * terms.output_tokens * (1.0 + _f(output_cv) ** 2)
+    return terms._replace(context_tokens=terms.input_tokens + grow)
+
+
+def _default_lengths(terms: ServingTerms, input_lengths: Lengths | None) -> Lengths:
+    if input_lengths is not None:
+        return input_lengths
+    mean = float(np.mean(terms.input_tokens))
+    return Lengths(mean, mean)
+
+
 def capacity(
     terms: ServingTerms,
     max_num_seqs: ArrayLike,
@@ -197,10 +207,7 @@ def capacity(
     them busy (see the module's docstring)."""
     budget = _f(max_num_batched_tokens)
     kv_slots = np.floor(terms.kv_cache_tokens / live_tokens(terms, output_cv, reserve_whole))
-    if input_lengths is None:
-        input_lengths = Lengths(
-            float(np.mean(terms.input_tokens)), float(np.mean(terms.input_tokens))
-        )
+    input_lengths = _default_lengths(terms, input_lengths)
     c = np.minimum(_f(max_num_seqs), kv_slots)
     binds = np.where(_f(max_num_seqs) <= kv_slots, CAPACITY_MAX_NUM_SEQS, CAPACITY_KV_CACHE)
     n_in, n_out = terms.input_tokens, terms.output_tokens
@@ -210,8 +217,24 @@ def capacity(
     binds = np.where(over, CAPACITY_TOKEN_BUDGET, binds)
     c = np.where(over, c_budget, c)
     c = np.maximum(c, 0.0)
-    p = np.where(h > 0, c * n_in / np.maximum(h, 1e-9), 0.0)
-    tau = expected_step(terms, c, c / np.maximum(h, 1e-9), input_lengths, budget - c)
+    per_step = np.where(h > 0, c / np.maximum(h, 1e-9), 0.0)
+    p = per_step * n_in
+    # Saturated, a step admits the prompts of the slots the last one freed (c / h a step,
+    # whatever its length); they queue for the budget as at any load.
+    decoding = c * np.maximum(h - 1.0, 0.0) / np.maximum(h, 1.0)
+    shape = prefill_queue.step_shape(
+        decode_context_terms(terms, output_cv), decoding, prompt_span(input_lengths)
+    )
+    chain = prefill_queue.solve(
+        shape,
+        0.0,
+        budget - decoding,
+        input_lengths.mean,
+        input_lengths.sigma,
+        per_step=per_step,
+        scale=prefill_queue.unit_scale(per_step),
+    )
+    tau = chain.mean
     with np.errstate(divide="ignore", invalid="ignore"):
         rate = np.where(c >= 1.0, c / (h * tau), 0.0)
     return Capacity(c, rate, tau, h, p, kv_slots, binds.astype(np.int64))
@@ -223,112 +246,108 @@ def hold_steps(n_out: ArrayLike, n_in: ArrayLike, budget: ArrayLike, running: Ar
     return _f(n_out) - 1.0 + np.maximum(1.0, _f(n_in) / room)
 
 
-# Prompts per step: 0 .. _MAX_PROMPTS (the last absorbs the Poisson tail); a prompt's length at
-# three log-normal nodes (Gauss-Hermite: z = -sqrt 3, 0, sqrt 3 with weights 1/6, 2/3, 1/6).
-_MAX_PROMPTS = 4
-_NODES = np.array([-math.sqrt(3.0), 0.0, math.sqrt(3.0)])
-_NODE_WEIGHTS = np.array([1.0, 4.0, 1.0]) / 6.0
-_K = np.arange(_MAX_PROMPTS + 1, dtype=np.float64)
-_K_COLUMN = _K[:, None]
-_LOG_K_FACTORIAL = np.array([math.lgamma(k + 1.0) for k in range(_MAX_PROMPTS + 1)])
-
-
-class StepMoments(NamedTuple):
-    mean: F64  # E[step]
-    residual_mean: F64  # E[step^2] / (2 E[step]): the rest of the step an arrival finds
-    longest: F64  # the step of the longest likely lump (for the residual's upper quantiles)
-    residual_median: F64
-    variance: F64  # of one step
-
-
-@lru_cache(maxsize=64)
-def _prompt_nodes(mean: float, sigma: float) -> NDArray[np.float64]:
-    """The length of the prompts of a k-prompt step at the three nodes, (counts, nodes)."""
-    s = sigma / np.sqrt(np.maximum(_K, 1.0))[:, None]
-    return _f(mean * np.exp(s * _NODES - 0.5 * s * s))
-
-
-def _lumps(
+def mean_step(
     terms: ServingTerms,
     running: ArrayLike,
-    prompts_per_step: ArrayLike,
+    rate: ArrayLike,
     input_lengths: Lengths,
     room: ArrayLike,
-) -> tuple[F64, F64]:
-    """The step at each (prompt count, length node) and its probability, trailing two axes."""
-    n = _f(running)[..., None, None]
-    nu = np.maximum(_f(prompts_per_step), 1e-12)[..., None, None]
-    space = np.maximum(_f(room), 1.0)[..., None, None]
-    length = _prompt_nodes(input_lengths.mean, input_lengths.sigma)
-    # A prompt longer than the room left in the budget comes in chunks of that room.
-    chunk = np.minimum(length, space)
-    chunks = nu * length / chunk
-    weight = np.exp(_K_COLUMN * np.log(chunks) - chunks - _LOG_K_FACTORIAL[:, None])
-    # The last count takes the rest of the mass.
-    weight[..., -1, :] = np.maximum(1.0 - np.sum(weight[..., :-1, :], axis=-2), 0.0)
-    weight *= _NODE_WEIGHTS
-    p = np.minimum(_K_COLUMN * chunk, space)
-    # What the truncations (the last count, the room) leave out spills into the next steps: the
-    # steps carry all the prompt tokens on average, nu x mean, as far as the room allows.
-    carried = np.sum(p * weight, axis=(-2, -1), keepdims=True)
-    p = np.minimum(p + np.maximum(nu * input_lengths.mean - carried, 0.0), space)
-    # step_seconds, spelled out once per configuration and broadcast over the nodes.
-    t = terms
-    per_sequence = (
-        t.sequence_overhead
-        + t.allreduce_per_token
-        + t.context_tokens * t.kv_read_per_token
-        + t.kv_read_per_sequence
-    )
-    base = _f(t.overhead + t.allreduce_base + _f(running) * per_sequence)[..., None, None]
-    per_prompt = _f(t.allreduce_per_token + 0.5 * t.input_tokens * t.prefill_attention_per_context)[
-        ..., None, None
-    ]
-    decode = _f(_f(running) * t.gemm_per_token)[..., None, None]
-    # The weights streamed: the dense parts and the experts this lump's tokens touch.
-    streamed = _f(t.weights_read)[..., None, None] + _f(t.expert_weights_read)[
-        ..., None, None
-    ] * expert_fraction_read(_f(t.expert_miss_per_token)[..., None, None], n + p)
-    gemm = np.maximum(decode + _f(t.prefill_gemm_per_token)[..., None, None] * p, streamed)
-    return base + per_prompt * p + gemm, weight
-
-
-def step_moments(
-    terms: ServingTerms,
-    running: ArrayLike,
-    prompts_per_step: ArrayLike,
-    input_lengths: Lengths,
-    room: ArrayLike,
-) -> StepMoments:
-    """The step with ``running`` decodes when whole prompts arrive ``prompts_per_step`` at a time
-    on average (Poisson): a step carries k prompts (their chunks up to the ``room`` left in the
-    budget), not the mean's fraction of one. The GEMM roofline is convex in the prompt tokens, so
-    the lumps cost more than their mean: the prefill-chunk interference. An arrival lands in a
-    long step more often than in a short one (the inspection paradox), hence the residual."""
-    steps, weight = _lumps(terms, running, prompts_per_step, input_lengths, room)
-    mean = np.sum(steps * weight, axis=(-2, -1))
-    second = np.sum(steps * steps * weight, axis=(-2, -1))
-    biased = steps * weight / mean[..., None, None]  # length-biased: where arrivals land
-    likely = np.where(biased > 0.01, steps, 0.0)
-    return StepMoments(
-        mean,
-        0.5 * second / mean,
-        np.max(likely, axis=(-2, -1)),
-        0.5 * np.sum(steps * biased, axis=(-2, -1)),
-        second - mean * mean,
-    )
-
-
-def expected_step(
-    terms: ServingTerms,
-    running: ArrayLike,
-    prompts_per_step: ArrayLike,
-    input_lengths: Lengths,
-    room: ArrayLike,
+    scale: ArrayLike = 1.0,
 ) -> F64:
-    """The mean of :func:`step_moments`."""
-    steps, weight = _lumps(terms, running, prompts_per_step, input_lengths, room)
-    return _f(np.sum(steps * weight, axis=(-2, -1)))
+    """The mean step with ``running`` decodes and prompts arriving at ``rate`` per second
+    (the backlog chain of engine.llm_prefill_queue; ``scale`` mean prompts a backlog unit)."""
+    shape = prefill_queue.step_shape(terms, running, prompt_span(input_lengths))
+    chain = prefill_queue.solve(
+        shape, rate, room, input_lengths.mean, input_lengths.sigma, scale=scale
+    )
+    return _f(chain.mean)
+
+
+def prompt_span(lengths: Lengths) -> float:
+    """The prompt length a prompt token's attention sees on average: a token sits in a long
+    prompt more often, ``E[in^2] / E[in]`` (the step charges half of it, causal)."""
+    return lengths.mean * lengths.second_moment_ratio()
+
+
+# A prompt's own length by bins of its distribution, for TTFT's tail: the p99 of a TTFT is a long
+# prompt's more often than a long queue's at moderate load. An output's by bins of its short end,
+# for TPOT's: a request of a few tokens averages a few steps, and one long step shows in it.
+LONG_TAIL_BINS = (0.0, 0.6, 0.9, 0.98, 1.0)
+SHORT_TAIL_BINS = (0.0, 0.02, 0.1, 0.4, 1.0)
+
+
+def tail_nodes(lengths: Lengths, bins: tuple[float, ...] = LONG_TAIL_BINS) -> tuple[F64, F64]:
+    """The length's conditional mean in each of ``bins`` (probabilities; log-normal:
+    ``E[X | a < Z < b] = mean (Phi(b - sigma) - Phi(a - sigma)) / (Phi(b) - Phi(a))``) and the
+    bins' weights; the means keep the distribution's mean."""
+    s = lengths.sigma
+    z = [(-math.inf if p == 0.0 else math.inf if p == 1.0 else _normal_quantile(p)) for p in bins]
+    phi = [0.5 * math.erfc(-x / math.sqrt(2.0)) for x in z]
+    shifted = [0.5 * math.erfc(-(x - s) / math.sqrt(2.0)) for x in z]
+    weights = np.diff(phi)
+    values = lengths.mean * np.diff(shifted) / weights
+    return _f(values), _f(weights)
+
+
+# Points of the count's density below the slots (the diffusion's body, integrated on a grid).
+_COUNT_GRID = 48
+
+
+def slot_wait(
+    lam: ArrayLike,
+    offline_rate: ArrayLike,
+    slots: ArrayLike,
+    hold: ArrayLike,
+    occupied: ArrayLike,
+    peakedness: ArrayLike,
+    queue_variability: ArrayLike,
+    step_at: Callable[[F64], F64],
+) -> tuple[F64, F64]:
+    """P(a request waits for a slot) and the rate of its wait's exponential tail.
+
+    The count N of occupied slots as a diffusion: drift ``lam - f(N)``, completions ``f(N) =
+    N / (hold x tau(N))`` (``step_at``: the mean step with N sequences in the slots, on a
+    trailing axis of counts; ``offline_rate`` above the slots) and infinitesimal variance
+    ``2 z f(N)``, ``z`` the count's peakedness. ``f`` need not rise to the slots: past the
+    budget's sweet spot more decodes crowd the prompts out, and a replica whose completions peak
+    below its slots seldom fills them.
+    Its density is ``exp(int (lam - f) / (z f)) / f``: with a step that does not grow, the gamma
+    of mean ``occupied`` and variance ``z x occupied`` (skewed: bursts of arrivals pile up); with
+    a step that grows with the batch, a crowd is served more slowly and its tail is heavier. Above
+    the slots a step admits what the last one freed, whatever its length, so the prompts'
+    feedback behind ``z`` is cut: the queue is exponential with variance ``lam x
+    queue_variability`` (Allen and Cunneen: arrivals' 1 + the hold's squared CV), joined to the
+    body where ``variance x density`` is continuous. With Poisson counts and a fixed step this is
+    Halfin and Whitt's M/M/c limit (Operations Research 29(3), 1981)."""
+    lam, top, c = _f(lam), _f(offline_rate), _f(slots)
+    h, r = _f(hold), _f(occupied)
+    z = np.maximum(_f(peakedness), 1e-6)
+    sd = np.sqrt(np.maximum(r * z, 1e-12))
+    low = np.clip(r - 8.0 * sd, 0.5, np.maximum(c - 1e-6, 0.5))
+    grid = low[..., None] + (c - low)[..., None] * np.linspace(0.0, 1.0, _COUNT_GRID)
+    step = np.maximum(step_at(grid), 1e-12)
+    rate_out = np.maximum(grid / (h[..., None] * step), 1e-12)
+    kappa = (lam[..., None] - rate_out) / (z[..., None] * rate_out)
+    width = (c - low)[..., None] / (_COUNT_GRID - 1)
+    integral = np.concatenate(
+        [
+            np.zeros((*np.shape(kappa)[:-1], 1)),
+            np.cumsum(0.5 * (kappa[..., 1:] + kappa[..., :-1]), axis=-1),
+        ],
+        axis=-1,
+    )
+    log_density = integral * width - np.log(rate_out)
+    peak = np.max(log_density, axis=-1, keepdims=True)
+    density = np.exp(log_density - peak)
+    body = np.sum(0.5 * (density[..., 1:] + density[..., :-1]), axis=-1) * width[..., 0]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        spare = top - lam
+        tail = np.where(spare > 0.0, density[..., -1] * z * top / spare, np.inf)
+        p_wait = np.where(np.isfinite(tail), tail / (body + tail), 1.0)
+        # the queue's exponential decay per waiting request, and so per second of wait
+        decay = 2.0 * spare / (lam * np.maximum(_f(queue_variability), 1e-6))
+        theta = np.where(spare > 0.0, decay * top, 0.0)
+    return p_wait, theta
 
 
 # --- the load curve -------------------------------------------------------------------------------
@@ -339,17 +358,17 @@ class LoadPoint(NamedTuple):
 
     rate: F64
     load: F64  # rate / lambda_max
-    running: F64  # N, mean running sequences
+    running: F64  # N, mean sequences in the slots (Little's law: rate x hold x step)
     step: F64  # tau, the mean step
     wait_probability: F64  # P(a request waits for a slot)
     ttft: dict[float, F64]  # quantile -> seconds
     tpot: dict[float, F64]
 
 
-def _mean_step(terms: ServingTerms, lam: F64, h: F64) -> F64:
-    """tau at rate lam (closed form on each GEMM roofline branch; inf where it cannot keep up).
-    A mixture of experts streams the experts of one token here (a lower bound: the touched
-    experts grow with the step's tokens, which the rounds of :func:`load_points` add)."""
+def _closed_form_step(terms: ServingTerms, lam: F64, h: F64) -> F64:
+    """tau at rate lam with every step at the mean prompt tokens (closed form on each GEMM
+    roofline branch; inf where it cannot keep up): the fixed point's starting point, a lower
+    bound (prompts come whole, and a step's cost is convex in them)."""
     t = terms
     streamed = weights_read_seconds(t, 1.0)
     fixed = t.overhead + t.allreduce_base
@@ -375,24 +394,36 @@ def load_points(
 ) -> LoadPoint:
     """TTFT and TPOT quantiles at each arrival ``rate`` (requests/s per replica); infinite at and
     beyond the offline maximum."""
+    terms = decode_context_terms(terms, output_lengths.cv)
     lam = _f(rate)
     budget = _f(max_num_batched_tokens)
     c = cap.slots
     h = cap.hold_steps
     rho = np.where(cap.rate > 0.0, lam / np.where(cap.rate > 0.0, cap.rate, 1.0), np.inf)
     stable = rho < 1.0
+    decode_share = np.maximum(h - 1.0, 0.0) / np.maximum(h, 1.0)
 
-    def advance(tau: F64) -> F64:  # one round of the fixed point tau = E[step(N(tau), p(tau))]
+    def decoding(tau: F64) -> F64:
+        return np.minimum(lam * h * tau, c) * decode_share
+
+    span = prompt_span(input_lengths)
+    sigma = input_lengths.sigma
+    # the backlog's unit: the saturated replica's prompts a step (more never come a step)
+    scale = prefill_queue.unit_scale(c / np.maximum(h, 1.0))
+
+    def chain_at(tau: F64) -> tuple[prefill_queue.StepShape, prefill_queue.PrefillChain]:
         safe = np.where(stable & np.isfinite(tau), tau, cap.step)  # unstable points: ignored
-        n = np.minimum(lam * h * safe, c)
-        return expected_step(terms, n, lam * safe, input_lengths, budget - n)
+        n = decoding(safe)
+        shape = prefill_queue.step_shape(terms, n, span)
+        chain = prefill_queue.solve(shape, lam, budget - n, input_lengths.mean, sigma, scale=scale)
+        return shape, chain
 
-    # The lumps' correction to the closed-form step: the map is nearly linear, so a secant
-    # through two rounds lands on its fixed point, and one more round from there confirms it.
-    tau0 = _mean_step(terms, lam, h)
-    tau0 = np.where(np.isfinite(tau0), tau0, cap.step)  # past the lump-free model's own limit
-    f0 = advance(tau0)
-    f1 = advance(f0)
+    # tau depends on itself only through the decodes' count: the map is nearly linear, so a
+    # secant through two rounds lands on its fixed point; the chain is taken there.
+    tau0 = _closed_form_step(terms, lam, h)
+    tau0 = np.where(np.isfinite(tau0), np.minimum(tau0, cap.step), cap.step)
+    f0 = chain_at(tau0)[1].mean
+    f1 = chain_at(f0)[1].mean
     with np.errstate(divide="ignore", invalid="ignore"):
         slope = (f1 - f0) / (f0 - tau0)
         secant = np.where(
@@ -400,27 +431,74 @@ def load_points(
             tau0 + (f0 - tau0) / (1.0 - slope),
             f1,
         )
-    tau = advance(np.maximum(secant, tau0))
-    n = np.minimum(lam * h * tau, c)
-    p = lam * terms.input_tokens * tau
-
-    # Waiting for a slot: Halfin-Whitt's probability, the M/M/c tail scaled for the hold time.
-    safe_rho = np.clip(rho, 1e-12, 1.0 - 1e-12)
-    beta = np.sqrt(np.maximum(c, 1.0)) * (1.0 - safe_rho) / np.sqrt(safe_rho)
-    density = np.exp(-0.5 * np.minimum(beta * beta, 1400.0)) / math.sqrt(2.0 * math.pi)
-    p_wait = np.where(stable, density / (density + beta * _normal_cdf(beta)), 1.0)
-    cv_h = output_lengths.cv * terms.output_tokens / np.maximum(h, 1.0)
-    theta = (cap.rate - lam) * 2.0 / (1.0 + cv_h * cv_h)
+    secant = np.maximum(secant, tau0)
+    shape, chain = chain_at(secant)
+    # Below the offline maximum the slots' queue, not a longer step, takes the excess: a step
+    # is never longer than the saturated one (then every slot is busy).
+    tau = np.minimum(secant, cap.step)
+    occupied = lam * h * tau  # requests in the slots (Little's law)
+    n = decoding(secant)  # the decodes the chain was solved at
     room = np.maximum(budget - n, 1.0)
 
-    def prefill(length: float) -> F64:
-        """The steps that carry a prompt of ``length`` with the p prompt tokens around it."""
-        chunk = np.minimum(length + p, room)
-        steps = np.maximum(1.0, (length + p) / room)
-        return steps * step_seconds(terms, n, chunk, prompt_length=length)
+    # How a request's life of h steps stretches: every prompt that arrives in it is served in it,
+    # and lengthens the steps that let more arrive (the prompts' share u of the work amplifies
+    # their noise by 1 / (1 - u)); a short life sees its few steps' own spread.
+    empty = shape.at(0.0)
+    per_token = (shape.at(room) - empty) / room
+    u = np.minimum(lam * input_lengths.mean * per_token, 0.99)
+    second = input_lengths.mean**2 * input_lengths.second_moment_ratio()
+    stretch = per_token**2 * lam * tau * second / (1.0 - u) ** 2  # per step of a long life
 
-    pre_mean = prefill(input_lengths.mean)
-    moments = step_moments(terms, n, lam * tau, input_lengths, room)
+    def life_variance(steps: ArrayLike, stretch: ArrayLike) -> F64:
+        """A life of k steps: k x the long-window variance a step. A short life's own few steps
+        vary less (k^2 Var S would bound it), but that bound falls where a full budget makes
+        the steps alike near the offline maximum: the long-window figure, conservative for a
+        few-token request and rising with the rate, is kept."""
+        return _f(steps) * _f(stretch)[..., None]
+
+    # Waiting for a slot: the count of occupied slots as a diffusion (slot_wait). Its
+    # peakedness: a life's arrivals A and its length T feed each other (A = lam T + noise,
+    # T = T0 + (u / lam) A + the prompts' length noise), so A = (lam T0 + noise) / (1 - u) and
+    # Var A / E A = (1 + u^2 cv_in^2) / (1 - u)^2 (1 for a Poisson count: no prompts' share).
+    peakedness = (1.0 + u * u * input_lengths.cv**2) / (1.0 - u) ** 2
+    cv_h = output_lengths.cv * terms.output_tokens / np.maximum(h, 1.0)
+    grown = prefill_queue.step_shape(terms, n + 1.0, span).at(0.0)
+    # The mean step with N in the slots: the mean-field step (N (h - 1) / h decodes, N / h
+    # prompts a step), scaled to the chain's at the mean count and to the saturated one at the
+    # slots, the scale interpolated between them.
+    grid_terms = ServingTerms(*(_f(x)[..., None] for x in terms))
+
+    def mean_field(count: F64) -> F64:
+        field = prefill_queue.step_shape(grid_terms, count * decode_share[..., None], span)
+        per_step = count / np.maximum(h, 1.0)[..., None] * input_lengths.mean
+        return field.at(np.minimum(per_step, np.maximum(budget[..., None] - count, 1.0)))
+
+    ends = np.stack(np.broadcast_arrays(np.minimum(occupied, c), c), axis=-1)
+    scale = np.stack(np.broadcast_arrays(tau, cap.step), axis=-1)
+    scale = scale / np.maximum(mean_field(ends), 1e-12)
+
+    def step_at(count: F64) -> F64:
+        share = (count - ends[..., :1]) / np.maximum(ends[..., 1:] - ends[..., :1], 1e-9)
+        share = np.clip(share, 0.0, 1.0)
+        return _f(mean_field(count) * (scale[..., :1] + share * (scale[..., 1:] - scale[..., :1])))
+
+    p_wait, theta = slot_wait(lam, cap.rate, c, h, occupied, peakedness, 1.0 + cv_h * cv_h, step_at)
+    p_wait = np.where(stable, p_wait, 1.0)
+
+    parts = prefill_queue.ttft_parts(shape, chain, room, sigma, *tail_nodes(input_lengths))
+    base_mean = np.sum(parts.weight * parts.mean, axis=-1)
+    # TPOT: a request's decode steps over its life, at three output lengths.
+    output_nodes, output_weights = tail_nodes(output_lengths, SHORT_TAIL_BINS)
+    outputs = np.maximum(output_nodes - 1.0, 1.0)
+    # (With every slot busy the feedback is cut and the reference's TPOT p99 can even fall near
+    # the offline maximum; the stretch is kept there, a conservative TPOT that never falls.)
+    life = life_variance(outputs, stretch)
+    nodes = (*np.shape(chain.mean), outputs.size)
+    tpot_parts = prefill_queue.TtftParts(
+        np.broadcast_to(output_weights, nodes),
+        np.broadcast_to(chain.mean[..., None], nodes),
+        np.broadcast_to(life / outputs**2, nodes),
+    )
     ttft: dict[float, F64] = {}
     tpot: dict[float, F64] = {}
     for q in quantiles:
@@ -428,24 +506,22 @@ def load_points(
             wait_q = np.where(
                 p_wait > 1.0 - q, np.log(np.maximum(p_wait, 1e-300) / (1.0 - q)) / theta, 0.0
             )
-        residual_q = q * moments.longest if q > 0.5 else moments.residual_median
-        base_mean = moments.residual_mean + pre_mean
-        base_q = base_mean + np.sqrt(
-            (residual_q - moments.residual_mean) ** 2
-            + (prefill(input_lengths.quantile(q)) - pre_mean) ** 2
-        )
+        base_q = prefill_queue.mixture_quantile(parts, q)
         # The quantile of base + wait: the wait's when it has any mass there, else the base's.
         total = np.maximum(base_q, base_mean + wait_q)
         ttft[q] = np.where(stable, total, np.inf)
-        spread = _LIFETIME_SHRINK * _z(q) * np.sqrt(n)
-        seen = np.where(p_wait >= 1.0 - q, c, np.minimum(n + spread, c))
-        crowd = expected_step(terms, seen, lam * tau, input_lengths, budget - seen) - moments.mean
-        # The prompts that land in a request's own decode steps: the mean of out - 1 steps.
-        lumps = _z(q) * np.sqrt(np.maximum(moments.variance, 0.0) / np.maximum(h - 1.0, 1.0))
-        per_token = moments.mean + np.sign(crowd) * np.sqrt(crowd * crowd + lumps * lumps)
-        tpot[q] = np.where(stable, per_token, np.inf)
+        # A request that lives while more run than on average decodes in longer steps.
+        seen = np.minimum(n + _LIFETIME_SHRINK * _z(q) * np.sqrt(peakedness * n), c * decode_share)
+        crowd = (seen - n) * (grown - empty)
+        life_q = prefill_queue.mixture_quantile(tpot_parts, q) - chain.mean
+        # Added, not in quadrature: the count's excursion and a life's stretch come from the same
+        # bursts of prompts; and their sum rises with the rate where the count is pinned at the
+        # slots (the step at the count a request sees, min(n + spread, c), never falls).
+        per_token_q = chain.mean + crowd + life_q
+        tpot[q] = np.where(stable, per_token_q, np.inf)
     unstable = np.where(stable, 0.0, np.inf)
-    return LoadPoint(lam, rho, n + unstable, tau + unstable, p_wait, ttft, tpot)
+    running = np.minimum(occupied, c)
+    return LoadPoint(lam, rho, running + unstable, tau + unstable, p_wait, ttft, tpot)
 
 
 # --- the rates that meet the SLOs ----------------------------------------------------------------
