@@ -55,7 +55,7 @@ format:  ## apply ruff's formatting and safe fixes
 bench-engine:  ## the engine's speed: evaluations per second, one plan's latency, import time
 	$(PYTHON) benchmarks/bench_engine.py
 
-bench-scale:  ## the operator on 2000 simulated A100 hosts with 300 gangs (about 20 minutes)
+bench-scale:  ## the operator on 2000 simulated A100 hosts in blocks of 16 with 300 gangs (about 20 minutes)
 	RINGMASTER_BIN_DIR=$(BIN_DIR) $(PYTHON) benchmarks/bench_scale.py
 
 crds:  ## regenerate crds/ and docs/api.md from the API models, and the chart's copy of crds/

@@ -17,7 +17,12 @@ Brings up a private kwok cluster (`ringmaster-scale`) and, in one run:
 It prints figures and asserts nothing about time. Usage:
 
     python benchmarks/bench_scale.py [--hosts 2000] [--jobs 300] [--workers 8] [--waves 5]
-        [--keep]
+        [--block-hosts 16] [--keep]
+
+``--block-hosts N`` labels the pool's hosts into GKE topology blocks of N hosts (host i in block
+b<i // N>), so admission packs each gang by topology (issue 43); the default is the local pool's
+own (localcluster/pools.py, BLOCK_HOSTS), and 0 leaves the hosts without topology labels, as
+before issue 43: run both to compare the operator with and without topology in its cycle.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import time
 import urllib.request
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +48,7 @@ sys.path.insert(0, str(REPO))
 
 from ringmaster.api import TrainingJobSpec  # noqa: E402
 from ringmaster.localcluster.cluster import Binaries, LocalCluster  # noqa: E402
-from ringmaster.localcluster.pools import POOLS_BY_NAME  # noqa: E402
+from ringmaster.localcluster.pools import POOLS, POOLS_BY_NAME, PoolTemplate  # noqa: E402
 from ringmaster.localcluster.ports import free_port  # noqa: E402
 from ringmaster.manifests.training import (  # noqa: E402
     PoolPlacement,
@@ -75,6 +81,20 @@ def job(name: str, workers: int) -> dict[str, object]:
             "template": {"image": "trainer:1"},
         },
     }
+
+
+def pools_with_blocks(block_hosts: int) -> tuple[PoolTemplate, ...]:
+    """The local cluster's pools, the bench's pool in topology blocks of ``block_hosts`` hosts
+    (0: no topology labels at all)."""
+    return tuple(replace(p, block_hosts=block_hosts) if p.name == POOL else p for p in POOLS)
+
+
+def blocks_described(hosts: int, block_hosts: int) -> str:
+    """What the bench's pool looks like to topology-aware admission."""
+    if not block_hosts:
+        return "none (no topology labels: admission places gangs by room only)"
+    blocks = -(-hosts // block_hosts)
+    return f"{blocks} GKE blocks of {block_hosts} hosts (cloud.google.com/gce-topology-block)"
 
 
 def histogram_buckets(
@@ -186,6 +206,8 @@ class PodClock:
             "name": name,
             "phase": status.get("phase"),
             "schedulable": conditions.get("Schedulable", {}).get("status"),
+            # the topology blocks admission put the gang in (status.admission.blocks)
+            "blocks": len((status.get("admission") or {}).get("blocks") or []),
         }
 
     def _record(self, kind: str, pod: dict[str, Any], now: float) -> None:
@@ -352,6 +374,18 @@ def submit_jobs(clock: PodClock, jobs: list[dict[str, Any]]) -> None:
 def job_states(clock: PodClock) -> list[dict[str, Any]]:
     """Every job's phase and Schedulable status, as the bench's watch last saw them."""
     return list(dict(clock.jobs).values())
+
+
+def blocks_per_gang(clock: PodClock) -> str:
+    """How many topology blocks each admitted gang's hosts span, as its status says: with
+    blocks, a gang that fits one block should get one."""
+    admitted = [s for s in job_states(clock) if s["schedulable"] == "True"]
+    counts = Counter(s["blocks"] for s in admitted)
+    if not counts or set(counts) == {0}:
+        return "- (no blocks recorded: the pool has no topology labels)"
+    return ", ".join(
+        f"{n} gangs in {b} block{'s' if b != 1 else ''}" for b, n in sorted(counts.items())
+    )
 
 
 def wave_stages(clock: PodClock, finished: list[str], started: list[str]) -> str:
@@ -548,6 +582,12 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=300)
     parser.add_argument("--workers", type=int, default=8, help="workers (hosts) per job")
     parser.add_argument("--waves", type=int, default=5, help="churn: waves of finishing gangs")
+    parser.add_argument(
+        "--block-hosts",
+        type=int,
+        default=POOLS_BY_NAME[POOL].block_hosts,
+        help="hosts per topology block (default: the local pool's own; 0: no topology labels)",
+    )
     parser.add_argument("--keep", action="store_true", help="leave the cluster up")
     parser.add_argument(
         "--kwok-pod-workers",
@@ -582,7 +622,7 @@ def main() -> int:
     sizes = dict.fromkeys(POOLS_BY_NAME, 0) | {POOL: args.hosts}
     cluster = LocalCluster(Binaries.locate(bin_dir), "ringmaster-scale", args.kwok_pod_workers)
     start = time.monotonic()
-    cluster.up(sizes, wait_seconds=900)
+    cluster.up(sizes, wait_seconds=900, pools=pools_with_blocks(args.block_hosts))
     nodes_up = time.monotonic() - start
     cluster.kubectl("apply", "--server-side", "-f", str(REPO / "crds"))
     cluster.kubectl("wait", "--for=condition=Established", "-f", str(REPO / "crds"))
@@ -650,12 +690,14 @@ def main() -> int:
         rss = re.search(r"^process_resident_memory_bytes (\S+)", metrics, re.M)
 
         print(f"hosts                           {args.hosts} (a2-highgpu-8g, 8 GPUs each)")
+        print(f"topology_blocks                 {blocks_described(args.hosts, args.block_hosts)}")
         print(f"kwok_pod_workers                {args.kwok_pod_workers or '4 (kwok default)'}")
         print(f"nodes_ready_seconds             {nodes_up:.1f}")
         print(f"load_average_at_start           {' '.join(f'{x:.1f}' for x in load_before)}")
         print(f"jobs_submitted                  {args.jobs} x {args.workers} workers")
         print(f"jobs_admitted                   {admitted} (room for {fits} whole gangs)")
         print(f"partial_gangs                   {len(partial)} {partial[:5]}")
+        print(f"blocks_per_admitted_gang        {blocks_per_gang(clock)}")
         decided_text = f"{decided_at:.1f}" if decided_at is not None else "not all decided"
         print(f"seconds_until_all_decided       {decided_text}")
         print(f"operator_seconds_to_all_running {operator_seconds:.1f}")

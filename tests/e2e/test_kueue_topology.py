@@ -24,7 +24,7 @@ from ringmaster.placement.labels import GKE_NODEPOOL, GPU_RESOURCE
 from ringmaster.placement.topology import GKE_BLOCK
 from tests.e2e.kube import Cluster, OperatorProcess, wait_for
 from tests.e2e.test_kueue import workload_of
-from tests.e2e.test_topology import POOL, gang, hosts
+from tests.e2e.test_topology import POOL, blocks_now, gang, relabel_blocks
 from tests.e2e.test_trainingjob import condition, wait_phase
 
 pytestmark = pytest.mark.e2e
@@ -38,10 +38,9 @@ def tas_queue(
 ) -> Iterator[dict[str, str]]:
     """The pool's hosts in two GKE blocks; a Topology of (block, host); a TAS ResourceFlavor on
     the pool; a ClusterQueue with quota for both hosts of a block; a LocalQueue ``team``."""
-    names = hosts(cluster)
-    block = {name: f"b{i // 2}" for i, name in enumerate(names)}
-    for name, value in block.items():
-        cluster.kubectl("label", "node", name, f"{GKE_BLOCK}={value}", "--overwrite")
+    own = blocks_now(cluster)
+    block = {name: f"b{i // 2}" for i, name in enumerate(sorted(own))}
+    relabel_blocks(cluster, block)
     suffix = uuid.uuid4().hex[:6]
     topology, flavor, cluster_queue = f"blocks-{suffix}", f"tas-{suffix}", f"tas-{suffix}"
     cluster.apply(
@@ -106,7 +105,7 @@ def tas_queue(
         cluster.kubectl("delete", "clusterqueue", cluster_queue, "--wait=false", check=False)
         cluster.kubectl("delete", "resourceflavor", flavor, "--wait=false", check=False)
         cluster.kubectl("delete", "topology", topology, "--wait=false", check=False)
-        cluster.kubectl("label", "node", *names, f"{GKE_BLOCK}-", check=False)
+        relabel_blocks(cluster, own)  # the pool's own blocks (localcluster/pools.py)
 
 
 def labelled(name: str, topology: str | None = None) -> dict[str, Any]:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
+from ringmaster.engine.hardware import DEFAULT_CATALOG
 from ringmaster.localcluster.cluster import pool_summary
 from ringmaster.localcluster.pools import (
+    BLOCK_HOSTS,
+    NVL72_TRAYS,
     POOLS,
     POOLS_BY_NAME,
     node_list,
@@ -16,6 +20,14 @@ from ringmaster.localcluster.pools import (
     parse_sizes,
 )
 from ringmaster.placement import labels as L
+from ringmaster.placement.topology import (
+    GKE_BLOCK,
+    GKE_SUBBLOCK,
+    NVLINK_CLIQUE,
+    choose_hosts,
+    node_topology,
+    topologies,
+)
 
 pytestmark = pytest.mark.unit
 REPO = Path(__file__).resolve().parents[2]
@@ -208,3 +220,75 @@ def test_cluster_up_names_the_component_that_is_gone_and_deletes_nothing_unasked
     # Asked: deleted and created anew.
     cluster.up({}, recreate=True)
     assert deleted == [True]
+
+
+# --- topology labels (issue 43) ------------------------------------------------------------------
+
+
+def test_gpu_hosts_fill_blocks_in_order_and_keep_their_labels_when_a_pool_grows():
+    pool = POOLS_BY_NAME["a100-highgpu-8g"]
+    assert pool.block_hosts == BLOCK_HOSTS == 16
+    small = node_list({pool.name: 8})["items"]
+    grown = node_list({pool.name: 40})["items"]
+    labels = {n["metadata"]["name"]: n["metadata"]["labels"] for n in grown}
+    blocks = [labels[f"{pool.name}-{i:04d}"][GKE_BLOCK] for i in range(40)]
+    assert blocks == ["b0"] * 16 + ["b1"] * 16 + ["b2"] * 8
+    # a resize adds hosts; the hosts there keep their blocks (the labels follow the index)
+    assert all(labels[n["metadata"]["name"]] == n["metadata"]["labels"] for n in small)
+    assert GKE_SUBBLOCK not in labels[f"{pool.name}-0000"]
+    assert NVLINK_CLIQUE not in labels[f"{pool.name}-0000"]
+
+
+@pytest.mark.parametrize("name", ["t4-serving", "tpu-v4-2x2x4", "reducers", "default-pool"])
+def test_pools_without_a_topology_carry_none(name):
+    labels = node_manifest(POOLS_BY_NAME[name], 0)["metadata"]["labels"]
+    assert not {GKE_BLOCK, GKE_SUBBLOCK, NVLINK_CLIQUE} & set(labels)
+    assert not node_topology(labels).packable
+
+
+def test_gb200_trays_are_in_nvl72_racks_of_18_one_clique_and_subblock_each():
+    pool = POOLS_BY_NAME["gb200-nvl72"]
+    assert (pool.instance_type, pool.accelerator, pool.accelerators_per_node) == (
+        "a4x-highgpu-4g",
+        "nvidia-gb200",
+        4,
+    )
+    assert pool.default_size == 0  # 18 hosts a rack: sized with --pool gb200-nvl72=36
+    trays = [node_manifest(pool, i)["metadata"]["labels"] for i in range(NVL72_TRAYS * 5)]
+    topo = [node_topology(t) for t in trays]
+    # a clique per rack of 18 trays, 72 GPUs: what the catalog's a4x-highgpu-4g says
+    assert DEFAULT_CATALOG.machine("a4x-highgpu-4g").nvlink_domain == NVL72_TRAYS * 4
+    assert len({t.clique for t in topo}) == 5
+    assert all(topo[i].clique == topo[i // NVL72_TRAYS * NVL72_TRAYS].clique for i in range(90))
+    assert topo[17].clique != topo[18].clique
+    # the GCE sub-block is the rack (the NVLink domain); blocks of 4 racks
+    assert [t.value(GKE_SUBBLOCK) for t in topo[16:20]] == ["s0", "s0", "s1", "s1"]
+    assert {t.value(GKE_BLOCK) for t in topo[:72]} == {"b0"} and topo[72].value(GKE_BLOCK) == "b1"
+    assert topo[72].value(GKE_SUBBLOCK) == "s0"
+    # GPU Feature Discovery's format: <cluster UUID>.<clique id>
+    assert trays[18][NVLINK_CLIQUE].endswith(".1") and len(trays[18][NVLINK_CLIQUE]) <= 63
+
+
+def test_a_tensor_group_across_trays_is_placed_inside_one_rack():
+    """placement.topology reads the pool's labels: a gang of 4 trays in TP groups of 2, tray 16
+    busy, gets the 4 trays of the second rack, not 17-20 (which would split a group)."""
+    pool = POOLS_BY_NAME["gb200-nvl72"]
+    free = topologies(
+        (n["metadata"]["name"], n["metadata"]["labels"])
+        for n in (node_manifest(pool, i) for i in range(17, 22))
+    )
+    choice = choose_hosts(free, 4, (2,))
+    assert choice is not None and choice.nvlink_intact
+    assert choice.hosts == tuple(f"gb200-nvl72-{i:04d}" for i in range(18, 22))
+
+
+def test_node_list_takes_other_pool_definitions():
+    """The scale bench's blocks of another size, or none."""
+    pool = POOLS_BY_NAME["a100-highgpu-8g"]
+    pools = [replace(pool, block_hosts=32)]
+    nodes = node_list({pool.name: 64}, pools)["items"]
+    assert {n["metadata"]["labels"][GKE_BLOCK] for n in nodes} == {"b0", "b1"}
+    bare = node_list({pool.name: 4}, [replace(pool, block_hosts=0)])["items"]
+    assert not any(GKE_BLOCK in n["metadata"]["labels"] for n in bare)
+    with pytest.raises(ValueError):
+        node_list({"reducers": 1}, pools)

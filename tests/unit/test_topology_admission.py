@@ -21,7 +21,12 @@ from ringmaster.admission.cycle import (
 from ringmaster.admission.snapshot import ClusterSnapshot, NodeFacts, shape
 from ringmaster.placement.pools import node_from_object
 from ringmaster.placement.topology import GKE_BLOCK, NVLINK_CLIQUE, blocks_forced, node_topology
-from tests.unit.training_world import NOW, REDUCER_REQUEST, bound_pod, node_objects
+from tests.unit.training_world import (
+    NOW,
+    REDUCER_REQUEST,
+    bound_pod,
+    untopologised_node_objects,
+)
 
 pytestmark = pytest.mark.unit
 POOL = "a100-highgpu-8g"
@@ -30,8 +35,9 @@ SETTINGS = QueueingSettings()
 
 
 def nodes(blocks: list[int], label: str = GKE_BLOCK) -> list[NodeFacts]:
-    """len(blocks) hosts of the A100 pool, host i in block blocks[i]."""
-    objects = node_objects({POOL: len(blocks)})
+    """len(blocks) hosts of the A100 pool, host i in block blocks[i] (the pool's own blocks
+    dropped)."""
+    objects = untopologised_node_objects({POOL: len(blocks)})
     for obj, block in zip(objects, blocks, strict=True):
         obj["metadata"]["labels"][label] = f"b{block}"
     return [NodeFacts.from_node(node_from_object(o)) for o in objects]

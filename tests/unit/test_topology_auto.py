@@ -29,6 +29,7 @@ from ringmaster.engine.placement_cost import (
     DEFAULT_SPINE_OVERSUBSCRIPTION,
     PlacementShape,
 )
+from ringmaster.localcluster.pools import POOLS_BY_NAME, node_manifest
 from ringmaster.placement.pools import node_from_object
 from ringmaster.placement.topology import GKE_BLOCK, NVLINK_CLIQUE
 from ringmaster.planning import plan_training
@@ -46,8 +47,8 @@ from tests.unit.training_world import (
     TrainingWorld,
     bound_pod,
     job,
-    node_objects,
     spec,
+    untopologised_node_objects,
 )
 
 pytestmark = pytest.mark.unit
@@ -98,7 +99,7 @@ def nvl72_spec() -> TrainingJobSpec:
 def a100_world(blocks: list[int], busy: list[int]) -> TrainingWorld:
     """Hosts of the A100 pool, host i in block b<blocks[i]>, the hosts in ``busy`` taken."""
     world = TrainingWorld({"tpu-v4-2x2x4": 0})
-    objects = node_objects({POOL: len(blocks)})
+    objects = untopologised_node_objects({POOL: len(blocks)})
     for obj, block in zip(objects, blocks, strict=True):
         obj["metadata"]["labels"][GKE_BLOCK] = f"b{block}"
     facts = [NodeFacts.from_node(node_from_object(o)) for o in objects]
@@ -109,7 +110,7 @@ def a100_world(blocks: list[int], busy: list[int]) -> TrainingWorld:
 
 def gb200_trays(cliques: list[int]) -> list[NodeFacts]:
     """GB200 NVL72 trays (a4x-highgpu-4g, 4 GPUs), tray i in NVLink clique c<cliques[i]>."""
-    objects = node_objects({POOL: len(cliques)})
+    objects = untopologised_node_objects({POOL: len(cliques)})
     for i, (obj, clique) in enumerate(zip(objects, cliques, strict=True)):
         name = f"{GB200_POOL}-{i:04d}"
         labels = obj["metadata"]["labels"]
@@ -341,3 +342,34 @@ def test_placement_plan_round_trips_through_status() -> None:
         "stepSeconds": 2.04,
         "lossPercent": 0.0,
     }
+
+
+def test_the_local_gb200_pool_as_labelled_keeps_tensor_groups_inside_a_rack() -> None:
+    """The trays as `ringmaster cluster up --pool gb200-nvl72=22` labels them (racks of 18,
+    localcluster/pools.py), trays 16-21 only; the e2e's job (Llama-3-70B, TP8 over 2 trays): with
+    trays 16 and 18 busy it waits for a clique; with 18 free it gets the second rack's 18-21."""
+    pool = POOLS_BY_NAME[GB200_POOL]
+    objects = [node_manifest(pool, i) for i in range(16, 22)]
+    for obj in objects:
+        obj["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    trays = [NodeFacts.from_node(node_from_object(o)) for o in objects]
+    name = {i: f"{GB200_POOL}-{i:04d}" for i in range(16, 22)}
+    text = NVL72_JOB.replace("workers: 36", "workers: 4").replace(
+        "globalBatchSize: 288", "globalBatchSize: 16"
+    )
+    (manifest,) = load_manifests(text, source="test")
+    assert isinstance(manifest.spec, TrainingJobSpec)
+    the_job = job(manifest.spec, name="tp-over-trays")
+    world = TrainingWorld({"tpu-v4-2x2x4": 0})
+    busy = [bound_pod(f"busy-{i}", name[i], gpus=4) for i in (16, 18)]
+    world.snapshot = ClusterSnapshot.rebuilt(REDUCER_REQUEST, trays, busy)
+    planner = planner_on(DEFAULT_CATALOG)
+    waiting = world.decide(the_job, planner=planner)
+    [cond] = [c for c in waiting.status.conditions if c.type == "Schedulable"]
+    assert cond.reason == TOPOLOGY_UNAVAILABLE, cond.message
+    assert "tensor-parallel groups of 2 hosts" in cond.message and "NVLink clique" in cond.message
+    world.snapshot = ClusterSnapshot.rebuilt(REDUCER_REQUEST, trays, busy[:1])
+    admitted = world.decide(the_job, planner=planner)
+    admission = admitted.status.admission
+    assert admission is not None and admission.placement == PACKED
+    assert admission.hosts == [name[i] for i in range(18, 22)]

@@ -20,6 +20,7 @@ from ringmaster.engine.hardware import DEFAULT_CATALOG, Catalog
 from ringmaster.localcluster.pools import POOLS_BY_NAME, node_list
 from ringmaster.manifests.reduction import REDUCER_REQUESTS
 from ringmaster.placement.pools import node_from_object, parse_resources
+from ringmaster.placement.topology import GKE_BLOCK, GKE_SUBBLOCK, NVLINK_CLIQUE
 from ringmaster.planning.catalog import hardware_problem
 
 NOW = dt.datetime(2026, 11, 21, 12, 0, tzinfo=dt.UTC)
@@ -39,6 +40,16 @@ def node_objects(sizes: Mapping[str, int]) -> list[dict[str, Any]]:
     objects: list[dict[str, Any]] = node_list(counts)["items"]
     for obj in objects:
         obj["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    return objects
+
+
+def untopologised_node_objects(sizes: Mapping[str, int]) -> list[dict[str, Any]]:
+    """As :func:`node_objects`, without the pools' own topology labels (blocks, sub-blocks,
+    NVLink cliques): for tests that label hosts with a topology of their own."""
+    objects = node_objects(sizes)
+    for obj in objects:
+        for key in (GKE_BLOCK, GKE_SUBBLOCK, NVLINK_CLIQUE):
+            obj["metadata"]["labels"].pop(key, None)
     return objects
 
 

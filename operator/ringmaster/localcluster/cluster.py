@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from ringmaster.localcluster.pools import node_list
+from ringmaster.localcluster.pools import POOLS, PoolTemplate, node_list
 from ringmaster.localcluster.ports import free_port
 from ringmaster.localcluster.readiness import NodesNotReady, list_nodes, wait_for_ready_nodes
 
@@ -229,12 +229,14 @@ class LocalCluster:
         pool_sizes: Mapping[str, int] | None = None,
         wait_seconds: float | None = None,
         recreate: bool = False,
+        pools: Sequence[PoolTemplate] = POOLS,
     ) -> None:
         """Create the cluster (or reuse the one there) and its nodes; ``wait_seconds`` limits the
         wait for the nodes to be Ready (default: grows with the node count). A cluster that
         exists is deleted only when ``recreate`` asks for it: one that is broken (a component
-        gone, the API server not answering) is reported, by component, and left as it is."""
-        nodes = node_list(pool_sizes)
+        gone, the API server not answering) is reported, by component, and left as it is.
+        ``pools``: the pools' definitions (default: the local cluster's own)."""
+        nodes = node_list(pool_sizes, pools)
         if recreate and self.exists():
             _log(f"recreating cluster {self.name!r} (--recreate): every object in it goes")
             self.down()

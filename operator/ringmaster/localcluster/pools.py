@@ -6,15 +6,37 @@ real kube-scheduler places pods on them exactly as it would in production.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ringmaster.api import is_tpu
 from ringmaster.placement import labels as L
+from ringmaster.placement.topology import GKE_BLOCK, GKE_SUBBLOCK, NVLINK_CLIQUE
 
 ZONE = "us-central1-a"
 POD_CAPACITY = 110  # the kubelet's default --max-pods
+
+# Topology (issue 43). Google Cloud's AI Hypercomputer terminology: a block is a collection of
+# sub-blocks behind a non-blocking fabric, a sub-block the hosts of one physical rack, and for
+# A4X (GB200) a sub-block is one NVLink domain of 18 VMs (72 GPUs). GKE labels such nodes with
+# cloud.google.com/gce-topology-block / -subblock (placement/topology.py reads them).
+#
+# How many hosts a block holds is not published. 16 is the small end of issue 43's "blocks of
+# 16-32 hosts": a pool of its default size (8 hosts at most) sits in one block, as a small
+# reservation would, and a pool sized up (`ringmaster cluster up --pool a100-highgpu-8g=64`)
+# spans blocks, so admission has blocks to pack a gang into.
+BLOCK_HOSTS = 16
+# NVIDIA GB200 NVL72: 18 compute trays of 4 GPUs in one NVLink domain (hardware.py, [GB200-NVL72]
+# and [GCE-A4X]); a tray is one a4x-highgpu-4g VM.
+NVL72_TRAYS = 18
+# GB200 racks per block: not published either; 4 NVL72 racks (72 trays, 288 GPUs) make a block
+# of the same order as the 8-GPU pools' (16 hosts, 128 GPUs) while a pool of one or two racks,
+# as the e2e tests start, stays in one block.
+NVL72_RACKS_PER_BLOCK = 4
+# The NVLink clique's value as GPU Feature Discovery writes it: "<cluster UUID>.<clique id>".
+# One made-up UUID for the whole local cluster: only equality between hosts matters.
+LOCAL_NVLINK_CLUSTER = "6f1c0b7e-4b1d-4c43-9a43-000000000043"
 
 
 @dataclass(frozen=True)
@@ -31,6 +53,12 @@ class PoolTemplate:
     gpu_product: str | None = None  # what GPU Feature Discovery would report
     tpu_topology: str | None = None
     extra_labels: Mapping[str, str] = field(default_factory=dict)
+    block_hosts: int = 0
+    """Hosts per GKE topology block, by host index (0: no topology labels)."""
+    subblock_hosts: int = 0
+    """Hosts per sub-block (a rack) inside a block (0: no sub-block label)."""
+    nvlink_domain_hosts: int = 0
+    """Hosts per NVLink clique (a GB200 NVL72 rack: 18 trays; 0: the NVLink domain is the host)."""
 
     @property
     def is_tpu(self) -> bool:
@@ -55,6 +83,7 @@ POOLS: tuple[PoolTemplate, ...] = (
         accelerator="nvidia-tesla-a100",
         accelerators_per_node=8,
         gpu_product="NVIDIA-A100-SXM4-40GB",
+        block_hosts=BLOCK_HOSTS,
     ),
     PoolTemplate(
         name="a100-megagpu-16g",
@@ -65,6 +94,7 @@ POOLS: tuple[PoolTemplate, ...] = (
         accelerator="nvidia-tesla-a100",
         accelerators_per_node=16,
         gpu_product="NVIDIA-A100-SXM4-40GB",
+        block_hosts=BLOCK_HOSTS,
     ),
     PoolTemplate(
         name="t4-serving",
@@ -88,6 +118,7 @@ POOLS: tuple[PoolTemplate, ...] = (
         accelerator="nvidia-h100-80gb",
         accelerators_per_node=8,
         gpu_product="NVIDIA-H100-80GB-HBM3",
+        block_hosts=BLOCK_HOSTS,
     ),
     PoolTemplate(
         name="a100-ultragpu-8g",
@@ -98,6 +129,7 @@ POOLS: tuple[PoolTemplate, ...] = (
         accelerator="nvidia-a100-80gb",
         accelerators_per_node=8,
         gpu_product="NVIDIA-A100-SXM4-80GB",
+        block_hosts=BLOCK_HOSTS,
     ),
     PoolTemplate(
         name="tpu-v5e-2x4",
@@ -174,6 +206,7 @@ POOLS: tuple[PoolTemplate, ...] = (
         accelerator="nvidia-h200-141gb",
         accelerators_per_node=8,
         gpu_product="NVIDIA-H200",
+        block_hosts=BLOCK_HOSTS,
     ),
     PoolTemplate(
         name="b200-highgpu-8g",
@@ -184,6 +217,23 @@ POOLS: tuple[PoolTemplate, ...] = (
         accelerator="nvidia-b200",
         accelerators_per_node=8,
         gpu_product="NVIDIA-B200",
+        block_hosts=BLOCK_HOSTS,
+    ),
+    # Issue 43: GB200 NVL72 trays ([GCE-A4X]: a4x-highgpu-4g, 4 GPUs, 140 vCPUs, 884 GB), in
+    # racks of 18 that are each one NVLink domain and one sub-block. Not started by default (a
+    # rack is 18 hosts): `ringmaster cluster up --pool gb200-nvl72=36` for two racks.
+    PoolTemplate(
+        name="gb200-nvl72",
+        instance_type="a4x-highgpu-4g",
+        vcpus=140,
+        memory_gib=823,  # 884 GB
+        default_size=0,
+        accelerator="nvidia-gb200",
+        accelerators_per_node=4,
+        gpu_product="NVIDIA-GB200",
+        block_hosts=NVL72_TRAYS * NVL72_RACKS_PER_BLOCK,
+        subblock_hosts=NVL72_TRAYS,
+        nvlink_domain_hosts=NVL72_TRAYS,
     ),
     # Reducers: Vertex AI's documented reduction-server machine (32 Gbps egress).
     PoolTemplate(
@@ -205,7 +255,22 @@ POOLS: tuple[PoolTemplate, ...] = (
 POOLS_BY_NAME = {p.name: p for p in POOLS}
 
 
-def node_labels(pool: PoolTemplate, node_name: str) -> dict[str, str]:
+def topology_labels(pool: PoolTemplate, index: int) -> dict[str, str]:
+    """The topology labels of the pool's host number ``index`` (from 0): hosts in order fill
+    block b0, then b1, ...; inside a block, sub-blocks s0, s1, ...; NVLink cliques likewise. So
+    a pool resized with `--pool NAME=N` keeps every existing host's labels."""
+    labels: dict[str, str] = {}
+    if pool.block_hosts:
+        labels[GKE_BLOCK] = f"b{index // pool.block_hosts}"
+        if pool.subblock_hosts:
+            # a sub-block's value is unique only inside its block, as GKE's are
+            labels[GKE_SUBBLOCK] = f"s{index % pool.block_hosts // pool.subblock_hosts}"
+    if pool.nvlink_domain_hosts:
+        labels[NVLINK_CLIQUE] = f"{LOCAL_NVLINK_CLUSTER}.{index // pool.nvlink_domain_hosts}"
+    return labels
+
+
+def node_labels(pool: PoolTemplate, node_name: str, index: int) -> dict[str, str]:
     labels = {
         "kubernetes.io/hostname": node_name,
         "kubernetes.io/os": "linux",
@@ -224,6 +289,7 @@ def node_labels(pool: PoolTemplate, node_name: str) -> dict[str, str]:
         if pool.gpu_product:
             labels[L.GFD_GPU_PRODUCT] = pool.gpu_product
         labels[L.GFD_GPU_COUNT] = str(pool.accelerators_per_node)
+    labels.update(topology_labels(pool, index))
     labels.update(pool.extra_labels)
     return labels
 
@@ -253,7 +319,7 @@ def node_manifest(pool: PoolTemplate, index: int) -> dict[str, Any]:
         "kind": "Node",
         "metadata": {
             "name": name,
-            "labels": node_labels(pool, name),
+            "labels": node_labels(pool, name, index),
             # kwok's controller manages the nodes that carry this annotation.
             "annotations": {"kwok.x-k8s.io/node": "fake"},
         },
@@ -265,21 +331,22 @@ def node_manifest(pool: PoolTemplate, index: int) -> dict[str, Any]:
     }
 
 
-def check_pool_names(names: Iterable[str]) -> None:
-    unknown = set(names) - set(POOLS_BY_NAME)
+def check_pool_names(names: Iterable[str], known: Iterable[str] = POOLS_BY_NAME) -> None:
+    unknown = set(names) - set(known)
     if unknown:
-        raise ValueError(
-            f"unknown node pool(s) {sorted(unknown)}; known: {', '.join(POOLS_BY_NAME)}"
-        )
+        raise ValueError(f"unknown node pool(s) {sorted(unknown)}; known: {', '.join(known)}")
 
 
-def node_list(sizes: Mapping[str, int] | None = None) -> dict[str, Any]:
-    """A v1 List of every node, pool sizes defaulting to each pool's default_size."""
+def node_list(
+    sizes: Mapping[str, int] | None = None, pools: Sequence[PoolTemplate] = POOLS
+) -> dict[str, Any]:
+    """A v1 List of every node, pool sizes defaulting to each pool's default_size. ``pools``:
+    other definitions of the pools (the scale bench's blocks of another size)."""
     sizes = dict(sizes or {})
-    check_pool_names(sizes)
+    check_pool_names(sizes, [p.name for p in pools])
     items = [
         node_manifest(pool, i)
-        for pool in POOLS
+        for pool in pools
         for i in range(sizes.get(pool.name, pool.default_size))
     ]
     return {"apiVersion": "v1", "kind": "List", "items": items}
