@@ -349,6 +349,17 @@ def _status_changes(before: dict[tuple[str, str], dict], after: dict[tuple[str, 
     return "\n".join(lines)
 
 
+def _without_cluster_evidence(obj: dict) -> str:
+    """An object's status without what other jobs of the cluster set: the step calibrated on
+    the jobs observed on the same machine type (status.plan.calibration, calibratedStepSeconds)
+    moves when those jobs, in other tests' namespaces, come or go, not on an apply of these."""
+    status = json.loads(json.dumps(obj.get("status") or {}))
+    plan = status.get("plan") or {}
+    for field in ("calibration", "calibratedStepSeconds"):
+        plan.pop(field, None)
+    return json.dumps(status, sort_keys=True)
+
+
 def test_examples_applied_twice_server_side_cause_no_diff_and_no_churn(
     cluster: Cluster, sa_operator: OperatorProcess, quiet_namespace: str
 ):
@@ -423,8 +434,14 @@ def test_examples_applied_twice_server_side_cause_no_diff_and_no_churn(
     assert diff.returncode == 0 and diff.stdout == "", diff.stdout + diff.stderr
     time.sleep(10)  # a reconcile triggered by the second apply would land within this
     after = _objects(cluster, ns)
-    assert _resource_versions(after) == before, (
-        "the operator wrote again after a no-op apply:\n" + _status_changes(settled_objects, after)
+    rewritten = {
+        key
+        for key, obj in after.items()
+        if obj["metadata"]["resourceVersion"] != before.get(key)
+        and _without_cluster_evidence(obj) != _without_cluster_evidence(settled_objects[key])
+    }
+    assert not rewritten, "the operator wrote again after a no-op apply:\n" + _status_changes(
+        settled_objects, after
     )
 
     # The operator never writes spec or metadata of users' objects: outside the status

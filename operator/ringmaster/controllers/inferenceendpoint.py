@@ -15,7 +15,9 @@ also remembers what it last applied, so a resync or a status-only event costs no
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime as dt
+import functools
 import json
 import logging
 import time
@@ -91,8 +93,18 @@ def crd_served(body: Mapping[str, Any], version: str) -> bool:
 
 
 def plan(spec: InferenceEndpointSpec) -> dict[str, Any]:
+    """The engine's plan for the spec. Cached: an endpoint is reconciled on every look (its
+    pods' events among them), the plan is a pure function of the spec and the catalog, and an
+    LLM plan with its alternatives takes 0.05-0.15 s of the event loop (the prompts' backlog
+    chain, issue 46); a catalog change clears it (InferenceController.catalog_changed)."""
+    return copy.deepcopy(_cached_plan(spec.model_dump_json(by_alias=True)))
+
+
+@functools.lru_cache(maxsize=1024)
+def _cached_plan(spec_json: str) -> dict[str, Any]:
     from ringmaster.planning import inference_warnings, plan_inference
 
+    spec = InferenceEndpointSpec.model_validate_json(spec_json)
     report = plan_inference(spec)
     return {**report.to_json(), "warnings": [str(w) for w in inference_warnings(spec, report)]}
 
@@ -172,6 +184,7 @@ class InferenceController(Controller):
 
     def catalog_changed(self) -> None:
         """A new hardware catalog: every endpoint is planned and placed again."""
+        _cached_plan.cache_clear()
         if self.indexes:
             for key in list(self.objects()):
                 self.queue.add(key)
