@@ -410,6 +410,15 @@ def _closed_form_measured(pts: Mapping[str, Any], values: Mapping[str, float]) -
     # the whole fixed cost, and the unbounded solution sits 82 us (6 % of them) below it.
     overhead = max(0.0, float(np.mean(left)) * S.OVERHEAD_FIT_LAYERS / LLAMA_7B.layers)
     fitted = {**values, "LLM_STEP_OVERHEAD_SECONDS": overhead, "LLM_COMPUTE_EFFICIENCY": 1.0}
+    return {
+        "LLM_COMPUTE_EFFICIENCY": _ttft_compute_efficiency(pts, fitted),
+        "LLM_STEP_OVERHEAD_SECONDS": overhead,
+    }
+
+
+def _ttft_compute_efficiency(pts: Mapping[str, Any], fitted: Mapping[str, float]) -> float:
+    """e_c from the fitted batch-1 TTFT: the prompt's GEMMs and attention at efficiency 1
+    (``fitted`` has LLM_COMPUTE_EFFICIENCY 1), the rest of its step as it is."""
     ttft = float(pts["trtllm-batch1-ttft-7b"]["ttft_ms"][TTFT_FIT]) * 1e-3
     gpu, precision, prompt = TTFT_FIT.split("-")
     n = float(prompt.removeprefix("input"))
@@ -419,10 +428,7 @@ def _closed_form_measured(pts: Mapping[str, Any], values: Mapping[str, float]) -
     gemm = n * float(terms.prefill_gemm_per_token)
     attention = n * 0.5 * n * float(terms.prefill_attention_per_context)
     rest = whole - gemm - attention
-    return {
-        "LLM_COMPUTE_EFFICIENCY": (gemm + attention) / (ttft - rest),
-        "LLM_STEP_OVERHEAD_SECONDS": overhead,
-    }
+    return (gemm + attention) / (ttft - rest)
 
 
 def _closed_form(pts: Mapping[str, Any], values: Mapping[str, float]) -> dict[str, float]:
@@ -439,24 +445,14 @@ def _closed_form(pts: Mapping[str, Any], values: Mapping[str, float]) -> dict[st
     # t_tp - rest_tp = O + m_tp / e  for tp = 1, 2
     efficiency = (m1 - m2) / ((t1 - a1) - (t2 - a2))
     overhead = (t1 - a1) - m1 / efficiency
-    ttft = float(pts["trtllm-batch1-ttft-7b"]["ttft_ms"][TTFT_FIT]) * 1e-3
-    gpu, precision, prompt = TTFT_FIT.split("-")
-    n = float(prompt.removeprefix("input"))
     fitted = {
         **values,
         "LLM_COMPUTE_EFFICIENCY": 1.0,
         "LLM_MEMORY_EFFICIENCY": efficiency,
         "LLM_STEP_OVERHEAD_SECONDS": overhead,
     }
-    p = precision.upper()
-    terms = _terms(LLAMA_7B, DEFAULT_CATALOG.accelerator(GPUS[gpu]), 1, p, p, n, 1.0, fitted)
-    # Compute-bound: the GEMMs and the attention at efficiency 1, the rest as it is.
-    whole = float(S.prefill_seconds(terms, n))
-    gemm = n * float(terms.prefill_gemm_per_token)
-    attention = n * 0.5 * n * float(terms.prefill_attention_per_context)
-    rest = whole - gemm - attention
     return {
-        "LLM_COMPUTE_EFFICIENCY": (gemm + attention) / (ttft - rest),
+        "LLM_COMPUTE_EFFICIENCY": _ttft_compute_efficiency(pts, fitted),
         "LLM_MEMORY_EFFICIENCY": efficiency,
         "LLM_STEP_OVERHEAD_SECONDS": overhead,
     }

@@ -321,6 +321,31 @@ def _layout(a: LayoutArrays, i: int, capacity: float) -> Layout:
     )
 
 
+def evaluate_layout(
+    model: Transformer,
+    hw: LayoutHardware,
+    layout: Layout,
+    global_batch: int,
+    strategy: str | None = None,
+) -> LayoutArrays:
+    """``layout`` evaluated again on ``hw`` (one row of evaluate_layouts), at its own strategy
+    or ``strategy``."""
+    return evaluate_layouts(
+        model,
+        hw,
+        tensor=np.array([layout.tensor]),
+        pipeline=np.array([layout.pipeline]),
+        sharding=np.array([SHARDINGS.index(layout.sharding)]),
+        micro_batch=np.array([layout.micro_batch]),
+        recompute=np.array([RECOMPUTES.index(layout.recompute)]),
+        context=np.array([layout.context]),
+        expert=np.array([layout.expert]),
+        global_batch=global_batch,
+        virtual_stages=layout.virtual_stages,
+        strategy=layout.strategy if strategy is None else strategy,
+    )
+
+
 def _gib(x: float) -> str:
     return f"{x / GIB:.1f} GiB"
 

@@ -51,12 +51,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-import numpy as np
-
 from ringmaster.engine import collectives as C
 from ringmaster.engine import llm_training as L
-from ringmaster.engine.llm_layout_names import RECOMPUTES, SHARDINGS
-from ringmaster.engine.llm_layout_search import Layout
+from ringmaster.engine.llm_layout_names import RECOMPUTES
+from ringmaster.engine.llm_layout_search import Layout, evaluate_layout
 from ringmaster.engine.llm_memory import BYTES_ACTIVATION, stage_layers
 from ringmaster.engine.transformer import Transformer
 
@@ -274,20 +272,7 @@ def placement_cost(
 def _evaluate(
     model: Transformer, hw: L.LayoutHardware, layout: Layout, global_batch: int
 ) -> L.LayoutArrays:
-    return L.evaluate_layouts(
-        model,
-        hw,
-        tensor=np.array([layout.tensor]),
-        pipeline=np.array([layout.pipeline]),
-        sharding=np.array([SHARDINGS.index(layout.sharding)]),
-        micro_batch=np.array([layout.micro_batch]),
-        recompute=np.array([RECOMPUTES.index(layout.recompute)]),
-        context=np.array([layout.context]),
-        expert=np.array([layout.expert]),
-        global_batch=global_batch,
-        virtual_stages=layout.virtual_stages,
-        strategy=layout.strategy,
-    )
+    return evaluate_layout(model, hw, layout, global_batch)
 
 
 def _fabric(hw: L.LayoutHardware, net_bandwidth: float) -> C.GpuFabric:

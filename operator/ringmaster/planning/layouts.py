@@ -20,13 +20,13 @@ from ringmaster.engine import llm_training as L
 from ringmaster.engine import nccl_settings
 from ringmaster.engine.frameworks import Framework, framework, infer_framework
 from ringmaster.engine.hardware import Catalog
-from ringmaster.engine.llm_layout_names import RECOMPUTES, SHARDINGS
 from ringmaster.engine.llm_layout_search import (
     Layout,
     LayoutRequest,
     LayoutSearch,
     NoLayoutError,
     _layout,
+    evaluate_layout,
     search_layouts,
 )
 from ringmaster.engine.llm_memory import BYTES_REDUCE, stage_parameters
@@ -202,20 +202,7 @@ def _strategy(
 def _at_strategy(
     request: LayoutRequest, hw: L.LayoutHardware, layout: Layout, strategy: str
 ) -> Layout:
-    a = L.evaluate_layouts(
-        request.model,
-        hw,
-        tensor=np.array([layout.tensor]),
-        pipeline=np.array([layout.pipeline]),
-        sharding=np.array([SHARDINGS.index(layout.sharding)]),
-        micro_batch=np.array([layout.micro_batch]),
-        recompute=np.array([RECOMPUTES.index(layout.recompute)]),
-        context=np.array([layout.context]),
-        expert=np.array([layout.expert]),
-        global_batch=request.global_batch,
-        virtual_stages=layout.virtual_stages,
-        strategy=strategy,
-    )
+    a = evaluate_layout(request.model, hw, layout, request.global_batch, strategy)
     return _layout(a, 0, hw.memory_bytes)
 
 
