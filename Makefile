@@ -22,7 +22,7 @@ help:  ## list the targets
 install:  ## install the package and its test tools into the current Python
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[test]'
 
-tools:  ## build (or find cached) etcd, kube-*, kubectl, kwok, helm, Kueue, LeaderWorkerSet
+tools:  ## build (or find cached) etcd, kube-*, kubectl, kwok, helm, Kueue, LeaderWorkerSet, GIE CRDs
 	@bash hack/cluster-tools.sh
 
 cluster-up:  ## bring the local kwok cluster up with its simulated node pools

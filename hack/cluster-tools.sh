@@ -4,7 +4,7 @@
 #
 #   hack/cluster-tools.sh                  build what is missing, print the bin directory
 #   hack/cluster-tools.sh etcd kwok kube   build only these components (any of etcd, kwok,
-#                                          helm, kube, kueue, lws), print the same directory
+#                                          helm, kube, kueue, lws, gie), print the same directory
 #   hack/cluster-tools.sh --pin [...]      rewrite tools/*/go.mod from tools/versions.env, then build
 #
 # The printed directory links every component built so far, by this call or an earlier one: a
@@ -25,12 +25,14 @@ declare -A want=(
   [helm]="helm.sh/helm/v3 v$HELM_VERSION"
   [kueue]="sigs.k8s.io/kueue v$KUEUE_VERSION"
   [lws]="sigs.k8s.io/lws v$LWS_VERSION"
+  [gie]="sigs.k8s.io/gateway-api-inference-extension v$GIE_VERSION"
 )
 declare -A version=([kube]=$KUBE_VERSION [etcd]=$ETCD_VERSION [kwok]=$KWOK_VERSION [helm]=$HELM_VERSION
-  [kueue]=$KUEUE_VERSION [lws]=$LWS_VERSION)
+  [kueue]=$KUEUE_VERSION [lws]=$LWS_VERSION [gie]=$GIE_VERSION)
 
-# Build order: the control plane first, the heaviest optional builds last.
-all_components=(etcd kwok helm kube kueue lws)
+# Build order: the control plane first, the heaviest optional builds last; gie compiles nothing
+# (CRDs only), so its place does not matter.
+all_components=(etcd kwok helm kube kueue lws gie)
 pin=0
 if [[ ${1:-} == --pin ]]; then pin=1; shift; fi
 components=()
@@ -105,7 +107,20 @@ for c in "${components[@]}"; do
     # shared machine stays usable while it runs (on an idle CI machine it costs nothing).
     nice=(nice -n 19)
   fi
-  (cd "$root/tools/$c" && "${nice[@]}" go build -ldflags="$ldflags" -o "$tmp/" tool)
+  # The Gateway API Inference Extension is only its CRDs (InferencePool and the x-k8s.io APIs of
+  # the pinned release), installed by `ringmaster cluster up --gie`
+  # (operator/ringmaster/localcluster/gie.py): the module's source tree, verified against
+  # tools/gie/go.sum, is all we need, so nothing is compiled; never fetched at run time.
+  if [[ $c == gie ]]; then
+    read -r mod _ <<<"${want[$c]}"
+    src=$(cd "$root/tools/gie" && go mod download "$mod" && go list -m -f '{{.Dir}}' "$mod")
+    mkdir -p "$tmp/gie-crds"
+    cp "$src"/config/crd/bases/*.yaml "$tmp/gie-crds/"
+    # cp keeps the module cache's read-only modes (as for Kueue's and LeaderWorkerSet's copies).
+    chmod -R u+w "$tmp/gie-crds"
+  else
+    (cd "$root/tools/$c" && "${nice[@]}" go build -ldflags="$ldflags" -o "$tmp/" tool)
+  fi
   # etcd's main package is the module root (server/), so go names the binary "server".
   if [[ $c == etcd ]]; then mv "$tmp/server" "$tmp/etcd"; fi
   # LeaderWorkerSet's main package is cmd/, so go names the binary "cmd".
@@ -145,7 +160,7 @@ done
 
 # One directory with every binary, so callers need one PATH entry: it links each component
 # built so far (a partial call's, and whatever earlier calls built), a later call adds the rest.
-all="$cache/bin/all-k$KUBE_VERSION-e$ETCD_VERSION-w$KWOK_VERSION-h$HELM_VERSION-q$KUEUE_VERSION-l$LWS_VERSION"
+all="$cache/bin/all-k$KUBE_VERSION-e$ETCD_VERSION-w$KWOK_VERSION-h$HELM_VERSION-q$KUEUE_VERSION-l$LWS_VERSION-g$GIE_VERSION"
 mkdir -p "$all"
 for c in "${all_components[@]}"; do
   [[ -f $cache/bin/$c-${version[$c]}/.complete ]] || continue

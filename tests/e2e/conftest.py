@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 
 from ringmaster.localcluster.cluster import Binaries, LocalCluster, kubeconfig_path
+from ringmaster.localcluster.gie import LocalInferenceExtension
 from ringmaster.localcluster.kueue import LocalKueue
 from ringmaster.localcluster.lws import LocalLeaderWorkerSet
 from tests.e2e.kube import Cluster, OperatorProcess
@@ -222,6 +223,24 @@ def kueue(cluster: Cluster) -> Iterator[LocalKueue]:
         if pid is not None:
             print(f"Kueue RSS at the end: {kueue.rss_mib(pid):.0f} MiB")
         kueue.down()
+
+
+@pytest.fixture(scope="session")
+def gie(cluster: Cluster) -> Cluster:
+    """The Gateway API Inference Extension's CRDs (InferencePool, InferenceObjective, ...),
+    installed once per session and left there: no process runs for them, and applying them again
+    changes nothing. Skipped only when they are absent and RINGMASTER_E2E_REQUIRE_GIE is unset
+    (hack/cluster-tools.sh copies them, so CI installs them for real)."""
+    if not LocalInferenceExtension.available(cluster.bin_dir):
+        reason = f"no Inference Extension CRDs in {cluster.bin_dir} (hack/cluster-tools.sh gie)"
+        if os.environ.get("RINGMASTER_E2E_REQUIRE_GIE"):
+            pytest.fail(reason + ", and RINGMASTER_E2E_REQUIRE_GIE is set")
+        pytest.skip(reason)
+    binaries = Binaries.locate(str(cluster.bin_dir))
+    local = LocalCluster(binaries, cluster.kubeconfig.parent.name)
+    assert local.kubeconfig == cluster.kubeconfig, "installs into a `ringmaster cluster` only"
+    LocalInferenceExtension(local).up()
+    return cluster
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -14,6 +14,12 @@ from ringmaster.api.base import Int, Rule, SpecModel, StatusModel
 from ringmaster.api.common import Condition, MachineType, PodTemplate, conditions_field
 from ringmaster.api.quantity import Count
 from ringmaster.api.resource import AGE, PrinterColumn, Resource, condition_reason
+from ringmaster.api.serving_topology import (
+    DisaggregatedReplicas,
+    Disaggregation,
+    DisaggregationPlan,
+    Routing,
+)
 
 Precision = Literal["FP32", "FP16", "INT8", "BF16", "FP8", "INT4", "FP4"]
 KvCachePrecision = Literal["BF16", "FP16", "FP8"]
@@ -196,16 +202,31 @@ class Slo(SpecModel):
     )
 
 
+AutoscalingSource = Literal["HPA", "ServerMetrics"]
+
+
 class Autoscaling(SpecModel):
-    """Optional HorizontalPodAutoscaler on the endpoint's Deployment (an HPA on the endpoint's
-    own scale subresource cannot read a count while spec.replicas is unset)."""
+    """Optional autoscaling between minReplicas and maxReplicas. ``source: HPA``: a
+    HorizontalPodAutoscaler on the endpoint's Deployment (an HPA on the endpoint's own scale
+    subresource cannot read a count while spec.replicas is unset). ``source: ServerMetrics``:
+    the operator scrapes the model servers' own Prometheus metrics (vLLM's and SGLang's
+    requests running and waiting, KV-cache use, TTFT / TPOT) and sets the count toward the
+    engine's sustainable rate per replica, corrected by what the replicas report; per side when
+    disaggregated."""
 
     enabled: bool = False
-    """True: the operator creates an HPA (autoscaling/v2) between minReplicas and maxReplicas;
-    the engine's replica count is then only the starting point."""
+    """True: the replica count follows the load; the engine's count is the starting point."""
+    source: AutoscalingSource = "HPA"
     target_cpu_utilization_percentage: Int = Field(
         default=70, ge=1, le=100, alias="targetCPUUtilizationPercentage"
     )
+    """HPA only: the CPU utilisation the HPA holds the pods at."""
+    cool_down_seconds: Int = Field(default=120, ge=10, le=3600)
+    """ServerMetrics only: at most one scale event per this many seconds."""
+    scale_down_stabilization_seconds: Int = Field(default=180, ge=0, le=3600)
+    """ServerMetrics only: how long the load must stay low before replicas are removed."""
+    metrics_path: str = Field(default="/metrics", max_length=256, pattern=r"^/")
+    """ServerMetrics only: the path of the servers' Prometheus metrics on spec.port."""
 
 
 _PAR = "self.parallelism"
@@ -301,6 +322,10 @@ class InferenceEndpointSpec(SpecModel):
     autoscaling: Autoscaling = Field(default_factory=Autoscaling, json_schema_extra={"default": {}})
     port: Int = Field(default=8080, ge=1, le=65535)
     """Port the server listens on; the endpoint's Service exposes it."""
+    disaggregation: Disaggregation = Field(
+        default_factory=Disaggregation, json_schema_extra={"default": {}}
+    )
+    routing: Routing | None = None
     template: PodTemplate
 
     cel_rules = (
@@ -564,6 +589,54 @@ class InferenceEndpointSpec(SpecModel):
             ),
         ),
         Rule(
+            cel="self.disaggregation.mode == 'Off' || has(self.model.architecture)",
+            message="disaggregation needs model.architecture: prefill and decode are the phases "
+            "of an LLM server",
+            field_path=".disaggregation.mode",
+            check=lambda s: s.disaggregation.mode == "Off" or s.model.architecture is not None,
+        ),
+        Rule(
+            cel="self.disaggregation.mode == 'Off' || !has(self.batching) || "
+            "self.batching == 'Continuous'",
+            message="disaggregation needs batching Continuous: a static batch runs its prompts "
+            "and its generation together to the end",
+            field_path=".disaggregation.mode",
+            check=lambda s: s.disaggregation.mode == "Off" or s.batching in (None, "Continuous"),
+        ),
+        Rule(
+            cel="self.disaggregation.mode == 'Off' || !has(self.replicas)",
+            message="spec.replicas counts aggregated replicas; a disaggregated endpoint takes "
+            "disaggregation.prefill.replicas and disaggregation.decode.replicas",
+            field_path=".replicas",
+            check=lambda s: s.disaggregation.mode == "Off" or s.replicas is None,
+        ),
+        Rule(
+            cel="self.disaggregation.mode == 'Off' || !self.autoscaling.enabled || "
+            "self.autoscaling.source == 'ServerMetrics'",
+            message="autoscaling source HPA scales one workload; a disaggregated endpoint's two "
+            "sides are scaled by autoscaling.source ServerMetrics",
+            field_path=".autoscaling.source",
+            check=lambda s: (
+                s.disaggregation.mode == "Off"
+                or not s.autoscaling.enabled
+                or s.autoscaling.source == "ServerMetrics"
+            ),
+        ),
+        Rule(
+            cel="self.autoscaling.source == 'HPA' || has(self.model.architecture)",
+            message="autoscaling source ServerMetrics reads an LLM server's metrics (vLLM, "
+            "SGLang): it needs model.architecture",
+            field_path=".autoscaling.source",
+            check=lambda s: s.autoscaling.source == "HPA" or s.model.architecture is not None,
+        ),
+        Rule(
+            cel="!has(self.routing) || has(self.model.architecture)",
+            message="routing (an InferencePool) needs model.architecture: the Inference "
+            "Extension routes LLM requests",
+            field_path=".routing",
+            check=lambda s: s.routing is None or s.model.architecture is not None,
+        ),
+        Rule(
             cel="!has(self.replicas) || (self.replicas >= self.minReplicas"
             " && self.replicas <= self.maxReplicas)",
             message="replicas must be between minReplicas and maxReplicas",
@@ -680,6 +753,9 @@ class InferencePlan(StatusModel):
     tpot_slo_requests_per_second_per_replica: float | None = None
     """LLM endpoints: the per-replica rate above which the predicted TPOT p99 misses its target
     (absent: it holds up to the offline maximum)."""
+    disaggregation: DisaggregationPlan | None = None
+    """spec.disaggregation Auto or On: aggregated against prefill / decode sides, and which
+    runs (the figures above are then the endpoint's as it runs)."""
 
 
 class InferenceEndpointStatus(StatusModel):
@@ -699,6 +775,10 @@ class InferenceEndpointStatus(StatusModel):
     """In-cluster URL of the endpoint's Service."""
     pool: str | None = None
     """The node pool the replicas run on."""
+    sides: DisaggregatedReplicas | None = None
+    """A disaggregated endpoint: each side's replicas (status.replicas counts both)."""
+    inference_pools: list[Annotated[str, Field(max_length=253)]] | None = None
+    """The InferencePools the operator keeps for the endpoint (spec.routing)."""
 
 
 INFERENCE_ENDPOINT = Resource(
@@ -755,6 +835,15 @@ INFERENCE_ENDPOINT = Resource(
             "number",
             ".status.plan.tpotP99Milliseconds",
             "LLM: predicted p99 time per output token",
+        ),
+        PrinterColumn(
+            "Prefill",
+            "integer",
+            ".status.sides.prefill.replicas",
+            "Disaggregated: prefill replicas",
+        ),
+        PrinterColumn(
+            "Decode", "integer", ".status.sides.decode.replicas", "Disaggregated: decode replicas"
         ),
         PrinterColumn("URL", "string", ".status.url", "In-cluster URL", priority=1),
         AGE,

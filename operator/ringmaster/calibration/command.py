@@ -20,6 +20,7 @@ from typing import Any
 from ringmaster.calibration import evidence, llm_training
 from ringmaster.calibration.ceilings import render_ceilings_section
 from ringmaster.calibration.collectives import collective_rows
+from ringmaster.calibration.kv_transfer import KV_TRANSFER_MODEL, kv_transfer_rows
 from ringmaster.calibration.llm_serving import llm_serving_rows, summary_line
 from ringmaster.calibration.moe import MOE_MODEL, moe_rows
 from ringmaster.calibration.multislice import render_multislice_section
@@ -68,7 +69,27 @@ def report(points: Mapping[str, Any]) -> list[Row]:
     ]
     # Mixture-of-experts all-to-all: its own points file (calibration/moe_points.yaml).
     rows += moe_rows()
+    # Prefill -> decode KV transfers (disaggregated serving): calibration/kv_transfer_points.yaml.
+    rows += kv_transfer_rows()
     return rows
+
+
+def kv_transfer_summary_line(rows: list[Row]) -> str:
+    mine = [r for r in rows if r.model == KV_TRANSFER_MODEL and r.error is not None]
+    fitted = [abs(r.error or 0.0) for r in mine if r.status != CHECKED]
+    checked = [abs(r.error or 0.0) for r in mine if r.status == CHECKED]
+    if not fitted and not checked:
+        return "KV transfer: no points"
+    line = (
+        f"KV transfer (disaggregated serving): {len(fitted)} fitted points, median |error| "
+        f"{statistics.median(fitted):.1%}, largest {max(fitted):.1%}; "
+    )
+    if not checked:
+        return line + "0 checked: no published transfer is held out yet"
+    return line + (
+        f"{len(checked)} checked, median {statistics.median(checked):.1%}, largest "
+        f"{max(checked):.1%}"
+    )
 
 
 def moe_summary_line(rows: list[Row]) -> str:
@@ -164,6 +185,7 @@ def run(args: argparse.Namespace) -> int:
         print(render_table(rows))
         print(summary_line(load_points(path)) or "llm_inference: no points in this file")
         print(moe_summary_line(rows))
+        print(kv_transfer_summary_line(rows))
         bad = sum(not r.ok for r in rows)
         print(f"{len(rows) - bad} of {len(rows)} within tolerance")
         print("\n" + llm_training.render_llm_section(load_points(path), path))

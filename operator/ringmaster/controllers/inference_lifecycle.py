@@ -54,6 +54,7 @@ from ringmaster.manifests.inference import (
 from ringmaster.placement.labels import accelerator_resource as resource_for
 from ringmaster.placement.pools import NodePool, NoPool, accelerator_pools, gang_fits
 from ringmaster.planning import PlanError
+from ringmaster.planning.disaggregation import runs_disaggregated
 
 READY, CAPACITY_MET, SCHEDULABLE = "Ready", "CapacityMet", "Schedulable"
 # The operator's field manager, and the one that holds the replica count during the hand-over
@@ -141,6 +142,10 @@ class Decision:
     delete_workload: str | None = None
     """The kind of the workload the endpoint no longer runs on (a Deployment once its replicas
     span hosts, a LeaderWorkerSet once they fit one), deleted after `apply`."""
+    delete_objects: list[tuple[str, str]] = field(default_factory=list)
+    """(kind, name) of other objects the endpoint no longer runs on (a disaggregated side's
+    workload once the plan runs aggregated, and the other way round; an InferencePool once
+    routing is off), deleted after `apply`."""
     events: list[Event] = field(default_factory=list)
     desired_replicas: int = 0
     target_requests_per_second: float = 0.0
@@ -281,6 +286,7 @@ def status_plan(plan: Mapping[str, Any], replicas: int, target: float) -> Infere
         "machineType": plan.get("machineType"),
         "precision": plan.get("precision"),
         "warnings": plan.get("warnings") or None,
+        "disaggregation": plan.get("disaggregation"),
     }
     if _is_llm(plan):
         tokens = plan.get("outputTokensPerSecondPerReplica") or 0.0
@@ -492,6 +498,8 @@ class _Step:
     hpa_owns: bool = False
     capacity: tuple[ConditionStatus, str, str] = ("Unknown", "", "")
     pool: NodePool | None = None
+    # A disaggregated endpoint's side workloads by name (manifests.disaggregated.side_name).
+    side_workloads: Mapping[str, DeploymentView] = field(default_factory=dict)
 
     @property
     def spec(self) -> InferenceEndpointSpec:
@@ -542,6 +550,7 @@ def reconcile_inference(
     hardware: tuple[str, str] | None = None,
     group: DeploymentView | None = None,
     leader_worker_set_installed: bool = False,
+    side_workloads: Mapping[str, DeploymentView] | None = None,
 ) -> Decision:
     """``hardware``: why the operator's catalog cannot place the endpoint's accelerator
     (planning.catalog.hardware_problem), or None. ``group``: the endpoint's LeaderWorkerSet, which
@@ -564,6 +573,7 @@ def reconcile_inference(
         group,
         leader_worker_set_installed,
         autoscaler_present,
+        side_workloads=side_workloads or {},
     )
     for phase in _PHASES:
         if phase(step) is STOP:
@@ -587,6 +597,12 @@ def _plan(step: _Step) -> _Stop | None:
         )
         return STOP
     step.hosts = int(step.plan.get("hostsPerReplica") or 1)
+    if runs_disaggregated(step.plan):
+        from ringmaster.controllers.inference_sides import reconcile_disaggregated
+
+        reconcile_disaggregated(step)
+        return STOP
+    step.status.sides = None
     return None
 
 
@@ -693,6 +709,11 @@ def _workload(step: _Step) -> _Stop | None:
         name, namespace, spec, placement, count, step.hosts, serving_env(step.plan)
     )
     step.decision.apply = [workload, server_service(name, namespace, spec, step.spans_hosts)]
+    # The sides of a disaggregated plan the endpoint ran before.
+    step.decision.delete_objects += [
+        (LWS_KIND if side.endswith("-group") else "Deployment", side)
+        for side in step.side_workloads
+    ]
     if step.other_workload is not None:
         other = "Deployment" if step.spans_hosts else LWS_KIND
         step.decision.delete_workload = other

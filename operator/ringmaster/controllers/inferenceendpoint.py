@@ -47,6 +47,7 @@ from ringmaster.controllers.inference_lifecycle import (
 )
 from ringmaster.controllers.kubeapi import KubeApi
 from ringmaster.controllers.kueue_workloads import DiscoveryFollower
+from ringmaster.manifests.disaggregated import SIDE_NAMES, side_name
 from ringmaster.manifests.inference import (
     INFERENCE_ENDPOINT_LABEL,
     LWS_KIND,
@@ -79,6 +80,18 @@ def _owner(meta: Mapping[str, Any]) -> str | None:
         if ref.get("kind") == KIND and str(ref.get("apiVersion", "")).startswith(f"{GROUP}/"):
             return str(ref["name"])
     return None
+
+
+def _applied_key(kind: str, name: str) -> str:
+    """What was applied, per object: an endpoint runs two workloads of a kind when split."""
+    return f"{kind}/{name}"
+
+
+def side_names(endpoint: str) -> frozenset[str]:
+    """The names a disaggregated endpoint's side workloads take (either kind)."""
+    return frozenset(
+        side_name(endpoint, side, kind) for side in SIDE_NAMES for kind in ("Deployment", LWS_KIND)
+    )
 
 
 def crd_served(body: Mapping[str, Any], version: str) -> bool:
@@ -189,6 +202,11 @@ class InferenceController(Controller):
             for key in list(self.objects()):
                 self.queue.add(key)
 
+    def _all(self, index: str, key: Hashable) -> list[Any]:
+        indexed = self.indexes.get(index)
+        store = indexed.get(key) if indexed is not None else None
+        return list(store) if store else []
+
     def _first(self, index: str, key: Hashable) -> Any:
         indexed = self.indexes.get(index)
         store = indexed.get(key) if indexed is not None else None
@@ -201,8 +219,14 @@ class InferenceController(Controller):
         status = InferenceEndpointStatus.model_validate(current)
         generation = int(body["metadata"].get("generation", 1))
         now = dt.datetime.now(dt.UTC).replace(microsecond=0)
-        deployment: DeploymentView | None = self._first("ringmaster_inference_deployments", key)
+        deployments = self._all("ringmaster_inference_deployments", key)
+        deployment = next((d for d in deployments if d.name in ("", object_name(name))), None)
         group = await self._current_group(namespace, name)
+        side_workloads = {
+            view.name: view
+            for view in [*deployments, *self._all("ringmaster_inference_groups", key)]
+            if view.name in side_names(name)
+        }
         lws_installed = LWS_ENABLED and bool(self._first("ringmaster_lws_crd", "served"))
         autoscaler_present = bool(self._first("ringmaster_inference_autoscalers", key))
         try:
@@ -231,10 +255,19 @@ class InferenceController(Controller):
                 ),
                 group,
                 lws_installed,
+                side_workloads,
             )
         try:
             await self._apply(
-                namespace, name, body, current, decision, deployment, group, autoscaler_present
+                namespace,
+                name,
+                body,
+                current,
+                decision,
+                deployment,
+                group,
+                autoscaler_present,
+                side_workloads,
             )
         except ApiException as error:
             if error.status == 403 and "being terminated" in str(error.body):
@@ -259,7 +292,7 @@ class InferenceController(Controller):
         views = list(indexed.get((namespace, name)) or []) if indexed is not None else []
         wanted = workload_name(name, LWS_KIND)
         for view in views:
-            if view.name and view.name != wanted:
+            if view.name and view.name != wanted and view.name not in side_names(name):
                 logger.info(
                     "%s/%s: deleting LeaderWorkerSet %s (renamed %s)",
                     namespace,
@@ -275,20 +308,18 @@ class InferenceController(Controller):
         key: Key,
         obj: dict[str, Any],
         fingerprint: str,
-        deployment: DeploymentView | None,
-        group: DeploymentView | None,
+        workloads: Mapping[str, DeploymentView],
         autoscaler_present: bool,
     ) -> bool:
-        last = self.applied.get(key, {}).get(obj["kind"])
+        last = self.applied.get(key, {}).get(_applied_key(obj["kind"], obj["metadata"]["name"]))
         if last is None or last.fingerprint != fingerprint:
             return True
         if time.monotonic() - last.at > REASSERT_SECONDS:
             return True
-        if obj["kind"] == "Deployment":
+        if obj["kind"] in ("Deployment", LWS_KIND):
             # Gone, or its spec changed since our apply (an edit, or the HPA's scaling).
-            return deployment is None or deployment.generation != last.generation
-        if obj["kind"] == LWS_KIND:
-            return group is None or group.generation != last.generation
+            view = workloads.get(obj["metadata"]["name"])
+            return view is None or view.generation != last.generation
         if obj["kind"] == "HorizontalPodAutoscaler":
             return not autoscaler_present
         return False
@@ -303,14 +334,20 @@ class InferenceController(Controller):
         deployment: DeploymentView | None,
         group: DeploymentView | None,
         autoscaler_present: bool,
+        side_workloads: Mapping[str, DeploymentView],
     ) -> None:
         key = (namespace, name)
+        workloads = {
+            v.name or workload_name(name, kind): v
+            for v, kind in ((deployment, "Deployment"), (group, LWS_KIND))
+            if v is not None
+        } | dict(side_workloads)
         for obj in decision.apply:
             # Not kopf.adopt: it would also copy the endpoint's own labels onto the children
             # and into the pod template, so relabelling an endpoint would roll its pods.
             kopf.append_owner_reference(obj, owner=as_body(body))
             fingerprint = json.dumps(obj, sort_keys=True)
-            if self._needs_apply(key, obj, fingerprint, deployment, group, autoscaler_present):
+            if self._needs_apply(key, obj, fingerprint, workloads, autoscaler_present):
                 try:
                     result = await self.api.apply(namespace, obj)
                 except ApiException as error:
@@ -318,18 +355,23 @@ class InferenceController(Controller):
                         raise
                     raise ApplyRefused(obj["kind"], obj["metadata"]["name"], error) from error
                 generation = int((result.get("metadata") or {}).get("generation") or 0)
-                self.applied.setdefault(key, {})[obj["kind"]] = Applied(
-                    fingerprint, generation, time.monotonic()
-                )
+                self.applied.setdefault(key, {})[
+                    _applied_key(obj["kind"], obj["metadata"]["name"])
+                ] = Applied(fingerprint, generation, time.monotonic())
         if decision.hold_replicas is not None:
             await self.api.apply_as(namespace, decision.hold_replicas, REPLICAS_MANAGER)
         if decision.delete_workload is not None:
             kind = decision.delete_workload
             await self.api.delete_object(namespace, kind, workload_name(name, kind))
-            self.applied.get(key, {}).pop(decision.delete_workload, None)
+            self.applied.get(key, {}).pop(_applied_key(kind, workload_name(name, kind)), None)
+        for kind, other in decision.delete_objects:
+            await self.api.delete_object(namespace, kind, other)
+            self.applied.get(key, {}).pop(_applied_key(kind, other), None)
         if decision.delete_autoscaler:
             await self.api.delete_object(namespace, "HorizontalPodAutoscaler", object_name(name))
-            self.applied.get(key, {}).pop("HorizontalPodAutoscaler", None)
+            self.applied.get(key, {}).pop(
+                _applied_key("HorizontalPodAutoscaler", object_name(name)), None
+            )
         await self.write_status(namespace, name, current_status, decision.status.to_k8s())
         for event in decision.events:
             self.post(body, event.type, event.reason, event.message)

@@ -375,8 +375,9 @@ def _closed_form_step(terms: ServingTerms, lam: F64, h: F64) -> F64:
     per_seq = t.sequence_overhead + t.allreduce_per_token + t.context_tokens * t.kv_read_per_token
     per_seq = per_seq + t.kv_read_per_sequence
     per_prompt = t.allreduce_per_token + 0.5 * t.input_tokens * t.prefill_attention_per_context
-    linear = lam * (h * per_seq + t.input_tokens * per_prompt)
-    compute = linear + lam * (h * t.gemm_per_token + t.input_tokens * t.prefill_gemm_per_token)
+    computed = t.input_tokens * t.prompt_compute  # the prompt tokens a replica computes
+    linear = lam * (h * per_seq + computed * per_prompt)
+    compute = linear + lam * (h * t.gemm_per_token + computed * t.prefill_gemm_per_token)
     with np.errstate(divide="ignore", invalid="ignore"):
         tau_c = np.where(compute < 1.0, fixed / (1.0 - compute), np.inf)
         tau_m = np.where(linear < 1.0, (fixed + streamed) / (1.0 - linear), np.inf)

@@ -160,9 +160,12 @@ def step_shape(terms: ServingTerms, n: ArrayLike, prompt_length: ArrayLike) -> S
     )
     return StepShape(
         a=_f(t.overhead + t.allreduce_base + n * per_sequence),
-        b=_f(t.allreduce_per_token + 0.5 * _f(prompt_length) * t.prefill_attention_per_context),
+        b=_f(
+            (t.allreduce_per_token + 0.5 * _f(prompt_length) * t.prefill_attention_per_context)
+            * t.prompt_compute
+        ),
         c=_f(n * t.gemm_per_token),
-        d=_f(t.prefill_gemm_per_token),
+        d=_f(t.prefill_gemm_per_token * t.prompt_compute),
         weights=_f(t.weights_read),
         experts=_f(t.expert_weights_read),
         miss=_f(t.expert_miss_per_token),

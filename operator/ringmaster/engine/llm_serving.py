@@ -182,6 +182,9 @@ class LlmServingInputs:
     static_batching: bool = False  # spec.batching Static (engine.llm_static)
     engine: str = DEFAULT_SERVING_ENGINE  # serving_engines.SERVING_ENGINES
     engine_source: str = ""  # how the engine was chosen (spec.engine, the image, the default)
+    # "both": an aggregated replica; "prefill" / "decode": one side of a disaggregated endpoint
+    # (engine.llm_disaggregation): a decode replica computes no prompt, its KV arrives whole.
+    phase: str = "both"
 
 
 @dataclass(frozen=True)
@@ -706,6 +709,10 @@ def _predict_layout(
         expert_parallel=ep,
         ceilings=pool.ceilings,
     )
+    if inputs.phase == "decode":
+        # The prompt's KV cache arrives over the fabric (the prefill side computed it): the
+        # step carries no prompt FLOPs; a request still holds its whole context in the cache.
+        terms = terms._replace(prompt_compute=np.zeros_like(terms.prompt_compute))
     cache_tokens = int(terms.kv_cache_tokens)
     max_model_len = min(model.sequence_length, cache_tokens)
     max_sequences = int(cache_tokens // max(1.0, in_mean + out_mean))

@@ -284,6 +284,10 @@ class ServingTerms(NamedTuple):
     # model), and the chance one token leaves a given expert unread, 1 - k/E.
     expert_weights_read: F64 = np.zeros(())
     expert_miss_per_token: F64 = np.ones(())
+    # What a prompt token costs a step, as a share of computing it: 1 on a replica that
+    # prefills; 0 on the decode side of a disaggregated endpoint, where the prompt's KV cache
+    # arrives computed (engine.llm_disaggregation) and the request only joins the batch.
+    prompt_compute: F64 = np.ones(())
 
 
 def decode_gemm_width(model: Transformer, tp: ArrayLike) -> F64:
@@ -502,7 +506,7 @@ def step_seconds(
     (default: the mean; a causal prompt token attends to half its prompt on average) alongside
     (see the module's docstring)."""
     n = _f(sequences)
-    p = _f(prompt_tokens)
+    p = _f(prompt_tokens) * terms.prompt_compute
     context = n * terms.context_tokens if context_tokens is None else _f(context_tokens)
     length = terms.input_tokens if prompt_length is None else _f(prompt_length)
     gemm = np.maximum(

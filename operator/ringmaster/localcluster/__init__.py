@@ -4,6 +4,8 @@ ringmaster cluster up [--pool a100-highgpu-8g=64 ...]   create (or resize) the c
                       [--wait-seconds S]                 limit of the wait for Ready nodes
 ringmaster cluster up --kueue                           ... and run Kueue beside it (kueue.py)
 ringmaster cluster up --lws                             ... and LeaderWorkerSet (lws.py)
+ringmaster cluster up --gie                             ... and the Gateway API Inference
+                                                         Extension's CRDs (gie.py)
 ringmaster cluster up --recreate                        delete the cluster there and create it
                                                          anew (never done unasked)
 ringmaster cluster pools                                 the node pools and their readiness
@@ -25,6 +27,7 @@ from ringmaster.localcluster.cluster import (
     kubeconfig_path,
     show_pools,
 )
+from ringmaster.localcluster.gie import LocalInferenceExtension
 from ringmaster.localcluster.kueue import LocalKueue
 from ringmaster.localcluster.lws import LocalLeaderWorkerSet
 from ringmaster.localcluster.pools import POOLS, parse_sizes
@@ -51,6 +54,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kueue", action="store_true", help="up: also run Kueue (tools/kueue)")
     parser.add_argument(
         "--lws", action="store_true", help="up: also run LeaderWorkerSet (tools/lws)"
+    )
+    parser.add_argument(
+        "--gie",
+        action="store_true",
+        help="up: also install the Gateway API Inference Extension's CRDs (tools/gie)",
     )
     parser.add_argument(
         "--recreate",
@@ -89,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
                 LocalKueue(cluster).up()
             if args.lws:
                 LocalLeaderWorkerSet(cluster).up()
+            if args.gie:
+                LocalInferenceExtension(cluster).up()
             print(show_pools(cluster.kubeconfig))
         else:
             LocalKueue(cluster).down()

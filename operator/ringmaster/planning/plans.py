@@ -23,6 +23,7 @@ from ringmaster.engine.hardware import (
 )
 from ringmaster.engine.inference import InferenceInputs, InferencePrediction, predict_inference
 from ringmaster.engine.llm_alternatives import Alternative, pareto_alternatives
+from ringmaster.engine.llm_disaggregation import DisaggregationChoice
 from ringmaster.engine.llm_layout_names import SHARD_FULL, SHARDINGS
 from ringmaster.engine.llm_layout_search import Layout
 from ringmaster.engine.llm_serving import (
@@ -48,6 +49,7 @@ from ringmaster.planning.catalog import (
     load_catalog,
     with_pool_profiles,
 )
+from ringmaster.planning.disaggregation import apply_choice, plan_disaggregation
 from ringmaster.planning.layouts import (
     LayoutPlan,
     layout_json,
@@ -501,8 +503,16 @@ class LlmInferenceReport:
     alternatives: tuple[Alternative, ...] = ()
     ttft_target_seconds: float | None = None
     tpot_target_seconds: float | None = None
+    # spec.disaggregation Auto or On: (mode, transfer backend, the engine's choice)
+    disaggregation: tuple[str, str, DisaggregationChoice] | None = None
 
     def to_json(self) -> dict[str, Any]:
+        plan = self._aggregated_json()
+        if self.disaggregation is not None:
+            plan = apply_choice(plan, *self.disaggregation)
+        return plan
+
+    def _aggregated_json(self) -> dict[str, Any]:
         p = self.prediction
         ms = 1e3
         return {
@@ -699,6 +709,14 @@ def plan_inference(
         # A missed target is explained with the nearest variants that meet it (only then: the
         # search plans a dozen variants).
         options = () if found.feasible else tuple(pareto_alternatives(llm, found, active))
+        disaggregation = None
+        config = getattr(spec, "disaggregation", None)
+        if config is not None and config.mode != "Off":
+            try:
+                choice = plan_disaggregation(spec, llm, found, active)
+            except (ValueError, LookupError) as exc:
+                raise PlanError(f"spec.disaggregation: {exc}") from None
+            disaggregation = (str(config.mode), str(config.transfer_backend), choice)
         return LlmInferenceReport(
             name=name,
             namespace=namespace,
@@ -707,6 +725,7 @@ def plan_inference(
             alternatives=options,
             ttft_target_seconds=llm.ttft_p99_seconds,
             tpot_target_seconds=llm.tpot_p99_seconds,
+            disaggregation=disaggregation,
         )
     inputs = inference_inputs(spec)
     prediction = predict_inference_inputs(inputs, catalog or active_catalog())

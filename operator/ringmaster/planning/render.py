@@ -453,6 +453,10 @@ def render_llm_inference(plan: LlmInferenceReport) -> str:
             "no single change (TP, precision, max-num-seqs, looser SLO, accelerator) meets it"
         )
     lines += [f"note: {n}" for n in p.notes]
+    if plan.disaggregation is not None:
+        from ringmaster.planning.render_disaggregation import render_disaggregation
+
+        lines.append(render_disaggregation(*plan.disaggregation))
     return "\n".join(lines)
 
 
