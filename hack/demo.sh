@@ -8,14 +8,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # Only what the demo runs: the control plane, kwok and LeaderWorkerSet (no Kueue, no helm; a
 # later `hack/cluster-tools.sh` with no arguments builds those into the same directory).
-export RINGMASTER_BIN_DIR=${RINGMASTER_BIN_DIR:-$(bash hack/cluster-tools.sh etcd kwok kube lws)}
+export RINGMASTER_BIN_DIR=${RINGMASTER_BIN_DIR:-$(bash hack/cluster-tools.sh etcd kwok kube lws gie)}
 export PATH="$RINGMASTER_BIN_DIR:$PATH"
 namespace=ringmaster-demo
 log=${RINGMASTER_CACHE_DIR:-$HOME/.cache/ringmaster}/demo-operator.log
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-step "local cluster (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok, LeaderWorkerSet)"
+step "local cluster (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok, LeaderWorkerSet, the Inference Extension's CRDs)"
 # Room for every example at once, pool by pool (`ringmaster plan examples/<file>` gives each
 # count; one pod per host where a pod takes a whole host's accelerators):
 # - a100-highgpu-8g (8 x A100 40GB): two 8-host BERT gangs + 1 host for the ResNet-50 endpoint's
@@ -26,15 +26,16 @@ step "local cluster (etcd, kube-apiserver, kube-scheduler, kube-controller-manag
 #   8 replicas x 4 GPUs (4 hosts) + the INT4 70B's 2 x 1 GPU (1 host) = 9.
 # - h100-highgpu-8g (8 x H100): the FSDP fine-tune's 2 hosts + the MoE fine-tune's 1 + the 405B
 #   endpoint's 4 replicas x 2 hosts (one LeaderWorkerSet group each, on hosts of exactly 8 H100)
-#   + 1 host for Llama-3-8B's 3 x 1 GPU and Mixtral's 1 x 2 = 12.
+#   + 1 host for Llama-3-8B's 3 x 1 GPU and Mixtral's 1 x 2 + the disaggregated 70B's 3 prefill
+#   replicas x 8 GPUs (3 hosts) and 2 decode replicas x 2 (1 host) = 16.
 # - the multislice slices, one node pool per slice: 2 v5e 16x16 slices of 64 hosts
 #   (tpu-v5e-16x16-a/b) and 4 v5p 4x4x4 slices of 16 hosts (tpu-v5p-4x4x4-a..d).
 # The other pools keep their default sizes (`ringmaster cluster --help`): a v5e 2x4 slice of 2
 # hosts, a v4 2x2x4 slice of 4, 8 T4 hosts for the T4 endpoint's 2 replicas.
 # The cluster is `ringmaster cluster up`'s default, ringmaster (the e2e tests' clusters are
 # ringmaster-e2e*, the scale bench's ringmaster-scale), so `make cluster-down` deletes it.
-ringmaster cluster up --lws --pool a100-highgpu-8g=17 --pool reducers=41 \
-  --pool a100-ultragpu-8g=9 --pool h100-highgpu-8g=12 \
+ringmaster cluster up --lws --gie --pool a100-highgpu-8g=17 --pool reducers=41 \
+  --pool a100-ultragpu-8g=9 --pool h100-highgpu-8g=16 \
   --pool tpu-v5e-16x16-a=64 --pool tpu-v5e-16x16-b=64 \
   --pool tpu-v5p-4x4x4-a=16 --pool tpu-v5p-4x4x4-b=16 \
   --pool tpu-v5p-4x4x4-c=16 --pool tpu-v5p-4x4x4-d=16

@@ -38,8 +38,12 @@ NAMESPACED_RULES = {
     # A PoolProfile's payload: created anywhere, patched by its one name (below).
     (CORE, "configmaps"): {"create"},
     ("apps", "statefulsets"): {"create", "patch"},
-    ("apps", "deployments"): {"list", "watch", "create", "patch"},
+    # Deleted when an endpoint's arrangement changes (aggregated to disaggregated sides).
+    ("apps", "deployments"): {"list", "watch", "create", "patch", "delete"},
     ("autoscaling", "horizontalpodautoscalers"): {"list", "watch", "create", "patch", "delete"},
+    # spec.routing: the Inference Extension's pools and objective (controllers/inference_routing).
+    ("inference.networking.k8s.io", "inferencepools"): {"create", "patch", "delete"},
+    ("inference.networking.x-k8s.io", "inferenceobjectives"): {"create", "patch", "delete"},
 }
 # Rules by resourceNames among the namespaced ones: a PoolProfile's payload ConfigMap, patched by
 # its one name (manifests/profiling.py, PAYLOAD_CONFIGMAP).
@@ -349,11 +353,9 @@ def test_the_progress_endpoint_adds_token_reviews_only_and_calibration_can_go(re
 def test_leader_worker_set_rights_come_only_with_lws_enabled(render: Render):
     lws = ("leaderworkerset.x-k8s.io", "leaderworkersets")
     assert lws not in granted(render())
-    assert "delete" not in granted(render()).get(("apps", "deployments"), set())
     for layout, values in LAYOUTS.items():
         rights = granted(render({**values, "lws": {"enabled": True}}))
         assert rights[lws] == {"list", "watch", "create", "patch", "delete"}, layout
-        assert "delete" in rights[("apps", "deployments")], layout
 
     def args(values: dict[str, Any]) -> list[str]:
         deployment = next(o for o in render(values) if o["kind"] == "Deployment")

@@ -58,10 +58,19 @@
   resources: [statefulsets]
   verbs: [create, patch]
 # InferenceEndpoint model servers: indexed and watched for readiness, server-side applied (also the
-# replica count under a second field manager); never deleted (garbage collection does that).
+# replica count under a second field manager); deleted when the endpoint's arrangement changes
+# (aggregated replicas to prefill / decode sides and back; garbage collection does the rest).
 - apiGroups: [apps]
   resources: [deployments]
-  verbs: [list, watch, create, patch]
+  verbs: [list, watch, create, patch, delete]
+# The Gateway API Inference Extension (spec.routing): an endpoint's InferencePools and its
+# InferenceObjective are server-side applied, and deleted when routing is turned off.
+- apiGroups: [inference.networking.k8s.io]
+  resources: [inferencepools]
+  verbs: [create, patch, delete]
+- apiGroups: [inference.networking.x-k8s.io]
+  resources: [inferenceobjectives]
+  verbs: [create, patch, delete]
 # The optional HPA of an InferenceEndpoint: indexed, applied, and deleted when autoscaling is off.
 - apiGroups: [autoscaling]
   resources: [horizontalpodautoscalers]
@@ -73,9 +82,6 @@
 - apiGroups: [leaderworkerset.x-k8s.io]
   resources: [leaderworkersets]
   verbs: [list, watch, create, patch, delete]
-- apiGroups: [apps]
-  resources: [deployments]
-  verbs: [delete]
 {{- end }}
 {{- if .Values.kueue.enabled }}
 # Kueue (kueue.enabled): a labelled TrainingJob's Workload is indexed and watched, created, patched

@@ -32,6 +32,7 @@ from ringmaster.api import (
     InferencePlan,
 )
 from ringmaster.api.common import ConditionStatus
+from ringmaster.controllers.inference_routing import InferenceExtension, route
 from ringmaster.controllers.reporting import (
     Conditions,
     Event,
@@ -500,6 +501,7 @@ class _Step:
     pool: NodePool | None = None
     # A disaggregated endpoint's side workloads by name (manifests.disaggregated.side_name).
     side_workloads: Mapping[str, DeploymentView] = field(default_factory=dict)
+    inference_extension: InferenceExtension = field(default_factory=InferenceExtension)
 
     @property
     def spec(self) -> InferenceEndpointSpec:
@@ -551,6 +553,7 @@ def reconcile_inference(
     group: DeploymentView | None = None,
     leader_worker_set_installed: bool = False,
     side_workloads: Mapping[str, DeploymentView] | None = None,
+    inference_extension: InferenceExtension | None = None,
 ) -> Decision:
     """``hardware``: why the operator's catalog cannot place the endpoint's accelerator
     (planning.catalog.hardware_problem), or None. ``group``: the endpoint's LeaderWorkerSet, which
@@ -574,6 +577,7 @@ def reconcile_inference(
         leader_worker_set_installed,
         autoscaler_present,
         side_workloads=side_workloads or {},
+        inference_extension=inference_extension or InferenceExtension(),
     )
     for phase in _PHASES:
         if phase(step) is STOP:
@@ -717,6 +721,7 @@ def _workload(step: _Step) -> _Stop | None:
     if step.other_workload is not None:
         other = "Deployment" if step.spans_hosts else LWS_KIND
         step.decision.delete_workload = other
+    route(step, False, {"": step.spans_hosts})
     return None
 
 

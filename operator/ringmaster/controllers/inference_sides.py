@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ringmaster.api import InferenceEndpointPhase
 from ringmaster.api.serving_topology import DisaggregatedReplicas, SideReplicas
+from ringmaster.controllers.inference_routing import route
 from ringmaster.controllers.reporting import plan_warnings, report_plausibility
 from ringmaster.manifests.disaggregated import (
     SIDE_NAMES,
@@ -146,6 +147,7 @@ def reconcile_disaggregated(step: _Step) -> None:
     )
 
     _workloads(step, sides, placed)
+    route(step, True, {s.name: s.hosts > 1 for s in sides})
     _readiness(step, sides, views)
 
 

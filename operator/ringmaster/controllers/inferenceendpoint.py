@@ -45,6 +45,7 @@ from ringmaster.controllers.inference_lifecycle import (
     reconcile_inference,
     refused_apply,
 )
+from ringmaster.controllers.inference_routing import InferenceExtension
 from ringmaster.controllers.kubeapi import KubeApi
 from ringmaster.controllers.kueue_workloads import DiscoveryFollower
 from ringmaster.manifests.disaggregated import SIDE_NAMES, side_name
@@ -53,6 +54,12 @@ from ringmaster.manifests.inference import (
     LWS_KIND,
     object_name,
     workload_name,
+)
+from ringmaster.manifests.inference_pool import (
+    INFERENCE_OBJECTIVE_CRD,
+    INFERENCE_OBJECTIVE_VERSION,
+    INFERENCE_POOL_CRD,
+    INFERENCE_POOL_VERSION,
 )
 from ringmaster.manifests.naming import MANAGED_BY, OPERATOR
 
@@ -154,6 +161,18 @@ def ringmaster_lws_crd(body: kopf.Body, **_: Any) -> dict[str, bool]:
     return {"served": crd_served(body, LWS_VERSION)}
 
 
+@kopf.index(*CRDS, field="metadata.name", value=INFERENCE_POOL_CRD)
+def ringmaster_inference_pool_crd(body: kopf.Body, **_: Any) -> dict[str, bool]:
+    """Whether the Inference Extension's InferencePool (v1) is served."""
+    return {"served": crd_served(body, INFERENCE_POOL_VERSION)}
+
+
+@kopf.index(*CRDS, field="metadata.name", value=INFERENCE_OBJECTIVE_CRD)
+def ringmaster_inference_objective_crd(body: kopf.Body, **_: Any) -> dict[str, bool]:
+    """Whether the Inference Extension's InferenceObjective (v1alpha2) is served."""
+    return {"served": crd_served(body, INFERENCE_OBJECTIVE_VERSION)}
+
+
 @kopf.index("autoscaling", "v2", "horizontalpodautoscalers", labels=OWNED)
 def ringmaster_inference_autoscalers(
     namespace: str | None, meta: kopf.Meta, **_: Any
@@ -229,6 +248,10 @@ class InferenceController(Controller):
         }
         lws_installed = LWS_ENABLED and bool(self._first("ringmaster_lws_crd", "served"))
         autoscaler_present = bool(self._first("ringmaster_inference_autoscalers", key))
+        extension = InferenceExtension(
+            pools=bool(self._first("ringmaster_inference_pool_crd", "served")),
+            objectives=bool(self._first("ringmaster_inference_objective_crd", "served")),
+        )
         try:
             spec = InferenceEndpointSpec.model_validate(body.get("spec") or {})
         except ValidationError as error:
@@ -256,6 +279,7 @@ class InferenceController(Controller):
                 group,
                 lws_installed,
                 side_workloads,
+                extension,
             )
         try:
             await self._apply(
@@ -476,6 +500,16 @@ async def lws_crd_changed(body: kopf.Body, **kwargs: Any) -> None:
     waited for it start)."""
     if _lws_follower is not None and crd_served(body, LWS_VERSION):
         _lws_follower.follow()
+    ctl = controller()
+    ctl.bind(kwargs)
+    ctl.catalog_changed()
+
+
+@kopf.on.event(*CRDS, field="metadata.name", value=INFERENCE_POOL_CRD)
+@kopf.on.event(*CRDS, field="metadata.name", value=INFERENCE_OBJECTIVE_CRD)
+async def inference_extension_crd_changed(**kwargs: Any) -> None:
+    """The Inference Extension installed or removed: every endpoint is looked at again (its
+    pools created, or its condition saying why not)."""
     ctl = controller()
     ctl.bind(kwargs)
     ctl.catalog_changed()

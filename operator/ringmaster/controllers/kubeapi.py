@@ -54,6 +54,8 @@ _PATHS = {
     "Deployment": ("/apis/apps/v1", "deployments"),
     "HorizontalPodAutoscaler": ("/apis/autoscaling/v2", "horizontalpodautoscalers"),
     "LeaderWorkerSet": ("/apis/leaderworkerset.x-k8s.io/v1", "leaderworkersets"),
+    "InferencePool": ("/apis/inference.networking.k8s.io/v1", "inferencepools"),
+    "InferenceObjective": ("/apis/inference.networking.x-k8s.io/v1alpha2", "inferenceobjectives"),
     "ReductionServerPool": (f"/apis/{GROUP}/{VERSION}", "reductionserverpools"),
 }
 

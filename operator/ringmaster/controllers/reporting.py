@@ -69,6 +69,10 @@ class Conditions:
     def get(self, type_: str) -> Condition | None:
         return find_condition(self.status.conditions, type_)
 
+    def remove(self, type_: str) -> None:
+        """Drop a condition that no longer applies (the feature it reported is off)."""
+        self.status.conditions = [c for c in self.status.conditions if c.type != type_]
+
     def stamp(self) -> None:
         """Every condition now describes this generation: the state machine has judged the whole
         status against the current spec, and the conditions it kept still hold."""
