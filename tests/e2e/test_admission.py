@@ -306,8 +306,33 @@ def _merged(sent: Any, stored: Any) -> Any:
 def test_example_is_accepted_unchanged_with_the_models_defaults(
     crds_installed: Cluster, namespace: str, example: str
 ) -> None:
-    doc = load_example(example)
-    result = _apply(crds_installed, namespace, doc, "--dry-run=server", "-o", "json")
+    _assert_accepted_unchanged(crds_installed, namespace, load_example(example))
+
+
+# Valid variants of an example that no example shows, each (base, changes as a row's `set`).
+ACCEPTED = {
+    "disaggregated-auto-with-prefill-size-and-picker": (
+        "inferenceendpoint-llama3-70b-disaggregated-h100.yaml",
+        {
+            "spec.disaggregation": {"mode": "Auto", "prefill": {"perReplica": 8}},
+            "spec.routing": {"endpointPicker": {"name": "epp"}},
+        },
+    ),
+}
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("variant", sorted(ACCEPTED))
+def test_valid_variant_is_accepted_unchanged_with_the_models_defaults(
+    crds_installed: Cluster, namespace: str, variant: str
+) -> None:
+    base, changes = ACCEPTED[variant]
+    doc = BadInput(variant, base, "", "", "", set=changes).manifest()
+    _assert_accepted_unchanged(crds_installed, namespace, doc)
+
+
+def _assert_accepted_unchanged(cluster: Cluster, namespace: str, doc: dict[str, Any]) -> None:
+    result = _apply(cluster, namespace, doc, "--dry-run=server", "-o", "json")
     assert result.returncode == 0, result.stderr
     returned = json.loads(result.stdout)["spec"]
     _merged(doc["spec"], returned)  # nothing the user wrote was pruned or changed

@@ -138,7 +138,7 @@ def test_a_disaggregated_endpoint_runs_both_sides_behind_its_inference_pools(
     assert service["spec"]["selector"][ROLE] == "decode"
 
     # Aggregated again: the sides and their pools go, one Deployment and one pool stay.
-    patch_spec(cluster, ns, name, '{"spec": {"disaggregation": {"mode": "Off"}}}')
+    patch_spec(cluster, ns, name, '{"spec": {"disaggregation": {"mode": "Aggregated"}}}')
 
     def aggregated() -> bool:
         names = {

@@ -142,7 +142,7 @@ def test_on_refuses_a_target_the_transfer_alone_misses() -> None:
     tight = replace(LONG_PROMPTS, ttft_p99_seconds=0.01, machine_type="a3-highgpu-8g")
     aggregated = predict_llm_serving(replace(tight, ttft_p99_seconds=1.0))
     with pytest.raises(ValueError, match="KV transfer alone"):
-        D.choose("On", aggregated, D.DisaggregationInputs(tight))
+        D.choose("Disaggregated", aggregated, D.DisaggregationInputs(tight))
 
 
 def test_faster_fabric_never_makes_ttft_worse() -> None:

@@ -231,12 +231,27 @@ def _typed_numbers(s: dict[str, Any], v: Any) -> Any:
         props = s.get("properties", {})
         extra = s.get("additionalProperties")
         return {
-            k: _typed_numbers(props.get(k) or (extra if isinstance(extra, dict) else {}), x)
+            _cel_name(k): _typed_numbers(
+                props.get(k) or (extra if isinstance(extra, dict) else {}), x
+            )
             for k, x in v.items()
         }
     if isinstance(v, list):
         return [_typed_numbers(s.get("items", {}), x) for x in v]
     return v
+
+
+# Property names that are CEL reserved words: Kubernetes escapes them as __name__ in rules
+# (apiextensions-apiserver's CEL escaping of property names), so a rule reads
+# self.__namespace__ for a field named namespace.
+_CEL_RESERVED = frozenset(
+    "true false null in as break const continue else for function if import let loop "
+    "package namespace return var void while".split()
+)
+
+
+def _cel_name(key: str) -> str:
+    return f"__{key}__" if key in _CEL_RESERVED else key
 
 
 ADMISSION = {

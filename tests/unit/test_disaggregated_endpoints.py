@@ -122,7 +122,7 @@ def test_the_example_runs_as_two_sides_with_roles_and_the_connector_env() -> Non
 def test_mooncake_gives_producer_and_consumer_roles() -> None:
     assert json.loads(kv_transfer_config("Mooncake", "prefill"))["kv_role"] == "kv_producer"
     assert json.loads(kv_transfer_config("Mooncake", "decode"))["kv_role"] == "kv_consumer"
-    decision = decide(spec(disaggregation={"mode": "On", "transferBackend": "Mooncake"}))
+    decision = decide(spec(disaggregation={"mode": "Disaggregated", "transferBackend": "Mooncake"}))
     envs = {d["metadata"]["name"]: env_of(d) for d in by_kind(decision, "Deployment")}
     assert envs["llama-decode"][SGLANG_BACKEND_ENV] == "mooncake"
 
@@ -152,7 +152,7 @@ def test_both_sides_ready_make_the_endpoint_ready_and_the_aggregated_deployment_
 
 
 def test_back_to_aggregated_deletes_the_sides() -> None:
-    off = spec(disaggregation={"mode": "Off"})
+    off = spec(disaggregation={"mode": "Aggregated"})
     sides = {"llama-prefill": _view("llama-prefill", 3), "llama-decode": _view("llama-decode", 2)}
     decision = decide(off, side_workloads=sides)
     assert {("Deployment", "llama-prefill"), ("Deployment", "llama-decode")} <= set(
@@ -207,7 +207,7 @@ def test_without_the_extension_or_a_picker_no_pool_and_a_condition_says_why() ->
 
 def test_routing_turned_off_deletes_the_pools_it_made() -> None:
     before = decide(spec()).status
-    after = decide(spec(routing={"inferencePool": "Off"}), status=before)
+    after = decide(spec(routing={"inferencePool": "Disabled"}), status=before)
     assert ("InferencePool", "llama-prefill") in after.delete_objects
     assert ("InferenceObjective", "llama") in after.delete_objects
     assert find_condition(after.status.conditions, "InferencePool") is None
@@ -215,7 +215,7 @@ def test_routing_turned_off_deletes_the_pools_it_made() -> None:
 
 
 def test_an_aggregated_endpoint_gets_one_pool_of_its_replicas() -> None:
-    decision = decide(spec(disaggregation={"mode": "Off"}))
+    decision = decide(spec(disaggregation={"mode": "Aggregated"}))
     (pool,) = by_kind(decision, "InferencePool")
     (deployment,) = by_kind(decision, "Deployment")
     selector = pool["spec"]["selector"]["matchLabels"]

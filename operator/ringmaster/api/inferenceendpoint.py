@@ -589,35 +589,39 @@ class InferenceEndpointSpec(SpecModel):
             ),
         ),
         Rule(
-            cel="self.disaggregation.mode == 'Off' || has(self.model.architecture)",
+            cel="self.disaggregation.mode == 'Aggregated' || has(self.model.architecture)",
             message="disaggregation needs model.architecture: prefill and decode are the phases "
             "of an LLM server",
             field_path=".disaggregation.mode",
-            check=lambda s: s.disaggregation.mode == "Off" or s.model.architecture is not None,
+            check=lambda s: (
+                s.disaggregation.mode == "Aggregated" or s.model.architecture is not None
+            ),
         ),
         Rule(
-            cel="self.disaggregation.mode == 'Off' || !has(self.batching) || "
+            cel="self.disaggregation.mode == 'Aggregated' || !has(self.batching) || "
             "self.batching == 'Continuous'",
             message="disaggregation needs batching Continuous: a static batch runs its prompts "
             "and its generation together to the end",
             field_path=".disaggregation.mode",
-            check=lambda s: s.disaggregation.mode == "Off" or s.batching in (None, "Continuous"),
+            check=lambda s: (
+                s.disaggregation.mode == "Aggregated" or s.batching in (None, "Continuous")
+            ),
         ),
         Rule(
-            cel="self.disaggregation.mode == 'Off' || !has(self.replicas)",
+            cel="self.disaggregation.mode == 'Aggregated' || !has(self.replicas)",
             message="spec.replicas counts aggregated replicas; a disaggregated endpoint takes "
             "disaggregation.prefill.replicas and disaggregation.decode.replicas",
             field_path=".replicas",
-            check=lambda s: s.disaggregation.mode == "Off" or s.replicas is None,
+            check=lambda s: s.disaggregation.mode == "Aggregated" or s.replicas is None,
         ),
         Rule(
-            cel="self.disaggregation.mode == 'Off' || !self.autoscaling.enabled || "
+            cel="self.disaggregation.mode == 'Aggregated' || !self.autoscaling.enabled || "
             "self.autoscaling.source == 'ServerMetrics'",
             message="autoscaling source HPA scales one workload; a disaggregated endpoint's two "
             "sides are scaled by autoscaling.source ServerMetrics",
             field_path=".autoscaling.source",
             check=lambda s: (
-                s.disaggregation.mode == "Off"
+                s.disaggregation.mode == "Aggregated"
                 or not s.autoscaling.enabled
                 or s.autoscaling.source == "ServerMetrics"
             ),
@@ -754,8 +758,8 @@ class InferencePlan(StatusModel):
     """LLM endpoints: the per-replica rate above which the predicted TPOT p99 misses its target
     (absent: it holds up to the offline maximum)."""
     disaggregation: DisaggregationPlan | None = None
-    """spec.disaggregation Auto or On: aggregated against prefill / decode sides, and which
-    runs (the figures above are then the endpoint's as it runs)."""
+    """spec.disaggregation Auto or Disaggregated: aggregated against prefill / decode sides, and
+    which runs (the figures above are then the endpoint's as it runs)."""
 
 
 class InferenceEndpointStatus(StatusModel):

@@ -11,9 +11,9 @@ from pydantic import Field
 
 from ringmaster.api.base import Int, Rule, SpecModel, StatusModel
 
-DisaggregationMode = Literal["Off", "Auto", "On"]
+DisaggregationMode = Literal["Aggregated", "Auto", "Disaggregated"]
 TransferBackend = Literal["NIXL", "Mooncake"]
-InferencePoolMode = Literal["Auto", "Off"]
+InferencePoolMode = Literal["Auto", "Disabled"]
 FailureMode = Literal["FailOpen", "FailClose"]
 # A replica of one side: the same bounds as spec.accelerator.perReplica's.
 MAX_SIDE_ACCELERATORS = 512
@@ -64,13 +64,13 @@ class ServingSide(SpecModel):
 
 class Disaggregation(SpecModel):
     """Prefill and decode on separate replicas, the KV cache handed over the fabric (vLLM's
-    NixlConnector / MooncakeConnector, SGLang's --disaggregation-mode; llm-d, Dynamo). ``Off``:
-    one set of replicas does both (the default). ``On``: two sides, each sized by the engine for
-    the SLOs (TTFT: prefill at its load + the KV transfer + decode's first step; TPOT: decode at
-    its batch). ``Auto``: the cheaper of the two plans that meets the SLOs; status.plan says
-    which and why."""
+    NixlConnector / MooncakeConnector, SGLang's --disaggregation-mode; llm-d, Dynamo).
+    ``Aggregated``: one set of replicas does both (the default). ``Disaggregated``: two sides,
+    each sized by the engine for the SLOs (TTFT: prefill at its load + the KV transfer +
+    decode's first step; TPOT: decode at its batch). ``Auto``: the cheaper of the two plans
+    that meets the SLOs; status.plan says which and why."""
 
-    mode: DisaggregationMode = "Off"
+    mode: DisaggregationMode = "Aggregated"
     transfer_backend: TransferBackend = "NIXL"
     """The KV connector: vLLM's NixlConnector or MooncakeConnector, SGLang's
     --disaggregation-transfer-backend nixl or mooncake. Its bytes are the prompt's KV cache;
@@ -80,11 +80,11 @@ class Disaggregation(SpecModel):
 
     cel_rules = (
         Rule(
-            cel="self.mode != 'Off' || (!has(self.prefill) && !has(self.decode))",
-            message="disaggregation.prefill and disaggregation.decode need mode Auto or On "
-            "(Off serves both phases on one set of replicas)",
+            cel="self.mode != 'Aggregated' || (!has(self.prefill) && !has(self.decode))",
+            message="disaggregation.prefill and disaggregation.decode need mode Auto or "
+            "Disaggregated (Aggregated serves both phases on one set of replicas)",
             field_path=".mode",
-            check=lambda s: s.mode != "Off" or (s.prefill is None and s.decode is None),
+            check=lambda s: s.mode != "Aggregated" or (s.prefill is None and s.decode is None),
         ),
     )
 
@@ -107,7 +107,7 @@ class EndpointPicker(SpecModel):
     cel_rules = (
         Rule(
             cel="!has(self.__namespace__)",
-            message="routing.endpointPicker.namespace: the endpoint picker must be in the "
+            message="the endpoint picker must be in the "
             "endpoint's own namespace (an InferencePool's endpointPickerRef is a local "
             "reference); leave namespace out",
             field_path=".namespace",
@@ -125,7 +125,7 @@ class Routing(SpecModel):
 
     inference_pool: InferencePoolMode = "Auto"
     """Auto: an InferencePool when its CRD is served (a condition says when it is not, and the
-    plain Service stays); Off: none."""
+    plain Service stays); Disabled: none."""
     endpoint_picker: EndpointPicker | None = None
     """The picker the pool names. Left out, no pool is created (the v1 InferencePool requires
     one) and a condition says so."""

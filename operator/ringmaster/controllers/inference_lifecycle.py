@@ -32,6 +32,12 @@ from ringmaster.api import (
     InferencePlan,
 )
 from ringmaster.api.common import ConditionStatus
+from ringmaster.controllers.autoscaling_source import (
+    UNIFIED,
+    SideScaling,
+    scaling_condition,
+    uses_hpa,
+)
 from ringmaster.controllers.inference_routing import InferenceExtension, route
 from ringmaster.controllers.reporting import (
     Conditions,
@@ -388,10 +394,17 @@ def _rate(x: float) -> str:
     return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
 
 
-def _sizing_source(spec: InferenceEndpointSpec, plan: Mapping[str, Any], hpa_owns: bool) -> str:
+def _sizing_source(
+    spec: InferenceEndpointSpec,
+    plan: Mapping[str, Any],
+    hpa_owns: bool,
+    scaled: SideScaling | None = None,
+) -> str:
     """Why the count is what it is, for the Scaled Event."""
     if hpa_owns:
         return "set by the HorizontalPodAutoscaler"
+    if scaled is not None:
+        return f"the servers' metrics ({scaled.reason}): {scaled.message}"
     if spec.replicas is not None:
         return "spec.replicas"
     needed = plan.get("replicasNeeded")
@@ -502,6 +515,9 @@ class _Step:
     # A disaggregated endpoint's side workloads by name (manifests.disaggregated.side_name).
     side_workloads: Mapping[str, DeploymentView] = field(default_factory=dict)
     inference_extension: InferenceExtension = field(default_factory=InferenceExtension)
+    # spec.autoscaling.source ServerMetrics: the counts the autoscaler decided, by side
+    # (server_metrics_autoscaler.UNIFIED for an aggregated endpoint).
+    scaled: Mapping[str, SideScaling] = field(default_factory=dict)
 
     @property
     def spec(self) -> InferenceEndpointSpec:
@@ -554,6 +570,7 @@ def reconcile_inference(
     leader_worker_set_installed: bool = False,
     side_workloads: Mapping[str, DeploymentView] | None = None,
     inference_extension: InferenceExtension | None = None,
+    scaled: Mapping[str, SideScaling] | None = None,
 ) -> Decision:
     """``hardware``: why the operator's catalog cannot place the endpoint's accelerator
     (planning.catalog.hardware_problem), or None. ``group``: the endpoint's LeaderWorkerSet, which
@@ -578,6 +595,7 @@ def reconcile_inference(
         autoscaler_present,
         side_workloads=side_workloads or {},
         inference_extension=inference_extension or InferenceExtension(),
+        scaled=scaled or {},
     )
     for phase in _PHASES:
         if phase(step) is STOP:
@@ -629,12 +647,15 @@ def _replica_count(step: _Step) -> _Stop | None:
     """Who sets the count and what it is (see the module's docstring), the plan's figures for
     that count, and CapacityMet. An LLM no replica can serve waits with the engine's reason."""
     spec, status, workload = step.spec, step.status, step.workload
-    autoscaled = spec.autoscaling.enabled
+    hpa = uses_hpa(spec)
     step.hpa_owns = (
-        autoscaled and workload is not None and bool(workload.replicas_managers - {MAIN_MANAGER})
+        hpa and workload is not None and bool(workload.replicas_managers - {MAIN_MANAGER})
     )
-    if autoscaled and workload is not None:
+    scaled = step.scaled.get(UNIFIED)
+    if hpa and workload is not None:
         desired = workload.spec_replicas  # the HPA's count, or what runs when it takes over
+    elif scaled is not None:
+        desired = scaled.replicas  # the server-metrics autoscaler's
     else:
         desired = int(step.plan["replicas"])
     if desired != step.plan["replicas"]:
@@ -728,7 +749,7 @@ def _workload(step: _Step) -> _Stop | None:
 def _autoscaler(step: _Step) -> _Stop | None:
     """The HPA while autoscaling is on (after the count's hand-over), none otherwise."""
     spec, name, namespace = step.spec, step.endpoint.name, step.endpoint.namespace
-    if spec.autoscaling.enabled:
+    if uses_hpa(spec):
         metric = _autoscaling_target(spec, step.plan)
         step.decision.apply.append(autoscaler(name, namespace, spec, *metric, kind=step.kind))
         if not step.hpa_owns:
@@ -741,8 +762,9 @@ def _autoscaler(step: _Step) -> _Stop | None:
 def _scaled(step: _Step) -> _Stop | None:
     """A Scaled Event when the count changes, saying who decided it."""
     previous = step.endpoint.status.replicas
+    scaling_condition(step.conditions, step.spec, step.scaled)
     if previous != step.desired:
-        source = _sizing_source(step.spec, step.plan, step.hpa_owns)
+        source = _sizing_source(step.spec, step.plan, step.hpa_owns, step.scaled.get(UNIFIED))
         message = (
             f"{_replicas(step.desired)}: {source}"
             if previous is None

@@ -71,7 +71,7 @@ def route(step: _Step, disaggregated: bool, leaders_only: Mapping[str, bool]) ->
     routing = spec.routing
     before = list(step.endpoint.status.inference_pools or [])
     keep: list[str] = []
-    if routing is None or routing.inference_pool == "Off":
+    if routing is None or routing.inference_pool == "Disabled":
         step.conditions.remove(INFERENCE_POOL_CONDITION)
     elif not step.inference_extension.pools:
         step.conditions.set(

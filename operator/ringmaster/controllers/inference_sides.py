@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ringmaster.api import InferenceEndpointPhase
 from ringmaster.api.serving_topology import DisaggregatedReplicas, SideReplicas
+from ringmaster.controllers.autoscaling_source import scaling_condition
 from ringmaster.controllers.inference_routing import route
 from ringmaster.controllers.reporting import plan_warnings, report_plausibility
 from ringmaster.manifests.disaggregated import (
@@ -58,11 +59,12 @@ def _sides(step: _Step) -> list[_Side]:
     out = []
     for name in SIDE_NAMES:
         plan = split[name]
+        scaled = step.scaled.get(name)  # the server-metrics autoscaler's count, when it runs
         out.append(
             _Side(
                 name,
                 plan,
-                int(plan["replicas"]),
+                scaled.replicas if scaled is not None else int(plan["replicas"]),
                 int(plan["perReplica"]),
                 int(plan.get("hostsPerReplica") or 1),
             )
@@ -90,6 +92,17 @@ def reconcile_disaggregated(step: _Step) -> None:
     status.url = endpoint_url(name, step.endpoint.namespace, spec.port)
     status.plan = life.status_plan(step.plan, total, step.decision.target_requests_per_second)
     step.decision.events += report_plausibility(step.conditions, plan_warnings(status.plan))
+    scaling_condition(step.conditions, spec, step.scaled)
+    previous_total = step.endpoint.status.replicas
+    if previous_total is not None and previous_total != total:
+        why = "; ".join(f"{n}: {c.reason}, {c.message}" for n, c in step.scaled.items())
+        step.event(
+            "Normal",
+            "Scaled",
+            f"scaled from {previous_total} to {total} replicas ("
+            + ", ".join(f"{s.name} {s.desired}" for s in sides)
+            + f"): {why or 'the engine plan'}",
+        )
 
     step.capacity = _capacity(step.plan)
     value, reason, message = step.capacity

@@ -14,6 +14,7 @@ also remembers what it last applied, so a resync or a status-only event costs no
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import datetime as dt
@@ -33,6 +34,7 @@ from pydantic import ValidationError
 from ringmaster import metrics
 from ringmaster.api import GROUP, VERSION, InferenceEndpointSpec, InferenceEndpointStatus
 from ringmaster.controllers import cluster_state
+from ringmaster.controllers.autoscaling_source import uses_server_metrics
 from ringmaster.controllers.base import Controller, Key, as_body, snapshot
 from ringmaster.controllers.catalog import on_catalog_change, serving_hardware_problem
 from ringmaster.controllers.inference_lifecycle import (
@@ -48,6 +50,10 @@ from ringmaster.controllers.inference_lifecycle import (
 from ringmaster.controllers.inference_routing import InferenceExtension
 from ringmaster.controllers.kubeapi import KubeApi
 from ringmaster.controllers.kueue_workloads import DiscoveryFollower
+from ringmaster.controllers.server_metrics_autoscaler import (
+    SCRAPE_INTERVAL_SECONDS,
+    ServerMetricsAutoscaler,
+)
 from ringmaster.manifests.disaggregated import SIDE_NAMES, side_name
 from ringmaster.manifests.inference import (
     INFERENCE_ENDPOINT_LABEL,
@@ -62,6 +68,7 @@ from ringmaster.manifests.inference_pool import (
     INFERENCE_POOL_VERSION,
 )
 from ringmaster.manifests.naming import MANAGED_BY, OPERATOR
+from ringmaster.planning.plans import PlanError
 
 logger = logging.getLogger(__name__)
 PLURAL = "inferenceendpoints"
@@ -213,6 +220,56 @@ class InferenceController(Controller):
         self.planner = planner
         # Per endpoint, per kind: what we last applied and the generation it produced.
         self.applied: dict[Key, dict[str, Applied]] = {}
+        # spec.autoscaling.source ServerMetrics: the servers' metrics, read every interval.
+        self.autoscaler = ServerMetricsAutoscaler(api.list_pods)
+        self.autoscale_task: asyncio.Task[None] | None = None
+
+    def bind(self, kwargs: Mapping[str, Any]) -> None:
+        started = bool(self.indexes)
+        super().bind(kwargs)
+        if not started and self.indexes:
+            self.autoscale_task = asyncio.create_task(self.autoscale_forever())
+
+    async def stop(self) -> None:
+        if self.autoscale_task is not None:
+            self.autoscale_task.cancel()
+        await self.autoscaler.close()
+        await super().stop()
+
+    async def autoscale_forever(self) -> None:
+        while True:
+            await asyncio.sleep(SCRAPE_INTERVAL_SECONDS)
+            try:
+                await self.autoscale_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # one bad round must not end the autoscaler: the next one runs
+                logger.exception("server-metrics autoscaling round failed")
+
+    async def autoscale_once(self) -> None:
+        """One round: every endpoint scaled on its servers' metrics is scraped and decided; a
+        changed count queues its reconcile (which applies it)."""
+        for key, store in list(self.objects().items()):
+            body = next(iter(store), None)
+            if body is None:
+                continue
+            namespace, name = key
+            try:
+                spec = InferenceEndpointSpec.model_validate(body.get("spec") or {})
+                current = InferenceEndpointStatus.model_validate(self.current_status(key, body))
+            except ValidationError:
+                continue  # the reconcile says what is wrong with it
+            if not uses_server_metrics(spec):
+                if self.autoscaler.scaled(namespace, name):
+                    self.autoscaler.forget(namespace, name)
+                    self.queue.add(key)
+                continue
+            try:
+                planned = self.planner(spec)
+            except PlanError:
+                continue
+            if await self.autoscaler.tick(namespace, name, spec, current, planned):
+                self.queue.add(key)
 
     def catalog_changed(self) -> None:
         """A new hardware catalog: every endpoint is planned and placed again."""
@@ -280,6 +337,7 @@ class InferenceController(Controller):
                 lws_installed,
                 side_workloads,
                 extension,
+                self.autoscaler.scaled(namespace, name),
             )
         try:
             await self._apply(
@@ -412,6 +470,7 @@ class InferenceController(Controller):
 
     def forget(self, key: Key) -> None:
         self.applied.pop(key, None)
+        self.autoscaler.forget(*key)
         for state in ("desired", "ready"):
             with contextlib.suppress(KeyError):
                 metrics.INFERENCE_REPLICAS.remove(*key, state)

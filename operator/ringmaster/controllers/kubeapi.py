@@ -200,6 +200,16 @@ class KubeApi:
         plain: dict[str, Any] = self.core.api_client.sanitize_for_serialization(found)
         return plain
 
+    async def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        """The namespace's pods with these labels (a label selector string), as plain dicts."""
+
+        def call() -> list[dict[str, Any]]:
+            path = f"/api/v1/namespaces/{namespace}/pods"
+            data = self._request("GET", path, {}, [("labelSelector", selector)])
+            return cast(list[dict[str, Any]], json.loads(data).get("items") or [])
+
+        return await self._call("list Pods", call)
+
     async def put_config_map(self, namespace: str, name: str, data: dict[str, str]) -> None:
         """Create or replace a ConfigMap's data (the operator's own state, such as the cluster
         calibration), by server-side apply: no read first, no conflict with itself."""

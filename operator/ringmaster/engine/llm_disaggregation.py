@@ -359,18 +359,23 @@ def choose(
     inputs: DisaggregationInputs,
     catalog: Catalog = DEFAULT_CATALOG,
 ) -> DisaggregationChoice:
-    """``On``: disaggregated; ``Auto``: the cheaper plan that meets the targets (aggregated on a
-    tie, or when neither does), with why; ``Off``: aggregated, nothing else planned."""
-    if mode == "Off":
-        return DisaggregationChoice(AGGREGATED, "spec.disaggregation.mode Off", aggregated, None)
+    """``Disaggregated``: disaggregated; ``Auto``: the cheaper plan that meets the targets
+    (aggregated on a tie, or when neither does), with why; ``Aggregated``: aggregated, nothing
+    else planned."""
+    if mode == "Aggregated":
+        return DisaggregationChoice(
+            AGGREGATED, "spec.disaggregation.mode Aggregated", aggregated, None
+        )
     try:
         split = predict_disaggregated(inputs, catalog)
     except ValueError as exc:
-        if mode == "On":
+        if mode == "Disaggregated":
             raise
         return DisaggregationChoice(AGGREGATED, f"disaggregated: {exc}", aggregated, None)
-    if mode == "On":
-        return DisaggregationChoice(DISAGGREGATED, "spec.disaggregation.mode On", aggregated, split)
+    if mode == "Disaggregated":
+        return DisaggregationChoice(
+            DISAGGREGATED, "spec.disaggregation.mode Disaggregated", aggregated, split
+        )
     agg_words = (
         f"{aggregated.replicas} aggregated x {_accelerators(aggregated)} at "
         f"${aggregated.cost_per_hour_usd:,.2f}/h"

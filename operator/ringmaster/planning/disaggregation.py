@@ -74,7 +74,8 @@ def disaggregation_inputs(spec: Any, serving: LlmServingInputs) -> Disaggregatio
 def plan_disaggregation(
     spec: Any, serving: LlmServingInputs, aggregated: LlmServingPrediction, catalog: Catalog
 ) -> DisaggregationChoice:
-    """The engine's choice for the spec's mode (``ValueError``: mode On cannot be served)."""
+    """The engine's choice for the spec's mode (``ValueError``: mode Disaggregated cannot be
+    served)."""
     return choose(
         str(spec.disaggregation.mode), aggregated, disaggregation_inputs(spec, serving), catalog
     )

@@ -711,7 +711,7 @@ def plan_inference(
         options = () if found.feasible else tuple(pareto_alternatives(llm, found, active))
         disaggregation = None
         config = getattr(spec, "disaggregation", None)
-        if config is not None and config.mode != "Off":
+        if config is not None and config.mode != "Aggregated":
             try:
                 choice = plan_disaggregation(spec, llm, found, active)
             except (ValueError, LookupError) as exc:
