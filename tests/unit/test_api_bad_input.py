@@ -245,8 +245,29 @@ def _typed_numbers(s: dict[str, Any], v: Any) -> Any:
 # (apiextensions-apiserver's CEL escaping of property names), so a rule reads
 # self.__namespace__ for a field named namespace.
 _CEL_RESERVED = frozenset(
-    "true false null in as break const continue else for function if import let loop "
-    "package namespace return var void while".split()
+    [
+        "true",
+        "false",
+        "null",
+        "in",
+        "as",
+        "break",
+        "const",
+        "continue",
+        "else",
+        "for",
+        "function",
+        "if",
+        "import",
+        "let",
+        "loop",
+        "package",
+        "namespace",
+        "return",
+        "var",
+        "void",
+        "while",
+    ]
 )
 
 

@@ -6,9 +6,9 @@ no HPA. Per side when disaggregated."""
 from __future__ import annotations
 
 import asyncio
-import math
 import copy
 import datetime as dt
+import math
 from pathlib import Path
 from typing import Any
 
