@@ -161,12 +161,13 @@ def test_the_apiserver_refuses_a_layout_that_does_not_divide_naming_the_numbers(
     crds_installed: Cluster, quiet_namespace: str
 ):
     doc = example()
-    doc["spec"]["parallelism"]["pipeline"] = 7
+    # 5 x 19 = 95: the first and the last stage cannot give up 15 layers of 5 each.
+    doc["spec"]["parallelism"]["pipeline"] = 19
     result = crds_installed.kubectl(
         "apply", "-n", quiet_namespace, "-f", "-", input=yaml.safe_dump(doc), check=False
     )
     assert result.returncode != 0
-    assert "pipeline 7 cannot stage layers 80" in result.stderr
+    assert "pipeline 19 cannot stage layers 80" in result.stderr
 
 
 def test_a_job_that_fits_nowhere_waits_with_does_not_fit_and_creates_nothing(

@@ -291,8 +291,12 @@ def test_llama3_405b_stages_126_layers_over_16_with_lighter_ends():
     stages = stage_layers(model, 16)
     assert (float(stages.first), float(stages.middle), float(stages.last)) == (7, 8, 7)
     assert valid_pipeline(126, 2) and valid_pipeline(3, 2)
-    assert not valid_pipeline(126, 5)  # 26 x 5 = 130: four missing layers
     assert not valid_pipeline(126, 127) and not valid_pipeline(4, 0)
+    # 26 x 5 = 130: the first and the last give up two layers each (Megatron's
+    # --decoder-first/last-pipeline-num-layers 24).
+    five = stage_layers(model, 5)
+    assert valid_pipeline(126, 5)
+    assert (float(five.first), float(five.middle), float(five.last)) == (24, 26, 24)
     one = stage_layers(model, 1)
     assert float(one.first) == float(one.last) == 126
     odd = stage_layers(model, 4)  # 32 x 4 = 128: first and last 31

@@ -99,3 +99,60 @@ def test_a_replica_on_one_host_keeps_its_single_host_figures() -> None:
     named = predict_llm_serving(inputs(model=model, per_replica=8, tensor_parallel=8))
     assert (plain.tensor_parallel, plain.pipeline_parallel, plain.hosts_per_replica) == (8, 1, 1)
     assert plain.output_tokens_per_second_per_replica == named.output_tokens_per_second_per_replica
+
+
+# --- the step's all-reduce across hosts (issue 42) ------------------------------------------------
+
+
+def _span_terms(accelerator: str, per_host: int, tp: int, machine_name: str, domain: int = -1):  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    from ringmaster.engine import collectives
+    from ringmaster.engine.llm_step import ReplicaSpan, serving_terms
+
+    host = DEFAULT_CATALOG.host(accelerator, per_host, machine_name)
+    machine = host.machine if domain < 0 else replace(host.machine, nvlink_domain=domain)
+    acc = host.accelerator
+    fabric = collectives.gpu_fabric(acc, machine, per_host)
+    span = ReplicaSpan(per_host, 1, fabric, float(fabric.net_bandwidth) / per_host, machine)
+    terms = serving_terms(LLAMA_405B, acc, tp, acc.peak("bf16"), 2.0, 2.0, 1024.0, 256.0, span=span)
+    return terms, fabric, machine, acc
+
+
+def test_tp_across_hosts_is_charged_at_the_steps_message_not_one_tokens() -> None:
+    """At STEP_COLLECTIVE_TOKENS the terms are exactly the collective model's all-reduce of the
+    step's bytes, every layer twice; at the 1,670 tokens of a loaded step they stay within the
+    collective's own figure (the secant lies under the concave curve, the base carries the
+    latency), where one token's slope times the tokens was several times it."""
+    from ringmaster.engine.llm_step import (
+        STEP_COLLECTIVE_TOKENS,
+        cross_host_allreduce_seconds,
+    )
+
+    terms, fabric, machine, acc = _span_terms(H100, 8, 16, "a3-megagpu-8g")
+    layers = 2.0 * LLAMA_405B.layers
+    one_token = 2.0 * LLAMA_405B.hidden
+
+    def collective(tokens: float) -> float:
+        return float(cross_host_allreduce_seconds(one_token * tokens, 16, 8, fabric, machine, acc))
+
+    at_step = float(terms.allreduce_base) + STEP_COLLECTIVE_TOKENS * float(
+        terms.allreduce_per_token
+    )
+    assert at_step == pytest.approx(layers * collective(STEP_COLLECTIVE_TOKENS), rel=1e-9)
+    loaded = float(terms.allreduce_base) + 1670.0 * float(terms.allreduce_per_token)
+    assert loaded == pytest.approx(layers * collective(1670.0), rel=0.25)
+    one_token_slope = collective(1.0) - collective(0.0)
+    assert 1670.0 * one_token_slope > 2.0 * collective(1670.0)
+
+
+def test_nvlink_between_hosts_is_never_slower_than_their_nics() -> None:
+    """Property: the same TP 8 replica over two 4-GPU GB200 trays costs no more per step when
+    the trays share an NVLink domain than when the domain is each tray alone."""
+    shared, *_ = _span_terms("nvidia-gb200", 4, 8, "a4x-highgpu-4g")
+    alone, *_ = _span_terms("nvidia-gb200", 4, 8, "a4x-highgpu-4g", domain=0)
+    for tokens in (1.0, 16.0, 256.0, 1024.0, 4096.0, 16384.0):
+        nvlink = float(shared.allreduce_base) + tokens * float(shared.allreduce_per_token)
+        nics = float(alone.allreduce_base) + tokens * float(alone.allreduce_per_token)
+        assert nvlink <= nics, tokens
+    assert float(shared.allreduce_per_token) < float(alone.allreduce_per_token)

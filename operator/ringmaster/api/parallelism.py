@@ -60,7 +60,8 @@ class Parallelism(SpecModel):
     NVLink or ICI; must divide architecture.attentionHeads."""
     pipeline: IntOrAuto = AUTO
     """Pipeline stages (1F1B schedule): each holds ceil(layers / pipeline) layers but the first
-    and the last, which may hold one fewer (Llama 3 405B: 126 layers over 16 stages)."""
+    and the last, which share what the others leave, down to none (Llama 3 405B: 126 layers
+    over 16 stages, the first and the last of 7; DeepSeek-V3: 61 over 16, of 3 and 2)."""
     sharding: Sharding = AUTO
     """Sharding of the data-parallel replicas: ``None`` (DDP), ``Optimizer`` (ZeRO-1),
     ``Gradients`` (ZeRO-2), ``Full`` (ZeRO-3 / FSDP full shard)."""
@@ -103,13 +104,15 @@ def _auto(v: Any) -> bool:
 
 
 def pipeline_stages_layers(layers: int, pipeline: int) -> bool:
-    """Whether ``pipeline`` stages hold ``layers``: ceil(layers / pipeline) each, the first and
-    the last at most one fewer (twin of engine.llm_memory.valid_pipeline; a test keeps them
-    equal)."""
+    """Whether ``pipeline`` stages hold ``layers``: ceil(layers / pipeline) each but the first
+    and the last, which share what is left, down to none each (twin of
+    engine.llm_memory.valid_pipeline; a test keeps them equal)."""
     if pipeline < 1 or pipeline > layers:
         return False
-    missing = -(-layers // pipeline) * pipeline - layers
-    return missing <= min(2, pipeline - 1)
+    if pipeline == 1:
+        return True
+    per_stage = -(-layers // pipeline)
+    return per_stage * pipeline - layers <= 2 * per_stage
 
 
 def _degree(v: int | str) -> int:
@@ -257,11 +260,11 @@ PARALLELISM_RULES: tuple[Rule, ...] = (
     Rule(
         cel=(
             f"!({_CEL_PARALLEL}) || string({_P}) == 'Auto' || ({_ARCH}.layers >= int({_P})"
-            f" && int({_P}) * (({_ARCH}.layers + int({_P}) - 1) / int({_P})) - {_ARCH}.layers"
-            f" <= (int({_P}) >= 3 ? 2 : int({_P}) - 1))"
+            f" && (int({_P}) == 1 || int({_P}) * (({_ARCH}.layers + int({_P}) - 1) / int({_P}))"
+            f" - {_ARCH}.layers <= 2 * (({_ARCH}.layers + int({_P}) - 1) / int({_P}))))"
         ),
         message="parallelism.pipeline must stage model.architecture.layers: each stage holds "
-        "ceil(layers / pipeline) layers, the first and the last at most one fewer",
+        "ceil(layers / pipeline) layers but the first and the last, which share the rest",
         field_path=".parallelism.pipeline",
         check=lambda s: (
             s.parallelism is None
@@ -271,13 +274,13 @@ PARALLELISM_RULES: tuple[Rule, ...] = (
         ),
         message_expression=(
             "'pipeline %s cannot stage layers %d: each stage holds ceil(layers / pipeline)"
-            " layers, the first and the last at most one fewer'"
+            " layers but the first and the last, which share the rest'"
             f".format([{_P}, {_ARCH}.layers])"
         ),
         message_for=lambda s: (
             f"pipeline {s.parallelism.pipeline} cannot stage layers "
             f"{s.model.architecture.layers}: each stage holds ceil(layers / pipeline) "
-            "layers, the first and the last at most one fewer"
+            "layers but the first and the last, which share the rest"
         ),
     ),
     Rule(

@@ -569,7 +569,7 @@ def _no_layout_message(request: LayoutRequest, hw: LayoutHardware) -> str:
     return (
         " ".join(parts)
         + " (heads must divide by tensor; pipeline stages hold ceil(layers / pipeline) layers,"
-        " the first and last at most one fewer; the sequence by 2 x context; accelerators by"
+        " the first and last share the rest; the sequence by 2 x context; accelerators by"
         " tensor x context x pipeline; the global batch by data x micro-batch; expert must"
         " divide the experts and data x context)"
     )

@@ -131,13 +131,17 @@ def _f(x: ArrayLike) -> F64:
 
 def valid_pipeline(layers: int, pipeline: int) -> bool:
     """Whether ``pipeline`` stages can hold ``layers``: each holds ceil(layers / p) layers but
-    the first and the last, which may hold one fewer (Llama 3 405B ran 126 layers over 16
-    stages so: Dubey et al. 2024, section 3.3.2; Megatron-LM's
-    --decoder-first/last-pipeline-num-layers)."""
+    the first and the last, which hold what is left between them, down to none (an
+    embedding-only first stage, a loss-only last one): Megatron-LM's
+    --decoder-first/last-pipeline-num-layers and its pipeline layouts. Llama 3 405B ran 126
+    layers over 16 stages with the first and the last one short (Dubey et al. 2024, section
+    3.3.2); DeepSeek-V3's 61 layers run over 16 stages (Megatron-Core's DeepSeek-V3 recipe)."""
     if pipeline < 1 or pipeline > layers:
         return False
+    if pipeline == 1:
+        return True
     per_stage = -(-layers // pipeline)
-    return per_stage * pipeline - layers <= min(2, pipeline - 1) if pipeline > 1 else True
+    return per_stage * pipeline - layers <= 2 * per_stage
 
 
 class StageLayers(NamedTuple):
@@ -147,13 +151,14 @@ class StageLayers(NamedTuple):
 
 
 def stage_layers(model: Transformer, pipeline: ArrayLike) -> StageLayers:
-    """Layers per stage (:func:`valid_pipeline`): the last stage gives up the first missing
-    layer (it also runs the LM head and the loss), the first the second."""
+    """Layers per stage (:func:`valid_pipeline`): the layers the middle stages leave go to the
+    first and the last, the last giving up the odd one (it also runs the LM head and the
+    loss)."""
     p = _f(pipeline)
     per_stage = np.ceil(model.layers / p)
     missing = per_stage * p - model.layers
-    last = per_stage - (missing >= 1)
-    first = np.where(p > 1, per_stage - (missing >= 2), last)
+    last = per_stage - np.ceil(missing / 2.0)
+    first = np.where(p > 1, per_stage - np.floor(missing / 2.0), last)
     return StageLayers(_f(first), _f(per_stage), _f(last))
 
 

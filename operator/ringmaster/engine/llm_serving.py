@@ -649,7 +649,7 @@ def _predict_layout(
     tp, pp = layout.tensor, layout.pipeline
     accelerators = tp * pp
     price = host.price_per_hour * host_share(host) * layout.hosts
-    span = ReplicaSpan(layout.per_host, pp, fabric, nic_share)
+    span = ReplicaSpan(layout.per_host, pp, fabric, nic_share, host.machine)
     w = WEIGHT_BYTES[precision]
     kv = KV_BYTES[kv_precision]
     in_mean, out_mean = inputs.input_tokens_mean, inputs.output_tokens_mean

@@ -102,7 +102,7 @@ from ringmaster.engine.efficiency import (
     PCIE_EFFICIENCY,
     XGMI_EFFICIENCY,
 )
-from ringmaster.engine.hardware import Accelerator
+from ringmaster.engine.hardware import Accelerator, MachineType
 from ringmaster.engine.profiled import ceilings_hbm_ratio, ceilings_matmul_ratio
 from ringmaster.engine.transformer import Transformer
 from ringmaster.engine.units import US
@@ -197,11 +197,26 @@ def tensor_parallel_allreduce_seconds(
 
 
 def cross_host_allreduce_seconds(
-    nbytes: ArrayLike, tp: int, per_host: int, fabric: collectives.GpuFabric
+    nbytes: ArrayLike,
+    tp: int,
+    per_host: int,
+    fabric: collectives.GpuFabric,
+    machine: MachineType | None = None,
+    accelerator: Accelerator | None = None,
 ) -> F64:
     """One all-reduce of ``nbytes`` over ``tp`` ranks that span ``tp / per_host`` hosts: what
-    NCCL's tuner runs there (ring, tree, NVLS-tree; LL at these sizes) on the host's NICs."""
+    NCCL's tuner runs there (ring, tree, NVLS-tree; LL at small sizes) on the hosts' NICs, or,
+    where the hosts share one NVLink domain (``machine.nvlink_domain``: trays of a GB200 NVL72
+    rack), over NVLink as one NCCL node (collectives.domain_collective)."""
     hosts = max(1, math.ceil(tp / per_host))
+    if (
+        machine is not None
+        and accelerator is not None
+        and machine.nvlink_domain > machine.accelerator_count
+    ):
+        return collectives.domain_collective(
+            collectives.ALL_REDUCE, nbytes, hosts, tp // hosts, machine, accelerator
+        ).seconds
     return collectives.nccl_collective(
         collectives.ALL_REDUCE, nbytes, hosts, tp // hosts, fabric, with_busbw=False
     ).seconds
@@ -226,6 +241,12 @@ def pipeline_send_seconds(
     return per_rank / bandwidth + TP_HOP_LATENCY[link]
 
 
+# The step size at which a replica across hosts is charged its tensor-parallel all-reduces:
+# vLLM's smallest chunked-prefill budget among those the engine weighs (llm_batching), about a
+# decode batch of a few hundred sequences plus a prompt chunk.
+STEP_COLLECTIVE_TOKENS = 1024.0
+
+
 class ReplicaSpan(NamedTuple):
     """How a replica's ``tp x pp`` accelerators sit on hosts of ``per_host`` accelerators; the
     fabric and NIC share are the hosts' (collectives.gpu_fabric)."""
@@ -234,6 +255,7 @@ class ReplicaSpan(NamedTuple):
     pipeline: int = 1
     fabric: collectives.GpuFabric | None = None
     nic_share: float = 0.0  # NIC bytes/s per accelerator (the host's NICs over per_host)
+    machine: MachineType | None = None  # the hosts' (an NVLink domain across them, if any)
 
     def tensor_hosts(self, tp: int) -> int:
         return max(1, math.ceil(tp / self.per_host))
@@ -404,9 +426,21 @@ def serving_terms(
     allreduces = 2.0 * model.layers - moe_a2a
     if span is not None and span.tensor_hosts(ranks) > 1:
         assert span.fabric is not None, "tensor parallelism across hosts needs the hosts' fabric"
-        zero = cross_host_allreduce_seconds(0.0, ranks, span.per_host, span.fabric)
-        one = cross_host_allreduce_seconds(one_token, ranks, span.per_host, span.fabric)
-        base, per_token = allreduces * zero, allreduces * (one - zero)
+
+        # One all-reduce carries every token of the step: charged at a step's bytes, as a
+        # secant from 0 to STEP_COLLECTIVE_TOKENS tokens (its latency in the base), not at one
+        # token's, whose LL-protocol slope times thousands of tokens is 5-15x the collective.
+        fabric = span.fabric
+
+        def reduce(nbytes: float) -> F64:
+            return cross_host_allreduce_seconds(
+                nbytes, ranks, span.per_host, fabric, span.machine, accelerator
+            )
+
+        zero = reduce(0.0)
+        step = reduce(one_token * STEP_COLLECTIVE_TOKENS)
+        base = allreduces * zero
+        per_token = allreduces * (step - zero) / STEP_COLLECTIVE_TOKENS
     else:
         base = allreduces * tensor_parallel_allreduce_seconds(0.0, g, accelerator)
         per_token = allreduces * tensor_parallel_allreduce_seconds(one_token, g, accelerator) - base

@@ -1,0 +1,100 @@
+"""Published MoE training layouts the API once refused: DeepSeek-V3's 61 layers over 16 and
+over 8 pipeline stages (the first and the last stages share what the 4- or 8-layer middle stages
+leave, as Megatron-LM's --decoder-first/last-pipeline-num-layers allow). Accepted by the Python
+twins of the CEL rules, planned by the engine with those stages."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from ringmaster.api.manifest import parse_manifest
+from ringmaster.api.parallelism import pipeline_stages_layers
+from ringmaster.engine.llm_memory import stage_layers, valid_pipeline
+from ringmaster.engine.transformer import KNOWN_TRANSFORMERS
+from ringmaster.planning import plan_training
+
+pytestmark = pytest.mark.unit
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "trainingjob-qwen3-30b-a3b-h100.yaml"
+# deepseek-ai/DeepSeek-V3 config.json (the MTP module left out, as engine.transformer does).
+DEEPSEEK_V3 = {
+    "layers": 61,
+    "hiddenSize": 7168,
+    "attentionHeads": 128,
+    "ffnHiddenSize": 18432,
+    "ffnType": "Gated",
+    "vocabSize": 129280,
+    "sequenceLength": 4096,
+    "experts": 256,
+    "activeExperts": 8,
+    "sharedExperts": 1,
+    "expertFfnHiddenSize": 2048,
+    "firstDenseLayers": 3,
+    "attentionType": "MultiHeadLatent",
+    "latentAttention": {
+        "kvLoraRank": 512,
+        "qLoraRank": 1536,
+        "qkRopeHeadDim": 64,
+        "qkNopeHeadDim": 128,
+        "vHeadDim": 128,
+    },
+}
+
+
+def deepseek_job(pipeline: int, workers: int) -> dict[str, Any]:
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    spec = doc["spec"]
+    spec["workers"] = workers
+    spec["model"] = {"name": "deepseek-v3", "architecture": copy.deepcopy(DEEPSEEK_V3)}
+    spec["parallelism"] = {
+        "tensor": 1,
+        "pipeline": pipeline,
+        "expert": 64,
+        "context": 1,
+        "sharding": "Optimizer",
+        "globalBatchSize": 15360,
+        "microBatchSize": 1,
+    }
+    return doc
+
+
+@pytest.mark.parametrize(("pipeline", "ends"), [(16, (3, 4, 2)), (8, (7, 8, 6))])
+def test_deepseek_v3_stages_61_layers(pipeline: int, ends: tuple[int, int, int]) -> None:
+    assert valid_pipeline(61, pipeline) and pipeline_stages_layers(61, pipeline)
+    stages = stage_layers(KNOWN_TRANSFORMERS["deepseek-v3"], pipeline)
+    assert (float(stages.first), float(stages.middle), float(stages.last)) == ends
+    first, middle, last = ends
+    assert first + (pipeline - 2) * middle + last == 61
+
+
+def test_every_stage_split_counts_every_layer() -> None:
+    """Property: wherever the stages are valid, first + middles + last is the layer count, and
+    no end stage holds more than a middle one or fewer than none."""
+    for layers in range(1, 130):
+        for pipeline in range(1, min(layers, 64) + 1):
+            model = type(KNOWN_TRANSFORMERS["deepseek-v3"])(layers, 64, 4, 100, 128)
+            ok = valid_pipeline(layers, pipeline)
+            assert ok == pipeline_stages_layers(layers, pipeline)
+            if not ok:
+                continue
+            s = stage_layers(model, pipeline)
+            first, middle, last = float(s.first), float(s.middle), float(s.last)
+            total = first if pipeline == 1 else first + (pipeline - 2) * middle + last
+            assert total == layers, (layers, pipeline)
+            assert 0 <= first <= middle and 0 <= last <= middle
+
+
+@pytest.mark.parametrize(("pipeline", "workers"), [(16, 256), (8, 128)])
+def test_deepseek_v3_published_layouts_are_accepted_and_planned(
+    pipeline: int, workers: int
+) -> None:
+    job = parse_manifest(deepseek_job(pipeline, workers))
+    report = plan_training(job.spec)  # type: ignore[arg-type]
+    plan = report.to_json()
+    layout = plan["layout"]
+    assert plan["fits"], plan
+    assert layout["pipeline"] == pipeline and layout["expert"] == 64
