@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from ringmaster.localcluster.pools import POOLS, PoolTemplate, node_list
 from ringmaster.localcluster.ports import free_port
@@ -173,6 +174,19 @@ class LocalCluster:
             env=self._env(),
             text=True,
             check=check,
+        )
+
+    def apply_objects(self, objects: list[dict[str, Any]]) -> None:
+        """Server-side apply of the cluster's own add-ons (CRDs, webhooks, their Secrets) as
+        one List, owned by the ``ringmaster-cluster`` field manager."""
+        self.kubectl(
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=ringmaster-cluster",
+            "-f",
+            "-",
+            input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}),
         )
 
     def kubectl(

@@ -12,7 +12,6 @@ InferenceObjectives against their schemas, and the operator can create them.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -60,15 +59,7 @@ class LocalInferenceExtension:
             raise ClusterError(f"cluster {self.cluster.name!r} is not up: `ringmaster cluster up`")
         start = time.monotonic()
         crds = self.crds()
-        self.cluster.kubectl(
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "--field-manager=ringmaster-cluster",
-            "-f",
-            "-",
-            input=json.dumps({"apiVersion": "v1", "kind": "List", "items": crds}),
-        )
+        self.cluster.apply_objects(crds)
         self.cluster.kubectl(
             "wait", "--for=condition=Established", f"--timeout={wait_seconds}s",
             *(f"crd/{c['metadata']['name']}" for c in crds),

@@ -11,7 +11,6 @@ readiness, the pid check and shutdown are one piece here.
 from __future__ import annotations
 
 import base64
-import json
 import os
 import signal
 import subprocess
@@ -163,15 +162,7 @@ class WebhookManager:
             *self.webhook_configurations(manifests, base_url, certs.ca_cert),
         ]
         self.log(f"installing {self.TITLE}'s {len(crds)} CRDs and webhooks (at {base_url})")
-        self.cluster.kubectl(
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "--field-manager=ringmaster-cluster",
-            "-f",
-            "-",
-            input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}),
-        )
+        self.cluster.apply_objects(objects)
         self.cluster.kubectl(
             "wait", "--for=condition=Established", "--timeout=60s",
             *(f"crd/{c['metadata']['name']}" for c in crds),

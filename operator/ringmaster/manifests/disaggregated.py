@@ -34,12 +34,10 @@ from ringmaster.api.inferenceendpoint import InferenceEndpointSpec
 from ringmaster.manifests.inference import (
     GROUP_SET_SUFFIX,
     LWS_KIND,
-    LWS_WORKER_INDEX_LABEL,
-    PORT_NAME,
     ServingPlacement,
     object_labels,
-    object_name,
     selector_labels,
+    server_service,
     server_workload,
 )
 from ringmaster.manifests.naming import dns_label
@@ -124,25 +122,7 @@ def decode_service(
 ) -> dict[str, Any]:
     """The endpoint's Service in front of the decode side (each group's leader when its
     replicas span hosts)."""
-    selector = side_labels(endpoint, "decode")
-    if groups:
-        selector = {**selector, LWS_WORKER_INDEX_LABEL: "0"}
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {
-            "name": object_name(endpoint),
-            "namespace": namespace,
-            "labels": object_labels(endpoint),
-        },
-        "spec": {
-            "type": "ClusterIP",
-            "selector": selector,
-            "ports": [
-                {"name": PORT_NAME, "port": spec.port, "targetPort": PORT_NAME, "protocol": "TCP"}
-            ],
-        },
-    }
+    return server_service(endpoint, namespace, spec, groups, side_labels(endpoint, "decode"))
 
 
 __all__ = [

@@ -354,11 +354,16 @@ def replicas_only(
 
 
 def server_service(
-    endpoint: str, namespace: str, spec: InferenceEndpointSpec, groups: bool = False
+    endpoint: str,
+    namespace: str,
+    spec: InferenceEndpointSpec,
+    groups: bool = False,
+    selector: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A ClusterIP Service in front of the ready replicas; of replicas across hosts
-    (``groups``), in front of each group's leader, which serves the group's requests."""
-    selector = selector_labels(endpoint)
+    """A ClusterIP Service in front of the ready replicas (``selector``: of some of them, a
+    disaggregated endpoint's decode side); of replicas across hosts (``groups``), in front of
+    each group's leader, which serves the group's requests."""
+    selector = dict(selector or selector_labels(endpoint))
     if groups:
         selector = {**selector, LWS_WORKER_INDEX_LABEL: "0"}
     return {
