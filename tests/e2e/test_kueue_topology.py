@@ -39,6 +39,13 @@ def tas_queue(
     """The pool's hosts in two GKE blocks; a Topology of (block, host); a TAS ResourceFlavor on
     the pool; a ClusterQueue with quota for both hosts of a block; a LocalQueue ``team``."""
     own = blocks_now(cluster)
+    # Each job needs a whole block of two hosts: wait until no other test's pod (a namespace
+    # still going away, whose pods kwok has not finished) holds a host of the pool.
+    wait_for(
+        lambda: not pods_on(cluster, set(own)),
+        timeout=180,
+        what=f"the {POOL} hosts free of other tests' pods",
+    )
     block = {name: f"b{i // 2}" for i, name in enumerate(sorted(own))}
     relabel_blocks(cluster, block)
     suffix = uuid.uuid4().hex[:6]
@@ -106,6 +113,17 @@ def tas_queue(
         cluster.kubectl("delete", "resourceflavor", flavor, "--wait=false", check=False)
         cluster.kubectl("delete", "topology", topology, "--wait=false", check=False)
         relabel_blocks(cluster, own)  # the pool's own blocks (localcluster/pools.py)
+
+
+def pods_on(cluster: Cluster, hosts: set[str]) -> list[str]:
+    """The pods not finished that are bound to any of ``hosts``, as namespace/name."""
+    pods = cluster.get_json("pods", "-A")["items"]
+    return [
+        f"{p['metadata']['namespace']}/{p['metadata']['name']}"
+        for p in pods
+        if p["spec"].get("nodeName") in hosts
+        and p["status"].get("phase") not in ("Succeeded", "Failed")
+    ]
 
 
 def labelled(name: str, topology: str | None = None) -> dict[str, Any]:
