@@ -112,6 +112,17 @@ def test_the_example_runs_as_two_sides_with_roles_and_the_connector_env() -> Non
     assert status.replicas == plan["prefill"]["replicas"] + plan["decode"]["replicas"]
     assert status.plan is not None and status.plan.disaggregation is not None
     assert status.plan.disaggregation.kv_transfer is not None
+    # kubectl get ie's columns: the endpoint as it runs (the narrower side's capacity).
+    capacity = min(
+        plan[s]["replicas"] * plan[s]["perReplicaRequestsPerSecond"]
+        for s in plan
+        if s in ("prefill", "decode")
+    )
+    assert status.plan.capacity_requests_per_second == pytest.approx(capacity, rel=1e-5)
+    assert status.plan.output_tokens_per_second == pytest.approx(capacity * 200, rel=1e-5)
+    assert status.plan.ttft_p99_milliseconds == plan["ttftP99Milliseconds"]
+    assert status.plan.tpot_p99_milliseconds == plan["tpotP99Milliseconds"]
+    assert capacity >= 4.0  # the SLO's 4 req/s
     capacity = find_condition(status.conditions, "CapacityMet")
     assert capacity is not None and capacity.status == "True"
     assert "KV transfer" in capacity.message and "prefill" in capacity.message

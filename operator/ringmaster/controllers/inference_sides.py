@@ -90,7 +90,7 @@ def reconcile_disaggregated(step: _Step) -> None:
     status.ready_replicas = sum(ready.values())
     status.selector = selector_string(name)
     status.url = endpoint_url(name, step.endpoint.namespace, spec.port)
-    status.plan = life.status_plan(step.plan, total, step.decision.target_requests_per_second)
+    status.plan = _status_plan(step, sides, total)
     step.decision.events += report_plausibility(step.conditions, plan_warnings(status.plan))
     scaling_condition(step.conditions, spec, step.scaled)
     previous_total = step.endpoint.status.replicas
@@ -197,6 +197,27 @@ def _workloads(step: _Step, sides: list[_Side], placed: dict[str, NodePool]) -> 
             step.decision.delete_objects.append((kind, other))
     if step.autoscaler_present:
         step.decision.delete_autoscaler = True
+
+
+def _status_plan(step: _Step, sides: list[_Side], total: int) -> Any:
+    """status.plan of the endpoint as it runs: the sides' capacity is the narrower side's (a
+    request needs both), its output tokens at the mean output, TTFT / TPOT p99 the plan's."""
+    from ringmaster.controllers import inference_lifecycle as life
+
+    plan = life.status_plan(step.plan, total, step.decision.target_requests_per_second)
+    capacity = min(
+        s.desired * float(s.plan.get("perReplicaRequestsPerSecond") or 0.0) for s in sides
+    )
+    output = float(step.spec.tokens.output_mean) if step.spec.tokens else 1.0
+    return plan.model_copy(
+        update={
+            "capacity_requests_per_second": life._sig(capacity),
+            "output_tokens_per_second": life._sig(capacity * output),
+            "ttft_p99_milliseconds": step.plan.get("ttftP99Milliseconds"),
+            "tpot_p99_milliseconds": step.plan.get("tpotP99Milliseconds"),
+            "layout": step.plan.get("layout"),
+        }
+    )
 
 
 def _capacity(plan: Mapping[str, Any]) -> tuple[Any, str, str]:
