@@ -32,7 +32,7 @@ cluster-down:  ## delete the local cluster
 	RINGMASTER_BIN_DIR=$(CLUSTER_BIN_DIR) ringmaster cluster down
 
 demo: install  ## cluster up, CRDs and examples applied, the operator's decisions shown
-	bash hack/demo.sh  # builds only the components it runs (etcd kwok kube lws)
+	bash hack/demo.sh  # builds only the components it runs (etcd kwok kube lws gie)
 
 test: install lint  ## the whole suite: lint, unit tests, e2e tests on local clusters
 	RINGMASTER_BIN_DIR=$(BIN_DIR) $(PYTEST) $(XDIST) -m "not bench"
