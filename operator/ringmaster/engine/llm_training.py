@@ -761,7 +761,9 @@ def evaluate_layouts(
     )
     fits = mem.total <= hw.memory_bytes
 
-    parts = micro_batch_parts(model, hw, b, t, p, rec, c, flash_attention, sequence_parallel)
+    parts = micro_batch_parts(
+        model, hw, b, t, p, rec, c, flash_attention, sequence_parallel, expert=e
+    )
     compute_mb = parts.total
     layers = stage_layers(model, p).middle
     act_bytes = BYTES_ACTIVATION * model.sequence_length * b * model.hidden / c

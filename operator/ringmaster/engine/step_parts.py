@@ -87,6 +87,27 @@ def _linear_flops_per_token_per_layer(model: Transformer, recompute: ArrayLike) 
     return _f(forward), _f(2.0 * forward + again - core_again)
 
 
+def _routed_share(model: Transformer, forward: F64) -> F64:
+    """The routed experts' share of a layer's linear FLOPs on the busiest expert-parallel rank
+    (their MOE_LOAD_IMBALANCE included); 0 for a dense model. The backward and the recompute
+    are taken in the same share (they run the same matrices)."""
+    if model.experts <= 1:
+        return _f(0.0)
+    from ringmaster.engine import llm_training as L
+
+    routed = model.moe_layers * model.active_experts * model.expert_parameters / model.layers
+    return _f(2.0 * L.MOE_LOAD_IMBALANCE * routed / forward)
+
+
+def expert_tokens(model: Transformer, rank_tokens: ArrayLike, expert: ArrayLike) -> F64:
+    """Tokens one local expert's GEMM multiplies in a micro-batch: the ``expert`` ranks of an
+    expert-parallel group send it their tokens routed to it, ``top-k / experts`` of each rank's
+    (Megatron-Core's grouped GEMM runs each local expert on its own tokens: a GEMM of that M,
+    not of the micro-batch's)."""
+    per_expert = _f(rank_tokens) * _f(expert) * model.active_experts / max(model.experts, 1)
+    return _f(np.maximum(per_expert, 1.0))
+
+
 def _core_again(model: Transformer, recompute: ArrayLike) -> F64:
     """1 where the policy recomputes the attention core's forward, else 0."""
     r = np.asarray(recompute)
@@ -115,17 +136,32 @@ def micro_batch_parts(
     context: ArrayLike = 1,
     flash_attention: bool = True,
     sequence_parallel: bool = True,
+    expert: ArrayLike = 1,
 ) -> MicroBatchParts:
-    """The parts of one micro-batch on the busiest stage (see the module's docstring)."""
+    """The parts of one micro-batch on the busiest stage (see the module's docstring).
+    ``expert``: the expert-parallel degree of a mixture of experts (the tokens each local
+    expert's grouped GEMM receives)."""
     fw, ce = hw.framework, hw.ceilings
     t, c = _f(tensor), _f(context)
     rank_tokens = _f(micro_batch) * model.sequence_length / c  # tokens a rank's layers see
     tokens = rank_tokens / t  # per-rank share of the token x width work
     r = np.asarray(recompute)
 
-    # GEMMs of the linear layers.
+    # GEMMs of the linear layers; a mixture of experts' routed experts at their own shape.
     fwd, bwd = _linear_flops_per_token_per_layer(model, r)
-    linear = _gemm_seconds(hw, fwd * tokens, bwd * tokens, model.hidden / t, rank_tokens)
+    routed = _routed_share(model, fwd)
+    dense_fwd, dense_bwd = fwd * (1.0 - routed), bwd * (1.0 - routed)
+    linear = _gemm_seconds(
+        hw, dense_fwd * tokens, dense_bwd * tokens, model.hidden / t, rank_tokens
+    )
+    if model.experts > 1:
+        linear = linear + _gemm_seconds(
+            hw,
+            fwd * routed * tokens,
+            bwd * routed * tokens,
+            model.expert_ffn_hidden / t,
+            expert_tokens(model, rank_tokens, expert),
+        )
 
     # Attention core.
     full_core = model.attention_flops_per_token(model.sequence_length) / model.layers
