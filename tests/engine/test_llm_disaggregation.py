@@ -175,3 +175,13 @@ def test_faster_fabric_never_makes_ttft_worse() -> None:
             assert slow_split.ttft_p99_seconds is not None
             assert same_sides.ttft_p99_seconds < slow_split.ttft_p99_seconds
         slow_split = split
+
+
+def test_a_side_too_small_for_the_target_says_so_naming_its_field() -> None:
+    fixed = D.DisaggregationInputs(
+        LONG_PROMPTS, D.SideChoice(per_replica=8, replicas=1), D.SideChoice(per_replica=2)
+    )
+    split = D.predict_disaggregated(fixed)
+    assert not split.feasible and split.reason is not None
+    assert "prefill side: disaggregation.prefill.replicas 1 x" in split.reason
+    assert "prompts/s" in split.reason and "TPOT" not in split.reason.split(";")[0]

@@ -327,7 +327,7 @@ def _combine(
     target: float,
 ) -> DisaggregatedPrediction:
     reasons = [
-        f"{side} side: {p.reason}"
+        f"{side} side: {_side_field(side, p.reason)}"
         for side, p in (("prefill", prefill), ("decode", decode))
         if p.reason
     ]
@@ -351,6 +351,13 @@ def _combine(
         tpot_p99_seconds=decode.tpot_p99_seconds,
         cost_per_hour_usd=prefill.cost_per_hour_usd + decode.cost_per_hour_usd,
     )
+
+
+def _side_field(side: str, reason: str) -> str:
+    """The serving model names spec.replicas; a side's count is its own field."""
+    if reason.startswith("replicas "):
+        return f"disaggregation.{side}.replicas " + reason[len("replicas ") :]
+    return reason
 
 
 def choose(

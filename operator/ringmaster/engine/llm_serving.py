@@ -822,12 +822,20 @@ def _predict_layout(
             replicas = min(replicas, inputs.max_replicas)
     if reason is None and needed is not None and replicas < needed:
         bound = "replicas" if inputs.replicas is not None else "maxReplicas"
-        reason = (
-            f"{bound} {replicas} x {rate * out_mean:,.0f} output tokens/s = "
-            f"{replicas * rate * out_mean:,.0f} output tokens/s within TTFT p99 {_ms(ttft_t)} "
-            f"and TPOT p99 {_ms(tpot_t)}, below the target {target_words} ({needed} needed; "
-            f"offline maximum {best_offline * out_mean:,.0f} output tokens/s per replica)"
-        )
+        if inputs.phase == "prefill":  # a prefill side: prompts, and no TPOT to hold
+            reason = (
+                f"{bound} {replicas} x {rate:,.3g} prompts/s = {replicas * rate:,.3g} prompts/s "
+                f"within TTFT p99 {_ms(ttft_t)}, below the target {target_words} ({needed} "
+                f"needed; offline maximum {best_offline:,.3g} prompts/s per replica)"
+            )
+        else:
+            reason = (
+                f"{bound} {replicas} x {rate * out_mean:,.0f} output tokens/s = "
+                f"{replicas * rate * out_mean:,.0f} output tokens/s within TTFT p99 "
+                f"{_ms(ttft_t)} and TPOT p99 {_ms(tpot_t)}, below the target {target_words} "
+                f"({needed} needed; offline maximum {best_offline * out_mean:,.0f} output "
+                "tokens/s per replica)"
+            )
     ttft: float | None = None
     tpot: float | None = None
     if replicas > 0 and rate > 0.0:
