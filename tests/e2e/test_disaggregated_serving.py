@@ -155,3 +155,34 @@ def test_a_disaggregated_endpoint_runs_both_sides_behind_its_inference_pools(
     obj = cluster.get_json("inferenceendpoint", name, "-n", ns)
     assert "sides" not in obj["status"]
     assert "disaggregation" not in obj["status"]["plan"]
+
+
+def test_server_metrics_autoscaling_reads_the_pods_and_holds_without_a_signal(
+    operator: OperatorProcess, cluster: Cluster, quiet_namespace: str
+) -> None:
+    """The operator's loop on the real control plane: an endpoint scaled on its servers'
+    metrics gets no HPA; every interval the operator lists its ready pods and scrapes them, and
+    kwok's pods, which serve nothing, give no signal: the count holds and the Autoscaling
+    condition says why, naming the failed scrapes. (The scale-up under load needs a model server
+    that answers: llm-d's simulator, which the Go module proxy does not serve.)"""
+    ns = quiet_namespace
+    doc = yaml.safe_load(
+        (REPO / "examples" / "inferenceendpoint-llama3-8b-fp8-h100.yaml").read_text()
+    )
+    doc["spec"]["autoscaling"] = {"enabled": True, "source": "ServerMetrics"}
+    name = doc["metadata"]["name"]
+    cluster.apply(doc, namespace=ns)
+
+    def no_signal() -> dict[str, Any] | None:
+        obj = cluster.get_json("inferenceendpoint", name, "-n", ns)
+        c = condition(obj, "Autoscaling")
+        return obj if c and c["reason"] == "NoSignal" else None
+
+    obj = wait_for(no_signal, timeout=120, what="the Autoscaling condition NoSignal")
+    autoscaling = condition(obj, "Autoscaling")
+    assert autoscaling is not None and autoscaling["status"] == "False"
+    assert "answered" in autoscaling["message"], autoscaling  # the scrape's own words
+    planned = obj["status"]["plan"]["replicas"]
+    assert obj["status"]["replicas"] == planned
+    hpas = cluster.get_json("horizontalpodautoscalers", "-n", ns)["items"]
+    assert hpas == []
