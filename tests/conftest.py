@@ -52,7 +52,7 @@ FILE_SECONDS: dict[str, float] = {
     "tests/e2e/test_catalog.py": 74,
     "tests/e2e/test_multislice.py": 68,
     "tests/unit/test_api_bad_input.py": 56,
-    "tests/e2e/test_disaggregated_serving.py": 51,
+    "tests/e2e/test_disaggregated_serving.py": 90,
     "tests/e2e/test_reductionserver.py": 47,
     "tests/e2e/test_llm_training.py": 45,
     "tests/e2e/test_pool_profile.py": 37,
