@@ -12,11 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ringmaster.api import InferenceEndpointPhase
 from ringmaster.api.serving_topology import DisaggregatedReplicas, SideReplicas
+
+# inference_lifecycle loads this module when it first runs a disaggregated plan, by then
+# whole, so the import goes one way at load time.
+from ringmaster.controllers import inference_lifecycle as life
 from ringmaster.controllers.autoscaling_source import scaling_condition
+from ringmaster.controllers.inference_lifecycle import DeploymentView, _Step
 from ringmaster.controllers.inference_routing import route
 from ringmaster.controllers.reporting import plan_warnings, report_plausibility
 from ringmaster.manifests.disaggregated import (
@@ -36,9 +41,6 @@ from ringmaster.manifests.inference import (
     workload_name,
 )
 from ringmaster.placement.pools import NodePool, NoPool
-
-if TYPE_CHECKING:
-    from ringmaster.controllers.inference_lifecycle import DeploymentView, _Step
 
 
 @dataclass(frozen=True)
@@ -78,8 +80,6 @@ def _current(step: _Step, side: _Side) -> DeploymentView | None:
 
 def reconcile_disaggregated(step: _Step) -> None:
     """Counts, capacity, pools, workloads and readiness of both sides, into step.decision."""
-    from ringmaster.controllers import inference_lifecycle as life
-
     spec, status, name = step.spec, step.status, step.endpoint.name
     sides = _sides(step)
     total = sum(s.desired for s in sides)
@@ -165,8 +165,6 @@ def reconcile_disaggregated(step: _Step) -> None:
 
 
 def _workloads(step: _Step, sides: list[_Side], placed: dict[str, NodePool]) -> None:
-    from ringmaster.controllers import inference_lifecycle as life
-
     spec, name, namespace = step.spec, step.endpoint.name, step.endpoint.namespace
     backend = str(step.plan["disaggregation"].get("transferBackend") or "NIXL")
     wanted = set()
@@ -186,10 +184,8 @@ def _workloads(step: _Step, sides: list[_Side], placed: dict[str, NodePool]) -> 
     decode = next(s for s in sides if s.name == "decode")
     step.decision.apply.append(decode_service(name, namespace, spec, decode.hosts > 1))
     # What ran before the split (the aggregated workload, its HPA) and a side of the other kind.
-    for kind in ("Deployment", LWS_KIND):
-        if (kind == "Deployment" and step.deployment is not None) or (
-            kind == LWS_KIND and step.group is not None
-        ):
+    for kind, running in (("Deployment", step.deployment), (LWS_KIND, step.group)):
+        if running is not None:
             step.decision.delete_objects.append((kind, workload_name(name, kind)))
     for other in step.side_workloads:
         if other not in wanted:
@@ -202,8 +198,6 @@ def _workloads(step: _Step, sides: list[_Side], placed: dict[str, NodePool]) -> 
 def _status_plan(step: _Step, sides: list[_Side], total: int) -> Any:
     """status.plan of the endpoint as it runs: the sides' capacity is the narrower side's (a
     request needs both), its output tokens at the mean output, TTFT / TPOT p99 the plan's."""
-    from ringmaster.controllers import inference_lifecycle as life
-
     plan = life.status_plan(step.plan, total, step.decision.target_requests_per_second)
     capacity = min(
         s.desired * float(s.plan.get("perReplicaRequestsPerSecond") or 0.0) for s in sides
@@ -240,8 +234,6 @@ def _capacity(plan: Mapping[str, Any]) -> tuple[Any, str, str]:
 
 
 def _readiness(step: _Step, sides: list[_Side], views: dict[str, DeploymentView | None]) -> None:
-    from ringmaster.controllers import inference_lifecycle as life
-
     parts = []
     missing = [s.name for s in sides if views[s.name] is None]
     serving = all((v := views[s.name]) is not None and v.serves(s.desired) for s in sides)

@@ -367,12 +367,8 @@ def choose(
     catalog: Catalog = DEFAULT_CATALOG,
 ) -> DisaggregationChoice:
     """``Disaggregated``: disaggregated; ``Auto``: the cheaper plan that meets the targets
-    (aggregated on a tie, or when neither does), with why; ``Aggregated``: aggregated, nothing
-    else planned."""
-    if mode == "Aggregated":
-        return DisaggregationChoice(
-            AGGREGATED, "spec.disaggregation.mode Aggregated", aggregated, None
-        )
+    (aggregated on a tie, or when neither does), with why. (``Aggregated`` plans nothing more:
+    the caller does not ask.)"""
     try:
         split = predict_disaggregated(inputs, catalog)
     except ValueError as exc:

@@ -25,7 +25,6 @@ sidecar runs beside them and sends each prompt to a prefill pod first).
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -100,9 +99,7 @@ def side_workload(
 ) -> dict[str, Any]:
     """One side's Deployment (or LeaderWorkerSet): the endpoint's builder, renamed and
     relabelled for the side. ``spec`` is the side's (:func:`side_spec`)."""
-    workload = copy.deepcopy(
-        server_workload(endpoint, namespace, spec, placement, replicas, hosts, env)
-    )
+    workload = server_workload(endpoint, namespace, spec, placement, replicas, hosts, env)
     kind = workload["kind"]
     labels = side_labels(endpoint, side)
     workload["metadata"]["name"] = side_name(endpoint, side, kind)
