@@ -1,0 +1,632 @@
+#!/usr/bin/env python3
+"""Whole steps and the kernels the PoolProfile payload does not time, on one lent GPU.
+
+    python3 benchmarks/device/measure.py decode|prefill|decode_ops|grouped|train OUT.json
+
+Run by benchmarks/device/run.sh on the device machine (never in CI: it needs a GPU). Each part
+writes its own JSON, so one that fails leaves the others' figures. Every time is the median of
+CUDA-event-timed calls after warm-up; short calls are replayed from a CUDA graph so the host's
+launch gaps are not in them (what a serving engine's graphs see).
+
+- ``decode``: one decode step of a Llama-3.1-8B shape (32 layers, hidden 4096, 32 / 8 heads of
+  128, FFN 14336, vocab 128256), bf16, contiguous KV cache, SDPA's decode attention, replayed from
+  one CUDA graph, batch 1-256 x context 1k-4k: the check of the serving engine's decode step.
+- ``prefill``: the same model's forward over one prompt of 128-8192 tokens (causal SDPA).
+- ``decode_ops``: the decode step's kernels alone: GEMMs at M = 1-512 (operand sets rotated past
+  L2) and decode attention by batch x context (fits the decode ceilings of a chip).
+- ``grouped``: an MoE layer's expert GEMMs as ``torch._grouped_mm`` runs them (one kernel over
+  the local experts), against one dense GEMM of all the tokens and a loop of per-expert GEMMs,
+  at 8-2048 tokens per expert, for DeepSeek-V3, Qwen3-235B, Mixtral 8x7B and gpt-oss-120b shapes.
+- ``train``: a plain-PyTorch training step (eager modules written as Hugging Face's Llama is,
+  SDPA, bf16 autocast over fp32 weights, fp32-upcast loss, ``torch.optim.AdamW`` foreach) of
+  1B and 3B Llama shapes; one profiled step sorts the kernels' device time into GEMM, attention,
+  loss, optimizer and the rest, and counts the kernels, against the wall time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import sys
+import time
+import traceback
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+DEV = "cuda"
+BF16 = torch.bfloat16
+GIB = 1 << 30
+
+LLAMA_8B = {
+    "hidden": 4096,
+    "layers": 32,
+    "heads": 32,
+    "kv_heads": 8,
+    "head_dim": 128,
+    "ffn": 14336,
+    "vocab": 128256,
+}
+
+
+def median_ms(fn: Any, reps: int = 20, warmup: int = 3) -> float:
+    """Median device milliseconds of ``fn`` (events between calls)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    marks = [torch.cuda.Event(enable_timing=True) for _ in range(reps + 1)]
+    marks[0].record()
+    for i in range(reps):
+        fn()
+        marks[i + 1].record()
+    torch.cuda.synchronize()
+    return statistics.median(marks[i].elapsed_time(marks[i + 1]) for i in range(reps))
+
+
+def graphed(fn: Any) -> Any:
+    """``fn`` captured once in a CUDA graph; returns the replay."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
+def attention_backend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> Any:
+    """The first SDPA backend that runs these shapes with GQA: flash, cuDNN, efficient."""
+    for backend in (
+        SDPBackend.FLASH_ATTENTION,
+        SDPBackend.CUDNN_ATTENTION,
+        SDPBackend.EFFICIENT_ATTENTION,
+    ):
+        try:
+            with sdpa_kernel(backend):
+                F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+            torch.cuda.synchronize()
+            return backend
+        except Exception:  # the next backend is tried
+            continue
+    return SDPBackend.MATH
+
+
+def randn(*shape: int, dtype: torch.dtype = BF16) -> torch.Tensor:
+    return torch.randn(*shape, device=DEV, dtype=dtype)
+
+
+# ---- decode and prefill: a Llama-3.1-8B-shaped model ---------------------------------------
+
+
+class Llama:
+    def __init__(self, c: dict[str, int]) -> None:
+        self.c = c
+        h, d, f = c["hidden"], c["head_dim"], c["ffn"]
+        qkv = (c["heads"] + 2 * c["kv_heads"]) * d
+        self.layers = [
+            {
+                "wqkv": randn(qkv, h) * 0.02,
+                "wo": randn(h, c["heads"] * d) * 0.02,
+                "wgu": randn(2 * f, h) * 0.02,
+                "wd": randn(h, f) * 0.02,
+                "n1": torch.ones(h, device=DEV, dtype=BF16),
+                "n2": torch.ones(h, device=DEV, dtype=BF16),
+            }
+            for _ in range(c["layers"])
+        ]
+        self.embed = randn(c["vocab"], h) * 0.02
+        self.head = randn(c["vocab"], h) * 0.02
+        self.norm = torch.ones(h, device=DEV, dtype=BF16)
+
+    def rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        half = x.shape[-1] // 2
+        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+        return x * cos + rotated * sin
+
+    def layer(self, w: dict[str, torch.Tensor], x: torch.Tensor, attend: Any, cos: Any, sin: Any):
+        c = self.c
+        b, t, h = x.shape
+        d, nh, nkv = c["head_dim"], c["heads"], c["kv_heads"]
+        y = F.rms_norm(x, (h,), w["n1"], 1e-5)
+        qkv = y @ w["wqkv"].t()
+        q, k, v = qkv.split([nh * d, nkv * d, nkv * d], dim=-1)
+        q = self.rope(q.view(b, t, nh, d).transpose(1, 2), cos, sin)
+        k = self.rope(k.view(b, t, nkv, d).transpose(1, 2), cos, sin)
+        v = v.view(b, t, nkv, d).transpose(1, 2)
+        a = attend(q, k, v).transpose(1, 2).reshape(b, t, nh * d)
+        x = x + a @ w["wo"].t()
+        y = F.rms_norm(x, (h,), w["n2"], 1e-5)
+        g, u = (y @ w["wgu"].t()).chunk(2, dim=-1)
+        return x + (F.silu(g) * u) @ w["wd"].t()
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, (x.shape[-1],), self.norm, 1e-5) @ self.head.t()
+
+
+def measure_decode(out: dict[str, Any]) -> None:
+    c = LLAMA_8B
+    model = Llama(c)
+    d, nkv = c["head_dim"], c["kv_heads"]
+    kv_per_token = 2 * c["layers"] * nkv * d * 2
+    free = torch.cuda.mem_get_info()[0]
+    rows: list[dict[str, Any]] = []
+    out["decode"] = {"model": c, "rows": rows}
+    for context in (1024, 2048, 4096):
+        for batch in (1, 8, 32, 64, 128, 256):
+            if batch * context * kv_per_token > free - 8 * GIB:
+                continue
+            caches = [
+                (randn(batch, nkv, context, d), randn(batch, nkv, context, d))
+                for _ in range(c["layers"])
+            ]
+            tokens = torch.randint(0, c["vocab"], (batch, 1), device=DEV)
+            cos, sin = randn(1, 1, 1, d), randn(1, 1, 1, d)
+            q0 = randn(batch, c["heads"], 1, d)
+            backend = attention_backend(q0, caches[0][0], caches[0][1], causal=False)
+
+            def step(tokens=tokens, caches=caches, backend=backend, cos=cos, sin=sin):
+                x = model.embed[tokens]
+                for w, (kc, vc) in zip(model.layers, caches, strict=True):
+
+                    def attend(q, k, v, kc=kc, vc=vc):
+                        kc[:, :, -1:].copy_(k)  # the new token's K and V into the cache
+                        vc[:, :, -1:].copy_(v)
+                        with sdpa_kernel(backend):
+                            return F.scaled_dot_product_attention(q, kc, vc, enable_gqa=True)
+
+                    x = model.layer(w, x, attend, cos, sin)
+                return model.logits(x).argmax(-1)
+
+            replay = graphed(step)
+            ms = median_ms(replay, reps=20)
+            rows.append(
+                {
+                    "batch": batch,
+                    "context": context,
+                    "ms": round(ms, 4),
+                    "kv_gib": round(batch * context * kv_per_token / GIB, 3),
+                    "attention_backend": backend.name,
+                }
+            )
+            print(f"decode b={batch} ctx={context} {ms:.3f} ms ({backend.name})", flush=True)
+            del caches, replay
+            torch.cuda.empty_cache()
+    weights = sum(t.numel() for w in model.layers for t in w.values()) + 2 * model.embed.numel()
+    out["decode"].update(
+        {
+            "parameters": weights,
+            "what": "one decode step (graph replay), bf16, contiguous KV of "
+            "`context` tokens per sequence, lm_head and argmax included",
+        }
+    )
+
+
+def measure_prefill(out: dict[str, Any]) -> None:
+    c = LLAMA_8B
+    model = Llama(c)
+    d = c["head_dim"]
+    rows: list[dict[str, Any]] = []
+    out["prefill"] = {
+        "model": c,
+        "rows": rows,
+        "what": "forward over the prompt (causal SDPA), logits of its last token",
+    }
+    for batch, prompt in (
+        (1, 128),
+        (1, 512),
+        (1, 1024),
+        (1, 2048),
+        (1, 4096),
+        (1, 8192),
+        (4, 2048),
+        (8, 1024),
+    ):
+        tokens = torch.randint(0, c["vocab"], (batch, prompt), device=DEV)
+        cos, sin = randn(1, 1, prompt, d), randn(1, 1, prompt, d)
+        q0 = randn(batch, c["heads"], prompt, d)
+        k0 = randn(batch, c["kv_heads"], prompt, d)
+        backend = attention_backend(q0, k0, k0, causal=True)
+
+        def attend(q, k, v, backend=backend):
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+        def forward(tokens=tokens, cos=cos, sin=sin, attend=attend):
+            x = model.embed[tokens]
+            for w in model.layers:
+                x = model.layer(w, x, attend, cos, sin)
+            return model.logits(x[:, -1:]).argmax(-1)  # the first output token's logits only
+
+        with torch.no_grad():
+            eager = median_ms(forward, reps=10)
+            replay = graphed(forward)
+            graph = median_ms(replay, reps=10)
+        rows.append(
+            {
+                "batch": batch,
+                "prompt": prompt,
+                "eager_ms": round(eager, 4),
+                "graph_ms": round(graph, 4),
+                "attention_backend": backend.name,
+            }
+        )
+        print(f"prefill b={batch} s={prompt} eager {eager:.3f} graph {graph:.3f} ms", flush=True)
+        del replay
+        torch.cuda.empty_cache()
+
+
+def rotation(nbytes: int, l2: int) -> int:
+    return max(1, min(48, math.ceil(4 * l2 / max(nbytes, 1))))
+
+
+def measure_decode_ops(out: dict[str, Any]) -> None:
+    l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 64 << 20)
+    gemm_rows: list[dict[str, Any]] = []
+    attention_rows: list[dict[str, Any]] = []
+    out["decode_ops"] = {
+        "gemm": gemm_rows,
+        "attention": attention_rows,
+        "what": "per call, from a graph of `sets` rotated calls; GEMM y = x W^T "
+        "bf16; attention: 32 query / 8 KV heads of 128, one query token",
+    }
+    for hidden in (4096, 8192):
+        ffn = int(hidden * 3.5)
+        shapes = {
+            "qkv": (hidden + 2048, hidden),
+            "out": (hidden, hidden),
+            "gate_up": (2 * ffn, hidden),
+            "down": (hidden, ffn),
+        }
+        for name, (n, k) in shapes.items():
+            for m in (1, 8, 32, 128, 512):
+                sets = rotation(2 * (n * k + m * k + m * n), l2)
+                ws = [randn(n, k) for _ in range(sets)]
+                xs = [randn(m, k) for _ in range(sets)]
+
+                def calls(ws=ws, xs=xs):
+                    for w, x in zip(ws, xs, strict=True):
+                        torch.mm(x, w.t())
+
+                ms = median_ms(graphed(calls), reps=10) / sets
+                gemm_rows.append(
+                    {
+                        "hidden": hidden,
+                        "gemm": name,
+                        "m": m,
+                        "n": n,
+                        "k": k,
+                        "sets": sets,
+                        "us": round(ms * 1e3, 3),
+                    }
+                )
+                del ws, xs
+    for batch in (1, 8, 32, 128, 256):
+        for context in (1024, 4096, 16384):
+            kv_bytes = 2 * batch * 8 * context * 128 * 2
+            if kv_bytes > 40 * GIB:
+                continue
+            sets = rotation(kv_bytes, l2)
+            qs = [randn(batch, 32, 1, 128) for _ in range(sets)]
+            ks = [randn(batch, 8, context, 128) for _ in range(sets)]
+            vs = [randn(batch, 8, context, 128) for _ in range(sets)]
+            backend = attention_backend(qs[0], ks[0], vs[0], causal=False)
+
+            def calls(qs=qs, ks=ks, vs=vs, backend=backend):
+                with sdpa_kernel(backend):
+                    for q, k, v in zip(qs, ks, vs, strict=True):
+                        F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+
+            ms = median_ms(graphed(calls), reps=10) / sets
+            attention_rows.append(
+                {
+                    "batch": batch,
+                    "context": context,
+                    "sets": sets,
+                    "us": round(ms * 1e3, 3),
+                    "kv_bytes": kv_bytes,
+                    "GBps": round(kv_bytes / (ms * 1e-3) / 1e9, 1),
+                    "backend": backend.name,
+                }
+            )
+            del qs, ks, vs
+            torch.cuda.empty_cache()
+
+
+MOE_SHAPES = {
+    # name: (hidden, expert ffn, experts per rank)
+    "deepseek-v3-ep32": (7168, 2048, 8),
+    "deepseek-v3-ep8": (7168, 2048, 32),
+    "qwen3-235b-ep16": (4096, 1536, 8),
+    "mixtral-8x7b-ep1": (4096, 14336, 8),
+    "gpt-oss-120b-ep4": (2880, 2880, 32),
+}
+
+
+def measure_grouped(out: dict[str, Any]) -> None:
+    rows: list[dict[str, Any]] = []
+    errors: dict[str, str] = {}
+    out["grouped"] = {"rows": rows, "errors": errors}
+    for name, (hidden, ffn, experts) in MOE_SHAPES.items():
+        for gemm, (n, k) in (("gate_up", (2 * ffn, hidden)), ("down", (hidden, ffn))):
+            w = randn(experts, n, k)
+            for per_expert in (8, 32, 128, 512, 2048):
+                tokens = per_expert * experts
+                if tokens * max(n, k) * 2 > 8 * GIB:
+                    continue
+                x = randn(tokens, k)
+                offs = torch.arange(1, experts + 1, device=DEV, dtype=torch.int32) * per_expert
+                row: dict[str, Any] = {
+                    "model": name,
+                    "gemm": gemm,
+                    "experts": experts,
+                    "tokens_per_expert": per_expert,
+                    "n": n,
+                    "k": k,
+                }
+                flops = 2 * tokens * n * k
+                try:
+                    wt = w.transpose(-2, -1)  # [E, K, N] column-major, what the kernel wants
+                    grouped = graphed(
+                        lambda x=x, wt=wt, offs=offs: torch._grouped_mm(x, wt, offs=offs)
+                    )
+                    us = median_ms(grouped, 10) * 1e3
+                    row["grouped_us"] = round(us, 3)
+                    row["grouped_tflops"] = round(flops / (us * 1e-6) / 1e12, 1)
+                except Exception as error:  # recorded, the loop and dense still run
+                    errors[f"{name}/{gemm}"] = repr(error)[:300]
+                xs = x.view(experts, per_expert, k)
+
+                def loop(xs=xs, w=w, experts=experts):
+                    for e in range(experts):
+                        torch.mm(xs[e], w[e].t())
+
+                us = median_ms(graphed(loop), 10) * 1e3
+                row["loop_us"] = round(us, 3)
+                row["loop_tflops"] = round(flops / (us * 1e-6) / 1e12, 1)
+                wide = randn(n, k)
+                us = median_ms(graphed(lambda x=x, wide=wide: torch.mm(x, wide.t())), 10) * 1e3
+                row["dense_all_tokens_us"] = round(us, 3)
+                row["dense_all_tokens_tflops"] = round(flops / (us * 1e-6) / 1e12, 1)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+                del x, wide
+            del w
+            torch.cuda.empty_cache()
+    out["grouped"]["what"] = (
+        "bf16; grouped = torch._grouped_mm over the rank's experts, equal "
+        "tokens each; loop = one torch.mm per expert; dense_all_tokens = "
+        "one weight of the same shape times all the tokens (the same FLOPs "
+        "as one dense GEMM: the bound a grouped kernel could reach)"
+    )
+
+
+# ---- a plain-PyTorch training step ---------------------------------------------------------
+
+
+class RMSNorm(torch.nn.Module):  # Hugging Face's LlamaRMSNorm: eager, fp32 inside
+    def __init__(self, h: int) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(h))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)
+        return self.weight * x.to(dtype)
+
+
+class Block(torch.nn.Module):
+    def __init__(self, c: dict[str, int]) -> None:
+        super().__init__()
+        h, d = c["hidden"], c["head_dim"]
+        self.c = c
+        self.n1, self.n2 = RMSNorm(h), RMSNorm(h)
+        self.q = torch.nn.Linear(h, c["heads"] * d, bias=False)
+        self.k = torch.nn.Linear(h, c["kv_heads"] * d, bias=False)
+        self.v = torch.nn.Linear(h, c["kv_heads"] * d, bias=False)
+        self.o = torch.nn.Linear(c["heads"] * d, h, bias=False)
+        self.gate = torch.nn.Linear(h, c["ffn"], bias=False)
+        self.up = torch.nn.Linear(h, c["ffn"], bias=False)
+        self.down = torch.nn.Linear(c["ffn"], h, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        c = self.c
+        b, s, _ = x.shape
+        d = c["head_dim"]
+        y = self.n1(x)
+        q = self.q(y).view(b, s, c["heads"], d).transpose(1, 2)
+        k = self.k(y).view(b, s, c["kv_heads"], d).transpose(1, 2)
+        v = self.v(y).view(b, s, c["kv_heads"], d).transpose(1, 2)
+        q, k = rope(q, cos, sin), rope(k, cos, sin)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        x = x + self.o(a.transpose(1, 2).reshape(b, s, -1))
+        y = self.n2(x)
+        return x + self.down(F.silu(self.gate(y)) * self.up(y))
+
+
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+class Model(torch.nn.Module):
+    def __init__(self, c: dict[str, int]) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(c["vocab"], c["hidden"])
+        self.blocks = torch.nn.ModuleList(Block(c) for _ in range(c["layers"]))
+        self.norm = RMSNorm(c["hidden"])
+        self.head = torch.nn.Linear(c["hidden"], c["vocab"], bias=False)
+
+    def forward(self, tokens: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> Any:
+        x = self.embed(tokens)
+        for block in self.blocks:
+            x = block(x, cos, sin)
+        return self.head(self.norm(x))
+
+
+TRAIN_CONFIGS = {
+    "llama-1b": {
+        "hidden": 2048,
+        "layers": 16,
+        "heads": 32,
+        "kv_heads": 8,
+        "head_dim": 64,
+        "ffn": 8192,
+        "vocab": 128256,
+    },
+    "llama-3b": {
+        "hidden": 3072,
+        "layers": 28,
+        "heads": 24,
+        "kv_heads": 8,
+        "head_dim": 128,
+        "ffn": 8192,
+        "vocab": 128256,
+    },
+}
+TRAIN_RUNS = (
+    ("llama-1b", 4, 2048),
+    ("llama-1b", 2, 4096),
+    ("llama-1b", 1, 8192),
+    ("llama-3b", 2, 4096),
+    ("llama-3b", 8, 1024),
+)
+
+
+def kernel_category(name: str) -> str:
+    n = name.lower()
+    if "flash" in n or "fmha" in n or "attention" in n or ("cudnn" in n and "sdpa" in n):
+        return "attention"
+    if "multi_tensor" in n or "adam" in n:
+        return "optimizer"
+    if any(s in n for s in ("gemm", "nvjet", "xmma", "cutlass", "sm90_", "cublas", "matmul")):
+        return "gemm"
+    if "softmax" in n or "nll" in n or "cross_entropy" in n:
+        return "loss"
+    return "other"
+
+
+def measure_train(out: dict[str, Any]) -> None:
+    from torch.profiler import ProfilerActivity, profile
+
+    rows: list[dict[str, Any]] = []
+    out["train"] = {
+        "configs": TRAIN_CONFIGS,
+        "rows": rows,
+        "what": "plain PyTorch: HF-style eager modules, SDPA (GQA in the kernel), "
+        "bf16 autocast over fp32 weights, fp32-upcast cross-entropy, AdamW "
+        "foreach; wall = host time of the whole step, synchronised",
+    }
+    for name, batch, seq in TRAIN_RUNS:
+        try:
+            rows.append(train_run(name, batch, seq, profile, ProfilerActivity))
+        except Exception:  # the next configuration still runs
+            rows.append(
+                {
+                    "model": name,
+                    "batch": batch,
+                    "seq": seq,
+                    "failure": traceback.format_exc()[-600:],
+                }
+            )
+        print(json.dumps(rows[-1]), flush=True)
+        torch.cuda.empty_cache()
+
+
+def train_run(name: str, batch: int, seq: int, profile: Any, ProfilerActivity: Any) -> Any:
+    c = TRAIN_CONFIGS[name]
+    torch.manual_seed(0)
+    model = Model(c).to(DEV)
+    params = sum(p.numel() for p in model.parameters())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)  # foreach on CUDA by default
+    tokens = torch.randint(0, c["vocab"], (batch, seq + 1), device=DEV)
+    d = c["head_dim"]
+    cos = torch.randn(1, 1, seq, d, device=DEV, dtype=BF16)
+    sin = torch.randn(1, 1, seq, d, device=DEV, dtype=BF16)
+    marks: dict[str, list[float]] = {"forward": [], "backward": [], "optimizer": [], "wall": []}
+
+    def step(record: bool) -> None:
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+        t0 = time.perf_counter()
+        events[0].record()
+        with torch.autocast("cuda", dtype=BF16):
+            logits = model(tokens[:, :-1], cos, sin)
+        loss = F.cross_entropy(logits.float().view(-1, c["vocab"]), tokens[:, 1:].reshape(-1))
+        events[1].record()
+        loss.backward()
+        events[2].record()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        events[3].record()
+        torch.cuda.synchronize()
+        if record:
+            marks["wall"].append((time.perf_counter() - t0) * 1e3)
+            for i, key in enumerate(("forward", "backward", "optimizer")):
+                marks[key].append(events[i].elapsed_time(events[i + 1]))
+
+    torch.cuda.reset_peak_memory_stats()
+    for _ in range(3):
+        step(False)
+    for _ in range(8):
+        step(True)
+    row: dict[str, Any] = {"model": name, "parameters": params, "batch": batch, "seq": seq}
+    for key, values in marks.items():
+        row[f"{key}_ms"] = round(statistics.median(values), 3)
+    row["peak_allocated_gib"] = round(torch.cuda.max_memory_allocated() / GIB, 3)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step(False)
+    categories: dict[str, float] = {}
+    names: dict[str, float] = {}
+    kernels = 0
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            kernels += 1
+            ms = event.time_range.elapsed_us() / 1e3
+            key = kernel_category(event.name)
+            categories[key] = categories.get(key, 0.0) + ms
+            names[event.name[:90]] = names.get(event.name[:90], 0.0) + ms
+    row["kernels"] = kernels
+    row["device_ms_by_category"] = {k: round(v, 3) for k, v in sorted(categories.items())}
+    top = sorted(names.items(), key=lambda kv: -kv[1])[:25]
+    row["top_kernels_ms"] = {k: round(v, 3) for k, v in top}
+    return row
+
+
+PARTS = {
+    "decode": measure_decode,
+    "prefill": measure_prefill,
+    "decode_ops": measure_decode_ops,
+    "grouped": measure_grouped,
+    "train": measure_train,
+}
+
+
+def main() -> int:
+    part, path = sys.argv[1], sys.argv[2]
+    props = torch.cuda.get_device_properties(0)
+    out: dict[str, Any] = {
+        "device": props.name,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "sms": props.multi_processor_count,
+        "memory_bytes": props.total_memory,
+        "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    try:
+        PARTS[part](out)
+    except Exception:  # what was measured before the failure is kept
+        out["failure"] = traceback.format_exc()[-2000:]
+        print(out["failure"], file=sys.stderr, flush=True)
+    with open(path, "w") as f:
+        json.dump(out, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
