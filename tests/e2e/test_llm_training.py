@@ -138,7 +138,7 @@ def test_a_torchtitan_job_gets_its_launcher_env_and_its_plan_shows_the_step_by_p
     assert {"gemm", "attention", "memoryBound", "loss", "optimizer", "hostGap"} <= set(parts)
     assert parts["gemm"] > 0 and parts["attention"] > 0 and parts["memoryBound"] > 0
     assert plan["evidence"].startswith("framework Torchtitan (spec.framework); ")
-    assert "A100 x Torchtitan x bf16: 4 checked published runs" in plan["evidence"]
+    assert "A100 x Torchtitan x bf16: 4 checked runs" in plan["evidence"]
     for pod in pods:
         env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
         assert env["RINGMASTER_FRAMEWORK"] == "Torchtitan"

@@ -20,6 +20,7 @@ from typing import Any
 from ringmaster.calibration import evidence, llm_training
 from ringmaster.calibration.ceilings import render_ceilings_section
 from ringmaster.calibration.collectives import collective_rows
+from ringmaster.calibration.device_steps import render_device_section
 from ringmaster.calibration.kv_transfer import KV_TRANSFER_MODEL, kv_transfer_rows
 from ringmaster.calibration.llm_serving import llm_serving_rows, summary_line
 from ringmaster.calibration.moe import MOE_MODEL, moe_rows
@@ -192,6 +193,7 @@ def run(args: argparse.Namespace) -> int:
         print("\n" + render_multislice_section())
         print("\n" + render_ceilings_section())
         print("\n" + render_serving_engines_section())
+        print("\n" + render_device_section())
         print("\n" + evidence.render_evidence_matrix())
         print("\n" + evidence.render_leave_one_out())
     return 0 if all(r.ok for r in rows) else 1

@@ -1,8 +1,9 @@
 """The evidence behind a training verdict: accelerator generation x framework x precision.
 
 Every published training row the engine is held against (calibration.llm_training: Megatron-LM
-SC'21, torchtitan's A100 table, MaxText on v5e, NeMo's DGX H100 tables; calibration.multislice)
-falls in one cell; a cell counts its fitted rows (a constant was set on them) and its checked rows
+SC'21, torchtitan's A100 table, MaxText on v5e, NeMo's DGX H100 tables; calibration.multislice;
+the plain-PyTorch steps measured on the lent H100 and H200, calibration.device_steps) falls in one
+cell; a cell counts its fitted rows (a constant was set on them) and its checked rows
 (only compared) with their median |error|. :func:`cell_evidence` is what ``plan`` and
 ``status.plan.evidence`` show for a prediction: its cell, or ``extrapolated: no checked run of
 <framework> on <accelerator>`` with the nearest cells that do exist. The H100's operator ceilings
@@ -22,6 +23,7 @@ from functools import lru_cache
 from statistics import median
 
 from ringmaster.calibration import llm_training as T
+from ringmaster.calibration.device_steps import device_rows
 from ringmaster.calibration.multislice import multislice_report
 from ringmaster.engine import llm_training as L
 
@@ -70,7 +72,7 @@ class Cell:
         where = f"{self.generation} x {self.framework} x {self.precision}"
         if self.checked:
             return (
-                f"{where}: {self.checked} checked published runs, median |error| "
+                f"{where}: {self.checked} checked runs, median |error| "
                 f"{self.checked_median:.1%}" + (f", {self.fitted} fitted" if self.fitted else "")
             )
         return f"{where}: {self.fitted} fitted runs, none checked"
@@ -110,6 +112,11 @@ def _training_rows() -> list[CellRow]:
         if m.quantity == "MFU":
             rows.append(
                 CellRow("maxtext-multislice", "TPU v5e", "MaxText", "bf16", "checked", m.error)
+            )
+    for d in device_rows():  # whole steps measured on the lent GPUs
+        if d.group == "training":
+            rows.append(
+                CellRow(d.source, generation(d.accelerator), "PyTorch", "bf16", "checked", d.error)
             )
     return rows
 

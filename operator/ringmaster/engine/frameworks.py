@@ -23,9 +23,12 @@ Each profile states what the framework's default configuration runs, with where 
   optax's AdamW compiled into the step; attention through XLA's Splash (TPU) or cuDNN (GPU).
 - **DeepSpeed**: Hugging Face modeling code run eagerly, ``flash_attention_2``, fp32-upcast loss,
   DeepSpeed's FusedAdam (multi-tensor, one launch per chunk), fp32 masters copied back to bf16.
-- **PyTorch** (plain FSDP / DDP, Hugging Face Accelerate): eager modules, SDPA (FlashAttention 2),
-  fp32-upcast loss, ``torch.optim.AdamW`` whose CUDA default is ``foreach``. The default when a
-  job names no framework and its image names none either (the most conservative: nothing fused).
+- **PyTorch** (plain FSDP / DDP, Hugging Face Accelerate): eager modules, SDPA, fp32-upcast loss,
+  ``torch.optim.AdamW`` whose CUDA default is ``foreach``. SDPA dispatches to cuDNN's fused
+  attention on Hopper and newer (FlashAttention 2 on Ampere): measured, PyTorch 2.11's profiler
+  names ``cudnn_generated_fort_native_sdpa_sm90_flash_fprop / _bprop`` as the attention kernels of
+  a plain training step on one H100 and one H200 (calibration/measured/device, train.json). The
+  default when a job names no framework and its image names none either (nothing fused).
 """
 
 from __future__ import annotations
@@ -86,7 +89,7 @@ _BASE = {
         "DeepSpeed", "flash2", "flash2", "eager", "eager_upcast", "adamw_fused", False, True, True
     ),
     "PyTorch": Framework(
-        "PyTorch", "flash2", "flash2", "eager", "eager_upcast", "adamw_foreach", False, False, True
+        "PyTorch", "cudnn", "flash2", "eager", "eager_upcast", "adamw_foreach", False, False, True
     ),
 }
 COMPILABLE = ("Torchtitan", "DeepSpeed", "PyTorch")

@@ -1,0 +1,247 @@
+"""Whole steps measured on the lent GPUs, held against the engine: checked points, never fitted.
+
+``calibration/measured/device/<date>-<chip>/`` holds what ``benchmarks/device/run.sh`` measured
+on one H100 SXM and one H200 (PyTorch 2.11, CUDA 13.0; the folder's README). No constant is set
+on these rows; each is the engine's prediction for the same work against its measured time:
+
+- **training**: a plain-PyTorch step of 1B and 3B Llama shapes on one GPU (eager modules, SDPA,
+  bf16 autocast over fp32 weights, fp32-upcast loss, foreach AdamW), against
+  :func:`ringmaster.engine.llm_training.evaluate_layouts` for framework ``PyTorch``: the whole step
+  and its parts (GEMMs, attention, the memory-bound rest with the loss, the optimizer; the
+  profiler's device time per kernel category);
+- **decode**: a Llama-3.1-8B decode step replayed from one CUDA graph, batch 1-256 x context
+  1k-4k, against the decode step composed from the ceilings (the GEMMs' weight streaming and
+  decode rate, the KV read, a floor per kernel) with no serving engine's host costs (a graph has
+  none);
+- **prefill**: the same model's forward over one prompt, against the engine's idle TTFT.
+
+The measured steps run kernels a serving engine fuses (PyTorch's separate norms, RoPE and SwiGLU
+ops): the decode rows bound the engine's kernel floor from above, and the rendering says so.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+import numpy as np
+
+from ringmaster.engine import llm_step as S
+from ringmaster.engine import llm_training as L
+from ringmaster.engine.frameworks import framework as framework_profile
+from ringmaster.engine.hardware import DEFAULT_CATALOG
+from ringmaster.engine.llm_layout_names import RECOMPUTE_NONE, SHARD_NONE
+from ringmaster.engine.transformer import KNOWN_TRANSFORMERS, Transformer
+
+DEVICE_DIR = Path(__file__).with_name("measured") / "device"
+CHIPS = {"h100": "nvidia-h100-80gb", "h200": "nvidia-h200-141gb"}
+# The decode step as kernels alone: no serving engine's fixed or per-sequence host cost.
+KERNELS_ONLY = S.StepConstants(
+    measured_decode=True, step_overhead=0.0, sequence_overhead=0.0, kv_sequence_tokens=0.0
+)
+
+
+@dataclass(frozen=True)
+class DeviceRow:
+    source: str  # the measured folder, e.g. 2026-11-26-h100
+    group: str  # training | decode | prefill
+    setup: str
+    accelerator: str
+    measured: float  # seconds
+    predicted: float
+    parts: tuple[tuple[str, float, float], ...] = ()  # (part, measured s, predicted s)
+
+    @property
+    def error(self) -> float:
+        return self.predicted / self.measured - 1.0
+
+
+def _folders() -> list[Path]:
+    return sorted(p for p in DEVICE_DIR.iterdir() if p.is_dir() and p.name.split("-")[-1] in CHIPS)
+
+
+def _load(folder: Path, part: str) -> dict[str, Any] | None:
+    path = folder / f"{part}.json"
+    if not path.exists():
+        return None
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data.get(part)
+
+
+def _scalar(x: Any) -> float:
+    return float(np.ravel(x)[0])
+
+
+def training_model(config: dict[str, int], sequence: int) -> Transformer:
+    """The measured script's Llama shape (untied embeddings, gated FFN, GQA)."""
+    return Transformer(
+        config["layers"],
+        config["hidden"],
+        config["heads"],
+        config["vocab"],
+        sequence,
+        kv_heads=config["kv_heads"],
+        ffn_hidden=config["ffn"],
+        gated_ffn=True,
+    )
+
+
+def one_gpu(accelerator: str, framework: str = "PyTorch") -> L.LayoutHardware:
+    host = DEFAULT_CATALOG.host(accelerator, 8)
+    hw = L.layout_hardware(host, 1, DEFAULT_CATALOG, framework=framework_profile(framework))
+    return replace(hw, per_host=1)
+
+
+def _training_rows(folder: Path) -> list[DeviceRow]:
+    data = _load(folder, "train")
+    if data is None:
+        return []
+    acc = CHIPS[folder.name.split("-")[-1]]
+    hw = one_gpu(acc)
+    rows = []
+    for r in data["rows"]:
+        if "failure" in r:  # out of memory on the 80 GB part: nothing was measured
+            continue
+        model = training_model(data["configs"][r["model"]], int(r["seq"]))
+        a = L.evaluate_layouts(
+            model,
+            hw,
+            tensor=1,
+            pipeline=1,
+            sharding=SHARD_NONE,
+            micro_batch=int(r["batch"]),
+            recompute=RECOMPUTE_NONE,
+            global_batch=int(r["batch"]),
+        )
+        by = r["device_ms_by_category"]
+        parts = (
+            ("gemm", by.get("gemm", 0.0) / 1e3, _scalar(a.gemm_seconds)),
+            ("attention", by.get("attention", 0.0) / 1e3, _scalar(a.attention_seconds)),
+            (
+                "memory-bound + loss",
+                (by.get("other", 0.0) + by.get("loss", 0.0)) / 1e3,
+                _scalar(a.memory_bound_seconds) + _scalar(a.loss_seconds),
+            ),
+            ("optimizer", by.get("optimizer", 0.0) / 1e3, _scalar(a.optimizer_seconds)),
+        )
+        rows.append(
+            DeviceRow(
+                folder.name,
+                "training",
+                f"{r['model']} b{r['batch']} s{r['seq']} PyTorch eager",
+                acc,
+                float(r["wall_ms"]) / 1e3,
+                _scalar(a.step_seconds),
+                parts,
+            )
+        )
+    return rows
+
+
+def _serving_terms(acc: str, constants: S.StepConstants) -> S.ServingTerms:
+    model = KNOWN_TRANSFORMERS["llama-3.1-8b"]
+    a = DEFAULT_CATALOG.accelerator(acc)
+    return S.serving_terms(model, a, 1, a.peak("bf16"), 2.0, 2.0, 1024, 1, constants=constants)
+
+
+def _decode_rows(folder: Path) -> list[DeviceRow]:
+    data = _load(folder, "decode")
+    if data is None:
+        return []
+    acc = CHIPS[folder.name.split("-")[-1]]
+    terms = _serving_terms(acc, KERNELS_ONLY)
+    rows = []
+    for r in data["rows"]:
+        n, context = int(r["batch"]), int(r["context"])
+        predicted = _scalar(S.step_seconds(terms, n, 0.0, context_tokens=n * context))
+        rows.append(
+            DeviceRow(
+                folder.name,
+                "decode",
+                f"llama-3.1-8b decode b{n} ctx{context}",
+                acc,
+                float(r["ms"]) / 1e3,
+                predicted,
+            )
+        )
+    return rows
+
+
+def _prefill_rows(folder: Path) -> list[DeviceRow]:
+    data = _load(folder, "prefill")
+    if data is None:
+        return []
+    acc = CHIPS[folder.name.split("-")[-1]]
+    rows = []
+    for r in data["rows"]:
+        b, prompt = int(r["batch"]), int(r["prompt"])
+        terms = _serving_terms(acc, S.DEFAULT_CONSTANTS)._replace(input_tokens=np.asarray(float(prompt)))
+        # b prompts of `prompt` tokens in one forward: the GEMMs see b x prompt tokens, each
+        # prompt's attention its own square
+        predicted = _scalar(S.step_seconds(terms, 0.0, b * prompt, prompt_length=prompt))
+        rows.append(
+            DeviceRow(
+                folder.name,
+                "prefill",
+                f"llama-3.1-8b prefill b{b} s{prompt}",
+                acc,
+                float(r["graph_ms"]) / 1e3,
+                predicted,
+            )
+        )
+    return rows
+
+
+@lru_cache(maxsize=1)
+def device_rows() -> tuple[DeviceRow, ...]:
+    rows: list[DeviceRow] = []
+    for folder in _folders():
+        rows += _training_rows(folder) + _decode_rows(folder) + _prefill_rows(folder)
+    return tuple(rows)
+
+
+def group_summary(rows: list[DeviceRow]) -> tuple[float, float, float, float]:
+    """(median |error|, signed median, smallest, largest error) of ``rows``."""
+    errors = [r.error for r in rows]
+    return median(abs(e) for e in errors), median(errors), min(errors), max(errors)
+
+
+def render_device_section() -> str:
+    rows = device_rows()
+    lines = [
+        "Measured on the lent GPUs (calibration/measured/device; checked, none fitted): "
+        "predicted / measured - 1",
+        f"{'group':<9} {'source':<16} {'rows':>4} {'median |err|':>12} {'signed':>8} {'range':>17}",
+    ]
+    keys = sorted({(r.group, r.source) for r in rows})
+    for group, source in keys:
+        chosen = [r for r in rows if (r.group, r.source) == (group, source)]
+        med, signed, low, high = group_summary(chosen)
+        lines.append(
+            f"{group:<9} {source:<16} {len(chosen):>4} {med:>12.1%} {signed:>+8.1%} "
+            f"{low:>+8.1%}..{high:>+7.1%}"
+        )
+    lines.append("Training parts (device time by kernel category, summed over the rows):")
+    for source in sorted({r.source for r in rows if r.group == "training"}):
+        chosen = [r for r in rows if r.group == "training" and r.source == source]
+        totals: dict[str, list[float]] = {}
+        for r in chosen:
+            for name, measured, predicted in r.parts:
+                pair = totals.setdefault(name, [0.0, 0.0])
+                pair[0] += measured
+                pair[1] += predicted
+        text = ", ".join(f"{k} {p / m - 1:+.0%}" for k, (m, p) in totals.items() if m > 0)
+        lines.append(f"  {source}: {text}")
+    lines.append(
+        "The decode rows are a graph of PyTorch's separate kernels (norms, RoPE, SwiGLU, the "
+        "cache write) that a serving engine fuses; the engine's decode step counts the GEMMs, "
+        "the attention and a floor per kernel, so these rows bound it from above."
+    )
+    return "\n".join(lines)
+
+
+__all__ = ["DeviceRow", "device_rows", "group_summary", "render_device_section"]

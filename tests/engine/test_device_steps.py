@@ -1,0 +1,123 @@
+"""The steps measured on the lent GPUs (calibration/measured/device) as checked points, and the
+PoolProfile payload's real output read by the operator's own schema."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import replace
+
+import pytest
+
+from ringmaster.calibration import device_steps as D
+from ringmaster.calibration.evidence import cell_evidence, training_cells
+from ringmaster.engine import llm_training as L
+from ringmaster.engine.ceilings import (
+    H100_DECODE_ATTENTION,
+    H100_DECODE_GEMM,
+    ceilings_for,
+)
+from ringmaster.engine.frameworks import framework
+from ringmaster.engine.hardware import DEFAULT_CATALOG
+from ringmaster.engine.llm_layout_names import RECOMPUTE_NONE, SHARD_NONE
+from ringmaster.engine.transformer import KNOWN_TRANSFORMERS, Transformer
+from ringmaster.profiling import aggregate
+from ringmaster.profiling.results import parse_result
+
+pytestmark = pytest.mark.unit
+
+
+def rows(group: str, chip: str) -> list[D.DeviceRow]:
+    return [r for r in D.device_rows() if r.group == group and r.source.endswith(chip)]
+
+
+def test_every_measured_step_becomes_a_checked_row():
+    # the 3B runs ran out of memory on the 80 GB H100: measured nothing, so no row
+    assert (len(rows("training", "h100")), len(rows("training", "h200"))) == (3, 5)
+    assert (len(rows("decode", "h100")), len(rows("decode", "h200"))) == (15, 17)
+    assert (len(rows("prefill", "h100")), len(rows("prefill", "h200"))) == (8, 8)
+    for r in D.device_rows():
+        assert r.measured > 0 and r.predicted > 0
+        assert r.error == pytest.approx(r.predicted / r.measured - 1.0)
+
+
+def test_a_decode_row_is_the_kernels_composed_by_hand():
+    """Batch 1, context 1,024 on the H100: the weights streamed at the measured fraction, one
+    floor per GEMM and per attention call, the KV read at FlashAttention's fraction; no host
+    cost of a serving engine (a CUDA graph has none)."""
+    (row,) = [r for r in rows("decode", "h100") if r.setup.endswith("b1 ctx1024")]
+    model = KNOWN_TRANSFORMERS["llama-3.1-8b"]
+    f_w, gemm_floor_us, _ = H100_DECODE_GEMM["bf16"]
+    f_kv, attention_floor_us = H100_DECODE_ATTENTION["flash2"]
+    hbm = 3350e9
+    weights = model.matmul_parameters * 2.0 / (f_w * hbm)
+    floors = model.layers * (4 * gemm_floor_us + attention_floor_us) * 1e-6
+    kv = 1024 * model.kv_cache_bytes_per_token(2.0) / (f_kv * hbm)
+    assert row.predicted == pytest.approx(weights + floors + kv, rel=1e-6)
+    assert row.measured == pytest.approx(7.4824e-3)
+
+
+def test_the_training_rows_fill_their_evidence_cells():
+    cells = {(c.generation, c.framework, c.precision): c for c in training_cells()}
+    for gen, n in (("H100", 3), ("H200", 5)):
+        cell = cells[(gen, "PyTorch", "bf16")]
+        assert (cell.checked, cell.fitted) == (n, 0)
+    said = cell_evidence("nvidia-h200-141gb", "PyTorch", "bf16")
+    assert said.startswith("H200 x PyTorch x bf16: 5 checked runs")
+
+
+def test_the_training_parts_are_the_profilers_categories():
+    """PyTorch 2.11's SDPA ran cuDNN's attention on both chips (the profiler's kernel names):
+    with it the predicted attention is nearer the measured one on every row than with
+    FlashAttention 2, the kernel the PyTorch profile assumed before these measurements."""
+    for r in rows("training", "h100") + rows("training", "h200"):
+        parts = {name: (m, p) for name, m, p in r.parts}
+        measured, predicted = parts["attention"]
+        flash = replace(
+            D.one_gpu(r.accelerator),
+            framework=framework("PyTorch", attention="FlashAttention2"),
+        )
+        model, batch = training_setup(r)
+        a = L.evaluate_layouts(
+            model,
+            flash,
+            tensor=1,
+            pipeline=1,
+            sharding=SHARD_NONE,
+            micro_batch=batch,
+            recompute=RECOMPUTE_NONE,
+            global_batch=batch,
+        )
+        flash_error = abs(float(a.attention_seconds) / measured - 1.0)
+        assert abs(predicted / measured - 1.0) < flash_error, r.setup
+        assert sum(m for m, _ in parts.values()) <= r.measured  # device time within the wall
+
+
+def training_setup(row: D.DeviceRow) -> tuple[Transformer, int]:
+    name, batch, seq = row.setup.split()[:3]
+    data = json.loads((D.DEVICE_DIR / row.source / "train.json").read_text())["train"]
+    return D.training_model(data["configs"][name], int(seq[1:])), int(batch[1:])
+
+
+def test_the_section_reports_every_group_as_checked():
+    text = D.render_device_section()
+    assert "checked, none fitted" in text
+    for group in ("training", "decode", "prefill"):
+        for chip in ("h100", "h200"):
+            assert f"2026-11-26-{chip}" in text and group in text
+
+
+@pytest.mark.parametrize("chip", ["h100", "h200"])
+def test_the_payloads_real_output_is_accepted_and_compared_with_the_catalog(chip):
+    path = D.DEVICE_DIR / f"2026-11-26-{chip}" / "payload.json"
+    body = json.loads(path.read_text())
+    result = parse_result(body, now=dt.datetime(2026, 11, 27, tzinfo=dt.UTC))
+    assert result.failure is None and result.device is not None
+    assert result.device.power_limit_watts == 700.0
+    acc = {"h100": "nvidia-h100-80gb", "h200": "nvidia-h200-141gb"}[chip]
+    summary = aggregate.summary_json(
+        aggregate.summarize({"device": result}), ceilings_for(DEFAULT_CATALOG.accelerator(acc))
+    )
+    sustained = summary["gemm"]["sustainedTFLOPS"]["bf16"]
+    assert 0.85 < sustained["ratio"] < 1.05  # the catalog's power-capped rate, near the pool's
+    assert sustained["measured"] == body["sustainedTflops"]["bf16"]
