@@ -179,7 +179,9 @@ def _prefill_rows(folder: Path) -> list[DeviceRow]:
     rows = []
     for r in data["rows"]:
         b, prompt = int(r["batch"]), int(r["prompt"])
-        terms = _serving_terms(acc, S.DEFAULT_CONSTANTS)._replace(input_tokens=np.asarray(float(prompt)))
+        terms = _serving_terms(acc, S.DEFAULT_CONSTANTS)._replace(
+            input_tokens=np.asarray(float(prompt))
+        )
         # b prompts of `prompt` tokens in one forward: the GEMMs see b x prompt tokens, each
         # prompt's attention its own square
         predicted = _scalar(S.step_seconds(terms, 0.0, b * prompt, prompt_length=prompt))
