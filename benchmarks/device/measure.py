@@ -422,10 +422,11 @@ class RMSNorm(torch.nn.Module):  # Hugging Face's LlamaRMSNorm: eager, fp32 insi
 
 
 class Block(torch.nn.Module):
-    def __init__(self, c: dict[str, int]) -> None:
+    def __init__(self, c: dict[str, int], expand_kv: bool = False) -> None:
         super().__init__()
         h, d = c["hidden"], c["head_dim"]
         self.c = c
+        self.expand_kv = expand_kv  # Hugging Face's repeat_kv: K and V copied to every head
         self.n1, self.n2 = RMSNorm(h), RMSNorm(h)
         self.q = torch.nn.Linear(h, c["heads"] * d, bias=False)
         self.k = torch.nn.Linear(h, c["kv_heads"] * d, bias=False)
@@ -444,10 +445,20 @@ class Block(torch.nn.Module):
         k = self.k(y).view(b, s, c["kv_heads"], d).transpose(1, 2)
         v = self.v(y).view(b, s, c["kv_heads"], d).transpose(1, 2)
         q, k = rope(q, cos, sin), rope(k, cos, sin)
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        if self.expand_kv:
+            group = c["heads"] // c["kv_heads"]
+            k, v = repeat_kv(k, group), repeat_kv(v, group)
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         x = x + self.o(a.transpose(1, 2).reshape(b, s, -1))
         y = self.n2(x)
         return x + self.down(F.silu(self.gate(y)) * self.up(y))
+
+
+def repeat_kv(x: torch.Tensor, group: int) -> torch.Tensor:
+    b, heads, s, d = x.shape
+    return x[:, :, None].expand(b, heads, group, s, d).reshape(b, heads * group, s, d)
 
 
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -456,10 +467,10 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
 
 
 class Model(torch.nn.Module):
-    def __init__(self, c: dict[str, int]) -> None:
+    def __init__(self, c: dict[str, int], expand_kv: bool = False) -> None:
         super().__init__()
         self.embed = torch.nn.Embedding(c["vocab"], c["hidden"])
-        self.blocks = torch.nn.ModuleList(Block(c) for _ in range(c["layers"]))
+        self.blocks = torch.nn.ModuleList(Block(c, expand_kv) for _ in range(c["layers"]))
         self.norm = RMSNorm(c["hidden"])
         self.head = torch.nn.Linear(c["hidden"], c["vocab"], bias=False)
 
@@ -512,20 +523,37 @@ def kernel_category(name: str) -> str:
     return "other"
 
 
-def measure_train(out: dict[str, Any]) -> None:
+# Regimes: autocast = bf16 autocast over fp32 weights (DDP + AMP, Accelerate, HF Trainer);
+# bf16 = bf16 weights, no autocast (FSDP's MixedPrecision(param_dtype=bf16) computes so);
+# expand_kv = autocast with Hugging Face's repeat_kv before SDPA instead of GQA in the kernel.
+TRAIN_VARIANT_RUNS = (
+    ("llama-1b", 4, 2048, "bf16"),
+    ("llama-1b", 4, 2048, "expand_kv"),
+    ("llama-1b", 1, 8192, "bf16"),
+    ("llama-3b", 1, 4096, "autocast"),
+    ("llama-3b", 1, 4096, "bf16"),
+    ("llama-3b", 2, 4096, "bf16"),
+)
+
+
+def measure_train_variants(out: dict[str, Any]) -> None:
+    measure_train(out, TRAIN_VARIANT_RUNS, "train_variants")
+
+
+def measure_train(out: dict[str, Any], runs: Any = TRAIN_RUNS, key: str = "train") -> None:
     from torch.profiler import ProfilerActivity, profile
 
     rows: list[dict[str, Any]] = []
-    out["train"] = {
+    out[key] = {
         "configs": TRAIN_CONFIGS,
         "rows": rows,
         "what": "plain PyTorch: HF-style eager modules, SDPA (GQA in the kernel), "
         "bf16 autocast over fp32 weights, fp32-upcast cross-entropy, AdamW "
         "foreach; wall = host time of the whole step, synchronised",
     }
-    for name, batch, seq in TRAIN_RUNS:
+    for name, batch, seq, *variant in runs:
         try:
-            rows.append(train_run(name, batch, seq, profile, ProfilerActivity))
+            rows.append(train_run(name, batch, seq, profile, ProfilerActivity, *variant))
         except Exception:  # the next configuration still runs
             rows.append(
                 {
@@ -539,10 +567,15 @@ def measure_train(out: dict[str, Any]) -> None:
         torch.cuda.empty_cache()
 
 
-def train_run(name: str, batch: int, seq: int, profile: Any, ProfilerActivity: Any) -> Any:
+def train_run(
+    name: str, batch: int, seq: int, profile: Any, ProfilerActivity: Any, variant: str = "autocast"
+) -> Any:
     c = TRAIN_CONFIGS[name]
     torch.manual_seed(0)
-    model = Model(c).to(DEV)
+    model = Model(c, expand_kv=variant == "expand_kv").to(DEV)
+    bf16_weights = variant == "bf16"
+    if bf16_weights:
+        model = model.to(BF16)
     params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)  # foreach on CUDA by default
     tokens = torch.randint(0, c["vocab"], (batch, seq + 1), device=DEV)
@@ -555,7 +588,7 @@ def train_run(name: str, batch: int, seq: int, profile: Any, ProfilerActivity: A
         events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
         t0 = time.perf_counter()
         events[0].record()
-        with torch.autocast("cuda", dtype=BF16):
+        with torch.autocast("cuda", dtype=BF16, enabled=not bf16_weights):
             logits = model(tokens[:, :-1], cos, sin)
         loss = F.cross_entropy(logits.float().view(-1, c["vocab"]), tokens[:, 1:].reshape(-1))
         events[1].record()
@@ -575,7 +608,13 @@ def train_run(name: str, batch: int, seq: int, profile: Any, ProfilerActivity: A
         step(False)
     for _ in range(8):
         step(True)
-    row: dict[str, Any] = {"model": name, "parameters": params, "batch": batch, "seq": seq}
+    row: dict[str, Any] = {
+        "model": name,
+        "parameters": params,
+        "batch": batch,
+        "seq": seq,
+        "variant": variant,
+    }
     for key, values in marks.items():
         row[f"{key}_ms"] = round(statistics.median(values), 3)
     row["peak_allocated_gib"] = round(torch.cuda.max_memory_allocated() / GIB, 3)
@@ -598,12 +637,158 @@ def train_run(name: str, batch: int, seq: int, profile: Any, ProfilerActivity: A
     return row
 
 
+# ---- the eager ops of those regimes, one at a time ------------------------------------------
+
+
+def fwd_bwd_ms(fn: Any, inputs: list[torch.Tensor], reps: int = 10) -> tuple[float, float]:
+    """(forward ms, forward + backward ms) of ``fn(*inputs)``, gradients w.r.t. every input."""
+
+    def forward() -> Any:
+        return fn(*inputs)
+
+    out = forward()
+    grad = torch.randn_like(out)
+
+    def both() -> None:
+        torch.autograd.grad(fn(*inputs), inputs, grad)
+
+    return median_ms(forward, reps), median_ms(both, reps)
+
+
+def measure_ops(out: dict[str, Any]) -> None:
+    """Per-element costs of the eager ops of a Llama block under autocast over fp32 weights
+    (the residual stream in fp32) and with bf16 weights: T = 8192 tokens, hidden 2048-4096."""
+    rows: list[dict[str, Any]] = []
+    out["ops"] = {
+        "rows": rows,
+        "what": "fwd and fwd+bwd ms (autograd.grad w.r.t. every input, weights included); "
+        "ps_per_element = fwd+bwd time / elements; Hugging Face's LlamaRMSNorm, "
+        "rotate_half RoPE and repeat_kv; autocast's casts as .to(bf16) of an fp32 tensor",
+    }
+    tokens = 8192
+
+    def add(op: str, hidden: int, elements: int, fn: Any, inputs: list[torch.Tensor]) -> None:
+        fwd, both = fwd_bwd_ms(fn, inputs)
+        rows.append(
+            {
+                "op": op,
+                "hidden": hidden,
+                "elements": elements,
+                "fwd_ms": round(fwd, 4),
+                "fwdbwd_ms": round(both, 4),
+                "ps_per_element": round(both * 1e9 / elements, 3),
+            }
+        )
+        print(json.dumps(rows[-1]), flush=True)
+
+    for hidden in (2048, 3072, 4096):
+        th = tokens * hidden
+
+        def leaf(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+            return torch.randn(*shape, device=DEV, dtype=dtype).requires_grad_()
+
+        norm32 = RMSNorm(hidden).to(DEV)
+        add(
+            "hf_rmsnorm_fp32",
+            hidden,
+            th,
+            lambda x, w, n=norm32: n(x),
+            [leaf(tokens, hidden), norm32.weight],
+        )
+        norm16 = RMSNorm(hidden).to(DEV).to(BF16)
+        add(
+            "hf_rmsnorm_bf16",
+            hidden,
+            th,
+            lambda x, w, n=norm16: n(x),
+            [leaf(tokens, hidden, dtype=BF16), norm16.weight],
+        )
+        add("cast_fp32_to_bf16", hidden, th, lambda x: x.to(BF16), [leaf(tokens, hidden)])
+        add(
+            "residual_add_fp32_bf16",
+            hidden,
+            th,
+            lambda x, y: x + y,
+            [leaf(tokens, hidden), leaf(tokens, hidden, dtype=BF16)],
+        )
+        add(
+            "residual_add_fp32",
+            hidden,
+            th,
+            lambda x, y: x + y,
+            [leaf(tokens, hidden), leaf(tokens, hidden)],
+        )
+        add(
+            "residual_add_bf16",
+            hidden,
+            th,
+            lambda x, y: x + y,
+            [leaf(tokens, hidden, dtype=BF16), leaf(tokens, hidden, dtype=BF16)],
+        )
+        heads, kv, d = hidden // 128, max(hidden // 128 // 4, 1), 128
+        cos = torch.randn(1, 1, tokens, d, device=DEV, dtype=BF16)
+        sin = torch.randn(1, 1, tokens, d, device=DEV, dtype=BF16)
+        add(
+            "hf_rope_bf16",
+            hidden,
+            tokens * heads * d,
+            lambda q, cos=cos, sin=sin: rope(q, cos, sin),
+            [leaf(1, heads, tokens, d, dtype=BF16)],
+        )
+        add(
+            "repeat_kv_bf16",
+            hidden,
+            th,
+            lambda k, g=heads // kv: repeat_kv(k, g),
+            [leaf(1, kv, tokens, d, dtype=BF16)],
+        )
+        add(
+            "transpose_reshape_bf16",
+            hidden,
+            th,
+            lambda a, h=hidden: a.transpose(1, 2).reshape(1, tokens, h),
+            [leaf(1, heads, tokens, d, dtype=BF16)],
+        )
+        ffn = hidden * 4
+        add(
+            "swiglu_bf16",
+            hidden,
+            tokens * ffn,
+            lambda g, u: F.silu(g) * u,
+            [leaf(tokens, ffn, dtype=BF16), leaf(tokens, ffn, dtype=BF16)],
+        )
+        del norm32, norm16
+        torch.cuda.empty_cache()
+    params = 1 << 26
+    add(
+        "weight_cast_fp32_to_bf16",
+        0,
+        params,
+        lambda w: w.to(BF16),
+        [torch.randn(params, device=DEV).requires_grad_()],
+    )
+    for hidden in (2048, 4096):
+        embed = torch.nn.Embedding(128256, hidden).to(DEV)
+        ids = torch.randint(0, 128256, (tokens,), device=DEV)
+        add(
+            "embedding_fp32",
+            hidden,
+            128256 * hidden,
+            lambda w, ids=ids: F.embedding(ids, w),
+            [embed.weight],
+        )
+        del embed
+        torch.cuda.empty_cache()
+
+
 PARTS = {
     "decode": measure_decode,
     "prefill": measure_prefill,
     "decode_ops": measure_decode_ops,
     "grouped": measure_grouped,
     "train": measure_train,
+    "train_variants": measure_train_variants,
+    "ops": measure_ops,
 }
 
 

@@ -3,7 +3,8 @@
 # kernels it does not time (benchmarks/device/measure.py). Run from the repository root on the
 # lent GPU machine; results land in $OUT (8 files at most come back). Each part has its own time
 # limit inside one overall deadline, so a slow or broken part leaves the others' figures.
-#   DEADLINE_S (default 400): seconds for everything; PARTS: which measure.py parts, in order.
+#   DEADLINE_S (default 400): seconds for everything; PARTS: which measure.py parts, in order;
+#   PAYLOAD_MEASUREMENTS: the payload's measurements (none: no payload).
 set -u
 OUT=${OUT:-/tmp/ringmaster-device}
 mkdir -p "$OUT"
@@ -18,11 +19,13 @@ limit() { local l; l=$(left); ((l < $1)) && echo "$l" || echo "$1"; }
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem,power.limit --format=csv
   python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
 } >>"$log" 2>&1
-echo "== payload $(date -u +%T)" >>"$log"
-RINGMASTER_PROFILE_MEASUREMENTS=${PAYLOAD_MEASUREMENTS:-Gemm,Attention,Hbm,Step} NODE_NAME=device \
-  timeout "$(limit 150)" python3 operator/ringmaster/profiling/payload.py --dry-run \
-  >"$OUT/payload.json" 2>>"$log"
-echo "payload rc=$? $(date -u +%T)" >>"$log"
+if [ "${PAYLOAD_MEASUREMENTS:-Gemm,Attention,Hbm,Step}" != none ]; then
+  echo "== payload $(date -u +%T)" >>"$log"
+  RINGMASTER_PROFILE_MEASUREMENTS=${PAYLOAD_MEASUREMENTS:-Gemm,Attention,Hbm,Step} NODE_NAME=device \
+    timeout "$(limit 150)" python3 operator/ringmaster/profiling/payload.py --dry-run \
+    >"$OUT/payload.json" 2>>"$log"
+  echo "payload rc=$? $(date -u +%T)" >>"$log"
+fi
 for part in ${PARTS:-decode train grouped decode_ops prefill}; do
   l=$(limit 120)
   if ((l < 15)); then
