@@ -32,8 +32,10 @@ def rows(group: str, chip: str) -> list[D.DeviceRow]:
 
 
 def test_every_measured_step_becomes_a_checked_row():
-    # the 3B runs ran out of memory on the 80 GB H100: measured nothing, so no row
-    assert (len(rows("training", "h100")), len(rows("training", "h200"))) == (3, 5)
+    # the first H100 call's 3B runs ran out of memory on the 80 GB part (no row); the second
+    # H100 call adds two autocast rows and three bf16-weight rows (forward + backward only)
+    assert (len(rows("training", "h100")), len(rows("training", "h200"))) == (5, 5)
+    assert len(rows("training-fwd-bwd", "h100")) == 3
     assert (len(rows("decode", "h100")), len(rows("decode", "h200"))) == (15, 17)
     assert (len(rows("prefill", "h100")), len(rows("prefill", "h200"))) == (8, 8)
     for r in D.device_rows():
@@ -59,7 +61,7 @@ def test_a_decode_row_is_the_kernels_composed_by_hand():
 
 def test_the_training_rows_fill_their_evidence_cells():
     cells = {(c.generation, c.framework, c.precision): c for c in training_cells()}
-    for gen, n in (("H100", 3), ("H200", 5)):
+    for gen, n in (("H100", 5), ("H200", 5)):
         cell = cells[(gen, "PyTorch", "bf16")]
         assert (cell.checked, cell.fitted) == (n, 0)
     said = cell_evidence("nvidia-h200-141gb", "PyTorch", "bf16")
@@ -73,6 +75,8 @@ def test_the_training_parts_are_the_profilers_categories():
     for r in rows("training", "h100") + rows("training", "h200"):
         parts = {name: (m, p) for name, m, p in r.parts}
         measured, predicted = parts["attention"]
+        if "expand_kv" in r.setup:
+            continue  # K and V copied to every head: the engine does not model that kernel
         flash = replace(
             D.one_gpu(r.accelerator),
             framework=framework("PyTorch", attention="FlashAttention2"),
@@ -95,8 +99,25 @@ def test_the_training_parts_are_the_profilers_categories():
 
 def training_setup(row: D.DeviceRow) -> tuple[Transformer, int]:
     name, batch, seq = row.setup.split()[:3]
-    data = json.loads((D.DEVICE_DIR / row.source / "train.json").read_text())["train"]
+    data = json.loads((D.DEVICE_DIR / "2026-11-26-h100" / "train.json").read_text())["train"]
     return D.training_model(data["configs"][name], int(seq[1:])), int(batch[1:])
+
+
+def test_hugging_face_modules_in_their_regime_hold_the_measured_steps():
+    """The memory-bound part of Hugging Face's modules composed from the measured ops
+    (2026-11-26b-h100/ops.json) holds every measured step within 10 % on the H100, where the
+    ops were measured; before them the part was 57 % short (FlashAttention 2's overestimate hid
+    part of it): the whole steps now within 5 % there. The H200 carries the ops by its HBM
+    ratio and its eager kernels reach less of it: that part is 17 % short, reported."""
+    h100 = [
+        r
+        for r in D.device_rows()
+        if r.group.startswith("training") and r.accelerator.endswith("80gb")
+    ]
+    for r in h100:
+        measured, predicted = {name: (m, p) for name, m, p in r.parts}["memory-bound + loss"]
+        assert abs(predicted / measured - 1.0) < 0.10, r.setup
+        assert abs(r.error) < 0.05, r.setup
 
 
 def test_the_section_reports_every_group_as_checked():

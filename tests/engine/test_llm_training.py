@@ -26,6 +26,7 @@ from ringmaster.engine.llm_layout_names import (
     RECOMPUTE_NONE,
     RECOMPUTE_SELECTIVE,
     RECOMPUTES,
+    SHARD_FULL,
     SHARD_NONE,
 )
 from ringmaster.engine.llm_layout_search import (
@@ -231,14 +232,16 @@ def test_tensor_parallel_within_a_host_only():
 
 
 def test_memory_bound_time_by_hand():
-    """A Llama-7B layer's memory-bound kernels under PyTorch (eager): two norms and four adds on
-    the micro-batch's tokens x h, RoPE on q and k, SwiGLU on the FFN width, at the H100's
-    measured picoseconds per element; fused (Megatron) they move the minimum bytes at the
-    streaming rate and cost less; Full recompute runs their forward share again."""
+    """A Llama-7B layer's memory-bound kernels under torchtitan (eager, its own modules): two
+    norms and four adds on the micro-batch's tokens x h, RoPE on q and k, SwiGLU on the FFN
+    width, at the H100's measured picoseconds per element; fused (Megatron) they move the minimum
+    bytes at the streaming rate and cost less; Full recompute runs their forward share again."""
     from ringmaster.engine import ceilings as CE
     from ringmaster.engine.step_parts import ELEMENTWISE_FORWARD_SHARE, micro_batch_parts
 
-    hw = hardware("nvidia-h100-80gb", per_host=8)
+    hw = replace(
+        hardware("nvidia-h100-80gb", per_host=8), framework=L.framework_profile("Torchtitan")
+    )
     tokens = 2 * LLAMA_7B.sequence_length
     h, f = LLAMA_7B.hidden, LLAMA_7B.ffn_hidden
     ps = CE.H100_ELEMENTWISE_PS["eager"]
@@ -258,6 +261,44 @@ def test_memory_bound_time_by_hand():
     assert float(micro_batch_parts(LLAMA_7B, fused, 2, 1, 1, RECOMPUTE_NONE).memory_bound) < float(
         eager.memory_bound
     )
+
+
+def test_hugging_face_modules_by_hand_in_both_regimes():
+    """Plain PyTorch runs Hugging Face's modules (engine.ceilings.H100_HF_EAGER_PS, measured per
+    op): unsharded under autocast over fp32 weights (fp32 norms and adds, five input casts a
+    layer, every weight cast), sharded (FSDP) with bf16 weights; the last stage adds the final
+    norm and, under autocast, the LM head's weight cast."""
+    from ringmaster.engine import ceilings as CE
+    from ringmaster.engine.step_parts import HF_CAST_INPUTS, HF_FORK_ADDS, micro_batch_parts
+
+    hw = hardware("nvidia-h100-80gb", per_host=8)
+    tokens = 2 * LLAMA_7B.sequence_length
+    h, f, layers = LLAMA_7B.hidden, LLAMA_7B.ffn_hidden, LLAMA_7B.layers
+
+    def by_hand(regime: str) -> float:
+        ps = CE.H100_HF_EAGER_PS[regime]
+        layer = (
+            2 * ps["rmsnorm"] * tokens * h
+            + (2 * ps["residual_add"] + HF_FORK_ADDS * ps["fork_add"]) * tokens * h
+            + ps["rope"] * tokens * (h + LLAMA_7B.kv_hidden)
+            + ps["transpose"] * tokens * h
+            + ps["swiglu"] * tokens * f
+        )
+        last = ps["rmsnorm"] * tokens * h
+        if regime == "autocast":
+            layer += HF_CAST_INPUTS * ps["cast"] * tokens * h
+            layer += ps["weight_cast"] * LLAMA_7B.active_layer_parameters / layers
+            last += ps["weight_cast"] * LLAMA_7B.vocab * h
+        return (layers * layer + last) * 1e-12
+
+    ddp = micro_batch_parts(LLAMA_7B, hw, 2, 1, 1, RECOMPUTE_NONE, sharding=SHARD_NONE)
+    fsdp = micro_batch_parts(LLAMA_7B, hw, 2, 1, 1, RECOMPUTE_NONE, sharding=SHARD_FULL)
+    assert float(ddp.memory_bound) == pytest.approx(by_hand("autocast"), rel=1e-9)
+    assert float(fsdp.memory_bound) == pytest.approx(by_hand("bf16"), rel=1e-9)
+    assert float(fsdp.memory_bound) < float(ddp.memory_bound)
+    deepspeed = replace(hw, framework=L.framework_profile("DeepSpeed"))  # bf16 weights always
+    unsharded = micro_batch_parts(LLAMA_7B, deepspeed, 2, 1, 1, RECOMPUTE_NONE)
+    assert float(unsharded.memory_bound) == pytest.approx(by_hand("bf16"), rel=1e-9)
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ the scale in closed form (the mean log ratio), so no optimiser library is needed
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -234,6 +235,47 @@ def elementwise_ps() -> dict[str, dict[str, float]]:
     return out
 
 
+MEASURED_HF_OPS = Path(__file__).with_name("measured") / "device" / "2026-11-26b-h100" / "ops.json"
+# The ops of a Hugging Face Llama block per regime (ops.json's names): under autocast over fp32
+# weights the residual stream is fp32 (norms in fp32, adds of fp32 and a bf16 branch, a cast
+# before every linear layer and of every weight); with bf16 weights all of it is bf16.
+HF_EAGER_OPS = {
+    "autocast": {
+        "rmsnorm": "hf_rmsnorm_fp32",
+        "residual_add": "residual_add_fp32_bf16",
+        "fork_add": "residual_add_fp32",
+        "cast": "cast_fp32_to_bf16",
+        "weight_cast": "weight_cast_fp32_to_bf16",
+    },
+    "bf16": {
+        "rmsnorm": "hf_rmsnorm_bf16",
+        "residual_add": "residual_add_bf16",
+        "fork_add": "residual_add_bf16",
+    },
+}
+HF_EAGER_COMMON_OPS = {"rope": "hf_rope_bf16", "swiglu": "swiglu_bf16",
+                       "transpose": "transpose_reshape_bf16"}  # fmt: skip
+
+
+def hf_eager_ps() -> dict[str, dict[str, float]]:
+    """Median picoseconds per element (per parameter for weight casts) over hidden 2048-4096 of
+    each op of a Hugging Face Llama block, forward + backward; ``fork_add`` is the add that sums
+    a tensor's gradients where it feeds two ops (an add's forward alone)."""
+    rows = json.loads(MEASURED_HF_OPS.read_text())["ops"]["rows"]
+
+    def ps(name: str, forward_only: bool = False) -> float:
+        chosen = [r for r in rows if r["op"] == name]
+        if forward_only:
+            return round(float(median(r["fwd_ms"] * 1e9 / r["elements"] for r in chosen)), 3)
+        return round(float(median(r["ps_per_element"] for r in chosen)), 3)
+
+    out: dict[str, dict[str, float]] = {}
+    for regime, ops in HF_EAGER_OPS.items():
+        names = {**ops, **HF_EAGER_COMMON_OPS}
+        out[regime] = {op: ps(name, op == "fork_add") for op, name in names.items()}
+    return out
+
+
 def stream_gbps() -> float:
     rows = _rows(measured_h100()["memory_bound"])
     return float(
@@ -300,6 +342,7 @@ def derive_ceiling_constants() -> dict[str, Any]:
             for d in ("forward", "backward")
         },
         "H100_ELEMENTWISE_PS": elementwise_ps(),
+        "H100_HF_EAGER_PS": hf_eager_ps(),
         "H100_STREAM_GBPS": stream_gbps(),
         "H100_LOSS_PS_PER_LOGIT": loss_ps(),
         "H100_OPTIMIZER_PS_PER_PARAMETER": optimizer_ps(),

@@ -90,56 +90,72 @@ def training_model(config: dict[str, int], sequence: int) -> Transformer:
     )
 
 
-def one_gpu(accelerator: str, framework: str = "PyTorch") -> L.LayoutHardware:
+def one_gpu(
+    accelerator: str, framework: str = "PyTorch", *, autocast: bool = True
+) -> L.LayoutHardware:
+    """One GPU of ``accelerator``'s 8-GPU host; ``autocast``: False for bf16 weights (the
+    measured script's ``bf16`` regime: the model cast to bf16, no autocast)."""
     host = DEFAULT_CATALOG.host(accelerator, 8)
-    hw = L.layout_hardware(host, 1, DEFAULT_CATALOG, framework=framework_profile(framework))
+    profile = framework_profile(framework)
+    profile = replace(profile, autocast_unsharded=profile.autocast_unsharded and autocast)
+    hw = L.layout_hardware(host, 1, DEFAULT_CATALOG, framework=profile)
     return replace(hw, per_host=1)
 
 
 def _training_rows(folder: Path) -> list[DeviceRow]:
-    data = _load(folder, "train")
-    if data is None:
-        return []
-    acc = CHIPS[folder.name.split("-")[-1]]
-    hw = one_gpu(acc)
     rows = []
-    for r in data["rows"]:
-        if "failure" in r:  # out of memory on the 80 GB part: nothing was measured
-            continue
-        model = training_model(data["configs"][r["model"]], int(r["seq"]))
-        a = L.evaluate_layouts(
-            model,
-            hw,
-            tensor=1,
-            pipeline=1,
-            sharding=SHARD_NONE,
-            micro_batch=int(r["batch"]),
-            recompute=RECOMPUTE_NONE,
-            global_batch=int(r["batch"]),
-        )
-        by = r["device_ms_by_category"]
-        parts = (
-            ("gemm", by.get("gemm", 0.0) / 1e3, _scalar(a.gemm_seconds)),
-            ("attention", by.get("attention", 0.0) / 1e3, _scalar(a.attention_seconds)),
-            (
-                "memory-bound + loss",
-                (by.get("other", 0.0) + by.get("loss", 0.0)) / 1e3,
-                _scalar(a.memory_bound_seconds) + _scalar(a.loss_seconds),
-            ),
-            ("optimizer", by.get("optimizer", 0.0) / 1e3, _scalar(a.optimizer_seconds)),
-        )
-        rows.append(
-            DeviceRow(
-                folder.name,
-                "training",
-                f"{r['model']} b{r['batch']} s{r['seq']} PyTorch eager",
-                acc,
-                float(r["wall_ms"]) / 1e3,
-                _scalar(a.step_seconds),
-                parts,
-            )
-        )
-    return rows
+    for part in ("train", "train_variants"):
+        data = _load(folder, part)
+        if data is not None:
+            rows += [_training_row(folder, data, r) for r in data["rows"] if "failure" not in r]
+    return rows  # a failed run (out of memory on the 80 GB part) measured nothing
+
+
+def _training_row(folder: Path, data: dict[str, Any], r: dict[str, Any]) -> DeviceRow:
+    """One measured step against the engine's. The ``bf16`` regime ran its AdamW on bf16
+    parameters and states, which no framework profile models (FSDP and DeepSpeed keep fp32
+    ones): its row compares forward + backward only."""
+    acc = CHIPS[folder.name.split("-")[-1]]
+    variant = str(r.get("variant", "autocast"))
+    hw = one_gpu(acc, autocast=variant != "bf16")
+    model = training_model(data["configs"][r["model"]], int(r["seq"]))
+    a = L.evaluate_layouts(
+        model,
+        hw,
+        tensor=1,
+        pipeline=1,
+        sharding=SHARD_NONE,
+        micro_batch=int(r["batch"]),
+        recompute=RECOMPUTE_NONE,
+        global_batch=int(r["batch"]),
+    )
+    by = r["device_ms_by_category"]
+    parts: tuple[tuple[str, float, float], ...] = (
+        ("gemm", by.get("gemm", 0.0) / 1e3, _scalar(a.gemm_seconds)),
+        ("attention", by.get("attention", 0.0) / 1e3, _scalar(a.attention_seconds)),
+        (
+            "memory-bound + loss",
+            (by.get("other", 0.0) + by.get("loss", 0.0)) / 1e3,
+            _scalar(a.memory_bound_seconds) + _scalar(a.loss_seconds),
+        ),
+        ("optimizer", by.get("optimizer", 0.0) / 1e3, _scalar(a.optimizer_seconds)),
+    )
+    measured, predicted = float(r["wall_ms"]) / 1e3, _scalar(a.step_seconds)
+    group = "training"
+    if variant == "bf16":
+        group = "training-fwd-bwd"
+        measured -= float(r["optimizer_ms"]) / 1e3
+        predicted -= _scalar(a.optimizer_seconds)
+        parts = parts[:-1]
+    return DeviceRow(
+        folder.name,
+        group,
+        f"{r['model']} b{r['batch']} s{r['seq']} PyTorch eager {variant}",
+        acc,
+        measured,
+        predicted,
+        parts,
+    )
 
 
 def _serving_terms(acc: str, constants: S.StepConstants) -> S.ServingTerms:
@@ -217,19 +233,22 @@ def render_device_section() -> str:
     lines = [
         "Measured on the lent GPUs (calibration/measured/device; checked, none fitted): "
         "predicted / measured - 1",
-        f"{'group':<9} {'source':<16} {'rows':>4} {'median |err|':>12} {'signed':>8} {'range':>17}",
+        f"{'group':<16} {'source':<16} {'rows':>4} {'median |err|':>12} {'signed':>8} "
+        f"{'range':>17}",
     ]
     keys = sorted({(r.group, r.source) for r in rows})
     for group, source in keys:
         chosen = [r for r in rows if (r.group, r.source) == (group, source)]
         med, signed, low, high = group_summary(chosen)
         lines.append(
-            f"{group:<9} {source:<16} {len(chosen):>4} {med:>12.1%} {signed:>+8.1%} "
+            f"{group:<16} {source:<16} {len(chosen):>4} {med:>12.1%} {signed:>+8.1%} "
             f"{low:>+8.1%}..{high:>+7.1%}"
         )
     lines.append("Training parts (device time by kernel category, summed over the rows):")
-    for source in sorted({r.source for r in rows if r.group == "training"}):
-        chosen = [r for r in rows if r.group == "training" and r.source == source]
+    for group, source in keys:
+        if not group.startswith("training"):
+            continue
+        chosen = [r for r in rows if (r.group, r.source) == (group, source)]
         totals: dict[str, list[float]] = {}
         for r in chosen:
             for name, measured, predicted in r.parts:
@@ -237,7 +256,11 @@ def render_device_section() -> str:
                 pair[0] += measured
                 pair[1] += predicted
         text = ", ".join(f"{k} {p / m - 1:+.0%}" for k, (m, p) in totals.items() if m > 0)
-        lines.append(f"  {source}: {text}")
+        lines.append(f"  {group} {source}: {text}")
+    lines.append(
+        "training-fwd-bwd: bf16 weights without autocast; forward + backward only (its AdamW ran "
+        "on bf16 states, which no framework profile models)."
+    )
     lines.append(
         "The decode rows are a graph of PyTorch's separate kernels (norms, RoPE, SwiGLU, the "
         "cache write) that a serving engine fuses; the engine's decode step counts the GEMMs, "

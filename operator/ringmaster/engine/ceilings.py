@@ -71,6 +71,38 @@ H100_ELEMENTWISE_PS = {
     "eager": {"rmsnorm": 7.168, "rope": 16.43, "swiglu": 9.204, "residual_add": 2.264},
     "compiled": {"rmsnorm": 4.918, "rope": 14.01, "swiglu": 5.291, "residual_add": 2.039},
 }
+# Hugging Face's modeling code run eagerly (plain PyTorch, DeepSpeed: LlamaRMSNorm composed of
+# pow / mean / rsqrt / multiplies in fp32, rotate_half RoPE with a cat, the attention output's
+# transpose copy), forward + backward, picoseconds per element (the median over hidden
+# 2048-4096, T = 8192), measured on a lent H100 (calibration/measured/device/2026-11-26b-h100,
+# ops.json) per regime. autocast: bf16 autocast over fp32 weights (DDP with AMP, Accelerate, the
+# HF Trainer): the residual stream is fp32, every linear layer casts its input and its weight
+# (per parameter) to bf16; bf16: bf16 weights (FSDP's MixedPrecision(param_dtype=bf16), DeepSpeed
+# with bf16 on). fork_add: the add that sums a tensor's gradients where it feeds two ops.
+H100_HF_EAGER_PS = {
+    "autocast": {
+        "rmsnorm": 46.826,
+        "residual_add": 6.285,
+        "fork_add": 4.081,
+        "cast": 5.347,
+        "weight_cast": 5.12,
+        "rope": 28.308,
+        "swiglu": 9.28,
+        "transpose": 6.508,
+    },
+    "bf16": {
+        "rmsnorm": 53.413,
+        "residual_add": 3.283,
+        "fork_add": 2.11,
+        "rope": 28.308,
+        "swiglu": 9.28,
+        "transpose": 6.508,
+    },
+}
+MEASURED_HF_OPS = (
+    "measured: calibration/measured/device/2026-11-26b-h100/ops.json (one H100 SXM 700 W,"
+    " PyTorch 2.11)"
+)
 # A fused kernel (Transformer Engine's norms, fused RoPE and SwiGLU; XLA's fusions) moves each
 # tensor once: the minimum bytes per element (rmsnorm 10, RoPE 8, SwiGLU 16, add 6: the file's
 # byte columns) at the streaming rate Inductor's SwiGLU reaches (3,024 GB/s, the median of its
@@ -263,8 +295,12 @@ class Ceilings:
         )
 
     def elementwise_seconds(self, mode: str, op: str, elements: float) -> float:
-        """Seconds of ``elements`` through one memory-bound op, eager, compiled or fused."""
-        if mode == "fused":
+        """Seconds of ``elements`` through one memory-bound op, eager, compiled or fused, or
+        Hugging Face's eager module in a regime (``hf_autocast``, ``hf_bf16``:
+        H100_HF_EAGER_PS)."""
+        if mode.startswith("hf_"):
+            seconds = H100_HF_EAGER_PS[mode[3:]][op] * 1e-12
+        elif mode == "fused":
             seconds = FUSED_BYTES_PER_ELEMENT[op] / (H100_STREAM_GBPS * GB)
         else:
             seconds = H100_ELEMENTWISE_PS[mode][op] * 1e-12

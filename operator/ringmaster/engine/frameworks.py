@@ -21,9 +21,12 @@ Each profile states what the framework's default configuration runs, with where 
   from fp32 shards (no separate copy-back); ``compile`` (``[compile] enable``) off by default.
 - **MaxText**: JAX/XLA: every elementwise op fused by XLA into its neighbours, the loss fused,
   optax's AdamW compiled into the step; attention through XLA's Splash (TPU) or cuDNN (GPU).
-- **DeepSpeed**: Hugging Face modeling code run eagerly, ``flash_attention_2``, fp32-upcast loss,
+- **DeepSpeed**: Hugging Face modeling code run eagerly (its LlamaRMSNorm composed of ops,
+  rotate_half RoPE: ``HF_EAGER``, with bf16 weights), ``flash_attention_2``, fp32-upcast loss,
   DeepSpeed's FusedAdam (multi-tensor, one launch per chunk), fp32 masters copied back to bf16.
-- **PyTorch** (plain FSDP / DDP, Hugging Face Accelerate): eager modules, SDPA, fp32-upcast loss,
+- **PyTorch** (plain FSDP / DDP, Hugging Face Accelerate): Hugging Face's modules run eagerly
+  (``HF_EAGER``): unsharded (DDP, one GPU) under bf16 autocast over fp32 weights, sharded (FSDP's
+  ``MixedPrecision(param_dtype=bf16)``) with bf16 weights; SDPA, fp32-upcast loss,
   ``torch.optim.AdamW`` whose CUDA default is ``foreach``. SDPA dispatches to cuDNN's fused
   attention on Hopper and newer (FlashAttention 2 on Ampere): measured, PyTorch 2.11's profiler
   names ``cudnn_generated_fort_native_sdpa_sm90_flash_fprop / _bprop`` as the attention kernels of
@@ -49,6 +52,9 @@ _KERNEL_KEY = {"FlashAttention2": "flash2", "cuDNN": "cudnn"}
 # multiply, adds, and their backward ops); Inductor fuses it to about 25; Transformer Engine's
 # fused modules to about 30.
 HOST_SECONDS_PER_KERNEL = 8e-6
+# Hugging Face's modeling code run eagerly (its LlamaRMSNorm, rotate_half RoPE, the attention
+# output's transpose copy), in the regime the layout's sharding implies (Framework).
+HF_EAGER = "hf_eager"
 KERNELS_PER_LAYER = {"eager": 70, "compiled": 25, "fused": 30}
 
 
@@ -66,13 +72,18 @@ class Framework:
     copies_weights_back: bool  # fp32 masters copied to bf16 weights after the update
     host_launched: bool  # PyTorch from Python: the host can bind a short layer
     compiled: bool = False
+    # Unsharded (DDP, one GPU), bf16 autocast runs over fp32 weights: the residual stream stays
+    # fp32 and every linear layer casts its input and weight (engine.ceilings.H100_HF_EAGER_PS).
+    # Sharded (FSDP's MixedPrecision(param_dtype=bf16)) the weights are bf16 during compute.
+    autocast_unsharded: bool = False
 
     def attention_kernel(self, nccl_arch: str) -> str:
         return self.attention if nccl_arch in ("hopper", "blackwell") else self.attention_ampere
 
     @property
     def host_kernels_per_layer(self) -> int:
-        return KERNELS_PER_LAYER[self.memory_bound] if self.host_launched else 0
+        key = "eager" if self.memory_bound == HF_EAGER else self.memory_bound
+        return KERNELS_PER_LAYER[key] if self.host_launched else 0
 
 
 _BASE = {
@@ -86,10 +97,19 @@ _BASE = {
         "MaxText", "cudnn", "cudnn", "fused", "compiled", "adamw_fused", True, False, False
     ),
     "DeepSpeed": Framework(
-        "DeepSpeed", "flash2", "flash2", "eager", "eager_upcast", "adamw_fused", False, True, True
+        "DeepSpeed", "flash2", "flash2", HF_EAGER, "eager_upcast", "adamw_fused", False, True, True
     ),
     "PyTorch": Framework(
-        "PyTorch", "cudnn", "flash2", "eager", "eager_upcast", "adamw_foreach", False, False, True
+        "PyTorch",
+        "cudnn",
+        "flash2",
+        HF_EAGER,
+        "eager_upcast",
+        "adamw_foreach",
+        False,
+        False,
+        True,
+        autocast_unsharded=True,
     ),
 }
 COMPILABLE = ("Torchtitan", "DeepSpeed", "PyTorch")
@@ -115,6 +135,7 @@ def framework(name: str, *, compiled: bool = False, attention: str | None = None
             base.copies_weights_back,
             base.host_launched,
             compiled=True,
+            autocast_unsharded=base.autocast_unsharded,
         )
     if attention is not None:
         if attention not in _KERNEL_KEY:
@@ -133,6 +154,7 @@ def framework(name: str, *, compiled: bool = False, attention: str | None = None
             base.copies_weights_back,
             base.host_launched,
             base.compiled,
+            base.autocast_unsharded,
         )
     return base
 

@@ -762,7 +762,7 @@ def evaluate_layouts(
     fits = mem.total <= hw.memory_bytes
 
     parts = micro_batch_parts(
-        model, hw, b, t, p, rec, c, flash_attention, sequence_parallel, expert=e
+        model, hw, b, t, p, rec, c, flash_attention, sequence_parallel, expert=e, sharding=shard
     )
     compute_mb = parts.total
     layers = stage_layers(model, p).middle

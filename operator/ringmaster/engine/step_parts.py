@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ringmaster.engine.frameworks import HF_EAGER
 from ringmaster.engine.llm_layout_names import (
     RECOMPUTE_NONE,
     RECOMPUTE_SELECTIVE_OP,
@@ -137,10 +138,12 @@ def micro_batch_parts(
     flash_attention: bool = True,
     sequence_parallel: bool = True,
     expert: ArrayLike = 1,
+    sharding: ArrayLike = SHARD_NONE,
 ) -> MicroBatchParts:
     """The parts of one micro-batch on the busiest stage (see the module's docstring).
     ``expert``: the expert-parallel degree of a mixture of experts (the tokens each local
-    expert's grouped GEMM receives)."""
+    expert's grouped GEMM receives); ``sharding``: the layout's (Hugging Face modules under
+    autocast when unsharded, in bf16 when sharded: Framework.autocast_unsharded)."""
     fw, ce = hw.framework, hw.ceilings
     t, c = _f(tensor), _f(context)
     rank_tokens = _f(micro_batch) * model.sequence_length / c  # tokens a rank's layers see
@@ -185,18 +188,21 @@ def micro_batch_parts(
     mode = fw.memory_bound
     sp_tokens = rank_tokens / t if sequence_parallel else rank_tokens
     ffn_width = _activation_width(model) / t
-    norms = 2.0 * ce.elementwise_seconds(mode, "rmsnorm", 1.0) * sp_tokens * model.hidden
-    adds = 4.0 * ce.elementwise_seconds(mode, "residual_add", 1.0) * sp_tokens * model.hidden
-    rotary = (
-        ce.elementwise_seconds(mode, "rope", 1.0)
-        * rank_tokens
-        * (model.heads * model.qk_head_dim + model.kv_hidden)
-        / t
-        if _rotary(model)
-        else 0.0
+    rope_width = (
+        _f(model.heads * model.qk_head_dim + model.kv_hidden) / t if _rotary(model) else _f(0.0)
     )
-    activation = ce.elementwise_seconds(mode, "swiglu", 1.0) * rank_tokens * ffn_width
-    per_layer_mb = norms + adds + rotary + activation
+    head_extra = np.zeros(())  # the last stage's memory-bound work beyond its layers
+    if mode == HF_EAGER:
+        autocast = fw.autocast_unsharded & (np.asarray(sharding) == SHARD_NONE)
+        per_layer_mb, head_extra = _hf_eager_seconds(
+            model, hw, autocast, sp_tokens, rank_tokens, t, ffn_width, rope_width
+        )
+    else:
+        norms = 2.0 * ce.elementwise_seconds(mode, "rmsnorm", 1.0) * sp_tokens * model.hidden
+        adds = 4.0 * ce.elementwise_seconds(mode, "residual_add", 1.0) * sp_tokens * model.hidden
+        rotary = ce.elementwise_seconds(mode, "rope", 1.0) * rank_tokens * rope_width
+        activation = ce.elementwise_seconds(mode, "swiglu", 1.0) * rank_tokens * ffn_width
+        per_layer_mb = norms + adds + rotary + activation
     rebuilds = np.isin(r, REBUILDS_LAYER)
     per_layer_mb = per_layer_mb * (1.0 + np.where(rebuilds, ELEMENTWISE_FORWARD_SHARE, 0.0))
     if not flash_attention:
@@ -228,15 +234,68 @@ def micro_batch_parts(
     loss = _f(ce.loss_seconds(fw.loss, rank_tokens * model.vocab / t))
 
     mid = stages.middle * layer_gpu
-    last = stages.last * layer_gpu + head + loss
+    last = stages.last * layer_gpu + head + loss + head_extra
     last_is_busiest = last >= mid
     n = np.where(last_is_busiest, stages.last, stages.middle)
     return MicroBatchParts(
         gemm=_f(n * linear + np.where(last_is_busiest, head, 0.0)),
         attention=_f(n * attention),
-        memory_bound=_f(n * per_layer_mb),
+        memory_bound=_f(n * per_layer_mb + np.where(last_is_busiest, head_extra, 0.0)),
         loss=_f(np.where(last_is_busiest, loss, 0.0)),
         host_gap=_f(n * layer_gap),
+    )
+
+
+# Where a tensor feeds two ops its gradients are summed: per layer the residual stream's two forks,
+# the normed input of q, k and v (two adds) and of gate and up (one).
+HF_FORK_ADDS = 5.0
+# The linear layers whose input autocast casts to bf16 (q, k, v, gate, up; the output and down
+# projections take bf16 already).
+HF_CAST_INPUTS = 5.0
+
+
+def _hf_eager_seconds(
+    model: Transformer,
+    hw: LayoutHardware,
+    autocast: NDArray[np.bool_],
+    sp_tokens: F64,
+    rank_tokens: F64,
+    t: F64,
+    ffn_width: F64,
+    rope_width: F64,
+) -> tuple[F64, F64]:
+    """(per layer, last stage's extra) memory-bound seconds of Hugging Face's Llama modules run
+    eagerly, forward + backward, at the measured per-element costs of the regime: under autocast
+    over fp32 weights the fp32 residual stream's norms and adds, a bf16 cast of every linear
+    layer's input and of every weight; with bf16 weights the same modules in bf16. The last stage
+    adds the final norm and, under autocast, the LM head's weight cast."""
+    ce = hw.ceilings
+
+    def regime(name: str) -> tuple[F64, F64]:
+        mode = f"hf_{name}"
+
+        def ps(op: str) -> float:
+            return float(ce.elementwise_seconds(mode, op, 1.0))
+
+        h = model.hidden
+        norms = 2.0 * ps("rmsnorm") * sp_tokens * h
+        adds = (2.0 * ps("residual_add") + HF_FORK_ADDS * ps("fork_add")) * sp_tokens * h
+        rotary = ps("rope") * rank_tokens * rope_width
+        transpose = ps("transpose") * rank_tokens * model.heads * model.v_head_dim / t
+        activation = ps("swiglu") * rank_tokens * ffn_width
+        layer = norms + adds + rotary + transpose + activation
+        extra = ps("rmsnorm") * sp_tokens * h
+        if name == "autocast":
+            layer = layer + HF_CAST_INPUTS * ps("cast") * rank_tokens * h
+            layer = layer + ps("weight_cast") * model.active_layer_parameters / model.layers / t
+            extra = extra + ps("weight_cast") * model.vocab * h / t
+        return _f(layer), _f(extra)
+
+    cast_layer, cast_extra = regime("autocast")
+    plain_layer, plain_extra = regime("bf16")
+    return (
+        _f(np.where(autocast, cast_layer, plain_layer)),
+        _f(np.where(autocast, cast_extra, plain_extra)),
     )
 
 
