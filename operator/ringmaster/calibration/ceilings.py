@@ -533,8 +533,43 @@ AMD_ROWS = {
 FLASH2_H100_CAUSAL_TFLOPS = 328.0
 
 
+# Chips measured by the PoolProfile payload on a lent machine, beside a lent H100 measured the
+# same way (calibration/measured/device: the same script, driver and PyTorch, one day): their
+# ratios to the H100 come from that pair, not from the published tables.
+MEASURED_PAIRS = {"nvidia-h200-141gb": ("2026-11-26-h200", "2026-11-26-h100")}
+DEVICE_DIR = Path(__file__).with_name("measured") / "device"
+
+
+def measured_pair_ratios(
+    accelerator: str, rate: str = "burstTflops"
+) -> tuple[dict[str, float], float]:
+    """({precision: matmul ratio}, HBM ratio) of ``accelerator`` to the H100, each as fractions
+    of the two chips' own datasheet peaks, from the payloads of MEASURED_PAIRS. ``rate``: the
+    burst GEMM rate (the published tables' kind: what the shape model and short steps scale by)
+    or ``sustainedTflops`` (the power cap's)."""
+    from ringmaster.engine.hardware import DEFAULT_CATALOG
+
+    chip, h100 = (
+        json.loads((DEVICE_DIR / folder / "payload.json").read_text())
+        for folder in MEASURED_PAIRS[accelerator]
+    )
+    a, b = DEFAULT_CATALOG.accelerator(accelerator), DEFAULT_CATALOG.accelerator("nvidia-h100-80gb")
+    matmul = {
+        p: round(
+            (chip[rate][p] / (a.peak(p) / 1e12)) / (h100[rate][p] / (b.peak(p) / 1e12)),
+            4,
+        )
+        for p in ("bf16", "fp8")
+    }
+    hbm = (chip["hbmGBps"] * 1e9 / a.memory_bandwidth) / (
+        h100["hbmGBps"] * 1e9 / b.memory_bandwidth
+    )
+    return matmul, round(hbm, 4)
+
+
 def derive_published_ratios() -> dict[str, Any]:
-    """PUBLISHED_MATMUL_RATIO, PUBLISHED_HBM_RATIO and FLASH2_AMPERE_RATIO of engine.ceilings."""
+    """PUBLISHED_MATMUL_RATIO, PUBLISHED_HBM_RATIO and FLASH2_AMPERE_RATIO of engine.ceilings
+    (a chip of MEASURED_PAIRS: its measured ratios instead of the published ones)."""
     h100 = {"bf16": _fraction("mamf-h100-sxm-bf16"), "fp8": _fraction("mamf-h100-sxm-fp8")}
     matmul = {key: round(_fraction(pid) / h100[key[1]], 4) for key, pid in MAMF_ROWS.items()}
     for acc, (mamf, maf_bf16, maf_fp8) in AMD_ROWS.items():
@@ -543,10 +578,20 @@ def derive_published_ratios() -> dict[str, Any]:
         matmul[(acc, "fp8")] = round(fp8 / h100["fp8"], 4)
     triad = _fraction("azure-h100-hbm-triad")
     hbm = {acc: round(_fraction(pid) / triad, 4) for acc, pid in TRIAD_ROWS.items()}
+    for acc in MEASURED_PAIRS:
+        pair_matmul, hbm[acc] = measured_pair_ratios(acc)
+        for precision, ratio in pair_matmul.items():
+            matmul[(acc, precision)] = ratio
     a100 = _fraction("fa2-a100-80gb-fwdbwd-hdim128-causal")
     flash = round(a100 / (FLASH2_H100_CAUSAL_TFLOPS / CE.H100_PEAK_TFLOPS["bf16"]), 4)
+    sustained = {
+        (acc, p): ratio
+        for acc in MEASURED_PAIRS
+        for p, ratio in measured_pair_ratios(acc, "sustainedTflops")[0].items()
+    }
     return {
         "PUBLISHED_MATMUL_RATIO": matmul,
         "PUBLISHED_HBM_RATIO": hbm,
         "FLASH2_AMPERE_RATIO": flash,
+        "MEASURED_SUSTAINED_RATIO": sustained,
     }

@@ -177,8 +177,9 @@ def render_evidence_matrix() -> str:
         )
     lines.append(
         "Every other cell is extrapolated: the plan says so (status.plan.evidence). Operator "
-        "ceilings: H100 SXM measured (calibration/measured/h100-sxm-ops.yaml); A100, H200, B200, "
-        "GB200, MI300X and MI325X scale it by published ratios (calibration/ceilings_points.yaml); "
+        "ceilings: H100 SXM measured (calibration/measured/h100-sxm-ops.yaml); the H200 scales it "
+        "by its ratios measured beside an H100 (calibration/measured/device); A100, B200, "
+        "GB200, MI300X and MI325X by published ratios (calibration/ceilings_points.yaml); "
         "other chips "
         "carry the H100's fractions of their own datasheet."
     )

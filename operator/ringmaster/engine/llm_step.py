@@ -127,7 +127,7 @@ LLM_COMPUTE_EFFICIENCY = 0.6212
 # Llama-3.1-8B on one H100 and one H200, Llama-3.3-70B on two H100s, ten mixes each); checked on
 # its other setups (70B on one H200, 405B on eight H100s and eight H200s) and on TensorRT-LLM's
 # FP8 TTFT of LLaMA-7B (36 ms for 2,048 tokens: -13%).
-LLM_FP8_COMPUTE_EFFICIENCY = 0.4816
+LLM_FP8_COMPUTE_EFFICIENCY = 0.4844
 # Achieved fraction of HBM bandwidth when the GEMMs stream the weights, and the fixed cost of one
 # step (kernel launches, synchronisation) of a 32-layer model. Fitted together on two points:
 # gpt-fast's batch-1 decode of Llama-2-7B (32 layers) in BF16 on A100-80GB at TP1 (104.9
@@ -141,12 +141,12 @@ OVERHEAD_FIT_LAYERS = 32
 # kernel streams HBM faster than batch-1 decode does), the fixed work per sequence in tokens of
 # context, and the host's cost per running sequence per step. Fitted with
 # LLM_FP8_COMPUTE_EFFICIENCY on the same table, through the batching model's offline maximum
-# (engine.llm_batching: the prompts' backlog chain): the fit puts the KV read at its bound, the
-# fixed work per sequence at zero (below 1e-10 tokens) and the host's cost at 1.3 us a sequence
-# a step: TensorRT-LLM's C++ runtime and XQA kernels show next to no per-sequence cost. A
+# (engine.llm_batching: the prompts' backlog chain): the fit puts the KV read at 0.84 of HBM,
+# next to its bound, the fixed work per sequence at zero and the host's cost at 1.1-1.3 us a
+# sequence a step: TensorRT-LLM's C++ runtime and XQA kernels show next to no per-sequence cost. A
 # Python-scheduled engine (vLLM) pays more (its v0.6 release notes: the GPU idled a third of the
 # time on CPU overheads) that no published table isolates: docs/engine.md, "Out of reach".
-LLM_KV_READ_EFFICIENCY = 0.8419
+LLM_KV_READ_EFFICIENCY = 0.8386
 LLM_KV_SEQUENCE_TOKENS = 0.0
 LLM_SEQUENCE_OVERHEAD_SECONDS = 1.32e-6
 # The decode step composed from the H100's measured decode terms (engine.ceilings,
