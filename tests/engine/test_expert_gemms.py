@@ -60,3 +60,43 @@ def test_more_tokens_per_expert_never_lower_the_gemm_efficiency() -> None:
     }
     assert len(dense) == 1
     assert np.isfinite(times).all()
+
+
+QWEN3_235B = KNOWN_TRANSFORMERS["qwen3-235b-a22b"]
+
+
+def test_expert_tensor_degree_folds_the_stage_ranks() -> None:
+    """Qwen3-235B at tensor 2 over a stage of 32 ranks (data 16): EP 32 fills the stage only
+    with each expert on one rank (ETP 1, MoE parallel folding); EP 16 fits either way."""
+    from ringmaster.engine.llm_layout_search import expert_degrees, valid_expert
+
+    assert valid_expert(QWEN3_235B, 16, 32, tensor=2, expert_tensor=1)
+    assert not valid_expert(QWEN3_235B, 16, 32, tensor=2, expert_tensor=2)
+    assert not valid_expert(QWEN3_235B, 16, 32, tensor=2)  # the default: the tensor degree
+    assert valid_expert(QWEN3_235B, 16, 16, tensor=2)
+    assert (32, 1) in expert_degrees(QWEN3_235B, 16, None, 2)
+    assert (32, 2) not in expert_degrees(QWEN3_235B, 16, None, 2)
+    assert expert_degrees(QWEN3_235B, 16, 32, 2, 2) == []
+    assert not valid_expert(QWEN3_235B, 16, 16, tensor=2, expert_tensor=7)  # 1536 % 7
+
+
+def test_folded_experts_by_hand() -> None:
+    """At tensor 2, an expert split over one rank (ETP 1) is twice as wide as at ETP 2 and sees
+    half the tokens from each of its EP peers (the tensor ranks dispatch their halves apart):
+    the expert GEMMs' FLOPs are the same, their shape differs; the routed experts' weights per
+    rank are routed / (EP x ETP)."""
+    from ringmaster.engine.llm_memory import routed_expert_parameters_per_layer, stage_parameters
+
+    hw = h100()
+    default = micro_batch_parts(QWEN3_235B, hw, 1, 2, 8, RECOMPUTE_NONE, expert=16)
+    same = micro_batch_parts(QWEN3_235B, hw, 1, 2, 8, RECOMPUTE_NONE, expert=16, expert_tensor=2)
+    assert float(same.gemm) == float(default.gemm)
+    folded = micro_batch_parts(QWEN3_235B, hw, 1, 2, 8, RECOMPUTE_NONE, expert=32, expert_tensor=1)
+    assert float(folded.gemm) != float(default.gemm)
+    assert float(folded.attention) == float(default.attention)
+    assert float(expert_tokens(QWEN3_235B, 4096.0 * 1 / 2, 32)) == 4096 / 2 * 32 * 8 / 128
+    routed = routed_expert_parameters_per_layer(QWEN3_235B)
+    dense = QWEN3_235B.parameters_per_layer - routed
+    for e, etp in ((16, 2), (32, 1)):
+        layer = float(stage_parameters(QWEN3_235B, 2, 8, e, etp).layer)
+        assert layer == np.float64(dense / 2 + routed / (e * etp))

@@ -46,7 +46,11 @@ def _refusals(doc: dict[str, Any]) -> tuple[list[str], str]:
         ({"expert": 3}, "parallelism.expert must divide model.architecture.experts"),
         (
             {"expert": 16, "pipeline": 1, "context": 1},
-            "expert 16 x tensor 1 x context 1 x pipeline 1 does not divide the 8 accelerators",
+            "expert 16 x expertTensor Auto x pipeline 1 does not divide the 8 accelerators",
+        ),
+        (
+            {"expert": 4, "expertTensor": 4, "pipeline": 1},
+            "expert 4 x expertTensor 4 x pipeline 1 does not divide the 8 accelerators",
         ),
     ],
 )
@@ -111,3 +115,6 @@ def test_expert_parallel_degree_reaches_every_worker_pod() -> None:
         env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
         assert env["RINGMASTER_EXPERT_PARALLEL"] == "4"
         assert env["RINGMASTER_DATA_PARALLEL"] == "4"
+        # each expert over the tensor degree or folded onto one rank: what the plan chose
+        assert decision.status.plan.expert_tensor in (1, 2)
+        assert env["RINGMASTER_EXPERT_TENSOR_PARALLEL"] == str(decision.status.plan.expert_tensor)

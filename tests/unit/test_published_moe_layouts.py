@@ -1,7 +1,9 @@
 """Published MoE training layouts the API once refused: DeepSeek-V3's 61 layers over 16 and
 over 8 pipeline stages (the first and the last stages share what the 4- or 8-layer middle stages
-leave, as Megatron-LM's --decoder-first/last-pipeline-num-layers allow). Accepted by the Python
-twins of the CEL rules, planned by the engine with those stages."""
+leave, as Megatron-LM's --decoder-first/last-pipeline-num-layers allow), and Qwen3-235B's tensor 2
+x expert 32 x pipeline 8 on 256 GPUs, whose experts are split over one rank each (MoE parallel
+folding: expert_tensor_parallel_size 1). Accepted by the Python twins of the CEL rules, planned by
+the engine with those layouts."""
 
 from __future__ import annotations
 
@@ -98,3 +100,58 @@ def test_deepseek_v3_published_layouts_are_accepted_and_planned(
     layout = plan["layout"]
     assert plan["fits"], plan
     assert layout["pipeline"] == pipeline and layout["expert"] == 64
+
+
+# Qwen/Qwen3-235B-A22B config.json.
+QWEN3_235B = {
+    "layers": 94,
+    "hiddenSize": 4096,
+    "attentionHeads": 64,
+    "kvHeads": 4,
+    "headDim": 128,
+    "ffnHiddenSize": 12288,
+    "ffnType": "Gated",
+    "vocabSize": 151936,
+    "sequenceLength": 4096,
+    "experts": 128,
+    "activeExperts": 8,
+    "expertFfnHiddenSize": 1536,
+}
+
+
+def qwen3_job(expert_tensor: int | str) -> dict[str, Any]:
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    spec = doc["spec"]
+    spec["workers"] = 32
+    spec["model"] = {"name": "qwen3-235b-a22b", "architecture": copy.deepcopy(QWEN3_235B)}
+    spec["parallelism"] = {
+        "tensor": 2,
+        "pipeline": 8,
+        "expert": 32,
+        "expertTensor": expert_tensor,
+        "context": 1,
+        "sharding": "Optimizer",
+        "globalBatchSize": 1024,
+        "microBatchSize": 1,
+    }
+    return doc
+
+
+@pytest.mark.parametrize("expert_tensor", [1, "Auto"])
+def test_qwen3_235b_published_layout_is_accepted_and_planned_folded(expert_tensor) -> None:
+    """EP 32 x ETP 1 fill a stage's 32 ranks (tensor 2 x data 16); under Auto the engine finds
+    it too: an expert split over the tensor degree (2) would need 64."""
+    job = parse_manifest(qwen3_job(expert_tensor))
+    report = plan_training(job.spec)  # type: ignore[arg-type]
+    plan = report.to_json()
+    layout = plan["layout"]
+    assert plan["fits"], plan
+    assert (layout["tensor"], layout["expert"], layout["expertTensor"]) == (2, 32, 1)
+    assert (layout["pipeline"], layout["data"]) == (8, 16)
+    assert report.layout is not None
+    assert report.layout.chosen.name == "TP2 EP32 ETP1 PP8 DP16"
+
+
+def test_an_expert_split_that_does_not_fill_the_stage_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="expert 32 x expertTensor 2 x pipeline 8 does not divide"):
+        parse_manifest(qwen3_job(2))

@@ -85,17 +85,23 @@ class Parallelism(SpecModel):
     """Interleaved 1F1B: model chunks per pipeline stage (1 = plain 1F1B)."""
     expert: IntOrAuto = AUTO
     """Expert parallelism for a mixture of experts (architecture.experts): the routed experts
-    are split over this many ranks, carved out of the data x context ranks as Megatron-Core's
-    expert_model_parallel_size is, so the data-parallel degree (and the global batch's rule)
-    stay as they are; each expert is further split over the tensor ranks (Megatron-Core's
-    default expert tensor parallelism). Must divide architecture.experts and data x context.
-    ``Auto`` searches it (1 for a dense model)."""
+    are split over this many ranks, as Megatron-Core's expert_model_parallel_size is, so the
+    data-parallel degree (and the global batch's rule) stay as they are. Must divide
+    architecture.experts; expert x expertTensor must divide a pipeline stage's ranks
+    (accelerators / pipeline). ``Auto`` searches it (1 for a dense model)."""
+    expert_tensor: IntOrAuto = AUTO
+    """The ranks each routed expert is split over (Megatron-Core's expert_tensor_parallel_size,
+    whose default is the tensor degree). Below the tensor degree the stage's ranks are
+    regrouped for the expert layers (MoE parallel folding: Qwen3-235B's tensor 2, expert 32,
+    expertTensor 1). Must divide architecture.expertFfnHiddenSize. ``Auto`` searches the tensor
+    degree and 1; a dense model takes Auto or 1."""
 
 
 _T = "self.parallelism.tensor"
 _P = "self.parallelism.pipeline"
 _C = "self.parallelism.context"
 _E = "self.parallelism.expert"
+_ETP = "self.parallelism.expertTensor"
 _ARCH = "self.model.architecture"
 
 
@@ -360,32 +366,56 @@ PARALLELISM_RULES: tuple[Rule, ...] = (
         cel=(
             f"!has(self.parallelism) || string({_E}) == 'Auto'"
             " || (self.workers * self.accelerator.perWorker)"
-            f" % ({_cel_degree(_T)} * {_cel_degree(_P)} * {_cel_degree(_C)} * int({_E})) == 0"
+            f" % ({_cel_degree(_P)} * int({_E}) * {_cel_degree(_ETP)}) == 0"
         ),
-        message="tensor x context x pipeline x expert must divide the accelerators: the "
-        "expert ranks are carved out of data x context",
+        message="pipeline x expert x expertTensor must divide the accelerators: the expert "
+        "ranks, each expert split expertTensor ways, fill a pipeline stage's ranks",
         field_path=".parallelism.expert",
         check=lambda s: (
             s.parallelism is None
             or _auto(s.parallelism.expert)
             or (s.workers * s.accelerator.per_worker)
             % (
-                _degree(s.parallelism.tensor)
-                * _degree(s.parallelism.pipeline)
-                * _degree(s.parallelism.context)
+                _degree(s.parallelism.pipeline)
                 * int(s.parallelism.expert)
+                * _degree(s.parallelism.expert_tensor)
             )
             == 0
         ),
         message_expression=(
-            "'expert %s x tensor %s x context %s x pipeline %s does not divide the %d"
-            f" accelerators'.format([{_E}, {_T}, {_C}, {_P},"
+            "'expert %s x expertTensor %s x pipeline %s does not divide the %d"
+            f" accelerators'.format([{_E}, {_ETP}, {_P},"
             " self.workers * self.accelerator.perWorker])"
         ),
         message_for=lambda s: (
-            f"expert {s.parallelism.expert} x tensor {s.parallelism.tensor} x context "
-            f"{s.parallelism.context} x pipeline {s.parallelism.pipeline} does not divide "
-            f"the {s.workers * s.accelerator.per_worker} accelerators"
+            f"expert {s.parallelism.expert} x expertTensor {s.parallelism.expert_tensor} x "
+            f"pipeline {s.parallelism.pipeline} does not divide the "
+            f"{s.workers * s.accelerator.per_worker} accelerators"
+        ),
+    ),
+    Rule(
+        cel=(
+            f"!({_CEL_PARALLEL}) || string({_ETP}) == 'Auto' || int({_ETP}) == 1"
+            f" || (has({_ARCH}.experts) && (!has({_ARCH}.expertFfnHiddenSize)"
+            f" || {_ARCH}.expertFfnHiddenSize % int({_ETP}) == 0))"
+        ),
+        message="parallelism.expertTensor must divide model.architecture.expertFfnHiddenSize "
+        "(a dense model takes expertTensor 1)",
+        field_path=".parallelism.expertTensor",
+        check=lambda s: (
+            s.parallelism is None
+            or s.model.architecture is None
+            or _auto(s.parallelism.expert_tensor)
+            or int(s.parallelism.expert_tensor) == 1
+            or (
+                s.model.architecture.experts is not None
+                and (
+                    s.model.architecture.expert_ffn_hidden_size is None
+                    or s.model.architecture.expert_ffn_hidden_size
+                    % int(s.parallelism.expert_tensor)
+                    == 0
+                )
+            )
         ),
     ),
     Rule(

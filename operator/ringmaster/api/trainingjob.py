@@ -555,7 +555,10 @@ class TrainingPlan(StatusModel):
     context: int | None = None
     """Context-parallel ranks (ring attention)."""
     expert: int | None = None
-    """Expert-parallel ranks (a mixture of experts), carved out of data x context."""
+    """Expert-parallel ranks (a mixture of experts)."""
+    expert_tensor: int | None = None
+    """The ranks each routed expert is split over (the tensor degree, or fewer: MoE parallel
+    folding)."""
     active_parameters: int | None = None
     """A mixture of experts' parameters one token runs through (top-k experts, not all)."""
     all_to_all_seconds: float | None = None

@@ -70,6 +70,9 @@ class LayoutRequest:
     strategy: str = AUTO  # the data-parallel part: Auto, Ring, ReductionServer
     context: int | None = None
     expert: int | None = None  # expert parallelism (a mixture of experts; dense: 1)
+    # The ranks each routed expert is split over (Megatron-Core's expert_tensor_parallel_size);
+    # None searches the tensor degree (its default) and 1 (MoE parallel folding).
+    expert_tensor: int | None = None
 
 
 @dataclass(frozen=True)
@@ -113,20 +116,33 @@ class Layout:
     loss_seconds: float = 0.0
     host_gap_seconds: float = 0.0
     optimizer_seconds: float = 0.0
+    expert_tensor: int = 0  # 0: the tensor degree
+
+    @property
+    def expert_tensor_degree(self) -> int:
+        return self.expert_tensor or self.tensor
 
     @property
     def name(self) -> str:
         """``TP8 PP4 DP32`` (``TP8 CP2 PP4 DP16`` with context parallelism, ``TP1 EP8 PP16
-        DP128`` with expert parallelism: EP is carved out of DP, which keeps its count), as
-        ``kubectl get tj -o wide`` shows it."""
+        DP128`` with expert parallelism: EP is carved out of DP, which keeps its count; ``TP2
+        EP32 ETP1 PP8 DP16`` where an expert is split over fewer ranks than the tensor degree,
+        MoE parallel folding), as ``kubectl get tj -o wide`` shows it."""
         cp = f" CP{self.context}" if self.context > 1 else ""
         ep = f" EP{self.expert}" if self.expert > 1 else ""
+        if self.expert > 1 and self.expert_tensor_degree != self.tensor:
+            ep += f" ETP{self.expert_tensor_degree}"
         return f"TP{self.tensor}{cp}{ep} PP{self.pipeline} DP{self.data}"
 
     def describe(self) -> str:
         v = f" x {self.virtual_stages} virtual" if self.virtual_stages > 1 else ""
         cp = f" x context {self.context}" if self.context > 1 else ""
         ep = f", expert {self.expert} (of data x context)" if self.expert > 1 else ""
+        if self.expert > 1 and self.expert_tensor_degree != self.tensor:
+            ep = (
+                f", expert {self.expert} x expert tensor {self.expert_tensor_degree} (folded "
+                "over the stage's ranks)"
+            )
         return (
             f"tensor {self.tensor}{cp} x pipeline {self.pipeline}{v} x data {self.data}{ep}, "
             f"sharding {self.sharding}, micro-batch {self.micro_batch}, recompute "
@@ -169,22 +185,43 @@ def valid_context(sequence_length: int, context: int) -> bool:
     return context == 1 or (context >= 1 and sequence_length % (2 * context) == 0)
 
 
-def valid_expert(model: Transformer, data_context: int, expert: int) -> bool:
-    """Whether ``expert`` ranks split the experts: it divides the routed experts (Megatron-Core:
-    num_moe_experts % expert_model_parallel_size == 0) and the data x context ranks it is
-    carved from; a dense model takes only 1."""
-    if expert < 1 or data_context % expert:
+def valid_expert(
+    model: Transformer, data_context: int, expert: int, tensor: int = 1, expert_tensor: int = 0
+) -> bool:
+    """Whether ``expert`` ranks, each expert split over ``expert_tensor`` (0: the tensor
+    degree), split the experts: e divides the routed experts (Megatron-Core:
+    num_moe_experts % expert_model_parallel_size == 0) and e x etp the stage's t x d x c ranks
+    (MoE parallel folding; with etp = t, e divides the data x context ranks as before); an
+    expert split etp ways needs etp to divide its FFN width; a dense model takes only 1."""
+    etp = expert_tensor or tensor
+    if expert < 1 or etp < 1 or (tensor * data_context) % (expert * etp):
         return False
-    return expert == 1 or (model.experts > 0 and model.experts % expert == 0)
+    if expert == 1:
+        return etp == tensor
+    if model.expert_ffn_hidden % etp:
+        return False
+    return model.experts > 0 and model.experts % expert == 0
 
 
-def expert_degrees(model: Transformer, data_context: int, fixed: int | None) -> list[int]:
-    """The expert-parallel degrees to try: the fixed one where valid, else every valid one."""
-    if fixed is not None:
-        return [fixed] if valid_expert(model, data_context, fixed) else []
+def expert_degrees(
+    model: Transformer,
+    data_context: int,
+    fixed: int | None,
+    tensor: int = 1,
+    fixed_tensor: int | None = None,
+) -> list[tuple[int, int]]:
+    """(expert, expert tensor) pairs to try: the fixed ones where valid, else every valid expert
+    degree, each at the tensor degree (Megatron-Core's default) and at 1 (folded)."""
     if not model.is_moe:
-        return [1]
-    return [e for e in _divisors(data_context) if valid_expert(model, data_context, e)]
+        return [(1, tensor)] if fixed in (None, 1) else []
+    experts = [fixed] if fixed is not None else _divisors(tensor * data_context)
+    etps = [fixed_tensor] if fixed_tensor is not None else sorted({tensor, 1}, reverse=True)
+    return [
+        (e, etp)
+        for e in experts
+        for etp in etps
+        if valid_expert(model, data_context, e, tensor, etp)
+    ]
 
 
 def layout_grid(request: LayoutRequest, hw: LayoutHardware) -> dict[str, I64]:
@@ -225,7 +262,7 @@ def layout_grid(request: LayoutRequest, hw: LayoutHardware) -> dict[str, I64]:
         if request.recompute is not None
         else list(SEARCHED_RECOMPUTES)
     )
-    rows: list[tuple[int, int, int, int, int, int, int]] = []
+    rows: list[tuple[int, int, int, int, int, int, int, int]] = []
     for t in tensors:
         for p in pipelines:
             for c in contexts:
@@ -241,14 +278,15 @@ def layout_grid(request: LayoutRequest, hw: LayoutHardware) -> dict[str, I64]:
                     if request.micro_batch is not None
                     else _powers_of_two_dividing(per_replica)
                 )
-                for ep in expert_degrees(model, d * c, request.expert):
+                pairs = expert_degrees(model, d * c, request.expert, t, request.expert_tensor)
+                for ep, etp in pairs:
                     for b in micro:
                         if per_replica % b:
                             continue
                         for s in shardings if d * c > 1 else [SHARD_NONE]:
                             for r in recomputes:
-                                rows.append((t, p, s, b, r, c, ep))
-    arr = np.array(rows, dtype=np.int64).reshape(-1, 7)
+                                rows.append((t, p, s, b, r, c, ep, etp))
+    arr = np.array(rows, dtype=np.int64).reshape(-1, 8)
     return {
         "tensor": arr[:, 0],
         "pipeline": arr[:, 1],
@@ -257,6 +295,7 @@ def layout_grid(request: LayoutRequest, hw: LayoutHardware) -> dict[str, I64]:
         "recompute": arr[:, 4],
         "context": arr[:, 5],
         "expert": arr[:, 6],
+        "expert_tensor": arr[:, 7],
     }
 
 
@@ -272,6 +311,7 @@ def evaluate_grid(request: LayoutRequest, hw: LayoutHardware, grid: dict[str, I6
         recompute=grid["recompute"],
         context=grid["context"],
         expert=grid["expert"],
+        expert_tensor=grid["expert_tensor"],
         global_batch=request.global_batch,
         virtual_stages=request.virtual_stages,
         strategy=request.strategy,
@@ -318,6 +358,7 @@ def _layout(a: LayoutArrays, i: int, capacity: float) -> Layout:
         loss_seconds=float(a.loss_seconds[i]),
         host_gap_seconds=float(a.host_gap_seconds[i]),
         optimizer_seconds=float(a.optimizer_seconds[i]),
+        expert_tensor=int(np.broadcast_to(a.expert_tensor, a.step_seconds.shape)[i]),
     )
 
 
@@ -340,6 +381,7 @@ def evaluate_layout(
         recompute=np.array([RECOMPUTES.index(layout.recompute)]),
         context=np.array([layout.context]),
         expert=np.array([layout.expert]),
+        expert_tensor=np.array([layout.expert_tensor_degree]),
         global_batch=global_batch,
         virtual_stages=layout.virtual_stages,
         strategy=layout.strategy if strategy is None else strategy,
@@ -395,7 +437,8 @@ def _alternatives(a: LayoutArrays, best: int, cap: float) -> tuple[Alternative, 
     fits, else the closest to fitting; fitting ones first by step time, then the rest by their
     overshoot."""
     key = (
-        a.expert * 100_000_000_000
+        np.broadcast_to(a.expert_tensor, a.expert.shape) * 100_000_000_000_000
+        + a.expert * 100_000_000_000
         + a.tensor * 100_000_000
         + a.context * 100_000
         + a.pipeline * 10
@@ -453,6 +496,11 @@ def _single(request: LayoutRequest, hw: LayoutHardware, layout: Layout, **change
         allocator_overhead=hw.allocator_overhead,
         fp8=hw.compute_precision == "fp8",
         expert=fields["expert"],
+        # a folded expert degree stays; the default one follows the tensor degree
+        expert_tensor=change.get(
+            "expert_tensor",
+            layout.expert_tensor_degree if layout.expert_tensor_degree != layout.tensor else None,
+        ),
     )
     return float(mem.total)
 
@@ -496,9 +544,9 @@ def _levers(request: LayoutRequest, hw: LayoutHardware, closest: Layout) -> list
         if q > p and valid_pipeline(model.layers, q) and divides(t, q, c)
     ]
     experts = [
-        (f"expert: {q}", {"expert": q})
-        for q in expert_degrees(model, closest.data * c, None)
-        if q > closest.expert
+        (f"expert: {q}", {"expert": q, "expert_tensor": etp})
+        for q, etp in expert_degrees(model, closest.data * c, None, t)
+        if q > closest.expert and etp == closest.expert_tensor_degree
     ]
     state = closest.weights_bytes + closest.gradients_bytes + closest.optimizer_bytes
     activation_levers = [recompute, contexts, micro]

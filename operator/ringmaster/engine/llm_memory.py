@@ -175,19 +175,25 @@ def routed_expert_parameters_per_layer(model: Transformer) -> float:
 
 
 def stage_parameters(
-    model: Transformer, tensor: ArrayLike, pipeline: ArrayLike, expert: ArrayLike = 1
+    model: Transformer,
+    tensor: ArrayLike,
+    pipeline: ArrayLike,
+    expert: ArrayLike = 1,
+    expert_tensor: ArrayLike | None = None,
 ) -> StageParameters:
-    """Parameters per accelerator: the stage's layers / t (their routed experts / (t e): expert
-    parallelism splits the experts e ways and each expert t ways, Megatron-Core's default
-    expert_tensor_parallel_size = tensor); the embedding on the first stage, the LM head (a copy
-    of a tied embedding, as Megatron-LM keeps one) and the final norm on the last. Norm vectors
+    """Parameters per accelerator: the stage's layers / t (their routed experts / (etp e): expert
+    parallelism splits the experts e ways and each expert etp ways, Megatron-Core's
+    expert_tensor_parallel_size, by default (None) the tensor degree); the embedding on the
+    first stage, the LM head (a copy of a tied embedding, as Megatron-LM keeps one) and the
+    final norm on the last. Norm vectors
     are counted as split by t too (they are < 0.1% of a layer). A MoE model's layers are
     counted at their mean (DeepSeek-V3's three dense layers are spread over the stages)."""
     t = _f(tensor)
     p = _f(pipeline)
     stages = stage_layers(model, p)
     routed = routed_expert_parameters_per_layer(model)
-    layer = (model.parameters_per_layer - routed + routed / _f(expert)) / t
+    etp = t if expert_tensor is None else _f(expert_tensor)
+    layer = (model.parameters_per_layer - routed) / t + routed / (_f(expert) * etp)
     table = float(model.vocab * model.hidden)
     head = np.where((p > 1) | (not model.tied_embeddings), table, 0.0)
     last = stages.last * layer + head / t + model.hidden
@@ -279,21 +285,25 @@ def memory_per_accelerator(
     allocator_overhead: float = ALLOCATOR_OVERHEAD,
     fp8: bool = False,
     expert: ArrayLike = 1,
+    expert_tensor: ArrayLike | None = None,
 ) -> MemoryArrays:
     """Weights, gradients, optimizer state, activations and the reserve per accelerator, on the
     fullest of the first, a middle and the last pipeline stage. Context-parallel ranks hold the
     same weights: the sharding spans data x context ranks (Megatron-LM's data-context group,
     torchtitan's FSDP mesh with CP). Routed experts are split over the e expert-parallel ranks
     (carved out of data x context, as Megatron-Core does), so their sharding spans the d c / e
-    ranks that hold the same experts (its expert-data-parallel group)."""
+    ranks that hold the same experts (its expert-data-parallel group). ``expert_tensor``: each
+    expert split etp ways (None: the tensor degree; MoE parallel folding: the stage's t c d ranks
+    regrouped as etp x e x the expert-data-parallel t c d / (etp e))."""
     t, p, d, c, e = _f(tensor), _f(pipeline), _f(data), _f(context), _f(expert)
+    etp = t if expert_tensor is None else _f(expert_tensor)
     shard = np.asarray(sharding)
     m, v = _f(micro_batches), _f(virtual_stages)
-    params = stage_parameters(model, t, p, e)
+    params = stage_parameters(model, t, p, e, etp)
     stages = stage_layers(model, p)
-    expert_layer = routed_expert_parameters_per_layer(model) / (t * e)
+    expert_layer = routed_expert_parameters_per_layer(model) / (etp * e)
     dc = d * c
-    edc = np.maximum(dc / e, 1.0)
+    edc = np.maximum(t * dc / (etp * e), 1.0)
     weights_div = np.where(shard >= SHARD_FULL, dc, 1.0)
     grads_div = np.where(shard >= SHARD_GRADIENTS, dc, 1.0)
     optim_div = np.where(shard >= SHARD_OPTIMIZER, dc, 1.0)

@@ -568,12 +568,19 @@ def moe_all_to_alls(recompute: ArrayLike) -> F64:
 
 
 def _expert_parallel_seconds(
-    nbytes: F64, tensor: F64, context: F64, expert: F64, hw: LayoutHardware
+    nbytes: F64,
+    tensor: F64,
+    context: F64,
+    expert: F64,
+    hw: LayoutHardware,
+    expert_tensor: F64 | None = None,
 ) -> F64:
     """One all-to-all of ``nbytes`` per rank over the e expert-parallel ranks. They sit at a
     stride of t c (Megatron-Core orders tp-cp-ep-dp-pp), so g / (t c) of them share a host:
     NVLink while t c e fits in a host, else across hosts with the group's share of the NICs
-    (engine.collectives.nccl_all_to_all); over the slice's ICI on a TPU (one line of e chips)."""
+    (engine.collectives.nccl_all_to_all); over the slice's ICI on a TPU (one line of e chips).
+    Folded (an expert tensor degree etp below t: the expert mesh is etp-ep-edp) the stride is
+    etp."""
     if hw.kind == "tpu":
         coll = C.ici_all_to_all(
             nbytes,
@@ -584,7 +591,10 @@ def _expert_parallel_seconds(
         )
         return _f(np.where(expert > 1, coll.seconds, 0.0))
     g = float(hw.per_host)
-    per_host = np.clip(g / (tensor * context), 1.0, expert)
+    stride = tensor * context
+    if expert_tensor is not None:
+        stride = np.where(expert_tensor < tensor, expert_tensor, stride)
+    per_host = np.clip(g / stride, 1.0, expert)
     hosts = expert / per_host
     nic = hw.nic_bandwidth / (g / per_host)
     coll = C.nccl_all_to_all(nbytes, hosts, per_host, _fabric(hw, nic), with_busbw=False)
@@ -710,6 +720,7 @@ class LayoutArrays(NamedTuple):
     loss_seconds: F64 = np.zeros(1)
     host_gap_seconds: F64 = np.zeros(1)
     optimizer_seconds: F64 = np.zeros(1)
+    expert_tensor: I64 = np.zeros(1, np.int64)  # 0: the tensor degree (not evaluated apart)
 
 
 def evaluate_layouts(
@@ -728,12 +739,16 @@ def evaluate_layouts(
     context: ArrayLike = 1,
     sequence_parallel: bool = True,
     expert: ArrayLike = 1,
+    expert_tensor: ArrayLike | None = None,
 ) -> LayoutArrays:
     """Memory, fit, step time, tokens/s and MFU of every layout (arrays broadcast together).
     The caller guarantees divisibility (t p c | accelerators, d b | global batch, c | s,
-    e | d c and e | experts)."""
+    e etp | t c d and e | experts). ``expert_tensor`` (etp): the ranks each routed expert is
+    split over, None for the tensor degree (Megatron-Core's default); below it, MoE parallel
+    folding regroups a stage's t c d ranks as etp x e x expert-data-parallel."""
     e = _f(expert)
     t = _f(tensor)
+    etp = t if expert_tensor is None else _f(expert_tensor)
     p = _f(pipeline)
     b = _f(micro_batch)
     v = _f(virtual_stages)
@@ -758,11 +773,23 @@ def evaluate_layouts(
         allocator_overhead=hw.allocator_overhead,
         fp8=hw.compute_precision == "fp8",
         expert=e,
+        expert_tensor=etp,
     )
     fits = mem.total <= hw.memory_bytes
 
     parts = micro_batch_parts(
-        model, hw, b, t, p, rec, c, flash_attention, sequence_parallel, expert=e, sharding=shard
+        model,
+        hw,
+        b,
+        t,
+        p,
+        rec,
+        c,
+        flash_attention,
+        sequence_parallel,
+        expert=e,
+        sharding=shard,
+        expert_tensor=etp,
     )
     compute_mb = parts.total
     layers = stage_layers(model, p).middle
@@ -793,7 +820,7 @@ def evaluate_layouts(
     ep_mb = np.zeros(())
     if model.is_moe:
         moe_share = model.moe_layers / model.layers
-        a2a = _expert_parallel_seconds(moe_all_to_all_bytes(model, b, t, c), t, c, e, hw)
+        a2a = _expert_parallel_seconds(moe_all_to_all_bytes(model, b, t, c), t, c, e, hw, etp)
         shared_tokens = b * model.sequence_length / (c * t)
         shared = (
             3.0
@@ -879,6 +906,7 @@ def evaluate_layouts(
         context_parallel_seconds=f(cp_mb * m),
         expert=i(e),
         expert_parallel_seconds=f(ep_mb * m),
+        expert_tensor=i(etp),
         gemm_seconds=f(parts.gemm * m),
         attention_seconds=f(parts.attention * m),
         memory_bound_seconds=f(parts.memory_bound * m),

@@ -139,10 +139,12 @@ def micro_batch_parts(
     sequence_parallel: bool = True,
     expert: ArrayLike = 1,
     sharding: ArrayLike = SHARD_NONE,
+    expert_tensor: ArrayLike | None = None,
 ) -> MicroBatchParts:
     """The parts of one micro-batch on the busiest stage (see the module's docstring).
     ``expert``: the expert-parallel degree of a mixture of experts (the tokens each local
-    expert's grouped GEMM receives); ``sharding``: the layout's (Hugging Face modules under
+    expert's grouped GEMM receives); ``expert_tensor``: the ranks each expert is split over
+    (None: the tensor degree); ``sharding``: the layout's (Hugging Face modules under
     autocast when unsharded, in bf16 when sharded: Framework.autocast_unsharded)."""
     fw, ce = hw.framework, hw.ceilings
     t, c = _f(tensor), _f(context)
@@ -158,12 +160,16 @@ def micro_batch_parts(
         hw, dense_fwd * tokens, dense_bwd * tokens, model.hidden / t, rank_tokens
     )
     if model.experts > 1:
+        # An expert split etp ways is etp / t as narrow as a dense layer's share and sees etp / t
+        # of the rank's tokens from each expert-parallel peer (below t, the tensor ranks' tokens
+        # are dispatched apart): the same FLOPs per rank, at the grouped GEMM's own shape.
+        etp = t if expert_tensor is None else _f(expert_tensor)
         linear = linear + _gemm_seconds(
             hw,
             fwd * routed * tokens,
             bwd * routed * tokens,
-            model.expert_ffn_hidden / t,
-            expert_tokens(model, rank_tokens, expert),
+            model.expert_ffn_hidden / etp,
+            expert_tokens(model, rank_tokens * etp / t, expert),
         )
 
     # Attention core.

@@ -188,6 +188,7 @@ LAYOUT_ENV = (
     ("RINGMASTER_PIPELINE_PARALLEL", "pipeline"),
     ("RINGMASTER_CONTEXT_PARALLEL", "context"),
     ("RINGMASTER_EXPERT_PARALLEL", "expert"),
+    ("RINGMASTER_EXPERT_TENSOR_PARALLEL", "expertTensor"),
     ("RINGMASTER_DATA_PARALLEL", "data"),
     ("RINGMASTER_SHARDING", "sharding"),
     ("RINGMASTER_MICRO_BATCH_SIZE", "microBatchSize"),

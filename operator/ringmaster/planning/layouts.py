@@ -144,6 +144,7 @@ def layout_request(spec: Any) -> LayoutRequest:
         recompute=_fixed(par.activation_recompute),
         context=_fixed(par.context),
         expert=_fixed(par.expert),
+        expert_tensor=_fixed(par.expert_tensor),
         virtual_stages=par.virtual_pipeline_stages,
         strategy=str(spec.communication.strategy),
     )
@@ -250,7 +251,9 @@ def plan_layout(
         strategies[REDUCTION_SERVER] = _strategy(
             REDUCTION_SERVER, rs_layout, hw, request.global_batch
         )
-    params = stage_parameters(request.model, chosen.tensor, chosen.pipeline, chosen.expert)
+    params = stage_parameters(
+        request.model, chosen.tensor, chosen.pipeline, chosen.expert, chosen.expert_tensor_degree
+    )
     evidence = f"{framework_label}; " + training_evidence(
         acc.name, profile.name, hw.compute_precision, hw
     )
@@ -347,6 +350,7 @@ def _layout_fields(layout: Layout, global_batch: int) -> dict[str, Any]:
         "pipeline": layout.pipeline,
         "context": layout.context,
         "expert": layout.expert,
+        "expertTensor": layout.expert_tensor_degree,
         "data": layout.data,
         "sharding": layout.sharding,
         "microBatchSize": layout.micro_batch,
