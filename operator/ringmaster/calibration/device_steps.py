@@ -13,7 +13,9 @@ on these rows; each is the engine's prediction for the same work against its mea
   1k-4k, against the decode step composed from the ceilings (the GEMMs' weight streaming and
   decode rate, the KV read, a floor per kernel) with no serving engine's host costs (a graph has
   none);
-- **prefill**: the same model's forward over one prompt, against the engine's idle TTFT.
+- **prefill**: the same model's forward over one prompt, against the engine's idle TTFT;
+- **grouped-gemm**: a MoE layer's expert GEMMs as ``torch._grouped_mm`` runs them over a rank's
+  local experts (8-2,048 tokens an expert), against the engine's grouped-GEMM call.
 
 The measured steps run kernels a serving engine fuses (PyTorch's separate norms, RoPE and SwiGLU
 ops): the decode rows bound the engine's kernel floor from above, and the rendering says so.
@@ -32,6 +34,7 @@ import numpy as np
 
 from ringmaster.engine import llm_step as S
 from ringmaster.engine import llm_training as L
+from ringmaster.engine.ceilings import ceilings_for
 from ringmaster.engine.frameworks import framework as framework_profile
 from ringmaster.engine.hardware import DEFAULT_CATALOG
 from ringmaster.engine.llm_layout_names import RECOMPUTE_NONE, SHARD_NONE
@@ -214,11 +217,43 @@ def _prefill_rows(folder: Path) -> list[DeviceRow]:
     return rows
 
 
+def _grouped_rows(folder: Path) -> list[DeviceRow]:
+    """MoE expert GEMMs (``torch._grouped_mm`` over a rank's local experts, bf16) against the
+    engine's grouped-GEMM call (step_parts._grouped_gemm_seconds: the local experts' weights
+    streamed or the FLOPs at the decode-batch rate of the expert's width, and a floor)."""
+    data = _load(folder, "grouped")
+    if data is None:
+        return []
+    acc = CHIPS[folder.name.split("-")[-1]]
+    ce = ceilings_for(DEFAULT_CATALOG.accelerator(acc))
+    rows = []
+    for r in data["rows"]:
+        if "grouped_us" not in r:
+            continue
+        n, k, experts, m = int(r["n"]), int(r["k"]), int(r["experts"]), int(r["tokens_per_expert"])
+        width = k if r["gemm"] == "down" else n / 2  # the expert's FFN width
+        predicted = _scalar(
+            ce.decode_gemm_seconds("bf16", 2.0 * experts * n * k, 2.0 * m * experts * n * k, width)
+        )
+        rows.append(
+            DeviceRow(
+                folder.name,
+                "grouped-gemm",
+                f"{r['model']} {r['gemm']} {experts} experts x {m} tokens",
+                acc,
+                float(r["grouped_us"]) * 1e-6,
+                predicted,
+            )
+        )
+    return rows
+
+
 @lru_cache(maxsize=1)
 def device_rows() -> tuple[DeviceRow, ...]:
     rows: list[DeviceRow] = []
     for folder in _folders():
         rows += _training_rows(folder) + _decode_rows(folder) + _prefill_rows(folder)
+        rows += _grouped_rows(folder)
     return tuple(rows)
 
 

@@ -36,7 +36,11 @@ from ringmaster.engine.llm_layout_names import (
     RECOMPUTE_SELECTIVE_OP,
     SHARD_NONE,
 )
-from ringmaster.engine.llm_memory import REBUILDS_LAYER, stage_layers
+from ringmaster.engine.llm_memory import (
+    REBUILDS_LAYER,
+    routed_expert_parameters_per_layer,
+    stage_layers,
+)
 from ringmaster.engine.transformer import Transformer
 
 if TYPE_CHECKING:
@@ -164,12 +168,9 @@ def micro_batch_parts(
         # of the rank's tokens from each expert-parallel peer (below t, the tensor ranks' tokens
         # are dispatched apart): the same FLOPs per rank, at the grouped GEMM's own shape.
         etp = t if expert_tensor is None else _f(expert_tensor)
-        linear = linear + _gemm_seconds(
-            hw,
-            fwd * routed * tokens,
-            bwd * routed * tokens,
-            model.expert_ffn_hidden / etp,
-            expert_tokens(model, rank_tokens * etp / t, expert),
+        local = routed_expert_parameters_per_layer(model) / (_f(expert) * etp)
+        linear = linear + _grouped_gemm_seconds(
+            hw, fwd * routed * tokens, bwd * routed * tokens, model.expert_ffn_hidden / etp, local
         )
 
     # Attention core.
@@ -303,6 +304,47 @@ def _hf_eager_seconds(
         _f(np.where(autocast, cast_layer, plain_layer)),
         _f(np.where(autocast, cast_extra, plain_extra)),
     )
+
+
+# A MoE layer's grouped GEMM calls on a micro-batch: gate + up and down forward, and the data
+# and weight gradients of each in backward (Megatron-Core's GroupedMLP, one call per matrix for
+# all the rank's local experts); the weights are read forward, read again for the data gradients
+# and their gradients written: three passes over the local experts' bytes.
+GROUPED_GEMM_CALLS = 6.0
+GROUPED_WEIGHT_PASSES = 3.0
+
+
+def _grouped_gemm_seconds(
+    hw: LayoutHardware, flops_fwd: F64, flops_bwd: F64, width: ArrayLike, local_parameters: F64
+) -> F64:
+    """The routed experts' grouped GEMMs of one layer on one rank: each call streams its local
+    experts' weights and computes at the decode-batch rate of the expert's width, whichever is
+    slower, plus its floor (engine.ceilings.Ceilings.decode_gemm_seconds: fitted on the H100's
+    GEMMs at M = 1-512, no token term). A grouped GEMM's M is the few tokens each expert gets,
+    where the M >= 1,024 shape model's token term would put it far off: on the lent H100's
+    torch._grouped_mm rows (8-2,048 tokens an expert) this model is -1 to -10 % at the median of
+    each size, the shape model +46 % to -23 % (calibration.device_steps). The power cap binds
+    as for the dense GEMMs."""
+    ce = hw.ceilings
+
+    def one(key: str, flops: F64) -> F64:
+        e_d = ce.decode_gemm[key][2]
+        peak = ce.peak_flops["fp8" if key.startswith("fp8") else "bf16"]
+        rate = np.minimum(
+            e_d / (1.0 + ce.gemm_half_dim[key] / _f(width)) * peak, ce.sustained_flops[key]
+        )
+        return _f(flops / (rate * hw.step_fit))
+
+    if hw.compute_precision == "fp8":
+        compute = one("fp8fast", flops_fwd) + one("fp8", flops_bwd)
+        weight_bytes = 1.0
+        f_w, floor_us, _ = ce.decode_gemm["fp8"]
+    else:
+        compute = one("bf16", flops_fwd + flops_bwd)
+        weight_bytes = 2.0
+        f_w, floor_us, _ = ce.decode_gemm["bf16"]
+    stream = GROUPED_WEIGHT_PASSES * local_parameters * weight_bytes / (f_w * ce.memory_bandwidth)
+    return _f(np.maximum(compute, stream) + GROUPED_GEMM_CALLS * floor_us * 1e-6)
 
 
 def _rotary(model: Transformer) -> bool:
