@@ -158,3 +158,18 @@ def test_grouped_expert_gemms_hold_at_every_size_on_the_h100() -> None:
     assert sorted(by_size) == [8, 32, 128, 512, 2048]
     for size, errors in by_size.items():
         assert abs(float(np.median(errors))) < 0.12, (size, errors)
+
+
+def test_the_h200s_decode_terms_are_the_fit_of_its_own_decode_kernels() -> None:
+    """The H200's bf16 decode GEMMs and FlashAttention's decode attention, fitted on its own
+    decode_ops.json as the H100's are on its file: the KV read reaches 0.60 of its HBM, where the
+    H100's 0.80 scaled by the HBM ratio would say 0.79 (the kernel is bound by the SMs)."""
+    from ringmaster.calibration.ceilings import fit_device_decode
+    from ringmaster.engine.ceilings import CHIP_DECODE_TERMS
+
+    gemm, attention = fit_device_decode("2026-11-26-h200")
+    assert CHIP_DECODE_TERMS["nvidia-h200-141gb"] == {"bf16": gemm, "flash2": attention}
+    assert attention[0] < 0.7
+    h200 = ceilings_for(DEFAULT_CATALOG.accelerator("nvidia-h200-141gb"))
+    assert h200.decode_attention["flash2"] == attention
+    assert h200.evidence["decode"].startswith("measured:")

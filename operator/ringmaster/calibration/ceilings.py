@@ -159,6 +159,50 @@ def fit_decode_attention(kernel: str) -> tuple[float, float]:
     return round(f_kv, 4), round(floor, 1)
 
 
+def fit_device_decode(folder: str) -> tuple[tuple[float, float, float], tuple[float, float]]:
+    """((f_w, floor us, E_d) of the bf16 decode GEMMs, (f_kv, floor us) of FlashAttention's
+    decode attention) fitted on a lent chip's decode_ops.json the way the H100's are fitted on
+    its file (fractions of that chip's datasheet HBM; the H100's shape term K_p)."""
+    from ringmaster.engine.hardware import DEFAULT_CATALOG
+
+    data = json.loads((DEVICE_DIR / folder / "decode_ops.json").read_text())["decode_ops"]
+    chip = json.loads((DEVICE_DIR / folder / "payload.json").read_text())["device"]["name"]
+    acc = DEFAULT_CATALOG.accelerator({"NVIDIA H200": "nvidia-h200-141gb"}[chip])
+    hbm = acc.memory_bandwidth
+    gemm = data["gemm"]
+    seconds = np.array([r["us"] * 1e-6 for r in gemm])
+    weights = np.array([2.0 * r["n"] * r["k"] for r in gemm])
+    flops = np.array([2.0 * r["m"] * r["n"] * r["k"] for r in gemm])
+    width = np.array([min(r["n"], r["k"]) for r in gemm], float)
+    shape = acc.peak("bf16") / (1.0 + CE.H100_GEMM_HALF_DIM["bf16"] / width)
+
+    def gemm_predict(floor_us: np.ndarray, f_w: float, e_d: float) -> np.ndarray:
+        return floor_us * 1e-6 + np.maximum(weights / (f_w * hbm), flops / (e_d * shape))
+
+    floor, f_w, e_d = _log_grid_fit(
+        seconds,
+        gemm_predict,
+        [
+            np.round(np.arange(0.0, 10.01, 0.1), 1),
+            np.round(np.arange(0.5, 1.0001, 0.005), 3),
+            np.round(np.arange(0.3, 1.2001, 0.01), 2),
+        ],
+    )
+    attention = [r for r in data["attention"] if r["backend"] == "FLASH_ATTENTION"]
+    a_seconds = np.array([r["us"] * 1e-6 for r in attention])
+    kv_bytes = np.array([r["kv_bytes"] for r in attention], float)
+
+    def attention_predict(floor_us: np.ndarray, f_kv: float) -> np.ndarray:
+        return floor_us * 1e-6 + kv_bytes / (f_kv * hbm)
+
+    a_floor, f_kv = _log_grid_fit(
+        a_seconds,
+        attention_predict,
+        [np.round(np.arange(0.0, 20.01, 0.1), 1), np.round(np.arange(0.3, 1.0001, 0.0025), 4)],
+    )
+    return (round(f_w, 4), round(floor, 1), round(e_d, 2)), (round(f_kv, 4), round(a_floor, 1))
+
+
 def _sustained_phases() -> dict[str, list[dict[str, Any]]]:
     s = measured_h100()["gemm_sustained"]
     return {"r1": s["r1"], "r2": s["r2"]}

@@ -213,6 +213,15 @@ MEASURED_PAIR_CHIPS = frozenset({"nvidia-h200-141gb"})
 # Their sustained (power-capped) GEMM rate over the H100's, measured the same way: the H200 holds
 # 3 % less than the H100 under the same 700 W (its larger HBM draws more of the budget), where its
 # burst rate is the H100's. The power cap of a measured pair scales by this, not by the burst.
+# The decode step's terms measured on the lent H200 itself (calibration.ceilings
+# .fit_device_decode on calibration/measured/device/2026-11-26-h200/decode_ops.json, fractions of
+# its own 4,800 GB/s): bf16 GEMMs at M = 1-512 (f_w, floor us, E_d) and FlashAttention's decode
+# attention (f_kv, floor us). The KV read reaches 0.60 of the H200's HBM, not the H100's 0.80
+# scaled by the HBM ratio: at large batch the kernel is bound by the SMs (2.6-2.8 TB/s on both
+# chips). FP8 GEMMs and cuDNN's decode attention are carried from the H100.
+CHIP_DECODE_TERMS: dict[str, dict[str, tuple[float, ...]]] = {
+    "nvidia-h200-141gb": {"bf16": (0.845, 4.9, 0.85), "flash2": (0.6025, 9.1)},
+}
 MEASURED_SUSTAINED_RATIO: dict[tuple[str, str], float] = {
     ("nvidia-h200-141gb", "bf16"): 0.9715,
     ("nvidia-h200-141gb", "fp8"): 0.9741,
@@ -420,7 +429,19 @@ def ceilings_for(acc: Accelerator) -> Ceilings:
         k: (f * hbm_ratio, floor) for k, (f, floor) in H100_DECODE_ATTENTION.items()
     }
     decode_evidence = MEASURED_H100
-    if not measured:
+    own = CHIP_DECODE_TERMS.get(acc.name, {})
+    if "bf16" in own:
+        f_w, floor_us, e_d = own["bf16"]
+        decode_gemm["bf16"] = (f_w, floor_us, e_d)
+    if "flash2" in own:
+        f_kv, floor_us = own["flash2"]
+        decode_attention["flash2"] = (f_kv, floor_us)
+    if own:
+        decode_evidence = (
+            f"measured: {acc.name}'s bf16 decode GEMMs and FlashAttention's decode attention on a"
+            " lent one (calibration/measured/device); FP8 GEMMs and cuDNN's carried from the H100"
+        )
+    elif not measured:
         decode_evidence = (
             f"extrapolated: the H100's measured decode GEMM and KV-read fractions (and floors)"
             f" carried to {acc.name}, the fractions scaled by its published HBM ratio"

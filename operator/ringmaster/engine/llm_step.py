@@ -87,6 +87,7 @@ from numpy.typing import ArrayLike, NDArray
 from ringmaster.engine import collectives
 from ringmaster.engine.alpha_beta_collectives import ring_allreduce
 from ringmaster.engine.ceilings import (
+    CHIP_DECODE_TERMS,
     DECODE_ATTENTION_KERNEL,
     DECODE_GEMMS_PER_LAYER,
     H100_DECODE_ATTENTION,
@@ -471,11 +472,22 @@ def serving_terms(
     if constants.measured_decode:
         # The GEMMs at the step's batch: weights at the measured streaming fraction, tokens at
         # the decode-batch rate of the layer's GEMM width, each call's floor; the KV read at the
-        # decode kernel's measured fraction and its floor once a layer.
-        weight_hbm = hbm * f_w * memory_ratio
+        # decode kernel's measured fraction and its floor once a layer. A chip measured on its
+        # own (engine.ceilings.CHIP_DECODE_TERMS: the H200) uses its own terms.
+        own = CHIP_DECODE_TERMS.get(accelerator.name, {}) if ceilings is None else {}
+        if gemm_key in own:
+            f_w, gemm_floor_us, e_d = own[gemm_key]
+            compute_ratio, weight_ratio = 1.0, 1.0
+        else:
+            weight_ratio = memory_ratio
+        kv_ratio = memory_ratio
+        if DECODE_ATTENTION_KERNEL in own:
+            f_kv, attention_floor_us = own[DECODE_ATTENTION_KERNEL]
+            kv_ratio = 1.0
+        weight_hbm = hbm * f_w * weight_ratio
         shape = e_d / (1.0 + H100_GEMM_HALF_DIM[gemm_key] / decode_gemm_width(model, g))
         decode_rate = _f(peak_flops) * g * shape * compute_ratio
-        kv_hbm = hbm * f_kv * memory_ratio
+        kv_hbm = hbm * f_kv * kv_ratio
         floors = model.layers * (DECODE_GEMMS_PER_LAYER * gemm_floor_us + attention_floor_us)
         floors_seconds = floors * US
     else:
