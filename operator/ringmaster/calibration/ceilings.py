@@ -114,8 +114,23 @@ def fit_decode_gemm(precision: str) -> tuple[float, float, float]:
     """(f_w, floor us, E_d) of floor + max(W / (f_w HBM), F / (E_d / (1 + K_p / width) peak))
     on the GEMM rows at decode batches (engine.ceilings.H100_DECODE_GEMM)."""
     seconds, weights, flops, width = _decode_gemm_arrays(precision)
-    hbm = CE.H100_DATASHEET_HBM_GBPS * 1e9
     peak = CE.H100_PEAK_TFLOPS["fp8" if precision.startswith("fp8") else "bf16"] * 1e12
+    return _fit_decode_gemm_terms(
+        seconds, weights, flops, width, CE.H100_DATASHEET_HBM_GBPS * 1e9, peak, precision
+    )
+
+
+def _fit_decode_gemm_terms(
+    seconds: np.ndarray,
+    weights: np.ndarray,
+    flops: np.ndarray,
+    width: np.ndarray,
+    hbm: float,
+    peak: float,
+    precision: str,
+) -> tuple[float, float, float]:
+    """(f_w, floor us, E_d) of decode-batch GEMM rows on a chip of datasheet ``hbm`` and
+    ``peak`` (the H100's shape term K_p)."""
     shape = peak / (1.0 + CE.H100_GEMM_HALF_DIM[precision] / width)
 
     def predict(floor_us: np.ndarray, f_w: float, e_d: float) -> np.ndarray:
@@ -146,7 +161,14 @@ def fit_decode_attention(kernel: str) -> tuple[float, float]:
     rows = decode_attention_rows(ATTENTION_BACKEND[kernel])
     seconds = np.array([(r["us_r1"] + r["us_r2"]) / 2e6 for r in rows])
     kv_bytes = np.array([r["kv_bytes"] for r in rows], float)
-    hbm = CE.H100_DATASHEET_HBM_GBPS * 1e9
+    return _fit_decode_attention_terms(seconds, kv_bytes, CE.H100_DATASHEET_HBM_GBPS * 1e9, 0.5)
+
+
+def _fit_decode_attention_terms(
+    seconds: np.ndarray, kv_bytes: np.ndarray, hbm: float, lowest_f_kv: float
+) -> tuple[float, float]:
+    """(f_kv, floor us) of decode attention rows on a chip of datasheet ``hbm``, f_kv searched
+    from ``lowest_f_kv`` up."""
 
     def predict(floor_us: np.ndarray, f_kv: float) -> np.ndarray:
         return floor_us * 1e-6 + kv_bytes / (f_kv * hbm)
@@ -154,7 +176,10 @@ def fit_decode_attention(kernel: str) -> tuple[float, float]:
     floor, f_kv = _log_grid_fit(
         seconds,
         predict,
-        [np.round(np.arange(0.0, 20.01, 0.1), 1), np.round(np.arange(0.5, 1.0001, 0.0025), 4)],
+        [
+            np.round(np.arange(0.0, 20.01, 0.1), 1),
+            np.round(np.arange(lowest_f_kv, 1.0001, 0.0025), 4),
+        ],
     )
     return round(f_kv, 4), round(floor, 1)
 
@@ -168,39 +193,25 @@ def fit_device_decode(folder: str) -> tuple[tuple[float, float, float], tuple[fl
     data = json.loads((DEVICE_DIR / folder / "decode_ops.json").read_text())["decode_ops"]
     chip = json.loads((DEVICE_DIR / folder / "payload.json").read_text())["device"]["name"]
     acc = DEFAULT_CATALOG.accelerator({"NVIDIA H200": "nvidia-h200-141gb"}[chip])
-    hbm = acc.memory_bandwidth
     gemm = data["gemm"]
-    seconds = np.array([r["us"] * 1e-6 for r in gemm])
-    weights = np.array([2.0 * r["n"] * r["k"] for r in gemm])
-    flops = np.array([2.0 * r["m"] * r["n"] * r["k"] for r in gemm])
-    width = np.array([min(r["n"], r["k"]) for r in gemm], float)
-    shape = acc.peak("bf16") / (1.0 + CE.H100_GEMM_HALF_DIM["bf16"] / width)
-
-    def gemm_predict(floor_us: np.ndarray, f_w: float, e_d: float) -> np.ndarray:
-        return floor_us * 1e-6 + np.maximum(weights / (f_w * hbm), flops / (e_d * shape))
-
-    floor, f_w, e_d = _log_grid_fit(
-        seconds,
-        gemm_predict,
-        [
-            np.round(np.arange(0.0, 10.01, 0.1), 1),
-            np.round(np.arange(0.5, 1.0001, 0.005), 3),
-            np.round(np.arange(0.3, 1.2001, 0.01), 2),
-        ],
+    gemm_terms = _fit_decode_gemm_terms(
+        np.array([r["us"] * 1e-6 for r in gemm]),
+        np.array([2.0 * r["n"] * r["k"] for r in gemm]),
+        np.array([2.0 * r["m"] * r["n"] * r["k"] for r in gemm]),
+        np.array([min(r["n"], r["k"]) for r in gemm], float),
+        acc.memory_bandwidth,
+        acc.peak("bf16"),
+        "bf16",
     )
     attention = [r for r in data["attention"] if r["backend"] == "FLASH_ATTENTION"]
-    a_seconds = np.array([r["us"] * 1e-6 for r in attention])
-    kv_bytes = np.array([r["kv_bytes"] for r in attention], float)
-
-    def attention_predict(floor_us: np.ndarray, f_kv: float) -> np.ndarray:
-        return floor_us * 1e-6 + kv_bytes / (f_kv * hbm)
-
-    a_floor, f_kv = _log_grid_fit(
-        a_seconds,
-        attention_predict,
-        [np.round(np.arange(0.0, 20.01, 0.1), 1), np.round(np.arange(0.3, 1.0001, 0.0025), 4)],
+    # the H200's KV read sits far below the H100's (bound by the SMs): searched from 0.3
+    attention_terms = _fit_decode_attention_terms(
+        np.array([r["us"] * 1e-6 for r in attention]),
+        np.array([r["kv_bytes"] for r in attention], float),
+        acc.memory_bandwidth,
+        0.3,
     )
-    return (round(f_w, 4), round(floor, 1), round(e_d, 2)), (round(f_kv, 4), round(a_floor, 1))
+    return gemm_terms, attention_terms
 
 
 def _sustained_phases() -> dict[str, list[dict[str, Any]]]:
@@ -585,12 +596,12 @@ DEVICE_DIR = Path(__file__).with_name("measured") / "device"
 
 
 def measured_pair_ratios(
-    accelerator: str, rate: str = "burstTflops"
-) -> tuple[dict[str, float], float]:
-    """({precision: matmul ratio}, HBM ratio) of ``accelerator`` to the H100, each as fractions
-    of the two chips' own datasheet peaks, from the payloads of MEASURED_PAIRS. ``rate``: the
-    burst GEMM rate (the published tables' kind: what the shape model and short steps scale by)
-    or ``sustainedTflops`` (the power cap's)."""
+    accelerator: str,
+) -> tuple[dict[str, float], dict[str, float], float]:
+    """({precision: burst matmul ratio}, {precision: sustained matmul ratio}, HBM ratio) of
+    ``accelerator`` to the H100, each as fractions of the two chips' own datasheet peaks, from the
+    payloads of MEASURED_PAIRS. The burst rate is the published tables' kind (what the shape model
+    and short steps scale by); the sustained one the power cap's."""
     from ringmaster.engine.hardware import DEFAULT_CATALOG
 
     chip, h100 = (
@@ -598,17 +609,17 @@ def measured_pair_ratios(
         for folder in MEASURED_PAIRS[accelerator]
     )
     a, b = DEFAULT_CATALOG.accelerator(accelerator), DEFAULT_CATALOG.accelerator("nvidia-h100-80gb")
-    matmul = {
-        p: round(
-            (chip[rate][p] / (a.peak(p) / 1e12)) / (h100[rate][p] / (b.peak(p) / 1e12)),
-            4,
-        )
-        for p in ("bf16", "fp8")
-    }
+
+    def ratios(rate: str) -> dict[str, float]:
+        return {
+            p: round((chip[rate][p] / (a.peak(p) / 1e12)) / (h100[rate][p] / (b.peak(p) / 1e12)), 4)
+            for p in ("bf16", "fp8")
+        }
+
     hbm = (chip["hbmGBps"] * 1e9 / a.memory_bandwidth) / (
         h100["hbmGBps"] * 1e9 / b.memory_bandwidth
     )
-    return matmul, round(hbm, 4)
+    return ratios("burstTflops"), ratios("sustainedTflops"), round(hbm, 4)
 
 
 def derive_published_ratios() -> dict[str, Any]:
@@ -622,17 +633,14 @@ def derive_published_ratios() -> dict[str, Any]:
         matmul[(acc, "fp8")] = round(fp8 / h100["fp8"], 4)
     triad = _fraction("azure-h100-hbm-triad")
     hbm = {acc: round(_fraction(pid) / triad, 4) for acc, pid in TRIAD_ROWS.items()}
+    sustained: dict[tuple[str, str], float] = {}
     for acc in MEASURED_PAIRS:
-        pair_matmul, hbm[acc] = measured_pair_ratios(acc)
-        for precision, ratio in pair_matmul.items():
-            matmul[(acc, precision)] = ratio
+        burst, capped, hbm[acc] = measured_pair_ratios(acc)
+        for precision in burst:
+            matmul[(acc, precision)] = burst[precision]
+            sustained[(acc, precision)] = capped[precision]
     a100 = _fraction("fa2-a100-80gb-fwdbwd-hdim128-causal")
     flash = round(a100 / (FLASH2_H100_CAUSAL_TFLOPS / CE.H100_PEAK_TFLOPS["bf16"]), 4)
-    sustained = {
-        (acc, p): ratio
-        for acc in MEASURED_PAIRS
-        for p, ratio in measured_pair_ratios(acc, "sustainedTflops")[0].items()
-    }
     return {
         "PUBLISHED_MATMUL_RATIO": matmul,
         "PUBLISHED_HBM_RATIO": hbm,

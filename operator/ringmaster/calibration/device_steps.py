@@ -67,6 +67,11 @@ def _folders() -> list[Path]:
     return sorted(p for p in DEVICE_DIR.iterdir() if p.is_dir() and p.name.split("-")[-1] in CHIPS)
 
 
+def _accelerator(folder: Path) -> str:
+    """The catalog accelerator a measured folder (``<date>-<chip>``) ran on."""
+    return CHIPS[folder.name.split("-")[-1]]
+
+
 def _load(folder: Path, part: str) -> dict[str, Any] | None:
     path = folder / f"{part}.json"
     if not path.exists():
@@ -118,7 +123,7 @@ def _training_row(folder: Path, data: dict[str, Any], r: dict[str, Any]) -> Devi
     """One measured step against the engine's. The ``bf16`` regime ran its AdamW on bf16
     parameters and states, which no framework profile models (FSDP and DeepSpeed keep fp32
     ones): its row compares forward + backward only."""
-    acc = CHIPS[folder.name.split("-")[-1]]
+    acc = _accelerator(folder)
     variant = str(r.get("variant", "autocast"))
     hw = one_gpu(acc, autocast=variant != "bf16")
     model = training_model(data["configs"][r["model"]], int(r["seq"]))
@@ -171,7 +176,7 @@ def _decode_rows(folder: Path) -> list[DeviceRow]:
     data = _load(folder, "decode")
     if data is None:
         return []
-    acc = CHIPS[folder.name.split("-")[-1]]
+    acc = _accelerator(folder)
     terms = _serving_terms(acc, KERNELS_ONLY)
     rows = []
     for r in data["rows"]:
@@ -194,13 +199,12 @@ def _prefill_rows(folder: Path) -> list[DeviceRow]:
     data = _load(folder, "prefill")
     if data is None:
         return []
-    acc = CHIPS[folder.name.split("-")[-1]]
+    acc = _accelerator(folder)
+    base = _serving_terms(acc, S.DEFAULT_CONSTANTS)
     rows = []
     for r in data["rows"]:
         b, prompt = int(r["batch"]), int(r["prompt"])
-        terms = _serving_terms(acc, S.DEFAULT_CONSTANTS)._replace(
-            input_tokens=np.asarray(float(prompt))
-        )
+        terms = base._replace(input_tokens=np.asarray(float(prompt)))
         # b prompts of `prompt` tokens in one forward: the GEMMs see b x prompt tokens, each
         # prompt's attention its own square
         predicted = _scalar(S.step_seconds(terms, 0.0, b * prompt, prompt_length=prompt))
@@ -224,7 +228,7 @@ def _grouped_rows(folder: Path) -> list[DeviceRow]:
     data = _load(folder, "grouped")
     if data is None:
         return []
-    acc = CHIPS[folder.name.split("-")[-1]]
+    acc = _accelerator(folder)
     ce = ceilings_for(DEFAULT_CATALOG.accelerator(acc))
     rows = []
     for r in data["rows"]:

@@ -358,7 +358,7 @@ def _layout(a: LayoutArrays, i: int, capacity: float) -> Layout:
         loss_seconds=float(a.loss_seconds[i]),
         host_gap_seconds=float(a.host_gap_seconds[i]),
         optimizer_seconds=float(a.optimizer_seconds[i]),
-        expert_tensor=int(np.broadcast_to(a.expert_tensor, a.step_seconds.shape)[i]),
+        expert_tensor=int(a.expert_tensor[i]),
     )
 
 
@@ -437,7 +437,7 @@ def _alternatives(a: LayoutArrays, best: int, cap: float) -> tuple[Alternative, 
     fits, else the closest to fitting; fitting ones first by step time, then the rest by their
     overshoot."""
     key = (
-        np.broadcast_to(a.expert_tensor, a.expert.shape) * 100_000_000_000_000
+        a.expert_tensor * 100_000_000_000_000
         + a.expert * 100_000_000_000
         + a.tensor * 100_000_000
         + a.context * 100_000

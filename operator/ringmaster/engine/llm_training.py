@@ -720,7 +720,7 @@ class LayoutArrays(NamedTuple):
     loss_seconds: F64 = np.zeros(1)
     host_gap_seconds: F64 = np.zeros(1)
     optimizer_seconds: F64 = np.zeros(1)
-    expert_tensor: I64 = np.zeros(1, np.int64)  # 0: the tensor degree (not evaluated apart)
+    expert_tensor: I64 = np.zeros(1, np.int64)  # the ranks each routed expert is split over
 
 
 def evaluate_layouts(
