@@ -325,6 +325,57 @@ def test_an_endpoint_moves_from_one_host_to_groups_and_back_keeping_its_service(
     )
 
 
+WIDE_EP = REPO / "examples" / "inferenceendpoint-deepseek-r1-wide-ep-h200.yaml"
+WIDE_POOL = "h200-ultragpu-8g"  # two hosts by default: one group of two
+
+
+def test_a_wide_expert_parallel_endpoint_runs_as_one_group_with_its_layout_in_the_env(
+    operator: OperatorProcess, cluster: Cluster, quiet_namespace: str, leader_worker_set: None
+) -> None:
+    """Issue 42: DeepSeek-R1 with attention data parallelism 16 and its experts over both
+    hosts (DeepEP) becomes one LeaderWorkerSet group of two pods, one a host of the H200 pool,
+    each told the layout it was planned with."""
+    ns = quiet_namespace
+    body = yaml.safe_load(WIDE_EP.read_text())
+    name = body["metadata"]["name"]
+    cluster.apply(body, ns)
+    selector = f"{SELECTOR}={name}"
+
+    def group() -> list[dict[str, Any]]:
+        pods = cluster.get_json("pods", "-n", ns, "-l", selector)["items"]
+        running = [
+            p for p in pods if p["spec"].get("nodeName") and p["status"].get("phase") == "Running"
+        ]
+        return pods if len(pods) == 2 and len(running) == 2 else []
+
+    pods = wait_for(group, timeout=120, what=f"one group of two running pods ({operator.log_path})")
+    lws_set = cluster.get_json("leaderworkersets", f"{name}-group", "-n", ns)
+    assert lws_set["spec"]["leaderWorkerTemplate"]["size"] == 2
+    hosts = {p["spec"]["nodeName"] for p in pods}
+    assert len(hosts) == 2
+    pools = {cluster.get_json("node", h)["metadata"]["labels"][POOL_LABEL] for h in hosts}
+    assert pools == {WIDE_POOL}
+    for pod in pods:
+        env = env_of(pod)
+        assert env["RINGMASTER_TENSOR_PARALLEL"] == "1"
+        assert env["RINGMASTER_ATTENTION_DATA_PARALLEL"] == "16"
+        assert env["RINGMASTER_EXPERT_PARALLEL"] == "16"
+        assert env["RINGMASTER_EXPERT_DISPATCH"] == "DeepEP"
+        assert env["RINGMASTER_SERVING_ENGINE"] == "SGLang"
+        assert env["RINGMASTER_GROUP_SIZE"] == "2"
+        assert int(env["RINGMASTER_MAX_NUM_SEQS"]) > 2048  # the 16 groups' batches together
+    plan = status(cluster, ns, name)["plan"]
+    assert plan["layout"].startswith("attention DP 16 x TP 1, EP 16 across 2 hosts")
+    assert (plan["attentionDataParallel"], plan["expertParallel"]) == (16, 16)
+    assert plan["expertDispatch"] == "DeepEP"
+    cluster.kubectl("delete", "inferenceendpoint", name, "-n", ns)
+    wait_for(
+        lambda: not cluster.get_json("pods", "-n", ns, "-l", selector)["items"],
+        timeout=120,
+        what="the group's pods gone",
+    )
+
+
 def test_a_replica_shape_the_pool_cannot_build_waits_and_creates_nothing(
     operator: OperatorProcess, cluster: Cluster, quiet_namespace: str, leader_worker_set: None
 ) -> None:

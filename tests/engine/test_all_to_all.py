@@ -119,9 +119,17 @@ def test_compare_reads_an_alltoall_perf_log(capsys) -> None:
 
 
 def test_published_all_to_all_figures_are_checked_within_tolerance() -> None:
+    """The bandwidth rows (nccl-tests, DeepEP's normal kernels) to the network model's goal,
+    a median under 10 %; DeepEP's low-latency rows (a latency at 128 tokens a rank, the
+    serving exchange of engine.expert_dispatch) under 15 %; every row within its tolerance."""
     rows = moe_rows()
-    assert len(rows) >= 9
+    assert len(rows) >= 21
     assert all(r.status == "checked" for r in rows)
-    errors = sorted(abs(r.error) for r in rows if r.error is not None)
-    assert errors[len(errors) // 2] < 0.10
+
+    def median(kind: str) -> float:
+        errors = sorted(abs(r.error) for r in rows if kind in r.quantity and r.error is not None)
+        return errors[len(errors) // 2]
+
+    assert median("GB/s") < 0.10
+    assert median("low-latency") < 0.15
     assert all(r.ok for r in rows)

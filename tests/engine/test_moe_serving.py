@@ -136,7 +136,7 @@ def test_expert_parallel_keeps_memory_and_adds_all_to_alls() -> None:
     [
         (KNOWN_TRANSFORMERS["llama-3-8b"], 2, 2, "needs a mixture of experts"),
         (QWEN3_30B, 4, 2, "must be 1 or the replica's tensor degree 4"),
-        (replace(MIXTRAL, experts=6), 4, 4, "must divide the 6 experts"),
+        (replace(MIXTRAL, experts=6), 4, 4, "must divide the 6 expert slots"),
     ],
 )
 def test_bad_expert_parallelism_is_refused_clearly(

@@ -479,7 +479,7 @@ def test_parse_manifest_and_the_crd_agree_on_inference_endpoints(
 FIT, TP, STAGES, BELOW_STAGES = "fit", "tp", "stages", "below-stages"
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(
     per_replica=st.sampled_from([1, 2, 3, 4, 8, 16, 24, 32, 600]),
     hosts=st.one_of(st.none(), st.integers(min_value=0, max_value=5)),
@@ -489,6 +489,11 @@ FIT, TP, STAGES, BELOW_STAGES = "fit", "tp", "stages", "below-stages"
     heads=st.sampled_from([40, 64, 128]),
     experts=st.sampled_from([None, None, 1, 6, 8, 16, 128]),
     layers=st.sampled_from([80, 80, 12, STAGES, STAGES, BELOW_STAGES]),
+    attention_data=st.one_of(
+        st.none(), st.none(), st.sampled_from([0, 1, 2, 3, 4, 8, 16, FIT, FIT])
+    ),
+    redundant=st.one_of(st.none(), st.sampled_from([0, 1, 2, 8, 32])),
+    dispatch=st.sampled_from([None, None, "DeepEP", "AllToAll"]),
 )
 def test_parse_manifest_and_the_crd_agree_on_serving_parallelism(
     per_replica: int,
@@ -499,13 +504,20 @@ def test_parse_manifest_and_the_crd_agree_on_serving_parallelism(
     heads: int,
     experts: int | None,
     layers: int | str,
+    attention_data: int | str | None,
+    redundant: int | None,
+    dispatch: str | None,
 ) -> None:
     """Every rule on spec.parallelism (tensor, pipeline and expert against perReplica, the
     layers, the heads and the experts): the same verdict, field and message from the CRD's CEL
     and from parse_manifest, on dense models and mixtures of experts. FIT makes pipeline
     perReplica / tensor (expert: perReplica) and TP the expert the tensor-parallel degree, so
     the rules that read the degrees are reached with the others passing; STAGES makes the
-    layers the pipeline stages the spec fixes (BELOW_STAGES: one fewer)."""
+    layers the pipeline stages the spec fixes (BELOW_STAGES: one fewer). Wide expert
+    parallelism (attentionData, FIT: perReplica / tensor; redundantExperts; expertDispatch)
+    joins them."""
+    if attention_data == FIT:
+        attention_data = per_replica // tensor if tensor else per_replica
     if pipeline == FIT:
         pipeline = per_replica // tensor if tensor else None
     if expert == FIT:
@@ -518,12 +530,16 @@ def test_parse_manifest_and_the_crd_agree_on_serving_parallelism(
     spec["accelerator"]["perReplica"] = per_replica
     if hosts is not None:
         spec["accelerator"]["hostsPerReplica"] = hosts
-    parallelism = {
-        k: v
-        for k, v in (("tensor", tensor), ("pipeline", pipeline), ("expert", expert))
-        if v is not None
-    }
-    if tensor is not None or pipeline is not None or expert is not None:
+    given = (
+        ("tensor", tensor),
+        ("pipeline", pipeline),
+        ("expert", expert),
+        ("attentionData", attention_data),
+        ("redundantExperts", redundant),
+        ("expertDispatch", dispatch),
+    )
+    parallelism = {k: v for k, v in given if v is not None}
+    if parallelism:
         spec["parallelism"] = parallelism
     arch = spec["model"]["architecture"]
     arch["attentionHeads"], arch["kvHeads"], arch["hiddenSize"] = heads, 8, heads * 128

@@ -15,6 +15,7 @@ from ringmaster.api.architecture import (
     LatentAttention as ApiLatentAttention,
 )
 from ringmaster.api.architecture import (
+    SlidingWindow,
     TransformerArchitecture,
     architecture_active_parameters,
     architecture_parameters,
@@ -57,6 +58,12 @@ def _api(t: Transformer) -> TransformerArchitecture:
         expert_ffn_hidden_size=t.expert_ffn_hidden if moe else None,
         first_dense_layers=t.first_dense_layers if moe else None,
         moe_layer_frequency=t.moe_layer_frequency if moe else None,
+        sliding_window=None
+        if not t.sliding_window
+        else SlidingWindow(
+            size=t.sliding_window, full_attention_every=t.full_attention_every or None
+        ),
+        mtp_layers=t.mtp_layers or None,
     )
 
 

@@ -65,13 +65,15 @@ REFUSED = [
     pytest.param(
         endpoint(per_replica=16, expert=16),
         "spec.parallelism.expert",
-        "expert 16 does not divide the 8 experts (model.architecture.experts)",
+        "expert 16 does not divide the 8 expert slots (model.architecture.experts + "
+        "parallelism.redundantExperts)",
         id="expert-not-dividing-the-experts",
     ),
     pytest.param(
         endpoint(per_replica=16, hosts=2, tensor=16, expert=16),
         "spec.parallelism.expert",
-        "expert 16 does not divide the 8 experts (model.architecture.experts)",
+        "expert 16 does not divide the 8 expert slots (model.architecture.experts + "
+        "parallelism.redundantExperts)",
         id="expert-not-dividing-the-experts-across-hosts",
     ),
     pytest.param(

@@ -36,6 +36,20 @@ class LatentAttention(SpecModel):
     """Each head's value width (``v_head_dim``, 128)."""
 
 
+class SlidingWindow(SpecModel):
+    """Sliding-window attention, in one shape for the models that use it: a windowed layer's
+    query attends to the last ``size`` tokens only, and every ``fullAttentionEvery``-th layer (the
+    last of each group) attends to the whole context. Mistral 7B v0.1: size 4096, every layer
+    windowed (fullAttentionEvery omitted); gpt-oss: 128 and 2 (``layer_types`` alternates from a
+    windowed layer 0); Gemma 2: 4096 and 2; Gemma 3: 1024 and 6 (``sliding_window_pattern``)."""
+
+    size: Int = Field(ge=1, le=16777216)
+    """Tokens a windowed layer attends to (``sliding_window``)."""
+    full_attention_every: Int | None = Field(default=None, ge=2, le=1024)
+    """Every this-many-th layer attends to the whole context, the others to the window (at
+    least 2: 1 would be no window). Omitted: every layer is windowed."""
+
+
 class TransformerArchitecture(SpecModel):
     """A decoder-only transformer (GPT, Llama, Mistral, ...), as its config.json describes it;
     with ``experts``, a mixture of experts (Mixtral, DeepSeek-V3, Qwen3-MoE, Llama 4, gpt-oss,
@@ -93,6 +107,17 @@ class TransformerArchitecture(SpecModel):
     """Of the layers after the first dense ones, every this-many-th is MoE, the last of each
     group, the others dense (Llama 4 Maverick's ``interleave_moe_layer_step``: 2). Default: 1,
     every layer."""
+    sliding_window: SlidingWindow | None = None
+    """Sliding-window attention (gpt-oss, Mistral 7B v0.1, Gemma 2 and 3): fewer attention
+    FLOPs per token and, where the serving engine frees what falls out of the window (vLLM's
+    hybrid KV cache manager), a smaller KV cache. Omitted: every layer attends to all tokens."""
+    mtp_layers: Int | None = Field(default=None, ge=0, le=16)
+    """Multi-token-prediction modules trained beside the model (DeepSeek-V3's
+    ``num_nextn_predict_layers``: 1; Megatron-Core's ``--mtp-num-layers``), each one transformer
+    block of the last layer's kind, a 2h x h projection and another pass of the shared LM head
+    and loss, on the last pipeline stage. Training only: not in the model's parameter count (the
+    671B DeepSeek-V3 states leaves its 11.5B MTP module out), nor in what serving loads (vLLM
+    loads them only as a speculative-decoding draft). Default: 0."""
 
     cel_rules = (
         Rule(
@@ -202,6 +227,29 @@ class TransformerArchitecture(SpecModel):
             check=lambda s: (
                 s.experts is None
                 or s.layers - (s.first_dense_layers or 0) >= (s.moe_layer_frequency or 1)
+            ),
+        ),
+        Rule(
+            cel=(
+                "!has(self.slidingWindow) || !has(self.slidingWindow.fullAttentionEvery)"
+                " || self.slidingWindow.fullAttentionEvery <= self.layers"
+            ),
+            message="slidingWindow.fullAttentionEvery must be at most layers (leave it out for "
+            "a window on every layer)",
+            field_path=".slidingWindow.fullAttentionEvery",
+            check=lambda s: (
+                s.sliding_window is None
+                or s.sliding_window.full_attention_every is None
+                or s.sliding_window.full_attention_every <= s.layers
+            ),
+            message_expression=(
+                "'slidingWindow.fullAttentionEvery %d must be at most layers %d (leave it out"
+                " for a window on every layer)'"
+                ".format([self.slidingWindow.fullAttentionEvery, self.layers])"
+            ),
+            message_for=lambda s: (
+                f"slidingWindow.fullAttentionEvery {s.sliding_window.full_attention_every} must"
+                f" be at most layers {s.layers} (leave it out for a window on every layer)"
             ),
         ),
     )

@@ -25,6 +25,7 @@ Precision = Literal["FP32", "FP16", "INT8", "BF16", "FP8", "INT4", "FP4"]
 KvCachePrecision = Literal["BF16", "FP16", "FP8"]
 Batching = Literal["Continuous", "Static"]
 ServingEngineName = Literal["vLLM", "SGLang", "TensorRT-LLM"]
+ExpertDispatch = Literal["AllToAll", "DeepEP"]
 # The precisions of each engine: a model without an architecture is served as one block of
 # FLOPs (FP32/FP16/INT8); an LLM (with an architecture) in BF16/FP16, FP8, weight-only INT4 or
 # FP4 (NVFP4 on Blackwell; whether the accelerator has FP4 units is the catalog's word, so the
@@ -87,7 +88,36 @@ class ServingParallelism(SpecModel):
     tensor-parallel ranks, so it is 1 or the tensor-parallel degree (tensor, else perReplica /
     pipeline, else perReplica: with both left out, the engine then keeps tensor parallelism over
     the whole replica), and must divide architecture.experts (a dense model takes 1). Passed to
-    the server as RINGMASTER_EXPERT_PARALLEL."""
+    the server as RINGMASTER_EXPERT_PARALLEL. With attentionData above 1 it is perReplica (wide
+    EP: the experts over every accelerator of the replica, across its hosts)."""
+    attention_data: Int | None = Field(default=None, ge=1, le=MAX_ACCELERATORS_PER_REPLICA)
+    """Attention data parallelism of a mixture of experts (SGLang ``--enable-dp-attention
+    --dp-size``, vLLM ``--data-parallel-size`` with ``--enable-expert-parallel``, TensorRT-LLM
+    ``enable_attention_dp``): the replica's accelerators form attentionData groups of
+    ``tensor`` that each run attention and the dense layers on their own sequences, with their
+    own KV cache (a latent (MLA) cache split by sequence, not copied on every rank), while the
+    routed experts spread over every accelerator of the replica (expert = perReplica), across
+    its hosts. tensor x attentionData = perReplica, no pipeline. Passed to the server as
+    RINGMASTER_ATTENTION_DATA_PARALLEL."""
+    redundant_experts: Int | None = Field(default=None, ge=0, le=1024)
+    """Extra copies of the busiest routed experts (SGLang ``--ep-num-redundant-experts``, vLLM
+    ``--eplb-config.num_redundant_experts``; DeepSeek's EPLB): experts + redundantExperts slots
+    are spread evenly over the expert-parallel ranks, which they must divide (DeepSeek-R1's
+    256 + 32 over 72 GPUs), and each copy holds memory. Passed as
+    RINGMASTER_REDUNDANT_EXPERTS."""
+    expert_dispatch: ExpertDispatch | None = None
+    """How tokens reach their experts and come back under expert parallelism: ``AllToAll``
+    (the default: NCCL all-to-alls of 16-bit activations, k copies of each token) or ``DeepEP``
+    (SGLang ``--moe-a2a-backend deepep``, vLLM ``--all2all-backend deepep_*``): FP8 dispatch
+    with a 32-bit scale per 128 channels and a 16-bit combine; a step that carries prompts runs
+    its normal kernels (one copy of a token per destination host over the NICs, forwarded over
+    NVLink inside it), a decode step its low-latency kernels (a copy per expert's rank). Passed
+    as RINGMASTER_EXPERT_DISPATCH."""
+    two_batch_overlap: bool | None = None
+    """Run each step as two micro-batches, one's expert dispatch and combine beside the other's
+    compute (SGLang ``--enable-two-batch-overlap``, vLLM ``--enable-dbo``); needs attentionData
+    above 1. The plan charges each layer the larger of its compute and its exchange, and the
+    weights streamed twice a step. Passed as RINGMASTER_TWO_BATCH_OVERLAP."""
 
     cel_rules = (
         Rule(
@@ -99,6 +129,30 @@ class ServingParallelism(SpecModel):
                 s.tensor is None
                 or s.pipeline is None
                 or s.tensor * s.pipeline <= MAX_ACCELERATORS_PER_REPLICA
+            ),
+        ),
+        Rule(
+            cel="!has(self.twoBatchOverlap) || !self.twoBatchOverlap || "
+            "(has(self.attentionData) && self.attentionData > 1)",
+            message="twoBatchOverlap needs attentionData above 1: the engines overlap the "
+            "experts' dispatch under attention data parallelism (SGLang's "
+            "--enable-two-batch-overlap, vLLM's --enable-dbo)",
+            field_path=".twoBatchOverlap",
+            check=lambda s: (
+                not s.two_batch_overlap or (s.attention_data is not None and s.attention_data > 1)
+            ),
+        ),
+        Rule(
+            cel="!has(self.attentionData) || self.attentionData == 1 || !has(self.pipeline) "
+            "|| self.pipeline == 1",
+            message="attentionData above 1 takes no pipeline: its groups of tensor accelerators "
+            "each hold every layer (SGLang's and vLLM's attention data parallelism)",
+            field_path=".attentionData",
+            check=lambda s: (
+                s.attention_data is None
+                or s.attention_data == 1
+                or s.pipeline is None
+                or s.pipeline == 1
             ),
         ),
     )
@@ -248,13 +302,20 @@ def _longest(tokens: TokenLengths) -> int:
 # engine picks divides (and the one it keeps when the expert degree is perReplica).
 _CEL_TENSOR_DEGREE = (
     f"(has({_PAR}) && has({_PAR}.tensor) ? {_PAR}.tensor : (has({_PAR}) && has({_PAR}.pipeline)"
-    f" ? {_G} / {_PAR}.pipeline : {_G}))"
+    f" ? {_G} / {_PAR}.pipeline : (has({_PAR}) && has({_PAR}.attentionData) ? {_G} / "
+    f"{_PAR}.attentionData : {_G})))"
+)
+# Attention data parallelism above 1 (twin: attention_data_degree).
+_CEL_WIDE_EP = f"(has({_PAR}) && has({_PAR}.attentionData) && {_PAR}.attentionData > 1)"
+_CEL_EXPERT_SLOTS = (
+    f"({_ARCH}.experts + (has({_PAR}.redundantExperts) ? {_PAR}.redundantExperts : 0))"
 )
 # Whether the degrees given divide perReplica: the rules that read the tensor-parallel degree
 # judge only then (the rules on tensor and pipeline report the rest).
 _CEL_DEGREES_DIVIDE = (
     f"(!has({_PAR}) || ((!has({_PAR}.tensor) || {_G} % {_PAR}.tensor == 0)"
-    f" && (!has({_PAR}.pipeline) || {_G} % {_PAR}.pipeline == 0)))"
+    f" && (!has({_PAR}.pipeline) || {_G} % {_PAR}.pipeline == 0)"
+    f" && (!has({_PAR}.attentionData) || {_G} % {_PAR}.attentionData == 0)))"
 )
 
 
@@ -532,9 +593,9 @@ class InferenceEndpointSpec(SpecModel):
         ),
         Rule(
             cel=f"!has({_ARCH}) || !has({_PAR}) || !has({_PAR}.expert) || {_PAR}.expert == 1 "
-            f"|| (has({_ARCH}.experts) && {_ARCH}.experts % {_PAR}.expert == 0)",
-            message="parallelism.expert must divide model.architecture.experts (a dense model "
-            "takes expert 1)",
+            f"|| (has({_ARCH}.experts) && {_CEL_EXPERT_SLOTS} % {_PAR}.expert == 0)",
+            message="parallelism.expert must divide model.architecture.experts plus "
+            "parallelism.redundantExperts (a dense model takes expert 1)",
             field_path=".parallelism.expert",
             check=lambda s: (
                 s.model.architecture is None
@@ -543,26 +604,27 @@ class InferenceEndpointSpec(SpecModel):
                 or s.parallelism.expert == 1
                 or (
                     s.model.architecture.experts is not None
-                    and s.model.architecture.experts % s.parallelism.expert == 0
+                    and expert_slots(s) % s.parallelism.expert == 0
                 )
             ),
             message_expression=(
-                f"has({_ARCH}.experts) ? 'expert %d does not divide the %d experts "
-                f"(model.architecture.experts)'.format([{_PAR}.expert, {_ARCH}.experts]) : "
+                f"has({_ARCH}.experts) ? 'expert %d does not divide the %d expert slots "
+                "(model.architecture.experts + parallelism.redundantExperts)'"
+                f".format([{_PAR}.expert, {_CEL_EXPERT_SLOTS}]) : "
                 "'expert %d needs a mixture of experts (model.architecture.experts); a dense "
                 f"model takes expert 1'.format([{_PAR}.expert])"
             ),
             message_for=lambda s: (
-                f"expert {s.parallelism.expert} does not divide the "
-                f"{s.model.architecture.experts} experts (model.architecture.experts)"
+                f"expert {s.parallelism.expert} does not divide the {expert_slots(s)} expert "
+                "slots (model.architecture.experts + parallelism.redundantExperts)"
                 if s.model.architecture.experts is not None
                 else f"expert {s.parallelism.expert} needs a mixture of experts "
                 "(model.architecture.experts); a dense model takes expert 1"
             ),
         ),
         Rule(
-            cel=f"!has({_PAR}) || !has({_PAR}.expert) || {_PAR}.expert == 1 || "
-            f"!{_CEL_DEGREES_DIVIDE} || {_PAR}.expert == {_CEL_TENSOR_DEGREE}",
+            cel=f"!has({_PAR}) || !has({_PAR}.expert) || {_PAR}.expert == 1 || {_CEL_WIDE_EP} "
+            f"|| !{_CEL_DEGREES_DIVIDE} || {_PAR}.expert == {_CEL_TENSOR_DEGREE}",
             message="parallelism.expert must be 1 or the tensor-parallel degree "
             "(parallelism.tensor, else accelerator.perReplica / parallelism.pipeline, else "
             "accelerator.perReplica): expert parallelism spans the tensor-parallel ranks (vLLM's "
@@ -572,6 +634,7 @@ class InferenceEndpointSpec(SpecModel):
                 s.parallelism is None
                 or s.parallelism.expert is None
                 or s.parallelism.expert == 1
+                or attention_data_degree(s) > 1
                 or not degrees_divide(s)
                 or s.parallelism.expert == tensor_degree(s)
             ),
@@ -586,6 +649,90 @@ class InferenceEndpointSpec(SpecModel):
                 f"{tensor_degree(s)} (parallelism.tensor, else perReplica / "
                 "parallelism.pipeline, else perReplica): expert parallelism spans the "
                 "tensor-parallel ranks"
+            ),
+        ),
+        Rule(
+            cel=f"!{_CEL_WIDE_EP} || !has({_ARCH}) || has({_ARCH}.experts)",
+            message="parallelism.attentionData above 1 needs a mixture of experts "
+            "(model.architecture.experts): it spreads the experts over the replica while each "
+            "group serves its own sequences; a dense model serves more sequences with more "
+            "replicas",
+            field_path=".parallelism.attentionData",
+            check=lambda s: (
+                attention_data_degree(s) == 1
+                or s.model.architecture is None
+                or s.model.architecture.experts is not None
+            ),
+        ),
+        Rule(
+            cel=f"!has({_PAR}) || !has({_PAR}.attentionData) || {_G} % {_PAR}.attentionData == 0"
+            f" && (!has({_PAR}.tensor) || {_PAR}.tensor * {_PAR}.attentionData == {_G})",
+            message="parallelism.attentionData must divide accelerator.perReplica, and tensor x "
+            "attentionData must be perReplica (each attention group is tensor accelerators)",
+            field_path=".parallelism.attentionData",
+            check=lambda s: (
+                s.parallelism is None
+                or s.parallelism.attention_data is None
+                or (
+                    s.accelerator.per_replica % s.parallelism.attention_data == 0
+                    and (
+                        s.parallelism.tensor is None
+                        or s.parallelism.tensor * s.parallelism.attention_data
+                        == s.accelerator.per_replica
+                    )
+                )
+            ),
+        ),
+        Rule(
+            cel=f"!{_CEL_WIDE_EP} || !has({_PAR}.expert) || {_PAR}.expert == {_G}",
+            message="with attentionData above 1 the experts spread over the whole replica: "
+            "parallelism.expert must be accelerator.perReplica (or left out)",
+            field_path=".parallelism.expert",
+            check=lambda s: (
+                attention_data_degree(s) == 1
+                or s.parallelism is None
+                or s.parallelism.expert is None
+                or s.parallelism.expert == s.accelerator.per_replica
+            ),
+        ),
+        Rule(
+            cel=f"!{_CEL_WIDE_EP} || !has({_ARCH}) || !has({_ARCH}.experts) || "
+            f"{_CEL_EXPERT_SLOTS} % {_G} == 0",
+            message="with attentionData above 1 the experts spread over every accelerator of "
+            "the replica: model.architecture.experts + parallelism.redundantExperts must be a "
+            "multiple of accelerator.perReplica",
+            field_path=".parallelism.redundantExperts",
+            check=lambda s: (
+                attention_data_degree(s) == 1
+                or s.model.architecture is None
+                or s.model.architecture.experts is None
+                or expert_slots(s) % s.accelerator.per_replica == 0
+            ),
+            message_expression=(
+                "'with attentionData above 1 the experts spread over every accelerator of the "
+                "replica: %d expert slots (experts + redundantExperts) do not divide over the %d "
+                "accelerators of perReplica; add redundant experts to a multiple'"
+                f".format([{_CEL_EXPERT_SLOTS}, {_G}])"
+            ),
+            message_for=lambda s: (
+                "with attentionData above 1 the experts spread over every accelerator of the "
+                f"replica: {expert_slots(s)} expert slots (experts + redundantExperts) do not "
+                f"divide over the {s.accelerator.per_replica} accelerators of perReplica; add "
+                "redundant experts to a multiple"
+            ),
+        ),
+        Rule(
+            cel=f"!has({_PAR}) || !has({_ARCH}) || has({_ARCH}.experts) || "
+            f"((!has({_PAR}.redundantExperts) || {_PAR}.redundantExperts == 0) && "
+            f"!has({_PAR}.expertDispatch))",
+            message="parallelism.redundantExperts and parallelism.expertDispatch need a mixture "
+            "of experts (model.architecture.experts)",
+            field_path=".parallelism",
+            check=lambda s: (
+                s.parallelism is None
+                or s.model.architecture is None
+                or s.model.architecture.experts is not None
+                or (not s.parallelism.redundant_experts and s.parallelism.expert_dispatch is None)
             ),
         ),
         Rule(
@@ -654,7 +801,21 @@ def degrees_divide(spec: InferenceEndpointSpec) -> bool:
     """Whether parallelism.tensor and .pipeline, where given, divide perReplica (twin of
     ``_CEL_DEGREES_DIVIDE``)."""
     par, g = spec.parallelism, spec.accelerator.per_replica
-    return par is None or all(d is None or g % d == 0 for d in (par.tensor, par.pipeline))
+    degrees = (par.tensor, par.pipeline, par.attention_data) if par is not None else ()
+    return all(d is None or g % d == 0 for d in degrees)
+
+
+def attention_data_degree(spec: InferenceEndpointSpec) -> int:
+    """parallelism.attentionData, 1 when left out."""
+    par = spec.parallelism
+    return 1 if par is None or par.attention_data is None else par.attention_data
+
+
+def expert_slots(spec: InferenceEndpointSpec) -> int:
+    """The routed experts plus their redundant copies (twin of ``_CEL_EXPERT_SLOTS``)."""
+    arch, par = spec.model.architecture, spec.parallelism
+    experts = 0 if arch is None or arch.experts is None else arch.experts
+    return experts + (0 if par is None else par.redundant_experts or 0)
 
 
 def tensor_degree(spec: InferenceEndpointSpec) -> int:
@@ -666,6 +827,8 @@ def tensor_degree(spec: InferenceEndpointSpec) -> int:
         return par.tensor
     if par is not None and par.pipeline is not None:
         return max(1, spec.accelerator.per_replica // par.pipeline)
+    if par is not None and par.attention_data is not None:
+        return max(1, spec.accelerator.per_replica // par.attention_data)
     return spec.accelerator.per_replica
 
 
@@ -727,6 +890,12 @@ class InferencePlan(StatusModel):
     """LLM endpoints: pipeline stages of each replica."""
     expert_parallel: int | None = None
     """LLM endpoints: expert-parallel degree (1 for a dense model)."""
+    attention_data_parallel: int | None = None
+    """LLM endpoints: attention data-parallel groups of a replica (1 without)."""
+    redundant_experts: int | None = None
+    expert_dispatch: str | None = None
+    """How tokens reach their experts (``AllToAll``, ``DeepEP``); absent for a dense model."""
+    two_batch_overlap: bool | None = None
     hosts_per_replica: int | None = None
     """Hosts each replica spans (a LeaderWorkerSet group's size when more than one)."""
     layout: Annotated[str, Field(max_length=1024)] | None = None

@@ -47,6 +47,7 @@ Sharding = Literal["Auto", "None", "Optimizer", "Gradients", "Full"]
 Recompute = Literal[
     "Auto", "None", "Selective", "Full", "SelectiveOp", "Minimal", "SaveDotExceptMlp"
 ]
+ExpertOverlap = Literal["None", "OneFOneB", "DualPipe"]
 
 
 class Parallelism(SpecModel):
@@ -95,6 +96,24 @@ class Parallelism(SpecModel):
     regrouped for the expert layers (MoE parallel folding: Qwen3-235B's tensor 2, expert 32,
     expertTensor 1). Must divide architecture.expertFfnHiddenSize. ``Auto`` searches the tensor
     degree and 1; a dense model takes Auto or 1."""
+    expert_overlap: ExpertOverlap = "None"
+    """How a mixture of experts' dispatch / combine all-to-alls overlap another micro-batch's
+    compute: ``None`` (on the critical path, the shared experts' compute beside them:
+    Megatron-Core's default), ``OneFOneB`` (Megatron-Core's --overlap-moe-expert-parallel-comm:
+    in 1F1B's steady state one micro-batch's forward runs beside another's backward, each one's
+    all-to-alls behind the other's compute; needs expert > 1, pipeline 1 or
+    virtualPipelineStages > 1, and no Full recompute) or ``DualPipe`` (DeepSeek-V3's
+    bidirectional pipeline: the same overlap, a bubble of (pipeline/2 - 1)(F&B + B - 3W) and
+    two stages' weights per rank; needs an even pipeline and virtualPipelineStages 1). A dense
+    model takes None."""
+    expert_capacity_factor: float | None = Field(default=None, gt=0, le=64)
+    """Token dropping (Megatron-Core's --moe-expert-capacity-factor): each expert takes at most
+    ceil(factor x tokens x activeExperts / experts) of a rank's tokens, the rest are dropped.
+    Omitted: dropless. Only for a mixture of experts."""
+    expert_pad_to_capacity: bool = False
+    """With expertCapacityFactor: pad every expert's input to its capacity
+    (--moe-pad-expert-input-to-capacity), so each expert computes and receives exactly
+    capacity tokens."""
 
 
 _T = "self.parallelism.tensor"
@@ -102,6 +121,10 @@ _P = "self.parallelism.pipeline"
 _C = "self.parallelism.context"
 _E = "self.parallelism.expert"
 _ETP = "self.parallelism.expertTensor"
+_OVERLAP = "self.parallelism.expertOverlap"
+_CF = "self.parallelism.expertCapacityFactor"
+_VPP = "self.parallelism.virtualPipelineStages"
+_REC = "self.parallelism.activationRecompute"
 _ARCH = "self.model.architecture"
 
 
@@ -218,6 +241,124 @@ def _batch_divides(s: Any) -> bool:
 
 
 _ACC_IS_TPU = cel_is_tpu("self.accelerator.type")
+
+_CEL_IS_MOE = f"(has({_ARCH}.experts) && {_ARCH}.experts > 1)"
+
+
+def _is_moe(s: Any) -> bool:
+    arch = s.model.architecture
+    return arch is not None and arch.experts is not None and arch.experts > 1
+
+
+def _overlap(s: Any) -> str:
+    return "None" if s.parallelism is None else str(s.parallelism.expert_overlap)
+
+
+def _cel_overlap_is(name: str) -> str:
+    return f"has(self.parallelism) && has({_OVERLAP}) && {_OVERLAP} == '{name}'"
+
+
+# The mixture-of-experts training features (issue 42): the all-to-all overlap schedules and token
+# dropping, each refused where the launcher would refuse it. OneFOneB's preconditions are
+# Megatron-Core's (megatron/core/transformer/transformer_config.py, __post_init__ under
+# overlap_moe_expert_parallel_comm, NVIDIA/Megatron-LM @ d98e8a6: expert_model_parallel_size > 1,
+# virtual_pipeline_model_parallel_size set when pipeline > 1 (a virtual size of 1 is unset by
+# arguments.py), recompute_granularity != 'full'); DualPipe's are the DualPipe library's
+# (deepseek-ai/DualPipe dualpipe/dualpipe.py @ 3da1bbe: num_ranks % 2 == 0; one model chunk per
+# direction, so no interleaving).
+MOE_FEATURE_RULES: tuple[Rule, ...] = (
+    Rule(
+        cel=f"!({_CEL_PARALLEL}) || !has({_OVERLAP}) || {_OVERLAP} == 'None' || {_CEL_IS_MOE}",
+        message="parallelism.expertOverlap overlaps a mixture of experts' all-to-alls: a dense "
+        "model (no model.architecture.experts) takes None",
+        field_path=".parallelism.expertOverlap",
+        reason="FieldValueForbidden",
+        check=lambda s: (
+            s.parallelism is None
+            or s.model.architecture is None
+            or _overlap(s) == "None"
+            or _is_moe(s)
+        ),
+    ),
+    Rule(
+        cel=f"!({_CEL_PARALLEL}) || !has({_CF}) || {_CEL_IS_MOE}",
+        message="parallelism.expertCapacityFactor caps the tokens each routed expert takes: a "
+        "dense model (no model.architecture.experts) has none",
+        field_path=".parallelism.expertCapacityFactor",
+        reason="FieldValueForbidden",
+        check=lambda s: (
+            s.parallelism is None
+            or s.model.architecture is None
+            or s.parallelism.expert_capacity_factor is None
+            or _is_moe(s)
+        ),
+    ),
+    Rule(
+        cel=(
+            "!has(self.parallelism) || !has(self.parallelism.expertPadToCapacity)"
+            f" || !self.parallelism.expertPadToCapacity || has({_CF})"
+        ),
+        message="parallelism.expertPadToCapacity needs expertCapacityFactor (a dropless "
+        "mixture has no capacity to pad to)",
+        field_path=".parallelism.expertPadToCapacity",
+        reason="FieldValueForbidden",
+        check=lambda s: (
+            s.parallelism is None
+            or not s.parallelism.expert_pad_to_capacity
+            or s.parallelism.expert_capacity_factor is not None
+        ),
+    ),
+    Rule(
+        cel=f"!({_cel_overlap_is('OneFOneB')}) || string({_E}) == 'Auto' || int({_E}) > 1",
+        message="parallelism.expertOverlap OneFOneB overlaps expert-parallel all-to-alls: it "
+        "needs expert > 1 (Megatron-Core asserts it)",
+        field_path=".parallelism.expertOverlap",
+        check=lambda s: (
+            _overlap(s) != "OneFOneB"
+            or _auto(s.parallelism.expert)
+            or int(s.parallelism.expert) > 1
+        ),
+    ),
+    Rule(
+        cel=(
+            f"!({_cel_overlap_is('OneFOneB')}) || string({_P}) == 'Auto' || int({_P}) == 1"
+            f" || (has({_VPP}) && {_VPP} > 1)"
+        ),
+        message="parallelism.expertOverlap OneFOneB with pipeline > 1 needs "
+        "virtualPipelineStages > 1 (Megatron-Core pairs the micro-batches of the interleaved "
+        "schedule only)",
+        field_path=".parallelism.expertOverlap",
+        check=lambda s: (
+            _overlap(s) != "OneFOneB"
+            or _auto(s.parallelism.pipeline)
+            or int(s.parallelism.pipeline) == 1
+            or s.parallelism.virtual_pipeline_stages > 1
+        ),
+    ),
+    Rule(
+        cel=f"!({_cel_overlap_is('OneFOneB')}) || !has({_REC}) || {_REC} != 'Full'",
+        message="parallelism.expertOverlap OneFOneB cannot run with activationRecompute Full "
+        "(Megatron-Core asserts it)",
+        field_path=".parallelism.expertOverlap",
+        check=lambda s: _overlap(s) != "OneFOneB" or s.parallelism.activation_recompute != "Full",
+    ),
+    Rule(
+        cel=(
+            f"!({_cel_overlap_is('DualPipe')}) || ((string({_P}) == 'Auto' || int({_P}) % 2 == 0)"
+            f" && (!has({_VPP}) || {_VPP} == 1))"
+        ),
+        message="parallelism.expertOverlap DualPipe needs an even pipeline and "
+        "virtualPipelineStages 1 (its two directions pair stage i with stage pipeline - 1 - i)",
+        field_path=".parallelism.expertOverlap",
+        check=lambda s: (
+            _overlap(s) != "DualPipe"
+            or (
+                (_auto(s.parallelism.pipeline) or int(s.parallelism.pipeline) % 2 == 0)
+                and s.parallelism.virtual_pipeline_stages == 1
+            )
+        ),
+    ),
+)
 
 # The rules on spec.parallelism, which need the spec's workers, accelerator and
 # model.architecture: TrainingJobSpec's first rules, in this order.
@@ -474,4 +615,5 @@ PARALLELISM_RULES: tuple[Rule, ...] = (
             f"{s.accelerator.per_worker}: tensor parallelism stays within a host"
         ),
     ),
+    *MOE_FEATURE_RULES,
 )

@@ -41,7 +41,7 @@ DEFAULT_REDUCER_IMAGE = "us-docker.pkg.dev/vertex-ai-restricted/training/reducti
 
 Strategy = Literal["Auto", "Ring", "ReductionServer"]
 GradientDType = Literal["fp32", "bf16", "fp16"]
-ComputePrecision = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
+ComputePrecision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
 Fp8Recipe = Literal["Linear", "AllMatmuls"]
 FrameworkName = Literal["Megatron", "Torchtitan", "MaxText", "DeepSpeed", "PyTorch"]
 AttentionKernel = Literal["FlashAttention2", "cuDNN"]
@@ -191,8 +191,13 @@ class TrainingModel(SpecModel):
     given (it is then derived)."""
     compute_precision: ComputePrecision | None = None
     """Precision the matrix math runs in, for the flopsPerSample roofline (``fp32``, ``tf32``,
-    ``bf16``, ``fp16``, ``fp8``); omitted: ``bf16`` where the hardware has it, else ``fp16``,
-    else ``fp32``. A precision the accelerator lacks (fp8 on an A100) is reported on the job."""
+    ``bf16``, ``fp16``, ``fp8``, ``fp4``); omitted: ``bf16`` where the hardware has it, else
+    ``fp16``, else ``fp32``. ``fp4`` is NVFP4 as Transformer Engine trains it (its
+    NVFP4BlockScaling recipe; Megatron-LM's --fp4-format e2m1 --fp4-recipe nvfp4): the linear
+    layers' forward, data-gradient and weight-gradient GEMMs in FP4, about 16 % of them kept in
+    bf16 (NVIDIA, "Pretraining Large Language Models with NVFP4", arXiv 2509.25149), on chips
+    with FP4 tensor cores (B200, GB200). A precision the accelerator lacks (fp8 on an A100, fp4
+    on an H100) is reported on the job."""
     fp8_recipe: Fp8Recipe | None = None
     """With computePrecision ``fp8`` and an architecture, which matmuls run in FP8: ``Linear``
     (the default: the layers' linear layers, as Transformer Engine's default recipe and
@@ -563,6 +568,13 @@ class TrainingPlan(StatusModel):
     """A mixture of experts' parameters one token runs through (top-k experts, not all)."""
     all_to_all_seconds: float | None = None
     """A mixture of experts: the dispatch / combine all-to-alls on the step's critical path."""
+    expert_overlap: str | None = None
+    """A mixture of experts: the all-to-all overlap schedule the step assumes
+    (``spec.parallelism.expertOverlap``); the workers get it as RINGMASTER_EXPERT_OVERLAP."""
+    expert_capacity_factor: float | None = None
+    """A mixture of experts dropping tokens: the capacity factor (absent: dropless)."""
+    expert_pad_to_capacity: bool | None = None
+    """With a capacity factor: whether every expert's input is padded to its capacity."""
     fits: bool | None = None
     """Whether the layout fits in the accelerators' memory."""
     reason: str | None = None

@@ -343,11 +343,27 @@ class Ceilings:
 
 
 def _gemm_key(precision: str) -> str:
-    return precision if precision in ("fp8", "fp8fast") else "bf16"
+    return precision if precision in ("fp8", "fp8fast", "fp4") else "bf16"
 
 
 def _peak_key(gemm_key: str) -> str:
+    if gemm_key == "fp4":
+        return "fp4"
     return "fp8" if gemm_key.startswith("fp8") else "bf16"
+
+
+# FP4 GEMMs (NVFP4 / MXFP4 on Blackwell's FP4 tensor cores): no measured or published FP4 GEMM
+# rate with a nameable primary source exists (calibration/ceilings_points.yaml, b200-fp4: value
+# null), so an FP4 GEMM is carried from the chip's FP8 one: FP8's shape model (E, K) and
+# sustained and burst fractions of peak, at the FP4 peak. FP4 is then at most fp4 / fp8 peak
+# (2x on B200 and GB200) faster than FP8, never more. The evidence says so (FP4_EVIDENCE).
+FP4_EVIDENCE = "carried from FP8: the chip's FP8 GEMM fractions of peak at its FP4 peak"
+
+
+def _with_fp4(acc_peak_fp4: float, peaks: dict[str, float], table: dict[str, float]) -> None:
+    """Adds ``fp4`` to a per-GEMM-key table of FLOP/s: FP8's fraction of its peak at the FP4
+    peak (the sustained or burst rate)."""
+    table["fp4"] = table["fp8"] / peaks["fp8"] * acc_peak_fp4
 
 
 def _h100_fractions() -> tuple[dict[str, float], dict[str, float]]:
@@ -365,6 +381,7 @@ def ceilings_for(acc: Accelerator) -> Ceilings:
     peaks = {"bf16": bf16}
     if acc.supports("fp8"):
         peaks["fp8"] = acc.peak("fp8")
+    fp4 = acc.supports("fp4") and "fp8" in peaks
     measured = acc.name == "nvidia-h100-80gb"
     pair = acc.name in MEASURED_PAIR_CHIPS  # measured beside an H100 by the same payload
     carried = f"extrapolated: the H100's measured fractions of peak carried to {acc.name}"
@@ -398,6 +415,13 @@ def ceilings_for(acc: Accelerator) -> Ceilings:
         for p, f in burst_frac.items()
         if _peak_key(p) in peaks
     }
+    half_dim = dict(H100_GEMM_HALF_DIM)
+    if fp4:
+        _with_fp4(acc.peak("fp4"), peaks, sustained)
+        _with_fp4(acc.peak("fp4"), peaks, burst)
+        peaks["fp4"] = acc.peak("fp4")
+        gemm_e["fp4"] = gemm_e["fp8"]
+        half_dim["fp4"] = half_dim["fp8"]
     attention = dict(H100_ATTENTION)
     attention_evidence = MEASURED_H100 if measured else carried
     if acc.nccl_arch == "ampere":
@@ -425,6 +449,8 @@ def ceilings_for(acc: Accelerator) -> Ceilings:
         for p, (f, floor, e) in H100_DECODE_GEMM.items()
         if _peak_key(p) in peaks
     }
+    if fp4:  # the grouped GEMMs' decode-batch terms, carried from FP8 as above
+        decode_gemm["fp4"] = decode_gemm["fp8"]
     decode_attention = {
         k: (f * hbm_ratio, floor) for k, (f, floor) in H100_DECODE_ATTENTION.items()
     }
@@ -451,7 +477,7 @@ def ceilings_for(acc: Accelerator) -> Ceilings:
         accelerator=acc.name,
         peak_flops=peaks,
         gemm_efficiency=gemm_e,
-        gemm_half_dim=dict(H100_GEMM_HALF_DIM),
+        gemm_half_dim=half_dim,
         sustained_flops=sustained,
         burst_flops=burst,
         attention=attention,
@@ -461,6 +487,7 @@ def ceilings_for(acc: Accelerator) -> Ceilings:
             "attention": attention_evidence,
             "memory-bound": memory_evidence,
             "decode": decode_evidence,
+            **({"matmul-fp4": FP4_EVIDENCE} if fp4 else {}),
         },
         decode_gemm=decode_gemm,
         decode_attention=decode_attention,

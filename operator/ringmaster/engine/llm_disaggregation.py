@@ -194,7 +194,8 @@ def kv_transfer(
     precision = (
         inputs.kv_cache_precision or DEFAULT_KV_PRECISION[inputs.precision.upper()]
     ).upper()
-    per_token = inputs.model.kv_cache_bytes_per_token(KV_BYTES[precision])
+    kv = KV_BYTES[precision]
+    prompt_p99 = inputs.input_tokens_p99 or inputs.input_tokens_mean
     per_host, _ = replica_hosts(
         catalog,
         inputs.accelerator,
@@ -204,8 +205,9 @@ def kv_transfer(
     )
     host = catalog.host(inputs.accelerator, per_host, inputs.machine_type)
     rate, link, evidence = transfer_link(host, prefill_accelerators, decode_accelerators)
-    mean = per_token * inputs.input_tokens_mean
-    p99 = per_token * (inputs.input_tokens_p99 or inputs.input_tokens_mean)
+    # a prompt's cache: every token in a full layer, a sliding window's last ones in its layers
+    mean = float(inputs.model.kv_cache_bytes(inputs.input_tokens_mean, kv))
+    p99 = float(inputs.model.kv_cache_bytes(prompt_p99, kv))
     return KvTransfer(
         bytes_mean=mean,
         bytes_p99=p99,

@@ -40,6 +40,12 @@ from ringmaster.engine.llm_training import (
     LayoutHardware,
     evaluate_layouts,
 )
+from ringmaster.engine.moe_training import (
+    OVERLAP_DUALPIPE,
+    OVERLAP_NONE,
+    OVERLAP_ONE_F_ONE_B,
+    dualpipe_runs,
+)
 from ringmaster.engine.transformer import Transformer
 from ringmaster.engine.units import GIB
 
@@ -73,6 +79,11 @@ class LayoutRequest:
     # The ranks each routed expert is split over (Megatron-Core's expert_tensor_parallel_size);
     # None searches the tensor degree (its default) and 1 (MoE parallel folding).
     expert_tensor: int | None = None
+    # A mixture of experts' all-to-all overlap schedule and token dropping
+    # (engine.moe_training: EXPERT_OVERLAPS, routed_load).
+    expert_overlap: str = OVERLAP_NONE
+    capacity_factor: float | None = None
+    pad_to_capacity: bool = False
 
 
 @dataclass(frozen=True)
@@ -117,6 +128,9 @@ class Layout:
     host_gap_seconds: float = 0.0
     optimizer_seconds: float = 0.0
     expert_tensor: int = 0  # 0: the tensor degree
+    expert_overlap: str = OVERLAP_NONE
+    capacity_factor: float | None = None
+    pad_to_capacity: bool = False
 
     @property
     def expert_tensor_degree(self) -> int:
@@ -143,10 +157,16 @@ class Layout:
                 f", expert {self.expert} x expert tensor {self.expert_tensor_degree} (folded "
                 "over the stage's ranks)"
             )
+        moe = ""
+        if self.expert_overlap != OVERLAP_NONE:
+            moe += f", all-to-all overlap {self.expert_overlap}"
+        if self.capacity_factor is not None:
+            padded = ", padded" if self.pad_to_capacity else ""
+            moe += f", capacity factor {self.capacity_factor:g}{padded}"
         return (
             f"tensor {self.tensor}{cp} x pipeline {self.pipeline}{v} x data {self.data}{ep}, "
             f"sharding {self.sharding}, micro-batch {self.micro_batch}, recompute "
-            f"{self.recompute}"
+            f"{self.recompute}{moe}"
         )
 
 
@@ -262,6 +282,15 @@ def layout_grid(request: LayoutRequest, hw: LayoutHardware) -> dict[str, I64]:
         if request.recompute is not None
         else list(SEARCHED_RECOMPUTES)
     )
+    overlap = request.expert_overlap
+    if overlap == OVERLAP_ONE_F_ONE_B:
+        # Megatron-Core's preconditions (api.parallelism.MOE_FEATURE_RULES): no Full recompute,
+        # pipeline 1 or interleaved, expert > 1 (below).
+        recomputes = [r for r in recomputes if r != RECOMPUTE_FULL]
+        if request.virtual_stages == 1:
+            pipelines = [p for p in pipelines if p == 1]
+    if overlap == OVERLAP_DUALPIPE:
+        pipelines = [p for p in pipelines if p % 2 == 0]
     rows: list[tuple[int, int, int, int, int, int, int, int]] = []
     for t in tensors:
         for p in pipelines:
@@ -279,9 +308,13 @@ def layout_grid(request: LayoutRequest, hw: LayoutHardware) -> dict[str, I64]:
                     else _powers_of_two_dividing(per_replica)
                 )
                 pairs = expert_degrees(model, d * c, request.expert, t, request.expert_tensor)
+                if overlap == OVERLAP_ONE_F_ONE_B:
+                    pairs = [(ep, etp) for ep, etp in pairs if ep > 1]
                 for ep, etp in pairs:
                     for b in micro:
                         if per_replica % b:
+                            continue
+                        if overlap == OVERLAP_DUALPIPE and not dualpipe_runs(p, per_replica // b):
                             continue
                         for s in shardings if d * c > 1 else [SHARD_NONE]:
                             for r in recomputes:
@@ -315,6 +348,9 @@ def evaluate_grid(request: LayoutRequest, hw: LayoutHardware, grid: dict[str, I6
         global_batch=request.global_batch,
         virtual_stages=request.virtual_stages,
         strategy=request.strategy,
+        expert_overlap=request.expert_overlap,
+        capacity_factor=request.capacity_factor,
+        pad_to_capacity=request.pad_to_capacity,
     )
 
 
@@ -359,6 +395,9 @@ def _layout(a: LayoutArrays, i: int, capacity: float) -> Layout:
         host_gap_seconds=float(a.host_gap_seconds[i]),
         optimizer_seconds=float(a.optimizer_seconds[i]),
         expert_tensor=int(a.expert_tensor[i]),
+        expert_overlap=a.expert_overlap,
+        capacity_factor=a.capacity_factor,
+        pad_to_capacity=a.pad_to_capacity,
     )
 
 
@@ -385,6 +424,9 @@ def evaluate_layout(
         global_batch=global_batch,
         virtual_stages=layout.virtual_stages,
         strategy=layout.strategy if strategy is None else strategy,
+        expert_overlap=layout.expert_overlap,
+        capacity_factor=layout.capacity_factor,
+        pad_to_capacity=layout.pad_to_capacity,
     )
 
 
@@ -494,8 +536,9 @@ def _single(request: LayoutRequest, hw: LayoutHardware, layout: Layout, **change
         virtual_stages=layout.virtual_stages,
         context=fields["context"],
         allocator_overhead=hw.allocator_overhead,
-        fp8=hw.compute_precision == "fp8",
+        fp8=hw.compute_precision in ("fp8", "fp4"),
         expert=fields["expert"],
+        dual_pipe=request.expert_overlap == OVERLAP_DUALPIPE,
         # a folded expert degree stays; the default one follows the tensor degree
         expert_tensor=change.get(
             "expert_tensor",
@@ -614,10 +657,21 @@ def _no_layout_message(request: LayoutRequest, hw: LayoutHardware) -> str:
         parts.append(f"micro-batch {request.micro_batch}")
     if request.expert is not None:
         parts.append(f"expert {request.expert} ({m.experts} experts)")
+    schedule = ""
+    if request.expert_overlap == OVERLAP_DUALPIPE:
+        schedule = (
+            "; DualPipe needs an even pipeline and an even number of micro-batches, at least"
+            " two per pipeline rank"
+        )
+    elif request.expert_overlap == OVERLAP_ONE_F_ONE_B:
+        schedule = (
+            "; OneFOneB needs expert > 1, no Full recompute, and pipeline 1 unless"
+            " virtualPipelineStages > 1"
+        )
     return (
         " ".join(parts)
         + " (heads must divide by tensor; pipeline stages hold ceil(layers / pipeline) layers,"
         " the first and last share the rest; the sequence by 2 x context; accelerators by"
         " tensor x context x pipeline; the global batch by data x micro-batch; expert must"
-        " divide the experts and data x context)"
+        f" divide the experts and data x context{schedule})"
     )

@@ -153,11 +153,12 @@ class StageLayers(NamedTuple):
 def stage_layers(model: Transformer, pipeline: ArrayLike) -> StageLayers:
     """Layers per stage (:func:`valid_pipeline`): the layers the middle stages leave go to the
     first and the last, the last giving up the odd one (it also runs the LM head and the
-    loss)."""
+    loss). The last also runs the MTP modules' blocks, each counted as one of the model's layers
+    (Megatron-Core's default placement: mtp_on_this_rank, the last pipeline stage)."""
     p = _f(pipeline)
     per_stage = np.ceil(model.layers / p)
     missing = per_stage * p - model.layers
-    last = per_stage - np.ceil(missing / 2.0)
+    last = per_stage - np.ceil(missing / 2.0) + model.mtp_layers
     first = np.where(p > 1, per_stage - np.floor(missing / 2.0), last)
     return StageLayers(_f(first), _f(per_stage), _f(last))
 
@@ -286,6 +287,7 @@ def memory_per_accelerator(
     fp8: bool = False,
     expert: ArrayLike = 1,
     expert_tensor: ArrayLike | None = None,
+    dual_pipe: bool = False,
 ) -> MemoryArrays:
     """Weights, gradients, optimizer state, activations and the reserve per accelerator, on the
     fullest of the first, a middle and the last pipeline stage. Context-parallel ranks hold the
@@ -294,7 +296,10 @@ def memory_per_accelerator(
     (carved out of data x context, as Megatron-Core does), so their sharding spans the d c / e
     ranks that hold the same experts (its expert-data-parallel group). ``expert_tensor``: each
     expert split etp ways (None: the tensor degree; MoE parallel folding: the stage's t c d ranks
-    regrouped as etp x e x the expert-data-parallel t c d / (etp e))."""
+    regrouped as etp x e x the expert-data-parallel t c d / (etp e)). ``dual_pipe``: DeepSeek's
+    DualPipe, whose rank i holds stages i and p - 1 - i (2x the parameters) with p + 1
+    micro-batches' activations in flight (DeepSeek-V3 technical report, arXiv 2412.19437,
+    Table 2; deepseek-ai/DualPipe README.md @ 3da1bbe)."""
     t, p, d, c, e = _f(tensor), _f(pipeline), _f(data), _f(context), _f(expert)
     etp = t if expert_tensor is None else _f(expert_tensor)
     shard = np.asarray(sharding)
@@ -323,7 +328,9 @@ def memory_per_accelerator(
     # 1F1B: the first stage keeps min(p, m) micro-batches in flight, the second one fewer;
     # interleaving adds (p - 1) / (p v) (Korthikanti et al. 2022, section 4.2.3).
     interleave = np.where(v > 1, 1.0 + (p - 1.0) / (p * v), 1.0)
-    logits = BYTES_LOSS_PER_LOGIT * model.sequence_length * _f(micro_batch) * model.vocab / (t * c)
+    logits = (  # one set per head pass: the model's and each MTP module's loss
+        BYTES_LOSS_PER_LOGIT * model.sequence_length * _f(micro_batch) * model.vocab / (t * c)
+    ) * model.head_passes
     act_first = (
         stages.first * stored * np.minimum(p, m) * interleave
         + transient
@@ -345,6 +352,15 @@ def memory_per_accelerator(
     w1, g1, o1 = state(params.first, stages.first)
     w2, g2, o2 = state(params.middle, np.where(p > 2, stages.middle, 0.0))
     w3, g3, o3 = state(params.last, stages.last)
+    if dual_pipe:
+        # The first rank holds the first and the last stage, a middle rank two middle ones; the
+        # p + 1 micro-batches in flight are chunks of the rank's two stages alike.
+        in_flight = np.minimum(p + 1.0, m)
+        edge = 0.5 * (stages.first + stages.last) * stored * in_flight + transient + logits
+        inner = stages.middle * stored * in_flight + transient
+        w1, g1, o1, act_first = w1 + w3, g1 + g3, o1 + o3, edge
+        w2, g2, o2, act_middle = 2.0 * w2, 2.0 * g2, 2.0 * o2, np.where(p > 2, inner, 0.0)
+        w3, g3, o3, act_last = w1, g1, o1, edge
     totals = np.stack(
         np.broadcast_arrays(
             w1 + g1 + o1 + act_first * (1.0 + allocator_overhead),

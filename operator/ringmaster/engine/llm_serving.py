@@ -44,6 +44,7 @@ import numpy as np
 from ringmaster.engine import collectives
 from ringmaster.engine import llm_batching as batching
 from ringmaster.engine.ceilings import Ceilings, ceilings_for
+from ringmaster.engine.expert_dispatch import DEFAULT_DISPATCHER, DISPATCHERS, Dispatcher
 from ringmaster.engine.hardware import (
     DEFAULT_CATALOG,
     Accelerator,
@@ -70,6 +71,7 @@ from ringmaster.engine.llm_step import (
     prefill_seconds,
     serving_terms,
     step_seconds,
+    weights_bytes_per_accelerator,
     weights_read_seconds,
 )
 from ringmaster.engine.profiled import (
@@ -176,8 +178,13 @@ class LlmServingInputs:
     hosts_per_replica: int | None = None  # default: Catalog.replica_hosts
     tensor_parallel: int | None = None  # default: chosen (choose_layouts)
     pipeline_parallel: int | None = None
-    # 1 (default), or the tensor degree: whole experts sharded over the replica's tensor ranks
+    # 1 (default), or the tensor degree: whole experts sharded over the replica's tensor ranks;
+    # with attention_data above 1, the whole replica (wide EP)
     expert_parallel: int | None = None
+    attention_data: int | None = None  # attention data-parallel groups (default 1)
+    redundant_experts: int = 0  # redundant expert copies (EPLB)
+    expert_dispatch: str | None = None  # expert_dispatch.DISPATCHERS; default AllToAll
+    two_batch_overlap: bool = False  # the dispatch beside the other micro-batch's compute
     max_batch_size: int | None = None  # caps max_num_seqs (spec.maxBatchSize); default: none
     static_batching: bool = False  # spec.batching Static (engine.llm_static)
     engine: str = DEFAULT_SERVING_ENGINE  # serving_engines.SERVING_ENGINES
@@ -195,12 +202,19 @@ class Layout:
     pipeline: int
     hosts: int
     per_host: int
+    attention_data: int = 1  # groups of ``tensor`` with their own sequences (wide EP)
 
     @property
     def tensor_hosts(self) -> int:
         return max(1, math.ceil(self.tensor / self.per_host))
 
     def words(self) -> str:
+        if self.attention_data > 1:
+            where = "on one host" if self.hosts == 1 else f"across {self.hosts} hosts"
+            return (
+                f"attention DP {self.attention_data} x TP {self.tensor}, EP "
+                f"{self.attention_data * self.tensor} {where}"
+            )
         if self.hosts == 1:
             inside = f"TP {self.tensor}" + (f" x PP {self.pipeline}" if self.pipeline > 1 else "")
             return f"{inside} on one host"
@@ -219,6 +233,9 @@ def choose_layouts(inputs: LlmServingInputs, per_host: int, hosts: int) -> list[
     whose tensor degree does not divide the heads, or is not the expert-parallel degree (EP > 1
     spans the tensor-parallel ranks), are left out, unless none is left (its plan says why)."""
     g = inputs.per_replica
+    dp = inputs.attention_data or 1
+    if dp > 1:
+        return [Layout(inputs.tensor_parallel or g // dp, 1, hosts, per_host, dp)]
     if inputs.tensor_parallel is not None or inputs.pipeline_parallel is not None:
         tp = inputs.tensor_parallel or g // (inputs.pipeline_parallel or 1)
         return [Layout(tp, max(1, g // tp), hosts, per_host)]
@@ -283,6 +300,10 @@ class LlmServingPrediction:
     price_per_replica_hour_usd: float = 0.0
     pipeline_parallel: int = 1
     expert_parallel: int = 1
+    attention_data_parallel: int = 1
+    redundant_experts: int = 0
+    expert_dispatch: str = ""  # a mixture of experts' dispatcher; "" for a dense model
+    two_batch_overlap: bool = False
     hosts_per_replica: int = 1
     layout: str = ""  # the layout in words and why it was chosen
     max_batch_size: int | None = None  # the cap the plan honoured (inputs.max_batch_size)
@@ -322,7 +343,7 @@ def _fits(
     pp: int = 1,
 ) -> bool:
     free = acc.memory_bytes * (1.0 - HBM_RESERVE_FRACTION) - model.parameters * w / (tp * pp)
-    return free >= kv_bytes_per_token_per_accelerator(model, tp, kv, pp) * tokens
+    return free >= kv_bytes_per_token_per_accelerator(model, tp, kv, pp, tokens) * tokens
 
 
 def _host_shapes(catalog: Catalog, accelerator: str) -> list[int]:
@@ -399,10 +420,14 @@ class _Replica:
         out_lengths: Lengths,
         cache_tokens: float,
     ) -> None:
+        # Under attention data parallelism every group schedules its own batch and budget
+        # (one scheduler per DP rank in SGLang and vLLM): the replica's choices are theirs x
+        # the groups. A spec's figures are the replica's.
+        groups = float(inputs.attention_data or 1)
         if inputs.max_num_batched_tokens is not None:
             budgets = [float(inputs.max_num_batched_tokens)]
         else:
-            budgets = [float(b) for b in batching.MAX_NUM_BATCHED_TOKENS_CHOICES]
+            budgets = [groups * b for b in batching.MAX_NUM_BATCHED_TOKENS_CHOICES]
         # Sized for SLOs within the cache at p99 lengths (no preemption); the offline maximum
         # may fill it at mean lengths, preempting as vLLM does.
         safe = max(1.0, cache_tokens / (in_lengths.p99 + out_lengths.p99))
@@ -412,7 +437,7 @@ class _Replica:
         else:
             seqs = sorted(
                 {
-                    *(float(c) for c in batching.MAX_NUM_SEQS_CHOICES if c < full),
+                    *(groups * c for c in batching.MAX_NUM_SEQS_CHOICES if groups * c < full),
                     float(math.floor(safe)),
                     float(math.floor(full)),
                 }
@@ -575,11 +600,13 @@ def predict_llm_serving(
 
 
 def _layout_words(p: LlmServingPrediction) -> str:
+    dp = p.attention_data_parallel
     layout = Layout(
         p.tensor_parallel,
         p.pipeline_parallel,
         p.hosts_per_replica,
-        p.tensor_parallel * p.pipeline_parallel // p.hosts_per_replica,
+        p.tensor_parallel * p.pipeline_parallel * dp // p.hosts_per_replica,
+        dp,
     )
     return layout.words()
 
@@ -591,6 +618,50 @@ def _rate_words(p: LlmServingPrediction) -> str:
         f"{p.output_tokens_per_second_per_replica:,.0f} output tokens/s per replica within the "
         f"targets, {p.max_concurrent_sequences:,} sequences in its KV cache"
     )
+
+
+def _expert_degree(inputs: LlmServingInputs, model: Transformer, tp: int, dp: int) -> int:
+    """The expert-parallel degree: the spec's, else the whole replica under attention data
+    parallelism, else 1; refused (ValueError) where the API's rules would refuse it."""
+    wide = dp > 1
+    ep = inputs.expert_parallel or (tp * dp if wide else 1)
+    if not model.is_moe:
+        asked = {
+            "attention data parallelism": wide,
+            "expert parallelism": ep != 1,
+            "redundant experts": inputs.redundant_experts > 0,
+        }
+        for what, given in asked.items():
+            if given:
+                raise ValueError(f"{what} needs a mixture of experts (experts > 0)")
+    if inputs.two_batch_overlap and not wide:
+        raise ValueError("two-batch overlap needs attention data parallelism above 1")
+    if wide and ep != tp * dp:
+        raise ValueError(
+            f"expert parallelism {ep} must be the replica's {tp * dp} accelerators under "
+            f"attention data parallelism {dp} (the experts spread over every rank)"
+        )
+    if not wide and ep not in (1, tp):
+        raise ValueError(
+            f"expert parallelism {ep} must be 1 or the replica's tensor degree {tp} (EP spans "
+            "the tensor-parallel ranks, as vLLM's --enable-expert-parallel)"
+        )
+    slots = model.experts + inputs.redundant_experts
+    if ep > 1 and slots % ep:
+        raise ValueError(
+            f"expert parallelism {ep} must divide the {slots} expert slots (experts + "
+            "redundant experts)"
+        )
+    return ep
+
+
+def _dispatcher(inputs: LlmServingInputs, model: Transformer) -> Dispatcher:
+    given = inputs.expert_dispatch or DEFAULT_DISPATCHER
+    if given not in DISPATCHERS:
+        raise ValueError(f"expertDispatch {given!r}; known: {', '.join(DISPATCHERS)}")
+    if inputs.expert_dispatch is not None and not model.is_moe:
+        raise ValueError("expertDispatch needs a mixture of experts (experts > 0)")
+    return given
 
 
 class _ServingPool(NamedTuple):
@@ -646,8 +717,8 @@ def _predict_layout(
     host = catalog.host(inputs.accelerator, layout.per_host, inputs.machine_type)
     acc = host.accelerator
     model = inputs.model
-    tp, pp = layout.tensor, layout.pipeline
-    accelerators = tp * pp
+    tp, pp, dp = layout.tensor, layout.pipeline, layout.attention_data
+    accelerators = tp * pp * dp
     price = host.price_per_hour * host_share(host) * layout.hosts
     span = ReplicaSpan(layout.per_host, pp, fabric, nic_share, host.machine)
     w = WEIGHT_BYTES[precision]
@@ -676,20 +747,17 @@ def _predict_layout(
         )
     if reason is None and pp > model.layers:
         reason = f"{pp} pipeline stages exceed the model's {model.layers} layers"
-    ep = inputs.expert_parallel or 1
-    if ep != 1 and not model.is_moe:
-        raise ValueError(f"expert parallelism {ep} needs a mixture of experts (experts > 0)")
-    if ep not in (1, tp):
-        raise ValueError(
-            f"expert parallelism {ep} must be 1 or the replica's tensor degree {tp} (EP spans "
-            "the tensor-parallel ranks, as vLLM's --enable-expert-parallel)"
-        )
-    if ep > 1 and model.experts % ep:
-        raise ValueError(f"expert parallelism {ep} must divide the {model.experts} experts")
+    ep = _expert_degree(inputs, model, tp, dp)
+    dispatcher = _dispatcher(inputs, model)
     usable = reason is None or compute not in _UNITS
     peak = acc.peak(compute) if usable else acc.peak("bf16")
-    weights_per_acc = model.parameters * w / accelerators
-    kv_total = model.kv_cache_bytes_per_token(kv)
+    weights_per_acc = float(
+        weights_bytes_per_accelerator(model, w, tp, pp, dp, inputs.redundant_experts)
+    )
+    # the whole replica's cache per token of a mean sequence (less than every layer's where a
+    # sliding window holds only its last tokens)
+    served = in_mean + out_mean
+    kv_total = float(model.kv_cache_bytes(served, kv)) / served
     profile = serving_engine(inputs.engine)
     pool = _profiled_serving(catalog, host, compute if usable else "bf16")
     if pool.note:
@@ -705,16 +773,23 @@ def _predict_layout(
         out_mean,
         kv_memory_fraction=profile.kv_memory_fraction(acc.memory_bytes, weights_per_acc),
         compute_precision=compute if usable else "bf16",
-        span=span if (pp > 1 or layout.tensor_hosts > 1) else None,
+        span=span if (pp > 1 or layout.tensor_hosts > 1 or layout.hosts > 1) else None,
         expert_parallel=ep,
         ceilings=pool.ceilings,
+        attention_data=dp,
+        redundant_experts=inputs.redundant_experts,
+        dispatcher=dispatcher,
+        # DeepEP's normal kernels where the steps are prompts, its low-latency ones otherwise
+        dispatch_kernels="normal" if inputs.phase == "prefill" else "low_latency",
+        two_batch_overlap=inputs.two_batch_overlap,
     )
     if inputs.phase == "decode":
         # The prompt's KV cache arrives over the fabric (the prefill side computed it): the
         # step carries no prompt FLOPs; a request still holds its whole context in the cache.
         terms = terms._replace(prompt_compute=np.zeros_like(terms.prompt_compute))
     cache_tokens = int(terms.kv_cache_tokens)
-    max_model_len = min(model.sequence_length, cache_tokens)
+    # A sequence lives in one attention group's cache.
+    max_model_len = min(model.sequence_length, cache_tokens // dp)
     max_sequences = int(cache_tokens // max(1.0, in_mean + out_mean))
     if reason is None and max_model_len < longest:
         reason = _does_not_fit(inputs, acc, catalog, longest, kv, layout)
@@ -745,6 +820,10 @@ def _predict_layout(
         max_replicas=bound_replicas,
         price_per_replica_hour_usd=price,
         expert_parallel=ep,
+        attention_data_parallel=dp,
+        redundant_experts=inputs.redundant_experts,
+        expert_dispatch=dispatcher if model.is_moe else "",
+        two_batch_overlap=inputs.two_batch_overlap,
         max_batch_size=inputs.max_batch_size,
         batching="Static" if inputs.static_batching else "Continuous",
         engine=profile.name,

@@ -103,6 +103,13 @@ from ringmaster.engine.efficiency import (
     PCIE_EFFICIENCY,
     XGMI_EFFICIENCY,
 )
+from ringmaster.engine.expert_dispatch import (
+    DEFAULT_DISPATCHER,
+    Dispatcher,
+    DispatchKernels,
+    ExpertGroup,
+    dispatch_combine_seconds,
+)
 from ringmaster.engine.hardware import Accelerator, MachineType
 from ringmaster.engine.profiled import ceilings_hbm_ratio, ceilings_matmul_ratio
 from ringmaster.engine.transformer import Transformer
@@ -353,23 +360,41 @@ def weights_read_seconds(terms: ServingTerms, tokens: ArrayLike) -> F64:
     )
 
 
-def kv_elements_per_token_per_accelerator(model: Transformer, tp: ArrayLike) -> F64:
-    """One token's cache elements on one accelerator of ``tp``: K and V of its share of the KV
-    heads (a KV head is replicated, never split), or MLA's whole latent on every rank."""
-    if model.latent_attention is not None:
-        return np.full_like(
-            _f(tp), float(model.layers * model.kv_cache_elements_per_token_per_layer)
-        )
-    return 2.0 * model.layers * np.ceil(model.kv_heads / _f(tp)) * model.head_dim
-
-
-def expert_parallel_alltoall_seconds(
-    nbytes: ArrayLike, ranks: int, accelerator: Accelerator
+def kv_elements_per_token_per_accelerator(
+    model: Transformer, tp: ArrayLike, context: ArrayLike | None = None
 ) -> F64:
-    """One dispatch (or combine) all-to-all of a per-rank buffer of ``nbytes`` among the
-    replica's ``ranks`` accelerators on their host link (nccl-tests' alltoall_perf model)."""
-    a2a = collectives.intra_host_collective(collectives.ALL_TO_ALL, nbytes, ranks, accelerator)
-    return a2a.seconds
+    """One token's cache elements on one accelerator of ``tp``: K and V of its share of the KV
+    heads (a KV head is replicated, never split), or MLA's whole latent on every rank; in a
+    sequence of ``context`` tokens, a sliding-window layer holds only its window's
+    (Transformer.kv_cache_layers: the mean over the sequence's tokens; None: every layer)."""
+    layers = _f(model.layers) if context is None else model.kv_cache_layers(context)
+    if model.latent_attention is not None:
+        return layers * float(model.kv_cache_elements_per_token_per_layer) + 0.0 * _f(tp)
+    return 2.0 * layers * np.ceil(model.kv_heads / _f(tp)) * model.head_dim
+
+
+def weights_bytes_per_accelerator(
+    model: Transformer,
+    weight_bytes_per_parameter: ArrayLike,
+    tp: ArrayLike,
+    pipeline: int = 1,
+    attention_data: int = 1,
+    redundant_experts: int = 0,
+) -> F64:
+    """The weights one accelerator holds: everything over ``tp x pipeline``; under attention
+    data parallelism the dense parts over each group's ``tp`` and the routed experts, with
+    their redundant copies, over all ``tp x attention_data`` ranks."""
+    w = _f(weight_bytes_per_parameter)
+    g = _f(tp)
+    routed = float(model.routed_expert_parameters)
+    slots = expert_slot_ratio(model, redundant_experts)
+    dense = float(model.parameters) - routed
+    return (dense / g + routed * slots / (g * attention_data)) * w / pipeline
+
+
+def expert_slot_ratio(model: Transformer, redundant_experts: int) -> float:
+    """Expert slots (routed experts plus redundant copies) over the routed experts."""
+    return (model.experts + redundant_experts) / model.experts if model.experts else 1.0
 
 
 def serving_terms(
@@ -390,6 +415,11 @@ def serving_terms(
     span: ReplicaSpan | None = None,
     expert_parallel: int = 1,
     ceilings: Ceilings | None = None,
+    attention_data: int = 1,
+    redundant_experts: int = 0,
+    dispatcher: Dispatcher = DEFAULT_DISPATCHER,
+    dispatch_kernels: DispatchKernels = "low_latency",
+    two_batch_overlap: bool = False,
 ) -> ServingTerms:
     """The costs of one replica of ``tp`` accelerators (every argument but the model may be an
     array: one call evaluates a grid of configurations). ``kv_memory_fraction``: the share of
@@ -399,8 +429,20 @@ def serving_terms(
     ``expert_parallel``: 1 (experts sliced by TP) or the replica's ``tp`` (whole experts
     sharded over its ranks; the MoE layers' all-reduce becomes a dispatch and a combine).
     ``ceilings``: a profiled pool's (engine.profiled): its measured matmul and HBM fractions
-    replace the chip's published ratios to the H100 (None: the published ones)."""
+    replace the chip's published ratios to the H100 (None: the published ones).
+    ``attention_data``: groups of ``tp`` that each serve their own sequences with their own KV
+    cache, the routed experts (and ``redundant_experts`` copies) over all ``expert_parallel =
+    tp x attention_data`` ranks, across the span's hosts: a replica's step is one group's at
+    1 / attention_data of the step's tokens, sequences and context, while every group streams
+    its dense weights whole (the module's docstring). ``dispatcher`` / ``dispatch_kernels``:
+    how tokens reach the experts (engine.expert_dispatch). ``two_batch_overlap``: the step runs
+    as two micro-batches, one's dispatch and combine beside the other's compute (SGLang's
+    --enable-two-batch-overlap, vLLM's --enable-dbo): each layer costs the larger of its
+    compute and its exchange, so the exchange's cost per token is what exceeds a token's
+    compute (GEMMs and KV read), its latency what exceeds the step's floors, and each
+    micro-batch streams the weights its tokens touch: twice the weights a step."""
     g = _f(tp)
+    groups = float(attention_data)
     pp = 1 if span is None else span.pipeline
     ranks = int(np.max(g))  # a span's replica has one tensor degree
     n_in = _f(input_tokens)
@@ -418,8 +460,13 @@ def serving_terms(
     e_c = compute_efficiency_for(compute_precision, constants) * compute_ratio
     rate = _f(peak_flops) * g * e_c
     w = _f(weight_bytes_per_parameter)
-    # a stage holds its own layers' cache; a KV head is replicated, never split
-    kv_per_token = kv_elements_per_token_per_accelerator(model, g) * _f(kv_bytes_per_element) / pp
+    # a stage holds its own layers' cache; a KV head is replicated, never split; a sliding
+    # window holds its last tokens only: the cache's size at the served length, its reads at the
+    # mean context
+    context = n_in + 0.5 * n_out
+    kv_bytes = _f(kv_bytes_per_element) / pp
+    kv_per_token = kv_elements_per_token_per_accelerator(model, g, n_in + n_out) * kv_bytes
+    kv_read_bytes = kv_elements_per_token_per_accelerator(model, g, context) * kv_bytes
     one_token = ACTIVATION_BYTES * model.hidden
     # With EP the MoE layers' FFN all-reduce gives way to a dispatch and a combine all-to-all:
     # each rank sends its 1/ep of the step's tokens, k copies each (DeepEP / vLLM's all2all).
@@ -445,16 +492,30 @@ def serving_terms(
     else:
         base = allreduces * tensor_parallel_allreduce_seconds(0.0, g, accelerator)
         per_token = allreduces * tensor_parallel_allreduce_seconds(one_token, g, accelerator) - base
+    per_token = per_token / groups  # each group all-reduces its own tokens
+    a2a_base: F64 = np.zeros(())
+    a2a_per_token: F64 = np.zeros(())
     if moe_a2a:
-        routed = one_token * model.active_experts / expert_parallel
-        a2a_base = (
-            2.0 * moe_a2a * expert_parallel_alltoall_seconds(0.0, expert_parallel, accelerator)
+        # A step's token sits on one rank's share of the dispatch: 1 / ep of it per rank.
+        group = ExpertGroup(
+            expert_parallel,
+            span.per_host if span is not None else expert_parallel,
+            accelerator,
+            span.machine if span is not None else None,
         )
-        a2a_one = (
-            2.0 * moe_a2a * expert_parallel_alltoall_seconds(routed, expert_parallel, accelerator)
-        )
-        base = base + a2a_base
-        per_token = per_token + (a2a_one - a2a_base)
+
+        def exchange(tokens_per_rank: float) -> F64:
+            return moe_a2a * dispatch_combine_seconds(
+                tokens_per_rank,
+                model.hidden,
+                float(model.active_experts),
+                group,
+                dispatcher,
+                dispatch_kernels,
+            )
+
+        a2a_base = exchange(0.0)
+        a2a_per_token = exchange(1.0 / expert_parallel) - a2a_base
     per_token = per_token / pp  # a round reduces each token's activations once per layer
     if span is not None and pp > 1:
         across = span.stages_across_hosts(ranks)
@@ -462,10 +523,12 @@ def serving_terms(
         send1 = pipeline_send_seconds(one_token, ranks, across, accelerator, span.nic_share)
         base = base + pp * send0  # pp sends on a round's critical path
         per_token = per_token + (send1 - send0)  # every token crosses every boundary once
-    routed_experts = float(model.routed_expert_parameters)
+    slots = expert_slot_ratio(model, redundant_experts)
+    routed_experts = float(model.routed_expert_parameters) * slots
     routed_active = float(model.moe_layers * model.active_experts * model.expert_parameters)
     dense_read = model.matmul_parameters - routed_active
-    miss = 1.0 - model.active_experts / model.experts if model.experts else 1.0
+    # A token's k experts among the slots (a redundant copy takes a share of its expert's load).
+    miss = 1.0 - model.active_experts / (model.experts * slots) if model.experts else 1.0
     gemm_key = "fp8" if compute_precision in ("fp8", "fp4") else "bf16"
     f_w, gemm_floor_us, e_d = H100_DECODE_GEMM[gemm_key]
     f_kv, attention_floor_us = H100_DECODE_ATTENTION[DECODE_ATTENTION_KERNEL]
@@ -496,32 +559,46 @@ def serving_terms(
         kv_hbm = hbm * constants.kv_read_efficiency * memory_ratio
         floors_seconds = 0.0
     layer_flops = 2.0 * model.active_layer_parameters  # active: top-k and shared experts
-    attention = model.attention_flops_per_token(1.0)  # linear in the context
+    # a prompt token's attention per token of its prompt: causal, at the mean prompt (linear in
+    # the prompt without a window; a window caps what each token attends to)
+    attention = model.causal_attention_flops_per_token(n_in) / (0.5 * np.maximum(n_in, 1.0))
     share = 1.0 - HBM_RESERVE_FRACTION if kv_memory_fraction is None else _f(kv_memory_fraction)
-    free = capacity * share - model.parameters * w / (g * pp)
+    held = weights_bytes_per_accelerator(model, w, g, pp, attention_data, redundant_experts)
+    free = capacity * share - held
+    gemm_per_token = 2.0 * model.matmul_parameters / (decode_rate * pp * groups)
+    kv_read_per_token = kv_read_bytes / kv_hbm / groups
+    overhead = constants.step_overhead * model.layers / OVERHEAD_FIT_LAYERS + floors_seconds
+    passes = 1.0
+    if two_batch_overlap:
+        a2a_per_token = np.maximum(
+            a2a_per_token - (gemm_per_token + context * kv_read_per_token), 0.0
+        )
+        a2a_base = np.maximum(a2a_base - overhead, 0.0)
+        passes = 2.0
+    base = base + a2a_base
+    per_token = per_token + a2a_per_token / pp
+    # Under attention data parallelism each group takes 1 / groups of a step's tokens,
+    # sequences and context, and keeps their cache: the replica's costs per token divide.
     return ServingTerms(
-        overhead=np.full_like(
-            g, constants.step_overhead * model.layers / OVERHEAD_FIT_LAYERS + floors_seconds
-        ),
-        sequence_overhead=np.full_like(g, constants.sequence_overhead),
+        overhead=np.full_like(g, overhead),
+        sequence_overhead=np.full_like(g, constants.sequence_overhead / groups),
         allreduce_base=base,
         allreduce_per_token=per_token,
-        weights_read=dense_read * w / g / weight_hbm,
-        gemm_per_token=2.0 * model.matmul_parameters / (decode_rate * pp),
+        weights_read=passes * dense_read * w / g / weight_hbm,
+        gemm_per_token=gemm_per_token,
         prefill_gemm_per_token=(
             layer_flops + 2.0 * model.vocab * model.hidden / np.maximum(n_in, 1.0)
         )
-        / (rate * pp),
-        prefill_attention_per_context=np.broadcast_to(attention / (rate * pp), np.shape(rate))
-        + 0.0,
-        kv_read_per_token=kv_per_token / kv_hbm,
-        kv_read_per_sequence=constants.kv_sequence_tokens * kv_per_token / kv_hbm,
-        context_tokens=n_in + 0.5 * n_out,
+        / (rate * pp * groups),
+        prefill_attention_per_context=_f(attention / (rate * pp * groups)),
+        kv_read_per_token=kv_read_per_token,
+        kv_read_per_sequence=constants.kv_sequence_tokens * kv_read_bytes / kv_hbm / groups,
+        context_tokens=context,
         output_tokens=n_out,
         input_tokens=n_in,
-        kv_cache_tokens=np.floor(np.maximum(free, 0.0) / kv_per_token),
+        kv_cache_tokens=groups * np.floor(np.maximum(free, 0.0) / kv_per_token),
         kv_bytes_per_token=kv_per_token,
-        expert_weights_read=routed_experts * w / g / weight_hbm,
+        expert_weights_read=passes * routed_experts * w / (g * groups) / weight_hbm,
         expert_miss_per_token=np.full_like(g, miss),
     )
 
@@ -533,11 +610,12 @@ HBM_RESERVE_FRACTION = 0.10
 
 
 def kv_bytes_per_token_per_accelerator(
-    model: Transformer, tp: int, kv_bytes: float, pipeline: int = 1
+    model: Transformer, tp: int, kv_bytes: float, pipeline: int = 1, context: float | None = None
 ) -> float:
     """2 x layers / pp x ceil(kv_heads / tp) x head_dim x bytes (MLA: layers / pp x latent x
-    bytes): one token's cache on one accelerator (a stage holds its own layers' cache)."""
-    return float(kv_elements_per_token_per_accelerator(model, tp)) * kv_bytes / pipeline
+    bytes): one token's cache on one accelerator (a stage holds its own layers' cache), in a
+    sequence of ``context`` tokens where the model has a sliding window."""
+    return float(kv_elements_per_token_per_accelerator(model, tp, context)) * kv_bytes / pipeline
 
 
 def step_seconds(

@@ -89,6 +89,18 @@ from ringmaster.engine.llm_memory import (
     stage_layers,
     stage_parameters,
 )
+from ringmaster.engine.moe_training import (
+    MOE_LOAD_IMBALANCE,
+    OVERLAP_DUALPIPE,
+    OVERLAP_NONE,
+    dualpipe_bubble,
+    dualpipe_runs,
+    exposed_all_to_all,
+    moe_all_to_all_bytes,
+    moe_all_to_alls,
+    routed_load,
+    unpaired_share,
+)
 from ringmaster.engine.profiled import profiled_pool
 from ringmaster.engine.step_parts import micro_batch_parts, optimizer_seconds
 from ringmaster.engine.training import (
@@ -103,22 +115,6 @@ I64 = NDArray[np.int64]
 
 # --- constants, each with its source --------------------------------------------------------
 
-
-# Mixture of experts. Dispatch and combine are two all-to-alls per MoE layer per micro-batch in
-# forward and two more in backward (their gradients: dispatch's backward is a combine, and the
-# reverse; DeepEP's README, "The backward pass of MoE dispatch is actually a combine"), two more
-# where the layer's forward is recomputed (Full).
-MOE_ALL_TO_ALLS = 4
-MOE_ALL_TO_ALLS_RECOMPUTE = 2
-# The busiest expert-parallel rank sets the pace: with a capacity factor the most tokens a rank's
-# experts take is capacity x the mean. 1.25 is Switch Transformer's training capacity factor
-# (Fedus et al. 2022, JMLR, section 2.2 and Table 1's 1.25) and GShard's expert capacity bound;
-# dropless training with auxiliary-loss balancing (Megatron-Core's default) sits near it.
-# Applied to the routed experts' FLOPs and to the all-to-all bytes. Not fitted.
-MOE_LOAD_IMBALANCE = 1.25
-# Dispatched tokens travel in bf16 (Megatron-Core's alltoall dispatcher; DeepEP's FP8 dispatch
-# is an option the engine does not assume).
-BYTES_DISPATCH = 2.0
 
 # Tensor-parallel collectives per layer (Korthikanti et al. 2022, section 4.2.2): with sequence
 # parallelism two all-gathers and two reduce-scatters in the forward pass, the same in the
@@ -262,13 +258,15 @@ def layout_hardware(
     the layers' linear layers run at the catalog's FP8 peak; ``fp8_recipe`` ``Linear`` keeps
     the attention core in bf16 (Transformer Engine's default, torchtitan's Float8 on nn.Linear),
     ``AllMatmuls`` runs it in FP8 too (Transformer Engine's FP8 attention); the LM head stays
-    bf16 in both (neither recipe converts the output layer)."""
+    bf16 in both (neither recipe converts the output layer). Under fp4 (NVFP4, Transformer
+    Engine's NVFP4BlockScaling) the linear layers run at the FP4 peak but for the share kept in
+    bf16 (step_parts.NVFP4_BF16_LINEAR_SHARE); the attention core and the LM head stay bf16."""
     acc = host.accelerator
     precision = resolve_compute_precision(acc, compute_precision)
     if fp8_recipe not in FP8_RECIPES:
         raise ValueError(f"fp8 recipe {fp8_recipe!r}: expected one of {', '.join(FP8_RECIPES)}")
     peak = acc.peak(precision)
-    half = acc.peak("bf16") if precision == "fp8" else peak
+    half = acc.peak("bf16") if precision in ("fp8", "fp4") else peak
     attention_peak = peak if fp8_recipe == "AllMatmuls" else half
     ceilings = ceilings_for(acc)
     fw = (
@@ -343,11 +341,14 @@ def layout_hardware(
 # --- compute ------------------------------------------------------------------------------------
 
 
-def recompute_flops_per_token_per_layer(model: Transformer, recompute: ArrayLike) -> F64:
+def recompute_flops_per_token_per_layer(
+    model: Transformer, recompute: ArrayLike, load: float = MOE_LOAD_IMBALANCE
+) -> F64:
     """Forward FLOPs a policy repeats in backward, per token per layer: Full the whole layer;
     Selective and Minimal the attention core (Korthikanti et al. 2022, section 5: 2.7% of the
     FLOPs for GPT-3 175B); SelectiveOp the matmuls it did not save (wk, wo and the FFN's third:
-    w3 gated, w2 standard); SaveDotExceptMlp the FFN and the core."""
+    w3 gated, w2 standard); SaveDotExceptMlp the FFN and the core. ``load``: the busiest
+    expert-parallel rank's routed tokens over the mean (engine.moe_training.routed_load)."""
     r = np.asarray(recompute)
     h, kv, f = float(model.hidden), float(model.kv_hidden), float(model.ffn_hidden)
     core = model.attention_flops_per_token(model.sequence_length) / model.layers
@@ -355,7 +356,7 @@ def recompute_flops_per_token_per_layer(model: Transformer, recompute: ArrayLike
         [
             0.0,
             core,
-            2.0 * busiest_rank_parameters_per_layer(model) + core,
+            2.0 * busiest_rank_parameters_per_layer(model, load) + core,
             2.0 * (h * kv + h * h + h * f),
             core,
             2.0 * model.ffn_parameters_per_layer + core,
@@ -364,14 +365,17 @@ def recompute_flops_per_token_per_layer(model: Transformer, recompute: ArrayLike
     return _f(per_token[r])
 
 
-def busiest_rank_parameters_per_layer(model: Transformer) -> float:
+def busiest_rank_parameters_per_layer(
+    model: Transformer, load: float = MOE_LOAD_IMBALANCE
+) -> float:
     """The weights a token multiplies through in a layer (the active ones, mean over layers),
-    with the routed experts' share scaled by MOE_LOAD_IMBALANCE: the busiest expert-parallel
-    rank's work per token. A dense model's parameters_per_layer."""
+    with the routed experts' share scaled by ``load`` (MOE_LOAD_IMBALANCE dropless; a capacity
+    factor bounds it: engine.moe_training.routed_load): the busiest expert-parallel rank's work
+    per token. A dense model's parameters_per_layer."""
     if model.experts <= 1:  # dense, or one expert: nothing to balance
         return model.parameters_per_layer
     routed = model.moe_layers * model.active_experts * model.expert_parameters / model.layers
-    return model.active_parameters_per_layer + (MOE_LOAD_IMBALANCE - 1.0) * routed
+    return model.active_parameters_per_layer + (load - 1.0) * routed
 
 
 def recompute_flops_per_token(model: Transformer, recompute: ArrayLike) -> F64:
@@ -437,7 +441,7 @@ def stage_flops_per_micro_batch(
         2.0 * busiest_rank_parameters_per_layer(model)
         + model.attention_flops_per_token(model.sequence_length) / model.layers
     ) + recompute_flops_per_token_per_layer(model, recompute)
-    head = 3.0 * 2.0 * model.vocab * model.hidden
+    head = 3.0 * 2.0 * model.vocab * model.hidden * model.head_passes  # and the MTP modules'
     return _f(tokens * np.maximum(stages.middle * per_layer, stages.last * per_layer + head))
 
 
@@ -547,24 +551,6 @@ def _context_parallel_seconds(nbytes: F64, tensor: F64, context: F64, hw: Layout
         C.ALL_GATHER, nbytes, hosts, per_host, _fabric(hw, nic), with_busbw=False
     )
     return _f(np.where(context > 1, coll.seconds, 0.0))
-
-
-def moe_all_to_all_bytes(
-    model: Transformer, micro_batch: ArrayLike, tensor: ArrayLike, context: ArrayLike
-) -> F64:
-    """One rank's buffer in one dispatch (or combine): its share of the micro-batch's tokens
-    (sequence-parallel over t, split over c), each sent to top-k experts, hidden wide in bf16,
-    times MOE_LOAD_IMBALANCE (the busiest rank receives the most)."""
-    tokens = _f(micro_batch) * model.sequence_length / (_f(context) * _f(tensor))
-    per_token = model.active_experts * model.hidden * BYTES_DISPATCH
-    return _f(tokens * per_token * MOE_LOAD_IMBALANCE)
-
-
-def moe_all_to_alls(recompute: ArrayLike) -> F64:
-    """All-to-alls per MoE layer per micro-batch: MOE_ALL_TO_ALLS, and
-    MOE_ALL_TO_ALLS_RECOMPUTE more where the whole layer's forward is recomputed."""
-    full = np.asarray(recompute) == RECOMPUTE_FULL
-    return _f(MOE_ALL_TO_ALLS + np.where(full, MOE_ALL_TO_ALLS_RECOMPUTE, 0))
 
 
 def _expert_parallel_seconds(
@@ -721,6 +707,10 @@ class LayoutArrays(NamedTuple):
     host_gap_seconds: F64 = np.zeros(1)
     optimizer_seconds: F64 = np.zeros(1)
     expert_tensor: I64 = np.zeros(1, np.int64)  # the ranks each routed expert is split over
+    # The request's mixture-of-experts schedule and token dropping (engine.moe_training).
+    expert_overlap: str = OVERLAP_NONE
+    capacity_factor: float | None = None
+    pad_to_capacity: bool = False
 
 
 def evaluate_layouts(
@@ -740,12 +730,20 @@ def evaluate_layouts(
     sequence_parallel: bool = True,
     expert: ArrayLike = 1,
     expert_tensor: ArrayLike | None = None,
+    expert_overlap: str = OVERLAP_NONE,
+    capacity_factor: float | None = None,
+    pad_to_capacity: bool = False,
 ) -> LayoutArrays:
     """Memory, fit, step time, tokens/s and MFU of every layout (arrays broadcast together).
     The caller guarantees divisibility (t p c | accelerators, d b | global batch, c | s,
     e etp | t c d and e | experts). ``expert_tensor`` (etp): the ranks each routed expert is
     split over, None for the tensor degree (Megatron-Core's default); below it, MoE parallel
-    folding regroups a stage's t c d ranks as etp x e x expert-data-parallel."""
+    folding regroups a stage's t c d ranks as etp x e x expert-data-parallel. A mixture of
+    experts' ``expert_overlap`` (engine.moe_training.EXPERT_OVERLAPS), ``capacity_factor`` and
+    ``pad_to_capacity`` (token dropping: engine.moe_training.routed_load); a DualPipe layout
+    that DualPipe cannot schedule (an odd pipeline, too few micro-batches) does not fit."""
+    load = routed_load(capacity_factor, pad_to_capacity)
+    dual_pipe = expert_overlap == OVERLAP_DUALPIPE
     e = _f(expert)
     t = _f(tensor)
     etp = t if expert_tensor is None else _f(expert_tensor)
@@ -771,11 +769,14 @@ def evaluate_layouts(
         flash_attention=flash_attention,
         sequence_parallel=sequence_parallel,
         allocator_overhead=hw.allocator_overhead,
-        fp8=hw.compute_precision == "fp8",
+        fp8=hw.compute_precision in ("fp8", "fp4"),
         expert=e,
         expert_tensor=etp,
+        dual_pipe=dual_pipe,
     )
     fits = mem.total <= hw.memory_bytes
+    if dual_pipe:
+        fits = fits & dualpipe_runs(p, m)
 
     parts = micro_batch_parts(
         model,
@@ -790,6 +791,7 @@ def evaluate_layouts(
         expert=e,
         sharding=shard,
         expert_tensor=etp,
+        load=load,
     )
     compute_mb = parts.total
     layers = stage_layers(model, p).middle
@@ -814,13 +816,14 @@ def evaluate_layouts(
     pp_mb = _pipeline_send_seconds(act_bytes, t, p, hw) * v
     # Dispatch and combine of every MoE layer of the busiest stage. On the critical path: the
     # experts wait for the dispatched tokens and the next layer for the combined ones; the shared
-    # experts' compute runs beside them (Megatron-Core's --moe-shared-expert-overlap). The
-    # batch-level overlap of one micro-batch's all-to-all with another's compute
-    # (--overlap-moe-expert-parallel-comm, DeepSeek's DualPipe) is not assumed.
+    # experts' compute runs beside them (Megatron-Core's --moe-shared-expert-overlap), or, with a
+    # batch-level overlap (OneFOneB, DualPipe), another micro-batch's whole layer does
+    # (engine.moe_training.exposed_all_to_all).
     ep_mb = np.zeros(())
     if model.is_moe:
         moe_share = model.moe_layers / model.layers
-        a2a = _expert_parallel_seconds(moe_all_to_all_bytes(model, b, t, c), t, c, e, hw, etp)
+        a2a_bytes = moe_all_to_all_bytes(model, b, t, c, load)
+        a2a = _expert_parallel_seconds(a2a_bytes, t, c, e, hw, etp)
         shared_tokens = b * model.sequence_length / (c * t)
         shared = (
             3.0
@@ -830,14 +833,20 @@ def evaluate_layouts(
             * shared_tokens
             / (hw.peak_flops * matmul_efficiency(model, hw, b, t, c))
         )
-        per_layer = np.maximum(moe_all_to_alls(rec) * a2a - shared, 0.0)
+        unpaired = unpaired_share(expert_overlap, p, v, m)
+        per_layer = exposed_all_to_all(
+            moe_all_to_alls(rec) * a2a, shared, parts.layer, expert_overlap, unpaired
+        )
         ep_mb = layers * moe_share * per_layer
     slot = compute_mb + tp_mb + cp_mb + pp_mb + ep_mb
-    bubble = slot * (p - 1.0) / v
+    # DualPipe's bidirectional schedule (engine.moe_training.dualpipe_bubble); 1F1B's otherwise.
+    bubble = dualpipe_bubble(slot, compute_mb, p) if dual_pipe else slot * (p - 1.0) / v
     pipeline_seconds = slot * m + bubble
 
     params = stage_parameters(model, t, p, e)
     worst = np.maximum(np.maximum(params.first, params.last), params.middle)
+    if dual_pipe:  # a rank holds stage i and stage p - 1 - i (the first rank: first and last)
+        worst = np.maximum(params.first + params.last, 2.0 * params.middle)
     # All-reduce-equivalent bytes (an all-gather or a reduce-scatter of X moves half of an
     # all-reduce of X): None all-reduces fp32 gradients; Optimizer / Gradients reduce-scatter
     # them and all-gather bf16 weights; Full also gathers the weights for forward and backward of
@@ -913,4 +922,7 @@ def evaluate_layouts(
         loss_seconds=f(parts.loss * m),
         host_gap_seconds=f(parts.host_gap * m),
         optimizer_seconds=f(optimizer),
+        expert_overlap=expert_overlap,
+        capacity_factor=capacity_factor,
+        pad_to_capacity=pad_to_capacity,
     )

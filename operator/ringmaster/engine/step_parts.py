@@ -41,6 +41,7 @@ from ringmaster.engine.llm_memory import (
     routed_expert_parameters_per_layer,
     stage_layers,
 )
+from ringmaster.engine.moe_training import MOE_LOAD_IMBALANCE
 from ringmaster.engine.transformer import Transformer
 
 if TYPE_CHECKING:
@@ -59,6 +60,12 @@ ELEMENTWISE_FORWARD_SHARE = 0.35
 # about twice the working set's bf16 bytes in extra traffic (llm_training.FP8_CAST_PASSES), at
 # the streaming rate. Counted, not fitted.
 FP8_CAST_BYTES_PER_ELEMENT = 4.0
+# NVFP4 training (NVIDIA, "Pretraining Large Language Models with NVFP4", arXiv 2509.25149,
+# section 4: the 12B model's first two and last eight of 62 blocks kept in BF16) runs the
+# forward, data-gradient and weight-gradient GEMMs of the other linear layers in FP4; about 16 %
+# of the linear layers stay BF16. Taken as a share of every stage's linear FLOPs (Megatron-LM's
+# --first-last-layers-bf16 puts them on the first and last stages). Published, not fitted.
+NVFP4_BF16_LINEAR_SHARE = 0.16
 
 
 class MicroBatchParts(NamedTuple):
@@ -69,6 +76,9 @@ class MicroBatchParts(NamedTuple):
     memory_bound: F64
     loss: F64
     host_gap: F64  # host-bound time beyond the GPU's (eager stacks, short layers)
+    # One layer's GPU seconds, forward + backward + recompute: what another micro-batch's
+    # all-to-alls can hide behind (engine.moe_training.exposed_all_to_all).
+    layer: F64 = np.zeros(())
 
     @property
     def total(self) -> F64:
@@ -79,37 +89,40 @@ def _f(x: ArrayLike) -> F64:
     return np.asarray(x, dtype=np.float64)
 
 
-def _linear_flops_per_token_per_layer(model: Transformer, recompute: ArrayLike) -> tuple[F64, F64]:
+def _linear_flops_per_token_per_layer(
+    model: Transformer, recompute: ArrayLike, load: float = MOE_LOAD_IMBALANCE
+) -> tuple[F64, F64]:
     """(forward, backward + recompute) linear-layer FLOPs per token per layer, on the busiest
-    expert-parallel rank (llm_training.busiest_rank_parameters_per_layer)."""
+    expert-parallel rank (llm_training.busiest_rank_parameters_per_layer at ``load``)."""
     from ringmaster.engine import llm_training as L
 
-    forward = 2.0 * L.busiest_rank_parameters_per_layer(model)
+    forward = 2.0 * L.busiest_rank_parameters_per_layer(model, load)
     r = np.asarray(recompute)
     core = model.attention_flops_per_token(model.sequence_length) / model.layers
-    again = L.recompute_flops_per_token_per_layer(model, r)
+    again = L.recompute_flops_per_token_per_layer(model, r, load)
     core_again = np.where(np.isin(r, (RECOMPUTE_NONE, RECOMPUTE_SELECTIVE_OP)), 0.0, core)
     return _f(forward), _f(2.0 * forward + again - core_again)
 
 
-def _routed_share(model: Transformer, forward: F64) -> F64:
+def _routed_share(model: Transformer, forward: F64, load: float = MOE_LOAD_IMBALANCE) -> F64:
     """The routed experts' share of a layer's linear FLOPs on the busiest expert-parallel rank
-    (their MOE_LOAD_IMBALANCE included); 0 for a dense model. The backward and the recompute
-    are taken in the same share (they run the same matrices)."""
+    (their ``load`` included); 0 for a dense model. The backward and the recompute are taken in
+    the same share (they run the same matrices)."""
     if model.experts <= 1:
         return _f(0.0)
-    from ringmaster.engine import llm_training as L
-
     routed = model.moe_layers * model.active_experts * model.expert_parameters / model.layers
-    return _f(2.0 * L.MOE_LOAD_IMBALANCE * routed / forward)
+    return _f(2.0 * load * routed / forward)
 
 
-def expert_tokens(model: Transformer, rank_tokens: ArrayLike, expert: ArrayLike) -> F64:
+def expert_tokens(
+    model: Transformer, rank_tokens: ArrayLike, expert: ArrayLike, load: float = 1.0
+) -> F64:
     """Tokens one local expert's GEMM multiplies in a micro-batch: the ``expert`` ranks of an
     expert-parallel group send it their tokens routed to it, ``top-k / experts`` of each rank's
     (Megatron-Core's grouped GEMM runs each local expert on its own tokens: a GEMM of that M,
-    not of the micro-batch's)."""
-    per_expert = _f(rank_tokens) * _f(expert) * model.active_experts / max(model.experts, 1)
+    not of the micro-batch's), times ``load`` for the busiest expert (1: the mean;
+    engine.moe_training.routed_load: a capacity factor's cap, or its padded capacity)."""
+    per_expert = _f(rank_tokens) * _f(expert) * model.active_experts / max(model.experts, 1) * load
     return _f(np.maximum(per_expert, 1.0))
 
 
@@ -127,6 +140,12 @@ def _gemm_seconds(
         fwd = ce.gemm_flops("fp8fast", width, tokens) * hw.step_fit
         bwd = ce.gemm_flops("fp8", width, tokens) * hw.step_fit
         return _f(flops_fwd / fwd + flops_bwd / bwd)
+    if hw.compute_precision == "fp4":
+        # fprop, dgrad and wgrad in FP4, NVFP4_BF16_LINEAR_SHARE of them in bf16
+        fp4 = ce.gemm_flops("fp4", width, tokens) * hw.step_fit
+        bf16 = ce.gemm_flops("bf16", width, tokens) * hw.step_fit
+        share = NVFP4_BF16_LINEAR_SHARE
+        return _f((flops_fwd + flops_bwd) * ((1.0 - share) / fp4 + share / bf16))
     rate = ce.gemm_flops(hw.compute_precision, width, tokens) * hw.step_fit
     return _f((flops_fwd + flops_bwd) / rate)
 
@@ -144,12 +163,14 @@ def micro_batch_parts(
     expert: ArrayLike = 1,
     sharding: ArrayLike = SHARD_NONE,
     expert_tensor: ArrayLike | None = None,
+    load: float = MOE_LOAD_IMBALANCE,
 ) -> MicroBatchParts:
     """The parts of one micro-batch on the busiest stage (see the module's docstring).
     ``expert``: the expert-parallel degree of a mixture of experts (the tokens each local
     expert's grouped GEMM receives); ``expert_tensor``: the ranks each expert is split over
     (None: the tensor degree); ``sharding``: the layout's (Hugging Face modules under
-    autocast when unsharded, in bf16 when sharded: Framework.autocast_unsharded)."""
+    autocast when unsharded, in bf16 when sharded: Framework.autocast_unsharded); ``load``: the
+    busiest expert-parallel rank's routed tokens over the mean (engine.moe_training)."""
     fw, ce = hw.framework, hw.ceilings
     t, c = _f(tensor), _f(context)
     rank_tokens = _f(micro_batch) * model.sequence_length / c  # tokens a rank's layers see
@@ -157,8 +178,8 @@ def micro_batch_parts(
     r = np.asarray(recompute)
 
     # GEMMs of the linear layers; a mixture of experts' routed experts at their own shape.
-    fwd, bwd = _linear_flops_per_token_per_layer(model, r)
-    routed = _routed_share(model, fwd)
+    fwd, bwd = _linear_flops_per_token_per_layer(model, r, load)
+    routed = _routed_share(model, fwd, load)
     dense_fwd, dense_bwd = fwd * (1.0 - routed), bwd * (1.0 - routed)
     linear = _gemm_seconds(
         hw, dense_fwd * tokens, dense_bwd * tokens, model.hidden / t, rank_tokens
@@ -187,7 +208,9 @@ def micro_batch_parts(
         )
         attention = _f(attention / derate)
     else:
-        flops = full_core * tokens * (3.0 + _core_again(model, r))
+        # Scores computed whole and masked: a sliding window saves nothing here.
+        dense_core = model.dense_attention_flops_per_token(model.sequence_length) / model.layers
+        flops = dense_core * tokens * (3.0 + _core_again(model, r))
         rate = ce.gemm_flops("bf16", model.head_dim, rank_tokens) * hw.step_fit
         attention = _f(flops / rate)
 
@@ -216,7 +239,7 @@ def micro_batch_parts(
         # Materialised scores: written, softmaxed, read in forward; their gradient in backward.
         scores = micro_batch_scores_bytes(model, micro_batch, tensor, context)
         per_layer_mb = per_layer_mb + 4.0 * scores * ce.hbm_scale / (ce_stream_bytes_per_s())
-    if hw.compute_precision == "fp8":
+    if hw.compute_precision in ("fp8", "fp4"):  # FP4's quantization casts taken as FP8's
         working = (
             rank_tokens * (3.0 * model.hidden + 2.0 * model.kv_hidden + 3.0 * ffn_width * t) / t
         )
@@ -229,8 +252,8 @@ def micro_batch_parts(
     host_floor = fw.host_kernels_per_layer * hw.host_seconds_per_kernel
     layer_gap = np.maximum(host_floor - layer_gpu, 0.0)
 
-    # LM head (last stage) and the loss.
-    head_flops = 2.0 * model.vocab * model.hidden * tokens
+    # LM head (last stage) and the loss, once more per MTP module (the head is shared).
+    head_flops = 2.0 * model.vocab * model.hidden * tokens * model.head_passes
     head = _gemm_seconds(
         hw.with_precision("bf16"),
         _f(head_flops),
@@ -238,7 +261,7 @@ def micro_batch_parts(
         np.minimum(model.hidden, model.vocab / t),
         rank_tokens,
     )
-    loss = _f(ce.loss_seconds(fw.loss, rank_tokens * model.vocab / t))
+    loss = _f(ce.loss_seconds(fw.loss, rank_tokens * model.vocab / t) * model.head_passes)
 
     mid = stages.middle * layer_gpu
     last = stages.last * layer_gpu + head + loss + head_extra
@@ -250,6 +273,7 @@ def micro_batch_parts(
         memory_bound=_f(n * per_layer_mb + np.where(last_is_busiest, head_extra, 0.0)),
         loss=_f(np.where(last_is_busiest, loss, 0.0)),
         host_gap=_f(n * layer_gap),
+        layer=_f(layer_gpu),
     )
 
 
@@ -312,6 +336,9 @@ def _hf_eager_seconds(
 # and their gradients written: three passes over the local experts' bytes.
 GROUPED_GEMM_CALLS = 6.0
 GROUPED_WEIGHT_PASSES = 3.0
+# An NVFP4 weight: 4 bits and one E4M3 scale per 16 (NVFP4's 16-element micro-blocks, arXiv
+# 2509.25149 section 2): 0.5 + 1 / 16 bytes.
+NVFP4_BYTES_PER_WEIGHT = 0.5 + 1.0 / 16.0
 
 
 def _grouped_gemm_seconds(
@@ -329,7 +356,7 @@ def _grouped_gemm_seconds(
 
     def one(key: str, flops: F64) -> F64:
         e_d = ce.decode_gemm[key][2]
-        peak = ce.peak_flops["fp8" if key.startswith("fp8") else "bf16"]
+        peak = ce.peak_flops["bf16" if key == "bf16" else key.removesuffix("fast")]
         rate = np.minimum(
             e_d / (1.0 + ce.gemm_half_dim[key] / _f(width)) * peak, ce.sustained_flops[key]
         )
@@ -339,6 +366,12 @@ def _grouped_gemm_seconds(
         compute = one("fp8fast", flops_fwd) + one("fp8", flops_bwd)
         weight_bytes = 1.0
         f_w, floor_us, _ = ce.decode_gemm["fp8"]
+    elif hw.compute_precision == "fp4":
+        share = NVFP4_BF16_LINEAR_SHARE
+        flops = flops_fwd + flops_bwd
+        compute = one("fp4", flops * (1.0 - share)) + one("bf16", flops * share)
+        weight_bytes = (1.0 - share) * NVFP4_BYTES_PER_WEIGHT + share * 2.0
+        f_w, floor_us, _ = ce.decode_gemm["fp4"]
     else:
         compute = one("bf16", flops_fwd + flops_bwd)
         weight_bytes = 2.0

@@ -51,7 +51,7 @@ STRATEGIES = (AUTO, RING, REDUCTION_SERVER)
 DEFAULT_REDUCER_MACHINE = "n1-highcpu-16"  # Vertex AI's documented reducer machine
 # spec.model.computePrecision; omitted: the fastest 16-bit format the chip has (bf16, else fp16,
 # else fp32), the mixed-precision norm for the models this operator targets.
-COMPUTE_PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
+COMPUTE_PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 
 
 class StrategyArrays(NamedTuple):

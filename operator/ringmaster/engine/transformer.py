@@ -11,6 +11,14 @@ Conventions (stated once, used everywhere):
   context as PaLM (Chowdhery et al. 2022, appendix B), Megatron-LM (Narayanan et al. SC'21, eq. 3)
   and torchtitan's MFU count do. A causal kernel that skips masked blocks does about half of that
   during training and prefill; callers that model such kernels pass the mean context.
+- Sliding-window attention (Mistral 7B v0.1, Gemma 2 / 3, gpt-oss): a windowed layer's query
+  attends to at most ``sliding_window`` keys. Over a causal sequence of S tokens (x uniform in
+  [0, S], attending to min(x, w)) its mean is w - w^2 / (2S) keys where a full layer's is S / 2;
+  the whole-context count above is twice each layer's causal mean, so a windowed layer counts
+  2w - w^2 / S (S where w >= S), and the causal kernel's half is its real work either way.
+- Multi-token prediction (DeepSeek-V3 report, arXiv 2412.19437, section 2.2): each MTP module is
+  a projection of 2h x h, three norms and one transformer block, sharing the embedding and the
+  LM head; it is trained (another head and loss pass per module) and not served by default.
 - Training costs a forward and a backward pass, backward twice the forward (Kaplan et al. 2020):
   3 x forward FLOPs per token; activation recompute adds forward work (see the training engine).
 - Biases are ignored (Llama has none; GPT's are < 0.1% of the weights); norms carry one weight
@@ -22,6 +30,11 @@ Shapes of published models are in :data:`KNOWN_TRANSFORMERS`, each with its sour
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+F64 = NDArray[np.float64]
 
 
 @dataclass(frozen=True)
@@ -96,6 +109,9 @@ class Transformer:
     first_dense_layers: int = 0
     moe_layer_frequency: int = 1
     latent_attention: LatentAttention | None = None  # multi-head latent attention (DeepSeek)
+    sliding_window: int = 0  # keys a windowed layer attends to; 0: every layer attends to all
+    full_attention_every: int = 0  # with a window, every this-many-th layer is full; 0: none
+    mtp_layers: int = 0  # multi-token-prediction modules (DeepSeek-V3's num_nextn_predict_layers)
 
     def __post_init__(self) -> None:
         if self.kv_heads == 0:
@@ -128,9 +144,14 @@ class Transformer:
                 ("active_experts", self.active_experts),
                 ("shared_experts", self.shared_experts),
                 ("first_dense_layers", self.first_dense_layers),
+                ("sliding_window", self.sliding_window),
+                ("full_attention_every", self.full_attention_every),
+                ("mtp_layers", self.mtp_layers),
             )
             if value < 0
         ]
+        if not problems and self.full_attention_every and not self.sliding_window:
+            problems.append("full_attention_every needs sliding_window")
         if (
             not problems
             and not explicit_head_dim
@@ -180,6 +201,34 @@ class Transformer:
     @property
     def dense_layers(self) -> int:
         return self.layers - self.moe_layers
+
+    @property
+    def windowed_layers(self) -> int:
+        """Layers that attend to the last ``sliding_window`` keys only: all of them, or all but
+        the last of each ``full_attention_every`` (Hugging Face's layer_types: gpt-oss and Gemma 2
+        alternate from a windowed layer 0, Gemma 3's sliding_window_pattern 6 is five of six)."""
+        if not self.sliding_window:
+            return 0
+        if not self.full_attention_every:
+            return self.layers
+        return self.layers - self.layers // self.full_attention_every
+
+    @property
+    def full_attention_layers(self) -> int:
+        return self.layers - self.windowed_layers
+
+    @property
+    def last_layer_is_moe(self) -> bool:
+        """Whether the last layer's FFN is experts (layer i is MoE when i >= first_dense_layers
+        and (i - first_dense_layers + 1) is a multiple of moe_layer_frequency)."""
+        return (
+            self.is_moe and (self.layers - self.first_dense_layers) % self.moe_layer_frequency == 0
+        )
+
+    @property
+    def last_layer_is_windowed(self) -> bool:
+        every = self.full_attention_every
+        return bool(self.sliding_window) and (not every or self.layers % every != 0)
 
     # --- parameters --------------------------------------------------------------------------
 
@@ -291,6 +340,57 @@ class Transformer:
         router) and the LM head's (tied or not); the embedding look-up is not a matmul."""
         return self.active_layer_parameters + self.vocab * self.hidden
 
+    # --- multi-token prediction ---------------------------------------------------------------
+
+    def _mtp_module_parameters(self, moe_ffn: int) -> int:
+        """One MTP module given its FFN's weights: a block of the last layer's kind (attention,
+        FFN, two norms; Megatron-Core's get_gpt_mtp_block_spec takes the decoder's last layer
+        spec), the projection of [norm(h); norm(embedding)] (2h x h, eh_proj) and three norms
+        (enorm, hnorm, the final one; Megatron-LM's num_floating_point_operations counts 3h).
+        The embedding and the LM head are the main model's (shared, counted there)."""
+        h = self.hidden
+        ffn = moe_ffn if self.last_layer_is_moe else self.ffn_parameters_per_layer
+        block = self.attention_parameters_per_layer + 2 * h + ffn
+        return block + 2 * h * h + 3 * h
+
+    @property
+    def mtp_parameters(self) -> int:
+        """Every MTP module's own weights (DeepSeek-V3's README_WEIGHTS.md: 11.5B unique, the
+        shared 0.9B embedding and 0.9B head excluded)."""
+        return self.mtp_layers * self._mtp_module_parameters(self.moe_parameters_per_layer)
+
+    @property
+    def mtp_active_parameters(self) -> int:
+        """The MTP modules' weights one token runs through (top-k and shared experts)."""
+        return self.mtp_layers * self._mtp_module_parameters(self.active_moe_parameters_per_layer)
+
+    @property
+    def trained_parameters(self) -> int:
+        """What training holds (weights, gradients, optimizer state): :attr:`parameters` and the
+        MTP modules'. :attr:`parameters` is the main model alone, as publishers count it
+        (DeepSeek-V3's 671B) and as a serving engine loads it unless told to draft with the MTP
+        modules (vLLM's DeepseekV2ForCausalLM.load_weights skips them; only a speculative
+        config with method "deepseek_mtp" loads them, as the draft model)."""
+        return self.parameters + self.mtp_parameters
+
+    @property
+    def head_passes(self) -> int:
+        """LM head and loss passes per training token: the model's and one per MTP module."""
+        return 1 + self.mtp_layers
+
+    def mtp_forward_flops_per_token(self) -> float:
+        """Forward FLOPs of the MTP modules per training token at the full sequence: each its
+        block (the last layer's attention at the whole-context count), its projection and another
+        pass of the shared LM head (Megatron-LM's num_floating_point_operations counts the same:
+        the block as the last layer's kind, eh_proj, and the logits (mtp_num_layers + 1) times)."""
+        if not self.mtp_layers:
+            return 0.0
+        matmul = self.mtp_active_parameters / self.mtp_layers + self.vocab * self.hidden
+        s = float(self.sequence_length)
+        keys = float(self._windowed_whole_context(s)) if self.last_layer_is_windowed else s
+        core = self._attention_flops_per_key * keys
+        return self.mtp_layers * (2.0 * matmul + core)
+
     # --- FLOPs -------------------------------------------------------------------------------
 
     @property
@@ -304,12 +404,52 @@ class Transformer:
         mla = self.latent_attention
         return mla.v_head_dim if mla is not None else self.head_dim
 
+    @property
+    def _attention_flops_per_key(self) -> float:
+        """One layer's forward FLOPs of scores and weighted sum per query per key attended:
+        2 x heads x (query-key width + value width), 4 x heads x head_dim for standard attention."""
+        return 2.0 * self.heads * (self.qk_head_dim + self.v_head_dim)
+
+    def _windowed_whole_context(self, sequence: ArrayLike) -> F64:
+        """A windowed layer's keys per token in the whole-context count over a causal sequence
+        of ``sequence`` tokens: twice its causal mean, 2w - w^2 / S, or S where the window covers
+        the sequence (the module's docstring)."""
+        s = np.asarray(sequence, dtype=np.float64)
+        w = float(self.sliding_window)
+        return np.where(s > w, 2.0 * w - w * w / np.maximum(s, max(w, 1.0)), s)
+
+    def _whole_context_keys(self, sequence: ArrayLike) -> F64:
+        """Keys per token summed over the layers, whole-context count, sequence ``sequence``."""
+        s = np.asarray(sequence, dtype=np.float64)
+        if not self.windowed_layers:
+            return self.layers * s
+        windowed = self._windowed_whole_context(s)
+        return self.full_attention_layers * s + self.windowed_layers * windowed
+
     def attention_flops_per_token(self, context: float) -> float:
-        """Forward FLOPs of attention scores and weighted sum for one token seeing ``context``
-        tokens, over all layers: 2 FLOPs x context x heads x (query-key width + value width),
-        4 x context x heads x head_dim for standard attention."""
-        width = self.qk_head_dim + self.v_head_dim
-        return 2.0 * self.layers * context * self.heads * width
+        """Forward FLOPs of attention scores and weighted sum per token of a sequence of
+        ``context`` tokens, over all layers, in the whole-context count of MFU figures (the
+        module's docstring): a full layer counts ``context`` keys, a windowed one 2w - w^2 /
+        context; a causal kernel does half of either."""
+        return float(self._attention_flops_per_key * self._whole_context_keys(context))
+
+    def dense_attention_flops_per_token(self, context: float) -> float:
+        """:meth:`attention_flops_per_token` as a kernel that computes every score and masks
+        them does it (eager attention, no FlashAttention): windowed layers at the whole context
+        too, since the masked scores are computed all the same."""
+        return self._attention_flops_per_key * self.layers * float(context)
+
+    def causal_attention_flops_per_token(self, sequence: ArrayLike) -> F64:
+        """Forward FLOPs per token of a kernel that skips masked blocks (FlashAttention) over a
+        causal sequence of ``sequence`` tokens (a training sequence, a prompt), the mean over its
+        tokens and the sum over the layers: S / 2 keys on a full layer, w - w^2 / (2S) on a
+        windowed one (S / 2 where w >= S). Half of :meth:`attention_flops_per_token`."""
+        return 0.5 * self._attention_flops_per_key * self._whole_context_keys(sequence)
+
+    def decode_attention_flops_per_token(self, context: ArrayLike) -> F64:
+        """Forward FLOPs of one new token attending to ``context`` cached tokens, over all layers:
+        ``context`` keys on a full layer, min(context, window) on a windowed one."""
+        return self._attention_flops_per_key * self.kv_cache_layer_tokens(context)
 
     def forward_flops_per_token(self, context: float | None = None) -> float:
         """Forward FLOPs of one token: 2 x matmul parameters + attention over ``context``
@@ -320,8 +460,9 @@ class Transformer:
     def training_flops_per_token(self) -> float:
         """Forward + backward (3 x forward) at the full sequence, no recompute: the "model
         FLOPs" that MFU divides by (6N + 12 L H S per token, as PaLM's appendix B; N the
-        active parameters for a mixture of experts)."""
-        return 3.0 * self.forward_flops_per_token()
+        active parameters for a mixture of experts), the MTP modules' included as
+        Megatron-LM counts them."""
+        return 3.0 * (self.forward_flops_per_token() + self.mtp_forward_flops_per_token())
 
     # --- bytes -------------------------------------------------------------------------------
 
@@ -340,8 +481,34 @@ class Transformer:
 
     def kv_cache_bytes_per_token(self, bytes_per_element: float) -> float:
         """K and V of one token in every layer: 2 x layers x kv_heads x head_dim x bytes (the
-        latent and rotary key for latent attention)."""
+        latent and rotary key for latent attention). With a sliding window this is a token's
+        cost while the windowed layers still hold it, an upper bound: :meth:`kv_cache_bytes`
+        is a sequence's cache at its length."""
         return float(self.layers * self.kv_cache_elements_per_token_per_layer) * bytes_per_element
+
+    def kv_cache_layer_tokens(self, context: ArrayLike) -> F64:
+        """Tokens cached over the layers by one sequence of ``context`` tokens: every token in a
+        full layer, the last ``sliding_window`` in a windowed one (vLLM V1's hybrid KV cache
+        manager frees a windowed layer's blocks that fall out of its window: SlidingWindowManager
+        in vllm/v1/core/single_type_kv_cache_manager.py; its block rounding is left out)."""
+        c = np.asarray(context, dtype=np.float64)
+        if not self.windowed_layers:
+            return self.layers * c
+        windowed = np.minimum(c, float(self.sliding_window))
+        return np.asarray(self.full_attention_layers * c + self.windowed_layers * windowed)
+
+    def kv_cache_layers(self, context: ArrayLike) -> F64:
+        """Layers' worth of cache per token of a ``context``-token sequence, the mean over its
+        tokens: ``layers`` without a window, fewer once the sequence outgrows it. What replaces
+        ``layers`` in a per-token cache size (per accelerator, per pipeline stage)."""
+        c = np.asarray(context, dtype=np.float64)
+        return self.kv_cache_layer_tokens(c) / np.maximum(c, 1.0)
+
+    def kv_cache_bytes(self, context: ArrayLike, bytes_per_element: float) -> F64:
+        """One sequence's cache at ``context`` tokens, every layer: :meth:`kv_cache_layer_tokens`
+        x the elements a layer caches per token x bytes."""
+        per_layer_token = self.kv_cache_elements_per_token_per_layer * bytes_per_element
+        return self.kv_cache_layer_tokens(context) * float(per_layer_token)
 
 
 # Published shapes, for examples, tests and calibration. Llama shapes are the models'
@@ -400,8 +567,10 @@ KNOWN_TRANSFORMERS: dict[str, Transformer] = {
         active_experts=2,
     ),
     # deepseek-ai/DeepSeek-V3: MLA, 256 routed experts top-8 + 1 shared, the first 3 layers
-    # dense; the multi-token-prediction module (num_nextn_predict_layers, 14B) is not counted,
-    # as the report's 671B does not count it.
+    # dense; one multi-token-prediction module (num_nextn_predict_layers 1, trained with it:
+    # report section 2.2), in mtp_parameters, not in parameters: the report's 671B leaves it
+    # out, and the 685B of the Hugging Face files is 671B + its 14B (11.5B its own, and copies
+    # of the shared 0.9B embedding and 0.9B head: README_WEIGHTS.md).
     "deepseek-v3": Transformer(
         61,
         7168,
@@ -422,6 +591,7 @@ KNOWN_TRANSFORMERS: dict[str, Transformer] = {
             v_head_dim=128,
             q_lora_rank=1536,
         ),
+        mtp_layers=1,
     ),
     # moonshotai/Kimi-K2-Instruct: DeepSeek-V3's architecture with 64 heads, 384 experts and
     # one dense layer.
@@ -477,7 +647,9 @@ KNOWN_TRANSFORMERS: dict[str, Transformer] = {
         expert_ffn_hidden=768,
     ),
     # openai/gpt-oss-120b and openai/gpt-oss-20b: 128 (32) experts of intermediate_size 2880,
-    # top-4 (experts_per_token), head_dim 64.
+    # top-4 (experts_per_token), head_dim 64; sliding_window 128 on every other layer
+    # (layer_types alternates sliding_attention, full_attention from layer 0; the gpt-oss model
+    # card, arXiv 2508.10925, section 2: "alternating banded window and fully dense patterns").
     "gpt-oss-120b": Transformer(
         36,
         2880,
@@ -490,6 +662,8 @@ KNOWN_TRANSFORMERS: dict[str, Transformer] = {
         gated_ffn=True,
         experts=128,
         active_experts=4,
+        sliding_window=128,
+        full_attention_every=2,
     ),
     "gpt-oss-20b": Transformer(
         24,
@@ -503,6 +677,8 @@ KNOWN_TRANSFORMERS: dict[str, Transformer] = {
         gated_ffn=True,
         experts=32,
         active_experts=4,
+        sliding_window=128,
+        full_attention_every=2,
     ),
     # meta-llama/Llama-4-Scout-17B-16E and meta-llama/Llama-4-Maverick-17B-128E (text_config):
     # top-1 of 16 (128) experts + 1 shared expert of intermediate_size 8192; Maverick's

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ringmaster.api import InferenceEndpointSpec
+from ringmaster.engine.expert_dispatch import DEFAULT_DISPATCHER
 from ringmaster.manifests.naming import ADMISSION_GATE, ROLE_LABEL, common_labels, dns_label
 from ringmaster.manifests.training import pinned_to
 
@@ -41,6 +42,14 @@ TENSOR_PARALLEL_ENV = "RINGMASTER_TENSOR_PARALLEL"
 # multi-node launch, SGLang's --pp-size, --ep-size, --nnodes, --node-rank, --dist-init-addr).
 PIPELINE_PARALLEL_ENV = "RINGMASTER_PIPELINE_PARALLEL"
 EXPERT_PARALLEL_ENV = "RINGMASTER_EXPERT_PARALLEL"
+# Wide expert parallelism (README, "Serving engines"): SGLang's --enable-dp-attention --dp-size,
+# --ep-num-redundant-experts, --moe-a2a-backend; vLLM's --data-parallel-size, --eplb-config,
+# --all2all-backend. Set only where the plan has them (absent: 1, 0, AllToAll), so that no
+# running endpoint's pods change for them.
+ATTENTION_DATA_PARALLEL_ENV = "RINGMASTER_ATTENTION_DATA_PARALLEL"
+REDUNDANT_EXPERTS_ENV = "RINGMASTER_REDUNDANT_EXPERTS"
+EXPERT_DISPATCH_ENV = "RINGMASTER_EXPERT_DISPATCH"
+TWO_BATCH_OVERLAP_ENV = "RINGMASTER_TWO_BATCH_OVERLAP"  # "1" where the plan overlaps
 GROUP_SIZE_ENV = "RINGMASTER_GROUP_SIZE"  # hosts (pods) of one replica
 LEADER_ADDRESS_ENV = "RINGMASTER_LEADER_ADDRESS"  # the group's leader pod, by DNS name
 NODE_RANK_ENV = "RINGMASTER_NODE_RANK"  # this pod's index in its group (the leader is 0)
@@ -135,6 +144,7 @@ def serving_env(plan: Mapping[str, Any]) -> dict[str, str]:
         TENSOR_PARALLEL_ENV: str(plan["tensorParallel"]),
         PIPELINE_PARALLEL_ENV: str(plan.get("pipelineParallel") or 1),
         EXPERT_PARALLEL_ENV: str(plan.get("expertParallel") or 1),
+        **_wide_expert_env(plan),
         **group,
         MAX_NUM_SEQS_ENV: str(plan["maxNumSeqs"]),
         MAX_MODEL_LEN_ENV: str(plan["maxModelLen"]),
@@ -146,6 +156,19 @@ def serving_env(plan: Mapping[str, Any]) -> dict[str, str]:
             else {}
         ),
     }
+
+
+def _wide_expert_env(plan: Mapping[str, Any]) -> dict[str, str]:
+    env = {}
+    if int(plan.get("attentionDataParallel") or 1) > 1:
+        env[ATTENTION_DATA_PARALLEL_ENV] = str(plan["attentionDataParallel"])
+    if plan.get("redundantExperts"):
+        env[REDUNDANT_EXPERTS_ENV] = str(plan["redundantExperts"])
+    if plan.get("expertDispatch") not in (None, DEFAULT_DISPATCHER):
+        env[EXPERT_DISPATCH_ENV] = str(plan["expertDispatch"])
+    if plan.get("twoBatchOverlap"):
+        env[TWO_BATCH_OVERLAP_ENV] = "1"
+    return env
 
 
 def _container(

@@ -189,6 +189,9 @@ LAYOUT_ENV = (
     ("RINGMASTER_CONTEXT_PARALLEL", "context"),
     ("RINGMASTER_EXPERT_PARALLEL", "expert"),
     ("RINGMASTER_EXPERT_TENSOR_PARALLEL", "expertTensor"),
+    ("RINGMASTER_EXPERT_OVERLAP", "expertOverlap"),
+    ("RINGMASTER_EXPERT_CAPACITY_FACTOR", "expertCapacityFactor"),
+    ("RINGMASTER_EXPERT_PAD_TO_CAPACITY", "expertPadToCapacity"),
     ("RINGMASTER_DATA_PARALLEL", "data"),
     ("RINGMASTER_SHARDING", "sharding"),
     ("RINGMASTER_MICRO_BATCH_SIZE", "microBatchSize"),
@@ -199,11 +202,28 @@ LAYOUT_ENV = (
 )
 
 
+# Layout keys a plan may leave out, passed as "" then so that a launcher's
+# ${VAR:+--flag $VAR} drops the flag: a dropless mixture of experts has no capacity factor.
+OPTIONAL_LAYOUT_KEYS = frozenset({"expertOverlap", "expertCapacityFactor", "expertPadToCapacity"})
+
+
+def _env_value(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
 def layout_env(plan: Mapping[str, Any] | None) -> list[dict[str, str]]:
     """The chosen layout as environment variables; none for a job without an architecture."""
     if not plan or plan.get("tensor") is None:
         return []
-    return [{"name": name, "value": str(plan[key])} for name, key in LAYOUT_ENV if key in plan]
+    return [
+        {"name": name, "value": _env_value(plan.get(key))}
+        for name, key in LAYOUT_ENV
+        if key in plan or key in OPTIONAL_LAYOUT_KEYS
+    ]
 
 
 def worker_pod(

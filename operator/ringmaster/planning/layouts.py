@@ -49,6 +49,7 @@ PARAMETERS_TOLERANCE = 0.03  # as the API's CEL rule (api.trainingjob.PARAMETERS
 def transformer_of(arch: Any, sequence_length: int | None = None) -> Transformer:
     """The engine's Transformer for an API TransformerArchitecture."""
     mla = arch.latent_attention
+    window = arch.sliding_window
     latent = None
     if mla is not None:
         latent = LatentAttention(
@@ -76,6 +77,9 @@ def transformer_of(arch: Any, sequence_length: int | None = None) -> Transformer
         first_dense_layers=arch.first_dense_layers or 0,
         moe_layer_frequency=arch.moe_layer_frequency or 1,
         latent_attention=latent,
+        sliding_window=window.size if window is not None else 0,
+        full_attention_every=(window.full_attention_every or 0) if window is not None else 0,
+        mtp_layers=arch.mtp_layers or 0,
     )
 
 
@@ -147,6 +151,9 @@ def layout_request(spec: Any) -> LayoutRequest:
         expert_tensor=_fixed(par.expert_tensor),
         virtual_stages=par.virtual_pipeline_stages,
         strategy=str(spec.communication.strategy),
+        expert_overlap=str(par.expert_overlap),
+        capacity_factor=par.expert_capacity_factor,
+        pad_to_capacity=bool(par.expert_pad_to_capacity),
     )
 
 
@@ -332,6 +339,8 @@ def training_evidence(
 
     text = cell_evidence(accelerator, framework_name, precision)
     matmul = hw.ceilings.evidence.get("matmul", "")
+    if precision == "fp4" and "matmul-fp4" in hw.ceilings.evidence:
+        matmul = f"{matmul}; FP4 GEMMs {hw.ceilings.evidence['matmul-fp4']}"
     if hw.step_fit_source:
         matmul = f"GEMMs {hw.step_fit_source}"
     if hw.profile_evidence:  # issue 47: "profiled on pool h100-a, 2026-11-26: GEMMs bf16, ..."
@@ -357,7 +366,18 @@ def _layout_fields(layout: Layout, global_batch: int) -> dict[str, Any]:
         "globalBatchSize": global_batch,
         "virtualPipelineStages": layout.virtual_stages,
         "activationRecompute": layout.recompute,
+        **_moe_schedule_fields(layout),
     }
+
+
+def _moe_schedule_fields(layout: Layout) -> dict[str, Any]:
+    """A mixture of experts' all-to-all overlap (``None`` unless set) and token dropping (where
+    the job sets a capacity factor)."""
+    out: dict[str, Any] = {"expertOverlap": layout.expert_overlap}
+    if layout.capacity_factor is not None:
+        out["expertCapacityFactor"] = layout.capacity_factor
+        out["expertPadToCapacity"] = layout.pad_to_capacity
+    return out
 
 
 def step_parts(layout: Layout) -> dict[str, float]:
