@@ -28,6 +28,11 @@ def _terms(model: Transformer, tp: int = 2, ep: int = 1) -> S.ServingTerms:
     )
 
 
+def _routed_active(model: Transformer) -> float:
+    """The routed experts' weights one token runs through (top-k in every MoE layer)."""
+    return float(model.moe_layers * model.active_experts * model.expert_parameters)
+
+
 def _experts_read(model: Transformer, tokens: float) -> float:
     miss = 1.0 - model.active_experts / model.experts
     return model.experts * float(S.expert_fraction_read(miss, tokens))
@@ -54,10 +59,15 @@ def test_moe_step_reads_touched_experts_between_its_active_and_total_weights() -
     total = (MIXTRAL.matmul_parameters + 6 * 32 * MIXTRAL.expert_parameters) * per_byte
     assert one == pytest.approx(active, rel=1e-12)
     assert everything == pytest.approx(total, rel=1e-9)
-    # FLOPs follow the active parameters only.
+    # FLOPs follow the active parameters only: the dense ones at the fitted rate, the top-k
+    # routed experts' apart, at that rate x their GEMM shape's (engine.llm_step, two rooflines).
+    rate = 2 * H100.peak("bf16") * S.LLM_COMPUTE_EFFICIENCY
+    routed = 2.0 * _routed_active(MIXTRAL)
     assert float(t.gemm_per_token) == pytest.approx(
-        2.0 * MIXTRAL.matmul_parameters / (2 * H100.peak("bf16") * S.LLM_COMPUTE_EFFICIENCY)
+        (2.0 * MIXTRAL.matmul_parameters - routed) / rate
     )
+    ratio = float(S.expert_shape_ratio(MIXTRAL, 2, 1, "bf16"))
+    assert float(t.expert_gemm_per_token) == pytest.approx(routed / (rate * ratio))
 
 
 def test_moe_decode_step_is_slower_than_its_active_dense_twin_at_high_batch() -> None:
@@ -202,6 +212,7 @@ def test_prefill_runs_on_active_parameters() -> None:
     t = _terms(MIXTRAL)
     rate = 2 * H100.peak("bf16") * S.LLM_COMPUTE_EFFICIENCY
     head = 2.0 * MIXTRAL.vocab * MIXTRAL.hidden / 1000.0
+    # the routed experts' share runs in expert_gemm_per_token, for prompt and decode tokens alike
     assert float(t.prefill_gemm_per_token) == pytest.approx(
-        (2.0 * MIXTRAL.active_layer_parameters + head) / rate
+        (2.0 * MIXTRAL.active_layer_parameters - 2.0 * _routed_active(MIXTRAL) + head) / rate
     )

@@ -253,7 +253,11 @@ def test_more_groups_never_lower_the_offline_maximum_of_a_step_at_the_same_token
 def test_two_batch_overlap_charges_only_the_exchange_a_tokens_compute_does_not_hide() -> None:
     plain = _terms(16, dispatcher="DeepEP")
     overlap = _terms(16, dispatcher="DeepEP", two_batch_overlap=True)
-    hidden = float(plain.gemm_per_token + plain.context_tokens * plain.kv_read_per_token)
+    hidden = float(
+        plain.gemm_per_token
+        + plain.expert_gemm_per_token
+        + plain.context_tokens * plain.kv_read_per_token
+    )
     exchange = float(plain.allreduce_per_token)  # TP 1: the per-token collective is the a2a
     assert float(overlap.allreduce_per_token) == pytest.approx(max(exchange - hidden, 0.0))
     assert float(overlap.allreduce_base) <= float(plain.allreduce_base)

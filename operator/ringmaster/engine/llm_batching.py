@@ -67,7 +67,7 @@ from ringmaster.engine import llm_prefill_queue as prefill_queue
 from ringmaster.engine.llm_step import (
     KV_BLOCK_TOKENS,
     ServingTerms,
-    weights_read_seconds,
+    expert_read_seconds,
 )
 
 F64 = NDArray[np.float64]
@@ -370,18 +370,27 @@ def _closed_form_step(terms: ServingTerms, lam: F64, h: F64) -> F64:
     roofline branch; inf where it cannot keep up): the fixed point's starting point, a lower
     bound (prompts come whole, and a step's cost is convex in them)."""
     t = terms
-    streamed = weights_read_seconds(t, 1.0)
     fixed = t.overhead + t.allreduce_base
     per_seq = t.sequence_overhead + t.allreduce_per_token + t.context_tokens * t.kv_read_per_token
     per_seq = per_seq + t.kv_read_per_sequence
     per_prompt = t.allreduce_per_token + 0.5 * t.input_tokens * t.prefill_attention_per_context
     computed = t.input_tokens * t.prompt_compute  # the prompt tokens a replica computes
     linear = lam * (h * per_seq + computed * per_prompt)
-    compute = linear + lam * (h * t.gemm_per_token + computed * t.prefill_gemm_per_token)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        tau_c = np.where(compute < 1.0, fixed / (1.0 - compute), np.inf)
-        tau_m = np.where(linear < 1.0, (fixed + streamed) / (1.0 - linear), np.inf)
-    return np.maximum(tau_c, tau_m)
+    dense = lam * (h * t.gemm_per_token + computed * t.prefill_gemm_per_token)
+    experts = lam * (h + computed) * t.expert_gemm_per_token
+    # Each roofline (the dense GEMMs', the routed experts') on its compute or its weights'
+    # branch: tau = fixed + linear tau + the two, a max of increasing lines, so its fixed point
+    # is the largest of the four branches' (the least of weights streamed: one token's).
+    tau = np.zeros(np.broadcast(fixed, linear, dense, experts).shape)
+    for dense_slope, dense_bytes in ((dense, 0.0), (0.0, t.weights_read)):
+        for expert_slope, expert_bytes in ((experts, 0.0), (0.0, expert_read_seconds(t, 1.0))):
+            slope = linear + dense_slope + expert_slope
+            with np.errstate(divide="ignore", invalid="ignore"):
+                branch = np.where(
+                    slope < 1.0, (fixed + dense_bytes + expert_bytes) / (1.0 - slope), np.inf
+                )
+            tau = np.maximum(tau, branch)
+    return tau
 
 
 # Secant rounds after the first where the step's fixed point is still missed (load_points).

@@ -126,8 +126,9 @@ def unit_scale(prompts_per_step: ArrayLike) -> F64:
 
 
 class StepShape(NamedTuple):
-    """A step with ``n`` decodes and ``p`` prompt tokens: ``a + b p + max(c + d p, W(n + p))``
-    (engine.llm_step.step_seconds, with its parts gathered once per configuration)."""
+    """A step with ``n`` decodes and ``p`` prompt tokens: ``a + b p + max(c + d p, W) +
+    max(e (n + p), W_e(n + p))`` (engine.llm_step.step_seconds, with its parts gathered once per
+    configuration: the dense GEMMs' roofline and the routed experts')."""
 
     a: F64
     b: F64
@@ -137,14 +138,17 @@ class StepShape(NamedTuple):
     experts: F64
     miss: F64
     n: F64
+    expert_gemm: F64 = np.zeros(())  # e: one token's routed-expert GEMMs
+    prompt_compute: F64 = np.ones(())  # a prompt token's share of computing it (terms')
 
     def at(self, p: ArrayLike) -> F64:
         p = _f(p)
+        dense = np.maximum(self.c + self.d * p, self.weights)
         if np.any(self.experts):
-            streamed = self.weights + self.experts * expert_fraction_read(self.miss, self.n + p)
-        else:  # a dense model streams its weights once whatever the tokens
-            streamed = self.weights
-        return _f(self.a + self.b * p + np.maximum(self.c + self.d * p, streamed))
+            tokens = self.n + p * self.prompt_compute
+            streamed = self.experts * expert_fraction_read(self.miss, tokens)
+            dense = dense + np.maximum(self.expert_gemm * tokens, streamed)
+        return _f(self.a + self.b * p + dense)
 
 
 def step_shape(terms: ServingTerms, n: ArrayLike, prompt_length: ArrayLike) -> StepShape:
@@ -170,6 +174,8 @@ def step_shape(terms: ServingTerms, n: ArrayLike, prompt_length: ArrayLike) -> S
         experts=_f(t.expert_weights_read),
         miss=_f(t.expert_miss_per_token),
         n=n,
+        expert_gemm=_f(t.expert_gemm_per_token),
+        prompt_compute=_f(t.prompt_compute),
     )
 
 

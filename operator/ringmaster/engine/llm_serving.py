@@ -930,7 +930,7 @@ def _predict_layout(
         binding = BINDS_UTILIZATION
     step = float(np.asarray(replica.cap.step)[pick])
     running = float(np.asarray(replica.cap.slots)[pick])
-    gemm_compute = running * float(terms.gemm_per_token)
+    gemm_compute = running * float(terms.gemm_per_token + terms.expert_gemm_per_token)
     experts_read = model.experts * float(
         expert_fraction_read(terms.expert_miss_per_token, max(running, 1.0))
     )

@@ -314,23 +314,27 @@ class ServingTerms(NamedTuple):
     # model), and the chance one token leaves a given expert unread, 1 - k/E.
     expert_weights_read: F64 = np.zeros(())
     expert_miss_per_token: F64 = np.ones(())
+    # Mixture of experts: one token's routed-expert GEMM FLOPs, at the experts' own GEMM shape
+    # (a kernel apart, with its own roofline against the experts it streams); 0 for a dense
+    # model, whose GEMMs are all in gemm_per_token.
+    expert_gemm_per_token: F64 = np.zeros(())
     # What a prompt token costs a step, as a share of computing it: 1 on a replica that
     # prefills; 0 on the decode side of a disaggregated endpoint, where the prompt's KV cache
     # arrives computed (engine.llm_disaggregation) and the request only joins the batch.
     prompt_compute: F64 = np.ones(())
 
 
-def decode_gemm_width(model: Transformer, tp: ArrayLike) -> F64:
+def decode_gemm_width(model: Transformer, tp: ArrayLike, ffn_width: float | None = None) -> F64:
     """The narrow side of a layer's GEMMs under ``tp``-way tensor parallelism, as one width:
     ``1 / width`` averaged over the four GEMMs (QKV and gate + up split N, output and down split
     K) weighted by their FLOPs, so that ``1 + K_p / width`` is the FLOP-weighted mean of each
-    GEMM's shape term (engine.ceilings.Ceilings.decode_gemm_seconds). A MoE layer's experts are
-    counted at their own FFN width."""
+    GEMM's shape term (engine.ceilings.Ceilings.decode_gemm_seconds). The FFN at ``ffn_width``
+    (default: the dense layers' FFN, or a mixture's dense part: dense_ffn_width)."""
     g = _f(tp)
     h = float(model.hidden)
     q = float(model.heads * model.head_dim)
     qkv_n = float((model.heads + 2 * model.kv_heads) * model.head_dim)
-    ffn = float(model.expert_ffn_hidden if model.is_moe else model.ffn_hidden)
+    ffn = float(dense_ffn_width(model) if ffn_width is None else ffn_width)
     up_n = (2.0 if model.gated_ffn else 1.0) * ffn
     gemms = ((h, qkv_n / g), (q / g, h), (h, up_n / g), (ffn / g, h))  # (K, N) per rank
     flops = sum(k * n for k, n in gemms)
@@ -355,9 +359,45 @@ def expert_fraction_read(miss_per_token: ArrayLike, tokens: ArrayLike) -> F64:
 
 def weights_read_seconds(terms: ServingTerms, tokens: ArrayLike) -> F64:
     """The weights a step of ``tokens`` tokens streams: the dense parts and the experts touched."""
-    return terms.weights_read + terms.expert_weights_read * expert_fraction_read(
-        terms.expert_miss_per_token, tokens
-    )
+    return terms.weights_read + expert_read_seconds(terms, tokens)
+
+
+def expert_read_seconds(terms: ServingTerms, tokens: ArrayLike) -> F64:
+    """The routed experts a step of ``tokens`` tokens touches, streamed (0 for a dense model)."""
+    return terms.expert_weights_read * expert_fraction_read(terms.expert_miss_per_token, tokens)
+
+
+def dense_ffn_width(model: Transformer) -> float:
+    """The FFN width of a layer's dense GEMMs: the dense FFN's; in a mixture of experts whose
+    MoE layers are the most, their shared experts' together (without shared experts, the dense
+    layers' FFN, else one expert's width)."""
+    if not model.is_moe:
+        return float(model.ffn_hidden)
+    if model.shared_experts and model.moe_layers >= model.dense_layers:
+        return float(model.expert_ffn_hidden * model.shared_experts)
+    return float(model.ffn_hidden if model.dense_layers else model.expert_ffn_hidden)
+
+
+def expert_shape_ratio(model: Transformer, tp: ArrayLike, expert_parallel: int, key: str) -> F64:
+    """The routed experts' GEMM rate over the dense GEMMs' at the same fitted efficiency: the
+    measured shape term 1 / (1 + K_p / width) (engine.ceilings.H100_GEMM_HALF_DIM, fitted on the
+    H100's GEMM grid) at the experts' narrow side over the one at the dense layers' (the
+    attention and dense or shared FFN GEMMs of decode_gemm_width). An expert is sliced ``tp``
+    ways without expert parallelism, whole with it. 1 for a dense model."""
+    if not model.is_moe:
+        return np.ones(np.shape(tp))
+    g = _f(tp)
+    h = float(model.hidden)
+    split = g if expert_parallel == 1 else np.ones_like(g)
+    ffn = float(model.expert_ffn_hidden)
+    up_n = (2.0 if model.gated_ffn else 1.0) * ffn
+    gemms = ((h, up_n / split), (ffn / split, h))
+    flops = sum(k * n for k, n in gemms)
+    width = flops / sum(k * n / np.minimum(k, n) for k, n in gemms)
+    dense = decode_gemm_width(model, g)
+    half = H100_GEMM_HALF_DIM[key]
+    ratio: F64 = (1.0 + half / dense) / (1.0 + half / width)
+    return ratio
 
 
 def kv_elements_per_token_per_accelerator(
@@ -558,20 +598,27 @@ def serving_terms(
         decode_rate = rate
         kv_hbm = hbm * constants.kv_read_efficiency * memory_ratio
         floors_seconds = 0.0
-    layer_flops = 2.0 * model.active_layer_parameters  # active: top-k and shared experts
+    # The routed experts run as grouped GEMMs of their own (vLLM's fused_moe, TensorRT-LLM's MoE
+    # plugin, SGLang's DeepGEMM): their FLOPs at the experts' shape, apart from the dense ones.
+    routed_flops = 2.0 * routed_active
+    expert_rate = decode_rate * expert_shape_ratio(model, g, expert_parallel, gemm_key)
+    layer_flops = 2.0 * model.active_layer_parameters - routed_flops  # attention, dense, shared
     # a prompt token's attention per token of its prompt: causal, at the mean prompt (linear in
     # the prompt without a window; a window caps what each token attends to)
     attention = model.causal_attention_flops_per_token(n_in) / (0.5 * np.maximum(n_in, 1.0))
     share = 1.0 - HBM_RESERVE_FRACTION if kv_memory_fraction is None else _f(kv_memory_fraction)
     held = weights_bytes_per_accelerator(model, w, g, pp, attention_data, redundant_experts)
     free = capacity * share - held
-    gemm_per_token = 2.0 * model.matmul_parameters / (decode_rate * pp * groups)
+    gemm_per_token = (2.0 * model.matmul_parameters - routed_flops) / (decode_rate * pp * groups)
+    expert_gemm_per_token = routed_flops / (expert_rate * pp * groups)
     kv_read_per_token = kv_read_bytes / kv_hbm / groups
     overhead = constants.step_overhead * model.layers / OVERHEAD_FIT_LAYERS + floors_seconds
     passes = 1.0
     if two_batch_overlap:
         a2a_per_token = np.maximum(
-            a2a_per_token - (gemm_per_token + context * kv_read_per_token), 0.0
+            a2a_per_token
+            - (gemm_per_token + expert_gemm_per_token + context * kv_read_per_token),
+            0.0,
         )
         a2a_base = np.maximum(a2a_base - overhead, 0.0)
         passes = 2.0
@@ -600,6 +647,7 @@ def serving_terms(
         kv_bytes_per_token=kv_per_token,
         expert_weights_read=passes * routed_experts * w / (g * groups) / weight_hbm,
         expert_miss_per_token=np.full_like(g, miss),
+        expert_gemm_per_token=_f(expert_gemm_per_token) + 0.0 * g,
     )
 
 
@@ -633,10 +681,13 @@ def step_seconds(
     p = _f(prompt_tokens) * terms.prompt_compute
     context = n * terms.context_tokens if context_tokens is None else _f(context_tokens)
     length = terms.input_tokens if prompt_length is None else _f(prompt_length)
-    gemm = np.maximum(
-        n * terms.gemm_per_token + p * terms.prefill_gemm_per_token,
-        weights_read_seconds(terms, n + p),
+    # Two rooflines, one per kernel family: the dense GEMMs against the dense weights, the
+    # routed experts' grouped GEMMs against the experts the step touches.
+    dense = np.maximum(
+        n * terms.gemm_per_token + p * terms.prefill_gemm_per_token, terms.weights_read
     )
+    experts = np.maximum((n + p) * terms.expert_gemm_per_token, expert_read_seconds(terms, n + p))
+    gemm = _f(dense + experts)
     return (
         terms.overhead
         + terms.allreduce_base
