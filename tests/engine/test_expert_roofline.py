@@ -2,7 +2,6 @@
 their grouped GEMMs are kernels apart from the dense ones, each bound by its own compute or its
 own weights, at the experts' own GEMM shape."""
 
-
 import numpy as np
 import pytest
 from hypothesis import given, settings

@@ -45,7 +45,15 @@ IntOrAuto = Annotated[
 
 Sharding = Literal["Auto", "None", "Optimizer", "Gradients", "Full"]
 Recompute = Literal[
-    "Auto", "None", "Selective", "Full", "SelectiveOp", "Minimal", "SaveDotExceptMlp"
+    "Auto",
+    "None",
+    "Selective",
+    "Full",
+    "SelectiveOp",
+    "Minimal",
+    "SaveDotExceptMlp",
+    "QkvProjOffloaded",
+    "MinimalOffloaded",
 ]
 ExpertOverlap = Literal["None", "OneFOneB", "DualPipe"]
 
@@ -76,8 +84,13 @@ class Parallelism(SpecModel):
     to its launcher's flag): ``None`` (FlashAttention, nothing recomputed), ``Selective``
     (Megatron-LM's: the attention core), ``Full`` (every layer from its input),
     ``SelectiveOp`` (torchtitan's op-level selective AC), ``Minimal`` and ``SaveDotExceptMlp``
-    (MaxText's remat policies ``minimal`` and ``save_dot_except_mlp``). ``Auto`` searches
-    None, Selective and Full."""
+    (MaxText's remat policies ``minimal`` and ``save_dot_except_mlp``), ``QkvProjOffloaded``
+    (MaxText's ``qkv_proj_offloaded``: Q, K and V go to the host's pinned memory, the rest of
+    the layer is recomputed) and ``MinimalOffloaded`` (MaxText's ``minimal_offloaded``: every
+    projection's output goes to host memory, the attention core is recomputed); with both only
+    the layer input stays in HBM, and the plan reports ``hostOffloadBytesPerAccelerator`` and
+    the copies' exposed time (``stepPartsSeconds.activationOffload``). ``Auto`` searches None,
+    Selective and Full."""
     context: IntOrAuto = AUTO
     """Context parallelism (ring attention: Megatron-LM's context_parallel_size, torchtitan's
     CP): each of the c ranks holds sequenceLength / c tokens of every sequence, dividing the

@@ -595,7 +595,13 @@ class TrainingPlan(StatusModel):
     evidence says how); the workers get it as ``RINGMASTER_FRAMEWORK``."""
     step_parts_seconds: dict[str, float] | None = None
     """The step, part by part (seconds per step on the busiest accelerator): gemm, attention,
-    memoryBound, loss, hostGap, optimizer, and the exposed communication and pipeline bubble."""
+    memoryBound, loss, hostGap, optimizer, and the exposed communication and pipeline bubble;
+    activationOffload where the recompute policy offloads activations to host memory (the
+    copies' time beyond the layers' compute)."""
+    host_offload_bytes_per_accelerator: float | None = None
+    """Where ``activationRecompute`` offloads activations to host memory (QkvProjOffloaded,
+    MinimalOffloaded): the bytes each accelerator keeps in its host's DRAM at the peak, held
+    against its share of the host's DRAM where the catalog states it."""
     evidence: str | None = Field(default=None, max_length=1024)
     """What the prediction rests on: the calibration cell (accelerator x framework x precision)
     and its checked error, or ``extrapolated: no checked run of <framework> on <accelerator>``."""

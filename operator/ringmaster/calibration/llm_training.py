@@ -49,6 +49,7 @@ from ringmaster.engine.llm_memory import (
     FRAMEWORK_RESERVE_BYTES,
     memory_per_accelerator,
 )
+from ringmaster.engine.training import _wrapped as tpu_wrapped_axes
 from ringmaster.engine.transformer import KNOWN_TRANSFORMERS, Transformer
 from ringmaster.engine.units import GIB, gbps_to_bytes_per_second
 
@@ -213,8 +214,10 @@ def _torchtitan(points: Mapping[str, Any], fit: float) -> list[tuple[str, float,
 
 def _maxtext(points: Mapping[str, Any], fit: float) -> list[tuple[float, float, float]]:
     """(params_billion, published MFU, predicted MFU) on one v5e-256 slice, FSDP over all
-    chips, full rematerialisation; the 128B row runs tensor 16 x FSDP 16 with
-    ``remat_policy=minimal_offloaded`` (MaxText configs/v5e/128b.sh), modelled as Selective."""
+    chips, full rematerialisation; the 128B row runs tensor 16 x FSDP 16. Every row ran
+    ``remat_policy=full``: the README's table was published at maxtext 76bd53b0f (2023-12-15)
+    with configs/v5e/{16b,32b,64b,128b}.sh all at full, and has not changed since; 128b.sh moved
+    to minimal_offloaded in 125139c29 (2024-02-23, "up from 106 TFLOP/s"), after the table."""
     out = []
     for r in point_by_id(points, "maxtext-v5e")["rows"]:
         size = int(r["params_billion"])
@@ -228,7 +231,7 @@ def _maxtext(points: Mapping[str, Any], fit: float) -> list[tuple[float, float, 
             pipeline=1,
             sharding=SHARD_FULL,
             micro_batch=b * tensor,
-            recompute=RECOMPUTE_SELECTIVE if size == 128 else RECOMPUTE_FULL,
+            recompute=RECOMPUTE_FULL,
             global_batch=256 * b,
         )
         out.append((float(size), float(r["mfu"]), float(a.mfu)))
@@ -466,7 +469,12 @@ def published_layout_search(row: Mapping[str, Any], nic_gbps: float | None = Non
     host = DEFAULT_CATALOG.host(str(row["accelerator"]), per_host)
     hosts = int(row["gpus"]) // per_host
     axes = None
-    if host.accelerator.kind == "tpu":
+    wrapped = (False, False, False)
+    if host.accelerator.kind == "tpu" and "topology" in row:  # the slice the run names: 16x16
+        dims = [int(x) for x in str(row["topology"]).split("x")] + [1, 1]
+        axes = (dims[0], dims[1], dims[2])
+        wrapped = tpu_wrapped_axes(host.accelerator, axes)
+    elif host.accelerator.kind == "tpu":
         side = round(int(row["gpus"]) ** (1 / 3))
         axes = (side, side, int(row["gpus"]) // (side * side))
     hw = L.layout_hardware(
@@ -474,6 +482,7 @@ def published_layout_search(row: Mapping[str, Any], nic_gbps: float | None = Non
         hosts,
         DEFAULT_CATALOG,
         slice_axes=axes,
+        wrapped=wrapped,
         compute_precision=str(row["precision"]),
         framework=framework_profile(published_framework(row)),
     )

@@ -23,7 +23,7 @@ import yaml
 from ringmaster.calibration.llm_training import TOLERANCE, maxtext_model
 from ringmaster.engine import llm_training as L
 from ringmaster.engine.hardware import DEFAULT_CATALOG
-from ringmaster.engine.llm_layout_names import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, RING, SHARD_FULL
+from ringmaster.engine.llm_layout_names import RECOMPUTE_FULL, RING, SHARD_FULL
 from ringmaster.engine.training import dcn_bandwidth
 
 MULTISLICE_POINTS = Path(__file__).with_name("multislice_points.yaml")
@@ -75,7 +75,7 @@ def maxtext_mfu(params_billion: int, per_device_batch: int, slices: int) -> floa
         pipeline=1,
         sharding=SHARD_FULL,
         micro_batch=per_device_batch * tensor,
-        recompute=RECOMPUTE_SELECTIVE if params_billion == 128 else RECOMPUTE_FULL,
+        recompute=RECOMPUTE_FULL,  # every size ran remat_policy=full (calibration.llm_training)
         strategy=RING,
     )
     return float(arrays.mfu)

@@ -76,6 +76,12 @@ class Framework:
     # fp32 and every linear layer casts its input and weight (engine.ceilings.H100_HF_EAGER_PS).
     # Sharded (FSDP's MixedPrecision(param_dtype=bf16)) the weights are bf16 during compute.
     autocast_unsharded: bool = False
+    # On a TPU slice, the tensor-parallel collectives run beside the matmuls they feed (XLA's
+    # async collective fusion and collective matmul: MaxText's configs/v5e/*.sh set
+    # LIBTPU_INIT_ARGS --xla_tpu_enable_async_collective_fusion=true ...
+    # --xla_tpu_overlap_compute_collective_tc=true, maxtext @ 76bd53b0f), so only what exceeds
+    # the micro-batch's GEMMs is on the critical path.
+    overlaps_tensor_parallel_on_tpu: bool = False
 
     def attention_kernel(self, nccl_arch: str) -> str:
         return self.attention if nccl_arch in ("hopper", "blackwell") else self.attention_ampere
@@ -94,7 +100,16 @@ _BASE = {
         "Torchtitan", "flash2", "flash2", "eager", "eager_upcast", "adamw_fused", False, False, True
     ),
     "MaxText": Framework(
-        "MaxText", "cudnn", "cudnn", "fused", "compiled", "adamw_fused", True, False, False
+        "MaxText",
+        "cudnn",
+        "cudnn",
+        "fused",
+        "compiled",
+        "adamw_fused",
+        True,
+        False,
+        False,
+        overlaps_tensor_parallel_on_tpu=True,
     ),
     "DeepSpeed": Framework(
         "DeepSpeed", "flash2", "flash2", HF_EAGER, "eager_upcast", "adamw_fused", False, True, True

@@ -14,8 +14,20 @@ SHARDINGS = ("None", "Optimizer", "Gradients", "Full")  # codes 0..3, each shard
 # selective: the attention core), Full (every layer from its input: Megatron-LM's granularity
 # full, torchtitan's mode full, MaxText's remat_policy full), SelectiveOp (torchtitan's op-level
 # selective AC), Minimal and SaveDotExceptMlp (MaxText's remat policies minimal and
-# save_dot_except_mlp). ``Auto`` searches the first three, which every launcher has.
-RECOMPUTES = ("None", "Selective", "Full", "SelectiveOp", "Minimal", "SaveDotExceptMlp")
+# save_dot_except_mlp), QkvProjOffloaded and MinimalOffloaded (MaxText's qkv_proj_offloaded and
+# minimal_offloaded: what they save goes to the host's pinned memory, not HBM;
+# engine.activation_offload). ``Auto`` searches the first three, which every launcher has. New
+# policies go at the end, so that the codes already in tables and tests keep their meaning.
+RECOMPUTES = (
+    "None",
+    "Selective",
+    "Full",
+    "SelectiveOp",
+    "Minimal",
+    "SaveDotExceptMlp",
+    "QkvProjOffloaded",
+    "MinimalOffloaded",
+)
 SHARD_NONE, SHARD_OPTIMIZER, SHARD_GRADIENTS, SHARD_FULL = range(4)
 (
     RECOMPUTE_NONE,
@@ -24,7 +36,9 @@ SHARD_NONE, SHARD_OPTIMIZER, SHARD_GRADIENTS, SHARD_FULL = range(4)
     RECOMPUTE_SELECTIVE_OP,
     RECOMPUTE_MINIMAL,
     RECOMPUTE_SAVE_DOT_EXCEPT_MLP,
-) = range(6)
+    RECOMPUTE_QKV_PROJ_OFFLOADED,
+    RECOMPUTE_MINIMAL_OFFLOADED,
+) = range(len(RECOMPUTES))
 FP8_RECIPES = ("Linear", "AllMatmuls")  # with computePrecision fp8: what runs in FP8
 RING, REDUCTION_SERVER = "Ring", "ReductionServer"
 STRATEGY_RING, STRATEGY_REDUCTION_SERVER = 0, 1

@@ -131,6 +131,11 @@ class Layout:
     expert_overlap: str = OVERLAP_NONE
     capacity_factor: float | None = None
     pad_to_capacity: bool = False
+    # Offloaded activations (engine.activation_offload): exposed copy seconds per step, and the
+    # host bytes per accelerator with the host's share (inf: not stated, unchecked).
+    activation_offload_seconds: float = 0.0
+    host_offload_bytes: float = 0.0
+    host_capacity_bytes: float = float("inf")
 
     @property
     def expert_tensor_degree(self) -> int:
@@ -354,7 +359,9 @@ def evaluate_grid(request: LayoutRequest, hw: LayoutHardware, grid: dict[str, I6
     )
 
 
-def _layout(a: LayoutArrays, i: int, capacity: float) -> Layout:
+def _layout(
+    a: LayoutArrays, i: int, capacity: float, host_capacity: float = float("inf")
+) -> Layout:
     mem = a.memory
     return Layout(
         tensor=int(a.tensor[i]),
@@ -398,6 +405,9 @@ def _layout(a: LayoutArrays, i: int, capacity: float) -> Layout:
         expert_overlap=a.expert_overlap,
         capacity_factor=a.capacity_factor,
         pad_to_capacity=a.pad_to_capacity,
+        activation_offload_seconds=float(a.activation_offload_seconds[i]),
+        host_offload_bytes=float(a.host_offload_bytes[i]),
+        host_capacity_bytes=host_capacity,
     )
 
 
@@ -458,11 +468,11 @@ def search_layouts(request: LayoutRequest, hw: LayoutHardware) -> LayoutSearch:
             )
         ]
         best = int(order[0])
-        chosen = _layout(a, best, cap)
+        chosen = _layout(a, best, cap, hw.host_memory_per_accelerator)
         reason = None
     else:
         best = int(np.argmin(a.memory.total))
-        chosen = _layout(a, best, cap)
+        chosen = _layout(a, best, cap, hw.host_memory_per_accelerator)
         reason = _does_not_fit(chosen, hw, request)
     return LayoutSearch(
         chosen=chosen,
@@ -505,6 +515,8 @@ def _alternatives(a: LayoutArrays, best: int, cap: float) -> tuple[Alternative, 
         if layout.fits:
             slower = layout.step_seconds / chosen_step - 1.0
             why = f"slower by {slower:.1%}" if slower > 0 else "as fast, costs more or spares less"
+        elif layout.total_bytes <= cap:  # HBM holds it; the host cannot hold what it offloads
+            why = f"offloads {_gib(layout.host_offload_bytes)}, beyond the host's share"
         else:
             why = f"does not fit by {_gib(layout.total_bytes - cap)}"
         out.append(Alternative(layout, why))
@@ -613,6 +625,14 @@ def _levers(request: LayoutRequest, hw: LayoutHardware, closest: Layout) -> list
 
 def _does_not_fit(closest: Layout, hw: LayoutHardware, request: LayoutRequest) -> str:
     """The numbers, the dominant term, and the levers that shrink it."""
+    if closest.total_bytes <= hw.memory_bytes:  # HBM holds it: the host's DRAM does not
+        return (
+            f"recompute {closest.recompute} offloads {_gib(closest.host_offload_bytes)} of "
+            f"activations per accelerator to host memory with tensor {closest.tensor} x "
+            f"pipeline {closest.pipeline}, micro-batch {closest.micro_batch}; the host has "
+            f"{_gib(hw.host_memory_per_accelerator)} per {hw.accelerator}; try a smaller "
+            "microBatchSize or another activationRecompute"
+        )
     state = closest.weights_bytes + closest.gradients_bytes + closest.optimizer_bytes
     dominant = (
         "activations" if closest.activations_bytes >= state else "weights, gradients and optimizer"

@@ -616,8 +616,7 @@ def serving_terms(
     passes = 1.0
     if two_batch_overlap:
         a2a_per_token = np.maximum(
-            a2a_per_token
-            - (gemm_per_token + expert_gemm_per_token + context * kv_read_per_token),
+            a2a_per_token - (gemm_per_token + expert_gemm_per_token + context * kv_read_per_token),
             0.0,
         )
         a2a_base = np.maximum(a2a_base - overhead, 0.0)

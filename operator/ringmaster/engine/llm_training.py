@@ -27,6 +27,7 @@ new network model changes one place.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
@@ -34,6 +35,12 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ringmaster.engine import collectives as C
+from ringmaster.engine.activation_offload import (
+    host_link_bandwidth,
+    host_memory_per_accelerator,
+    host_offload_bytes,
+    unknown_host_link,
+)
 from ringmaster.engine.alpha_beta_collectives import (
     reduction_server,
     ring_allreduce,
@@ -72,6 +79,7 @@ from ringmaster.engine.llm_layout_names import (
     FP8_RECIPES,
     RECOMPUTE_FULL,
     RECOMPUTE_NONE,
+    RECOMPUTE_QKV_PROJ_OFFLOADED,
     RECOMPUTE_SELECTIVE_OP,
     REDUCTION_SERVER,
     RING,
@@ -119,9 +127,11 @@ I64 = NDArray[np.int64]
 # Tensor-parallel collectives per layer (Korthikanti et al. 2022, section 4.2.2): with sequence
 # parallelism two all-gathers and two reduce-scatters in the forward pass, the same in the
 # backward pass: the traffic of 4 all-reduces of s b h activations per layer per micro-batch.
-# Full recompute runs the forward pass, and its 2, again.
+# Full recompute runs the forward pass, and its 2, again. QkvProjOffloaded reruns it but for the
+# QKV projections, whose input all-gather (half an all-reduce) it skips: 1.5.
 TP_ALLREDUCES_PER_LAYER = 4
 TP_ALLREDUCES_RECOMPUTE = 2
+TP_ALLREDUCES_RECOMPUTE_BUT_QKV = TP_ALLREDUCES_RECOMPUTE - 0.5
 
 # Context parallelism (ring attention: Megatron-LM's context_parallel, torchtitan's CP): each
 # rank holds s / c tokens and passes its K and V around the ring, c - 1 chunks per pass, the
@@ -223,6 +233,11 @@ class LayoutHardware:
     # issue 47: a pool measured by a PoolProfile (engine.profiled): what the profile replaced,
     # for the plan's evidence ("" on the catalog's figures).
     profile_evidence: str = ""
+    # Offloaded activations (engine.activation_offload): the accelerator's link to host memory,
+    # achieved bytes/s per direction (0: unknown), and its share of the host's DRAM (inf:
+    # unknown, unchecked).
+    host_link_bandwidth: float = 0.0
+    host_memory_per_accelerator: float = math.inf
 
     @property
     def accelerators(self) -> int:
@@ -335,6 +350,8 @@ def layout_hardware(
         nccl_arch=acc.nccl_arch or "volta",
         compute_precision=precision,
         profile_evidence=profile_evidence,
+        host_link_bandwidth=host_link_bandwidth(acc.name),
+        host_memory_per_accelerator=host_memory_per_accelerator(acc.name),
     )
 
 
@@ -347,19 +364,26 @@ def recompute_flops_per_token_per_layer(
     """Forward FLOPs a policy repeats in backward, per token per layer: Full the whole layer;
     Selective and Minimal the attention core (Korthikanti et al. 2022, section 5: 2.7% of the
     FLOPs for GPT-3 175B); SelectiveOp the matmuls it did not save (wk, wo and the FFN's third:
-    w3 gated, w2 standard); SaveDotExceptMlp the FFN and the core. ``load``: the busiest
-    expert-parallel rank's routed tokens over the mean (engine.moe_training.routed_load)."""
+    w3 gated, w2 standard); SaveDotExceptMlp the FFN and the core; QkvProjOffloaded the whole
+    layer but the Q, K and V projections (fetched back from the host); MinimalOffloaded, as
+    Minimal, the core. ``load``: the busiest expert-parallel rank's routed tokens over the mean
+    (engine.moe_training.routed_load)."""
     r = np.asarray(recompute)
     h, kv, f = float(model.hidden), float(model.kv_hidden), float(model.ffn_hidden)
     core = model.attention_flops_per_token(model.sequence_length) / model.layers
+    full = 2.0 * busiest_rank_parameters_per_layer(model, load) + core
+    # The Q, K and V projections: the attention's weights but the output projection's.
+    qkv = model.attention_parameters_per_layer - model.hidden * model.heads * model.v_head_dim
     per_token = np.array(
         [
             0.0,
             core,
-            2.0 * busiest_rank_parameters_per_layer(model, load) + core,
+            full,
             2.0 * (h * kv + h * h + h * f),
             core,
             2.0 * model.ffn_parameters_per_layer + core,
+            full - 2.0 * qkv,
+            core,
         ]
     )
     return _f(per_token[r])
@@ -458,9 +482,12 @@ def pipeline_bubble_fraction(
 
 def tensor_parallel_collectives_per_layer(recompute: ArrayLike) -> F64:
     """All-reduce equivalents per layer per micro-batch: TP_ALLREDUCES_PER_LAYER, plus
-    TP_ALLREDUCES_RECOMPUTE under Full recompute."""
-    full = np.asarray(recompute) == RECOMPUTE_FULL
-    return _f(TP_ALLREDUCES_PER_LAYER + np.where(full, TP_ALLREDUCES_RECOMPUTE, 0))
+    TP_ALLREDUCES_RECOMPUTE under Full recompute (TP_ALLREDUCES_RECOMPUTE_BUT_QKV under
+    QkvProjOffloaded)."""
+    r = np.asarray(recompute)
+    again = np.where(r == RECOMPUTE_QKV_PROJ_OFFLOADED, TP_ALLREDUCES_RECOMPUTE_BUT_QKV, 0.0)
+    again = np.where(r == RECOMPUTE_FULL, TP_ALLREDUCES_RECOMPUTE, again)
+    return _f(TP_ALLREDUCES_PER_LAYER + again)
 
 
 def tensor_parallel_bytes_per_layer(
@@ -707,6 +734,10 @@ class LayoutArrays(NamedTuple):
     host_gap_seconds: F64 = np.zeros(1)
     optimizer_seconds: F64 = np.zeros(1)
     expert_tensor: I64 = np.zeros(1, np.int64)  # the ranks each routed expert is split over
+    # Offloaded activations (engine.activation_offload): the copies' exposed seconds per step
+    # (a part of compute_seconds) and the host bytes per accelerator at the peak.
+    activation_offload_seconds: F64 = np.zeros(1)
+    host_offload_bytes: F64 = np.zeros(1)
     # The request's mixture-of-experts schedule and token dropping (engine.moe_training).
     expert_overlap: str = OVERLAP_NONE
     capacity_factor: float | None = None
@@ -774,7 +805,11 @@ def evaluate_layouts(
         expert_tensor=etp,
         dual_pipe=dual_pipe,
     )
-    fits = mem.total <= hw.memory_bytes
+    # Offloaded activations live in the host's DRAM, which must hold them too, and cross a host
+    # link whose bandwidth must be known.
+    host_bytes = host_offload_bytes(model, b, t, p, m, rec, v, c)
+    fits = (mem.total <= hw.memory_bytes) & (host_bytes <= hw.host_memory_per_accelerator)
+    fits = fits & ~unknown_host_link(rec, hw.host_link_bandwidth)
     if dual_pipe:
         fits = fits & dualpipe_runs(p, m)
 
@@ -799,6 +834,8 @@ def evaluate_layouts(
     tp_mb = layers * _tensor_parallel_seconds(
         act_bytes, tensor_parallel_collectives_per_layer(rec), t, hw
     )
+    if hw.kind == "tpu" and hw.framework.overlaps_tensor_parallel_on_tpu:
+        tp_mb = np.maximum(tp_mb - parts.gemm, 0.0)  # beside the GEMMs (Framework's note)
     # Ring attention overlaps each K/V pass with the attention core's blocks.
     cp_layer = context_parallel_passes(rec) * _context_parallel_seconds(
         kv_bytes_per_layer(model, b, t), t, c, hw
@@ -921,6 +958,8 @@ def evaluate_layouts(
         memory_bound_seconds=f(parts.memory_bound * m),
         loss_seconds=f(parts.loss * m),
         host_gap_seconds=f(parts.host_gap * m),
+        activation_offload_seconds=f(parts.activation_offload * m),
+        host_offload_bytes=f(host_bytes),
         optimizer_seconds=f(optimizer),
         expert_overlap=expert_overlap,
         capacity_factor=capacity_factor,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ringmaster.engine.llm_layout_names import RECOMPUTE_FULL
+from ringmaster.engine.llm_layout_names import RECOMPUTE_FULL, RECOMPUTE_QKV_PROJ_OFFLOADED
 from ringmaster.engine.transformer import Transformer
 
 F64 = NDArray[np.float64]
@@ -92,8 +92,9 @@ def moe_all_to_all_bytes(
 
 def moe_all_to_alls(recompute: ArrayLike) -> F64:
     """All-to-alls per MoE layer per micro-batch: MOE_ALL_TO_ALLS, and
-    MOE_ALL_TO_ALLS_RECOMPUTE more where the whole layer's forward is recomputed."""
-    full = np.asarray(recompute) == RECOMPUTE_FULL
+    MOE_ALL_TO_ALLS_RECOMPUTE more where the layer's FFN forward is recomputed with its
+    dispatch and combine (Full; QkvProjOffloaded, which keeps only Q, K and V)."""
+    full = np.isin(np.asarray(recompute), (RECOMPUTE_FULL, RECOMPUTE_QKV_PROJ_OFFLOADED))
     return _f(MOE_ALL_TO_ALLS + np.where(full, MOE_ALL_TO_ALLS_RECOMPUTE, 0))
 
 

@@ -15,6 +15,9 @@ The engine's third layer (DESIGN.md): a micro-batch on the busiest pipeline stag
   (:attr:`Framework.memory_bound`), a recomputing policy's forward share again, FP8's casts;
 - **the loss** over the vocabulary (last stage; vocabulary-parallel over the tensor ranks);
 - **host gaps**: an eager stack's layer cannot run faster than the host issues its kernels;
+- **activation offload**: a policy that offloads activations to host memory (MaxText's
+  qkv_proj_offloaded, minimal_offloaded) pays the copies a layer's compute does not hide
+  (:mod:`ringmaster.engine.activation_offload`);
 
 and a step adds **the optimizer** over the parameters the rank updates (its data-parallel shard
 under ZeRO / FSDP), with its bookkeeping (fp32 gradient accumulation, the bf16 copy-back, zeroing).
@@ -30,6 +33,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ringmaster.engine.activation_offload import exposed_offload_seconds, offload_bytes_per_layer
 from ringmaster.engine.frameworks import HF_EAGER
 from ringmaster.engine.llm_layout_names import (
     RECOMPUTE_NONE,
@@ -79,10 +83,19 @@ class MicroBatchParts(NamedTuple):
     # One layer's GPU seconds, forward + backward + recompute: what another micro-batch's
     # all-to-alls can hide behind (engine.moe_training.exposed_all_to_all).
     layer: F64 = np.zeros(())
+    # Host-memory copies of offloaded activations beyond what the layers' compute hides.
+    activation_offload: F64 = np.zeros(())
 
     @property
     def total(self) -> F64:
-        return self.gemm + self.attention + self.memory_bound + self.loss + self.host_gap
+        return (
+            self.gemm
+            + self.attention
+            + self.memory_bound
+            + self.loss
+            + self.host_gap
+            + self.activation_offload
+        )
 
 
 def _f(x: ArrayLike) -> F64:
@@ -251,6 +264,8 @@ def micro_batch_parts(
     layer_gpu = linear + attention + per_layer_mb
     host_floor = fw.host_kernels_per_layer * hw.host_seconds_per_kernel
     layer_gap = np.maximum(host_floor - layer_gpu, 0.0)
+    offloaded = offload_bytes_per_layer(model, micro_batch, tensor, r, context)
+    layer_offload = exposed_offload_seconds(offloaded, hw.host_link_bandwidth, layer_gpu)
 
     # LM head (last stage) and the loss, once more per MTP module (the head is shared).
     head_flops = 2.0 * model.vocab * model.hidden * tokens * model.head_passes
@@ -263,8 +278,8 @@ def micro_batch_parts(
     )
     loss = _f(ce.loss_seconds(fw.loss, rank_tokens * model.vocab / t) * model.head_passes)
 
-    mid = stages.middle * layer_gpu
-    last = stages.last * layer_gpu + head + loss + head_extra
+    mid = stages.middle * (layer_gpu + layer_offload)
+    last = stages.last * (layer_gpu + layer_offload) + head + loss + head_extra
     last_is_busiest = last >= mid
     n = np.where(last_is_busiest, stages.last, stages.middle)
     return MicroBatchParts(
@@ -274,6 +289,7 @@ def micro_batch_parts(
         loss=_f(np.where(last_is_busiest, loss, 0.0)),
         host_gap=_f(n * layer_gap),
         layer=_f(layer_gpu),
+        activation_offload=_f(n * layer_offload),
     )
 
 

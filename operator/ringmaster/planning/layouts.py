@@ -18,6 +18,7 @@ import numpy as np
 from ringmaster.engine import collectives as C
 from ringmaster.engine import llm_training as L
 from ringmaster.engine import nccl_settings
+from ringmaster.engine.activation_offload import offload_refusal
 from ringmaster.engine.frameworks import Framework, framework, infer_framework
 from ringmaster.engine.hardware import Catalog
 from ringmaster.engine.llm_layout_search import (
@@ -245,6 +246,9 @@ def plan_layout(
         framework=profile,
     )
     hw, network_notes = network_hardware(hw, host.machine, inputs.nccl_env)
+    refusal = offload_refusal(request.recompute or "", acc.name)
+    if refusal is not None:
+        raise ValueError(f"spec.parallelism: {refusal}")
     try:
         search = search_layouts(request, hw)
     except NoLayoutError as exc:
@@ -388,6 +392,11 @@ def step_parts(layout: Layout) -> dict[str, float]:
         "memoryBound": _sig(layout.memory_bound_seconds),
         "loss": _sig(layout.loss_seconds),
         "hostGap": _sig(layout.host_gap_seconds),
+        **(
+            {"activationOffload": _sig(layout.activation_offload_seconds)}
+            if layout.host_offload_bytes > 0
+            else {}
+        ),
         "optimizer": _sig(layout.optimizer_seconds),
         "tensorParallel": _sig(layout.tensor_parallel_seconds),
         "contextParallel": _sig(layout.context_parallel_seconds),
@@ -396,6 +405,14 @@ def step_parts(layout: Layout) -> dict[str, float]:
         "pipelineBubble": _sig(layout.bubble_seconds),
         "exposedDataParallel": _sig(layout.exposed_data_parallel_seconds),
     }
+
+
+def _host_offload(layout: Layout) -> dict[str, float]:
+    """The activations an offloading recompute policy keeps in host memory, per accelerator
+    (nothing for the policies that keep everything in HBM)."""
+    if layout.host_offload_bytes <= 0:
+        return {}
+    return {"hostOffloadBytesPerAccelerator": _sig(layout.host_offload_bytes)}
 
 
 def _memory(layout: Layout) -> dict[str, float]:
@@ -424,6 +441,7 @@ def layout_json(plan: LayoutPlan) -> dict[str, Any]:
         "layoutsEvaluated": plan.search.evaluated,
         "framework": plan.framework_label,
         "stepPartsSeconds": step_parts(c),
+        **_host_offload(c),
         "evidence": plan.evidence,
         **({"moe": moe_json(plan)} if plan.search.chosen and _is_moe(plan) else {}),
         "alternatives": [
@@ -477,6 +495,7 @@ def layout_status(plan: LayoutPlan) -> dict[str, Any]:
         "memoryPerAcceleratorBytes": _memory(c),
         "framework": plan.framework_label or None,
         "stepPartsSeconds": step_parts(c),
+        **_host_offload(c),
         "evidence": plan.evidence[:1024] or None,
     }
     if _is_moe(plan):

@@ -207,8 +207,21 @@ def render_layout(plan: LayoutPlan) -> str:
         f"{c.exposed_data_parallel_seconds:.3g}, optimizer {c.optimizer_seconds:.3g}",
         f"compute by part ({plan.framework_label or 'framework'}): GEMMs {c.gemm_seconds:.4g}, "
         f"attention {c.attention_seconds:.3g}, memory-bound {c.memory_bound_seconds:.3g}, loss "
-        f"{c.loss_seconds:.3g}, host gaps {c.host_gap_seconds:.3g}",
+        f"{c.loss_seconds:.3g}, host gaps {c.host_gap_seconds:.3g}"
+        + (
+            f", activation offload {c.activation_offload_seconds:.3g}"
+            if c.host_offload_bytes > 0
+            else ""
+        ),
     ]
+    if c.host_offload_bytes > 0:
+        host_room = (
+            f" of {_gib(c.host_capacity_bytes)}" if c.host_capacity_bytes != float("inf") else ""
+        )
+        lines.append(
+            f"host memory per accelerator GiB: offloaded activations "
+            f"{_gib(c.host_offload_bytes)}{host_room} (recompute {c.recompute})"
+        )
     model = plan.model
     if model is not None and model.is_moe:
         share = c.expert_parallel_seconds / c.step_seconds if c.step_seconds > 0 else 0.0
