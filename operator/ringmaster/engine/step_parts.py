@@ -41,6 +41,7 @@ from ringmaster.engine.llm_layout_names import (
     SHARD_NONE,
 )
 from ringmaster.engine.llm_memory import (
+    BYTES_ACTIVATION,
     REBUILDS_LAYER,
     routed_expert_parameters_per_layer,
     stage_layers,
@@ -246,6 +247,11 @@ def micro_batch_parts(
         rotary = ce.elementwise_seconds(mode, "rope", 1.0) * rank_tokens * rope_width
         activation = ce.elementwise_seconds(mode, "swiglu", 1.0) * rank_tokens * ffn_width
         per_layer_mb = norms + adds + rotary + activation
+    if model.experts > 1:  # routing and the tokens' permutation, the MoE layers' share of them
+        moved = moe_routing_bytes_per_token(model, _f(expert) > 1)
+        per_layer_mb = per_layer_mb + (model.moe_layers / model.layers) * (
+            sp_tokens * moved * ce.hbm_scale / ce_stream_bytes_per_s()
+        )
     rebuilds = np.isin(r, REBUILDS_LAYER)
     per_layer_mb = per_layer_mb * (1.0 + np.where(rebuilds, ELEMENTWISE_FORWARD_SHARE, 0.0))
     if not flash_attention:
@@ -410,6 +416,32 @@ def _activation_width(model: Transformer) -> float:
     moe = model.moe_layers
     active = (model.active_experts + model.shared_experts) * model.expert_ffn_hidden
     return (moe * active + (model.layers - moe) * model.ffn_hidden) / model.layers
+
+
+# A MoE layer's memory-bound work around its experts, forward and backward, per token entering
+# it (Megatron-Core's token dispatcher, megatron/core/transformer/moe/moe_utils.py permute /
+# unpermute and router.py, NVIDIA/Megatron-LM @ d98e8a6):
+# - the permutation gathers each token into its k experts' order (read h, write k h, bf16) and
+#   the unpermutation sums the k outputs back, weighted by the router's probabilities (read k h,
+#   write h); backward runs each the other way: 4 x (k + 1) x h elements of 2 bytes;
+# - with expert parallelism the received tokens are sorted by local expert once more
+#   (sort_chunks_by_idxs) before the experts and after them: 4 x k x h more;
+# - the router's scores, top-k and probabilities over the E experts in fp32, forward and
+#   backward: 6 passes of E x 4 bytes.
+# All at the streaming rate of a fused kernel (H100_STREAM_GBPS: TE's fused permute, XLA's
+# fusions), a lower bound for an eager framework's gather and scatter.
+MOE_PERMUTE_PASSES = 4.0
+MOE_ROUTER_PASSES = 6.0
+
+
+def moe_routing_bytes_per_token(model: Transformer, expert_parallel: ArrayLike) -> F64:
+    """Bytes one token's routing, permutation and unpermutation move in a MoE layer, forward
+    and backward (see MOE_PERMUTE_PASSES)."""
+    k, h = float(model.active_experts), float(model.hidden)
+    permute = MOE_PERMUTE_PASSES * (k + 1.0) * h * BYTES_ACTIVATION
+    sort = np.where(expert_parallel, MOE_PERMUTE_PASSES * k * h * BYTES_ACTIVATION, 0.0)
+    router = MOE_ROUTER_PASSES * float(model.experts) * 4.0
+    return _f(permute + sort + router)
 
 
 def ce_stream_bytes_per_s() -> float:
