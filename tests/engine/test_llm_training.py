@@ -370,7 +370,7 @@ def test_context_parallelism_divides_activations_and_costs_ring_passes():
     kv = float(L.kv_bytes_per_layer(model, 1, 1))
     assert kv == 2 * 2 * 65536 * 1024
     one_pass = float(L._context_parallel_seconds(np.float64(kv), 1.0, 2.0, hw))
-    nvlink = C.nccl_collective(C.ALL_GATHER, kv, 1.0, 2.0, L._fabric(hw, hw.nic_bandwidth / 4))
+    nvlink = C.nccl_collective(C.ALL_GATHER, kv, 1.0, 2.0, hw.fabric(hw.nic_bandwidth / 4))
     assert one_pass == pytest.approx(float(nvlink.seconds))
     assert one_pass > kv / 2 / hw.intra_bandwidth  # at best the NVLink line rate
 

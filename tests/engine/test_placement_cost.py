@@ -197,14 +197,14 @@ def test_tensor_group_over_an_nvlink_domain_never_slower_than_over_nics(
     hw, k = gb200(36)
     tray = P.unfold_domain(hw, k)
     inside = C.nccl_collective(
-        C.ALL_REDUCE, nbytes, 1.0, 4.0 * trays, P._fabric(hw, np.inf), with_busbw=False
+        C.ALL_REDUCE, nbytes, 1.0, 4.0 * trays, hw.fabric(np.inf), with_busbw=False
     ).seconds
     over = C.nccl_collective(
         C.ALL_REDUCE,
         nbytes,
         float(trays),
         4.0,
-        P._fabric(tray, tray.nic_bandwidth),
+        tray.fabric(tray.nic_bandwidth),
         with_busbw=False,
     ).seconds
     assert float(inside) <= float(over)

@@ -52,6 +52,12 @@ REFUSED = [
         id="overlap-on-a-dense-model",
     ),
     pytest.param(
+        job(LLAMA, expertDispatch="DeepEP"),
+        "spec.parallelism.expertDispatch",
+        "a dense model (no model.architecture.experts) takes AllToAll",
+        id="deepep-on-a-dense-model",
+    ),
+    pytest.param(
         job(LLAMA, expertCapacityFactor=1.25),
         "spec.parallelism.expertCapacityFactor",
         "a dense model (no model.architecture.experts) has none",
@@ -119,6 +125,8 @@ ACCEPTED = [
     pytest.param(job(expertCapacityFactor=1.0), id="dropping"),
     pytest.param(job(expertCapacityFactor=1.5, expertPadToCapacity=True), id="padded"),
     pytest.param(job(LLAMA, expertOverlap="None"), id="dense-none"),
+    pytest.param(job(expertDispatch="DeepEP"), id="deepep"),
+    pytest.param(job(LLAMA, expertDispatch="AllToAll"), id="dense-all-to-all"),
 ]
 
 
@@ -164,3 +172,10 @@ def test_the_request_carries_the_fields_and_the_workers_get_them() -> None:
     assert env["RINGMASTER_EXPERT_PAD_TO_CAPACITY"] == "true"
     dropless = {e["name"]: e["value"] for e in layout_env({"tensor": 1, "expertOverlap": "None"})}
     assert dropless["RINGMASTER_EXPERT_CAPACITY_FACTOR"] == ""  # ${VAR:+...} drops the flag
+
+
+def test_the_dispatcher_reaches_the_request_the_plan_and_the_workers() -> None:
+    spec = parse_manifest(job(expertDispatch="DeepEP")).spec  # type: ignore[union-attr]
+    assert layout_request(spec).expert_dispatch == "DeepEP"
+    env = {e["name"]: e["value"] for e in layout_env({"tensor": 1, "expertDispatch": "DeepEP"})}
+    assert env["RINGMASTER_EXPERT_DISPATCH"] == "DeepEP"

@@ -12,6 +12,7 @@ from ringmaster.api.accelerators import AcceleratorType
 from ringmaster.api.architecture import TransformerArchitecture
 from ringmaster.api.base import Int, Rule, SpecModel, StatusModel
 from ringmaster.api.common import Condition, MachineType, PodTemplate, conditions_field
+from ringmaster.api.parallelism import ExpertDispatch
 from ringmaster.api.quantity import Count
 from ringmaster.api.resource import AGE, PrinterColumn, Resource, condition_reason
 from ringmaster.api.serving_topology import (
@@ -25,7 +26,6 @@ Precision = Literal["FP32", "FP16", "INT8", "BF16", "FP8", "INT4", "FP4"]
 KvCachePrecision = Literal["BF16", "FP16", "FP8"]
 Batching = Literal["Continuous", "Static"]
 ServingEngineName = Literal["vLLM", "SGLang", "TensorRT-LLM"]
-ExpertDispatch = Literal["AllToAll", "DeepEP"]
 # The precisions of each engine: a model without an architecture is served as one block of
 # FLOPs (FP32/FP16/INT8); an LLM (with an architecture) in BF16/FP16, FP8, weight-only INT4 or
 # FP4 (NVFP4 on Blackwell; whether the accelerator has FP4 units is the catalog's word, so the

@@ -56,6 +56,8 @@ Recompute = Literal[
     "MinimalOffloaded",
 ]
 ExpertOverlap = Literal["None", "OneFOneB", "DualPipe"]
+# How tokens reach their experts (engine.expert_dispatch): NCCL's all-to-all or DeepEP's kernels.
+ExpertDispatch = Literal["AllToAll", "DeepEP"]
 
 
 class Parallelism(SpecModel):
@@ -127,6 +129,13 @@ class Parallelism(SpecModel):
     """With expertCapacityFactor: pad every expert's input to its capacity
     (--moe-pad-expert-input-to-capacity), so each expert computes and receives exactly
     capacity tokens."""
+    expert_dispatch: ExpertDispatch = "AllToAll"
+    """How a mixture of experts' tokens reach their experts: ``AllToAll`` (Megatron-Core's
+    alltoall token dispatcher: NCCL all-to-alls of bf16 activations, a copy per expert) or
+    ``DeepEP`` (Megatron-Core's flex dispatcher with DeepEP, --moe-token-dispatcher-type flex;
+    DeepSeek-V3's own kernels): the dispatch and the combine's gradient in FP8, one network
+    copy per destination host forwarded over NVLink inside it, no per-peer latency. A dense
+    model takes AllToAll. Passed to workers as RINGMASTER_EXPERT_DISPATCH."""
 
 
 _T = "self.parallelism.tensor"
@@ -136,6 +145,7 @@ _E = "self.parallelism.expert"
 _ETP = "self.parallelism.expertTensor"
 _OVERLAP = "self.parallelism.expertOverlap"
 _CF = "self.parallelism.expertCapacityFactor"
+_DISPATCH = "self.parallelism.expertDispatch"
 _VPP = "self.parallelism.virtualPipelineStages"
 _REC = "self.parallelism.activationRecompute"
 _ARCH = "self.model.architecture"
@@ -290,6 +300,20 @@ MOE_FEATURE_RULES: tuple[Rule, ...] = (
             s.parallelism is None
             or s.model.architecture is None
             or _overlap(s) == "None"
+            or _is_moe(s)
+        ),
+    ),
+    Rule(
+        cel=f"!({_CEL_PARALLEL}) || !has({_DISPATCH}) || {_DISPATCH} == 'AllToAll' || "
+        f"{_CEL_IS_MOE}",
+        message="parallelism.expertDispatch moves a mixture of experts' tokens: a dense model "
+        "(no model.architecture.experts) takes AllToAll",
+        field_path=".parallelism.expertDispatch",
+        reason="FieldValueForbidden",
+        check=lambda s: (
+            s.parallelism is None
+            or s.model.architecture is None
+            or s.parallelism.expert_dispatch == "AllToAll"
             or _is_moe(s)
         ),
     ),

@@ -571,6 +571,8 @@ class TrainingPlan(StatusModel):
     expert_overlap: str | None = None
     """A mixture of experts: the all-to-all overlap schedule the step assumes
     (``spec.parallelism.expertOverlap``); the workers get it as RINGMASTER_EXPERT_OVERLAP."""
+    expert_dispatch: str | None = None
+    """A mixture of experts: how its tokens reach their experts (``AllToAll``, ``DeepEP``)."""
     expert_capacity_factor: float | None = None
     """A mixture of experts dropping tokens: the capacity factor (absent: dropless)."""
     expert_pad_to_capacity: bool | None = None

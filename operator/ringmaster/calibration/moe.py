@@ -163,6 +163,7 @@ def predicted_tokens_per_gpu(point: dict[str, Any], catalog: Catalog) -> float:
         sharding=point["sharding"],
         recompute=point["recompute"],
         expert_overlap=str(point.get("expert_overlap", "None")),
+        expert_dispatch=str(point.get("expert_dispatch", "AllToAll")),
         virtual_stages=int(point.get("virtual", 1)),
     )
     layout = search_layouts(request, hw).chosen

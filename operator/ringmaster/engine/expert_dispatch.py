@@ -73,6 +73,34 @@ def remote_host_copies(top_k: ArrayLike, hosts: ArrayLike) -> F64:
     return (h - 1.0) * (1.0 - (1.0 - 1.0 / h) ** k)
 
 
+def deepep_network_share(
+    top_k: ArrayLike, hosts: ArrayLike, ranks: ArrayLike, per_host: ArrayLike
+) -> F64:
+    """DeepEP's normal kernels' network bytes over an all-to-all's: one copy per destination
+    host, remote_host_copies(k, H), where the all-to-all sends k (R - g) / R (1 on one host)."""
+    h, r, g = np.asarray(hosts, float), np.asarray(ranks, float), np.asarray(per_host, float)
+    k = np.asarray(top_k, float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = remote_host_copies(k, h) / (k * (r - g) / np.maximum(r, 1.0))
+    return np.asarray(np.where(h > 1.0, share, 1.0), dtype=np.float64)
+
+
+def deepep_bytes_scale(hidden: int) -> float:
+    """A layer's four exchanges in training under DeepEP over the same in 16-bit: the forward
+    dispatch and the combine's gradient travel in FP8 (DeepSeek-V3 report, arXiv 2412.19437,
+    section 3.3.2: activations before the experts' up-projections and activation gradients
+    before their down-projections are quantized to FP8 for the dispatch), the combine and the
+    dispatch's gradient in BF16."""
+    fp8 = dispatch_token_bytes(hidden, "DeepEP")
+    return (fp8 + combine_token_bytes(hidden)) / (2.0 * combine_token_bytes(hidden))
+
+
+def peer_latency(ranks: ArrayLike) -> F64:
+    """NCCL's per-peer latency of an all-to-all over ``ranks`` (a send and a receive issued per
+    further peer, in turn: collectives.nccl_all_to_all), which DeepEP's kernels do not pay."""
+    return np.maximum(np.asarray(ranks, float) - 2.0, 0.0) * ALLTOALL_PEER_LATENCY
+
+
 @dataclasses.dataclass(frozen=True)
 class ExpertGroup:
     """The expert-parallel ranks of a replica: ``ranks`` accelerators, ``per_host`` of them on
@@ -107,7 +135,7 @@ def exchange_seconds(
     seconds = _all_to_all_seconds(buffer_bytes, group, top_k, deduplicate_hosts)
     if peers_in_turn:
         return seconds
-    return seconds - max(group.ranks - 2, 0) * ALLTOALL_PEER_LATENCY
+    return seconds - peer_latency(group.ranks)
 
 
 def _all_to_all_seconds(
@@ -128,8 +156,7 @@ def _all_to_all_seconds(
     if deduplicate_hosts:
         # The all-to-all sends (R - g) / R of each token's k copies over the NICs; DeepEP's
         # normal kernels send remote_host_copies of it.
-        remote_share = (group.ranks - group.per_host) / group.ranks
-        dedup = float(remote_host_copies(top_k, group.hosts)) / (top_k * remote_share)
+        dedup = float(deepep_network_share(top_k, group.hosts, group.ranks, group.per_host))
         fabric = dataclasses.replace(
             fabric, net_bandwidth=np.asarray(fabric.net_bandwidth, dtype=np.float64) / dedup
         )
@@ -163,8 +190,11 @@ __all__ = [
     "Dispatcher",
     "ExpertGroup",
     "combine_token_bytes",
+    "deepep_bytes_scale",
+    "deepep_network_share",
     "dispatch_combine_seconds",
     "dispatch_token_bytes",
     "exchange_seconds",
+    "peer_latency",
     "remote_host_copies",
 ]

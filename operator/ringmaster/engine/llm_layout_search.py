@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ringmaster.engine.expert_dispatch import DEFAULT_DISPATCHER, DISPATCHERS, Dispatcher
 from ringmaster.engine.llm_layout_names import (
     AUTO,
     RECOMPUTE_FULL,
@@ -84,6 +85,7 @@ class LayoutRequest:
     expert_overlap: str = OVERLAP_NONE
     capacity_factor: float | None = None
     pad_to_capacity: bool = False
+    expert_dispatch: str = DEFAULT_DISPATCHER  # engine.expert_dispatch.DISPATCHERS
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,7 @@ class Layout:
     expert_overlap: str = OVERLAP_NONE
     capacity_factor: float | None = None
     pad_to_capacity: bool = False
+    expert_dispatch: str = DEFAULT_DISPATCHER
     # Offloaded activations (engine.activation_offload): exposed copy seconds per step, and the
     # host bytes per accelerator with the host's share (inf: not stated, unchecked).
     activation_offload_seconds: float = 0.0
@@ -165,6 +168,8 @@ class Layout:
         moe = ""
         if self.expert_overlap != OVERLAP_NONE:
             moe += f", all-to-all overlap {self.expert_overlap}"
+        if self.expert_dispatch != DEFAULT_DISPATCHER:
+            moe += f", {self.expert_dispatch} dispatch"
         if self.capacity_factor is not None:
             padded = ", padded" if self.pad_to_capacity else ""
             moe += f", capacity factor {self.capacity_factor:g}{padded}"
@@ -356,6 +361,7 @@ def evaluate_grid(request: LayoutRequest, hw: LayoutHardware, grid: dict[str, I6
         expert_overlap=request.expert_overlap,
         capacity_factor=request.capacity_factor,
         pad_to_capacity=request.pad_to_capacity,
+        expert_dispatch=_dispatcher(request.expert_dispatch),
     )
 
 
@@ -405,6 +411,7 @@ def _layout(
         expert_overlap=a.expert_overlap,
         capacity_factor=a.capacity_factor,
         pad_to_capacity=a.pad_to_capacity,
+        expert_dispatch=a.expert_dispatch,
         activation_offload_seconds=float(a.activation_offload_seconds[i]),
         host_offload_bytes=float(a.host_offload_bytes[i]),
         host_capacity_bytes=host_capacity,
@@ -437,6 +444,7 @@ def evaluate_layout(
         expert_overlap=layout.expert_overlap,
         capacity_factor=layout.capacity_factor,
         pad_to_capacity=layout.pad_to_capacity,
+        expert_dispatch=_dispatcher(layout.expert_dispatch),
     )
 
 
@@ -446,6 +454,12 @@ def _gib(x: float) -> str:
 
 class NoLayoutError(ValueError):
     """The request admits no layout at all (nothing divides); the message names the numbers."""
+
+
+def _dispatcher(name: str) -> Dispatcher:
+    if name not in DISPATCHERS:
+        raise ValueError(f"expertDispatch {name!r}; known: {', '.join(DISPATCHERS)}")
+    return name
 
 
 def search_layouts(request: LayoutRequest, hw: LayoutHardware) -> LayoutSearch:

@@ -66,6 +66,7 @@ from ringmaster.engine.efficiency import (
     XGMI_EFFICIENCY,
     XGMI_HOP_LATENCY,
 )
+from ringmaster.engine.expert_dispatch import DEFAULT_DISPATCHER, Dispatcher
 from ringmaster.engine.frameworks import (
     DEFAULT_GPU_FRAMEWORK,
     DEFAULT_TPU_FRAMEWORK,
@@ -103,6 +104,7 @@ from ringmaster.engine.moe_training import (
     OVERLAP_NONE,
     dualpipe_bubble,
     dualpipe_runs,
+    expert_all_to_all_seconds,
     exposed_all_to_all,
     moe_all_to_all_bytes,
     moe_all_to_alls,
@@ -227,7 +229,7 @@ class LayoutHardware:
     host_seconds_per_kernel: float = HOST_SECONDS_PER_KERNEL
     # --- issue 41 part 4 (network): what the workers' NCCL_ALGO / NCCL_PROTO /
     # NCCL_NVLS_ENABLE leave NCCL (collectives.parse_nccl_env; None: everything), passed to
-    # every collective through _fabric. planning.layouts sets them from the pod's env.
+    # every collective through LayoutHardware.fabric. planning.layouts sets them from the pod's env.
     nccl_algorithms: frozenset[int] | None = None
     nccl_protocols: frozenset[int] | None = None
     # issue 47: a pool measured by a PoolProfile (engine.profiled): what the profile replaced,
@@ -249,6 +251,19 @@ class LayoutHardware:
             self
             if precision == self.compute_precision
             else replace(self, compute_precision=precision)
+        )
+
+    def fabric(self, net_bandwidth: ArrayLike) -> C.GpuFabric:
+        """The GPU host as NCCL sees it, with ``net_bandwidth`` of NIC for the group and the
+        pod's NCCL_* restrictions (issue 41 part 4)."""
+        return C.GpuFabric(
+            intra_bandwidth=self.intra_bandwidth,
+            net_bandwidth=net_bandwidth,
+            intra_link=self.intra_link,
+            nvls_bandwidth=self.nvls_bandwidth,
+            arch=self.nccl_arch,
+            algorithms=self.nccl_algorithms,
+            protocols=self.nccl_protocols,
         )
 
 
@@ -512,22 +527,9 @@ def _tensor_parallel_seconds(
         one = ring_allreduce(one_collective_bytes, tensor, bandwidth, hw.intra_hop_latency)
         return _f(collectives * one.seconds)
     nccl = C.nccl_collective(
-        C.ALL_REDUCE, one_collective_bytes, 1.0, tensor, _fabric(hw, np.inf), with_busbw=False
+        C.ALL_REDUCE, one_collective_bytes, 1.0, tensor, hw.fabric(np.inf), with_busbw=False
     )
     return _f(np.where(tensor > 1, collectives * nccl.seconds, 0.0))
-
-
-def _fabric(hw: LayoutHardware, net_bandwidth: ArrayLike) -> C.GpuFabric:
-    """The GPU host as NCCL sees it, with ``net_bandwidth`` of NIC for the group."""
-    return C.GpuFabric(
-        intra_bandwidth=hw.intra_bandwidth,
-        net_bandwidth=net_bandwidth,
-        intra_link=hw.intra_link,
-        nvls_bandwidth=hw.nvls_bandwidth,
-        arch=hw.nccl_arch,
-        algorithms=hw.nccl_algorithms,  # issue 41 part 4: the pod's NCCL_* restrictions
-        protocols=hw.nccl_protocols,
-    )
 
 
 def _pipeline_send_seconds(nbytes: F64, tensor: F64, pipeline: F64, hw: LayoutHardware) -> F64:
@@ -575,43 +577,9 @@ def _context_parallel_seconds(nbytes: F64, tensor: F64, context: F64, hw: Layout
     hosts = context / per_host
     nic = hw.nic_bandwidth / (g / per_host)
     coll = C.nccl_collective(
-        C.ALL_GATHER, nbytes, hosts, per_host, _fabric(hw, nic), with_busbw=False
+        C.ALL_GATHER, nbytes, hosts, per_host, hw.fabric(nic), with_busbw=False
     )
     return _f(np.where(context > 1, coll.seconds, 0.0))
-
-
-def _expert_parallel_seconds(
-    nbytes: F64,
-    tensor: F64,
-    context: F64,
-    expert: F64,
-    hw: LayoutHardware,
-    expert_tensor: F64 | None = None,
-) -> F64:
-    """One all-to-all of ``nbytes`` per rank over the e expert-parallel ranks. They sit at a
-    stride of t c (Megatron-Core orders tp-cp-ep-dp-pp), so g / (t c) of them share a host:
-    NVLink while t c e fits in a host, else across hosts with the group's share of the NICs
-    (engine.collectives.nccl_all_to_all); over the slice's ICI on a TPU (one line of e chips).
-    Folded (an expert tensor degree etp below t: the expert mesh is etp-ep-edp) the stride is
-    etp."""
-    if hw.kind == "tpu":
-        coll = C.ici_all_to_all(
-            nbytes,
-            (expert, 1.0, 1.0),
-            (False, False, False),
-            hw.intra_bandwidth,
-            hw.intra_hop_latency,
-        )
-        return _f(np.where(expert > 1, coll.seconds, 0.0))
-    g = float(hw.per_host)
-    stride = tensor * context
-    if expert_tensor is not None:
-        stride = np.where(expert_tensor < tensor, expert_tensor, stride)
-    per_host = np.clip(g / stride, 1.0, expert)
-    hosts = expert / per_host
-    nic = hw.nic_bandwidth / (g / per_host)
-    coll = C.nccl_all_to_all(nbytes, hosts, per_host, _fabric(hw, nic), with_busbw=False)
-    return _f(np.where(expert > 1, coll.seconds, 0.0))
 
 
 class DataParallelComm(NamedTuple):
@@ -665,7 +633,7 @@ def _data_parallel_seconds(
     nic = hw.nic_bandwidth / groups
     args = (nbytes, hosts, per_host, nic, hw.intra_bandwidth, hw.intra_hop_latency)
     ring = C.nccl_collective(
-        C.ALL_REDUCE, nbytes, hosts, per_host, _fabric(hw, nic), with_busbw=False
+        C.ALL_REDUCE, nbytes, hosts, per_host, hw.fabric(nic), with_busbw=False
     ).seconds
     ring = np.where(data > 1, ring, 0.0)
     if hw.reducers <= 0 or strategy == RING:
@@ -742,6 +710,7 @@ class LayoutArrays(NamedTuple):
     expert_overlap: str = OVERLAP_NONE
     capacity_factor: float | None = None
     pad_to_capacity: bool = False
+    expert_dispatch: str = DEFAULT_DISPATCHER
 
 
 def evaluate_layouts(
@@ -764,6 +733,7 @@ def evaluate_layouts(
     expert_overlap: str = OVERLAP_NONE,
     capacity_factor: float | None = None,
     pad_to_capacity: bool = False,
+    expert_dispatch: Dispatcher = DEFAULT_DISPATCHER,
 ) -> LayoutArrays:
     """Memory, fit, step time, tokens/s and MFU of every layout (arrays broadcast together).
     The caller guarantees divisibility (t p c | accelerators, d b | global batch, c | s,
@@ -771,7 +741,8 @@ def evaluate_layouts(
     split over, None for the tensor degree (Megatron-Core's default); below it, MoE parallel
     folding regroups a stage's t c d ranks as etp x e x expert-data-parallel. A mixture of
     experts' ``expert_overlap`` (engine.moe_training.EXPERT_OVERLAPS), ``capacity_factor`` and
-    ``pad_to_capacity`` (token dropping: engine.moe_training.routed_load); a DualPipe layout
+    ``pad_to_capacity`` (token dropping: engine.moe_training.routed_load), its
+    ``expert_dispatch`` (engine.moe_training.expert_all_to_all_seconds); a DualPipe layout
     that DualPipe cannot schedule (an odd pipeline, too few micro-batches) does not fit."""
     load = routed_load(capacity_factor, pad_to_capacity)
     dual_pipe = expert_overlap == OVERLAP_DUALPIPE
@@ -860,7 +831,7 @@ def evaluate_layouts(
     if model.is_moe:
         moe_share = model.moe_layers / model.layers
         a2a_bytes = moe_all_to_all_bytes(model, b, t, c, load)
-        a2a = _expert_parallel_seconds(a2a_bytes, t, c, e, hw, etp)
+        a2a = expert_all_to_all_seconds(a2a_bytes, t, c, e, hw, etp, expert_dispatch, model)
         shared_tokens = b * model.sequence_length / (c * t)
         shared = (
             3.0
@@ -962,6 +933,7 @@ def evaluate_layouts(
         host_offload_bytes=f(host_bytes),
         optimizer_seconds=f(optimizer),
         expert_overlap=expert_overlap,
+        expert_dispatch=expert_dispatch,
         capacity_factor=capacity_factor,
         pad_to_capacity=pad_to_capacity,
     )

@@ -17,11 +17,24 @@ schedule hides, token dropping (a capacity factor) and DualPipe's pipeline.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ringmaster.engine import collectives as C
+from ringmaster.engine.expert_dispatch import (
+    DEFAULT_DISPATCHER,
+    Dispatcher,
+    deepep_bytes_scale,
+    deepep_network_share,
+    peer_latency,
+)
 from ringmaster.engine.llm_layout_names import RECOMPUTE_FULL, RECOMPUTE_QKV_PROJ_OFFLOADED
 from ringmaster.engine.transformer import Transformer
+
+if TYPE_CHECKING:
+    from ringmaster.engine.llm_training import LayoutHardware
 
 F64 = NDArray[np.float64]
 
@@ -88,6 +101,52 @@ def moe_all_to_all_bytes(
     tokens = _f(micro_batch) * model.sequence_length / (_f(context) * _f(tensor))
     per_token = model.active_experts * model.hidden * BYTES_DISPATCH
     return _f(tokens * per_token * load)
+
+
+def expert_all_to_all_seconds(
+    nbytes: F64,
+    tensor: F64,
+    context: F64,
+    expert: F64,
+    hw: LayoutHardware,
+    expert_tensor: F64 | None = None,
+    dispatcher: Dispatcher = DEFAULT_DISPATCHER,
+    model: Transformer | None = None,
+) -> F64:
+    """One all-to-all of ``nbytes`` per rank (16-bit) over the e expert-parallel ranks, the
+    mean of a layer's four (forward dispatch and combine, their gradients). They sit at a
+    stride of t c (Megatron-Core orders tp-cp-ep-dp-pp), so g / (t c) of them share a host:
+    NVLink while t c e fits in a host, else across hosts with the group's share of the NICs
+    (engine.collectives.nccl_all_to_all); over the slice's ICI on a TPU (one line of e chips).
+    Folded (an expert tensor degree etp below t: the expert mesh is etp-ep-edp) the stride is
+    etp. ``dispatcher`` DeepEP (Megatron-Core's flex dispatcher, DeepSeek-V3's own kernels):
+    the dispatch and the combine's gradient in FP8, the others in BF16 (deepep_bytes_scale),
+    one network copy per destination host and no per-peer latency (engine.expert_dispatch)."""
+    if hw.kind == "tpu":
+        coll = C.ici_all_to_all(
+            nbytes,
+            (expert, 1.0, 1.0),
+            (False, False, False),
+            hw.intra_bandwidth,
+            hw.intra_hop_latency,
+        )
+        return _f(np.where(expert > 1, coll.seconds, 0.0))
+    g = float(hw.per_host)
+    stride = tensor * context
+    if expert_tensor is not None:
+        stride = np.where(expert_tensor < tensor, expert_tensor, stride)
+    per_host = np.clip(g / stride, 1.0, expert)
+    hosts = expert / per_host
+    nic = hw.nic_bandwidth / (g / per_host)
+    deepep = dispatcher == "DeepEP" and model is not None
+    if deepep:
+        assert model is not None
+        nbytes = nbytes * deepep_bytes_scale(model.hidden)
+        nic = nic / deepep_network_share(float(model.active_experts), hosts, expert, per_host)
+    seconds = C.nccl_all_to_all(nbytes, hosts, per_host, hw.fabric(nic), with_busbw=False).seconds
+    if deepep:
+        seconds = seconds - peer_latency(expert)
+    return _f(np.where(expert > 1, seconds, 0.0))
 
 
 def moe_all_to_alls(recompute: ArrayLike) -> F64:

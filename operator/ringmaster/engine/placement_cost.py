@@ -162,7 +162,7 @@ def data_parallel_allreduce_seconds(
     part rests on, for one group."""
     net = cross_block_bandwidth(hw.nic_bandwidth, blocks > 1, oversubscription)
     coll = C.nccl_collective(
-        C.ALL_REDUCE, nbytes, float(hosts), float(per_host), _fabric(hw, net), with_busbw=False
+        C.ALL_REDUCE, nbytes, float(hosts), float(per_host), hw.fabric(net), with_busbw=False
     )
     return float(coll.seconds)
 
@@ -275,19 +275,6 @@ def _evaluate(
     return evaluate_layout(model, hw, layout, global_batch)
 
 
-def _fabric(hw: L.LayoutHardware, net_bandwidth: float) -> C.GpuFabric:
-    """The host as NCCL sees it with ``net_bandwidth`` of NIC (llm_training's fabric)."""
-    return C.GpuFabric(
-        intra_bandwidth=hw.intra_bandwidth,
-        net_bandwidth=net_bandwidth,
-        intra_link=hw.intra_link,
-        nvls_bandwidth=hw.nvls_bandwidth,
-        arch=hw.nccl_arch,
-        algorithms=hw.nccl_algorithms,
-        protocols=hw.nccl_protocols,
-    )
-
-
 def _tensor_parallel_over_nics(model: Transformer, hw: L.LayoutHardware, layout: Layout) -> float:
     """The layout's tensor-parallel time per step when its t ranks span t / g hosts that do not
     share NVLink: the same all-reduces (llm_training's count and bytes per layer and
@@ -303,7 +290,7 @@ def _tensor_parallel_over_nics(model: Transformer, hw: L.LayoutHardware, layout:
     )
     collectives = L.tensor_parallel_collectives_per_layer(RECOMPUTES.index(layout.recompute))
     one = C.nccl_collective(
-        C.ALL_REDUCE, act_bytes, t / g, g, _fabric(hw, hw.nic_bandwidth), with_busbw=False
+        C.ALL_REDUCE, act_bytes, t / g, g, hw.fabric(hw.nic_bandwidth), with_busbw=False
     ).seconds
     layers = stage_layers(model, layout.pipeline).middle
     return float(layers * collectives * one * layout.micro_batches)

@@ -190,6 +190,7 @@ LAYOUT_ENV = (
     ("RINGMASTER_EXPERT_PARALLEL", "expert"),
     ("RINGMASTER_EXPERT_TENSOR_PARALLEL", "expertTensor"),
     ("RINGMASTER_EXPERT_OVERLAP", "expertOverlap"),
+    ("RINGMASTER_EXPERT_DISPATCH", "expertDispatch"),
     ("RINGMASTER_EXPERT_CAPACITY_FACTOR", "expertCapacityFactor"),
     ("RINGMASTER_EXPERT_PAD_TO_CAPACITY", "expertPadToCapacity"),
     ("RINGMASTER_DATA_PARALLEL", "data"),
@@ -204,7 +205,9 @@ LAYOUT_ENV = (
 
 # Layout keys a plan may leave out, passed as "" then so that a launcher's
 # ${VAR:+--flag $VAR} drops the flag: a dropless mixture of experts has no capacity factor.
-OPTIONAL_LAYOUT_KEYS = frozenset({"expertOverlap", "expertCapacityFactor", "expertPadToCapacity"})
+OPTIONAL_LAYOUT_KEYS = frozenset(
+    {"expertOverlap", "expertDispatch", "expertCapacityFactor", "expertPadToCapacity"}
+)
 
 
 def _env_value(value: Any) -> str:

@@ -155,6 +155,7 @@ def layout_request(spec: Any) -> LayoutRequest:
         expert_overlap=str(par.expert_overlap),
         capacity_factor=par.expert_capacity_factor,
         pad_to_capacity=bool(par.expert_pad_to_capacity),
+        expert_dispatch=str(par.expert_dispatch),
     )
 
 
@@ -377,7 +378,10 @@ def _layout_fields(layout: Layout, global_batch: int) -> dict[str, Any]:
 def _moe_schedule_fields(layout: Layout) -> dict[str, Any]:
     """A mixture of experts' all-to-all overlap (``None`` unless set) and token dropping (where
     the job sets a capacity factor)."""
-    out: dict[str, Any] = {"expertOverlap": layout.expert_overlap}
+    out: dict[str, Any] = {
+        "expertOverlap": layout.expert_overlap,
+        "expertDispatch": layout.expert_dispatch,
+    }
     if layout.capacity_factor is not None:
         out["expertCapacityFactor"] = layout.capacity_factor
         out["expertPadToCapacity"] = layout.pad_to_capacity
