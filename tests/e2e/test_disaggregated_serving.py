@@ -174,11 +174,16 @@ def test_server_metrics_autoscaling_reads_the_pods_and_holds_without_a_signal(
     cluster.apply(doc, namespace=ns)
 
     def no_signal() -> dict[str, Any] | None:
+        # NoSignal comes first with no replica ready ("none of 0 replicas gave figures"); the
+        # loop's next interval, once the pods are ready, names the scrapes that failed.
         obj = cluster.get_json("inferenceendpoint", name, "-n", ns)
         c = condition(obj, "Autoscaling")
-        return obj if c and c["reason"] == "NoSignal" else None
+        scraped = c is not None and "answered" in c.get("message", "")
+        return obj if c and c["reason"] == "NoSignal" and scraped else None
 
-    obj = wait_for(no_signal, timeout=120, what="the Autoscaling condition NoSignal")
+    obj = wait_for(
+        no_signal, timeout=180, what="the Autoscaling condition NoSignal naming failed scrapes"
+    )
     autoscaling = condition(obj, "Autoscaling")
     assert autoscaling is not None and autoscaling["status"] == "False"
     assert "answered" in autoscaling["message"], autoscaling  # the scrape's own words
