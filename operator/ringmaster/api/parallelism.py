@@ -129,6 +129,16 @@ class Parallelism(SpecModel):
     """With expertCapacityFactor: pad every expert's input to its capacity
     (--moe-pad-expert-input-to-capacity), so each expert computes and receives exactly
     capacity tokens."""
+    pipeline_layout: str | None = Field(
+        default=None, min_length=1, max_length=1024, pattern=r"^[EtmL|()*0-9, ]+$"
+    )
+    """The pipeline's stages written out, in Megatron-Core's --pipeline-model-parallel-layout
+    syntax: ``E`` the embedding, ``t`` a decoder layer, ``m`` an MTP module, ``L`` the loss,
+    ``|`` between stages, ``x*n`` and ``(...)*n`` repeat (DeepSeek-V3 on 16 ranks:
+    ``Et*3|(tt|)*29,m|L``). Its stages are pipeline x virtualPipelineStages, chunk i on rank
+    i mod pipeline; it must place every layer and MTP module once, the embedding first and the
+    loss last (Megatron's checks: a plan that breaks one fails, naming it). Needs pipeline set;
+    the plan costs each rank's layers as written. Passed as RINGMASTER_PIPELINE_LAYOUT."""
     expert_dispatch: ExpertDispatch = "AllToAll"
     """How a mixture of experts' tokens reach their experts: ``AllToAll`` (Megatron-Core's
     alltoall token dispatcher: NCCL all-to-alls of bf16 activations, a copy per expert) or
@@ -146,6 +156,7 @@ _ETP = "self.parallelism.expertTensor"
 _OVERLAP = "self.parallelism.expertOverlap"
 _CF = "self.parallelism.expertCapacityFactor"
 _DISPATCH = "self.parallelism.expertDispatch"
+_LAYOUT = "self.parallelism.pipelineLayout"
 _VPP = "self.parallelism.virtualPipelineStages"
 _REC = "self.parallelism.activationRecompute"
 _ARCH = "self.model.architecture"
@@ -301,6 +312,17 @@ MOE_FEATURE_RULES: tuple[Rule, ...] = (
             or s.model.architecture is None
             or _overlap(s) == "None"
             or _is_moe(s)
+        ),
+    ),
+    Rule(
+        cel=f"!({_CEL_PARALLEL}) || !has({_LAYOUT}) || (has({_P}) && {_P} != 'Auto')",
+        message="parallelism.pipelineLayout writes out the stages of a fixed pipeline: set "
+        "parallelism.pipeline (its stages are pipeline x virtualPipelineStages)",
+        field_path=".parallelism.pipelineLayout",
+        check=lambda s: (
+            s.parallelism is None
+            or s.parallelism.pipeline_layout is None
+            or s.parallelism.pipeline != AUTO
         ),
     ),
     Rule(

@@ -573,6 +573,8 @@ class TrainingPlan(StatusModel):
     (``spec.parallelism.expertOverlap``); the workers get it as RINGMASTER_EXPERT_OVERLAP."""
     expert_dispatch: str | None = None
     """A mixture of experts: how its tokens reach their experts (``AllToAll``, ``DeepEP``)."""
+    pipeline_layout: str | None = None
+    """spec.parallelism.pipelineLayout, where the job writes its stages out."""
     expert_capacity_factor: float | None = None
     """A mixture of experts dropping tokens: the capacity factor (absent: dropless)."""
     expert_pad_to_capacity: bool | None = None

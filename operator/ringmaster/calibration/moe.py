@@ -6,6 +6,7 @@ all-reduce points), so these rows test the physics, not a fit.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -88,55 +89,43 @@ def predicted_low_latency_us(point: dict[str, Any], catalog: Catalog) -> float:
 def moe_rows(catalog: Catalog | None = None, points: dict[str, Any] | None = None) -> list[Row]:
     catalog = catalog or DEFAULT_CATALOG
     data = points if points is not None else load_points(MOE_POINTS)
+    # (the points' section, the quantity, the published figure's key, the model, the tolerance)
+    sections: tuple[tuple[str, str, str, Callable[[dict[str, Any], Catalog], float], float], ...]
+    sections = (
+        ("all_to_all", "all-to-all {quantity} GB/s", "published_GBps", predicted_GBps, TOLERANCE),
+        (
+            "low_latency",
+            "DeepEP low-latency exchange us",
+            "published_us",
+            predicted_low_latency_us,
+            TOLERANCE,
+        ),
+        (
+            "training",
+            "MoE training tokens/s per GPU",
+            "published_tokens_per_second_per_gpu",
+            predicted_tokens_per_gpu,
+            TRAINING_TOLERANCE,
+        ),
+    )
     rows = []
-    for point in data.get("all_to_all", []):
-        predicted = predicted_GBps(point, catalog)
-        published = float(point["published_GBps"])
-        rows.append(
-            Row(
-                point["id"],
-                f"all-to-all {point['quantity']} GB/s",
-                published,
-                predicted,
-                relative_error(predicted, published),
-                TOLERANCE,
-                CHECKED,
-                point.get("note", "") or point["source"],
-                model=MOE_MODEL,
+    for section, quantity, key, predict, tolerance in sections:
+        for point in data.get(section, []):
+            predicted = predict(point, catalog)
+            published = float(point[key])
+            rows.append(
+                Row(
+                    point["id"],
+                    quantity.format(quantity=point.get("quantity", "")),
+                    published,
+                    predicted,
+                    relative_error(predicted, published),
+                    float(point.get("tolerance", tolerance)),
+                    CHECKED,
+                    point.get("note", "") or point["source"],
+                    model=MOE_MODEL,
+                )
             )
-        )
-    for point in data.get("low_latency", []):
-        predicted = predicted_low_latency_us(point, catalog)
-        published = float(point["published_us"])
-        rows.append(
-            Row(
-                point["id"],
-                "DeepEP low-latency exchange us",
-                published,
-                predicted,
-                relative_error(predicted, published),
-                float(point.get("tolerance", TOLERANCE)),
-                CHECKED,
-                point.get("note", "") or point["source"],
-                model=MOE_MODEL,
-            )
-        )
-    for point in data.get("training", []):
-        predicted = predicted_tokens_per_gpu(point, catalog)
-        published = float(point["published_tokens_per_second_per_gpu"])
-        rows.append(
-            Row(
-                point["id"],
-                "MoE training tokens/s per GPU",
-                published,
-                predicted,
-                relative_error(predicted, published),
-                TRAINING_TOLERANCE,
-                CHECKED,
-                point.get("note", "") or point["source"],
-                model=MOE_MODEL,
-            )
-        )
     return rows
 
 

@@ -173,6 +173,15 @@ def stage_layers(model: Transformer, pipeline: ArrayLike) -> StageLayers:
     missing = per_stage * p - model.layers
     last = per_stage - np.ceil(missing / 2.0) + model.mtp_layers
     first = np.where(p > 1, per_stage - np.floor(missing / 2.0), last)
+    split = model.stage_split
+    if split is not None:  # a written layout, at the degree it was written for
+        # The engine costs the middle stages as the busiest short of the last: where a layout
+        # gives the first rank more layers than any middle one, the middle takes its count
+        # (the middle stages' memory is then an upper bound).
+        written = p == split.pipeline
+        first = np.where(written, split.first, first)
+        per_stage = np.where(written, max(split.middle, split.first), per_stage)
+        last = np.where(written, split.last, last)
     return StageLayers(_f(first), _f(per_stage), _f(last))
 
 

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ringmaster.engine.pipeline_layout import StageSplit
+
 F64 = NDArray[np.float64]
 
 
@@ -112,6 +114,9 @@ class Transformer:
     sliding_window: int = 0  # keys a windowed layer attends to; 0: every layer attends to all
     full_attention_every: int = 0  # with a window, every this-many-th layer is full; 0: none
     mtp_layers: int = 0  # multi-token-prediction modules (DeepSeek-V3's num_nextn_predict_layers)
+    # A pipeline layout's layers per rank, for the pipeline degree it was written for
+    # (spec.parallelism.pipelineLayout: engine.pipeline_layout); None: the engine's own split.
+    stage_split: StageSplit | None = None
 
     def __post_init__(self) -> None:
         if self.kv_heads == 0:

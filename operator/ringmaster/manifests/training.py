@@ -199,6 +199,7 @@ LAYOUT_ENV = (
     ("RINGMASTER_GLOBAL_BATCH_SIZE", "globalBatchSize"),
     ("RINGMASTER_ACTIVATION_RECOMPUTE", "activationRecompute"),
     ("RINGMASTER_VIRTUAL_PIPELINE_STAGES", "virtualPipelineStages"),
+    ("RINGMASTER_PIPELINE_LAYOUT", "pipelineLayout"),
     ("RINGMASTER_FRAMEWORK", "framework"),
 )
 
@@ -206,7 +207,13 @@ LAYOUT_ENV = (
 # Layout keys a plan may leave out, passed as "" then so that a launcher's
 # ${VAR:+--flag $VAR} drops the flag: a dropless mixture of experts has no capacity factor.
 OPTIONAL_LAYOUT_KEYS = frozenset(
-    {"expertOverlap", "expertDispatch", "expertCapacityFactor", "expertPadToCapacity"}
+    {
+        "expertOverlap",
+        "expertDispatch",
+        "expertCapacityFactor",
+        "expertPadToCapacity",
+        "pipelineLayout",
+    }
 )
 
 

@@ -31,6 +31,7 @@ from ringmaster.engine.llm_layout_search import (
     search_layouts,
 )
 from ringmaster.engine.llm_memory import BYTES_REDUCE, stage_parameters
+from ringmaster.engine.pipeline_layout import LayoutError, stage_split
 from ringmaster.engine.training import (
     REDUCTION_SERVER,
     RING,
@@ -118,6 +119,22 @@ def _fixed(value: Any) -> Any:
     return None if value is None or value == AUTO else value
 
 
+def _written_layout(model: Transformer, par: Any) -> tuple[Transformer, int]:
+    """The model with spec.parallelism.pipelineLayout's layers per rank, and its virtual stages
+    (ValueError naming the rule a layout breaks)."""
+    try:
+        split = stage_split(par.pipeline_layout, int(par.pipeline), model.layers, model.mtp_layers)
+    except LayoutError as exc:
+        raise ValueError(f"spec.parallelism.{exc}") from None
+    given = par.virtual_pipeline_stages
+    if given not in (1, split.virtual_stages):
+        raise ValueError(
+            f"spec.parallelism.pipelineLayout has {split.virtual_stages} chunks a rank; "
+            f"virtualPipelineStages is {given} (leave it out or make them agree)"
+        )
+    return replace(model, stage_split=split), split.virtual_stages
+
+
 def layout_request(spec: Any) -> LayoutRequest:
     """What the spec fixes and what it leaves to the search. Without spec.parallelism the job is
     plain data-parallel, as before: tensor 1, pipeline 1, no sharding, one micro-batch of
@@ -139,6 +156,9 @@ def layout_request(spec: Any) -> LayoutRequest:
             strategy=str(spec.communication.strategy),
         )
     global_batch = par.global_batch_size or (per_accelerator or 1) * accelerators
+    virtual_stages = par.virtual_pipeline_stages
+    if par.pipeline_layout is not None:
+        model, virtual_stages = _written_layout(model, par)
     return LayoutRequest(
         model=model,
         global_batch=int(global_batch),
@@ -150,7 +170,7 @@ def layout_request(spec: Any) -> LayoutRequest:
         context=_fixed(par.context),
         expert=_fixed(par.expert),
         expert_tensor=_fixed(par.expert_tensor),
-        virtual_stages=par.virtual_pipeline_stages,
+        virtual_stages=virtual_stages,
         strategy=str(spec.communication.strategy),
         expert_overlap=str(par.expert_overlap),
         capacity_factor=par.expert_capacity_factor,
@@ -358,7 +378,13 @@ def _sig(x: float, digits: int = 6) -> float:
     return float(f"{x:.{digits}g}")
 
 
-def _layout_fields(layout: Layout, global_batch: int) -> dict[str, Any]:
+def _written(plan: LayoutPlan) -> str | None:
+    """spec.parallelism.pipelineLayout, where the plan's model carries one."""
+    split = plan.model.stage_split if plan.model is not None else None
+    return split.written if split is not None else None
+
+
+def _layout_fields(layout: Layout, global_batch: int, written: str | None = None) -> dict[str, Any]:
     return {
         "tensor": layout.tensor,
         "pipeline": layout.pipeline,
@@ -372,6 +398,7 @@ def _layout_fields(layout: Layout, global_batch: int) -> dict[str, Any]:
         "virtualPipelineStages": layout.virtual_stages,
         "activationRecompute": layout.recompute,
         **_moe_schedule_fields(layout),
+        **({"pipelineLayout": written} if written else {}),
     }
 
 
@@ -435,7 +462,7 @@ def layout_json(plan: LayoutPlan) -> dict[str, Any]:
     """The top-level keys ``ringmaster plan -o json`` adds for a model with an architecture."""
     c = plan.chosen
     return {
-        "layout": _layout_fields(c, plan.global_batch),
+        "layout": _layout_fields(c, plan.global_batch, _written(plan)),
         "fits": plan.search.fits,
         "reason": plan.search.reason,
         "memoryPerAcceleratorBytes": _memory(c),
@@ -491,7 +518,7 @@ def layout_status(plan: LayoutPlan) -> dict[str, Any]:
     c = plan.chosen
     out = {
         "layout": c.name,
-        **_layout_fields(c, plan.global_batch),
+        **_layout_fields(c, plan.global_batch, _written(plan)),
         "fits": plan.search.fits,
         "reason": plan.search.reason,
         "tokensPerSecond": _sig(c.tokens_per_second),
