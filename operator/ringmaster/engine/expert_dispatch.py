@@ -53,6 +53,13 @@ FP8_SCALE_GROUP = 128
 FP8_SCALE_BYTES = 4.0
 
 
+def dispatcher_named(name: str) -> Dispatcher:
+    """``name`` as a dispatcher (ValueError naming the known ones)."""
+    if name not in DISPATCHERS:
+        raise ValueError(f"expertDispatch {name!r}; known: {', '.join(DISPATCHERS)}")
+    return name
+
+
 def dispatch_token_bytes(hidden: int, dispatcher: Dispatcher) -> float:
     """One token's bytes in one dispatch copy."""
     if dispatcher == "DeepEP":
@@ -194,6 +201,7 @@ __all__ = [
     "deepep_network_share",
     "dispatch_combine_seconds",
     "dispatch_token_bytes",
+    "dispatcher_named",
     "exchange_seconds",
     "peer_latency",
     "remote_host_copies",

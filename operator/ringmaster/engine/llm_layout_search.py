@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ringmaster.engine.expert_dispatch import DEFAULT_DISPATCHER, DISPATCHERS, Dispatcher
+from ringmaster.engine.expert_dispatch import DEFAULT_DISPATCHER, dispatcher_named
 from ringmaster.engine.llm_layout_names import (
     AUTO,
     RECOMPUTE_FULL,
@@ -361,7 +361,7 @@ def evaluate_grid(request: LayoutRequest, hw: LayoutHardware, grid: dict[str, I6
         expert_overlap=request.expert_overlap,
         capacity_factor=request.capacity_factor,
         pad_to_capacity=request.pad_to_capacity,
-        expert_dispatch=_dispatcher(request.expert_dispatch),
+        expert_dispatch=dispatcher_named(request.expert_dispatch),
     )
 
 
@@ -444,7 +444,7 @@ def evaluate_layout(
         expert_overlap=layout.expert_overlap,
         capacity_factor=layout.capacity_factor,
         pad_to_capacity=layout.pad_to_capacity,
-        expert_dispatch=_dispatcher(layout.expert_dispatch),
+        expert_dispatch=dispatcher_named(layout.expert_dispatch),
     )
 
 
@@ -454,12 +454,6 @@ def _gib(x: float) -> str:
 
 class NoLayoutError(ValueError):
     """The request admits no layout at all (nothing divides); the message names the numbers."""
-
-
-def _dispatcher(name: str) -> Dispatcher:
-    if name not in DISPATCHERS:
-        raise ValueError(f"expertDispatch {name!r}; known: {', '.join(DISPATCHERS)}")
-    return name
 
 
 def search_layouts(request: LayoutRequest, hw: LayoutHardware) -> LayoutSearch:

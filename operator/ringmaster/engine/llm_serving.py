@@ -44,7 +44,7 @@ import numpy as np
 from ringmaster.engine import collectives
 from ringmaster.engine import llm_batching as batching
 from ringmaster.engine.ceilings import Ceilings, ceilings_for
-from ringmaster.engine.expert_dispatch import DEFAULT_DISPATCHER, DISPATCHERS, Dispatcher
+from ringmaster.engine.expert_dispatch import DEFAULT_DISPATCHER, Dispatcher, dispatcher_named
 from ringmaster.engine.hardware import (
     DEFAULT_CATALOG,
     Accelerator,
@@ -656,9 +656,7 @@ def _expert_degree(inputs: LlmServingInputs, model: Transformer, tp: int, dp: in
 
 
 def _dispatcher(inputs: LlmServingInputs, model: Transformer) -> Dispatcher:
-    given = inputs.expert_dispatch or DEFAULT_DISPATCHER
-    if given not in DISPATCHERS:
-        raise ValueError(f"expertDispatch {given!r}; known: {', '.join(DISPATCHERS)}")
+    given = dispatcher_named(inputs.expert_dispatch or DEFAULT_DISPATCHER)
     if inputs.expert_dispatch is not None and not model.is_moe:
         raise ValueError("expertDispatch needs a mixture of experts (experts > 0)")
     return given
