@@ -108,6 +108,16 @@ def assert_services_apart(cluster: Cluster, ns: str, name: str = NAME) -> None:
     ours = cluster.get_json("service", name, "-n", ns)
     assert controllers_of(ours) == [f"InferenceEndpoint/{name}"]
     assert ours["spec"]["type"] == "ClusterIP" and ours["spec"]["clusterIP"] != "None"
+    # LeaderWorkerSet's controller makes its Service on its own reconcile, which may come after
+    # the pods are Ready (kwok readies them at once), so wait for it rather than race it.
+    wait_for(
+        lambda: (
+            cluster.kubectl("get", "service", f"{name}-group", "-n", ns, check=False).returncode
+            == 0
+        ),
+        timeout=60,
+        what=f"LeaderWorkerSet's headless Service {name}-group",
+    )
     theirs = cluster.get_json("service", f"{name}-group", "-n", ns)
     assert controllers_of(theirs) == [f"LeaderWorkerSet/{name}-group"]
     assert theirs["spec"]["clusterIP"] == "None"
