@@ -132,6 +132,44 @@ def labelled(name: str, topology: str | None = None) -> dict[str, Any]:
     return manifest
 
 
+def blocks_of(assignment: dict[str, Any], block_of_host: dict[str, str]) -> set[str]:
+    """The blocks a pod set's topology assignment puts its pods in. Kueue writes the assignment
+    by levels, and may omit the levels above the lowest (hostnames are unique), so the block is
+    read from the host through the test's own labelling."""
+    topology = assignment.get("topologyAssignment") or {}
+    levels = topology.get("levels") or []
+    blocks = set()
+    for domain in topology_domains(topology):
+        values = dict(zip(levels, domain, strict=False))
+        if GKE_BLOCK in values:
+            blocks.add(values[GKE_BLOCK])
+        elif HOSTNAME in values:
+            blocks.add(block_of_host[values[HOSTNAME]])
+    return blocks
+
+
+def topology_domains(topology: dict[str, Any]) -> list[list[str]]:
+    """The value tuples of a topologyAssignment: v1beta2's compressed ``slices`` or the older
+    ``domains`` list."""
+    if "domains" in topology:
+        return [list(d["values"]) for d in topology["domains"]]
+    domains: list[list[str]] = []
+    for piece in topology.get("slices") or []:
+        count = int(piece["domainCount"])
+        columns = []
+        for level in piece["valuesPerLevel"]:
+            if "universal" in level:
+                columns.append([level["universal"]] * count)
+            else:
+                one = level["individual"]
+                prefix, suffix = one.get("prefix") or "", one.get("suffix") or ""
+                columns.append([f"{prefix}{root}{suffix}" for root in one["roots"]])
+        domains.extend([list(values) for values in zip(*columns, strict=True)])
+    if not domains:
+        raise AssertionError(f"a topology assignment this test does not read: {topology}")
+    return domains
+
+
 def workers_pod_set(cluster: Cluster, ns: str, name: str) -> dict[str, Any]:
     workload = wait_for(
         lambda: workload_of(cluster, ns, name), timeout=60, what=f"the Workload of {name}"
@@ -149,27 +187,35 @@ def test_kueue_gets_the_topology_verdict_and_admits_on_its_tas_flavor(
     ns = quiet_namespace
     start = time.monotonic()
     try:
-        # Auto, on the default non-blocking spine: the engine finds no loss, Kueue is asked to
-        # prefer one block.
-        cluster.apply(labelled("auto"), ns)
-        workers = workers_pod_set(cluster, ns, "auto")
-        assert workers["topologyRequest"] == {"preferred": GKE_BLOCK}
-        annotations = workers["template"]["metadata"]["annotations"]
-        assert annotations[PODSET_PREFERRED_TOPOLOGY] == GKE_BLOCK
-        wait_phase(cluster, ns, "auto", "Running", timeout=90)
-        admission = workload_of(cluster, ns, "auto")["status"]["admission"]
-        [assignment] = admission["podSetAssignments"]
-        assert assignment.get("topologyAssignment"), assignment  # Kueue placed it by topology
-        admitted = condition(cluster.get_json("trainingjob", "auto", "-n", ns), "Schedulable")
-        assert admitted["status"] == "True" and "by Kueue" in admitted["message"]
-
-        # The user's Required: Kueue is asked for one block.
+        # The user's Required first: Kueue is asked for one block, and admits it only on a block
+        # both of whose hosts its cache sees free. (Auto first could be split over both blocks
+        # where Kueue's cache still counts a pod of an earlier test on one host of each, which
+        # Preferred allows; then no block would ever be free for Required.)
         cluster.apply(labelled("required", "Required"), ns)
         workers = workers_pod_set(cluster, ns, "required")
         assert workers["topologyRequest"] == {"required": GKE_BLOCK}
         annotations = workers["template"]["metadata"]["annotations"]
         assert annotations[PODSET_REQUIRED_TOPOLOGY] == GKE_BLOCK
-        wait_phase(cluster, ns, "required", "Running", timeout=90)
+        wait_phase(cluster, ns, "required", "Running", timeout=120)
+        [required] = workload_of(cluster, ns, "required")["status"]["admission"][
+            "podSetAssignments"
+        ]
+        assert len(blocks_of(required, tas_queue)) == 1, required
+
+        # Auto, on the default non-blocking spine: the engine finds no loss, Kueue is asked to
+        # prefer one block: the other one, which is free.
+        cluster.apply(labelled("auto"), ns)
+        workers = workers_pod_set(cluster, ns, "auto")
+        assert workers["topologyRequest"] == {"preferred": GKE_BLOCK}
+        annotations = workers["template"]["metadata"]["annotations"]
+        assert annotations[PODSET_PREFERRED_TOPOLOGY] == GKE_BLOCK
+        wait_phase(cluster, ns, "auto", "Running", timeout=120)
+        admission = workload_of(cluster, ns, "auto")["status"]["admission"]
+        [assignment] = admission["podSetAssignments"]
+        assert assignment.get("topologyAssignment"), assignment  # Kueue placed it by topology
+        assert blocks_of(assignment, tas_queue).isdisjoint(blocks_of(required, tas_queue))
+        admitted = condition(cluster.get_json("trainingjob", "auto", "-n", ns), "Schedulable")
+        assert admitted["status"] == "True" and "by Kueue" in admitted["message"]
         print(f"Kueue TAS TrainingJob test: {time.monotonic() - start:.1f}s")
     except BaseException:
         print(operator.log_path.read_text()[-6000:])
