@@ -9,6 +9,7 @@ from ringmaster.calibration.serving_engines import (
     engine_points,
     engine_rows,
     render_serving_engines_section,
+    static_residual_slopes,
 )
 from ringmaster.engine.serving_engines import (
     ENGINES,
@@ -32,6 +33,21 @@ def test_rows_are_evaluated_or_out_of_reach_with_a_reason():
     assert all(r.reason for r in rows if r.predicted is None)
     assert all(r.predicted > 0 for r in evaluated)
     assert "median" in render_serving_engines_section()
+
+
+def test_static_series_report_what_the_step_lacks_per_sequence():
+    """Each engine's fixed-batch series at two or more batches gives the per-sequence step cost
+    the model misses; the section prints it and the signed median per scenario."""
+    slopes = dict(static_residual_slopes())
+    assert any(k.startswith("vLLM 0.10.0 llama-3.1-70b MI300X 128/2048") for k in slopes)
+    assert any(k.startswith("TensorRT-LLM 0.16.0 llama-3.1-405b H100") for k in slopes)
+    # a single-batch series has no slope: the bs128 2048/2048 rows stand alone
+    assert not any(k.endswith("2048/2048") for k in slopes)
+    section = render_serving_engines_section()
+    assert "us a sequence a step" in section and "signed median" in section
+    offline = [r for r in engine_rows() if r.scenario == "offline" and r.error is not None]
+    static = [r for r in engine_rows() if r.scenario == "static" and r.error is not None]
+    assert offline and static
 
 
 def test_engine_profiles_and_evidence():

@@ -66,6 +66,7 @@ class EngineRow:
     published: float
     predicted: float | None  # None: out of reach (``reason``)
     reason: str = ""
+    scenario: str = "offline"
 
     @property
     def error(self) -> float | None:
@@ -150,6 +151,39 @@ def _static_latency(point: dict[str, Any]) -> float:
     return (prefill + (n_out - 1.0) * float(S.step_seconds(terms, b, 0.0))) * 1e3
 
 
+def static_residual_slopes() -> list[tuple[str, float]]:
+    """Per series of fixed batches (one engine, version, model, accelerator and lengths at two or
+    more batch sizes): how much faster than the model the published decode step grows with the
+    batch, in seconds per sequence per step (least squares through the smallest batch). The
+    prefill is the model's in both. What the rows isolate and no term of the step explains yet
+    (issue 46): the KV read, the GEMMs and the all-reduces grow far less."""
+    series: dict[tuple[str, ...], list[tuple[float, float]]] = defaultdict(list)
+    for p in engine_points():
+        figures = p.get("figures") or {}
+        if p["scenario"] != "static" or "e2e_latency_ms" not in figures or _out_of_reach(p):
+            continue
+        w = p["workload"]
+        version = str(p["version"]).split(" ")[0]
+        lengths = f"{w['input']}/{w['output']}"
+        key: tuple[str, ...] = (str(p["engine"]), version, str(p["model"]), str(p["gpu"]), lengths)
+        terms, _, _, _ = _terms(p)
+        b, n_in, n_out = float(p["batch"]), float(w["input"]), float(w["output"])
+        prefill = float(S.step_seconds(terms, 0.0, b * n_in, prompt_length=n_in))
+        published = (float(figures["e2e_latency_ms"]) * 1e-3 - prefill) / (n_out - 1.0)
+        modelled = float(S.step_seconds(terms, b, 0.0))
+        series[key].append((b, published - modelled))
+    out = []
+    for key, points in sorted(series.items()):
+        if len(points) < 2:
+            continue
+        points.sort()
+        b0, r0 = points[0]
+        db = np.array([b - b0 for b, _ in points[1:]])
+        dr = np.array([r - r0 for _, r in points[1:]])
+        out.append((" ".join(key), float(db @ dr / (db @ db))))
+    return out
+
+
 def engine_rows() -> list[EngineRow]:
     rows = []
     for p in engine_points():
@@ -167,7 +201,16 @@ def engine_rows() -> list[EngineRow]:
         reason = _out_of_reach(p)
         predicted = None if reason else (_static_latency(p) if static else _offline(p))
         rows.append(
-            EngineRow(p["id"], p["engine"], p["gpu"], quantity, float(published), predicted, reason)
+            EngineRow(
+                p["id"],
+                p["engine"],
+                p["gpu"],
+                quantity,
+                float(published),
+                predicted,
+                reason,
+                str(p["scenario"]),
+            )
         )
     return rows
 
@@ -187,12 +230,31 @@ def render_serving_engines_section() -> str:
             f" {r.published:>10,.0f} {r.predicted:>10,.0f} {r.error:>+8.1%}"
         )
     cells: dict[tuple[str, str], list[float]] = defaultdict(list)
+    signed: dict[tuple[str, str, str], list[float]] = defaultdict(list)
     for r in rows:
         if r.error is not None:
             cells[(r.engine, r.accelerator)].append(abs(r.error))
+            signed[(r.engine, r.accelerator, r.scenario)].append(r.error)
     lines.append("by engine x accelerator: checked rows, median |error|")
     for (engine, gpu), errors in sorted(cells.items()):
         lines.append(f"  {engine:<13} {gpu:<7} {len(errors):>3} rows  median {median(errors):.1%}")
+    lines.append(
+        "by scenario, signed median (offline: output tokens/s, + = the model promises more;"
+        " static: a fixed batch's latency, - = the model promises it sooner)"
+    )
+    for (engine, gpu, scenario), errors in sorted(signed.items()):
+        lines.append(
+            f"  {engine:<13} {gpu:<7} {scenario:<8} {len(errors):>3} rows"
+            f"  signed median {median(errors):+.1%}"
+        )
+    residuals = static_residual_slopes()
+    if residuals:
+        lines.append(
+            "static batches, what the step lacks per running sequence (the published latency's"
+            " growth with the batch beyond the model's, per decode step):"
+        )
+        for series, slope in residuals:
+            lines.append(f"  {series:<58} {slope * 1e6:>6.0f} us a sequence a step")
     reach: dict[str, int] = defaultdict(int)
     for r in rows:
         if r.predicted is None:
