@@ -182,13 +182,20 @@ class OfflineAdmission:
     def _validate_cel(
         self, s: dict[str, Any], v: Any, path: str, old: Any, errors: list[Error]
     ) -> None:
-        for rule in s.get("x-kubernetes-validations", []):
+        rules = s.get("x-kubernetes-validations", [])
+        if not rules:
+            return
+        # One conversion of the value (and of the old one) for all the node's rules: converting
+        # per rule was a fifth of the hypothesis tests' time.
+        this = _to_cel(s, v)
+        before = _to_cel(s, old) if old is not None else None
+        for rule in rules:
             is_transition = "oldSelf" in rule["rule"]
             if is_transition and old is None:
                 continue  # transition rules run only on update
-            activation = {"self": _to_cel(s, v)}
+            activation = {"self": this}
             if is_transition:
-                activation["oldSelf"] = _to_cel(s, old)
+                activation["oldSelf"] = before
             try:
                 ok = self._program(rule["rule"]).evaluate(activation)
             except Exception as exc:  # an evaluation error refuses the object too

@@ -6,6 +6,7 @@ TrainingJob global-batch refusal's arithmetic."""
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 from pathlib import Path
 from typing import Any
@@ -31,10 +32,17 @@ LLAMA = "inferenceendpoint-llama3-70b-a100-tp4.yaml"  # dense, 80 layers, 64 hea
 FSDP = "trainingjob-llama3-8b-fsdp-h100.yaml"  # 2 x 8 H100, tensor 1, pipeline 1
 
 
+@functools.cache
+def _example(name: str) -> dict[str, Any]:
+    """An example parsed once (the serving grid builds 900 endpoints from two files)."""
+    loaded: dict[str, Any] = yaml.safe_load((EXAMPLES / name).read_text())
+    return loaded
+
+
 def endpoint(
     base: str = MIXTRAL, per_replica: int | None = None, hosts: int | None = None, **par: int
 ) -> dict[str, Any]:
-    doc: dict[str, Any] = yaml.safe_load((EXAMPLES / base).read_text())
+    doc: dict[str, Any] = copy.deepcopy(_example(base))
     accelerator = doc["spec"]["accelerator"]
     if per_replica is not None:
         accelerator["perReplica"] = per_replica
