@@ -207,7 +207,8 @@ def static_batch_rows(
 ) -> list[LlmPointRow]:
     """TensorRT-LLM 0.6.1's static-batching rows beyond LLaMA 7B at TP1, and its batch-1 first
     tokens of Llama 2 70B at TP4 (llm_serving_points.yaml): checked only."""
-    table = (data or serving_points()).get(STATIC_SECTION) or {}
+    points = data or serving_points()
+    table = points.get(STATIC_SECTION) or {}
     rows: list[LlmPointRow] = []
     for setup in table.get("setups", []):
         model, tp = KNOWN_TRANSFORMERS[str(setup["model"])], int(setup["tp"])
@@ -231,7 +232,7 @@ def static_batch_rows(
                     GQA_LONG_DECODE_TOLERANCE if grouped_long else None,
                 )
             )
-    first = (data or serving_points()).get(FIRST_TOKEN_SECTION) or {}
+    first = points.get(FIRST_TOKEN_SECTION) or {}
     for setup in first.get("setups", []):
         model, tp = KNOWN_TRANSFORMERS[str(setup["model"])], int(setup["tp"])
         acc = DEFAULT_CATALOG.accelerator(GPUS[str(setup["gpu"])])
