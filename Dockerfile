@@ -15,8 +15,12 @@ COPY operator ./operator
 RUN pip wheel --wheel-dir /wheels .
 
 FROM python:3.11-slim-bookworm
+# One BLAS thread: the engine's batched solves are small, and OpenBLAS's threads would spin on
+# the operator's CPU request.
 ENV PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
+    OPENBLAS_NUM_THREADS=1 \
+    OMP_NUM_THREADS=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \

@@ -19,7 +19,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
+# One BLAS thread per process, set before numpy is imported here or in the workers this process
+# starts: the engine's batched solves are small, and OpenBLAS's threads spin on the 2 cores the
+# suite's 5 workers share (the serving-planner grid: 47 s of CPU with them, 20 s without).
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import pytest  # noqa: E402
 
 # The suite mostly waits (the control plane, the operator, kwok's stages, the namespace
 # controller's 5 s before it empties a deleted namespace), so workers overlap the waits until

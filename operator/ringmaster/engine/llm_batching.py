@@ -473,6 +473,11 @@ def load_points(
             with np.errstate(divide="ignore", invalid="ignore"):
                 guess = np.where(g_lo > g_hi, (lo * g_hi - hi * g_lo) / (g_hi - g_lo), hi)
             guess = np.where(np.isfinite(guess), np.clip(guess, lo, hi), hi)
+            # An element whose bracket is empty (the map jumps over its fixed point there) and
+            # whose step was taken at its guess already would take the same step every round.
+            off = off & ~((hi <= lo) & (guess == secant))
+            if not np.any(off):
+                break
             secant = np.where(off, guess, secant)
             shape, chain = chain_at(secant)
             g = chain.mean - secant
