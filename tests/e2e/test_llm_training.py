@@ -152,7 +152,7 @@ def test_a_torchtitan_job_gets_its_launcher_env_and_its_plan_shows_the_step_by_p
         "apply", "-n", ns, "-f", "-", input=yaml.safe_dump(megatron), check=False
     )
     assert result.returncode != 0
-    assert "compile (torch.compile) applies to Torchtitan, DeepSpeed and PyTorch only" in (
+    assert "compile (torch.compile) applies to Torchtitan, DeepSpeed, LLMFoundry and PyTorch" in (
         result.stderr
     )
 

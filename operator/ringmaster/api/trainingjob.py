@@ -43,7 +43,9 @@ Strategy = Literal["Auto", "Ring", "ReductionServer"]
 GradientDType = Literal["fp32", "bf16", "fp16"]
 ComputePrecision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
 Fp8Recipe = Literal["Linear", "AllMatmuls"]
-FrameworkName = Literal["Megatron", "Torchtitan", "MaxText", "DeepSpeed", "PyTorch"]
+FrameworkName = Literal["Megatron", "Torchtitan", "MaxText", "DeepSpeed", "LLMFoundry", "PyTorch"]
+# The frameworks torch.compile applies to (engine.frameworks.COMPILABLE; a test keeps them equal).
+COMPILABLE_FRAMEWORKS = ("Torchtitan", "DeepSpeed", "LLMFoundry", "PyTorch")
 AttentionKernel = Literal["FlashAttention2", "cuDNN"]
 
 
@@ -148,22 +150,28 @@ class TrainingFramework(SpecModel):
     name: FrameworkName
     """``Megatron`` (Megatron-Core / NeMo: Transformer Engine's fused kernels and cuDNN
     attention), ``Torchtitan``, ``MaxText`` (JAX / XLA), ``DeepSpeed`` (Hugging Face modeling code
-    under DeepSpeed) or ``PyTorch`` (plain FSDP / DDP, Hugging Face Accelerate). Left out
-    (no ``spec.framework``): the one the pod template's image names, else ``PyTorch`` on GPUs and
-    ``MaxText`` on TPUs; the plan says which."""
+    under DeepSpeed), ``LLMFoundry`` (MosaicML's llm-foundry on Composer's FSDP) or ``PyTorch``
+    (plain FSDP / DDP, Hugging Face Accelerate). Left out (no ``spec.framework``): the one the
+    pod template's image names, else ``PyTorch`` on GPUs and ``MaxText`` on TPUs; the plan says
+    which."""
     compile: bool = False
-    """``torch.compile`` on (Torchtitan, DeepSpeed and PyTorch only): Inductor fuses the norms,
-    RoPE, activations and the loss."""
+    """``torch.compile`` on (Torchtitan, DeepSpeed, LLMFoundry and PyTorch only): Inductor fuses
+    the norms, RoPE, activations and the loss."""
     attention_kernel: AttentionKernel | None = None
     """The attention kernel, where the job picks one; left out: the framework's default
     (cuDNN under Megatron and MaxText on Hopper and newer, FlashAttention 2 otherwise)."""
 
     cel_rules = (
         Rule(
-            cel="!self.compile || self.name in ['Torchtitan', 'DeepSpeed', 'PyTorch']",
-            message="compile (torch.compile) applies to Torchtitan, DeepSpeed and PyTorch only",
+            cel=(
+                "!self.compile || self.name in ['Torchtitan', 'DeepSpeed', 'LLMFoundry', 'PyTorch']"
+            ),
+            message=(
+                "compile (torch.compile) applies to Torchtitan, DeepSpeed, LLMFoundry and PyTorch"
+                " only"
+            ),
             field_path=".compile",
-            check=lambda f: not f.compile or f.name in ("Torchtitan", "DeepSpeed", "PyTorch"),
+            check=lambda f: not f.compile or f.name in COMPILABLE_FRAMEWORKS,
         ),
     )
 

@@ -97,14 +97,15 @@ def _training_rows() -> list[CellRow]:
         if "tokens_per_s_per_gpu" not in row:
             continue
         pub = float(row["tokens_per_s_per_gpu"])
-        pred = T.published_layout_search(row, T.DGX_H100_NIC_GBPS).chosen.tokens_per_second
+        nic = float(row.get("nic_gbps", T.DGX_H100_NIC_GBPS))
+        pred = T.published_layout_search(row, nic).chosen.tokens_per_second
         rows.append(
             CellRow(
                 str(row["id"]).split("-")[0],
                 generation(str(row["accelerator"])),
                 T.published_framework(row),
                 str(row["precision"]),
-                "checked",
+                str(row.get("role", "checked")),
                 pred / int(row["gpus"]) / pub - 1,
             )
         )
@@ -285,6 +286,10 @@ SINGLE_SOURCE = (
     ("PIPELINE_FILL_SECONDS_PER_STEP_BYTE", "awsome-distributed-training (2 x p4de)"),
     ("INFERENCE_OVERHEAD_SECONDS", "MLPerf v0.7 A100 single-stream"),
     ("ALLOCATOR_OVERHEAD", "torchtitan docs/performance.md (H100 memory)"),
+    (
+        "TRITON_FLASH_ATTENTION_RATIO",
+        "llm-foundry's A100-80GB MPT table (checked on its A100-40GB and H100 tables)",
+    ),
     ("H100 ceilings (engine.ceilings)", "calibration/measured/h100-sxm-ops.yaml"),
     ("LLM serving constants", "TensorRT-LLM perf overview, gpt-fast, TensorRT-LLM TTFT"),
 )

@@ -206,6 +206,15 @@ PUBLISHED_HBM_RATIO: dict[str, float] = {
 # assets/flash2_a100_fwd_bwd_benchmark.png and flash2_h100_fwd_bwd_benchmark.png @ 0251105): on
 # Ampere its fraction of peak is this multiple of the H100's measured one.
 FLASH2_AMPERE_RATIO = 1.8273
+# Triton's pre-MLIR FlashAttention (flash_attn_triton under the triton-pre-mlir fork, llm-foundry's
+# attn_impl: triton through 2023): its rate as a fraction of FlashAttention 2's on the same chip,
+# forward and backward alike. Never measured here; fitted (calibration.llm_training.
+# fit_triton_attention) on llm-foundry's A100-80GB MPT table, whose runs used it, with every other
+# part of the step composed; checked on its A100-40GB and H100 tables. FlashAttention 2's paper
+# (Dao 2023, section 4.1) puts FlashAttention 2 1.3-2.5x faster than "FlashAttention in Triton":
+# 0.4-0.77 of its rate, which the fit lands inside. A kernel for the calibration's rows (a job
+# cannot name it: llm-foundry runs FlashAttention 2 today).
+TRITON_FLASH_ATTENTION_RATIO = 0.614
 
 
 MEASURED_PAIR_CHIPS = frozenset({"nvidia-h200-141gb"})
@@ -279,7 +288,11 @@ class Ceilings:
         self, kernel: str, direction: str, sequence: ArrayLike, head_dim: float
     ) -> NDArray[np.float64]:
         """Achieved FLOP/s (causal FLOPs) of an attention kernel at 16-bit."""
-        e, s0, d0 = self.attention[(kernel, direction)]
+        if kernel == "triton":  # Triton's pre-MLIR FlashAttention: FlashAttention 2's shape
+            e, s0, d0 = self.attention[("flash2", direction)]
+            e = e * TRITON_FLASH_ATTENTION_RATIO
+        else:
+            e, s0, d0 = self.attention[(kernel, direction)]
         s = np.asarray(sequence, dtype=np.float64)
         return np.asarray(
             e / (1.0 + s0 / s + d0 / float(head_dim)) * self.peak_flops["bf16"], dtype=np.float64

@@ -24,6 +24,15 @@ Each profile states what the framework's default configuration runs, with where 
 - **DeepSpeed**: Hugging Face modeling code run eagerly (its LlamaRMSNorm composed of ops,
   rotate_half RoPE: ``HF_EAGER``, with bf16 weights), ``flash_attention_2``, fp32-upcast loss,
   DeepSpeed's FusedAdam (multi-tensor, one launch per chunk), fp32 masters copied back to bf16.
+- **LLMFoundry** (MosaicML's llm-foundry on Composer, MPT and Hugging Face models): Composer's
+  FSDP (full or grad-op sharding, ``MixedPrecision`` DEFAULT: fp32 shards, bf16 compute, fp32
+  gradient reduction), the model's modules run eagerly (MPT: ``low_precision_layernorm``, GELU,
+  a fused ``Wqkv``), FlashAttention 2 (``attn_impl: flash``), the loss fused over the logits
+  (``loss_fn: fused_crossentropy``, flash-attn's cross-entropy kernel), Composer's
+  ``DecoupledAdamW`` (a loop of single-tensor ops over the flat parameters: foreach-like in its
+  passes over the state), no copy-back (FSDP casts on the gather). torch.compile where the run
+  sets ``compile_config``. Its published tables (scripts/train/benchmarking) ran the 2023 stack:
+  Triton's pre-MLIR attention on H100, which the engine has not measured (the rows say so).
 - **PyTorch** (plain FSDP / DDP, Hugging Face Accelerate): Hugging Face's modules run eagerly
   (``HF_EAGER``): unsharded (DDP, one GPU) under bf16 autocast over fp32 weights, sharded (FSDP's
   ``MixedPrecision(param_dtype=bf16)``) with bf16 weights; SDPA, fp32-upcast loss,
@@ -36,13 +45,15 @@ Each profile states what the framework's default configuration runs, with where 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-FRAMEWORKS = ("Megatron", "Torchtitan", "MaxText", "DeepSpeed", "PyTorch")
+FRAMEWORKS = ("Megatron", "Torchtitan", "MaxText", "DeepSpeed", "LLMFoundry", "PyTorch")
 DEFAULT_GPU_FRAMEWORK = "PyTorch"
 DEFAULT_TPU_FRAMEWORK = "MaxText"
 ATTENTION_KERNELS = ("FlashAttention2", "cuDNN")
-_KERNEL_KEY = {"FlashAttention2": "flash2", "cuDNN": "cudnn"}
+# "Triton": Triton's pre-MLIR FlashAttention, which llm-foundry's published 2023 tables ran
+# (engine.ceilings.TRITON_FLASH_ATTENTION_RATIO); the calibration names it, a job cannot.
+_KERNEL_KEY = {"FlashAttention2": "flash2", "cuDNN": "cudnn", "Triton": "triton"}
 
 # Host time per kernel an eager PyTorch stack spends in Python, the dispatcher and the launch: the
 # GPU idles when a layer's kernels finish faster than the host issues them. Assumed (no point
@@ -82,6 +93,9 @@ class Framework:
     # --xla_tpu_overlap_compute_collective_tc=true, maxtext @ 76bd53b0f), so only what exceeds
     # the micro-batch's GEMMs is on the critical path.
     overlaps_tensor_parallel_on_tpu: bool = False
+    # The loss is one fused kernel that keeps the bf16 logits only (llm-foundry's
+    # fused_crossentropy: engine.llm_memory.BYTES_LOSS_PER_LOGIT_FUSED), not an fp32 copy.
+    fused_loss_memory: bool = False
 
     def attention_kernel(self, nccl_arch: str) -> str:
         return self.attention if nccl_arch in ("hopper", "blackwell") else self.attention_ampere
@@ -114,6 +128,18 @@ _BASE = {
     "DeepSpeed": Framework(
         "DeepSpeed", "flash2", "flash2", HF_EAGER, "eager_upcast", "adamw_fused", False, True, True
     ),
+    "LLMFoundry": Framework(
+        "LLMFoundry",
+        "flash2",
+        "flash2",
+        "eager",
+        "compiled",
+        "adamw_foreach",
+        False,
+        False,
+        True,
+        fused_loss_memory=True,
+    ),
     "PyTorch": Framework(
         "PyTorch",
         "cudnn",
@@ -127,7 +153,7 @@ _BASE = {
         autocast_unsharded=True,
     ),
 }
-COMPILABLE = ("Torchtitan", "DeepSpeed", "PyTorch")
+COMPILABLE = ("Torchtitan", "DeepSpeed", "LLMFoundry", "PyTorch")
 
 
 def framework(name: str, *, compiled: bool = False, attention: str | None = None) -> Framework:
@@ -139,44 +165,22 @@ def framework(name: str, *, compiled: bool = False, attention: str | None = None
     if compiled and name not in COMPILABLE:
         raise ValueError(f"framework {name}: compile applies to {', '.join(COMPILABLE)} only")
     if compiled:
-        base = Framework(
-            base.name,
-            base.attention,
-            base.attention_ampere,
-            "compiled",
-            "compiled",
-            base.optimizer,
-            base.fused_grad_accumulation,
-            base.copies_weights_back,
-            base.host_launched,
-            compiled=True,
-            autocast_unsharded=base.autocast_unsharded,
-        )
+        base = replace(base, memory_bound="compiled", loss="compiled", compiled=True)
     if attention is not None:
         if attention not in _KERNEL_KEY:
             raise ValueError(
                 f"attention kernel {attention!r}: expected one of {', '.join(ATTENTION_KERNELS)}"
             )
         key = _KERNEL_KEY[attention]
-        base = Framework(
-            base.name,
-            key,
-            key,
-            base.memory_bound,
-            base.loss,
-            base.optimizer,
-            base.fused_grad_accumulation,
-            base.copies_weights_back,
-            base.host_launched,
-            base.compiled,
-            base.autocast_unsharded,
-        )
+        base = replace(base, attention=key, attention_ampere=key)
     return base
 
 
 # Image names that say which framework a pod runs, for jobs that do not say it themselves.
 _IMAGE_HINTS = (
     ("torchtitan", "Torchtitan"),
+    ("llm-foundry", "LLMFoundry"),
+    ("llmfoundry", "LLMFoundry"),
     ("maxtext", "MaxText"),
     ("nemo", "Megatron"),
     ("megatron", "Megatron"),

@@ -32,6 +32,7 @@ from ringmaster.engine.llm_memory import (
     BYTES_OPTIMIZER,
     BYTES_WEIGHTS,
     FRAMEWORK_RESERVE_BYTES,
+    loss_bytes_per_logit,
     memory_per_accelerator,
     valid_pipeline,
 )
@@ -559,6 +560,7 @@ def _single(request: LayoutRequest, hw: LayoutHardware, layout: Layout, **change
         fp8=hw.compute_precision in ("fp8", "fp4"),
         expert=fields["expert"],
         dual_pipe=request.expert_overlap == OVERLAP_DUALPIPE,
+        loss_bytes_per_logit=loss_bytes_per_logit(hw.framework),
         # a folded expert degree stays; the default one follows the tensor degree
         expert_tensor=change.get(
             "expert_tensor",

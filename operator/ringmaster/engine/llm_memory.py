@@ -23,6 +23,7 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ringmaster.engine.frameworks import Framework
 from ringmaster.engine.llm_layout_names import (
     RECOMPUTE_FULL,
     RECOMPUTE_MINIMAL,
@@ -60,6 +61,11 @@ BYTES_ACTIVATION = 2.0
 # works on (4: Korthikanti et al. 2022, section 4.3) and, as its backward begins, their fp32
 # gradient (4) and the bf16 gradient handed back to the LM head (2). Counted, not fitted.
 BYTES_LOSS_PER_LOGIT = 10.0
+# The same where the loss is one fused kernel over the bf16 logits (flash-attn's cross-entropy,
+# which llm-foundry's loss_fn fused_crossentropy runs: flash_attn/losses/cross_entropy.py at
+# v1.0.9 saves the logits, their log-sum-exp and the labels, and its backward writes a new bf16
+# gradient): the logits (2) and their gradient (2); the fp32 values stay in registers. Counted.
+BYTES_LOSS_PER_LOGIT_FUSED = 4.0
 # Bytes per parameter all-gathered under sharding (the bf16 working copy) and reduce-scattered
 # or all-reduced (fp32 gradients, as BYTES_GRADIENTS).
 BYTES_GATHER = BYTES_WEIGHTS
@@ -136,6 +142,17 @@ FRAMEWORK_RESERVE_BYTES = 2.0 * GIB
 # (ringmaster.calibration.llm_training, fitted on torchtitan's Llama 3.1 8B FSDP rows on 8 and
 # 128 H100, the published memory figures of a plain eager run); a test keeps it equal to the fit.
 ALLOCATOR_OVERHEAD = 0.233
+# What the allocator still needs beyond the live tensors when memory runs short: when a request
+# fails, PyTorch's caching allocator frees the blocks it caches and retries before it reports
+# out-of-memory, so the slack that ALLOCATOR_OVERHEAD measures (reserved memory in runs with room
+# to spare) is not a requirement. Whether a layout fits is judged at the limit: near zero there
+# (issue 41's H100 measurement: "allocator slack about 10 % of activations, near zero close to
+# the limit"), and at most 9.7% in every one of llm-foundry's 183 published runs on 8-128
+# A100 / H100 (the tightest: MPT-1B at 2,048 tokens, micro-batch 10 on 32 A100-40GB; the engine's
+# activations with the fused loss, its states and FRAMEWORK_RESERVE_BYTES), 36 of which would not
+# fit with ALLOCATOR_OVERHEAD. Plans count memory at the limit; the calibration's memory rows
+# compare reserved memory with ALLOCATOR_OVERHEAD.
+ALLOCATOR_SLACK_AT_LIMIT = 0.0
 
 
 def _f(x: ArrayLike) -> F64:
@@ -291,6 +308,12 @@ class MemoryArrays(NamedTuple):
     total: F64
 
 
+def loss_bytes_per_logit(framework: Framework) -> float:
+    """The loss's peak bytes per logit under ``framework``: one fused kernel keeps the bf16 logits
+    only; an eager loss works on an fp32 copy."""
+    return BYTES_LOSS_PER_LOGIT_FUSED if framework.fused_loss_memory else BYTES_LOSS_PER_LOGIT
+
+
 def memory_per_accelerator(
     model: Transformer,
     *,
@@ -310,6 +333,7 @@ def memory_per_accelerator(
     expert: ArrayLike = 1,
     expert_tensor: ArrayLike | None = None,
     dual_pipe: bool = False,
+    loss_bytes_per_logit: float = BYTES_LOSS_PER_LOGIT,
 ) -> MemoryArrays:
     """Weights, gradients, optimizer state, activations and the reserve per accelerator, on the
     fullest of the first, a middle and the last pipeline stage. Context-parallel ranks hold the
@@ -321,7 +345,8 @@ def memory_per_accelerator(
     regrouped as etp x e x the expert-data-parallel t c d / (etp e)). ``dual_pipe``: DeepSeek's
     DualPipe, whose rank i holds stages i and p - 1 - i (2x the parameters) with p + 1
     micro-batches' activations in flight (DeepSeek-V3 technical report, arXiv 2412.19437,
-    Table 2; deepseek-ai/DualPipe README.md @ 3da1bbe)."""
+    Table 2; deepseek-ai/DualPipe README.md @ 3da1bbe). ``loss_bytes_per_logit``: the loss's
+    peak bytes per logit (BYTES_LOSS_PER_LOGIT eager, BYTES_LOSS_PER_LOGIT_FUSED fused)."""
     t, p, d, c, e = _f(tensor), _f(pipeline), _f(data), _f(context), _f(expert)
     etp = t if expert_tensor is None else _f(expert_tensor)
     shard = np.asarray(sharding)
@@ -351,7 +376,7 @@ def memory_per_accelerator(
     # interleaving adds (p - 1) / (p v) (Korthikanti et al. 2022, section 4.2.3).
     interleave = np.where(v > 1, 1.0 + (p - 1.0) / (p * v), 1.0)
     logits = (  # one set per head pass: the model's and each MTP module's loss
-        BYTES_LOSS_PER_LOGIT * model.sequence_length * _f(micro_batch) * model.vocab / (t * c)
+        loss_bytes_per_logit * model.sequence_length * _f(micro_batch) * model.vocab / (t * c)
     ) * model.head_passes
     act_first = (
         stages.first * stored * np.minimum(p, m) * interleave

@@ -89,11 +89,12 @@ from ringmaster.engine.llm_layout_names import (
     STRATEGY_REDUCTION_SERVER,
 )
 from ringmaster.engine.llm_memory import (
-    ALLOCATOR_OVERHEAD,
+    ALLOCATOR_SLACK_AT_LIMIT,
     BYTES_ACTIVATION,
     BYTES_GATHER,
     BYTES_REDUCE,
     MemoryArrays,
+    loss_bytes_per_logit,
     memory_per_accelerator,
     stage_layers,
     stage_parameters,
@@ -212,7 +213,7 @@ class LayoutHardware:
     compute_precision: str = "bf16"
     # The caching allocator's slack over activations: PyTorch's on GPUs; XLA assigns buffers
     # ahead of time on TPUs, so none there.
-    allocator_overhead: float = ALLOCATOR_OVERHEAD
+    allocator_overhead: float = ALLOCATOR_SLACK_AT_LIMIT
     # Peaks of the matmuls outside the layers' linear layers (attention core, LM head): the
     # compute precision's, except under FP8 recipes, which keep some of them in bf16.
     attention_peak_flops: float = 0.0  # 0: peak_flops
@@ -347,7 +348,7 @@ def layout_hardware(
         step_fit=fit,
         step_fit_source=fit_source,
         attention_derate=derate,
-        allocator_overhead=0.0 if acc.kind == "tpu" else ALLOCATOR_OVERHEAD,
+        allocator_overhead=0.0 if acc.kind == "tpu" else ALLOCATOR_SLACK_AT_LIMIT,
         attention_peak_flops=attention_peak,
         head_peak_flops=half,
         slice_axes=slice_axes or (hosts * host.count // max(slices, 1), 1, 1),
@@ -775,6 +776,7 @@ def evaluate_layouts(
         expert=e,
         expert_tensor=etp,
         dual_pipe=dual_pipe,
+        loss_bytes_per_logit=loss_bytes_per_logit(hw.framework),
     )
     # Offloaded activations live in the host's DRAM, which must hold them too, and cross a host
     # link whose bandwidth must be known.
