@@ -130,6 +130,7 @@ class Layout:
     loss_seconds: float = 0.0
     host_gap_seconds: float = 0.0
     optimizer_seconds: float = 0.0
+    overlap_interference_seconds: float = 0.0  # what hidden DP collectives take from the compute
     expert_tensor: int = 0  # 0: the tensor degree
     expert_overlap: str = OVERLAP_NONE
     capacity_factor: float | None = None
@@ -408,6 +409,7 @@ def _layout(
         loss_seconds=float(a.loss_seconds[i]),
         host_gap_seconds=float(a.host_gap_seconds[i]),
         optimizer_seconds=float(a.optimizer_seconds[i]),
+        overlap_interference_seconds=float(a.overlap_interference_seconds[i]),
         expert_tensor=int(a.expert_tensor[i]),
         expert_overlap=a.expert_overlap,
         capacity_factor=a.capacity_factor,

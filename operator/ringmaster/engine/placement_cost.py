@@ -106,6 +106,7 @@ class StepUnderPlacement:
     bubble_seconds: float
     exposed_data_parallel_seconds: float
     optimizer_seconds: float
+    overlap_interference_seconds: float = 0.0  # what the hidden DP collectives take from compute
 
 
 @dataclass(frozen=True)
@@ -225,9 +226,10 @@ def step_under_placement(
     slot_total = compute + tensor + context + expert + sends  # every micro-batch's slot
     bubble = slot_total / m * (layout.pipeline - 1.0) / layout.virtual_stages
     exposed = float(dp.exposed_data_parallel_seconds[0])
+    interference = float(dp.overlap_interference_seconds[0])
     optimizer = float(base.optimizer_seconds[0])
     return StepUnderPlacement(
-        step_seconds=slot_total + bubble + exposed + optimizer,
+        step_seconds=slot_total + bubble + exposed + interference + optimizer,
         compute_seconds=compute,
         tensor_parallel_seconds=tensor,
         context_parallel_seconds=context,
@@ -236,6 +238,7 @@ def step_under_placement(
         bubble_seconds=bubble,
         exposed_data_parallel_seconds=exposed,
         optimizer_seconds=optimizer,
+        overlap_interference_seconds=interference,
     )
 
 

@@ -435,6 +435,7 @@ def step_parts(layout: Layout) -> dict[str, float]:
         "pipelineSends": _sig(layout.pipeline_send_seconds),
         "pipelineBubble": _sig(layout.bubble_seconds),
         "exposedDataParallel": _sig(layout.exposed_data_parallel_seconds),
+        "overlapInterference": _sig(layout.overlap_interference_seconds),
     }
 
 

@@ -204,7 +204,8 @@ def render_layout(plan: LayoutPlan) -> str:
         f"step {c.step_seconds:.4g} s: compute {c.compute_seconds:.4g}, tensor-parallel "
         f"{c.tensor_parallel_seconds:.3g}, bubble {c.bubble_seconds:.3g}, pipeline sends "
         f"{c.pipeline_send_seconds:.3g}, data-parallel exposed "
-        f"{c.exposed_data_parallel_seconds:.3g}, optimizer {c.optimizer_seconds:.3g}",
+        f"{c.exposed_data_parallel_seconds:.3g}, overlap interference "
+        f"{c.overlap_interference_seconds:.3g}, optimizer {c.optimizer_seconds:.3g}",
         f"compute by part ({plan.framework_label or 'framework'}): GEMMs {c.gemm_seconds:.4g}, "
         f"attention {c.attention_seconds:.3g}, memory-bound {c.memory_bound_seconds:.3g}, loss "
         f"{c.loss_seconds:.3g}, host gaps {c.host_gap_seconds:.3g}"
