@@ -512,7 +512,11 @@ def published_layout_search(row: Mapping[str, Any], nic_gbps: float | None = Non
         slice_axes=axes,
         wrapped=wrapped,
         compute_precision=str(row["precision"]),
-        framework=framework_profile(published_framework(row), attention=row.get("attention")),
+        framework=framework_profile(
+            published_framework(row),
+            compiled=bool(row.get("compile", False)),
+            attention=row.get("attention"),
+        ),
     )
     if nic_gbps is not None:
         hw = replace(hw, nic_bandwidth=gbps_to_bytes_per_second(nic_gbps) * NIC_EFFICIENCY)
