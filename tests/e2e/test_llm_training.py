@@ -155,6 +155,15 @@ def test_a_torchtitan_job_gets_its_launcher_env_and_its_plan_shows_the_step_by_p
     assert "compile (torch.compile) applies to Torchtitan, DeepSpeed, LLMFoundry and PyTorch" in (
         result.stderr
     )
+    # llm-foundry's compile_config: the apiserver admits LLMFoundry with compile (server-side
+    # dry run: the CEL rule judged, nothing created).
+    foundry = copy.deepcopy(megatron)
+    foundry["metadata"]["name"] = "llama-compiled-foundry"
+    foundry["spec"]["framework"]["name"] = "LLMFoundry"
+    admitted = cluster.kubectl(
+        "apply", "--dry-run=server", "-n", ns, "-f", "-", input=yaml.safe_dump(foundry), check=False
+    )
+    assert admitted.returncode == 0, admitted.stderr
 
 
 def test_the_apiserver_refuses_a_layout_that_does_not_divide_naming_the_numbers(

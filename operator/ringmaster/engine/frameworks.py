@@ -32,7 +32,8 @@ Each profile states what the framework's default configuration runs, with where 
   ``DecoupledAdamW`` (a loop of single-tensor ops over the flat parameters: foreach-like in its
   passes over the state), no copy-back (FSDP casts on the gather). torch.compile where the run
   sets ``compile_config``. Its published tables (scripts/train/benchmarking) ran the 2023 stack:
-  Triton's pre-MLIR attention on H100, which the engine has not measured (the rows say so).
+  Triton's pre-MLIR attention, never measured here; its rate is fitted on the A100-80GB table
+  and checked on the others (engine.ceilings.TRITON_FLASH_ATTENTION_RATIO).
 - **PyTorch** (plain FSDP / DDP, Hugging Face Accelerate): Hugging Face's modules run eagerly
   (``HF_EAGER``): unsharded (DDP, one GPU) under bf16 autocast over fp32 weights, sharded (FSDP's
   ``MixedPrecision(param_dtype=bf16)``) with bf16 weights; SDPA, fp32-upcast loss,
