@@ -18,6 +18,7 @@ from ringmaster.calibration.llm_training import (
     fit_triton_attention,
     mpt_model,
     published_layout_search,
+    published_nic_gbps,
     throughput_report,
     training_points,
 )
@@ -57,26 +58,41 @@ def test_parse_manifest_accepts_the_framework_with_compile():
     assert spec.framework is not None and spec.framework.name == "LLMFoundry"
 
 
+def _fsdp_step(
+    accelerator: str,
+    per_host: int,
+    hosts: int,
+    size: str = "13b",
+    micro_batch: int = 2,
+    framework_name: str = "LLMFoundry",
+) -> L.LayoutArrays:
+    """MPT at 2,048 tokens, full sharding, no recompute, one micro-batch per accelerator."""
+    host = DEFAULT_CATALOG.host(accelerator, per_host)
+    hw = L.layout_hardware(host, hosts, DEFAULT_CATALOG, framework=framework(framework_name))
+    return L.evaluate_layouts(
+        mpt_model(size, 2048),
+        hw,
+        tensor=1,
+        pipeline=1,
+        sharding=SHARD_FULL,
+        micro_batch=micro_batch,
+        recompute=RECOMPUTE_NONE,
+        global_batch=micro_batch * per_host * hosts,
+    )
+
+
+def _one(x) -> float:
+    return float(np.ravel(x)[0])
+
+
 def test_the_fused_loss_keeps_the_bf16_logits_only_by_hand():
     """The same layout under LLMFoundry and Torchtitan differs by the loss: 4 bytes a logit
     (bf16 logits and their bf16 gradient) against 10 (an fp32 copy, its fp32 gradient and the
     bf16 one), on one GPU's tokens s b x vocabulary."""
-    model = mpt_model("7b", 2048)
-    host = DEFAULT_CATALOG.host("nvidia-h100-80gb", 8)
-    mem = {}
-    for name in ("LLMFoundry", "Torchtitan"):
-        hw = L.layout_hardware(host, 1, DEFAULT_CATALOG, framework=framework(name))
-        a = L.evaluate_layouts(
-            model,
-            hw,
-            tensor=1,
-            pipeline=1,
-            sharding=SHARD_FULL,
-            micro_batch=6,
-            recompute=RECOMPUTE_NONE,
-            global_batch=48,
-        )
-        mem[name] = float(np.ravel(a.memory.activations)[0])
+    mem = {
+        name: _one(_fsdp_step("nvidia-h100-80gb", 8, 1, "7b", 6, name).memory.activations)
+        for name in ("LLMFoundry", "Torchtitan")
+    }
     assert mem["Torchtitan"] - mem["LLMFoundry"] == pytest.approx(6.0 * 2048 * 6 * 50368)
 
 
@@ -96,7 +112,7 @@ def test_every_published_llm_foundry_layout_fits_only_when_judged_at_the_limit()
     assert len(FOUNDRY) == 183
     refused_with_slack = 0
     for row in FOUNDRY:
-        search = published_layout_search(row, float(row.get("nic_gbps", 3200)))
+        search = published_layout_search(row, published_nic_gbps(row))
         assert search.fits, (row["id"], search.reason)
         c = search.chosen
         slack = float(c.activations_bytes) * M.ALLOCATOR_OVERHEAD
@@ -160,21 +176,6 @@ def test_an_mpt_row_names_its_model():
     assert model.tied_embeddings and not model.gated_ffn
 
 
-def _fsdp_step(accelerator: str, per_host: int, hosts: int) -> L.LayoutArrays:
-    host = DEFAULT_CATALOG.host(accelerator, per_host)
-    hw = L.layout_hardware(host, hosts, DEFAULT_CATALOG, framework=framework("LLMFoundry"))
-    return L.evaluate_layouts(
-        mpt_model("13b", 2048),
-        hw,
-        tensor=1,
-        pipeline=1,
-        sharding=SHARD_FULL,
-        micro_batch=2,
-        recompute=RECOMPUTE_NONE,
-        global_batch=2 * per_host * hosts,
-    )
-
-
 def test_hidden_data_parallel_seconds_take_their_share_of_the_compute_on_gpus_only(monkeypatch):
     """As the data-parallel model charges it (engine.training): what hides behind the compute
     still takes OVERLAP_INTERFERENCE of its time from it on a GPU; a TPU's collectives run on its
@@ -184,12 +185,8 @@ def test_hidden_data_parallel_seconds_take_their_share_of_the_compute_on_gpus_on
     monkeypatch.setattr(L, "OVERLAP_INTERFERENCE", 0.0)
     free = _fsdp_step("nvidia-h100-80gb", 8, 1)
     tpu_free = _fsdp_step("tpu-v5p-slice", 4, 4)
-
-    def one(x) -> float:
-        return float(np.ravel(x)[0])
-
-    hidden = one(charged.data_parallel_seconds) - one(charged.exposed_data_parallel_seconds)
+    hidden = _one(charged.data_parallel_seconds) - _one(charged.exposed_data_parallel_seconds)
     assert hidden > 0.1  # MPT-13B at micro-batch 2: a third of the compute
-    assert one(charged.step_seconds) - one(free.step_seconds) == pytest.approx(0.15 * hidden)
-    assert one(tpu.data_parallel_seconds) - one(tpu.exposed_data_parallel_seconds) > 0.1
-    assert one(tpu.step_seconds) == one(tpu_free.step_seconds)
+    assert _one(charged.step_seconds) - _one(free.step_seconds) == pytest.approx(0.15 * hidden)
+    assert _one(tpu.data_parallel_seconds) - _one(tpu.exposed_data_parallel_seconds) > 0.1
+    assert _one(tpu.step_seconds) == _one(tpu_free.step_seconds)

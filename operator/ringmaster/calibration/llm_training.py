@@ -477,6 +477,11 @@ def _layout_model(row: Mapping[str, Any]) -> Transformer:
 DGX_H100_NIC_GBPS = 8 * 400
 
 
+def published_nic_gbps(row: Mapping[str, Any]) -> float:
+    """A published run's NIC bandwidth per host: its ``nic_gbps`` key, else a DGX H100's."""
+    return float(row.get("nic_gbps", DGX_H100_NIC_GBPS))
+
+
 def published_framework(row: Mapping[str, Any]) -> str:
     """The framework a published run used: its ``framework`` key, else its source's (NeMo and
     Megatron-LM rows, Meta's Llama 3 run on its Megatron-style stack: Megatron; torchtitan;
@@ -543,7 +548,7 @@ def throughput_report(points: Mapping[str, Any] | None = None) -> list[LlmRow]:
     for r in (points or training_points())["published_layouts"]:
         if "tokens_per_s_per_gpu" not in r:
             continue
-        chosen = published_layout_search(r, float(r.get("nic_gbps", DGX_H100_NIC_GBPS))).chosen
+        chosen = published_layout_search(r, published_nic_gbps(r)).chosen
         setup = (
             f"{r['model']} s{r['seq']} {r['gpus']} GPUs TP{r['tensor']} CP{r['context']}"
             f" PP{r['pipeline']} {r['precision']} ({chosen.recompute})"
@@ -571,7 +576,7 @@ def _foundry_ratio(rows: Sequence[Mapping[str, Any]], triton: float) -> float:
     try:
         pairs = []
         for r in rows:
-            chosen = published_layout_search(r, float(r.get("nic_gbps", DGX_H100_NIC_GBPS))).chosen
+            chosen = published_layout_search(r, published_nic_gbps(r)).chosen
             pairs.append((float(r["tokens_per_s_per_gpu"]), chosen.tokens_per_second / r["gpus"]))
         return _geomean(pairs)
     finally:
