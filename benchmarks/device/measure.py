@@ -17,6 +17,11 @@ launch gaps are not in them (what a serving engine's graphs see).
 - ``grouped``: an MoE layer's expert GEMMs as ``torch._grouped_mm`` runs them (one kernel over
   the local experts), against one dense GEMM of all the tokens and a loop of per-expert GEMMs,
   at 8-2048 tokens per expert, for DeepSeek-V3, Qwen3-235B, Mixtral 8x7B and gpt-oss-120b shapes.
+- ``fp8_linear``: one linear layer of Llama 3 8B's widths forward + backward in bf16 and in FP8
+  with dynamic tensorwise scaling (torchao's, else the same recipe here), eager and compiled,
+  against its three FP8 GEMMs on operands cast beforehand: what FP8's casts cost.
+- ``train_compiled``: the ``train`` model with bf16 weights, torchtitan's recipe on one GPU
+  (each block and the loss ``torch.compile``-d, torchao's float8 on the blocks' linear layers).
 - ``train``: a plain-PyTorch training step (eager modules written as Hugging Face's Llama is,
   SDPA, bf16 autocast over fp32 weights, fp32-upcast loss, ``torch.optim.AdamW`` foreach) of
   1B and 3B Llama shapes; one profiled step sorts the kernels' device time into GEMM, attention,
@@ -501,6 +506,17 @@ TRAIN_CONFIGS = {
         "vocab": 128256,
     },
 }
+# Llama 3 8B's width (hidden 4096, FFN 14336, 32 / 8 heads of 128) with 8 of its 32 layers: the
+# per-GPU shape of torchtitan's and NeMo's Llama-3-8B runs at 8,192 tokens, fitting one GPU.
+TRAIN_CONFIGS["llama-8b-8l"] = {
+    "hidden": 4096,
+    "layers": 8,
+    "heads": 32,
+    "kv_heads": 8,
+    "head_dim": 128,
+    "ffn": 14336,
+    "vocab": 128256,
+}
 TRAIN_RUNS = (
     ("llama-1b", 4, 2048),
     ("llama-1b", 2, 4096),
@@ -573,9 +589,16 @@ def train_run(
     c = TRAIN_CONFIGS[name]
     torch.manual_seed(0)
     model = Model(c, expand_kv=variant == "expand_kv").to(DEV)
-    bf16_weights = variant == "bf16"
+    bf16_weights = variant in ("bf16", "compile_bf16", "compile_fp8", "eager_fp8")
     if bf16_weights:
         model = model.to(BF16)
+    loss_fn = upcast_cross_entropy
+    if variant.endswith("fp8"):
+        float8_training(model.blocks)  # the head stays bf16, as torchtitan's filter keeps it
+    if variant.startswith("compile"):  # torchtitan: each block compiled, and the loss
+        for i, block in enumerate(model.blocks):
+            model.blocks[i] = torch.compile(block)
+        loss_fn = torch.compile(upcast_cross_entropy)
     params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)  # foreach on CUDA by default
     tokens = torch.randint(0, c["vocab"], (batch, seq + 1), device=DEV)
@@ -590,7 +613,7 @@ def train_run(
         events[0].record()
         with torch.autocast("cuda", dtype=BF16, enabled=not bf16_weights):
             logits = model(tokens[:, :-1], cos, sin)
-        loss = F.cross_entropy(logits.float().view(-1, c["vocab"]), tokens[:, 1:].reshape(-1))
+        loss = loss_fn(logits, tokens[:, 1:])
         events[1].record()
         loss.backward()
         events[2].record()
@@ -635,6 +658,158 @@ def train_run(
     top = sorted(names.items(), key=lambda kv: -kv[1])[:25]
     row["top_kernels_ms"] = {k: round(v, 3) for k, v in top}
     return row
+
+
+def upcast_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+
+
+FLOAT8: dict[str, str] = {}
+
+
+def float8_training(module: torch.nn.Module) -> None:
+    """Swap ``module``'s linear layers for FP8 ones with dynamic tensorwise scaling (inputs and
+    weights e4m3, output gradients e5m2, three ``torch._scaled_mm`` per layer): torchao's
+    ``convert_to_float8_training`` (torchtitan's ``float8``) where torchao is installed, else the
+    same recipe written here (:class:`Float8Linear`); which one ran is recorded."""
+    try:
+        from torchao.float8 import convert_to_float8_training
+
+        convert_to_float8_training(module)
+        import torchao
+
+        FLOAT8["implementation"] = f"torchao {torchao.__version__} convert_to_float8_training"
+    except Exception:  # absent, or built for another torch: the same recipe written here
+        for parent in list(module.modules()):
+            for name, child in list(parent.named_children()):
+                if type(child) is torch.nn.Linear:
+                    setattr(parent, name, Float8Linear(child.weight))
+        FLOAT8["implementation"] = "measure.py Float8Linear (torchao absent)"
+
+
+E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+
+
+def to_float8(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x scaled into ``dtype``'s range by its amax, the inverse scale)."""
+    scale = torch.finfo(dtype).max / x.abs().amax().float().clamp(min=1e-12)
+    return (x.float() * scale).clamp(-torch.finfo(dtype).max, torch.finfo(dtype).max).to(
+        dtype
+    ), scale.reciprocal()
+
+
+class Float8Matmul(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        x8, sx = to_float8(x, E4M3)
+        w8, sw = to_float8(w, E4M3)
+        ctx.save_for_backward(x8, sx, w8, sw)
+        return torch._scaled_mm(x8, w8.t(), sx, sw, out_dtype=BF16)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> Any:
+        x8, sx, w8, sw = ctx.saved_tensors
+        g8, sg = to_float8(g, E5M2)
+        dx = torch._scaled_mm(g8, w8.t().contiguous().t(), sg, sw, out_dtype=BF16)
+        dw = torch._scaled_mm(g8.t().contiguous(), x8.t().contiguous().t(), sg, sx, out_dtype=BF16)
+        return dx, dw
+
+
+class Float8Linear(torch.nn.Module):
+    def __init__(self, weight: torch.Tensor) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(weight.detach())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = Float8Matmul.apply(x.reshape(-1, x.shape[-1]), self.weight)
+        return y.view(*x.shape[:-1], -1)
+
+
+# Linear layers of Llama 3 8B (in, out): fused QKV, output, gate + up, down; at 8,192 tokens
+# (one micro-batch of torchtitan's and NeMo's runs) and 2,048.
+FP8_LINEAR_SHAPES = (
+    (8192, 4096, 6144),
+    (8192, 4096, 4096),
+    (8192, 4096, 28672),
+    (8192, 14336, 4096),
+    (2048, 4096, 6144),
+    (2048, 14336, 4096),
+)
+
+
+def measure_fp8_linear(out: dict[str, Any]) -> None:
+    """One linear layer's forward + backward (gradients of input and weight) in bf16, in FP8
+    (tensorwise dynamic scaling) eager and compiled, and the FP8 layer's three GEMMs alone on
+    operands cast and transposed beforehand: what the casts, amaxes and transposes cost."""
+    rows: list[dict[str, Any]] = []
+    out["fp8_linear"] = {
+        "rows": rows,
+        "what": "ms of one fwd+bwd (autograd.grad w.r.t. input and weight), bf16 inputs; "
+        "gemms_only = the three torch._scaled_mm (fwd e4m3 x e4m3, dgrad e5m2 x e4m3, "
+        "wgrad e5m2 x e4m3) on pre-cast, pre-transposed operands",
+    }
+    for tokens, k, n in FP8_LINEAR_SHAPES:
+        row: dict[str, Any] = {"tokens": tokens, "in": k, "out": n}
+        try:
+            row.update(fp8_linear_row(tokens, k, n))
+        except Exception:
+            row["failure"] = traceback.format_exc()[-600:]
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        torch.cuda.empty_cache()
+
+
+def fp8_linear_row(tokens: int, k: int, n: int) -> dict[str, Any]:
+    row: dict[str, Any] = {}
+    one = torch.ones((), device=DEV)
+    x = randn(tokens, k).requires_grad_()
+    lin = torch.nn.Linear(k, n, bias=False, device=DEV, dtype=BF16)
+    grad = randn(tokens, n)
+
+    def fwd_bwd(mod: Any) -> Any:
+        return lambda: torch.autograd.grad(mod(x), [x, *mod.parameters()], grad)
+
+    row["bf16_ms"] = round(median_ms(fwd_bwd(lin)), 4)
+    f8 = torch.nn.Sequential(torch.nn.Linear(k, n, bias=False, device=DEV, dtype=BF16))
+    float8_training(f8)
+    row["fp8_eager_ms"] = round(median_ms(fwd_bwd(f8)), 4)
+    row["fp8_compiled_ms"] = round(median_ms(fwd_bwd(torch.compile(f8))), 4)
+    x8, w8, g8 = x.detach().to(E4M3), lin.weight.detach().to(E4M3), grad.to(E5M2)
+    wt8, xt8, gt8 = w8.t().contiguous(), x8.t().contiguous(), g8.t().contiguous()
+
+    def gemms() -> None:
+        torch._scaled_mm(x8, w8.t(), one, one, out_dtype=BF16)
+        torch._scaled_mm(g8, wt8.t(), one, one, out_dtype=BF16)
+        torch._scaled_mm(gt8, xt8.t(), one, one, out_dtype=BF16)
+
+    row["gemms_only_ms"] = round(median_ms(gemms), 4)
+    flops = 6.0 * tokens * k * n
+    row["gemms_only_tflops"] = round(flops / row["gemms_only_ms"] / 1e9, 1)
+    row["bf16_tflops"] = round(flops / row["bf16_ms"] / 1e9, 1)
+    row["implementation"] = FLOAT8.get("implementation")
+    return row
+
+
+# Compiled and FP8 steps (bf16 weights as FSDP computes with; fwd + bwd is what compares):
+# torchtitan's recipe on one GPU: each block compiled, the loss compiled, torchao's float8.
+TRAIN_COMPILED_RUNS = (
+    ("llama-8b-8l", 1, 8192, "compile_bf16"),
+    ("llama-8b-8l", 1, 8192, "compile_fp8"),
+    ("llama-8b-8l", 1, 8192, "bf16"),
+    ("llama-1b", 4, 2048, "compile_bf16"),
+    ("llama-1b", 4, 2048, "compile_fp8"),
+    ("llama-8b-8l", 2, 4096, "compile_fp8"),
+)
+
+
+def measure_train_compiled(out: dict[str, Any]) -> None:
+    import torch._dynamo
+
+    for limit in ("cache_size_limit", "recompile_limit"):  # every block's guard hits at once
+        if hasattr(torch._dynamo.config, limit):
+            setattr(torch._dynamo.config, limit, 64)
+    measure_train(out, TRAIN_COMPILED_RUNS, "train_compiled")
+    out["train_compiled"]["float8"] = FLOAT8.get("implementation")
 
 
 # ---- the eager ops of those regimes, one at a time ------------------------------------------
@@ -789,6 +964,8 @@ PARTS = {
     "train": measure_train,
     "train_variants": measure_train_variants,
     "ops": measure_ops,
+    "fp8_linear": measure_fp8_linear,
+    "train_compiled": measure_train_compiled,
 }
 
 

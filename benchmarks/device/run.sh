@@ -5,6 +5,7 @@
 # limit inside one overall deadline, so a slow or broken part leaves the others' figures.
 #   DEADLINE_S (default 400): seconds for everything; PARTS: which measure.py parts, in order;
 #   PAYLOAD_MEASUREMENTS: the payload's measurements (none: no payload).
+#   PART_LIMIT_S (default 120): the most seconds one part may take.
 set -u
 OUT=${OUT:-/tmp/ringmaster-device}
 mkdir -p "$OUT"
@@ -27,7 +28,7 @@ if [ "${PAYLOAD_MEASUREMENTS:-Gemm,Attention,Hbm,Step}" != none ]; then
   echo "payload rc=$? $(date -u +%T)" >>"$log"
 fi
 for part in ${PARTS:-decode train grouped decode_ops prefill}; do
-  l=$(limit 120)
+  l=$(limit "${PART_LIMIT_S:-120}")
   if ((l < 15)); then
     echo "skip $part: $l s left" >>"$log"
     continue
