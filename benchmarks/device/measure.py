@@ -728,6 +728,7 @@ class Float8Linear(torch.nn.Module):
 # Linear layers of Llama 3 8B (in, out): fused QKV, output, gate + up, down; at 8,192 tokens
 # (one micro-batch of torchtitan's and NeMo's runs) and 2,048.
 FP8_LINEAR_SHAPES = (
+    (8192, 4096, 1024),
     (8192, 4096, 6144),
     (8192, 4096, 4096),
     (8192, 4096, 28672),
@@ -802,14 +803,72 @@ TRAIN_COMPILED_RUNS = (
 )
 
 
-def measure_train_compiled(out: dict[str, Any]) -> None:
+# The same at 2,048 tokens a sequence (where published H100 runs step slowest against plans).
+TRAIN_SHORT_RUNS = (
+    ("llama-8b-8l", 4, 2048, "compile_bf16"),
+    ("llama-8b-8l", 4, 2048, "compile_fp8"),
+    ("llama-8b-8l", 4, 2048, "bf16"),
+    ("llama-3b", 2, 4096, "compile_bf16"),
+    ("llama-3b", 2, 4096, "compile_fp8"),
+)
+
+
+def measure_train_short(out: dict[str, Any]) -> None:
+    measure_train_compiled(out, TRAIN_SHORT_RUNS, "train_short")
+
+
+def measure_fp8_cast(out: dict[str, Any]) -> None:
+    """FP8's scaling passes alone, compiled as Inductor fuses them: a tensor's amax, the scaled
+    cast to e4m3, and the cast with its transpose (the backward's operand), per element."""
+    rows: list[dict[str, Any]] = []
+    out["fp8_cast"] = {"rows": rows, "what": "ms of one compiled call on a bf16 tensor"}
+
+    def amax_cast(x: torch.Tensor) -> Any:
+        return to_float8(x, E4M3)
+
+    def amax_cast_transpose(x: torch.Tensor) -> Any:
+        x8, s = to_float8(x, E4M3)
+        return x8, x8.t().contiguous(), s
+
+    def cast_given_scale(x: torch.Tensor) -> Any:  # delayed scaling: the scale known beforehand
+        return (x.float() * 448.0).clamp(-448.0, 448.0).to(E4M3)
+
+    def cast_transpose_given_scale(x: torch.Tensor) -> Any:
+        x8 = (x.float() * 448.0).clamp(-448.0, 448.0).to(E4M3)
+        return x8, x8.t().contiguous()
+
+    fns = {
+        "amax_cast": amax_cast,
+        "amax_cast_transpose": amax_cast_transpose,
+        "cast": cast_given_scale,
+        "cast_transpose": cast_transpose_given_scale,
+    }
+    for rows_, cols in ((8192, 4096), (8192, 14336), (8192, 28672), (4096, 4096)):
+        x = randn(rows_, cols)
+        for name, fn in fns.items():
+            compiled = torch.compile(fn)
+            ms = median_ms(lambda c=compiled, x=x: c(x))
+            rows.append(
+                {
+                    "op": name,
+                    "elements": rows_ * cols,
+                    "ms": round(ms, 4),
+                    "ps_per_element": round(ms * 1e9 / (rows_ * cols), 3),
+                }
+            )
+            print(json.dumps(rows[-1]), flush=True)
+
+
+def measure_train_compiled(
+    out: dict[str, Any], runs: Any = TRAIN_COMPILED_RUNS, key: str = "train_compiled"
+) -> None:
     import torch._dynamo
 
     for limit in ("cache_size_limit", "recompile_limit"):  # every block's guard hits at once
         if hasattr(torch._dynamo.config, limit):
             setattr(torch._dynamo.config, limit, 64)
-    measure_train(out, TRAIN_COMPILED_RUNS, "train_compiled")
-    out["train_compiled"]["float8"] = FLOAT8.get("implementation")
+    measure_train(out, runs, key)
+    out[key]["float8"] = FLOAT8.get("implementation")
 
 
 # ---- the eager ops of those regimes, one at a time ------------------------------------------
@@ -966,6 +1025,8 @@ PARTS = {
     "ops": measure_ops,
     "fp8_linear": measure_fp8_linear,
     "train_compiled": measure_train_compiled,
+    "train_short": measure_train_short,
+    "fp8_cast": measure_fp8_cast,
 }
 
 
