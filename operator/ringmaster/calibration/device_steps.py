@@ -38,6 +38,7 @@ from ringmaster.engine.ceilings import ceilings_for
 from ringmaster.engine.frameworks import framework as framework_profile
 from ringmaster.engine.hardware import DEFAULT_CATALOG
 from ringmaster.engine.llm_layout_names import RECOMPUTE_NONE, SHARD_NONE
+from ringmaster.engine.step_parts import ce_stream_bytes_per_s
 from ringmaster.engine.transformer import KNOWN_TRANSFORMERS, Transformer
 
 DEVICE_DIR = Path(__file__).with_name("measured") / "device"
@@ -57,6 +58,7 @@ class DeviceRow:
     measured: float  # seconds
     predicted: float
     parts: tuple[tuple[str, float, float], ...] = ()  # (part, measured s, predicted s)
+    precision: str = "bf16"  # what the linear layers compute in
 
     @property
     def error(self) -> float:
@@ -99,20 +101,76 @@ def training_model(config: dict[str, int], sequence: int) -> Transformer:
 
 
 def one_gpu(
-    accelerator: str, framework: str = "PyTorch", *, autocast: bool = True
+    accelerator: str,
+    framework: str = "PyTorch",
+    *,
+    autocast: bool = True,
+    compiled: bool = False,
+    precision: str = "bf16",
 ) -> L.LayoutHardware:
     """One GPU of ``accelerator``'s 8-GPU host; ``autocast``: False for bf16 weights (the
-    measured script's ``bf16`` regime: the model cast to bf16, no autocast)."""
+    measured script's ``bf16`` regime: the model cast to bf16, no autocast); ``compiled``:
+    torch.compile on; ``precision``: what the linear layers compute in."""
     host = DEFAULT_CATALOG.host(accelerator, 8)
-    profile = framework_profile(framework)
+    profile = framework_profile(framework, compiled=compiled)
     profile = replace(profile, autocast_unsharded=profile.autocast_unsharded and autocast)
     hw = L.layout_hardware(host, 1, DEFAULT_CATALOG, framework=profile)
-    return replace(hw, per_host=1)
+    return replace(hw, per_host=1).with_precision(precision)
+
+
+# The measured script's regimes: (bf16 weights, torch.compile, precision). autocast and
+# expand_kv run under autocast over fp32 weights; the rest with the model cast to bf16.
+VARIANTS = {
+    "autocast": (False, False, "bf16"),
+    "expand_kv": (False, False, "bf16"),
+    "bf16": (True, False, "bf16"),
+    "compile_bf16": (True, True, "bf16"),
+    "compile_fp8": (True, True, "fp8"),
+    "eager_fp8": (True, False, "fp8"),
+}
+# A compiled FP8 call of one linear layer costs the host about 1 ms whatever its size (0.97 ms
+# for 0.17 ms of GEMMs at 1,024 wide, 0.97-1.08 ms at 2,048 tokens): rows whose GEMMs take less
+# than half of that, or that have fewer tokens than the measured steps' micro-batch (8,192),
+# time the host, not the casts, and are left out of the fit.
+FP8_CAST_FIT_TOKENS = 8192
+FP8_CAST_FIT_MIN_GEMM_MS = 0.5
+
+
+def fp8_cast_points() -> list[tuple[str, dict[str, float]]]:
+    """(folder, row) of every measured FP8 linear layer (benchmarks/device fp8_linear)."""
+    points = []
+    for folder in _folders():
+        data = _load(folder, "fp8_linear")
+        if data is not None:
+            points += [(folder.name, r) for r in data["rows"] if "failure" not in r]
+    return points
+
+
+def fp8_cast_bytes(row: dict[str, float], mode: str) -> float:
+    """What a measured FP8 layer spent beyond its three GEMMs, per element of (input + output
+    gradient + weight), as bytes at the H100's streaming rate; ``mode``: compiled | eager."""
+    elements = row["tokens"] * (row["in"] + row["out"]) + row["in"] * row["out"]
+    extra_s = (row[f"fp8_{mode}_ms"] - row["gemms_only_ms"]) / 1e3
+    return extra_s / elements * ce_stream_bytes_per_s()
+
+
+def fp8_cast_fit_rows() -> list[dict[str, float]]:
+    return [
+        r
+        for _, r in fp8_cast_points()
+        if r["tokens"] >= FP8_CAST_FIT_TOKENS and r["gemms_only_ms"] >= FP8_CAST_FIT_MIN_GEMM_MS
+    ]
+
+
+def fit_fp8_cast_bytes() -> dict[str, float]:
+    """step_parts.FP8_CAST_BYTES_PER_ELEMENT's measured modes: the median over the fit rows."""
+    rows = fp8_cast_fit_rows()
+    return {mode: median(fp8_cast_bytes(r, mode) for r in rows) for mode in ("compiled", "eager")}
 
 
 def _training_rows(folder: Path) -> list[DeviceRow]:
     rows = []
-    for part in ("train", "train_variants"):
+    for part in ("train", "train_variants", "train_compiled", "train_short"):
         data = _load(folder, part)
         if data is not None:
             rows += [_training_row(folder, data, r) for r in data["rows"] if "failure" not in r]
@@ -120,12 +178,13 @@ def _training_rows(folder: Path) -> list[DeviceRow]:
 
 
 def _training_row(folder: Path, data: dict[str, Any], r: dict[str, Any]) -> DeviceRow:
-    """One measured step against the engine's. The ``bf16`` regime ran its AdamW on bf16
-    parameters and states, which no framework profile models (FSDP and DeepSpeed keep fp32
-    ones): its row compares forward + backward only."""
+    """One measured step against the engine's. The regimes with bf16 weights ran their AdamW
+    on bf16 parameters and states, which no framework profile models (FSDP and DeepSpeed keep
+    fp32 ones): their rows compare forward + backward only."""
     acc = _accelerator(folder)
     variant = str(r.get("variant", "autocast"))
-    hw = one_gpu(acc, autocast=variant != "bf16")
+    bf16_weights, compiled, precision = VARIANTS[variant]
+    hw = one_gpu(acc, autocast=not bf16_weights, compiled=compiled, precision=precision)
     model = training_model(data["configs"][r["model"]], int(r["seq"]))
     a = L.evaluate_layouts(
         model,
@@ -150,7 +209,7 @@ def _training_row(folder: Path, data: dict[str, Any], r: dict[str, Any]) -> Devi
     )
     measured, predicted = float(r["wall_ms"]) / 1e3, _scalar(a.step_seconds)
     group = "training"
-    if variant == "bf16":
+    if bf16_weights:
         group = "training-fwd-bwd"
         measured -= float(r["optimizer_ms"]) / 1e3
         predicted -= _scalar(a.optimizer_seconds)
@@ -158,11 +217,12 @@ def _training_row(folder: Path, data: dict[str, Any], r: dict[str, Any]) -> Devi
     return DeviceRow(
         folder.name,
         group,
-        f"{r['model']} b{r['batch']} s{r['seq']} PyTorch eager {variant}",
+        f"{r['model']} b{r['batch']} s{r['seq']} PyTorch {'' if compiled else 'eager '}{variant}",
         acc,
         measured,
         predicted,
         parts,
+        precision,
     )
 
 
@@ -297,9 +357,20 @@ def render_device_section() -> str:
         text = ", ".join(f"{k} {p / m - 1:+.0%}" for k, (m, p) in totals.items() if m > 0)
         lines.append(f"  {group} {source}: {text}")
     lines.append(
-        "training-fwd-bwd: bf16 weights without autocast; forward + backward only (its AdamW ran "
+        "training-fwd-bwd: bf16 weights without autocast (compiled: each block and the loss "
+        "torch.compile-d; fp8: tensorwise dynamic scaling); forward + backward only (its AdamW ran "
         "on bf16 states, which no framework profile models)."
     )
+    fit = fit_fp8_cast_bytes()
+    fit_rows = fp8_cast_fit_rows()
+    if fit_rows:
+        spread = [fp8_cast_bytes(r, "compiled") for r in fit_rows]
+        lines.append(
+            f"FP8 scaling casts (fitted, {len(fit_rows)} linear layers at "
+            f"{FP8_CAST_FIT_TOKENS} tokens): compiled {fit['compiled']:.2f} bytes/element "
+            f"({min(spread):.2f}-{max(spread):.2f}), eager {fit['eager']:.1f}; "
+            "engine.step_parts.FP8_CAST_BYTES_PER_ELEMENT"
+        )
     lines.append(
         "The decode rows are a graph of PyTorch's separate kernels (norms, RoPE, SwiGLU, the "
         "cache write) that a serving engine fuses; the engine's decode step counts the GEMMs, "

@@ -113,10 +113,12 @@ def _training_rows() -> list[CellRow]:
             rows.append(
                 CellRow("maxtext-multislice", "TPU v5e", "MaxText", "bf16", "checked", m.error)
             )
-    for d in device_rows():  # whole steps measured on the lent GPUs
-        if d.group == "training":
+    for d in device_rows():  # whole steps (or forward + backward) measured on the lent GPUs
+        if d.group.startswith("training"):
             rows.append(
-                CellRow(d.source, generation(d.accelerator), "PyTorch", "bf16", "checked", d.error)
+                CellRow(
+                    d.source, generation(d.accelerator), "PyTorch", d.precision, "checked", d.error
+                )
             )
     return rows
 

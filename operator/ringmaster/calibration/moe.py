@@ -15,6 +15,8 @@ from ringmaster.calibration.points import CHECKED, Row, load_points, relative_er
 from ringmaster.engine import collectives as C
 from ringmaster.engine import expert_dispatch as X
 from ringmaster.engine import llm_training as L
+from ringmaster.engine.frameworks import DEFAULT_GPU_FRAMEWORK
+from ringmaster.engine.frameworks import framework as framework_profile
 from ringmaster.engine.hardware import DEFAULT_CATALOG, Accelerator, Catalog, Host, MachineType
 from ringmaster.engine.llm_layout_search import LayoutRequest, search_layouts
 from ringmaster.engine.transformer import KNOWN_TRANSFORMERS
@@ -141,7 +143,13 @@ def predicted_tokens_per_gpu(point: dict[str, Any], catalog: Catalog) -> float:
     host = Host(machine=machine, accelerator=acc, count=int(point.get("per_host", 8)))
     hosts = int(point["hosts"])
     model = replace(KNOWN_TRANSFORMERS[point["model"]], sequence_length=point["sequence_length"])
-    hw = L.layout_hardware(host, hosts, catalog, compute_precision=point["compute_precision"])
+    hw = L.layout_hardware(
+        host,
+        hosts,
+        catalog,
+        compute_precision=point["compute_precision"],
+        framework=framework_profile(point.get("framework", DEFAULT_GPU_FRAMEWORK)),
+    )
     request = LayoutRequest(
         model,
         int(point["global_batch"]),

@@ -97,6 +97,14 @@ class Framework:
     # The loss is one fused kernel that keeps the bf16 logits only (llm-foundry's
     # fused_crossentropy: engine.llm_memory.BYTES_LOSS_PER_LOGIT_FUSED), not an fp32 copy.
     fused_loss_memory: bool = False
+    # FP8 training's scaling (amax, cast, transpose of each linear layer's operands) as this
+    # framework runs it: "fused" (Transformer Engine's cast-transpose kernels; XLA's fusions),
+    # "compiled" (torchao's float8 under torch.compile), "eager" (torchao's ops one by one).
+    # step_parts.FP8_CAST_BYTES_PER_ELEMENT prices each.
+    fp8_casts: str = "fused"
+    # FP8 weights cast once a step and kept across its micro-batches (Megatron passes TE's
+    # is_first_microbatch); otherwise every micro-batch casts every weight again.
+    caches_fp8_weights: bool = False
 
     def attention_kernel(self, nccl_arch: str) -> str:
         return self.attention if nccl_arch in ("hopper", "blackwell") else self.attention_ampere
@@ -109,10 +117,28 @@ class Framework:
 
 _BASE = {
     "Megatron": Framework(
-        "Megatron", "cudnn", "flash2", "fused", "compiled", "adamw_fused", True, True, True
+        "Megatron",
+        "cudnn",
+        "flash2",
+        "fused",
+        "compiled",
+        "adamw_fused",
+        True,
+        True,
+        True,
+        caches_fp8_weights=True,
     ),
     "Torchtitan": Framework(
-        "Torchtitan", "flash2", "flash2", "eager", "eager_upcast", "adamw_fused", False, False, True
+        "Torchtitan",
+        "flash2",
+        "flash2",
+        "eager",
+        "eager_upcast",
+        "adamw_fused",
+        False,
+        False,
+        True,
+        fp8_casts="eager",
     ),
     "MaxText": Framework(
         "MaxText",
@@ -152,6 +178,7 @@ _BASE = {
         False,
         True,
         autocast_unsharded=True,
+        fp8_casts="eager",
     ),
 }
 COMPILABLE = ("Torchtitan", "DeepSpeed", "LLMFoundry", "PyTorch")
@@ -166,7 +193,10 @@ def framework(name: str, *, compiled: bool = False, attention: str | None = None
     if compiled and name not in COMPILABLE:
         raise ValueError(f"framework {name}: compile applies to {', '.join(COMPILABLE)} only")
     if compiled:
-        base = replace(base, memory_bound="compiled", loss="compiled", compiled=True)
+        fp8_casts = "compiled" if base.fp8_casts == "eager" else base.fp8_casts
+        base = replace(
+            base, memory_bound="compiled", loss="compiled", compiled=True, fp8_casts=fp8_casts
+        )
     if attention is not None:
         if attention not in _KERNEL_KEY:
             raise ValueError(

@@ -34,7 +34,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ringmaster.engine.activation_offload import exposed_offload_seconds, offload_bytes_per_layer
-from ringmaster.engine.frameworks import HF_EAGER
+from ringmaster.engine.frameworks import HF_EAGER, Framework
 from ringmaster.engine.llm_layout_names import (
     RECOMPUTE_NONE,
     RECOMPUTE_SELECTIVE_OP,
@@ -61,10 +61,19 @@ ATTENTION_BACKWARD_FLOPS = 2.5
 # recomputing policy runs again): the median over the measured eager rmsnorm, RoPE and SwiGLU rows
 # of fwd / (fwd + bwd) time is 0.27 / 0.49 / 0.36; 0.35 for all. Measured (h100-sxm-ops.yaml).
 ELEMENTWISE_FORWARD_SHARE = 0.35
-# FP8 linear layers cast each input and output gradient (Transformer Engine's cast-transpose):
-# about twice the working set's bf16 bytes in extra traffic (llm_training.FP8_CAST_PASSES), at
-# the streaming rate. Counted, not fitted.
-FP8_CAST_BYTES_PER_ELEMENT = 4.0
+# FP8 linear layers scale and cast what they multiply: each layer's input and weight forward
+# (e4m3), its output gradient backward (e5m2), each after an amax pass, plus the transposes the
+# backward GEMMs take. Their cost per element of (input + output gradient + weight), as bytes at
+# the streaming rate, by how the framework runs them (Framework.fp8_casts). Measured on a lent
+# H100: one linear layer of Llama 3 8B's widths at 8,192 tokens, forward + backward with dynamic
+# tensorwise scaling, less its three FP8 GEMMs alone (calibration/measured/device/2026-11-26c-h100
+# fp8_linear.json; calibration.device_steps.fit_fp8_cast_bytes, the median of its four rows not
+# bound by the host): "compiled" under torch.compile (Inductor fuses amax and cast into their
+# neighbours; torchao's recipe, written in measure.py as torchao was not installed), "eager" op by
+# op. "fused" (Transformer Engine's cast-transpose kernels, XLA's fusions) is not measured: it
+# carries the compiled figure, and the plan's evidence says so (fp8_cast_evidence).
+FP8_CAST_BYTES_PER_ELEMENT = {"compiled": 7.59, "eager": 60.8}
+FP8_CAST_BYTES_PER_ELEMENT["fused"] = FP8_CAST_BYTES_PER_ELEMENT["compiled"]
 # NVFP4 training (NVIDIA, "Pretraining Large Language Models with NVFP4", arXiv 2509.25149,
 # section 4: the 12B model's first two and last eight of 62 blocks kept in BF16) runs the
 # forward, data-gradient and weight-gradient GEMMs of the other linear layers in FP4; about 16 %
@@ -198,12 +207,14 @@ def micro_batch_parts(
     linear = _gemm_seconds(
         hw, dense_fwd * tokens, dense_bwd * tokens, model.hidden / t, rank_tokens
     )
+    local_expert_weights = _f(0.0)
     if model.experts > 1:
         # An expert split etp ways is etp / t as narrow as a dense layer's share and sees etp / t
         # of the rank's tokens from each expert-parallel peer (below t, the tensor ranks' tokens
         # are dispatched apart): the same FLOPs per rank, at the grouped GEMM's own shape.
         etp = t if expert_tensor is None else _f(expert_tensor)
         local = routed_expert_parameters_per_layer(model) / (_f(expert) * etp)
+        local_expert_weights = local
         linear = linear + _grouped_gemm_seconds(
             hw, fwd * routed * tokens, bwd * routed * tokens, model.expert_ffn_hidden / etp, local
         )
@@ -259,11 +270,11 @@ def micro_batch_parts(
         scores = micro_batch_scores_bytes(model, micro_batch, tensor, context)
         per_layer_mb = per_layer_mb + 4.0 * scores * ce.hbm_scale / (ce_stream_bytes_per_s())
     if hw.compute_precision in ("fp8", "fp4"):  # FP4's quantization casts taken as FP8's
-        working = (
-            rank_tokens * (3.0 * model.hidden + 2.0 * model.kv_hidden + 3.0 * ffn_width * t) / t
+        scaled = fp8_scaled_elements_per_layer(
+            model, rank_tokens, sp_tokens, t, ffn_width, local_expert_weights, fw
         )
-        per_layer_mb = per_layer_mb + FP8_CAST_BYTES_PER_ELEMENT * working * ce.hbm_scale / (
-            ce_stream_bytes_per_s()
+        per_layer_mb = per_layer_mb + FP8_CAST_BYTES_PER_ELEMENT[fw.fp8_casts] * scaled * (
+            ce.hbm_scale / ce_stream_bytes_per_s()
         )
 
     stages = stage_layers(model, pipeline)
@@ -400,6 +411,49 @@ def _grouped_gemm_seconds(
         f_w, floor_us, _ = ce.decode_gemm["bf16"]
     stream = GROUPED_WEIGHT_PASSES * local_parameters * weight_bytes / (f_w * ce.memory_bandwidth)
     return _f(np.maximum(compute, stream) + GROUPED_GEMM_CALLS * floor_us * 1e-6)
+
+
+def fp8_scaled_elements_per_layer(
+    model: Transformer,
+    rank_tokens: ArrayLike,
+    sp_tokens: ArrayLike,
+    tensor: ArrayLike,
+    ffn_width: ArrayLike,
+    local_expert_weights: ArrayLike,
+    fw: Framework,
+) -> F64:
+    """Elements an FP8 layer scales and casts per micro-batch on one rank: the linear layers'
+    inputs (QKV's and the FFN's, hidden wide, cast before sequence parallelism's gather; the
+    projection's and the down projection's), their output gradients, and their weights unless
+    the framework keeps a step's FP8 weights (Framework.caches_fp8_weights)."""
+    t = _f(tensor)
+    q_width = model.heads * model.head_dim
+    up_width = (2.0 if model.gated_ffn else 1.0) * _f(ffn_width)
+    inputs = 2.0 * _f(sp_tokens) * model.hidden + _f(rank_tokens) * (q_width / t + _f(ffn_width))
+    gradients = 2.0 * _f(sp_tokens) * model.hidden + _f(rank_tokens) * (
+        (q_width + 2.0 * model.kv_hidden) / t + up_width
+    )
+    if fw.caches_fp8_weights:
+        return _f(inputs + gradients)
+    dense_ffn = model.ffn_parameters_per_layer / t
+    if model.experts > 1:
+        moe_share = model.moe_layers / model.layers
+        ffn = moe_share * _f(local_expert_weights) + (1.0 - moe_share) * dense_ffn
+    else:
+        ffn = _f(dense_ffn)
+    weights = model.attention_parameters_per_layer / t + ffn
+    return _f(inputs + gradients + weights)
+
+
+def fp8_cast_evidence(fw: Framework) -> str:
+    """Where the FP8 scaling casts' cost for ``fw`` comes from (FP8_CAST_BYTES_PER_ELEMENT)."""
+    measured = "measured on a lent H100 (calibration/measured/device/2026-11-26c-h100)"
+    if fw.fp8_casts == "fused":
+        return (
+            f"FP8 scaling casts: {fw.name}'s fused kernels not measured; carried from "
+            f"torch.compile's tensorwise scaling {measured}"
+        )
+    return f"FP8 scaling casts: {fw.fp8_casts} tensorwise scaling {measured}"
 
 
 def _rotary(model: Transformer) -> bool:

@@ -371,6 +371,11 @@ def training_evidence(
     if hw.profile_evidence:  # issue 47: "profiled on pool h100-a, 2026-11-26: GEMMs bf16, ..."
         profiled_gemms = hw.step_fit_source.startswith("profiled")
         matmul = hw.profile_evidence if profiled_gemms else f"{matmul}; {hw.profile_evidence}"
+    if precision in ("fp8", "fp4"):
+        from ringmaster.engine.step_parts import fp8_cast_evidence
+
+        casts = fp8_cast_evidence(hw.framework)
+        matmul = f"{matmul}; {casts}" if matmul else casts
     return f"{text}; {matmul}" if matmul else text
 
 
