@@ -813,6 +813,18 @@ TRAIN_SHORT_RUNS = (
 )
 
 
+# FP8 without torch.compile: the scaling's ops one by one (checks the eager cast figure).
+TRAIN_EAGER_FP8_RUNS = (
+    ("llama-8b-8l", 4, 2048, "eager_fp8"),
+    ("llama-1b", 4, 2048, "eager_fp8"),
+    ("llama-3b", 2, 4096, "eager_fp8"),
+)
+
+
+def measure_train_eager_fp8(out: dict[str, Any]) -> None:
+    measure_train_compiled(out, TRAIN_EAGER_FP8_RUNS, "train_eager_fp8")
+
+
 def measure_train_short(out: dict[str, Any]) -> None:
     measure_train_compiled(out, TRAIN_SHORT_RUNS, "train_short")
 
@@ -1026,6 +1038,7 @@ PARTS = {
     "fp8_linear": measure_fp8_linear,
     "train_compiled": measure_train_compiled,
     "train_short": measure_train_short,
+    "train_eager_fp8": measure_train_eager_fp8,
     "fp8_cast": measure_fp8_cast,
 }
 
