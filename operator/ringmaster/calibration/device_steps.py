@@ -170,7 +170,7 @@ def fit_fp8_cast_bytes() -> dict[str, float]:
 
 def _training_rows(folder: Path) -> list[DeviceRow]:
     rows = []
-    for part in ("train", "train_variants", "train_compiled", "train_short"):
+    for part in ("train", "train_variants", "train_compiled", "train_short", "train_eager_fp8"):
         data = _load(folder, part)
         if data is not None:
             rows += [_training_row(folder, data, r) for r in data["rows"] if "failure" not in r]
