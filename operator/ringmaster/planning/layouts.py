@@ -295,6 +295,7 @@ def plan_layout(
     ]
     if not search.fits:
         notes.append(f"does not fit: {search.reason}")
+    notes += _eager_fp8_notes(request, hw, chosen)
     notes += network_notes
     prediction = TrainingPrediction(
         chosen_strategy=chosen.strategy,
@@ -318,6 +319,28 @@ def plan_layout(
         evidence=evidence,
     )
     return plan, prediction
+
+
+def _eager_fp8_notes(request: LayoutRequest, hw: L.LayoutHardware, chosen: Layout) -> list[str]:
+    """FP8 whose scaling runs op by op (torchao without torch.compile) can lose to bf16: the
+    lent H100 ran such steps 1.4-1.7x as long as bf16 (docs/llm-training.md). Say what the same
+    layout steps in bf16 and with compile, so the user sees the cost of the choice."""
+    if hw.compute_precision != "fp8" or hw.framework.fp8_casts != "eager":
+        return []
+    strategy = chosen.strategy
+
+    def step(other: L.LayoutHardware) -> float:
+        a = evaluate_layout(request.model, other, chosen, request.global_batch, strategy)
+        return float(np.ravel(a.step_seconds)[0])
+
+    fp8 = chosen.step_seconds
+    bf16 = step(hw.with_precision("bf16"))
+    compiled = step(replace(hw, framework=framework(hw.framework.name, compiled=True)))
+    verdict = "slower than" if fp8 > bf16 else "faster than"
+    return [
+        f"FP8 scaling runs op by op (spec.framework.compile is off): step {fp8:.4g} s, "
+        f"{verdict} bf16 ({bf16:.4g} s); with compile {compiled:.4g} s"
+    ]
 
 
 def network_hardware(
