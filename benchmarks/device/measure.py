@@ -589,12 +589,16 @@ def train_run(
     c = TRAIN_CONFIGS[name]
     torch.manual_seed(0)
     model = Model(c, expand_kv=variant == "expand_kv").to(DEV)
-    bf16_weights = variant in ("bf16", "compile_bf16", "compile_fp8", "eager_fp8")
+    regime = variant.removesuffix("_ckpt")
+    bf16_weights = regime in ("bf16", "compile_bf16", "compile_fp8", "eager_fp8")
     if bf16_weights:
         model = model.to(BF16)
     loss_fn = upcast_cross_entropy
     if variant.endswith("fp8"):
         float8_training(model.blocks)  # the head stays bf16, as torchtitan's filter keeps it
+    if variant.endswith("_ckpt"):  # full recompute: each block's forward run again in backward
+        for i, block in enumerate(model.blocks):
+            model.blocks[i] = Checkpointed(block)
     if variant.startswith("compile"):  # torchtitan: each block compiled, and the loss
         for i, block in enumerate(model.blocks):
             model.blocks[i] = torch.compile(block)
@@ -658,6 +662,20 @@ def train_run(
     top = sorted(names.items(), key=lambda kv: -kv[1])[:25]
     row["top_kernels_ms"] = {k: round(v, 3) for k, v in top}
     return row
+
+
+class Checkpointed(torch.nn.Module):
+    """A block whose activations are recomputed in backward (torch.utils.checkpoint,
+    non-reentrant: what torchtitan's and Composer's full activation checkpointing wrap)."""
+
+    def __init__(self, block: torch.nn.Module) -> None:
+        super().__init__()
+        self.block = block
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        from torch.utils.checkpoint import checkpoint
+
+        return checkpoint(self.block, x, cos, sin, use_reentrant=False)
 
 
 def upcast_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -819,6 +837,21 @@ TRAIN_EAGER_FP8_RUNS = (
     ("llama-1b", 4, 2048, "eager_fp8"),
     ("llama-3b", 2, 4096, "eager_fp8"),
 )
+
+
+# The same steps with and without full recompute: what recomputing a block's forward costs,
+# which the published runs cannot separate from the rest (docs/llm-training.md).
+TRAIN_RECOMPUTE_RUNS = (
+    ("llama-8b-8l", 4, 2048, "bf16_ckpt"),
+    ("llama-8b-8l", 4, 2048, "compile_bf16_ckpt"),
+    ("llama-1b", 4, 2048, "bf16_ckpt"),
+    ("llama-3b", 2, 4096, "bf16_ckpt"),
+    ("llama-3b", 2, 4096, "bf16"),
+)
+
+
+def measure_train_recompute(out: dict[str, Any]) -> None:
+    measure_train_compiled(out, TRAIN_RECOMPUTE_RUNS, "train_recompute")
 
 
 def measure_train_eager_fp8(out: dict[str, Any]) -> None:
@@ -1039,6 +1072,7 @@ PARTS = {
     "train_compiled": measure_train_compiled,
     "train_short": measure_train_short,
     "train_eager_fp8": measure_train_eager_fp8,
+    "train_recompute": measure_train_recompute,
     "fp8_cast": measure_fp8_cast,
 }
 

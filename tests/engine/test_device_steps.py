@@ -180,3 +180,32 @@ def test_the_h200s_decode_terms_are_the_fit_of_its_own_decode_kernels() -> None:
     h200 = ceilings_for(DEFAULT_CATALOG.accelerator("nvidia-h200-141gb"))
     assert h200.decode_attention["flash2"] == attention
     assert h200.evidence["decode"].startswith("measured:")
+
+
+def test_a_checkpointed_variant_is_planned_with_full_recompute(tmp_path):
+    """measure.py's ``*_ckpt`` variants recompute every block: their row is the engine's step
+    under Full recompute (more than without), in the variant's own regime."""
+    folder = tmp_path / "2026-12-01-h100"
+    config = {
+        "hidden": 2048,
+        "layers": 16,
+        "heads": 32,
+        "kv_heads": 8,
+        "head_dim": 64,
+        "ffn": 8192,
+        "vocab": 128256,
+    }
+    data = {"configs": {"llama-1b": config}}
+    timings = {
+        "batch": 4,
+        "seq": 2048,
+        "model": "llama-1b",
+        "wall_ms": 200.0,
+        "optimizer_ms": 25.0,
+        "device_ms_by_category": {"gemm": 100.0},
+    }
+    ckpt = D._training_row(folder, data, {**timings, "variant": "bf16_ckpt"})
+    plain = D._training_row(folder, data, {**timings, "variant": "bf16"})
+    assert ckpt.group == plain.group == "training-fwd-bwd"
+    assert ckpt.predicted > 1.2 * plain.predicted  # a forward again: about a third more
+    assert ckpt.measured == plain.measured == pytest.approx(0.175)

@@ -37,7 +37,7 @@ from ringmaster.engine import llm_training as L
 from ringmaster.engine.ceilings import ceilings_for
 from ringmaster.engine.frameworks import framework as framework_profile
 from ringmaster.engine.hardware import DEFAULT_CATALOG
-from ringmaster.engine.llm_layout_names import RECOMPUTE_NONE, SHARD_NONE
+from ringmaster.engine.llm_layout_names import RECOMPUTE_FULL, RECOMPUTE_NONE, SHARD_NONE
 from ringmaster.engine.step_parts import ce_stream_bytes_per_s
 from ringmaster.engine.transformer import KNOWN_TRANSFORMERS, Transformer
 
@@ -128,6 +128,17 @@ VARIANTS = {
     "compile_fp8": (True, True, "fp8"),
     "eager_fp8": (True, False, "fp8"),
 }
+# measure.py's parts that time training steps; a variant ending in _ckpt recomputes each block.
+TRAINING_PARTS = (
+    "train",
+    "train_variants",
+    "train_compiled",
+    "train_short",
+    "train_eager_fp8",
+    "train_recompute",
+)
+
+
 # A compiled FP8 call of one linear layer costs the host about 1 ms whatever its size (0.97 ms
 # for 0.17 ms of GEMMs at 1,024 wide, 0.97-1.08 ms at 2,048 tokens): rows whose GEMMs take less
 # than half of that, or that have fewer tokens than the measured steps' micro-batch (8,192),
@@ -170,7 +181,7 @@ def fit_fp8_cast_bytes() -> dict[str, float]:
 
 def _training_rows(folder: Path) -> list[DeviceRow]:
     rows = []
-    for part in ("train", "train_variants", "train_compiled", "train_short", "train_eager_fp8"):
+    for part in TRAINING_PARTS:
         data = _load(folder, part)
         if data is not None:
             rows += [_training_row(folder, data, r) for r in data["rows"] if "failure" not in r]
@@ -183,7 +194,8 @@ def _training_row(folder: Path, data: dict[str, Any], r: dict[str, Any]) -> Devi
     fp32 ones): their rows compare forward + backward only."""
     acc = _accelerator(folder)
     variant = str(r.get("variant", "autocast"))
-    bf16_weights, compiled, precision = VARIANTS[variant]
+    bf16_weights, compiled, precision = VARIANTS[variant.removesuffix("_ckpt")]
+    recompute = RECOMPUTE_FULL if variant.endswith("_ckpt") else RECOMPUTE_NONE
     hw = one_gpu(acc, autocast=not bf16_weights, compiled=compiled, precision=precision)
     model = training_model(data["configs"][r["model"]], int(r["seq"]))
     a = L.evaluate_layouts(
@@ -193,7 +205,7 @@ def _training_row(folder: Path, data: dict[str, Any], r: dict[str, Any]) -> Devi
         pipeline=1,
         sharding=SHARD_NONE,
         micro_batch=int(r["batch"]),
-        recompute=RECOMPUTE_NONE,
+        recompute=recompute,
         global_batch=int(r["batch"]),
     )
     by = r["device_ms_by_category"]
