@@ -292,6 +292,11 @@ SINGLE_SOURCE = (
         "llm-foundry's A100-80GB MPT table (checked on its A100-40GB and H100 tables)",
     ),
     ("H100 ceilings (engine.ceilings)", "calibration/measured/h100-sxm-ops.yaml"),
+    (
+        "FP8_CAST_BYTES_PER_ELEMENT",
+        "one FP8 linear layer on a lent H100 (device/2026-11-26c-h100 fp8_linear.json; checked "
+        "on that machine's FP8 steps)",
+    ),
     ("LLM serving constants", "TensorRT-LLM perf overview, gpt-fast, TensorRT-LLM TTFT"),
 )
 
