@@ -186,16 +186,8 @@ def test_a_checkpointed_variant_is_planned_with_full_recompute(tmp_path):
     """measure.py's ``*_ckpt`` variants recompute every block: their row is the engine's step
     under Full recompute (more than without), in the variant's own regime."""
     folder = tmp_path / "2026-12-01-h100"
-    config = {
-        "hidden": 2048,
-        "layers": 16,
-        "heads": 32,
-        "kv_heads": 8,
-        "head_dim": 64,
-        "ffn": 8192,
-        "vocab": 128256,
-    }
-    data = {"configs": {"llama-1b": config}}
+    measured = json.loads((D.DEVICE_DIR / "2026-11-26-h100" / "train.json").read_text())
+    data = {"configs": measured["train"]["configs"]}
     timings = {
         "batch": 4,
         "seq": 2048,

@@ -27,16 +27,18 @@ from ringmaster.api.inferenceendpoint import (
     INFERENCE_ENDPOINT,
     Autoscaling,
     InferenceAccelerator,
-    InferenceEndpointPhase,
     InferenceEndpointSpec,
-    InferenceEndpointStatus,
     InferenceModel,
-    InferencePlan,
     KvCachePrecision,
     Precision,
     ServingParallelism,
     Slo,
     TokenLengths,
+)
+from ringmaster.api.inferenceendpoint_status import (
+    InferenceEndpointPhase,
+    InferenceEndpointStatus,
+    InferencePlan,
 )
 from ringmaster.api.manifest import (
     RESOURCES,

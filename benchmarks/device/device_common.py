@@ -1,0 +1,44 @@
+"""What benchmarks/device's parts share: the device, dtypes, event timing, CUDA graphs."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+import torch
+
+DEV = "cuda"
+BF16 = torch.bfloat16
+GIB = 1 << 30
+
+
+def median_ms(fn: Any, reps: int = 20, warmup: int = 3) -> float:
+    """Median device milliseconds of ``fn`` (events between calls)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    marks = [torch.cuda.Event(enable_timing=True) for _ in range(reps + 1)]
+    marks[0].record()
+    for i in range(reps):
+        fn()
+        marks[i + 1].record()
+    torch.cuda.synchronize()
+    return statistics.median(marks[i].elapsed_time(marks[i + 1]) for i in range(reps))
+
+
+def graphed(fn: Any) -> Any:
+    """``fn`` captured once in a CUDA graph; returns the replay."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
+def randn(*shape: int, dtype: torch.dtype = BF16) -> torch.Tensor:
+    return torch.randn(*shape, device=DEV, dtype=dtype)
