@@ -130,10 +130,10 @@ def test_the_plan_says_where_the_fp8_casts_come_from():
 
 
 @pytest.mark.parametrize("compiled", [False, True])
-def test_the_plan_tells_a_user_what_eager_fp8_costs(tmp_path, capsys, compiled):
-    """torchtitan in FP8 with compile off: the plan names the bf16 and compiled steps of the same
-    layout, the lent H100's finding that FP8 scaled op by op loses to bf16; with compile on,
-    nothing to say."""
+def test_the_plan_warns_a_user_when_eager_fp8_loses_to_bf16(tmp_path, capsys, compiled):
+    """torchtitan in FP8 with compile off: the plan warns (the Plausible condition and an Event
+    in the operator: planning.plausibility) with the same layout's bf16 and compiled steps, the
+    lent H100's finding that FP8 scaled op by op loses to bf16; with compile on, nothing."""
     doc = yaml.safe_load((EXAMPLES / "trainingjob-llama3-8b-fsdp-h100.yaml").read_text())
     doc["spec"]["model"]["computePrecision"] = "fp8"
     doc["spec"]["framework"] = {"name": "Torchtitan", "compile": compiled}
@@ -146,4 +146,33 @@ def test_the_plan_tells_a_user_what_eager_fp8_costs(tmp_path, capsys, compiled):
         assert said == []
         return
     (line,) = said
+    assert line.startswith("warning: spec.model.computePrecision: ")
     assert "slower than bf16" in line and "with compile" in line
+    assert line.endswith("turn on spec.framework.compile or train in bf16")
+
+
+def test_eager_fp8_that_still_wins_is_a_note_not_a_warning():
+    from ringmaster.planning.layouts import EagerFp8Steps
+
+    wins = EagerFp8Steps(fp8_seconds=1.0, bf16_seconds=1.2, compiled_seconds=0.8)
+    loses = EagerFp8Steps(fp8_seconds=1.3, bf16_seconds=1.2, compiled_seconds=0.8)
+    assert not wins.loses_to_bf16 and loses.loses_to_bf16
+    assert "faster than bf16 (1.2 s); with compile 0.8 s" in wins.describe()
+
+
+def test_the_operator_warns_with_the_field_and_reason():
+    """training_warnings (the Plausible condition and Warning Events the controller raises) names
+    spec.model.computePrecision for eager FP8 that loses to bf16, and nothing in bf16."""
+    from ringmaster.api import parse_manifest
+    from ringmaster.planning import plan_training, training_warnings
+
+    doc = yaml.safe_load((EXAMPLES / "trainingjob-llama3-8b-fsdp-h100.yaml").read_text())
+    bf16 = parse_manifest(doc)
+    doc["spec"]["model"]["computePrecision"] = "fp8"
+    fp8 = parse_manifest(doc)
+    reasons = {}
+    for name, m in (("bf16", bf16), ("fp8", fp8)):
+        warnings = training_warnings(m.spec, plan_training(m.spec, name=m.name))
+        reasons[name] = {(w.field, w.reason) for w in warnings}
+    assert ("spec.model.computePrecision", "FP8SlowerThanBF16") in reasons["fp8"]
+    assert not any(reason == "FP8SlowerThanBF16" for _, reason in reasons["bf16"])

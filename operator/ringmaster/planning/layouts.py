@@ -94,10 +94,34 @@ class LayoutPlan:
     model: Transformer | None = None
     framework_label: str = ""
     evidence: str = ""
+    # FP8 scaled op by op (compile off): the chosen layout's step in FP8, in bf16 and compiled.
+    eager_fp8: EagerFp8Steps | None = None
 
     @property
     def chosen(self) -> Layout:
         return self.search.chosen
+
+
+@dataclass(frozen=True)
+class EagerFp8Steps:
+    """The same layout's step with FP8 scaled op by op, in bf16, and with torch.compile: the
+    lent H100 ran eager FP8 steps 1.4-1.7x as long as bf16 (docs/llm-training.md)."""
+
+    fp8_seconds: float
+    bf16_seconds: float
+    compiled_seconds: float
+
+    @property
+    def loses_to_bf16(self) -> bool:
+        return self.fp8_seconds > self.bf16_seconds
+
+    def describe(self) -> str:
+        verdict = "slower than" if self.loses_to_bf16 else "faster than"
+        return (
+            f"FP8 scaling runs op by op (spec.framework.compile is off): step "
+            f"{self.fp8_seconds:.4g} s, {verdict} bf16 ({self.bf16_seconds:.4g} s); with compile "
+            f"{self.compiled_seconds:.4g} s"
+        )
 
 
 def resolve_framework(spec: Any, kind: str) -> tuple[Framework, str]:
@@ -295,7 +319,9 @@ def plan_layout(
     ]
     if not search.fits:
         notes.append(f"does not fit: {search.reason}")
-    notes += _eager_fp8_notes(request, hw, chosen)
+    eager_fp8 = eager_fp8_steps(request, hw, chosen)
+    if eager_fp8 is not None and not eager_fp8.loses_to_bf16:  # else a warning says it
+        notes.append(eager_fp8.describe())
     notes += network_notes
     prediction = TrainingPrediction(
         chosen_strategy=chosen.strategy,
@@ -317,30 +343,26 @@ def plan_layout(
         model=request.model,
         framework_label=profile.name,
         evidence=evidence,
+        eager_fp8=eager_fp8,
     )
     return plan, prediction
 
 
-def _eager_fp8_notes(request: LayoutRequest, hw: L.LayoutHardware, chosen: Layout) -> list[str]:
-    """FP8 whose scaling runs op by op (torchao without torch.compile) can lose to bf16: the
-    lent H100 ran such steps 1.4-1.7x as long as bf16 (docs/llm-training.md). Say what the same
-    layout steps in bf16 and with compile, so the user sees the cost of the choice."""
+def eager_fp8_steps(
+    request: LayoutRequest, hw: L.LayoutHardware, chosen: Layout
+) -> EagerFp8Steps | None:
+    """For FP8 whose scaling runs op by op (torchao without torch.compile), what the same layout
+    steps in bf16 and with compile, so the user sees the cost of the choice; else None."""
     if hw.compute_precision != "fp8" or hw.framework.fp8_casts != "eager":
-        return []
+        return None
     strategy = chosen.strategy
 
     def step(other: L.LayoutHardware) -> float:
         a = evaluate_layout(request.model, other, chosen, request.global_batch, strategy)
         return float(np.ravel(a.step_seconds)[0])
 
-    fp8 = chosen.step_seconds
-    bf16 = step(hw.with_precision("bf16"))
-    compiled = step(replace(hw, framework=framework(hw.framework.name, compiled=True)))
-    verdict = "slower than" if fp8 > bf16 else "faster than"
-    return [
-        f"FP8 scaling runs op by op (spec.framework.compile is off): step {fp8:.4g} s, "
-        f"{verdict} bf16 ({bf16:.4g} s); with compile {compiled:.4g} s"
-    ]
+    compiled = replace(hw, framework=framework(hw.framework.name, compiled=True))
+    return EagerFp8Steps(chosen.step_seconds, step(hw.with_precision("bf16")), step(compiled))
 
 
 def network_hardware(

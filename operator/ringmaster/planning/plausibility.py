@@ -130,6 +130,16 @@ def training_warnings(
             )
         )
 
+    layout = plan.layout
+    if layout is not None and layout.eager_fp8 is not None and layout.eager_fp8.loses_to_bf16:
+        warnings.append(
+            Implausible(
+                "spec.model.computePrecision",
+                "FP8SlowerThanBF16",
+                f"{layout.eager_fp8.describe()}: turn on spec.framework.compile or train in bf16",
+            )
+        )
+
     ignored = _ignored_nccl_settings(spec)
     if ignored:
         warnings.append(
