@@ -209,6 +209,12 @@ def render_bad_input_doc(rows: list[BadInput]) -> str:
         "not fit the memory of all the gang's accelerators, even fully sharded |",
         "| `ImplausibleStepTime` | the input behind most of the step | the predicted step takes "
         f"longer than {plausibility.LONGEST_PLAUSIBLE_STEP_SECONDS:g} s (a day) |",
+        "| `NcclSettingIgnored` | `spec.template.env` | an `NCCL_*` variable the engine does not "
+        "model, named (docs/engine.md) |",
+        "| `FP8SlowerThanBF16` | `spec.model.computePrecision` | FP8 whose scaling runs op by op "
+        "(torchtitan or plain PyTorch with `spec.framework.compile` off) is predicted slower than "
+        "the same layout in bf16; the message gives both steps and the compiled one "
+        "(docs/llm-training.md, the lent H100's eager FP8 steps) |",
         "",
     ]
     return "\n".join(lines)

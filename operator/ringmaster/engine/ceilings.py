@@ -231,6 +231,16 @@ MEASURED_PAIR_CHIPS = frozenset({"nvidia-h200-141gb"})
 CHIP_DECODE_TERMS: dict[str, dict[str, tuple[float, ...]]] = {
     "nvidia-h200-141gb": {"bf16": (0.845, 4.9, 0.85), "flash2": (0.6025, 9.1)},
 }
+# A MoE layer's grouped expert GEMM (torch._grouped_mm over a rank's local experts) streams their
+# weights no faster than this on Hopper, whatever the HBM: the lent H100 and H200 streamed the
+# same shapes at 2.0-2.8 TB/s alike, though the H200 has 1.43x the HBM (its dense decode GEMMs
+# reach 0.845 of it, 4.1 TB/s), so the kernel is bound by its SMs there. Fitted on the H100: the
+# median rate of its weight-bound calls (32 tokens an expert or fewer, 100 us or more, so the
+# floor is negligible; calibration.device_steps.fit_grouped_stream_cap); the H200 (the same 132
+# SMs and clocks) carries it, and its 50 measured calls check it. Other chips run other kernels:
+# no cap, their decode GEMMs' streaming fraction alone (said in their evidence).
+GROUPED_STREAM_CAP_GBPS = 2614.0
+GROUPED_STREAM_CAP_CHIPS = ("nvidia-h100-80gb", "nvidia-h200-141gb")
 MEASURED_SUSTAINED_RATIO: dict[tuple[str, str], float] = {
     ("nvidia-h200-141gb", "bf16"): 0.9715,
     ("nvidia-h200-141gb", "fp8"): 0.9741,
@@ -272,6 +282,8 @@ class Ceilings:
         default_factory=lambda: dict(H100_DECODE_ATTENTION)
     )
     memory_bandwidth: float = H100_DATASHEET_HBM_GBPS * GB
+    # The grouped expert GEMM's streaming ceiling, bytes/s (None: the decode GEMMs' fraction).
+    grouped_stream_cap: float | None = None
 
     def gemm_flops(
         self, precision: str, width: ArrayLike, tokens: ArrayLike, *, sustained: bool = True
@@ -299,10 +311,16 @@ class Ceilings:
         )
 
     def decode_gemm_seconds(
-        self, precision: str, weight_bytes: ArrayLike, flops: ArrayLike, width: ArrayLike
+        self,
+        precision: str,
+        weight_bytes: ArrayLike,
+        flops: ArrayLike,
+        width: ArrayLike,
+        stream_bytes_per_s: float | None = None,
     ) -> NDArray[np.float64]:
-        """One GEMM call at a decode batch: its floor, then the weights streamed or the FLOPs
-        at the decode rate of its narrow side ``width``, whichever binds."""
+        """One GEMM call at a decode batch: its floor, then the weights streamed (at the decode
+        GEMMs' fraction of the HBM, or ``stream_bytes_per_s``) or the FLOPs at the decode rate
+        of its narrow side ``width``, whichever binds."""
         p = _gemm_key(precision)
         f_w, floor_us, e_d = self.decode_gemm[p]
         rate = (
@@ -310,9 +328,25 @@ class Ceilings:
             / (1.0 + self.gemm_half_dim[p] / np.asarray(width, float))
             * self.peak_flops[_peak_key(p)]
         )
-        stream = np.asarray(weight_bytes, float) / (f_w * self.memory_bandwidth)
+        if stream_bytes_per_s is None:
+            stream_bytes_per_s = f_w * self.memory_bandwidth
+        stream = np.asarray(weight_bytes, float) / stream_bytes_per_s
         return np.asarray(
             floor_us * 1e-6 + np.maximum(stream, np.asarray(flops, float) / rate), dtype=np.float64
+        )
+
+    def grouped_stream_bytes_per_s(self, precision: str) -> float:
+        """How fast a grouped expert GEMM streams its experts' weights: the decode GEMMs'
+        fraction of the HBM, under the grouped kernel's own cap where one is measured."""
+        rate = self.decode_gemm[_gemm_key(precision)][0] * self.memory_bandwidth
+        return rate if self.grouped_stream_cap is None else min(rate, self.grouped_stream_cap)
+
+    def grouped_gemm_seconds(
+        self, precision: str, weight_bytes: ArrayLike, flops: ArrayLike, width: ArrayLike
+    ) -> NDArray[np.float64]:
+        """One grouped expert GEMM call: a decode GEMM streaming at the grouped kernel's rate."""
+        return self.decode_gemm_seconds(
+            precision, weight_bytes, flops, width, self.grouped_stream_bytes_per_s(precision)
         )
 
     def kv_read_seconds(self, kernel: str, kv_bytes: ArrayLike) -> NDArray[np.float64]:
@@ -501,10 +535,21 @@ def ceilings_for(acc: Accelerator) -> Ceilings:
             "memory-bound": memory_evidence,
             "decode": decode_evidence,
             **({"matmul-fp4": FP4_EVIDENCE} if fp4 else {}),
+            "grouped-gemm": (
+                f"measured: torch._grouped_mm streams experts' weights at most "
+                f"{GROUPED_STREAM_CAP_GBPS:,.0f} GB/s (fitted on a lent H100, checked on a lent "
+                "H200: calibration/measured/device)"
+                if acc.name in GROUPED_STREAM_CAP_CHIPS
+                else f"extrapolated: no grouped expert GEMM measured on {acc.name}; its decode "
+                "GEMMs' streaming fraction"
+            ),
         },
         decode_gemm=decode_gemm,
         decode_attention=decode_attention,
         memory_bandwidth=acc.memory_bandwidth,
+        grouped_stream_cap=(
+            GROUPED_STREAM_CAP_GBPS * GB if acc.name in GROUPED_STREAM_CAP_CHIPS else None
+        ),
     )
 
 

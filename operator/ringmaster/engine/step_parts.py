@@ -398,18 +398,24 @@ def _grouped_gemm_seconds(
     if hw.compute_precision == "fp8":
         compute = one("fp8fast", flops_fwd) + one("fp8", flops_bwd)
         weight_bytes = 1.0
-        f_w, floor_us, _ = ce.decode_gemm["fp8"]
+        _, floor_us, _ = ce.decode_gemm["fp8"]
     elif hw.compute_precision == "fp4":
         share = NVFP4_BF16_LINEAR_SHARE
         flops = flops_fwd + flops_bwd
         compute = one("fp4", flops * (1.0 - share)) + one("bf16", flops * share)
         weight_bytes = (1.0 - share) * NVFP4_BYTES_PER_WEIGHT + share * 2.0
-        f_w, floor_us, _ = ce.decode_gemm["fp4"]
+        _, floor_us, _ = ce.decode_gemm["fp4"]
     else:
         compute = one("bf16", flops_fwd + flops_bwd)
         weight_bytes = 2.0
-        f_w, floor_us, _ = ce.decode_gemm["bf16"]
-    stream = GROUPED_WEIGHT_PASSES * local_parameters * weight_bytes / (f_w * ce.memory_bandwidth)
+        _, floor_us, _ = ce.decode_gemm["bf16"]
+    key = "bf16" if hw.compute_precision not in ("fp8", "fp4") else hw.compute_precision
+    stream = (
+        GROUPED_WEIGHT_PASSES
+        * local_parameters
+        * weight_bytes
+        / (ce.grouped_stream_bytes_per_s(key))
+    )
     return _f(np.maximum(compute, stream) + GROUPED_GEMM_CALLS * floor_us * 1e-6)
 
 
