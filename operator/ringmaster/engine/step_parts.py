@@ -409,13 +409,9 @@ def _grouped_gemm_seconds(
         compute = one("bf16", flops_fwd + flops_bwd)
         weight_bytes = 2.0
         _, floor_us, _ = ce.decode_gemm["bf16"]
-    key = "bf16" if hw.compute_precision not in ("fp8", "fp4") else hw.compute_precision
-    stream = (
-        GROUPED_WEIGHT_PASSES
-        * local_parameters
-        * weight_bytes
-        / (ce.grouped_stream_bytes_per_s(key))
-    )
+    key = hw.compute_precision if hw.compute_precision in ("fp8", "fp4") else "bf16"
+    rate = ce.grouped_stream_bytes_per_s(key)  # under the grouped kernel's cap where measured
+    stream = GROUPED_WEIGHT_PASSES * local_parameters * weight_bytes / rate
     return _f(np.maximum(compute, stream) + GROUPED_GEMM_CALLS * floor_us * 1e-6)
 
 
