@@ -179,7 +179,7 @@ def test_the_grouped_streaming_cap_is_the_h100s_fit_and_checks_on_the_h200() -> 
     no sign; chips whose grouped kernel was never measured keep their decode fraction."""
     from ringmaster.engine import ceilings as CE
 
-    assert CE.GROUPED_STREAM_CAP_GBPS == pytest.approx(D.fit_grouped_stream_cap(), abs=0.5)
+    assert abs(CE.GROUPED_STREAM_CAP_GBPS - D.fit_grouped_stream_cap()) < 0.5
     errors = [r.error for r in rows("grouped-gemm", "h200")]
     assert abs(float(np.median(errors))) < 0.05
     assert float(np.median(np.abs(errors))) < 0.10
