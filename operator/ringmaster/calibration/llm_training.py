@@ -528,7 +528,7 @@ def published_layout_search(row: Mapping[str, Any], nic_gbps: float | None = Non
     # An NVLink domain of several hosts (GB200 NVL72) is one NCCL node, as a job's plan has it.
     from ringmaster.planning.layouts import network_hardware
 
-    hw, _ = network_hardware(hw, host.machine, {})
+    hw, _ = network_hardware(hw, host.machine, ())
     recompute = str(row["recompute"])
     request = LayoutRequest(
         model=_layout_model(row),
