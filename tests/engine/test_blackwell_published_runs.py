@@ -37,12 +37,12 @@ def test_the_blackwell_cells_are_no_longer_extrapolated():
 
 def test_a_gb200_run_is_planned_on_its_nvlink_domain(monkeypatch):
     """Eight GB200 are two 4-GPU trays of one NVL72 rack: one NCCL node of 8, as a job's plan
-    has it (planning.layouts.network_hardware), not two hosts over their NICs: its gradients
+    has it (engine.llm_training.on_nvlink_domain), not two hosts over their NICs: its gradients
     reduce over NVLink, over twice as fast."""
-    import ringmaster.planning.layouts as P
+    from ringmaster.engine import llm_training as L
 
     (row,) = [r for r in mbridge_rows() if r["id"] == "mbridge2511-gb200-llama3-8b"]
     domain = T.published_layout_search(row, T.published_nic_gbps(row)).chosen
-    monkeypatch.setattr(P, "network_hardware", lambda hw, machine, env: (hw, []))
+    monkeypatch.setattr(L, "on_nvlink_domain", lambda hw, machine: (hw, 1))
     over_nics = T.published_layout_search(row, T.published_nic_gbps(row)).chosen
     assert domain.data_parallel_seconds * 2 < over_nics.data_parallel_seconds

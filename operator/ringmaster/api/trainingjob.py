@@ -163,12 +163,10 @@ class TrainingFramework(SpecModel):
 
     cel_rules = (
         Rule(
-            cel=(
-                "!self.compile || self.name in ['Torchtitan', 'DeepSpeed', 'LLMFoundry', 'PyTorch']"
-            ),
+            cel=f"!self.compile || self.name in {list(COMPILABLE_FRAMEWORKS)}",
             message=(
-                "compile (torch.compile) applies to Torchtitan, DeepSpeed, LLMFoundry and PyTorch"
-                " only"
+                f"compile (torch.compile) applies to {', '.join(COMPILABLE_FRAMEWORKS[:-1])}"
+                f" and {COMPILABLE_FRAMEWORKS[-1]} only"
             ),
             field_path=".compile",
             check=lambda f: not f.compile or f.name in COMPILABLE_FRAMEWORKS,

@@ -322,7 +322,7 @@ def _grouped_rows(folder: Path) -> list[DeviceRow]:
                 acc,
                 float(r["grouped_us"]) * 1e-6,
                 predicted,
-                role="fitted" if folder.name == "2026-11-26-h100" else "checked",
+                role="fitted" if folder.name == GROUPED_FIT_FOLDER else "checked",
             )
         )
     return rows
@@ -334,10 +334,14 @@ GROUPED_WEIGHT_BOUND_TOKENS = 32
 GROUPED_WEIGHT_BOUND_MIN_US = 100.0
 
 
-def grouped_stream_rates(chip: str) -> list[float]:
-    """Bytes/s at which ``chip``'s measured grouped calls streamed their experts' weights, over
-    the weight-bound ones."""
-    data = _load(DEVICE_DIR / f"2026-11-26-{chip}", "grouped")
+# The measured grouped calls the cap is fitted on (the lent H100's); the others check it.
+GROUPED_FIT_FOLDER = "2026-11-26-h100"
+
+
+def grouped_stream_rates(folder: str) -> list[float]:
+    """Bytes/s at which the grouped calls measured in ``folder`` streamed their experts'
+    weights, over the weight-bound ones."""
+    data = _load(DEVICE_DIR / folder, "grouped")
     rows = [] if data is None else data["rows"]
     return [
         2.0 * r["experts"] * r["n"] * r["k"] / (r["grouped_us"] * 1e-6)
@@ -350,7 +354,7 @@ def grouped_stream_rates(chip: str) -> list[float]:
 
 def fit_grouped_stream_cap() -> float:
     """engine.ceilings.GROUPED_STREAM_CAP_GBPS: the median over the H100's weight-bound calls."""
-    return median(grouped_stream_rates("h100")) / 1e9
+    return median(grouped_stream_rates(GROUPED_FIT_FOLDER)) / 1e9
 
 
 @lru_cache(maxsize=1)

@@ -526,9 +526,7 @@ def published_layout_search(row: Mapping[str, Any], nic_gbps: float | None = Non
     if nic_gbps is not None:
         hw = replace(hw, nic_bandwidth=gbps_to_bytes_per_second(nic_gbps) * NIC_EFFICIENCY)
     # An NVLink domain of several hosts (GB200 NVL72) is one NCCL node, as a job's plan has it.
-    from ringmaster.planning.layouts import network_hardware
-
-    hw, _ = network_hardware(hw, host.machine, ())
+    hw, _ = L.on_nvlink_domain(hw, host.machine)
     recompute = str(row["recompute"])
     request = LayoutRequest(
         model=_layout_model(row),

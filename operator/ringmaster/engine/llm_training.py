@@ -75,7 +75,7 @@ from ringmaster.engine.frameworks import (
     Framework,
 )
 from ringmaster.engine.frameworks import framework as framework_profile
-from ringmaster.engine.hardware import DEFAULT_CATALOG, Accelerator, Catalog, Host
+from ringmaster.engine.hardware import DEFAULT_CATALOG, Accelerator, Catalog, Host, MachineType
 from ringmaster.engine.llm_layout_names import (
     AUTO,
     FP8_RECIPES,
@@ -267,6 +267,26 @@ class LayoutHardware:
             algorithms=self.nccl_algorithms,
             protocols=self.nccl_protocols,
         )
+
+
+def on_nvlink_domain(hw: LayoutHardware, machine: MachineType) -> tuple[LayoutHardware, int]:
+    """``hw`` with each NVLink domain of several hosts (GB200 NVL72) as one NCCL node: its hosts
+    together are the layout's host (tensor parallelism may span it, NVLink inside, its NICs
+    together to other domains, its price the hosts' together); and how many hosts make one (1:
+    the domain is the host)."""
+    if hw.kind != "gpu" or machine.nvlink_domain <= hw.per_host:
+        return hw, 1
+    k = int(C.hosts_per_domain(machine, hw.hosts))
+    if k == 1:
+        return hw, 1
+    domain = replace(
+        hw,
+        hosts=hw.hosts // k,
+        per_host=hw.per_host * k,
+        nic_bandwidth=hw.nic_bandwidth * k,
+        host_price=hw.host_price * k,
+    )
+    return domain, k
 
 
 def layout_hardware(

@@ -372,9 +372,8 @@ def network_hardware(
 
     * the workers' NCCL_ALGO / NCCL_PROTO / NCCL_NVLS_ENABLE restrict every collective of the
       layout (engine.nccl_settings sorts the other NCCL_* variables: no effect, or ignored);
-    * an NVLink domain of several hosts (GB200 NVL72) is one NCCL node: its hosts together are
-      the layout's "host" (tensor parallelism may span it, NVLink inside, its NICs together to
-      other domains, its price the hosts' together)."""
+    * an NVLink domain of several hosts (GB200 NVL72) is one NCCL node
+      (engine.llm_training.on_nvlink_domain)."""
     settings = nccl_settings.classify(env)
     notes = settings.notes()
     if settings.modelled and hw.kind == "gpu":
@@ -382,22 +381,13 @@ def network_hardware(
         hw = replace(hw, nccl_algorithms=frozenset(algos), nccl_protocols=frozenset(protos))
         if not C.nvls_enabled(dict(settings.modelled)):
             hw = replace(hw, nvls_bandwidth=0.0)
-    if hw.kind == "gpu" and machine.nvlink_domain > hw.per_host:
-        k = int(C.hosts_per_domain(machine, hw.hosts))
-        if k > 1:
-            hw = replace(
-                hw,
-                hosts=hw.hosts // k,
-                per_host=hw.per_host * k,
-                nic_bandwidth=hw.nic_bandwidth * k,
-                host_price=hw.host_price * k,
-                reducer_bandwidth=hw.reducer_bandwidth,
-            )
-            notes.append(
-                f"NVLink domain: {k} hosts of {machine.name} ({hw.per_host} GPUs) run as one "
-                f"NCCL node of its {machine.nvlink_domain}-GPU domain; tensor parallelism may "
-                "span them"
-            )
+    hw, k = L.on_nvlink_domain(hw, machine)
+    if k > 1:
+        notes.append(
+            f"NVLink domain: {k} hosts of {machine.name} ({hw.per_host} GPUs) run as one "
+            f"NCCL node of its {machine.nvlink_domain}-GPU domain; tensor parallelism may "
+            "span them"
+        )
     return hw, notes
 
 
