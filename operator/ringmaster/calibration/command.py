@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ringmaster.calibration import evidence, llm_training
+from ringmaster.calibration.aiconfigurator import render_section as render_aiconfigurator_section
 from ringmaster.calibration.ceilings import render_ceilings_section
 from ringmaster.calibration.collectives import collective_rows
 from ringmaster.calibration.device_steps import render_device_section
@@ -192,6 +193,7 @@ def run(args: argparse.Namespace) -> int:
         print("\n" + llm_training.render_llm_section(load_points(path), path))
         print("\n" + render_multislice_section())
         print("\n" + render_ceilings_section())
+        print("\n" + render_aiconfigurator_section())
         print("\n" + render_serving_engines_section())
         print("\n" + render_device_section())
         print("\n" + evidence.render_evidence_matrix())

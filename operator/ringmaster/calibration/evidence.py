@@ -298,6 +298,11 @@ SINGLE_SOURCE = (
         "on that machine's FP8 steps)",
     ),
     ("LLM serving constants", "TensorRT-LLM perf overview, gpt-fast, TensorRT-LLM TTFT"),
+    (
+        "CHIP_DECODE_TERMS (A100, B200, GB200)",
+        "AIConfigurator's vLLM operator databases, each chip over the H100 (the method checked on"
+        " the H200's lent measurement)",
+    ),
 )
 
 

@@ -90,6 +90,8 @@ CHECKED_TOLERANCE = 0.75
 # reserves input + output tokens (the C++ runtime's GUARANTEED_NO_EVICT capacity scheduler), and
 # max_batch_size / max_num_tokens come from that bound, rounded up.
 TRTLLM_KV_FRACTION = 0.95
+# The engine every TensorRT-LLM row ran on (its own all-reduce kernel: engine.tp_allreduce).
+TRTLLM = "TensorRT-LLM"
 _GIB = 1024.0**3
 
 
@@ -147,7 +149,10 @@ def _terms(
     n_in: float,
     n_out: float,
     constants: Mapping[str, float],
+    serving_engine: str | None = TRTLLM,
 ) -> S.ServingTerms:
+    """The step's terms as the calibration rows ran: TensorRT-LLM's (its all-reduce) unless
+    ``serving_engine`` says otherwise (gpt-fast: None, PyTorch's NCCL)."""
     compute = L.COMPUTE_PRECISION[precision]
     return S.serving_terms(
         model,
@@ -160,12 +165,15 @@ def _terms(
         n_out,
         compute_precision=compute,
         constants=_constants(constants),
+        serving_engine=serving_engine,
     )
 
 
 def _decode_seconds(tp: int, constants: Mapping[str, float]) -> float:
     acc = DEFAULT_CATALOG.accelerator("nvidia-a100-80gb")
-    terms = _terms(LLAMA_7B, acc, tp, "BF16", "BF16", GPT_FAST_PROMPT, GPT_FAST_OUTPUT, constants)
+    terms = _terms(
+        LLAMA_7B, acc, tp, "BF16", "BF16", GPT_FAST_PROMPT, GPT_FAST_OUTPUT, constants, None
+    )
     return float(S.step_seconds(terms, 1.0, 0.0))
 
 
@@ -464,7 +472,9 @@ def _closed_form_measured(pts: Mapping[str, Any], values: Mapping[str, float]) -
     left = []
     for key in GPT_FAST_FIT:
         tp = int(key.rsplit("tp", 1)[1])
-        terms = _terms(LLAMA_7B, acc, tp, "BF16", "BF16", GPT_FAST_PROMPT, GPT_FAST_OUTPUT, raw)
+        terms = _terms(
+            LLAMA_7B, acc, tp, "BF16", "BF16", GPT_FAST_PROMPT, GPT_FAST_OUTPUT, raw, None
+        )
         left.append(1.0 / float(rates[key]) - float(S.step_seconds(terms, 1.0, 0.0)))
     # Bounded at zero (a step costs no less than its kernels): the measured floors account for
     # the whole fixed cost, and the unbounded solution sits 82 us (6 % of them) below it.
@@ -498,7 +508,9 @@ def _closed_form(pts: Mapping[str, Any], values: Mapping[str, float]) -> dict[st
     raw = {**values, "LLM_MEMORY_EFFICIENCY": 1.0, "LLM_STEP_OVERHEAD_SECONDS": 0.0}
     parts = []
     for tp in (1, 2):
-        terms = _terms(LLAMA_7B, acc, tp, "BF16", "BF16", GPT_FAST_PROMPT, GPT_FAST_OUTPUT, raw)
+        terms = _terms(
+            LLAMA_7B, acc, tp, "BF16", "BF16", GPT_FAST_PROMPT, GPT_FAST_OUTPUT, raw, None
+        )
         rest = float(S.step_seconds(terms, 1.0, 0.0)) - float(terms.weights_read)
         parts.append((rest, float(terms.weights_read)))
     (a1, m1), (a2, m2) = parts

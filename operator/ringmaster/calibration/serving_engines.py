@@ -115,6 +115,7 @@ def _terms(point: dict[str, Any]) -> tuple[S.ServingTerms, Any, Transformer, str
         float(workload["input"]),
         float(workload["output"]),
         LC.engine_constants(),
+        str(point["engine"]),
     )
     return terms, acc, model, precision
 

@@ -228,9 +228,21 @@ MEASURED_PAIR_CHIPS = frozenset({"nvidia-h200-141gb"})
 # attention (f_kv, floor us). The KV read reaches 0.60 of the H200's HBM, not the H100's 0.80
 # scaled by the HBM ratio: at large batch the kernel is bound by the SMs (2.6-2.8 TB/s on both
 # chips). FP8 GEMMs and cuDNN's decode attention are carried from the H100.
+# The A100, B200 and GB200, never measured here: the H100's fractions times the chip's over the
+# H100's in NVIDIA AIConfigurator's vLLM databases (one collector and vLLM build on both chips;
+# calibration.aiconfigurator.ratio_decode_terms, on calibration/measured/aiconfigurator.json),
+# the H100's floors carried. On the H200 the method gives f_w 0.835, E_d 0.85 and f_kv 0.70
+# against the lent one's 0.845, 0.85 and 0.6025: FlashAttention 3 (vLLM's kernel) loses less of
+# the H100's rate on the H200 than FlashAttention 2 does.
 CHIP_DECODE_TERMS: dict[str, dict[str, tuple[float, ...]]] = {
     "nvidia-h200-141gb": {"bf16": (0.845, 4.9, 0.85), "flash2": (0.6025, 9.1)},
+    "nvidia-a100-80gb": {"bf16": (0.672, 7.0, 0.73), "flash2": (0.7027, 13.3)},
+    "nvidia-b200": {"bf16": (0.7945, 7.0, 0.7), "flash2": (0.8579, 13.3)},
+    "nvidia-gb200": {"bf16": (0.7995, 7.0, 0.66), "flash2": (0.8022, 13.3)},
 }
+AIC_DECODE_CHIPS = frozenset({"nvidia-a100-80gb", "nvidia-b200", "nvidia-gb200"})
+"""Chips whose CHIP_DECODE_TERMS come from AIConfigurator's databases, not a lent GPU."""
+AIC_SOURCE = "ai-dynamo/aiconfigurator @ 095f58a5, its vLLM operator databases"
 # A MoE layer's grouped expert GEMM (torch._grouped_mm over a rank's local experts) streams their
 # weights no faster than this on Hopper, whatever the HBM: the lent H100 and H200 streamed the
 # same shapes at 2.0-2.8 TB/s alike, though the H200 has 1.43x the HBM (its dense decode GEMMs
@@ -509,7 +521,13 @@ def ceilings_for(acc: Accelerator) -> Ceilings:
     if "flash2" in own:
         f_kv, floor_us = own["flash2"]
         decode_attention["flash2"] = (f_kv, floor_us)
-    if own:
+    if own and acc.name in AIC_DECODE_CHIPS:
+        decode_evidence = (
+            f"published: {acc.name}'s bf16 decode GEMMs and decode attention over an H100's in"
+            f" {AIC_SOURCE} (vLLM on both), on the H100's measured terms and floors; FP8 GEMMs"
+            " and cuDNN's carried from the H100"
+        )
+    elif own:
         decode_evidence = (
             f"measured: {acc.name}'s bf16 decode GEMMs and FlashAttention's decode attention on a"
             " lent one (calibration/measured/device); FP8 GEMMs and cuDNN's carried from the H100"

@@ -165,7 +165,10 @@ def step_shape(terms: ServingTerms, n: ArrayLike, prompt_length: ArrayLike) -> S
     return StepShape(
         a=_f(t.overhead + t.allreduce_base + n * per_sequence),
         b=_f(
-            (t.allreduce_per_token + 0.5 * _f(prompt_length) * t.prefill_attention_per_context)
+            (
+                t.prompt_allreduce_per_token
+                + 0.5 * _f(prompt_length) * t.prefill_attention_per_context
+            )
             * t.prompt_compute
         ),
         c=_f(n * t.gemm_per_token),

@@ -780,6 +780,7 @@ def _predict_layout(
         # DeepEP's normal kernels where the steps are prompts, its low-latency ones otherwise
         dispatch_kernels="normal" if inputs.phase == "prefill" else "low_latency",
         two_batch_overlap=inputs.two_batch_overlap,
+        serving_engine=inputs.engine,
     )
     if inputs.phase == "decode":
         # The prompt's KV cache arrives over the fabric (the prefill side computed it): the

@@ -112,6 +112,7 @@ from ringmaster.engine.expert_dispatch import (
 )
 from ringmaster.engine.hardware import Accelerator, MachineType
 from ringmaster.engine.profiled import ceilings_hbm_ratio, ceilings_matmul_ratio
+from ringmaster.engine.tp_allreduce import engine_allreduce_seconds
 from ringmaster.engine.transformer import Transformer
 from ringmaster.engine.units import US
 
@@ -135,28 +136,30 @@ LLM_COMPUTE_EFFICIENCY = 0.6212
 # Llama-3.1-8B on one H100 and one H200, Llama-3.3-70B on two H100s, ten mixes each); checked on
 # its other setups (70B on one H200, 405B on eight H100s and eight H200s) and on TensorRT-LLM's
 # FP8 TTFT of LLaMA-7B (36 ms for 2,048 tokens: -13%).
-LLM_FP8_COMPUTE_EFFICIENCY = 0.4844
+LLM_FP8_COMPUTE_EFFICIENCY = 0.4896
 # Achieved fraction of HBM bandwidth when the GEMMs stream the weights, and the fixed cost of one
 # step (kernel launches, synchronisation) of a 32-layer model. Fitted together on two points:
 # gpt-fast's batch-1 decode of Llama-2-7B (32 layers) in BF16 on A100-80GB at TP1 (104.9
 # tokens/s) and TP2 (168.8); checked at TP4 and TP8. The launches are per layer, so a model of L
 # layers pays L / 32 of it (405B's 126 layers: 5.2 ms a step): with it, the checked 405B rows of
 # the throughput table fall from +55% worst to +43%.
-LLM_MEMORY_EFFICIENCY = 0.8419
-LLM_STEP_OVERHEAD_SECONDS = 1.3125e-3
+LLM_MEMORY_EFFICIENCY = 0.843
+LLM_STEP_OVERHEAD_SECONDS = 1.3118e-3
 OVERHEAD_FIT_LAYERS = 32
 # Paged decode attention: its achieved fraction of HBM bandwidth, bounded by the weights' (no
 # kernel streams HBM faster than batch-1 decode does), the fixed work per sequence in tokens of
 # context, and the host's cost per running sequence per step. Fitted with
 # LLM_FP8_COMPUTE_EFFICIENCY on the same table, through the batching model's offline maximum
-# (engine.llm_batching: the prompts' backlog chain): the fit puts the KV read at 0.84 of HBM,
-# next to its bound, the fixed work per sequence at zero and the host's cost at 1.1-1.3 us a
-# sequence a step: TensorRT-LLM's C++ runtime and XQA kernels show next to no per-sequence cost. A
+# (engine.llm_batching: the prompts' backlog chain), each step's all-reduces TensorRT-LLM's own
+# (engine.tp_allreduce): the fit puts the KV read at 0.84 of HBM, next to its bound, the fixed
+# work per sequence at 71 tokens of context (0 under NCCL's all-reduce formula: weakly resolved)
+# and the host's cost at 0.1 us a sequence a step: TensorRT-LLM's C++ runtime and XQA kernels
+# show next to no per-sequence cost. A
 # Python-scheduled engine (vLLM) pays more (its v0.6 release notes: the GPU idled a third of the
 # time on CPU overheads) that no published table isolates: docs/engine.md, "Out of reach".
-LLM_KV_READ_EFFICIENCY = 0.8386
-LLM_KV_SEQUENCE_TOKENS = 0.0
-LLM_SEQUENCE_OVERHEAD_SECONDS = 1.32e-6
+LLM_KV_READ_EFFICIENCY = 0.8354
+LLM_KV_SEQUENCE_TOKENS = 71.29
+LLM_SEQUENCE_OVERHEAD_SECONDS = 9.4e-8
 # The decode step composed from the H100's measured decode terms (engine.ceilings,
 # H100_DECODE_GEMM / H100_DECODE_ATTENTION): weights streamed at 0.84 of HBM through GEMMs at
 # the step's batch (their decode rate E_d / (1 + K_p / width)), the KV read at FlashAttention's
@@ -193,10 +196,25 @@ def _f(x: ArrayLike) -> F64:
 
 
 def tensor_parallel_allreduce_seconds(
-    nbytes: ArrayLike, ranks: ArrayLike, accelerator: Accelerator
+    nbytes: ArrayLike,
+    ranks: ArrayLike,
+    accelerator: Accelerator,
+    serving_engine: str | None = None,
 ) -> F64:
-    """One all-reduce of ``nbytes`` over the replica's ``ranks`` accelerators on their host link.
-    The only call into the collective model: switching it is a one-place change."""
+    """One all-reduce of ``nbytes`` over the replica's ``ranks`` accelerators on their host link:
+    the serving engine's own kernel where it was measured on the chip (engine.tp_allreduce),
+    else NCCL's small-message ring. The only call into the collective model: switching it is a
+    one-place change."""
+    if serving_engine is None:
+        return nccl_tp_allreduce_seconds(nbytes, ranks, accelerator)
+    seconds, measured = engine_allreduce_seconds(nbytes, ranks, accelerator.name, serving_engine)
+    if np.all(measured):
+        return seconds
+    return np.where(measured, seconds, nccl_tp_allreduce_seconds(nbytes, ranks, accelerator))
+
+
+def nccl_tp_allreduce_seconds(nbytes: ArrayLike, ranks: ArrayLike, accelerator: Accelerator) -> F64:
+    """NCCL's ring, LL protocol, over the host link (TP_ALLREDUCE_BASE_LATENCY, TP_HOP_LATENCY)."""
     link = accelerator.intra_link
     # On an xGMI mesh only the links among the ``ranks`` GPUs carry it.
     bandwidth = collectives.link_bandwidth(accelerator, ranks) * _LINK_EFFICIENCY[link]
@@ -322,6 +340,16 @@ class ServingTerms(NamedTuple):
     # prefills; 0 on the decode side of a disaggregated endpoint, where the prompt's KV cache
     # arrives computed (engine.llm_disaggregation) and the request only joins the batch.
     prompt_compute: F64 = np.ones(())
+    # A prompt token's share of the step's all-reduces where the engine's kernel was measured
+    # (engine.tp_allreduce: a prefill chunk's message runs at the bandwidth-bound kernel's rate,
+    # a decode batch's at the small-message one); NaN: the same as a decode token's.
+    allreduce_per_prompt_token: F64 = np.full((), np.nan)
+
+    @property
+    def prompt_allreduce_per_token(self) -> F64:
+        """A prompt token's all-reduce cost (allreduce_per_prompt_token, else a decode token's)."""
+        prompt = self.allreduce_per_prompt_token
+        return np.where(np.isnan(prompt), self.allreduce_per_token, prompt)
 
 
 def decode_gemm_width(model: Transformer, tp: ArrayLike, ffn_width: float | None = None) -> F64:
@@ -460,6 +488,7 @@ def serving_terms(
     dispatcher: Dispatcher = DEFAULT_DISPATCHER,
     dispatch_kernels: DispatchKernels = "low_latency",
     two_batch_overlap: bool = False,
+    serving_engine: str | None = None,
 ) -> ServingTerms:
     """The costs of one replica of ``tp`` accelerators (every argument but the model may be an
     array: one call evaluates a grid of configurations). ``kv_memory_fraction``: the share of
@@ -480,7 +509,10 @@ def serving_terms(
     --enable-two-batch-overlap, vLLM's --enable-dbo): each layer costs the larger of its
     compute and its exchange, so the exchange's cost per token is what exceeds a token's
     compute (GEMMs and KV read), its latency what exceeds the step's floors, and each
-    micro-batch streams the weights its tokens touch: twice the weights a step."""
+    micro-batch streams the weights its tokens touch: twice the weights a step.
+    ``serving_engine``: the engine's name (engine.serving_engines), whose own tensor-parallel
+    all-reduce inside a host is used where it was measured on the chip (engine.tp_allreduce);
+    None: NCCL's."""
     g = _f(tp)
     groups = float(attention_data)
     pp = 1 if span is None else span.pipeline
@@ -529,10 +561,22 @@ def serving_terms(
         step = reduce(one_token * STEP_COLLECTIVE_TOKENS)
         base = allreduces * zero
         per_token = allreduces * (step - zero) / STEP_COLLECTIVE_TOKENS
+        prompt_delta = np.full_like(_f(per_token), np.nan)
     else:
-        base = allreduces * tensor_parallel_allreduce_seconds(0.0, g, accelerator)
-        per_token = allreduces * tensor_parallel_allreduce_seconds(one_token, g, accelerator) - base
+        base = allreduces * tensor_parallel_allreduce_seconds(0.0, g, accelerator, serving_engine)
+        per_token = (
+            allreduces
+            * tensor_parallel_allreduce_seconds(one_token, g, accelerator, serving_engine)
+            - base
+        )
+        prompt, measured = engine_allreduce_seconds(
+            one_token, g, accelerator.name, serving_engine, prompt=True
+        )
+        floor, _ = engine_allreduce_seconds(0.0, g, accelerator.name, serving_engine, prompt=True)
+        # a prompt token's all-reduce over a decode token's (NaN: no measured engine kernel)
+        prompt_delta = np.where(measured, allreduces * (prompt - floor) - per_token, np.nan)
     per_token = per_token / groups  # each group all-reduces its own tokens
+    prompt_delta = prompt_delta / (groups * pp)
     a2a_base: F64 = np.zeros(())
     a2a_per_token: F64 = np.zeros(())
     if moe_a2a:
@@ -576,7 +620,8 @@ def serving_terms(
         # The GEMMs at the step's batch: weights at the measured streaming fraction, tokens at
         # the decode-batch rate of the layer's GEMM width, each call's floor; the KV read at the
         # decode kernel's measured fraction and its floor once a layer. A chip measured on its
-        # own (engine.ceilings.CHIP_DECODE_TERMS: the H200) uses its own terms.
+        # own, or fitted on a published database (engine.ceilings.CHIP_DECODE_TERMS: the H200;
+        # the A100, B200 and GB200) uses its own terms.
         own = CHIP_DECODE_TERMS.get(accelerator.name, {}) if ceilings is None else {}
         if gemm_key in own:
             f_w, gemm_floor_us, e_d = own[gemm_key]
@@ -647,6 +692,7 @@ def serving_terms(
         expert_weights_read=passes * routed_experts * w / (g * groups) / weight_hbm,
         expert_miss_per_token=np.full_like(g, miss),
         expert_gemm_per_token=_f(expert_gemm_per_token) + 0.0 * g,
+        allreduce_per_prompt_token=_f(per_token + prompt_delta) + 0.0 * g,
     )
 
 
@@ -691,7 +737,8 @@ def step_seconds(
         terms.overhead
         + terms.allreduce_base
         + n * terms.sequence_overhead
-        + (n + p) * terms.allreduce_per_token
+        + n * terms.allreduce_per_token
+        + p * terms.prompt_allreduce_per_token
         + gemm
         + context * terms.kv_read_per_token
         + n * terms.kv_read_per_sequence

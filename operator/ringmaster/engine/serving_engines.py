@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ringmaster.engine.tp_allreduce import measured_allreduce
+
 SERVING_ENGINES = ("vLLM", "SGLang", "TensorRT-LLM")
 DEFAULT_SERVING_ENGINE = "vLLM"
 
@@ -105,9 +107,16 @@ def serving_evidence(engine: ServingEngine, accelerator: str) -> str:
         if accelerator in ("nvidia-h100-80gb", "nvidia-h200-141gb")
         else (f"; {accelerator} scaled by its published ratios to the H100 where they exist")
     )
+    reduce = (
+        f"; its tensor-parallel all-reduce {engine.name}'s own kernel measured on {accelerator}"
+        " (AIConfigurator's database)"
+        if measured_allreduce(accelerator, engine.name)
+        else f"; its tensor-parallel all-reduce NCCL's formula (no {engine.name} kernel measured"
+        f" on {accelerator})"
+    )
     if engine.fitted_on_own_runs:
-        return f"{engine.name}: step constants {fitted}{chip}"
+        return f"{engine.name}: step constants {fitted}{chip}{reduce}"
     return (
         f"extrapolated: no fitted run of {engine.name}; its step carries the constants {fitted}"
-        f"{chip}"
+        f"{chip}{reduce}"
     )

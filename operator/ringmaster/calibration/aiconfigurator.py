@@ -1,0 +1,406 @@
+"""NVIDIA AIConfigurator's operator databases: the ceilings checked per chip and serving engine,
+and the decode terms of the chips the team never measured.
+
+``calibration/measured/aiconfigurator.json`` is a subset of the per-operator databases that
+AIConfigurator (ai-dynamo/aiconfigurator, Apache-2.0) ships for each GPU, serving engine and
+engine version, at the commit the file names: GEMMs at decode and prefill batches (bf16, fp8),
+decode attention by batch and context, and prefill attention by length, for the A100, H100, H200,
+B200 and GB200 under vLLM, SGLang and TensorRT-LLM (``benchmarks/aiconfigurator/extract.py``
+writes it from the parquet tables).
+
+Two uses, kept apart:
+
+- **Fitted**: the decode step's terms of the chips with no measurement of the team's own (the
+  A100, B200, GB200). The bf16 decode GEMMs' (f_w, floor, E_d) and the decode attention's (f_kv,
+  floor) are fitted on the chip's vLLM table and on the H100's table of the same vLLM version,
+  the way the H100's own terms are fitted on its file, and the chip's terms are the H100's
+  measured ones times the chip-over-H100 ratio: one collector, one engine build, so the ratio
+  holds what the absolute figures may not (AIConfigurator times with CUDA graphs over many
+  calls, which reads lower floors than the team's measurement; its H100 decode attention is
+  vLLM's FlashAttention 3, the team's FlashAttention 2). The H200, which has a measurement of
+  its own, checks the method (``ratio_check``).
+- **Checked**: every chip's ceilings against every table (``check_rows``): the H100's fitted
+  model against a second lab's H100, the H200's lent-GPU terms against a second H200, and the
+  published ratios that carry the A100, B200 and GB200.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+import numpy as np
+
+from ringmaster.calibration.ceilings import _fit_decode_attention_terms, _fit_decode_gemm_terms
+from ringmaster.engine import ceilings as CE
+from ringmaster.engine.hardware import DEFAULT_CATALOG
+
+AIC_FILE = Path(__file__).with_name("measured") / "aiconfigurator.json"
+DECODE_MAX_M = 512  # the GEMM rows at decode batches; larger ones are prefill's
+PREFILL_MIN_M = 2048
+FIT_ENGINE = "vllm"
+# The H100 table each chip's vLLM table is paired with (the same vLLM version).
+PAIR_VERSION = {
+    "nvidia-a100-80gb": "0.14.0",
+    "nvidia-b200": "0.19.0",
+    "nvidia-gb200": "0.19.0",
+    "nvidia-h200-141gb": "0.19.0",
+}
+FITTED_CHIPS = ("nvidia-a100-80gb", "nvidia-b200", "nvidia-gb200")
+H100 = "nvidia-h100-80gb"
+
+
+@dataclass(frozen=True)
+class AicTable:
+    """One system x engine x version's rows (arrays, seconds)."""
+
+    system: str
+    accelerator: str
+    engine: str
+    version: str
+    gemm_dtype: np.ndarray
+    gemm_mnk: np.ndarray  # (rows, 3)
+    gemm_seconds: np.ndarray
+    decode_kernel: np.ndarray
+    decode: np.ndarray  # batch, context, heads, kv_heads, head_dim
+    decode_seconds: np.ndarray
+    prefill_kernel: np.ndarray
+    prefill: np.ndarray  # batch, length, heads, kv_heads, head_dim
+    prefill_seconds: np.ndarray
+    allreduce: np.ndarray  # (rows, 2): GPUs, bytes (bf16 elements x 2)
+    allreduce_seconds: np.ndarray
+    rejected: tuple[tuple[str, int], ...] = ()  # (op, rows) faster than the datasheet allows
+
+    @property
+    def label(self) -> str:
+        return f"{self.system} {self.engine} {self.version}"
+
+
+@lru_cache(maxsize=1)
+def source() -> str:
+    return str(json.loads(AIC_FILE.read_text())["source"])
+
+
+def _split(rows: list[list[Any]], text_columns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    if not rows:
+        return np.array([], str), np.zeros((0, 5)), np.array([], float)
+    labels = np.array([r[0] for r in rows], str) if text_columns else np.array([], str)
+    values = np.array([r[text_columns:-1] for r in rows], float)
+    return labels, values, np.array([r[-1] * 1e-6 for r in rows], float)
+
+
+def _possible(t: AicTable) -> AicTable:
+    """``t`` without the rows that beat the chip's datasheet (a GEMM above its dense peak, a
+    prefill attention above the 16-bit peak, a decode attention above the HBM): a collector's
+    fault, not a measurement (the H200's vLLM 0.19.0 prefill attention runs at 1.7-13x the
+    peak). Counted in ``rejected`` and shown."""
+    acc = DEFAULT_CATALOG.accelerator(t.accelerator)
+    m, n, k = t.gemm_mnk.T
+    peak = np.array([acc.peak(d) if acc.supports(d) else np.inf for d in t.gemm_dtype])
+    gemm = 2.0 * m * n * k / t.gemm_seconds <= peak
+    decode = _kv_bytes(t.decode) / t.decode_seconds <= acc.memory_bandwidth
+    prefill = _prefill_flops(t.prefill) / t.prefill_seconds <= acc.peak("bf16")
+    rejected = tuple(
+        (op, int((~keep).sum()))
+        for op, keep in (
+            ("GEMM", gemm),
+            ("decode attention", decode),
+            ("prefill attention", prefill),
+        )
+        if (~keep).any()
+    )
+    return replace(
+        t,
+        gemm_dtype=t.gemm_dtype[gemm], gemm_mnk=t.gemm_mnk[gemm], gemm_seconds=t.gemm_seconds[gemm],
+        decode_kernel=t.decode_kernel[decode], decode=t.decode[decode],
+        decode_seconds=t.decode_seconds[decode], prefill_kernel=t.prefill_kernel[prefill],
+        prefill=t.prefill[prefill], prefill_seconds=t.prefill_seconds[prefill], rejected=rejected,
+    )  # fmt: skip
+
+
+@lru_cache(maxsize=1)
+def tables() -> tuple[AicTable, ...]:
+    out = []
+    for t in json.loads(AIC_FILE.read_text())["tables"]:
+        dtype, mnk, gemm_s = _split(t["gemm"], 1)
+        dk, decode, decode_s = _split(t["decode_attention"], 1)
+        pk, prefill, prefill_s = _split(t["prefill_attention"], 1)
+        reduce = np.array([[r[1], 2.0 * r[2]] for r in t["allreduce"]], float).reshape(-1, 2)
+        reduce_s = np.array([r[3] * 1e-6 for r in t["allreduce"]], float)
+        raw = AicTable(
+            t["system"], t["accelerator"], t["engine"], t["version"],
+            dtype, mnk, gemm_s, dk, decode, decode_s, pk, prefill, prefill_s, reduce, reduce_s,
+        )  # fmt: skip
+        out.append(_possible(raw))
+    return tuple(out)
+
+
+def table(accelerator: str, engine: str, version: str | None = None) -> AicTable:
+    for t in tables():
+        same = t.accelerator == accelerator and t.engine == engine
+        if same and (version is None or t.version == version):
+            return t
+    raise KeyError(f"no AIConfigurator table for {accelerator} {engine} {version or ''}")
+
+
+def _decode_gemm(t: AicTable, precision: str) -> tuple[np.ndarray, ...]:
+    rows = (t.gemm_dtype == precision) & (t.gemm_mnk[:, 0] <= DECODE_MAX_M)
+    m, n, k = t.gemm_mnk[rows].T
+    weight_bytes = n * k * (1.0 if precision == "fp8" else 2.0)
+    return t.gemm_seconds[rows], weight_bytes, 2.0 * m * n * k, np.minimum(n, k)
+
+
+def _kv_bytes(rows: np.ndarray) -> np.ndarray:
+    batch, context, _, kv_heads, head_dim = rows.T
+    return np.asarray(2.0 * batch * context * kv_heads * head_dim * 2.0)  # K and V, 2 bytes
+
+
+def _prefill_flops(rows: np.ndarray) -> np.ndarray:
+    batch, length, heads, _, head_dim = rows.T
+    return np.asarray(2.0 * batch * length**2 * heads * head_dim)  # causal: half of 4 b s^2 h d
+
+
+def fit_table_decode(t: AicTable) -> tuple[tuple[float, float, float], tuple[float, float]]:
+    """((f_w, floor us, E_d) of the bf16 decode GEMMs, (f_kv, floor us) of the decode attention)
+    of one table, fractions of its chip's datasheet HBM (the fit the H100's file gets)."""
+    acc = DEFAULT_CATALOG.accelerator(t.accelerator)
+    seconds, weights, flops, width = _decode_gemm(t, "bf16")
+    gemm = _fit_decode_gemm_terms(
+        seconds, weights, flops, width, acc.memory_bandwidth, acc.peak("bf16"), "bf16"
+    )
+    attention = _fit_decode_attention_terms(
+        t.decode_seconds, _kv_bytes(t.decode), acc.memory_bandwidth, 0.3
+    )
+    return gemm, attention
+
+
+@lru_cache(maxsize=16)
+def _vllm_fit(
+    accelerator: str, version: str
+) -> tuple[tuple[float, float, float], tuple[float, float]]:
+    return fit_table_decode(table(accelerator, FIT_ENGINE, version))
+
+
+def ratio_decode_terms(accelerator: str) -> dict[str, tuple[float, ...]]:
+    """The chip's decode terms: the H100's measured fractions (engine.ceilings.H100_DECODE_GEMM,
+    H100_DECODE_ATTENTION) times the chip's vLLM fit over the H100's at the same vLLM version,
+    and the H100's measured floors. A floor is a kernel's fixed cost, which a ratio of two
+    graph-timed fits does not recover: on the H200 the ratio's floors land 65-75 % above its
+    measured ones, the H100's carried 40-46 % (``ratio_check``)."""
+    version = PAIR_VERSION[accelerator]
+    (cw, _, ce), (ckv, _) = _vllm_fit(accelerator, version)
+    (hw, _, he), (hkv, _) = _vllm_fit(H100, version)
+    f_w, floor, e_d = CE.H100_DECODE_GEMM["bf16"]
+    f_kv, attention_floor = CE.H100_DECODE_ATTENTION[CE.DECODE_ATTENTION_KERNEL]
+    return {
+        "bf16": (round(f_w * cw / hw, 4), floor, round(e_d * ce / he, 2)),
+        CE.DECODE_ATTENTION_KERNEL: (round(f_kv * ckv / hkv, 4), attention_floor),
+    }
+
+
+def derive_chip_decode_terms() -> dict[str, dict[str, tuple[float, ...]]]:
+    """What engine.ceilings.CHIP_DECODE_TERMS holds for the chips fitted here."""
+    return {acc: ratio_decode_terms(acc) for acc in FITTED_CHIPS}
+
+
+def ratio_check() -> list[tuple[str, float, float]]:
+    """The method on the H200, which has its own measurement: (term, by the ratio, measured)."""
+    by_ratio = ratio_decode_terms("nvidia-h200-141gb")
+    own = CE.CHIP_DECODE_TERMS["nvidia-h200-141gb"]
+    names = {("bf16", 0): "f_w", ("bf16", 2): "E_d", (CE.DECODE_ATTENTION_KERNEL, 0): "f_kv"}
+    return [(name, by_ratio[key][i], own[key][i]) for (key, i), name in names.items()]
+
+
+# --- checks: the engine's ceilings against every table -------------------------------------------
+
+
+@dataclass(frozen=True)
+class OpCheck:
+    table: str
+    accelerator: str
+    engine: str
+    op: str
+    errors: np.ndarray  # predicted / measured - 1, per row
+    role: str  # "fitted" (the table or its H100 pair set a constant) or "checked"
+
+    @property
+    def median_abs(self) -> float:
+        return float(np.median(np.abs(self.errors)))
+
+    @property
+    def signed(self) -> float:
+        return float(np.median(self.errors))
+
+
+def _op_errors(t: AicTable) -> dict[str, np.ndarray]:
+    ce = CE.ceilings_for(DEFAULT_CATALOG.accelerator(t.accelerator))
+    out: dict[str, np.ndarray] = {}
+    for p in ("bf16", "fp8"):
+        if p not in ce.decode_gemm:
+            continue
+        seconds, weights, flops, width = _decode_gemm(t, p)
+        if len(seconds):
+            predicted = ce.decode_gemm_seconds(p, weights, flops, width)
+            out[f"decode GEMM {p}"] = predicted / seconds - 1.0
+        rows = (t.gemm_dtype == p) & (t.gemm_mnk[:, 0] >= PREFILL_MIN_M)
+        if rows.any():
+            m, n, k = t.gemm_mnk[rows].T
+            rate = ce.gemm_flops(p, np.minimum(n, k), m, sustained=False)
+            out[f"prefill GEMM {p}"] = 2.0 * m * n * k / rate / t.gemm_seconds[rows] - 1.0
+    if len(t.decode_seconds):
+        kernel = CE.DECODE_ATTENTION_KERNEL
+        predicted = ce.kv_read_seconds(kernel, _kv_bytes(t.decode))
+        out["decode attention"] = predicted / t.decode_seconds - 1.0
+    if len(t.prefill_seconds):
+        length, head_dim = t.prefill[:, 1], t.prefill[:, 4]
+        flops = _prefill_flops(t.prefill)
+        rate = np.array(
+            [
+                ce.attention_flops("cudnn", "forward", s, d)
+                for s, d in zip(length, head_dim, strict=True)
+            ]
+        )
+        out["prefill attention"] = flops / rate / t.prefill_seconds - 1.0
+    return out
+
+
+@lru_cache(maxsize=1)
+def check_rows() -> tuple[OpCheck, ...]:
+    checks = []
+    for t in tables():
+        fitted_tables = {(acc, FIT_ENGINE, PAIR_VERSION[acc]) for acc in FITTED_CHIPS} | {
+            (H100, FIT_ENGINE, PAIR_VERSION[acc]) for acc in FITTED_CHIPS
+        }
+        for op, errors in _op_errors(t).items():
+            fitted = (t.accelerator, t.engine, t.version) in fitted_tables and op in (
+                "decode GEMM bf16",
+                "decode attention",
+            )
+            role = "fitted" if fitted else "checked"
+            checks.append(OpCheck(t.label, t.accelerator, t.engine, op, errors, role))
+    return tuple(checks)
+
+
+def render_section() -> str:
+    """The AIConfigurator block of ``ringmaster calibrate``."""
+    lines = [
+        f"AIConfigurator's operator databases ({source()}): the engine's ceilings per chip and"
+        " serving engine, predicted / measured - 1. Fitted: the A100's, B200's and GB200's decode"
+        " terms (bf16 decode GEMMs, decode attention) by their vLLM table over the H100's;"
+        " every other row checked.",
+        f"{'table':<26} {'op':<18} {'role':<8} {'rows':>5} {'median |err|':>13} {'signed':>8}",
+    ]
+    for c in check_rows():
+        lines.append(
+            f"{c.table:<26} {c.op:<18} {c.role:<8} {len(c.errors):>5} {c.median_abs:>12.1%}"
+            f" {c.signed:>+8.1%}"
+        )
+    rejected = [f"{t.label}: {rows} {op}" for t in tables() for op, rows in t.rejected]
+    if rejected:
+        lines.append("rows faster than the datasheet allows, left out: " + "; ".join(rejected))
+    checked = [c for c in check_rows() if c.role == "checked"]
+    by_op: dict[str, list[float]] = {}
+    for c in checked:
+        by_op.setdefault(c.op, []).append(c.median_abs)
+    lines.append(
+        "checked, median over tables: "
+        + ", ".join(f"{op} {median(v):.1%}" for op, v in sorted(by_op.items()))
+    )
+    lines.append(
+        "Tensor-parallel all-reduce (engine.tp_allreduce), median |error| at decode sizes by GPU"
+        " count: the engine's fitted kernel, then NCCL's LL-ring model"
+    )
+    by_curve: dict[str, dict[str, list[str]]] = {}
+    for label, gpus, role, errors in allreduce_checks():
+        kind = "NCCL" if role == "NCCL model" else role
+        by_curve.setdefault(label, {}).setdefault(kind, []).append(
+            f"{gpus}: {float(np.median(np.abs(errors))):.0%}"
+        )
+    for label, kinds in by_curve.items():
+        parts = "; ".join(f"{kind} {', '.join(v)}" for kind, v in kinds.items())
+        lines.append(f"  {label:<26} {parts}")
+    lines.append(
+        "The method on the H200 (its own terms measured on a lent one): "
+        + ", ".join(f"{n} {r:g} by the ratio, {m:g} measured" for n, r, m in ratio_check())
+    )
+    return "\n".join(lines)
+
+
+# --- the serving engines' tensor-parallel all-reduce (engine.tp_allreduce) -----------------------
+
+# The table each (chip, engine) pair's all-reduce is fitted on: the vLLM / TensorRT-LLM version
+# the decode terms use (0.19.0; the A100's 0.14.0 and 1.0.0, its only ones) and SGLang 0.5.10.
+# H100 vLLM 0.14.0 is not fitted: it checks the 0.19.0 fit across vLLM versions.
+ALLREDUCE_CHECK_TABLE = ("nvidia-h100-80gb", "vllm", "0.14.0")
+
+
+def _allreduce_rows(t: AicTable, gpus: int) -> tuple[np.ndarray, np.ndarray]:
+    rows = t.allreduce[:, 0] == gpus
+    return t.allreduce[rows, 1], t.allreduce_seconds[rows]
+
+
+DECODE_MAX_ELEMENTS = 8 * 2**20  # a decode step's message: 512 tokens x hidden 16k
+PROMPT_MIN_ELEMENTS = 16 * 2**20  # a prefill chunk's: 2k tokens x 8k and more
+
+
+def fit_allreduce(nbytes: np.ndarray, seconds: np.ndarray) -> tuple[float, float, float]:
+    """(floor us, decode rate GB/s, prompt rate GB/s) of one all-reduce curve: floor + bytes /
+    rate fitted on the decode sizes (least squares of the log error over a grid: floor 0.1 us
+    steps to 40 us, rate 400 log-spaced steps from 20 to 800 GB/s), and the bandwidth at prefill
+    chunk sizes, where the engine has switched to its bandwidth-bound kernel (the least-squares
+    slope of time on bytes)."""
+    decode = nbytes <= 2.0 * DECODE_MAX_ELEMENTS
+    floors = np.round(np.arange(0.5, 40.0001, 0.1), 1)
+    rates = np.exp(np.linspace(np.log(20.0), np.log(800.0), 400))
+    x, y = nbytes[decode], seconds[decode]
+    predicted = floors[:, None, None] * 1e-6 + x[None, None, :] / (rates[None, :, None] * 1e9)
+    sse = np.sum(np.log(predicted / y[None, None, :]) ** 2, axis=-1)
+    i, j = np.unravel_index(int(np.argmin(sse)), sse.shape)
+    prompt = nbytes >= 2.0 * PROMPT_MIN_ELEMENTS
+    slope = float(np.polyfit(nbytes[prompt], seconds[prompt], 1)[0])
+    return float(floors[i]), round(float(rates[j]), 1), round(1.0 / slope / 1e9, 1)
+
+
+def _fitting_tables() -> list[AicTable]:
+    return [t for t in tables() if (t.accelerator, t.engine, t.version) != ALLREDUCE_CHECK_TABLE]
+
+
+def derive_engine_allreduce() -> dict[tuple[str, str, int], tuple[float, float, float]]:
+    """What engine.tp_allreduce.ENGINE_ALLREDUCE holds."""
+    out = {}
+    for t in _fitting_tables():
+        for gpus in (2, 4, 8):
+            nbytes, seconds = _allreduce_rows(t, gpus)
+            if len(seconds):
+                out[(t.accelerator, t.engine, gpus)] = fit_allreduce(nbytes, seconds)
+    return out
+
+
+def allreduce_checks() -> list[tuple[str, int, str, np.ndarray]]:
+    """(table, GPUs, role, predicted / measured - 1) of every all-reduce curve at decode sizes:
+    the fit's own rows, the vLLM 0.14.0 H100 curve by the 0.19.0 fit, and NCCL's LL-ring model
+    (what a step without a measured engine kernel uses) on all of them."""
+    from ringmaster.engine.llm_step import nccl_tp_allreduce_seconds
+    from ringmaster.engine.tp_allreduce import engine_allreduce_seconds
+
+    out = []
+    for t in tables():
+        acc = DEFAULT_CATALOG.accelerator(t.accelerator)
+        role = (
+            "checked" if (t.accelerator, t.engine, t.version) == ALLREDUCE_CHECK_TABLE else "fitted"
+        )
+        for gpus in (2, 4, 8):
+            nbytes, seconds = _allreduce_rows(t, gpus)
+            decode = nbytes <= 2.0 * DECODE_MAX_ELEMENTS
+            nbytes, seconds = nbytes[decode], seconds[decode]
+            if not len(seconds):
+                continue
+            predicted, _ = engine_allreduce_seconds(nbytes, gpus, t.accelerator, t.engine)
+            out.append((t.label, gpus, role, predicted / seconds - 1.0))
+            nccl = nccl_tp_allreduce_seconds(nbytes, gpus, acc)
+            out.append((t.label, gpus, "NCCL model", nccl / seconds - 1.0))
+    return out
