@@ -57,7 +57,8 @@ def test_engine_profiles_and_evidence():
     assert serving_evidence(trt, "nvidia-h100-80gb").startswith("TensorRT-LLM: step constants")
     assert serving_evidence(serving_engine("vLLM"), "amd-mi300x").startswith("extrapolated:")
     # the all-reduce's evidence: the engine's own measured kernel, or NCCL's formula
-    assert "vLLM's own kernel measured" in serving_evidence(serving_engine("vLLM"), "nvidia-b200")
+    b200 = serving_evidence(serving_engine("vLLM"), "nvidia-b200")
+    assert "all-reduce and FP8 decode GEMMs vLLM's own kernels measured" in b200
     assert "NCCL's formula" in serving_evidence(serving_engine("vLLM"), "amd-mi300x")
     assert infer_serving_engine("lmsysorg/sglang:v0.4")[0] == "SGLang"
     assert infer_serving_engine("nvcr.io/nvidia/tritonserver:24.08-trtllm")[0] == "TensorRT-LLM"

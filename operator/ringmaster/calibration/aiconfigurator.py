@@ -8,7 +8,7 @@ decode attention by batch and context, and prefill attention by length, for the 
 B200 and GB200 under vLLM, SGLang and TensorRT-LLM (``benchmarks/aiconfigurator/extract.py``
 writes it from the parquet tables).
 
-Two uses, kept apart:
+Three uses, kept apart:
 
 - **Fitted**: the decode step's terms of the chips with no measurement of the team's own (the
   A100, B200, GB200). The bf16 decode GEMMs' (f_w, floor, E_d) and the decode attention's (f_kv,
@@ -19,6 +19,10 @@ Two uses, kept apart:
   calls, which reads lower floors than the team's measurement; its H100 decode attention is
   vLLM's FlashAttention 3, the team's FlashAttention 2). The H200, which has a measurement of
   its own, checks the method (``ratio_check``).
+- **Fitted, per serving engine**: each engine's tensor-parallel all-reduce
+  (``derive_engine_allreduce``, engine.tp_allreduce) and its FP8 GEMMs at decode batches over its
+  own bf16 ones (``derive_engine_fp8_decode``, engine.serving_engines); the H100's vLLM 0.14.0
+  all-reduce, not fitted, checks the 0.19.0 fit.
 - **Checked**: every chip's ceilings against every table (``check_rows``): the H100's fitted
   model against a second lab's H100, the H200's lent-GPU terms against a second H200, and the
   published ratios that carry the A100, B200 and GB200.
@@ -291,7 +295,8 @@ def render_section() -> str:
         f"AIConfigurator's operator databases ({source()}): the engine's ceilings per chip and"
         " serving engine, predicted / measured - 1. Fitted: the A100's, B200's and GB200's decode"
         " terms (bf16 decode GEMMs, decode attention) by their vLLM table over the H100's;"
-        " every other row checked.",
+        " every other row checked. Each serving engine's all-reduce (below) and FP8 decode GEMMs"
+        " (engine.serving_engines.ENGINE_FP8_DECODE_GEMM) are fitted on the same tables.",
         f"{'table':<26} {'op':<18} {'role':<8} {'rows':>5} {'median |err|':>13} {'signed':>8}",
     ]
     for c in check_rows():
@@ -403,4 +408,52 @@ def allreduce_checks() -> list[tuple[str, int, str, np.ndarray]]:
             out.append((t.label, gpus, role, predicted / seconds - 1.0))
             nccl = nccl_tp_allreduce_seconds(nbytes, gpus, acc)
             out.append((t.label, gpus, "NCCL model", nccl / seconds - 1.0))
+    return out
+
+
+# --- the serving engines' FP8 GEMMs at decode batches (engine.serving_engines) -------------------
+
+
+STREAM_MAX_M = 64  # decode batches where a GEMM streams its weights (compute is another term)
+
+
+def fit_stream(seconds: np.ndarray, weight_bytes: np.ndarray, hbm: float) -> tuple[float, float]:
+    """(f_w, floor us) of floor + weights / (f_w HBM), least squares of the log error over a grid
+    (floor 0-20 us by 0.1, f_w 0.3-1 by 0.005), in one array."""
+    floors = np.round(np.arange(0.0, 20.0001, 0.1), 1)
+    fractions = np.round(np.arange(0.3, 1.0001, 0.005), 3)
+    predicted = floors[:, None, None] * 1e-6 + weight_bytes[None, None, :] / (
+        fractions[None, :, None] * hbm
+    )
+    sse = np.sum(np.log(predicted / seconds[None, None, :]) ** 2, axis=-1)
+    i, j = np.unravel_index(int(np.argmin(sse)), sse.shape)
+    return float(fractions[j]), float(floors[i])
+
+
+def fit_fp8_decode(t: AicTable) -> tuple[float, float] | None:
+    """(streaming ratio, extra floor us) of the engine's FP8 GEMMs at decode batches over its own
+    bf16 ones on the chip: f_w(fp8) / f_w(bf16) and floor(fp8) - floor(bf16), each fitted on the
+    weight-bound rows (M <= 64) as floor + weights / (f_w HBM) (fit_stream). An engine's FP8 GEMM
+    quantises its activations in a kernel of its own first: TensorRT-LLM's cost ~10 us more a
+    call than its bf16 ones at the same streaming rate. None where the table has no FP8 rows."""
+    acc = DEFAULT_CATALOG.accelerator(t.accelerator)
+    terms = {}
+    for p in ("bf16", "fp8"):
+        seconds, weights, flops, _ = _decode_gemm(t, p)
+        batch = flops / (2.0 * weights / (1.0 if p == "fp8" else 2.0))
+        rows = batch <= STREAM_MAX_M
+        if not rows.any() or not acc.supports(p):
+            return None
+        terms[p] = fit_stream(seconds[rows], weights[rows], acc.memory_bandwidth)
+    (f8, floor8), (f16, floor16) = terms["fp8"], terms["bf16"]
+    return round(f8 / f16, 3), round(floor8 - floor16, 1)
+
+
+def derive_engine_fp8_decode() -> dict[tuple[str, str], tuple[float, float]]:
+    """What engine.serving_engines.ENGINE_FP8_DECODE_GEMM holds."""
+    out = {}
+    for t in _fitting_tables():
+        fit = fit_fp8_decode(t)
+        if fit is not None:
+            out[(t.accelerator, t.engine)] = fit
     return out

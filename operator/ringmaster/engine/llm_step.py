@@ -112,6 +112,7 @@ from ringmaster.engine.expert_dispatch import (
 )
 from ringmaster.engine.hardware import Accelerator, MachineType
 from ringmaster.engine.profiled import ceilings_hbm_ratio, ceilings_matmul_ratio
+from ringmaster.engine.serving_engines import fp8_decode_gemm
 from ringmaster.engine.tp_allreduce import engine_allreduce_seconds
 from ringmaster.engine.transformer import Transformer
 from ringmaster.engine.units import US
@@ -136,30 +137,30 @@ LLM_COMPUTE_EFFICIENCY = 0.6212
 # Llama-3.1-8B on one H100 and one H200, Llama-3.3-70B on two H100s, ten mixes each); checked on
 # its other setups (70B on one H200, 405B on eight H100s and eight H200s) and on TensorRT-LLM's
 # FP8 TTFT of LLaMA-7B (36 ms for 2,048 tokens: -13%).
-LLM_FP8_COMPUTE_EFFICIENCY = 0.4896
+LLM_FP8_COMPUTE_EFFICIENCY = 0.5032
 # Achieved fraction of HBM bandwidth when the GEMMs stream the weights, and the fixed cost of one
 # step (kernel launches, synchronisation) of a 32-layer model. Fitted together on two points:
 # gpt-fast's batch-1 decode of Llama-2-7B (32 layers) in BF16 on A100-80GB at TP1 (104.9
 # tokens/s) and TP2 (168.8); checked at TP4 and TP8. The launches are per layer, so a model of L
 # layers pays L / 32 of it (405B's 126 layers: 5.2 ms a step): with it, the checked 405B rows of
 # the throughput table fall from +55% worst to +43%.
-LLM_MEMORY_EFFICIENCY = 0.843
-LLM_STEP_OVERHEAD_SECONDS = 1.3118e-3
+LLM_MEMORY_EFFICIENCY = 0.8419
+LLM_STEP_OVERHEAD_SECONDS = 1.3122e-3
 OVERHEAD_FIT_LAYERS = 32
 # Paged decode attention: its achieved fraction of HBM bandwidth, bounded by the weights' (no
 # kernel streams HBM faster than batch-1 decode does), the fixed work per sequence in tokens of
 # context, and the host's cost per running sequence per step. Fitted with
 # LLM_FP8_COMPUTE_EFFICIENCY on the same table, through the batching model's offline maximum
-# (engine.llm_batching: the prompts' backlog chain), each step's all-reduces TensorRT-LLM's own
-# (engine.tp_allreduce): the fit puts the KV read at 0.84 of HBM, next to its bound, the fixed
-# work per sequence at 71 tokens of context (0 under NCCL's all-reduce formula: weakly resolved)
-# and the host's cost at 0.1 us a sequence a step: TensorRT-LLM's C++ runtime and XQA kernels
-# show next to no per-sequence cost. A
+# (engine.llm_batching: the prompts' backlog chain), each step's all-reduces and FP8 GEMMs
+# TensorRT-LLM's own (engine.tp_allreduce, engine.serving_engines.ENGINE_FP8_DECODE_GEMM): the
+# fit puts the KV read at 0.84 of HBM, on its bound, the fixed work per sequence at zero and the
+# host's cost at 0.3 us a sequence a step: TensorRT-LLM's C++ runtime and XQA kernels show next
+# to no per-sequence cost. A
 # Python-scheduled engine (vLLM) pays more (its v0.6 release notes: the GPU idled a third of the
 # time on CPU overheads) that no published table isolates: docs/engine.md, "Out of reach".
-LLM_KV_READ_EFFICIENCY = 0.8354
-LLM_KV_SEQUENCE_TOKENS = 71.29
-LLM_SEQUENCE_OVERHEAD_SECONDS = 9.4e-8
+LLM_KV_READ_EFFICIENCY = 0.8419
+LLM_KV_SEQUENCE_TOKENS = 0.0
+LLM_SEQUENCE_OVERHEAD_SECONDS = 3.22e-7
 # The decode step composed from the H100's measured decode terms (engine.ceilings,
 # H100_DECODE_GEMM / H100_DECODE_ATTENTION): weights streamed at 0.84 of HBM through GEMMs at
 # the step's batch (their decode rate E_d / (1 + K_p / width)), the KV read at FlashAttention's
@@ -643,6 +644,14 @@ def serving_terms(
         decode_rate = rate
         kv_hbm = hbm * constants.kv_read_efficiency * memory_ratio
         floors_seconds = 0.0
+    # The engine's FP8 GEMMs at decode batches against the bf16 ones the streaming is fitted on
+    # (engine.serving_engines.ENGINE_FP8_DECODE_GEMM): their streaming rate, and a cost a call
+    # more (the activations' quantisation), for each of a layer's dense GEMMs.
+    fp8 = fp8_decode_gemm(accelerator.name, serving_engine) if compute_precision == "fp8" else None
+    dense_weight_hbm = weight_hbm
+    if fp8 is not None and ceilings is None:
+        dense_weight_hbm = weight_hbm * fp8[0]
+        floors_seconds = floors_seconds + model.layers * DECODE_GEMMS_PER_LAYER * fp8[1]
     # The routed experts run as grouped GEMMs of their own (vLLM's fused_moe, TensorRT-LLM's MoE
     # plugin, SGLang's DeepGEMM): their FLOPs at the experts' shape, apart from the dense ones.
     routed_flops = 2.0 * routed_active
@@ -675,7 +684,7 @@ def serving_terms(
         sequence_overhead=np.full_like(g, constants.sequence_overhead / groups),
         allreduce_base=base,
         allreduce_per_token=per_token,
-        weights_read=passes * dense_read * w / g / weight_hbm,
+        weights_read=passes * dense_read * w / g / dense_weight_hbm,
         gemm_per_token=gemm_per_token,
         prefill_gemm_per_token=(
             layer_flops + 2.0 * model.vocab * model.hidden / np.maximum(n_in, 1.0)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ringmaster.engine.tp_allreduce import measured_allreduce
+from ringmaster.engine.tp_allreduce import ENGINE_KEYS, measured_allreduce
 
 SERVING_ENGINES = ("vLLM", "SGLang", "TensorRT-LLM")
 DEFAULT_SERVING_ENGINE = "vLLM"
@@ -75,6 +75,40 @@ ENGINES = {
     ),
 }
 
+# Each engine's FP8 GEMMs at decode batches, over its own bf16 ones on the chip: (the fraction
+# of their weight-streaming rate they keep, the microseconds a call costs more), fitted on the
+# weight-bound rows (M <= 64) of NVIDIA AIConfigurator's operator databases (ai-dynamo/
+# aiconfigurator @ 095f58a5: vLLM 0.19.0, SGLang 0.5.10, TensorRT-LLM 1.3.0rc20; calibration.
+# aiconfigurator.derive_engine_fp8_decode refits every entry, a test keeps them equal). An FP8
+# GEMM quantises its activations in a kernel of its own before it runs: TensorRT-LLM's costs
+# 9-12 us more a call at the bf16 rate, vLLM's and SGLang's 1-3 us more at 0.71-0.93 of it. The
+# serving step's weight streaming (engine.llm_step.serving_terms) is fitted on bf16 and carries
+# this to FP8 weights; an engine or chip without a table (AMD parts) is charged the bf16 GEMMs'.
+ENGINE_FP8_DECODE_GEMM: dict[tuple[str, str], tuple[float, float]] = {
+    ("nvidia-b200", "sglang"): (0.783, 2.5),
+    ("nvidia-b200", "trtllm"): (0.98, 11.7),
+    ("nvidia-b200", "vllm"): (0.71, 2.1),
+    ("nvidia-gb200", "sglang"): (0.791, 2.8),
+    ("nvidia-gb200", "trtllm"): (1.0, 11.3),
+    ("nvidia-gb200", "vllm"): (0.713, 1.9),
+    ("nvidia-h100-80gb", "sglang"): (0.83, 2.7),
+    ("nvidia-h100-80gb", "trtllm"): (0.982, 9.6),
+    ("nvidia-h100-80gb", "vllm"): (0.929, 1.3),
+    ("nvidia-h200-141gb", "sglang"): (0.72, 2.0),
+    ("nvidia-h200-141gb", "trtllm"): (0.982, 9.3),
+    ("nvidia-h200-141gb", "vllm"): (0.882, 0.7),
+}
+
+
+def fp8_decode_gemm(accelerator: str, engine: str | None) -> tuple[float, float] | None:
+    """(streaming ratio, extra seconds a call) of ``engine``'s FP8 GEMMs at decode batches on
+    the chip over its bf16 ones, or None where not measured."""
+    if engine is None:
+        return None
+    fit = ENGINE_FP8_DECODE_GEMM.get((accelerator, ENGINE_KEYS.get(engine, engine)))
+    return None if fit is None else (fit[0], fit[1] * 1e-6)
+
+
 _IMAGE_HINTS = (
     ("sglang", "SGLang"),
     ("tensorrt", "TensorRT-LLM"),
@@ -107,9 +141,10 @@ def serving_evidence(engine: ServingEngine, accelerator: str) -> str:
         if accelerator in ("nvidia-h100-80gb", "nvidia-h200-141gb")
         else (f"; {accelerator} scaled by its published ratios to the H100 where they exist")
     )
+    fp8 = fp8_decode_gemm(accelerator, engine.name) is not None
     reduce = (
-        f"; its tensor-parallel all-reduce {engine.name}'s own kernel measured on {accelerator}"
-        " (AIConfigurator's database)"
+        f"; its tensor-parallel all-reduce{' and FP8 decode GEMMs' if fp8 else ''}"
+        f" {engine.name}'s own kernels measured on {accelerator} (AIConfigurator's database)"
         if measured_allreduce(accelerator, engine.name)
         else f"; its tensor-parallel all-reduce NCCL's formula (no {engine.name} kernel measured"
         f" on {accelerator})"
