@@ -315,6 +315,13 @@ def render_section() -> str:
         "checked, median over tables: "
         + ", ".join(f"{op} {median(v):.1%}" for op, v in sorted(by_op.items()))
     )
+    h100 = {c.op: c.signed for c in check_rows() if c.table == "h100_sxm vllm 0.19.0"}
+    lines.append(
+        "The fitted chips' rows carry the H100's own offset from this database (its measured"
+        f" decode GEMMs {h100['decode GEMM bf16']:+.1%}, decode attention"
+        f" {h100['decode attention']:+.1%} here: CUDA-graph timing over many calls reads lower"
+        " floors) and its floors: the ratio is fitted, not the absolute time."
+    )
     lines.append(
         "Tensor-parallel all-reduce (engine.tp_allreduce), median |error| at decode sizes by GPU"
         " count: the engine's fitted kernel, then NCCL's LL-ring model"
