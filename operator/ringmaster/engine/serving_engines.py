@@ -81,7 +81,7 @@ ENGINES = {
 # aiconfigurator @ 095f58a5: vLLM 0.19.0, SGLang 0.5.10, TensorRT-LLM 1.3.0rc20; calibration.
 # aiconfigurator.derive_engine_fp8_decode refits every entry, a test keeps them equal). An FP8
 # GEMM quantises its activations in a kernel of its own before it runs: TensorRT-LLM's costs
-# 9-12 us more a call at the bf16 rate, vLLM's and SGLang's 1-3 us more at 0.71-0.93 of it. The
+# 9-12 us more a call at the bf16 rate, vLLM's and SGLang's 0.7-2.8 us more at 0.71-0.93 of it. The
 # serving step's weight streaming (engine.llm_step.serving_terms) is fitted on bf16 and carries
 # this to FP8 weights; an engine or chip without a table (AMD parts) is charged the bf16 GEMMs'.
 ENGINE_FP8_DECODE_GEMM: dict[tuple[str, str], tuple[float, float]] = {
