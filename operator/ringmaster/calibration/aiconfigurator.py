@@ -42,6 +42,8 @@ import numpy as np
 from ringmaster.calibration.ceilings import _fit_decode_attention_terms, _fit_decode_gemm_terms
 from ringmaster.engine import ceilings as CE
 from ringmaster.engine.hardware import DEFAULT_CATALOG
+from ringmaster.engine.llm_step import nccl_tp_allreduce_seconds
+from ringmaster.engine.tp_allreduce import engine_allreduce_seconds
 
 AIC_FILE = Path(__file__).with_name("measured") / "aiconfigurator.json"
 DECODE_MAX_M = 512  # the GEMM rows at decode batches; larger ones are prefill's
@@ -151,8 +153,10 @@ def table(accelerator: str, engine: str, version: str | None = None) -> AicTable
     raise KeyError(f"no AIConfigurator table for {accelerator} {engine} {version or ''}")
 
 
-def _decode_gemm(t: AicTable, precision: str) -> tuple[np.ndarray, ...]:
-    rows = (t.gemm_dtype == precision) & (t.gemm_mnk[:, 0] <= DECODE_MAX_M)
+def _decode_gemm(
+    t: AicTable, precision: str, max_m: float = DECODE_MAX_M
+) -> tuple[np.ndarray, ...]:
+    rows = (t.gemm_dtype == precision) & (t.gemm_mnk[:, 0] <= max_m)
     m, n, k = t.gemm_mnk[rows].T
     weight_bytes = n * k * (1.0 if precision == "fp8" else 2.0)
     return t.gemm_seconds[rows], weight_bytes, 2.0 * m * n * k, np.minimum(n, k)
@@ -275,10 +279,10 @@ def _op_errors(t: AicTable) -> dict[str, np.ndarray]:
 @lru_cache(maxsize=1)
 def check_rows() -> tuple[OpCheck, ...]:
     checks = []
+    fitted_tables = {(acc, FIT_ENGINE, PAIR_VERSION[acc]) for acc in FITTED_CHIPS} | {
+        (H100, FIT_ENGINE, PAIR_VERSION[acc]) for acc in FITTED_CHIPS
+    }
     for t in tables():
-        fitted_tables = {(acc, FIT_ENGINE, PAIR_VERSION[acc]) for acc in FITTED_CHIPS} | {
-            (H100, FIT_ENGINE, PAIR_VERSION[acc]) for acc in FITTED_CHIPS
-        }
         for op, errors in _op_errors(t).items():
             fitted = (t.accelerator, t.engine, t.version) in fitted_tables and op in (
                 "decode GEMM bf16",
@@ -367,14 +371,22 @@ def fit_allreduce(nbytes: np.ndarray, seconds: np.ndarray) -> tuple[float, float
     slope of time on bytes)."""
     decode = nbytes <= 2.0 * DECODE_MAX_ELEMENTS
     floors = np.round(np.arange(0.5, 40.0001, 0.1), 1)
-    rates = np.exp(np.linspace(np.log(20.0), np.log(800.0), 400))
-    x, y = nbytes[decode], seconds[decode]
-    predicted = floors[:, None, None] * 1e-6 + x[None, None, :] / (rates[None, :, None] * 1e9)
-    sse = np.sum(np.log(predicted / y[None, None, :]) ** 2, axis=-1)
-    i, j = np.unravel_index(int(np.argmin(sse)), sse.shape)
+    rates = np.exp(np.linspace(np.log(20.0), np.log(800.0), 400)) * 1e9
+    i, j = _fit_floor_and_rate(nbytes[decode], seconds[decode], floors, rates)
     prompt = nbytes >= 2.0 * PROMPT_MIN_ELEMENTS
     slope = float(np.polyfit(nbytes[prompt], seconds[prompt], 1)[0])
-    return float(floors[i]), round(float(rates[j]), 1), round(1.0 / slope / 1e9, 1)
+    return float(floors[i]), round(float(rates[j]) / 1e9, 1), round(1.0 / slope / 1e9, 1)
+
+
+def _fit_floor_and_rate(
+    nbytes: np.ndarray, seconds: np.ndarray, floors_us: np.ndarray, rates: np.ndarray
+) -> tuple[int, int]:
+    """The indices (floor, rate) of floor + bytes / rate on the grid of floors (us) x rates
+    (bytes/s) with the least squared log error, in one array."""
+    predicted = floors_us[:, None, None] * 1e-6 + nbytes[None, None, :] / rates[None, :, None]
+    sse = np.sum(np.log(predicted / seconds[None, None, :]) ** 2, axis=-1)
+    i, j = np.unravel_index(int(np.argmin(sse)), sse.shape)
+    return int(i), int(j)
 
 
 def _fitting_tables() -> list[AicTable]:
@@ -396,9 +408,6 @@ def allreduce_checks() -> list[tuple[str, int, str, np.ndarray]]:
     """(table, GPUs, role, predicted / measured - 1) of every all-reduce curve at decode sizes:
     the fit's own rows, the vLLM 0.14.0 H100 curve by the 0.19.0 fit, and NCCL's LL-ring model
     (what a step without a measured engine kernel uses) on all of them."""
-    from ringmaster.engine.llm_step import nccl_tp_allreduce_seconds
-    from ringmaster.engine.tp_allreduce import engine_allreduce_seconds
-
     out = []
     for t in tables():
         acc = DEFAULT_CATALOG.accelerator(t.accelerator)
@@ -426,14 +435,10 @@ STREAM_MAX_M = 64  # decode batches where a GEMM streams its weights (compute is
 
 def fit_stream(seconds: np.ndarray, weight_bytes: np.ndarray, hbm: float) -> tuple[float, float]:
     """(f_w, floor us) of floor + weights / (f_w HBM), least squares of the log error over a grid
-    (floor 0-20 us by 0.1, f_w 0.3-1 by 0.005), in one array."""
+    (floor 0-20 us by 0.1, f_w 0.3-1 by 0.005)."""
     floors = np.round(np.arange(0.0, 20.0001, 0.1), 1)
     fractions = np.round(np.arange(0.3, 1.0001, 0.005), 3)
-    predicted = floors[:, None, None] * 1e-6 + weight_bytes[None, None, :] / (
-        fractions[None, :, None] * hbm
-    )
-    sse = np.sum(np.log(predicted / seconds[None, None, :]) ** 2, axis=-1)
-    i, j = np.unravel_index(int(np.argmin(sse)), sse.shape)
+    i, j = _fit_floor_and_rate(weight_bytes, seconds, floors, fractions * hbm)
     return float(fractions[j]), float(floors[i])
 
 
@@ -446,12 +451,10 @@ def fit_fp8_decode(t: AicTable) -> tuple[float, float] | None:
     acc = DEFAULT_CATALOG.accelerator(t.accelerator)
     terms = {}
     for p in ("bf16", "fp8"):
-        seconds, weights, flops, _ = _decode_gemm(t, p)
-        batch = flops / (2.0 * weights / (1.0 if p == "fp8" else 2.0))
-        rows = batch <= STREAM_MAX_M
-        if not rows.any() or not acc.supports(p):
+        seconds, weights, _, _ = _decode_gemm(t, p, STREAM_MAX_M)
+        if not len(seconds) or not acc.supports(p):
             return None
-        terms[p] = fit_stream(seconds[rows], weights[rows], acc.memory_bandwidth)
+        terms[p] = fit_stream(seconds, weights, acc.memory_bandwidth)
     (f8, floor8), (f16, floor16) = terms["fp8"], terms["bf16"]
     return round(f8 / f16, 3), round(floor8 - floor16, 1)
 

@@ -10,7 +10,7 @@ calibration/measured/aiconfigurator.json): each is fitted here as
 
     t(bytes) = floor + bytes / rate
 
-over a decode step's sizes, 8K-4M bf16 elements (least squares of the log error,
+over a decode step's sizes, 8K-8M bf16 elements (least squares of the log error,
 calibration.aiconfigurator.fit_allreduce), and a prompt token's bytes at the rate the curve
 reaches at a prefill chunk's sizes (16M-64M elements), where the engines switch to
 bandwidth-bound kernels: the step charges its decode tokens and its prompt tokens each at their
