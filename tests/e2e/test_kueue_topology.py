@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -18,8 +18,11 @@ from ringmaster.admission.kueue import (
     PODSET_PREFERRED_TOPOLOGY,
     PODSET_REQUIRED_TOPOLOGY,
     QUEUE_NAME_LABEL,
+    TAS_POD_ANNOTATIONS,
+    rank_domains,
 )
 from ringmaster.localcluster.kueue import LocalKueue
+from ringmaster.manifests.naming import RANK_LABEL, TRAINING_JOB_LABEL
 from ringmaster.placement.labels import GKE_NODEPOOL, GPU_RESOURCE
 from ringmaster.placement.topology import GKE_BLOCK
 from tests.e2e.kube import Cluster, OperatorProcess, wait_for
@@ -136,38 +139,28 @@ def blocks_of(assignment: dict[str, Any], block_of_host: dict[str, str]) -> set[
     """The blocks a pod set's topology assignment puts its pods in. Kueue writes the assignment
     by levels, and may omit the levels above the lowest (hostnames are unique), so the block is
     read from the host through the test's own labelling."""
-    topology = assignment.get("topologyAssignment") or {}
-    levels = topology.get("levels") or []
-    blocks = set()
-    for domain in topology_domains(topology):
-        values = dict(zip(levels, domain, strict=False))
-        if GKE_BLOCK in values:
-            blocks.add(values[GKE_BLOCK])
-        elif HOSTNAME in values:
-            blocks.add(block_of_host[values[HOSTNAME]])
-    return blocks
+    return {
+        domain.get(GKE_BLOCK) or block_of_host[domain[HOSTNAME]]
+        for domain in assigned_domains(assignment)
+    }
 
 
-def topology_domains(topology: dict[str, Any]) -> list[list[str]]:
-    """The value tuples of a topologyAssignment: v1beta2's compressed ``slices`` or the older
-    ``domains`` list."""
-    if "domains" in topology:
-        return [list(d["values"]) for d in topology["domains"]]
-    domains: list[list[str]] = []
-    for piece in topology.get("slices") or []:
-        count = int(piece["domainCount"])
-        columns = []
-        for level in piece["valuesPerLevel"]:
-            if "universal" in level:
-                columns.append([level["universal"]] * count)
-            else:
-                one = level["individual"]
-                prefix, suffix = one.get("prefix") or "", one.get("suffix") or ""
-                columns.append([f"{prefix}{root}{suffix}" for root in one["roots"]])
-        domains.extend([list(values) for values in zip(*columns, strict=True)])
-    if not domains:
-        raise AssertionError(f"a topology assignment this test does not read: {topology}")
-    return domains
+def assigned_domains(assignment: dict[str, Any]) -> tuple[Mapping[str, str], ...]:
+    topology = assignment.get("topologyAssignment")
+    if not topology:
+        raise AssertionError(f"Kueue gave no topology assignment: {assignment}")
+    return rank_domains(topology)
+
+
+def assert_on_assigned_hosts(cluster: Cluster, ns: str, job: str, assignment: dict[str, Any]):
+    """Each worker pod is bound to the host Kueue assigned its rank and carries the annotation
+    that makes it Kueue's TAS pod (else Kueue counts its GPUs twice)."""
+    hosts = [d[HOSTNAME] for d in assigned_domains(assignment)]
+    pods = cluster.get_json("pods", "-n", ns, "-l", f"{TRAINING_JOB_LABEL}={job}")["items"]
+    bound = {int(p["metadata"]["labels"][RANK_LABEL]): p["spec"].get("nodeName") for p in pods}
+    assert bound == dict(enumerate(hosts)), (bound, hosts)
+    for pod in pods:
+        assert set(pod["metadata"]["annotations"]) & set(TAS_POD_ANNOTATIONS), pod["metadata"]
 
 
 def workers_pod_set(cluster: Cluster, ns: str, name: str) -> dict[str, Any]:
@@ -201,6 +194,7 @@ def test_kueue_gets_the_topology_verdict_and_admits_on_its_tas_flavor(
             "podSetAssignments"
         ]
         assert len(blocks_of(required, tas_queue)) == 1, required
+        assert_on_assigned_hosts(cluster, ns, "required", required)
 
         # Auto, on the default non-blocking spine: the engine finds no loss, Kueue is asked to
         # prefer one block: the other one, which is free.
@@ -214,9 +208,17 @@ def test_kueue_gets_the_topology_verdict_and_admits_on_its_tas_flavor(
         [assignment] = admission["podSetAssignments"]
         assert assignment.get("topologyAssignment"), assignment  # Kueue placed it by topology
         assert blocks_of(assignment, tas_queue).isdisjoint(blocks_of(required, tas_queue))
+        assert_on_assigned_hosts(cluster, ns, "auto", assignment)
         admitted = condition(cluster.get_json("trainingjob", "auto", "-n", ns), "Schedulable")
         assert admitted["status"] == "True" and "by Kueue" in admitted["message"]
         print(f"Kueue TAS TrainingJob test: {time.monotonic() - start:.1f}s")
     except BaseException:
         print(operator.log_path.read_text()[-6000:])
+        for workload in cluster.get_json("workloads", "-n", ns)["items"]:
+            print(workload["metadata"]["name"], workload.get("status"))
+        for pod in cluster.get_json("pods", "-A")["items"]:
+            if pod["spec"].get("nodeName") in tas_queue:
+                print(
+                    pod["metadata"]["namespace"], pod["metadata"]["name"], pod["spec"]["nodeName"]
+                )
         raise

@@ -207,3 +207,122 @@ def test_a_changed_verdict_is_patched_into_a_workload_kueue_has_not_admitted() -
     [patch] = [w for w in again.workload if w.action == "patch"]
     [workers] = [s for s in (patch.body or {})["spec"]["podSets"] if s["name"] == "workers"]
     assert workers["topologyRequest"] == {"required": GKE_BLOCK}
+
+
+# ---------------------------------------------------------------- Kueue's topology assignment
+
+
+def test_a_compressed_assignment_gives_each_rank_its_domain_in_order() -> None:
+    # v1beta2's slices: a prefix and roots per host, pod counts per domain (rankToDomainID).
+    assignment = {
+        "levels": [HOSTNAME],
+        "slices": [
+            {
+                "domainCount": 2,
+                "valuesPerLevel": [
+                    {"individual": {"prefix": "a100-highgpu-8g-000", "roots": ["3", "2"]}}
+                ],
+                "podCounts": {"individual": [1, 2]},
+            },
+            {
+                "domainCount": 1,
+                "valuesPerLevel": [{"universal": "a100-highgpu-8g-0000"}],
+                "podCounts": {"universal": 1},
+            },
+        ],
+    }
+    hosts = [d[HOSTNAME] for d in kueue.rank_domains(assignment)]
+    assert hosts == [
+        "a100-highgpu-8g-0003",
+        "a100-highgpu-8g-0002",
+        "a100-highgpu-8g-0002",
+        "a100-highgpu-8g-0000",
+    ]
+    # v1beta1's domains, two levels.
+    older = {
+        "levels": [GKE_BLOCK, HOSTNAME],
+        "domains": [{"values": ["b1", "h3"], "count": 2}, {"values": ["b1", "h2"], "count": 1}],
+    }
+    assert kueue.rank_domains(older) == (
+        {GKE_BLOCK: "b1", HOSTNAME: "h3"},
+        {GKE_BLOCK: "b1", HOSTNAME: "h3"},
+        {GKE_BLOCK: "b1", HOSTNAME: "h2"},
+    )
+
+
+def test_ranks_map_to_their_pod_set() -> None:
+    assert kueue.pod_set_of_rank(4, 1, 3) == ("workers", 3)
+    assert kueue.pod_set_of_rank(8, 2, 5) == ("slice-1", 1)
+    with pytest.raises(ValueError, match="past"):
+        kueue.pod_set_of_rank(4, 1, 4)
+
+
+def admitted_by_topology(workload: dict[str, Any], hosts: list[str]) -> dict[str, Any]:
+    """The Workload admitted on the TAS flavor, Kueue's topology assignment naming ``hosts``."""
+    body = copy.deepcopy(workload)
+    body["metadata"]["ownerReferences"] = [
+        {"kind": "TrainingJob", "name": "bert", "uid": UID, "controller": True}
+    ]
+    body["metadata"].update(resourceVersion="9", generation=1)
+    assignment = {
+        "levels": [HOSTNAME],
+        "slices": [
+            {
+                "domainCount": len(hosts),
+                "valuesPerLevel": [{"individual": {"roots": hosts}}],
+                "podCounts": {"universal": 1},
+            }
+        ],
+    }
+    now = "2026-11-27T01:00:00Z"
+    body["status"] = {
+        "conditions": [
+            {"type": t, "status": "True", "reason": t, "message": "", "lastTransitionTime": now}
+            for t in ("QuotaReserved", "Admitted")
+        ],
+        "admission": {
+            "clusterQueue": "tas",
+            "podSetAssignments": [
+                {
+                    "name": "workers",
+                    "flavors": {"nvidia.com/gpu": "a100-tas"},
+                    "count": len(hosts),
+                    "topologyAssignment": assignment,
+                }
+            ],
+        },
+    }
+    return body
+
+
+def test_each_worker_goes_to_the_host_kueue_assigned_it_and_is_kueues_tas_pod() -> None:
+    # Without the assignment kube-scheduler may bind the gang on other hosts of the pool than
+    # Kueue counted; Kueue then counts the pods again (as non-TAS pods) and holds the next job.
+    created = decide(labelled_job())
+    [write] = [w for w in created.workload if w.action == "create"]
+    hosts = [f"{A100}-0003", f"{A100}-0001", f"{A100}-0002", f"{A100}-0000"]
+    workload = admitted_by_topology(dict(write.body or {}), hosts)
+    decision = decide(labelled_job(), workloads=[workload])
+    pods = sorted(
+        (o for o in decision.create if o["kind"] == "Pod"),
+        key=lambda p: int(p["metadata"]["labels"]["ringmaster.dev/rank"]),
+    )
+    assert [p["spec"]["nodeSelector"] for p in pods] == [
+        {NODEPOOL: A100, HOSTNAME: host} for host in hosts
+    ]
+    for pod in pods:
+        annotations = pod["metadata"]["annotations"]
+        assert annotations[kueue.PODSET_PREFERRED_TOPOLOGY] == GKE_BLOCK  # the job's request
+        assert kueue.PODSET_UNCONSTRAINED_TOPOLOGY not in annotations
+
+
+def test_a_pod_set_placed_by_topology_without_a_request_is_unconstrained() -> None:
+    workload = admitted_by_topology(
+        {"metadata": {"name": "w"}, "spec": {"podSets": [{"name": "workers"}]}}, ["h0"]
+    )
+    view = kueue.read_workload(workload)
+    assert kueue.tas_pod_annotations(view, "workers") == {
+        kueue.PODSET_UNCONSTRAINED_TOPOLOGY: "true"
+    }
+    del workload["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]
+    assert kueue.tas_pod_annotations(kueue.read_workload(workload), "workers") == {}

@@ -34,6 +34,15 @@ pkg/controller/jobframework/reconciler.go, pkg/workload/, apis/kueue/v1beta2):
   ask for nothing: Kueue refuses a TAS request on a flavor without a topology
   (tas_flavorassigner.go), and Ringmaster's own packing is the job's placement.
 
+  Kueue admits such a pod set with a ``topologyAssignment``: the domains (hosts, where the
+  Topology's lowest level is the hostname) and how many pods each takes. Each worker pod goes to
+  its rank's domain, as Kueue's TopologyUngater sends a rank-ordered pod (``rankToDomainID``:
+  the domains in order, each repeated by its count), through a node selector of the domain's
+  level labels, and carries the pod set's topology annotations, so that Kueue counts it as the
+  Workload's and not a second time as a non-TAS pod of its node (``belongsToNonTASCache``).
+  Without that, kube-scheduler may put the gang elsewhere in the pool than Kueue counted it,
+  and Kueue then sees room taken twice and holds a later job Pending with room free.
+
 Ringmaster adds one thing Kueue's integrations do not have: its own choice of pools. The worker
 pod set's template carries a required node affinity over the pools Ringmaster would run the job
 on, so Kueue only assigns flavors that fit them; on admission the flavor's node labels must
@@ -69,6 +78,16 @@ PODSET_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 PODSET_PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
 PODSET_SLICE_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-slice-required-topology"
 PODSET_SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
+PODSET_UNCONSTRAINED_TOPOLOGY = "kueue.x-k8s.io/podset-unconstrained-topology"
+# A pod with one of these is Kueue's TAS pod (pkg/util/tas IsTAS): its room is its Workload's
+# topology assignment; without, Kueue counts it again as another tenant of its node.
+TAS_POD_ANNOTATIONS = (
+    PODSET_REQUIRED_TOPOLOGY,
+    PODSET_PREFERRED_TOPOLOGY,
+    PODSET_SLICE_REQUIRED_TOPOLOGY,
+    PODSET_SLICE_SIZE,
+    PODSET_UNCONSTRAINED_TOPOLOGY,
+)
 
 WORKERS_POD_SET = "workers"
 REDUCERS_POD_SET = "reducers"
@@ -86,6 +105,16 @@ def worker_pod_sets(workers: int, slices: int) -> list[tuple[str, int]]:
     if slices <= 1 or slices > MAX_POD_SETS:
         return [(WORKERS_POD_SET, workers)]
     return [(f"slice-{i}", workers // slices) for i in range(slices)]
+
+
+def pod_set_of_rank(workers: int, slices: int, rank: int) -> tuple[str, int]:
+    """The worker pod set that holds worker ``rank``, and the rank's index in it."""
+    first = 0
+    for name, count in worker_pod_sets(workers, slices):
+        if rank < first + count:
+            return name, rank - first
+        first += count
+    raise ValueError(f"rank {rank} is past the job's {workers} workers")
 
 
 # Kueue's condition types and reasons (apis/kueue/v1beta2/workload_types.go).
@@ -424,6 +453,9 @@ class WorkloadView:
     cluster_queue: str | None
     flavors: Mapping[str, Mapping[str, str]]  # pod set -> resource -> ResourceFlavor
     active: bool
+    domains: Mapping[str, tuple[Mapping[str, str], ...]] = field(default_factory=dict)
+    """Pod set -> each pod's node labels by rank in the pod set, where Kueue's admission gave the
+    pod set a topology assignment."""
 
     def true(self, type_: str) -> bool:
         condition = self.conditions.get(type_)
@@ -475,9 +507,12 @@ def read_workload(body: Mapping[str, Any]) -> WorkloadView:
         if c.get("type")
     }
     admission = status.get("admission") or {}
-    flavors = {
-        a.get("name", "main"): dict(a.get("flavors") or {})
-        for a in admission.get("podSetAssignments") or []
+    assignments = admission.get("podSetAssignments") or []
+    flavors = {a.get("name", "main"): dict(a.get("flavors") or {}) for a in assignments}
+    domains = {
+        a.get("name", "main"): rank_domains(a["topologyAssignment"])
+        for a in assignments
+        if a.get("topologyAssignment")
     }
     return WorkloadView(
         name=(body.get("metadata") or {}).get("name", ""),
@@ -486,7 +521,61 @@ def read_workload(body: Mapping[str, Any]) -> WorkloadView:
         cluster_queue=admission.get("clusterQueue"),
         flavors=flavors,
         active=(body.get("spec") or {}).get("active", True) is not False,
+        domains=domains,
     )
+
+
+def rank_domains(assignment: Mapping[str, Any]) -> tuple[Mapping[str, str], ...]:
+    """Each pod's node labels, by rank, from a pod set's ``topologyAssignment``: the domains in
+    order, each repeated by its pod count (Kueue's ``rankToDomainID``). Reads v1beta2's
+    compressed ``slices`` and v1beta1's ``domains``."""
+    levels = [str(level) for level in assignment.get("levels") or []]
+    by_rank: list[Mapping[str, str]] = []
+    for values, count in _assigned_domains(assignment):
+        labels = dict(zip(levels, values, strict=True))
+        by_rank.extend([labels] * count)
+    return tuple(by_rank)
+
+
+def _assigned_domains(assignment: Mapping[str, Any]) -> list[tuple[list[str], int]]:
+    if "domains" in assignment:
+        return [([str(v) for v in d["values"]], int(d["count"])) for d in assignment["domains"]]
+    out: list[tuple[list[str], int]] = []
+    for piece in assignment.get("slices") or []:
+        n = int(piece["domainCount"])
+        columns = []
+        for level in piece["valuesPerLevel"]:
+            if "universal" in level:
+                columns.append([str(level["universal"])] * n)
+            else:
+                one = level["individual"]
+                prefix, suffix = one.get("prefix") or "", one.get("suffix") or ""
+                columns.append([f"{prefix}{root}{suffix}" for root in one["roots"]])
+        counts = piece["podCounts"]
+        per_domain = (
+            [int(c) for c in counts["individual"]]
+            if "individual" in counts
+            else [int(counts["universal"])] * n
+        )
+        out.extend(zip([list(v) for v in zip(*columns, strict=True)], per_domain, strict=True))
+    return out
+
+
+def tas_pod_annotations(view: WorkloadView, pod_set: str) -> dict[str, str]:
+    """The topology annotations a pod of ``pod_set`` carries once Kueue placed the pod set by
+    topology: those of the pod set's template (the job's request), or Kueue's unconstrained one
+    where the job asked for none (a TAS flavor places every pod set it admits); {} where Kueue
+    gave the pod set no topology assignment."""
+    if pod_set not in view.domains:
+        return {}
+    for one in (view.body.get("spec") or {}).get("podSets") or []:
+        if one.get("name") == pod_set:
+            metadata = (one.get("template") or {}).get("metadata") or {}
+            annotations = metadata.get("annotations") or {}
+            kept = {k: str(v) for k, v in annotations.items() if k in TAS_POD_ANNOTATIONS}
+            if kept:
+                return kept
+    return {PODSET_UNCONSTRAINED_TOPOLOGY: "true"}
 
 
 def owned_by(body: Mapping[str, Any], uid: str) -> bool:

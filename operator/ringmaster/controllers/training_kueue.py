@@ -278,6 +278,24 @@ def _kueue_placement(
     return replace(placement, node_selector=merged, tolerations=flavor.tolerations)
 
 
+def _kueue_rank_placement(step: _Step, placement: PoolPlacement, rank: int) -> PoolPlacement:
+    """Worker ``rank``'s placement where Kueue placed its pod set by topology: the node labels
+    of its rank's domain added (over the pool's, as Kueue's TopologyUngater sets them) and the
+    pod set's topology annotations. Unchanged where Kueue gave no topology assignment."""
+    view = _own_workload(step) if _kueue_queue(step) is not None else None
+    if view is None or not view.runs or not view.domains:
+        return placement
+    pod_set, index = kueue.pod_set_of_rank(step.spec.workers, step.spec.accelerator.slices, rank)
+    domains = view.domains.get(pod_set, ())
+    if index >= len(domains):
+        return placement
+    return replace(
+        placement,
+        node_selector={**placement.node_selector, **domains[index]},
+        annotations={**placement.annotations, **kueue.tas_pod_annotations(view, pod_set)},
+    )
+
+
 def _kueue_report(step: _Step, pods: Sequence[WorkerPod]) -> None:
     """What Kueue learns from the job: PodsReady, Finished, the quota given back after an
     eviction once no pod is left, and spec.active following runPolicy.suspend."""

@@ -52,6 +52,7 @@ from ringmaster.controllers.training_alternatives import (
 from ringmaster.controllers.training_kueue import (
     _kueue_placement,
     _kueue_queue,
+    _kueue_rank_placement,
     _kueue_report,
     _kueue_stopped,
     _kueue_waiting,
@@ -524,7 +525,9 @@ def _admitted(
                 job.name,
                 job.namespace,
                 spec,
-                placements[rank * len(placements) // spec.workers],
+                _kueue_rank_placement(
+                    step, placements[rank * len(placements) // spec.workers], rank
+                ),
                 rank,
                 attempt,
                 endpoints,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ringmaster.api import TrainingJobSpec
@@ -36,6 +36,9 @@ class PoolPlacement:
     machine_type: str | None = None
     tolerations: tuple[Mapping[str, Any], ...] = ()
     """Beyond the accelerator's own: a Kueue ResourceFlavor's (admission/kueue.py)."""
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    """The pod annotations placement adds: Kueue's topology request, on a pod that Kueue's
+    Topology Aware Scheduling placed (admission/kueue.py)."""
 
 
 def pinned_to(host: str) -> dict[str, Any]:
@@ -261,6 +264,7 @@ def worker_pod(
         labels[SLICE_LABEL] = str(slice_of(spec, rank)[0])
     annotations = {
         **(user_meta.annotations if user_meta and user_meta.annotations else {}),
+        **placement.annotations,
         ATTEMPT_ANNOTATION: str(attempt),
     }
     resources = template.resources.to_k8s() if template.resources else {}
@@ -283,9 +287,9 @@ def worker_pod(
     }
     if spec.accelerator.slices > 1:
         container["ports"].append({"name": "megascale", "containerPort": MEGASCALE_PORT})
-    for field in ("command", "args"):
-        if getattr(template, field):
-            container[field] = list(getattr(template, field))
+    for key in ("command", "args"):
+        if getattr(template, key):
+            container[key] = list(getattr(template, key))
     if template.image_pull_policy:
         container["imagePullPolicy"] = template.image_pull_policy
     tolerations: list[dict[str, Any]] = [
