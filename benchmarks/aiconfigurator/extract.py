@@ -98,23 +98,25 @@ def _gemm(rows: list[dict[str, Any]]) -> list[list[Any]]:
     return sorted(keep)
 
 
-def _heads_ok(r: dict[str, Any]) -> bool:
+def _heads_ok(r: dict[str, Any], kv_cache: str = "bfloat16") -> bool:
     return (
         (r["num_heads"], r["num_key_value_heads"]) in HEADS
         and r["head_dim"] == 128
         and r.get("window_size", 0) == 0
-        and r["kv_cache_dtype"] == "bfloat16"
+        and r["kv_cache_dtype"] == kv_cache
         and r["attn_dtype"] == "bfloat16"
     )
 
 
-def _decode_attention(rows: list[dict[str, Any]]) -> list[list[Any]]:
+def _decode_attention(rows: list[dict[str, Any]], kv_cache: str = "bfloat16") -> list[list[Any]]:
     # the collector's ``step`` is the tokens already cached; the query is one more
     keep = [
         [r["kernel_source"], r["batch_size"], r["step"] + 1, r["num_heads"],
          r["num_key_value_heads"], 128, round(r["latency"] * 1e3, 3)]
         for r in rows
-        if _heads_ok(r) and r["batch_size"] in DECODE_BATCH and r["step"] + 1 in DECODE_CONTEXT
+        if _heads_ok(r, kv_cache)
+        and r["batch_size"] in DECODE_BATCH
+        and r["step"] + 1 in DECODE_CONTEXT
     ]  # fmt: skip
     return sorted(keep)
 
@@ -164,6 +166,8 @@ def extract(repo: str, commit: str) -> dict[str, Any]:
                 "device": some.get("device", ""),
                 "gemm": _gemm(gemm or []),
                 "decode_attention": _decode_attention(decode or []),
+                # the same with an FP8 (e4m3) KV cache, bf16 queries
+                "decode_attention_fp8": _decode_attention(decode or [], "fp8"),
                 "prefill_attention": _prefill_attention(prefill or []),
                 "allreduce": _allreduce(allreduce or []),
             }
@@ -174,6 +178,15 @@ def extract(repo: str, commit: str) -> dict[str, Any]:
         "columns": {
             "gemm": ["dtype", "m", "n", "k", "us"],
             "decode_attention": [
+                "kernel",
+                "batch",
+                "context",
+                "heads",
+                "kv_heads",
+                "head_dim",
+                "us",
+            ],
+            "decode_attention_fp8": [
                 "kernel",
                 "batch",
                 "context",

@@ -56,10 +56,11 @@ def test_engine_profiles_and_evidence():
     assert trt.kv_memory_fraction(80e9, 16e9) == pytest.approx((16e9 + 0.9 * 64e9) / 80e9)
     assert serving_evidence(trt, "nvidia-h100-80gb").startswith("TensorRT-LLM: step constants")
     assert serving_evidence(serving_engine("vLLM"), "amd-mi300x").startswith("extrapolated:")
-    # the all-reduce's evidence: the engine's own measured kernel, or NCCL's formula
+    # the kernels' evidence: the engine's own measured ones, or NCCL's formula
     b200 = serving_evidence(serving_engine("vLLM"), "nvidia-b200")
-    assert "all-reduce and FP8 decode GEMMs vLLM's own kernels measured" in b200
-    assert "NCCL's formula" in serving_evidence(serving_engine("vLLM"), "amd-mi300x")
+    assert "all-reduce, FP8 decode GEMMs, decode attention vLLM's own kernels measured" in b200
+    mi300x = serving_evidence(serving_engine("vLLM"), "amd-mi300x")
+    assert "NCCL's formula" in mi300x and "own kernels" not in mi300x
     assert infer_serving_engine("lmsysorg/sglang:v0.4")[0] == "SGLang"
     assert infer_serving_engine("nvcr.io/nvidia/tritonserver:24.08-trtllm")[0] == "TensorRT-LLM"
     assert infer_serving_engine("my/server:1")[0] == "vLLM"

@@ -4,9 +4,9 @@ and the decode terms of the chips the team never measured.
 ``calibration/measured/aiconfigurator.json`` is a subset of the per-operator databases that
 AIConfigurator (ai-dynamo/aiconfigurator, Apache-2.0) ships for each GPU, serving engine and
 engine version, at the commit the file names: GEMMs at decode and prefill batches (bf16, fp8),
-decode attention by batch and context, and prefill attention by length, for the A100, H100, H200,
-B200 and GB200 under vLLM, SGLang and TensorRT-LLM (``benchmarks/aiconfigurator/extract.py``
-writes it from the parquet tables).
+decode attention by batch and context (bf16 and FP8 caches), and prefill attention by length,
+for the A100, H100, H200, B200 and GB200 under vLLM, SGLang and TensorRT-LLM
+(``benchmarks/aiconfigurator/extract.py`` writes it from the parquet tables).
 
 Three uses, kept apart:
 
@@ -20,9 +20,10 @@ Three uses, kept apart:
   vLLM's FlashAttention 3, the team's FlashAttention 2). The H200, which has a measurement of
   its own, checks the method (``ratio_check``).
 - **Fitted, per serving engine**: each engine's tensor-parallel all-reduce
-  (``derive_engine_allreduce``, engine.tp_allreduce) and its FP8 GEMMs at decode batches over its
-  own bf16 ones (``derive_engine_fp8_decode``, engine.serving_engines); the H100's vLLM 0.14.0
-  all-reduce, not fitted, checks the 0.19.0 fit.
+  (``derive_engine_allreduce``, engine.tp_allreduce), its FP8 GEMMs at decode batches over its
+  own bf16 ones (``derive_engine_fp8_decode``) and its decode attention per KV-cache dtype
+  (``derive_engine_decode_attention``, both engine.serving_engines); the H100's vLLM 0.14.0
+  tables, not fitted, check the 0.19.0 fits.
 - **Checked**: every chip's ceilings against every table (``check_rows``): the H100's fitted
   model against a second lab's H100, the H200's lent-GPU terms against a second H200, and the
   published ratios that carry the A100, B200 and GB200.
@@ -31,7 +32,7 @@ Three uses, kept apart:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from statistics import median
@@ -43,6 +44,7 @@ from ringmaster.calibration.ceilings import _fit_decode_attention_terms, _fit_de
 from ringmaster.engine import ceilings as CE
 from ringmaster.engine.hardware import DEFAULT_CATALOG
 from ringmaster.engine.llm_step import nccl_tp_allreduce_seconds
+from ringmaster.engine.serving_engines import ENGINE_DECODE_ATTENTION
 from ringmaster.engine.tp_allreduce import engine_allreduce_seconds
 
 AIC_FILE = Path(__file__).with_name("measured") / "aiconfigurator.json"
@@ -79,6 +81,9 @@ class AicTable:
     prefill_seconds: np.ndarray
     allreduce: np.ndarray  # (rows, 2): GPUs, bytes (bf16 elements x 2)
     allreduce_seconds: np.ndarray
+    # decode attention over an FP8 (e4m3) KV cache: batch, context, heads, kv_heads, head_dim
+    decode_fp8: np.ndarray = field(default_factory=lambda: np.zeros((0, 5)))
+    decode_fp8_seconds: np.ndarray = field(default_factory=lambda: np.zeros(0))
     rejected: tuple[tuple[str, int], ...] = ()  # (op, rows) faster than the datasheet allows
 
     @property
@@ -109,12 +114,14 @@ def _possible(t: AicTable) -> AicTable:
     peak = np.array([acc.peak(d) if acc.supports(d) else np.inf for d in t.gemm_dtype])
     gemm = 2.0 * m * n * k / t.gemm_seconds <= peak
     decode = _kv_bytes(t.decode) / t.decode_seconds <= acc.memory_bandwidth
+    decode_fp8 = _kv_bytes(t.decode_fp8, 1.0) / t.decode_fp8_seconds <= acc.memory_bandwidth
     prefill = _prefill_flops(t.prefill) / t.prefill_seconds <= acc.peak("bf16")
     rejected = tuple(
         (op, int((~keep).sum()))
         for op, keep in (
             ("GEMM", gemm),
             ("decode attention", decode),
+            ("decode attention fp8 KV", decode_fp8),
             ("prefill attention", prefill),
         )
         if (~keep).any()
@@ -124,6 +131,7 @@ def _possible(t: AicTable) -> AicTable:
         gemm_dtype=t.gemm_dtype[gemm], gemm_mnk=t.gemm_mnk[gemm], gemm_seconds=t.gemm_seconds[gemm],
         decode_kernel=t.decode_kernel[decode], decode=t.decode[decode],
         decode_seconds=t.decode_seconds[decode], prefill_kernel=t.prefill_kernel[prefill],
+        decode_fp8=t.decode_fp8[decode_fp8], decode_fp8_seconds=t.decode_fp8_seconds[decode_fp8],
         prefill=t.prefill[prefill], prefill_seconds=t.prefill_seconds[prefill], rejected=rejected,
     )  # fmt: skip
 
@@ -135,11 +143,13 @@ def tables() -> tuple[AicTable, ...]:
         dtype, mnk, gemm_s = _split(t["gemm"], 1)
         dk, decode, decode_s = _split(t["decode_attention"], 1)
         pk, prefill, prefill_s = _split(t["prefill_attention"], 1)
+        _, decode_fp8, decode_fp8_s = _split(t.get("decode_attention_fp8", []), 1)
         reduce = np.array([[r[1], 2.0 * r[2]] for r in t["allreduce"]], float).reshape(-1, 2)
         reduce_s = np.array([r[3] * 1e-6 for r in t["allreduce"]], float)
         raw = AicTable(
             t["system"], t["accelerator"], t["engine"], t["version"],
             dtype, mnk, gemm_s, dk, decode, decode_s, pk, prefill, prefill_s, reduce, reduce_s,
+            decode_fp8, decode_fp8_s,
         )  # fmt: skip
         out.append(_possible(raw))
     return tuple(out)
@@ -162,9 +172,9 @@ def _decode_gemm(
     return t.gemm_seconds[rows], weight_bytes, 2.0 * m * n * k, np.minimum(n, k)
 
 
-def _kv_bytes(rows: np.ndarray) -> np.ndarray:
+def _kv_bytes(rows: np.ndarray, element_bytes: float = 2.0) -> np.ndarray:
     batch, context, _, kv_heads, head_dim = rows.T
-    return np.asarray(2.0 * batch * context * kv_heads * head_dim * 2.0)  # K and V, 2 bytes
+    return np.asarray(2.0 * batch * context * kv_heads * head_dim * element_bytes)  # K and V
 
 
 def _prefill_flops(rows: np.ndarray) -> np.ndarray:
@@ -340,6 +350,17 @@ def render_section() -> str:
         parts = "; ".join(f"{kind} {', '.join(v)}" for kind, v in kinds.items())
         lines.append(f"  {label:<26} {parts}")
     lines.append(
+        "Decode attention per engine (engine.serving_engines.ENGINE_DECODE_ATTENTION: floor + KV"
+        " bytes / (f_kv HBM), the serving step's KV read), f_kv and median |error| by KV dtype;"
+        " the H100's vLLM 0.14.0 tables by the 0.19.0 fit"
+    )
+    for label, kv, role, f_kv, errors in decode_attention_checks():
+        worst = float(np.max(np.abs(errors)))
+        lines.append(
+            f"  {label:<26} {kv:<5} {role:<8} f_kv {f_kv:.3f}"
+            f"  {float(np.median(np.abs(errors))):.1%} (largest {worst:.0%})"
+        )
+    lines.append(
         "The method on the H200 (its own terms measured on a lent one): "
         + ", ".join(f"{n} {r:g} by the ratio, {m:g} measured" for n, r, m in ratio_check())
     )
@@ -466,4 +487,53 @@ def derive_engine_fp8_decode() -> dict[tuple[str, str], tuple[float, float]]:
         fit = fit_fp8_decode(t)
         if fit is not None:
             out[(t.accelerator, t.engine)] = fit
+    return out
+
+
+# --- the serving engines' decode attention (engine.serving_engines) ------------------------------
+
+KV_DTYPES = {"bf16": 2.0, "fp8": 1.0}  # the KV cache's bytes per element
+
+
+def _decode_attention_rows(t: AicTable, kv: str) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds, KV bytes read) of the table's decode attention over a ``kv`` cache."""
+    if kv == "fp8":
+        return t.decode_fp8_seconds, _kv_bytes(t.decode_fp8, KV_DTYPES[kv])
+    return t.decode_seconds, _kv_bytes(t.decode, KV_DTYPES[kv])
+
+
+def derive_engine_decode_attention() -> dict[tuple[str, str, str], tuple[float, float]]:
+    """What engine.serving_engines.ENGINE_DECODE_ATTENTION holds: (f_kv, floor us) of each
+    engine's decode attention per chip and KV-cache dtype, floor + KV bytes / (f_kv HBM) on its
+    rows (fit_stream: the fraction at most the datasheet's HBM)."""
+    out = {}
+    for t in _fitting_tables():
+        acc = DEFAULT_CATALOG.accelerator(t.accelerator)
+        for kv in KV_DTYPES:
+            seconds, nbytes = _decode_attention_rows(t, kv)
+            if len(seconds):
+                out[(t.accelerator, t.engine, kv)] = fit_stream(
+                    seconds, nbytes, acc.memory_bandwidth
+                )
+    return out
+
+
+def decode_attention_checks() -> list[tuple[str, str, str, float, np.ndarray]]:
+    """(table, KV dtype, role, f_kv, predicted / measured - 1) of every decode-attention table
+    by its engine's fitted (f_kv, floor); the H100's vLLM 0.14.0 tables, not fitted, by the
+    0.19.0 fit."""
+    out = []
+    for t in tables():
+        acc = DEFAULT_CATALOG.accelerator(t.accelerator)
+        role = (
+            "checked" if (t.accelerator, t.engine, t.version) == ALLREDUCE_CHECK_TABLE else "fitted"
+        )
+        for kv in KV_DTYPES:
+            seconds, nbytes = _decode_attention_rows(t, kv)
+            fit = ENGINE_DECODE_ATTENTION.get((t.accelerator, t.engine, kv))
+            if not len(seconds) or fit is None:
+                continue
+            f_kv, floor_us = fit
+            predicted = floor_us * 1e-6 + nbytes / (f_kv * acc.memory_bandwidth)
+            out.append((t.label, kv, role, f_kv, predicted / seconds - 1.0))
     return out

@@ -8,18 +8,19 @@ Two sets of points:
   throughput table (perf-overview.md), Llama-3.1-8B, Llama-3.3-70B and Llama-3.1-405B in FP8 on
   H100 and H200, ten input/output mixes each, offline (every request queued at once).
 
-Seven constants of :mod:`ringmaster.engine.llm_step` are fitted, each on a named subset:
+Six constants of :mod:`ringmaster.engine.llm_step` are fitted, each on a named subset:
 
 - ``LLM_MEMORY_EFFICIENCY`` and ``LLM_STEP_OVERHEAD_SECONDS`` (of a 32-layer model): gpt-fast's
   batch-1 decode of Llama-2-7B on A100-80GB at TP1 and TP2 (two equations, two unknowns);
 - ``LLM_COMPUTE_EFFICIENCY``: TensorRT-LLM's batch-1 TTFT of LLaMA-7B with a 2,048-token prompt on
   A100 in FP16 (the most compute-bound point);
-- ``LLM_FP8_COMPUTE_EFFICIENCY``, ``LLM_KV_READ_EFFICIENCY``, ``LLM_KV_SEQUENCE_TOKENS`` and
+- ``LLM_FP8_COMPUTE_EFFICIENCY``, ``LLM_KV_SEQUENCE_TOKENS`` and
   ``LLM_SEQUENCE_OVERHEAD_SECONDS``: least squares of the log error over :data:`FIT_SETUPS` of the
   throughput table (Llama-3.1-8B on H100 and H200, Llama-3.3-70B on two H100s: 30 rows), through
-  the batching model's offline maximum with the settings trtllm-bench picks (:func:`trtllm_bench`).
-  The KV-read efficiency is bounded by the weights' (no kernel streams HBM faster than the
-  batch-1 decode measured); the fit lands on that bound.
+  the batching model's offline maximum with the settings trtllm-bench picks (:func:`trtllm_bench`),
+  each step's decode attention TensorRT-LLM's own as AIConfigurator measured it per chip
+  (engine.serving_engines.ENGINE_DECODE_ATTENTION). ``LLM_KV_READ_EFFICIENCY``, the KV read of an
+  engine or chip without such a table, is the H100's measured FlashAttention fraction, not a fit.
 
 Everything else is *checked*: gpt-fast TP4 and TP8, the other three TTFT points, the static table,
 and the throughput table's other setups (Llama-3.3-70B on one H200, Llama-3.1-405B on eight H100s
@@ -421,9 +422,9 @@ def _unpack_measured(x: np.ndarray) -> dict[str, float]:
 def derive_llm_constants(
     points: Mapping[str, Any], serving: Mapping[str, Any] | None = None
 ) -> dict[str, float]:
-    """The seven fitted constants, recomputed from their named points (module docstring). The
-    closed-form ones and the least-squares ones depend on each other only through the tiny
-    KV read of gpt-fast's batch-1 decode: two passes settle them."""
+    """The fitted constants (and the measured KV read), recomputed from their named points
+    (module docstring). The closed-form ones and the least-squares ones depend on each other
+    only through the tiny KV read of gpt-fast's batch-1 decode: two passes settle them."""
     pts = _section(points)
     rows = [r for r in throughput_rows(serving) if r.setup in FIT_SETUPS]
     values = {
@@ -446,19 +447,21 @@ def derive_llm_constants(
 
             values |= _unpack_measured(_nelder_mead(loss_measured, start, _FIT_ITERATIONS))
         return values
+    # The KV read of an engine and chip without a measured decode attention: the H100's
+    # measured FlashAttention fraction (every fitted row runs TensorRT-LLM's own, measured:
+    # engine.serving_engines.ENGINE_DECODE_ATTENTION, so no fit could see it).
+    values["LLM_KV_READ_EFFICIENCY"] = _measured_decode()["LLM_KV_READ_EFFICIENCY"]
+    start = _FIT_START[[0, 2, 3]]
     for _ in range(2):
         values |= _closed_form(pts, values)
-        memory = values["LLM_MEMORY_EFFICIENCY"]
 
-        def loss(
-            x: np.ndarray, memory: float = memory, known: Mapping[str, float] = dict(values)
-        ) -> float:
-            trial = {**known, **_unpack(x, memory)}
+        def loss(x: np.ndarray, known: Mapping[str, float] = dict(values)) -> float:
+            trial = {**known, **_unpack_measured(x)}
             return sum(
                 math.log(offline_tokens_per_second(r, trial) / r.published) ** 2 for r in rows
             )
 
-        values |= _unpack(_nelder_mead(loss, _FIT_START, _FIT_ITERATIONS), memory)
+        values |= _unpack_measured(_nelder_mead(loss, start, _FIT_ITERATIONS))
     return values
 
 

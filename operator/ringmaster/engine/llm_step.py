@@ -112,7 +112,7 @@ from ringmaster.engine.expert_dispatch import (
 )
 from ringmaster.engine.hardware import Accelerator, MachineType
 from ringmaster.engine.profiled import ceilings_hbm_ratio, ceilings_matmul_ratio
-from ringmaster.engine.serving_engines import fp8_decode_gemm
+from ringmaster.engine.serving_engines import engine_kv_read_fraction, fp8_decode_gemm
 from ringmaster.engine.tp_allreduce import engine_allreduce_seconds
 from ringmaster.engine.transformer import Transformer
 from ringmaster.engine.units import US
@@ -132,35 +132,36 @@ F64 = NDArray[np.float64]
 LLM_COMPUTE_EFFICIENCY = 0.6212
 # The same for FP8 GEMMs, as a fraction of the FP8 peak (twice the 16-bit one): FP8 kernels reach
 # a lower fraction of their doubled peak (per-tensor scaling, the BF16 epilogue, the attention that
-# stays 16-bit). Fitted with the three constants below, by least squares of the log error, on
+# stays 16-bit). Fitted with the two fitted constants below, by least squares of the log error, on
 # TensorRT-LLM 1.0's in-flight-batching throughput table (docs/source/performance/perf-overview.md:
 # Llama-3.1-8B on one H100 and one H200, Llama-3.3-70B on two H100s, ten mixes each); checked on
 # its other setups (70B on one H200, 405B on eight H100s and eight H200s) and on TensorRT-LLM's
 # FP8 TTFT of LLaMA-7B (36 ms for 2,048 tokens: -13%).
-LLM_FP8_COMPUTE_EFFICIENCY = 0.5032
+LLM_FP8_COMPUTE_EFFICIENCY = 0.5031
 # Achieved fraction of HBM bandwidth when the GEMMs stream the weights, and the fixed cost of one
 # step (kernel launches, synchronisation) of a 32-layer model. Fitted together on two points:
 # gpt-fast's batch-1 decode of Llama-2-7B (32 layers) in BF16 on A100-80GB at TP1 (104.9
 # tokens/s) and TP2 (168.8); checked at TP4 and TP8. The launches are per layer, so a model of L
 # layers pays L / 32 of it (405B's 126 layers: 5.2 ms a step): with it, the checked 405B rows of
 # the throughput table fall from +55% worst to +43%.
-LLM_MEMORY_EFFICIENCY = 0.8419
-LLM_STEP_OVERHEAD_SECONDS = 1.3122e-3
+LLM_MEMORY_EFFICIENCY = 0.842
+LLM_STEP_OVERHEAD_SECONDS = 1.3126e-3
 OVERHEAD_FIT_LAYERS = 32
-# Paged decode attention: its achieved fraction of HBM bandwidth, bounded by the weights' (no
-# kernel streams HBM faster than batch-1 decode does), the fixed work per sequence in tokens of
-# context, and the host's cost per running sequence per step. Fitted with
-# LLM_FP8_COMPUTE_EFFICIENCY on the same table, through the batching model's offline maximum
-# (engine.llm_batching: the prompts' backlog chain), each step's all-reduces and FP8 GEMMs
-# TensorRT-LLM's own (engine.tp_allreduce, engine.serving_engines.ENGINE_FP8_DECODE_GEMM): the
-# fit puts the KV read at 0.84 of HBM, on its bound, the fixed work per sequence at zero and the
-# host's cost at 0.3 us a sequence a step: TensorRT-LLM's C++ runtime and XQA kernels show next
-# to no per-sequence cost. A
-# Python-scheduled engine (vLLM) pays more (its v0.6 release notes: the GPU idled a third of the
-# time on CPU overheads) that no published table isolates: docs/engine.md, "Out of reach".
-LLM_KV_READ_EFFICIENCY = 0.8419
+# Paged decode attention: its achieved fraction of HBM bandwidth, the fixed work per sequence in
+# tokens of context, and the host's cost per running sequence per step. The fraction is
+# measured, not fitted: each serving engine's own decode attention per chip and KV dtype where
+# AIConfigurator's tables have it (engine.serving_engines.ENGINE_DECODE_ATTENTION: TensorRT-LLM
+# on the H100 reads an FP8 cache at 0.86 of HBM, vLLM at 0.75), else the H100's measured
+# FlashAttention fraction (engine.ceilings.H100_DECODE_ATTENTION). The other two are fitted with
+# LLM_FP8_COMPUTE_EFFICIENCY on the throughput table, through the batching model's offline
+# maximum (engine.llm_batching: the prompts' backlog chain), each step's all-reduces, FP8 GEMMs
+# and decode attention TensorRT-LLM's own: both land on their bound, zero: TensorRT-LLM's C++
+# runtime and XQA kernels show no per-sequence cost the table resolves. A Python-scheduled engine
+# (vLLM) pays more (its v0.6 release notes: the GPU idled a third of the time on CPU overheads)
+# that no published table isolates: docs/engine.md, "Out of reach".
+LLM_KV_READ_EFFICIENCY = H100_DECODE_ATTENTION[DECODE_ATTENTION_KERNEL][0]
 LLM_KV_SEQUENCE_TOKENS = 0.0
-LLM_SEQUENCE_OVERHEAD_SECONDS = 3.22e-7
+LLM_SEQUENCE_OVERHEAD_SECONDS = 0.0
 # The decode step composed from the H100's measured decode terms (engine.ceilings,
 # H100_DECODE_GEMM / H100_DECODE_ATTENTION): weights streamed at 0.84 of HBM through GEMMs at
 # the step's batch (their decode rate E_d / (1 + K_p / width)), the KV read at FlashAttention's
@@ -512,8 +513,9 @@ def serving_terms(
     compute (GEMMs and KV read), its latency what exceeds the step's floors, and each
     micro-batch streams the weights its tokens touch: twice the weights a step.
     ``serving_engine``: the engine's name (engine.serving_engines), whose own tensor-parallel
-    all-reduce inside a host is used where it was measured on the chip (engine.tp_allreduce);
-    None: NCCL's."""
+    all-reduce inside a host (engine.tp_allreduce), FP8 GEMMs and decode attention are used
+    where they were measured on the chip; None: NCCL's all-reduce, the fitted GEMMs and the
+    H100's measured FlashAttention fraction."""
     g = _f(tp)
     groups = float(attention_data)
     pp = 1 if span is None else span.pipeline
@@ -644,6 +646,11 @@ def serving_terms(
         decode_rate = rate
         kv_hbm = hbm * constants.kv_read_efficiency * memory_ratio
         floors_seconds = 0.0
+        # The engine's own decode attention where it was measured on the chip, for the cache's
+        # dtype (engine.serving_engines.ENGINE_DECODE_ATTENTION); its floor is in the overhead.
+        own_kv = engine_kv_read_fraction(accelerator.name, serving_engine, kv_bytes_per_element)
+        if own_kv is not None and ceilings is None:
+            kv_hbm = hbm * own_kv
     # The engine's FP8 GEMMs at decode batches against the bf16 ones the streaming is fitted on
     # (engine.serving_engines.ENGINE_FP8_DECODE_GEMM): their streaming rate, and a cost a call
     # more (the activations' quantisation), for each of a layer's dense GEMMs.

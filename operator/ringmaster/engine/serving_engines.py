@@ -20,6 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
 from ringmaster.engine.tp_allreduce import ENGINE_KEYS, measured_allreduce
 
 SERVING_ENGINES = ("vLLM", "SGLang", "TensorRT-LLM")
@@ -100,6 +103,60 @@ ENGINE_FP8_DECODE_GEMM: dict[tuple[str, str], tuple[float, float]] = {
 }
 
 
+# (accelerator, engine, KV-cache dtype) -> (f_kv, floor us): each engine's decode attention as
+# floor + KV bytes read / (f_kv x the chip's datasheet HBM), fitted on AIConfigurator's measured
+# tables (calibration.aiconfigurator.derive_engine_decode_attention refits every entry; a test
+# keeps them equal). The serving step reads the KV cache at f_kv of the chip's own HBM (its floor
+# sits in the step's fixed cost); an engine or chip without a table reads at the H100's measured
+# FlashAttention fraction (engine.ceilings.H100_DECODE_ATTENTION).
+ENGINE_DECODE_ATTENTION: dict[tuple[str, str, str], tuple[float, float]] = {
+    ("nvidia-a100-80gb", "sglang", "bf16"): (0.455, 20.0),
+    ("nvidia-a100-80gb", "trtllm", "bf16"): (0.875, 18.2),
+    ("nvidia-a100-80gb", "vllm", "bf16"): (0.74, 20.0),
+    ("nvidia-b200", "sglang", "bf16"): (0.94, 8.4),
+    ("nvidia-b200", "sglang", "fp8"): (0.945, 8.4),
+    ("nvidia-b200", "trtllm", "bf16"): (0.915, 11.2),
+    ("nvidia-b200", "trtllm", "fp8"): (0.89, 11.2),
+    ("nvidia-b200", "vllm", "bf16"): (0.96, 7.6),
+    ("nvidia-b200", "vllm", "fp8"): (0.955, 7.9),
+    ("nvidia-gb200", "sglang", "bf16"): (0.995, 9.6),
+    ("nvidia-gb200", "sglang", "fp8"): (0.99, 9.5),
+    ("nvidia-gb200", "trtllm", "bf16"): (0.94, 11.6),
+    ("nvidia-gb200", "trtllm", "fp8"): (0.935, 12.1),
+    ("nvidia-gb200", "vllm", "bf16"): (0.9, 8.0),
+    ("nvidia-gb200", "vllm", "fp8"): (1.0, 8.3),
+    ("nvidia-h100-80gb", "sglang", "bf16"): (0.905, 11.8),
+    ("nvidia-h100-80gb", "sglang", "fp8"): (0.815, 12.3),
+    ("nvidia-h100-80gb", "trtllm", "bf16"): (0.83, 13.1),
+    ("nvidia-h100-80gb", "trtllm", "fp8"): (0.86, 8.7),
+    ("nvidia-h100-80gb", "vllm", "bf16"): (0.9, 10.4),
+    ("nvidia-h100-80gb", "vllm", "fp8"): (0.75, 11.2),
+    ("nvidia-h200-141gb", "sglang", "bf16"): (0.885, 12.5),
+    ("nvidia-h200-141gb", "sglang", "fp8"): (0.67, 12.7),
+    ("nvidia-h200-141gb", "trtllm", "bf16"): (0.76, 14.3),
+    ("nvidia-h200-141gb", "trtllm", "fp8"): (0.785, 9.2),
+    ("nvidia-h200-141gb", "vllm", "bf16"): (0.785, 12.5),
+    ("nvidia-h200-141gb", "vllm", "fp8"): (0.53, 14.1),
+}
+
+
+def engine_kv_read_fraction(
+    accelerator: str, engine: str | None, kv_bytes_per_element: ArrayLike
+) -> NDArray[np.float64] | None:
+    """f_kv of ``engine``'s decode attention on the chip for a cache of ``kv_bytes_per_element``
+    (1: FP8, else 16-bit), or None where it was not measured for every dtype asked."""
+    if engine is None:
+        return None
+    key = ENGINE_KEYS.get(engine, engine)
+    kv = np.asarray(kv_bytes_per_element, dtype=np.float64)
+    fp8 = ENGINE_DECODE_ATTENTION.get((accelerator, key, "fp8"))
+    bf16 = ENGINE_DECODE_ATTENTION.get((accelerator, key, "bf16"))
+    wants_fp8, wants_bf16 = bool(np.any(kv <= 1.0)), bool(np.any(kv > 1.0))
+    if (wants_fp8 and fp8 is None) or (wants_bf16 and bf16 is None):
+        return None
+    return np.where(kv <= 1.0, fp8[0] if fp8 else np.nan, bf16[0] if bf16 else np.nan)
+
+
 def fp8_decode_gemm(accelerator: str, engine: str | None) -> tuple[float, float] | None:
     """(streaming ratio, extra seconds a call) of ``engine``'s FP8 GEMMs at decode batches on
     the chip over its bf16 ones, or None where not measured."""
@@ -141,14 +198,30 @@ def serving_evidence(engine: ServingEngine, accelerator: str) -> str:
         if accelerator in ("nvidia-h100-80gb", "nvidia-h200-141gb")
         else (f"; {accelerator} scaled by its published ratios to the H100 where they exist")
     )
-    fp8 = fp8_decode_gemm(accelerator, engine.name) is not None
+    key = ENGINE_KEYS.get(engine.name, engine.name)
+    kernels = [
+        name
+        for name, measured in (
+            ("tensor-parallel all-reduce", measured_allreduce(accelerator, engine.name)),
+            ("FP8 decode GEMMs", fp8_decode_gemm(accelerator, engine.name) is not None),
+            (
+                "decode attention",
+                any((accelerator, key, kv) in ENGINE_DECODE_ATTENTION for kv in ("bf16", "fp8")),
+            ),
+        )
+        if measured
+    ]
     reduce = (
-        f"; its tensor-parallel all-reduce{' and FP8 decode GEMMs' if fp8 else ''}"
-        f" {engine.name}'s own kernels measured on {accelerator} (AIConfigurator's database)"
-        if measured_allreduce(accelerator, engine.name)
-        else f"; its tensor-parallel all-reduce NCCL's formula (no {engine.name} kernel measured"
-        f" on {accelerator})"
+        f"; its {', '.join(kernels)} {engine.name}'s own kernels measured on {accelerator}"
+        " (AIConfigurator's database)"
+        if kernels
+        else ""
     )
+    if not measured_allreduce(accelerator, engine.name):
+        reduce += (
+            f"; its tensor-parallel all-reduce NCCL's formula (no {engine.name} kernel measured"
+            f" on {accelerator})"
+        )
     if engine.fitted_on_own_runs:
         return f"{engine.name}: step constants {fitted}{chip}{reduce}"
     return (
