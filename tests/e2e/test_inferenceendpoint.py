@@ -348,6 +348,8 @@ def test_an_llm_endpoint_runs_with_its_serving_settings_and_token_columns(
     assert env["RINGMASTER_MAX_MODEL_LEN"] == "8192"
     assert env["RINGMASTER_MAX_NUM_BATCHED_TOKENS"] == str(plan["maxNumBatchedTokens"])
     assert env["RINGMASTER_SERVING_ENGINE"] == plan["engine"] == "vLLM"  # the image's
+    # the FP8 cache the sizing counted on, which vLLM's default ("auto": 16-bit) would not run
+    assert plan["kvCachePrecision"] == "FP8" and env["RINGMASTER_KV_CACHE_DTYPE"] == "fp8"
 
     obj = endpoint(cluster, ns, name)
     s = obj["status"]["plan"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from ringmaster.calibration import serving_engines as SE
 from ringmaster.calibration.serving_engines import (
     engine_points,
     engine_rows,
@@ -14,11 +15,14 @@ from ringmaster.calibration.serving_engines import (
 from ringmaster.engine.serving_engines import (
     ENGINES,
     infer_serving_engine,
+    kv_cache_dtype_value,
     serving_engine,
     serving_evidence,
 )
 
 pytestmark = pytest.mark.unit
+
+ROCM_70B_128_4096 = "vllm-rocm-20250112-llama31-70b-mi300x-tp8-128-4096"
 
 
 def test_every_point_names_its_primary_source_and_engine():
@@ -66,3 +70,26 @@ def test_engine_profiles_and_evidence():
     assert infer_serving_engine("my/server:1")[0] == "vLLM"
     with pytest.raises(ValueError, match="serving engine 'TGI'"):
         serving_engine("TGI")
+
+
+def test_a_cache_the_source_does_not_name_is_the_engines_default():
+    # vLLM's and SGLang's --kv-cache-dtype "auto" is the activations' 16 bits whatever the
+    # weights; trtllm-bench forces FP8 with FP8 weights.
+    assert not serving_engine("vLLM").default_fp8_kv_cache
+    assert not serving_engine("SGLang").default_fp8_kv_cache
+    assert serving_engine("TensorRT-LLM").default_fp8_kv_cache
+    [unknown] = [p for p in SE.engine_points() if p["id"] == ROCM_70B_128_4096]
+    assert unknown["kv_cache"] == "unknown" and unknown["weights"] == "fp8"
+    terms, _, _, _ = SE._terms(unknown)
+    stated = {**unknown, "kv_cache": "fp8"}
+    fp8_terms, _, _, _ = SE._terms(stated)
+    assert float(terms.kv_bytes_per_token) == pytest.approx(
+        2.0 * float(fp8_terms.kv_bytes_per_token)
+    )
+
+
+def test_the_server_is_told_the_cache_the_plan_counted_on():
+    assert kv_cache_dtype_value("vLLM", "FP8") == "fp8"
+    assert kv_cache_dtype_value("SGLang", "FP8") == "fp8_e4m3"  # SGLang takes no bare "fp8"
+    assert kv_cache_dtype_value("TensorRT-LLM", "FP8") == "fp8"
+    assert kv_cache_dtype_value("vLLM", "BF16") == kv_cache_dtype_value(None, "FP16") == "auto"

@@ -13,6 +13,7 @@ import yaml
 from ringmaster.api import InferenceEndpointSpec, parse_manifest
 from ringmaster.cli import main
 from ringmaster.manifests.inference import (
+    KV_CACHE_DTYPE_ENV,
     MAX_MODEL_LEN_ENV,
     MAX_NUM_SEQS_ENV,
     OUTPUT_TOKENS_PER_SECOND_METRIC,
@@ -114,6 +115,7 @@ def test_the_deployment_carries_the_serving_settings_and_the_status_the_figures(
     assert env[TENSOR_PARALLEL_ENV] == "4"
     assert env[MAX_MODEL_LEN_ENV] == "8192"
     assert int(env[MAX_NUM_SEQS_ENV]) == plan["maxNumSeqs"] >= 1
+    assert plan["kvCachePrecision"] == "BF16" and env[KV_CACHE_DTYPE_ENV] == "auto"
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "4"
     assert plan["outputTokensPerSecond"] == pytest.approx(
         decision.desired_replicas * plan["outputTokensPerSecondPerReplica"], rel=1e-5

@@ -100,9 +100,13 @@ def _terms(point: dict[str, Any]) -> tuple[S.ServingTerms, Any, Transformer, str
     model = MODELS[point["model"]]
     acc = DEFAULT_CATALOG.accelerator(ACCELERATORS[point["gpu"]])
     precision = PRECISION.get(str(point["weights"]).lower(), "FP8")
+    # A cache the source does not name is the engine's default for the weights (vLLM and SGLang:
+    # the activations' 16 bits; trtllm-bench: FP8 with FP8 weights), as the harness ran it.
+    stated = str(point.get("kv_cache")).lower()
+    fp8_default = serving_engine(str(point["engine"])).default_fp8_kv_cache
     kv = (
         "FP8"
-        if str(point.get("kv_cache")).lower() in ("fp8", "unknown") and precision == "FP8"
+        if precision == "FP8" and (stated == "fp8" or (stated == "unknown" and fp8_default))
         else "BF16"
     )
     workload = point["workload"]

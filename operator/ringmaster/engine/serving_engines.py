@@ -38,6 +38,15 @@ class ServingEngine:
     budget_flag: str
     tensor_parallel_flag: str
     fitted_on_own_runs: bool  # engine.llm_step's constants fitted on this engine's published runs
+    # The KV cache's dtype when nothing names one, with FP8 weights: vLLM's and SGLang's
+    # --kv-cache-dtype "auto" is the model's activation dtype (vllm/config.py CacheConfig
+    # .cache_dtype: "If auto, will use model data type"; sglang server_args kv_cache_dtype), a
+    # 16-bit cache; trtllm-bench forces an FP8 cache with FP8 weights (tensorrt_llm/bench/build/
+    # build.py: "If the quantization is NVFP4 or FP8, force the KV cache dtype to FP8").
+    default_fp8_kv_cache: bool = False
+    # --kv-cache-dtype's value for an FP8 (e4m3) cache: vLLM and TensorRT-LLM take "fp8",
+    # SGLang only "fp8_e4m3" / "fp8_e5m2" (sglang/srt/server_args.py); "auto" is 16-bit in all.
+    fp8_kv_cache_value: str = "fp8"
 
     def kv_memory_fraction(self, capacity: float, weights: float) -> float:
         """The share of each accelerator's HBM for weights + cache (llm_step.serving_terms's
@@ -66,6 +75,7 @@ ENGINES = {
         budget_flag="--chunked-prefill-size",
         tensor_parallel_flag="--tp-size",
         fitted_on_own_runs=False,
+        fp8_kv_cache_value="fp8_e4m3",
     ),
     "TensorRT-LLM": ServingEngine(
         "TensorRT-LLM",
@@ -75,6 +85,7 @@ ENGINES = {
         budget_flag="--max_num_tokens",
         tensor_parallel_flag="--tp_size",
         fitted_on_own_runs=True,
+        default_fp8_kv_cache=True,
     ),
 }
 
@@ -173,6 +184,16 @@ _IMAGE_HINTS = (
     ("tritonserver", "TensorRT-LLM"),
     ("vllm", "vLLM"),
 )
+
+
+def kv_cache_dtype_value(engine: str | None, kv_cache_precision: str | None) -> str:
+    """What the server's --kv-cache-dtype takes for the plan's KV cache: the engine's FP8 value,
+    or "auto" (the activations' 16 bits) for any other cache."""
+    if str(kv_cache_precision or "").upper() != "FP8":
+        return "auto"
+    return ENGINES.get(
+        engine or DEFAULT_SERVING_ENGINE, ENGINES[DEFAULT_SERVING_ENGINE]
+    ).fp8_kv_cache_value
 
 
 def serving_engine(name: str) -> ServingEngine:

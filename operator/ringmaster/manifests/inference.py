@@ -17,6 +17,7 @@ from typing import Any
 
 from ringmaster.api import InferenceEndpointSpec
 from ringmaster.engine.expert_dispatch import DEFAULT_DISPATCHER
+from ringmaster.engine.serving_engines import kv_cache_dtype_value
 from ringmaster.manifests.naming import ADMISSION_GATE, ROLE_LABEL, common_labels, dns_label
 from ringmaster.manifests.training import pinned_to
 
@@ -62,6 +63,11 @@ BATCHING_ENV = "RINGMASTER_BATCHING"
 # The serving engine the plan was made for (spec.engine, or inferred): a launcher picks its flags
 # by it (README, "Serving engines").
 SERVING_ENGINE_ENV = "RINGMASTER_SERVING_ENGINE"
+# The KV cache's dtype the sizing assumed (status.plan.kvCachePrecision), as the engine's
+# --kv-cache-dtype takes it: "fp8" (SGLang: "fp8_e4m3") or "auto". vLLM and SGLang default to
+# "auto", a 16-bit cache, whatever the weights: a server that is not told runs twice the cache
+# bytes an FP8 plan counted on.
+KV_CACHE_DTYPE_ENV = "RINGMASTER_KV_CACHE_DTYPE"
 # LeaderWorkerSet (sigs.k8s.io/lws, api/leaderworkerset/v1): a replica across hosts is one group
 # of `size` pods, pod 0 its leader; the variables its pod webhook injects into every container;
 # the label of a pod's index in its group.
@@ -150,6 +156,7 @@ def serving_env(plan: Mapping[str, Any]) -> dict[str, str]:
         MAX_MODEL_LEN_ENV: str(plan["maxModelLen"]),
         **({BATCHING_ENV: "Static"} if plan.get("batching") == "Static" else {}),
         **({SERVING_ENGINE_ENV: str(plan["engine"])} if plan.get("engine") else {}),
+        KV_CACHE_DTYPE_ENV: kv_cache_dtype_value(plan.get("engine"), plan.get("kvCachePrecision")),
         **(
             {MAX_NUM_BATCHED_TOKENS_ENV: str(plan["maxNumBatchedTokens"])}
             if plan.get("maxNumBatchedTokens")
