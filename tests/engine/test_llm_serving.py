@@ -44,6 +44,18 @@ CHAT = L.LlmServingInputs(
 FAST = settings(max_examples=40, deadline=None)
 
 
+def fused_elementwise_seconds(model: Transformer, tp: int, hbm: float) -> float:
+    """One token's norms, residual adds, SwiGLU and RoPE through the layers, by hand: their
+    forward bytes (RMSNorm 4, add 6, SwiGLU 6 per product element, RoPE 4) at the H100's
+    measured 3,024 GB/s, scaled to the chip's achieved ``hbm`` over the H100's datasheet."""
+    per_layer = (
+        (2 * 4 + 2 * 6) * model.hidden
+        + 6 * model.ffn_hidden / tp
+        + 4 * (model.heads + model.kv_heads) * model.head_dim / tp
+    )
+    return model.layers * per_layer / (3024e9 * hbm / 3350e9)
+
+
 def test_batch1_decode_is_weight_bytes_over_achieved_bandwidth():
     # Llama-2-7B, BF16, one A100-80GB, a 1-token prompt and 2 output tokens (context 2).
     terms = L.serving_terms(LLAMA2_7B, A100, 1, A100.peak("bf16"), 2.0, 2.0, 1, 2)
@@ -55,6 +67,7 @@ def test_batch1_decode_is_weight_bytes_over_achieved_bandwidth():
         + L.LLM_SEQUENCE_OVERHEAD_SECONDS
         + weights / (hbm * L.LLM_MEMORY_EFFICIENCY)
         + kv / (hbm * L.LLM_KV_READ_EFFICIENCY)
+        + fused_elementwise_seconds(LLAMA2_7B, 1, hbm)
     )
     assert float(L.step_seconds(terms, 1, 0)) == pytest.approx(expected, rel=1e-12)
     # ~13.2 GB / 1,615 GB/s + 1.3 ms = 9.5 ms: gpt-fast's 104.9 tokens/s, the fitted point
@@ -117,14 +130,15 @@ def test_prefill_is_compute_bound_for_long_prompts_and_pays_the_weights_for_shor
         + 2 * 32000 * 4096
     )
     rate = 312e12 * L.LLM_COMPUTE_EFFICIENCY * matmul_ratio(A100.name, "fp16")
-    expected = L.LLM_STEP_OVERHEAD_SECONDS + flops / rate
+    hbm = 2039e9 * hbm_ratio(A100.name)
+    elementwise = fused_elementwise_seconds(LLAMA2_7B, 1, hbm)  # a token's, whatever binds
+    expected = L.LLM_STEP_OVERHEAD_SECONDS + flops / rate + 2048 * elementwise
     assert float(L.prefill_seconds(terms, 2048)) == pytest.approx(expected, rel=1e-9)
     short = L.serving_terms(LLAMA2_7B, A100, 1, A100.peak("fp16"), 2.0, 2.0, 16, 1)
-    hbm = 2039e9 * hbm_ratio(A100.name)
     weights = LLAMA2_7B.matmul_parameters * 2 / (hbm * L.LLM_MEMORY_EFFICIENCY)
     attention = 16 * LLAMA2_7B.attention_flops_per_token(8) / rate
     assert float(L.prefill_seconds(short, 16)) == pytest.approx(
-        L.LLM_STEP_OVERHEAD_SECONDS + weights + attention, rel=1e-9
+        L.LLM_STEP_OVERHEAD_SECONDS + weights + attention + 16 * elementwise, rel=1e-9
     )
 
 
@@ -542,3 +556,22 @@ def test_a_changed_point_moves_its_fitted_constant(llm_points):
             p["ttft_ms"]["A100-fp16-input2048"] = 266
     derived = LC.derive_llm_constants(changed)
     assert derived["LLM_COMPUTE_EFFICIENCY"] < 0.5 * L.LLM_COMPUTE_EFFICIENCY + 0.01
+
+
+def test_the_norms_and_activations_cost_every_token_their_fused_bytes():
+    # Llama 3 70B at TP8 on H100s: about 5 us a token a step (AIConfigurator's measured kernels
+    # for the same step: about 4.5), the forward parts of training's fused bytes.
+    from ringmaster.engine.ceilings import FUSED_BYTES_PER_ELEMENT, FUSED_FORWARD_BYTES_PER_ELEMENT
+
+    terms = L.serving_terms(LLAMA3_70B, H100, 8, H100.peak("fp8"), 1.0, 1.0, 128, 2048)
+    per_token = float(terms.elementwise_per_token)
+    assert per_token == pytest.approx(fused_elementwise_seconds(LLAMA3_70B, 8, 3350e9))
+    assert 4e-6 < per_token < 6e-6
+    # a decode token and a prompt token pay it alike
+    base = float(L.step_seconds(terms, 0, 0))
+    assert float(L.step_seconds(terms._replace(elementwise_per_token=0.0), 0, 0)) == base
+    with_batch = terms._replace(elementwise_per_token=np.float64(0.0))
+    grown = float(L.step_seconds(terms, 64, 0) - L.step_seconds(with_batch, 64, 0))
+    assert grown == pytest.approx(64 * per_token)
+    for op, forward in FUSED_FORWARD_BYTES_PER_ELEMENT.items():
+        assert forward <= FUSED_BYTES_PER_ELEMENT.get(op, forward)

@@ -109,6 +109,17 @@ MEASURED_HF_OPS = (
 # forward + backward rows). Assumed, not measured: no fused TE kernel was timed.
 H100_STREAM_GBPS = 3024.0
 FUSED_BYTES_PER_ELEMENT = {"rmsnorm": 10.0, "rope": 8.0, "swiglu": 16.0, "residual_add": 6.0}
+# Their forwards alone (each tensor read or written once, bf16): RMSNorm reads x and writes y (4),
+# RoPE reads and writes q and k (4), SwiGLU reads gate and up and writes their product (6 per
+# product element; a GELU reads and writes one, 4), the residual add reads two and writes one (6):
+# what an inference step's fused kernels move per token (engine.llm_step).
+FUSED_FORWARD_BYTES_PER_ELEMENT = {
+    "rmsnorm": 4.0,
+    "rope": 4.0,
+    "swiglu": 6.0,
+    "gelu": 4.0,
+    "residual_add": 6.0,
+}
 # Cross-entropy over the vocabulary, forward + backward, picoseconds per logit (8,192 tokens;
 # median over vocab 32k-152k). eager_upcast: bf16 logits cast to fp32 first (torchtitan, Hugging
 # Face); eager_fp32: fp32 logits; compiled: Inductor's fused kernel (any dtype).

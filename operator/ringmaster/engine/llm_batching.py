@@ -372,9 +372,11 @@ def _closed_form_step(terms: ServingTerms, lam: F64, h: F64) -> F64:
     t = terms
     fixed = t.overhead + t.allreduce_base
     per_seq = t.sequence_overhead + t.allreduce_per_token + t.context_tokens * t.kv_read_per_token
-    per_seq = per_seq + t.kv_read_per_sequence
+    per_seq = per_seq + t.kv_read_per_sequence + t.elementwise_per_token
     per_prompt = (
-        t.prompt_allreduce_per_token + 0.5 * t.input_tokens * t.prefill_attention_per_context
+        t.prompt_allreduce_per_token
+        + 0.5 * t.input_tokens * t.prefill_attention_per_context
+        + t.elementwise_per_token
     )
     computed = t.input_tokens * t.prompt_compute  # the prompt tokens a replica computes
     linear = lam * (h * per_seq + computed * per_prompt)

@@ -161,6 +161,7 @@ def step_shape(terms: ServingTerms, n: ArrayLike, prompt_length: ArrayLike) -> S
         + t.allreduce_per_token
         + t.context_tokens * t.kv_read_per_token
         + t.kv_read_per_sequence
+        + t.elementwise_per_token
     )
     return StepShape(
         a=_f(t.overhead + t.allreduce_base + n * per_sequence),
@@ -168,6 +169,7 @@ def step_shape(terms: ServingTerms, n: ArrayLike, prompt_length: ArrayLike) -> S
             (
                 t.prompt_allreduce_per_token
                 + 0.5 * _f(prompt_length) * t.prefill_attention_per_context
+                + t.elementwise_per_token
             )
             * t.prompt_compute
         ),

@@ -90,9 +90,11 @@ from ringmaster.engine.ceilings import (
     CHIP_DECODE_TERMS,
     DECODE_ATTENTION_KERNEL,
     DECODE_GEMMS_PER_LAYER,
+    H100_DATASHEET_HBM_GBPS,
     H100_DECODE_ATTENTION,
     H100_DECODE_GEMM,
     H100_GEMM_HALF_DIM,
+    H100_STREAM_GBPS,
     Ceilings,
     hbm_ratio,
     matmul_ratio,
@@ -113,9 +115,10 @@ from ringmaster.engine.expert_dispatch import (
 from ringmaster.engine.hardware import Accelerator, MachineType
 from ringmaster.engine.profiled import ceilings_hbm_ratio, ceilings_matmul_ratio
 from ringmaster.engine.serving_engines import engine_kv_read_fraction, fp8_decode_gemm
+from ringmaster.engine.step_parts import fused_forward_elementwise_bytes
 from ringmaster.engine.tp_allreduce import engine_allreduce_seconds
 from ringmaster.engine.transformer import Transformer
-from ringmaster.engine.units import US
+from ringmaster.engine.units import GB, US
 
 F64 = NDArray[np.float64]
 
@@ -129,7 +132,7 @@ F64 = NDArray[np.float64]
 # Sustained fraction of the dense 16-bit tensor peak in prefill and compute-bound GEMMs. Fitted on
 # one point, TensorRT-LLM's batch-1 time to first token of LLaMA-7B with a 2,048-token prompt on
 # A100 in FP16, 133 ms (trtllm-batch1-ttft-7b: the most compute-bound point published).
-LLM_COMPUTE_EFFICIENCY = 0.6212
+LLM_COMPUTE_EFFICIENCY = 0.6552
 # The same for FP8 GEMMs, as a fraction of the FP8 peak (twice the 16-bit one): FP8 kernels reach
 # a lower fraction of their doubled peak (per-tensor scaling, the BF16 epilogue, the attention that
 # stays 16-bit). Fitted with the two fitted constants below, by least squares of the log error, on
@@ -137,15 +140,15 @@ LLM_COMPUTE_EFFICIENCY = 0.6212
 # Llama-3.1-8B on one H100 and one H200, Llama-3.3-70B on two H100s, ten mixes each); checked on
 # its other setups (70B on one H200, 405B on eight H100s and eight H200s) and on TensorRT-LLM's
 # FP8 TTFT of LLaMA-7B (36 ms for 2,048 tokens: -13%).
-LLM_FP8_COMPUTE_EFFICIENCY = 0.5031
+LLM_FP8_COMPUTE_EFFICIENCY = 0.5681
 # Achieved fraction of HBM bandwidth when the GEMMs stream the weights, and the fixed cost of one
 # step (kernel launches, synchronisation) of a 32-layer model. Fitted together on two points:
 # gpt-fast's batch-1 decode of Llama-2-7B (32 layers) in BF16 on A100-80GB at TP1 (104.9
 # tokens/s) and TP2 (168.8); checked at TP4 and TP8. The launches are per layer, so a model of L
 # layers pays L / 32 of it (405B's 126 layers: 5.2 ms a step): with it, the checked 405B rows of
 # the throughput table fall from +55% worst to +43%.
-LLM_MEMORY_EFFICIENCY = 0.842
-LLM_STEP_OVERHEAD_SECONDS = 1.3126e-3
+LLM_MEMORY_EFFICIENCY = 0.8422
+LLM_STEP_OVERHEAD_SECONDS = 1.3110e-3
 OVERHEAD_FIT_LAYERS = 32
 # Paged decode attention: its achieved fraction of HBM bandwidth, the fixed work per sequence in
 # tokens of context, and the host's cost per running sequence per step. The fraction is
@@ -346,6 +349,10 @@ class ServingTerms(NamedTuple):
     # (engine.tp_allreduce: a prefill chunk's message runs at the bandwidth-bound kernel's rate,
     # a decode batch's at the small-message one); NaN: the same as a decode token's.
     allreduce_per_prompt_token: F64 = np.full((), np.nan)
+    # The memory-bound kernels one token (decode or prompt) runs through the layers: norms,
+    # residual adds, the FFN's activation, RoPE, as fused kernels move them at the chip's
+    # streaming rate (engine.step_parts.fused_forward_elementwise_bytes).
+    elementwise_per_token: F64 = np.zeros(())
 
     @property
     def prompt_allreduce_per_token(self) -> F64:
@@ -684,6 +691,10 @@ def serving_terms(
         passes = 2.0
     base = base + a2a_base
     per_token = per_token + a2a_per_token / pp
+    # Norms, residual adds, the activation and RoPE: their bytes at the H100's measured streaming
+    # rate, scaled to the chip's HBM as the KV read is; each stage runs its share of the layers.
+    stream = H100_STREAM_GBPS * GB * hbm / (H100_DATASHEET_HBM_GBPS * GB) * memory_ratio
+    elementwise = fused_forward_elementwise_bytes(model, g) / stream / (pp * groups)
     # Under attention data parallelism each group takes 1 / groups of a step's tokens,
     # sequences and context, and keeps their cache: the replica's costs per token divide.
     return ServingTerms(
@@ -709,6 +720,7 @@ def serving_terms(
         expert_miss_per_token=np.full_like(g, miss),
         expert_gemm_per_token=_f(expert_gemm_per_token) + 0.0 * g,
         allreduce_per_prompt_token=_f(per_token + prompt_delta) + 0.0 * g,
+        elementwise_per_token=_f(elementwise) + 0.0 * g,
     )
 
 
@@ -755,6 +767,7 @@ def step_seconds(
         + n * terms.sequence_overhead
         + n * terms.allreduce_per_token
         + p * terms.prompt_allreduce_per_token
+        + (n + p) * terms.elementwise_per_token
         + gemm
         + context * terms.kv_read_per_token
         + n * terms.kv_read_per_sequence

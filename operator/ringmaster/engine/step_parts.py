@@ -458,6 +458,26 @@ def fp8_cast_evidence(fw: Framework) -> str:
     return f"FP8 scaling casts: {fw.fp8_casts} tensorwise scaling {measured}"
 
 
+def fused_forward_elementwise_bytes(model: Transformer, tensor: ArrayLike) -> F64:
+    """One token's memory-bound forward through every layer on one of ``tensor`` ranks, as fused
+    kernels move it (engine.ceilings.FUSED_FORWARD_BYTES_PER_ELEMENT): two RMSNorms and two
+    residual adds over the hidden state (whole on every rank), the FFN's activation over the
+    rank's share of its width, RoPE over the rank's share of the queries and keys. What an
+    inference engine's norm, activation and rotary kernels cost a token beyond its GEMMs and
+    attention."""
+    from ringmaster.engine.ceilings import FUSED_FORWARD_BYTES_PER_ELEMENT as B
+
+    t = np.asarray(tensor, dtype=np.float64)
+    hidden = (2.0 * B["rmsnorm"] + 2.0 * B["residual_add"]) * model.hidden
+    activation = (B["swiglu"] if model.gated_ffn else B["gelu"]) * _activation_width(model) / t
+    rope = (
+        B["rope"] * (model.heads * model.qk_head_dim + model.kv_hidden) / t
+        if _rotary(model)
+        else 0.0 * t
+    )
+    return np.asarray(model.layers * (hidden + activation + rope), dtype=np.float64)
+
+
 def _rotary(model: Transformer) -> bool:
     """Rotary position embeddings: the gated-FFN (Llama-family) models the engine knows use them;
     GPT-style models (standard FFN) add learned positions once, outside the layers."""
