@@ -142,6 +142,9 @@ def _allreduce(rows: list[dict[str, Any]]) -> list[list[Any]]:
     return sorted(keep)
 
 
+DECODE_COLUMNS = ["kernel", "batch", "context", "heads", "kv_heads", "head_dim", "us"]
+
+
 def extract(repo: str, commit: str) -> dict[str, Any]:
     tables: list[dict[str, Any]] = []
     wanted = [(e, s, v) for (e, s), v in VERSIONS.items()] + sorted(PAIR_VERSIONS)
@@ -177,24 +180,8 @@ def extract(repo: str, commit: str) -> dict[str, Any]:
         "license": "Apache-2.0",
         "columns": {
             "gemm": ["dtype", "m", "n", "k", "us"],
-            "decode_attention": [
-                "kernel",
-                "batch",
-                "context",
-                "heads",
-                "kv_heads",
-                "head_dim",
-                "us",
-            ],
-            "decode_attention_fp8": [
-                "kernel",
-                "batch",
-                "context",
-                "heads",
-                "kv_heads",
-                "head_dim",
-                "us",
-            ],
+            "decode_attention": DECODE_COLUMNS,
+            "decode_attention_fp8": DECODE_COLUMNS,
             "prefill_attention": [
                 "kernel",
                 "batch",
