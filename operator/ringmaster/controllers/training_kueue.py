@@ -278,12 +278,21 @@ def _kueue_placement(
     return replace(placement, node_selector=merged, tolerations=flavor.tolerations)
 
 
-def _kueue_rank_placement(step: _Step, placement: PoolPlacement, rank: int) -> PoolPlacement:
-    """Worker ``rank``'s placement where Kueue placed its pod set by topology: the node labels
-    of its rank's domain added (over the pool's, as Kueue's TopologyUngater sets them) and the
-    pod set's topology annotations. Unchanged where Kueue gave no topology assignment."""
+def _kueue_topology(step: _Step) -> WorkloadView | None:
+    """The job's Workload where Kueue runs it with a topology assignment (read once a step, not
+    once a worker), else None."""
     view = _own_workload(step) if _kueue_queue(step) is not None else None
-    if view is None or not view.runs or not view.domains:
+    return view if view is not None and view.runs and view.domains else None
+
+
+def _kueue_rank_placement(
+    step: _Step, view: WorkloadView | None, placement: PoolPlacement, rank: int
+) -> PoolPlacement:
+    """Worker ``rank``'s placement where Kueue placed its pod set by topology (``view``, from
+    :func:`_kueue_topology`): the node labels of its rank's domain added (over the pool's, as
+    Kueue's TopologyUngater sets them) and the pod set's topology annotations. Unchanged where
+    Kueue gave no topology assignment."""
+    if view is None:
         return placement
     pod_set, index = kueue.pod_set_of_rank(step.spec.workers, step.spec.accelerator.slices, rank)
     domains = view.domains.get(pod_set, ())

@@ -55,6 +55,7 @@ from ringmaster.controllers.training_kueue import (
     _kueue_rank_placement,
     _kueue_report,
     _kueue_stopped,
+    _kueue_topology,
     _kueue_waiting,
     _own_workload,
 )
@@ -520,13 +521,14 @@ def _admitted(
         # Admitted: create what is not there yet (all of it, or what a crash kept us from).
         # The layout (tensor, pipeline, data...) reaches the workers as environment variables.
         layout = status.plan.to_k8s() if status.plan else None
+        topology = _kueue_topology(step)
         decision.create = [
             worker_pod(
                 job.name,
                 job.namespace,
                 spec,
                 _kueue_rank_placement(
-                    step, placements[rank * len(placements) // spec.workers], rank
+                    step, topology, placements[rank * len(placements) // spec.workers], rank
                 ),
                 rank,
                 attempt,
