@@ -233,3 +233,41 @@ def test_the_evidence_matrix_separates_fitted_checked_and_extrapolated():
     assert "accelerator framework" in render_evidence_matrix()
     loso = {r.source: r for r in leave_one_source_out()}
     assert loso["maxtext-v5e"].refitted == 1.0 and loso["maxtext-v5e"].median_error > 0
+
+
+def test_the_evidence_matrix_shows_each_cells_lean_and_flags_the_systematic_ones():
+    from ringmaster.calibration.evidence import (
+        HELD_OUT_SIGNED_GOAL,
+        LEAN_MIN_ROWS,
+        Cell,
+        checked_summary,
+        leaning_cells,
+    )
+
+    cells = training_cells()
+    for c in cells:
+        # a signed median exists exactly where checked rows do; |median(e)| <= median(|e|)
+        assert (c.checked_signed is None) == (c.checked == 0)
+        if c.checked_signed is not None and c.checked_median is not None:
+            assert abs(c.checked_signed) <= c.checked_median + 1e-12
+    leaning = leaning_cells()
+    assert all(isinstance(c, Cell) for c in leaning)
+    for c in cells:
+        leans = (
+            c.checked >= LEAN_MIN_ROWS
+            and c.checked_signed is not None
+            and abs(c.checked_signed) > HELD_OUT_SIGNED_GOAL
+        )
+        assert (c in leaning) == leans
+    # one checked row is a case, not a lean: TPU v6e's single MaxText run is off by a third
+    single = next(c for c in cells if c.generation == "TPU v6e")
+    assert single.checked == 1 and abs(single.checked_signed) > HELD_OUT_SIGNED_GOAL
+    assert single not in leaning
+    rows, med, signed = checked_summary()
+    assert rows == sum(c.checked for c in cells)
+    assert 0.0 < med < 0.5 and abs(signed) < med
+    text = render_evidence_matrix()
+    assert "signed" in text and "checked rows: " in text
+    for c in leaning:
+        head = f"{c.generation:<10} {c.framework:<11} {c.precision:<9}"
+        assert next(ln for ln in text.splitlines() if ln.startswith(head)).endswith("!")

@@ -67,6 +67,9 @@ class Cell:
     fitted: int
     checked: int
     checked_median: float | None  # median |error| of the checked rows
+    # Their signed median (+ = the engine promises more than ran): a cell whose rows lean one way
+    # by more than HELD_OUT_SIGNED_GOAL is a systematic error, not scatter (issue 41's goal).
+    checked_signed: float | None = None
 
     def describe(self) -> str:
         where = f"{self.generation} x {self.framework} x {self.precision}"
@@ -130,7 +133,7 @@ def training_cells() -> tuple[Cell, ...]:
         grouped[(row.generation, row.framework, row.precision)].append(row)
     cells = []
     for (gen, fw, precision), rows in sorted(grouped.items()):
-        checked = [abs(r.error) for r in rows if r.role == "checked"]
+        checked = [r.error for r in rows if r.role == "checked"]
         cells.append(
             Cell(
                 gen,
@@ -138,6 +141,7 @@ def training_cells() -> tuple[Cell, ...]:
                 precision,
                 sum(r.role == "fitted" for r in rows),
                 len(checked),
+                median(abs(e) for e in checked) if checked else None,
                 median(checked) if checked else None,
             )
         )
@@ -163,20 +167,57 @@ def cell_evidence(accelerator: str, framework: str, precision: str) -> str:
     return f"extrapolated: no checked run of {framework} on {gen} at {precision}{tail}"
 
 
+# Issue 41's held-out goals, against which the checked rows are summarised: the median |error| of
+# all of them, and no cell's signed median beyond +-5 % (no systematic optimism or pessimism).
+HELD_OUT_MEDIAN_GOAL = 0.10
+HELD_OUT_SIGNED_GOAL = 0.05
+# A cell's signed median is read as a lean only over this many checked rows (one row is a case).
+LEAN_MIN_ROWS = 3
+
+
+def leaning_cells() -> tuple[Cell, ...]:
+    """The cells of LEAN_MIN_ROWS checked rows or more whose signed median is beyond
+    HELD_OUT_SIGNED_GOAL: where the engine errs one way, which scatter cannot excuse."""
+    return tuple(
+        c
+        for c in training_cells()
+        if c.checked >= LEAN_MIN_ROWS
+        and c.checked_signed is not None
+        and abs(c.checked_signed) > HELD_OUT_SIGNED_GOAL
+    )
+
+
+def checked_summary() -> tuple[int, float, float]:
+    """(rows, median |error|, signed median) over every checked training row."""
+    errors = [r.error for r in _training_rows() if r.role == "checked"]
+    if not errors:
+        return 0, 0.0, 0.0
+    return len(errors), median(abs(e) for e in errors), median(errors)
+
+
 def render_evidence_matrix() -> str:
     """The matrix as ``ringmaster calibrate`` prints it."""
     lines = [
-        "Evidence matrix (training): accelerator x framework x precision; fitted / checked rows "
-        "and the checked median |error|",
+        "Evidence matrix (training): accelerator x framework x precision; fitted / checked rows, "
+        "the checked median |error| and signed median (+ = the engine promises more)",
         f"{'accelerator':<10} {'framework':<11} {'precision':<9} {'fitted':>6} {'checked':>7}"
-        f" {'median |error|':>14}",
+        f" {'median |error|':>14} {'signed':>8}",
     ]
+    leaning = {(c.generation, c.framework, c.precision) for c in leaning_cells()}
     for c in training_cells():
         err = f"{c.checked_median:.1%}" if c.checked_median is not None else "-"
+        signed = f"{c.checked_signed:+.1%}" if c.checked_signed is not None else "-"
+        flag = "  !" if (c.generation, c.framework, c.precision) in leaning else ""
         lines.append(
             f"{c.generation:<10} {c.framework:<11} {c.precision:<9} {c.fitted:>6} {c.checked:>7}"
-            f" {err:>14}"
+            f" {err:>14} {signed:>8}{flag}"
         )
+    rows, med, signed_all = checked_summary()
+    lines.append(
+        f"checked rows: {rows}, median |error| {med:.1%} (goal <= {HELD_OUT_MEDIAN_GOAL:.0%}),"
+        f" signed median {signed_all:+.1%}; '!': a cell of {LEAN_MIN_ROWS} checked rows or more"
+        f" whose signed median is beyond +-{HELD_OUT_SIGNED_GOAL:.0%}"
+    )
     lines.append(
         "Every other cell is extrapolated: the plan says so (status.plan.evidence). Operator "
         "ceilings: H100 SXM measured (calibration/measured/h100-sxm-ops.yaml); the H200 scales it "
@@ -302,6 +343,20 @@ SINGLE_SOURCE = (
         "CHIP_DECODE_TERMS (A100, B200, GB200)",
         "AIConfigurator's vLLM operator databases, each chip over the H100 (the method checked on"
         " the H200's lent measurement)",
+    ),
+    (
+        "ENGINE_ALLREDUCE (engine.tp_allreduce)",
+        "AIConfigurator's all-reduce tables, one curve per chip x engine x GPU count on its own"
+        " table (vLLM 0.14.0's H100 table checks vLLM 0.19.0's)",
+    ),
+    (
+        "ENGINE_FP8_DECODE_GEMM (engine.serving_engines)",
+        "AIConfigurator's GEMM tables, weight-bound rows, each engine's FP8 over its own bf16",
+    ),
+    (
+        "ENGINE_DECODE_ATTENTION (engine.serving_engines)",
+        "AIConfigurator's decode-attention tables, one curve per chip x engine x KV dtype (vLLM"
+        " 0.14.0's H100 tables check vLLM 0.19.0's)",
     ),
 )
 
