@@ -575,3 +575,29 @@ def test_the_norms_and_activations_cost_every_token_their_fused_bytes():
     assert grown == pytest.approx(64 * per_token)
     for op, forward in FUSED_FORWARD_BYTES_PER_ELEMENT.items():
         assert forward <= FUSED_BYTES_PER_ELEMENT.get(op, forward)
+
+
+def test_calibrate_gives_each_checked_serving_source_its_lean():
+    rows = [
+        LC.LlmPointRow("a", "q", 100.0, 110.0, LC.CHECKED),
+        LC.LlmPointRow("a", "q", 100.0, 108.0, LC.CHECKED),
+        LC.LlmPointRow("a", "q", 100.0, 96.0, LC.CHECKED),
+        LC.LlmPointRow("b", "q", 100.0, 130.0, LC.CHECKED),
+        LC.LlmPointRow("c", "q", 100.0, 50.0, LC.FITTED),
+    ]
+    # fitted rows are no evidence of the error on runs the engine has not seen
+    assert LC.checked_sources(rows) == [
+        ("a", 3, pytest.approx(0.08), pytest.approx(0.08)),
+        ("b", 1, pytest.approx(0.30), pytest.approx(0.30)),
+    ]
+    import yaml
+
+    from ringmaster import calibration
+
+    points = yaml.safe_load(calibration.PACKAGED_POINTS.read_text(encoding="utf-8"))
+    text = LC.render_checked_sources(points) or ""
+    sources = {line.split()[0]: line for line in text.splitlines()[1:-1]}
+    assert "trtllm-1.0-perf-overview" in sources
+    for source, count, _, signed in LC.checked_sources(LC.llm_serving_rows(points)):
+        lean = count >= LC.LEAN_MIN_ROWS and abs(signed) > LC.LEAN_SIGNED_BOUND
+        assert sources[source].endswith("!") == lean, source

@@ -23,7 +23,11 @@ from ringmaster.calibration.ceilings import render_ceilings_section
 from ringmaster.calibration.collectives import collective_rows
 from ringmaster.calibration.device_steps import render_device_section
 from ringmaster.calibration.kv_transfer import KV_TRANSFER_MODEL, kv_transfer_rows
-from ringmaster.calibration.llm_serving import llm_serving_rows, summary_line
+from ringmaster.calibration.llm_serving import (
+    llm_serving_rows,
+    render_checked_sources,
+    summary_line,
+)
 from ringmaster.calibration.moe import MOE_MODEL, moe_rows
 from ringmaster.calibration.multislice import render_multislice_section
 from ringmaster.calibration.points import (
@@ -186,6 +190,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"calibration points: {path}")
         print(render_table(rows))
         print(summary_line(load_points(path)) or "llm_inference: no points in this file")
+        sources = render_checked_sources(load_points(path))
+        if sources:
+            print(sources)
         print(moe_summary_line(rows))
         print(kv_transfer_summary_line(rows))
         bad = sum(not r.ok for r in rows)

@@ -649,3 +649,46 @@ def summary_line(points: Mapping[str, Any]) -> str | None:
         f"{statistics.median(fitted):.1%}), {checked} checked; checked error median "
         f"{median:.1%}, largest {largest:.1%}"
     )
+
+
+# A source's checked rows lean one way when their signed median is beyond this (issue 46's bound
+# on a set's systematic error), over LEAN_MIN_ROWS rows or more.
+LEAN_SIGNED_BOUND = 0.05
+LEAN_MIN_ROWS = 3
+
+
+def checked_sources(rows: list[LlmPointRow]) -> list[tuple[str, int, float, float]]:
+    """(source, checked rows, median |error|, signed median) per source of checked rows, in the
+    order the sources first appear."""
+    grouped: dict[str, list[float]] = {}
+    for r in rows:
+        if r.role == CHECKED:
+            grouped.setdefault(r.id, []).append(r.error)
+    return [
+        (source, len(e), statistics.median(abs(x) for x in e), statistics.median(e))
+        for source, e in grouped.items()
+    ]
+
+
+def render_checked_sources(points: Mapping[str, Any]) -> str | None:
+    """``ringmaster calibrate``'s lines per source of checked LLM-serving rows: how far and which
+    way each set is off (predicted / published - 1: + on a throughput promises more than ran, -
+    on a latency promises it sooner)."""
+    rows = llm_serving_rows(points)
+    if not rows:
+        return None
+    lines = [
+        "llm serving, checked rows by source: rows, median |error|, signed median (throughput:"
+        " + promises more than ran; TTFT / latency: - promises it sooner)"
+    ]
+    for source, count, med, signed in checked_sources(rows):
+        lean = count >= LEAN_MIN_ROWS and abs(signed) > LEAN_SIGNED_BOUND
+        lines.append(
+            f"  {source:<34} {count:>3} rows  {med:>6.1%}  {signed:>+7.1%}"
+            + ("  !" if lean else "")
+        )
+    lines.append(
+        f"  '!': {LEAN_MIN_ROWS} rows or more whose signed median is beyond"
+        f" +-{LEAN_SIGNED_BOUND:.0%} (a lean, not scatter)"
+    )
+    return "\n".join(lines)
