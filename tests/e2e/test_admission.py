@@ -215,6 +215,17 @@ def render_bad_input_doc(rows: list[BadInput]) -> str:
         "(torchtitan or plain PyTorch with `spec.framework.compile` off) is predicted slower than "
         "the same layout in bf16; the message gives both steps and the compiled one "
         "(docs/llm-training.md, the lent H100's eager FP8 steps) |",
+        "| `ServingFlagConflicts` | `spec.template.args` | the server's command line sets what "
+        "the plan chooses (tensor degree, max-num-seqs, token budget, context length, KV cache "
+        "dtype) to a literal other than the plan's: the flag, its value, the plan's and the "
+        "`RINGMASTER_*` variable to pass instead (planning/serving_flags.py) |",
+        "| `ServingFlagIgnored` | `spec.template.args` | a flag of vLLM's, SGLang's or "
+        "TensorRT-LLM's server that the plan does not model (`--enforce-eager`, prefix caching, "
+        "speculative decoding, a memory split other than the engine's default...), named with "
+        "its value: the plan assumes the engine's default |",
+        "| `NcclSettingIgnored` | `spec.template.env` | on an InferenceEndpoint, any `NCCL_*` "
+        "variable that may change performance: the serving step times each engine's own "
+        "tensor-parallel all-reduce at its defaults |",
         "",
     ]
     return "\n".join(lines)

@@ -181,3 +181,52 @@ def test_a_batch_cap_far_below_the_kv_cache_that_costs_replicas_is_named() -> No
     assert "maxBatchSize 32" in found[0].message and "without the cap" in found[0].message
     doc["spec"]["maxBatchSize"] = 256  # at or above what the engine picks: no cost, no word
     assert "BatchCapBinds" not in reasons(doc)
+
+
+def test_server_flags_against_the_plan_and_serving_nccl_variables_are_named() -> None:
+    doc = example("inferenceendpoint-llama3-8b-fp8-h100.yaml")
+    script = doc["spec"]["template"]["args"][0]
+    doc["spec"]["template"]["args"] = [
+        script.replace("--max-num-seqs $RINGMASTER_MAX_NUM_SEQS", "--max-num-seqs 4096")
+        + " --enforce-eager --gpu-memory-utilization 0.95"
+    ]
+    doc["spec"]["template"]["env"] = [
+        {"name": "NCCL_P2P_DISABLE", "value": "1"},
+        {"name": "NCCL_DEBUG", "value": "INFO"},
+        {"name": "NCCL_ALGO", "value": "Ring"},
+    ]
+    found = {w.reason: w for w in warnings_of(doc)}
+    assert {r: w.field for r, w in found.items()} == {
+        "ServingFlagConflicts": "spec.template.args",
+        "ServingFlagIgnored": "spec.template.args",
+        "NcclSettingIgnored": "spec.template.env",
+    }
+    assert "--max-num-seqs 4096 where the plan sized" in found["ServingFlagConflicts"].message
+    ignored = found["ServingFlagIgnored"].message
+    assert "--enforce-eager" in ignored and "--gpu-memory-utilization 0.95" in ignored
+    # training models NCCL_ALGO; the serving step times the engine's own all-reduce kernel
+    nccl = found["NcclSettingIgnored"].message
+    assert "NCCL_ALGO" in nccl and "NCCL_P2P_DISABLE" in nccl and "NCCL_DEBUG" not in nccl
+
+
+def test_the_operators_endpoint_plan_names_a_server_flag_it_does_not_model() -> None:
+    """What `kubectl apply` of such an endpoint shows: the operator's status plan carries the
+    warning, which becomes Plausible=False with a Warning Event (the shared reporting path)."""
+    import datetime as dt
+
+    from ringmaster.api import InferenceEndpointStatus
+    from ringmaster.controllers import inference_lifecycle, inferenceendpoint
+    from ringmaster.controllers.reporting import Conditions, plan_warnings, report_plausibility
+
+    doc = example("inferenceendpoint-llama3-8b-fp8-h100.yaml")
+    doc["spec"]["template"]["args"][0] += " --enforce-eager"
+    raw = inferenceendpoint.plan(parse_manifest(doc).spec)
+    warnings = plan_warnings(inference_lifecycle.status_plan(raw, 1, 4000.0))
+    assert warnings == [
+        "spec.template.args: vLLM flags the plan does not model, planned on the engine's"
+        " defaults: --enforce-eager"
+    ]
+    conditions = Conditions(InferenceEndpointStatus(), 1, dt.datetime.now(dt.UTC))
+    events = report_plausibility(conditions, warnings)
+    assert [e.type for e in events] == ["Warning"]
+    assert conditions.get("Plausible").status == "False"

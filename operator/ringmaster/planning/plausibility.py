@@ -18,6 +18,8 @@ from typing import Any
 from ringmaster.api.architecture import architecture_parameters
 from ringmaster.engine import nccl_settings
 from ringmaster.engine.hardware import Catalog
+from ringmaster.manifests.inference import serving_env
+from ringmaster.planning import serving_flags
 from ringmaster.planning.plans import (
     InferenceReport,
     LlmInferenceReport,
@@ -193,7 +195,56 @@ def inference_warnings(
     capped = _binding_batch_cap(spec, plan, catalog)
     if capped is not None:
         warnings.append(capped)
+    warnings.extend(_serving_flag_warnings(spec, plan))
+    nccl = _serving_nccl_settings(spec)
+    if nccl:
+        warnings.append(
+            Implausible(
+                "spec.template.env",
+                "NcclSettingIgnored",
+                "ignored by the engine: "
+                + ", ".join(nccl)
+                + " (the serving plan times each engine's own tensor-parallel all-reduce at"
+                " its default settings; NCCL settings that may change it are not modelled)",
+            )
+        )
     return warnings
+
+
+def _serving_flag_warnings(
+    spec: Any, plan: InferenceReport | LlmInferenceReport
+) -> list[Implausible]:
+    """The server's command-line flags that contradict the plan or that it does not model
+    (planning.serving_flags), for an LLM endpoint whose server the command line names."""
+    if not isinstance(plan, LlmInferenceReport):
+        return []
+    planned = plan.to_json()
+    engine = planned.get("engine")
+    template = getattr(spec, "template", None)
+    if not engine or template is None:
+        return []
+    flags = serving_flags.classify(
+        str(engine), template.command, template.args, serving_env(planned)
+    )
+    if flags is None:
+        return []
+    out = []
+    if flags.conflicts:
+        out.append(
+            Implausible("spec.template.args", "ServingFlagConflicts", flags.conflict_message())
+        )
+    if flags.not_modelled or flags.memory is not None:
+        out.append(Implausible("spec.template.args", "ServingFlagIgnored", flags.ignored_message()))
+    return out
+
+
+def _serving_nccl_settings(spec: Any) -> tuple[str, ...]:
+    """The serving pods' NCCL_* variables that may change performance: every one but those
+    that cannot (engine.nccl_settings.is_no_effect). The serving step times each engine's own
+    all-reduce kernel, so even the variables training models are not modelled here."""
+    env = getattr(getattr(spec, "template", None), "env", None) or []
+    names = sorted({str(e.name) for e in env if str(e.name).startswith("NCCL_")})
+    return tuple(n for n in names if not nccl_settings.is_no_effect(n))
 
 
 # A cap that holds an LLM replica to under half the sequences its KV cache holds is named: the

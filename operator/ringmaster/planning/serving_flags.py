@@ -1,0 +1,390 @@
+"""The serving engine's command-line flags in an InferenceEndpoint's pod template, sorted into
+what the plan does with them.
+
+An LLM plan chooses some of the server's settings itself (tensor and pipeline degrees,
+max-num-seqs, the token budget, the context length, the KV cache's dtype) and hands them to the
+server as ``RINGMASTER_*`` variables (manifests.inference.serving_env); for everything else it
+assumes the engine's defaults (engine.serving_engines: the memory split, CUDA graphs, no prefix
+cache hits, no speculative decoding). A flag in the template that sets one of them otherwise makes
+the server run other than the plan says, without a word. So every flag on the server's command
+line lands in exactly one of:
+
+* **planned**: a setting the plan chooses. Passing the plan's variable
+  (``$RINGMASTER_MAX_NUM_SEQS``, ``${...}`` or ``$(...)``), or any ``RINGMASTER_*`` variable the
+  operator sets, is what the plan expects; a literal equal to the plan's value too. A literal
+  that differs is a **conflict**, named with the plan's value and the variable to pass instead;
+* **described by the spec**: what a spec field already states (``--quantization`` and
+  ``--dtype``: spec.precision; the expert-parallel and wide-EP switches: spec.parallelism);
+* **no effect on performance**: the model's name and path, ports and hosts, logging, API keys,
+  the tokenizer and chat template, tool and reasoning parsers, download and load options, seeds;
+* the engine's **memory split** (vLLM's ``--gpu-memory-utilization``, SGLang's
+  ``--mem-fraction-static``, TensorRT-LLM's ``--kv_cache_free_gpu_memory_fraction``): its
+  default is what the plan sizes the KV cache on; another value is not modelled;
+* **not modelled**: every other flag (``--enforce-eager``, prefix caching, speculative decoding,
+  multi-step scheduling, another attention backend...): it may change performance and the plan
+  assumes the engine's default, so it is named.
+
+A command line whose server the module does not recognise (a custom entrypoint, a non-LLM server)
+is left alone: nothing can be said about its flags. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ringmaster.engine.serving_engines import ENGINES
+from ringmaster.manifests.inference import (
+    ATTENTION_DATA_PARALLEL_ENV,
+    EXPERT_PARALLEL_ENV,
+    GROUP_SIZE_ENV,
+    KV_CACHE_DTYPE_ENV,
+    LEADER_ADDRESS_ENV,
+    MAX_MODEL_LEN_ENV,
+    MAX_NUM_BATCHED_TOKENS_ENV,
+    MAX_NUM_SEQS_ENV,
+    NODE_RANK_ENV,
+    PIPELINE_PARALLEL_ENV,
+    TENSOR_PARALLEL_ENV,
+)
+
+# How each engine's server is started: the tokens that begin its command line.
+ENTRYPOINTS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "vLLM": (
+        ("vllm", "serve"),
+        ("-m", "vllm.entrypoints.openai.api_server"),
+        ("-m", "vllm.entrypoints.api_server"),
+    ),
+    "SGLang": (("-m", "sglang.launch_server"), ("sglang", "serve")),
+    "TensorRT-LLM": (("trtllm-serve", "serve"), ("trtllm-serve",)),
+}
+
+# Settings the plan chooses: flag -> the variable that carries the plan's value.
+PLANNED: dict[str, dict[str, str]] = {
+    "vLLM": {
+        "--tensor-parallel-size": TENSOR_PARALLEL_ENV,
+        "-tp": TENSOR_PARALLEL_ENV,
+        "--pipeline-parallel-size": PIPELINE_PARALLEL_ENV,
+        "-pp": PIPELINE_PARALLEL_ENV,
+        "--data-parallel-size": ATTENTION_DATA_PARALLEL_ENV,
+        "--max-num-seqs": MAX_NUM_SEQS_ENV,
+        "--max-num-batched-tokens": MAX_NUM_BATCHED_TOKENS_ENV,
+        "--max-model-len": MAX_MODEL_LEN_ENV,
+        "--kv-cache-dtype": KV_CACHE_DTYPE_ENV,
+    },
+    "SGLang": {
+        "--tp-size": TENSOR_PARALLEL_ENV,
+        "--tp": TENSOR_PARALLEL_ENV,
+        "--tensor-parallel-size": TENSOR_PARALLEL_ENV,
+        "--pp-size": PIPELINE_PARALLEL_ENV,
+        "--dp-size": ATTENTION_DATA_PARALLEL_ENV,
+        "--ep-size": EXPERT_PARALLEL_ENV,
+        "--max-running-requests": MAX_NUM_SEQS_ENV,
+        "--chunked-prefill-size": MAX_NUM_BATCHED_TOKENS_ENV,
+        "--context-length": MAX_MODEL_LEN_ENV,
+        "--kv-cache-dtype": KV_CACHE_DTYPE_ENV,
+        "--nnodes": GROUP_SIZE_ENV,
+        "--node-rank": NODE_RANK_ENV,
+        "--dist-init-addr": LEADER_ADDRESS_ENV,
+    },
+    "TensorRT-LLM": {
+        "--tp_size": TENSOR_PARALLEL_ENV,
+        "--pp_size": PIPELINE_PARALLEL_ENV,
+        "--ep_size": EXPERT_PARALLEL_ENV,
+        "--max_batch_size": MAX_NUM_SEQS_ENV,
+        "--max_num_tokens": MAX_NUM_BATCHED_TOKENS_ENV,
+        "--max_seq_len": MAX_MODEL_LEN_ENV,
+    },
+}
+
+# What a spec field states already (its plan is that field's).
+DESCRIBED: dict[str, dict[str, str]] = {
+    "vLLM": {
+        "--quantization": "spec.precision",
+        "-q": "spec.precision",
+        "--dtype": "spec.precision",
+        "--enable-expert-parallel": "spec.parallelism",
+        "--all2all-backend": "spec.parallelism",
+        "--enable-dbo": "spec.parallelism",
+        "--kv-transfer-config": "spec.disaggregation",
+    },
+    "SGLang": {
+        "--quantization": "spec.precision",
+        "--dtype": "spec.precision",
+        "--enable-dp-attention": "spec.parallelism",
+        "--enable-ep-moe": "spec.parallelism",
+        "--moe-a2a-backend": "spec.parallelism",
+        "--enable-deepep-moe": "spec.parallelism",
+        "--enable-two-batch-overlap": "spec.parallelism",
+        "--ep-num-redundant-experts": "spec.parallelism",
+        "--disaggregation-mode": "spec.disaggregation",
+        "--disaggregation-transfer-backend": "spec.disaggregation",
+    },
+    "TensorRT-LLM": {},
+}
+
+# No effect on the step: naming, serving the API, logging, loading, tokenizing, parsing output;
+# and turning the prefix cache off, which the plan assumes already (it counts no cache hits).
+NO_EFFECT: dict[str, frozenset[str]] = {
+    "vLLM": frozenset(
+        {
+            "--no-enable-prefix-caching",
+            "--model",
+            "--port",
+            "--host",
+            "--served-model-name",
+            "--tokenizer",
+            "--tokenizer-mode",
+            "--revision",
+            "--tokenizer-revision",
+            "--code-revision",
+            "--trust-remote-code",
+            "--download-dir",
+            "--load-format",
+            "--api-key",
+            "--disable-log-requests",
+            "--enable-log-requests",
+            "--disable-log-stats",
+            "--uvicorn-log-level",
+            "--max-log-len",
+            "--chat-template",
+            "--response-role",
+            "--enable-auto-tool-choice",
+            "--tool-call-parser",
+            "--reasoning-parser",
+            "--seed",
+            "--distributed-executor-backend",
+            "--ssl-keyfile",
+            "--ssl-certfile",
+            "--root-path",
+            "--allowed-origins",
+            "--hf-token",
+            "--generation-config",
+            "--disable-fastapi-docs",
+        }
+    ),
+    "SGLang": frozenset(
+        {
+            "--disable-radix-cache",
+            "--model-path",
+            "--model",
+            "--port",
+            "--host",
+            "--served-model-name",
+            "--tokenizer-path",
+            "--tokenizer-mode",
+            "--revision",
+            "--trust-remote-code",
+            "--download-dir",
+            "--load-format",
+            "--api-key",
+            "--log-level",
+            "--log-requests",
+            "--enable-metrics",
+            "--chat-template",
+            "--tool-call-parser",
+            "--reasoning-parser",
+            "--random-seed",
+        }
+    ),
+    "TensorRT-LLM": frozenset(
+        {
+            "--host",
+            "--port",
+            "--log_level",
+            "--tokenizer",
+            "--trust_remote_code",
+            "--reasoning_parser",
+        }
+    ),
+}
+
+# The engine's memory split and the flag that sets it (engine.serving_engines.ServingEngine).
+MEMORY_FLAGS = {
+    "vLLM": "--gpu-memory-utilization",
+    "SGLang": "--mem-fraction-static",
+    "TensorRT-LLM": "--kv_cache_free_gpu_memory_fraction",
+}
+
+# Flags that take no value (a switch): the token after one is not its value.
+SWITCHES = frozenset(
+    {
+        "--trust-remote-code",
+        "--trust_remote_code",
+        "--disable-log-requests",
+        "--enable-log-requests",
+        "--disable-log-stats",
+        "--enable-auto-tool-choice",
+        "--enable-expert-parallel",
+        "--enable-dbo",
+        "--enable-dp-attention",
+        "--enable-ep-moe",
+        "--enable-deepep-moe",
+        "--enable-two-batch-overlap",
+        "--enable-metrics",
+        "--log-requests",
+        "--disable-fastapi-docs",
+        "--enforce-eager",
+        "--enable-prefix-caching",
+        "--no-enable-prefix-caching",
+        "--enable-chunked-prefill",
+        "--no-enable-chunked-prefill",
+        "--disable-radix-cache",
+        "--disable-cuda-graph",
+        "--enable-torch-compile",
+        "--disable-custom-all-reduce",
+    }
+)
+
+_REFERENCE = re.compile(r"^\$(?:\{(\w+)\}|\((\w+)\)|(\w+))")
+_SEPARATORS = frozenset({"&&", "||", ";", "|", "&", "then", "else", "fi", "do", "done"})
+
+
+@dataclass(frozen=True)
+class Conflict:
+    flag: str
+    value: str
+    planned: str  # the plan's value
+    variable: str  # the variable that carries it
+
+    def describe(self) -> str:
+        return (
+            f"{self.flag} {self.value} where the plan sized {self.planned} (pass ${self.variable})"
+        )
+
+
+@dataclass(frozen=True)
+class ServingFlags:
+    """A server command line's flags by what the plan does with them."""
+
+    engine: str
+    conflicts: tuple[Conflict, ...]
+    not_modelled: tuple[str, ...]  # "--flag" or "--flag value", as written
+    memory: str | None  # the memory split set to a value other than the engine's default
+
+    def ignored_message(self) -> str:
+        parts = []
+        if self.memory is not None:
+            default = ENGINES[self.engine]
+            share = default.free_memory_fraction or default.memory_fraction
+            parts.append(f"{self.memory} (the plan sizes the KV cache on {self.engine}'s {share})")
+        parts.extend(self.not_modelled)
+        return (
+            f"{self.engine} flags the plan does not model, planned on the engine's defaults: "
+            + ", ".join(parts)
+        )
+
+    def conflict_message(self) -> str:
+        return (
+            f"{self.engine} flags that set what the plan chooses, to another value: "
+            + "; ".join(c.describe() for c in self.conflicts)
+        )
+
+
+def command_tokens(command: Sequence[str] | None, args: Sequence[str] | None) -> list[str]:
+    """The container's command and args as one list of words, shell scripts split into theirs
+    (``sh -c "exec vllm serve ..."``)."""
+    words: list[str] = []
+    for item in [*(command or []), *(args or [])]:
+        if not any(c.isspace() for c in item):
+            words.append(item)
+            continue
+        try:
+            split = shlex.split(item, posix=True)
+        except ValueError:  # an unbalanced quote: its words as they are
+            split = item.split()
+        for word in split:
+            # "...$RINGMASTER_MAX_MODEL_LEN; else ..." : the command ends at the semicolon
+            if word.endswith(";") and word != ";":
+                words.extend((word[:-1], ";"))
+            else:
+                words.append(word)
+    return words
+
+
+def _server_flags(engine: str, words: list[str], command_given: bool) -> list[str] | None:
+    """The words after the engine's entrypoint up to the end of its command (None: no server of
+    this engine starts here). Without a command, args alone are the image entrypoint's flags."""
+    for i in range(len(words)):
+        for entry in ENTRYPOINTS[engine]:
+            if tuple(words[i : i + len(entry)]) == entry:
+                rest = words[i + len(entry) :]
+                end = next((j for j, w in enumerate(rest) if w in _SEPARATORS), len(rest))
+                return rest[:end]
+    if not command_given and words and words[0].startswith("--"):
+        return words
+    return None
+
+
+def _pairs(flags: list[str]) -> list[tuple[str, str | None]]:
+    """(flag, value) in order; positional words (the model) skipped."""
+    out: list[tuple[str, str | None]] = []
+    i = 0
+    while i < len(flags):
+        word = flags[i]
+        i += 1
+        if not word.startswith("-") or word in ("-", "--"):
+            continue
+        if "=" in word:
+            name, value = word.split("=", 1)
+            out.append((name, value))
+            continue
+        if word not in SWITCHES and i < len(flags) and not flags[i].startswith("-"):
+            out.append((word, flags[i]))
+            i += 1
+        else:
+            out.append((word, None))
+    return out
+
+
+def _same(a: str, b: str) -> bool:
+    try:
+        return float(a) == float(b)
+    except ValueError:
+        return a.strip().lower() == b.strip().lower()
+
+
+def classify(
+    engine: str,
+    command: Sequence[str] | None,
+    args: Sequence[str] | None,
+    planned_env: Mapping[str, str],
+) -> ServingFlags | None:
+    """The flags ``engine``'s server is started with, against the plan's variables
+    (``planned_env``: manifests.inference.serving_env of the plan). None where no server of
+    ``engine`` is recognised on the command line."""
+    if engine not in ENTRYPOINTS:
+        return None
+    flags = _server_flags(engine, command_tokens(command, args), command is not None)
+    if flags is None:
+        return None
+    conflicts: list[Conflict] = []
+    not_modelled: list[str] = []
+    memory: str | None = None
+    planned, described, harmless = PLANNED[engine], DESCRIBED[engine], NO_EFFECT[engine]
+    profile = ENGINES[engine]
+    default_share = profile.free_memory_fraction or profile.memory_fraction
+    for name, value in _pairs(flags):
+        if name in harmless or name in described:
+            continue
+        reference = _REFERENCE.match(value) if value is not None else None
+        if reference is not None and next(g for g in reference.groups() if g).startswith(
+            "RINGMASTER_"
+        ):
+            continue  # the operator's own variable: the plan's value
+        if name in planned:
+            variable = planned[name]
+            plan_value = planned_env.get(variable)
+            if value is not None and plan_value is not None and _same(value, plan_value):
+                continue
+            conflicts.append(Conflict(name, value or "", plan_value or "-", variable))
+            continue
+        if name == MEMORY_FLAGS[engine]:
+            if value is not None and reference is None and _same(value, str(default_share)):
+                continue
+            memory = f"{name} {value}" if value is not None else name
+            continue
+        not_modelled.append(f"{name} {value}" if value is not None else name)
+    return ServingFlags(engine, tuple(conflicts), tuple(not_modelled), memory)
