@@ -12,7 +12,8 @@ import yaml
 from ringmaster.api import parse_manifest
 from ringmaster.manifests.inference import serving_env
 from ringmaster.planning import plan_inference
-from ringmaster.planning.serving_flags import classify, command_tokens
+from ringmaster.planning.command_line import command_words
+from ringmaster.planning.serving_flags import classify
 
 pytestmark = pytest.mark.unit
 
@@ -128,7 +129,7 @@ def test_a_server_is_read_inside_a_script_to_its_end_and_an_unknown_one_is_left_
         'if [ "$RINGMASTER_NODE_RANK" = 0 ]; then ray start --head --port=6379 && exec vllm serve'
         " m --max-num-seqs $RINGMASTER_MAX_NUM_SEQS; else exec ray start --block --verbose; fi"
     ]
-    words = command_tokens(["sh", "-c"], script)
+    words = command_words(["sh", "-c"], script)
     assert "$RINGMASTER_MAX_NUM_SEQS" in words and ";" in words
     flags = classify("vLLM", ["sh", "-c"], script, PLANNED)
     assert flags is not None and flags.not_modelled == ()  # ray's flags are not the server's

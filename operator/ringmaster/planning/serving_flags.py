@@ -30,8 +30,6 @@ is left alone: nothing can be said about its flags. Pure: no I/O.
 
 from __future__ import annotations
 
-import re
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -48,6 +46,13 @@ from ringmaster.manifests.inference import (
     NODE_RANK_ENV,
     PIPELINE_PARALLEL_ENV,
     TENSOR_PARALLEL_ENV,
+)
+from ringmaster.planning.command_line import (
+    command_words,
+    options,
+    program_words,
+    referenced,
+    same,
 )
 
 # How each engine's server is started: the tokens that begin its command line.
@@ -238,9 +243,6 @@ SWITCHES = frozenset(
     }
 )
 
-_REFERENCE = re.compile(r"^\$(?:\{(\w+)\}|\((\w+)\)|(\w+))")
-_SEPARATORS = frozenset({"&&", "||", ";", "|", "&", "then", "else", "fi", "do", "done"})
-
 
 @dataclass(frozen=True)
 class Conflict:
@@ -283,67 +285,20 @@ class ServingFlags:
         )
 
 
-def command_tokens(command: Sequence[str] | None, args: Sequence[str] | None) -> list[str]:
-    """The container's command and args as one list of words, shell scripts split into theirs
-    (``sh -c "exec vllm serve ..."``)."""
-    words: list[str] = []
-    for item in [*(command or []), *(args or [])]:
-        if not any(c.isspace() for c in item):
-            words.append(item)
-            continue
-        try:
-            split = shlex.split(item, posix=True)
-        except ValueError:  # an unbalanced quote: its words as they are
-            split = item.split()
-        for word in split:
-            # "...$RINGMASTER_MAX_MODEL_LEN; else ..." : the command ends at the semicolon
-            if word.endswith(";") and word != ";":
-                words.extend((word[:-1], ";"))
-            else:
-                words.append(word)
-    return words
-
-
 def _server_flags(engine: str, words: list[str], command_given: bool) -> list[str] | None:
     """The words after the engine's entrypoint up to the end of its command (None: no server of
     this engine starts here). Without a command, args alone are the image entrypoint's flags."""
-    for i in range(len(words)):
+
+    def starts(w: list[str], i: int) -> int:
         for entry in ENTRYPOINTS[engine]:
-            if tuple(words[i : i + len(entry)]) == entry:
-                rest = words[i + len(entry) :]
-                end = next((j for j, w in enumerate(rest) if w in _SEPARATORS), len(rest))
-                return rest[:end]
-    if not command_given and words and words[0].startswith("--"):
+            if tuple(w[i : i + len(entry)]) == entry:
+                return len(entry)
+        return 0
+
+    found = program_words(words, starts)
+    if found is None and not command_given and words and words[0].startswith("--"):
         return words
-    return None
-
-
-def _pairs(flags: list[str]) -> list[tuple[str, str | None]]:
-    """(flag, value) in order; positional words (the model) skipped."""
-    out: list[tuple[str, str | None]] = []
-    i = 0
-    while i < len(flags):
-        word = flags[i]
-        i += 1
-        if not word.startswith("-") or word in ("-", "--"):
-            continue
-        if "=" in word:
-            name, value = word.split("=", 1)
-            out.append((name, value))
-            continue
-        if word not in SWITCHES and i < len(flags) and not flags[i].startswith("-"):
-            out.append((word, flags[i]))
-            i += 1
-        else:
-            out.append((word, None))
-    return out
-
-
-def _same(a: str, b: str) -> bool:
-    try:
-        return float(a) == float(b)
-    except ValueError:
-        return a.strip().lower() == b.strip().lower()
+    return found
 
 
 def classify(
@@ -357,7 +312,7 @@ def classify(
     ``engine`` is recognised on the command line."""
     if engine not in ENTRYPOINTS:
         return None
-    flags = _server_flags(engine, command_tokens(command, args), command is not None)
+    flags = _server_flags(engine, command_words(command, args), command is not None)
     if flags is None:
         return None
     conflicts: list[Conflict] = []
@@ -366,23 +321,21 @@ def classify(
     planned, described, harmless = PLANNED[engine], DESCRIBED[engine], NO_EFFECT[engine]
     profile = ENGINES[engine]
     default_share = profile.free_memory_fraction or profile.memory_fraction
-    for name, value in _pairs(flags):
+    for name, value in options(flags, SWITCHES):
         if name in harmless or name in described:
             continue
-        reference = _REFERENCE.match(value) if value is not None else None
-        if reference is not None and next(g for g in reference.groups() if g).startswith(
-            "RINGMASTER_"
-        ):
+        reference = referenced(value)
+        if reference is not None and reference.startswith("RINGMASTER_"):
             continue  # the operator's own variable: the plan's value
         if name in planned:
             variable = planned[name]
             plan_value = planned_env.get(variable)
-            if value is not None and plan_value is not None and _same(value, plan_value):
+            if value is not None and plan_value is not None and same(value, plan_value):
                 continue
             conflicts.append(Conflict(name, value or "", plan_value or "-", variable))
             continue
         if name == MEMORY_FLAGS[engine]:
-            if value is not None and reference is None and _same(value, str(default_share)):
+            if value is not None and reference is None and same(value, str(default_share)):
                 continue
             memory = f"{name} {value}" if value is not None else name
             continue
