@@ -215,6 +215,15 @@ def render_bad_input_doc(rows: list[BadInput]) -> str:
         "(torchtitan or plain PyTorch with `spec.framework.compile` off) is predicted slower than "
         "the same layout in bf16; the message gives both steps and the compiled one "
         "(docs/llm-training.md, the lent H100's eager FP8 steps) |",
+        "| `LayoutFlagConflicts` | `spec.template.args` | a TrainingJob's launcher (Megatron-LM, "
+        "NeMo or Megatron-Bridge overrides, torchtitan, MaxText) sets a layout setting (tensor, "
+        "pipeline, context or expert degree, micro-batch, global batch, virtual stages, the "
+        "recompute policy in the launcher's own words) to a literal other than the plan's: the "
+        "setting, its value, the plan's and the variable to pass (planning/training_flags.py) |",
+        "| `LayoutFlagIgnored` | `spec.template.args` | a launcher switch the plan does not model: "
+        "Megatron's `--tp-comm-overlap` and `--overlap-p2p-communication`, NeMo's "
+        "`ub_tp_comm_overlap` and `overlap_p2p_comm`, torchtitan's async tensor parallelism (the "
+        "plan charges those collectives as exposed) |",
         "| `ServingFlagConflicts` | `spec.template.args` | the server's command line sets what "
         "the plan chooses (tensor degree, max-num-seqs, token budget, context length, KV cache "
         "dtype) to a literal other than the plan's: the flag, its value, the plan's and the "

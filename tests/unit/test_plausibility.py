@@ -230,3 +230,31 @@ def test_the_operators_endpoint_plan_names_a_server_flag_it_does_not_model() -> 
     events = report_plausibility(conditions, warnings)
     assert [e.type for e in events] == ["Warning"]
     assert conditions.get("Plausible").status == "False"
+
+
+def test_a_launcher_flag_against_the_plans_layout_and_an_overlap_switch_are_named() -> None:
+    doc = example("trainingjob-llama2-70b-auto-a100.yaml")
+    script = doc["spec"]["template"]["args"][0]
+    doc["spec"]["template"]["args"] = [
+        script.replace(
+            "--tensor-model-parallel-size $RINGMASTER_TENSOR_PARALLEL",
+            "--tensor-model-parallel-size 16",
+        )
+        + " --tp-comm-overlap"
+    ]
+    found = {w.reason: w for w in warnings_of(doc)}
+    assert {r: w.field for r, w in found.items()} == {
+        "LayoutFlagConflicts": "spec.template.args",
+        "LayoutFlagIgnored": "spec.template.args",
+    }
+    assert found["LayoutFlagConflicts"].message.startswith(
+        "Megatron-LM settings of the layout set to another value than the plan's:"
+        " --tensor-model-parallel-size 16 where the plan chose"
+    )
+    assert "--tp-comm-overlap" in found["LayoutFlagIgnored"].message
+    # the operator's status plan carries them (to Plausible=False and Warning Events)
+    from ringmaster.controllers import trainingjob
+    from ringmaster.controllers.reporting import plan_warnings
+
+    carried = plan_warnings(trainingjob.status_plan(parse_manifest(doc).spec, None, None))
+    assert [w.split(":")[0] for w in carried] == ["spec.template.args", "spec.template.args"]

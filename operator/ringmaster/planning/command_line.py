@@ -91,6 +91,36 @@ def referenced(value: str | None) -> str | None:
     return next(g for g in match.groups() if g) if match else None
 
 
+_ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+
+
+def shell_assignments(words: list[str]) -> dict[str, str]:
+    """``NAME=value`` words of upper-case names (a script's ``TP=$RINGMASTER_TENSOR_PARALLEL``;
+    lower-case ``key=value`` words are a program's overrides, not the shell's)."""
+    out = {}
+    for word in words:
+        match = _ASSIGNMENT.match(word)
+        if match and match.group(1).isupper():
+            out[match.group(1)] = match.group(2)
+    return out
+
+
+def resolve(value: str | None, variables: dict[str, str], prefix: str) -> str | None:
+    """``value`` through the variables it references (a script's assignments, the container's
+    env) until a literal or a variable named ``prefix...`` (returned as ``$NAME``); None where
+    it ends in a variable this command line does not define."""
+    for _ in range(8):  # a chain of assignments, never a loop
+        name = referenced(value)
+        if name is None or value is None:
+            return value
+        if name.startswith(prefix):
+            return f"${name}"
+        if name not in variables:
+            return None
+        value = variables[name]
+    return None
+
+
 def same(a: str, b: str) -> bool:
     """Equal as numbers where both are, else as words (case aside)."""
     try:

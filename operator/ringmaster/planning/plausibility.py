@@ -19,7 +19,9 @@ from ringmaster.api.architecture import architecture_parameters
 from ringmaster.engine import nccl_settings
 from ringmaster.engine.hardware import Catalog
 from ringmaster.manifests.inference import serving_env
-from ringmaster.planning import serving_flags
+from ringmaster.manifests.training import layout_env
+from ringmaster.planning import serving_flags, training_flags
+from ringmaster.planning.layouts import layout_status
 from ringmaster.planning.plans import (
     InferenceReport,
     LlmInferenceReport,
@@ -142,6 +144,7 @@ def training_warnings(
             )
         )
 
+    warnings.extend(_training_flag_warnings(spec, plan))
     ignored = _ignored_nccl_settings(spec)
     if ignored:
         warnings.append(
@@ -174,6 +177,27 @@ def training_warnings(
             )
         )
     return warnings
+
+
+def _training_flag_warnings(spec: Any, plan: TrainingReport) -> list[Implausible]:
+    """The launcher's layout flags that contradict the plan's layout, and its switches the plan
+    does not model (planning.training_flags), for a job whose plan chose a layout."""
+    template = getattr(spec, "template", None)
+    if plan.layout is None or template is None:
+        return []
+    planned = {e["name"]: e["value"] for e in layout_env(layout_status(plan.layout))}
+    env = {str(e.name): str(e.value) for e in (template.env or []) if e.value is not None}
+    flags = training_flags.classify(template.command, template.args, planned, env)
+    if flags is None:
+        return []
+    out = []
+    if flags.conflicts:
+        out.append(
+            Implausible("spec.template.args", "LayoutFlagConflicts", flags.conflict_message())
+        )
+    if flags.not_modelled:
+        out.append(Implausible("spec.template.args", "LayoutFlagIgnored", flags.ignored_message()))
+    return out
 
 
 def _ignored_nccl_settings(spec: Any) -> tuple[str, ...]:

@@ -1,0 +1,264 @@
+"""A training launcher's flags in a TrainingJob's pod template, read against the layout the plan
+chose.
+
+An LLM job's plan chooses the layout (tensor, pipeline, context and expert degrees, the
+micro-batch, the global batch, virtual pipeline stages, the recompute policy) and hands it to the
+workers as ``RINGMASTER_*`` variables (manifests.training.LAYOUT_ENV); the launcher passes them
+to the framework's own flags (README, "LLM training layouts"). A flag that sets one of them to a
+literal other than the plan's makes the gang run another layout than the one planned, priced and
+admitted, without a word. And some of a framework's switches change the step in ways the plan
+does not model (it charges the tensor-parallel collectives and the pipeline's sends as exposed:
+an overlap of either with the GEMMs makes the run faster than planned). So, where the command line
+starts a launcher this module knows:
+
+* **planned** settings (each framework's own name for them): the plan's variable, or any
+  ``RINGMASTER_*`` one, directly or through a script's ``NAME=$RINGMASTER_...`` or the
+  container's env, is what the plan expects; so is a literal equal to the plan's value. Another
+  literal is a **conflict**, named with the plan's value and the variable to pass. A value that
+  ends in a variable the command line does not define cannot be checked and is left alone;
+* **not modelled**: the overlap switches above, named with what the plan assumes instead;
+* everything else (model shapes, data, optimizer, logging...) is the spec's to state or has no
+  bearing on the layout, and is not read.
+
+The launchers: Megatron-LM (``pretrain_gpt.py`` and its siblings, ``--tensor-model-parallel-size``
+...), NeMo 1 and Megatron-Bridge's Hydra overrides (``model.tensor_model_parallel_size=4``),
+torchtitan (``-m torchtitan.train``, ``--parallelism.tensor_parallel_degree``; tyro's dashed
+spelling too), MaxText (``MaxText/train.py`` or ``-m MaxText.train``, ``ici_tensor_parallelism=4``
+overrides). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from ringmaster.planning.command_line import (
+    command_words,
+    options,
+    overrides,
+    program_words,
+    resolve,
+    same,
+    shell_assignments,
+)
+
+TP = "RINGMASTER_TENSOR_PARALLEL"
+PP = "RINGMASTER_PIPELINE_PARALLEL"
+CP = "RINGMASTER_CONTEXT_PARALLEL"
+EP = "RINGMASTER_EXPERT_PARALLEL"
+ETP = "RINGMASTER_EXPERT_TENSOR_PARALLEL"
+MICRO = "RINGMASTER_MICRO_BATCH_SIZE"
+GLOBAL = "RINGMASTER_GLOBAL_BATCH_SIZE"
+VIRTUAL = "RINGMASTER_VIRTUAL_PIPELINE_STAGES"
+RECOMPUTE = "RINGMASTER_ACTIVATION_RECOMPUTE"
+
+_TP_EXPOSED = "the plan charges the tensor-parallel collectives as exposed, beside the GEMMs"
+_PP_EXPOSED = "the plan charges the pipeline's sends as exposed"
+
+
+@dataclass(frozen=True)
+class Launcher:
+    name: str
+    starts: Callable[[list[str], int], int]  # words the entrypoint takes at i (0: not here)
+    style: str  # "options" (--flag value) or "overrides" (key=value)
+    planned: Mapping[str, str]  # the framework's name -> the plan's variable
+    not_modelled: Mapping[str, str]  # switch -> what the plan assumes instead
+    # The recompute policy's setting and its values' names in the plan (README's table,
+    # engine.llm_layout_names.RECOMPUTES); a value not in it is one the engine does not model.
+    recompute: tuple[str, Mapping[str, str]] | None = None
+
+
+def _script(*suffixes: str) -> Callable[[list[str], int], int]:
+    return lambda w, i: int(any(w[i].endswith(s) for s in suffixes))
+
+
+def _module(*names: str) -> Callable[[list[str], int], int]:
+    return lambda w, i: 2 if w[i] == "-m" and i + 1 < len(w) and w[i + 1] in names else 0
+
+
+def _either(*tests: Callable[[list[str], int], int]) -> Callable[[list[str], int], int]:
+    return lambda w, i: next((n for n in (t(w, i) for t in tests) if n), 0)
+
+
+MEGATRON = Launcher(
+    "Megatron-LM",
+    _script("pretrain_gpt.py", "pretrain_mamba.py", "pretrain_bert.py", "pretrain_t5.py"),
+    "options",
+    {
+        "--tensor-model-parallel-size": TP,
+        "--pipeline-model-parallel-size": PP,
+        "--context-parallel-size": CP,
+        "--expert-model-parallel-size": EP,
+        "--expert-tensor-parallel-size": ETP,
+        "--micro-batch-size": MICRO,
+        "--global-batch-size": GLOBAL,
+        "--num-virtual-stages-per-pipeline-rank": VIRTUAL,
+    },
+    {"--tp-comm-overlap": _TP_EXPOSED, "--overlap-p2p-communication": _PP_EXPOSED},
+    ("--recompute-granularity", {"full": "Full", "selective": "Selective"}),
+)
+# NeMo 1 (megatron_gpt_pretraining.py with Hydra) and Megatron-Bridge's run scripts: overrides of
+# the model's and the trainer's config, wherever they appear on the line.
+NEMO = Launcher(
+    "NeMo / Megatron-Bridge",
+    lambda w, i: int(i == 0),
+    "overrides",
+    {
+        "model.tensor_model_parallel_size": TP,
+        "model.pipeline_model_parallel_size": PP,
+        "model.context_parallel_size": CP,
+        "model.expert_model_parallel_size": EP,
+        "model.expert_tensor_parallel_size": ETP,
+        "model.micro_batch_size": MICRO,
+        "model.global_batch_size": GLOBAL,
+        "model.virtual_pipeline_model_parallel_size": VIRTUAL,
+        "train.micro_batch_size": MICRO,
+        "train.global_batch_size": GLOBAL,
+    },
+    {
+        "model.ub_tp_comm_overlap": _TP_EXPOSED,
+        "comm_overlap.tp_comm_overlap": _TP_EXPOSED,
+        "model.overlap_p2p_comm": _PP_EXPOSED,
+    },
+    (
+        "model.activations_checkpoint_granularity",
+        {"full": "Full", "selective": "Selective", "null": "None"},
+    ),
+)
+TORCHTITAN = Launcher(
+    "torchtitan",
+    _either(_module("torchtitan.train"), _script("torchtitan/train.py")),
+    "options",
+    {
+        "--parallelism.tensor_parallel_degree": TP,
+        "--parallelism.pipeline_parallel_degree": PP,
+        "--parallelism.context_parallel_degree": CP,
+        "--parallelism.expert_parallel_degree": EP,
+        "--parallelism.expert_tensor_parallel_degree": ETP,
+        "--training.local_batch_size": MICRO,
+        "--training.global_batch_size": GLOBAL,
+    },
+    {"--parallelism.enable_async_tensor_parallel": _TP_EXPOSED},
+    # torchtitan's selective AC defaults to its op-level policy (selective_ac_option "op")
+    ("--activation_checkpoint.mode", {"full": "Full", "none": "None", "selective": "SelectiveOp"}),
+)
+MAXTEXT = Launcher(
+    "MaxText",
+    _either(_module("MaxText.train", "maxtext.train"), _script("MaxText/train.py")),
+    "overrides",
+    {
+        "ici_tensor_parallelism": TP,
+        "ici_pipeline_parallelism": PP,
+        "ici_context_parallelism": CP,
+        "ici_expert_parallelism": EP,
+        "per_device_batch_size": MICRO,
+    },
+    {},
+    (
+        "remat_policy",
+        {
+            "full": "Full",
+            "none": "None",
+            "minimal": "Minimal",
+            "save_dot_except_mlp": "SaveDotExceptMlp",
+            "qkv_proj_offloaded": "QkvProjOffloaded",
+            "minimal_offloaded": "MinimalOffloaded",
+        },
+    ),
+)
+LAUNCHERS = (MEGATRON, TORCHTITAN, MAXTEXT, NEMO)
+_TRUE = frozenset({"true", "1", "yes"})
+
+
+@dataclass(frozen=True)
+class Conflict:
+    setting: str
+    value: str
+    planned: str
+    variable: str
+
+    def describe(self) -> str:
+        return (
+            f"{self.setting} {self.value} where the plan chose {self.planned} (pass"
+            f" ${self.variable})"
+        )
+
+
+@dataclass(frozen=True)
+class TrainingFlags:
+    launcher: str
+    conflicts: tuple[Conflict, ...]
+    not_modelled: tuple[tuple[str, str], ...]  # (switch, what the plan assumes)
+
+    def conflict_message(self) -> str:
+        return (
+            f"{self.launcher} settings of the layout set to another value than the plan's: "
+            + "; ".join(c.describe() for c in self.conflicts)
+        )
+
+    def ignored_message(self) -> str:
+        return f"{self.launcher} switches the plan does not model: " + "; ".join(
+            f"{name} ({why})" for name, why in self.not_modelled
+        )
+
+
+def _normalise(name: str, style: str) -> str:
+    """torchtitan's tyro takes ``--parallelism.tensor-parallel-degree`` for the underscored
+    spelling: compare the field names with underscores."""
+    if style != "options" or "." not in name:
+        return name
+    return "--" + name[2:].replace("-", "_")
+
+
+def classify(
+    command: Sequence[str] | None,
+    args: Sequence[str] | None,
+    layout_env: Mapping[str, str],
+    env: Mapping[str, str] | None = None,
+) -> TrainingFlags | None:
+    """The layout flags of the first launcher the command line starts, against the plan's
+    variables (``layout_env``: manifests.training.layout_env of the plan, as a mapping) and the
+    container's ``env``. None where no known launcher starts."""
+    words = command_words(command, args)
+    variables = {**(env or {}), **shell_assignments(words)}
+    for launcher in LAUNCHERS:
+        found = program_words(words, launcher.starts)
+        if found is None:
+            continue
+        pairs = (
+            options(found, launcher.not_modelled)
+            if launcher.style == "options"
+            else [(k, v) for k, v in overrides(found)]
+        )
+        if launcher is NEMO and not any(
+            k in NEMO.planned or k in NEMO.not_modelled for k, _ in pairs
+        ):
+            continue  # no override of the layout on the line: not a NeMo / Bridge launch
+        conflicts: list[Conflict] = []
+        ignored: list[tuple[str, str]] = []
+        for raw, value in pairs:
+            name = _normalise(raw, launcher.style)
+            if name in launcher.not_modelled:
+                if value is None or value.strip().lower() in _TRUE:
+                    ignored.append((raw, launcher.not_modelled[name]))
+                continue
+            recompute = launcher.recompute is not None and name == launcher.recompute[0]
+            variable = RECOMPUTE if recompute else launcher.planned.get(name)
+            if variable is None or value is None:
+                continue
+            final = resolve(value, variables, "RINGMASTER_")
+            if final is None or final.startswith("$"):
+                continue  # the operator's variable, or one this command line cannot tell
+            planned = layout_env.get(variable)
+            if launcher.recompute is not None and recompute:
+                named = launcher.recompute[1].get(final.strip().lower(), final)
+                if planned is not None and named != planned:
+                    conflicts.append(Conflict(raw, final, planned, variable))
+                continue
+            if planned is None or planned == "" or same(final, planned):
+                continue
+            if launcher is MAXTEXT and same(final, "-1"):
+                continue  # MaxText's -1: the degree that fills the rest of the mesh
+            conflicts.append(Conflict(raw, final, planned, variable))
+        return TrainingFlags(launcher.name, tuple(conflicts), tuple(ignored))
+    return None

@@ -1,0 +1,137 @@
+"""A training launcher's layout flags read against the plan's layout (planning.training_flags):
+the examples pass the plan's variables; a literal other than the plan's, or an overlap switch the
+plan does not model, is named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ringmaster.api import parse_manifest
+from ringmaster.manifests.training import layout_env
+from ringmaster.planning import plan_training
+from ringmaster.planning.layouts import layout_status
+from ringmaster.planning.training_flags import classify
+
+pytestmark = pytest.mark.unit
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+LAYOUT = {
+    "RINGMASTER_TENSOR_PARALLEL": "4",
+    "RINGMASTER_PIPELINE_PARALLEL": "2",
+    "RINGMASTER_CONTEXT_PARALLEL": "1",
+    "RINGMASTER_MICRO_BATCH_SIZE": "1",
+    "RINGMASTER_GLOBAL_BATCH_SIZE": "128",
+}
+TORCHRUN = "torchrun --nnodes=$PET_NNODES --nproc-per-node=8"
+
+
+@pytest.mark.parametrize(
+    ("name", "launcher"),
+    [
+        ("trainingjob-llama2-70b-auto-a100.yaml", "Megatron-LM"),
+        ("trainingjob-qwen3-30b-a3b-h100.yaml", "Megatron-LM"),
+        ("trainingjob-llama3-8b-fsdp-h100.yaml", "torchtitan"),
+        ("trainingjob-maxtext-tpu-v5e.yaml", "MaxText"),
+        ("trainingjob-maxtext-32b-multislice-v5e.yaml", "MaxText"),
+    ],
+)
+def test_the_layout_examples_launch_what_the_plan_chose(name: str, launcher: str) -> None:
+    m = parse_manifest(yaml.safe_load((EXAMPLES / name).read_text()))
+    plan = plan_training(m.spec)
+    assert plan.layout is not None
+    planned = {e["name"]: e["value"] for e in layout_env(layout_status(plan.layout))}
+    flags = classify(m.spec.template.command, m.spec.template.args, planned)
+    assert flags is not None and flags.launcher == launcher
+    assert (flags.conflicts, flags.not_modelled) == ((), ())
+
+
+def test_megatron_literals_are_checked_through_the_scripts_variables_and_the_env() -> None:
+    script = (
+        f"TP=$RINGMASTER_TENSOR_PARALLEL; PP=2; {TORCHRUN} pretrain_gpt.py"
+        " --tensor-model-parallel-size $TP --pipeline-model-parallel-size $PP"
+        " --micro-batch-size $MB --global-batch-size 256 --context-parallel-size $UNSET"
+        " --tp-comm-overlap --sequence-parallel"
+    )
+    flags = classify(["bash", "-c"], [script], LAYOUT, {"MB": "2"})
+    assert flags is not None and flags.launcher == "Megatron-LM"
+    assert [(c.setting, c.value, c.planned) for c in flags.conflicts] == [
+        ("--micro-batch-size", "2", "1"),
+        ("--global-batch-size", "256", "128"),
+    ]
+    assert "--global-batch-size 256 where the plan chose 128 (pass" in flags.conflict_message()
+    assert [name for name, _ in flags.not_modelled] == ["--tp-comm-overlap"]
+    assert "tensor-parallel collectives as exposed" in flags.ignored_message()
+
+
+def test_nemo_overrides_torchtitans_spellings_and_maxtexts_fill_value() -> None:
+    nemo = classify(
+        ["python3", "megatron_gpt_pretraining.py"],
+        [
+            "model.tensor_model_parallel_size=8",
+            "model.ub_tp_comm_overlap=True",
+            "model.overlap_p2p_comm=false",
+            "trainer.num_nodes=4",
+        ],
+        LAYOUT,
+    )
+    assert nemo is not None and nemo.launcher == "NeMo / Megatron-Bridge"
+    assert [c.setting for c in nemo.conflicts] == ["model.tensor_model_parallel_size"]
+    assert [name for name, _ in nemo.not_modelled] == ["model.ub_tp_comm_overlap"]
+    titan = classify(
+        ["bash", "-c"],
+        [
+            f"{TORCHRUN} -m torchtitan.train --parallelism.tensor-parallel-degree 2"
+            " --parallelism.enable_async_tensor_parallel"
+        ],
+        LAYOUT,
+    )
+    assert titan is not None and [c.setting for c in titan.conflicts] == [
+        "--parallelism.tensor-parallel-degree"
+    ]
+    assert [name for name, _ in titan.not_modelled] == [
+        "--parallelism.enable_async_tensor_parallel"
+    ]
+    maxtext = classify(
+        ["python3", "MaxText/train.py"],
+        ["MaxText/configs/base.yml", "ici_tensor_parallelism=-1", "ici_context_parallelism=2"],
+        LAYOUT,
+    )
+    assert maxtext is not None and [c.setting for c in maxtext.conflicts] == [
+        "ici_context_parallelism"
+    ]
+
+
+def test_an_unknown_launcher_is_left_alone() -> None:
+    assert classify(["torchrun"], ["--nproc-per-node=8", "train.py", "--tp", "8"], LAYOUT) is None
+    # a command line without a layout override is not a NeMo launch
+    assert classify(["python3", "run.py"], ["trainer.max_steps=10"], LAYOUT) is None
+
+
+def test_a_recompute_policy_is_read_in_the_launchers_own_words() -> None:
+    layout = {**LAYOUT, "RINGMASTER_ACTIVATION_RECOMPUTE": "Full"}
+    maxtext = classify(
+        ["python3", "MaxText/train.py"],
+        ["MaxText/configs/base.yml", "remat_policy=full"],
+        layout,
+    )
+    assert maxtext is not None and maxtext.conflicts == ()
+    other = classify(
+        ["python3", "MaxText/train.py"], ["base.yml", "remat_policy=save_qkv_proj"], layout
+    )
+    assert other is not None
+    assert [(c.setting, c.value, c.planned) for c in other.conflicts] == [
+        ("remat_policy", "save_qkv_proj", "Full")
+    ]
+    megatron = classify(
+        ["bash", "-c"],
+        [f"{TORCHRUN} pretrain_gpt.py --recompute-granularity selective"],
+        {**LAYOUT, "RINGMASTER_ACTIVATION_RECOMPUTE": "None"},
+    )
+    assert megatron is not None
+    assert [c.describe() for c in megatron.conflicts] == [
+        "--recompute-granularity selective where the plan chose None"
+        " (pass $RINGMASTER_ACTIVATION_RECOMPUTE)"
+    ]
