@@ -224,6 +224,9 @@ def render_bad_input_doc(rows: list[BadInput]) -> str:
         "Megatron's `--tp-comm-overlap` and `--overlap-p2p-communication`, NeMo's "
         "`ub_tp_comm_overlap` and `overlap_p2p_comm`, torchtitan's async tensor parallelism (the "
         "plan charges those collectives as exposed) |",
+        "| `ServingEngineMismatch` | `spec.template.args` | the command line starts another "
+        "engine's server than the plan's (`spec.engine: SGLang` with `vllm serve`): the memory "
+        "split, scheduler and kernels planned are not the ones that run |",
         "| `ServingFlagConflicts` | `spec.template.args` | the server's command line sets what "
         "the plan chooses (tensor degree, max-num-seqs, token budget, context length, KV cache "
         "dtype) to a literal other than the plan's: the flag, its value, the plan's and the "

@@ -318,9 +318,14 @@ def test_an_sglang_endpoint_gets_sglangs_launcher_env_and_memory_split(
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["RINGMASTER_SERVING_ENGINE"] == "SGLang"
-    plan = endpoint(cluster, ns, "llama-sglang")["status"]["plan"]
+    obj = endpoint(cluster, ns, "llama-sglang")
+    plan = obj["status"]["plan"]
     assert plan["engine"] == "SGLang"
     assert plan["evidence"].startswith("engine SGLang (spec.engine); extrapolated: no fitted run")
+    # the example's command line still starts vLLM's server: the plan says so, by name
+    plausible = condition(obj, "Plausible")
+    assert plausible is not None and plausible["status"] == "False", obj["status"]
+    assert "starts vLLM's server where the plan is SGLang's" in plausible["message"]
     bad = manifest(LLAMA_8B_EXAMPLE, "llama-bad-engine")
     bad["spec"]["engine"] = "TGI"
     result = cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(bad), check=False)

@@ -258,3 +258,11 @@ def test_a_launcher_flag_against_the_plans_layout_and_an_overlap_switch_are_name
 
     carried = plan_warnings(trainingjob.status_plan(parse_manifest(doc).spec, None, None))
     assert [w.split(":")[0] for w in carried] == ["spec.template.args", "spec.template.args"]
+
+
+def test_a_command_line_that_starts_another_engines_server_is_named() -> None:
+    doc = example("inferenceendpoint-llama3-8b-fp8-h100.yaml")
+    doc["spec"]["engine"] = "SGLang"  # the template still runs `vllm serve`
+    found = warnings_of(doc)
+    assert [(w.reason, w.field) for w in found] == [("ServingEngineMismatch", "spec.template.args")]
+    assert "starts vLLM's server where the plan is SGLang's (spec.engine)" in found[0].message

@@ -606,7 +606,7 @@ def llm_serving_inputs(spec: _InferenceSpec) -> LlmServingInputs:
     tokens = spec.tokens
     ms = 1e-3
     parallelism = getattr(spec, "parallelism", None)
-    engine, engine_source = _serving_engine(spec)
+    engine, engine_source = serving_engine_choice(spec)
     return LlmServingInputs(
         model=transformer_of(spec.model.architecture),
         model_name=spec.model.name,
@@ -642,7 +642,7 @@ def llm_serving_inputs(spec: _InferenceSpec) -> LlmServingInputs:
     )
 
 
-def _serving_engine(spec: _InferenceSpec) -> tuple[str, str]:
+def serving_engine_choice(spec: _InferenceSpec) -> tuple[str, str]:
     """The engine an LLM endpoint runs (spec.engine, else the image's hint, else the default)."""
     given = getattr(spec, "engine", None)
     if given is not None:

@@ -29,6 +29,7 @@ from ringmaster.planning.plans import (
     _nccl_env,
     active_catalog,
     plan_inference,
+    serving_engine_choice,
 )
 
 # A training step longer than a day: the API caps a *measured* computeSecondsPerStep at the same
@@ -247,6 +248,17 @@ def _serving_flag_warnings(
     template = getattr(spec, "template", None)
     if not engine or template is None:
         return []
+    started = serving_flags.started_engine(template.command, template.args)
+    if started is not None and started != engine:
+        return [
+            Implausible(
+                "spec.template.args",
+                "ServingEngineMismatch",
+                f"the command line starts {started}'s server where the plan is {engine}'s"
+                f" ({serving_engine_choice(spec)[1]}): the memory split, scheduler and kernels"
+                f" planned are {engine}'s; name the engine that runs in spec.engine",
+            )
+        ]
     flags = serving_flags.classify(
         str(engine), template.command, template.args, serving_env(planned)
     )

@@ -301,6 +301,15 @@ def _server_flags(engine: str, words: list[str], command_given: bool) -> list[st
     return found
 
 
+def started_engine(command: Sequence[str] | None, args: Sequence[str] | None) -> str | None:
+    """The engine whose server the command line starts (by its entrypoint), else None."""
+    words = command_words(command, args)
+    for engine in ENTRYPOINTS:
+        if _server_flags(engine, words, True) is not None:
+            return engine
+    return None
+
+
 def classify(
     engine: str,
     command: Sequence[str] | None,
