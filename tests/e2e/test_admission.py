@@ -215,6 +215,10 @@ def render_bad_input_doc(rows: list[BadInput]) -> str:
         "(torchtitan or plain PyTorch with `spec.framework.compile` off) is predicted slower than "
         "the same layout in bf16; the message gives both steps and the compiled one "
         "(docs/llm-training.md, the lent H100's eager FP8 steps) |",
+        "| `LauncherWorldMismatch` | `spec.template.args` | a TrainingJob's torchrun starts "
+        "another world than the gang's: `--nproc-per-node` other than each worker pod's "
+        "accelerators, or `--nnodes` other than the worker pods (`gpu`, `auto` and an elastic "
+        "`min:max` are not checked; pass `$PET_NPROC_PER_NODE` and `$PET_NNODES`) |",
         "| `LayoutFlagConflicts` | `spec.template.args` | a TrainingJob's launcher (Megatron-LM, "
         "NeMo or Megatron-Bridge overrides, torchtitan, MaxText) sets a layout setting (tensor, "
         "pipeline, context or expert degree, micro-batch, global batch, virtual stages, the "

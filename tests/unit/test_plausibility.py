@@ -266,3 +266,11 @@ def test_a_command_line_that_starts_another_engines_server_is_named() -> None:
     found = warnings_of(doc)
     assert [(w.reason, w.field) for w in found] == [("ServingEngineMismatch", "spec.template.args")]
     assert "starts vLLM's server where the plan is SGLang's (spec.engine)" in found[0].message
+
+
+def test_torchrun_with_fewer_processes_than_the_pods_accelerators_is_named() -> None:
+    doc = example("trainingjob-bert-large-auto.yaml")
+    doc["spec"]["template"]["args"][0] = "--nproc-per-node=4"
+    found = warnings_of(doc)
+    assert [(w.reason, w.field) for w in found] == [("LauncherWorldMismatch", "spec.template.args")]
+    assert "--nproc-per-node 4 where each worker pod has 8 accelerators" in found[0].message

@@ -135,3 +135,28 @@ def test_a_recompute_policy_is_read_in_the_launchers_own_words() -> None:
         "--recompute-granularity selective where the plan chose None"
         " (pass $RINGMASTER_ACTIVATION_RECOMPUTE)"
     ]
+
+
+def test_torchruns_world_is_held_to_the_gangs_pods_and_accelerators() -> None:
+    from ringmaster.planning.training_flags import torchrun_world
+
+    ok = torchrun_world(
+        ["torchrun"],
+        ["--nproc-per-node=$PET_NPROC_PER_NODE", "--nnodes", "1:4", "train.py", "--nnodes", "9"],
+        8,
+        2,
+    )
+    assert ok == ()  # the operator's variable, an elastic range, and the program's own flags
+    assert torchrun_world(["torchrun"], ["--nproc_per_node", "gpu", "train.py"], 8, 2) == ()
+    bad = torchrun_world(
+        ["bash", "-c"],
+        ["N=4; torchrun --standalone --nproc-per-node $N --nnodes=3 -m torchtitan.train"],
+        8,
+        2,
+    )
+    assert [c.describe() for c in bad] == [
+        "torchrun --nproc-per-node 4 where each worker pod has 8 accelerators"
+        " (pass $PET_NPROC_PER_NODE)",
+        "torchrun --nnodes 3 where the gang has 2 worker pods (pass $PET_NNODES)",
+    ]
+    assert torchrun_world(["python3"], ["train.py", "--nproc-per-node", "4"], 8, 2) == ()

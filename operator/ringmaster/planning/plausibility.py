@@ -181,17 +181,32 @@ def training_warnings(
 
 
 def _training_flag_warnings(spec: Any, plan: TrainingReport) -> list[Implausible]:
-    """The launcher's layout flags that contradict the plan's layout, and its switches the plan
-    does not model (planning.training_flags), for a job whose plan chose a layout."""
+    """torchrun's world against the gang, and, for a job whose plan chose a layout, the
+    launcher's layout flags that contradict it and its switches the plan does not model
+    (planning.training_flags)."""
     template = getattr(spec, "template", None)
-    if plan.layout is None or template is None:
+    if template is None:
         return []
-    planned = {e["name"]: e["value"] for e in layout_env(layout_status(plan.layout))}
     env = {str(e.name): str(e.value) for e in (template.env or []) if e.value is not None}
+    out = []
+    world = training_flags.torchrun_world(
+        template.command, template.args, plan.prediction.per_worker, plan.prediction.workers, env
+    )
+    if world:
+        out.append(
+            Implausible(
+                "spec.template.args",
+                "LauncherWorldMismatch",
+                "torchrun starts another world than the gang's: "
+                + "; ".join(c.describe() for c in world),
+            )
+        )
+    if plan.layout is None:
+        return out
+    planned = {e["name"]: e["value"] for e in layout_env(layout_status(plan.layout))}
     flags = training_flags.classify(template.command, template.args, planned, env)
     if flags is None:
-        return []
-    out = []
+        return out
     if flags.conflicts:
         out.append(
             Implausible("spec.template.args", "LayoutFlagConflicts", flags.conflict_message())

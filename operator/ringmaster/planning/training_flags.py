@@ -176,11 +176,11 @@ class Conflict:
     value: str
     planned: str
     variable: str
+    whose: str = "the plan chose"
 
     def describe(self) -> str:
         return (
-            f"{self.setting} {self.value} where the plan chose {self.planned} (pass"
-            f" ${self.variable})"
+            f"{self.setting} {self.value} where {self.whose} {self.planned} (pass ${self.variable})"
         )
 
 
@@ -262,3 +262,71 @@ def classify(
             conflicts.append(Conflict(raw, final, planned, variable))
         return TrainingFlags(launcher.name, tuple(conflicts), tuple(ignored))
     return None
+
+
+# torchrun's switches (no value); the first word after torchrun's options is the program.
+_TORCHRUN_SWITCHES = frozenset(
+    {"--standalone", "--no-python", "--no_python", "--run-path", "--run_path", "-m", "--module"}
+)
+
+
+def _torchrun_options(words: list[str]) -> list[tuple[str, str | None]] | None:
+    """torchrun's own options (before the program it runs), or None where none starts."""
+    for i, word in enumerate(words):
+        module = word == "-m" and i + 1 < len(words) and words[i + 1] == "torch.distributed.run"
+        if word != "torchrun" and not module:
+            continue
+        rest = words[i + (2 if module else 1) :]
+        out: list[tuple[str, str | None]] = []
+        j = 0
+        while j < len(rest) and rest[j].startswith("-"):
+            name = rest[j]
+            if "=" in name:
+                key, value = name.split("=", 1)
+                out.append((key, value))
+                j += 1
+            elif name not in _TORCHRUN_SWITCHES and j + 1 < len(rest):
+                out.append((name, rest[j + 1]))
+                j += 2
+            else:
+                out.append((name, None))
+                j += 1
+        return out
+    return None
+
+
+def torchrun_world(
+    command: Sequence[str] | None,
+    args: Sequence[str] | None,
+    per_worker: int,
+    workers: int,
+    env: Mapping[str, str] | None = None,
+) -> tuple[Conflict, ...]:
+    """torchrun's ``--nproc-per-node`` and ``--nnodes`` against the gang: a literal other than
+    the accelerators a worker pod gets (PET_NPROC_PER_NODE) or the worker pods
+    (PET_NNODES) starts another world than the plan's, with accelerators idle or oversubscribed.
+    torchrun's ``gpu`` / ``auto`` and an elastic ``min:max`` range are not literals to check."""
+    words = command_words(command, args)
+    found = _torchrun_options(words)
+    if found is None:
+        return ()
+    variables = {**(env or {}), **shell_assignments(words)}
+    per_pod = ("PET_NPROC_PER_NODE", per_worker, "accelerators", "each worker pod has")
+    expected = {
+        "--nproc-per-node": per_pod,
+        "--nproc_per_node": per_pod,
+        "--nnodes": ("PET_NNODES", workers, "worker pods", "the gang has"),
+    }
+    out = []
+    for name, value in found:
+        if name not in expected or value is None:
+            continue
+        final = resolve(value, variables, "PET_")
+        if final is None or final.startswith("$") or ":" in final:
+            continue
+        if final.strip().lower() in ("gpu", "auto", "cpu"):
+            continue
+        variable, count, unit, whose = expected[name]
+        if not same(final, str(count)):
+            out.append(Conflict(f"torchrun {name}", final, f"{count} {unit}", variable, whose))
+    return tuple(out)
