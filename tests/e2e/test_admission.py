@@ -231,6 +231,9 @@ def render_bad_input_doc(rows: list[BadInput]) -> str:
         "| `ServingEngineMismatch` | `spec.template.args` | the command line starts another "
         "engine's server than the plan's (`spec.engine: SGLang` with `vllm serve`): the memory "
         "split, scheduler and kernels planned are not the ones that run |",
+        "| `ServingEnvIgnored` | `spec.template.env` | the engine's own variables (`VLLM_*`, "
+        "`SGLANG_*`, `TLLM_*`) that may change how it runs (`VLLM_USE_V1`, "
+        "`VLLM_ATTENTION_BACKEND`...), named; logging, ports, caches and usage statistics pass |",
         "| `ServingFlagConflicts` | `spec.template.args` | the server's command line sets what "
         "the plan chooses (tensor degree, max-num-seqs, token budget, context length, KV cache "
         "dtype) to a literal other than the plan's: the flag, its value, the plan's and the "

@@ -274,3 +274,16 @@ def test_torchrun_with_fewer_processes_than_the_pods_accelerators_is_named() -> 
     found = warnings_of(doc)
     assert [(w.reason, w.field) for w in found] == [("LauncherWorldMismatch", "spec.template.args")]
     assert "--nproc-per-node 4 where each worker pod has 8 accelerators" in found[0].message
+
+
+def test_the_engines_own_variables_that_change_how_it_runs_are_named() -> None:
+    doc = example("inferenceendpoint-llama3-8b-fp8-h100.yaml")
+    doc["spec"]["template"]["env"] = [
+        {"name": "VLLM_USE_V1", "value": "0"},
+        {"name": "VLLM_ATTENTION_BACKEND", "value": "XFORMERS"},
+        {"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"},
+        {"name": "SGLANG_TORCH_PROFILER_DIR", "value": "/tmp"},  # not this engine's
+    ]
+    found = warnings_of(doc)
+    assert [(w.reason, w.field) for w in found] == [("ServingEnvIgnored", "spec.template.env")]
+    assert found[0].message.endswith(": VLLM_ATTENTION_BACKEND, VLLM_USE_V1")

@@ -274,12 +274,24 @@ def _serving_flag_warnings(
                 f" planned are {engine}'s; name the engine that runs in spec.engine",
             )
         ]
+    out = []
+    engine_env = serving_flags.engine_env_not_modelled(
+        str(engine), [str(e.name) for e in template.env or []]
+    )
+    if engine_env:
+        out.append(
+            Implausible(
+                "spec.template.env",
+                "ServingEnvIgnored",
+                f"{engine} variables the plan does not model, planned on the engine's defaults: "
+                + ", ".join(engine_env),
+            )
+        )
     flags = serving_flags.classify(
         str(engine), template.command, template.args, serving_env(planned)
     )
     if flags is None:
-        return []
-    out = []
+        return out
     if flags.conflicts:
         out.append(
             Implausible("spec.template.args", "ServingFlagConflicts", flags.conflict_message())

@@ -350,3 +350,45 @@ def classify(
             continue
         not_modelled.append(f"{name} {value}" if value is not None else name)
     return ServingFlags(engine, tuple(conflicts), tuple(not_modelled), memory)
+
+
+# The engines' own environment variables, by prefix, and those of them with no effect on the
+# step (logging, where the server listens, caches and config directories, usage statistics,
+# timeouts): any other one may change how the engine runs (VLLM_USE_V1, VLLM_ATTENTION_BACKEND,
+# SGLANG_* kernels' switches...) and is named, as a flag would be.
+ENGINE_ENV_PREFIXES = {
+    "vLLM": ("VLLM_",),
+    "SGLang": ("SGLANG_", "SGL_"),
+    "TensorRT-LLM": ("TLLM_", "TRTLLM_"),
+}
+ENGINE_ENV_NO_EFFECT = frozenset(
+    {
+        "VLLM_LOGGING_LEVEL",
+        "VLLM_CONFIGURE_LOGGING",
+        "VLLM_LOGGING_CONFIG_PATH",
+        "VLLM_LOGGING_PREFIX",
+        "VLLM_HOST_IP",
+        "VLLM_PORT",
+        "VLLM_RPC_BASE_PATH",
+        "VLLM_CACHE_ROOT",
+        "VLLM_CONFIG_ROOT",
+        "VLLM_API_KEY",
+        "VLLM_NO_USAGE_STATS",
+        "VLLM_DO_NOT_TRACK",
+        "VLLM_USAGE_SOURCE",
+        "VLLM_ENGINE_ITERATION_TIMEOUT_S",
+        "VLLM_RPC_TIMEOUT",
+        "VLLM_WORKER_MULTIPROC_METHOD",
+        "VLLM_ALLOW_LONG_MAX_MODEL_LEN",
+        "SGLANG_LOG_LEVEL",
+        "TLLM_LOG_LEVEL",
+    }
+)
+
+
+def engine_env_not_modelled(engine: str, names: Sequence[str]) -> tuple[str, ...]:
+    """The engine's own variables among ``names`` that may change how it runs (sorted)."""
+    prefixes = ENGINE_ENV_PREFIXES.get(engine, ())
+    return tuple(
+        sorted(n for n in set(names) if n.startswith(prefixes) and n not in ENGINE_ENV_NO_EFFECT)
+    )
