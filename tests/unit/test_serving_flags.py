@@ -137,3 +137,10 @@ def test_a_server_is_read_inside_a_script_to_its_end_and_an_unknown_one_is_left_
     # no command: the args are the image's entrypoint's (vllm/vllm-openai's api_server)
     image = classify("vLLM", None, ["--model", "m", "--enforce-eager"], PLANNED)
     assert image is not None and image.not_modelled == ("--enforce-eager",)
+
+
+def test_any_name_of_a_one_byte_fp8_cache_is_the_plans_fp8() -> None:
+    flags = classify("vLLM", ["sh", "-c"], vllm("--kv-cache-dtype fp8_e4m3"), PLANNED)
+    assert flags is not None and flags.conflicts == ()
+    auto = classify("vLLM", ["sh", "-c"], vllm("--kv-cache-dtype auto"), PLANNED)
+    assert auto is not None and [c.value for c in auto.conflicts] == ["auto"]

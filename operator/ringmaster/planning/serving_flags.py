@@ -301,6 +301,16 @@ def _server_flags(engine: str, words: list[str], command_given: bool) -> list[st
     return found
 
 
+def _agrees(variable: str, value: str, planned: str) -> bool:
+    """A literal that sets what the plan set: the same number or word; for the KV cache any of
+    the engines' names of a one-byte FP8 cache (fp8, fp8_e4m3, fp8_e5m2) is the plan's FP8."""
+    if variable == KV_CACHE_DTYPE_ENV:
+        value, planned = value.strip().lower(), planned.strip().lower()
+        if value.startswith("fp8") and planned.startswith("fp8"):
+            return True
+    return same(value, planned)
+
+
 def started_engine(command: Sequence[str] | None, args: Sequence[str] | None) -> str | None:
     """The engine whose server the command line starts (by its entrypoint), else None."""
     words = command_words(command, args)
@@ -339,7 +349,11 @@ def classify(
         if name in planned:
             variable = planned[name]
             plan_value = planned_env.get(variable)
-            if value is not None and plan_value is not None and same(value, plan_value):
+            if (
+                value is not None
+                and plan_value is not None
+                and _agrees(variable, value, plan_value)
+            ):
                 continue
             conflicts.append(Conflict(name, value or "", plan_value or "-", variable))
             continue
