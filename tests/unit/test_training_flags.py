@@ -160,3 +160,17 @@ def test_torchruns_world_is_held_to_the_gangs_pods_and_accelerators() -> None:
         "torchrun --nnodes 3 where the gang has 2 worker pods (pass $PET_NNODES)",
     ]
     assert torchrun_world(["python3"], ["train.py", "--nproc-per-node", "4"], 8, 2) == ()
+
+
+def test_nemo_overrides_are_read_after_any_step_of_the_script() -> None:
+    flags = classify(
+        ["bash", "-c"],
+        [
+            "cd /opt/NeMo && python3 examples/nlp/megatron_gpt_pretraining.py"
+            " model.pipeline_model_parallel_size=4"
+        ],
+        LAYOUT,
+    )
+    assert flags is not None and [c.setting for c in flags.conflicts] == [
+        "model.pipeline_model_parallel_size"
+    ]

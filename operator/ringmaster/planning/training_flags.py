@@ -101,7 +101,7 @@ MEGATRON = Launcher(
 # the model's and the trainer's config, wherever they appear on the line.
 NEMO = Launcher(
     "NeMo / Megatron-Bridge",
-    lambda w, i: int(i == 0),
+    lambda w, i: 0,  # read over the whole line (classify)
     "overrides",
     {
         "model.tensor_model_parallel_size": TP,
@@ -222,7 +222,8 @@ def classify(
     words = command_words(command, args)
     variables = {**(env or {}), **shell_assignments(words)}
     for launcher in LAUNCHERS:
-        found = program_words(words, launcher.starts)
+        # Hydra's overrides may follow any program of the script (`cd /work && python3 ...`)
+        found = words if launcher is NEMO else program_words(words, launcher.starts)
         if found is None:
             continue
         pairs = (
