@@ -144,3 +144,15 @@ def test_any_name_of_a_one_byte_fp8_cache_is_the_plans_fp8() -> None:
     assert flags is not None and flags.conflicts == ()
     auto = classify("vLLM", ["sh", "-c"], vllm("--kv-cache-dtype auto"), PLANNED)
     assert auto is not None and [c.value for c in auto.conflicts] == ["auto"]
+
+
+def test_without_the_plans_values_literals_are_not_held_to_any() -> None:
+    # a disaggregated endpoint's sides run settings of their own (planning.plausibility passes
+    # no values then); what the plan does not model is still named
+    flags = classify("vLLM", ["sh", "-c"], vllm("--max-num-seqs 64 --enforce-eager"), {})
+    assert (
+        flags is not None and flags.conflicts == () and flags.not_modelled == ("--enforce-eager",)
+    )
+    # the plan leaves attention data parallelism out of the env where it is 1
+    dp = classify("vLLM", ["sh", "-c"], vllm("--data-parallel-size 4"), PLANNED)
+    assert dp is not None and [(c.value, c.planned) for c in dp.conflicts] == [("4", "1")]

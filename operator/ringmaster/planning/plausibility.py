@@ -21,6 +21,7 @@ from ringmaster.engine.hardware import Catalog
 from ringmaster.manifests.inference import serving_env
 from ringmaster.manifests.training import layout_env
 from ringmaster.planning import serving_flags, training_flags
+from ringmaster.planning.disaggregation import runs_disaggregated
 from ringmaster.planning.layouts import layout_status
 from ringmaster.planning.plans import (
     InferenceReport,
@@ -287,9 +288,9 @@ def _serving_flag_warnings(
                 + ", ".join(engine_env),
             )
         )
-    flags = serving_flags.classify(
-        str(engine), template.command, template.args, serving_env(planned)
-    )
+    # a disaggregated endpoint's sides get settings of their own: no one value to hold to
+    settings = {} if runs_disaggregated(planned) else serving_env(planned)
+    flags = serving_flags.classify(str(engine), template.command, template.args, settings)
     if flags is None:
         return out
     if flags.conflicts:

@@ -301,6 +301,10 @@ def _server_flags(engine: str, words: list[str], command_given: bool) -> list[st
     return found
 
 
+# A variable the plan leaves out of the env where its value is the one it would carry.
+_ABSENT_MEANS = {ATTENTION_DATA_PARALLEL_ENV: "1"}
+
+
 def _agrees(variable: str, value: str, planned: str) -> bool:
     """A literal that sets what the plan set: the same number or word; for the KV cache any of
     the engines' names of a one-byte FP8 cache (fp8, fp8_e4m3, fp8_e5m2) is the plan's FP8."""
@@ -327,8 +331,9 @@ def classify(
     planned_env: Mapping[str, str],
 ) -> ServingFlags | None:
     """The flags ``engine``'s server is started with, against the plan's variables
-    (``planned_env``: manifests.inference.serving_env of the plan). None where no server of
-    ``engine`` is recognised on the command line."""
+    (``planned_env``: manifests.inference.serving_env of the plan; empty where the plan's
+    settings are its sides', a disaggregated endpoint's, and literals are not held to one
+    value). None where no server of ``engine`` is recognised on the command line."""
     if engine not in ENTRYPOINTS:
         return None
     flags = _server_flags(engine, command_words(command, args), command is not None)
@@ -348,14 +353,12 @@ def classify(
             continue  # the operator's own variable: the plan's value
         if name in planned:
             variable = planned[name]
-            plan_value = planned_env.get(variable)
-            if (
-                value is not None
-                and plan_value is not None
-                and _agrees(variable, value, plan_value)
-            ):
+            plan_value = planned_env.get(variable, _ABSENT_MEANS.get(variable))
+            if not planned_env or plan_value is None:
+                continue  # no value of the plan's to hold it to (a disaggregated endpoint's sides)
+            if value is not None and _agrees(variable, value, plan_value):
                 continue
-            conflicts.append(Conflict(name, value or "", plan_value or "-", variable))
+            conflicts.append(Conflict(name, value or "", plan_value, variable))
             continue
         if name == MEMORY_FLAGS[engine]:
             if value is not None and reference is None and same(value, str(default_share)):
