@@ -167,6 +167,32 @@ class WebhookManager:
             "wait", "--for=condition=Established", "--timeout=60s",
             *(f"crd/{c['metadata']['name']}" for c in crds),
         )  # fmt: skip
+        self.wait_served(crds)
+
+    def wait_served(self, crds: Iterable[Mapping[str, Any]], seconds: float = 120.0) -> None:
+        """Until the apiserver lists every CRD's objects. Established is not served: the
+        apiserver answers 429 "storage is (re)initializing" until its watch cache for the new
+        resource is filled, which on a loaded machine has taken over a minute; a controller
+        that starts watching then backs off, and what waits on it waits longer still."""
+        names = [f"{c['spec']['names']['plural']}.{c['spec']['group']}" for c in crds]
+        deadline = time.monotonic() + seconds
+        while True:
+            pending = [
+                n
+                for n in names
+                if self.cluster.kubectl(
+                    "get", n, "-A", "-o", "name", "--request-timeout=10s", check=False
+                ).returncode
+                != 0
+            ]
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise ClusterError(
+                    f"{self.TITLE}'s CRDs are established but the apiserver does not list "
+                    f"{', '.join(pending)} after {seconds:.0f} s"
+                )
+            time.sleep(0.5)
 
     def down(self) -> None:
         """Stop the manager and unregister its webhooks (they fail closed: with the manager
