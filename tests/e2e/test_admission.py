@@ -224,6 +224,10 @@ def render_bad_input_doc(rows: list[BadInput]) -> str:
         "pipeline, context or expert degree, micro-batch, global batch, virtual stages, the "
         "recompute policy in the launcher's own words) to a literal other than the plan's: the "
         "setting, its value, the plan's and the variable to pass (planning/training_flags.py) |",
+        "| `PrecisionFlagConflicts` | `spec.model.computePrecision` | the launcher trains in FP8 "
+        "or FP4 (Megatron's `--fp8-format` / `--fp4-format`, NeMo's `model.fp8=True`, "
+        "torchtitan's `--model.converters float8`) where `computePrecision` says otherwise: the "
+        "plan is the other precision's step |",
         "| `LayoutFlagIgnored` | `spec.template.args` | a launcher switch the plan does not model: "
         "Megatron's `--tp-comm-overlap` and `--overlap-p2p-communication`, NeMo's "
         "`ub_tp_comm_overlap` and `overlap_p2p_comm`, torchtitan's async tensor parallelism (the "

@@ -287,3 +287,13 @@ def test_the_engines_own_variables_that_change_how_it_runs_are_named() -> None:
     found = warnings_of(doc)
     assert [(w.reason, w.field) for w in found] == [("ServingEnvIgnored", "spec.template.env")]
     assert found[0].message.endswith(": VLLM_ATTENTION_BACKEND, VLLM_USE_V1")
+
+
+def test_a_launcher_in_fp8_against_a_bf16_spec_is_named_and_an_fp8_spec_agrees() -> None:
+    doc = example("trainingjob-qwen3-30b-a3b-h100.yaml")
+    doc["spec"]["template"]["args"][0] += " --fp8-format hybrid"
+    found = [w for w in warnings_of(doc) if w.reason == "PrecisionFlagConflicts"]
+    assert [w.field for w in found] == ["spec.model.computePrecision"]
+    assert "trains in FP8 (--fp8-format hybrid)" in found[0].message
+    doc["spec"]["model"]["computePrecision"] = "fp8"
+    assert "PrecisionFlagConflicts" not in reasons(doc)

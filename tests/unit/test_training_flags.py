@@ -174,3 +174,18 @@ def test_nemo_overrides_are_read_after_any_step_of_the_script() -> None:
     assert flags is not None and [c.setting for c in flags.conflicts] == [
         "model.pipeline_model_parallel_size"
     ]
+
+
+def test_a_launcher_that_trains_in_fp8_or_fp4_says_so() -> None:
+    megatron = classify(
+        ["bash", "-c"], [f"{TORCHRUN} pretrain_gpt.py --bf16 --fp8-format hybrid"], LAYOUT
+    )
+    assert megatron is not None and megatron.precision == ("--fp8-format hybrid", "fp8")
+    fp4 = classify(["bash", "-c"], [f"{TORCHRUN} pretrain_gpt.py --fp4-format e2m1"], LAYOUT)
+    assert fp4 is not None and fp4.precision == ("--fp4-format e2m1", "fp4")
+    titan = classify(
+        ["bash", "-c"], [f"{TORCHRUN} -m torchtitan.train --model.converters=float8"], LAYOUT
+    )
+    assert titan is not None and titan.precision == ("--model.converters float8", "fp8")
+    plain = classify(["bash", "-c"], [f"{TORCHRUN} pretrain_gpt.py --bf16"], LAYOUT)
+    assert plain is not None and plain.precision is None

@@ -214,6 +214,18 @@ def _training_flag_warnings(spec: Any, plan: TrainingReport) -> list[Implausible
         )
     if flags.not_modelled:
         out.append(Implausible("spec.template.args", "LayoutFlagIgnored", flags.ignored_message()))
+    stated = getattr(spec.model, "compute_precision", None)
+    if flags.precision is not None and flags.precision[1] != stated:
+        switch, low = flags.precision
+        out.append(
+            Implausible(
+                "spec.model.computePrecision",
+                "PrecisionFlagConflicts",
+                f"the launcher trains in {low.upper()} ({switch}) where spec.model"
+                f".computePrecision is {stated or 'not set (bf16)'}: the plan is that"
+                f" precision's step; set computePrecision: {low}",
+            )
+        )
     return out
 
 

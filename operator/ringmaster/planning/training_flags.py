@@ -30,7 +30,7 @@ overrides). Pure: no I/O.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ringmaster.planning.command_line import (
     command_words,
@@ -66,6 +66,9 @@ class Launcher:
     # The recompute policy's setting and its values' names in the plan (README's table,
     # engine.llm_layout_names.RECOMPUTES); a value not in it is one the engine does not model.
     recompute: tuple[str, Mapping[str, str]] | None = None
+    # Switches that train in a low precision: name -> (precision, the value word that means it;
+    # "" for a switch or any value): what spec.model.computePrecision must then say.
+    precision: Mapping[str, tuple[str, str]] = field(default_factory=dict)
 
 
 def _script(*suffixes: str) -> Callable[[list[str], int], int]:
@@ -96,6 +99,7 @@ MEGATRON = Launcher(
     },
     {"--tp-comm-overlap": _TP_EXPOSED, "--overlap-p2p-communication": _PP_EXPOSED},
     ("--recompute-granularity", {"full": "Full", "selective": "Selective"}),
+    {"--fp8-format": ("fp8", ""), "--fp4-format": ("fp4", "")},
 )
 # NeMo 1 (megatron_gpt_pretraining.py with Hydra) and Megatron-Bridge's run scripts: overrides of
 # the model's and the trainer's config, wherever they appear on the line.
@@ -124,6 +128,7 @@ NEMO = Launcher(
         "model.activations_checkpoint_granularity",
         {"full": "Full", "selective": "Selective", "null": "None"},
     ),
+    {"model.fp8": ("fp8", "true")},
 )
 TORCHTITAN = Launcher(
     "torchtitan",
@@ -141,6 +146,7 @@ TORCHTITAN = Launcher(
     {"--parallelism.enable_async_tensor_parallel": _TP_EXPOSED},
     # torchtitan's selective AC defaults to its op-level policy (selective_ac_option "op")
     ("--activation_checkpoint.mode", {"full": "Full", "none": "None", "selective": "SelectiveOp"}),
+    {"--model.converters": ("fp8", "float8")},
 )
 MAXTEXT = Launcher(
     "MaxText",
@@ -189,6 +195,8 @@ class TrainingFlags:
     launcher: str
     conflicts: tuple[Conflict, ...]
     not_modelled: tuple[tuple[str, str], ...]  # (switch, what the plan assumes)
+    # (the switch as written, the precision it trains in) where the launcher states one
+    precision: tuple[str, str] | None = None
 
     def conflict_message(self) -> str:
         return (
@@ -237,8 +245,14 @@ def classify(
             continue  # no override of the layout on the line: not a NeMo / Bridge launch
         conflicts: list[Conflict] = []
         ignored: list[tuple[str, str]] = []
+        precision: tuple[str, str] | None = None
         for raw, value in pairs:
             name = _normalise(raw, launcher.style)
+            if name in launcher.precision:
+                low, word = launcher.precision[name]
+                if not word or (value is not None and word in value.strip().lower()):
+                    precision = (f"{raw} {value}" if value is not None else raw, low)
+                continue
             if name in launcher.not_modelled:
                 if value is None or value.strip().lower() in _TRUE:
                     ignored.append((raw, launcher.not_modelled[name]))
@@ -261,7 +275,7 @@ def classify(
             if launcher is MAXTEXT and same(final, "-1"):
                 continue  # MaxText's -1: the degree that fills the rest of the mesh
             conflicts.append(Conflict(raw, final, planned, variable))
-        return TrainingFlags(launcher.name, tuple(conflicts), tuple(ignored))
+        return TrainingFlags(launcher.name, tuple(conflicts), tuple(ignored), precision)
     return None
 
 
