@@ -15,6 +15,8 @@ launch gaps are not in them (what a serving engine's graphs see).
   128, FFN 14336, vocab 128256), bf16, contiguous KV cache, SDPA's decode attention, replayed from
   one CUDA graph, batch 1-256 x context 1k-4k: the check of the serving engine's decode step.
 - ``prefill``: the same model's forward over one prompt of 128-8192 tokens (causal SDPA).
+- ``serving_fused``: the decode and prefill steps again, beside the same steps with their norms,
+  RoPE, SwiGLU and residual adds fused as a serving engine runs them (serving_parts.py).
 - ``decode_ops``: the decode step's kernels alone: GEMMs at M = 1-512 (operand sets rotated past
   L2) and decode attention by batch x context (fits the decode ceilings of a chip).
 - ``grouped``: an MoE layer's expert GEMMs as ``torch._grouped_mm`` runs them (one kernel over
@@ -43,6 +45,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from device_common import BF16, DEV, GIB, graphed, median_ms, randn
+from serving_parts import measure_serving_fused
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from train_parts import TRAINING_PARTS
 
@@ -384,6 +387,7 @@ PARTS = {
     "prefill": measure_prefill,
     "decode_ops": measure_decode_ops,
     "grouped": measure_grouped,
+    "serving_fused": lambda out: measure_serving_fused(out, Llama(LLAMA_8B), attention_backend),
     **TRAINING_PARTS,
 }
 
