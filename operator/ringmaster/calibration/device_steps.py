@@ -268,19 +268,36 @@ def _decode_rows(folder: Path) -> list[DeviceRow]:
     return rows
 
 
+def _prefill_terms(acc: str, prompt: int) -> S.ServingTerms:
+    """The serving step's terms for prompts of ``prompt`` tokens with the attention kernel the
+    measured script ran (SDPA's FlashAttention 2)."""
+    model = KNOWN_TRANSFORMERS["llama-3.1-8b"]
+    a = DEFAULT_CATALOG.accelerator(acc)
+    return S.serving_terms(
+        model, a, 1, a.peak("bf16"), 2.0, 2.0, prompt, 1, prefill_attention="flash2"
+    )
+
+
+def _prefill_predicted(acc: str, batch: int, prompt: int) -> tuple[float, dict[str, float]]:
+    """The engine's time for ``batch`` prompts of ``prompt`` tokens in one forward (the GEMMs
+    see every token, each prompt's attention its own square), and its GEMM and attention parts."""
+    terms = _prefill_terms(acc, prompt)
+    tokens = batch * prompt
+    whole = _scalar(S.step_seconds(terms, 0.0, tokens, prompt_length=prompt))
+    gemm = max(tokens * _scalar(terms.prefill_gemm_per_token), _scalar(terms.weights_read))
+    attention = tokens * 0.5 * prompt * _scalar(terms.prefill_attention_per_context)
+    return whole, {"gemm": gemm, "attention": attention}
+
+
 def _prefill_rows(folder: Path) -> list[DeviceRow]:
     data = _load(folder, "prefill")
     if data is None:
         return []
     acc = _accelerator(folder)
-    base = _serving_terms(acc, S.DEFAULT_CONSTANTS)
     rows = []
     for r in data["rows"]:
         b, prompt = int(r["batch"]), int(r["prompt"])
-        terms = base._replace(input_tokens=np.asarray(float(prompt)))
-        # b prompts of `prompt` tokens in one forward: the GEMMs see b x prompt tokens, each
-        # prompt's attention its own square
-        predicted = _scalar(S.step_seconds(terms, 0.0, b * prompt, prompt_length=prompt))
+        predicted, _ = _prefill_predicted(acc, b, prompt)
         rows.append(
             DeviceRow(
                 folder.name,
@@ -291,6 +308,69 @@ def _prefill_rows(folder: Path) -> list[DeviceRow]:
                 predicted,
             )
         )
+    return rows
+
+
+def _decode_predicted(acc: str, batch: int, context: int) -> tuple[float, dict[str, float]]:
+    """The kernels-only decode step (as _decode_rows) and its GEMM and attention parts, each
+    with its kernels' floors."""
+    terms = _serving_terms(acc, KERNELS_ONLY)
+    model = KNOWN_TRANSFORMERS["llama-3.1-8b"]
+    ce = ceilings_for(DEFAULT_CATALOG.accelerator(acc))
+    whole = _scalar(S.step_seconds(terms, batch, 0.0, context_tokens=batch * context))
+    gemm_floor = ce.decode_gemm["bf16"][1] * 1e-6 * S.DECODE_GEMMS_PER_LAYER * model.layers
+    attention_floor = ce.decode_attention["flash2"][1] * 1e-6 * model.layers
+    gemm = max(batch * _scalar(terms.gemm_per_token), _scalar(terms.weights_read)) + gemm_floor
+    attention = batch * context * _scalar(terms.kv_read_per_token) + attention_floor
+    return whole, {"gemm": gemm, "attention": attention}
+
+
+def _with_parts(
+    predicted: dict[str, float], whole: float, measured: dict[str, float], measured_whole: float
+) -> tuple[tuple[str, float, float], ...]:
+    """(part, measured s, predicted s) for the GEMMs, the attention and the rest; the measured
+    parts are one profiled eager call's device time, the rest is the graph's time less them."""
+    gemm, attention = measured.get("gemm", 0.0) / 1e3, measured.get("attention", 0.0) / 1e3
+    rest = predicted["gemm"] + predicted["attention"]
+    return (
+        ("gemm", gemm, predicted["gemm"]),
+        ("attention", attention, predicted["attention"]),
+        ("rest", measured_whole - gemm - attention, whole - rest),
+    )
+
+
+def _serving_fused_rows(folder: Path) -> list[DeviceRow]:
+    """The serving_fused part: the decode and prefill steps with their norms, RoPE, SwiGLU and
+    residual adds fused (what a serving engine runs: the engine's step checked on its own terms)
+    and the same steps unfused, on the same machine (the decode and prefill groups)."""
+    data = _load(folder, "serving_fused")
+    if data is None:
+        return []
+    acc = _accelerator(folder)
+    rows = []
+    measured_by = {"decode": _decode_predicted, "prefill": _prefill_predicted}
+    for kind, predict in measured_by.items():
+        for r in data[kind]:
+            if "fused_ms" not in r:
+                continue
+            b, n = int(r["batch"]), int(r["context" if kind == "decode" else "prompt"])
+            whole, parts = predict(acc, b, n)
+            setup = f"llama-3.1-8b {kind} b{b} {'ctx' if kind == 'decode' else 's'}{n}"
+            for variant in ("fused", "unfused"):
+                measured = float(r[f"{variant}_ms"]) / 1e3
+                categories = r[f"{variant}_eager"]["device_ms_by_category"]
+                group = kind if variant == "unfused" else f"{kind}-fused"
+                rows.append(
+                    DeviceRow(
+                        folder.name,
+                        group,
+                        setup,
+                        acc,
+                        measured,
+                        whole,
+                        _with_parts(parts, whole, categories, measured),
+                    )
+                )
     return rows
 
 
@@ -362,7 +442,7 @@ def device_rows() -> tuple[DeviceRow, ...]:
     rows: list[DeviceRow] = []
     for folder in _folders():
         rows += _training_rows(folder) + _decode_rows(folder) + _prefill_rows(folder)
-        rows += _grouped_rows(folder)
+        rows += _grouped_rows(folder) + _serving_fused_rows(folder)
     return tuple(rows)
 
 
@@ -388,9 +468,9 @@ def render_device_section() -> str:
             f"{group:<16} {source:<16} {chosen[0].role:<7} {len(chosen):>4} {med:>12.1%} "
             f"{signed:>+8.1%} {low:>+8.1%}..{high:>+7.1%}"
         )
-    lines.append("Training parts (device time by kernel category, summed over the rows):")
+    lines.append("Parts (device time by kernel category, summed over the rows):")
     for group, source in keys:
-        if not group.startswith("training"):
+        if not (group.startswith("training") or group.endswith("-fused")):
             continue
         chosen = [r for r in rows if (r.group, r.source) == (group, source)]
         totals: dict[str, list[float]] = {}
@@ -417,9 +497,12 @@ def render_device_section() -> str:
             "engine.step_parts.FP8_CAST_BYTES_PER_ELEMENT"
         )
     lines.append(
-        "The decode rows are a graph of PyTorch's separate kernels (norms, RoPE, SwiGLU, the "
-        "cache write) that a serving engine fuses; the engine's decode step counts the GEMMs, "
-        "the attention and a floor per kernel, so these rows bound it from above."
+        "The decode and prefill rows are a graph of PyTorch's separate kernels (norms, RoPE, "
+        "SwiGLU, residual adds) that a serving engine fuses, so they bound the engine's step from "
+        "above; the -fused rows (serving_fused, 2026-11-27) run the same steps with those fused "
+        "by torch.compile, the GEMMs and SDPA's FlashAttention 2 unchanged: the engine's step "
+        "checked on what a serving engine runs (its prompt's attention at FlashAttention 2's "
+        "measured rate, the kernel that ran)."
     )
     return "\n".join(lines)
 

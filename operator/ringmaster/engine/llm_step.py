@@ -9,7 +9,7 @@ once, here, as the sum of the kernels a step runs one after another:
 ``step = O + o_seq n + 2 L all-reduces of (n + p) x hidden``
 ``     + max((n + p_gemm) x 2 P_m / (tp x peak x e_c), P_m w / (tp x HBM x e_w))``   (the GEMMs)
 ``     + (C + n c0) x k / (HBM x e_kv)``                              (decode attention)
-``     + p x attention FLOPs at half the prompt / (tp x peak x e_c)`` (prefill attention)
+``     + p x attention FLOPs at half the prompt / (tp x attention rate)`` (prefill attention)
 
 - **The GEMMs** (QKV, output, FFN, LM head) stream the weights once per step and multiply every
   token of the step: a roofline of their own. At batch 1 they are weight streaming; at a few
@@ -24,6 +24,10 @@ once, here, as the sum of the kernels a step runs one after another:
 - **Per-sequence step costs** ``o_seq`` grow with the batch: scheduling, sampling, the block
   tables' update and copy to the device, detokenisation; ``O`` is the fixed cost of a step
   (launches, synchronisation), per layer: ``O = O_32 x layers / 32``.
+- **Prefill attention** runs a FlashAttention-class kernel at its own measured rate
+  (engine.ceilings' forward attention at the prompt's length and head width: cuDNN's on Hopper
+  and newer, FlashAttention 2's on Ampere; serving_engines.prefill_attention_kernel), below the
+  GEMMs' (on the H100 at a 2k prompt 0.52 of the bf16 peak against the GEMMs' 0.70).
 - **Prefill-chunk interference**: the prompt tokens of a step join the decode tokens in the GEMMs
   (free while those stream weights, a full cost once compute binds) and add their own attention
   kernel, which does not overlap the decode attention.
@@ -96,6 +100,7 @@ from ringmaster.engine.ceilings import (
     H100_GEMM_HALF_DIM,
     H100_STREAM_GBPS,
     Ceilings,
+    ceilings_for,
     hbm_ratio,
     matmul_ratio,
 )
@@ -114,7 +119,11 @@ from ringmaster.engine.expert_dispatch import (
 )
 from ringmaster.engine.hardware import Accelerator, MachineType
 from ringmaster.engine.profiled import ceilings_hbm_ratio, ceilings_matmul_ratio
-from ringmaster.engine.serving_engines import engine_kv_read_fraction, fp8_decode_gemm
+from ringmaster.engine.serving_engines import (
+    engine_kv_read_fraction,
+    fp8_decode_gemm,
+    prefill_attention_kernel,
+)
 from ringmaster.engine.step_parts import fused_forward_elementwise_bytes
 from ringmaster.engine.tp_allreduce import engine_allreduce_seconds
 from ringmaster.engine.transformer import Transformer
@@ -131,23 +140,25 @@ F64 = NDArray[np.float64]
 
 # Sustained fraction of the dense 16-bit tensor peak in prefill and compute-bound GEMMs. Fitted on
 # one point, TensorRT-LLM's batch-1 time to first token of LLaMA-7B with a 2,048-token prompt on
-# A100 in FP16, 133 ms (trtllm-batch1-ttft-7b: the most compute-bound point published).
-LLM_COMPUTE_EFFICIENCY = 0.6552
+# A100 in FP16, 133 ms (trtllm-batch1-ttft-7b: the most compute-bound point published), with the
+# prompt's attention at its own kernel's measured rate (FlashAttention 2 on the A100).
+LLM_COMPUTE_EFFICIENCY = 0.6644
 # The same for FP8 GEMMs, as a fraction of the FP8 peak (twice the 16-bit one): FP8 kernels reach
-# a lower fraction of their doubled peak (per-tensor scaling, the BF16 epilogue, the attention that
-# stays 16-bit). Fitted with the two fitted constants below, by least squares of the log error, on
-# TensorRT-LLM 1.0's in-flight-batching throughput table (docs/source/performance/perf-overview.md:
-# Llama-3.1-8B on one H100 and one H200, Llama-3.3-70B on two H100s, ten mixes each); checked on
+# a lower fraction of their doubled peak (per-tensor scaling, the BF16 epilogue); the prompt's
+# attention stays 16-bit, at its kernel's rate. Fitted with the two fitted constants below, by
+# least squares of the log error, on TensorRT-LLM 1.0's in-flight-batching throughput table
+# (docs/source/performance/perf-overview.md: Llama-3.1-8B on one H100 and one H200, Llama-3.3-70B
+# on two H100s, ten mixes each); checked on
 # its other setups (70B on one H200, 405B on eight H100s and eight H200s) and on TensorRT-LLM's
 # FP8 TTFT of LLaMA-7B (36 ms for 2,048 tokens: -13%).
-LLM_FP8_COMPUTE_EFFICIENCY = 0.5681
+LLM_FP8_COMPUTE_EFFICIENCY = 0.5907
 # Achieved fraction of HBM bandwidth when the GEMMs stream the weights, and the fixed cost of one
 # step (kernel launches, synchronisation) of a 32-layer model. Fitted together on two points:
 # gpt-fast's batch-1 decode of Llama-2-7B (32 layers) in BF16 on A100-80GB at TP1 (104.9
 # tokens/s) and TP2 (168.8); checked at TP4 and TP8. The launches are per layer, so a model of L
 # layers pays L / 32 of it (405B's 126 layers: 5.2 ms a step): with it, the checked 405B rows of
 # the throughput table fall from +55% worst to +43%.
-LLM_MEMORY_EFFICIENCY = 0.8422
+LLM_MEMORY_EFFICIENCY = 0.8433
 LLM_STEP_OVERHEAD_SECONDS = 1.3110e-3
 OVERHEAD_FIT_LAYERS = 32
 # Paged decode attention: its achieved fraction of HBM bandwidth, the fixed work per sequence in
@@ -158,12 +169,14 @@ OVERHEAD_FIT_LAYERS = 32
 # FlashAttention fraction (engine.ceilings.H100_DECODE_ATTENTION). The other two are fitted with
 # LLM_FP8_COMPUTE_EFFICIENCY on the throughput table, through the batching model's offline
 # maximum (engine.llm_batching: the prompts' backlog chain), each step's all-reduces, FP8 GEMMs
-# and decode attention TensorRT-LLM's own: both land on their bound, zero: TensorRT-LLM's C++
-# runtime and XQA kernels show no per-sequence cost the table resolves. A Python-scheduled engine
+# and decode attention TensorRT-LLM's own: the fixed work lands at 31 tokens of context a
+# sequence (since prompts' attention runs at its kernel's rate, not the FP8 GEMMs': 0 before), the
+# host's cost on its bound, zero: TensorRT-LLM's C++ runtime shows no per-sequence host cost the
+# table resolves. A Python-scheduled engine
 # (vLLM) pays more (its v0.6 release notes: the GPU idled a third of the time on CPU overheads)
 # that no published table isolates: docs/engine.md, "Out of reach".
 LLM_KV_READ_EFFICIENCY = H100_DECODE_ATTENTION[DECODE_ATTENTION_KERNEL][0]
-LLM_KV_SEQUENCE_TOKENS = 0.0
+LLM_KV_SEQUENCE_TOKENS = 30.93
 LLM_SEQUENCE_OVERHEAD_SECONDS = 0.0
 # The decode step composed from the H100's measured decode terms (engine.ceilings,
 # H100_DECODE_GEMM / H100_DECODE_ATTENTION): weights streamed at 0.84 of HBM through GEMMs at
@@ -498,6 +511,7 @@ def serving_terms(
     dispatch_kernels: DispatchKernels = "low_latency",
     two_batch_overlap: bool = False,
     serving_engine: str | None = None,
+    prefill_attention: str | None = None,
 ) -> ServingTerms:
     """The costs of one replica of ``tp`` accelerators (every argument but the model may be an
     array: one call evaluates a grid of configurations). ``kv_memory_fraction``: the share of
@@ -522,7 +536,8 @@ def serving_terms(
     ``serving_engine``: the engine's name (engine.serving_engines), whose own tensor-parallel
     all-reduce inside a host (engine.tp_allreduce), FP8 GEMMs and decode attention are used
     where they were measured on the chip; None: NCCL's all-reduce, the fitted GEMMs and the
-    H100's measured FlashAttention fraction."""
+    H100's measured FlashAttention fraction. ``prefill_attention``: the kernel (engine.ceilings)
+    whose rate prices a prompt's attention (None: serving_engines.prefill_attention_kernel)."""
     g = _f(tp)
     groups = float(attention_data)
     pp = 1 if span is None else span.pipeline
@@ -674,6 +689,12 @@ def serving_terms(
     # a prompt token's attention per token of its prompt: causal, at the mean prompt (linear in
     # the prompt without a window; a window caps what each token attends to)
     attention = model.causal_attention_flops_per_token(n_in) / (0.5 * np.maximum(n_in, 1.0))
+    kernel = prefill_attention or prefill_attention_kernel(accelerator.nccl_arch)
+    chip = ceilings_for(accelerator) if ceilings is None else ceilings
+    # at the mean prompt's length, heads split over the tensor-parallel ranks
+    attention_rate = (
+        chip.attention_flops(kernel, "forward", np.maximum(n_in, 1.0), model.head_dim) * g
+    )
     share = 1.0 - HBM_RESERVE_FRACTION if kv_memory_fraction is None else _f(kv_memory_fraction)
     held = weights_bytes_per_accelerator(model, w, g, pp, attention_data, redundant_experts)
     free = capacity * share - held
@@ -708,7 +729,7 @@ def serving_terms(
             layer_flops + 2.0 * model.vocab * model.hidden / np.maximum(n_in, 1.0)
         )
         / (rate * pp * groups),
-        prefill_attention_per_context=_f(attention / (rate * pp * groups)),
+        prefill_attention_per_context=_f(attention / (attention_rate * pp * groups)),
         kv_read_per_token=kv_read_per_token,
         kv_read_per_sequence=constants.kv_sequence_tokens * kv_read_bytes / kv_hbm / groups,
         context_tokens=context,

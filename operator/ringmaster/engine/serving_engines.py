@@ -168,6 +168,16 @@ def engine_kv_read_fraction(
     return np.where(kv <= 1.0, fp8[0] if fp8 else np.nan, bf16[0] if bf16 else np.nan)
 
 
+def prefill_attention_kernel(nccl_arch: str) -> str:
+    """The kernel of engine.ceilings whose measured forward rate prices a prompt's attention.
+    Every engine runs a FlashAttention-class prefill kernel, never a GEMM-rate one: on Hopper
+    and newer a wgmma kernel (vLLM's FlashAttention 3, SGLang's FlashInfer / FlashAttention 3,
+    TensorRT-LLM's FMHA), priced at cuDNN's rate measured on the H100 (checked on AIConfigurator's
+    prefill-attention tables: vLLM 0.19.0 and SGLang 0.5.10 on the H100 within 9 % by median,
+    calibration.aiconfigurator); on Ampere FlashAttention 2's (the A100's published ratio)."""
+    return "flash2" if nccl_arch == "ampere" else "cudnn"
+
+
 def fp8_decode_gemm(accelerator: str, engine: str | None) -> tuple[float, float] | None:
     """(streaming ratio, extra seconds a call) of ``engine``'s FP8 GEMMs at decode batches on
     the chip over its bf16 ones, or None where not measured."""
