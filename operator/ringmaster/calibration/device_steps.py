@@ -34,7 +34,7 @@ import numpy as np
 
 from ringmaster.engine import llm_step as S
 from ringmaster.engine import llm_training as L
-from ringmaster.engine.ceilings import ceilings_for
+from ringmaster.engine.ceilings import DECODE_GEMMS_PER_LAYER, ceilings_for
 from ringmaster.engine.frameworks import framework as framework_profile
 from ringmaster.engine.hardware import DEFAULT_CATALOG
 from ringmaster.engine.llm_layout_names import RECOMPUTE_FULL, RECOMPUTE_NONE, SHARD_NONE
@@ -318,7 +318,7 @@ def _decode_predicted(acc: str, batch: int, context: int) -> tuple[float, dict[s
     model = KNOWN_TRANSFORMERS["llama-3.1-8b"]
     ce = ceilings_for(DEFAULT_CATALOG.accelerator(acc))
     whole = _scalar(S.step_seconds(terms, batch, 0.0, context_tokens=batch * context))
-    gemm_floor = ce.decode_gemm["bf16"][1] * 1e-6 * S.DECODE_GEMMS_PER_LAYER * model.layers
+    gemm_floor = ce.decode_gemm["bf16"][1] * 1e-6 * DECODE_GEMMS_PER_LAYER * model.layers
     attention_floor = ce.decode_attention["flash2"][1] * 1e-6 * model.layers
     gemm = max(batch * _scalar(terms.gemm_per_token), _scalar(terms.weights_read)) + gemm_floor
     attention = batch * context * _scalar(terms.kv_read_per_token) + attention_floor
