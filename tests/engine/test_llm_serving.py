@@ -167,6 +167,28 @@ def test_a_prompts_attention_runs_its_kernel_whatever_the_gemms_precision():
     assert per_context == pytest.approx([expected, expected], rel=1e-12)
 
 
+def test_the_plan_says_where_a_prompts_attention_rate_comes_from():
+    """Measured on the H100, published for the A100's FlashAttention 2, carried to the MI300X:
+    the evidence says which, so a carried rate is never silent."""
+    said = {}
+    for acc in ("nvidia-h100-80gb", "nvidia-a100-80gb", "amd-mi300x"):
+        inputs = L.LlmServingInputs(
+            model=KNOWN_TRANSFORMERS["llama-3.1-8b"],
+            accelerator=acc,
+            per_replica=8 if acc == "amd-mi300x" else 1,  # the catalog's MI300X: whole hosts
+            precision="BF16",
+            input_tokens_mean=1024,
+            output_tokens_mean=256,
+            ttft_p99_seconds=2.0,
+            tpot_p99_seconds=0.1,
+            target_requests_per_second=5,
+        )
+        said[acc] = L.predict_llm_serving(inputs).evidence
+    assert "a prompt's attention at cuDNN's forward rate (measured:" in said["nvidia-h100-80gb"]
+    assert "at FlashAttention 2's forward rate (published:" in said["nvidia-a100-80gb"]
+    assert "at cuDNN's forward rate (extrapolated: the H100's" in said["amd-mi300x"]
+
+
 def test_prompt_heavy_and_generation_heavy_mixes():
     prompt_heavy = replace(
         CHAT,

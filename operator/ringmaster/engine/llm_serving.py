@@ -82,6 +82,7 @@ from ringmaster.engine.profiled import (
 )
 from ringmaster.engine.serving_engines import (
     DEFAULT_SERVING_ENGINE,
+    prefill_attention_evidence,
     serving_engine,
     serving_evidence,
 )
@@ -829,6 +830,9 @@ def _predict_layout(
         evidence=(
             f"engine {profile.name} ({inputs.engine_source or 'given'}); "
             + serving_evidence(profile, acc.name)
+            + prefill_attention_evidence(
+                ceilings_for(acc) if pool.ceilings is None else pool.ceilings, acc.nccl_arch
+            )
             + pool.evidence
         ),
     )

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ringmaster.engine.ceilings import Ceilings
 from ringmaster.engine.tp_allreduce import ENGINE_KEYS, measured_allreduce
 
 SERVING_ENGINES = ("vLLM", "SGLang", "TensorRT-LLM")
@@ -176,6 +177,14 @@ def prefill_attention_kernel(nccl_arch: str) -> str:
     prefill-attention tables: vLLM 0.19.0 and SGLang 0.5.10 on the H100 within 9 % by median,
     calibration.aiconfigurator); on Ampere FlashAttention 2's (the A100's published ratio)."""
     return "flash2" if nccl_arch == "ampere" else "cudnn"
+
+
+def prefill_attention_evidence(ceilings: Ceilings, nccl_arch: str) -> str:
+    """Where the rate of a prompt's attention comes from, for the plan's evidence."""
+    kernel = prefill_attention_kernel(nccl_arch)
+    name = {"cudnn": "cuDNN's", "flash2": "FlashAttention 2's"}[kernel]
+    source = ceilings.evidence.get("attention", "engine.ceilings")
+    return f"; a prompt's attention at {name} forward rate ({source})"
 
 
 def fp8_decode_gemm(accelerator: str, engine: str | None) -> tuple[float, float] | None:
