@@ -60,6 +60,7 @@ class DeviceRow:
     parts: tuple[tuple[str, float, float], ...] = ()  # (part, measured s, predicted s)
     precision: str = "bf16"  # what the linear layers compute in
     role: str = "checked"  # "fitted" where a constant is fitted on the row
+    framework: str = "PyTorch"  # the profile a training row is held against
 
     @property
     def error(self) -> float:
@@ -87,8 +88,18 @@ def _scalar(x: Any) -> float:
     return float(np.ravel(x)[0])
 
 
-def training_model(config: dict[str, int], sequence: int) -> Transformer:
-    """The measured script's Llama shape (untied embeddings, gated FFN, GQA)."""
+def training_model(config: dict[str, Any], sequence: int) -> Transformer:
+    """The measured script's Llama shape (untied embeddings, gated FFN, GQA), or its MPT shape
+    (``arch: mpt``: llm-foundry's, as calibration.llm_training.mpt_model builds it)."""
+    if config.get("arch") == "mpt":
+        return Transformer(
+            config["layers"],
+            config["hidden"],
+            config["heads"],
+            config["vocab"],
+            sequence,
+            tied_embeddings=True,
+        )
     return Transformer(
         config["layers"],
         config["hidden"],
@@ -108,6 +119,7 @@ def one_gpu(
     autocast: bool = True,
     compiled: bool = False,
     precision: str = "bf16",
+    loss: str | None = None,
 ) -> L.LayoutHardware:
     """One GPU of ``accelerator``'s 8-GPU host; ``autocast``: False for bf16 weights (the
     measured script's ``bf16`` regime: the model cast to bf16, no autocast); ``compiled``:
@@ -115,6 +127,8 @@ def one_gpu(
     host = DEFAULT_CATALOG.host(accelerator, 8)
     profile = framework_profile(framework, compiled=compiled)
     profile = replace(profile, autocast_unsharded=profile.autocast_unsharded and autocast)
+    if loss is not None:  # the loss the measured script ran, where the profile's differs
+        profile = replace(profile, loss=loss)
     hw = L.layout_hardware(host, 1, DEFAULT_CATALOG, framework=profile)
     return replace(hw, per_host=1).with_precision(precision)
 
@@ -137,6 +151,7 @@ TRAINING_PARTS = (
     "train_short",
     "train_eager_fp8",
     "train_recompute",
+    "train_mpt",
 )
 
 
@@ -197,8 +212,21 @@ def _training_row(folder: Path, data: dict[str, Any], r: dict[str, Any]) -> Devi
     variant = str(r.get("variant", "autocast"))
     bf16_weights, compiled, precision = VARIANTS[variant.removesuffix("_ckpt")]
     recompute = RECOMPUTE_FULL if variant.endswith("_ckpt") else RECOMPUTE_NONE
-    hw = one_gpu(acc, autocast=not bf16_weights, compiled=compiled, precision=precision)
-    model = training_model(data["configs"][r["model"]], int(r["seq"]))
+    config = data["configs"][r["model"]]
+    # llm-foundry's MPT as its profile runs it, with the loss the script ran (PyTorch's
+    # cross-entropy on fp32-upcast logits, compiled where the step is; llm-foundry's tables
+    # ran flash-attn's fused kernel, which the script cannot import)
+    framework = "LLMFoundry" if config.get("arch") == "mpt" else "PyTorch"
+    loss = ("compiled" if compiled else "eager_upcast") if framework == "LLMFoundry" else None
+    hw = one_gpu(
+        acc,
+        framework,
+        autocast=not bf16_weights,
+        compiled=compiled,
+        precision=precision,
+        loss=loss,
+    )
+    model = training_model(config, int(r["seq"]))
     a = L.evaluate_layouts(
         model,
         hw,
@@ -230,12 +258,14 @@ def _training_row(folder: Path, data: dict[str, Any], r: dict[str, Any]) -> Devi
     return DeviceRow(
         folder.name,
         group,
-        f"{r['model']} b{r['batch']} s{r['seq']} PyTorch {'' if compiled else 'eager '}{variant}",
+        f"{r['model']} b{r['batch']} s{r['seq']} {framework} "
+        f"{'' if compiled else 'eager '}{variant}",
         acc,
         measured,
         predicted,
         parts,
         precision,
+        framework=framework,
     )
 
 

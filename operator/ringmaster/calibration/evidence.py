@@ -120,7 +120,12 @@ def _training_rows() -> list[CellRow]:
         if d.group.startswith("training"):
             rows.append(
                 CellRow(
-                    d.source, generation(d.accelerator), "PyTorch", d.precision, "checked", d.error
+                    d.source,
+                    generation(d.accelerator),
+                    d.framework,
+                    d.precision,
+                    "checked",
+                    d.error,
                 )
             )
     return rows
