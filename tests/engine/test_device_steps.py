@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ringmaster.calibration import device_steps as D
-from ringmaster.calibration.evidence import cell_evidence, training_cells
+from ringmaster.calibration.evidence import cell_evidence, throughput_error, training_cells
 from ringmaster.engine import llm_step as S
 from ringmaster.engine import llm_training as L
 from ringmaster.engine.ceilings import (
@@ -38,8 +38,8 @@ def test_every_measured_step_becomes_a_checked_row():
     # H100 call adds two autocast rows and three bf16-weight rows (forward + backward only);
     # the third (2026-11-26c) fourteen bf16-weight rows: compiled bf16 and FP8, eager bf16 and FP8
     assert (len(rows("training", "h100")), len(rows("training", "h200"))) == (5, 5)
-    assert len(rows("training-fwd-bwd", "b-h100")) == 3
-    assert len(rows("training-fwd-bwd", "c-h100")) == 14
+    assert len(rows("training-fwd-bwd", "26b-h100")) == 3
+    assert len(rows("training-fwd-bwd", "26c-h100")) == 14
     assert (len(rows("decode", "26-h100")), len(rows("decode", "26-h200"))) == (15, 17)
     assert (len(rows("prefill", "26-h100")), len(rows("prefill", "26-h200"))) == (8, 8)
     # 2026-11-27: the serving_fused part, each step fused and unfused (the 80 GB part skipped
@@ -318,3 +318,27 @@ def test_full_recompute_holds_on_the_h200():
     assert len(ckpt) == 4 and all(abs(r.error) < 0.07 for r in ckpt)
     (plain,) = [r for s, r in by.items() if "ckpt" not in s]
     assert abs(plain.error) < 0.03
+
+
+def test_llm_foundrys_mpt_on_one_h100_is_planned_slower_than_it_ran():
+    """llm-foundry's MPT block on one lent H100 today (train_mpt: PyTorch 2.11, FlashAttention 2,
+    bf16 weights) against the LLMFoundry profile: every row planned slower than it ran (+3..+15 %
+    in time), its GEMMs 11-17 % slow as in every measured step (they run near the burst clock,
+    the engine at the sustained one) and its eager memory-bound part 25-38 % slow (F.layer_norm
+    and GELU are single native kernels), compiled within 1 %. The published H100 tables (2023's
+    stack on 8 GPUs) lean the other way, +11 % in throughput: that lean is not the one-GPU
+    composition. In the evidence matrix the rows count in throughput's sign (+ = promises more)."""
+    mpt = rows("training-fwd-bwd", "27b-h100")
+    assert len(mpt) == 5 and {r.framework for r in mpt} == {"LLMFoundry"}
+    for r in mpt:
+        assert 0.0 < r.error < 0.2, r.setup
+        assert throughput_error(r) == pytest.approx(r.measured / r.predicted - 1.0)
+        assert throughput_error(r) < 0.0
+        parts = {name: p / m - 1.0 for name, m, p in r.parts}
+        assert 0.10 < parts["gemm"] < 0.18, r.setup
+        if "compile" in r.setup:
+            assert abs(parts["memory-bound + loss"]) < 0.05
+        else:
+            assert 0.2 < parts["memory-bound + loss"] < 0.4, r.setup
+    cells = {(c.generation, c.framework, c.precision): c for c in training_cells()}
+    assert cells[("H100", "LLMFoundry", "bf16")].checked == 37 + 5

@@ -23,7 +23,7 @@ from functools import lru_cache
 from statistics import median
 
 from ringmaster.calibration import llm_training as T
-from ringmaster.calibration.device_steps import device_rows
+from ringmaster.calibration.device_steps import DeviceRow, device_rows
 from ringmaster.calibration.multislice import multislice_report
 from ringmaster.engine import llm_training as L
 
@@ -57,6 +57,12 @@ class CellRow:
     precision: str
     role: str  # fitted | checked
     error: float
+
+
+def throughput_error(row: DeviceRow) -> float:
+    """A measured step's error in the matrix's sign (+ = the engine promises more): the device
+    rows compare times (predicted / measured - 1), the published ones tokens per second."""
+    return row.measured / row.predicted - 1.0
 
 
 @dataclass(frozen=True)
@@ -125,7 +131,7 @@ def _training_rows() -> list[CellRow]:
                     d.framework,
                     d.precision,
                     "checked",
-                    d.error,
+                    throughput_error(d),
                 )
             )
     return rows
