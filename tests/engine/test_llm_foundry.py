@@ -138,7 +138,8 @@ def test_llm_foundry_rows_fit_one_kernel_constant_and_check_it_on_other_tables()
         cells[("A100", "LLMFoundry", "bf16")].fitted,
         cells[("A100", "LLMFoundry", "bf16")].checked,
     ) == (61, 78)
-    assert cells[("H100", "LLMFoundry", "bf16")].checked == 37
+    # the H100 table's 37 rows and the 5 MPT steps measured on a lent H100 (train_mpt)
+    assert cells[("H100", "LLMFoundry", "bf16")].checked == 37 + 5
     assert cells[("H100", "LLMFoundry", "fp8")].checked == 7
     assert "78 checked runs" in cell_evidence("nvidia-tesla-a100", "LLMFoundry", "bf16")
     rows = {r.id: r for r in throughput_report()}

@@ -378,8 +378,8 @@ def _serving_fused_rows(folder: Path) -> list[DeviceRow]:
         return []
     acc = _accelerator(folder)
     rows = []
-    measured_by = {"decode": _decode_predicted, "prefill": _prefill_predicted}
-    for kind, predict in measured_by.items():
+    predictors = {"decode": _decode_predicted, "prefill": _prefill_predicted}
+    for kind, predict in predictors.items():
         for r in data[kind]:
             if "fused_ms" not in r:
                 continue
