@@ -140,25 +140,26 @@ def measure_serving_fused(out: dict[str, Any], model: Any, backend_for: Any) -> 
         "GEMMs and SDPA unchanged; categories from one profiled eager call of each",
     }
     free = torch.cuda.mem_get_info()[0]
-    for batch, context in DECODE_CONFIGS:
-        if batch * context * kv_per_token > free - 8 * GIB:
-            continue
+    fits = [(b, n) for b, n in DECODE_CONFIGS if b * n * kv_per_token <= free - 8 * GIB]
+    measure_rows(
+        decode_rows, fits, "context", lambda b, n: decode_row(model, ops, b, n, backend_for)
+    )
+    measure_rows(
+        prefill_rows,
+        PREFILL_CONFIGS,
+        "prompt",
+        lambda b, p: prefill_row(model, ops, b, p, backend_for),
+    )
+
+
+def measure_rows(rows: list[dict[str, Any]], configs: Any, length: str, measure: Any) -> None:
+    """One row per (batch, length): a failed configuration leaves its traceback, not a gap."""
+    for batch, n in configs:
         try:
-            decode_rows.append(decode_row(model, ops, batch, context, backend_for))
+            rows.append(measure(batch, n))
         except Exception:
-            decode_rows.append(
-                {"batch": batch, "context": context, "failure": traceback.format_exc()[-800:]}
-            )
-        print(json.dumps(decode_rows[-1]), flush=True)
-        torch.cuda.empty_cache()
-    for batch, prompt in PREFILL_CONFIGS:
-        try:
-            prefill_rows.append(prefill_row(model, ops, batch, prompt, backend_for))
-        except Exception:
-            prefill_rows.append(
-                {"batch": batch, "prompt": prompt, "failure": traceback.format_exc()[-800:]}
-            )
-        print(json.dumps(prefill_rows[-1]), flush=True)
+            rows.append({"batch": batch, length: n, "failure": traceback.format_exc()[-800:]})
+        print(json.dumps(rows[-1]), flush=True)
         torch.cuda.empty_cache()
 
 

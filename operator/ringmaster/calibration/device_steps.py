@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from ringmaster.calibration.llm_training import mpt_transformer
 from ringmaster.engine import llm_step as S
 from ringmaster.engine import llm_training as L
 from ringmaster.engine.ceilings import DECODE_GEMMS_PER_LAYER, ceilings_for
@@ -90,15 +91,10 @@ def _scalar(x: Any) -> float:
 
 def training_model(config: dict[str, Any], sequence: int) -> Transformer:
     """The measured script's Llama shape (untied embeddings, gated FFN, GQA), or its MPT shape
-    (``arch: mpt``: llm-foundry's, as calibration.llm_training.mpt_model builds it)."""
+    (``arch: mpt``: llm-foundry's, calibration.llm_training.mpt_transformer)."""
     if config.get("arch") == "mpt":
-        return Transformer(
-            config["layers"],
-            config["hidden"],
-            config["heads"],
-            config["vocab"],
-            sequence,
-            tied_embeddings=True,
+        return mpt_transformer(
+            config["hidden"], config["heads"], config["layers"], config["vocab"], sequence
         )
     return Transformer(
         config["layers"],

@@ -130,7 +130,12 @@ MPT_VOCAB = 50368
 
 def mpt_model(size: str, seq: int) -> Transformer:
     d_model, heads, layers = MPT_SHAPES[size]
-    return Transformer(layers, d_model, heads, MPT_VOCAB, seq, tied_embeddings=True)
+    return mpt_transformer(d_model, heads, layers, MPT_VOCAB, seq)
+
+
+def mpt_transformer(d_model: int, heads: int, layers: int, vocab: int, seq: int) -> Transformer:
+    """llm-foundry's MPT: GELU FFN of 4 x d_model, learned positions, the head tied."""
+    return Transformer(layers, d_model, heads, vocab, seq, tied_embeddings=True)
 
 
 @dataclass(frozen=True)
