@@ -13,6 +13,9 @@ several seconds a row.
     PYTHONPATH=operator python benchmarks/aiconfigurator/compare.py \
         --aic /tmp/aic/bin/aiconfigurator
 
+``--nvfp4`` runs the LLM serving table's NVFP4 rows on the B200 and GB200 instead (TensorRT-LLM
+1.0's and v0.21's perf-overview, offline at trtllm-bench's batch).
+
 Model configs are written from Ringmaster's catalog (engine.transformer) into a temporary folder
 (AIConfigurator reads a Hugging Face config.json; nothing is downloaded).
 """
@@ -28,12 +31,16 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
+import yaml
+
 from ringmaster.calibration import llm_serving as LC
 from ringmaster.calibration import serving_engines as SE
 from ringmaster.engine.hardware import DEFAULT_CATALOG
 from ringmaster.engine.transformer import KNOWN_TRANSFORMERS, Transformer
 
-SYSTEMS = {"H100": "h100_sxm", "H200": "h200_sxm", "B200": "b200_sxm"}
+SYSTEMS = {"H100": "h100_sxm", "H200": "h200_sxm", "B200": "b200_sxm", "GB200": "gb200"}
+# AIConfigurator's GEMM quantisation per weight precision of the rows
+GEMM_QUANT = {"FP8": "fp8", "FP4": "nvfp4"}
 
 
 def _config(model: Transformer) -> dict[str, Any]:
@@ -57,11 +64,12 @@ def _config(model: Transformer) -> dict[str, Any]:
 
 def _run(aic: str, folder: Path, point: dict[str, Any], mode: str, batch: int) -> dict[str, float]:
     w = point["workload"]
+    quant = GEMM_QUANT[point.get("precision", "FP8")]
     args = [
         aic, "cli", "estimate", "--model-path", str(folder), "--system", SYSTEMS[point["gpu"]],
         "--backend", "trtllm", "--estimate-mode", mode, "--isl", str(w["input"]),
         "--osl", str(w["output"]), "--batch-size", str(batch), "--tp-size", str(point["tp"]),
-        "--gemm-quant-mode", "fp8", "--kvcache-quant-mode", "fp8",
+        "--gemm-quant-mode", quant, "--kvcache-quant-mode", "fp8",
     ]  # fmt: skip
     out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
     figures = {}
@@ -121,10 +129,68 @@ def compare(aic: str) -> list[dict[str, Any]]:
     return rows
 
 
+def compare_nvfp4(aic: str) -> list[dict[str, Any]]:
+    """The LLM serving table's NVFP4 rows on the B200 and GB200 (TensorRT-LLM 1.0's and v0.21's
+    perf-overview, dense Llama models: calibration/llm_serving_points.yaml), offline at
+    trtllm-bench's batch as the serving-engine rows are."""
+    rows = []
+    ours = {r.quantity: r for r in LC.llm_serving_rows(_points()) if "(FP4)" in r.quantity}
+    sections = (LC.V1_BLACKWELL_SECTION, LC.MOE_FP4_SECTION)
+    with tempfile.TemporaryDirectory() as tmp:
+        for section in sections:
+            for t in LC.throughput_rows(None, section):
+                mine = ours.get(f"{t.quantity} ({t.precision})")
+                if t.precision != "FP4" or mine is None:
+                    continue
+                model = LC.MODELS[t.model]
+                folder = Path(tmp) / t.model
+                folder.mkdir(exist_ok=True)
+                (folder / "config.json").write_text(json.dumps(_config(model)))
+                point = {
+                    "id": f"{mine.id} {t.model} {t.gpu} TP{t.tp} {t.input}/{t.output}",
+                    "gpu": t.gpu,
+                    "tp": t.tp,
+                    "precision": t.precision,
+                    "workload": {"input": t.input, "output": t.output},
+                }
+                acc = DEFAULT_CATALOG.accelerator(LC.GPUS[t.gpu])
+                bs, _ = LC.trtllm_bench(
+                    model, acc, t.tp, t.input, t.output, LC.L.WEIGHT_BYTES[t.precision]
+                )
+                theirs = _largest_batch_that_fits(aic, folder, point, int(bs))
+                rows.append(
+                    {
+                        "point": point["id"],
+                        "published": t.published,
+                        "ringmaster": mine.predicted,
+                        "aiconfigurator": theirs,
+                        "ringmaster_error": mine.error,
+                        "aiconfigurator_error": theirs / t.published - 1.0,
+                    }
+                )
+    return rows
+
+
+def _points() -> dict[str, Any]:
+    from ringmaster import calibration
+
+    path = calibration.SHARED_POINTS
+    if not path.exists():
+        path = calibration.PACKAGED_POINTS
+    loaded: dict[str, Any] = yaml.safe_load(path.read_text())
+    return loaded
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--aic", default="aiconfigurator", help="the aiconfigurator executable")
-    rows = compare(parser.parse_args().aic)
+    parser.add_argument(
+        "--nvfp4",
+        action="store_true",
+        help="the LLM serving table's NVFP4 rows on the B200 and GB200 instead",
+    )
+    args = parser.parse_args()
+    rows = compare_nvfp4(args.aic) if args.nvfp4 else compare(args.aic)
     print(f"{'point':<58} {'published':>10} {'Ringmaster':>11} {'AIConfigurator':>15}")
     for r in rows:
         print(

@@ -7,7 +7,7 @@ collect_gemm.py, collect_attn.py) and stored as parquet under
 aic-core/src/aiconfigurator_core/systems/data/<system>/<op>/<engine>/<version>/. This script reads
 them from a git checkout at one commit and writes the subset the engine's ceilings are checked
 (and, for chips without a measurement of the team's own, fitted) on: the shapes a dense model's
-serving step runs, bf16 and fp8, and nothing else, so the file stays small.
+serving step runs, bf16, fp8 and (on Blackwell) NVFP4, and nothing else, so the file stays small.
 
 It needs pyarrow (not a Ringmaster dependency; the JSON it writes is what the project reads):
 
@@ -60,14 +60,15 @@ VERSIONS = {
     ("trtllm", "gb200"): "1.3.0rc20",
 }
 PAIR_VERSIONS = {("vllm", "h100_sxm", "0.14.0")}  # the A100's vLLM pair
-DECODE_M = (1, 4, 16, 32, 64, 128, 256, 512)
+DECODE_M = (1, 4, 16, 32, 64, 128, 256, 512, 1024)
 PREFILL_M = (2048, 8192)
 WIDTHS = (1024, 2048, 4096, 8192, 16384)
 DECODE_BATCH = (1, 8, 32, 128, 512)
 DECODE_CONTEXT = (1024, 4096, 16384)
 PREFILL_LENGTH = (1024, 2048, 4096, 8192, 16384)
 HEADS = ((8, 1), (32, 8), (64, 8))  # (query heads, KV heads) a GPU holds: 70B at TP8, 8B, 70B
-GEMM_DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}
+# NVFP4 (E2M1 with an E4M3 scale per 16) on the chips that have FP4 tensor cores
+GEMM_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "nvfp4": "fp4"}
 # The serving engines' tensor-parallel all-reduce (custom one/two-shot kernels, CUDA-graph
 # captured as the engines run them), bf16 elements: a decode step's activations (batch 1-512 x
 # hidden 4k-16k) and a prefill chunk's (up to 8k tokens x 8k).

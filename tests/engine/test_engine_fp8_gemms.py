@@ -48,20 +48,30 @@ def test_fp8_weights_pay_the_engines_kernel_by_hand():
     assert float(trt.overhead) - float(plain.overhead) == pytest.approx(extra_floor)
 
 
-def test_bf16_and_fp4_gemms_are_not_charged_the_fp8_kernel():
+def test_every_engines_fp4_gemm_is_the_one_its_table_gives():
+    assert A.derive_engine_fp8_decode("fp4") == E.ENGINE_FP4_DECODE_GEMM
+
+
+def test_bf16_gemms_pay_no_kernel_and_fp4_ones_their_own():
     assert float(_terms("bf16", "TensorRT-LLM").weights_read) == float(
         _terms("bf16", None).weights_read
     )
     b200 = DEFAULT_CATALOG.accelerator("nvidia-b200")
 
-    def fp4(engine: str | None) -> float:
-        t = S.serving_terms(
-            MODEL, b200, 8, b200.peak("fp4"), 0.5, 1.0, 128.0, 2048.0,
+    def fp4(engine: str | None) -> S.ServingTerms:
+        return S.serving_terms(
+            MODEL, b200, 8, b200.peak("fp4"), 0.5625, 1.0, 128.0, 2048.0,
             compute_precision="fp4", serving_engine=engine,
         )  # fmt: skip
-        return float(t.weights_read)
 
-    assert fp4("TensorRT-LLM") == fp4(None)
+    stream, extra = E.ENGINE_FP4_DECODE_GEMM[("nvidia-b200", "trtllm")]
+    assert (stream, extra) != E.ENGINE_FP8_DECODE_GEMM[("nvidia-b200", "trtllm")]
+    trt, plain = fp4("TensorRT-LLM"), fp4(None)
+    assert float(trt.weights_read) == pytest.approx(float(plain.weights_read) / stream)
+    # NVFP4 streams its weights at about half the bf16 rate a byte at decode batches
+    assert 0.4 < stream < 0.65
+    extra_floor = MODEL.layers * S.DECODE_GEMMS_PER_LAYER * extra * 1e-6
+    assert float(trt.overhead) - float(plain.overhead) == pytest.approx(extra_floor)
 
 
 def test_an_engine_without_a_table_keeps_the_bf16_streaming():

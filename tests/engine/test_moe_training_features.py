@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 
+from ringmaster.engine import ceilings as CE
 from ringmaster.engine import llm_training as L
 from ringmaster.engine import moe_training as M
 from ringmaster.engine.ceilings import ceilings_for
@@ -205,16 +206,23 @@ def test_dualpipe_shortens_deepseek_v3_s_published_layout() -> None:
 # --- FP4 ------------------------------------------------------------------------------------
 
 
-def test_fp4_gemms_are_fp8_s_fractions_at_the_fp4_peak() -> None:
+def test_fp4_gemms_are_their_measured_fraction_at_the_fp4_peak(monkeypatch) -> None:
+    """NVFP4 at the B200's measured FP4 fraction (engine.ceilings.MEASURED_FP4_MATMUL_RATIO,
+    over the H100's FP8) on FP8's shape model; a chip without one carries FP8's fraction."""
     b200 = DEFAULT_CATALOG.accelerator("nvidia-b200")
-    ce = ceilings_for(b200)
     ratio = b200.peak("fp4") / b200.peak("fp8")
     assert ratio == 2.0
-    for width, tokens in ((1024, 4096), (8192, 8192), (256, 512)):
-        fp4 = float(ce.gemm_flops("fp4", width, tokens))
-        fp8 = float(ce.gemm_flops("fp8", width, tokens))
-        assert fp4 == pytest.approx(ratio * fp8)
-    assert "carried from FP8" in ce.evidence["matmul-fp4"]
+    measured = CE.MEASURED_FP4_MATMUL_RATIO["nvidia-b200"] / CE.matmul_ratio("nvidia-b200", "fp8")
+    for carried in (False, True):
+        if carried:
+            monkeypatch.setattr(CE, "MEASURED_FP4_MATMUL_RATIO", {})
+        ce = ceilings_for(b200)
+        for width, tokens in ((1024, 4096), (8192, 8192), (256, 512)):
+            fp4 = float(ce.gemm_flops("fp4", width, tokens))
+            fp8 = float(ce.gemm_flops("fp8", width, tokens))
+            assert fp4 == pytest.approx(ratio * fp8 * (1.0 if carried else measured))
+        word = "carried from FP8" if carried else "measured: NVFP4"
+        assert word in ce.evidence["matmul-fp4"]
 
 
 @pytest.mark.parametrize("model", [LLAMA_8B, QWEN3_30B], ids=["dense", "moe"])

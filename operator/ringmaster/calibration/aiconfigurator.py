@@ -44,12 +44,14 @@ from ringmaster.calibration.ceilings import _fit_decode_attention_terms, _fit_de
 from ringmaster.engine import ceilings as CE
 from ringmaster.engine.hardware import DEFAULT_CATALOG
 from ringmaster.engine.llm_step import nccl_tp_allreduce_seconds
-from ringmaster.engine.serving_engines import ENGINE_DECODE_ATTENTION
+from ringmaster.engine.serving_engines import ENGINE_DECODE_ATTENTION, ENGINE_GEMM_RATE
 from ringmaster.engine.tp_allreduce import engine_allreduce_seconds
 
 AIC_FILE = Path(__file__).with_name("measured") / "aiconfigurator.json"
 DECODE_MAX_M = 512  # the GEMM rows at decode batches; larger ones are prefill's
 PREFILL_MIN_M = 2048
+# A weight's bytes per GEMM dtype (NVFP4: 4 bits and one E4M3 scale per 16)
+GEMM_WEIGHT_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5 + 1.0 / 16.0}
 FIT_ENGINE = "vllm"
 # The H100 table each chip's vLLM table is paired with (the same vLLM version).
 PAIR_VERSION = {
@@ -168,7 +170,7 @@ def _decode_gemm(
 ) -> tuple[np.ndarray, ...]:
     rows = (t.gemm_dtype == precision) & (t.gemm_mnk[:, 0] <= max_m)
     m, n, k = t.gemm_mnk[rows].T
-    weight_bytes = n * k * (1.0 if precision == "fp8" else 2.0)
+    weight_bytes = n * k * GEMM_WEIGHT_BYTES[precision]
     return t.gemm_seconds[rows], weight_bytes, 2.0 * m * n * k, np.minimum(n, k)
 
 
@@ -257,7 +259,7 @@ class OpCheck:
 def _op_errors(t: AicTable) -> dict[str, np.ndarray]:
     ce = CE.ceilings_for(DEFAULT_CATALOG.accelerator(t.accelerator))
     out: dict[str, np.ndarray] = {}
-    for p in ("bf16", "fp8"):
+    for p in ("bf16", "fp8", "fp4"):
         if p not in ce.decode_gemm:
             continue
         seconds, weights, flops, width = _decode_gemm(t, p)
@@ -298,6 +300,8 @@ def check_rows() -> tuple[OpCheck, ...]:
                 "decode GEMM bf16",
                 "decode attention",
             )
+            # engine.ceilings.MEASURED_FP4_MATMUL_RATIO: fitted on every engine's prompt rows
+            fitted |= op == "prefill GEMM fp4" and t.accelerator in GEMM_RATE_CHIPS
             role = "fitted" if fitted else "checked"
             checks.append(OpCheck(t.label, t.accelerator, t.engine, op, errors, role))
     return tuple(checks)
@@ -308,9 +312,11 @@ def render_section() -> str:
     lines = [
         f"AIConfigurator's operator databases ({source()}): the engine's ceilings per chip and"
         " serving engine, predicted / measured - 1. Fitted: the A100's, B200's and GB200's decode"
-        " terms (bf16 decode GEMMs, decode attention) by their vLLM table over the H100's;"
-        " every other row checked. Each serving engine's all-reduce (below) and FP8 decode GEMMs"
-        " (engine.serving_engines.ENGINE_FP8_DECODE_GEMM) are fitted on the same tables.",
+        " terms (bf16 decode GEMMs, decode attention) by their vLLM table over the H100's, and"
+        " the Blackwell chips' FP4 GEMMs (engine.ceilings.MEASURED_FP4_MATMUL_RATIO) by every"
+        " engine's prompt-sized rows; every other row checked. Each serving engine's all-reduce"
+        " (below), FP8 decode GEMMs (engine.serving_engines.ENGINE_FP8_DECODE_GEMM) and GEMM rates"
+        " on Blackwell (ENGINE_GEMM_RATE, below) are fitted on the same tables.",
         f"{'table':<26} {'op':<18} {'role':<8} {'rows':>5} {'median |err|':>13} {'signed':>8}",
     ]
     for c in check_rows():
@@ -330,11 +336,19 @@ def render_section() -> str:
         + ", ".join(f"{op} {median(v):.1%}" for op, v in sorted(by_op.items()))
     )
     h100 = {c.op: c.signed for c in check_rows() if c.table == "h100_sxm vllm 0.19.0"}
+    fp8 = [
+        c.signed
+        for c in check_rows()
+        if c.accelerator == H100
+        and c.op == "prefill GEMM fp8"
+        and (c.accelerator, c.engine, c.table.rsplit(" ", 1)[-1]) != ALLREDUCE_CHECK_TABLE
+    ]
     lines.append(
         "The fitted chips' rows carry the H100's own offset from this database (its measured"
         f" decode GEMMs {h100['decode GEMM bf16']:+.1%}, decode attention"
         f" {h100['decode attention']:+.1%} here: CUDA-graph timing over many calls reads lower"
-        " floors) and its floors: the ratio is fitted, not the absolute time."
+        f" floors; its FP8 prompt GEMMs, which FP4 is stated over, {min(fp8):+.0%} to"
+        f" {max(fp8):+.0%} by engine) and its floors: the ratio is fitted, not the absolute time."
     )
     lines.append(
         "Tensor-parallel all-reduce (engine.tp_allreduce), median |error| at decode sizes by GPU"
@@ -360,6 +374,21 @@ def render_section() -> str:
             f"  {label:<26} {kv:<5} {role:<8} f_kv {f_kv:.3f}"
             f"  {float(np.median(np.abs(errors))):.1%} (largest {worst:.0%})"
         )
+    lines.append(
+        "GEMM rates on Blackwell per engine (engine.serving_engines.ENGINE_GEMM_RATE): the"
+        " engine's fraction of the chip's peak over its fraction of the H100's (FP4 over FP8), at"
+        " decode batches / prompt chunks; the published matmul ratio the ceilings carry is "
+        + ", ".join(
+            f"{chip} {p} {CE.matmul_ratio(chip, p):.3g}"
+            for chip in GEMM_RATE_CHIPS
+            for p in ("bf16", "fp8")
+        )
+    )
+    by_table: dict[tuple[str, str], list[str]] = {}
+    for (chip, engine, p), (decode, prompt) in ENGINE_GEMM_RATE.items():
+        by_table.setdefault((chip, engine), []).append(f"{p} {decode:.3f} / {prompt:.3f}")
+    for (chip, engine), rates in by_table.items():
+        lines.append(f"  {chip:<16} {engine:<7} " + ", ".join(rates))
     lines.append(
         "The method on the H200 (its own terms measured on a lent one): "
         + ", ".join(f"{n} {r:g} by the ratio, {m:g} measured" for n, r, m in ratio_check())
@@ -463,28 +492,30 @@ def fit_stream(seconds: np.ndarray, weight_bytes: np.ndarray, hbm: float) -> tup
     return float(fractions[j]), float(floors[i])
 
 
-def fit_fp8_decode(t: AicTable) -> tuple[float, float] | None:
+def fit_fp8_decode(t: AicTable, precision: str = "fp8") -> tuple[float, float] | None:
     """(streaming ratio, extra floor us) of the engine's FP8 GEMMs at decode batches over its own
     bf16 ones on the chip: f_w(fp8) / f_w(bf16) and floor(fp8) - floor(bf16), each fitted on the
     weight-bound rows (M <= 64) as floor + weights / (f_w HBM) (fit_stream). An engine's FP8 GEMM
     quantises its activations in a kernel of its own first: TensorRT-LLM's cost ~10 us more a
-    call than its bf16 ones at the same streaming rate. None where the table has no FP8 rows."""
+    call than its bf16 ones at the same streaming rate. None where the table has no FP8 rows.
+    ``precision="fp4"``: the same for its NVFP4 GEMMs (their weights at 0.5625 bytes)."""
     acc = DEFAULT_CATALOG.accelerator(t.accelerator)
     terms = {}
-    for p in ("bf16", "fp8"):
+    for p in ("bf16", precision):
         seconds, weights, _, _ = _decode_gemm(t, p, STREAM_MAX_M)
         if not len(seconds) or not acc.supports(p):
             return None
         terms[p] = fit_stream(seconds, weights, acc.memory_bandwidth)
-    (f8, floor8), (f16, floor16) = terms["fp8"], terms["bf16"]
+    (f8, floor8), (f16, floor16) = terms[precision], terms["bf16"]
     return round(f8 / f16, 3), round(floor8 - floor16, 1)
 
 
-def derive_engine_fp8_decode() -> dict[tuple[str, str], tuple[float, float]]:
-    """What engine.serving_engines.ENGINE_FP8_DECODE_GEMM holds."""
+def derive_engine_fp8_decode(precision: str = "fp8") -> dict[tuple[str, str], tuple[float, float]]:
+    """What engine.serving_engines.ENGINE_FP8_DECODE_GEMM holds (``precision="fp4"``:
+    ENGINE_FP4_DECODE_GEMM)."""
     out = {}
     for t in _fitting_tables():
-        fit = fit_fp8_decode(t)
+        fit = fit_fp8_decode(t, precision)
         if fit is not None:
             out[(t.accelerator, t.engine)] = fit
     return out
@@ -537,3 +568,77 @@ def decode_attention_checks() -> list[tuple[str, str, str, float, np.ndarray]]:
             predicted = floor_us * 1e-6 + nbytes / (f_kv * acc.memory_bandwidth)
             out.append((t.label, kv, role, f_kv, predicted / seconds - 1.0))
     return out
+
+
+# --- the serving engines' GEMM rates on the chips never measured here (engine.serving_engines) ---
+
+# Blackwell: no lent GPU measured it and no fitted serving row runs on it, and every engine's
+# FP8 table contradicts the published matmul ratio the ceilings carry there (prefill GEMMs
+# 37-57 % slower than it predicts, bf16 within 3 %). The A100 (a fitted TTFT row) and the H200
+# (a lent one) keep their own evidence.
+GEMM_RATE_CHIPS = ("nvidia-b200", "nvidia-gb200")
+# The batches a step's GEMMs compute-bind at: decode batches (a few hundred to a thousand
+# sequences) and prompt chunks (thousands of tokens).
+DECODE_BAND_M = (256, 512, 1024)
+PREFILL_BAND_M = (2048, 8192)
+# A served model's GEMMs are this wide and wider on their narrow side (8B's hidden at TP 1,
+# 70B's at TP 2): the 1,024-2,048-wide shapes leave Blackwell's larger tiles idle and would
+# charge every model for them.
+GEMM_RATE_MIN_WIDTH = 4096
+# The H100 precision a chip's precision is compared with (the H100 has no FP4 units: FP4 is
+# stated over its FP8, the fraction the serving constants hold for both).
+H100_REFERENCE_PRECISION = {"bf16": "bf16", "fp8": "fp8", "fp4": "fp8"}
+
+
+def _peak_fractions(
+    t: AicTable, precision: str, band: tuple[int, ...]
+) -> dict[tuple[int, int, int], float]:
+    """(m, n, k) -> the GEMM's achieved fraction of the chip's ``precision`` peak, the rows of
+    the band at the served widths."""
+    acc = DEFAULT_CATALOG.accelerator(t.accelerator)
+    if not acc.supports(precision):
+        return {}
+    rows = (t.gemm_dtype == precision) & np.isin(t.gemm_mnk[:, 0], band)
+    rows &= np.minimum(t.gemm_mnk[:, 1], t.gemm_mnk[:, 2]) >= GEMM_RATE_MIN_WIDTH
+    mnk = t.gemm_mnk[rows]
+    fractions = 2.0 * np.prod(mnk, axis=1) / t.gemm_seconds[rows] / acc.peak(precision)
+    return {(int(m), int(n), int(k)): float(f) for (m, n, k), f in zip(mnk, fractions, strict=True)}
+
+
+def gemm_fraction_ratio(t: AicTable, precision: str, band: tuple[int, ...]) -> float | None:
+    """The median over the band's shapes of the chip's fraction of its ``precision`` peak over
+    the H100's fraction of its reference precision's peak, same engine and version (None where
+    either table lacks the rows)."""
+    h100 = table(H100, t.engine, t.version)
+    own = _peak_fractions(t, precision, band)
+    ref = _peak_fractions(h100, H100_REFERENCE_PRECISION[precision], band)
+    shared = [shape for shape in own if shape in ref]
+    if not shared:
+        return None
+    return round(float(np.median([own[s] / ref[s] for s in shared])), 3)
+
+
+def derive_engine_gemm_rate() -> dict[tuple[str, str, str], tuple[float, float]]:
+    """What engine.serving_engines.ENGINE_GEMM_RATE holds: (decode band, prompt band) ratios of
+    each engine's GEMM fraction of peak on each Blackwell chip over its H100 one."""
+    out = {}
+    for t in _fitting_tables():
+        if t.accelerator not in GEMM_RATE_CHIPS:
+            continue
+        for p in H100_REFERENCE_PRECISION:
+            decode = gemm_fraction_ratio(t, p, DECODE_BAND_M)
+            prefill = gemm_fraction_ratio(t, p, PREFILL_BAND_M)
+            if decode is not None and prefill is not None:
+                out[(t.accelerator, t.engine, p)] = (decode, prefill)
+    return out
+
+
+def derive_fp4_matmul_ratio() -> dict[str, float]:
+    """What engine.ceilings.MEASURED_FP4_MATMUL_RATIO holds: the chip's NVFP4 fraction of its FP4
+    peak over the H100's FP8 fraction of its FP8 peak at prompt-sized GEMMs, the median over the
+    three engines' tables (their FP8 kernels differ more than their FP4 ones)."""
+    by_chip: dict[str, list[float]] = {}
+    for (chip, _, p), (_, prefill) in derive_engine_gemm_rate().items():
+        if p == "fp4":
+            by_chip.setdefault(chip, []).append(prefill)
+    return {chip: round(float(np.median(v)), 3) for chip, v in sorted(by_chip.items())}

@@ -369,6 +369,11 @@ SINGLE_SOURCE = (
         "AIConfigurator's decode-attention tables, one curve per chip x engine x KV dtype (vLLM"
         " 0.14.0's H100 tables check vLLM 0.19.0's)",
     ),
+    (
+        "ENGINE_GEMM_RATE (engine.serving_engines), MEASURED_FP4_MATMUL_RATIO (engine.ceilings)",
+        "AIConfigurator's GEMM tables, each engine's Blackwell fraction of peak over its H100 one;"
+        " checked on TensorRT-LLM 1.0's and v0.21's NVFP4 runs on the B200 and GB200",
+    ),
 )
 
 

@@ -67,6 +67,7 @@ GPUS = {
     "H100": "nvidia-h100-80gb",
     "H200": "nvidia-h200-141gb",
     "B200": "nvidia-b200",
+    "GB200": "nvidia-gb200",
 }
 SERVING_POINTS = Path(__file__).resolve().parent / "llm_serving_points.yaml"
 # gpt-fast's benchmark: a 5-token prompt and 200 generated tokens (its README's generate.py run).
@@ -329,6 +330,10 @@ def throughput_rows(
 
 # The MoE and FP4 rows of the same table (a later version of it): checked only, never fitted.
 MOE_FP4_SECTION = "trtllm_perf_overview_moe_fp4"
+# TensorRT-LLM 1.0's Blackwell NVFP4 columns and its Maverick FP8 ones (the fitted table's page).
+V1_BLACKWELL_SECTION = "trtllm_perf_overview_v1_blackwell"
+V1_FP4_ID = "trtllm-1.0-perf-overview-fp4"
+V1_MAVERICK_ID = "trtllm-1.0-perf-overview-maverick"
 # The bound the Maverick rows are held to (an honest "out of reach", see llm_serving_rows).
 MAVERICK_TOLERANCE = 2.0
 
@@ -621,6 +626,19 @@ def llm_serving_rows(
                 # 8,192 tokens regressed; top-1 of 128 experts under TP8 runs 1,024-wide expert
                 # GEMMs far below the fitted efficiencies). docs/engine.md, MoE serving.
                 MAVERICK_TOLERANCE if r.model == "llama-4-maverick" else None,
+            )
+        )
+    for r in throughput_rows(serving, V1_BLACKWELL_SECTION):
+        maverick = r.model == "llama-4-maverick"
+        rows.append(
+            LlmPointRow(
+                V1_MAVERICK_ID if maverick else V1_FP4_ID,
+                f"{r.quantity} ({r.precision})",
+                r.published,
+                offline_tokens_per_second(r, c),
+                CHECKED,
+                # The H100 rows run Maverick's 400 GB on 640 GB: docs/engine.md, MoE serving.
+                MAVERICK_TOLERANCE if maverick else None,
             )
         )
     return rows

@@ -272,9 +272,13 @@ MEASURED_SUSTAINED_RATIO: dict[tuple[str, str], float] = {
 
 def matmul_ratio(accelerator: str, precision: str) -> float:
     """The chip's published matmul fraction of its own peak over the H100's, at ``precision``'s
-    tensor-core rate (1 where none is published: the H100's fraction carried over)."""
+    tensor-core rate (1 where none is published: the H100's fraction carried over). FP4 is over
+    the H100's FP8: measured where MEASURED_FP4_MATMUL_RATIO has the chip, else FP8's carried."""
     key = "fp8" if precision in ("fp8", "fp4") else "bf16"
-    return PUBLISHED_MATMUL_RATIO.get((accelerator, key), 1.0)
+    carried = PUBLISHED_MATMUL_RATIO.get((accelerator, key), 1.0)
+    if precision == "fp4":
+        return MEASURED_FP4_MATMUL_RATIO.get(accelerator, carried)
+    return carried
 
 
 def hbm_ratio(accelerator: str) -> float:
@@ -422,18 +426,32 @@ def _peak_key(gemm_key: str) -> str:
     return "fp8" if gemm_key.startswith("fp8") else "bf16"
 
 
-# FP4 GEMMs (NVFP4 / MXFP4 on Blackwell's FP4 tensor cores): no measured or published FP4 GEMM
-# rate with a nameable primary source exists (calibration/ceilings_points.yaml, b200-fp4: value
-# null), so an FP4 GEMM is carried from the chip's FP8 one: FP8's shape model (E, K) and
-# sustained and burst fractions of peak, at the FP4 peak. FP4 is then at most fp4 / fp8 peak
-# (2x on B200 and GB200) faster than FP8, never more. The evidence says so (FP4_EVIDENCE).
-FP4_EVIDENCE = "carried from FP8: the chip's FP8 GEMM fractions of peak at its FP4 peak"
+# FP4 GEMMs (NVFP4 on Blackwell's FP4 tensor cores): the chip's fraction of its FP4 peak over
+# the H100's fraction of its FP8 peak (the H100 has no FP4 units), on the H100's measured FP8
+# shape model, sustained and burst fractions. Measured in NVIDIA AIConfigurator's operator
+# databases (ai-dynamo/aiconfigurator @ 095f58a5): the median over vLLM 0.19.0's, SGLang
+# 0.5.10's and TensorRT-LLM 1.3.0rc20's NVFP4 GEMMs at prompt-sized M (2,048-8,192, narrow side
+# 4,096 and up) over the same engine's FP8 ones on the H100 (calibration.aiconfigurator
+# .derive_fp4_matmul_ratio; a test keeps them equal). 0.70 against the 1.08 FP8 carries on the
+# B200: NVFP4 runs 1.3x the chip's FP8, not the 2x its peak promises. No published FP4 figure
+# has a nameable primary source (calibration/ceilings_points.yaml, b200-fp4). A chip without a
+# table carries FP8's fractions to its FP4 peak (FP4_CARRIED_EVIDENCE). FP4 is never more than
+# fp4 / fp8 peak faster than FP8 either way.
+MEASURED_FP4_MATMUL_RATIO: dict[str, float] = {"nvidia-b200": 0.698, "nvidia-gb200": 0.68}
+FP4_EVIDENCE = (
+    "measured: NVFP4 GEMMs' fraction of the FP4 peak over the H100's FP8 fraction, median of"
+    " vLLM, SGLang and TensorRT-LLM (AIConfigurator's operator databases), on the H100's"
+    " measured FP8 shape model"
+)
+FP4_CARRIED_EVIDENCE = "carried from FP8: the chip's FP8 GEMM fractions of peak at its FP4 peak"
 
 
-def _with_fp4(acc_peak_fp4: float, peaks: dict[str, float], table: dict[str, float]) -> None:
-    """Adds ``fp4`` to a per-GEMM-key table of FLOP/s: FP8's fraction of its peak at the FP4
-    peak (the sustained or burst rate)."""
-    table["fp4"] = table["fp8"] / peaks["fp8"] * acc_peak_fp4
+def _with_fp4(
+    acc_peak_fp4: float, peaks: dict[str, float], table: dict[str, float], fp4_over_fp8: float
+) -> None:
+    """Adds ``fp4`` to a per-GEMM-key table of FLOP/s: FP8's fraction of its peak times
+    ``fp4_over_fp8`` (the FP4 fraction over the FP8 one) at the FP4 peak."""
+    table["fp4"] = table["fp8"] / peaks["fp8"] * fp4_over_fp8 * acc_peak_fp4
 
 
 def _h100_fractions() -> tuple[dict[str, float], dict[str, float]]:
@@ -486,11 +504,13 @@ def ceilings_for(acc: Accelerator) -> Ceilings:
         if _peak_key(p) in peaks
     }
     half_dim = dict(H100_GEMM_HALF_DIM)
+    # FP4's fraction over FP8's: measured where AIConfigurator has the chip, else 1 (carried)
+    fp4_over_fp8 = matmul_ratio(acc.name, "fp4") / scale.get("fp8", 1.0)
     if fp4:
-        _with_fp4(acc.peak("fp4"), peaks, sustained)
-        _with_fp4(acc.peak("fp4"), peaks, burst)
+        _with_fp4(acc.peak("fp4"), peaks, sustained, fp4_over_fp8)
+        _with_fp4(acc.peak("fp4"), peaks, burst, fp4_over_fp8)
         peaks["fp4"] = acc.peak("fp4")
-        gemm_e["fp4"] = gemm_e["fp8"]
+        gemm_e["fp4"] = gemm_e["fp8"] * fp4_over_fp8
         half_dim["fp4"] = half_dim["fp8"]
     attention = dict(H100_ATTENTION)
     attention_evidence = MEASURED_H100 if measured else carried
@@ -519,8 +539,9 @@ def ceilings_for(acc: Accelerator) -> Ceilings:
         for p, (f, floor, e) in H100_DECODE_GEMM.items()
         if _peak_key(p) in peaks
     }
-    if fp4:  # the grouped GEMMs' decode-batch terms, carried from FP8 as above
-        decode_gemm["fp4"] = decode_gemm["fp8"]
+    if fp4:  # the decode-batch terms: FP8's streaming and floor, its E_d at FP4's fraction
+        f_w8, floor8, e_d8 = decode_gemm["fp8"]
+        decode_gemm["fp4"] = (f_w8, floor8, e_d8 * fp4_over_fp8)
     decode_attention = {
         k: (f * hbm_ratio, floor) for k, (f, floor) in H100_DECODE_ATTENTION.items()
     }
@@ -563,7 +584,15 @@ def ceilings_for(acc: Accelerator) -> Ceilings:
             "attention": attention_evidence,
             "memory-bound": memory_evidence,
             "decode": decode_evidence,
-            **({"matmul-fp4": FP4_EVIDENCE} if fp4 else {}),
+            **(
+                {
+                    "matmul-fp4": FP4_EVIDENCE
+                    if acc.name in MEASURED_FP4_MATMUL_RATIO
+                    else FP4_CARRIED_EVIDENCE
+                }
+                if fp4
+                else {}
+            ),
             "grouped-gemm": (
                 f"measured: torch._grouped_mm streams experts' weights at most "
                 f"{GROUPED_STREAM_CAP_GBPS:,.0f} GB/s (fitted on a lent H100, checked on a lent "

@@ -120,6 +120,7 @@ from ringmaster.engine.expert_dispatch import (
 from ringmaster.engine.hardware import Accelerator, MachineType
 from ringmaster.engine.profiled import ceilings_hbm_ratio, ceilings_matmul_ratio
 from ringmaster.engine.serving_engines import (
+    engine_gemm_rate,
     engine_kv_read_fraction,
     fp8_decode_gemm,
     prefill_attention_kernel,
@@ -393,9 +394,10 @@ def decode_gemm_width(model: Transformer, tp: ArrayLike, ffn_width: float | None
 
 
 def compute_efficiency_for(compute_precision: ArrayLike, constants: StepConstants) -> F64:
-    """``e_c`` of the precision the matrix units compute in ("fp8", "fp4" or a 16-bit one).
-    FP4 (Blackwell's NVFP4 / MXFP4 GEMMs) borrows the FP8 fraction of its own peak: no
-    published FP4 serving table states a layout this engine could fit it on (docs/engine.md)."""
+    """``e_c`` of the precision the matrix units compute in ("fp8", "fp4" or a 16-bit one), on
+    the H100. FP4 (Blackwell's NVFP4 GEMMs) starts from the FP8 fraction: the chip's measured
+    FP4 ratio to the H100's FP8 (engine.ceilings.matmul_ratio, serving_engines.ENGINE_GEMM_RATE)
+    carries it to the FP4 peak. No published FP4 serving row is fitted (docs/engine.md)."""
     low = np.isin(np.asarray(compute_precision), ("fp8", "fp4"))
     return np.where(low, constants.fp8_compute_efficiency, constants.compute_efficiency)
 
@@ -554,8 +556,16 @@ def serving_terms(
     else:  # issue 47: measured on the pool
         compute_ratio = ceilings_matmul_ratio(ceilings, accelerator.name, compute_precision)
         memory_ratio = ceilings_hbm_ratio(ceilings, accelerator.name, accelerator.memory_bandwidth)
-    e_c = compute_efficiency_for(compute_precision, constants) * compute_ratio
-    rate = _f(peak_flops) * g * e_c
+    e_c = compute_efficiency_for(compute_precision, constants)
+    # A named engine's GEMMs measured on the chip (engine.serving_engines.ENGINE_GEMM_RATE: the
+    # Blackwell chips) run decode batches and prompt chunks at their own ratios to the H100.
+    own_gemms = (
+        engine_gemm_rate(accelerator.name, serving_engine, compute_precision)
+        if ceilings is None
+        else None
+    )
+    decode_ratio, prompt_ratio = own_gemms or (compute_ratio, compute_ratio)
+    rate = _f(peak_flops) * g * e_c * prompt_ratio
     w = _f(weight_bytes_per_parameter)
     # a stage holds its own layers' cache; a KV head is replicated, never split; a sliding
     # window holds its last tokens only: the cache's size at the served length, its reads at the
@@ -665,7 +675,7 @@ def serving_terms(
         floors_seconds = floors * US
     else:
         weight_hbm = hbm * constants.memory_efficiency * memory_ratio
-        decode_rate = rate
+        decode_rate = _f(peak_flops) * g * e_c * decode_ratio
         kv_hbm = hbm * constants.kv_read_efficiency * memory_ratio
         floors_seconds = 0.0
         # The engine's own decode attention where it was measured on the chip, for the cache's
@@ -673,10 +683,15 @@ def serving_terms(
         own_kv = engine_kv_read_fraction(accelerator.name, serving_engine, kv_bytes_per_element)
         if own_kv is not None and ceilings is None:
             kv_hbm = hbm * own_kv
-    # The engine's FP8 GEMMs at decode batches against the bf16 ones the streaming is fitted on
-    # (engine.serving_engines.ENGINE_FP8_DECODE_GEMM): their streaming rate, and a cost a call
-    # more (the activations' quantisation), for each of a layer's dense GEMMs.
-    fp8 = fp8_decode_gemm(accelerator.name, serving_engine) if compute_precision == "fp8" else None
+    # The engine's FP8 (NVFP4) GEMMs at decode batches against the bf16 ones the streaming is
+    # fitted on (engine.serving_engines.ENGINE_FP8_DECODE_GEMM, ENGINE_FP4_DECODE_GEMM): their
+    # streaming rate, and a cost a call more (the activations' quantisation), for each of a
+    # layer's dense GEMMs.
+    fp8 = (
+        fp8_decode_gemm(accelerator.name, serving_engine, compute_precision)
+        if compute_precision in ("fp8", "fp4")
+        else None
+    )
     dense_weight_hbm = weight_hbm
     if fp8 is not None and ceilings is None:
         dense_weight_hbm = weight_hbm * fp8[0]

@@ -250,6 +250,8 @@ class PoolMeasurement:
 
 
 def _peak_key(key: str) -> str:
+    if key == "fp4":
+        return "fp4"
     return "fp8" if key.startswith("fp8") else "bf16"
 
 
@@ -585,13 +587,14 @@ def ceilings_matmul_ratio(ceilings: Ceilings, accelerator: str, precision: str) 
     peak over the H100's) read from ``ceilings``: the burst rate's fraction of peak over the
     H100's measured burst fraction (serving's short steps run near burst). For the catalog's
     own ceilings this is the published ratio; for a profiled pool, the measured one. A precision
-    the ceilings lack falls back to the published ratio."""
-    key = "fp8" if precision in ("fp8", "fp4") else "bf16"
+    the ceilings lack falls back to the published ratio. FP4 is over the H100's FP8."""
+    key = precision if precision in ("fp8", "fp4") else "bf16"
+    reference = "fp8" if key == "fp4" else key
     rate = ceilings.burst_flops.get(key)
     peak = ceilings.peak_flops.get(_peak_key(key))
     if not rate or not peak:
         return matmul_ratio(accelerator, precision)
-    return (rate / peak) / (H100_BURST_TFLOPS[key] / H100_PEAK_TFLOPS[key])
+    return (rate / peak) / (H100_BURST_TFLOPS[reference] / H100_PEAK_TFLOPS[reference])
 
 
 def ceilings_hbm_ratio(ceilings: Ceilings, accelerator: str, memory_bandwidth: float) -> float:

@@ -114,6 +114,52 @@ ENGINE_FP8_DECODE_GEMM: dict[tuple[str, str], tuple[float, float]] = {
     ("nvidia-h200-141gb", "vllm"): (0.882, 0.7),
 }
 
+# The same for each engine's NVFP4 GEMMs on Blackwell (calibration.aiconfigurator
+# .derive_engine_fp8_decode("fp4")): at decode batches they stream their 0.5625-byte weights at
+# half the bf16 rate per byte, so an FP4 step at small batch is 1.1-1.2x faster than FP8's, not
+# the 1.8x its bytes promise.
+ENGINE_FP4_DECODE_GEMM: dict[tuple[str, str], tuple[float, float]] = {
+    ("nvidia-b200", "sglang"): (0.522, 2.4),
+    ("nvidia-b200", "trtllm"): (0.51, 7.0),
+    ("nvidia-b200", "vllm"): (0.562, 3.0),
+    ("nvidia-gb200", "sglang"): (0.497, 2.2),
+    ("nvidia-gb200", "trtllm"): (0.526, 6.6),
+    ("nvidia-gb200", "vllm"): (0.561, 2.7),
+}
+
+# (accelerator, engine, precision) -> (decode, prompt): each engine's GEMM rate on a Blackwell
+# chip, as its fraction of the chip's peak at the precision over its fraction of the H100's (FP4
+# over the H100's FP8, which has no FP4 units), the median over the served shapes (narrow side
+# 4,096 and up) at decode batches (M 256-1,024) and at prompt chunks (M 2,048-8,192). Fitted on
+# NVIDIA AIConfigurator's operator databases (ai-dynamo/aiconfigurator @ 095f58a5: vLLM 0.19.0,
+# SGLang 0.5.10, TensorRT-LLM 1.3.0rc20 on the B200, GB200 and H100; calibration.aiconfigurator
+# .derive_engine_gemm_rate refits every entry, a test keeps them equal). The serving step's
+# GEMM efficiency is fitted on TensorRT-LLM's H100 / H200 runs; on these chips a named engine's
+# decode tokens and prompt tokens run at it times these ratios, in place of the published
+# maximum-achievable-matmul ratio (engine.ceilings.PUBLISHED_MATMUL_RATIO: 1.08 for the B200's
+# FP8, where every engine's table reads 0.52-0.87). Blackwell needs larger batches than Hopper
+# to fill its tensor cores (the decode ratios sit below the prompt ones), and NVFP4 runs at
+# 0.5-0.8 of the H100's FP8 fraction of a twice-higher peak: 1.2-1.9x the chip's FP8, not 2x.
+ENGINE_GEMM_RATE: dict[tuple[str, str, str], tuple[float, float]] = {
+    ("nvidia-b200", "sglang", "bf16"): (0.788, 0.88),
+    ("nvidia-b200", "sglang", "fp4"): (0.549, 0.804),
+    ("nvidia-b200", "sglang", "fp8"): (0.711, 0.827),
+    ("nvidia-b200", "trtllm", "bf16"): (0.812, 0.87),
+    ("nvidia-b200", "trtllm", "fp4"): (0.545, 0.631),
+    ("nvidia-b200", "trtllm", "fp8"): (0.677, 0.874),
+    ("nvidia-b200", "vllm", "bf16"): (0.838, 0.866),
+    ("nvidia-b200", "vllm", "fp4"): (0.576, 0.698),
+    ("nvidia-b200", "vllm", "fp8"): (0.523, 0.531),
+    ("nvidia-gb200", "sglang", "bf16"): (0.783, 0.868),
+    ("nvidia-gb200", "sglang", "fp4"): (0.481, 0.788),
+    ("nvidia-gb200", "sglang", "fp8"): (0.687, 0.813),
+    ("nvidia-gb200", "trtllm", "bf16"): (0.759, 0.797),
+    ("nvidia-gb200", "trtllm", "fp4"): (0.506, 0.604),
+    ("nvidia-gb200", "trtllm", "fp8"): (0.617, 0.782),
+    ("nvidia-gb200", "vllm", "bf16"): (0.784, 0.855),
+    ("nvidia-gb200", "vllm", "fp4"): (0.54, 0.68),
+    ("nvidia-gb200", "vllm", "fp8"): (0.494, 0.509),
+}
 
 # (accelerator, engine, KV-cache dtype) -> (f_kv, floor us): each engine's decode attention as
 # floor + KV bytes read / (f_kv x the chip's datasheet HBM), fitted on AIConfigurator's measured
@@ -187,13 +233,27 @@ def prefill_attention_evidence(ceilings: Ceilings, nccl_arch: str) -> str:
     return f"; a prompt's attention at {name} forward rate ({source})"
 
 
-def fp8_decode_gemm(accelerator: str, engine: str | None) -> tuple[float, float] | None:
-    """(streaming ratio, extra seconds a call) of ``engine``'s FP8 GEMMs at decode batches on
-    the chip over its bf16 ones, or None where not measured."""
+def fp8_decode_gemm(
+    accelerator: str, engine: str | None, precision: str = "fp8"
+) -> tuple[float, float] | None:
+    """(streaming ratio, extra seconds a call) of ``engine``'s FP8 (or ``precision="fp4"``:
+    NVFP4) GEMMs at decode batches on the chip over its bf16 ones, or None where not measured."""
     if engine is None:
         return None
-    fit = ENGINE_FP8_DECODE_GEMM.get((accelerator, ENGINE_KEYS.get(engine, engine)))
+    table = ENGINE_FP4_DECODE_GEMM if precision == "fp4" else ENGINE_FP8_DECODE_GEMM
+    fit = table.get((accelerator, ENGINE_KEYS.get(engine, engine)))
     return None if fit is None else (fit[0], fit[1] * 1e-6)
+
+
+def engine_gemm_rate(
+    accelerator: str, engine: str | None, compute_precision: str
+) -> tuple[float, float] | None:
+    """(decode, prompt) ratios of ``engine``'s GEMM fraction of peak on the chip over the H100's
+    at ``compute_precision`` (16-bit as bf16), or None where not measured (ENGINE_GEMM_RATE)."""
+    if engine is None:
+        return None
+    precision = "bf16" if compute_precision in ("bf16", "fp16") else compute_precision
+    return ENGINE_GEMM_RATE.get((accelerator, ENGINE_KEYS.get(engine, engine), precision))
 
 
 _IMAGE_HINTS = (
@@ -244,6 +304,11 @@ def serving_evidence(engine: ServingEngine, accelerator: str) -> str:
         for name, measured in (
             ("tensor-parallel all-reduce", measured_allreduce(accelerator, engine.name)),
             ("FP8 decode GEMMs", fp8_decode_gemm(accelerator, engine.name) is not None),
+            ("FP4 decode GEMMs", fp8_decode_gemm(accelerator, engine.name, "fp4") is not None),
+            (
+                "GEMM rates at decode and prompt batches",
+                any(k[:2] == (accelerator, key) for k in ENGINE_GEMM_RATE),
+            ),
             (
                 "decode attention",
                 any((accelerator, key, kv) in ENGINE_DECODE_ATTENTION for kv in ("bf16", "fp8")),
