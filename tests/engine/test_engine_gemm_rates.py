@@ -114,3 +114,18 @@ def test_the_calibrate_section_shows_the_rates_and_the_ratio_they_replace():
     assert "GEMM rates on Blackwell per engine" in text
     assert "nvidia-b200 fp8 1.08" in text
     assert "prefill GEMM fp4" in text
+
+
+def test_the_fp4_ceiling_is_left_out_one_engine_at_a_time():
+    """Its held-out error: each engine's NVFP4 prompt GEMMs predicted by the other two engines'
+    median (the kernels differ by engine, so the error is the estimate on an engine not seen)."""
+    rows = A.fp4_leave_one_engine_out()
+    assert {(chip, engine) for chip, engine, *_ in rows} == {
+        (chip, engine) for chip in A.GEMM_RATE_CHIPS for engine in ("vllm", "sglang", "trtllm")
+    }
+    for chip, _, fitted, refit, count, error in rows:
+        assert fitted == CE.MEASURED_FP4_MATMUL_RATIO[chip]
+        assert refit != fitted and count > 10 and 0.0 < error < 0.3
+    from ringmaster.calibration.evidence import render_leave_one_out
+
+    assert 'MEASURED_FP4_MATMUL_RATIO["b200"]' in render_leave_one_out()

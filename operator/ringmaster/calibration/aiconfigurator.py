@@ -642,3 +642,35 @@ def derive_fp4_matmul_ratio() -> dict[str, float]:
         if p == "fp4":
             by_chip.setdefault(chip, []).append(prefill)
     return {chip: round(float(np.median(v)), 3) for chip, v in sorted(by_chip.items())}
+
+
+def fp4_leave_one_engine_out() -> list[tuple[str, str, float, float, int, float]]:
+    """(chip, engine left out, fitted ratio, refit without it, rows, median |error|) of
+    MEASURED_FP4_MATMUL_RATIO: the other engines' median sets the ratio, and the left-out engine's
+    NVFP4 prompt rows are predicted by it over that engine's own H100 FP8 fraction."""
+    fits = derive_engine_gemm_rate()
+    fitted = derive_fp4_matmul_ratio()
+    out = []
+    for t in _fitting_tables():
+        if t.accelerator not in fitted or (t.accelerator, t.engine, "fp4") not in fits:
+            continue
+        others = [
+            prompt
+            for (chip, engine, p), (_, prompt) in fits.items()
+            if chip == t.accelerator and p == "fp4" and engine != t.engine
+        ]
+        refit = float(np.median(others))
+        own = _peak_fractions(t, "fp4", PREFILL_BAND_M)
+        ref = _peak_fractions(table(H100, t.engine, t.version), "fp8", PREFILL_BAND_M)
+        errors = [refit * ref[s] / own[s] - 1.0 for s in own if s in ref]
+        out.append(
+            (
+                t.accelerator,
+                t.engine,
+                fitted[t.accelerator],
+                refit,
+                len(errors),
+                float(np.median(np.abs(errors))),
+            )
+        )
+    return out

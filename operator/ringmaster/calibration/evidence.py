@@ -273,6 +273,24 @@ def leave_one_source_out() -> list[LeaveOneOut]:
     return out
 
 
+def _fp4_engine_fits() -> list[LeaveOneOut]:
+    """engine.ceilings.MEASURED_FP4_MATMUL_RATIO, a median over three engines' tables: each
+    engine left out, its NVFP4 prompt GEMMs predicted by the other two."""
+    from ringmaster.calibration.aiconfigurator import fp4_leave_one_engine_out
+
+    return [
+        LeaveOneOut(
+            f'MEASURED_FP4_MATMUL_RATIO["{chip.removeprefix("nvidia-")}"]',
+            f"AIConfigurator {engine} NVFP4 GEMMs",
+            fitted,
+            refit,
+            rows,
+            error,
+        )
+        for chip, engine, fitted, refit, rows, error in fp4_leave_one_engine_out()
+    ]
+
+
 def _two_source_fits() -> list[LeaveOneOut]:
     """Constants of engine.efficiency fitted as a mean over two sources: each source left out,
     the other alone sets the constant, and the left-out source's rows are predicted with it."""
@@ -370,8 +388,9 @@ SINGLE_SOURCE = (
         " 0.14.0's H100 tables check vLLM 0.19.0's)",
     ),
     (
-        "ENGINE_GEMM_RATE (engine.serving_engines), MEASURED_FP4_MATMUL_RATIO (engine.ceilings)",
-        "AIConfigurator's GEMM tables, each engine's Blackwell fraction of peak over its H100 one;"
+        "ENGINE_GEMM_RATE (engine.serving_engines)",
+        "AIConfigurator's GEMM tables, each engine's Blackwell fraction of peak over its H100 one"
+        " (its own engine's only; MEASURED_FP4_MATMUL_RATIO, their median, is left out above);"
         " checked on TensorRT-LLM 1.0's and v0.21's NVFP4 runs on the B200 and GB200",
     ),
 )
@@ -383,7 +402,7 @@ def render_leave_one_out() -> str:
         f"{'constant':<46} {'source':<40} {'fitted':>7} {'refit':>7} {'rows':>5}"
         f" {'median |error|':>15}",
     ]
-    for r in [*leave_one_source_out(), *_two_source_fits()]:
+    for r in [*leave_one_source_out(), *_two_source_fits(), *_fp4_engine_fits()]:
         lines.append(
             f"{r.constant:<46} {r.source:<40} {r.fitted:>7.3f} {r.refitted:>7.3f} {r.rows:>5}"
             f" {r.median_error:>15.1%}"
