@@ -134,12 +134,16 @@ def compare_nvfp4(aic: str) -> list[dict[str, Any]]:
     perf-overview, dense Llama models: calibration/llm_serving_points.yaml), offline at
     trtllm-bench's batch as the serving-engine rows are."""
     rows = []
-    ours = {r.quantity: r for r in LC.llm_serving_rows(_points()) if "(FP4)" in r.quantity}
-    sections = (LC.V1_BLACKWELL_SECTION, LC.MOE_FP4_SECTION)
+    # the two tables share their setups' names: a row is its source's and its quantity
+    ours = {(r.id, r.quantity): r for r in LC.llm_serving_rows(_points())}
+    sections = (
+        (LC.V1_BLACKWELL_SECTION, LC.V1_FP4_ID),
+        (LC.MOE_FP4_SECTION, "trtllm-perf-overview-moe-fp4"),
+    )
     with tempfile.TemporaryDirectory() as tmp:
-        for section in sections:
+        for section, source in sections:
             for t in LC.throughput_rows(None, section):
-                mine = ours.get(f"{t.quantity} ({t.precision})")
+                mine = ours.get((source, f"{t.quantity} ({t.precision})"))
                 if t.precision != "FP4" or mine is None:
                     continue
                 model = LC.MODELS[t.model]
