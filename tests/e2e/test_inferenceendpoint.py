@@ -321,7 +321,10 @@ def test_an_sglang_endpoint_gets_sglangs_launcher_env_and_memory_split(
     obj = endpoint(cluster, ns, "llama-sglang")
     plan = obj["status"]["plan"]
     assert plan["engine"] == "SGLang"
-    assert plan["evidence"].startswith("engine SGLang (spec.engine); extrapolated: no fitted run")
+    assert plan["evidence"].startswith(
+        "engine SGLang (spec.engine); extrapolated: no checked serving run of SGLang on"
+    )
+    assert "; extrapolated: no fitted run of SGLang" in plan["evidence"]
     # the example's command line still starts vLLM's server: the plan says so, by name
     plausible = condition(obj, "Plausible")
     assert plausible is not None and plausible["status"] == "False", obj["status"]

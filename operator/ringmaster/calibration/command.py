@@ -46,6 +46,7 @@ from ringmaster.calibration.points import (
 from ringmaster.calibration.reduction_server import reduction_server_rows
 from ringmaster.calibration.serving import serving_rows
 from ringmaster.calibration.serving_engines import render_serving_engines_section
+from ringmaster.calibration.serving_evidence import render_serving_matrix
 
 # The data-parallel and network model's own points: the checked-error goal applies to these. The
 # LLM serving rows (calibration.llm_serving, in the same table) and the LLM training section
@@ -204,5 +205,6 @@ def run(args: argparse.Namespace) -> int:
         print("\n" + render_serving_engines_section())
         print("\n" + render_device_section())
         print("\n" + evidence.render_evidence_matrix())
+        print("\n" + render_serving_matrix())
         print("\n" + evidence.render_leave_one_out())
     return 0 if all(r.ok for r in rows) else 1

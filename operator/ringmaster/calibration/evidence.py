@@ -38,6 +38,8 @@ _GENERATIONS = (
     ("tpu-v5-lite", "TPU v5e"),
     ("tpu-v5p", "TPU v5p"),
     ("tpu-v6e", "TPU v6e"),
+    ("mi300x", "MI300X"),
+    ("mi325x", "MI325X"),
 )
 
 

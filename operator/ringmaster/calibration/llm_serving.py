@@ -74,6 +74,8 @@ SERVING_POINTS = Path(__file__).resolve().parent / "llm_serving_points.yaml"
 GPT_FAST_PROMPT = 5
 GPT_FAST_OUTPUT = 200
 GPT_FAST_FIT = ("llama2-7b-tp1", "llama2-7b-tp2")
+GPT_FAST_ACCELERATOR = "nvidia-a100-80gb"  # its README's table: A100 80GB
+GPT_FAST_ENGINE = "gpt-fast"  # PyTorch with torch.compile, not a serving engine an endpoint names
 TTFT_FIT = "A100-fp16-input2048"
 # The throughput table's setups the four batching constants are fitted on (model, GPU, TP).
 FIT_SETUPS = (
@@ -105,10 +107,26 @@ class LlmPointRow:
     predicted: float
     role: str  # FITTED or CHECKED
     tolerance_override: float | None = None
+    # The serving evidence matrix's cell (calibration.serving_evidence): the catalog accelerator,
+    # the serving engine and the weights' precision the row ran.
+    accelerator: str = ""
+    engine: str = TRTLLM
+    precision: str = "FP8"
 
     @property
     def error(self) -> float:
         return (self.predicted - self.published) / self.published
+
+    @property
+    def is_latency(self) -> bool:
+        """A time (TTFT) rather than a throughput: its + error promises less, not more."""
+        return self.quantity.endswith(" ms")
+
+    @property
+    def promise_error(self) -> float:
+        """The error in the evidence matrix's sign: + where the engine promises more than ran
+        (a throughput predicted higher, a latency predicted shorter)."""
+        return self.published / self.predicted - 1.0 if self.is_latency else self.error
 
     @property
     def tolerance(self) -> float:
@@ -172,7 +190,7 @@ def _terms(
 
 
 def _decode_seconds(tp: int, constants: Mapping[str, float]) -> float:
-    acc = DEFAULT_CATALOG.accelerator("nvidia-a100-80gb")
+    acc = DEFAULT_CATALOG.accelerator(GPT_FAST_ACCELERATOR)
     terms = _terms(
         LLAMA_7B, acc, tp, "BF16", "BF16", GPT_FAST_PROMPT, GPT_FAST_OUTPUT, constants, None
     )
@@ -240,6 +258,8 @@ def static_batch_rows(
                     predicted,
                     CHECKED,
                     GQA_LONG_DECODE_TOLERANCE if grouped_long else None,
+                    accelerator=GPUS[str(table["gpu"])],
+                    precision=str(table["precision"]).upper(),
                 )
             )
     first = points.get(FIRST_TOKEN_SECTION) or {}
@@ -257,6 +277,8 @@ def static_batch_rows(
                     float(ttft_ms),
                     float(S.prefill_seconds(terms, n)) * 1e3,
                     CHECKED,
+                    accelerator=acc.name,
+                    precision=p,
                 )
             )
     return rows
@@ -574,6 +596,9 @@ def llm_serving_rows(
                 float(value),
                 1.0 / _decode_seconds(tp, c),
                 FITTED if key in GPT_FAST_FIT else CHECKED,
+                accelerator=GPT_FAST_ACCELERATOR,
+                engine=GPT_FAST_ENGINE,
+                precision="BF16",
             )
         )
     ttft = pts["trtllm-batch1-ttft-7b"]
@@ -585,6 +610,8 @@ def llm_serving_rows(
                 float(value),
                 _ttft_seconds(key, c) * 1e3,
                 FITTED if key == TTFT_FIT else CHECKED,
+                accelerator=GPUS[key.split("-")[0]],
+                precision=key.split("-")[1].upper(),
             )
         )
     table = pts["trtllm-v0.6-llama7b-throughput"]
@@ -597,6 +624,8 @@ def llm_serving_rows(
                 float(row["output_tokens_per_s"]),
                 _static_batch_tokens_per_second(row, c),
                 CHECKED,
+                accelerator=GPUS[str(row["gpu"])],
+                precision=str(row["precision"]).upper(),
             )
         )
     for r in throughput_rows(serving):
@@ -610,6 +639,8 @@ def llm_serving_rows(
                 FITTED if fitted else CHECKED,
                 # A least-squares row is not reproduced exactly: held like a check.
                 CHECKED_TOLERANCE if fitted else None,
+                accelerator=GPUS[r.gpu],
+                precision=r.precision,
             )
         )
     rows.extend(static_batch_rows(c, serving))
@@ -626,6 +657,8 @@ def llm_serving_rows(
                 # 8,192 tokens regressed; top-1 of 128 experts under TP8 runs 1,024-wide expert
                 # GEMMs far below the fitted efficiencies). docs/engine.md, MoE serving.
                 MAVERICK_TOLERANCE if r.model == "llama-4-maverick" else None,
+                accelerator=GPUS[r.gpu],
+                precision=r.precision,
             )
         )
     for r in throughput_rows(serving, V1_BLACKWELL_SECTION):
@@ -639,6 +672,8 @@ def llm_serving_rows(
                 CHECKED,
                 # The H100 rows run Maverick's 400 GB on 640 GB: docs/engine.md, MoE serving.
                 MAVERICK_TOLERANCE if maverick else None,
+                accelerator=GPUS[r.gpu],
+                precision=r.precision,
             )
         )
     return rows

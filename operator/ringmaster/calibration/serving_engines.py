@@ -67,6 +67,17 @@ class EngineRow:
     predicted: float | None  # None: out of reach (``reason``)
     reason: str = ""
     scenario: str = "offline"
+    precision: str = "FP8"  # the weights'
+
+    @property
+    def promise_error(self) -> float | None:
+        """The error in the evidence matrix's sign: + where the engine promises more than ran
+        (offline tokens/s predicted higher; a fixed batch's latency predicted shorter)."""
+        if self.predicted is None:
+            return None
+        if self.scenario == "static":
+            return self.published / self.predicted - 1.0
+        return self.error
 
     @property
     def error(self) -> float | None:
@@ -215,6 +226,7 @@ def engine_rows() -> list[EngineRow]:
                 predicted,
                 reason,
                 str(p["scenario"]),
+                PRECISION.get(str(p["weights"]).lower(), "FP8"),
             )
         )
     return rows

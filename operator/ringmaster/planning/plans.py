@@ -696,9 +696,23 @@ def predict_llm_serving_inputs(inputs: LlmServingInputs, catalog: Catalog) -> Ll
         raise PlanError(f"spec.{field}: {exc}") from None
     _check_hardware(inputs, catalog, per_host)
     try:
-        return predict_llm_serving(inputs, catalog)
+        found = predict_llm_serving(inputs, catalog)
     except (ValueError, LookupError) as exc:
         raise _engine_error(exc) from None
+    return replace(found, evidence=with_serving_cell(inputs, found))
+
+
+def with_serving_cell(inputs: LlmServingInputs, found: LlmServingPrediction) -> str:
+    """The plan's evidence with the serving evidence matrix's cell the prediction rests on
+    (calibration.serving_evidence) after the engine's name, near the front of a text status
+    truncates, as a training plan names its framework and then its cell."""
+    from ringmaster.calibration.serving_evidence import serving_cell_evidence
+
+    cell = serving_cell_evidence(inputs.accelerator, found.engine, found.precision)
+    engine, _, rest = found.evidence.partition("; ")
+    if not engine.startswith("engine ") or not rest:
+        return f"{cell}; {found.evidence}" if found.evidence else cell
+    return f"{engine}; {cell}; {rest}"
 
 
 def plan_inference(
