@@ -75,8 +75,8 @@ def test_bf16_gemms_pay_no_kernel_and_fp4_ones_their_own():
 
 
 def test_an_engine_without_a_table_keeps_the_bf16_streaming():
-    assert E.fp8_decode_gemm("amd-mi300x", "vLLM") is None
-    assert E.fp8_decode_gemm("nvidia-h100-80gb", None) is None
+    assert E.quantized_decode_gemm("amd-mi300x", "vLLM") is None
+    assert E.quantized_decode_gemm("nvidia-h100-80gb", None) is None
 
 
 def test_tensorrt_llms_fixed_batches_are_no_longer_promised_a_third_sooner():

@@ -122,8 +122,8 @@ from ringmaster.engine.profiled import ceilings_hbm_ratio, ceilings_matmul_ratio
 from ringmaster.engine.serving_engines import (
     engine_gemm_rate,
     engine_kv_read_fraction,
-    fp8_decode_gemm,
     prefill_attention_kernel,
+    quantized_decode_gemm,
 )
 from ringmaster.engine.step_parts import fused_forward_elementwise_bytes
 from ringmaster.engine.tp_allreduce import engine_allreduce_seconds
@@ -688,7 +688,7 @@ def serving_terms(
     # streaming rate, and a cost a call more (the activations' quantisation), for each of a
     # layer's dense GEMMs.
     fp8 = (
-        fp8_decode_gemm(accelerator.name, serving_engine, compute_precision)
+        quantized_decode_gemm(accelerator.name, serving_engine, compute_precision)
         if compute_precision in ("fp8", "fp4")
         else None
     )

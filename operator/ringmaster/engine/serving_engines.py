@@ -139,7 +139,9 @@ ENGINE_FP4_DECODE_GEMM: dict[tuple[str, str], tuple[float, float]] = {
 # maximum-achievable-matmul ratio (engine.ceilings.PUBLISHED_MATMUL_RATIO: 1.08 for the B200's
 # FP8, where every engine's table reads 0.52-0.87). Blackwell needs larger batches than Hopper
 # to fill its tensor cores (the decode ratios sit below the prompt ones), and NVFP4 runs at
-# 0.5-0.8 of the H100's FP8 fraction of a twice-higher peak: 1.2-1.9x the chip's FP8, not 2x.
+# 0.5-0.8 of the H100's FP8 fraction of a twice-higher peak: 1.4-1.9x the engine's own FP8 under
+# TensorRT-LLM and SGLang (2.2-2.7x under vLLM 0.19.0, whose FP8 GEMMs on Blackwell reach about
+# 0.6 of the others' fraction).
 ENGINE_GEMM_RATE: dict[tuple[str, str, str], tuple[float, float]] = {
     ("nvidia-b200", "sglang", "bf16"): (0.788, 0.88),
     ("nvidia-b200", "sglang", "fp4"): (0.549, 0.804),
@@ -233,7 +235,7 @@ def prefill_attention_evidence(ceilings: Ceilings, nccl_arch: str) -> str:
     return f"; a prompt's attention at {name} forward rate ({source})"
 
 
-def fp8_decode_gemm(
+def quantized_decode_gemm(
     accelerator: str, engine: str | None, precision: str = "fp8"
 ) -> tuple[float, float] | None:
     """(streaming ratio, extra seconds a call) of ``engine``'s FP8 (or ``precision="fp4"``:
@@ -303,8 +305,11 @@ def serving_evidence(engine: ServingEngine, accelerator: str) -> str:
         name
         for name, measured in (
             ("tensor-parallel all-reduce", measured_allreduce(accelerator, engine.name)),
-            ("FP8 decode GEMMs", fp8_decode_gemm(accelerator, engine.name) is not None),
-            ("FP4 decode GEMMs", fp8_decode_gemm(accelerator, engine.name, "fp4") is not None),
+            ("FP8 decode GEMMs", quantized_decode_gemm(accelerator, engine.name) is not None),
+            (
+                "FP4 decode GEMMs",
+                quantized_decode_gemm(accelerator, engine.name, "fp4") is not None,
+            ),
             (
                 "GEMM rates at decode and prompt batches",
                 any(k[:2] == (accelerator, key) for k in ENGINE_GEMM_RATE),
