@@ -334,3 +334,13 @@ def test_an_llm_plan_shows_the_step_by_part_the_framework_and_its_evidence(capsy
     plan = json.loads(capsys.readouterr().out)
     parts = plan["stepPartsSeconds"]
     assert plan["framework"] == "Torchtitan" and parts["attention"] > 0 and parts["loss"] > 0
+
+
+def test_an_llm_endpoints_plan_prints_its_evidence_and_serving_cell(capsys):
+    """A user sees when a serving number is a guess: the plan names the engine, then its cell
+    of the serving evidence matrix, here extrapolated (no checked vLLM run on an H100)."""
+    code, out, _ = plan(capsys, EXAMPLES / "inferenceendpoint-llama3-8b-fp8-h100.yaml")
+    assert code == 0
+    evidence = next(line for line in out.splitlines() if line.startswith("evidence: "))
+    assert evidence.startswith("evidence: engine vLLM (from the image")
+    assert "; extrapolated: no checked serving run of vLLM on H100 at FP8 (" in evidence

@@ -466,6 +466,8 @@ def render_llm_inference(plan: LlmInferenceReport) -> str:
         lines.append(
             "no single change (TP, precision, max-num-seqs, looser SLO, accelerator) meets it"
         )
+    if p.evidence:  # what the numbers rest on, first of all the serving cell (or "extrapolated")
+        lines.append(f"evidence: {p.evidence}")
     lines += [f"note: {n}" for n in p.notes]
     if plan.disaggregation is not None:
         from ringmaster.planning.render_disaggregation import render_disaggregation
