@@ -4,6 +4,8 @@ operator databases, read by the serving step and the ceilings."""
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 
 from ringmaster.calibration import aiconfigurator as A
@@ -129,3 +131,36 @@ def test_the_fp4_ceiling_is_left_out_one_engine_at_a_time():
     from ringmaster.calibration.evidence import render_leave_one_out
 
     assert 'MEASURED_FP4_MATMUL_RATIO["b200"]' in render_leave_one_out()
+
+
+def test_the_bands_stand_for_their_geometric_centres():
+    low, high = E.ENGINE_GEMM_BAND_TOKENS
+    assert low == pytest.approx((min(A.DECODE_BAND_M) * max(A.DECODE_BAND_M)) ** 0.5)
+    assert high == pytest.approx((min(A.PREFILL_BAND_M) * max(A.PREFILL_BAND_M)) ** 0.5)
+
+
+def test_thousands_of_decodes_run_at_the_prompt_bands_rate_by_hand():
+    """A step's decode GEMMs are one M: at 512 decodes or fewer the decode band's rate, from
+    4,096 the prompt band's, between them the rate by log n; a chip without the engine's table
+    has one rate at every batch."""
+    decode, prompt = E.ENGINE_GEMM_RATE[("nvidia-b200", "trtllm", "fp4")]
+    t = _terms(B200, "fp4", "TensorRT-LLM")
+    small = float(t.gemm_per_token)
+    assert float(t.gemm_per_token_large_batch) == pytest.approx(small * decode / prompt)
+    per = [float(S.decode_gemm_seconds_per_token(t, n)) for n in (1, 256, 512, 1448, 4096, 9000)]
+    assert per[0] == per[1] == per[2] == pytest.approx(small)
+    assert per[4] == per[5] == pytest.approx(small * decode / prompt)
+    middle = 1.0 / (0.5 / small + 0.5 / (small * decode / prompt))
+    assert per[3] == pytest.approx(middle, rel=1e-3)
+    assert all(a >= b for a, b in pairwise(per))
+    # the step charges it: its GEMMs at 4,096 decodes (compute-bound) at the prompt band's rate
+    rest = t._replace(
+        gemm_per_token=t.gemm_per_token * 0.0,
+        gemm_per_token_large_batch=t.gemm_per_token_large_batch * 0.0,
+        weights_read=t.weights_read * 0.0,
+    )
+    assert 4096 * per[4] > float(t.weights_read)
+    gemms = float(S.step_seconds(t, 4096.0, 0.0)) - float(S.step_seconds(rest, 4096.0, 0.0))
+    assert gemms == pytest.approx(4096 * per[4])
+    h100 = _terms(H100, "fp8", "TensorRT-LLM")
+    assert float(S.decode_gemm_seconds_per_token(h100, 8192)) == float(h100.gemm_per_token)

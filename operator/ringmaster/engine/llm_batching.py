@@ -380,7 +380,9 @@ def _closed_form_step(terms: ServingTerms, lam: F64, h: F64) -> F64:
     )
     computed = t.input_tokens * t.prompt_compute  # the prompt tokens a replica computes
     linear = lam * (h * per_seq + computed * per_prompt)
-    dense = lam * (h * t.gemm_per_token + computed * t.prefill_gemm_per_token)
+    # a decode token at its cheapest (the largest batch's rate): the bound stays a lower one
+    decode = np.fmin(t.gemm_per_token, t.gemm_per_token_large_batch)
+    dense = lam * (h * decode + computed * t.prefill_gemm_per_token)
     experts = lam * (h + computed) * t.expert_gemm_per_token
     # Each roofline (the dense GEMMs', the routed experts') on its compute or its weights'
     # branch: tau = fixed + linear tau + the two, a max of increasing lines, so its fixed point

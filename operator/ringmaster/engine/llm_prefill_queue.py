@@ -36,7 +36,11 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ringmaster.engine.llm_step import ServingTerms, expert_fraction_read
+from ringmaster.engine.llm_step import (
+    ServingTerms,
+    decode_gemm_seconds_per_token,
+    expert_fraction_read,
+)
 
 F64 = NDArray[np.float64]
 
@@ -173,7 +177,7 @@ def step_shape(terms: ServingTerms, n: ArrayLike, prompt_length: ArrayLike) -> S
             )
             * t.prompt_compute
         ),
-        c=_f(n * t.gemm_per_token),
+        c=_f(n * decode_gemm_seconds_per_token(t, n)),
         d=_f(t.prefill_gemm_per_token * t.prompt_compute),
         weights=_f(t.weights_read),
         experts=_f(t.expert_weights_read),

@@ -66,6 +66,7 @@ from ringmaster.engine.llm_step import (
     ReplicaSpan,
     ServingTerms,
     StepConstants,
+    decode_gemm_seconds_per_token,
     expert_fraction_read,
     kv_bytes_per_token_per_accelerator,
     prefill_seconds,
@@ -933,7 +934,9 @@ def _predict_layout(
         binding = BINDS_UTILIZATION
     step = float(np.asarray(replica.cap.step)[pick])
     running = float(np.asarray(replica.cap.slots)[pick])
-    gemm_compute = running * float(terms.gemm_per_token + terms.expert_gemm_per_token)
+    gemm_compute = running * float(
+        decode_gemm_seconds_per_token(terms, running) + terms.expert_gemm_per_token
+    )
     experts_read = model.experts * float(
         expert_fraction_read(terms.expert_miss_per_token, max(running, 1.0))
     )

@@ -120,6 +120,7 @@ from ringmaster.engine.expert_dispatch import (
 from ringmaster.engine.hardware import Accelerator, MachineType
 from ringmaster.engine.profiled import ceilings_hbm_ratio, ceilings_matmul_ratio
 from ringmaster.engine.serving_engines import (
+    ENGINE_GEMM_BAND_TOKENS,
     engine_gemm_rate,
     engine_kv_read_fraction,
     prefill_attention_kernel,
@@ -367,6 +368,11 @@ class ServingTerms(NamedTuple):
     # residual adds, the FFN's activation, RoPE, as fused kernels move them at the chip's
     # streaming rate (engine.step_parts.fused_forward_elementwise_bytes).
     elementwise_per_token: F64 = np.zeros(())
+    # A decode token's GEMM FLOPs at the batch where the GEMMs run as fast as a prompt chunk's
+    # (a named engine's measured ratios on Blackwell, serving_engines.ENGINE_GEMM_RATE); NaN:
+    # no faster than gemm_per_token at any batch. decode_gemm_seconds_per_token reads both.
+    gemm_per_token_large_batch: F64 = np.full((), np.nan)
+    attention_groups: F64 = np.ones(())  # the step's decodes split among this many groups
 
     @property
     def prompt_allreduce_per_token(self) -> F64:
@@ -714,6 +720,13 @@ def serving_terms(
     held = weights_bytes_per_accelerator(model, w, g, pp, attention_data, redundant_experts)
     free = capacity * share - held
     gemm_per_token = (2.0 * model.matmul_parameters - routed_flops) / (decode_rate * pp * groups)
+    # the same at the prompt band's rate, where a named engine's decode ratio differs from it
+    large_batch = (
+        (2.0 * model.matmul_parameters - routed_flops)
+        / (_f(peak_flops) * g * e_c * prompt_ratio * pp * groups)
+        if own_gemms is not None and not constants.measured_decode
+        else np.full_like(_f(gemm_per_token), np.nan)
+    )
     expert_gemm_per_token = routed_flops / (expert_rate * pp * groups)
     kv_read_per_token = kv_read_bytes / kv_hbm / groups
     overhead = constants.step_overhead * model.layers / OVERHEAD_FIT_LAYERS + floors_seconds
@@ -757,6 +770,8 @@ def serving_terms(
         expert_gemm_per_token=_f(expert_gemm_per_token) + 0.0 * g,
         allreduce_per_prompt_token=_f(per_token + prompt_delta) + 0.0 * g,
         elementwise_per_token=_f(elementwise) + 0.0 * g,
+        gemm_per_token_large_batch=_f(large_batch) + 0.0 * g,
+        attention_groups=np.full_like(g, groups),
     )
 
 
@@ -773,6 +788,23 @@ def kv_bytes_per_token_per_accelerator(
     bytes): one token's cache on one accelerator (a stage holds its own layers' cache), in a
     sequence of ``context`` tokens where the model has a sliding window."""
     return float(kv_elements_per_token_per_accelerator(model, tp, context)) * kv_bytes / pipeline
+
+
+def decode_gemm_seconds_per_token(terms: ServingTerms, sequences: ArrayLike) -> F64:
+    """One decode token's dense GEMM FLOPs in a step of ``sequences`` decodes: at the decode
+    band's rate up to ENGINE_GEMM_BAND_TOKENS[0] decodes a group, at the prompt band's from
+    ENGINE_GEMM_BAND_TOKENS[1], between them by log n (the rate, not the time, interpolated)."""
+    small = terms.gemm_per_token
+    large = np.where(
+        np.isnan(terms.gemm_per_token_large_batch), small, terms.gemm_per_token_large_batch
+    )
+    low, high = ENGINE_GEMM_BAND_TOKENS
+    batch = np.maximum(_f(sequences) / terms.attention_groups, 1.0)
+    w = np.clip(np.log(batch / low) / math.log(high / low), 0.0, 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rate = (1.0 - w) / small + w / large
+        # one rate at every batch (no engine table) stays exactly the decode band's
+        return _f(np.where((small > 0) & (large < small), 1.0 / rate, small))
 
 
 def step_seconds(
@@ -793,7 +825,8 @@ def step_seconds(
     # Two rooflines, one per kernel family: the dense GEMMs against the dense weights, the
     # routed experts' grouped GEMMs against the experts the step touches.
     dense = np.maximum(
-        n * terms.gemm_per_token + p * terms.prefill_gemm_per_token, terms.weights_read
+        n * decode_gemm_seconds_per_token(terms, n) + p * terms.prefill_gemm_per_token,
+        terms.weights_read,
     )
     experts = np.maximum((n + p) * terms.expert_gemm_per_token, expert_read_seconds(terms, n + p))
     gemm = _f(dense + experts)

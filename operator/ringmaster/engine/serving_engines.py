@@ -142,6 +142,12 @@ ENGINE_FP4_DECODE_GEMM: dict[tuple[str, str], tuple[float, float]] = {
 # 0.5-0.8 of the H100's FP8 fraction of a twice-higher peak: 1.4-1.9x the engine's own FP8 under
 # TensorRT-LLM and SGLang (2.2-2.7x under vLLM 0.19.0, whose FP8 GEMMs on Blackwell reach about
 # 0.6 of the others' fraction).
+# The batch each ratio stands for: the geometric centres of its band (M 256-1,024 and
+# 2,048-8,192). A step of ``n`` decodes runs its decode GEMMs at the decode ratio up to the first,
+# at the prompt ratio from the second, between them by log n (engine.llm_step
+# .decode_gemm_seconds_per_token): thousands of decodes fill Blackwell's tensor cores as a
+# prompt chunk does.
+ENGINE_GEMM_BAND_TOKENS = (512.0, 4096.0)
 ENGINE_GEMM_RATE: dict[tuple[str, str, str], tuple[float, float]] = {
     ("nvidia-b200", "sglang", "bf16"): (0.788, 0.88),
     ("nvidia-b200", "sglang", "fp4"): (0.549, 0.804),
