@@ -637,8 +637,12 @@ def derive_fp4_matmul_ratio() -> dict[str, float]:
     """What engine.ceilings.MEASURED_FP4_MATMUL_RATIO holds: the chip's NVFP4 fraction of its FP4
     peak over the H100's FP8 fraction of its FP8 peak at prompt-sized GEMMs, the median over the
     three engines' tables (their FP8 kernels differ more than their FP4 ones)."""
+    return _fp4_medians(derive_engine_gemm_rate())
+
+
+def _fp4_medians(fits: dict[tuple[str, str, str], tuple[float, float]]) -> dict[str, float]:
     by_chip: dict[str, list[float]] = {}
-    for (chip, _, p), (_, prefill) in derive_engine_gemm_rate().items():
+    for (chip, _, p), (_, prefill) in fits.items():
         if p == "fp4":
             by_chip.setdefault(chip, []).append(prefill)
     return {chip: round(float(np.median(v)), 3) for chip, v in sorted(by_chip.items())}
@@ -649,7 +653,7 @@ def fp4_leave_one_engine_out() -> list[tuple[str, str, float, float, int, float]
     MEASURED_FP4_MATMUL_RATIO: the other engines' median sets the ratio, and the left-out engine's
     NVFP4 prompt rows are predicted by it over that engine's own H100 FP8 fraction."""
     fits = derive_engine_gemm_rate()
-    fitted = derive_fp4_matmul_ratio()
+    fitted = _fp4_medians(fits)
     out = []
     for t in _fitting_tables():
         if t.accelerator not in fitted or (t.accelerator, t.engine, "fp4") not in fits:

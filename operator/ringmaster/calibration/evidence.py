@@ -79,6 +79,26 @@ class Cell:
     # by more than HELD_OUT_SIGNED_GOAL is a systematic error, not scatter (issue 41's goal).
     checked_signed: float | None = None
 
+    @property
+    def leans(self) -> bool:
+        """LEAN_MIN_ROWS checked rows or more whose signed median is beyond HELD_OUT_SIGNED_GOAL:
+        the engine errs one way there, which scatter cannot excuse."""
+        return (
+            self.checked >= LEAN_MIN_ROWS
+            and self.checked_signed is not None
+            and abs(self.checked_signed) > HELD_OUT_SIGNED_GOAL
+        )
+
+    def table_row(self, column: int) -> str:
+        """The cell as the matrices print it, its second column ``column`` wide."""
+        err = f"{self.checked_median:.1%}" if self.checked_median is not None else "-"
+        signed = f"{self.checked_signed:+.1%}" if self.checked_signed is not None else "-"
+        return (
+            f"{self.generation:<10} {self.framework:<{column}} {self.precision:<9}"
+            f" {self.fitted:>6} {self.checked:>7} {err:>14} {signed:>8}"
+            + ("  !" if self.leans else "")
+        )
+
     def describe(self) -> str:
         where = f"{self.generation} x {self.framework} x {self.precision}"
         if self.checked:
@@ -191,13 +211,7 @@ LEAN_MIN_ROWS = 3
 def leaning_cells() -> tuple[Cell, ...]:
     """The cells of LEAN_MIN_ROWS checked rows or more whose signed median is beyond
     HELD_OUT_SIGNED_GOAL: where the engine errs one way, which scatter cannot excuse."""
-    return tuple(
-        c
-        for c in training_cells()
-        if c.checked >= LEAN_MIN_ROWS
-        and c.checked_signed is not None
-        and abs(c.checked_signed) > HELD_OUT_SIGNED_GOAL
-    )
+    return tuple(c for c in training_cells() if c.leans)
 
 
 def checked_summary() -> tuple[int, float, float]:
@@ -216,15 +230,7 @@ def render_evidence_matrix() -> str:
         f"{'accelerator':<10} {'framework':<11} {'precision':<9} {'fitted':>6} {'checked':>7}"
         f" {'median |error|':>14} {'signed':>8}",
     ]
-    leaning = {(c.generation, c.framework, c.precision) for c in leaning_cells()}
-    for c in training_cells():
-        err = f"{c.checked_median:.1%}" if c.checked_median is not None else "-"
-        signed = f"{c.checked_signed:+.1%}" if c.checked_signed is not None else "-"
-        flag = "  !" if (c.generation, c.framework, c.precision) in leaning else ""
-        lines.append(
-            f"{c.generation:<10} {c.framework:<11} {c.precision:<9} {c.fitted:>6} {c.checked:>7}"
-            f" {err:>14} {signed:>8}{flag}"
-        )
+    lines.extend(c.table_row(11) for c in training_cells())
     rows, med, signed_all = checked_summary()
     lines.append(
         f"checked rows: {rows}, median |error| {med:.1%} (goal <= {HELD_OUT_MEDIAN_GOAL:.0%}),"

@@ -131,18 +131,7 @@ def render_serving_matrix() -> str:
         f"{'accelerator':<10} {'engine':<13} {'precision':<9} {'fitted':>6} {'checked':>7}"
         f" {'median |error|':>14} {'signed':>8}",
     ]
-    for c in serving_cells():
-        err = f"{c.checked_median:.1%}" if c.checked_median is not None else "-"
-        signed = f"{c.checked_signed:+.1%}" if c.checked_signed is not None else "-"
-        lean = (
-            c.checked >= LEAN_MIN_ROWS
-            and c.checked_signed is not None
-            and abs(c.checked_signed) > HELD_OUT_SIGNED_GOAL
-        )
-        lines.append(
-            f"{c.generation:<10} {c.framework:<13} {c.precision:<9} {c.fitted:>6} {c.checked:>7}"
-            f" {err:>14} {signed:>8}" + ("  !" if lean else "")
-        )
+    lines.extend(c.table_row(13) for c in serving_cells())
     rows, med, signed_all = serving_checked_summary()
     lines.append(
         f"checked rows: {rows}, median |error| {med:.1%} (goal <= {HELD_OUT_MEDIAN_GOAL:.0%}),"

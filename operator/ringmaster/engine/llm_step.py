@@ -722,8 +722,7 @@ def serving_terms(
     gemm_per_token = (2.0 * model.matmul_parameters - routed_flops) / (decode_rate * pp * groups)
     # the same at the prompt band's rate, where a named engine's decode ratio differs from it
     large_batch = (
-        (2.0 * model.matmul_parameters - routed_flops)
-        / (_f(peak_flops) * g * e_c * prompt_ratio * pp * groups)
+        gemm_per_token * decode_ratio / prompt_ratio
         if own_gemms is not None and not constants.measured_decode
         else np.full_like(_f(gemm_per_token), np.nan)
     )
