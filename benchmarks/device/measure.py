@@ -17,6 +17,9 @@ launch gaps are not in them (what a serving engine's graphs see).
 - ``prefill``: the same model's forward over one prompt of 128-8192 tokens (causal SDPA).
 - ``serving_fused``: the decode and prefill steps again, beside the same steps with their norms,
   RoPE, SwiGLU and residual adds fused as a serving engine runs them (serving_parts.py).
+- ``serving_mixed``: chunked prefill's step, decodes and a prompt chunk in one flattened token
+  set (GEMMs at M = decodes + chunk), beside the decode-only and chunk-only steps
+  (serving_parts.py).
 - ``decode_ops``: the decode step's kernels alone: GEMMs at M = 1-512 (operand sets rotated past
   L2) and decode attention by batch x context (fits the decode ceilings of a chip).
 - ``grouped``: an MoE layer's expert GEMMs as ``torch._grouped_mm`` runs them (one kernel over
@@ -45,7 +48,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from device_common import BF16, DEV, GIB, graphed, median_ms, randn
-from serving_parts import measure_serving_fused
+from serving_parts import measure_serving_fused, measure_serving_mixed
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from train_parts import TRAINING_PARTS
 
@@ -388,6 +391,9 @@ PARTS = {
     "decode_ops": measure_decode_ops,
     "grouped": measure_grouped,
     "serving_fused": lambda out: measure_serving_fused(out, Llama(LLAMA_8B), attention_backend),
+    "serving_mixed": lambda out: measure_serving_mixed(
+        out, lambda config: Llama(config or LLAMA_8B), attention_backend
+    ),
     **TRAINING_PARTS,
 }
 

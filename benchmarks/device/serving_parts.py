@@ -229,3 +229,119 @@ def prefill_row(model: Any, ops: FusedOps, batch: int, prompt: int, backend_for:
         row["fused_eager"] = categories(fused)
         row["unfused_eager"] = categories(unfused)
     return row
+
+
+# ---- the mixed step: decodes and a prompt chunk in one step (chunked prefill) ---------------
+
+# (decodes, prompt chunk) pairs at one context; 0 decodes or 0 prompt tokens: the pure steps.
+MIXED_BATCHES = (16, 64, 128, 256)
+MIXED_CHUNKS = (256, 512, 1024, 2048)
+MIXED_CONTEXT = 1024
+# A second width: one tensor-parallel rank of Llama-3.1-70B at TP 4 (hidden 8192, 16 / 2 heads,
+# FFN 7168 a rank), 20 of its 80 layers (the step is per layer; fewer layers keep the call short).
+LLAMA_70B_TP4_RANK = {
+    "hidden": 8192,
+    "layers": 20,
+    "heads": 16,
+    "kv_heads": 2,
+    "head_dim": 128,
+    "ffn": 7168,
+    "vocab": 32064,
+}
+
+
+def measure_serving_mixed(out: dict[str, Any], make_model: Any, backend_for: Any) -> None:
+    """Chunked prefill's step: ``decodes`` sequences at MIXED_CONTEXT and a ``chunk``-token
+    prompt flattened into one token set, so every GEMM runs M = decodes + chunk (vLLM V1's and
+    SGLang's mixed batch), attention split (decode attention over the caches, causal attention
+    over the chunk); beside the decode-only and chunk-only steps of the same shapes. Fused
+    elementwise kernels, one CUDA graph a step."""
+    ops = FusedOps()
+    out["serving_mixed"] = {
+        "what": "one step of `decodes` sequences (context tokens each) and one `chunk`-token "
+        "prompt in one flattened token set: GEMMs at M = decodes + chunk, decode attention over "
+        "the caches and causal attention over the chunk, LM head over the decodes and the "
+        "chunk's last token; fused elementwise groups (torch.compile), one CUDA graph a step",
+        "models": {},
+    }
+    for name, config, batches, chunks in (
+        ("llama-3.1-8b", None, MIXED_BATCHES, MIXED_CHUNKS),
+        ("llama-3.1-70b-tp4-rank-20-layers", LLAMA_70B_TP4_RANK, (64, 256), (512, 2048)),
+    ):
+        model = make_model(config)
+        rows: list[dict[str, Any]] = []
+        out["serving_mixed"]["models"][name] = {"model": model.c, "rows": rows}
+        configs = [(b, 0) for b in batches] + [(0, p) for p in chunks]
+        configs += [(b, p) for b in batches for p in chunks]
+        for decodes, chunk in configs:
+            try:
+                rows.append(mixed_row(model, ops, decodes, chunk, backend_for))
+            except Exception:
+                rows.append(
+                    {"decodes": decodes, "chunk": chunk, "failure": traceback.format_exc()[-800:]}
+                )
+            print(name, json.dumps(rows[-1]), flush=True)
+            torch.cuda.empty_cache()
+        del model
+        torch.cuda.empty_cache()
+
+
+def mixed_row(model: Any, ops: FusedOps, decodes: int, chunk: int, backend_for: Any) -> Any:
+    c = model.c
+    d, nh, nkv = c["head_dim"], c["heads"], c["kv_heads"]
+    context = MIXED_CONTEXT
+    tokens = decodes + chunk
+    caches = [
+        (randn(decodes, nkv, context, d), randn(decodes, nkv, context, d))
+        for _ in range(c["layers"] if decodes else 0)
+    ]
+    ids = torch.randint(0, c["vocab"], (1, tokens), device=DEV)
+    cos, sin = randn(1, 1, tokens, d), randn(1, 1, tokens, d)
+    # the rows the LM head reads: every decode and the chunk's last token
+    heads_at = torch.tensor(
+        list(range(decodes)) + ([tokens - 1] if chunk else []), device=DEV, dtype=torch.long
+    )
+    decode_backend = (
+        backend_for(randn(decodes, nh, 1, d), caches[0][0], caches[0][1], False)
+        if decodes
+        else None
+    )
+    prompt_backend = (
+        backend_for(randn(1, nh, chunk, d), randn(1, nkv, chunk, d), randn(1, nkv, chunk, d), True)
+        if chunk
+        else None
+    )
+
+    def attend(i: int, q: Any, k: Any, v: Any) -> Any:
+        parts = []
+        if decodes:
+            kc, vc = caches[i]
+            # (1, heads, decodes, d) -> (decodes, heads, 1, d): one query per sequence
+            kc[:, :, -1:].copy_(k[0, :, :decodes].transpose(0, 1).unsqueeze(2))
+            vc[:, :, -1:].copy_(v[0, :, :decodes].transpose(0, 1).unsqueeze(2))
+            qd = q[0, :, :decodes].transpose(0, 1).unsqueeze(2)
+            with sdpa_kernel(decode_backend):
+                o = F.scaled_dot_product_attention(qd, kc, vc, enable_gqa=True)
+            parts.append(o.squeeze(2).transpose(0, 1).unsqueeze(0))
+        if chunk:
+            with sdpa_kernel(prompt_backend):
+                parts.append(
+                    F.scaled_dot_product_attention(
+                        q[:, :, decodes:],
+                        k[:, :, decodes:],
+                        v[:, :, decodes:],
+                        is_causal=True,
+                        enable_gqa=True,
+                    )
+                )
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
+
+    def step() -> Any:
+        y = fused_forward(model, ops, model.embed[ids], attend, cos, sin)
+        return (y[0, heads_at] @ model.head.t()).argmax(-1)
+
+    row: dict[str, Any] = {"decodes": decodes, "chunk": chunk, "context": context}
+    with torch.no_grad():
+        row["ms"] = round(median_ms(graphed(step), reps=20), 4)
+        row["eager"] = categories(step)
+    return row

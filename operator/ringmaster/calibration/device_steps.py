@@ -400,6 +400,149 @@ def _serving_fused_rows(folder: Path) -> list[DeviceRow]:
     return rows
 
 
+# The serving_mixed part's models: the engine's transformer, its layers as measured, and the
+# tensor-parallel degree whose one rank the measured shapes are (its all-reduces not run).
+MIXED_MODELS = {
+    "llama-3.1-8b": ("llama-3.1-8b", None, 1),
+    "llama-3.1-70b-tp4-rank-20-layers": ("llama-3.1-70b", 20, 4),
+}
+
+
+def _mixed_model(name: str) -> tuple[Transformer, int]:
+    key, layers, tp = MIXED_MODELS[name]
+    model = KNOWN_TRANSFORMERS[key]
+    return (model if layers is None else replace(model, layers=layers)), tp
+
+
+def _mixed_predicted(
+    acc: str, name: str, decodes: int, chunk: int, context: int
+) -> tuple[float, dict[str, float]]:
+    """The kernels-only step of ``decodes`` sequences at ``context`` tokens and one ``chunk``-
+    token prompt (its attention at FlashAttention 2's rate, the kernel that ran; one rank's
+    shapes, no all-reduce), and its GEMM and attention parts with their floors."""
+    model, tp = _mixed_model(name)
+    a = DEFAULT_CATALOG.accelerator(acc)
+    terms = S.serving_terms(
+        model,
+        a,
+        tp,
+        a.peak("bf16"),
+        2.0,
+        2.0,
+        chunk or context,
+        1,
+        constants=KERNELS_ONLY,
+        prefill_attention="flash2",
+    )
+    none = np.zeros(())
+    terms = terms._replace(
+        allreduce_base=none, allreduce_per_token=none, allreduce_per_prompt_token=none
+    )
+    n, p = float(decodes), float(chunk)
+    whole = _scalar(
+        S.step_seconds(terms, n, p, context_tokens=n * context, prompt_length=max(p, 1.0))
+    )
+    ce = ceilings_for(a)
+    gemm_floor = ce.decode_gemm["bf16"][1] * 1e-6 * DECODE_GEMMS_PER_LAYER * model.layers
+    attention_floor = ce.decode_attention["flash2"][1] * 1e-6 * model.layers if decodes else 0.0
+    gemm = (
+        max(
+            n * _scalar(S.decode_gemm_seconds_per_token(terms, n))
+            + p * _scalar(terms.prefill_gemm_per_token),
+            _scalar(terms.weights_read),
+        )
+        + gemm_floor
+    )
+    attention = (
+        n * context * _scalar(terms.kv_read_per_token)
+        + attention_floor
+        + p * 0.5 * p * _scalar(terms.prefill_attention_per_context)
+    )
+    return whole, {"gemm": gemm, "attention": attention}
+
+
+def _serving_mixed_rows(folder: Path) -> list[DeviceRow]:
+    """The serving_mixed part (chunked prefill's step: decodes and a prompt chunk in one
+    flattened token set, fused elementwise kernels, one CUDA graph): the decode-only rows join
+    decode-fused, the chunk-only ones prefill-fused, the mixed ones are mixed-fused."""
+    data = _load(folder, "serving_mixed")
+    if data is None:
+        return []
+    acc = _accelerator(folder)
+    rows = []
+    for name, measured_model in data["models"].items():
+        for r in measured_model["rows"]:
+            if "ms" not in r:
+                continue
+            n, p, context = int(r["decodes"]), int(r["chunk"]), int(r["context"])
+            whole, parts = _mixed_predicted(acc, name, n, p, context)
+            if n and p:
+                group, setup = "mixed-fused", f"{name} b{n} ctx{context} + chunk {p}"
+            elif n:
+                group, setup = "decode-fused", f"{name} decode b{n} ctx{context} (flattened)"
+            else:
+                group, setup = "prefill-fused", f"{name} chunk {p} (flattened)"
+            measured = float(r["ms"]) / 1e3
+            categories = r["eager"]["device_ms_by_category"]
+            rows.append(
+                DeviceRow(
+                    folder.name,
+                    group,
+                    setup,
+                    acc,
+                    measured,
+                    whole,
+                    _with_parts(parts, whole, categories, measured),
+                )
+            )
+    return rows
+
+
+def mixed_sharing(source: str) -> list[tuple[str, float, float]]:
+    """(setup, measured, predicted) of each mixed step over its decode-only and chunk-only
+    steps' sum, from ``source``'s rows: what sharing one step's GEMMs saves, as measured and as
+    the engine's one roofline over the step's tokens gives it."""
+    by = {r.setup: r for r in device_rows() if r.source == source}
+    out = []
+    for setup, r in by.items():
+        if r.group != "mixed-fused":
+            continue
+        head, chunk = setup.split(" + chunk ")
+        name, batch, context = head.split(" ")
+        decode = by[f"{name} decode {batch} {context} (flattened)"]
+        prompt = by[f"{name} chunk {chunk} (flattened)"]
+        out.append(
+            (
+                setup,
+                r.measured / (decode.measured + prompt.measured),
+                r.predicted / (decode.predicted + prompt.predicted),
+            )
+        )
+    return out
+
+
+def prompt_gemm_fractions(source: str) -> list[tuple[str, int, float]]:
+    """(model, chunk tokens, fraction of the bf16 peak) the chunk-only steps' GEMMs reached in
+    ``source`` (their profiled device time): the step's GEMM rate by its token count."""
+    data = _load(DEVICE_DIR / source, "serving_mixed")
+    if data is None:
+        return []
+    peak = DEFAULT_CATALOG.accelerator(_accelerator(DEVICE_DIR / source)).peak("bf16")
+    out = []
+    for name, measured_model in data["models"].items():
+        model, tp = _mixed_model(name)
+        for r in measured_model["rows"]:
+            if "ms" not in r or r["decodes"] or not r["chunk"]:
+                continue
+            p = int(r["chunk"])
+            # every layer's GEMMs over the chunk, the LM head over its last token
+            flops = 2.0 * p * (model.matmul_parameters - model.vocab * model.hidden) / tp
+            flops += 2.0 * model.vocab * model.hidden / tp
+            seconds = r["eager"]["device_ms_by_category"]["gemm"] / 1e3
+            out.append((name, p, flops / seconds / peak))
+    return out
+
+
 def _grouped_rows(folder: Path) -> list[DeviceRow]:
     """MoE expert GEMMs (``torch._grouped_mm`` over a rank's local experts, bf16) against the
     engine's grouped-GEMM call (Ceilings.grouped_gemm_seconds: the local experts' weights
@@ -469,6 +612,7 @@ def device_rows() -> tuple[DeviceRow, ...]:
     for folder in _folders():
         rows += _training_rows(folder) + _decode_rows(folder) + _prefill_rows(folder)
         rows += _grouped_rows(folder) + _serving_fused_rows(folder)
+        rows += _serving_mixed_rows(folder)
     return tuple(rows)
 
 
@@ -476,6 +620,28 @@ def group_summary(rows: list[DeviceRow]) -> tuple[float, float, float, float]:
     """(median |error|, signed median, smallest, largest error) of ``rows``."""
     errors = [r.error for r in rows]
     return median(abs(e) for e in errors), median(errors), min(errors), max(errors)
+
+
+def _mixed_lines(sources: list[str]) -> list[str]:
+    """What sharing a step's GEMMs saves (measured against the engine), and the step's GEMM rate
+    by its chunk's tokens, per serving_mixed source."""
+    lines = []
+    for source in sources:
+        sharing = mixed_sharing(source)
+        gap = [p / m - 1.0 for _, m, p in sharing]
+        fractions = ", ".join(
+            f"{p} {f:.2f}" for name, p, f in prompt_gemm_fractions(source) if name == "llama-3.1-8b"
+        )
+        lines.append(
+            f"  mixed step {source}: decodes + a chunk over the two steps alone, measured "
+            f"{min(m for _, m, _ in sharing):.2f}-{max(m for _, m, _ in sharing):.2f}, the "
+            f"engine {min(p for *_, p in sharing):.2f}-{max(p for *_, p in sharing):.2f} "
+            f"(median {median(gap):+.1%}: one roofline over the step's tokens shares more than "
+            f"the GEMMs do near the ridge); chunk-only GEMMs, tokens fraction-of-peak: "
+            f"{fractions} (the engine's prompt rate: one fitted fraction at any chunk, "
+            f"{S.LLM_COMPUTE_EFFICIENCY:.2f} of the bf16 peak)"
+        )
+    return lines
 
 
 def render_device_section() -> str:
@@ -512,6 +678,7 @@ def render_device_section() -> str:
         "torch.compile-d; fp8: tensorwise dynamic scaling); forward + backward only (its AdamW ran "
         "on bf16 states, which no framework profile models)."
     )
+    lines += _mixed_lines(sorted({r.source for r in rows if r.group == "mixed-fused"}))
     fit = fit_fp8_cast_bytes()
     fit_rows = fp8_cast_fit_rows()
     if fit_rows:
