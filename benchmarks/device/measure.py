@@ -20,6 +20,9 @@ launch gaps are not in them (what a serving engine's graphs see).
 - ``serving_mixed``: chunked prefill's step, decodes and a prompt chunk in one flattened token
   set (GEMMs at M = decodes + chunk), beside the decode-only and chunk-only steps
   (serving_parts.py).
+- ``step_kernels``: GEMMs at M = 64-2,048 on the 8B's and a 70B TP-4 rank's layer shapes (the
+  ridge between the weights' stream and the tensor cores), and one prompt's causal attention
+  alone at 128-8,192 tokens under FlashAttention 2 and cuDNN (serving_parts.py).
 - ``decode_ops``: the decode step's kernels alone: GEMMs at M = 1-512 (operand sets rotated past
   L2) and decode attention by batch x context (fits the decode ceilings of a chip).
 - ``grouped``: an MoE layer's expert GEMMs as ``torch._grouped_mm`` runs them (one kernel over
@@ -48,7 +51,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from device_common import BF16, DEV, GIB, graphed, median_ms, randn
-from serving_parts import measure_serving_fused, measure_serving_mixed
+from serving_parts import measure_serving_fused, measure_serving_mixed, measure_step_kernels
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from train_parts import TRAINING_PARTS
 
@@ -393,6 +396,9 @@ PARTS = {
     "serving_fused": lambda out: measure_serving_fused(out, Llama(LLAMA_8B), attention_backend),
     "serving_mixed": lambda out: measure_serving_mixed(
         out, lambda config: Llama(config or LLAMA_8B), attention_backend
+    ),
+    "step_kernels": lambda out: measure_step_kernels(
+        out, rotation, (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION)
     ),
     **TRAINING_PARTS,
 }

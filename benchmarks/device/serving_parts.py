@@ -345,3 +345,90 @@ def mixed_row(model: Any, ops: FusedOps, decodes: int, chunk: int, backend_for: 
         row["ms"] = round(median_ms(graphed(step), reps=20), 4)
         row["eager"] = categories(step)
     return row
+
+
+# ---- the step's kernels near the GEMMs' ridge, and a prompt's attention alone ----------------
+
+KNEE_TOKENS = (64, 128, 192, 256, 320, 384, 448, 512, 768, 1024, 2048)
+# (model, hidden, the layer's four GEMMs as (N, K)): the 8B's, and one TP-4 rank of the 70B's
+KNEE_SHAPES = (
+    ("llama-3.1-8b", {"qkv": (6144, 4096), "out": (4096, 4096), "gate_up": (28672, 4096),
+                      "down": (4096, 14336)}),
+    ("llama-3.1-70b-tp4-rank", {"qkv": (2560, 8192), "out": (8192, 2048),
+                                "gate_up": (14336, 8192), "down": (8192, 7168)}),
+)  # fmt: skip
+PROMPT_ATTENTION = ((32, 8), (16, 2))  # (query heads, KV heads) a rank: the 8B, a 70B TP-4 rank
+PROMPT_LENGTHS = (128, 256, 512, 1024, 2048, 4096, 8192)
+
+
+def measure_step_kernels(out: dict[str, Any], rotation: Any, backends: Any) -> None:
+    """GEMMs at M = 64-2,048 tokens on a layer's four shapes (operand sets rotated past L2, one
+    CUDA graph of the calls): where the weights' stream gives way to the tensor cores; and one
+    prompt's causal attention alone (batch 1, 128-8,192 tokens) under each SDPA backend, beside
+    16,384 tokens a call (the ceilings' measured rows): what a short prompt fills of the chip."""
+    l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 64 << 20)
+    gemm_rows: list[dict[str, Any]] = []
+    attention_rows: list[dict[str, Any]] = []
+    out["step_kernels"] = {
+        "gemm": gemm_rows,
+        "attention": attention_rows,
+        "what": "GEMM y = x W^T bf16 (torch.mm), per call from a graph of `sets` rotated calls; "
+        "attention: SDPA causal, enable_gqa, bf16, head dim 128, q (b, s, H, d) transposed "
+        "views as in Llama code, per call from a graph of `sets` rotated calls",
+    }
+    for model, shapes in KNEE_SHAPES:
+        for name, (n, k) in shapes.items():
+            for m in KNEE_TOKENS:
+                try:
+                    sets = rotation(2 * (n * k + m * k + m * n), l2)
+                    ws = [randn(n, k) for _ in range(sets)]
+                    xs = [randn(m, k) for _ in range(sets)]
+
+                    def calls(ws=ws, xs=xs):
+                        for w, x in zip(ws, xs, strict=True):
+                            torch.mm(x, w.t())
+
+                    us = median_ms(graphed(calls), reps=10) / sets * 1e3
+                    gemm_rows.append(
+                        {"model": model, "gemm": name, "m": m, "n": n, "k": k, "sets": sets,
+                         "us": round(us, 3)}
+                    )  # fmt: skip
+                    del ws, xs
+                except Exception:
+                    failure = traceback.format_exc()[-400:]
+                    gemm_rows.append({"model": model, "gemm": name, "m": m, "failure": failure})
+        print(model, "gemm rows", len(gemm_rows), flush=True)
+    d = 128
+    for heads, kv_heads in PROMPT_ATTENTION:
+        for backend in backends:
+            for batch, s in [(1, s) for s in PROMPT_LENGTHS] + [(8, 2048), (16, 1024)]:
+                try:
+                    nbytes = 2 * batch * s * d * (2 * heads + 2 * kv_heads)
+                    sets = rotation(nbytes, l2)
+                    qs = [randn(batch, s, heads, d).transpose(1, 2) for _ in range(sets)]
+                    ks = [randn(batch, s, kv_heads, d).transpose(1, 2) for _ in range(sets)]
+                    vs = [randn(batch, s, kv_heads, d).transpose(1, 2) for _ in range(sets)]
+
+                    def attend(qs=qs, ks=ks, vs=vs, backend=backend):
+                        with sdpa_kernel(backend):
+                            for q, k_, v in zip(qs, ks, vs, strict=True):
+                                F.scaled_dot_product_attention(
+                                    q, k_, v, is_causal=True, enable_gqa=True
+                                )
+
+                    us = median_ms(graphed(attend), reps=10) / sets * 1e3
+                    flops = 4 * batch * s * s * heads * d / 2
+                    attention_rows.append(
+                        {"backend": backend.name, "heads": heads, "kv_heads": kv_heads,
+                         "batch": batch, "s": s, "sets": sets, "us": round(us, 3),
+                         "tflops": round(flops / us / 1e6, 1)}
+                    )  # fmt: skip
+                    del qs, ks, vs
+                except Exception:
+                    failure = traceback.format_exc()[-400:]
+                    attention_rows.append(
+                        {"backend": backend.name, "heads": heads, "batch": batch, "s": s,
+                         "failure": failure}
+                    )  # fmt: skip
+                print(json.dumps(attention_rows[-1]), flush=True)
+    torch.cuda.empty_cache()

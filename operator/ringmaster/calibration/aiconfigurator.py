@@ -276,12 +276,19 @@ def _op_errors(t: AicTable) -> dict[str, np.ndarray]:
         predicted = ce.kv_read_seconds(kernel, _kv_bytes(t.decode))
         out["decode attention"] = predicted / t.decode_seconds - 1.0
     if len(t.prefill_seconds):
-        length, head_dim = t.prefill[:, 1], t.prefill[:, 4]
+        batch, length, heads, head_dim = (
+            t.prefill[:, 0],
+            t.prefill[:, 1],
+            t.prefill[:, 2],
+            t.prefill[:, 4],
+        )
         flops = _prefill_flops(t.prefill)
+        # the call's rate at its own batch and heads (Ceilings.attention_occupancy)
         rate = np.array(
             [
-                ce.attention_flops("cudnn", "forward", s, d)
-                for s, d in zip(length, head_dim, strict=True)
+                float(ce.attention_flops("cudnn", "forward", s, d))
+                * float(ce.attention_occupancy(b, h, s))
+                for b, s, h, d in zip(batch, length, heads, head_dim, strict=True)
             ]
         )
         out["prefill attention"] = flops / rate / t.prefill_seconds - 1.0

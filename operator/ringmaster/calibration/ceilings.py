@@ -275,6 +275,67 @@ def fit_attention(kernel: str, direction: str) -> tuple[float, float, float]:
     return round(e, 4), s0, d0
 
 
+STEP_KERNELS_DIR = Path(__file__).with_name("measured") / "device"
+OCCUPANCY_FIT_SOURCE = "2026-11-27d-h100"  # the lent H100's step_kernels: fitted
+OCCUPANCY_CHECK_SOURCE = "2026-11-27d-h200"  # the lent H200's: checked
+_SDPA_KERNEL = {"FLASH_ATTENTION": "flash2", "CUDNN_ATTENTION": "cudnn"}
+
+
+def prompt_attention_rows(source: str) -> list[dict[str, Any]]:
+    """One causal attention call alone (the step_kernels part): batch, heads, s, us."""
+    path = STEP_KERNELS_DIR / source / "step_kernels.json"
+    rows = json.loads(path.read_text())["step_kernels"]["attention"]
+    return [r for r in rows if "us" in r]
+
+
+def predicted_attention_us(
+    ce: CE.Ceilings, row: Mapping[str, Any], alpha: float, floor_us: float
+) -> float:
+    """A measured call's time by the ceilings' rate times its occupancy at ``alpha``, plus a
+    floor: Ceilings.attention_occupancy's law with its coefficient set."""
+    kernel = _SDPA_KERNEL[row["backend"]]
+    s, batch, heads = float(row["s"]), float(row["batch"]), float(row["heads"])
+    flops = 4.0 * batch * s * s * heads * 128 / 2.0
+    keep = CE.ATTENTION_OCCUPANCY
+    CE.ATTENTION_OCCUPANCY = (alpha, floor_us)
+    try:
+        filled = float(ce.attention_occupancy(batch, heads, s))
+    finally:
+        CE.ATTENTION_OCCUPANCY = keep
+    return floor_us + flops / (float(ce.attention_flops(kernel, "forward", s, 128)) * filled) * 1e6
+
+
+def fit_attention_occupancy() -> tuple[float, float]:
+    """(alpha, floor us) of engine.ceilings.ATTENTION_OCCUPANCY: least squares of the log error
+    over the lent H100's calls (grid: alpha by 0.05, the floor by 0.5 us)."""
+    from ringmaster.engine.hardware import DEFAULT_CATALOG
+
+    ce = CE.ceilings_for(DEFAULT_CATALOG.accelerator("nvidia-h100-80gb"))
+    rows = prompt_attention_rows(OCCUPANCY_FIT_SOURCE)
+    measured = np.array([r["us"] for r in rows])
+    best: tuple[float, float, float] | None = None
+    for alpha in np.round(np.arange(0.0, 2.0001, 0.05), 2):
+        for floor in np.round(np.arange(0.0, 10.001, 0.5), 1):
+            predicted = np.array([predicted_attention_us(ce, r, alpha, floor) for r in rows])
+            sse = float(np.sum(np.log(predicted / measured) ** 2))
+            if best is None or sse < best[0]:
+                best = (sse, float(alpha), float(floor))
+    assert best is not None
+    return best[1], best[2]
+
+
+def occupancy_errors(source: str, alpha: float, floor_us: float) -> list[float]:
+    """predicted / measured - 1 of ``source``'s calls (its own chip's ceilings)."""
+    chip = {"h100": "nvidia-h100-80gb", "h200": "nvidia-h200-141gb"}[source.rsplit("-", 1)[1]]
+    from ringmaster.engine.hardware import DEFAULT_CATALOG
+
+    ce = CE.ceilings_for(DEFAULT_CATALOG.accelerator(chip))
+    return [
+        predicted_attention_us(ce, r, alpha, floor_us) / r["us"] - 1.0
+        for r in prompt_attention_rows(source)
+    ]
+
+
 def elementwise_ps() -> dict[str, dict[str, float]]:
     """Median forward + backward picoseconds per element, per mode and op (the residual add's
     forward only: its backward passes through)."""
@@ -404,6 +465,7 @@ def derive_ceiling_constants() -> dict[str, Any]:
         "H100_COPY_GBPS": copy_gbps(),
         "H100_DECODE_GEMM": {p: fit_decode_gemm(p) for p in ("bf16", "fp8", "fp8fast")},
         "H100_DECODE_ATTENTION": {k: fit_decode_attention(k) for k in ("flash2", "cudnn")},
+        "ATTENTION_OCCUPANCY": fit_attention_occupancy(),
     }
 
 
@@ -542,7 +604,66 @@ def render_ceilings_section() -> str:
             f"  {group:<30} {len(errors):>5} {median(errors):>15.1%} {within:>11.0%}"
             f" {max(errors):>8.1%}"
         )
-    return "\n".join(lines)
+    return "\n".join(lines + occupancy_lines() + ridge_lines())
+
+
+def occupancy_lines() -> list[str]:
+    """ATTENTION_OCCUPANCY's fit and check (median |error| with and without it)."""
+    alpha, floor = CE.ATTENTION_OCCUPANCY
+    lines = [
+        f"Attention occupancy (engine.ceilings.ATTENTION_OCCUPANCY: alpha {alpha}, floor "
+        f"{floor} us a call): one causal call alone, 128-8,192 tokens, 1-16 sequences, 16 and "
+        "32 heads, FlashAttention 2 and cuDNN; predicted / measured - 1"
+    ]
+    for source, role in ((OCCUPANCY_FIT_SOURCE, "fitted"), (OCCUPANCY_CHECK_SOURCE, "checked")):
+        with_it = occupancy_errors(source, alpha, floor)
+        without = occupancy_errors(source, 0.0, 0.0)
+        lines.append(
+            f"  {source:<18} {role:<8} {len(with_it):>3} calls: median |error| "
+            f"{median(abs(e) for e in with_it):.1%} (signed {median(with_it):+.1%}); at the "
+            f"measured rates alone {median(abs(e) for e in without):.1%} "
+            f"({median(without):+.1%})"
+        )
+    return lines
+
+
+def ridge_gemm_rows(source: str) -> list[tuple[str, int, float, float]]:
+    """(model, M, measured us, the ceilings' decode-batch GEMM model us) of a layer's four
+    GEMMs alone at M tokens (the step_kernels part): the curve through the GEMMs' ridge."""
+    from ringmaster.engine.hardware import DEFAULT_CATALOG
+
+    chip = {"h100": "nvidia-h100-80gb", "h200": "nvidia-h200-141gb"}[source.rsplit("-", 1)[1]]
+    ce = CE.ceilings_for(DEFAULT_CATALOG.accelerator(chip))
+    path = STEP_KERNELS_DIR / source / "step_kernels.json"
+    rows = [r for r in json.loads(path.read_text())["step_kernels"]["gemm"] if "us" in r]
+    out = []
+    for model, m in sorted({(r["model"], r["m"]) for r in rows}):
+        layer = [r for r in rows if (r["model"], r["m"]) == (model, m)]
+        predicted = 0.0
+        for r in layer:
+            weights, flops = 2.0 * r["n"] * r["k"], 2.0 * m * r["n"] * r["k"]
+            width = min(r["n"], r["k"])
+            predicted += float(ce.decode_gemm_seconds("bf16", weights, flops, width)) * 1e6
+        out.append((model, m, sum(r["us"] for r in layer), predicted))
+    return out
+
+
+def ridge_lines() -> list[str]:
+    lines = [
+        "GEMMs through the ridge (a layer's four GEMMs alone at M = 64-2,048, the step_kernels "
+        "part): the ceilings' decode-batch model (fitted at M <= 512), predicted / measured - 1"
+    ]
+    for source in (OCCUPANCY_FIT_SOURCE, OCCUPANCY_CHECK_SOURCE):
+        rows = ridge_gemm_rows(source)
+        errors = [p / m - 1.0 for _, _, m, p in rows]
+        ridge = [p / m - 1.0 for _, n, m, p in rows if 192 <= n <= 384]
+        lines.append(
+            f"  {source:<18} checked  {len(rows):>3} layers: median |error| "
+            f"{median(abs(e) for e in errors):.1%} (signed {median(errors):+.1%}), at M "
+            f"192-384 {median(ridge):+.1%}; worst {min(errors):+.0%} (M = 448: cuBLAS picks a "
+            "slower kernel there than at 512)"
+        )
+    return lines
 
 
 PUBLISHED_CEILINGS = Path(__file__).with_name("ceilings_points.yaml")

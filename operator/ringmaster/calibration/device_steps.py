@@ -294,20 +294,29 @@ def _decode_rows(folder: Path) -> list[DeviceRow]:
     return rows
 
 
-def _prefill_terms(acc: str, prompt: int) -> S.ServingTerms:
-    """The serving step's terms for prompts of ``prompt`` tokens with the attention kernel the
-    measured script ran (SDPA's FlashAttention 2)."""
+def _prefill_terms(acc: str, prompt: int, batch: int = 1) -> S.ServingTerms:
+    """The serving step's terms for ``batch`` prompts of ``prompt`` tokens in one attention
+    call, with the kernel the measured script ran (SDPA's FlashAttention 2)."""
     model = KNOWN_TRANSFORMERS["llama-3.1-8b"]
     a = DEFAULT_CATALOG.accelerator(acc)
     return S.serving_terms(
-        model, a, 1, a.peak("bf16"), 2.0, 2.0, prompt, 1, prefill_attention="flash2"
+        model,
+        a,
+        1,
+        a.peak("bf16"),
+        2.0,
+        2.0,
+        prompt,
+        1,
+        prefill_attention="flash2",
+        attention_prompts=batch,
     )
 
 
 def _prefill_predicted(acc: str, batch: int, prompt: int) -> tuple[float, dict[str, float]]:
     """The engine's time for ``batch`` prompts of ``prompt`` tokens in one forward (the GEMMs
     see every token, each prompt's attention its own square), and its GEMM and attention parts."""
-    terms = _prefill_terms(acc, prompt)
+    terms = _prefill_terms(acc, prompt, batch)
     tokens = batch * prompt
     whole = _scalar(S.step_seconds(terms, 0.0, tokens, prompt_length=prompt))
     gemm = max(tokens * _scalar(terms.prefill_gemm_per_token), _scalar(terms.weights_read))
@@ -433,6 +442,7 @@ def _mixed_predicted(
         1,
         constants=KERNELS_ONLY,
         prefill_attention="flash2",
+        attention_prompts=1,  # the one chunk
     )
     none = np.zeros(())
     terms = terms._replace(

@@ -375,6 +375,11 @@ SINGLE_SOURCE = (
         "one FP8 linear layer on a lent H100 (device/2026-11-26c-h100 fp8_linear.json; checked "
         "on that machine's FP8 steps)",
     ),
+    (
+        "ATTENTION_OCCUPANCY",
+        "36 attention calls alone on a lent H100 (device/2026-11-27d-h100 step_kernels.json; "
+        "checked on a lent H200's 36 and on AIConfigurator's prefill-attention tables)",
+    ),
     ("LLM serving constants", "TensorRT-LLM perf overview, gpt-fast, TensorRT-LLM TTFT"),
     (
         "CHIP_DECODE_TERMS (A100, B200, GB200)",

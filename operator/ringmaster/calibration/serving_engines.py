@@ -153,7 +153,7 @@ def _offline(point: dict[str, Any]) -> float:
         kv_cache_tokens=np.floor(max(free, 0.0) / float(terms.kv_bytes_per_token))
     )
     seqs = float(settings.get("max_num_seqs", 256))
-    budget = float(settings.get("max_num_batched_tokens", B.DEFAULT_MAX_NUM_BATCHED_TOKENS))
+    budget = float(settings.get("max_num_batched_tokens", S.DEFAULT_MAX_NUM_BATCHED_TOKENS))
     fixed = B.Lengths(n_in, n_in)
     cap = B.capacity(terms, seqs, budget, 0.0, input_lengths=fixed)
     return float(cap.rate) * n_out

@@ -63,6 +63,33 @@ H100_ATTENTION = {
     ("cudnn", "forward"): (1.0637, 775.0, 84.0),
     ("cudnn", "backward"): (0.8509, 1875.0, 60.0),
 }
+# A causal attention call fills the chip by its tiles (calibration/measured/device, the
+# step_kernels part, 2026-11-27d): P sequences x H heads x n = ceil(s / 128) query tiles, the
+# last n key blocks long, finish no sooner than Graham's list-scheduling bound, the work over
+# the SMs plus alpha x the longest tile. H100_ATTENTION's rates were measured at 16,384 tokens a
+# call (nearly full), so a call runs at them times its occupancy over that reference's. Fitted
+# (calibration.ceilings.fit_attention_occupancy: alpha, and a floor in us a call that the
+# engine's large calls do not need) on one lent H100's 36 calls (FlashAttention 2 and cuDNN, 16
+# and 32 heads, one prompt of 128-8,192 tokens, two batched ones): 34.0 % -> 3.9 % median
+# |error|; checked on a lent H200's 36 and on AIConfigurator's prefill-attention tables.
+ATTENTION_OCCUPANCY = (0.5, 5.0)
+ATTENTION_TILE_TOKENS = 128.0
+ATTENTION_REFERENCE_TOKENS = 16384.0
+ATTENTION_REFERENCE_HEADS = 32.0  # the measured rows' median (8, 32, 64 heads)
+# The SMs a chip spreads those tiles over (NVIDIA's A100 and H100 architecture whitepapers: 108,
+# 132 on the SXM parts; the H200 is the H100's die; the B200's 148 from its CUDA device
+# properties as published with FlashAttention 3/4's Blackwell results); other chips carry the
+# H100's 132.
+ATTENTION_SMS = {
+    "nvidia-tesla-a100": 108.0,
+    "nvidia-a100-80gb": 108.0,
+    "nvidia-h100-80gb": 132.0,
+    "nvidia-h200-141gb": 132.0,
+    "nvidia-b200": 148.0,
+    "nvidia-gb200": 148.0,
+}
+H100_SMS = 132.0
+
 # Memory-bound kernels, forward + backward, picoseconds per element (the median over hidden
 # 2048-16384 of the measured ps_per_element). Elements: rmsnorm and the residual add T h, RoPE
 # T (h + h_kv), SwiGLU T f. The residual add is forward only (its backward passes through), so a
@@ -311,6 +338,7 @@ class Ceilings:
     memory_bandwidth: float = H100_DATASHEET_HBM_GBPS * GB
     # The grouped expert GEMM's streaming ceiling, bytes/s (None: the decode GEMMs' fraction).
     grouped_stream_cap: float | None = None
+    sms: float = H100_SMS  # where attention's tiles run (ATTENTION_SMS)
 
     def gemm_flops(
         self, precision: str, width: ArrayLike, tokens: ArrayLike, *, sustained: bool = True
@@ -336,6 +364,25 @@ class Ceilings:
         return np.asarray(
             e / (1.0 + s0 / s + d0 / float(head_dim)) * self.peak_flops["bf16"], dtype=np.float64
         )
+
+    def attention_occupancy(
+        self, sequences: ArrayLike, heads: ArrayLike, sequence: ArrayLike
+    ) -> NDArray[np.float64]:
+        """A causal attention call of ``sequences`` x ``heads`` (a rank's) x ``sequence``
+        tokens: its rate over the measured rates' (ATTENTION_OCCUPANCY), which were fitted on
+        calls of ATTENTION_REFERENCE_TOKENS at every head count at once (referred to
+        ATTENTION_REFERENCE_HEADS): below 1 where the call's tiles leave SMs idle."""
+        alpha = ATTENTION_OCCUPANCY[0]
+        s = np.maximum(np.asarray(sequence, float), 1.0)
+        blocks = np.ceil(s / ATTENTION_TILE_TOKENS) + 1.0  # n + 1: twice the mean tile's work
+
+        def stretch(tiles: ArrayLike) -> NDArray[np.float64]:
+            """Graham's bound over the ideal: 1 + alpha x the longest tile / the work an SM."""
+            return np.asarray(1.0 + alpha * self.sms * 2.0 / (np.asarray(tiles) * blocks))
+
+        reference = np.maximum(ATTENTION_REFERENCE_TOKENS / s, 1.0) * ATTENTION_REFERENCE_HEADS
+        calls = np.asarray(sequences, float) * np.asarray(heads, float)
+        return np.asarray(stretch(reference) / stretch(calls), dtype=np.float64)
 
     def decode_gemm_seconds(
         self,
@@ -608,6 +655,7 @@ def ceilings_for(acc: Accelerator) -> Ceilings:
         grouped_stream_cap=(
             GROUPED_STREAM_CAP_GBPS * GB if acc.name in GROUPED_STREAM_CAP_CHIPS else None
         ),
+        sms=ATTENTION_SMS.get(acc.name, H100_SMS),
     )
 
 

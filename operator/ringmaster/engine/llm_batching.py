@@ -65,6 +65,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ringmaster.engine import llm_prefill_queue as prefill_queue
 from ringmaster.engine.llm_step import (
+    DEFAULT_MAX_NUM_BATCHED_TOKENS,
     KV_BLOCK_TOKENS,
     ServingTerms,
     expert_read_seconds,
@@ -72,10 +73,8 @@ from ringmaster.engine.llm_step import (
 
 F64 = NDArray[np.float64]
 
-# vLLM v1's defaults for an OpenAI-compatible server on a large-memory GPU
-# (vllm/engine/arg_utils.py, EngineArgs._set_default_args: max_num_batched_tokens 8192 for the
-# API server on H100-class GPUs). The plan sizes max_num_seqs itself.
-DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
+# vLLM v1's default token budget: engine.llm_step.DEFAULT_MAX_NUM_BATCHED_TOKENS (a prompt's
+# attention call is priced at what a full budget fills). The plan sizes max_num_seqs itself.
 # The token budgets the plan chooses from: vLLM's default and two that cut long prompts into
 # smaller chunks (a smaller chunk stretches the decode steps it shares less: a lower TPOT p99).
 MAX_NUM_BATCHED_TOKENS_CHOICES = (1024, 2048, DEFAULT_MAX_NUM_BATCHED_TOKENS)

@@ -55,6 +55,7 @@ from ringmaster.engine.hardware import (
 from ringmaster.engine.llm_batching import Lengths
 from ringmaster.engine.llm_static import StaticReplica
 from ringmaster.engine.llm_step import (
+    DEFAULT_MAX_NUM_BATCHED_TOKENS,
     HBM_RESERVE_FRACTION,
     LLM_COMPUTE_EFFICIENCY,
     LLM_FP8_COMPUTE_EFFICIENCY,
@@ -292,7 +293,7 @@ class LlmServingPrediction:
     offline_requests_per_second: float = 0.0
     offline_output_tokens_per_second: float = 0.0
     offline_max_num_seqs: int = 0
-    max_num_batched_tokens: int = batching.DEFAULT_MAX_NUM_BATCHED_TOKENS
+    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS
     # The rates at which each p99 target starts to fail (None: it holds up to the offline max).
     ttft_slo_rate: float | None = None
     tpot_slo_rate: float | None = None

@@ -144,7 +144,7 @@ F64 = NDArray[np.float64]
 # one point, TensorRT-LLM's batch-1 time to first token of LLaMA-7B with a 2,048-token prompt on
 # A100 in FP16, 133 ms (trtllm-batch1-ttft-7b: the most compute-bound point published), with the
 # prompt's attention at its own kernel's measured rate (FlashAttention 2 on the A100).
-LLM_COMPUTE_EFFICIENCY = 0.6644
+LLM_COMPUTE_EFFICIENCY = 0.6653
 # The same for FP8 GEMMs, as a fraction of the FP8 peak (twice the 16-bit one): FP8 kernels reach
 # a lower fraction of their doubled peak (per-tensor scaling, the BF16 epilogue); the prompt's
 # attention stays 16-bit, at its kernel's rate. Fitted with the two fitted constants below, by
@@ -153,7 +153,7 @@ LLM_COMPUTE_EFFICIENCY = 0.6644
 # on two H100s, ten mixes each); checked on
 # its other setups (70B on one H200, 405B on eight H100s and eight H200s) and on TensorRT-LLM's
 # FP8 TTFT of LLaMA-7B (36 ms for 2,048 tokens: -13%).
-LLM_FP8_COMPUTE_EFFICIENCY = 0.5907
+LLM_FP8_COMPUTE_EFFICIENCY = 0.5919
 # Achieved fraction of HBM bandwidth when the GEMMs stream the weights, and the fixed cost of one
 # step (kernel launches, synchronisation) of a 32-layer model. Fitted together on two points:
 # gpt-fast's batch-1 decode of Llama-2-7B (32 layers) in BF16 on A100-80GB at TP1 (104.9
@@ -178,7 +178,7 @@ OVERHEAD_FIT_LAYERS = 32
 # (vLLM) pays more (its v0.6 release notes: the GPU idled a third of the time on CPU overheads)
 # that no published table isolates: docs/engine.md, "Out of reach".
 LLM_KV_READ_EFFICIENCY = H100_DECODE_ATTENTION[DECODE_ATTENTION_KERNEL][0]
-LLM_KV_SEQUENCE_TOKENS = 30.93
+LLM_KV_SEQUENCE_TOKENS = 32.72
 LLM_SEQUENCE_OVERHEAD_SECONDS = 0.0
 # The decode step composed from the H100's measured decode terms (engine.ceilings,
 # H100_DECODE_GEMM / H100_DECODE_ATTENTION): weights streamed at 0.84 of HBM through GEMMs at
@@ -287,6 +287,11 @@ def pipeline_send_seconds(
     return per_rank / bandwidth + TP_HOP_LATENCY[link]
 
 
+# vLLM v1's defaults for an OpenAI-compatible server on a large-memory GPU
+# (vllm/engine/arg_utils.py, EngineArgs._set_default_args: max_num_batched_tokens 8192 for the
+# API server on H100-class GPUs): the batching model's budget, and the prompt tokens one
+# attention call holds under load (a step's prompts go through one variable-length call).
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
 # The step size at which a replica across hosts is charged its tensor-parallel all-reduces:
 # vLLM's smallest chunked-prefill budget among those the engine weighs (llm_batching), about a
 # decode batch of a few hundred sequences plus a prompt chunk.
@@ -520,6 +525,7 @@ def serving_terms(
     two_batch_overlap: bool = False,
     serving_engine: str | None = None,
     prefill_attention: str | None = None,
+    attention_prompts: ArrayLike | None = None,
 ) -> ServingTerms:
     """The costs of one replica of ``tp`` accelerators (every argument but the model may be an
     array: one call evaluates a grid of configurations). ``kv_memory_fraction``: the share of
@@ -545,7 +551,9 @@ def serving_terms(
     all-reduce inside a host (engine.tp_allreduce), FP8 GEMMs and decode attention are used
     where they were measured on the chip; None: NCCL's all-reduce, the fitted GEMMs and the
     H100's measured FlashAttention fraction. ``prefill_attention``: the kernel (engine.ceilings)
-    whose rate prices a prompt's attention (None: serving_engines.prefill_attention_kernel)."""
+    whose rate prices a prompt's attention (None: serving_engines.prefill_attention_kernel).
+    ``attention_prompts``: the prompts one attention call holds (None: a full token budget's,
+    DEFAULT_MAX_NUM_BATCHED_TOKENS over the mean prompt, one at least)."""
     g = _f(tp)
     groups = float(attention_data)
     pp = 1 if span is None else span.pipeline
@@ -712,9 +720,19 @@ def serving_terms(
     attention = model.causal_attention_flops_per_token(n_in) / (0.5 * np.maximum(n_in, 1.0))
     kernel = prefill_attention or prefill_attention_kernel(accelerator.nccl_arch)
     chip = ceilings_for(accelerator) if ceilings is None else ceilings
-    # at the mean prompt's length, heads split over the tensor-parallel ranks
+    # at the mean prompt's length, heads split over the tensor-parallel ranks, and what the
+    # call fills of the chip (Ceilings.attention_occupancy): a step's prompts share one call, a
+    # budget's worth under load, one prompt where it is longer (an idle replica's short prompt
+    # fills less, but its attention is a sliver of its TTFT)
+    prompts = (
+        np.maximum(DEFAULT_MAX_NUM_BATCHED_TOKENS / np.maximum(n_in, 1.0), 1.0)
+        if attention_prompts is None
+        else _f(attention_prompts)
+    )
     attention_rate = (
-        chip.attention_flops(kernel, "forward", np.maximum(n_in, 1.0), model.head_dim) * g
+        chip.attention_flops(kernel, "forward", np.maximum(n_in, 1.0), model.head_dim)
+        * chip.attention_occupancy(prompts, model.heads / g, n_in)
+        * g
     )
     share = 1.0 - HBM_RESERVE_FRACTION if kv_memory_fraction is None else _f(kv_memory_fraction)
     held = weights_bytes_per_accelerator(model, w, g, pp, attention_data, redundant_experts)

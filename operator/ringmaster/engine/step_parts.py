@@ -225,8 +225,16 @@ def micro_batch_parts(
         kernel = fw.attention_kernel(hw.nccl_arch)
         causal_fwd = 0.5 * full_core * tokens
         redo = _core_again(model, r)
-        fwd_rate = ce.attention_flops(kernel, "forward", model.sequence_length, model.head_dim)
-        bwd_rate = ce.attention_flops(kernel, "backward", model.sequence_length, model.head_dim)
+        # a call holds the micro-batch's sequences, the rank's heads and its share of the
+        # sequence: few of them leave SMs idle (Ceilings.attention_occupancy); the backward's
+        # key-block tiles count as the forward's query tiles
+        filled = ce.attention_occupancy(micro_batch, model.heads / t, model.sequence_length / c)
+        fwd_rate = (
+            ce.attention_flops(kernel, "forward", model.sequence_length, model.head_dim) * filled
+        )
+        bwd_rate = (
+            ce.attention_flops(kernel, "backward", model.sequence_length, model.head_dim) * filled
+        )
         derate = hw.attention_derate
         attention = (causal_fwd * (1.0 + redo) / fwd_rate) + (
             ATTENTION_BACKWARD_FLOPS * causal_fwd / bwd_rate
