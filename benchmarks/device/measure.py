@@ -23,6 +23,8 @@ launch gaps are not in them (what a serving engine's graphs see).
 - ``step_kernels``: GEMMs at M = 64-2,048 on the 8B's and a 70B TP-4 rank's layer shapes (the
   ridge between the weights' stream and the tensor cores), and one prompt's causal attention
   alone at 128-8,192 tokens under FlashAttention 2 and cuDNN (serving_parts.py).
+- ``interference``: a prompt's and a decode's attention calls alone, the layer's GEMMs alone
+  and both interleaved, at burst and sustained clocks (serving_parts.py).
 - ``decode_ops``: the decode step's kernels alone: GEMMs at M = 1-512 (operand sets rotated past
   L2) and decode attention by batch x context (fits the decode ceilings of a chip).
 - ``grouped``: an MoE layer's expert GEMMs as ``torch._grouped_mm`` runs them (one kernel over
@@ -51,7 +53,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from device_common import BF16, DEV, GIB, graphed, median_ms, randn
-from serving_parts import measure_serving_fused, measure_serving_mixed, measure_step_kernels
+from serving_parts import (
+    measure_interference,
+    measure_serving_fused,
+    measure_serving_mixed,
+    measure_step_kernels,
+)
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from train_parts import TRAINING_PARTS
 
@@ -400,6 +407,7 @@ PARTS = {
     "step_kernels": lambda out: measure_step_kernels(
         out, rotation, (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION)
     ),
+    "interference": measure_interference,
     **TRAINING_PARTS,
 }
 

@@ -432,3 +432,98 @@ def measure_step_kernels(out: dict[str, Any], rotation: Any, backends: Any) -> N
                     )  # fmt: skip
                 print(json.dumps(attention_rows[-1]), flush=True)
     torch.cuda.empty_cache()
+
+
+# ---- attention inside a layer's GEMMs: does it run at its alone rate? ------------------------
+
+INTERFERENCE_LAYERS = 8
+INTERFERENCE_CASES = (  # (kind, sequences, tokens a sequence): a prompt's and a decode's call
+    ("prompt", 1, 512),
+    ("prompt", 1, 2048),
+    ("prompt", 1, 8192),
+    ("decode", 64, 1024),
+    ("decode", 256, 1024),
+)
+
+
+def measure_interference(out: dict[str, Any]) -> None:
+    """INTERFERENCE_LAYERS layers of the 8B's shapes, one CUDA graph each way: the attention
+    calls alone, the four GEMMs alone (M = the call's query tokens), and both interleaved as a
+    layer runs them; each timed for 20 replays after warm-up (burst) and again over 2 s of
+    back-to-back replays (sustained). Whether a step's attention runs at its rate alone."""
+    rows: list[dict[str, Any]] = []
+    out["interference"] = {
+        "rows": rows,
+        "what": "graphs of INTERFERENCE_LAYERS layers: attention alone, the layer's 4 GEMMs "
+        "alone (bf16, M = query tokens), both interleaved; ms per graph, burst (median of 20 "
+        "after warm-up) and sustained (median over 2 s of replays)",
+    }
+    for kind, sequences, tokens in INTERFERENCE_CASES:
+        try:
+            rows.append(interference_row(kind, sequences, tokens))
+        except Exception:
+            rows.append({"kind": kind, "tokens": tokens, "failure": traceback.format_exc()[-600:]})
+        print(json.dumps(rows[-1]), flush=True)
+        torch.cuda.empty_cache()
+
+
+def interference_row(kind: str, sequences: int, tokens: int) -> dict[str, Any]:
+    shapes = dict(KNEE_SHAPES)["llama-3.1-8b"]
+    heads, kv_heads, d = 32, 8, 128
+    causal = kind == "prompt"
+    queries = tokens if causal else 1
+    m = sequences * queries
+    layers = []
+    for _ in range(INTERFERENCE_LAYERS):
+        q = randn(sequences, queries, heads, d).transpose(1, 2)
+        k = randn(sequences, tokens, kv_heads, d).transpose(1, 2)
+        v = randn(sequences, tokens, kv_heads, d).transpose(1, 2)
+        ws = [randn(n, kk) for n, kk in shapes.values()]
+        xs = [randn(m, kk) for _, kk in shapes.values()]
+        layers.append((q, k, v, ws, xs))
+
+    def attend(layer: Any) -> None:
+        q, k, v, _, _ = layer
+        F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+
+    def gemms(layer: Any) -> None:
+        for w, x in zip(layer[3], layer[4], strict=True):
+            torch.mm(x, w.t())
+
+    def attention_only() -> None:
+        for layer in layers:
+            attend(layer)
+
+    def gemms_only() -> None:
+        for layer in layers:
+            gemms(layer)
+
+    def both() -> None:
+        for layer in layers:
+            gemms(layer)
+            attend(layer)
+
+    row: dict[str, Any] = {"kind": kind, "sequences": sequences, "tokens": tokens}
+    for name, fn in (("attention", attention_only), ("gemms", gemms_only), ("both", both)):
+        replay = graphed(fn)
+        row[f"{name}_ms"] = round(median_ms(replay, reps=20), 4)
+        row[f"{name}_sustained_ms"] = round(sustained_ms(replay, 2.0), 4)
+    return row
+
+
+def sustained_ms(replay: Any, seconds: float) -> float:
+    """Median ms of back-to-back replays over ``seconds`` (the clock under the power cap)."""
+    import time
+
+    times: list[float] = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(5):
+            replay()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop) / 5)
+    times.sort()
+    return times[len(times) // 2]

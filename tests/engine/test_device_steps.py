@@ -435,3 +435,17 @@ def test_the_mixed_step_shares_less_than_one_roofline_near_the_ridge():
         assert fractions[256] < S.LLM_COMPUTE_EFFICIENCY < fractions[1024]
     text = D.render_device_section()
     assert "mixed step 2026-11-27c-h100" in text and "mixed-fused" in text
+
+
+def test_a_layers_attention_costs_what_it_costs_alone():
+    """The interference part (2026-11-27e, a lent H100): beside a layer's GEMMs the attention adds
+    what it takes alone, within 6 %, wherever it is not a sliver of the layer (an 8,192-token
+    prompt; decode batches of 64 and 256 at a 1k context), at the burst and the sustained clock.
+    The prompt's in-step attention running slower than the same call alone (the fused prefill's
+    parts) is not the GEMMs beside it."""
+    ratios = {case: (b, s) for case, b, s in D.interference_ratios("2026-11-27e-h100")}
+    assert len(ratios) == 5
+    for case in ("prompt 1 x 8192", "decode 64 x 1024", "decode 256 x 1024"):
+        for ratio in ratios[case]:
+            assert abs(ratio - 1.0) < 0.065, case
+    assert "attention beside the GEMMs" in D.render_device_section()

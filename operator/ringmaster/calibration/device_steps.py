@@ -654,6 +654,36 @@ def _mixed_lines(sources: list[str]) -> list[str]:
     return lines
 
 
+def interference_ratios(source: str) -> list[tuple[str, float, float]]:
+    """(case, burst, sustained): what a layer's attention adds beside its GEMMs over what it
+    takes alone (the interference part: (both - GEMMs) / attention, at each clock)."""
+    data = _load(DEVICE_DIR / source, "interference")
+    out = []
+    for r in [] if data is None else data["rows"]:
+        if "both_ms" not in r:
+            continue
+        case = f"{r['kind']} {r['sequences']} x {r['tokens']}"
+        ratios = [
+            (r[f"both{c}_ms"] - r[f"gemms{c}_ms"]) / r[f"attention{c}_ms"]
+            for c in ("", "_sustained")
+        ]
+        out.append((case, ratios[0], ratios[1]))
+    return out
+
+
+def _interference_lines() -> list[str]:
+    lines = []
+    for folder in _folders():
+        ratios = interference_ratios(folder.name)
+        if ratios:
+            text = ", ".join(f"{case} {b:.2f} / {s:.2f}" for case, b, s in ratios)
+            lines.append(
+                f"  attention beside the GEMMs {folder.name} (a layer's both - GEMMs over the "
+                f"attention alone, burst / sustained): {text}"
+            )
+    return lines
+
+
 def render_device_section() -> str:
     rows = device_rows()
     lines = [
@@ -689,6 +719,7 @@ def render_device_section() -> str:
         "on bf16 states, which no framework profile models)."
     )
     lines += _mixed_lines(sorted({r.source for r in rows if r.group == "mixed-fused"}))
+    lines += _interference_lines()
     fit = fit_fp8_cast_bytes()
     fit_rows = fp8_cast_fit_rows()
     if fit_rows:
