@@ -70,25 +70,32 @@ H100_ATTENTION = {
 # call (nearly full), so a call runs at them times its occupancy over that reference's. Fitted
 # (calibration.ceilings.fit_attention_occupancy: alpha, and a floor in us a call that the
 # engine's large calls do not need) on one lent H100's 36 calls (FlashAttention 2 and cuDNN, 16
-# and 32 heads, one prompt of 128-8,192 tokens, two batched ones): 34.0 % -> 3.9 % median
-# |error|; checked on a lent H200's 36 and on AIConfigurator's prefill-attention tables.
+# and 32 heads, one prompt of 128-8,192 tokens, two batched ones): 34.0 % -> 4.9 % median
+# |error|; checked on a lent H200's 36 (33.6 % -> 5.7 %) and on AIConfigurator's
+# prefill-attention tables (median over 12: 29.5 % -> 22.6 %).
 ATTENTION_OCCUPANCY = (0.5, 5.0)
 ATTENTION_TILE_TOKENS = 128.0
 ATTENTION_REFERENCE_TOKENS = 16384.0
 ATTENTION_REFERENCE_HEADS = 32.0  # the measured rows' median (8, 32, 64 heads)
-# The SMs a chip spreads those tiles over (NVIDIA's A100 and H100 architecture whitepapers: 108,
-# 132 on the SXM parts; the H200 is the H100's die; the B200's 148 from its CUDA device
-# properties as published with FlashAttention 3/4's Blackwell results); other chips carry the
-# H100's 132.
+# The SMs (AMD: compute units) a chip spreads those tiles over: NVIDIA's V100, T4, A100 and H100
+# architecture whitepapers (80, 40, 108, 132 on the SXM parts; the H200 is the H100's die), the
+# B200's 148 from its CUDA device properties as published with FlashAttention 3/4's Blackwell
+# results, AMD's CDNA 3 white paper (304 CUs on the MI300X and MI325X). A TPU's attention kernels
+# do not tile over SMs: its calls run at the measured rate (no occupancy modelled).
 ATTENTION_SMS = {
+    "nvidia-tesla-v100": 80.0,
+    "nvidia-tesla-t4": 40.0,
     "nvidia-tesla-a100": 108.0,
     "nvidia-a100-80gb": 108.0,
     "nvidia-h100-80gb": 132.0,
     "nvidia-h200-141gb": 132.0,
     "nvidia-b200": 148.0,
     "nvidia-gb200": 148.0,
+    "amd-mi300x": 304.0,
+    "amd-mi325x": 304.0,
 }
 H100_SMS = 132.0
+OCCUPANCY_MEASURED_CHIPS = frozenset({"nvidia-h100-80gb", "nvidia-h200-141gb"})
 
 # Memory-bound kernels, forward + backward, picoseconds per element (the median over hidden
 # 2048-16384 of the measured ps_per_element). Elements: rmsnorm and the residual add T h, RoPE
@@ -338,7 +345,8 @@ class Ceilings:
     memory_bandwidth: float = H100_DATASHEET_HBM_GBPS * GB
     # The grouped expert GEMM's streaming ceiling, bytes/s (None: the decode GEMMs' fraction).
     grouped_stream_cap: float | None = None
-    sms: float = H100_SMS  # where attention's tiles run (ATTENTION_SMS)
+    # where attention's tiles run (ATTENTION_SMS); None: no occupancy modelled (a TPU)
+    sms: float | None = H100_SMS
 
     def gemm_flops(
         self, precision: str, width: ArrayLike, tokens: ArrayLike, *, sustained: bool = True
@@ -374,11 +382,14 @@ class Ceilings:
         ATTENTION_REFERENCE_HEADS): below 1 where the call's tiles leave SMs idle."""
         alpha = ATTENTION_OCCUPANCY[0]
         s = np.maximum(np.asarray(sequence, float), 1.0)
+        if self.sms is None:
+            return np.ones(np.broadcast(s, sequences, heads).shape)
+        sms = self.sms
         blocks = np.ceil(s / ATTENTION_TILE_TOKENS) + 1.0  # n + 1: twice the mean tile's work
 
         def stretch(tiles: ArrayLike) -> NDArray[np.float64]:
             """Graham's bound over the ideal: 1 + alpha x the longest tile / the work an SM."""
-            return np.asarray(1.0 + alpha * self.sms * 2.0 / (np.asarray(tiles) * blocks))
+            return np.asarray(1.0 + alpha * sms * 2.0 / (np.asarray(tiles) * blocks))
 
         reference = np.maximum(ATTENTION_REFERENCE_TOKENS / s, 1.0) * ATTENTION_REFERENCE_HEADS
         calls = np.asarray(sequences, float) * np.asarray(heads, float)
@@ -507,6 +518,21 @@ def _h100_fractions() -> tuple[dict[str, float], dict[str, float]]:
     return sustained, burst
 
 
+def _occupancy_evidence(acc: Accelerator) -> str:
+    """Where a chip's attention occupancy (ATTENTION_OCCUPANCY) comes from."""
+    if acc.kind == "tpu":
+        return "not modelled: a TPU's attention runs at its measured rate whatever a call's size"
+    sms = ATTENTION_SMS.get(acc.name)
+    if acc.name in OCCUPANCY_MEASURED_CHIPS:
+        return (
+            "measured: a call's rate by what its tiles fill of the chip, fitted on a lent H100's "
+            "attention calls and checked on a lent H200's (calibration/measured/device)"
+        )
+    if sms is None:
+        return f"extrapolated: the H100's occupancy law and its 132 SMs carried to {acc.name}"
+    return f"carried: the lent H100's occupancy law on {acc.name}'s {sms:.0f} SMs"
+
+
 def ceilings_for(acc: Accelerator) -> Ceilings:
     """The ceilings of ``acc``: measured for the H100 SXM; else the H100's measured model scaled
     by the chip's published ratios where they exist (PUBLISHED_*), else carried as fractions of
@@ -629,6 +655,7 @@ def ceilings_for(acc: Accelerator) -> Ceilings:
         evidence={
             "matmul": matmul_evidence,
             "attention": attention_evidence,
+            "attention-occupancy": _occupancy_evidence(acc),
             "memory-bound": memory_evidence,
             "decode": decode_evidence,
             **(
@@ -655,7 +682,7 @@ def ceilings_for(acc: Accelerator) -> Ceilings:
         grouped_stream_cap=(
             GROUPED_STREAM_CAP_GBPS * GB if acc.name in GROUPED_STREAM_CAP_CHIPS else None
         ),
-        sms=ATTENTION_SMS.get(acc.name, H100_SMS),
+        sms=None if acc.kind == "tpu" else ATTENTION_SMS.get(acc.name, H100_SMS),
     )
 
 
