@@ -238,7 +238,9 @@ def prefill_attention_evidence(ceilings: Ceilings, nccl_arch: str) -> str:
     kernel = prefill_attention_kernel(nccl_arch)
     name = {"cudnn": "cuDNN's", "flash2": "FlashAttention 2's"}[kernel]
     source = ceilings.evidence.get("attention", "engine.ceilings")
-    return f"; a prompt's attention at {name} forward rate ({source})"
+    occupancy = ceilings.evidence.get("attention-occupancy")
+    filled = f", at what its call fills of the chip ({occupancy})" if occupancy else ""
+    return f"; a prompt's attention at {name} forward rate ({source}){filled}"
 
 
 def quantized_decode_gemm(

@@ -406,6 +406,9 @@ def training_evidence(
     if hw.profile_evidence:  # issue 47: "profiled on pool h100-a, 2026-11-26: GEMMs bf16, ..."
         profiled_gemms = hw.step_fit_source.startswith("profiled")
         matmul = hw.profile_evidence if profiled_gemms else f"{matmul}; {hw.profile_evidence}"
+    occupancy = hw.ceilings.evidence.get("attention-occupancy", "")
+    if occupancy.startswith(("carried", "extrapolated")):  # the lent H100's law, not this chip's
+        matmul = f"{matmul}; attention occupancy {occupancy}" if matmul else occupancy
     if precision in ("fp8", "fp4"):
         from ringmaster.engine.step_parts import fp8_cast_evidence
 
