@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any
 
@@ -42,3 +43,21 @@ def graphed(fn: Any) -> Any:
 
 def randn(*shape: int, dtype: torch.dtype = BF16) -> torch.Tensor:
     return torch.randn(*shape, device=DEV, dtype=dtype)
+
+
+def rotation(nbytes: int, l2: int) -> int:
+    """Operand sets a graph rotates through so that ``nbytes`` a call is read past the L2."""
+    return max(1, min(48, math.ceil(4 * l2 / max(nbytes, 1))))
+
+
+def rotated_gemm_us(n: int, k: int, m: int, l2: int) -> tuple[float, int]:
+    """(us per call, sets): y = x W^T in bf16 at M = ``m`` over rotated operand sets, one graph."""
+    sets = rotation(2 * (n * k + m * k + m * n), l2)
+    ws = [randn(n, k) for _ in range(sets)]
+    xs = [randn(m, k) for _ in range(sets)]
+
+    def calls() -> None:
+        for w, x in zip(ws, xs, strict=True):
+            torch.mm(x, w.t())
+
+    return median_ms(graphed(calls), reps=10) / sets * 1e3, sets

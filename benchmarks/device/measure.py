@@ -44,7 +44,6 @@ launch gaps are not in them (what a serving engine's graphs see).
 from __future__ import annotations
 
 import json
-import math
 import sys
 import time
 import traceback
@@ -52,7 +51,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from device_common import BF16, DEV, GIB, graphed, median_ms, randn
+from device_common import BF16, DEV, GIB, graphed, median_ms, randn, rotated_gemm_us, rotation
 from serving_parts import (
     measure_interference,
     measure_serving_fused,
@@ -250,10 +249,6 @@ def measure_prefill(out: dict[str, Any]) -> None:
         torch.cuda.empty_cache()
 
 
-def rotation(nbytes: int, l2: int) -> int:
-    return max(1, min(48, math.ceil(4 * l2 / max(nbytes, 1))))
-
-
 def measure_decode_ops(out: dict[str, Any]) -> None:
     l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 64 << 20)
     gemm_rows: list[dict[str, Any]] = []
@@ -274,15 +269,7 @@ def measure_decode_ops(out: dict[str, Any]) -> None:
         }
         for name, (n, k) in shapes.items():
             for m in (1, 8, 32, 128, 512):
-                sets = rotation(2 * (n * k + m * k + m * n), l2)
-                ws = [randn(n, k) for _ in range(sets)]
-                xs = [randn(m, k) for _ in range(sets)]
-
-                def calls(ws=ws, xs=xs):
-                    for w, x in zip(ws, xs, strict=True):
-                        torch.mm(x, w.t())
-
-                ms = median_ms(graphed(calls), reps=10) / sets
+                us, sets = rotated_gemm_us(n, k, m, l2)
                 gemm_rows.append(
                     {
                         "hidden": hidden,
@@ -291,10 +278,9 @@ def measure_decode_ops(out: dict[str, Any]) -> None:
                         "n": n,
                         "k": k,
                         "sets": sets,
-                        "us": round(ms * 1e3, 3),
+                        "us": round(us, 3),
                     }
                 )
-                del ws, xs
     for batch in (1, 8, 32, 128, 256):
         for context in (1024, 4096, 16384):
             kv_bytes = 2 * batch * 8 * context * 128 * 2
@@ -405,7 +391,7 @@ PARTS = {
         out, lambda config: Llama(config or LLAMA_8B), attention_backend
     ),
     "step_kernels": lambda out: measure_step_kernels(
-        out, rotation, (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION)
+        out, (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION)
     ),
     "interference": measure_interference,
     **TRAINING_PARTS,

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from device_common import DEV, GIB, graphed, median_ms, randn
+from device_common import DEV, GIB, graphed, median_ms, randn, rotated_gemm_us, rotation
 from torch.nn.attention import sdpa_kernel
 
 EPS = 1e-5
@@ -361,7 +361,7 @@ PROMPT_ATTENTION = ((32, 8), (16, 2))  # (query heads, KV heads) a rank: the 8B,
 PROMPT_LENGTHS = (128, 256, 512, 1024, 2048, 4096, 8192)
 
 
-def measure_step_kernels(out: dict[str, Any], rotation: Any, backends: Any) -> None:
+def measure_step_kernels(out: dict[str, Any], backends: Any) -> None:
     """GEMMs at M = 64-2,048 tokens on a layer's four shapes (operand sets rotated past L2, one
     CUDA graph of the calls): where the weights' stream gives way to the tensor cores; and one
     prompt's causal attention alone (batch 1, 128-8,192 tokens) under each SDPA backend, beside
@@ -380,20 +380,11 @@ def measure_step_kernels(out: dict[str, Any], rotation: Any, backends: Any) -> N
         for name, (n, k) in shapes.items():
             for m in KNEE_TOKENS:
                 try:
-                    sets = rotation(2 * (n * k + m * k + m * n), l2)
-                    ws = [randn(n, k) for _ in range(sets)]
-                    xs = [randn(m, k) for _ in range(sets)]
-
-                    def calls(ws=ws, xs=xs):
-                        for w, x in zip(ws, xs, strict=True):
-                            torch.mm(x, w.t())
-
-                    us = median_ms(graphed(calls), reps=10) / sets * 1e3
+                    us, sets = rotated_gemm_us(n, k, m, l2)
                     gemm_rows.append(
                         {"model": model, "gemm": name, "m": m, "n": n, "k": k, "sets": sets,
                          "us": round(us, 3)}
                     )  # fmt: skip
-                    del ws, xs
                 except Exception:
                     failure = traceback.format_exc()[-400:]
                     gemm_rows.append({"model": model, "gemm": name, "m": m, "failure": failure})

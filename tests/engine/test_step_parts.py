@@ -363,3 +363,18 @@ def test_the_gemms_through_the_ridge_hold_on_the_decode_batch_model():
             at = {m: meas for mm, m, meas, _ in rows if mm == model}
             assert at[448] > at[512]
     assert "Attention occupancy" in C.render_ceilings_section()
+
+
+def test_the_occupancy_left_one_kernel_out_predicts_it_within_8_percent():
+    """Refit on one kernel's H100 calls alone (cuDNN's, or FlashAttention 2's), the left-out
+    kernel's 36 calls on both lent chips come out within 8 % by median: the held-out estimate
+    calibrate prints beside the other step-level fits."""
+    from ringmaster.calibration import ceilings as C
+    from ringmaster.calibration.evidence import render_leave_one_out
+
+    rows = {kernel: row for kernel, *row in C.occupancy_leave_one_kernel_out()}
+    assert set(rows) == {"flash2", "cudnn"}
+    for kernel, (fitted, refit, count, error) in rows.items():
+        assert fitted == CE.ATTENTION_OCCUPANCY[0] and refit != fitted
+        assert count == 36 and error < 0.08, kernel
+    assert "ATTENTION_OCCUPANCY (alpha)" in render_leave_one_out()

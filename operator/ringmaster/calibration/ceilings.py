@@ -281,6 +281,14 @@ OCCUPANCY_CHECK_SOURCE = "2026-11-27d-h200"  # the lent H200's: checked
 _SDPA_KERNEL = {"FLASH_ATTENTION": "flash2", "CUDNN_ATTENTION": "cudnn"}
 
 
+def _lent_chip_ceilings(source: str) -> CE.Ceilings:
+    """The ceilings of the chip a measured folder (``<date>-<chip>``) ran on."""
+    from ringmaster.engine.hardware import DEFAULT_CATALOG
+
+    chip = {"h100": "nvidia-h100-80gb", "h200": "nvidia-h200-141gb"}[source.rsplit("-", 1)[1]]
+    return CE.ceilings_for(DEFAULT_CATALOG.accelerator(chip))
+
+
 def prompt_attention_rows(source: str) -> list[dict[str, Any]]:
     """One causal attention call alone (the step_kernels part): batch, heads, s, us."""
     path = STEP_KERNELS_DIR / source / "step_kernels.json"
@@ -305,13 +313,18 @@ def predicted_attention_us(
     return floor_us + flops / (float(ce.attention_flops(kernel, "forward", s, 128)) * filled) * 1e6
 
 
-def fit_attention_occupancy() -> tuple[float, float]:
+def fit_attention_occupancy(backend: str | None = None) -> tuple[float, float]:
     """(alpha, floor us) of engine.ceilings.ATTENTION_OCCUPANCY: least squares of the log error
-    over the lent H100's calls (grid: alpha by 0.05, the floor by 0.5 us)."""
+    over the lent H100's calls (grid: alpha by 0.05, the floor by 0.5 us); ``backend``: on that
+    SDPA backend's calls alone."""
     from ringmaster.engine.hardware import DEFAULT_CATALOG
 
     ce = CE.ceilings_for(DEFAULT_CATALOG.accelerator("nvidia-h100-80gb"))
-    rows = prompt_attention_rows(OCCUPANCY_FIT_SOURCE)
+    rows = [
+        r
+        for r in prompt_attention_rows(OCCUPANCY_FIT_SOURCE)
+        if backend is None or r["backend"] == backend
+    ]
     measured = np.array([r["us"] for r in rows])
     best: tuple[float, float, float] | None = None
     for alpha in np.round(np.arange(0.0, 2.0001, 0.05), 2):
@@ -324,12 +337,31 @@ def fit_attention_occupancy() -> tuple[float, float]:
     return best[1], best[2]
 
 
+def occupancy_leave_one_kernel_out() -> list[tuple[str, float, float, int, float]]:
+    """(kernel left out, fitted alpha, refit alpha, rows, median |error|): the occupancy refit
+    on the other kernel's H100 calls alone predicts the left-out kernel's calls on both chips."""
+    alpha, _ = CE.ATTENTION_OCCUPANCY
+    out = []
+    pairs = (("FLASH_ATTENTION", "CUDNN_ATTENTION"), ("CUDNN_ATTENTION", "FLASH_ATTENTION"))
+    for left, kept in pairs:
+        refit, floor = fit_attention_occupancy(kept)
+        errors = [
+            e
+            for source in (OCCUPANCY_FIT_SOURCE, OCCUPANCY_CHECK_SOURCE)
+            for r, e in zip(
+                prompt_attention_rows(source),
+                occupancy_errors(source, refit, floor),
+                strict=True,
+            )
+            if r["backend"] == left
+        ]
+        out.append((_SDPA_KERNEL[left], alpha, refit, len(errors), median(abs(e) for e in errors)))
+    return out
+
+
 def occupancy_errors(source: str, alpha: float, floor_us: float) -> list[float]:
     """predicted / measured - 1 of ``source``'s calls (its own chip's ceilings)."""
-    chip = {"h100": "nvidia-h100-80gb", "h200": "nvidia-h200-141gb"}[source.rsplit("-", 1)[1]]
-    from ringmaster.engine.hardware import DEFAULT_CATALOG
-
-    ce = CE.ceilings_for(DEFAULT_CATALOG.accelerator(chip))
+    ce = _lent_chip_ceilings(source)
     return [
         predicted_attention_us(ce, r, alpha, floor_us) / r["us"] - 1.0
         for r in prompt_attention_rows(source)
@@ -630,10 +662,7 @@ def occupancy_lines() -> list[str]:
 def ridge_gemm_rows(source: str) -> list[tuple[str, int, float, float]]:
     """(model, M, measured us, the ceilings' decode-batch GEMM model us) of a layer's four
     GEMMs alone at M tokens (the step_kernels part): the curve through the GEMMs' ridge."""
-    from ringmaster.engine.hardware import DEFAULT_CATALOG
-
-    chip = {"h100": "nvidia-h100-80gb", "h200": "nvidia-h200-141gb"}[source.rsplit("-", 1)[1]]
-    ce = CE.ceilings_for(DEFAULT_CATALOG.accelerator(chip))
+    ce = _lent_chip_ceilings(source)
     path = STEP_KERNELS_DIR / source / "step_kernels.json"
     rows = [r for r in json.loads(path.read_text())["step_kernels"]["gemm"] if "us" in r]
     out = []

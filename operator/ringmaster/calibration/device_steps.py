@@ -392,21 +392,33 @@ def _serving_fused_rows(folder: Path) -> list[DeviceRow]:
             whole, parts = predict(acc, b, n)
             setup = f"llama-3.1-8b {kind} b{b} {'ctx' if kind == 'decode' else 's'}{n}"
             for variant in ("fused", "unfused"):
-                measured = float(r[f"{variant}_ms"]) / 1e3
-                categories = r[f"{variant}_eager"]["device_ms_by_category"]
                 group = kind if variant == "unfused" else f"{kind}-fused"
-                rows.append(
-                    DeviceRow(
-                        folder.name,
-                        group,
-                        setup,
-                        acc,
-                        measured,
-                        whole,
-                        _with_parts(parts, whole, categories, measured),
-                    )
-                )
+                measured = r[f"{variant}_ms"], r[f"{variant}_eager"]
+                rows.append(_step_row(folder, group, setup, acc, measured, whole, parts))
     return rows
+
+
+def _step_row(
+    folder: Path,
+    group: str,
+    setup: str,
+    acc: str,
+    measured: tuple[float, dict[str, Any]],
+    whole: float,
+    parts: dict[str, float],
+) -> DeviceRow:
+    """A whole step's row: ``measured`` is its graph's ms and its profiled eager call."""
+    seconds = float(measured[0]) / 1e3
+    categories = measured[1]["device_ms_by_category"]
+    return DeviceRow(
+        folder.name,
+        group,
+        setup,
+        acc,
+        seconds,
+        whole,
+        _with_parts(parts, whole, categories, seconds),
+    )
 
 
 # The serving_mixed part's models: the engine's transformer, its layers as measured, and the
@@ -492,19 +504,7 @@ def _serving_mixed_rows(folder: Path) -> list[DeviceRow]:
                 group, setup = "decode-fused", f"{name} decode b{n} ctx{context} (flattened)"
             else:
                 group, setup = "prefill-fused", f"{name} chunk {p} (flattened)"
-            measured = float(r["ms"]) / 1e3
-            categories = r["eager"]["device_ms_by_category"]
-            rows.append(
-                DeviceRow(
-                    folder.name,
-                    group,
-                    setup,
-                    acc,
-                    measured,
-                    whole,
-                    _with_parts(parts, whole, categories, measured),
-                )
-            )
+            rows.append(_step_row(folder, group, setup, acc, (r["ms"], r["eager"]), whole, parts))
     return rows
 
 

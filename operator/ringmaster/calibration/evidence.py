@@ -299,6 +299,25 @@ def _fp4_engine_fits() -> list[LeaveOneOut]:
     ]
 
 
+def _occupancy_kernel_fits() -> list[LeaveOneOut]:
+    """engine.ceilings.ATTENTION_OCCUPANCY, fitted on two kernels' calls: each kernel left out,
+    its calls on both lent chips predicted by the other kernel's fit."""
+    from ringmaster.calibration.ceilings import occupancy_leave_one_kernel_out
+
+    names = {"flash2": "FlashAttention 2", "cudnn": "cuDNN"}  # the kernel left out
+    return [
+        LeaveOneOut(
+            "ATTENTION_OCCUPANCY (alpha)",
+            f"{names[kernel]} calls, lent H100 + H200",
+            fitted,
+            refit,
+            rows,
+            error,
+        )
+        for kernel, fitted, refit, rows, error in occupancy_leave_one_kernel_out()
+    ]
+
+
 def _two_source_fits() -> list[LeaveOneOut]:
     """Constants of engine.efficiency fitted as a mean over two sources: each source left out,
     the other alone sets the constant, and the left-out source's rows are predicted with it."""
@@ -375,11 +394,6 @@ SINGLE_SOURCE = (
         "one FP8 linear layer on a lent H100 (device/2026-11-26c-h100 fp8_linear.json; checked "
         "on that machine's FP8 steps)",
     ),
-    (
-        "ATTENTION_OCCUPANCY",
-        "36 attention calls alone on a lent H100 (device/2026-11-27d-h100 step_kernels.json; "
-        "checked on a lent H200's 36 and on AIConfigurator's prefill-attention tables)",
-    ),
     ("LLM serving constants", "TensorRT-LLM perf overview, gpt-fast, TensorRT-LLM TTFT"),
     (
         "CHIP_DECODE_TERMS (A100, B200, GB200)",
@@ -415,7 +429,8 @@ def render_leave_one_out() -> str:
         f"{'constant':<46} {'source':<40} {'fitted':>7} {'refit':>7} {'rows':>5}"
         f" {'median |error|':>15}",
     ]
-    for r in [*leave_one_source_out(), *_two_source_fits(), *_fp4_engine_fits()]:
+    rows = [*leave_one_source_out(), *_two_source_fits(), *_fp4_engine_fits()]
+    for r in [*rows, *_occupancy_kernel_fits()]:
         lines.append(
             f"{r.constant:<46} {r.source:<40} {r.fitted:>7.3f} {r.refitted:>7.3f} {r.rows:>5}"
             f" {r.median_error:>15.1%}"
