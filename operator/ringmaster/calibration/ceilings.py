@@ -275,7 +275,6 @@ def fit_attention(kernel: str, direction: str) -> tuple[float, float, float]:
     return round(e, 4), s0, d0
 
 
-STEP_KERNELS_DIR = Path(__file__).with_name("measured") / "device"
 OCCUPANCY_FIT_SOURCE = "2026-11-27d-h100"  # the lent H100's step_kernels: fitted
 OCCUPANCY_CHECK_SOURCE = "2026-11-27d-h200"  # the lent H200's: checked
 _SDPA_KERNEL = {"FLASH_ATTENTION": "flash2", "CUDNN_ATTENTION": "cudnn"}
@@ -283,17 +282,23 @@ _SDPA_KERNEL = {"FLASH_ATTENTION": "flash2", "CUDNN_ATTENTION": "cudnn"}
 
 def _lent_chip_ceilings(source: str) -> CE.Ceilings:
     """The ceilings of the chip a measured folder (``<date>-<chip>``) ran on."""
+    from ringmaster.calibration.device_steps import DEVICE_DIR, _accelerator
     from ringmaster.engine.hardware import DEFAULT_CATALOG
 
-    chip = {"h100": "nvidia-h100-80gb", "h200": "nvidia-h200-141gb"}[source.rsplit("-", 1)[1]]
-    return CE.ceilings_for(DEFAULT_CATALOG.accelerator(chip))
+    return CE.ceilings_for(DEFAULT_CATALOG.accelerator(_accelerator(DEVICE_DIR / source)))
+
+
+def _step_kernels(source: str, kind: str) -> list[dict[str, Any]]:
+    """The step_kernels part's measured ``kind`` rows (gemm, attention) of ``source``."""
+    from ringmaster.calibration.device_steps import DEVICE_DIR, _load
+
+    data = _load(DEVICE_DIR / source, "step_kernels")
+    return [r for r in ([] if data is None else data[kind]) if "us" in r]
 
 
 def prompt_attention_rows(source: str) -> list[dict[str, Any]]:
     """One causal attention call alone (the step_kernels part): batch, heads, s, us."""
-    path = STEP_KERNELS_DIR / source / "step_kernels.json"
-    rows = json.loads(path.read_text())["step_kernels"]["attention"]
-    return [r for r in rows if "us" in r]
+    return _step_kernels(source, "attention")
 
 
 def predicted_attention_us(
@@ -304,12 +309,7 @@ def predicted_attention_us(
     kernel = _SDPA_KERNEL[row["backend"]]
     s, batch, heads = float(row["s"]), float(row["batch"]), float(row["heads"])
     flops = 4.0 * batch * s * s * heads * 128 / 2.0
-    keep = CE.ATTENTION_OCCUPANCY
-    CE.ATTENTION_OCCUPANCY = (alpha, floor_us)
-    try:
-        filled = float(ce.attention_occupancy(batch, heads, s))
-    finally:
-        CE.ATTENTION_OCCUPANCY = keep
+    filled = float(ce.attention_occupancy(batch, heads, s, alpha))
     return floor_us + flops / (float(ce.attention_flops(kernel, "forward", s, 128)) * filled) * 1e6
 
 
@@ -663,8 +663,7 @@ def ridge_gemm_rows(source: str) -> list[tuple[str, int, float, float]]:
     """(model, M, measured us, the ceilings' decode-batch GEMM model us) of a layer's four
     GEMMs alone at M tokens (the step_kernels part): the curve through the GEMMs' ridge."""
     ce = _lent_chip_ceilings(source)
-    path = STEP_KERNELS_DIR / source / "step_kernels.json"
-    rows = [r for r in json.loads(path.read_text())["step_kernels"]["gemm"] if "us" in r]
+    rows = _step_kernels(source, "gemm")
     out = []
     for model, m in sorted({(r["model"], r["m"]) for r in rows}):
         layer = [r for r in rows if (r["model"], r["m"]) == (model, m)]

@@ -348,16 +348,8 @@ def _prefill_rows(folder: Path) -> list[DeviceRow]:
 
 def _decode_predicted(acc: str, batch: int, context: int) -> tuple[float, dict[str, float]]:
     """The kernels-only decode step (as _decode_rows) and its GEMM and attention parts, each
-    with its kernels' floors."""
-    terms = _serving_terms(acc, KERNELS_ONLY)
-    model = KNOWN_TRANSFORMERS["llama-3.1-8b"]
-    ce = ceilings_for(DEFAULT_CATALOG.accelerator(acc))
-    whole = _scalar(S.step_seconds(terms, batch, 0.0, context_tokens=batch * context))
-    gemm_floor = ce.decode_gemm["bf16"][1] * 1e-6 * DECODE_GEMMS_PER_LAYER * model.layers
-    attention_floor = ce.decode_attention["flash2"][1] * 1e-6 * model.layers
-    gemm = max(batch * _scalar(terms.gemm_per_token), _scalar(terms.weights_read)) + gemm_floor
-    attention = batch * context * _scalar(terms.kv_read_per_token) + attention_floor
-    return whole, {"gemm": gemm, "attention": attention}
+    with its kernels' floors: the mixed step's with no chunk."""
+    return _mixed_predicted(acc, "llama-3.1-8b", batch, 0, context)
 
 
 def _with_parts(

@@ -374,13 +374,18 @@ class Ceilings:
         )
 
     def attention_occupancy(
-        self, sequences: ArrayLike, heads: ArrayLike, sequence: ArrayLike
+        self,
+        sequences: ArrayLike,
+        heads: ArrayLike,
+        sequence: ArrayLike,
+        alpha: float | None = None,
     ) -> NDArray[np.float64]:
         """A causal attention call of ``sequences`` x ``heads`` (a rank's) x ``sequence``
         tokens: its rate over the measured rates' (ATTENTION_OCCUPANCY), which were fitted on
         calls of ATTENTION_REFERENCE_TOKENS at every head count at once (referred to
-        ATTENTION_REFERENCE_HEADS): below 1 where the call's tiles leave SMs idle."""
-        alpha = ATTENTION_OCCUPANCY[0]
+        ATTENTION_REFERENCE_HEADS): below 1 where the call's tiles leave SMs idle. ``alpha``:
+        the law's coefficient (None: ATTENTION_OCCUPANCY's; calibration refits it)."""
+        alpha = ATTENTION_OCCUPANCY[0] if alpha is None else alpha
         s = np.maximum(np.asarray(sequence, float), 1.0)
         if self.sms is None:
             return np.ones(np.broadcast(s, sequences, heads).shape)
