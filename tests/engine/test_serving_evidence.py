@@ -31,7 +31,9 @@ def test_the_matrix_keeps_fitted_and_checked_runs_apart_per_cell():
     assert cells[("A100", "gpt-fast", "BF16")].checked == 2
     b200 = cells[("B200", "TensorRT-LLM", "FP4")]
     assert (b200.fitted, b200.checked) == (0, 32)  # TensorRT-LLM 1.0's 20 and v0.21's 12
-    assert cells[("MI300X", "vLLM", "FP8")].checked == 31
+    # one source's 8 offline runs fit vLLM's step fraction there; the other 41 only check it
+    mi300x = cells[("MI300X", "vLLM", "FP8")]
+    assert (mi300x.fitted, mi300x.checked) == (8, 41)
     # a cell no run reaches is absent, so a plan on it is extrapolated
     assert ("H200", "SGLang", "FP8") not in cells
 

@@ -406,6 +406,11 @@ SINGLE_SOURCE = (
         " table (vLLM 0.14.0's H100 table checks vLLM 0.19.0's)",
     ),
     (
+        "ENGINE_STEP_FRACTION (engine.serving_engines)",
+        "vLLM 0.10.0 on 8 x MI300X, ROCm/vllm docs/dev-docker/README.md @ 040de12 (each other"
+        " source's MI300X runs alone refit it within 0.03: the serving engines' section)",
+    ),
+    (
         "ENGINE_FP8_DECODE_GEMM (engine.serving_engines)",
         "AIConfigurator's GEMM tables, weight-bound rows, each engine's FP8 over its own bf16",
     ),

@@ -170,9 +170,11 @@ def _terms(
     n_out: float,
     constants: Mapping[str, float],
     serving_engine: str | None = TRTLLM,
+    step_fraction: float | None = None,
 ) -> S.ServingTerms:
     """The step's terms as the calibration rows ran: TensorRT-LLM's (its all-reduce) unless
-    ``serving_engine`` says otherwise (gpt-fast: None, PyTorch's NCCL)."""
+    ``serving_engine`` says otherwise (gpt-fast: None, PyTorch's NCCL); ``step_fraction``: the
+    engine's on the chip (None: engine.serving_engines.ENGINE_STEP_FRACTION's)."""
     compute = L.COMPUTE_PRECISION[precision]
     return S.serving_terms(
         model,
@@ -186,6 +188,7 @@ def _terms(
         compute_precision=compute,
         constants=_constants(constants),
         serving_engine=serving_engine,
+        step_fraction=step_fraction,
     )
 
 

@@ -1,7 +1,10 @@
 """The serving model held against published runs of each serving engine (serving_engine_points).
 
-Every row is CHECKED: nothing here sets a constant (the step's constants are TensorRT-LLM's, fitted
-in calibration.llm_serving). A row is evaluated when the model can state it: fixed input and
+The step's constants are TensorRT-LLM's, fitted in calibration.llm_serving. One constant is fitted
+here, on the rows marked ``fit: ENGINE_STEP_FRACTION``: what vLLM's batch reaches on the MI300X of
+the rates carried to it (engine.serving_engines.ENGINE_STEP_FRACTION), on one source's offline
+runs (:func:`fit_engine_step_fraction`); every other row is CHECKED. A row is evaluated when the
+model can state it: fixed input and
 output lengths (``dataset: random``), a model and an accelerator the catalog has; the others
 (ShareGPT or MLPerf's OpenOrca length distributions, MoE serving with disaggregation) are listed
 with the reason they are out of reach. Two scenarios:
@@ -68,6 +71,7 @@ class EngineRow:
     reason: str = ""
     scenario: str = "offline"
     precision: str = "FP8"  # the weights'
+    role: str = "checked"  # fitted: the row sets ENGINE_STEP_FRACTION
 
     @property
     def promise_error(self) -> float | None:
@@ -107,7 +111,9 @@ def _out_of_reach(point: dict[str, Any]) -> str:
     return ""
 
 
-def _terms(point: dict[str, Any]) -> tuple[S.ServingTerms, Any, Transformer, str]:
+def _terms(
+    point: dict[str, Any], step_fraction: float | None = None
+) -> tuple[S.ServingTerms, Any, Transformer, str]:
     model = MODELS[point["model"]]
     acc = DEFAULT_CATALOG.accelerator(ACCELERATORS[point["gpu"]])
     precision = PRECISION.get(str(point["weights"]).lower(), "FP8")
@@ -131,11 +137,12 @@ def _terms(point: dict[str, Any]) -> tuple[S.ServingTerms, Any, Transformer, str
         float(workload["output"]),
         LC.engine_constants(),
         str(point["engine"]),
+        step_fraction,
     )
     return terms, acc, model, precision
 
 
-def _offline(point: dict[str, Any]) -> float:
+def _offline(point: dict[str, Any], step_fraction: float | None = None) -> float:
     workload = point["workload"]
     n_in, n_out = int(workload["input"]), int(workload["output"])
     if point["engine"] == "TensorRT-LLM":
@@ -143,7 +150,7 @@ def _offline(point: dict[str, Any]) -> float:
         name = "llama-3.3-70b" if point["model"] == "llama-3.1-70b" else point["model"]
         row = LC.ThroughputRow(name, point["gpu"], int(point["tp"]), n_in, n_out, 0.0, "FP8")
         return LC.offline_tokens_per_second(row, LC.engine_constants())
-    terms, acc, model, precision = _terms(point)
+    terms, acc, model, precision = _terms(point, step_fraction)
     profile = serving_engine(point["engine"])
     settings = point.get("settings") or {}
     share = float(settings.get("gpu_memory_utilization", profile.memory_fraction))
@@ -152,15 +159,17 @@ def _offline(point: dict[str, Any]) -> float:
     terms = terms._replace(
         kv_cache_tokens=np.floor(max(free, 0.0) / float(terms.kv_bytes_per_token))
     )
-    seqs = float(settings.get("max_num_seqs", 256))
+    # an offline run of N prompts never runs more than N at once
+    prompts = settings.get("num_prompts", workload.get("requests", np.inf))
+    seqs = float(min(settings.get("max_num_seqs", 256), prompts))
     budget = float(settings.get("max_num_batched_tokens", S.DEFAULT_MAX_NUM_BATCHED_TOKENS))
     fixed = B.Lengths(n_in, n_in)
     cap = B.capacity(terms, seqs, budget, 0.0, input_lengths=fixed)
     return float(cap.rate) * n_out
 
 
-def _static_latency(point: dict[str, Any]) -> float:
-    terms, _, _, _ = _terms(point)
+def _static_latency(point: dict[str, Any], step_fraction: float | None = None) -> float:
+    terms, _, _, _ = _terms(point, step_fraction)
     workload = point["workload"]
     b, n_in, n_out = float(point["batch"]), float(workload["input"]), float(workload["output"])
     prefill = float(S.step_seconds(terms, 0.0, b * n_in, prompt_length=n_in))
@@ -200,6 +209,80 @@ def static_residual_slopes() -> list[tuple[str, float]]:
     return out
 
 
+FIT_MARK = "ENGINE_STEP_FRACTION"
+
+
+def _prediction(point: dict[str, Any], step_fraction: float | None = None) -> float:
+    if point["scenario"] == "static":
+        return _static_latency(point, step_fraction)
+    return _offline(point, step_fraction)
+
+
+def _published(point: dict[str, Any]) -> float:
+    figures = point.get("figures") or {}
+    key = "e2e_latency_ms" if point["scenario"] == "static" else "output_tokens_per_s"
+    return float(figures[key])
+
+
+def fitted_points(accelerator: str = "MI300X", engine: str = "vLLM") -> list[dict[str, Any]]:
+    """The rows that set the engine's step fraction on the chip (``fit: ENGINE_STEP_FRACTION``)."""
+    return [
+        p
+        for p in engine_points()
+        if p.get("fit") == FIT_MARK and p["gpu"] == accelerator and p["engine"] == engine
+    ]
+
+
+def fit_engine_step_fraction(accelerator: str = "MI300X", engine: str = "vLLM") -> float:
+    """ENGINE_STEP_FRACTION[chip, engine]: :func:`fit_step_fraction` over its fitted rows."""
+    points = fitted_points(accelerator, engine)
+    if not points:
+        raise ValueError(f"no row of {engine} on {accelerator} is marked fit: {FIT_MARK}")
+    return fit_step_fraction(points)
+
+
+def source_refits(
+    accelerator: str = "MI300X", engine: str = "vLLM"
+) -> list[tuple[str, int, float]]:
+    """(source, rows, fraction) refitted on each source's offline rows of the engine on the chip
+    alone: how far the fitted source's fraction is from what each other source would give."""
+    by_source: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for p in engine_points():
+        if (
+            p["gpu"] == accelerator
+            and p["engine"] == engine
+            and p["scenario"] == "offline"
+            and not _out_of_reach(p)
+            and (p.get("figures") or {}).get("output_tokens_per_s")
+        ):
+            by_source[str(p["source"]).split(" @")[0].split(" (")[0]].append(p)
+    return [(source, len(rows), fit_step_fraction(rows)) for source, rows in by_source.items()]
+
+
+def fit_step_fraction(points: list[dict[str, Any]]) -> float:
+    """The step fraction that fits ``points``: least squares of the log error, by golden-section
+    search on 0.2-1.0 (the error is unimodal in the fraction: every part it scales grows the
+    step), to three decimals."""
+
+    def loss(fraction: float) -> float:
+        return float(sum(np.log(_prediction(p, fraction) / _published(p)) ** 2 for p in points))
+
+    lo, hi = 0.2, 1.0
+    ratio = (np.sqrt(5.0) - 1.0) / 2.0
+    a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
+    fa, fb = loss(a), loss(b)
+    while hi - lo > 1e-4:
+        if fa < fb:
+            hi, b, fb = b, a, fa
+            a = hi - ratio * (hi - lo)
+            fa = loss(a)
+        else:
+            lo, a, fa = a, b, fb
+            b = lo + ratio * (hi - lo)
+            fb = loss(b)
+    return round(0.5 * (lo + hi), 3)
+
+
 def engine_rows() -> list[EngineRow]:
     rows = []
     for p in engine_points():
@@ -227,6 +310,7 @@ def engine_rows() -> list[EngineRow]:
                 reason,
                 str(p["scenario"]),
                 PRECISION.get(str(p["weights"]).lower(), "FP8"),
+                "fitted" if p.get("fit") == FIT_MARK else "checked",
             )
         )
     return rows
@@ -235,21 +319,30 @@ def engine_rows() -> list[EngineRow]:
 def render_serving_engines_section() -> str:
     rows = engine_rows()
     lines = [
-        "Serving engines (serving_engine_points.yaml; every row checked, none fitted):",
+        "Serving engines (serving_engine_points.yaml; rows marked fitted set vLLM's"
+        f" ENGINE_STEP_FRACTION on the MI300X, {fit_engine_step_fraction()} by the fit; every"
+        " other row checked):",
         f"{'point':<58} {'engine':<13} {'gpu':<7} {'quantity':<40} {'published':>10}"
-        f" {'predicted':>10} {'error':>8}",
+        f" {'predicted':>10} {'error':>8}  role",
     ]
     for r in rows:
         if r.predicted is None:
             continue
         lines.append(
             f"{r.id[:58]:<58} {r.engine:<13} {r.accelerator:<7} {r.quantity[:40]:<40}"
-            f" {r.published:>10,.0f} {r.predicted:>10,.0f} {r.error:>+8.1%}"
+            f" {r.published:>10,.0f} {r.predicted:>10,.0f} {r.error:>+8.1%}  {r.role}"
+        )
+    fitted = [abs(r.error) for r in rows if r.error is not None and r.role == "fitted"]
+    if fitted:
+        lines.append(
+            f"fitted rows: {len(fitted)}, median |error| {median(fitted):.1%}"
+            f" (largest {max(fitted):.1%}); the fraction refitted on each source's offline rows"
+            " alone: " + ", ".join(f"{src} ({n} rows) {f:.3f}" for src, n, f in source_refits())
         )
     cells: dict[tuple[str, str], list[float]] = defaultdict(list)
     signed: dict[tuple[str, str, str], list[float]] = defaultdict(list)
     for r in rows:
-        if r.error is not None:
+        if r.error is not None and r.role == "checked":
             cells[(r.engine, r.accelerator)].append(abs(r.error))
             signed[(r.engine, r.accelerator, r.scenario)].append(r.error)
     lines.append("by engine x accelerator: checked rows, median |error|")

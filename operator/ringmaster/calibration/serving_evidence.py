@@ -3,7 +3,8 @@ the fitted and checked published runs in each cell and the checked rows' errors 
 
 Its rows are the LLM serving table's (calibration.llm_serving: gpt-fast and TensorRT-LLM's own
 tables, fitted and checked) and the serving engines' runs (calibration.serving_engines: vLLM,
-SGLang and TensorRT-LLM from many sources, all checked). Every error is in one sign, + where the
+SGLang and TensorRT-LLM from many sources: checked, but the rows that fit vLLM's step
+fraction on the MI300X). Every error is in one sign, + where the
 engine promises more than ran: a throughput predicted higher, a latency predicted shorter.
 :func:`serving_cell_evidence` is what an LLM endpoint's plan states: its cell and the cell's
 checked error, or that no checked run of its engine on its accelerator at its precision exists.
@@ -63,7 +64,7 @@ def serving_rows() -> list[ServingRow]:
                 generation(accelerator),
                 e.engine,
                 e.precision,
-                "checked",
+                e.role,
                 e.error,
                 e.promise_error,
             )

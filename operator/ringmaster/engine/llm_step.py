@@ -123,6 +123,7 @@ from ringmaster.engine.serving_engines import (
     ENGINE_GEMM_BAND_TOKENS,
     engine_gemm_rate,
     engine_kv_read_fraction,
+    engine_step_fraction,
     prefill_attention_kernel,
     quantized_decode_gemm,
 )
@@ -526,6 +527,7 @@ def serving_terms(
     serving_engine: str | None = None,
     prefill_attention: str | None = None,
     attention_prompts: ArrayLike | None = None,
+    step_fraction: float | None = None,
 ) -> ServingTerms:
     """The costs of one replica of ``tp`` accelerators (every argument but the model may be an
     array: one call evaluates a grid of configurations). ``kv_memory_fraction``: the share of
@@ -553,7 +555,9 @@ def serving_terms(
     H100's measured FlashAttention fraction. ``prefill_attention``: the kernel (engine.ceilings)
     whose rate prices a prompt's attention (None: serving_engines.prefill_attention_kernel).
     ``attention_prompts``: the prompts one attention call holds (None: a full token budget's,
-    DEFAULT_MAX_NUM_BATCHED_TOKENS over the mean prompt, one at least)."""
+    DEFAULT_MAX_NUM_BATCHED_TOKENS over the mean prompt, one at least). ``step_fraction``: what
+    the batch-proportional parts reach of the carried rates (None: the engine's on the chip,
+    serving_engines.ENGINE_STEP_FRACTION; 1.0 with a profiled pool's ceilings)."""
     g = _f(tp)
     groups = float(attention_data)
     pp = 1 if span is None else span.pipeline
@@ -697,6 +701,15 @@ def serving_terms(
         own_kv = engine_kv_read_fraction(accelerator.name, serving_engine, kv_bytes_per_element)
         if own_kv is not None and ceilings is None:
             kv_hbm = hbm * own_kv
+    # What the named engine's batch reaches of the carried rates on a chip without operator tables
+    # of its own (serving_engines.ENGINE_STEP_FRACTION: vLLM on the MI300X); a profiled pool's
+    # ceilings are its own measurement.
+    fraction = step_fraction
+    if fraction is None:
+        own_fraction = engine_step_fraction(accelerator.name, serving_engine)[0]
+        fraction = own_fraction if ceilings is None else 1.0
+    decode_rate = decode_rate * fraction
+    kv_hbm = kv_hbm * fraction
     # The engine's FP8 (NVFP4) GEMMs at decode batches against the bf16 ones the streaming is
     # fitted on (engine.serving_engines.ENGINE_FP8_DECODE_GEMM, ENGINE_FP4_DECODE_GEMM): their
     # streaming rate, and a cost a call more (the activations' quantisation), for each of a
@@ -756,10 +769,12 @@ def serving_terms(
         a2a_base = np.maximum(a2a_base - overhead, 0.0)
         passes = 2.0
     base = base + a2a_base
-    per_token = per_token + a2a_per_token / pp
+    # the all-reduce's (and exchange's) bytes grow with the batch: at the engine's fraction too
+    per_token = (per_token + a2a_per_token / pp) / fraction
+    prompt_delta = prompt_delta / fraction
     # Norms, residual adds, the activation and RoPE: their bytes at the H100's measured streaming
     # rate, scaled to the chip's HBM as the KV read is; each stage runs its share of the layers.
-    stream = H100_STREAM_GBPS * GB * hbm / (H100_DATASHEET_HBM_GBPS * GB) * memory_ratio
+    stream = H100_STREAM_GBPS * GB * hbm / (H100_DATASHEET_HBM_GBPS * GB) * memory_ratio * fraction
     elementwise = fused_forward_elementwise_bytes(model, g) / stream / (pp * groups)
     # Under attention data parallelism each group takes 1 / groups of a step's tokens,
     # sequences and context, and keeps their cache: the replica's costs per token divide.

@@ -206,6 +206,41 @@ ENGINE_DECODE_ATTENTION: dict[tuple[str, str, str], tuple[float, float]] = {
 }
 
 
+# (accelerator, engine) -> the fraction of the rates the step carries to a chip without an operator
+# database of its own (the H100's measured terms scaled by the chip's published ratios) that the
+# engine's decode step reaches there: one fraction for everything that grows with the step's batch
+# (the GEMMs' tokens, the KV read, the fused elementwise kernels, the all-reduce's bytes), fitted on
+# the engine's own published offline runs on the chip (calibration.serving_engines
+# .fit_engine_step_fraction refits it; a test keeps it equal) and checked on other sources' runs.
+# The step's floors (the weights streamed once, launches, the all-reduce's latency) keep the
+# carried rates: the published batch-1 latencies agree with them. vLLM on the MI300X (ROCm builds,
+# TP1 and TP8 alike) runs its batch at 0.606 of the rates carried from the H100.
+ENGINE_STEP_FRACTION: dict[tuple[str, str], float] = {
+    ("amd-mi300x", "vllm"): 0.606,
+}
+# Where no run of its own exists: the same CDNA3 silicon and ROCm kernels (hipBLASLt, RCCL)
+# carry the fitted entry, and the plan's evidence says so.
+ENGINE_STEP_FRACTION_CARRIED: dict[tuple[str, str], tuple[str, str]] = {
+    ("amd-mi325x", "vllm"): ("amd-mi300x", "vllm"),
+    ("amd-mi300x", "sglang"): ("amd-mi300x", "vllm"),
+    ("amd-mi325x", "sglang"): ("amd-mi300x", "vllm"),
+}
+
+
+def engine_step_fraction(
+    accelerator: str, engine: str | None
+) -> tuple[float, tuple[str, str] | None]:
+    """(fraction, the chip and engine it was fitted on where it is carried) of the carried rates
+    ``engine``'s batch-proportional step parts reach on the chip: 1.0 where none is known."""
+    key = (accelerator, ENGINE_KEYS.get(engine or "", engine or ""))
+    if key in ENGINE_STEP_FRACTION:
+        return ENGINE_STEP_FRACTION[key], None
+    source = ENGINE_STEP_FRACTION_CARRIED.get(key)
+    if source is not None:
+        return ENGINE_STEP_FRACTION[source], source
+    return 1.0, None
+
+
 def engine_kv_read_fraction(
     accelerator: str, engine: str | None, kv_bytes_per_element: ArrayLike
 ) -> NDArray[np.float64] | None:
@@ -340,8 +375,20 @@ def serving_evidence(engine: ServingEngine, accelerator: str) -> str:
             f"; its tensor-parallel all-reduce NCCL's formula (no {engine.name} kernel measured"
             f" on {accelerator})"
         )
+    fraction, carried = engine_step_fraction(accelerator, engine.name)
+    if fraction != 1.0 and carried is not None:
+        reduce += (
+            f"; its batch-proportional rates x {fraction:g}, carried from {carried[1]} on"
+            f" {carried[0]} (no published run of {engine.name} on {accelerator})"
+        )
     if engine.fitted_on_own_runs:
         return f"{engine.name}: step constants {fitted}{chip}{reduce}"
+    if fraction != 1.0 and carried is None:
+        return (
+            f"{engine.name} on {accelerator}: its batch-proportional rates x {fraction:g}, fitted"
+            f" on its own published runs there (ENGINE_STEP_FRACTION); the other step constants"
+            f" carried, {fitted}{chip}{reduce}"
+        )
     return (
         f"extrapolated: no fitted run of {engine.name}; its step carries the constants {fitted}"
         f"{chip}{reduce}"
