@@ -7,7 +7,9 @@ collect_gemm.py, collect_attn.py) and stored as parquet under
 aic-core/src/aiconfigurator_core/systems/data/<system>/<op>/<engine>/<version>/. This script reads
 them from a git checkout at one commit and writes the subset the engine's ceilings are checked
 (and, for chips without a measurement of the team's own, fitted) on: the shapes a dense model's
-serving step runs, bf16, fp8 and (on Blackwell) NVFP4, and nothing else, so the file stays small.
+serving step runs, bf16, fp8 and (on Blackwell) NVFP4, and the engines' fused MoE ops (moe_perf:
+every expert shape the collector ran, at a few token counts), and nothing else, so the file
+stays small.
 
 It needs pyarrow (not a Ringmaster dependency; the JSON it writes is what the project reads):
 
@@ -74,6 +76,14 @@ GEMM_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "nvfp4": "fp4"}
 # hidden 4k-16k) and a prefill chunk's (up to 8k tokens x 8k).
 ALLREDUCE_ELEMENTS = tuple(2**e for e in range(13, 27))  # 8K .. 64M elements
 ALLREDUCE_KERNELS = ("vLLM_custom_graph", "SGLang_CustomAllReduce_graph", "TRTLLM")
+# A MoE layer's routed experts as the engine runs them (its fused MoE op: routing, permutation,
+# the grouped GEMMs, the weighted sum), whole or sliced over eight tensor-parallel ranks (no expert
+# parallelism), under the power-law routing AIConfigurator models serving with (alpha 1.01),
+# gated experts only; the fastest of the engine's kernels for each shape (what its dispatch picks).
+MOE_TOKENS = (1, 16, 64, 256, 1024, 4096, 16384)
+MOE_TP = (1, 8)  # a whole expert a rank, and sliced eight ways
+MOE_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "fp4"}
+MOE_DISTRIBUTION = "power_law_1.01"
 
 
 def _table(repo: str, commit: str, path: str) -> list[dict[str, Any]] | None:
@@ -143,6 +153,26 @@ def _allreduce(rows: list[dict[str, Any]]) -> list[list[Any]]:
     return sorted(keep)
 
 
+def _moe(rows: list[dict[str, Any]]) -> list[list[Any]]:
+    best: dict[tuple[Any, ...], float] = {}
+    for r in rows:
+        dtype = MOE_DTYPES.get(r["moe_dtype"])
+        if (
+            dtype is None
+            or r["moe_ep_size"] != 1
+            or r["moe_tp_size"] not in MOE_TP
+            or r["distribution"] != MOE_DISTRIBUTION
+            or "nongated" in r["kernel_source"]
+            or r["num_tokens"] not in MOE_TOKENS
+        ):
+            continue
+        key = (dtype, r["num_tokens"], r["hidden_size"], r["inter_size"], r["num_experts"],
+               r["topk"], r["moe_tp_size"])  # fmt: skip
+        us = round(r["latency"] * 1e3, 3)
+        best[key] = min(best.get(key, us), us)
+    return sorted([*key, us] for key, us in best.items())
+
+
 DECODE_COLUMNS = ["kernel", "batch", "context", "heads", "kv_heads", "head_dim", "us"]
 
 
@@ -157,6 +187,7 @@ def extract(repo: str, commit: str) -> dict[str, Any]:
         allreduce = _table(
             repo, commit, f"{DATA}/{system}/comm/{engine}/{version}/custom_allreduce_perf.parquet"
         )
+        moe = _table(repo, commit, f"{DATA}/{system}/moe/{engine}/{version}/moe_perf.parquet")
         if gemm is None and decode is None:
             print(f"skipped {system} {engine} {version}: no table at {commit}", file=sys.stderr)
             continue
@@ -174,6 +205,7 @@ def extract(repo: str, commit: str) -> dict[str, Any]:
                 "decode_attention_fp8": _decode_attention(decode or [], "fp8"),
                 "prefill_attention": _prefill_attention(prefill or []),
                 "allreduce": _allreduce(allreduce or []),
+                "moe": [] if (engine, system, version) in PAIR_VERSIONS else _moe(moe or []),
             }
         )
     return {
@@ -192,6 +224,7 @@ def extract(repo: str, commit: str) -> dict[str, Any]:
                 "head_dim",
                 "us",
             ],
+            "moe": ["dtype", "tokens", "hidden", "inter", "experts", "topk", "tp", "us"],
         },
         "tables": tables,
     }

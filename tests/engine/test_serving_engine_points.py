@@ -71,7 +71,7 @@ def test_engine_profiles_and_evidence():
     b200 = serving_evidence(serving_engine("vLLM"), "nvidia-b200")
     assert (
         "all-reduce, FP8 decode GEMMs, FP4 decode GEMMs, GEMM rates at decode and prompt batches,"
-        " decode attention vLLM's own kernels measured"
+        " decode attention, MoE layers vLLM's own kernels measured"
     ) in b200
     mi300x = serving_evidence(serving_engine("vLLM"), "amd-mi300x")
     assert "NCCL's formula" in mi300x and "own kernels" not in mi300x

@@ -4,8 +4,9 @@ and the decode terms of the chips the team never measured.
 ``calibration/measured/aiconfigurator.json`` is a subset of the per-operator databases that
 AIConfigurator (ai-dynamo/aiconfigurator, Apache-2.0) ships for each GPU, serving engine and
 engine version, at the commit the file names: GEMMs at decode and prefill batches (bf16, fp8),
-decode attention by batch and context (bf16 and FP8 caches), and prefill attention by length,
-for the A100, H100, H200, B200 and GB200 under vLLM, SGLang and TensorRT-LLM
+decode attention by batch and context (bf16 and FP8 caches), prefill attention by length, the
+engines' all-reduce and their fused MoE ops (fitted in calibration.aic_moe), for the A100, H100,
+H200, B200 and GB200 under vLLM, SGLang and TensorRT-LLM
 (``benchmarks/aiconfigurator/extract.py`` writes it from the parquet tables).
 
 Three uses, kept apart:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ringmaster.calibration import evidence, llm_training
+from ringmaster.calibration.aic_moe import render_moe_section
 from ringmaster.calibration.aiconfigurator import render_section as render_aiconfigurator_section
 from ringmaster.calibration.ceilings import render_ceilings_section
 from ringmaster.calibration.collectives import collective_rows
@@ -202,6 +203,7 @@ def run(args: argparse.Namespace) -> int:
         print("\n" + render_multislice_section())
         print("\n" + render_ceilings_section())
         print("\n" + render_aiconfigurator_section())
+        print("\n" + render_moe_section())
         print("\n" + render_serving_engines_section())
         print("\n" + render_device_section())
         print("\n" + evidence.render_evidence_matrix())

@@ -233,6 +233,7 @@ def fitted_points(accelerator: str = "MI300X", engine: str = "vLLM") -> list[dic
     ]
 
 
+@cache
 def fit_engine_step_fraction(accelerator: str = "MI300X", engine: str = "vLLM") -> float:
     """ENGINE_STEP_FRACTION[chip, engine]: :func:`fit_step_fraction` over its fitted rows."""
     points = fitted_points(accelerator, engine)
@@ -241,9 +242,10 @@ def fit_engine_step_fraction(accelerator: str = "MI300X", engine: str = "vLLM") 
     return fit_step_fraction(points)
 
 
+@cache
 def source_refits(
     accelerator: str = "MI300X", engine: str = "vLLM"
-) -> list[tuple[str, int, float]]:
+) -> tuple[tuple[str, int, float], ...]:
     """(source, rows, fraction) refitted on each source's offline rows of the engine on the chip
     alone: how far the fitted source's fraction is from what each other source would give."""
     by_source: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -256,7 +258,7 @@ def source_refits(
             and (p.get("figures") or {}).get("output_tokens_per_s")
         ):
             by_source[str(p["source"]).split(" @")[0].split(" (")[0]].append(p)
-    return [(source, len(rows), fit_step_fraction(rows)) for source, rows in by_source.items()]
+    return tuple((source, len(rows), fit_step_fraction(rows)) for source, rows in by_source.items())
 
 
 def fit_step_fraction(points: list[dict[str, Any]]) -> float:

@@ -131,8 +131,8 @@ def unit_scale(prompts_per_step: ArrayLike) -> F64:
 
 class StepShape(NamedTuple):
     """A step with ``n`` decodes and ``p`` prompt tokens: ``a + b p + max(c + d p, W) +
-    max(e (n + p), W_e(n + p))`` (engine.llm_step.step_seconds, with its parts gathered once per
-    configuration: the dense GEMMs' roofline and the routed experts')."""
+    max(e (n + p + tile x touched(n + p)), W_e(n + p))`` (engine.llm_step.step_seconds, with its
+    parts gathered once per configuration: the dense GEMMs' roofline and the routed experts')."""
 
     a: F64
     b: F64
@@ -144,14 +144,16 @@ class StepShape(NamedTuple):
     n: F64
     expert_gemm: F64 = np.zeros(())  # e: one token's routed-expert GEMMs
     prompt_compute: F64 = np.ones(())  # a prompt token's share of computing it (terms')
+    expert_tile: F64 = np.zeros(())  # the experts' tile padding in tokens (terms')
 
     def at(self, p: ArrayLike) -> F64:
         p = _f(p)
         dense = np.maximum(self.c + self.d * p, self.weights)
         if np.any(self.experts):
             tokens = self.n + p * self.prompt_compute
-            streamed = self.experts * expert_fraction_read(self.miss, tokens)
-            dense = dense + np.maximum(self.expert_gemm * tokens, streamed)
+            touched = expert_fraction_read(self.miss, tokens)
+            computed = self.expert_gemm * (tokens + self.expert_tile * touched)
+            dense = dense + np.maximum(computed, self.experts * touched)
         return _f(self.a + self.b * p + dense)
 
 
@@ -184,6 +186,7 @@ def step_shape(terms: ServingTerms, n: ArrayLike, prompt_length: ArrayLike) -> S
         miss=_f(t.expert_miss_per_token),
         n=n,
         expert_gemm=_f(t.expert_gemm_per_token),
+        expert_tile=_f(t.expert_tile_tokens),
         prompt_compute=_f(t.prompt_compute),
     )
 

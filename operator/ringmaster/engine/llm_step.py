@@ -123,6 +123,7 @@ from ringmaster.engine.serving_engines import (
     ENGINE_GEMM_BAND_TOKENS,
     engine_gemm_rate,
     engine_kv_read_fraction,
+    engine_moe,
     engine_step_fraction,
     prefill_attention_kernel,
     quantized_decode_gemm,
@@ -379,6 +380,10 @@ class ServingTerms(NamedTuple):
     # no faster than gemm_per_token at any batch. decode_gemm_seconds_per_token reads both.
     gemm_per_token_large_batch: F64 = np.full((), np.nan)
     attention_groups: F64 = np.ones(())  # the step's decodes split among this many groups
+    # A MoE layer's M tiles: each routed expert a step touches computes its token rows padded by
+    # m0 rows (an engine's fused MoE op measured on the chip, serving_engines.ENGINE_MOE), in
+    # tokens of k experts at full touch: m0 x E / k; 0: no padding.
+    expert_tile_tokens: F64 = np.zeros(())
 
     @property
     def prompt_allreduce_per_token(self) -> F64:
@@ -424,6 +429,13 @@ def expert_fraction_read(miss_per_token: ArrayLike, tokens: ArrayLike) -> F64:
 def weights_read_seconds(terms: ServingTerms, tokens: ArrayLike) -> F64:
     """The weights a step of ``tokens`` tokens streams: the dense parts and the experts touched."""
     return terms.weights_read + expert_read_seconds(terms, tokens)
+
+
+def expert_compute_seconds(terms: ServingTerms, tokens: ArrayLike) -> F64:
+    """The routed experts' FLOPs of a step of ``tokens`` tokens, each touched expert's rows
+    padded to its tile (0 for a dense model)."""
+    touched = expert_fraction_read(terms.expert_miss_per_token, tokens)
+    return terms.expert_gemm_per_token * (_f(tokens) + terms.expert_tile_tokens * touched)
 
 
 def expert_read_seconds(terms: ServingTerms, tokens: ArrayLike) -> F64:
@@ -727,6 +739,27 @@ def serving_terms(
     # plugin, SGLang's DeepGEMM): their FLOPs at the experts' shape, apart from the dense ones.
     routed_flops = 2.0 * routed_active
     expert_rate = decode_rate * expert_shape_ratio(model, g, expert_parallel, gemm_key)
+    expert_hbm = weight_hbm
+    # The engine's own fused MoE op measured on the chip (serving_engines.ENGINE_MOE): its
+    # experts' streaming fraction, its FLOPs' fraction of the peak, its tile and its floor a MoE
+    # layer (a single expert is the dense FFN it is, routed by nothing).
+    moe_op = (
+        engine_moe(accelerator.name, serving_engine, compute_precision)
+        if model.experts > 1 and ceilings is None
+        else None
+    )
+    tile_tokens = 0.0
+    if moe_op is not None:
+        (moe_floor_us, f_s, e_m, tile_rows), _ = moe_op
+        expert_rate = _f(peak_flops) * g * e_m * fraction
+        expert_hbm = hbm * f_s
+        floors_seconds = floors_seconds + model.moe_layers * moe_floor_us * US
+        tile_tokens = (
+            tile_rows
+            * model.experts
+            * expert_slot_ratio(model, redundant_experts)
+            / (model.active_experts)
+        )
     layer_flops = 2.0 * model.active_layer_parameters - routed_flops  # attention, dense, shared
     # a prompt token's attention per token of its prompt: causal, at the mean prompt (linear in
     # the prompt without a window; a window caps what each token attends to)
@@ -797,13 +830,14 @@ def serving_terms(
         input_tokens=n_in,
         kv_cache_tokens=groups * np.floor(np.maximum(free, 0.0) / kv_per_token),
         kv_bytes_per_token=kv_per_token,
-        expert_weights_read=passes * routed_experts * w / (g * groups) / weight_hbm,
+        expert_weights_read=passes * routed_experts * w / (g * groups) / expert_hbm,
         expert_miss_per_token=np.full_like(g, miss),
         expert_gemm_per_token=_f(expert_gemm_per_token) + 0.0 * g,
         allreduce_per_prompt_token=_f(per_token + prompt_delta) + 0.0 * g,
         elementwise_per_token=_f(elementwise) + 0.0 * g,
         gemm_per_token_large_batch=_f(large_batch) + 0.0 * g,
         attention_groups=np.full_like(g, groups),
+        expert_tile_tokens=np.full_like(g, tile_tokens),
     )
 
 
@@ -860,7 +894,7 @@ def step_seconds(
         n * decode_gemm_seconds_per_token(terms, n) + p * terms.prefill_gemm_per_token,
         terms.weights_read,
     )
-    experts = np.maximum((n + p) * terms.expert_gemm_per_token, expert_read_seconds(terms, n + p))
+    experts = np.maximum(expert_compute_seconds(terms, n + p), expert_read_seconds(terms, n + p))
     gemm = _f(dense + experts)
     return (
         terms.overhead
