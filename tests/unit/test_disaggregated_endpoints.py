@@ -112,6 +112,9 @@ def test_the_example_runs_as_two_sides_with_roles_and_the_connector_env() -> Non
     assert status.replicas == plan["prefill"]["replicas"] + plan["decode"]["replicas"]
     assert status.plan is not None and status.plan.disaggregation is not None
     assert status.plan.disaggregation.kv_transfer is not None
+    # each side says what its step rests on, as an aggregated plan does
+    for side in (status.plan.disaggregation.prefill, status.plan.disaggregation.decode):
+        assert side is not None and side.evidence and "constants fitted on" in side.evidence
     # kubectl get ie's columns: the endpoint as it runs (the narrower side's capacity).
     capacity = min(
         plan[s]["replicas"] * plan[s]["perReplicaRequestsPerSecond"]

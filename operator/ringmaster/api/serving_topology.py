@@ -160,6 +160,9 @@ class ServingSideStatus(StatusModel):
     engine: str | None = None
     binding: str | None = None
     layout: Annotated[str, Field(max_length=1024)] | None = None
+    evidence: Annotated[str, Field(max_length=1024)] | None = None
+    """What this side's step rests on: its engine's fitted, measured and carried constants on
+    its accelerator (the plan says where a number is extrapolated)."""
 
 
 class KvTransferStatus(StatusModel):

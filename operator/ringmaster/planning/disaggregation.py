@@ -106,6 +106,7 @@ def side_json(p: LlmServingPrediction) -> dict[str, Any]:
         "engine": p.engine,
         "binding": p.binding or None,
         "layout": p.layout,
+        "evidence": p.evidence[:1024] or None,
     }
 
 
