@@ -46,3 +46,23 @@ def test_a_training_example_is_admitted_on_an_empty_local_cluster(path):
     decision = world.decide(job(spec), [], pools, planner=lambda s, m, r=None: status_plan(s, m, r))
     schedulable = [c for c in decision.status.conditions if c.type == "Schedulable"]
     assert decision.status.phase == "Admitted", [(c.reason, c.message) for c in schedulable]
+
+
+ENDPOINTS = sorted(
+    p
+    for p in EXAMPLES.glob("*.yaml")
+    if yaml.safe_load(p.read_text()).get("kind") == "InferenceEndpoint"
+)
+
+
+@pytest.mark.parametrize("path", ENDPOINTS, ids=lambda p: p.stem)
+def test_an_endpoint_example_meets_its_target_within_its_replicas(path):
+    """An example whose plan misses its target within maxReplicas is Degraded, and `make demo`
+    waits for it to its timeout (the DeepSeek-R1 example's 20,000 tokens/s once the MoE layers
+    ran as the engines run them)."""
+    from ringmaster.api import InferenceEndpointSpec
+    from ringmaster.planning import plan_inference
+
+    spec = InferenceEndpointSpec.model_validate(yaml.safe_load(path.read_text())["spec"])
+    plan = plan_inference(spec).to_json()
+    assert plan["feasible"], plan.get("reason")
