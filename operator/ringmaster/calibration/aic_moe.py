@@ -23,19 +23,23 @@ leaving one expert shape out (refit on the others at the fit's tile, predict its
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import lru_cache
 from statistics import median
 
 import numpy as np
 
-from ringmaster.calibration.aiconfigurator import AIC_FILE
+from ringmaster.calibration.aiconfigurator import GEMM_WEIGHT_BYTES, aic_data
 from ringmaster.engine.hardware import DEFAULT_CATALOG
 from ringmaster.engine.llm_step import expert_fraction_read
 
-# A weight's bytes per MoE dtype (NVFP4: 4 bits and one E4M3 scale per 16 elements)
-MOE_WEIGHT_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "fp4": 0.5 + 1.0 / 16.0}
+# A weight's bytes per MoE dtype: the GEMMs', block-scaled FP8 as FP8 (its scales negligible)
+MOE_WEIGHT_BYTES = {
+    "bf16": GEMM_WEIGHT_BYTES["bf16"],
+    "fp8": GEMM_WEIGHT_BYTES["fp8"],
+    "fp8_block": GEMM_WEIGHT_BYTES["fp8"],
+    "fp4": GEMM_WEIGHT_BYTES["fp4"],
+}
 MOE_PEAK = {"bf16": "BF16", "fp8": "FP8", "fp8_block": "FP8", "fp4": "FP4"}
 MIN_ROWS = 40  # a (chip, engine, dtype) with fewer rows is not fitted
 # The fit's grids: a coarse pass over the whole range, then the fine grid around its best.
@@ -80,7 +84,7 @@ class MoeRows:
 @lru_cache(maxsize=1)
 def moe_rows() -> tuple[MoeRows, ...]:
     out = []
-    for t in json.loads(AIC_FILE.read_text())["tables"]:
+    for t in aic_data()["tables"]:
         rows = t.get("moe") or []
         acc = DEFAULT_CATALOG.accelerator(t["accelerator"])
         for dtype, w in MOE_WEIGHT_BYTES.items():

@@ -95,8 +95,14 @@ class AicTable:
 
 
 @lru_cache(maxsize=1)
+def aic_data() -> dict[str, Any]:
+    """calibration/measured/aiconfigurator.json, parsed once."""
+    data: dict[str, Any] = json.loads(AIC_FILE.read_text())
+    return data
+
+
 def source() -> str:
-    return str(json.loads(AIC_FILE.read_text())["source"])
+    return str(aic_data()["source"])
 
 
 def _split(rows: list[list[Any]], text_columns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -142,7 +148,7 @@ def _possible(t: AicTable) -> AicTable:
 @lru_cache(maxsize=1)
 def tables() -> tuple[AicTable, ...]:
     out = []
-    for t in json.loads(AIC_FILE.read_text())["tables"]:
+    for t in aic_data()["tables"]:
         dtype, mnk, gemm_s = _split(t["gemm"], 1)
         dk, decode, decode_s = _split(t["decode_attention"], 1)
         pk, prefill, prefill_s = _split(t["prefill_attention"], 1)
