@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ringmaster.engine import llm_training as L
+from ringmaster.engine import recompute as R
 from ringmaster.engine.activation_offload import (
     HOST_LINK_GBPS_PER_DIRECTION,
     OFFLOADED_ELEMENTS,
@@ -140,11 +141,11 @@ def test_policies_that_keep_everything_in_hbm_offload_nothing():
 def test_recompute_flops_of_the_offloading_policies():
     model = KNOWN_TRANSFORMERS["llama-3-70b"]
     h, kv = model.hidden, model.kv_hidden
-    full = float(L.recompute_flops_per_token_per_layer(model, RECOMPUTE_FULL))
+    full = float(R.recompute_flops_per_token_per_layer(model, RECOMPUTE_FULL))
     core = model.attention_flops_per_token(model.sequence_length) / model.layers
-    qkv = float(L.recompute_flops_per_token_per_layer(model, RECOMPUTE_QKV_PROJ_OFFLOADED))
+    qkv = float(R.recompute_flops_per_token_per_layer(model, RECOMPUTE_QKV_PROJ_OFFLOADED))
     assert qkv == pytest.approx(full - 2 * (h * h + 2 * h * kv))  # all but Q, K and V
-    minimal = float(L.recompute_flops_per_token_per_layer(model, RECOMPUTE_MINIMAL_OFFLOADED))
+    minimal = float(R.recompute_flops_per_token_per_layer(model, RECOMPUTE_MINIMAL_OFFLOADED))
     assert minimal == pytest.approx(core)  # as Minimal: the attention core
 
 

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ringmaster.engine import llm_training as L
+from ringmaster.engine import recompute as R
 from ringmaster.engine.frameworks import framework
 from ringmaster.engine.hardware import DEFAULT_CATALOG
 from ringmaster.engine.llm_layout_names import RECOMPUTE_NONE
@@ -40,7 +41,7 @@ def test_the_routed_experts_run_at_their_own_shape() -> None:
     parts = micro_batch_parts(QWEN3_30B, hw, 1, 1, 1, RECOMPUTE_NONE, expert=1)
     ce = hw.ceilings
     tokens = QWEN3_30B.sequence_length
-    fwd = 2.0 * L.busiest_rank_parameters_per_layer(QWEN3_30B)
+    fwd = 2.0 * R.busiest_rank_parameters_per_layer(QWEN3_30B)
     at_batch_shape = (
         3.0 * fwd * tokens / (ce.gemm_flops("bf16", QWEN3_30B.hidden, tokens) * hw.step_fit)
     )

@@ -20,6 +20,7 @@ from ringmaster.calibration.llm_training import (
 )
 from ringmaster.engine import collectives as C
 from ringmaster.engine import llm_training as L
+from ringmaster.engine import recompute as R
 from ringmaster.engine.ceilings import TRITON_FLASH_ATTENTION_RATIO
 from ringmaster.engine.hardware import DEFAULT_CATALOG
 from ringmaster.engine.llm_layout_names import (
@@ -317,10 +318,10 @@ def test_recompute_flops_per_policy(policy, per_layer):
     model = LLAMA_70B
     h, kv, f = model.hidden, model.kv_hidden, model.ffn_hidden
     core = 4 * model.sequence_length * h  # attention's forward FLOPs per token per layer
-    extra = float(L.recompute_flops_per_token(model, RECOMPUTES.index(policy)))
+    extra = float(R.recompute_flops_per_token(model, RECOMPUTES.index(policy)))
     assert extra == pytest.approx(model.layers * per_layer(h, kv, f, core))
     base = model.training_flops_per_token()
-    total = float(L.hardware_flops_per_token(model, RECOMPUTES.index(policy)))
+    total = float(R.hardware_flops_per_token(model, RECOMPUTES.index(policy)))
     assert total == pytest.approx(base + extra)
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from ringmaster.engine import llm_training as L
+from ringmaster.engine import recompute as R
 from ringmaster.engine.hardware import DEFAULT_CATALOG
 from ringmaster.engine.llm_layout_names import RECOMPUTE_FULL
 from ringmaster.engine.llm_layout_search import LayoutRequest, NoLayoutError, search_layouts
@@ -66,7 +67,7 @@ def test_one_expert_of_top_one_plans_as_the_dense_model() -> None:
 
 
 def test_compute_follows_active_parameters_with_the_load_imbalance() -> None:
-    per_layer = L.busiest_rank_parameters_per_layer(MIXTRAL)
+    per_layer = R.busiest_rank_parameters_per_layer(MIXTRAL)
     routed_active = 2 * MIXTRAL.expert_parameters
     assert per_layer == pytest.approx(
         MIXTRAL.active_parameters_per_layer + (L.MOE_LOAD_IMBALANCE - 1) * routed_active

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ringmaster.engine import llm_training as L
+from ringmaster.engine import recompute as R
 from ringmaster.engine.frameworks import framework
 from ringmaster.engine.hardware import DEFAULT_CATALOG
 from ringmaster.engine.llm_layout_names import RECOMPUTE_NONE
@@ -161,7 +162,7 @@ def test_the_training_step_reads_the_window(fw: str):
     )
     assert float(windowed.attention) == pytest.approx(expected * float(dense.attention), rel=1e-9)
     assert float(windowed.gemm) == pytest.approx(float(dense.gemm), rel=1e-12)
-    assert L.hardware_flops_per_token(model, RECOMPUTE_NONE) < L.hardware_flops_per_token(
+    assert R.hardware_flops_per_token(model, RECOMPUTE_NONE) < R.hardware_flops_per_token(
         full, RECOMPUTE_NONE
     )
 

@@ -46,6 +46,8 @@ Fp8Recipe = Literal["Linear", "AllMatmuls"]
 FrameworkName = Literal["Megatron", "Torchtitan", "MaxText", "DeepSpeed", "LLMFoundry", "PyTorch"]
 # The frameworks torch.compile applies to (engine.frameworks.COMPILABLE; a test keeps them equal).
 COMPILABLE_FRAMEWORKS = ("Torchtitan", "DeepSpeed", "LLMFoundry", "PyTorch")
+# The frameworks whose recompute early stop is a setting (engine.frameworks.EARLY_STOP_SETTABLE).
+EARLY_STOP_FRAMEWORKS = ("Torchtitan", "LLMFoundry", "PyTorch")
 AttentionKernel = Literal["FlashAttention2", "cuDNN"]
 
 
@@ -160,8 +162,25 @@ class TrainingFramework(SpecModel):
     attention_kernel: AttentionKernel | None = None
     """The attention kernel, where the job picks one; left out: the framework's default
     (cuDNN under Megatron and MaxText on Hopper and newer, FlashAttention 2 otherwise)."""
+    recompute_stops_early: bool | None = None
+    """Whether activation recompute stops once the tensors backward saved are rebuilt, so the
+    FFN's output projection is not run again (PyTorch's non-reentrant checkpoint, 2.1 and later:
+    ``torch.utils.checkpoint.set_checkpoint_early_stop``; torchtitan's
+    ``activation_checkpoint.early_stop``). Torchtitan, LLMFoundry and PyTorch only; left out:
+    the framework's default (on for LLMFoundry and PyTorch, off for Torchtitan since its
+    2025-08 release; MaxText's XLA always drops it, Megatron's and DeepSpeed's reentrant
+    checkpoints always rerun it)."""
 
     cel_rules = (
+        Rule(
+            cel=(f"!has(self.recomputeStopsEarly) || self.name in {list(EARLY_STOP_FRAMEWORKS)}"),
+            message=(
+                "recomputeStopsEarly applies to "
+                f"{', '.join(EARLY_STOP_FRAMEWORKS[:-1])} and {EARLY_STOP_FRAMEWORKS[-1]} only"
+            ),
+            field_path=".recomputeStopsEarly",
+            check=lambda f: f.recompute_stops_early is None or f.name in EARLY_STOP_FRAMEWORKS,
+        ),
         Rule(
             cel=f"!self.compile || self.name in {list(COMPILABLE_FRAMEWORKS)}",
             message=(

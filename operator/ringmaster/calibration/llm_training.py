@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 
 from ringmaster.engine import llm_training as L
+from ringmaster.engine import recompute as R
 from ringmaster.engine.efficiency import NIC_EFFICIENCY
 from ringmaster.engine.frameworks import framework as framework_profile
 from ringmaster.engine.hardware import DEFAULT_CATALOG
@@ -156,9 +157,17 @@ class LlmRow:
         return abs(self.error) <= TOLERANCE
 
 
-def _gpu(acc: str, gpus: int, nic_gbps: float, fit: float, framework: str) -> L.LayoutHardware:
+def _gpu(
+    acc: str,
+    gpus: int,
+    nic_gbps: float,
+    fit: float,
+    framework: str,
+    recompute_stops_early: bool | None = None,
+) -> L.LayoutHardware:
     host = DEFAULT_CATALOG.host(acc, 8)
-    hw = L.layout_hardware(host, gpus // 8, DEFAULT_CATALOG, framework=framework_profile(framework))
+    profile = framework_profile(framework, recompute_stops_early=recompute_stops_early)
+    hw = L.layout_hardware(host, gpus // 8, DEFAULT_CATALOG, framework=profile)
     return replace(
         hw, nic_bandwidth=gbps_to_bytes_per_second(nic_gbps) * NIC_EFFICIENCY, step_fit=fit
     )
@@ -206,7 +215,7 @@ def _megatron(points: Mapping[str, Any], fit: float) -> list[tuple[float, float,
             flash_attention=False,  # 2021: attention scores materialised (FlashAttention: 2022)
             sequence_parallel=False,  # 2021: norms and dropouts whole on every TP rank (SP: 2022)
         )
-        flops = float(L.hardware_flops_per_token(model, RECOMPUTE_FULL))
+        flops = float(R.hardware_flops_per_token(model, RECOMPUTE_FULL))
         predicted = flops * float(a.tokens_per_second) / int(r["gpus"]) / 1e12
         out.append((float(r["params_billion"]), float(r["tflops_per_gpu"]), predicted))
     return out
@@ -220,11 +229,13 @@ _RECOMPUTE = {
 
 
 def _torchtitan(points: Mapping[str, Any], fit: float) -> list[tuple[str, float, float]]:
-    """(model, published MFU, predicted MFU) on 64 x A100-80GB with FSDP full sharding."""
+    """(model, published MFU, predicted MFU) on 64 x A100-80GB with FSDP full sharding. The
+    table (docs/performance.md, April 2024) predates torchtitan's early_stop switch (#1580,
+    2025-08-29, off by default): its full AC ran PyTorch's default, recompute stopping early."""
     out = []
     for r in point_by_id(points, "torchtitan-a100-fsdp")["rows"]:
         model = replace(TORCHTITAN_MODELS[r["model"]], sequence_length=int(r["seq"]))
-        hw = _gpu("nvidia-a100-80gb", 64, TORCHTITAN_NIC_GBPS, fit, "Torchtitan")
+        hw = _gpu("nvidia-a100-80gb", 64, TORCHTITAN_NIC_GBPS, fit, "Torchtitan", True)
         b = int(r["local_batch"])
         a = _one(
             model,
@@ -526,6 +537,7 @@ def published_layout_search(row: Mapping[str, Any], nic_gbps: float | None = Non
             published_framework(row),
             compiled=bool(row.get("compile", False)),
             attention=row.get("attention"),
+            recompute_stops_early=row.get("recompute_stops_early"),
         ),
     )
     if nic_gbps is not None:

@@ -42,6 +42,18 @@ Each profile states what the framework's default configuration runs, with where 
   names ``cudnn_generated_fort_native_sdpa_sm90_flash_fprop / _bprop`` as the attention kernels of
   a plain training step on one H100 and one H200 (calibration/measured/device, train.json). The
   default when a job names no framework and its image names none either (nothing fused).
+
+What a recomputing policy runs again also differs. PyTorch's non-reentrant checkpoint (FSDP's
+``checkpoint_wrapper`` default) stops recomputing once every tensor the backward saved is
+rebuilt (torch/utils/checkpoint.py, ``set_checkpoint_early_stop``: "By default, non-reentrant
+checkpoint stops recomputation as soon as it has computed all needed Tensors"; the default since
+pytorch/pytorch #96866, March 2023, first released in 2.1), and JAX drops from a rematerialised
+forward what no residual needs (``jax.checkpoint``'s partial evaluation keeps only the
+residuals' producers): neither runs a block's last linear layer again, the FFN's output
+projection, whose output only the residual add takes (engine.recompute). Megatron-Core's and
+DeepSpeed's checkpoint functions (reentrant) rerun the whole block, and torchtitan turns early
+stop off by default since pytorch/torchtitan #1580 (2025-08-29,
+``activation_checkpoint.early_stop = False``; earlier torchtitan ran PyTorch's default, on).
 """
 
 from __future__ import annotations
@@ -105,6 +117,9 @@ class Framework:
     # FP8 weights cast once a step and kept across its micro-batches (Megatron passes TE's
     # is_first_microbatch); otherwise every micro-batch casts every weight again.
     caches_fp8_weights: bool = False
+    # Recompute stops once backward's saved tensors are rebuilt (the module's docstring):
+    # the FFN's output projection, whose output only the residual add takes, is not run again.
+    recompute_stops_early: bool = False
 
     def attention_kernel(self, nccl_arch: str) -> str:
         return self.attention if nccl_arch in ("hopper", "blackwell") else self.attention_ampere
@@ -151,6 +166,7 @@ _BASE = {
         False,
         False,
         overlaps_tensor_parallel_on_tpu=True,
+        recompute_stops_early=True,
     ),
     "DeepSpeed": Framework(
         "DeepSpeed", "flash2", "flash2", HF_EAGER, "eager_upcast", "adamw_fused", False, True, True
@@ -166,6 +182,7 @@ _BASE = {
         False,
         True,
         fused_loss_memory=True,
+        recompute_stops_early=True,
     ),
     "PyTorch": Framework(
         "PyTorch",
@@ -179,14 +196,26 @@ _BASE = {
         True,
         autocast_unsharded=True,
         fp8_casts="eager",
+        recompute_stops_early=True,
     ),
 }
 COMPILABLE = ("Torchtitan", "DeepSpeed", "LLMFoundry", "PyTorch")
+# Where recompute's early stop is a setting (PyTorch's non-reentrant checkpoint); MaxText's XLA
+# always drops what no residual needs, Megatron's and DeepSpeed's reentrant checkpoints never do.
+EARLY_STOP_SETTABLE = ("Torchtitan", "LLMFoundry", "PyTorch")
 
 
-def framework(name: str, *, compiled: bool = False, attention: str | None = None) -> Framework:
+def framework(
+    name: str,
+    *,
+    compiled: bool = False,
+    attention: str | None = None,
+    recompute_stops_early: bool | None = None,
+) -> Framework:
     """The profile of ``name``; ``compiled``: torch.compile on (Inductor fuses the memory-bound
-    ops and the loss); ``attention``: an attention kernel the job names (ATTENTION_KERNELS)."""
+    ops and the loss); ``attention``: an attention kernel the job names (ATTENTION_KERNELS);
+    ``recompute_stops_early``: the run's stack where it differs from the profile's current
+    default (a published run on an older PyTorch or torchtitan)."""
     if name not in _BASE:
         raise ValueError(f"framework {name!r}: expected one of {', '.join(FRAMEWORKS)}")
     base = _BASE[name]
@@ -204,6 +233,13 @@ def framework(name: str, *, compiled: bool = False, attention: str | None = None
             )
         key = _KERNEL_KEY[attention]
         base = replace(base, attention=key, attention_ampere=key)
+    if recompute_stops_early is not None and recompute_stops_early != base.recompute_stops_early:
+        if name not in EARLY_STOP_SETTABLE:
+            raise ValueError(
+                f"framework {name}: recompute early stop is a setting of "
+                f"{', '.join(EARLY_STOP_SETTABLE)} only"
+            )
+        base = replace(base, recompute_stops_early=recompute_stops_early)
     return base
 
 

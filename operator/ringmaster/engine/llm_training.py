@@ -101,7 +101,6 @@ from ringmaster.engine.llm_memory import (
     stage_parameters,
 )
 from ringmaster.engine.moe_training import (
-    MOE_LOAD_IMBALANCE,
     OVERLAP_DUALPIPE,
     OVERLAP_NONE,
     dualpipe_bubble,
@@ -114,6 +113,10 @@ from ringmaster.engine.moe_training import (
     unpaired_share,
 )
 from ringmaster.engine.profiled import profiled_pool
+from ringmaster.engine.recompute import (
+    busiest_rank_parameters_per_layer,
+    recompute_flops_per_token_per_layer,
+)
 from ringmaster.engine.step_parts import micro_batch_parts, optimizer_seconds
 from ringmaster.engine.training import (
     exposed_communication,
@@ -153,7 +156,7 @@ CP_KV_PASSES_RECOMPUTE = 1
 # (calibration.llm_training; the other rows checked): the A100 holds more of its peak than the
 # power-capped H100 does. TPU: MaxText's 16B row on a v5e-256 slice (XLA on the MXU). A test keeps
 # both equal to their fits; the plan names them as step-level fits.
-GEMM_STEP_FIT = {"ampere": 0.915, "tpu": 1.236}
+GEMM_STEP_FIT = {"ampere": 0.915, "tpu": 1.148}
 
 LINK_EFFICIENCY = {
     "nvlink": NVLINK_EFFICIENCY,
@@ -395,60 +398,6 @@ def layout_hardware(
 # --- compute ------------------------------------------------------------------------------------
 
 
-def recompute_flops_per_token_per_layer(
-    model: Transformer, recompute: ArrayLike, load: float = MOE_LOAD_IMBALANCE
-) -> F64:
-    """Forward FLOPs a policy repeats in backward, per token per layer: Full the whole layer;
-    Selective and Minimal the attention core (Korthikanti et al. 2022, section 5: 2.7% of the
-    FLOPs for GPT-3 175B); SelectiveOp the matmuls it did not save (wk, wo and the FFN's third:
-    w3 gated, w2 standard); SaveDotExceptMlp the FFN and the core; QkvProjOffloaded the whole
-    layer but the Q, K and V projections (fetched back from the host); MinimalOffloaded, as
-    Minimal, the core. ``load``: the busiest expert-parallel rank's routed tokens over the mean
-    (engine.moe_training.routed_load)."""
-    r = np.asarray(recompute)
-    h, kv, f = float(model.hidden), float(model.kv_hidden), float(model.ffn_hidden)
-    core = model.attention_flops_per_token(model.sequence_length) / model.layers
-    full = 2.0 * busiest_rank_parameters_per_layer(model, load) + core
-    # The Q, K and V projections: the attention's weights but the output projection's.
-    qkv = model.attention_parameters_per_layer - model.hidden * model.heads * model.v_head_dim
-    per_token = np.array(
-        [
-            0.0,
-            core,
-            full,
-            2.0 * (h * kv + h * h + h * f),
-            core,
-            2.0 * model.ffn_parameters_per_layer + core,
-            full - 2.0 * qkv,
-            core,
-        ]
-    )
-    return _f(per_token[r])
-
-
-def busiest_rank_parameters_per_layer(
-    model: Transformer, load: float = MOE_LOAD_IMBALANCE
-) -> float:
-    """The weights a token multiplies through in a layer (the active ones, mean over layers),
-    with the routed experts' share scaled by ``load`` (MOE_LOAD_IMBALANCE dropless; a capacity
-    factor bounds it: engine.moe_training.routed_load): the busiest expert-parallel rank's work
-    per token. A dense model's parameters_per_layer."""
-    if model.experts <= 1:  # dense, or one expert: nothing to balance
-        return model.parameters_per_layer
-    routed = model.moe_layers * model.active_experts * model.expert_parameters / model.layers
-    return model.active_parameters_per_layer + (load - 1.0) * routed
-
-
-def recompute_flops_per_token(model: Transformer, recompute: ArrayLike) -> F64:
-    """Extra forward FLOPs per token, every layer's (``recompute_flops_per_token_per_layer``)."""
-    return model.layers * recompute_flops_per_token_per_layer(model, recompute)
-
-
-def hardware_flops_per_token(model: Transformer, recompute: ArrayLike) -> F64:
-    """Model FLOPs (6N + attention, Transformer.training_flops_per_token) plus recompute's."""
-    return model.training_flops_per_token() + recompute_flops_per_token(model, recompute)
-
-
 def step_fit(acc: Accelerator) -> tuple[float, str, float]:
     """(GEMM step fit, its source, attention's power derate) of ``acc``: 1 and the measured
     sustained / burst ratio where the chip's own ceilings are measured or carried from the H100
@@ -517,13 +466,16 @@ def pipeline_bubble_fraction(
 # --- communication: the one adapter onto the network model ------------------------------------
 
 
-def tensor_parallel_collectives_per_layer(recompute: ArrayLike) -> F64:
+def tensor_parallel_collectives_per_layer(recompute: ArrayLike, stops_early: bool = False) -> F64:
     """All-reduce equivalents per layer per micro-batch: TP_ALLREDUCES_PER_LAYER, plus
     TP_ALLREDUCES_RECOMPUTE under Full recompute (TP_ALLREDUCES_RECOMPUTE_BUT_QKV under
-    QkvProjOffloaded)."""
+    QkvProjOffloaded), one fewer where the recompute ``stops_early`` (the FFN's output
+    projection, and the all-reduce of its row-parallel output, are not rerun)."""
     r = np.asarray(recompute)
     again = np.where(r == RECOMPUTE_QKV_PROJ_OFFLOADED, TP_ALLREDUCES_RECOMPUTE_BUT_QKV, 0.0)
     again = np.where(r == RECOMPUTE_FULL, TP_ALLREDUCES_RECOMPUTE, again)
+    if stops_early:
+        again = np.maximum(again - 1.0, 0.0)
     return _f(TP_ALLREDUCES_PER_LAYER + again)
 
 
@@ -828,7 +780,10 @@ def evaluate_layouts(
     layers = stage_layers(model, p).middle
     act_bytes = BYTES_ACTIVATION * model.sequence_length * b * model.hidden / c
     tp_mb = layers * _tensor_parallel_seconds(
-        act_bytes, tensor_parallel_collectives_per_layer(rec), t, hw
+        act_bytes,
+        tensor_parallel_collectives_per_layer(rec, hw.framework.recompute_stops_early),
+        t,
+        hw,
     )
     if hw.kind == "tpu" and hw.framework.overlaps_tensor_parallel_on_tpu:
         tp_mb = np.maximum(tp_mb - parts.gemm, 0.0)  # beside the GEMMs (Framework's note)

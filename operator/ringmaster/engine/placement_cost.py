@@ -291,7 +291,9 @@ def _tensor_parallel_over_nics(model: Transformer, hw: L.LayoutHardware, layout:
         * model.hidden
         / layout.context
     )
-    collectives = L.tensor_parallel_collectives_per_layer(RECOMPUTES.index(layout.recompute))
+    collectives = L.tensor_parallel_collectives_per_layer(
+        RECOMPUTES.index(layout.recompute), hw.framework.recompute_stops_early
+    )
     one = C.nccl_collective(
         C.ALL_REDUCE, act_bytes, t / g, g, hw.fabric(hw.nic_bandwidth), with_busbw=False
     ).seconds

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ringmaster.engine import recompute as R
 from ringmaster.engine.activation_offload import exposed_offload_seconds, offload_bytes_per_layer
 from ringmaster.engine.frameworks import HF_EAGER, Framework
 from ringmaster.engine.llm_layout_names import (
@@ -113,16 +114,19 @@ def _f(x: ArrayLike) -> F64:
 
 
 def _linear_flops_per_token_per_layer(
-    model: Transformer, recompute: ArrayLike, load: float = MOE_LOAD_IMBALANCE
+    model: Transformer,
+    recompute: ArrayLike,
+    load: float = MOE_LOAD_IMBALANCE,
+    stops_early: bool = False,
 ) -> tuple[F64, F64]:
     """(forward, backward + recompute) linear-layer FLOPs per token per layer, on the busiest
-    expert-parallel rank (llm_training.busiest_rank_parameters_per_layer at ``load``)."""
-    from ringmaster.engine import llm_training as L
+    expert-parallel rank (llm_training.busiest_rank_parameters_per_layer at ``load``);
+    ``stops_early``: Framework.recompute_stops_early."""
 
-    forward = 2.0 * L.busiest_rank_parameters_per_layer(model, load)
+    forward = 2.0 * R.busiest_rank_parameters_per_layer(model, load)
     r = np.asarray(recompute)
     core = model.attention_flops_per_token(model.sequence_length) / model.layers
-    again = L.recompute_flops_per_token_per_layer(model, r, load)
+    again = R.recompute_flops_per_token_per_layer(model, r, load, stops_early)
     core_again = np.where(np.isin(r, (RECOMPUTE_NONE, RECOMPUTE_SELECTIVE_OP)), 0.0, core)
     return _f(forward), _f(2.0 * forward + again - core_again)
 
@@ -201,7 +205,7 @@ def micro_batch_parts(
     r = np.asarray(recompute)
 
     # GEMMs of the linear layers; a mixture of experts' routed experts at their own shape.
-    fwd, bwd = _linear_flops_per_token_per_layer(model, r, load)
+    fwd, bwd = _linear_flops_per_token_per_layer(model, r, load, fw.recompute_stops_early)
     routed = _routed_share(model, fwd, load)
     dense_fwd, dense_bwd = fwd * (1.0 - routed), bwd * (1.0 - routed)
     linear = _gemm_seconds(

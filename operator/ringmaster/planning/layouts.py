@@ -21,6 +21,7 @@ from ringmaster.engine import nccl_settings
 from ringmaster.engine.activation_offload import offload_refusal
 from ringmaster.engine.frameworks import Framework, framework, infer_framework
 from ringmaster.engine.hardware import Catalog
+from ringmaster.engine.llm_layout_names import RECOMPUTES
 from ringmaster.engine.llm_layout_search import (
     Layout,
     LayoutRequest,
@@ -32,6 +33,7 @@ from ringmaster.engine.llm_layout_search import (
 )
 from ringmaster.engine.llm_memory import BYTES_REDUCE, stage_parameters
 from ringmaster.engine.pipeline_layout import LayoutError, stage_split
+from ringmaster.engine.recompute import RERUNS_FFN_OUTPUT
 from ringmaster.engine.training import (
     REDUCTION_SERVER,
     RING,
@@ -130,13 +132,29 @@ def resolve_framework(spec: Any, kind: str) -> tuple[Framework, str]:
     given = getattr(spec, "framework", None)
     if given is not None:
         profile = framework(
-            str(given.name), compiled=bool(given.compile), attention=given.attention_kernel
+            str(given.name),
+            compiled=bool(given.compile),
+            attention=given.attention_kernel,
+            recompute_stops_early=given.recompute_stops_early,
         )
         compiled = " with torch.compile" if profile.compiled else ""
         return profile, f"framework {profile.name}{compiled} (spec.framework)"
     template = getattr(spec, "template", None)
     name, why = infer_framework(getattr(template, "image", None), kind)
     return framework(name), f"framework {name} ({why})"
+
+
+def recompute_note(profile: Framework, recompute: str) -> str | None:
+    """What ``recompute`` reruns under ``profile``, where that depends on the framework's
+    checkpoint (engine.frameworks: early stop); None for the policies it does not change."""
+    if RECOMPUTES.index(recompute) not in RERUNS_FFN_OUTPUT:
+        return None
+    if profile.recompute_stops_early:
+        return (
+            f"recompute {recompute} stops early under {profile.name}: the FFN's output "
+            "projection is not rerun"
+        )
+    return f"recompute {recompute} reruns each layer's whole forward under {profile.name}"
 
 
 def _fixed(value: Any) -> Any:
@@ -319,6 +337,9 @@ def plan_layout(
     ]
     if not search.fits:
         notes.append(f"does not fit: {search.reason}")
+    rerun = recompute_note(profile, chosen.recompute)
+    if rerun is not None:
+        notes.append(rerun)
     eager_fp8 = eager_fp8_steps(request, hw, chosen)
     if eager_fp8 is not None and not eager_fp8.loses_to_bf16:  # else a warning says it
         notes.append(eager_fp8.describe())

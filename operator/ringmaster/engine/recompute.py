@@ -1,0 +1,111 @@
+"""What an activation-recompute policy runs again in backward, as FLOPs per token.
+
+Each policy (engine.llm_layout_names.RECOMPUTES) repeats part of a layer's forward; how much also
+depends on the framework's checkpoint (engine.frameworks: ``Framework.recompute_stops_early``).
+PyTorch's non-reentrant checkpoint (2.1 and later) and JAX's rematerialisation rebuild only what
+backward saved, so the FFN's output projection, whose output only the residual add takes, is
+not run again; Megatron-Core's and DeepSpeed's reentrant checkpoint functions rerun the whole
+forward. Measured on a lent H200 (docs/llm-training.md, "Full recompute on the H200").
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from ringmaster.engine.llm_layout_names import (
+    RECOMPUTE_FULL,
+    RECOMPUTE_QKV_PROJ_OFFLOADED,
+    RECOMPUTE_SAVE_DOT_EXCEPT_MLP,
+    RECOMPUTE_SELECTIVE_OP,
+    RECOMPUTES,
+)
+from ringmaster.engine.moe_training import MOE_LOAD_IMBALANCE
+from ringmaster.engine.transformer import Transformer
+
+F64 = NDArray[np.float64]
+
+
+def _f(x: ArrayLike) -> F64:
+    return np.asarray(x, dtype=np.float64)
+
+
+def recompute_flops_per_token_per_layer(
+    model: Transformer,
+    recompute: ArrayLike,
+    load: float = MOE_LOAD_IMBALANCE,
+    stops_early: bool = False,
+) -> F64:
+    """Forward FLOPs a policy repeats in backward, per token per layer: Full the whole layer;
+    Selective and Minimal the attention core (Korthikanti et al. 2022, section 5: 2.7% of the
+    FLOPs for GPT-3 175B); SelectiveOp the matmuls it did not save (wk, wo and the FFN's third:
+    w3 gated, w2 standard); SaveDotExceptMlp the FFN and the core; QkvProjOffloaded the whole
+    layer but the Q, K and V projections (fetched back from the host); MinimalOffloaded, as
+    Minimal, the core. ``load``: the busiest expert-parallel rank's routed tokens over the mean
+    (engine.moe_training.routed_load). ``stops_early``: the framework's recompute stops once
+    backward's saved tensors are rebuilt (Framework.recompute_stops_early), so a policy that
+    reruns the FFN's output projection does not (:func:`unneeded_recompute_flops_per_token`)."""
+    r = np.asarray(recompute)
+    h, kv, f = float(model.hidden), float(model.kv_hidden), float(model.ffn_hidden)
+    core = model.attention_flops_per_token(model.sequence_length) / model.layers
+    full = 2.0 * busiest_rank_parameters_per_layer(model, load) + core
+    # The Q, K and V projections: the attention's weights but the output projection's.
+    qkv = model.attention_parameters_per_layer - model.hidden * model.heads * model.v_head_dim
+    per_token = np.array(
+        [
+            0.0,
+            core,
+            full,
+            2.0 * (h * kv + h * h + h * f),
+            core,
+            2.0 * model.ffn_parameters_per_layer + core,
+            full - 2.0 * qkv,
+            core,
+        ]
+    )
+    if stops_early:
+        per_token = per_token - np.where(
+            np.isin(np.arange(len(RECOMPUTES)), RERUNS_FFN_OUTPUT)
+            | ((np.arange(len(RECOMPUTES)) == RECOMPUTE_SELECTIVE_OP) & (not model.gated_ffn)),
+            unneeded_recompute_flops_per_token(model),
+            0.0,
+        )
+    return _f(per_token[r])
+
+
+# The policies whose recompute reruns the FFN's output projection (SelectiveOp too on a
+# standard FFN: its recomputed third matmul is w2).
+RERUNS_FFN_OUTPUT = (RECOMPUTE_FULL, RECOMPUTE_SAVE_DOT_EXCEPT_MLP, RECOMPUTE_QKV_PROJ_OFFLOADED)
+
+
+def unneeded_recompute_flops_per_token(model: Transformer) -> float:
+    """FLOPs per token per layer (mean over layers) of what no backward needs rebuilt: the
+    FFN's output projection, whose output only the residual add takes (it saves nothing), of
+    the dense layers and of a MoE layer's shared experts. A routed expert's output is saved by
+    the weighted combine of the experts' outputs, so the routed ones are rerun."""
+    dense = 2.0 * model.hidden * model.ffn_hidden * model.dense_layers
+    shared = 2.0 * model.hidden * model.expert_ffn_hidden * model.shared_experts * model.moe_layers
+    return (dense + shared) / model.layers
+
+
+def busiest_rank_parameters_per_layer(
+    model: Transformer, load: float = MOE_LOAD_IMBALANCE
+) -> float:
+    """The weights a token multiplies through in a layer (the active ones, mean over layers),
+    with the routed experts' share scaled by ``load`` (MOE_LOAD_IMBALANCE dropless; a capacity
+    factor bounds it: engine.moe_training.routed_load): the busiest expert-parallel rank's work
+    per token. A dense model's parameters_per_layer."""
+    if model.experts <= 1:  # dense, or one expert: nothing to balance
+        return model.parameters_per_layer
+    routed = model.moe_layers * model.active_experts * model.expert_parameters / model.layers
+    return model.active_parameters_per_layer + (load - 1.0) * routed
+
+
+def recompute_flops_per_token(model: Transformer, recompute: ArrayLike) -> F64:
+    """Extra forward FLOPs per token, every layer's (``recompute_flops_per_token_per_layer``)."""
+    return model.layers * recompute_flops_per_token_per_layer(model, recompute)
+
+
+def hardware_flops_per_token(model: Transformer, recompute: ArrayLike) -> F64:
+    """Model FLOPs (6N + attention, Transformer.training_flops_per_token) plus recompute's."""
+    return model.training_flops_per_token() + recompute_flops_per_token(model, recompute)
