@@ -189,3 +189,33 @@ def test_a_launcher_that_trains_in_fp8_or_fp4_says_so() -> None:
     assert titan is not None and titan.precision == ("--model.converters float8", "fp8")
     plain = classify(["bash", "-c"], [f"{TORCHRUN} pretrain_gpt.py --bf16"], LAYOUT)
     assert plain is not None and plain.precision is None
+
+
+def test_torchtitans_recompute_early_stop_must_agree_with_spec_framework() -> None:
+    """torchtitan's --activation_checkpoint.early_stop changes what Full recompute reruns: a
+    literal against spec.framework.recomputeStopsEarly (the plan's step) is named with the
+    setting to state; one that agrees, or a plan that assumed nothing, passes."""
+    base = f"{TORCHRUN} -m torchtitan.train --activation_checkpoint.mode full"
+    assumed_off = {"recomputeStopsEarly": "false"}
+    for switch in ("--activation_checkpoint.early_stop", "--activation-checkpoint.early-stop true"):
+        flags = classify(["bash", "-c"], [f"{base} {switch}"], LAYOUT, None, assumed_off)
+        assert flags is not None and len(flags.conflicts) == 1, switch
+        message = flags.conflict_message()
+        assert "where spec.framework.recomputeStopsEarly is false" in message
+        assert "set spec.framework.recomputeStopsEarly: true" in message
+    for switch in (
+        "--activation_checkpoint.early_stop false",
+        "--activation_checkpoint.no_early_stop",
+    ):
+        flags = classify(["bash", "-c"], [f"{base} {switch}"], LAYOUT, None, assumed_off)
+        assert flags is not None and flags.conflicts == (), switch
+    on = classify(
+        ["bash", "-c"],
+        [f"{base} --activation_checkpoint.early_stop"],
+        LAYOUT,
+        None,
+        {"recomputeStopsEarly": "true"},
+    )
+    assert on is not None and on.conflicts == ()
+    unknown = classify(["bash", "-c"], [f"{base} --activation_checkpoint.early_stop"], LAYOUT)
+    assert unknown is not None and unknown.conflicts == ()

@@ -205,7 +205,9 @@ def _training_flag_warnings(spec: Any, plan: TrainingReport) -> list[Implausible
     if plan.layout is None:
         return out
     planned = {e["name"]: e["value"] for e in layout_env(layout_status(plan.layout))}
-    flags = training_flags.classify(template.command, template.args, planned, env)
+    stops_early = plan.layout.hardware.framework.recompute_stops_early
+    assumed = {"recomputeStopsEarly": "true" if stops_early else "false"}
+    flags = training_flags.classify(template.command, template.args, planned, env, assumed)
     if flags is None:
         return out
     if flags.conflicts:

@@ -69,6 +69,9 @@ class Launcher:
     # Switches that train in a low precision: name -> (precision, the value word that means it;
     # "" for a switch or any value): what spec.model.computePrecision must then say.
     precision: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    # Switches of what the framework runs that spec.framework states: name -> (its field, the
+    # value a bare switch means); the plan's step is the spec's setting.
+    framework_switches: Mapping[str, tuple[str, str]] = field(default_factory=dict)
 
 
 def _script(*suffixes: str) -> Callable[[list[str], int], int]:
@@ -147,6 +150,11 @@ TORCHTITAN = Launcher(
     # torchtitan's selective AC defaults to its op-level policy (selective_ac_option "op")
     ("--activation_checkpoint.mode", {"full": "Full", "none": "None", "selective": "SelectiveOp"}),
     {"--model.converters": ("fp8", "float8")},
+    # tyro's boolean: --activation_checkpoint.early_stop [true|false], or its --no_ form
+    {
+        "--activation_checkpoint.early_stop": ("recomputeStopsEarly", "true"),
+        "--activation_checkpoint.no_early_stop": ("recomputeStopsEarly", "false"),
+    },
 )
 MAXTEXT = Launcher(
     "MaxText",
@@ -174,6 +182,7 @@ MAXTEXT = Launcher(
 )
 LAUNCHERS = (MEGATRON, TORCHTITAN, MAXTEXT, NEMO)
 _TRUE = frozenset({"true", "1", "yes"})
+_FALSE = frozenset({"false", "0", "no"})
 
 
 @dataclass(frozen=True)
@@ -183,11 +192,11 @@ class Conflict:
     planned: str
     variable: str
     whose: str = "the plan chose"
+    remedy: str = ""  # what to do instead, where it is not passing the plan's variable
 
     def describe(self) -> str:
-        return (
-            f"{self.setting} {self.value} where {self.whose} {self.planned} (pass ${self.variable})"
-        )
+        remedy = self.remedy or f"pass ${self.variable}"
+        return f"{self.setting} {self.value} where {self.whose} {self.planned} ({remedy})"
 
 
 @dataclass(frozen=True)
@@ -223,10 +232,13 @@ def classify(
     args: Sequence[str] | None,
     layout_env: Mapping[str, str],
     env: Mapping[str, str] | None = None,
+    framework_settings: Mapping[str, str] | None = None,
 ) -> TrainingFlags | None:
     """The layout flags of the first launcher the command line starts, against the plan's
-    variables (``layout_env``: manifests.training.layout_env of the plan, as a mapping) and the
-    container's ``env``. None where no known launcher starts."""
+    variables (``layout_env``: manifests.training.layout_env of the plan, as a mapping), the
+    container's ``env`` and the framework settings the plan's step assumed
+    (``framework_settings``: spec.framework's field -> "true" / "false"). None where no known
+    launcher starts."""
     words = command_words(command, args)
     variables = {**(env or {}), **shell_assignments(words)}
     for launcher in LAUNCHERS:
@@ -257,6 +269,13 @@ def classify(
                 if value is None or value.strip().lower() in _TRUE:
                     ignored.append((raw, launcher.not_modelled[name]))
                 continue
+            if name in launcher.framework_switches:
+                conflict = _framework_switch(
+                    raw, value, launcher.framework_switches[name], framework_settings or {}
+                )
+                if conflict is not None:
+                    conflicts.append(conflict)
+                continue
             recompute = launcher.recompute is not None and name == launcher.recompute[0]
             variable = RECOMPUTE if recompute else launcher.planned.get(name)
             if variable is None or value is None:
@@ -277,6 +296,34 @@ def classify(
             conflicts.append(Conflict(raw, final, planned, variable))
         return TrainingFlags(launcher.name, tuple(conflicts), tuple(ignored), precision)
     return None
+
+
+def _framework_switch(
+    raw: str, value: str | None, meaning: tuple[str, str], settings: Mapping[str, str]
+) -> Conflict | None:
+    """A framework switch whose literal disagrees with the spec.framework setting the plan's
+    step assumed; None where it agrees, is not a literal, or the plan assumed nothing."""
+    spec_field, bare = meaning
+    assumed = settings.get(spec_field)
+    if assumed is None:
+        return None
+    if value is None:
+        stated = bare
+    elif value.strip().lower() in _TRUE | _FALSE:
+        on = value.strip().lower() in _TRUE
+        stated = "true" if on == (bare == "true") else "false"
+    else:
+        return None  # a variable or a word this module cannot read
+    if stated == assumed:
+        return None
+    return Conflict(
+        raw,
+        "(a bare switch)" if value is None else value,
+        assumed,
+        f"spec.framework.{spec_field}",
+        whose=f"spec.framework.{spec_field} is",
+        remedy=f"set spec.framework.{spec_field}: {stated}, which the plan's step then prices",
+    )
 
 
 # torchrun's switches (no value); the first word after torchrun's options is the program.
