@@ -154,3 +154,40 @@ def test_each_source_alone_refits_about_the_same_fraction():
     assert len(refits) == 4 and sum(n for _, n, _ in refits) == 36
     fitted = ENGINE_STEP_FRACTION[("amd-mi300x", "vllm")]
     assert all(abs(f - fitted) < 0.05 for _, _, f in refits), refits
+
+
+def test_a_trtllm_bench_run_is_composed_on_the_engine_it_built_and_its_requests():
+    """Azure's v0.15 runs built one engine per model for 2,048 / 2,048 and ran 1,000 requests
+    on it with the default KV share: a row's prediction is that engine's (its batch cap from
+    the build's lengths, never more sequences than requests), not the one trtllm-bench would
+    build for the row's own lengths, which promises 18 % more on the 8B's 128/128 row."""
+    from ringmaster.calibration import llm_serving as LC
+
+    (point,) = [
+        p for p in engine_points() if p["id"] == "trtllm-0.15.0-azure-llama31-8b-h100-tp1-128-128"
+    ]
+    assert point["settings"]["engine_built_for"] == {"input": 2048, "output": 2048}
+    row = LC.ThroughputRow("llama-3.1-8b", "H100", 1, 128, 128, 0.0, "FP8")
+    c = LC.engine_constants()
+    as_run = LC.offline_tokens_per_second(
+        row, c, build=(2048, 2048), requests=1000, kv_fraction=0.9
+    )
+    assert SE._offline(point) == pytest.approx(as_run)
+    assert LC.offline_tokens_per_second(row, c) > 1.15 * as_run
+    assert (
+        LC.trtllm_bench(
+            LC.MODELS["llama-3.1-8b"],
+            SE.DEFAULT_CATALOG.accelerator("nvidia-h100-80gb"),
+            1,
+            2048,
+            2048,
+            1.0,
+        )[0]
+        == 384
+    )
+    # the AMD-measured v0.16 rows state neither: built for their own lengths, as before
+    (amd,) = [
+        p for p in engine_points() if p["id"] == "trtllm-0.16.0-llama31-70b-h100-tp8-128-2048"
+    ]
+    own = LC.ThroughputRow("llama-3.3-70b", "H100", 8, 128, 2048, 0.0, "FP8")
+    assert SE._offline(amd) == pytest.approx(LC.offline_tokens_per_second(own, c))

@@ -363,15 +363,26 @@ V1_MAVERICK_ID = "trtllm-1.0-perf-overview-maverick"
 MAVERICK_TOLERANCE = 2.0
 
 
-def offline_tokens_per_second(row: ThroughputRow, constants: Mapping[str, float]) -> float:
-    """The batching model's offline maximum with trtllm-bench's settings."""
+def offline_tokens_per_second(
+    row: ThroughputRow,
+    constants: Mapping[str, float],
+    build: tuple[int, int] | None = None,
+    requests: float = math.inf,
+    kv_fraction: float = TRTLLM_KV_FRACTION,
+) -> float:
+    """The batching model's offline maximum with trtllm-bench's settings: max_batch_size and
+    max_num_tokens from the lengths the engine was built for (``build``: the row's own unless
+    given), never more sequences at once than the run's ``requests``, the KV cache at
+    ``kv_fraction`` of the memory the weights leave."""
     model = MODELS[row.model]
     acc = DEFAULT_CATALOG.accelerator(GPUS[row.gpu])
     w = L.WEIGHT_BYTES[row.precision]
     terms = _terms(model, acc, row.tp, row.precision, "FP8", row.input, row.output, constants)
-    free = TRTLLM_KV_FRACTION * (acc.memory_bytes - model.parameters * w / row.tp)
+    free = kv_fraction * (acc.memory_bytes - model.parameters * w / row.tp)
     terms = terms._replace(kv_cache_tokens=np.floor(free / terms.kv_bytes_per_token))
-    bs, tokens = trtllm_bench(model, acc, row.tp, row.input, row.output, w)
+    built_in, built_out = build or (row.input, row.output)
+    bs, tokens = trtllm_bench(model, acc, row.tp, built_in, built_out, w)
+    bs = int(min(bs, requests))
     fixed = B.Lengths(row.input, row.input)
     cap = B.capacity(terms, bs, tokens, 0.0, reserve_whole=True, input_lengths=fixed)
     return float(cap.rate) * row.output

@@ -149,7 +149,17 @@ def _offline(point: dict[str, Any], step_fraction: float | None = None) -> float
         # Llama 3.1 70B and 3.3 70B share one architecture (LC.MODELS names the latter).
         name = "llama-3.3-70b" if point["model"] == "llama-3.1-70b" else point["model"]
         row = LC.ThroughputRow(name, point["gpu"], int(point["tp"]), n_in, n_out, 0.0, "FP8")
-        return LC.offline_tokens_per_second(row, LC.engine_constants())
+        settings = point.get("settings") or {}
+        built = settings.get("engine_built_for")  # trtllm-bench build --dataset's lengths
+        return LC.offline_tokens_per_second(
+            row,
+            LC.engine_constants(),
+            build=(int(built["input"]), int(built["output"])) if built else None,
+            requests=float(workload.get("requests", np.inf)),
+            kv_fraction=float(
+                settings.get("kv_cache_free_gpu_mem_fraction", LC.TRTLLM_KV_FRACTION)
+            ),
+        )
     terms, acc, model, precision = _terms(point, step_fraction)
     profile = serving_engine(point["engine"])
     settings = point.get("settings") or {}
