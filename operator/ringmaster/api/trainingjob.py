@@ -169,7 +169,8 @@ class TrainingFramework(SpecModel):
     ``activation_checkpoint.early_stop``). Torchtitan, LLMFoundry and PyTorch only; left out:
     the framework's default (on for LLMFoundry and PyTorch, off for Torchtitan since its
     2025-08 release; MaxText's XLA always drops it, Megatron's and DeepSpeed's reentrant
-    checkpoints always rerun it)."""
+    checkpoints always rerun it). Hugging Face Trainer's ``gradient_checkpointing`` is
+    reentrant unless told otherwise: ``false`` for it."""
 
     cel_rules = (
         Rule(

@@ -53,7 +53,10 @@ residuals' producers): neither runs a block's last linear layer again, the FFN's
 projection, whose output only the residual add takes (engine.recompute). Megatron-Core's and
 DeepSpeed's checkpoint functions (reentrant) rerun the whole block, and torchtitan turns early
 stop off by default since pytorch/torchtitan #1580 (2025-08-29,
-``activation_checkpoint.early_stop = False``; earlier torchtitan ran PyTorch's default, on).
+``activation_checkpoint.early_stop = False``; earlier torchtitan ran PyTorch's default, on). The
+PyTorch profile assumes FSDP's wrapper; Hugging Face Trainer's ``gradient_checkpointing`` passes
+``use_reentrant=True`` unless told otherwise, which reruns the whole block: such a job states
+``recomputeStopsEarly: false``.
 """
 
 from __future__ import annotations
