@@ -20,6 +20,7 @@ from ringmaster.engine.llm_memory import (
     routed_expert_parameters_per_layer,
     stage_layers,
 )
+from ringmaster.engine.moe_training import MOE_LOAD_IMBALANCE
 from ringmaster.engine.transformer import KNOWN_TRANSFORMERS, Transformer
 
 pytestmark = pytest.mark.unit
@@ -70,7 +71,7 @@ def test_compute_follows_active_parameters_with_the_load_imbalance() -> None:
     per_layer = R.busiest_rank_parameters_per_layer(MIXTRAL)
     routed_active = 2 * MIXTRAL.expert_parameters
     assert per_layer == pytest.approx(
-        MIXTRAL.active_parameters_per_layer + (L.MOE_LOAD_IMBALANCE - 1) * routed_active
+        MIXTRAL.active_parameters_per_layer + (MOE_LOAD_IMBALANCE - 1) * routed_active
     )
     assert per_layer < MIXTRAL.parameters_per_layer / 2
 

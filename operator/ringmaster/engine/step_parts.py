@@ -120,7 +120,7 @@ def _linear_flops_per_token_per_layer(
     stops_early: bool = False,
 ) -> tuple[F64, F64]:
     """(forward, backward + recompute) linear-layer FLOPs per token per layer, on the busiest
-    expert-parallel rank (llm_training.busiest_rank_parameters_per_layer at ``load``);
+    expert-parallel rank (recompute.busiest_rank_parameters_per_layer at ``load``);
     ``stops_early``: Framework.recompute_stops_early."""
 
     forward = 2.0 * R.busiest_rank_parameters_per_layer(model, load)
