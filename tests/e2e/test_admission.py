@@ -229,9 +229,11 @@ def render_bad_input_doc(rows: list[BadInput]) -> str:
         "torchtitan's `--model.converters float8`) where `computePrecision` says otherwise: the "
         "plan is the other precision's step |",
         "| `LayoutFlagIgnored` | `spec.template.args` | a launcher switch the plan does not model: "
-        "Megatron's `--tp-comm-overlap` and `--overlap-p2p-communication`, NeMo's "
-        "`ub_tp_comm_overlap` and `overlap_p2p_comm`, torchtitan's async tensor parallelism (the "
-        "plan charges those collectives as exposed) |",
+        "Megatron's `--overlap-p2p-communication`, NeMo's `overlap_p2p_comm` (the plan charges "
+        "the pipeline's sends as exposed). Megatron's `--tp-comm-overlap`, NeMo's "
+        "`ub_tp_comm_overlap`, torchtitan's async tensor parallelism and its recompute early stop "
+        "are stated in the spec (`parallelism.tensorOverlap`, `framework.recomputeStopsEarly`): a "
+        "switch that contradicts the spec is a `LayoutFlagConflicts` |",
         "| `ServingEngineMismatch` | `spec.template.args` | the command line starts another "
         "engine's server than the plan's (`spec.engine: SGLang` with `vllm serve`): the memory "
         "split, scheduler and kernels planned are not the ones that run |",

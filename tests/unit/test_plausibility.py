@@ -240,7 +240,7 @@ def test_a_launcher_flag_against_the_plans_layout_and_an_overlap_switch_are_name
             "--tensor-model-parallel-size $RINGMASTER_TENSOR_PARALLEL",
             "--tensor-model-parallel-size 16",
         )
-        + " --tp-comm-overlap"
+        + " --overlap-p2p-communication"
     ]
     found = {w.reason: w for w in warnings_of(doc)}
     assert {r: w.field for r, w in found.items()} == {
@@ -251,7 +251,7 @@ def test_a_launcher_flag_against_the_plans_layout_and_an_overlap_switch_are_name
         "Megatron-LM settings of the layout set to another value than the plan's:"
         " --tensor-model-parallel-size 16 where the plan chose"
     )
-    assert "--tp-comm-overlap" in found["LayoutFlagIgnored"].message
+    assert "--overlap-p2p-communication" in found["LayoutFlagIgnored"].message
     # the operator's status plan carries them (to Plausible=False and Warning Events)
     from ringmaster.controllers import trainingjob
     from ringmaster.controllers.reporting import plan_warnings

@@ -13,7 +13,7 @@ from ringmaster.api import parse_manifest
 from ringmaster.manifests.training import layout_env
 from ringmaster.planning import plan_training
 from ringmaster.planning.layouts import layout_status
-from ringmaster.planning.training_flags import classify
+from ringmaster.planning.training_flags import EARLY_STOP, TENSOR_OVERLAP, classify
 
 pytestmark = pytest.mark.unit
 
@@ -53,17 +53,26 @@ def test_megatron_literals_are_checked_through_the_scripts_variables_and_the_env
         f"TP=$RINGMASTER_TENSOR_PARALLEL; PP=2; {TORCHRUN} pretrain_gpt.py"
         " --tensor-model-parallel-size $TP --pipeline-model-parallel-size $PP"
         " --micro-batch-size $MB --global-batch-size 256 --context-parallel-size $UNSET"
-        " --tp-comm-overlap --sequence-parallel"
+        " --tp-comm-overlap --sequence-parallel --overlap-p2p-communication"
     )
-    flags = classify(["bash", "-c"], [script], LAYOUT, {"MB": "2"})
+    off = {TENSOR_OVERLAP: "false"}
+    flags = classify(["bash", "-c"], [script], LAYOUT, {"MB": "2"}, off)
     assert flags is not None and flags.launcher == "Megatron-LM"
     assert [(c.setting, c.value, c.planned) for c in flags.conflicts] == [
         ("--micro-batch-size", "2", "1"),
         ("--global-batch-size", "256", "128"),
+        ("--tp-comm-overlap", "(a bare switch)", "false"),
     ]
     assert "--global-batch-size 256 where the plan chose 128 (pass" in flags.conflict_message()
-    assert [name for name, _ in flags.not_modelled] == ["--tp-comm-overlap"]
-    assert "tensor-parallel collectives as exposed" in flags.ignored_message()
+    assert "set spec.parallelism.tensorOverlap: true" in flags.conflict_message()
+    assert [name for name, _ in flags.not_modelled] == ["--overlap-p2p-communication"]
+    assert "pipeline's sends as exposed" in flags.ignored_message()
+    # the spec stating the overlap: the switch agrees (and --tp-comm-overlap took no value)
+    on = classify(["bash", "-c"], [script], LAYOUT, {"MB": "2"}, {TENSOR_OVERLAP: "true"})
+    assert on is not None and [c.setting for c in on.conflicts] == [
+        "--micro-batch-size",
+        "--global-batch-size",
+    ]
 
 
 def test_nemo_overrides_torchtitans_spellings_and_maxtexts_fill_value() -> None:
@@ -76,10 +85,15 @@ def test_nemo_overrides_torchtitans_spellings_and_maxtexts_fill_value() -> None:
             "trainer.num_nodes=4",
         ],
         LAYOUT,
+        None,
+        {TENSOR_OVERLAP: "false"},
     )
     assert nemo is not None and nemo.launcher == "NeMo / Megatron-Bridge"
-    assert [c.setting for c in nemo.conflicts] == ["model.tensor_model_parallel_size"]
-    assert [name for name, _ in nemo.not_modelled] == ["model.ub_tp_comm_overlap"]
+    assert [c.setting for c in nemo.conflicts] == [
+        "model.tensor_model_parallel_size",
+        "model.ub_tp_comm_overlap",
+    ]
+    assert [name for name, _ in nemo.not_modelled] == []  # overlap_p2p_comm=false
     titan = classify(
         ["bash", "-c"],
         [
@@ -87,13 +101,13 @@ def test_nemo_overrides_torchtitans_spellings_and_maxtexts_fill_value() -> None:
             " --parallelism.enable_async_tensor_parallel"
         ],
         LAYOUT,
+        None,
+        {TENSOR_OVERLAP: "true"},
     )
     assert titan is not None and [c.setting for c in titan.conflicts] == [
         "--parallelism.tensor-parallel-degree"
     ]
-    assert [name for name, _ in titan.not_modelled] == [
-        "--parallelism.enable_async_tensor_parallel"
-    ]
+    assert titan.not_modelled == ()
     maxtext = classify(
         ["python3", "MaxText/train.py"],
         ["MaxText/configs/base.yml", "ici_tensor_parallelism=-1", "ici_context_parallelism=2"],
@@ -196,7 +210,7 @@ def test_torchtitans_recompute_early_stop_must_agree_with_spec_framework() -> No
     literal against spec.framework.recomputeStopsEarly (the plan's step) is named with the
     setting to state; one that agrees, or a plan that assumed nothing, passes."""
     base = f"{TORCHRUN} -m torchtitan.train --activation_checkpoint.mode full"
-    assumed_off = {"recomputeStopsEarly": "false"}
+    assumed_off = {EARLY_STOP: "false"}
     for switch in ("--activation_checkpoint.early_stop", "--activation-checkpoint.early-stop true"):
         flags = classify(["bash", "-c"], [f"{base} {switch}"], LAYOUT, None, assumed_off)
         assert flags is not None and len(flags.conflicts) == 1, switch
@@ -214,7 +228,7 @@ def test_torchtitans_recompute_early_stop_must_agree_with_spec_framework() -> No
         [f"{base} --activation_checkpoint.early_stop"],
         LAYOUT,
         None,
-        {"recomputeStopsEarly": "true"},
+        {EARLY_STOP: "true"},
     )
     assert on is not None and on.conflicts == ()
     unknown = classify(["bash", "-c"], [f"{base} --activation_checkpoint.early_stop"], LAYOUT)

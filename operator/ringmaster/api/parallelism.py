@@ -121,6 +121,12 @@ class Parallelism(SpecModel):
     bidirectional pipeline: the same overlap, a bubble of (pipeline/2 - 1)(F&B + B - 3W) and
     two stages' weights per rank; needs an even pipeline and virtualPipelineStages 1). A dense
     model takes None."""
+    tensor_overlap: bool = False
+    """Overlap the tensor-parallel collectives with the GEMMs they feed or drain (Transformer
+    Engine's userbuffers: Megatron-Core's --tp-comm-overlap, NeMo's and Megatron-Bridge's
+    tp_comm_overlap; torchtitan's --parallelism.enable_async_tensor_parallel). The plan then
+    charges one chunk in ``tensor`` of each collective, and what exceeds the micro-batch's
+    GEMMs, instead of the whole of it. Needs ``tensor`` above 1 to change anything."""
     expert_capacity_factor: float | None = Field(default=None, gt=0, le=64)
     """Token dropping (Megatron-Core's --moe-expert-capacity-factor): each expert takes at most
     ceil(factor x tokens x activeExperts / experts) of a rank's tokens, the rest are dropped.

@@ -542,6 +542,8 @@ def published_layout_search(row: Mapping[str, Any], nic_gbps: float | None = Non
     )
     if nic_gbps is not None:
         hw = replace(hw, nic_bandwidth=gbps_to_bytes_per_second(nic_gbps) * NIC_EFFICIENCY)
+    if row.get("tensor_overlap"):  # the run's recipe overlaps its TP collectives
+        hw = replace(hw, tensor_overlap=True)
     # An NVLink domain of several hosts (GB200 NVL72) is one NCCL node, as a job's plan has it.
     hw, _ = L.on_nvlink_domain(hw, host.machine)
     recompute = str(row["recompute"])

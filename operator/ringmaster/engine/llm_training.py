@@ -245,6 +245,9 @@ class LayoutHardware:
     # unknown, unchecked).
     host_link_bandwidth: float = 0.0
     host_memory_per_accelerator: float = math.inf
+    # The run overlaps its tensor-parallel collectives with the GEMMs they feed or drain
+    # (spec.parallelism.tensorOverlap: exposed_tensor_parallel_seconds).
+    tensor_overlap: bool = False
 
     @property
     def accelerators(self) -> int:
@@ -477,6 +480,19 @@ def tensor_parallel_collectives_per_layer(recompute: ArrayLike, stops_early: boo
     if stops_early:
         again = np.maximum(again - 1.0, 0.0)
     return _f(TP_ALLREDUCES_PER_LAYER + again)
+
+
+def exposed_tensor_parallel_seconds(
+    collectives: ArrayLike, gemms: ArrayLike, tensor: ArrayLike
+) -> F64:
+    """What a micro-batch's tensor-parallel collectives leave on the critical path when each is
+    overlapped with the GEMM it feeds or drains (Transformer Engine's userbuffers: Megatron-Core's
+    --tp-comm-overlap, NeMo's ub_tp_comm_overlap; torchtitan's async TP): the transfers run
+    chunk by chunk over the t ranks beside the GEMM's chunks, so one chunk in t stays exposed,
+    and what the GEMMs cannot cover (collectives longer than the micro-batch's GEMMs) more."""
+    comm, t = _f(collectives), np.maximum(_f(tensor), 1.0)
+    hidden = np.where(t > 1.0, np.maximum(comm - _f(gemms), comm / t), comm)
+    return _f(hidden)
 
 
 def tensor_parallel_bytes_per_layer(
@@ -787,6 +803,8 @@ def evaluate_layouts(
     )
     if hw.kind == "tpu" and hw.framework.overlaps_tensor_parallel_on_tpu:
         tp_mb = np.maximum(tp_mb - parts.gemm, 0.0)  # beside the GEMMs (Framework's note)
+    elif hw.tensor_overlap:
+        tp_mb = exposed_tensor_parallel_seconds(tp_mb, parts.gemm, t)
     # Ring attention overlaps each K/V pass with the attention core's blocks.
     cp_layer = context_parallel_passes(rec) * _context_parallel_seconds(
         kv_bytes_per_layer(model, b, t), t, c, hw

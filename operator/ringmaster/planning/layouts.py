@@ -144,6 +144,18 @@ def resolve_framework(spec: Any, kind: str) -> tuple[Framework, str]:
     return framework(name), f"framework {name} ({why})"
 
 
+def tensor_overlap_note(hw: L.LayoutHardware, tensor: int) -> str:
+    """What spec.parallelism.tensorOverlap changes in the chosen layout's step."""
+    if hw.kind == "tpu":
+        return "parallelism.tensorOverlap: on a TPU slice XLA overlaps them already"
+    if tensor <= 1:
+        return "parallelism.tensorOverlap: no tensor parallelism to overlap (tensor 1)"
+    return (
+        "tensor-parallel collectives overlapped with their GEMMs (parallelism.tensorOverlap): "
+        f"one chunk in {tensor} exposed, and what the GEMMs cannot cover"
+    )
+
+
 def recompute_note(profile: Framework, recompute: str) -> str | None:
     """What ``recompute`` reruns under ``profile``, where that depends on the framework's
     checkpoint (engine.frameworks: early stop); None for the policies it does not change."""
@@ -309,6 +321,8 @@ def plan_layout(
         framework=profile,
     )
     hw, network_notes = network_hardware(hw, host.machine, inputs.nccl_env)
+    if bool(getattr(getattr(spec, "parallelism", None), "tensor_overlap", False)):
+        hw = replace(hw, tensor_overlap=True)
     refusal = offload_refusal(request.recompute or "", acc.name)
     if refusal is not None:
         raise ValueError(f"spec.parallelism: {refusal}")
@@ -340,6 +354,8 @@ def plan_layout(
     rerun = recompute_note(profile, chosen.recompute)
     if rerun is not None:
         notes.append(rerun)
+    if hw.tensor_overlap:
+        notes.append(tensor_overlap_note(hw, chosen.tensor))
     eager_fp8 = eager_fp8_steps(request, hw, chosen)
     if eager_fp8 is not None and not eager_fp8.loses_to_bf16:  # else a warning says it
         notes.append(eager_fp8.describe())

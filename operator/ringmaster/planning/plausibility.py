@@ -205,8 +205,11 @@ def _training_flag_warnings(spec: Any, plan: TrainingReport) -> list[Implausible
     if plan.layout is None:
         return out
     planned = {e["name"]: e["value"] for e in layout_env(layout_status(plan.layout))}
-    stops_early = plan.layout.hardware.framework.recompute_stops_early
-    assumed = {"recomputeStopsEarly": "true" if stops_early else "false"}
+    hw = plan.layout.hardware
+    assumed = {
+        training_flags.EARLY_STOP: "true" if hw.framework.recompute_stops_early else "false",
+        training_flags.TENSOR_OVERLAP: "true" if hw.tensor_overlap else "false",
+    }
     flags = training_flags.classify(template.command, template.args, planned, env, assumed)
     if flags is None:
         return out

@@ -6,17 +6,20 @@ micro-batch, the global batch, virtual pipeline stages, the recompute policy) an
 workers as ``RINGMASTER_*`` variables (manifests.training.LAYOUT_ENV); the launcher passes them
 to the framework's own flags (README, "LLM training layouts"). A flag that sets one of them to a
 literal other than the plan's makes the gang run another layout than the one planned, priced and
-admitted, without a word. And some of a framework's switches change the step in ways the plan
-does not model (it charges the tensor-parallel collectives and the pipeline's sends as exposed:
-an overlap of either with the GEMMs makes the run faster than planned). So, where the command line
-starts a launcher this module knows:
+admitted, without a word. Some switches change the step in ways the spec states (the
+tensor-parallel collectives' overlap, spec.parallelism.tensorOverlap; torchtitan's recompute early
+stop, spec.framework.recomputeStopsEarly), and some in ways the plan does not model (it charges
+the pipeline's sends as exposed: overlapping them makes the run faster than planned). So, where
+the command line starts a launcher this module knows:
 
 * **planned** settings (each framework's own name for them): the plan's variable, or any
   ``RINGMASTER_*`` one, directly or through a script's ``NAME=$RINGMASTER_...`` or the
   container's env, is what the plan expects; so is a literal equal to the plan's value. Another
   literal is a **conflict**, named with the plan's value and the variable to pass. A value that
   ends in a variable the command line does not define cannot be checked and is left alone;
-* **not modelled**: the overlap switches above, named with what the plan assumes instead;
+* **stated in the spec**: a literal that contradicts the spec's setting is a conflict, named
+  with the setting to state (the plan's step is the spec's);
+* **not modelled**: the pipeline-send overlap switches, named with what the plan assumes;
 * everything else (model shapes, data, optimizer, logging...) is the spec's to state or has no
   bearing on the layout, and is not read.
 
@@ -52,7 +55,10 @@ GLOBAL = "RINGMASTER_GLOBAL_BATCH_SIZE"
 VIRTUAL = "RINGMASTER_VIRTUAL_PIPELINE_STAGES"
 RECOMPUTE = "RINGMASTER_ACTIVATION_RECOMPUTE"
 
-_TP_EXPOSED = "the plan charges the tensor-parallel collectives as exposed, beside the GEMMs"
+# The spec's settings a launcher's switches must agree with (planning.plausibility passes the
+# plan's values under these paths).
+EARLY_STOP = "framework.recomputeStopsEarly"
+TENSOR_OVERLAP = "parallelism.tensorOverlap"
 _PP_EXPOSED = "the plan charges the pipeline's sends as exposed"
 
 
@@ -69,9 +75,11 @@ class Launcher:
     # Switches that train in a low precision: name -> (precision, the value word that means it;
     # "" for a switch or any value): what spec.model.computePrecision must then say.
     precision: Mapping[str, tuple[str, str]] = field(default_factory=dict)
-    # Switches of what the framework runs that spec.framework states: name -> (its field, the
+    # Switches of what the run does that the spec states: name -> (its path under spec, the
     # value a bare switch means); the plan's step is the spec's setting.
     framework_switches: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    # Of those, the ones that never take a value (argparse's store_true).
+    bare_switches: frozenset[str] = frozenset()
 
 
 def _script(*suffixes: str) -> Callable[[list[str], int], int]:
@@ -100,9 +108,11 @@ MEGATRON = Launcher(
         "--global-batch-size": GLOBAL,
         "--num-virtual-stages-per-pipeline-rank": VIRTUAL,
     },
-    {"--tp-comm-overlap": _TP_EXPOSED, "--overlap-p2p-communication": _PP_EXPOSED},
+    {"--overlap-p2p-communication": _PP_EXPOSED},
     ("--recompute-granularity", {"full": "Full", "selective": "Selective"}),
     {"--fp8-format": ("fp8", ""), "--fp4-format": ("fp4", "")},
+    {"--tp-comm-overlap": (TENSOR_OVERLAP, "true")},
+    frozenset({"--tp-comm-overlap"}),
 )
 # NeMo 1 (megatron_gpt_pretraining.py with Hydra) and Megatron-Bridge's run scripts: overrides of
 # the model's and the trainer's config, wherever they appear on the line.
@@ -122,16 +132,16 @@ NEMO = Launcher(
         "train.micro_batch_size": MICRO,
         "train.global_batch_size": GLOBAL,
     },
-    {
-        "model.ub_tp_comm_overlap": _TP_EXPOSED,
-        "comm_overlap.tp_comm_overlap": _TP_EXPOSED,
-        "model.overlap_p2p_comm": _PP_EXPOSED,
-    },
+    {"model.overlap_p2p_comm": _PP_EXPOSED},
     (
         "model.activations_checkpoint_granularity",
         {"full": "Full", "selective": "Selective", "null": "None"},
     ),
     {"model.fp8": ("fp8", "true")},
+    {
+        "model.ub_tp_comm_overlap": (TENSOR_OVERLAP, "true"),
+        "comm_overlap.tp_comm_overlap": (TENSOR_OVERLAP, "true"),
+    },
 )
 TORCHTITAN = Launcher(
     "torchtitan",
@@ -146,14 +156,16 @@ TORCHTITAN = Launcher(
         "--training.local_batch_size": MICRO,
         "--training.global_batch_size": GLOBAL,
     },
-    {"--parallelism.enable_async_tensor_parallel": _TP_EXPOSED},
+    {},
     # torchtitan's selective AC defaults to its op-level policy (selective_ac_option "op")
     ("--activation_checkpoint.mode", {"full": "Full", "none": "None", "selective": "SelectiveOp"}),
     {"--model.converters": ("fp8", "float8")},
-    # tyro's boolean: --activation_checkpoint.early_stop [true|false], or its --no_ form
+    # tyro's booleans: --name [true|false], or the --no_ form
     {
-        "--activation_checkpoint.early_stop": ("recomputeStopsEarly", "true"),
-        "--activation_checkpoint.no_early_stop": ("recomputeStopsEarly", "false"),
+        "--activation_checkpoint.early_stop": (EARLY_STOP, "true"),
+        "--activation_checkpoint.no_early_stop": (EARLY_STOP, "false"),
+        "--parallelism.enable_async_tensor_parallel": (TENSOR_OVERLAP, "true"),
+        "--parallelism.no_enable_async_tensor_parallel": (TENSOR_OVERLAP, "false"),
     },
 )
 MAXTEXT = Launcher(
@@ -237,7 +249,7 @@ def classify(
     """The layout flags of the first launcher the command line starts, against the plan's
     variables (``layout_env``: manifests.training.layout_env of the plan, as a mapping), the
     container's ``env`` and the framework settings the plan's step assumed
-    (``framework_settings``: spec.framework's field -> "true" / "false"). None where no known
+    (``framework_settings``: EARLY_STOP / TENSOR_OVERLAP -> "true" / "false"). None where no known
     launcher starts."""
     words = command_words(command, args)
     variables = {**(env or {}), **shell_assignments(words)}
@@ -247,7 +259,7 @@ def classify(
         if found is None:
             continue
         pairs = (
-            options(found, launcher.not_modelled)
+            options(found, {*launcher.not_modelled, *launcher.bare_switches})
             if launcher.style == "options"
             else [(k, v) for k, v in overrides(found)]
         )
@@ -301,8 +313,8 @@ def classify(
 def _framework_switch(
     raw: str, value: str | None, meaning: tuple[str, str], settings: Mapping[str, str]
 ) -> Conflict | None:
-    """A framework switch whose literal disagrees with the spec.framework setting the plan's
-    step assumed; None where it agrees, is not a literal, or the plan assumed nothing."""
+    """A switch whose literal disagrees with the spec's setting the plan's step assumed; None
+    where it agrees, is not a literal, or the plan assumed nothing."""
     spec_field, bare = meaning
     assumed = settings.get(spec_field)
     if assumed is None:
@@ -320,9 +332,9 @@ def _framework_switch(
         raw,
         "(a bare switch)" if value is None else value,
         assumed,
-        f"spec.framework.{spec_field}",
-        whose=f"spec.framework.{spec_field} is",
-        remedy=f"set spec.framework.{spec_field}: {stated}, which the plan's step then prices",
+        f"spec.{spec_field}",
+        whose=f"spec.{spec_field} is",
+        remedy=f"set spec.{spec_field}: {stated}, which the plan's step then prices",
     )
 
 
