@@ -156,3 +156,32 @@ def test_the_spec_states_its_runs_setting_and_the_plan_says_what_applies():
     assert "stops early" in (recompute_note(framework("MaxText"), "Full") or "")
     assert "whole forward" in (recompute_note(framework("Megatron"), "Full") or "")
     assert recompute_note(framework("Megatron"), "Selective") is None
+
+
+def test_an_early_stop_leaves_the_routed_experts_grouped_gemms_whole(monkeypatch):
+    """A mixture of experts' routed experts are rerun under early stop too (their output is
+    saved by the weighted combine): the grouped GEMMs' backward + recompute FLOPs are the same
+    with it and without; only the dense part loses the shared experts' projection."""
+    from ringmaster.engine import step_parts as SP
+
+    seen: list[float] = []
+    grouped = SP._grouped_gemm_seconds
+
+    def spy(hw, flops_fwd, flops_bwd, *args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(float(np.ravel(flops_bwd)[0]))
+        return grouped(hw, flops_fwd, flops_bwd, *args, **kwargs)
+
+    monkeypatch.setattr(SP, "_grouped_gemm_seconds", spy)
+    maverick = KNOWN_TRANSFORMERS["llama-4-maverick"]
+    host = DEFAULT_CATALOG.host("nvidia-h100-80gb", 8)
+    parts = []
+    for early in (False, True):
+        hw = L.layout_hardware(
+            host,
+            1,
+            DEFAULT_CATALOG,
+            framework=framework("Torchtitan", recompute_stops_early=early),
+        )
+        parts.append(SP.micro_batch_parts(maverick, hw, 1, 1, 1, RECOMPUTE_FULL, expert=8))
+    assert len(seen) == 2 and seen[0] == pytest.approx(seen[1])
+    assert float(np.ravel(parts[1].gemm)[0]) < float(np.ravel(parts[0].gemm)[0])

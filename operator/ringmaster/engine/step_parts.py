@@ -207,7 +207,10 @@ def micro_batch_parts(
     # GEMMs of the linear layers; a mixture of experts' routed experts at their own shape.
     fwd, bwd = _linear_flops_per_token_per_layer(model, r, load, fw.recompute_stops_early)
     routed = _routed_share(model, fwd, load)
-    dense_fwd, dense_bwd = fwd * (1.0 - routed), bwd * (1.0 - routed)
+    # The routed experts' share of backward + recompute is the forward's; what an early stop
+    # skips (the dense and shared experts' output projections) comes out of the dense part.
+    routed_bwd = _linear_flops_per_token_per_layer(model, r, load)[1] * routed
+    dense_fwd, dense_bwd = fwd * (1.0 - routed), bwd - routed_bwd
     linear = _gemm_seconds(
         hw, dense_fwd * tokens, dense_bwd * tokens, model.hidden / t, rank_tokens
     )
@@ -220,7 +223,7 @@ def micro_batch_parts(
         local = routed_expert_parameters_per_layer(model) / (_f(expert) * etp)
         local_expert_weights = local
         linear = linear + _grouped_gemm_seconds(
-            hw, fwd * routed * tokens, bwd * routed * tokens, model.expert_ffn_hidden / etp, local
+            hw, fwd * routed * tokens, routed_bwd * tokens, model.expert_ffn_hidden / etp, local
         )
 
     # Attention core.
