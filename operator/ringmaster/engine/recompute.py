@@ -11,8 +11,9 @@ forward. Measured on a lent H200 (docs/llm-training.md, "Full recompute on the H
 from __future__ import annotations
 
 import numpy as np
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import ArrayLike
 
+from ringmaster.engine.arrays import F64, as_f64
 from ringmaster.engine.llm_layout_names import (
     RECOMPUTE_FULL,
     RECOMPUTE_QKV_PROJ_OFFLOADED,
@@ -22,12 +23,6 @@ from ringmaster.engine.llm_layout_names import (
 )
 from ringmaster.engine.moe_training import MOE_LOAD_IMBALANCE
 from ringmaster.engine.transformer import Transformer
-
-F64 = NDArray[np.float64]
-
-
-def _f(x: ArrayLike) -> F64:
-    return np.asarray(x, dtype=np.float64)
 
 
 def recompute_flops_per_token_per_layer(
@@ -63,14 +58,20 @@ def recompute_flops_per_token_per_layer(
             core,
         ]
     )
-    if stops_early:
-        per_token = per_token - np.where(
-            np.isin(np.arange(len(RECOMPUTES)), RERUNS_FFN_OUTPUT)
-            | ((np.arange(len(RECOMPUTES)) == RECOMPUTE_SELECTIVE_OP) & (not model.gated_ffn)),
-            unneeded_recompute_flops_per_token(model),
-            0.0,
-        )
-    return _f(per_token[r])
+    again = as_f64(per_token[r])
+    return again - early_stop_skip(model, r) if stops_early else again
+
+
+def early_stop_skip(model: Transformer, recompute: ArrayLike) -> F64:
+    """FLOPs per token per layer that a recompute stopping early does not rerun under each
+    policy: :func:`unneeded_recompute_flops_per_token` where the policy reruns the FFN's output
+    projection (RERUNS_FFN_OUTPUT; SelectiveOp's w2 on a standard FFN), else 0."""
+    policies = np.arange(len(RECOMPUTES))
+    reruns = np.isin(policies, RERUNS_FFN_OUTPUT) | (
+        (policies == RECOMPUTE_SELECTIVE_OP) & (not model.gated_ffn)
+    )
+    skip = np.where(reruns, unneeded_recompute_flops_per_token(model), 0.0)
+    return as_f64(skip[np.asarray(recompute)])
 
 
 # The policies whose recompute reruns the FFN's output projection (SelectiveOp too on a

@@ -209,7 +209,8 @@ def micro_batch_parts(
     routed = _routed_share(model, fwd, load)
     # The routed experts' share of backward + recompute is the forward's; what an early stop
     # skips (the dense and shared experts' output projections) comes out of the dense part.
-    routed_bwd = _linear_flops_per_token_per_layer(model, r, load)[1] * routed
+    skipped = R.early_stop_skip(model, r) if fw.recompute_stops_early else 0.0
+    routed_bwd = (bwd + skipped) * routed
     dense_fwd, dense_bwd = fwd * (1.0 - routed), bwd - routed_bwd
     linear = _gemm_seconds(
         hw, dense_fwd * tokens, dense_bwd * tokens, model.hidden / t, rank_tokens

@@ -77,7 +77,7 @@ class Launcher:
     precision: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     # Switches of what the run does that the spec states: name -> (its path under spec, the
     # value a bare switch means); the plan's step is the spec's setting.
-    framework_switches: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    spec_switches: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     # Of those, the ones that never take a value (argparse's store_true).
     bare_switches: frozenset[str] = frozenset()
 
@@ -244,12 +244,12 @@ def classify(
     args: Sequence[str] | None,
     layout_env: Mapping[str, str],
     env: Mapping[str, str] | None = None,
-    framework_settings: Mapping[str, str] | None = None,
+    spec_settings: Mapping[str, str] | None = None,
 ) -> TrainingFlags | None:
     """The layout flags of the first launcher the command line starts, against the plan's
     variables (``layout_env``: manifests.training.layout_env of the plan, as a mapping), the
     container's ``env`` and the framework settings the plan's step assumed
-    (``framework_settings``: EARLY_STOP / TENSOR_OVERLAP -> "true" / "false"). None where no known
+    (``spec_settings``: EARLY_STOP / TENSOR_OVERLAP -> "true" / "false"). None where no known
     launcher starts."""
     words = command_words(command, args)
     variables = {**(env or {}), **shell_assignments(words)}
@@ -281,9 +281,9 @@ def classify(
                 if value is None or value.strip().lower() in _TRUE:
                     ignored.append((raw, launcher.not_modelled[name]))
                 continue
-            if name in launcher.framework_switches:
-                conflict = _framework_switch(
-                    raw, value, launcher.framework_switches[name], framework_settings or {}
+            if name in launcher.spec_switches:
+                conflict = _spec_switch(
+                    raw, value, launcher.spec_switches[name], spec_settings or {}
                 )
                 if conflict is not None:
                     conflicts.append(conflict)
@@ -310,7 +310,7 @@ def classify(
     return None
 
 
-def _framework_switch(
+def _spec_switch(
     raw: str, value: str | None, meaning: tuple[str, str], settings: Mapping[str, str]
 ) -> Conflict | None:
     """A switch whose literal disagrees with the spec's setting the plan's step assumed; None
