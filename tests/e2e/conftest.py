@@ -149,6 +149,7 @@ def namespace(cluster: Cluster) -> Iterator[str]:
 # The session's operator once a test has asked for it: tests that must have no operator acting
 # (they write status as the operator would, or run operators of their own) stop it for a while.
 SESSION_OPERATOR = pytest.StashKey[OperatorProcess]()
+OPERATOR_LOG_TAIL = 6000  # characters of its log a failed test shows
 
 
 @pytest.fixture(scope="session")
@@ -245,7 +246,12 @@ def gie(cluster: Cluster) -> Cluster:
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
-    """Keep each phase's report on the test item, so fixtures can tell a failed test."""
+    """Keep each phase's report on the test item, so fixtures can tell a failed test; a failed
+    test that ran the operator shows its log's tail (before any fixture's clean-up)."""
     report = yield
     setattr(item, f"rep_{report.when}", report)
+    process = getattr(item, "funcargs", {}).get("operator")
+    if report.when == "call" and report.failed and isinstance(process, OperatorProcess):
+        tail = process.log_path.read_text(errors="replace")[-OPERATOR_LOG_TAIL:]
+        report.sections.append(("operator log", tail))
     return report

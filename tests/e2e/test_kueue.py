@@ -54,6 +54,36 @@ def workload_of(cluster: Cluster, ns: str, name: str) -> dict[str, Any] | None:
     )
 
 
+def kueue_diagnosis(cluster: Cluster, ns: str, kueue: LocalKueue | None = None) -> str:
+    """What a failed Kueue test needs to be read: each TrainingJob's phase and conditions, each
+    Workload's conditions and admission, the nodes' pods, Kueue's log tail. Taken before the
+    test's own clean-up deletes them."""
+    lines = []
+    for item in cluster.get_json("trainingjobs", "-n", ns)["items"]:
+        status = item.get("status") or {}
+        lines.append(f"TrainingJob {item['metadata']['name']}: {status.get('phase')}")
+        lines += [
+            f"  {c['type']}={c['status']} {c.get('reason')}: {c.get('message')}"
+            for c in status.get("conditions") or []
+        ]
+    for workload in cluster.get_json("workloads", "-n", ns)["items"]:
+        status = workload.get("status") or {}
+        lines.append(f"Workload {workload['metadata']['name']}: {status.get('admission')}")
+        lines += [
+            f"  {c['type']}={c['status']} {c.get('reason')}: {c.get('message')}"
+            for c in status.get("conditions") or []
+        ]
+    for pod in cluster.get_json("pods", "-A")["items"]:
+        if pod["spec"].get("nodeName"):
+            meta = pod["metadata"]
+            state = "deleting" if meta.get("deletionTimestamp") else pod["status"].get("phase")
+            where = pod["spec"]["nodeName"]
+            lines.append(f"pod {meta['namespace']}/{meta['name']} on {where}: {state}")
+    if kueue is not None:
+        lines += ["Kueue's log:", kueue.log_tail(40)]
+    return "\n".join(lines)
+
+
 def workload_condition(cluster: Cluster, ns: str, name: str, kind: str) -> dict[str, Any] | None:
     workload = workload_of(cluster, ns, name)
     return condition(workload, kind) if workload else None
@@ -145,7 +175,11 @@ def gpu_queue(kueue: LocalKueue, cluster: Cluster, quiet_namespace: str) -> Iter
 
 
 def test_kueue_queues_runs_and_preempts_training_jobs(
-    operator: OperatorProcess, cluster: Cluster, quiet_namespace: str, gpu_queue: str
+    operator: OperatorProcess,
+    kueue: LocalKueue,
+    cluster: Cluster,
+    quiet_namespace: str,
+    gpu_queue: str,
 ) -> None:
     ns = quiet_namespace
     flavor, low, high = gpu_queue.split()
@@ -243,5 +277,5 @@ def test_kueue_queues_runs_and_preempts_training_jobs(
         assert not job(cluster, ns, "second")["status"].get("restarts")
         print(f"Kueue TrainingJob test: {time.monotonic() - start:.1f}s")
     except BaseException:
-        print(operator.log_path.read_text()[-6000:])
+        print(kueue_diagnosis(cluster, ns, kueue))
         raise

@@ -26,7 +26,7 @@ from ringmaster.manifests.naming import RANK_LABEL, TRAINING_JOB_LABEL
 from ringmaster.placement.labels import GKE_NODEPOOL, GPU_RESOURCE
 from ringmaster.placement.topology import GKE_BLOCK
 from tests.e2e.kube import Cluster, OperatorProcess, wait_for
-from tests.e2e.test_kueue import workload_of
+from tests.e2e.test_kueue import kueue_diagnosis, workload_of
 from tests.e2e.test_topology import POOL, blocks_now, gang, relabel_blocks
 from tests.e2e.test_trainingjob import condition, wait_phase
 
@@ -173,6 +173,7 @@ def workers_pod_set(cluster: Cluster, ns: str, name: str) -> dict[str, Any]:
 
 def test_kueue_gets_the_topology_verdict_and_admits_on_its_tas_flavor(
     operator: OperatorProcess,
+    kueue: LocalKueue,
     cluster: Cluster,
     quiet_namespace: str,
     tas_queue: dict[str, str],
@@ -213,12 +214,5 @@ def test_kueue_gets_the_topology_verdict_and_admits_on_its_tas_flavor(
         assert admitted["status"] == "True" and "by Kueue" in admitted["message"]
         print(f"Kueue TAS TrainingJob test: {time.monotonic() - start:.1f}s")
     except BaseException:
-        print(operator.log_path.read_text()[-6000:])
-        for workload in cluster.get_json("workloads", "-n", ns)["items"]:
-            print(workload["metadata"]["name"], workload.get("status"))
-        for pod in cluster.get_json("pods", "-A")["items"]:
-            if pod["spec"].get("nodeName") in tas_queue:
-                print(
-                    pod["metadata"]["namespace"], pod["metadata"]["name"], pod["spec"]["nodeName"]
-                )
+        print(kueue_diagnosis(cluster, ns, kueue))
         raise

@@ -11,14 +11,13 @@ import time
 import uuid
 from typing import Any
 
-import pytest
 from kubernetes import client, config, watch
 
 from ringmaster.admission.kueue import QUEUE_NAME_LABEL
 from ringmaster.localcluster.kueue import LocalKueue
 from ringmaster.placement.labels import GKE_TPU_ACCELERATOR, GKE_TPU_TOPOLOGY, TPU_RESOURCE
 from tests.e2e.kube import Cluster, OperatorProcess, wait_for
-from tests.e2e.test_kueue import workload_of
+from tests.e2e.test_kueue import kueue_diagnosis, workload_of
 from tests.e2e.test_trainingjob import condition, job, phase, wait_phase, worker_pods
 
 POOL_A, POOL_B = "tpu-v5e-2x4", "tpu-v5e-2x4-b"  # two v5e 2x4 slices of 2 hosts x 4 chips
@@ -226,6 +225,9 @@ def test_kueue_counts_every_slice_of_a_multislice_job(
         assert sorted(status["admission"]["slicePools"]) == [POOL_A, POOL_B]
         assignments = workload_of(cluster, ns, "queued")["status"]["admission"]["podSetAssignments"]
         assert {a["name"]: a["count"] for a in assignments} == {"slice-0": 2, "slice-1": 2}
+    except BaseException:
+        print(kueue_diagnosis(cluster, ns, kueue))
+        raise
     finally:
         cluster.kubectl("delete", "trainingjobs", "--all", "-n", ns, check=False)
         cluster.kubectl("delete", "workloads", "--all", "-n", ns, check=False)
@@ -303,12 +305,3 @@ def test_a_two_slice_gang_restarted_across_an_operator_restart_never_says_pendin
     ]
     assert not contradictions, seen
     assert ("Pending", ("False", "Restarted")) in seen, seen
-
-
-@pytest.fixture(autouse=True)
-def _operator_log_on_failure(request: pytest.FixtureRequest):
-    yield
-    report = getattr(request.node, "rep_call", None)
-    if report is not None and report.failed and "operator" in request.fixturenames:
-        process: OperatorProcess = request.getfixturevalue("operator")
-        print(process.log_path.read_text()[-5000:])

@@ -7,8 +7,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.e2e.kube import Cluster, OperatorProcess, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -350,12 +348,3 @@ def test_a_host_cordoned_before_its_worker_started_sends_the_gang_elsewhere(
         assert "Requeued" in reasons and "Restarted" not in reasons
     finally:
         cluster.kubectl("uncordon", chosen[1])
-
-
-@pytest.fixture(autouse=True)
-def _operator_log_on_failure(request: pytest.FixtureRequest):
-    yield
-    report = getattr(request.node, "rep_call", None)
-    if report is not None and report.failed and "operator" in request.fixturenames:
-        process: OperatorProcess = request.getfixturevalue("operator")
-        print(process.log_path.read_text()[-5000:])
