@@ -80,7 +80,10 @@ def kueue_diagnosis(cluster: Cluster, ns: str, kueue: LocalKueue | None = None) 
             where = pod["spec"]["nodeName"]
             lines.append(f"pod {meta['namespace']}/{meta['name']} on {where}: {state}")
     if kueue is not None:
-        lines += ["Kueue's log:", kueue.log_tail(40)]
+        # Kueue's lines about the namespace's objects, and its errors; not its start-up chatter.
+        said = kueue.log_file.read_text(errors="replace").splitlines()
+        lines += ["Kueue's log:"]
+        lines += [line for line in said if ns in line or '"level":"error"' in line][-40:]
     return "\n".join(lines)
 
 
