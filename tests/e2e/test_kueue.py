@@ -56,7 +56,8 @@ def workload_of(cluster: Cluster, ns: str, name: str) -> dict[str, Any] | None:
 
 def kueue_diagnosis(cluster: Cluster, ns: str, kueue: LocalKueue | None = None) -> str:
     """What a failed Kueue test needs to be read: each TrainingJob's phase and conditions, each
-    Workload's conditions and admission, the nodes' pods, Kueue's log tail. Taken before the
+    Workload's conditions and admission, the namespace's Events in order (the operator's and
+    Kueue's decisions), the bound pods, Kueue's lines about the namespace. Taken before the
     test's own clean-up deletes them."""
     lines = []
     for item in cluster.get_json("trainingjobs", "-n", ns)["items"]:
@@ -73,6 +74,13 @@ def kueue_diagnosis(cluster: Cluster, ns: str, kueue: LocalKueue | None = None) 
             f"  {c['type']}={c['status']} {c.get('reason')}: {c.get('message')}"
             for c in status.get("conditions") or []
         ]
+    events = cluster.get_json("events", "-n", ns)["items"]
+    for event in sorted(events, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or ""):
+        what = event["involvedObject"]
+        lines.append(
+            f"event {event.get('lastTimestamp') or event.get('eventTime')} {what['kind']}/"
+            f"{what['name']} {event.get('reason')}: {event.get('message')}"
+        )
     for pod in cluster.get_json("pods", "-A")["items"]:
         if pod["spec"].get("nodeName"):
             meta = pod["metadata"]
