@@ -13,7 +13,12 @@ from ringmaster.engine import collectives as C
 from ringmaster.engine import llm_training as L
 from ringmaster.engine import placement_cost as P
 from ringmaster.engine.hardware import DEFAULT_CATALOG
-from ringmaster.engine.llm_layout_search import Layout, LayoutRequest, search_layouts
+from ringmaster.engine.llm_layout_search import (
+    Layout,
+    LayoutRequest,
+    evaluate_layout,
+    search_layouts,
+)
 from ringmaster.engine.transformer import KNOWN_TRANSFORMERS, Transformer
 from ringmaster.planning.layouts import network_hardware
 
@@ -138,6 +143,28 @@ def test_nvl72_tensor_group_split_over_domains_falls_to_the_nics() -> None:
     unfolded = P.unfold_domain(hw, k)
     assert (unfolded.hosts, unfolded.per_host) == (36, 4)
     assert unfolded.nic_bandwidth * k == pytest.approx(hw.nic_bandwidth)
+
+
+def test_tensor_overlap_stays_overlapped_over_the_nics() -> None:
+    """A run that overlaps its TP collectives with the GEMMs (spec.parallelism.tensorOverlap)
+    keeps them overlapped when its tensor group falls to the trays' NICs: the split placement's
+    tensor time is the NIC time exposed as the step exposes it (one chunk in t, or what the
+    GEMMs cannot cover), not the NIC time whole."""
+    hw, k = gb200(36)
+    layout = _layout(LLAMA_70B, hw, 256, tensor=8)
+    split = P.PlacementShape(nvlink_intact=False)
+    plain = P.placement_cost(LLAMA_70B, hw, layout, 256, P.PACKED, split, hosts_per_domain=k)
+    overlapped_hw = replace(hw, tensor_overlap=True)
+    overlapped = P.placement_cost(
+        LLAMA_70B, overlapped_hw, layout, 256, P.PACKED, split, hosts_per_domain=k
+    )
+    whole = plain.spread.tensor_parallel_seconds
+    base = evaluate_layout(LLAMA_70B, overlapped_hw, layout, 256)
+    m = float(base.micro_batches[0])
+    gemm_mb = float(base.gemm_seconds[0]) / m
+    by_hand = max(whole / m - gemm_mb, whole / m / 8.0) * m
+    assert overlapped.spread.tensor_parallel_seconds == pytest.approx(by_hand, rel=1e-9)
+    assert overlapped.spread.tensor_parallel_seconds < 0.5 * whole
 
 
 def test_tensor_group_inside_one_tray_loses_nothing_from_split_domains() -> None:

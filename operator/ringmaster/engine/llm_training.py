@@ -495,6 +495,22 @@ def exposed_tensor_parallel_seconds(
     return _f(hidden)
 
 
+def exposed_tensor_parallel(
+    collectives: ArrayLike, gemms: ArrayLike, tensor: ArrayLike, hw: LayoutHardware
+) -> F64:
+    """A micro-batch's tensor-parallel collectives as the run leaves them on the critical path,
+    the one policy the step and a placement's re-pricing share: beside the GEMMs on a TPU whose
+    framework overlaps them (Framework.overlaps_tensor_parallel_on_tpu), chunked beside the
+    GEMMs with spec.parallelism.tensorOverlap (:func:`exposed_tensor_parallel_seconds`), else
+    whole."""
+    comm = _f(collectives)
+    if hw.kind == "tpu" and hw.framework.overlaps_tensor_parallel_on_tpu:
+        return _f(np.maximum(comm - _f(gemms), 0.0))
+    if hw.tensor_overlap:
+        return exposed_tensor_parallel_seconds(comm, gemms, tensor)
+    return comm
+
+
 def tensor_parallel_bytes_per_layer(
     model: Transformer, micro_batch: ArrayLike, recompute: ArrayLike
 ) -> F64:
@@ -801,10 +817,7 @@ def evaluate_layouts(
         t,
         hw,
     )
-    if hw.kind == "tpu" and hw.framework.overlaps_tensor_parallel_on_tpu:
-        tp_mb = np.maximum(tp_mb - parts.gemm, 0.0)  # beside the GEMMs (Framework's note)
-    elif hw.tensor_overlap:
-        tp_mb = exposed_tensor_parallel_seconds(tp_mb, parts.gemm, t)
+    tp_mb = exposed_tensor_parallel(tp_mb, parts.gemm, t, hw)
     # Ring attention overlaps each K/V pass with the attention core's blocks.
     cp_layer = context_parallel_passes(rec) * _context_parallel_seconds(
         kv_bytes_per_layer(model, b, t), t, c, hw

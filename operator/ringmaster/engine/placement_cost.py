@@ -217,7 +217,8 @@ def step_under_placement(
     tensor = float(groups.tensor_parallel_seconds[0])
     if on.kind == "gpu" and layout.tensor > on.per_host:
         # A tensor group over trays of different NVLink domains: NCCL over the trays' NICs.
-        tensor = _tensor_parallel_over_nics(model, group_hw, layout)
+        gemm_mb = float(base.gemm_seconds[0] / base.micro_batches[0])
+        tensor = _tensor_parallel_over_nics(model, group_hw, layout, gemm_mb)
     compute = float(base.compute_seconds[0])
     context = float(groups.context_parallel_seconds[0])
     expert = float(groups.expert_parallel_seconds[0])
@@ -278,11 +279,14 @@ def _evaluate(
     return evaluate_layout(model, hw, layout, global_batch)
 
 
-def _tensor_parallel_over_nics(model: Transformer, hw: L.LayoutHardware, layout: Layout) -> float:
+def _tensor_parallel_over_nics(
+    model: Transformer, hw: L.LayoutHardware, layout: Layout, gemm_mb: float
+) -> float:
     """The layout's tensor-parallel time per step when its t ranks span t / g hosts that do not
     share NVLink: the same all-reduces (llm_training's count and bytes per layer and
     micro-batch), NCCL across the hosts, each host's NICs wholly the group's (its g GPUs are all
-    in the one group)."""
+    in the one group), exposed beside ``gemm_mb`` (a micro-batch's GEMMs) as the step exposes
+    them (llm_training.exposed_tensor_parallel: spec.parallelism.tensorOverlap)."""
     t, g = float(layout.tensor), float(hw.per_host)
     act_bytes = (
         BYTES_ACTIVATION
@@ -298,4 +302,6 @@ def _tensor_parallel_over_nics(model: Transformer, hw: L.LayoutHardware, layout:
         C.ALL_REDUCE, act_bytes, t / g, g, hw.fabric(hw.nic_bandwidth), with_busbw=False
     ).seconds
     layers = stage_layers(model, layout.pipeline).middle
-    return float(layers * collectives * one * layout.micro_batches)
+    # What the run overlaps with its GEMMs stays overlapped over the NICs (the step's policy).
+    per_micro_batch = L.exposed_tensor_parallel(layers * collectives * one, gemm_mb, t, hw)
+    return float(per_micro_batch) * layout.micro_batches
