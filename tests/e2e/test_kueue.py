@@ -60,20 +60,17 @@ def kueue_diagnosis(cluster: Cluster, ns: str, kueue: LocalKueue | None = None) 
     Kueue's decisions), the bound pods, Kueue's lines about the namespace. Taken before the
     test's own clean-up deletes them."""
     lines = []
-    for item in cluster.get_json("trainingjobs", "-n", ns)["items"]:
-        status = item.get("status") or {}
-        lines.append(f"TrainingJob {item['metadata']['name']}: {status.get('phase')}")
-        lines += [
-            f"  {c['type']}={c['status']} {c.get('reason')}: {c.get('message')}"
-            for c in status.get("conditions") or []
-        ]
-    for workload in cluster.get_json("workloads", "-n", ns)["items"]:
-        status = workload.get("status") or {}
-        lines.append(f"Workload {workload['metadata']['name']}: {status.get('admission')}")
-        lines += [
-            f"  {c['type']}={c['status']} {c.get('reason')}: {c.get('message')}"
-            for c in status.get("conditions") or []
-        ]
+    for kind, plural, shown in (
+        ("TrainingJob", "trainingjobs", "phase"),
+        ("Workload", "workloads", "admission"),
+    ):
+        for item in cluster.get_json(plural, "-n", ns)["items"]:
+            status = item.get("status") or {}
+            lines.append(f"{kind} {item['metadata']['name']}: {status.get(shown)}")
+            lines += [
+                f"  {c['type']}={c['status']} {c.get('reason')}: {c.get('message')}"
+                for c in status.get("conditions") or []
+            ]
     events = cluster.get_json("events", "-n", ns)["items"]
     for event in sorted(events, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or ""):
         what = event["involvedObject"]
