@@ -97,3 +97,28 @@ def test_the_published_rows_that_overlap_are_the_ones_whose_recipes_say_so():
     assert search.chosen.tensor == 4
     share = search.chosen.tensor_parallel_seconds / search.chosen.step_seconds
     assert share < 0.06  # 17 % of the step charged whole
+
+
+def _interleaved(framework_name: str, virtual: int) -> dict:
+    doc = yaml.safe_load((EXAMPLES / "trainingjob-llama2-70b-auto-a100.yaml").read_text())
+    doc["spec"]["parallelism"].update(
+        {"tensor": 8, "pipeline": 4, "virtualPipelineStages": virtual}
+    )
+    doc["spec"]["framework"] = {"name": framework_name}
+    return doc
+
+
+def test_the_plan_says_megatron_overlaps_the_interleaved_sends_it_charges_whole():
+    """Megatron-LM overlaps the interleaved schedule's sends by default (overlap_p2p_comm) and
+    the step charges them whole: the plan says so, with the seconds it charges; not for plain
+    1F1B (Megatron turns the overlap off there) nor for a framework without the overlap."""
+    plan = plan_training(parse_manifest(_interleaved("Megatron", 5)).spec)
+    assert plan.layout is not None
+    chosen = plan.layout.chosen
+    assert (chosen.pipeline, chosen.virtual_stages) == (4, 5) and chosen.pipeline_send_seconds > 0
+    [note] = [n for n in plan.prediction.notes if n.startswith("pipeline sends charged whole")]
+    assert f"({chosen.pipeline_send_seconds:.3g} s a step)" in note
+    assert "overlap_p2p_comm" in note
+    for framework_name, virtual in (("Megatron", 1), ("Torchtitan", 5)):
+        other = plan_training(parse_manifest(_interleaved(framework_name, virtual)).spec)
+        assert not [n for n in other.prediction.notes if n.startswith("pipeline sends")]

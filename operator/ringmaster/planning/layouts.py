@@ -169,6 +169,27 @@ def recompute_note(profile: Framework, recompute: str) -> str | None:
     return f"recompute {recompute} reruns each layer's whole forward under {profile.name}"
 
 
+# Frameworks whose interleaved pipeline schedule overlaps its sends with compute by default:
+# Megatron-LM's CLI has --no-overlap-p2p-communication (on unless turned off, forced off without
+# virtual stages); NeMo's launcher configs set overlap_p2p_comm: true with virtual stages
+# (NeMo-Framework-Launcher 24.07, llama2_70b.yaml), as Megatron-Bridge's do.
+OVERLAPS_PIPELINE_SENDS = frozenset({"Megatron"})
+
+
+def pipeline_send_note(profile: Framework, chosen: Layout) -> str | None:
+    """Where the framework overlaps the interleaved schedule's sends and the plan does not:
+    said, with what the plan charges for them; None elsewhere."""
+    if profile.name not in OVERLAPS_PIPELINE_SENDS or chosen.pipeline <= 1:
+        return None
+    if chosen.virtual_stages <= 1 or chosen.pipeline_send_seconds <= 0.0:
+        return None
+    return (
+        f"pipeline sends charged whole ({chosen.pipeline_send_seconds:.3g} s a step): "
+        f"{profile.name} overlaps them with compute under the interleaved schedule by default "
+        "(overlap_p2p_comm), which the plan does not model"
+    )
+
+
 def _fixed(value: Any) -> Any:
     return None if value is None or value == AUTO else value
 
@@ -356,6 +377,9 @@ def plan_layout(
         notes.append(rerun)
     if hw.tensor_overlap:
         notes.append(tensor_overlap_note(hw, chosen.tensor))
+    sends = pipeline_send_note(profile, chosen)
+    if sends is not None:
+        notes.append(sends)
     eager_fp8 = eager_fp8_steps(request, hw, chosen)
     if eager_fp8 is not None and not eager_fp8.loses_to_bf16:  # else a warning says it
         notes.append(eager_fp8.describe())
