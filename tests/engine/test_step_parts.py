@@ -278,6 +278,37 @@ def test_the_evidence_matrix_shows_each_cells_lean_and_flags_the_systematic_ones
         assert next(ln for ln in text.splitlines() if ln.startswith(head)).endswith("!")
 
 
+def test_a_context_parallel_plan_states_the_checked_cp_runs_beside_its_cell():
+    """The published runs that split the sequence lean one way (issue 41's CP rows): a plan with
+    context parallelism says how they fared beside its cell; one without says nothing of it."""
+    from pathlib import Path
+
+    import yaml
+
+    from ringmaster.api import parse_manifest
+    from ringmaster.calibration.evidence import context_parallel_errors, context_parallel_evidence
+    from ringmaster.calibration.llm_training import training_points
+    from ringmaster.planning import plan_training
+
+    split = [r for r in training_points()["published_layouts"] if int(r["context"]) > 1]
+    errors = context_parallel_errors()
+    assert len(errors) == sum("tokens_per_s_per_gpu" in r for r in split) >= 5
+    said = context_parallel_evidence()
+    assert said.startswith(f"context parallelism: {len(errors)} checked runs")
+    assert f"signed median {sorted(errors)[len(errors) // 2]:+.1%}" in said  # odd count
+    assert said in render_evidence_matrix()
+    example = Path(__file__).parents[2] / "examples" / "trainingjob-llama2-70b-auto-a100.yaml"
+    doc = yaml.safe_load(example.read_text())
+    doc["spec"]["parallelism"].update({"tensor": 8, "pipeline": 1, "context": 2})
+    doc["spec"]["parallelism"]["sharding"] = "Optimizer"
+    plan = plan_training(parse_manifest(doc).spec)
+    assert plan.layout is not None and plan.layout.chosen.context == 2
+    assert said in plan.layout.evidence
+    doc["spec"]["parallelism"]["context"] = 1
+    other = plan_training(parse_manifest(doc).spec).layout
+    assert other is not None and "context parallelism" not in other.evidence
+
+
 # --- attention occupancy (step_kernels, 2026-11-27d) ---------------------------------------------
 
 

@@ -364,7 +364,7 @@ def plan_layout(
         request.model, chosen.tensor, chosen.pipeline, chosen.expert, chosen.expert_tensor_degree
     )
     evidence = f"{framework_label}; " + training_evidence(
-        acc.name, profile.name, hw.compute_precision, hw
+        acc.name, profile.name, hw.compute_precision, hw, chosen.context
     )
     notes = [
         f"layout: {chosen.describe()} ({search.evaluated} layouts evaluated)",
@@ -453,12 +453,20 @@ def network_hardware(
 
 
 def training_evidence(
-    accelerator: str, framework_name: str, precision: str, hw: L.LayoutHardware
+    accelerator: str,
+    framework_name: str,
+    precision: str,
+    hw: L.LayoutHardware,
+    context: int = 1,
 ) -> str:
-    """The calibration cell a prediction rests on (calibration.evidence), and the ceilings'."""
-    from ringmaster.calibration.evidence import cell_evidence
+    """The calibration cell a prediction rests on (calibration.evidence), the checked
+    context-parallel runs' where the layout splits the sequence (``context`` above 1), and the
+    ceilings'."""
+    from ringmaster.calibration.evidence import cell_evidence, context_parallel_evidence
 
     text = cell_evidence(accelerator, framework_name, precision)
+    if context > 1:
+        text = f"{text}; {context_parallel_evidence()}"
     matmul = hw.ceilings.evidence.get("matmul", "")
     if precision == "fp4" and "matmul-fp4" in hw.ceilings.evidence:
         matmul = f"{matmul}; FP4 GEMMs {hw.ceilings.evidence['matmul-fp4']}"
