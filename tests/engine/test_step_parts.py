@@ -294,7 +294,7 @@ def test_a_context_parallel_plan_states_the_checked_cp_runs_beside_its_cell():
     errors = context_parallel_errors()
     assert len(errors) == sum("tokens_per_s_per_gpu" in r for r in split) >= 5
     said = context_parallel_evidence()
-    assert said.startswith(f"context parallelism: {len(errors)} checked runs")
+    assert said.startswith(f"context parallelism: {len(errors)} checked runs (Megatron on ")
     assert f"signed median {sorted(errors)[len(errors) // 2]:+.1%}" in said  # odd count
     assert said in render_evidence_matrix()
     example = Path(__file__).parents[2] / "examples" / "trainingjob-llama2-70b-auto-a100.yaml"

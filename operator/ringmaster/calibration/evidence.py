@@ -201,12 +201,17 @@ def cell_evidence(accelerator: str, framework: str, precision: str) -> str:
 
 
 @lru_cache(maxsize=1)
-def context_parallel_errors() -> tuple[float, ...]:
-    """The checked published runs that split the sequence (context above 1): their errors in the
-    matrix's sign. A feature's own evidence beside its cell's: these runs lean one way."""
+def context_parallel_runs() -> tuple[tuple[str, str, float], ...]:
+    """The checked published runs that split the sequence (context above 1): (framework,
+    accelerator generation, error in the matrix's sign) each. A feature's own evidence beside
+    its cell's: these runs lean one way."""
     measured = {r.id: r for r in T.throughput_report()}
     return tuple(
-        measured[str(row["id"])].error
+        (
+            T.published_framework(row),
+            generation(str(row["accelerator"])),
+            measured[str(row["id"])].error,
+        )
         for row in T.training_points()["published_layouts"]
         if int(row.get("context", 1)) > 1
         and str(row["id"]) in measured
@@ -214,15 +219,23 @@ def context_parallel_errors() -> tuple[float, ...]:
     )
 
 
+def context_parallel_errors() -> tuple[float, ...]:
+    return tuple(error for _, _, error in context_parallel_runs())
+
+
 def context_parallel_evidence() -> str:
     """What a context-parallel prediction rests on, beyond its cell: the checked runs with
-    context parallelism, their median |error| and signed median (+ = the engine promises more)."""
-    errors = context_parallel_errors()
-    if not errors:
+    context parallelism (whose frameworks and chips they are), their median |error| and signed
+    median (+ = the engine promises more)."""
+    runs = context_parallel_runs()
+    if not runs:
         return "context parallelism: no checked run"
+    errors = [e for _, _, e in runs]
+    frameworks = ", ".join(sorted({f for f, _, _ in runs}))
+    chips = ", ".join(sorted({g for _, g, _ in runs}))
     return (
-        f"context parallelism: {len(errors)} checked runs, median |error| "
-        f"{median(abs(e) for e in errors):.1%}, signed median {median(errors):+.1%}"
+        f"context parallelism: {len(runs)} checked runs ({frameworks} on {chips}), median "
+        f"|error| {median(abs(e) for e in errors):.1%}, signed median {median(errors):+.1%}"
     )
 
 
