@@ -286,12 +286,12 @@ def test_a_context_parallel_plan_states_the_checked_cp_runs_beside_its_cell():
     import yaml
 
     from ringmaster.api import parse_manifest
-    from ringmaster.calibration.evidence import context_parallel_errors, context_parallel_evidence
+    from ringmaster.calibration.evidence import context_parallel_evidence, context_parallel_runs
     from ringmaster.calibration.llm_training import training_points
     from ringmaster.planning import plan_training
 
     split = [r for r in training_points()["published_layouts"] if int(r["context"]) > 1]
-    errors = context_parallel_errors()
+    errors = [error for _, _, error in context_parallel_runs()]
     assert len(errors) == sum("tokens_per_s_per_gpu" in r for r in split) >= 5
     said = context_parallel_evidence()
     assert said.startswith(f"context parallelism: {len(errors)} checked runs (Megatron on ")

@@ -219,10 +219,6 @@ def context_parallel_runs() -> tuple[tuple[str, str, float], ...]:
     )
 
 
-def context_parallel_errors() -> tuple[float, ...]:
-    return tuple(error for _, _, error in context_parallel_runs())
-
-
 def context_parallel_evidence() -> str:
     """What a context-parallel prediction rests on, beyond its cell: the checked runs with
     context parallelism (whose frameworks and chips they are), their median |error| and signed

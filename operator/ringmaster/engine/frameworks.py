@@ -123,6 +123,11 @@ class Framework:
     # Recompute stops once backward's saved tensors are rebuilt (the module's docstring):
     # the FFN's output projection, whose output only the residual add takes, is not run again.
     recompute_stops_early: bool = False
+    # The interleaved pipeline schedule overlaps its sends with compute by default (Megatron-LM's
+    # --no-overlap-p2p-communication turns it off, and it is forced off without virtual stages;
+    # NeMo-Framework-Launcher 24.07's llama2_70b.yaml sets overlap_p2p_comm: true, as
+    # Megatron-Bridge's recipes do). The step does not model it (planning.layouts says so).
+    overlaps_pipeline_sends: bool = False
 
     def attention_kernel(self, nccl_arch: str) -> str:
         return self.attention if nccl_arch in ("hopper", "blackwell") else self.attention_ampere
@@ -145,6 +150,7 @@ _BASE = {
         True,
         True,
         caches_fp8_weights=True,
+        overlaps_pipeline_sends=True,
     ),
     "Torchtitan": Framework(
         "Torchtitan",

@@ -169,17 +169,10 @@ def recompute_note(profile: Framework, recompute: str) -> str | None:
     return f"recompute {recompute} reruns each layer's whole forward under {profile.name}"
 
 
-# Frameworks whose interleaved pipeline schedule overlaps its sends with compute by default:
-# Megatron-LM's CLI has --no-overlap-p2p-communication (on unless turned off, forced off without
-# virtual stages); NeMo's launcher configs set overlap_p2p_comm: true with virtual stages
-# (NeMo-Framework-Launcher 24.07, llama2_70b.yaml), as Megatron-Bridge's do.
-OVERLAPS_PIPELINE_SENDS = frozenset({"Megatron"})
-
-
 def pipeline_send_note(profile: Framework, chosen: Layout) -> str | None:
     """Where the framework overlaps the interleaved schedule's sends and the plan does not:
     said, with what the plan charges for them; None elsewhere."""
-    if profile.name not in OVERLAPS_PIPELINE_SENDS or chosen.pipeline <= 1:
+    if not profile.overlaps_pipeline_sends or chosen.pipeline <= 1:
         return None
     if chosen.virtual_stages <= 1 or chosen.pipeline_send_seconds <= 0.0:
         return None
