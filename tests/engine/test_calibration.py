@@ -91,6 +91,20 @@ def test_calibrate_command_prints_the_table(capsys, tmp_path):
     assert "cannot read" in capsys.readouterr().err
 
 
+def test_calibrate_json_is_json_with_every_row(capsys):
+    # it once raised TypeError: a row's ok was numpy's bool, which json refuses
+    import json
+
+    from ringmaster.cli import main
+
+    assert main(["calibrate", "--points", str(calibration.PACKAGED_POINTS), "-o", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    rows = calibration.report(calibration.load_points(calibration.PACKAGED_POINTS))
+    assert len(data["rows"]) == len(rows)
+    assert {type(r["ok"]) for r in data["rows"]} == {bool}
+    assert data["checked"]["count"] > 0
+
+
 def test_by_size_curves_fit_the_fill_on_one_and_check_it_on_the_others(points):
     rows = [r for r in calibration.report(points) if "beyond bandwidth" in r.quantity]
     assert [r.status for r in rows].count(calibration.FITTED) == 1

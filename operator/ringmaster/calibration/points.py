@@ -57,7 +57,8 @@ class Row:
 
     @property
     def ok(self) -> bool:
-        return self.error is None or abs(self.error) <= self.tolerance
+        # bool(): the error may be a numpy float, whose comparison is numpy's bool, which json refuses
+        return self.error is None or bool(abs(self.error) <= self.tolerance)
 
 
 class PointsError(ValueError):
