@@ -46,7 +46,7 @@ from ringmaster.engine import ceilings as CE
 from ringmaster.engine.hardware import DEFAULT_CATALOG
 from ringmaster.engine.llm_step import nccl_tp_allreduce_seconds
 from ringmaster.engine.serving_engines import ENGINE_DECODE_ATTENTION, ENGINE_GEMM_RATE
-from ringmaster.engine.tp_allreduce import engine_allreduce_seconds
+from ringmaster.engine.tp_allreduce import MIB, engine_allreduce_seconds
 
 AIC_FILE = Path(__file__).with_name("measured") / "aiconfigurator.json"
 DECODE_MAX_M = 512  # the GEMM rows at decode batches; larger ones are prefill's
@@ -365,8 +365,8 @@ def render_section() -> str:
         f" {max(fp8):+.0%} by engine) and its floors: the ratio is fitted, not the absolute time."
     )
     lines.append(
-        "Tensor-parallel all-reduce (engine.tp_allreduce), median |error| at decode sizes by GPU"
-        " count: the engine's fitted kernel, then NCCL's LL-ring model"
+        "Tensor-parallel all-reduce (engine.tp_allreduce), median |error| over 16 KiB-128 MiB by"
+        " GPU count: the engine's fitted kernel, then NCCL's LL-ring model"
     )
     by_curve: dict[str, dict[str, list[str]]] = {}
     for label, gpus, role, errors in allreduce_checks():
@@ -423,23 +423,43 @@ def _allreduce_rows(t: AicTable, gpus: int) -> tuple[np.ndarray, np.ndarray]:
     return t.allreduce[rows, 1], t.allreduce_seconds[rows]
 
 
-DECODE_MAX_ELEMENTS = 8 * 2**20  # a decode step's message: 512 tokens x hidden 16k
-PROMPT_MIN_ELEMENTS = 16 * 2**20  # a prefill chunk's: 2k tokens x 8k and more
+PROMPT_MIN_ELEMENTS = 16 * 2**20  # a prefill chunk's message: 2k tokens x 8k and more
 
 
-def fit_allreduce(nbytes: np.ndarray, seconds: np.ndarray) -> tuple[float, float, float]:
-    """(floor us, decode rate GB/s, prompt rate GB/s) of one all-reduce curve: floor + bytes /
-    rate fitted on the decode sizes (least squares of the log error over a grid: floor 0.1 us
-    steps to 40 us, rate 400 log-spaced steps from 20 to 800 GB/s), and the bandwidth at prefill
-    chunk sizes, where the engine has switched to its bandwidth-bound kernel (the least-squares
-    slope of time on bytes)."""
-    decode = nbytes <= 2.0 * DECODE_MAX_ELEMENTS
-    floors = np.round(np.arange(0.5, 40.0001, 0.1), 1)
-    rates = np.exp(np.linspace(np.log(20.0), np.log(800.0), 400)) * 1e9
-    i, j = _fit_floor_and_rate(nbytes[decode], seconds[decode], floors, rates)
+def fit_allreduce(nbytes: np.ndarray, seconds: np.ndarray) -> tuple[float, float, float, float]:
+    """(floor us, us at 1 MiB above it, exponent, prompt rate GB/s) of one all-reduce curve:
+    floor + t_MiB (bytes / MiB) ** exponent fitted on every size (least squares of the log error
+    on a grid, coarse then fine around the coarse best: floor 0-15 us by 0.5 then 0.1, exponent
+    0.4-1 by 0.02 then 0.005, t_MiB log-spaced from 1 to 1,000 us by 7 % then 0.7 %), and the
+    bandwidth at prefill chunk sizes, where the engine has switched to its bandwidth-bound
+    kernel (the least-squares slope of time on bytes)."""
+    scaled = nbytes / MIB
+
+    def best(
+        floors: np.ndarray, log_mibs: np.ndarray, exponents: np.ndarray
+    ) -> tuple[float, float, float]:
+        f = floors[:, None, None, None]
+        t = np.exp(log_mibs)[None, :, None, None]
+        e = exponents[None, None, :, None]
+        predicted = (f + t * scaled[None, None, None, :] ** e) * 1e-6
+        sse = np.sum(np.log(predicted / seconds) ** 2, axis=-1)
+        i, j, k = np.unravel_index(int(np.argmin(sse)), sse.shape)
+        return float(floors[i]), float(log_mibs[j]), float(exponents[k])
+
+    coarse_step = np.log(1000.0) / 100
+    floor, log_mib, exponent = best(
+        np.round(np.arange(0.0, 15.0001, 0.5), 1),
+        np.arange(0.0, np.log(1000.0) + 1e-9, coarse_step),
+        np.round(np.arange(0.4, 1.0001, 0.02), 3),
+    )
+    floor, log_mib, exponent = best(
+        np.round(np.clip(floor + np.arange(-0.5, 0.5001, 0.1), 0.0, 15.0), 1),
+        log_mib + np.linspace(-coarse_step, coarse_step, 21),
+        np.round(np.clip(exponent + np.arange(-0.02, 0.02001, 0.005), 0.4, 1.0), 3),
+    )
     prompt = nbytes >= 2.0 * PROMPT_MIN_ELEMENTS
     slope = float(np.polyfit(nbytes[prompt], seconds[prompt], 1)[0])
-    return float(floors[i]), round(float(rates[j]) / 1e9, 1), round(1.0 / slope / 1e9, 1)
+    return floor, round(float(np.exp(log_mib)), 2), exponent, round(1.0 / slope / 1e9, 1)
 
 
 def _fit_floor_and_rate(
@@ -457,7 +477,7 @@ def _fitting_tables() -> list[AicTable]:
     return [t for t in tables() if (t.accelerator, t.engine, t.version) != ALLREDUCE_CHECK_TABLE]
 
 
-def derive_engine_allreduce() -> dict[tuple[str, str, int], tuple[float, float, float]]:
+def derive_engine_allreduce() -> dict[tuple[str, str, int], tuple[float, float, float, float]]:
     """What engine.tp_allreduce.ENGINE_ALLREDUCE holds."""
     out = {}
     for t in _fitting_tables():
@@ -469,7 +489,7 @@ def derive_engine_allreduce() -> dict[tuple[str, str, int], tuple[float, float, 
 
 
 def allreduce_checks() -> list[tuple[str, int, str, np.ndarray]]:
-    """(table, GPUs, role, predicted / measured - 1) of every all-reduce curve at decode sizes:
+    """(table, GPUs, role, predicted / measured - 1) of every all-reduce curve at every size:
     the fit's own rows, the vLLM 0.14.0 H100 curve by the 0.19.0 fit, and NCCL's LL-ring model
     (what a step without a measured engine kernel uses) on all of them."""
     out = []
@@ -480,8 +500,6 @@ def allreduce_checks() -> list[tuple[str, int, str, np.ndarray]]:
         )
         for gpus in (2, 4, 8):
             nbytes, seconds = _allreduce_rows(t, gpus)
-            decode = nbytes <= 2.0 * DECODE_MAX_ELEMENTS
-            nbytes, seconds = nbytes[decode], seconds[decode]
             if not len(seconds):
                 continue
             predicted, _ = engine_allreduce_seconds(nbytes, gpus, t.accelerator, t.engine)

@@ -450,7 +450,10 @@ def _mixed_predicted(
     )
     none = np.zeros(())
     terms = terms._replace(
-        allreduce_base=none, allreduce_per_token=none, allreduce_per_prompt_token=none
+        allreduce_base=none,
+        allreduce_per_token=none,
+        allreduce_per_prompt_token=none,
+        allreduce_curve=none,
     )
     n, p = float(decodes), float(chunk)
     whole = _scalar(

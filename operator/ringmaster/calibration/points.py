@@ -57,7 +57,7 @@ class Row:
 
     @property
     def ok(self) -> bool:
-        # bool(): the error may be a numpy float, whose comparison is numpy's bool, which json refuses
+        # bool(): a numpy float's comparison is numpy's bool, which json refuses
         return self.error is None or bool(abs(self.error) <= self.tolerance)
 
 

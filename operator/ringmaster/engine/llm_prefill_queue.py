@@ -38,6 +38,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ringmaster.engine.llm_step import (
     ServingTerms,
+    decode_allreduce_seconds,
     decode_gemm_seconds_per_token,
     expert_fraction_read,
 )
@@ -164,13 +165,12 @@ def step_shape(terms: ServingTerms, n: ArrayLike, prompt_length: ArrayLike) -> S
     n = _f(n)
     per_sequence = (
         t.sequence_overhead
-        + t.allreduce_per_token
         + t.context_tokens * t.kv_read_per_token
         + t.kv_read_per_sequence
         + t.elementwise_per_token
     )
     return StepShape(
-        a=_f(t.overhead + t.allreduce_base + n * per_sequence),
+        a=_f(t.overhead + t.allreduce_base + n * per_sequence + decode_allreduce_seconds(t, n)),
         b=_f(
             (
                 t.prompt_allreduce_per_token

@@ -31,6 +31,10 @@ once, here, as the sum of the kernels a step runs one after another:
 - **Prefill-chunk interference**: the prompt tokens of a step join the decode tokens in the GEMMs
   (free while those stream weights, a full cost once compute binds) and add their own attention
   kernel, which does not overlap the decode attention.
+- **The all-reduces** of a serving engine measured on the chip (engine.tp_allreduce) cost their
+  floor, then a concave curve in the decode tokens (one message a layer carries the whole batch,
+  and a larger message runs at a better rate: decode_allreduce_seconds), and each prompt token at
+  the bandwidth-bound rate of a prefill chunk's message; NCCL's model elsewhere is linear.
 
 **A replica across hosts** (``tp x pp`` accelerators, vLLM's and SGLang's multi-node serving):
 
@@ -129,7 +133,12 @@ from ringmaster.engine.serving_engines import (
     quantized_decode_gemm,
 )
 from ringmaster.engine.step_parts import fused_forward_elementwise_bytes
-from ringmaster.engine.tp_allreduce import engine_allreduce_seconds
+from ringmaster.engine.tp_allreduce import (
+    CURVE_TOP_BYTES,
+    MIB,
+    engine_allreduce_seconds,
+    engine_allreduce_terms,
+)
 from ringmaster.engine.transformer import Transformer
 from ringmaster.engine.units import GB, US
 
@@ -155,7 +164,7 @@ LLM_COMPUTE_EFFICIENCY = 0.6653
 # on two H100s, ten mixes each); checked on
 # its other setups (70B on one H200, 405B on eight H100s and eight H200s) and on TensorRT-LLM's
 # FP8 TTFT of LLaMA-7B (36 ms for 2,048 tokens: -13%).
-LLM_FP8_COMPUTE_EFFICIENCY = 0.5919
+LLM_FP8_COMPUTE_EFFICIENCY = 0.5917
 # Achieved fraction of HBM bandwidth when the GEMMs stream the weights, and the fixed cost of one
 # step (kernel launches, synchronisation) of a 32-layer model. Fitted together on two points:
 # gpt-fast's batch-1 decode of Llama-2-7B (32 layers) in BF16 on A100-80GB at TP1 (104.9
@@ -180,7 +189,7 @@ OVERHEAD_FIT_LAYERS = 32
 # (vLLM) pays more (its v0.6 release notes: the GPU idled a third of the time on CPU overheads)
 # that no published table isolates: docs/engine.md, "Out of reach".
 LLM_KV_READ_EFFICIENCY = H100_DECODE_ATTENTION[DECODE_ATTENTION_KERNEL][0]
-LLM_KV_SEQUENCE_TOKENS = 32.72
+LLM_KV_SEQUENCE_TOKENS = 32.61
 LLM_SEQUENCE_OVERHEAD_SECONDS = 0.0
 # The decode step composed from the H100's measured decode terms (engine.ceilings,
 # H100_DECODE_GEMM / H100_DECODE_ATTENTION): weights streamed at 0.84 of HBM through GEMMs at
@@ -384,12 +393,51 @@ class ServingTerms(NamedTuple):
     # m0 rows (an engine's fused MoE op measured on the chip, serving_engines.ENGINE_MOE), in
     # tokens of k experts at full touch: m0 x E / k; 0: no padding.
     expert_tile_tokens: F64 = np.zeros(())
+    # The engine's measured all-reduce (engine.tp_allreduce) over a step's decode tokens: concave,
+    # curve x n ** exponent up to curve_tokens tokens, then at a prompt token's rate; 0 where
+    # the step's all-reduce is NCCL's, linear in allreduce_per_token.
+    allreduce_curve: F64 = np.zeros(())
+    allreduce_exponent: F64 = np.ones(())
+    allreduce_curve_tokens: F64 = np.full((), np.inf)
 
     @property
     def prompt_allreduce_per_token(self) -> F64:
         """A prompt token's all-reduce cost (allreduce_per_prompt_token, else a decode token's)."""
         prompt = self.allreduce_per_prompt_token
         return np.where(np.isnan(prompt), self.allreduce_per_token, prompt)
+
+
+def decode_allreduce_seconds(terms: ServingTerms, decodes: ArrayLike) -> F64:
+    """The all-reduces' per-token part of a step with ``decodes`` decode tokens: linear in
+    allreduce_per_token, plus the engine's concave curve (a bigger batch sends one bigger
+    message at a better rate)."""
+    n = _f(decodes)
+    t = terms
+    within = np.minimum(n, t.allreduce_curve_tokens)
+    above = np.maximum(n - t.allreduce_curve_tokens, 0.0)
+    beyond = np.where(np.isnan(t.allreduce_per_prompt_token), 0.0, t.prompt_allreduce_per_token)
+    with np.errstate(invalid="ignore"):
+        tail = np.where(above > 0.0, above * (beyond - t.allreduce_per_token), 0.0)
+    return n * t.allreduce_per_token + t.allreduce_curve * within**t.allreduce_exponent + tail
+
+
+def decode_allreduce_floor_per_token(terms: ServingTerms) -> F64:
+    """The least per-token cost of decode_allreduce_seconds at any batch (a lower bound): the
+    curve's average at its end, or a prompt token's rate beyond it, whichever is less."""
+    t = terms
+    with np.errstate(invalid="ignore", divide="ignore"):
+        at_end = np.where(
+            t.allreduce_curve > 0.0,
+            t.allreduce_curve * t.allreduce_curve_tokens ** (t.allreduce_exponent - 1.0),
+            0.0,
+        )
+    beyond = np.where(
+        np.isnan(t.allreduce_per_prompt_token),
+        0.0,
+        t.prompt_allreduce_per_token - t.allreduce_per_token,
+    )
+    engine = np.where(t.allreduce_curve > 0.0, np.minimum(at_end, np.maximum(beyond, 0.0)), 0.0)
+    return _f(t.allreduce_per_token + engine)
 
 
 def decode_gemm_width(model: Transformer, tp: ArrayLike, ffn_width: float | None = None) -> F64:
@@ -627,21 +675,32 @@ def serving_terms(
         base = allreduces * zero
         per_token = allreduces * (step - zero) / STEP_COLLECTIVE_TOKENS
         prompt_delta = np.full_like(_f(per_token), np.nan)
+        allreduce_curve, allreduce_exponent = np.zeros(()), np.ones(())
+        allreduce_curve_tokens = np.full((), np.inf)
     else:
-        base = allreduces * tensor_parallel_allreduce_seconds(0.0, g, accelerator, serving_engine)
-        per_token = (
-            allreduces
-            * tensor_parallel_allreduce_seconds(one_token, g, accelerator, serving_engine)
-            - base
+        # The engine's own kernel where it was measured: its floor, its concave curve in the
+        # step's decode tokens, its prompt rate; else NCCL's ring, linear in the tokens.
+        curve = engine_allreduce_terms(g, accelerator.name, serving_engine)
+        nccl_base = allreduces * nccl_tp_allreduce_seconds(0.0, g, accelerator)
+        nccl_per_token = allreduces * nccl_tp_allreduce_seconds(one_token, g, accelerator)
+        base = np.where(curve.measured, allreduces * curve.floor, nccl_base)
+        per_token = np.where(curve.measured, 0.0, nccl_per_token - nccl_base)
+        # a message carries one group's tokens of one pipeline stage's micro-batch
+        messages = groups * pp
+        allreduce_curve = np.where(
+            curve.measured,
+            allreduces * curve.at_mib * (one_token / (messages * MIB)) ** curve.exponent,
+            0.0,
         )
-        prompt, measured = engine_allreduce_seconds(
-            one_token, g, accelerator.name, serving_engine, prompt=True
+        allreduce_exponent = np.where(curve.measured, curve.exponent, 1.0)
+        allreduce_curve_tokens = np.where(
+            curve.measured, CURVE_TOP_BYTES * messages / one_token, np.inf
         )
-        floor, _ = engine_allreduce_seconds(0.0, g, accelerator.name, serving_engine, prompt=True)
-        # a prompt token's all-reduce over a decode token's (NaN: no measured engine kernel)
-        prompt_delta = np.where(measured, allreduces * (prompt - floor) - per_token, np.nan)
+        # a prompt token's (NaN: no measured engine kernel, a decode token's)
+        prompt_delta = np.where(
+            curve.measured, allreduces * one_token / curve.prompt_rate / messages, np.nan
+        )
     per_token = per_token / groups  # each group all-reduces its own tokens
-    prompt_delta = prompt_delta / (groups * pp)
     a2a_base: F64 = np.zeros(())
     a2a_per_token: F64 = np.zeros(())
     if moe_a2a:
@@ -805,6 +864,7 @@ def serving_terms(
     # the all-reduce's (and exchange's) bytes grow with the batch: at the engine's fraction too
     per_token = (per_token + a2a_per_token / pp) / fraction
     prompt_delta = prompt_delta / fraction
+    allreduce_curve = allreduce_curve / fraction
     # Norms, residual adds, the activation and RoPE: their bytes at the H100's measured streaming
     # rate, scaled to the chip's HBM as the KV read is; each stage runs its share of the layers.
     stream = H100_STREAM_GBPS * GB * hbm / (H100_DATASHEET_HBM_GBPS * GB) * memory_ratio * fraction
@@ -834,6 +894,9 @@ def serving_terms(
         expert_miss_per_token=np.full_like(g, miss),
         expert_gemm_per_token=_f(expert_gemm_per_token) + 0.0 * g,
         allreduce_per_prompt_token=_f(per_token + prompt_delta) + 0.0 * g,
+        allreduce_curve=_f(allreduce_curve) + 0.0 * g,
+        allreduce_exponent=_f(allreduce_exponent) + 0.0 * g,
+        allreduce_curve_tokens=_f(allreduce_curve_tokens) + 0.0 * g,
         elementwise_per_token=_f(elementwise) + 0.0 * g,
         gemm_per_token_large_batch=_f(large_batch) + 0.0 * g,
         attention_groups=np.full_like(g, groups),
@@ -900,7 +963,7 @@ def step_seconds(
         terms.overhead
         + terms.allreduce_base
         + n * terms.sequence_overhead
-        + n * terms.allreduce_per_token
+        + decode_allreduce_seconds(terms, n)
         + p * terms.prompt_allreduce_per_token
         + (n + p) * terms.elementwise_per_token
         + gemm

@@ -3,25 +3,31 @@
 Serving engines do not all-reduce a decode step's activations through NCCL: vLLM and SGLang run
 their own custom all-reduce (one-shot or two-shot kernels over NVLink peer memory, captured in
 the step's CUDA graph), TensorRT-LLM its AllReduce plugin. At the sizes a step moves (a batch of
-1-512 tokens x hidden 4k-16k, 16 KiB-16 MiB) they cost a few microseconds at the smallest and
-grow faster with the bytes than NCCL's bandwidth at gigabytes suggests. NVIDIA's AIConfigurator
-measured them per chip, engine and GPU count (its ``custom_allreduce_perf`` tables; the subset in
-calibration/measured/aiconfigurator.json): each is fitted here as
+1-4,000 tokens x hidden 4k-16k, 16 KiB-128 MiB) they cost a few microseconds at the smallest and
+their rate per byte grows with the message: the engines switch from one-shot to two-shot to
+bandwidth-bound kernels as it grows (at 8 H100s under TensorRT-LLM, 36 GB/s a byte more at
+16-256 KiB, 250 GB/s at 32-128 MiB). NVIDIA's AIConfigurator measured them per chip, engine and
+GPU count (its ``custom_allreduce_perf`` tables, 16 KiB-128 MiB; the subset in
+calibration/measured/aiconfigurator.json): each curve is fitted here as
 
-    t(bytes) = floor + bytes / rate
+    t(bytes) = floor + t_MiB (bytes / 1 MiB) ** exponent
 
-over a decode step's sizes, 8K-8M bf16 elements (least squares of the log error,
-calibration.aiconfigurator.fit_allreduce), and a prompt token's bytes at the rate the curve
-reaches at a prefill chunk's sizes (16M-64M elements), where the engines switch to
-bandwidth-bound kernels: the step charges its decode tokens and its prompt tokens each at their
-own rate (engine.llm_step.ServingTerms). The decode fit is a secant through the switch from
-one-shot to two-shot kernels: its median |error| is 2-34 % on its own rows (largest at 8 GPUs,
-where the switch is sharpest), against 17-97 % for NCCL's LL-ring latency model the step used
-before for every engine, which stays for a chip, engine or GPU count without a measurement (AMD
-parts, TPUs, PCIe hosts).
+over all its sizes (least squares of the log error, calibration.aiconfigurator.fit_allreduce):
+concave, one exponent per curve (0.59-1: 0.7-1 at 2 GPUs, 0.59-0.9 at 8, where the switch is
+widest; lower on Blackwell than on Hopper). Beyond the largest measured message it goes on at the
+prompt rate, the curve's slope at a prefill chunk's sizes (32-128 MiB), which also prices a
+prompt token's bytes (a chunk's message runs at the bandwidth-bound kernel): the step charges a
+batch's decode tokens on the curve and its prompt tokens at that rate (engine.llm_step
+.ServingTerms). The curve's median |error| is 2-20 % on its own rows; the affine one it replaces
+(a floor and one rate fitted on the decode sizes, charged at every size) was off by 14-36 % in
+median at 8 GPUs and by up to 194 % at 128 MiB; NCCL's LL-ring latency model, which the step used
+before for every engine, by 13-70 %. That model stays for a chip, engine or GPU count without a
+measurement (AMD parts, TPUs, PCIe hosts).
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -33,52 +39,78 @@ AIC_ALLREDUCE_SOURCE = (
 # The serving engine's name (engine.serving_engines) -> AIConfigurator's.
 ENGINE_KEYS = {"vLLM": "vllm", "SGLang": "sglang", "TensorRT-LLM": "trtllm"}
 
-# (accelerator, engine, GPUs) -> (floor us, decode rate GB/s, prompt rate GB/s):
-# calibration.aiconfigurator.derive_engine_allreduce refits every entry; a test keeps them equal.
-ENGINE_ALLREDUCE: dict[tuple[str, str, int], tuple[float, float, float]] = {
-    ("nvidia-a100-80gb", "sglang", 2): (5.3, 180.6, 191.4),
-    ("nvidia-a100-80gb", "sglang", 4): (6.4, 103.7, 142.4),
-    ("nvidia-a100-80gb", "sglang", 8): (8.7, 93.7, 125.6),
-    ("nvidia-a100-80gb", "trtllm", 2): (4.3, 100.9, 191.0),
-    ("nvidia-a100-80gb", "trtllm", 4): (5.7, 69.7, 142.1),
-    ("nvidia-a100-80gb", "trtllm", 8): (9.5, 50.4, 124.7),
-    ("nvidia-a100-80gb", "vllm", 2): (4.9, 151.5, 191.5),
-    ("nvidia-a100-80gb", "vllm", 4): (6.1, 91.1, 142.8),
-    ("nvidia-a100-80gb", "vllm", 8): (8.2, 81.5, 125.2),
-    ("nvidia-b200", "sglang", 2): (7.3, 203.6, 514.3),
-    ("nvidia-b200", "sglang", 4): (8.2, 136.8, 430.0),
-    ("nvidia-b200", "sglang", 8): (10.8, 115.9, 455.0),
-    ("nvidia-b200", "trtllm", 2): (4.8, 513.3, 512.9),
-    ("nvidia-b200", "trtllm", 4): (5.1, 219.3, 404.7),
-    ("nvidia-b200", "trtllm", 8): (6.1, 142.0, 417.9),
-    ("nvidia-b200", "vllm", 2): (7.2, 209.4, 523.6),
-    ("nvidia-b200", "vllm", 4): (8.7, 209.4, 412.6),
-    ("nvidia-b200", "vllm", 8): (11.7, 278.8, 357.2),
-    ("nvidia-gb200", "sglang", 2): (7.3, 201.8, 500.3),
-    ("nvidia-gb200", "sglang", 4): (8.2, 131.9, 423.6),
-    ("nvidia-gb200", "trtllm", 2): (4.3, 503.9, 499.5),
-    ("nvidia-gb200", "trtllm", 4): (4.7, 209.4, 411.7),
-    ("nvidia-gb200", "vllm", 2): (4.5, 172.4, 203.8),
-    ("nvidia-gb200", "vllm", 4): (5.7, 194.4, 360.8),
-    ("nvidia-h100-80gb", "sglang", 2): (4.4, 254.2, 306.3),
-    ("nvidia-h100-80gb", "sglang", 4): (5.2, 160.1, 228.3),
-    ("nvidia-h100-80gb", "sglang", 8): (7.1, 135.6, 265.8),
-    ("nvidia-h100-80gb", "trtllm", 2): (2.7, 261.4, 306.2),
-    ("nvidia-h100-80gb", "trtllm", 4): (3.3, 125.9, 227.4),
-    ("nvidia-h100-80gb", "trtllm", 8): (4.3, 82.3, 266.0),
-    ("nvidia-h100-80gb", "vllm", 2): (4.2, 231.8, 324.9),
-    ("nvidia-h100-80gb", "vllm", 4): (5.1, 161.6, 227.9),
-    ("nvidia-h100-80gb", "vllm", 8): (6.5, 170.8, 255.1),
-    ("nvidia-h200-141gb", "sglang", 2): (4.4, 256.6, 307.7),
-    ("nvidia-h200-141gb", "sglang", 4): (5.1, 166.2, 229.9),
-    ("nvidia-h200-141gb", "sglang", 8): (6.9, 139.4, 279.0),
-    ("nvidia-h200-141gb", "trtllm", 2): (2.7, 284.0, 309.6),
-    ("nvidia-h200-141gb", "trtllm", 4): (3.3, 136.8, 227.0),
-    ("nvidia-h200-141gb", "trtllm", 8): (4.4, 87.8, 273.5),
-    ("nvidia-h200-141gb", "vllm", 2): (4.3, 240.5, 315.3),
-    ("nvidia-h200-141gb", "vllm", 4): (5.2, 170.8, 229.4),
-    ("nvidia-h200-141gb", "vllm", 8): (6.5, 183.9, 256.1),
+MIB = 2.0**20
+# The largest message AIConfigurator measured (64 Mi bf16 elements): the curve's end; beyond
+# it a message grows at the prompt rate.
+CURVE_TOP_BYTES = 128.0 * MIB
+
+# (accelerator, engine, GPUs) -> (floor us, us at 1 MiB above the floor, exponent, prompt rate
+# GB/s): calibration.aiconfigurator.derive_engine_allreduce refits every entry; a test keeps
+# them equal.
+ENGINE_ALLREDUCE: dict[tuple[str, str, int], tuple[float, float, float, float]] = {
+    ("nvidia-a100-80gb", "sglang", 2): (5.3, 5.94, 1.0, 191.4),
+    ("nvidia-a100-80gb", "sglang", 4): (5.9, 11.94, 0.91, 142.4),
+    ("nvidia-a100-80gb", "sglang", 8): (7.8, 14.29, 0.895, 125.6),
+    ("nvidia-a100-80gb", "trtllm", 2): (3.9, 12.02, 0.86, 191.0),
+    ("nvidia-a100-80gb", "trtllm", 4): (4.7, 18.71, 0.82, 142.1),
+    ("nvidia-a100-80gb", "trtllm", 8): (5.3, 34.59, 0.69, 124.7),
+    ("nvidia-a100-80gb", "vllm", 2): (4.9, 6.59, 1.0, 191.5),
+    ("nvidia-a100-80gb", "vllm", 4): (5.6, 13.24, 0.895, 142.8),
+    ("nvidia-a100-80gb", "vllm", 8): (7.2, 16.18, 0.875, 125.2),
+    ("nvidia-b200", "sglang", 2): (6.1, 8.28, 0.71, 514.3),
+    ("nvidia-b200", "sglang", 4): (5.9, 13.9, 0.645, 430.0),
+    ("nvidia-b200", "sglang", 8): (5.7, 21.78, 0.585, 455.0),
+    ("nvidia-b200", "trtllm", 2): (4.7, 2.21, 1.0, 512.9),
+    ("nvidia-b200", "trtllm", 4): (4.7, 5.86, 0.86, 404.7),
+    ("nvidia-b200", "trtllm", 8): (4.7, 11.86, 0.73, 417.9),
+    ("nvidia-b200", "vllm", 2): (5.9, 8.51, 0.7, 523.6),
+    ("nvidia-b200", "vllm", 4): (6.9, 9.57, 0.72, 412.6),
+    ("nvidia-b200", "vllm", 8): (10.0, 7.31, 0.78, 357.2),
+    ("nvidia-gb200", "sglang", 2): (6.2, 8.39, 0.705, 500.3),
+    ("nvidia-gb200", "sglang", 4): (5.7, 14.69, 0.635, 423.6),
+    ("nvidia-gb200", "trtllm", 2): (4.2, 2.26, 1.0, 499.5),
+    ("nvidia-gb200", "trtllm", 4): (4.3, 6.19, 0.85, 411.7),
+    ("nvidia-gb200", "vllm", 2): (4.5, 6.07, 0.99, 203.8),
+    ("nvidia-gb200", "vllm", 4): (4.9, 7.67, 0.795, 360.8),
+    ("nvidia-h100-80gb", "sglang", 2): (4.4, 4.18, 0.985, 306.3),
+    ("nvidia-h100-80gb", "sglang", 4): (4.7, 8.28, 0.875, 228.3),
+    ("nvidia-h100-80gb", "sglang", 8): (5.6, 12.27, 0.78, 265.8),
+    ("nvidia-h100-80gb", "trtllm", 2): (2.7, 3.98, 1.0, 306.2),
+    ("nvidia-h100-80gb", "trtllm", 4): (2.7, 10.54, 0.83, 227.4),
+    ("nvidia-h100-80gb", "trtllm", 8): (1.9, 20.61, 0.665, 266.0),
+    ("nvidia-h100-80gb", "vllm", 2): (4.1, 4.7, 0.97, 324.9),
+    ("nvidia-h100-80gb", "vllm", 4): (4.7, 8.11, 0.88, 227.9),
+    ("nvidia-h100-80gb", "vllm", 8): (5.7, 8.69, 0.85, 255.1),
+    ("nvidia-h200-141gb", "sglang", 2): (4.4, 4.12, 0.985, 307.7),
+    ("nvidia-h200-141gb", "sglang", 4): (4.8, 7.52, 0.9, 229.9),
+    ("nvidia-h200-141gb", "sglang", 8): (5.6, 11.61, 0.795, 279.0),
+    ("nvidia-h200-141gb", "trtllm", 2): (2.6, 3.82, 1.0, 309.6),
+    ("nvidia-h200-141gb", "trtllm", 4): (2.8, 9.51, 0.85, 227.0),
+    ("nvidia-h200-141gb", "trtllm", 8): (2.0, 19.91, 0.665, 273.5),
+    ("nvidia-h200-141gb", "vllm", 2): (4.2, 4.51, 0.97, 315.3),
+    ("nvidia-h200-141gb", "vllm", 4): (4.8, 7.41, 0.9, 229.4),
+    ("nvidia-h200-141gb", "vllm", 8): (5.9, 7.52, 0.88, 256.1),
 }
+
+
+class AllreduceCurve(NamedTuple):
+    """One engine's all-reduce on one chip at one GPU count, in seconds and bytes."""
+
+    floor: float  # seconds at no bytes
+    at_mib: float  # seconds above the floor at 1 MiB
+    exponent: float
+    prompt_rate: float  # bytes/s: the slope at a prefill chunk's sizes and beyond the curve
+
+    def decode_seconds(self, nbytes: ArrayLike) -> NDArray[np.float64]:
+        """The curve at ``nbytes`` (at the prompt rate beyond CURVE_TOP_BYTES)."""
+        size = np.asarray(nbytes, dtype=np.float64)
+        within = np.minimum(size, CURVE_TOP_BYTES)
+        above = np.maximum(size - CURVE_TOP_BYTES, 0.0)
+        curve = self.floor + self.at_mib * (within / MIB) ** self.exponent
+        return np.asarray(curve + above / self.prompt_rate, dtype=np.float64)
+
+    def prompt_seconds(self, nbytes: ArrayLike) -> NDArray[np.float64]:
+        return np.asarray(self.floor + np.asarray(nbytes, float) / self.prompt_rate, np.float64)
 
 
 def measured_allreduce(accelerator: str, engine: str) -> bool:
@@ -87,18 +119,16 @@ def measured_allreduce(accelerator: str, engine: str) -> bool:
     return any(a == accelerator and e == key for a, e, _ in ENGINE_ALLREDUCE)
 
 
-def engine_allreduce(
-    accelerator: str, engine: str | None, ranks: int
-) -> tuple[float, float, float] | None:
-    """(floor seconds, decode bytes/s, prompt bytes/s) of ``engine``'s all-reduce over ``ranks``
-    GPUs of the chip, or None where none was measured."""
+def engine_allreduce(accelerator: str, engine: str | None, ranks: int) -> AllreduceCurve | None:
+    """``engine``'s all-reduce over ``ranks`` GPUs of the chip, or None where none was
+    measured."""
     if engine is None:
         return None
     fit = ENGINE_ALLREDUCE.get((accelerator, ENGINE_KEYS.get(engine, engine), int(ranks)))
     if fit is None:
         return None
-    floor_us, decode_gbps, prompt_gbps = fit
-    return floor_us * 1e-6, decode_gbps * 1e9, prompt_gbps * 1e9
+    floor_us, at_mib_us, exponent, prompt_gbps = fit
+    return AllreduceCurve(floor_us * 1e-6, at_mib_us * 1e-6, exponent, prompt_gbps * 1e9)
 
 
 def engine_allreduce_seconds(
@@ -110,30 +140,46 @@ def engine_allreduce_seconds(
     prompt: bool = False,
 ) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
     """(seconds, measured) of one all-reduce of ``nbytes`` over ``ranks`` GPUs by ``engine``'s
-    own kernel, elementwise, at the decode sizes' rate (``prompt``: a prefill chunk's); the
+    own kernel, elementwise, on the measured curve (``prompt``: at a prefill chunk's rate); the
     ``measured`` is False where no fit exists (the seconds are then 0 and the caller's model
     applies)."""
-    if engine is None:
-        shape = np.broadcast_shapes(np.shape(nbytes), np.shape(ranks))
-        return np.zeros(shape), np.zeros(shape, dtype=bool)
-    if np.ndim(ranks) == 0:  # one replica size: one lookup
-        degree = int(np.asarray(ranks))
-        fit = engine_allreduce(accelerator, engine, degree) if degree > 1 else None
-        size = np.asarray(nbytes, dtype=np.float64)
-        if fit is None:
-            return np.zeros(size.shape), np.zeros(size.shape, dtype=bool)
-        floor, decode_rate, prompt_rate = fit
-        seconds = floor + size / (prompt_rate if prompt else decode_rate)
-        return np.asarray(seconds, dtype=np.float64), np.ones(size.shape, dtype=bool)
     size, peers = np.broadcast_arrays(np.asarray(nbytes, float), np.asarray(ranks, float))
     out = np.zeros(size.shape)
     measured = np.zeros(size.shape, dtype=bool)
+    if engine is None:
+        return out, measured
     for p in np.unique(peers):
         fit = engine_allreduce(accelerator, engine, int(p)) if p > 1 else None
         if fit is None:
             continue
-        floor, decode_rate, prompt_rate = fit
         where = peers == p
-        out[where] = floor + size[where] / (prompt_rate if prompt else decode_rate)
+        out[where] = (fit.prompt_seconds if prompt else fit.decode_seconds)(size[where])
         measured[where] = True
     return out, measured
+
+
+class CurveTerms(NamedTuple):
+    """AllreduceCurve's fields per element of a GPU-count array (0 where not measured)."""
+
+    floor: NDArray[np.float64]
+    at_mib: NDArray[np.float64]
+    exponent: NDArray[np.float64]
+    prompt_rate: NDArray[np.float64]
+    measured: NDArray[np.bool_]
+
+
+def engine_allreduce_terms(ranks: ArrayLike, accelerator: str, engine: str | None) -> CurveTerms:
+    """The measured curve of ``engine``'s all-reduce at each of ``ranks`` (elementwise)."""
+    peers = np.asarray(ranks, dtype=np.float64)
+    floor, at_mib = np.zeros(peers.shape), np.zeros(peers.shape)
+    exponent, prompt_rate = np.ones(peers.shape), np.full(peers.shape, np.inf)
+    measured = np.zeros(peers.shape, dtype=bool)
+    for p in np.unique(peers):
+        fit = engine_allreduce(accelerator, engine, int(p)) if p > 1 else None
+        if fit is None:
+            continue
+        where = peers == p
+        floor[where], at_mib[where] = fit.floor, fit.at_mib
+        exponent[where], prompt_rate[where] = fit.exponent, fit.prompt_rate
+        measured[where] = True
+    return CurveTerms(floor, at_mib, exponent, prompt_rate, measured)
