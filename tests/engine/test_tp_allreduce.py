@@ -52,42 +52,42 @@ def test_the_curve_holds_at_both_ends_where_one_decode_rate_did_not():
     assert T.ENGINE_ALLREDUCE[("nvidia-h100-80gb", "trtllm", 8)][2] < 0.8
 
 
-def test_a_larger_batch_all_reduces_each_decode_token_for_less():
-    """One message a layer carries the step's whole batch: on the engine's concave curve a decode
-    token costs less in a bigger batch, and the step's decode all-reduce equals the curve's
-    per-layer message times the layers."""
+def test_a_larger_batch_all_reduces_each_token_for_less():
+    """One message a layer carries the step's tokens, decode and prompt: on the engine's concave
+    curve a token costs less in a bigger step, and the step's all-reduce equals the curve's
+    per-layer message at all its tokens times the layers."""
     model = KNOWN_TRANSFORMERS["llama-3.1-70b"]
     t = S.serving_terms(
         model, H100, 8, H100.peak("fp8"), 1.0, 1.0, 1000.0, 1000.0,
         compute_precision="fp8", serving_engine="TensorRT-LLM",
     )  # fmt: skip
-    per_token = [float(S.decode_allreduce_seconds(t, n)) / n for n in (16.0, 256.0, 2048.0)]
+    per_token = [float(S.step_allreduce_seconds(t, n, 0.0)) / n for n in (16.0, 256.0, 2048.0)]
     assert per_token[0] > per_token[1] > per_token[2]
     one_token = S.ACTIVATION_BYTES * model.hidden
-    for n in (16.0, 256.0, 2048.0):
-        message = S.tensor_parallel_allreduce_seconds(n * one_token, 8, H100, "TensorRT-LLM")
-        whole = float(t.allreduce_base) + float(S.decode_allreduce_seconds(t, n))
+    for n, p in ((16.0, 0.0), (256.0, 0.0), (64.0, 2048.0), (0.0, 128.0), (2048.0, 8192.0)):
+        message = S.tensor_parallel_allreduce_seconds((n + p) * one_token, 8, H100, "TensorRT-LLM")
+        whole = float(t.allreduce_base) + float(S.step_allreduce_seconds(t, n, p))
         assert whole == pytest.approx(2.0 * model.layers * float(message), rel=1e-9)
     # NCCL's model (no engine kernel measured) stays linear in the tokens
     nccl = S.serving_terms(
         model, H100, 8, H100.peak("fp8"), 1.0, 1.0, 1000.0, 1000.0,
         compute_precision="fp8", serving_engine=None,
     )  # fmt: skip
-    assert float(S.decode_allreduce_seconds(nccl, 512.0)) == pytest.approx(
-        512.0 * float(nccl.allreduce_per_token)
+    assert float(S.step_allreduce_seconds(nccl, 512.0, 100.0)) == pytest.approx(
+        612.0 * float(nccl.allreduce_per_token)
     )
 
 
-def test_the_closed_form_keeps_a_lower_bound_per_decode_token():
+def test_the_closed_form_keeps_a_lower_bound_per_token():
     model = KNOWN_TRANSFORMERS["llama-3.1-70b"]
     t = S.serving_terms(
         model, H100, 8, H100.peak("fp8"), 1.0, 1.0, 1000.0, 1000.0,
         compute_precision="fp8", serving_engine="TensorRT-LLM",
     )  # fmt: skip
-    floor = float(S.decode_allreduce_floor_per_token(t))
+    floor = float(S.allreduce_curve_floor_per_token(t))
     assert floor > 0.0
     for n in (1.0, 64.0, 4096.0, 1e5):
-        assert float(S.decode_allreduce_seconds(t, n)) / n >= floor * (1.0 - 1e-12)
+        assert float(S.step_allreduce_seconds(t, n, 0.0)) / n >= floor * (1.0 - 1e-12)
 
 
 def test_without_a_measured_kernel_the_step_keeps_nccls_model():
@@ -125,29 +125,27 @@ def test_the_engine_is_an_input_of_the_step():
     assert float(nccl.prompt_allreduce_per_token) == float(nccl.allreduce_per_token)
 
 
-def test_prompt_tokens_all_reduce_at_the_bandwidth_kernels_rate():
-    """A prefill chunk's message runs at the engine's large-message rate, faster per byte than a
-    decode batch's; the step charges each token kind at its own rate."""
+def test_a_prompt_chunk_shares_the_decode_batchs_message():
+    """A prefill chunk's tokens ride the layer's one message with the decode tokens: a short
+    prompt alone costs the curve at its size (a 128-token prompt at 8 H100s is 2 MiB, 35 us a
+    message measured), not a chunk's bandwidth-bound rate (8 us), and a chunk added to a batch
+    costs what the larger message costs more."""
     model = KNOWN_TRANSFORMERS["llama-3.1-70b"]
     t = S.serving_terms(
         model, H100, 8, H100.peak("fp8"), 1.0, 1.0, 1000.0, 1000.0,
         compute_precision="fp8", serving_engine="TensorRT-LLM",
     )  # fmt: skip
+    layers = 2.0 * model.layers
     one_token = S.ACTIVATION_BYTES * model.hidden
+    alone = float(t.allreduce_base + S.step_allreduce_seconds(t, 0.0, 128.0)) / layers
     prompt_gbps = T.ENGINE_ALLREDUCE[("nvidia-h100-80gb", "trtllm", 8)][3]
-    assert float(t.prompt_allreduce_per_token) == pytest.approx(
-        2.0 * model.layers * one_token / (prompt_gbps * 1e9)
-    )
-    # cheaper a token than a 64-token decode batch's
-    assert float(t.prompt_allreduce_per_token) < float(S.decode_allreduce_seconds(t, 64.0)) / 64
+    assert alone > 3.0 * 128 * one_token / (prompt_gbps * 1e9)
     both = S.step_seconds(t, 64.0, 2048.0) - S.step_seconds(t, 64.0, 0.0)
-    no_reduce = t._replace(
-        allreduce_per_prompt_token=np.zeros(()),
-        allreduce_per_token=np.zeros(()),
-        allreduce_curve=np.zeros(()),
-    )
+    no_reduce = t._replace(allreduce_curve=np.zeros(()), allreduce_beyond_per_token=np.zeros(()))
     without = S.step_seconds(no_reduce, 64.0, 2048.0) - S.step_seconds(no_reduce, 64.0, 0.0)
-    assert float(both - without) == pytest.approx(2048.0 * float(t.prompt_allreduce_per_token))
+    grown = S.step_allreduce_seconds(t, 64.0, 2048.0) - S.step_allreduce_seconds(t, 64.0, 0.0)
+    assert float(both - without) == pytest.approx(float(grown))
+    assert float(grown) > 0.0
 
 
 def test_the_engine_kernels_beat_nccls_model_on_their_own_curves():

@@ -454,6 +454,7 @@ def _mixed_predicted(
         allreduce_per_token=none,
         allreduce_per_prompt_token=none,
         allreduce_curve=none,
+        allreduce_beyond_per_token=none,
     )
     n, p = float(decodes), float(chunk)
     whole = _scalar(

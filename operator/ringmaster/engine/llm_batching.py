@@ -68,7 +68,7 @@ from ringmaster.engine.llm_step import (
     DEFAULT_MAX_NUM_BATCHED_TOKENS,
     KV_BLOCK_TOKENS,
     ServingTerms,
-    decode_allreduce_floor_per_token,
+    allreduce_curve_floor_per_token,
     expert_read_seconds,
 )
 
@@ -371,12 +371,14 @@ def _closed_form_step(terms: ServingTerms, lam: F64, h: F64) -> F64:
     bound (prompts come whole, and a step's cost is convex in them)."""
     t = terms
     fixed = t.overhead + t.allreduce_base
-    # a decode token's all-reduce at its cheapest (the largest batch's): the bound stays a lower one
-    allreduce = decode_allreduce_floor_per_token(t)
-    per_seq = t.sequence_overhead + allreduce + t.context_tokens * t.kv_read_per_token
+    # a token's all-reduce on the engine's curve at its cheapest: the bound stays a lower one
+    curve = allreduce_curve_floor_per_token(t)
+    per_seq = t.sequence_overhead + t.allreduce_per_token + curve
+    per_seq = per_seq + t.context_tokens * t.kv_read_per_token
     per_seq = per_seq + t.kv_read_per_sequence + t.elementwise_per_token
     per_prompt = (
         t.prompt_allreduce_per_token
+        + curve
         + 0.5 * t.input_tokens * t.prefill_attention_per_context
         + t.elementwise_per_token
     )

@@ -38,7 +38,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ringmaster.engine.llm_step import (
     ServingTerms,
-    decode_allreduce_seconds,
+    allreduce_curve_seconds,
     decode_gemm_seconds_per_token,
     expert_fraction_read,
 )
@@ -132,8 +132,9 @@ def unit_scale(prompts_per_step: ArrayLike) -> F64:
 
 class StepShape(NamedTuple):
     """A step with ``n`` decodes and ``p`` prompt tokens: ``a + b p + max(c + d p, W) +
-    max(e (n + p + tile x touched(n + p)), W_e(n + p))`` (engine.llm_step.step_seconds, with its
-    parts gathered once per configuration: the dense GEMMs' roofline and the routed experts')."""
+    max(e (n + p + tile x touched(n + p)), W_e(n + p)) + AR(n + p)`` (engine.llm_step
+    .step_seconds, with its parts gathered once per configuration: the dense GEMMs' roofline, the
+    routed experts' and the engine's measured all-reduce curve)."""
 
     a: F64
     b: F64
@@ -146,10 +147,23 @@ class StepShape(NamedTuple):
     expert_gemm: F64 = np.zeros(())  # e: one token's routed-expert GEMMs
     prompt_compute: F64 = np.ones(())  # a prompt token's share of computing it (terms')
     expert_tile: F64 = np.zeros(())  # the experts' tile padding in tokens (terms')
+    # the engine's measured all-reduce over the step's tokens (terms' allreduce_curve fields)
+    allreduce_curve: F64 = np.zeros(())
+    allreduce_exponent: F64 = np.ones(())
+    allreduce_tokens: F64 = np.full((), np.inf)
+    allreduce_beyond: F64 = np.zeros(())
 
     def at(self, p: ArrayLike) -> F64:
         p = _f(p)
         dense = np.maximum(self.c + self.d * p, self.weights)
+        if np.any(self.allreduce_curve):
+            dense = dense + allreduce_curve_seconds(
+                self.allreduce_curve,
+                self.allreduce_exponent,
+                self.allreduce_tokens,
+                self.allreduce_beyond,
+                self.n + p * self.prompt_compute,
+            )
         if np.any(self.experts):
             tokens = self.n + p * self.prompt_compute
             touched = expert_fraction_read(self.miss, tokens)
@@ -165,12 +179,13 @@ def step_shape(terms: ServingTerms, n: ArrayLike, prompt_length: ArrayLike) -> S
     n = _f(n)
     per_sequence = (
         t.sequence_overhead
+        + t.allreduce_per_token
         + t.context_tokens * t.kv_read_per_token
         + t.kv_read_per_sequence
         + t.elementwise_per_token
     )
     return StepShape(
-        a=_f(t.overhead + t.allreduce_base + n * per_sequence + decode_allreduce_seconds(t, n)),
+        a=_f(t.overhead + t.allreduce_base + n * per_sequence),
         b=_f(
             (
                 t.prompt_allreduce_per_token
@@ -188,6 +203,10 @@ def step_shape(terms: ServingTerms, n: ArrayLike, prompt_length: ArrayLike) -> S
         expert_gemm=_f(t.expert_gemm_per_token),
         expert_tile=_f(t.expert_tile_tokens),
         prompt_compute=_f(t.prompt_compute),
+        allreduce_curve=_f(t.allreduce_curve),
+        allreduce_exponent=_f(t.allreduce_exponent),
+        allreduce_tokens=_f(t.allreduce_curve_tokens),
+        allreduce_beyond=_f(t.allreduce_beyond_per_token),
     )
 
 

@@ -32,9 +32,9 @@ once, here, as the sum of the kernels a step runs one after another:
   (free while those stream weights, a full cost once compute binds) and add their own attention
   kernel, which does not overlap the decode attention.
 - **The all-reduces** of a serving engine measured on the chip (engine.tp_allreduce) cost their
-  floor, then a concave curve in the decode tokens (one message a layer carries the whole batch,
-  and a larger message runs at a better rate: decode_allreduce_seconds), and each prompt token at
-  the bandwidth-bound rate of a prefill chunk's message; NCCL's model elsewhere is linear.
+  floor, then a concave curve in the step's tokens, decode and prompt (one message a layer
+  carries them all, and a larger message runs at a better rate: step_allreduce_seconds); NCCL's
+  model elsewhere is linear, a prompt token at a decode token's cost.
 
 **A replica across hosts** (``tp x pp`` accelerators, vLLM's and SGLang's multi-node serving):
 
@@ -164,7 +164,7 @@ LLM_COMPUTE_EFFICIENCY = 0.6653
 # on two H100s, ten mixes each); checked on
 # its other setups (70B on one H200, 405B on eight H100s and eight H200s) and on TensorRT-LLM's
 # FP8 TTFT of LLaMA-7B (36 ms for 2,048 tokens: -13%).
-LLM_FP8_COMPUTE_EFFICIENCY = 0.5917
+LLM_FP8_COMPUTE_EFFICIENCY = 0.5977
 # Achieved fraction of HBM bandwidth when the GEMMs stream the weights, and the fixed cost of one
 # step (kernel launches, synchronisation) of a 32-layer model. Fitted together on two points:
 # gpt-fast's batch-1 decode of Llama-2-7B (32 layers) in BF16 on A100-80GB at TP1 (104.9
@@ -182,14 +182,15 @@ OVERHEAD_FIT_LAYERS = 32
 # FlashAttention fraction (engine.ceilings.H100_DECODE_ATTENTION). The other two are fitted with
 # LLM_FP8_COMPUTE_EFFICIENCY on the throughput table, through the batching model's offline
 # maximum (engine.llm_batching: the prompts' backlog chain), each step's all-reduces, FP8 GEMMs
-# and decode attention TensorRT-LLM's own: the fixed work lands at 31 tokens of context a
-# sequence (since prompts' attention runs at its kernel's rate, not the FP8 GEMMs': 0 before), the
+# and decode attention TensorRT-LLM's own: the fixed work lands at 43 tokens of context a
+# sequence (33 while a step's prompt tokens all-reduced apart from its decode tokens, 31 with the
+# all-reduce one line; 0 while prompts' attention ran at the FP8 GEMMs' rate), the
 # host's cost on its bound, zero: TensorRT-LLM's C++ runtime shows no per-sequence host cost the
 # table resolves. A Python-scheduled engine
 # (vLLM) pays more (its v0.6 release notes: the GPU idled a third of the time on CPU overheads)
 # that no published table isolates: docs/engine.md, "Out of reach".
 LLM_KV_READ_EFFICIENCY = H100_DECODE_ATTENTION[DECODE_ATTENTION_KERNEL][0]
-LLM_KV_SEQUENCE_TOKENS = 32.61
+LLM_KV_SEQUENCE_TOKENS = 42.55
 LLM_SEQUENCE_OVERHEAD_SECONDS = 0.0
 # The decode step composed from the H100's measured decode terms (engine.ceilings,
 # H100_DECODE_GEMM / H100_DECODE_ATTENTION): weights streamed at 0.84 of HBM through GEMMs at
@@ -393,12 +394,14 @@ class ServingTerms(NamedTuple):
     # m0 rows (an engine's fused MoE op measured on the chip, serving_engines.ENGINE_MOE), in
     # tokens of k experts at full touch: m0 x E / k; 0: no padding.
     expert_tile_tokens: F64 = np.zeros(())
-    # The engine's measured all-reduce (engine.tp_allreduce) over a step's decode tokens: concave,
-    # curve x n ** exponent up to curve_tokens tokens, then at a prompt token's rate; 0 where
-    # the step's all-reduce is NCCL's, linear in allreduce_per_token.
+    # The engine's measured all-reduce (engine.tp_allreduce) over a step's tokens, decode and
+    # prompt alike (one message a layer carries them all): concave, curve x tokens ** exponent up
+    # to curve_tokens tokens, then allreduce_beyond_per_token a token more (the prompt rate); 0
+    # where the step's all-reduce is NCCL's, linear in allreduce_per_token.
     allreduce_curve: F64 = np.zeros(())
     allreduce_exponent: F64 = np.ones(())
     allreduce_curve_tokens: F64 = np.full((), np.inf)
+    allreduce_beyond_per_token: F64 = np.zeros(())
 
     @property
     def prompt_allreduce_per_token(self) -> F64:
@@ -407,23 +410,39 @@ class ServingTerms(NamedTuple):
         return np.where(np.isnan(prompt), self.allreduce_per_token, prompt)
 
 
-def decode_allreduce_seconds(terms: ServingTerms, decodes: ArrayLike) -> F64:
-    """The all-reduces' per-token part of a step with ``decodes`` decode tokens: linear in
-    allreduce_per_token, plus the engine's concave curve (a bigger batch sends one bigger
-    message at a better rate)."""
-    n = _f(decodes)
-    t = terms
-    within = np.minimum(n, t.allreduce_curve_tokens)
-    above = np.maximum(n - t.allreduce_curve_tokens, 0.0)
-    beyond = np.where(np.isnan(t.allreduce_per_prompt_token), 0.0, t.prompt_allreduce_per_token)
+def allreduce_curve_seconds(
+    curve: ArrayLike, exponent: ArrayLike, top: ArrayLike, beyond: ArrayLike, tokens: ArrayLike
+) -> F64:
+    """An engine's measured all-reduces above their floor for a step of ``tokens`` (the fields
+    of ServingTerms and prefill_queue.StepShape): a bigger batch sends one bigger message at a
+    better rate."""
+    x = _f(tokens)
+    within = np.minimum(x, top)
+    above = np.maximum(x - _f(top), 0.0)
     with np.errstate(invalid="ignore"):
-        tail = np.where(above > 0.0, above * (beyond - t.allreduce_per_token), 0.0)
-    return n * t.allreduce_per_token + t.allreduce_curve * within**t.allreduce_exponent + tail
+        tail = np.where(above > 0.0, above * _f(beyond), 0.0)
+    return _f(_f(curve) * within ** _f(exponent) + tail)
 
 
-def decode_allreduce_floor_per_token(terms: ServingTerms) -> F64:
-    """The least per-token cost of decode_allreduce_seconds at any batch (a lower bound): the
-    curve's average at its end, or a prompt token's rate beyond it, whichever is less."""
+def step_allreduce_seconds(terms: ServingTerms, decodes: ArrayLike, prompts: ArrayLike) -> F64:
+    """The all-reduces' per-token part of a step of ``decodes`` decode tokens and ``prompts``
+    computed prompt tokens: NCCL's (or an exchange's) linear parts, and the engine's curve over
+    all of them."""
+    t = terms
+    n, p = _f(decodes), _f(prompts)
+    curve = allreduce_curve_seconds(
+        t.allreduce_curve,
+        t.allreduce_exponent,
+        t.allreduce_curve_tokens,
+        t.allreduce_beyond_per_token,
+        n + p,
+    )
+    return _f(n * t.allreduce_per_token + p * t.prompt_allreduce_per_token + curve)
+
+
+def allreduce_curve_floor_per_token(terms: ServingTerms) -> F64:
+    """The least per-token cost of the engine's curve at any step's tokens (a lower bound): its
+    average at its end, or a token's beyond it, whichever is less."""
     t = terms
     with np.errstate(invalid="ignore", divide="ignore"):
         at_end = np.where(
@@ -431,13 +450,9 @@ def decode_allreduce_floor_per_token(terms: ServingTerms) -> F64:
             t.allreduce_curve * t.allreduce_curve_tokens ** (t.allreduce_exponent - 1.0),
             0.0,
         )
-    beyond = np.where(
-        np.isnan(t.allreduce_per_prompt_token),
-        0.0,
-        t.prompt_allreduce_per_token - t.allreduce_per_token,
+    return _f(
+        np.where(t.allreduce_curve > 0.0, np.minimum(at_end, t.allreduce_beyond_per_token), 0.0)
     )
-    engine = np.where(t.allreduce_curve > 0.0, np.minimum(at_end, np.maximum(beyond, 0.0)), 0.0)
-    return _f(t.allreduce_per_token + engine)
 
 
 def decode_gemm_width(model: Transformer, tp: ArrayLike, ffn_width: float | None = None) -> F64:
@@ -676,7 +691,7 @@ def serving_terms(
         per_token = allreduces * (step - zero) / STEP_COLLECTIVE_TOKENS
         prompt_delta = np.full_like(_f(per_token), np.nan)
         allreduce_curve, allreduce_exponent = np.zeros(()), np.ones(())
-        allreduce_curve_tokens = np.full((), np.inf)
+        allreduce_curve_tokens, allreduce_beyond = np.full((), np.inf), np.zeros(())
     else:
         # The engine's own kernel where it was measured: its floor, its concave curve in the
         # step's decode tokens, its prompt rate; else NCCL's ring, linear in the tokens.
@@ -696,10 +711,12 @@ def serving_terms(
         allreduce_curve_tokens = np.where(
             curve.measured, CURVE_TOP_BYTES * messages / one_token, np.inf
         )
-        # a prompt token's (NaN: no measured engine kernel, a decode token's)
-        prompt_delta = np.where(
-            curve.measured, allreduces * one_token / curve.prompt_rate / messages, np.nan
+        # beyond the curve's last measured message, a token at the prompt rate; a prompt token
+        # joins the decode tokens' message (NaN: priced as a decode token)
+        allreduce_beyond = np.where(
+            curve.measured, allreduces * one_token / curve.prompt_rate / messages, 0.0
         )
+        prompt_delta = np.full_like(_f(per_token), np.nan)
     per_token = per_token / groups  # each group all-reduces its own tokens
     a2a_base: F64 = np.zeros(())
     a2a_per_token: F64 = np.zeros(())
@@ -865,6 +882,7 @@ def serving_terms(
     per_token = (per_token + a2a_per_token / pp) / fraction
     prompt_delta = prompt_delta / fraction
     allreduce_curve = allreduce_curve / fraction
+    allreduce_beyond = allreduce_beyond / fraction
     # Norms, residual adds, the activation and RoPE: their bytes at the H100's measured streaming
     # rate, scaled to the chip's HBM as the KV read is; each stage runs its share of the layers.
     stream = H100_STREAM_GBPS * GB * hbm / (H100_DATASHEET_HBM_GBPS * GB) * memory_ratio * fraction
@@ -897,6 +915,7 @@ def serving_terms(
         allreduce_curve=_f(allreduce_curve) + 0.0 * g,
         allreduce_exponent=_f(allreduce_exponent) + 0.0 * g,
         allreduce_curve_tokens=_f(allreduce_curve_tokens) + 0.0 * g,
+        allreduce_beyond_per_token=_f(allreduce_beyond) + 0.0 * g,
         elementwise_per_token=_f(elementwise) + 0.0 * g,
         gemm_per_token_large_batch=_f(large_batch) + 0.0 * g,
         attention_groups=np.full_like(g, groups),
@@ -963,8 +982,7 @@ def step_seconds(
         terms.overhead
         + terms.allreduce_base
         + n * terms.sequence_overhead
-        + decode_allreduce_seconds(terms, n)
-        + p * terms.prompt_allreduce_per_token
+        + step_allreduce_seconds(terms, n, p)
         + (n + p) * terms.elementwise_per_token
         + gemm
         + context * terms.kv_read_per_token

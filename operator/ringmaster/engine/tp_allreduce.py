@@ -15,14 +15,13 @@ calibration/measured/aiconfigurator.json): each curve is fitted here as
 over all its sizes (least squares of the log error, calibration.aiconfigurator.fit_allreduce):
 concave, one exponent per curve (0.59-1: 0.7-1 at 2 GPUs, 0.59-0.9 at 8, where the switch is
 widest; lower on Blackwell than on Hopper). Beyond the largest measured message it goes on at the
-prompt rate, the curve's slope at a prefill chunk's sizes (32-128 MiB), which also prices a
-prompt token's bytes (a chunk's message runs at the bandwidth-bound kernel): the step charges a
-batch's decode tokens on the curve and its prompt tokens at that rate (engine.llm_step
-.ServingTerms). The curve's median |error| is 2-20 % on its own rows; the affine one it replaces
-(a floor and one rate fitted on the decode sizes, charged at every size) was off by 14-36 % in
-median at 8 GPUs and by up to 194 % at 128 MiB; NCCL's LL-ring latency model, which the step used
-before for every engine, by 13-70 %. That model stays for a chip, engine or GPU count without a
-measurement (AMD parts, TPUs, PCIe hosts).
+prompt rate, the curve's slope at a prefill chunk's sizes (32-128 MiB). A step's decode and
+prompt tokens share one message a layer: the step charges them on the curve at their sum
+(engine.llm_step.step_allreduce_seconds). The curve's median |error| is 2-20 % on its own
+rows; the affine one it replaces (a floor and one rate fitted on the decode sizes, charged at
+every size) was off by 14-36 % in median at 8 GPUs and by up to 194 % at 128 MiB; NCCL's LL-ring
+latency model, which the step used before for every engine, by 13-70 %. That model stays for a
+chip, engine or GPU count without a measurement (AMD parts, TPUs, PCIe hosts).
 """
 
 from __future__ import annotations
