@@ -377,9 +377,8 @@ class ServingTerms(NamedTuple):
     # prefills; 0 on the decode side of a disaggregated endpoint, where the prompt's KV cache
     # arrives computed (engine.llm_disaggregation) and the request only joins the batch.
     prompt_compute: F64 = np.ones(())
-    # A prompt token's share of the step's all-reduces where the engine's kernel was measured
-    # (engine.tp_allreduce: a prefill chunk's message runs at the bandwidth-bound kernel's rate,
-    # a decode batch's at the small-message one); NaN: the same as a decode token's.
+    # A prompt token's linear all-reduce cost where it differs from a decode token's (NaN: the
+    # same). An engine's measured kernel prices both on its curve (allreduce_curve, below).
     allreduce_per_prompt_token: F64 = np.full((), np.nan)
     # The memory-bound kernels one token (decode or prompt) runs through the layers: norms,
     # residual adds, the FFN's activation, RoPE, as fused kernels move them at the chip's
@@ -689,12 +688,11 @@ def serving_terms(
         step = reduce(one_token * STEP_COLLECTIVE_TOKENS)
         base = allreduces * zero
         per_token = allreduces * (step - zero) / STEP_COLLECTIVE_TOKENS
-        prompt_delta = np.full_like(_f(per_token), np.nan)
         allreduce_curve, allreduce_exponent = np.zeros(()), np.ones(())
         allreduce_curve_tokens, allreduce_beyond = np.full((), np.inf), np.zeros(())
     else:
-        # The engine's own kernel where it was measured: its floor, its concave curve in the
-        # step's decode tokens, its prompt rate; else NCCL's ring, linear in the tokens.
+        # The engine's own kernel where it was measured: its floor and its concave curve in the
+        # step's tokens (decode and prompt in one message); else NCCL's ring, linear in them.
         curve = engine_allreduce_terms(g, accelerator.name, serving_engine)
         nccl_base = allreduces * nccl_tp_allreduce_seconds(0.0, g, accelerator)
         nccl_per_token = allreduces * nccl_tp_allreduce_seconds(one_token, g, accelerator)
@@ -711,12 +709,10 @@ def serving_terms(
         allreduce_curve_tokens = np.where(
             curve.measured, CURVE_TOP_BYTES * messages / one_token, np.inf
         )
-        # beyond the curve's last measured message, a token at the prompt rate; a prompt token
-        # joins the decode tokens' message (NaN: priced as a decode token)
+        # beyond the curve's last measured message, a token at the prompt rate
         allreduce_beyond = np.where(
             curve.measured, allreduces * one_token / curve.prompt_rate / messages, 0.0
         )
-        prompt_delta = np.full_like(_f(per_token), np.nan)
     per_token = per_token / groups  # each group all-reduces its own tokens
     a2a_base: F64 = np.zeros(())
     a2a_per_token: F64 = np.zeros(())
@@ -880,7 +876,6 @@ def serving_terms(
     base = base + a2a_base
     # the all-reduce's (and exchange's) bytes grow with the batch: at the engine's fraction too
     per_token = (per_token + a2a_per_token / pp) / fraction
-    prompt_delta = prompt_delta / fraction
     allreduce_curve = allreduce_curve / fraction
     allreduce_beyond = allreduce_beyond / fraction
     # Norms, residual adds, the activation and RoPE: their bytes at the H100's measured streaming
@@ -911,7 +906,6 @@ def serving_terms(
         expert_weights_read=passes * routed_experts * w / (g * groups) / expert_hbm,
         expert_miss_per_token=np.full_like(g, miss),
         expert_gemm_per_token=_f(expert_gemm_per_token) + 0.0 * g,
-        allreduce_per_prompt_token=_f(per_token + prompt_delta) + 0.0 * g,
         allreduce_curve=_f(allreduce_curve) + 0.0 * g,
         allreduce_exponent=_f(allreduce_exponent) + 0.0 * g,
         allreduce_curve_tokens=_f(allreduce_curve_tokens) + 0.0 * g,
