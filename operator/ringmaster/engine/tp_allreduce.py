@@ -5,8 +5,8 @@ their own custom all-reduce (one-shot or two-shot kernels over NVLink peer memor
 the step's CUDA graph), TensorRT-LLM its AllReduce plugin. At the sizes a step moves (a batch of
 1-4,000 tokens x hidden 4k-16k, 16 KiB-128 MiB) they cost a few microseconds at the smallest and
 their rate per byte grows with the message: the engines switch from one-shot to two-shot to
-bandwidth-bound kernels as it grows (at 8 H100s under TensorRT-LLM, 36 GB/s a byte more at
-16-256 KiB, 250 GB/s at 32-128 MiB). NVIDIA's AIConfigurator measured them per chip, engine and
+bandwidth-bound kernels as it grows (at 8 H100s under TensorRT-LLM, 37 GB/s a byte more at
+16-256 KiB, 266 GB/s at 32-128 MiB). NVIDIA's AIConfigurator measured them per chip, engine and
 GPU count (its ``custom_allreduce_perf`` tables, 16 KiB-128 MiB; the subset in
 calibration/measured/aiconfigurator.json): each curve is fitted here as
 
