@@ -159,3 +159,21 @@ def test_the_engine_kernels_beat_nccls_model_on_their_own_curves():
             engine = by_role.get("fitted", by_role.get("checked"))
             assert engine is not None and engine < by_role["NCCL model"], (label, gpus)
     assert any(role == "checked" for _, _, role, _ in A.allreduce_checks())
+
+
+def test_the_plan_says_where_its_all_reduce_was_not_measured():
+    """The engine's kernel is measured at some GPU counts only (TensorRT-LLM on the GB200 at 2
+    and 4): at another count, or across hosts, the step runs NCCL's model and the evidence says
+    so for the replica's own degree, not for the chip."""
+    from ringmaster.engine.serving_engines import serving_engine, serving_evidence
+
+    trt = serving_engine("TensorRT-LLM")
+    at4 = serving_evidence(trt, "nvidia-gb200", 4)
+    assert "its tensor-parallel all-reduce, " in at4 and "NCCL" not in at4
+    at8 = serving_evidence(trt, "nvidia-gb200", 8)
+    assert "no TensorRT-LLM kernel measured at 8 GPUs on nvidia-gb200" in at8
+    assert "tensor-parallel all-reduce, " not in at8
+    assert "all-reduce" not in serving_evidence(trt, "nvidia-gb200", 1)
+    across = serving_evidence(trt, "nvidia-h100-80gb", 8, across_hosts=True)
+    assert "all-reduce across hosts NCCL's" in across
+    assert "tensor-parallel all-reduce, " not in across

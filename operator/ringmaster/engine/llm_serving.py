@@ -831,7 +831,7 @@ def _predict_layout(
         engine=profile.name,
         evidence=(
             f"engine {profile.name} ({inputs.engine_source or 'given'}); "
-            + serving_evidence(profile, acc.name)
+            + serving_evidence(profile, acc.name, tp, across_hosts=layout.tensor_hosts > 1)
             + prefill_attention_evidence(
                 ceilings_for(acc) if pool.ceilings is None else pool.ceilings, acc.nccl_arch
             )

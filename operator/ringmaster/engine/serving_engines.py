@@ -24,7 +24,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ringmaster.engine.ceilings import Ceilings
-from ringmaster.engine.tp_allreduce import ENGINE_KEYS, measured_allreduce
+from ringmaster.engine.tp_allreduce import ENGINE_KEYS, engine_allreduce, measured_allreduce
 
 SERVING_ENGINES = ("vLLM", "SGLang", "TensorRT-LLM")
 DEFAULT_SERVING_ENGINE = "vLLM"
@@ -406,8 +406,23 @@ def infer_serving_engine(image: str | None) -> tuple[str, str]:
     return DEFAULT_SERVING_ENGINE, "the default (spec.engine not set)"
 
 
-def serving_evidence(engine: ServingEngine, accelerator: str) -> str:
-    """What a serving prediction's step constants rest on, for the plan."""
+def serving_evidence(
+    engine: ServingEngine,
+    accelerator: str,
+    tensor_parallel: int | None = None,
+    across_hosts: bool = False,
+) -> str:
+    """What a serving prediction's step constants rest on, for the plan: at the replica's
+    ``tensor_parallel`` degree where given (its all-reduce is the engine's measured kernel only
+    at a GPU count AIConfigurator measured, inside one host: ``across_hosts`` runs NCCL's)."""
+    if tensor_parallel is None:
+        reduce_measured = measured_allreduce(accelerator, engine.name)
+    else:
+        reduce_measured = (
+            tensor_parallel > 1
+            and not across_hosts
+            and engine_allreduce(accelerator, engine.name, tensor_parallel) is not None
+        )
     fitted = "fitted on TensorRT-LLM's published H100 / H200 runs"
     chip = (
         ""
@@ -418,7 +433,7 @@ def serving_evidence(engine: ServingEngine, accelerator: str) -> str:
     kernels = [
         name
         for name, measured in (
-            ("tensor-parallel all-reduce", measured_allreduce(accelerator, engine.name)),
+            ("tensor-parallel all-reduce", reduce_measured),
             ("FP8 decode GEMMs", quantized_decode_gemm(accelerator, engine.name) is not None),
             (
                 "FP4 decode GEMMs",
@@ -442,10 +457,16 @@ def serving_evidence(engine: ServingEngine, accelerator: str) -> str:
         if kernels
         else ""
     )
-    if not measured_allreduce(accelerator, engine.name):
+    if across_hosts:
+        reduce += (
+            "; its tensor-parallel all-reduce across hosts NCCL's (over the hosts' NVLink domain"
+            " or NICs; the engines' kernels are measured inside one host)"
+        )
+    elif not reduce_measured and (tensor_parallel is None or tensor_parallel > 1):
+        at = f" at {tensor_parallel} GPUs" if tensor_parallel is not None else ""
         reduce += (
             f"; its tensor-parallel all-reduce NCCL's formula (no {engine.name} kernel measured"
-            f" on {accelerator})"
+            f"{at} on {accelerator})"
         )
     fraction, carried = engine_step_fraction(accelerator, engine.name)
     if fraction != 1.0 and carried is not None:
