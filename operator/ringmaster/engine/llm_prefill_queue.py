@@ -38,10 +38,10 @@ from numpy.typing import ArrayLike, NDArray
 
 from ringmaster.engine.llm_step import (
     ServingTerms,
-    allreduce_curve_seconds,
     decode_gemm_seconds_per_token,
     expert_fraction_read,
 )
+from ringmaster.engine.tp_allreduce import curve_seconds
 
 F64 = NDArray[np.float64]
 
@@ -157,7 +157,7 @@ class StepShape(NamedTuple):
         p = _f(p)
         dense = np.maximum(self.c + self.d * p, self.weights)
         if np.any(self.allreduce_curve):
-            dense = dense + allreduce_curve_seconds(
+            dense = dense + curve_seconds(
                 self.allreduce_curve,
                 self.allreduce_exponent,
                 self.allreduce_tokens,

@@ -136,6 +136,7 @@ from ringmaster.engine.step_parts import fused_forward_elementwise_bytes
 from ringmaster.engine.tp_allreduce import (
     CURVE_TOP_BYTES,
     MIB,
+    curve_seconds,
     engine_allreduce_seconds,
     engine_allreduce_terms,
 )
@@ -409,27 +410,13 @@ class ServingTerms(NamedTuple):
         return np.where(np.isnan(prompt), self.allreduce_per_token, prompt)
 
 
-def allreduce_curve_seconds(
-    curve: ArrayLike, exponent: ArrayLike, top: ArrayLike, beyond: ArrayLike, tokens: ArrayLike
-) -> F64:
-    """An engine's measured all-reduces above their floor for a step of ``tokens`` (the fields
-    of ServingTerms and prefill_queue.StepShape): a bigger batch sends one bigger message at a
-    better rate."""
-    x = _f(tokens)
-    within = np.minimum(x, top)
-    above = np.maximum(x - _f(top), 0.0)
-    with np.errstate(invalid="ignore"):
-        tail = np.where(above > 0.0, above * _f(beyond), 0.0)
-    return _f(_f(curve) * within ** _f(exponent) + tail)
-
-
 def step_allreduce_seconds(terms: ServingTerms, decodes: ArrayLike, prompts: ArrayLike) -> F64:
     """The all-reduces' per-token part of a step of ``decodes`` decode tokens and ``prompts``
     computed prompt tokens: NCCL's (or an exchange's) linear parts, and the engine's curve over
     all of them."""
     t = terms
     n, p = _f(decodes), _f(prompts)
-    curve = allreduce_curve_seconds(
+    curve = curve_seconds(
         t.allreduce_curve,
         t.allreduce_exponent,
         t.allreduce_curve_tokens,

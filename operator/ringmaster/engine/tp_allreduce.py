@@ -102,14 +102,26 @@ class AllreduceCurve(NamedTuple):
 
     def decode_seconds(self, nbytes: ArrayLike) -> NDArray[np.float64]:
         """The curve at ``nbytes`` (at the prompt rate beyond CURVE_TOP_BYTES)."""
-        size = np.asarray(nbytes, dtype=np.float64)
-        within = np.minimum(size, CURVE_TOP_BYTES)
-        above = np.maximum(size - CURVE_TOP_BYTES, 0.0)
-        curve = self.floor + self.at_mib * (within / MIB) ** self.exponent
-        return np.asarray(curve + above / self.prompt_rate, dtype=np.float64)
+        curve = self.at_mib * MIB ** (-self.exponent)
+        beyond = 1.0 / self.prompt_rate
+        above = curve_seconds(curve, self.exponent, CURVE_TOP_BYTES, beyond, nbytes)
+        return np.asarray(self.floor + above, dtype=np.float64)
 
     def prompt_seconds(self, nbytes: ArrayLike) -> NDArray[np.float64]:
         return np.asarray(self.floor + np.asarray(nbytes, float) / self.prompt_rate, np.float64)
+
+
+def curve_seconds(
+    curve: ArrayLike, exponent: ArrayLike, top: ArrayLike, beyond: ArrayLike, size: ArrayLike
+) -> NDArray[np.float64]:
+    """A measured curve above its floor at ``size`` (bytes, or a step's tokens with the curve in
+    their units): ``curve x size ** exponent`` up to ``top``, then ``beyond`` a unit more."""
+    x = np.asarray(size, dtype=np.float64)
+    within = np.minimum(x, top)
+    above = np.maximum(x - np.asarray(top, dtype=np.float64), 0.0)
+    with np.errstate(invalid="ignore"):
+        tail = np.where(above > 0.0, above * np.asarray(beyond, dtype=np.float64), 0.0)
+    return np.asarray(np.asarray(curve) * within ** np.asarray(exponent) + tail, np.float64)
 
 
 def measured_allreduce(accelerator: str, engine: str) -> bool:
@@ -143,18 +155,20 @@ def engine_allreduce_seconds(
     ``measured`` is False where no fit exists (the seconds are then 0 and the caller's model
     applies)."""
     size, peers = np.broadcast_arrays(np.asarray(nbytes, float), np.asarray(ranks, float))
-    out = np.zeros(size.shape)
-    measured = np.zeros(size.shape, dtype=bool)
-    if engine is None:
-        return out, measured
-    for p in np.unique(peers):
-        fit = engine_allreduce(accelerator, engine, int(p)) if p > 1 else None
-        if fit is None:
-            continue
-        where = peers == p
-        out[where] = (fit.prompt_seconds if prompt else fit.decode_seconds)(size[where])
-        measured[where] = True
-    return out, measured
+    t = engine_allreduce_terms(peers, accelerator, engine)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        above = (
+            size / t.prompt_rate
+            if prompt
+            else curve_seconds(
+                t.at_mib * MIB ** (-t.exponent),
+                t.exponent,
+                CURVE_TOP_BYTES,
+                1.0 / t.prompt_rate,
+                size,
+            )
+        )
+    return np.where(t.measured, t.floor + above, 0.0), t.measured
 
 
 class CurveTerms(NamedTuple):
