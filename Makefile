@@ -4,6 +4,8 @@
 SHELL := /bin/bash
 PYTHON ?= python3
 PYTEST ?= $(PYTHON) -m pytest
+# Every tool runs as a module of this Python: its scripts directory need not be on PATH (CI's is not).
+RINGMASTER ?= $(PYTHON) -m ringmaster
 # The control-plane binaries: built once per version into ~/.cache/ringmaster (hack/cluster-tools.sh).
 BIN_DIR = $(shell bash hack/cluster-tools.sh)
 # What a bare cluster needs (no Kueue, LeaderWorkerSet or helm): cluster-up and cluster-down.
@@ -26,10 +28,10 @@ tools:  ## build (or find cached) etcd, kube-*, kubectl, kwok, helm, Kueue, Lead
 	@bash hack/cluster-tools.sh
 
 cluster-up:  ## bring the local kwok cluster up with its simulated node pools
-	RINGMASTER_BIN_DIR=$(CLUSTER_BIN_DIR) ringmaster cluster up
+	RINGMASTER_BIN_DIR=$(CLUSTER_BIN_DIR) $(RINGMASTER) cluster up
 
 cluster-down:  ## delete the local cluster
-	RINGMASTER_BIN_DIR=$(CLUSTER_BIN_DIR) ringmaster cluster down
+	RINGMASTER_BIN_DIR=$(CLUSTER_BIN_DIR) $(RINGMASTER) cluster down
 
 demo: install  ## cluster up, CRDs and examples applied, the operator's decisions shown
 	bash hack/demo.sh  # builds only the components it runs (etcd kwok kube lws gie)
@@ -44,13 +46,13 @@ test-e2e:  ## the tests on local clusters
 	RINGMASTER_BIN_DIR=$(BIN_DIR) $(PYTEST) $(XDIST) tests/e2e
 
 lint:  ## ruff and mypy
-	ruff check operator tests benchmarks
-	ruff format --check operator tests benchmarks
-	mypy
+	$(PYTHON) -m ruff check operator tests benchmarks
+	$(PYTHON) -m ruff format --check operator tests benchmarks
+	$(PYTHON) -m mypy
 
 format:  ## apply ruff's formatting and safe fixes
-	ruff check --fix operator tests benchmarks
-	ruff format operator tests benchmarks
+	$(PYTHON) -m ruff check --fix operator tests benchmarks
+	$(PYTHON) -m ruff format operator tests benchmarks
 
 bench-engine:  ## the engine's speed: evaluations per second, one plan's latency, import time
 	$(PYTHON) benchmarks/bench_engine.py
@@ -59,5 +61,5 @@ bench-scale:  ## the operator on 2000 simulated A100 hosts in blocks of 16 with 
 	RINGMASTER_BIN_DIR=$(BIN_DIR) $(PYTHON) benchmarks/bench_scale.py
 
 crds:  ## regenerate crds/ and docs/api.md from the API models, and the chart's copy of crds/
-	ringmaster crds --output-dir crds --reference docs/api.md
+	$(RINGMASTER) crds --output-dir crds --reference docs/api.md
 	cp crds/*.yaml charts/ringmaster/crds/

@@ -10,6 +10,9 @@ cd "$(dirname "$0")/.."
 # later `hack/cluster-tools.sh` with no arguments builds those into the same directory).
 export RINGMASTER_BIN_DIR=${RINGMASTER_BIN_DIR:-$(bash hack/cluster-tools.sh etcd kwok kube lws gie)}
 export PATH="$RINGMASTER_BIN_DIR:$PATH"
+# The CLI as a module of the Python `make install` used: its scripts directory need not be on PATH.
+PYTHON=${PYTHON:-python3}
+ringmaster() { "$PYTHON" -m ringmaster "$@"; }
 namespace=ringmaster-demo
 log=${RINGMASTER_CACHE_DIR:-$HOME/.cache/ringmaster}/demo-operator.log
 
@@ -49,7 +52,8 @@ kubectl wait --for=condition=Established -f crds/ --timeout=60s
 step "operator (ringmaster run; log: $log)"
 mkdir -p "$(dirname "$log")"
 # --lws auto: the 405B endpoint's 2-host replicas run as LeaderWorkerSet groups.
-ringmaster run --metrics-port 0 --lws auto >"$log" 2>&1 &
+# Not through the function, so that $! is the operator itself and the trap below stops it.
+"$PYTHON" -m ringmaster run --metrics-port 0 --lws auto >"$log" 2>&1 &
 operator=$!
 if [[ ${KEEP_OPERATOR:-0} != 1 ]]; then trap 'kill $operator 2>/dev/null || true' EXIT; fi
 
