@@ -105,3 +105,32 @@ def test_stopping_a_cluster_ends_its_processes_and_spares_the_cluster_beside_it(
         for process in (started, stubborn, other):
             process.kill()
             process.wait()
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads /proc")
+def test_stopping_returns_only_once_a_killed_process_has_exited(tmp_path, monkeypatch):
+    """A SIGKILLed kube-apiserver keeps its command line, and its ports, until the kernel has
+    torn it down (a moment on a loaded machine): stop_processes waits for that, so `down` ends
+    with nothing of the cluster left (stop 62's CI found a kube-apiserver still there). The
+    teardown is drawn out here: the process reads as running for 0.5 s after it has gone."""
+    from ringmaster.localcluster import cluster
+
+    mine = tmp_path / "rm"
+    stubborn = sleeper("--data-dir", str(mine / "etcd"), ignore_term=True)
+    real_still_runs = cluster._still_runs
+    gone_at: list[float] = []
+
+    def slow_to_exit(process: Process) -> bool:
+        if real_still_runs(process):
+            return True
+        gone_at.append(gone_at[0] if gone_at else time.monotonic())
+        return time.monotonic() - gone_at[0] < 0.5
+
+    monkeypatch.setattr(cluster, "_still_runs", slow_to_exit)
+    try:
+        stop_processes(mine, grace_seconds=0.2)
+        assert gone_at and time.monotonic() - gone_at[0] >= 0.5
+        assert stubborn.wait(5) == -signal.SIGKILL
+    finally:
+        stubborn.kill()
+        stubborn.wait()

@@ -384,27 +384,42 @@ def _ancestors() -> set[int]:
     return pids
 
 
-def stop_processes(directory: Path, grace_seconds: float = 2.0) -> list[Process]:
+def stop_processes(
+    directory: Path, grace_seconds: float = 2.0, kill_wait_seconds: float = 15.0
+) -> list[Process]:
     """Stop every process of the cluster in `directory` that still runs: SIGTERM, then SIGKILL
-    for any left after `grace_seconds`. Returns those it found."""
+    for any left after `grace_seconds`, and return once they have exited (at most
+    `kill_wait_seconds` after the SIGKILL). Returns those it found."""
     spared = _ancestors()
     found = [p for p in processes_in(directory, running_processes()) if p.pid not in spared]
     for process in found:
         _log(f"stopping {process.name} (pid {process.pid}), still running after kwokctl")
         with contextlib.suppress(ProcessLookupError):
             os.kill(process.pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_seconds
-    left = found
+    left = _wait_until_exited(found, grace_seconds)
+    for process in left:
+        _log(f"killing {process.name} (pid {process.pid}): it ignored SIGTERM")
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, signal.SIGKILL)
+    # A killed process keeps its command line (and its ports) until the kernel has torn it
+    # down: returning at once let a `down` end with a kube-apiserver still there (stop 62's CI).
+    for process in _wait_until_exited(left, kill_wait_seconds):
+        _log(
+            f"{process.name} (pid {process.pid}) still runs {kill_wait_seconds:.0f} s after SIGKILL"
+        )
+    return found
+
+
+def _wait_until_exited(processes: list[Process], seconds: float) -> list[Process]:
+    """Wait up to `seconds` for the processes to exit; those still running."""
+    deadline = time.monotonic() + seconds
+    left = processes
     while left:
         left = [p for p in left if _still_runs(p)]
         if not left or time.monotonic() >= deadline:
             break
         time.sleep(0.1)
-    for process in left:
-        _log(f"killing {process.name} (pid {process.pid}): it ignored SIGTERM")
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(process.pid, signal.SIGKILL)
-    return found
+    return left
 
 
 def _still_runs(process: Process) -> bool:
