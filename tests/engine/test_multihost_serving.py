@@ -124,10 +124,8 @@ def test_tp_across_hosts_is_charged_at_the_steps_message_not_one_tokens() -> Non
     step's bytes, every layer twice; at the 1,670 tokens of a loaded step they stay within the
     collective's own figure (the secant lies under the concave curve, the base carries the
     latency), where one token's slope times the tokens was several times it."""
-    from ringmaster.engine.llm_step import (
-        STEP_COLLECTIVE_TOKENS,
-        cross_host_allreduce_seconds,
-    )
+    from ringmaster.engine.llm_step import STEP_COLLECTIVE_TOKENS
+    from ringmaster.engine.tp_allreduce import cross_host_allreduce_seconds
 
     terms, fabric, machine, acc = _span_terms(H100, 8, 16, "a3-megagpu-8g")
     layers = 2.0 * LLAMA_405B.layers

@@ -26,7 +26,7 @@ def test_one_all_reduce_by_hand():
     floor_us, at_mib_us, exponent, prompt_gbps = T.ENGINE_ALLREDUCE[
         ("nvidia-h100-80gb", "trtllm", 8)
     ]
-    seconds = S.tensor_parallel_allreduce_seconds(2 * MIB, 8, H100, "TensorRT-LLM")
+    seconds = T.tensor_parallel_allreduce_seconds(2 * MIB, 8, H100, "TensorRT-LLM")
     assert float(seconds) == pytest.approx((floor_us + at_mib_us * 2.0**exponent) * 1e-6)
     prompt, measured = T.engine_allreduce_seconds(
         2 * MIB, 8, "nvidia-h100-80gb", "TensorRT-LLM", prompt=True
@@ -35,8 +35,8 @@ def test_one_all_reduce_by_hand():
     assert float(prompt) == pytest.approx(floor_us * 1e-6 + 2 * MIB / (prompt_gbps * 1e9))
     # beyond the largest measured message the curve goes on at the prompt rate
     top = T.CURVE_TOP_BYTES
-    beyond = S.tensor_parallel_allreduce_seconds(top + 64 * MIB, 8, H100, "TensorRT-LLM")
-    at_top = S.tensor_parallel_allreduce_seconds(top, 8, H100, "TensorRT-LLM")
+    beyond = T.tensor_parallel_allreduce_seconds(top + 64 * MIB, 8, H100, "TensorRT-LLM")
+    at_top = T.tensor_parallel_allreduce_seconds(top, 8, H100, "TensorRT-LLM")
     assert float(beyond - at_top) == pytest.approx(64 * MIB / (prompt_gbps * 1e9))
 
 
@@ -65,7 +65,7 @@ def test_a_larger_batch_all_reduces_each_token_for_less():
     assert per_token[0] > per_token[1] > per_token[2]
     one_token = S.ACTIVATION_BYTES * model.hidden
     for n, p in ((16.0, 0.0), (256.0, 0.0), (64.0, 2048.0), (0.0, 128.0), (2048.0, 8192.0)):
-        message = S.tensor_parallel_allreduce_seconds((n + p) * one_token, 8, H100, "TensorRT-LLM")
+        message = T.tensor_parallel_allreduce_seconds((n + p) * one_token, 8, H100, "TensorRT-LLM")
         whole = float(t.allreduce_base) + float(S.step_allreduce_seconds(t, n, p))
         assert whole == pytest.approx(2.0 * model.layers * float(message), rel=1e-9)
     # NCCL's model (no engine kernel measured) stays linear in the tokens
@@ -93,16 +93,16 @@ def test_the_closed_form_keeps_a_lower_bound_per_token():
 def test_without_a_measured_kernel_the_step_keeps_nccls_model():
     mi300x = DEFAULT_CATALOG.accelerator("amd-mi300x")
     for acc, engine, ranks in ((mi300x, "vLLM", 8), (H100, None, 8), (H100, "vLLM", 16)):
-        got = S.tensor_parallel_allreduce_seconds(MIB, ranks, acc, engine)
-        assert float(got) == pytest.approx(float(S.nccl_tp_allreduce_seconds(MIB, ranks, acc)))
+        got = T.tensor_parallel_allreduce_seconds(MIB, ranks, acc, engine)
+        assert float(got) == pytest.approx(float(T.nccl_tp_allreduce_seconds(MIB, ranks, acc)))
 
 
 def test_an_array_of_tensor_degrees_mixes_measured_and_modelled():
     ranks = np.array([2.0, 8.0, 16.0])
-    got = S.tensor_parallel_allreduce_seconds(MIB, ranks, H100, "vLLM")
+    got = T.tensor_parallel_allreduce_seconds(MIB, ranks, H100, "vLLM")
     for i, r in enumerate(ranks):
         assert got[i] == pytest.approx(
-            float(S.tensor_parallel_allreduce_seconds(MIB, r, H100, "vLLM"))
+            float(T.tensor_parallel_allreduce_seconds(MIB, r, H100, "vLLM"))
         )
 
 

@@ -44,9 +44,8 @@ import numpy as np
 from ringmaster.calibration.ceilings import _fit_decode_attention_terms, _fit_decode_gemm_terms
 from ringmaster.engine import ceilings as CE
 from ringmaster.engine.hardware import DEFAULT_CATALOG
-from ringmaster.engine.llm_step import nccl_tp_allreduce_seconds
 from ringmaster.engine.serving_engines import ENGINE_DECODE_ATTENTION, ENGINE_GEMM_RATE
-from ringmaster.engine.tp_allreduce import MIB, engine_allreduce_seconds
+from ringmaster.engine.tp_allreduce import MIB, engine_allreduce_seconds, nccl_tp_allreduce_seconds
 
 AIC_FILE = Path(__file__).with_name("measured") / "aiconfigurator.json"
 DECODE_MAX_M = 512  # the GEMM rows at decode batches; larger ones are prefill's

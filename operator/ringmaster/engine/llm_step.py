@@ -93,7 +93,6 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ringmaster.engine import collectives
-from ringmaster.engine.alpha_beta_collectives import ring_allreduce
 from ringmaster.engine.ceilings import (
     CHIP_DECODE_TERMS,
     DECODE_ATTENTION_KERNEL,
@@ -110,9 +109,6 @@ from ringmaster.engine.ceilings import (
 )
 from ringmaster.engine.efficiency import (
     NETWORK_HOP_LATENCY,
-    NVLINK_EFFICIENCY,
-    PCIE_EFFICIENCY,
-    XGMI_EFFICIENCY,
 )
 from ringmaster.engine.expert_dispatch import (
     DEFAULT_DISPATCHER,
@@ -135,10 +131,13 @@ from ringmaster.engine.serving_engines import (
 from ringmaster.engine.step_parts import fused_forward_elementwise_bytes
 from ringmaster.engine.tp_allreduce import (
     CURVE_TOP_BYTES,
+    LINK_EFFICIENCY,
     MIB,
+    TP_HOP_LATENCY,
+    cross_host_allreduce_seconds,
     curve_seconds,
-    engine_allreduce_seconds,
     engine_allreduce_terms,
+    nccl_tp_allreduce_seconds,
 )
 from ringmaster.engine.transformer import Transformer
 from ringmaster.engine.units import GB, US
@@ -205,18 +204,6 @@ LLM_SEQUENCE_OVERHEAD_SECONDS = 0.0
 # decode GEMMs' compute kept at the fitted fraction (the weights, KV and floors measured) the
 # checked rows are at 26.5 % (+9.3 %): no better either. docs: issue 46, part 5.
 MEASURED_DECODE = False
-# NCCL's tuning model for small messages, which tensor-parallel activations are (a few MB at
-# most): ring algorithm, LL protocol (nccl src/graph/tuning.cc: baseLat ring LL 6.6 us, hwLat
-# ring LL 0.6 us on NVLink, 1.0 us on PCIe).
-TP_ALLREDUCE_BASE_LATENCY = 6.6 * US
-# ICI and xGMI (RCCL keeps NCCL's tuner): NVLink's hop borrowed.
-TP_HOP_LATENCY = {"nvlink": 0.6 * US, "pcie": 1.0 * US, "ici": 0.6 * US, "xgmi": 0.6 * US}
-_LINK_EFFICIENCY = {
-    "nvlink": NVLINK_EFFICIENCY,
-    "pcie": PCIE_EFFICIENCY,
-    "ici": NVLINK_EFFICIENCY,
-    "xgmi": XGMI_EFFICIENCY,
-}
 # Activations travel in 16-bit whatever the weights are (FP8 and W4A16 kernels emit BF16/FP16).
 ACTIVATION_BYTES = 2.0
 # vLLM's KV-cache block: 16 tokens (vllm/config CacheConfig block_size default). A sequence holds
@@ -226,59 +213,6 @@ KV_BLOCK_TOKENS = 16
 
 def _f(x: ArrayLike) -> F64:
     return np.asarray(x, dtype=np.float64)
-
-
-def tensor_parallel_allreduce_seconds(
-    nbytes: ArrayLike,
-    ranks: ArrayLike,
-    accelerator: Accelerator,
-    serving_engine: str | None = None,
-) -> F64:
-    """One all-reduce of ``nbytes`` over the replica's ``ranks`` accelerators on their host link:
-    the serving engine's own kernel where it was measured on the chip (engine.tp_allreduce),
-    else NCCL's small-message ring. The only call into the collective model: switching it is a
-    one-place change."""
-    if serving_engine is None:
-        return nccl_tp_allreduce_seconds(nbytes, ranks, accelerator)
-    seconds, measured = engine_allreduce_seconds(nbytes, ranks, accelerator.name, serving_engine)
-    if np.all(measured):
-        return seconds
-    return np.where(measured, seconds, nccl_tp_allreduce_seconds(nbytes, ranks, accelerator))
-
-
-def nccl_tp_allreduce_seconds(nbytes: ArrayLike, ranks: ArrayLike, accelerator: Accelerator) -> F64:
-    """NCCL's ring, LL protocol, over the host link (TP_ALLREDUCE_BASE_LATENCY, TP_HOP_LATENCY)."""
-    link = accelerator.intra_link
-    # On an xGMI mesh only the links among the ``ranks`` GPUs carry it.
-    bandwidth = collectives.link_bandwidth(accelerator, ranks) * _LINK_EFFICIENCY[link]
-    ring = ring_allreduce(nbytes, ranks, bandwidth, TP_HOP_LATENCY[link], TP_ALLREDUCE_BASE_LATENCY)
-    return ring.seconds
-
-
-def cross_host_allreduce_seconds(
-    nbytes: ArrayLike,
-    tp: int,
-    per_host: int,
-    fabric: collectives.GpuFabric,
-    machine: MachineType | None = None,
-    accelerator: Accelerator | None = None,
-) -> F64:
-    """One all-reduce of ``nbytes`` over ``tp`` ranks that span ``tp / per_host`` hosts: what
-    NCCL's tuner runs there (ring, tree, NVLS-tree; LL at small sizes) on the hosts' NICs, or,
-    where the hosts share one NVLink domain (``machine.nvlink_domain``: trays of a GB200 NVL72
-    rack), over NVLink as one NCCL node (collectives.domain_collective)."""
-    hosts = max(1, math.ceil(tp / per_host))
-    if (
-        machine is not None
-        and accelerator is not None
-        and machine.nvlink_domain > machine.accelerator_count
-    ):
-        return collectives.domain_collective(
-            collectives.ALL_REDUCE, nbytes, hosts, tp // hosts, machine, accelerator
-        ).seconds
-    return collectives.nccl_collective(
-        collectives.ALL_REDUCE, nbytes, hosts, tp // hosts, fabric, with_busbw=False
-    ).seconds
 
 
 def pipeline_send_seconds(
@@ -296,7 +230,7 @@ def pipeline_send_seconds(
     if across_hosts:
         return per_rank / nic_share + NETWORK_HOP_LATENCY
     link = accelerator.intra_link
-    bandwidth = accelerator.intra_bandwidth * _LINK_EFFICIENCY[link]
+    bandwidth = accelerator.intra_bandwidth * LINK_EFFICIENCY[link]
     return per_rank / bandwidth + TP_HOP_LATENCY[link]
 
 

@@ -26,10 +26,17 @@ chip, engine or GPU count without a measurement (AMD parts, TPUs, PCIe hosts).
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+
+from ringmaster.engine import collectives
+from ringmaster.engine.alpha_beta_collectives import ring_allreduce
+from ringmaster.engine.efficiency import NVLINK_EFFICIENCY, PCIE_EFFICIENCY, XGMI_EFFICIENCY
+from ringmaster.engine.hardware import Accelerator, MachineType
+from ringmaster.engine.units import US
 
 AIC_ALLREDUCE_SOURCE = (
     "ai-dynamo/aiconfigurator @ 095f58a5, custom_allreduce_perf (vLLM 0.19.0 / 0.14.0 on the"
@@ -42,6 +49,19 @@ MIB = 2.0**20
 # The largest message AIConfigurator measured (64 Mi bf16 elements): the curve's end; beyond
 # it a message grows at the prompt rate.
 CURVE_TOP_BYTES = 128.0 * MIB
+
+# NCCL's tuning model for small messages, which tensor-parallel activations are (a few MB at
+# most): ring algorithm, LL protocol (nccl src/graph/tuning.cc: baseLat ring LL 6.6 us, hwLat
+# ring LL 0.6 us on NVLink, 1.0 us on PCIe).
+TP_ALLREDUCE_BASE_LATENCY = 6.6 * US
+# ICI and xGMI (RCCL keeps NCCL's tuner): NVLink's hop borrowed.
+TP_HOP_LATENCY = {"nvlink": 0.6 * US, "pcie": 1.0 * US, "ici": 0.6 * US, "xgmi": 0.6 * US}
+LINK_EFFICIENCY = {
+    "nvlink": NVLINK_EFFICIENCY,
+    "pcie": PCIE_EFFICIENCY,
+    "ici": NVLINK_EFFICIENCY,
+    "xgmi": XGMI_EFFICIENCY,
+}
 
 # (accelerator, engine, GPUs) -> (floor us, us at 1 MiB above the floor, exponent, prompt rate
 # GB/s): calibration.aiconfigurator.derive_engine_allreduce refits every entry; a test keeps
@@ -196,3 +216,58 @@ def engine_allreduce_terms(ranks: ArrayLike, accelerator: str, engine: str | Non
         exponent[where], prompt_rate[where] = fit.exponent, fit.prompt_rate
         measured[where] = True
     return CurveTerms(floor, at_mib, exponent, prompt_rate, measured)
+
+
+def tensor_parallel_allreduce_seconds(
+    nbytes: ArrayLike,
+    ranks: ArrayLike,
+    accelerator: Accelerator,
+    serving_engine: str | None = None,
+) -> NDArray[np.float64]:
+    """One all-reduce of ``nbytes`` over the replica's ``ranks`` accelerators on their host link:
+    the serving engine's own kernel where it was measured on the chip (ENGINE_ALLREDUCE),
+    else NCCL's small-message ring. The step itself charges the same two models through
+    engine_allreduce_terms and nccl_tp_allreduce_seconds (engine.llm_step.serving_terms)."""
+    if serving_engine is None:
+        return nccl_tp_allreduce_seconds(nbytes, ranks, accelerator)
+    seconds, measured = engine_allreduce_seconds(nbytes, ranks, accelerator.name, serving_engine)
+    if np.all(measured):
+        return seconds
+    return np.where(measured, seconds, nccl_tp_allreduce_seconds(nbytes, ranks, accelerator))
+
+
+def nccl_tp_allreduce_seconds(
+    nbytes: ArrayLike, ranks: ArrayLike, accelerator: Accelerator
+) -> NDArray[np.float64]:
+    """NCCL's ring, LL protocol, over the host link (TP_ALLREDUCE_BASE_LATENCY, TP_HOP_LATENCY)."""
+    link = accelerator.intra_link
+    # On an xGMI mesh only the links among the ``ranks`` GPUs carry it.
+    bandwidth = collectives.link_bandwidth(accelerator, ranks) * LINK_EFFICIENCY[link]
+    ring = ring_allreduce(nbytes, ranks, bandwidth, TP_HOP_LATENCY[link], TP_ALLREDUCE_BASE_LATENCY)
+    return ring.seconds
+
+
+def cross_host_allreduce_seconds(
+    nbytes: ArrayLike,
+    tp: int,
+    per_host: int,
+    fabric: collectives.GpuFabric,
+    machine: MachineType | None = None,
+    accelerator: Accelerator | None = None,
+) -> NDArray[np.float64]:
+    """One all-reduce of ``nbytes`` over ``tp`` ranks that span ``tp / per_host`` hosts: what
+    NCCL's tuner runs there (ring, tree, NVLS-tree; LL at small sizes) on the hosts' NICs, or,
+    where the hosts share one NVLink domain (``machine.nvlink_domain``: trays of a GB200 NVL72
+    rack), over NVLink as one NCCL node (collectives.domain_collective)."""
+    hosts = max(1, math.ceil(tp / per_host))
+    if (
+        machine is not None
+        and accelerator is not None
+        and machine.nvlink_domain > machine.accelerator_count
+    ):
+        return collectives.domain_collective(
+            collectives.ALL_REDUCE, nbytes, hosts, tp // hosts, machine, accelerator
+        ).seconds
+    return collectives.nccl_collective(
+        collectives.ALL_REDUCE, nbytes, hosts, tp // hosts, fabric, with_busbw=False
+    ).seconds
