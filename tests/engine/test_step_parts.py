@@ -30,6 +30,7 @@ from ringmaster.engine.step_parts import (
     ATTENTION_BACKWARD_FLOPS,
     micro_batch_parts,
     optimizer_seconds,
+    ring_attention_flops,
 )
 from ringmaster.engine.transformer import Transformer
 
@@ -310,6 +311,41 @@ def test_a_context_parallel_plan_states_the_checked_cp_runs_beside_its_cell():
 
 
 # --- attention occupancy (step_kernels, 2026-11-27d) ---------------------------------------------
+
+
+def test_ring_attention_by_hand_and_never_faster_per_flop_than_one_call():
+    """Context parallelism with the head-tail balance (Transformer Engine's P2P ring, PyTorch's
+    context_parallel): a rank's s / c queries run as one causal call on s / c tokens and c - 1
+    ring steps of equal FLOPs, half of them against half a chunk (the key loop of a causal call
+    of s / c), half with half the queries against a whole chunk (that of 2 s / c). At 8,192
+    tokens over 2 ranks: 3/4 of the FLOPs at the 4,096-token rate, 1/4 at the 8,192-token one.
+    A shorter key loop spreads a tile's fixed cost over less work: the ring never runs a FLOP
+    faster than one call over the whole sequence would."""
+    hw = h100("Megatron")
+    ce = hw.ceilings
+    for direction in ("forward", "backward"):
+        at = {s: float(ce.attention_flops("cudnn", direction, s, 128)) for s in (4096, 8192)}
+        mixed = 1.0 / (0.75 / at[4096] + 0.25 / at[8192])
+        got = float(ring_attention_flops(ce, "cudnn", direction, LLAMA_8B, 2))
+        assert got == pytest.approx(mixed, rel=1e-12)
+        assert float(ring_attention_flops(ce, "cudnn", direction, LLAMA_8B, 1)) == at[8192]
+        rates = [
+            float(ring_attention_flops(ce, "cudnn", direction, LLAMA_8B, c)) for c in (1, 2, 4, 8)
+        ]
+        assert rates == sorted(rates, reverse=True) and rates[-1] < rates[0]
+    # In the step: a rank of a 2-way ring computes half the FLOPs of the whole sequence, at the
+    # ring's rate and at its own s / c call's occupancy.
+    tokens = 4096.0
+    fwd = 0.5 * LLAMA_8B.attention_flops_per_token(8192) / LLAMA_8B.layers * tokens
+    filled = float(ce.attention_occupancy(1, 32, 4096))
+    expected = (
+        fwd / (float(ring_attention_flops(ce, "cudnn", "forward", LLAMA_8B, 2)) * filled)
+        + ATTENTION_BACKWARD_FLOPS
+        * fwd
+        / (float(ring_attention_flops(ce, "cudnn", "backward", LLAMA_8B, 2)) * filled)
+    ) / hw.attention_derate
+    parts = micro_batch_parts(LLAMA_8B, hw, 1, 1, 1, RECOMPUTE_NONE, context=2)
+    assert float(parts.attention) == pytest.approx(32 * expected, rel=1e-9)
 
 
 def test_attention_occupancy_by_hand():

@@ -51,6 +51,7 @@ from ringmaster.engine.moe_training import MOE_LOAD_IMBALANCE
 from ringmaster.engine.transformer import Transformer
 
 if TYPE_CHECKING:
+    from ringmaster.engine.ceilings import Ceilings
     from ringmaster.engine.llm_training import LayoutHardware
 
 F64 = NDArray[np.float64]
@@ -237,12 +238,8 @@ def micro_batch_parts(
         # sequence: few of them leave SMs idle (Ceilings.attention_occupancy); the backward's
         # key-block tiles count as the forward's query tiles
         filled = ce.attention_occupancy(micro_batch, model.heads / t, model.sequence_length / c)
-        fwd_rate = (
-            ce.attention_flops(kernel, "forward", model.sequence_length, model.head_dim) * filled
-        )
-        bwd_rate = (
-            ce.attention_flops(kernel, "backward", model.sequence_length, model.head_dim) * filled
-        )
+        fwd_rate = ring_attention_flops(ce, kernel, "forward", model, c) * filled
+        bwd_rate = ring_attention_flops(ce, kernel, "backward", model, c) * filled
         derate = hw.attention_derate
         attention = (causal_fwd * (1.0 + redo) / fwd_rate) + (
             ATTENTION_BACKWARD_FLOPS * causal_fwd / bwd_rate
@@ -332,6 +329,28 @@ HF_FORK_ADDS = 5.0
 # The linear layers whose input autocast casts to bf16 (q, k, v, gate, up; the output and down
 # projections take bf16 already).
 HF_CAST_INPUTS = 5.0
+
+
+def ring_attention_flops(
+    ce: Ceilings, kernel: str, direction: str, model: Transformer, context: ArrayLike
+) -> F64:
+    """The attention kernel's rate over a rank's calls under ``context``-way ring attention.
+
+    A kernel's rate was measured on causal calls of s tokens, whose key loop is s / 2 long on
+    average: the longer the loop, the better a tile's fixed cost is spread (Ceilings
+    .attention_flops). Context parallelism with the head-tail load balance (Transformer
+    Engine's AttnFuncWithCPAndKVP2P, PyTorch's context_parallel) runs each rank's s / c queries
+    as c calls of equal FLOPs: one causal call on its own s / c tokens, then, per ring step, all
+    its queries against half a peer's K/V chunk (s / 2c keys) or its second half of queries
+    against a whole chunk (s / c keys); averaged over the ring's ranks, half of the c - 1 steps
+    are each. Their key loops are those of causal calls of s / c and 2 s / c tokens: the
+    FLOP-weighted harmonic mean of the two rates. At c = 1 the one causal call of s."""
+    c = _f(context)
+    s, d = model.sequence_length, model.head_dim
+    own = (c + 1.0) / (2.0 * c)  # the causal call, and the steps against half a chunk
+    rate_own = ce.attention_flops(kernel, direction, s / c, d)
+    rate_whole = ce.attention_flops(kernel, direction, 2.0 * s / c, d)
+    return _f(1.0 / (own / rate_own + (1.0 - own) / rate_whole))
 
 
 def _hf_eager_seconds(
