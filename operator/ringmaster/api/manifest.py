@@ -159,6 +159,16 @@ def _stored_status(model: type[StatusModel], doc: dict[str, Any]) -> StatusModel
         return model()
 
 
+def validate_spec(kind: str, spec: Any) -> AnySpec:
+    """``spec`` (camelCase, as applied) of ``kind`` validated as the apiserver would, or a
+    ManifestError naming every offending field from ``spec.``: a spec the CLI derives from a
+    user's (a sweep's point) is judged as the user's own would be."""
+    try:
+        return _validate_spec(RESOURCES[kind].spec, spec)
+    except ValidationError as exc:
+        raise ManifestError([_field_error(e, prefix=("spec",)) for e in exc.errors()]) from None
+
+
 def _validate_spec(model: type[SpecModel], spec: Any) -> AnySpec:
     # by_name=False: a snake_case key is an unknown field, as it is for the apiserver.
     validated = model.model_validate(spec, by_alias=True, by_name=False)

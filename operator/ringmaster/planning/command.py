@@ -12,6 +12,10 @@ reduction server also reducers, reducerMachineType, costOptimalReducers). Infere
 bottleneck, costPerHourUSD``. Both also ``warnings``: implausible but valid inputs, each
 ``{field, reason, message}`` (planning/plausibility.py), also printed under the table. Further keys
 may be added; these never change meaning.
+
+``--sweep`` JSON: ``{kind, name, sweep: {field, points}}``; an LLM endpoint's points are each the
+plan's own JSON at that value (with its ``warnings``), or ``{FIELD: value, error}`` where the API
+or the engine refuses the spec there (planning/sweep.py).
 """
 
 from __future__ import annotations
@@ -48,10 +52,12 @@ from ringmaster.planning.plans import (
 from ringmaster.planning.plausibility import Implausible, inference_warnings, training_warnings
 from ringmaster.planning.sweep import (
     LayoutPoint,
+    LlmEndpointPoint,
     Sweep,
     parse_sweep,
     sweep_inference,
     sweep_layouts,
+    sweep_llm_endpoint,
     sweep_training,
 )
 
@@ -205,7 +211,31 @@ def _sweep_output(
         raise _Usage("--sweep: the file must hold exactly one TrainingJob or InferenceEndpoint")
     m, plan = targets[0]
     if isinstance(plan, LlmInferenceReport):
-        raise _Usage("--sweep: not available for LLM endpoints (spec.model.architecture) yet")
+        epoints = sweep_llm_endpoint(m.spec, m.name, sweep, catalog)
+        if plot:
+            _plot_llm_endpoint(plot, m.name, sweep.field, epoints)
+        if fmt == "json":
+            return json.dumps(
+                {
+                    "kind": m.kind,
+                    "name": m.name,
+                    "sweep": {
+                        "field": sweep.field,
+                        "points": [
+                            {sweep.field: pt.value, "error": pt.error}
+                            if pt.report is None
+                            else {
+                                sweep.field: pt.value,
+                                **_without_identity(pt.report.to_json()),
+                                "warnings": [w.to_json() for w in pt.warnings],
+                            }
+                            for pt in epoints
+                        ],
+                    },
+                },
+                indent=2,
+            )
+        return render.render_llm_endpoint_sweep(m.name, sweep.field, epoints)
     if isinstance(plan, TrainingReport) and plan.layout is not None:
         lpoints = sweep_layouts(m.spec, sweep, catalog)
         if plot:
@@ -265,6 +295,11 @@ def _sweep_output(
             indent=2,
         )
     return render.render_inference_sweep(m.name, sweep.field, ipoints)
+
+
+def _without_identity(plan: dict[str, Any]) -> dict[str, Any]:
+    """A plan's JSON without the keys every point of a sweep shares (kind, name, namespace)."""
+    return {k: v for k, v in plan.items() if k not in ("kind", "name", "namespace")}
 
 
 def _layout_point_json(field: str, pt: LayoutPoint) -> dict[str, Any]:
@@ -367,6 +402,27 @@ def _plot_inference(path: str, name: str, field: str, points: list[Any]) -> None
     ax.set_ylabel("replicas")
     ax.set_title(f"InferenceEndpoint {name}: replicas for the target")
     ax.grid(True, alpha=0.3)
+    _save(fig, plt, path)
+
+
+def _plot_llm_endpoint(path: str, name: str, field: str, points: list[LlmEndpointPoint]) -> None:
+    """Output tokens/s per replica at the SLO (top) and the replicas and $/hour for the target
+    (bottom) against the swept field; points without a plan are left out."""
+    plt = _pyplot()
+    planned = [(pt.value, pt.report.prediction) for pt in points if pt.report is not None]
+    xs = [v for v, _ in planned]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
+    top.plot(xs, [p.output_tokens_per_second_per_replica for _, p in planned], marker="o")
+    top.set_ylabel("output tokens/s per replica")
+    bottom.plot(xs, [p.replicas for _, p in planned], marker="o", label="replicas")
+    bottom.set_ylabel("replicas")
+    hourly = bottom.twinx()
+    hourly.plot(xs, [p.cost_per_hour_usd for _, p in planned], color="tab:green", marker=".")
+    hourly.set_ylabel("$ per hour", color="tab:green")
+    bottom.set_xlabel(field)
+    top.set_title(f"InferenceEndpoint {name}: planned whole at each {field}", fontsize=9)
+    for ax in (top, bottom):
+        ax.grid(True, alpha=0.3)
     _save(fig, plt, path)
 
 

@@ -14,7 +14,7 @@ from ringmaster.planning.plans import (
     TrainingReport,
     gradient_all_reduce,
 )
-from ringmaster.planning.sweep import LayoutPoint
+from ringmaster.planning.sweep import LayoutPoint, LlmEndpointPoint
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> str:
@@ -579,3 +579,55 @@ def render_inference_sweep(
         for v, p in points
     ]
     return f"InferenceEndpoint {name}: sweep of {field}\n" + table(header, rows, set(range(6)))
+
+
+def render_llm_endpoint_sweep(name: str, field: str, points: Sequence[LlmEndpointPoint]) -> str:
+    """An LLM endpoint planned at every value of ``field`` (planning.sweep.sweep_llm_endpoint):
+    the layout, batch and replicas the operator would choose, the output rate per replica at the
+    SLO, the p99s at the target, the cost (per million output tokens: over the target's tokens,
+    what serving that load costs); or why there is no plan at that value."""
+    header = [
+        field,
+        "layout",
+        "max-num-seqs",
+        "replicas",
+        "tok/s per replica",
+        "TTFT p99 ms",
+        "TPOT p99 ms",
+        "$/hour",
+        "$/M tokens at target",
+        "target met",
+    ]
+    rows = []
+    for pt in points:
+        if pt.report is None:
+            rows.append([f"{pt.value:g}", "-", "-", "-", "-", "-", "-", "-", "-", str(pt.error)])
+            continue
+        p = pt.report.prediction
+        target = pt.target_output_tokens_per_second
+        per_million = (
+            per_million_tokens(p.cost_per_hour_usd, target) if p.feasible and target else None
+        )
+        layout = f"TP{p.tensor_parallel} PP{p.pipeline_parallel}"
+        rows.append(
+            [
+                f"{pt.value:g}",
+                layout,
+                str(p.max_num_seqs),
+                str(p.replicas),
+                num(p.output_tokens_per_second_per_replica, ",.0f"),
+                num(None if p.ttft_p99_seconds is None else p.ttft_p99_seconds * 1e3, ".3g"),
+                num(None if p.tpot_p99_seconds is None else p.tpot_p99_seconds * 1e3, ".3g"),
+                money(p.cost_per_hour_usd),
+                money(per_million),
+                "yes" if p.feasible else f"no: {p.reason}",
+            ]
+        )
+    warned = [f"warning at {field} {pt.value:g}: {w}" for pt in points for w in pt.warnings]
+    return "\n".join(
+        [
+            f"InferenceEndpoint {name}: sweep of {field}, planned whole at each point",
+            table(header, rows, {0, 2, 3, 4, 5, 6, 7, 8}),
+            *warned,
+        ]
+    )

@@ -2,7 +2,10 @@
 
 For a TrainingJob with a model architecture (an LLM) the sweep re-plans the layout at every point
 (:func:`sweep_layouts`): the question "how many accelerators should this job get?" is answered
-with the layout the operator would choose at each size, not one layout stretched over all.
+with the layout the operator would choose at each size, not one layout stretched over all. An LLM
+InferenceEndpoint is planned again whole at every point (:func:`sweep_llm_endpoint`): the spec
+with the field changed is validated as ``kubectl apply`` would, then sized as the operator sizes
+it (layout, batch, replicas, p99s), so a point the API or the engine refuses says why.
 
 RANGE is ``A..B`` (every integer from A to B), ``A..B/S`` (step S), ``A..B*F`` (geometric: A,
 A*F, ... up to B) or a comma list ``1,2,4.5``. FIELD is the manifest's camelCase name.
@@ -10,6 +13,7 @@ A*F, ... up to B) or a comma list ``1,2,4.5``. FIELD is the manifest's camelCase
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, replace
 from typing import Any
@@ -18,12 +22,15 @@ from ringmaster.engine.hardware import Catalog
 from ringmaster.engine.inference import InferenceInputs, InferencePrediction
 from ringmaster.engine.training import TrainingInputs, TrainingPrediction
 from ringmaster.planning.plans import (
+    LlmInferenceReport,
     PlanError,
     TrainingReport,
+    plan_inference,
     plan_training,
     predict_inference_inputs,
     predict_training_inputs,
 )
+from ringmaster.planning.plausibility import Implausible, inference_warnings
 
 MAX_POINTS = 10_000
 
@@ -190,4 +197,109 @@ def sweep_layouts(spec: Any, sweep: Sweep, catalog: Catalog) -> list[LayoutPoint
             points.append(LayoutPoint(v, count, None, reason))
             continue
         points.append(LayoutPoint(v, count, report))
+    return points
+
+
+# An LLM endpoint's sweepable fields: camelCase name -> (its path in the spec, integer?, the
+# field it replaces: the SLO names exactly one target, so sweeping one drops the other).
+LLM_ENDPOINT_FIELDS: dict[str, tuple[tuple[str, ...], bool, tuple[str, ...] | None]] = {
+    "targetRequestsPerSecond": (
+        ("slo", "targetRequestsPerSecond"),
+        False,
+        ("slo", "targetOutputTokensPerSecond"),
+    ),
+    "targetOutputTokensPerSecond": (
+        ("slo", "targetOutputTokensPerSecond"),
+        False,
+        ("slo", "targetRequestsPerSecond"),
+    ),
+    "timeToFirstTokenP99Milliseconds": (("slo", "timeToFirstTokenP99Milliseconds"), False, None),
+    "timePerOutputTokenP99Milliseconds": (
+        ("slo", "timePerOutputTokenP99Milliseconds"),
+        False,
+        None,
+    ),
+    "maxBatchSize": (("maxBatchSize",), True, None),
+    "maxReplicas": (("maxReplicas",), True, None),
+    "perReplica": (("accelerator", "perReplica"), True, None),
+    "inputMean": (("tokens", "inputMean"), True, None),
+    "outputMean": (("tokens", "outputMean"), True, None),
+}
+
+
+@dataclass(frozen=True)
+class LlmEndpointPoint:
+    """One value of an LLM endpoint's sweep: the plan the operator would make, or why the API or
+    the engine refuses the spec at that value."""
+
+    value: float
+    report: LlmInferenceReport | None
+    error: str | None = None
+    # The output tokens/s the spec asks of the endpoint at this point (its target): what the
+    # point's cost per token is over.
+    target_output_tokens_per_second: float | None = None
+    # What is implausible about the spec at this value, as a plan of it would warn.
+    warnings: tuple[Implausible, ...] = ()
+
+
+def _with_value(data: dict[str, Any], path: tuple[str, ...], value: float | int) -> None:
+    for key in path[:-1]:
+        data = data.setdefault(key, {})
+    data[path[-1]] = value
+
+
+def _without(data: dict[str, Any], path: tuple[str, ...]) -> None:
+    for key in path[:-1]:
+        data = data.get(key, {})
+    data.pop(path[-1], None)
+
+
+def sweep_llm_endpoint(
+    spec: Any, name: str, sweep: Sweep, catalog: Catalog
+) -> list[LlmEndpointPoint]:
+    """Plan an LLM InferenceEndpoint at every value of ``sweep.field``: the spec with it changed,
+    validated as the API validates it, then planned as the operator plans it."""
+    from ringmaster.api.inferenceendpoint import InferenceEndpointSpec
+    from ringmaster.api.manifest import ManifestError, validate_spec
+
+    if sweep.field not in LLM_ENDPOINT_FIELDS:
+        raise PlanError(
+            f"--sweep: {sweep.field}: not a field an LLM endpoint can sweep; known: "
+            f"{', '.join(sorted(LLM_ENDPOINT_FIELDS))}"
+        )
+    if (
+        getattr(spec, "disaggregation", None) is not None
+        and spec.disaggregation.mode != "Aggregated"
+    ):
+        raise PlanError(
+            "--sweep: not available for a disaggregated endpoint (spec.disaggregation) yet"
+        )
+    path, integer, replaced = LLM_ENDPOINT_FIELDS[sweep.field]
+    given = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+    points = []
+    for v in sweep.values:
+        if integer and (v != int(v) or v < 1):
+            raise PlanError(f"--sweep: {sweep.field}: {v:g} is not a positive integer")
+        data = json.loads(json.dumps(given))
+        _with_value(data, path, int(v) if integer else float(v))
+        if replaced is not None:
+            _without(data, replaced)
+        try:
+            variant = validate_spec("InferenceEndpoint", data)
+            assert isinstance(variant, InferenceEndpointSpec)
+        except ManifestError as exc:
+            points.append(LlmEndpointPoint(v, None, str(exc.errors[0])))
+            continue
+        try:
+            report = plan_inference(variant, name=name, catalog=catalog)
+        except PlanError as exc:
+            points.append(LlmEndpointPoint(v, None, str(exc).split(" (")[0]))
+            continue
+        assert isinstance(report, LlmInferenceReport)
+        slo = variant.slo
+        target = slo.target_output_tokens_per_second
+        if target is None and slo.target_requests_per_second and variant.tokens is not None:
+            target = slo.target_requests_per_second * variant.tokens.output_mean
+        warned = tuple(inference_warnings(variant, report, catalog))
+        points.append(LlmEndpointPoint(v, report, None, target, warned))
     return points
