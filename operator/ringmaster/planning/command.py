@@ -215,43 +215,14 @@ def _sweep_output(
         if plot:
             _plot_llm_endpoint(plot, m.name, sweep.field, epoints)
         if fmt == "json":
-            return json.dumps(
-                {
-                    "kind": m.kind,
-                    "name": m.name,
-                    "sweep": {
-                        "field": sweep.field,
-                        "points": [
-                            {sweep.field: pt.value, "error": pt.error}
-                            if pt.report is None
-                            else {
-                                sweep.field: pt.value,
-                                **_without_identity(pt.report.to_json()),
-                                "warnings": [w.to_json() for w in pt.warnings],
-                            }
-                            for pt in epoints
-                        ],
-                    },
-                },
-                indent=2,
-            )
+            return _sweep_json(m, sweep, [_llm_point_json(sweep.field, pt) for pt in epoints])
         return render.render_llm_endpoint_sweep(m.name, sweep.field, epoints)
     if isinstance(plan, TrainingReport) and plan.layout is not None:
         lpoints = sweep_layouts(m.spec, sweep, catalog)
         if plot:
             _plot_layouts(plot, m.name, sweep.field, lpoints)
         if fmt == "json":
-            return json.dumps(
-                {
-                    "kind": m.kind,
-                    "name": m.name,
-                    "sweep": {
-                        "field": sweep.field,
-                        "points": [_layout_point_json(sweep.field, pt) for pt in lpoints],
-                    },
-                },
-                indent=2,
-            )
+            return _sweep_json(m, sweep, [_layout_point_json(sweep.field, pt) for pt in lpoints])
         return render.render_layout_sweep(m.name, sweep.field, lpoints)
     if isinstance(plan, TrainingReport):
         reducer_side = plan.prediction.strategies.get("ReductionServer")
@@ -261,25 +232,17 @@ def _sweep_output(
         if plot:
             _plot_training(plot, m.name, sweep.field, tpoints)
         if fmt == "json":
-            return json.dumps(
-                {
-                    "kind": m.kind,
-                    "name": m.name,
-                    "sweep": {
-                        "field": sweep.field,
-                        "points": [
-                            {
-                                sweep.field: v,
-                                "chosenStrategy": p.chosen_strategy,
-                                "strategies": {
-                                    k: _strategy_json(s) for k, s in p.strategies.items()
-                                },
-                            }
-                            for v, p in tpoints
-                        ],
-                    },
-                },
-                indent=2,
+            return _sweep_json(
+                m,
+                sweep,
+                [
+                    {
+                        sweep.field: v,
+                        "chosenStrategy": p.chosen_strategy,
+                        "strategies": {k: _strategy_json(s) for k, s in p.strategies.items()},
+                    }
+                    for v, p in tpoints
+                ],
             )
         return render.render_training_sweep(m.name, sweep.field, tpoints)
     ipoints = sweep_inference(inference_inputs(m.spec), sweep, catalog)
@@ -290,11 +253,25 @@ def _sweep_output(
         for v, p in ipoints:
             d = InferenceReport(m.name, m.namespace, str(m.spec.precision), p).to_json()
             pts.append({sweep.field: v, **{k: d[k] for k in list(d)[2:]}})
-        return json.dumps(
-            {"kind": m.kind, "name": m.name, "sweep": {"field": sweep.field, "points": pts}},
-            indent=2,
-        )
+        return _sweep_json(m, sweep, pts)
     return render.render_inference_sweep(m.name, sweep.field, ipoints)
+
+
+def _sweep_json(m: Any, sweep: Sweep, points: list[dict[str, Any]]) -> str:
+    return json.dumps(
+        {"kind": m.kind, "name": m.name, "sweep": {"field": sweep.field, "points": points}},
+        indent=2,
+    )
+
+
+def _llm_point_json(field: str, pt: LlmEndpointPoint) -> dict[str, Any]:
+    if pt.report is None:
+        return {field: pt.value, "error": pt.error}
+    return {
+        field: pt.value,
+        **_without_identity(pt.report.to_json()),
+        "warnings": [w.to_json() for w in pt.warnings],
+    }
 
 
 def _without_identity(plan: dict[str, Any]) -> dict[str, Any]:
