@@ -88,12 +88,29 @@ def test_the_table_costs_the_target_and_the_plot_is_drawn(capsys, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_disaggregated_endpoint_sweeps_as_it_runs(capsys):
+    """Each point is the endpoint as it runs: prefill and decode sides where the engine
+    disaggregates it, their replicas and cost, as its own plan says."""
+    code, out, err = plan(capsys, DISAGGREGATED, "--sweep", "targetRequestsPerSecond=1,20")
+    assert code == 0, err
+    low, high = out.splitlines()[2:4]
+    assert "prefill x 8 +" in low and "decode x" in high
+    code, out, err = plan(
+        capsys, DISAGGREGATED, "--sweep", "targetRequestsPerSecond=1,20", "-o", "json"
+    )
+    points = json.loads(out)["sweep"]["points"]
+    for p in points:
+        split = p["disaggregation"]
+        assert split["chosen"] == "Disaggregated"
+        assert p["replicas"] == split["prefill"]["replicas"] + split["decode"]["replicas"]
+    assert points[0]["replicas"] < points[1]["replicas"]
+
+
 @pytest.mark.parametrize(
     ("path", "sweep", "words"),
     [
         (LLAMA_8B, "workers=1..2", "not a field an LLM endpoint can sweep; known:"),
         (LLAMA_8B, "maxBatchSize=1.5", "is not a positive integer"),
-        (DISAGGREGATED, "maxReplicas=1..2", "not available for a disaggregated endpoint"),
     ],
 )
 def test_what_cannot_be_swept_is_refused_in_one_line(capsys, path, sweep, words):

@@ -383,19 +383,30 @@ def _plot_inference(path: str, name: str, field: str, points: list[Any]) -> None
 
 
 def _plot_llm_endpoint(path: str, name: str, field: str, points: list[LlmEndpointPoint]) -> None:
-    """Output tokens/s per replica at the SLO (top) and the replicas and $/hour for the target
-    (bottom) against the swept field; points without a plan are left out."""
+    """Replicas (top) and $/hour with $ per million tokens at the target (bottom) against the
+    swept field, from each point's plan as the endpoint runs (disaggregated or not); points
+    without a plan are left out."""
     plt = _pyplot()
-    planned = [(pt.value, pt.report.prediction) for pt in points if pt.report is not None]
-    xs = [v for v, _ in planned]
+    planned = [(pt, pt.report.to_json()) for pt in points if pt.report is not None]
+    xs = [pt.value for pt, _ in planned]
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
-    top.plot(xs, [p.output_tokens_per_second_per_replica for _, p in planned], marker="o")
-    top.set_ylabel("output tokens/s per replica")
-    bottom.plot(xs, [p.replicas for _, p in planned], marker="o", label="replicas")
-    bottom.set_ylabel("replicas")
-    hourly = bottom.twinx()
-    hourly.plot(xs, [p.cost_per_hour_usd for _, p in planned], color="tab:green", marker=".")
-    hourly.set_ylabel("$ per hour", color="tab:green")
+    top.plot(xs, [plan["replicas"] for _, plan in planned], marker="o")
+    top.set_ylabel("replicas")
+    bottom.plot(xs, [plan["costPerHourUSD"] for _, plan in planned], marker="o")
+    bottom.set_ylabel("$ per hour")
+    per_token = bottom.twinx()
+    per_token.plot(
+        xs,
+        [
+            render.per_million_tokens(plan["costPerHourUSD"], pt.target_output_tokens_per_second)
+            if plan["feasible"] and pt.target_output_tokens_per_second
+            else None
+            for pt, plan in planned
+        ],
+        color="tab:green",
+        marker=".",
+    )
+    per_token.set_ylabel("$ per million tokens at the target", color="tab:green")
     bottom.set_xlabel(field)
     top.set_title(f"InferenceEndpoint {name}: planned whole at each {field}", fontsize=9)
     for ax in (top, bottom):

@@ -603,24 +603,33 @@ def render_llm_endpoint_sweep(name: str, field: str, points: Sequence[LlmEndpoin
         if pt.report is None:
             rows.append([f"{pt.value:g}", "-", "-", "-", "-", "-", "-", "-", "-", str(pt.error)])
             continue
-        p = pt.report.prediction
+        # The plan's JSON: the endpoint's figures as it runs, disaggregated where it is
+        # (planning.disaggregation.apply_choice), so both read alike.
+        plan = pt.report.to_json()
         target = pt.target_output_tokens_per_second
-        per_million = (
-            per_million_tokens(p.cost_per_hour_usd, target) if p.feasible and target else None
-        )
-        layout = f"TP{p.tensor_parallel} PP{p.pipeline_parallel}"
+        cost = plan["costPerHourUSD"]
+        per_million = per_million_tokens(cost, target) if plan["feasible"] and target else None
+        split = plan.get("disaggregation") or {}
+        if split.get("chosen") == "Disaggregated":
+            pre, dec = split["prefill"], split["decode"]
+            layout = (
+                f"{pre['replicas']} prefill x {pre['perReplica']} + "
+                f"{dec['replicas']} decode x {dec['perReplica']}"
+            )
+        else:
+            layout = f"TP{plan['tensorParallel']} PP{plan['pipelineParallel']}"
         rows.append(
             [
                 f"{pt.value:g}",
                 layout,
-                str(p.max_num_seqs),
-                str(p.replicas),
-                num(p.output_tokens_per_second_per_replica, ",.0f"),
-                num(None if p.ttft_p99_seconds is None else p.ttft_p99_seconds * 1e3, ".3g"),
-                num(None if p.tpot_p99_seconds is None else p.tpot_p99_seconds * 1e3, ".3g"),
-                money(p.cost_per_hour_usd),
+                num(plan.get("batchSize"), "d"),
+                str(plan["replicas"]),
+                num(plan.get("outputTokensPerSecondPerReplica"), ",.0f"),
+                num(plan["ttftP99Milliseconds"], ".3g"),
+                num(plan["tpotP99Milliseconds"], ".3g"),
+                money(cost),
                 money(per_million),
-                "yes" if p.feasible else f"no: {p.reason}",
+                "yes" if plan["feasible"] else f"no: {plan['reason']}",
             ]
         )
     warned = [f"warning at {field} {pt.value:g}: {w}" for pt in points for w in pt.warnings]

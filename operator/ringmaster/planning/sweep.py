@@ -267,13 +267,6 @@ def sweep_llm_endpoint(
             f"--sweep: {sweep.field}: not a field an LLM endpoint can sweep; known: "
             f"{', '.join(sorted(LLM_ENDPOINT_FIELDS))}"
         )
-    if (
-        getattr(spec, "disaggregation", None) is not None
-        and spec.disaggregation.mode != "Aggregated"
-    ):
-        raise PlanError(
-            "--sweep: not available for a disaggregated endpoint (spec.disaggregation) yet"
-        )
     path, integer, replaced = LLM_ENDPOINT_FIELDS[sweep.field]
     given = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
     points = []
