@@ -21,6 +21,7 @@ from ringmaster.api import (
     set_condition,
     validate_update,
 )
+from ringmaster.api.manifest import KubectlYamlLoader
 from ringmaster.api.quantity import format_count
 
 pytestmark = pytest.mark.unit
@@ -147,6 +148,22 @@ def test_whole_numbers_are_integers_as_for_the_apiserver() -> None:
     doc["spec"]["workers"] = 8.5
     with pytest.raises(ManifestError, match=r"spec\.workers: must be of type integer"):
         parse_manifest(doc)
+
+
+def test_a_key_given_twice_is_refused_as_kubectl_refuses_it() -> None:
+    """PyYAML keeps the last of two equal keys; kubectl refuses the file ("mapping key
+    "workers" already defined at line N"), and so does `ringmaster plan` (and the catalog and
+    profile files the CLI reads): the first value is never silently dropped. A merge key's
+    values may still be overridden."""
+    text = (EXAMPLES / "trainingjob-bert-large-auto.yaml").read_text()
+    line = 1 + text.splitlines().index("  workers: 8")
+    twice = text.replace("  workers: 8\n", "  workers: 8\n  workers: 16\n")
+    with pytest.raises(
+        ManifestError, match=f'mapping key "workers" already defined at line {line}'
+    ):
+        load_manifests(twice)
+    merged = "base: &b {a: 1, b: 2}\nx:\n  <<: *b\n  a: 3\n"
+    assert yaml.load(merged, Loader=KubectlYamlLoader)["x"] == {"a": 3, "b": 2}
 
 
 def test_error_names_the_field_in_the_manifests_camel_case() -> None:

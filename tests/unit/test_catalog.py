@@ -128,6 +128,10 @@ def test_a_new_tpu_needs_its_topology_and_interconnect() -> None:
         ("gpus: {}", "gpus: unknown field"),
         ("[1, 2]", "expected a map"),
         ("a: [", "invalid YAML"),
+        (
+            "accelerators: {nvidia-t4: {memoryGB: 16}}\naccelerators: {}",
+            'invalid YAML: mapping key "accelerators" already defined at line 1',
+        ),
         ("defaultMachines: {nvidia-tesla-a100: {8: a2-highgpu-4g}}", "a2-highgpu-4g carries 4 x"),
         ("defaultMachines: {nvidia-tesla-a100: {8: nowhere-1}}", "nowhere-1 is not in the catalog"),
         ("defaultMachines: {nvidia-x: {8: a2-highgpu-8g}}", "nvidia-x is not in the catalog"),

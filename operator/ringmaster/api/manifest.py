@@ -123,12 +123,35 @@ def validate_update(old: Any, new: Any) -> ParsedManifest:
     return after
 
 
-class _KubectlYamlLoader(yaml.SafeLoader):
-    """PyYAML reads ``3.4e8`` as a string (YAML 1.1 wants ``3.4e+8``); kubectl reads a number.
-    Read it as kubectl does, so `ringmaster plan` sees what the apiserver will."""
+class KubectlYamlLoader(yaml.SafeLoader):
+    """YAML read as kubectl reads it, so `ringmaster plan` sees what the apiserver will:
+    PyYAML reads ``3.4e8`` as a string (YAML 1.1 wants ``3.4e+8``), kubectl a number; PyYAML
+    keeps the last of two equal keys in a mapping, kubectl refuses the file (``mapping key
+    "kind" already defined at line 2``), as this loader does. A merge key's (``<<``) values
+    may still be overridden: that is what a merge is for."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key: the base constructor says so
+                continue
+            if first is not None:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f'mapping key "{key}" already defined at line {first.start_mark.line + 1}',
+                    key_node.start_mark,
+                )
+            seen[key] = key_node
+        return super().construct_mapping(node, deep=deep)
 
 
-_KubectlYamlLoader.add_implicit_resolver(
+KubectlYamlLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
     list("-+0123456789."),
@@ -138,7 +161,7 @@ _KubectlYamlLoader.add_implicit_resolver(
 def load_manifests(text: str, source: str | None = None) -> list[ParsedManifest]:
     """Parse every document of a YAML stream (empty documents are skipped)."""
     try:
-        docs = [d for d in yaml.load_all(text, Loader=_KubectlYamlLoader) if d is not None]
+        docs = [d for d in yaml.load_all(text, Loader=KubectlYamlLoader) if d is not None]
     except yaml.YAMLError as exc:
         raise ManifestError([FieldError("<yaml>", str(exc))], source=source) from exc
     parsed = []

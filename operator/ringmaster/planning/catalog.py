@@ -195,8 +195,10 @@ def parse_catalog(text: str, *, where: str = "catalog") -> CatalogFile:
     """Validate a catalog document (YAML or JSON); errors name the entry and field."""
     import yaml  # deferred: the engine and the API import fast without it
 
+    from ringmaster.api.manifest import KubectlYamlLoader
+
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=KubectlYamlLoader)  # two equal keys: refused, not merged
     except yaml.YAMLError as exc:
         raise CatalogError(f"{where}: invalid YAML: {str(exc).splitlines()[0]}") from None
     if data is None:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ringmaster.api import TrainingPlan
+from ringmaster.api.manifest import KubectlYamlLoader
 from ringmaster.engine.hardware import Catalog
 from ringmaster.planning import render
 from ringmaster.planning.alternatives import plan_candidates, render_choices
@@ -491,7 +492,7 @@ def _calibration(path: str | None) -> Any:
 
     text, source = _read(path)
     try:
-        return ClusterCalibration.from_config_map_or_file(yaml.safe_load(text))
+        return ClusterCalibration.from_config_map_or_file(yaml.load(text, Loader=KubectlYamlLoader))
     except (ValueError, yaml.YAMLError) as exc:
         raise _Usage(f"{source}: not a cluster calibration: {exc}") from None
 
@@ -579,7 +580,7 @@ def _profiles(paths: list[str] | None, machine_type: str | None, catalog: Catalo
     for path in paths:
         text, source = _read(path)
         try:
-            data = yaml.safe_load(text)
+            data = yaml.load(text, Loader=KubectlYamlLoader)
         except yaml.YAMLError as exc:
             raise _Usage(f"{source}: invalid YAML: {str(exc).splitlines()[0]}") from None
         try:
