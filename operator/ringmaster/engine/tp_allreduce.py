@@ -120,16 +120,6 @@ class AllreduceCurve(NamedTuple):
     exponent: float
     prompt_rate: float  # bytes/s: the slope at a prefill chunk's sizes and beyond the curve
 
-    def decode_seconds(self, nbytes: ArrayLike) -> NDArray[np.float64]:
-        """The curve at ``nbytes`` (at the prompt rate beyond CURVE_TOP_BYTES)."""
-        curve = self.at_mib * MIB ** (-self.exponent)
-        beyond = 1.0 / self.prompt_rate
-        above = curve_seconds(curve, self.exponent, CURVE_TOP_BYTES, beyond, nbytes)
-        return np.asarray(self.floor + above, dtype=np.float64)
-
-    def prompt_seconds(self, nbytes: ArrayLike) -> NDArray[np.float64]:
-        return np.asarray(self.floor + np.asarray(nbytes, float) / self.prompt_rate, np.float64)
-
 
 def curve_seconds(
     curve: ArrayLike, exponent: ArrayLike, top: ArrayLike, beyond: ArrayLike, size: ArrayLike

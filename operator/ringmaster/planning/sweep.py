@@ -13,7 +13,7 @@ A*F, ... up to B) or a comma list ``1,2,4.5``. FIELD is the manifest's camelCase
 
 from __future__ import annotations
 
-import json
+import copy
 import re
 from dataclasses import dataclass, replace
 from typing import Any
@@ -108,6 +108,13 @@ def parse_sweep(text: str) -> Sweep:
     return Sweep(name, tuple(values))
 
 
+def _positive_integer(field: str, value: float) -> int:
+    """A swept value of an integer field, or the sweep's refusal."""
+    if value != int(value) or value < 1:
+        raise PlanError(f"--sweep: {field}: {value:g} is not a positive integer")
+    return int(value)
+
+
 def _apply(inputs: Any, fields: dict[str, tuple[str, float, bool]], sweep: Sweep) -> list[Any]:
     if sweep.field not in fields:
         raise PlanError(
@@ -117,9 +124,7 @@ def _apply(inputs: Any, fields: dict[str, tuple[str, float, bool]], sweep: Sweep
     attr, scale, integer = fields[sweep.field]
     out = []
     for v in sweep.values:
-        if integer and (v != int(v) or v < 1):
-            raise PlanError(f"--sweep: {sweep.field}: {v:g} is not a positive integer")
-        value: float | int = int(v) if integer else v * scale
+        value: float | int = _positive_integer(sweep.field, v) if integer else v * scale
         changes: dict[str, Any] = {attr: value}
         # A TPU topology fixes the chip count; a sweep of the size drops it (a line of chips).
         if isinstance(inputs, TrainingInputs) and attr in ("workers", "per_worker"):
@@ -185,9 +190,7 @@ def sweep_layouts(spec: Any, sweep: Sweep, catalog: Catalog) -> list[LayoutPoint
         )
     points = []
     for v in sweep.values:
-        if v != int(v) or v < 1:
-            raise PlanError(f"--sweep: {sweep.field}: {v:g} is not a positive integer")
-        resized = _resized(spec, sweep.field, int(v))
+        resized = _resized(spec, sweep.field, _positive_integer(sweep.field, v))
         count = resized.workers * resized.accelerator.per_worker
         try:
             report = plan_training(resized, catalog=catalog)
@@ -271,10 +274,8 @@ def sweep_llm_endpoint(
     given = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
     points = []
     for v in sweep.values:
-        if integer and (v != int(v) or v < 1):
-            raise PlanError(f"--sweep: {sweep.field}: {v:g} is not a positive integer")
-        data = json.loads(json.dumps(given))
-        _with_value(data, path, int(v) if integer else float(v))
+        data = copy.deepcopy(given)
+        _with_value(data, path, _positive_integer(sweep.field, v) if integer else float(v))
         if replaced is not None:
             _without(data, replaced)
         try:
