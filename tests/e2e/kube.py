@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ringmaster.localcluster.pools import POOLS_BY_NAME, node_manifest
 from ringmaster.localcluster.ports import free_port
+from ringmaster.localcluster.readiness import node_is_ready
 
 # Run before the operator's own program, in its process: on Linux the operator is sent SIGTERM
 # when the test process that started it ends (the parent-death signal survives the exec), so a
@@ -70,6 +73,27 @@ def wait_for(
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what or condition}: {last!r}")
+
+
+@contextmanager
+def pool_grown_to(cluster: Cluster, pool_name: str, hosts: int, label: str) -> Iterator[None]:
+    """The pool with `hosts` Ready nodes (the session's cluster has its default), the extra ones
+    deleted after. A node just created has no status yet, so readiness reads it as not Ready."""
+    pool = POOLS_BY_NAME[pool_name]
+    extra = [node_manifest(pool, i) for i in range(pool.default_size, hosts)]
+    for node in extra:
+        cluster.apply(node)
+
+    def ready_hosts() -> int:
+        nodes = cluster.get_json("nodes", "-l", f"{label}={pool_name}")["items"]
+        return sum(node_is_ready(n) for n in nodes)
+
+    wait_for(lambda: ready_hosts() >= hosts, what=f"{hosts} Ready {pool_name} nodes")
+    try:
+        yield
+    finally:
+        for node in extra:
+            cluster.kubectl("delete", "node", node["metadata"]["name"], "--wait=false", check=False)
 
 
 class OperatorProcess:

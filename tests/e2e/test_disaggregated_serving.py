@@ -17,9 +17,8 @@ import pytest
 import yaml
 
 from ringmaster.api.manifest import parse_manifest
-from ringmaster.localcluster.pools import POOLS_BY_NAME, node_manifest
 from ringmaster.planning import plan_inference
-from tests.e2e.kube import Cluster, OperatorProcess, wait_for
+from tests.e2e.kube import Cluster, OperatorProcess, pool_grown_to, wait_for
 from tests.e2e.test_inferenceendpoint import condition, patch_spec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,18 +47,8 @@ def hosts_needed(sides: dict[str, dict[str, Any]], per_host: int = 8) -> int:
 
 @pytest.fixture
 def h100_hosts(cluster: Cluster) -> Iterator[None]:
-    pool = POOLS_BY_NAME[POOL]
-    hosts = hosts_needed(planned_sides())
-    extra = [node_manifest(pool, i) for i in range(pool.default_size, hosts)]
-    for node in extra:
-        cluster.apply(node)
-    wait_for(
-        lambda: len(cluster.get_json("nodes", "-l", f"{POOL_LABEL}={POOL}")["items"]) >= hosts,
-        what=f"{hosts} {POOL} nodes",
-    )
-    yield
-    for node in extra:
-        cluster.kubectl("delete", "node", node["metadata"]["name"], "--wait=false", check=False)
+    with pool_grown_to(cluster, POOL, hosts_needed(planned_sides()), POOL_LABEL):
+        yield
 
 
 def pods(cluster: Cluster, ns: str, selector: dict[str, str]) -> set[str]:

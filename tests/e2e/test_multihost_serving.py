@@ -16,8 +16,7 @@ import yaml
 
 from ringmaster.localcluster.cluster import Binaries, LocalCluster
 from ringmaster.localcluster.lws import LocalLeaderWorkerSet
-from ringmaster.localcluster.pools import POOLS_BY_NAME, node_manifest
-from tests.e2e.kube import Cluster, OperatorProcess, wait_for
+from tests.e2e.kube import Cluster, OperatorProcess, pool_grown_to, wait_for
 from tests.e2e.test_inferenceendpoint import condition, events_of, patch_spec, status
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,26 +32,8 @@ HOSTS = 4
 
 @pytest.fixture
 def h100_hosts(cluster: Cluster) -> Iterator[None]:
-    pool = POOLS_BY_NAME[POOL]
-    extra = [node_manifest(pool, i) for i in range(pool.default_size, HOSTS)]
-    for node in extra:
-        cluster.apply(node)
-    wait_for(
-        lambda: (
-            sum(
-                any(
-                    c["type"] == "Ready" and c["status"] == "True"
-                    for c in n["status"]["conditions"]
-                )
-                for n in cluster.get_json("nodes", "-l", f"{POOL_LABEL}={POOL}")["items"]
-            )
-            >= HOSTS
-        ),
-        what=f"{HOSTS} Ready {POOL} nodes",
-    )
-    yield
-    for node in extra:
-        cluster.kubectl("delete", "node", node["metadata"]["name"], "--wait=false", check=False)
+    with pool_grown_to(cluster, POOL, HOSTS, POOL_LABEL):
+        yield
 
 
 def local_lws(cluster: Cluster) -> LocalLeaderWorkerSet:

@@ -21,9 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
-from ringmaster.localcluster.pools import POOLS_BY_NAME, node_manifest
 from ringmaster.manifests.naming import ADMISSION_GATE
-from tests.e2e.kube import Cluster, OperatorProcess, wait_for
+from tests.e2e.kube import Cluster, OperatorProcess, pool_grown_to, wait_for
 from tests.e2e.test_inferenceendpoint import condition, status
 from tests.e2e.test_multihost_serving import EXAMPLE, POOL, POOL_LABEL, SELECTOR, local_lws
 
@@ -43,22 +42,8 @@ def seed() -> int:
 
 @pytest.fixture
 def six_h100_hosts(cluster: Cluster) -> Iterator[None]:
-    pool = POOLS_BY_NAME[POOL]
-    extra = [node_manifest(pool, i) for i in range(pool.default_size, HOSTS)]
-    for node in extra:
-        cluster.apply(node)
-
-    def ready_hosts() -> int:
-        nodes = cluster.get_json("nodes", "-l", f"{POOL_LABEL}={POOL}")["items"]
-        return sum(
-            any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"]["conditions"])
-            for n in nodes
-        )
-
-    wait_for(lambda: ready_hosts() >= HOSTS, what=f"{HOSTS} Ready {POOL} nodes")
-    yield
-    for node in extra:
-        cluster.kubectl("delete", "node", node["metadata"]["name"], "--wait=false", check=False)
+    with pool_grown_to(cluster, POOL, HOSTS, POOL_LABEL):
+        yield
 
 
 def spec_patch(hosts: int, replicas: int) -> str:
