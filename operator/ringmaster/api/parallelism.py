@@ -93,6 +93,12 @@ class Parallelism(SpecModel):
     the layer input stays in HBM, and the plan reports ``hostOffloadBytesPerAccelerator`` and
     the copies' exposed time (``stepPartsSeconds.activationOffload``). ``Auto`` searches None,
     Selective and Full."""
+    recompute_layers: int | None = Field(default=None, ge=1, le=1024)
+    """With activationRecompute ``Full``: recompute only this many layers of each model chunk
+    (a pipeline stage's, or each virtual stage's under interleaving), the rest keep every
+    activation, as ``None`` does: Megatron-LM's --recompute-num-layers with --recompute-method
+    block (Megatron-Bridge's recompute_num_layers). Megatron only; passed to workers as
+    RINGMASTER_RECOMPUTE_LAYERS. Left out: every layer."""
     context: IntOrAuto = AUTO
     """Context parallelism (ring attention: Megatron-LM's context_parallel_size, torchtitan's
     CP): each of the c ranks holds sequenceLength / c tokens of every sequence, dividing the
@@ -165,6 +171,7 @@ _DISPATCH = "self.parallelism.expertDispatch"
 _LAYOUT = "self.parallelism.pipelineLayout"
 _VPP = "self.parallelism.virtualPipelineStages"
 _REC = "self.parallelism.activationRecompute"
+_REC_LAYERS = "self.parallelism.recomputeLayers"
 _ARCH = "self.model.architecture"
 
 
@@ -306,6 +313,37 @@ def _cel_overlap_is(name: str) -> str:
 # arguments.py), recompute_granularity != 'full'); DualPipe's are the DualPipe library's
 # (deepseek-ai/DualPipe dualpipe/dualpipe.py @ 3da1bbe: num_ranks % 2 == 0; one model chunk per
 # direction, so no interleaving).
+# Full recompute limited to some layers: Megatron-LM's block method, which no other launcher has.
+RECOMPUTE_LAYERS_RULES: tuple[Rule, ...] = (
+    Rule(
+        cel=f"!({_CEL_PARALLEL}) || !has({_REC_LAYERS}) || (has({_REC}) && {_REC} == 'Full')",
+        message="parallelism.recomputeLayers limits Full recompute to some layers: set "
+        "activationRecompute Full",
+        field_path=".parallelism.recomputeLayers",
+        reason="FieldValueForbidden",
+        check=lambda s: (
+            s.parallelism is None
+            or s.parallelism.recompute_layers is None
+            or s.parallelism.activation_recompute == "Full"
+        ),
+    ),
+    Rule(
+        cel=(
+            f"!({_CEL_PARALLEL}) || !has({_REC_LAYERS})"
+            " || (has(self.framework) && self.framework.name == 'Megatron')"
+        ),
+        message="parallelism.recomputeLayers is Megatron-LM's --recompute-num-layers (block "
+        "method): set framework.name Megatron",
+        field_path=".parallelism.recomputeLayers",
+        reason="FieldValueForbidden",
+        check=lambda s: (
+            s.parallelism is None
+            or s.parallelism.recompute_layers is None
+            or (s.framework is not None and s.framework.name == "Megatron")
+        ),
+    ),
+)
+
 MOE_FEATURE_RULES: tuple[Rule, ...] = (
     Rule(
         cel=f"!({_CEL_PARALLEL}) || !has({_OVERLAP}) || {_OVERLAP} == 'None' || {_CEL_IS_MOE}",
@@ -681,4 +719,5 @@ PARALLELISM_RULES: tuple[Rule, ...] = (
         ),
     ),
     *MOE_FEATURE_RULES,
+    *RECOMPUTE_LAYERS_RULES,
 )

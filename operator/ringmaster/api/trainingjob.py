@@ -582,6 +582,9 @@ class TrainingPlan(StatusModel):
     micro_batch_size: int | None = None
     global_batch_size: int | None = None
     activation_recompute: str | None = None
+    recompute_layers: int | None = None
+    """Full recompute limited to this many layers of each model chunk
+    (``spec.parallelism.recomputeLayers``); absent: every layer."""
     virtual_pipeline_stages: int | None = None
     context: int | None = None
     """Context-parallel ranks (ring attention)."""

@@ -556,6 +556,7 @@ def published_layout_search(row: Mapping[str, Any], nic_gbps: float | None = Non
         sharding=str(row["sharding"]),
         micro_batch=int(row["micro_batch"]),
         recompute=None if recompute == "Auto" else recompute,
+        recompute_layers=row.get("recompute_layers"),
         virtual_stages=int(row["virtual"]),
         strategy=RING,
     )
@@ -572,7 +573,7 @@ def throughput_report(points: Mapping[str, Any] | None = None) -> list[LlmRow]:
         chosen = published_layout_search(r, published_nic_gbps(r)).chosen
         setup = (
             f"{r['model']} s{r['seq']} {r['gpus']} GPUs TP{r['tensor']} CP{r['context']}"
-            f" PP{r['pipeline']} {r['precision']} ({chosen.recompute})"
+            f" PP{r['pipeline']} {r['precision']} ({chosen.recompute_policy})"
         )
         predicted = chosen.tokens_per_second / int(r["gpus"])
         published = float(r["tokens_per_s_per_gpu"])

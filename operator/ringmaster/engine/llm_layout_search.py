@@ -87,6 +87,9 @@ class LayoutRequest:
     capacity_factor: float | None = None
     pad_to_capacity: bool = False
     expert_dispatch: str = DEFAULT_DISPATCHER  # engine.expert_dispatch.DISPATCHERS
+    # Full recompute of that many layers of each model chunk (Megatron-LM's
+    # --recompute-num-layers, block method); None: every layer. Only with recompute Full.
+    recompute_layers: int | None = None
 
 
 @dataclass(frozen=True)
@@ -141,6 +144,16 @@ class Layout:
     activation_offload_seconds: float = 0.0
     host_offload_bytes: float = 0.0
     host_capacity_bytes: float = float("inf")
+    recompute_layers: int | None = None  # Full recompute of that many layers a chunk
+
+    @property
+    def recompute_policy(self) -> str:
+        """The recompute policy as the plan names it: ``Full (5 layers a chunk)`` where Full
+        recompute is limited to some layers."""
+        if self.recompute_layers is None:
+            return self.recompute
+        layers = "layer" if self.recompute_layers == 1 else "layers"
+        return f"{self.recompute} ({self.recompute_layers} {layers} a chunk)"
 
     @property
     def expert_tensor_degree(self) -> int:
@@ -178,7 +191,7 @@ class Layout:
         return (
             f"tensor {self.tensor}{cp} x pipeline {self.pipeline}{v} x data {self.data}{ep}, "
             f"sharding {self.sharding}, micro-batch {self.micro_batch}, recompute "
-            f"{self.recompute}{moe}"
+            f"{self.recompute_policy}{moe}"
         )
 
 
@@ -364,6 +377,7 @@ def evaluate_grid(request: LayoutRequest, hw: LayoutHardware, grid: dict[str, I6
         capacity_factor=request.capacity_factor,
         pad_to_capacity=request.pad_to_capacity,
         expert_dispatch=dispatcher_named(request.expert_dispatch),
+        recompute_layers=request.recompute_layers,
     )
 
 
@@ -418,6 +432,7 @@ def _layout(
         activation_offload_seconds=float(a.activation_offload_seconds[i]),
         host_offload_bytes=float(a.host_offload_bytes[i]),
         host_capacity_bytes=host_capacity,
+        recompute_layers=a.recompute_layers,
     )
 
 
@@ -448,6 +463,7 @@ def evaluate_layout(
         capacity_factor=layout.capacity_factor,
         pad_to_capacity=layout.pad_to_capacity,
         expert_dispatch=dispatcher_named(layout.expert_dispatch),
+        recompute_layers=layout.recompute_layers,
     )
 
 

@@ -334,6 +334,7 @@ def memory_per_accelerator(
     expert_tensor: ArrayLike | None = None,
     dual_pipe: bool = False,
     loss_bytes_per_logit: float = BYTES_LOSS_PER_LOGIT,
+    recomputed_share: ArrayLike = 1.0,
 ) -> MemoryArrays:
     """Weights, gradients, optimizer state, activations and the reserve per accelerator, on the
     fullest of the first, a middle and the last pipeline stage. Context-parallel ranks hold the
@@ -346,7 +347,9 @@ def memory_per_accelerator(
     DualPipe, whose rank i holds stages i and p - 1 - i (2x the parameters) with p + 1
     micro-batches' activations in flight (DeepSeek-V3 technical report, arXiv 2412.19437,
     Table 2; deepseek-ai/DualPipe README.md @ 3da1bbe). ``loss_bytes_per_logit``: the loss's
-    peak bytes per logit (BYTES_LOSS_PER_LOGIT eager, BYTES_LOSS_PER_LOGIT_FUSED fused)."""
+    peak bytes per logit (BYTES_LOSS_PER_LOGIT eager, BYTES_LOSS_PER_LOGIT_FUSED fused).
+    ``recomputed_share``: under Full recompute, the share of the layers that recompute (the rest
+    keep what None keeps: engine.recompute.recomputed_layer_share)."""
     t, p, d, c, e = _f(tensor), _f(pipeline), _f(data), _f(context), _f(expert)
     etp = t if expert_tensor is None else _f(expert_tensor)
     shard = np.asarray(sharding)
@@ -370,6 +373,10 @@ def memory_per_accelerator(
     stored, working = activation_bytes_per_layer(
         model, micro_batch, t, rec, c, flash_attention, sequence_parallel, fp8
     )
+    # Layers left out of a partial Full recompute keep None's set, which ``working`` is.
+    share = _f(recomputed_share)
+    partial = (rec == RECOMPUTE_FULL) & (share < 1.0)
+    stored = _f(np.where(partial, share * stored + (1.0 - share) * working, stored))
     # A policy that rebuilds layers holds one layer's working set while it does.
     transient = np.where(np.isin(rec, REBUILDS_LAYER), working, 0.0)
     # 1F1B: the first stage keeps min(p, m) micro-batches in flight, the second one fewer;

@@ -28,6 +28,7 @@ new network model changes one place.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
@@ -115,9 +116,11 @@ from ringmaster.engine.moe_training import (
 from ringmaster.engine.profiled import profiled_pool
 from ringmaster.engine.recompute import (
     busiest_rank_parameters_per_layer,
+    partial_recompute,
     recompute_flops_per_token_per_layer,
+    recomputed_layer_share,
 )
-from ringmaster.engine.step_parts import micro_batch_parts, optimizer_seconds
+from ringmaster.engine.step_parts import MicroBatchParts, micro_batch_parts, optimizer_seconds
 from ringmaster.engine.training import (
     exposed_communication,
     resolve_compute_precision,
@@ -719,6 +722,7 @@ class LayoutArrays(NamedTuple):
     capacity_factor: float | None = None
     pad_to_capacity: bool = False
     expert_dispatch: str = DEFAULT_DISPATCHER
+    recompute_layers: int | None = None  # Full recompute of that many layers a chunk (None: all)
 
 
 def evaluate_layouts(
@@ -742,6 +746,7 @@ def evaluate_layouts(
     capacity_factor: float | None = None,
     pad_to_capacity: bool = False,
     expert_dispatch: Dispatcher = DEFAULT_DISPATCHER,
+    recompute_layers: int | None = None,
 ) -> LayoutArrays:
     """Memory, fit, step time, tokens/s and MFU of every layout (arrays broadcast together).
     The caller guarantees divisibility (t p c | accelerators, d b | global batch, c | s,
@@ -751,7 +756,10 @@ def evaluate_layouts(
     experts' ``expert_overlap`` (engine.moe_training.EXPERT_OVERLAPS), ``capacity_factor`` and
     ``pad_to_capacity`` (token dropping: engine.moe_training.routed_load), its
     ``expert_dispatch`` (engine.moe_training.expert_all_to_all_seconds); a DualPipe layout
-    that DualPipe cannot schedule (an odd pipeline, too few micro-batches) does not fit."""
+    that DualPipe cannot schedule (an odd pipeline, too few micro-batches) does not fit.
+    ``recompute_layers``: Full recompute limited to that many layers of each model chunk
+    (Megatron-LM's --recompute-method block with --recompute-num-layers: the rest keep
+    everything, as None does; engine.recompute.recomputed_layer_share); None: every layer."""
     load = routed_load(capacity_factor, pad_to_capacity)
     dual_pipe = expert_overlap == OVERLAP_DUALPIPE
     e = _f(expert)
@@ -763,8 +771,24 @@ def evaluate_layouts(
     c = _f(context)
     shard = np.asarray(sharding, dtype=np.int64)
     rec = np.asarray(recompute, dtype=np.int64)
+    share = (
+        _f(1.0)
+        if recompute_layers is None
+        else recomputed_layer_share(recompute_layers, model.layers, p, v)
+    )
     d = hw.accelerators / (t * p * c)
     m = global_batch / (d * b)
+
+    partial = bool(np.any((rec == RECOMPUTE_FULL) & (share < 1.0)))
+    kept = np.full_like(rec, RECOMPUTE_NONE)  # what the layers that do not recompute run
+
+    def per_layer(quantity: Callable[[I64], F64]) -> F64:
+        """A per-layer quantity of the policy; under a partial Full recompute, the layers that
+        recompute weigh ``share`` and the rest are None's."""
+        if not partial:
+            return quantity(rec)
+        return partial_recompute(rec, share, quantity(rec), quantity(kept))
+
     mem = memory_per_accelerator(
         model,
         tensor=t,
@@ -784,6 +808,7 @@ def evaluate_layouts(
         expert_tensor=etp,
         dual_pipe=dual_pipe,
         loss_bytes_per_logit=loss_bytes_per_logit(hw.framework),
+        recomputed_share=share,
     )
     # Offloaded activations live in the host's DRAM, which must hold them too, and cross a host
     # link whose bandwidth must be known.
@@ -793,33 +818,45 @@ def evaluate_layouts(
     if dual_pipe:
         fits = fits & dualpipe_runs(p, m)
 
-    parts = micro_batch_parts(
-        model,
-        hw,
-        b,
-        t,
-        p,
-        rec,
-        c,
-        flash_attention,
-        sequence_parallel,
-        expert=e,
-        sharding=shard,
-        expert_tensor=etp,
-        load=load,
-    )
+    def parts_under(policy: I64) -> MicroBatchParts:
+        return micro_batch_parts(
+            model,
+            hw,
+            b,
+            t,
+            p,
+            policy,
+            c,
+            flash_attention,
+            sequence_parallel,
+            expert=e,
+            sharding=shard,
+            expert_tensor=etp,
+            load=load,
+        )
+
+    parts = parts_under(rec)
+    if partial:
+        parts = MicroBatchParts(
+            *(
+                partial_recompute(rec, share, a, z)
+                for a, z in zip(parts, parts_under(kept), strict=True)
+            )
+        )
     compute_mb = parts.total
     layers = stage_layers(model, p).middle
     act_bytes = BYTES_ACTIVATION * model.sequence_length * b * model.hidden / c
     tp_mb = layers * _tensor_parallel_seconds(
         act_bytes,
-        tensor_parallel_collectives_per_layer(rec, hw.framework.recompute_stops_early),
+        per_layer(
+            lambda r: tensor_parallel_collectives_per_layer(r, hw.framework.recompute_stops_early)
+        ),
         t,
         hw,
     )
     tp_mb = exposed_tensor_parallel(tp_mb, parts.gemm, t, hw)
     # Ring attention overlaps each K/V pass with the attention core's blocks.
-    cp_layer = context_parallel_passes(rec) * _context_parallel_seconds(
+    cp_layer = per_layer(context_parallel_passes) * _context_parallel_seconds(
         kv_bytes_per_layer(model, b, t), t, c, hw
     )
     core_layer = (
@@ -854,7 +891,7 @@ def evaluate_layouts(
         )
         unpaired = unpaired_share(expert_overlap, p, v, m)
         per_layer = exposed_all_to_all(
-            moe_all_to_alls(rec) * a2a, shared, parts.layer, expert_overlap, unpaired
+            per_layer(moe_all_to_alls) * a2a, shared, parts.layer, expert_overlap, unpaired
         )
         ep_mb = layers * moe_share * per_layer
     slot = compute_mb + tp_mb + cp_mb + pp_mb + ep_mb
@@ -951,4 +988,5 @@ def evaluate_layouts(
         expert_dispatch=expert_dispatch,
         capacity_factor=capacity_factor,
         pad_to_capacity=pad_to_capacity,
+        recompute_layers=recompute_layers,
     )

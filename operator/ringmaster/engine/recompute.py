@@ -110,3 +110,27 @@ def recompute_flops_per_token(model: Transformer, recompute: ArrayLike) -> F64:
 def hardware_flops_per_token(model: Transformer, recompute: ArrayLike) -> F64:
     """Model FLOPs (6N + attention, Transformer.training_flops_per_token) plus recompute's."""
     return model.training_flops_per_token() + recompute_flops_per_token(model, recompute)
+
+
+def recomputed_layer_share(
+    recompute_layers: ArrayLike, layers: int, pipeline: ArrayLike, virtual_stages: ArrayLike
+) -> F64:
+    """The share of a model chunk's layers that Full recompute rebuilds when it is limited to
+    ``recompute_layers`` of them: Megatron-LM's --recompute-method block with
+    --recompute-num-layers N (megatron/core/transformer/transformer_block.py
+    ``_checkpointed_forward``: the first N layers of each chunk, a pipeline stage's or, under
+    interleaving, each virtual stage's, recompute; the rest keep every activation). 1 where N
+    covers the chunk."""
+    chunk = layers / (as_f64(pipeline) * as_f64(virtual_stages))
+    return as_f64(np.minimum(as_f64(recompute_layers) / np.maximum(chunk, 1.0), 1.0))
+
+
+def partial_recompute(
+    recompute: ArrayLike, share: ArrayLike, recomputing: ArrayLike, keeping: ArrayLike
+) -> F64:
+    """A per-layer quantity under Full recompute limited to a ``share`` of the layers: those
+    weigh ``recomputing`` (Full's value), the rest ``keeping`` (None's); any other policy keeps
+    its own value."""
+    s = as_f64(share)
+    mixed = s * as_f64(recomputing) + (1.0 - s) * as_f64(keeping)
+    return as_f64(np.where(np.asarray(recompute) == RECOMPUTE_FULL, mixed, recomputing))

@@ -201,6 +201,7 @@ LAYOUT_ENV = (
     ("RINGMASTER_MICRO_BATCH_SIZE", "microBatchSize"),
     ("RINGMASTER_GLOBAL_BATCH_SIZE", "globalBatchSize"),
     ("RINGMASTER_ACTIVATION_RECOMPUTE", "activationRecompute"),
+    ("RINGMASTER_RECOMPUTE_LAYERS", "recomputeLayers"),
     ("RINGMASTER_VIRTUAL_PIPELINE_STAGES", "virtualPipelineStages"),
     ("RINGMASTER_PIPELINE_LAYOUT", "pipelineLayout"),
     ("RINGMASTER_FRAMEWORK", "framework"),
@@ -216,6 +217,7 @@ OPTIONAL_LAYOUT_KEYS = frozenset(
         "expertCapacityFactor",
         "expertPadToCapacity",
         "pipelineLayout",
+        "recomputeLayers",
     }
 )
 

@@ -235,6 +235,7 @@ def layout_request(spec: Any) -> LayoutRequest:
         sharding=_fixed(par.sharding),
         micro_batch=_fixed(par.micro_batch_size),
         recompute=_fixed(par.activation_recompute),
+        recompute_layers=par.recompute_layers,
         context=_fixed(par.context),
         expert=_fixed(par.expert),
         expert_tensor=_fixed(par.expert_tensor),
@@ -502,6 +503,7 @@ def _layout_fields(layout: Layout, global_batch: int, written: str | None = None
         "globalBatchSize": global_batch,
         "virtualPipelineStages": layout.virtual_stages,
         "activationRecompute": layout.recompute,
+        **({"recomputeLayers": layout.recompute_layers} if layout.recompute_layers else {}),
         **_moe_schedule_fields(layout),
         **({"pipelineLayout": written} if written else {}),
     }

@@ -54,6 +54,7 @@ MICRO = "RINGMASTER_MICRO_BATCH_SIZE"
 GLOBAL = "RINGMASTER_GLOBAL_BATCH_SIZE"
 VIRTUAL = "RINGMASTER_VIRTUAL_PIPELINE_STAGES"
 RECOMPUTE = "RINGMASTER_ACTIVATION_RECOMPUTE"
+RECOMPUTE_LAYERS = "RINGMASTER_RECOMPUTE_LAYERS"
 
 # The spec's settings a launcher's switches must agree with (planning.plausibility passes the
 # plan's values under these paths).
@@ -107,6 +108,7 @@ MEGATRON = Launcher(
         "--micro-batch-size": MICRO,
         "--global-batch-size": GLOBAL,
         "--num-virtual-stages-per-pipeline-rank": VIRTUAL,
+        "--recompute-num-layers": RECOMPUTE_LAYERS,
     },
     {"--overlap-p2p-communication": _PP_EXPOSED},
     ("--recompute-granularity", {"full": "Full", "selective": "Selective"}),
@@ -131,6 +133,8 @@ NEMO = Launcher(
         "model.virtual_pipeline_model_parallel_size": VIRTUAL,
         "train.micro_batch_size": MICRO,
         "train.global_batch_size": GLOBAL,
+        "model.recompute_num_layers": RECOMPUTE_LAYERS,
+        "model.activations_checkpoint_num_layers": RECOMPUTE_LAYERS,
     },
     {"model.overlap_p2p_comm": _PP_EXPOSED},
     (
