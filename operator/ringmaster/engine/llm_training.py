@@ -782,7 +782,7 @@ def evaluate_layouts(
     partial = bool(np.any((rec == RECOMPUTE_FULL) & (share < 1.0)))
     kept = np.full_like(rec, RECOMPUTE_NONE)  # what the layers that do not recompute run
 
-    def per_layer(quantity: Callable[[I64], F64]) -> F64:
+    def layer_mix(quantity: Callable[[I64], F64]) -> F64:
         """A per-layer quantity of the policy; under a partial Full recompute, the layers that
         recompute weigh ``share`` and the rest are None's."""
         if not partial:
@@ -848,7 +848,7 @@ def evaluate_layouts(
     act_bytes = BYTES_ACTIVATION * model.sequence_length * b * model.hidden / c
     tp_mb = layers * _tensor_parallel_seconds(
         act_bytes,
-        per_layer(
+        layer_mix(
             lambda r: tensor_parallel_collectives_per_layer(r, hw.framework.recompute_stops_early)
         ),
         t,
@@ -856,7 +856,7 @@ def evaluate_layouts(
     )
     tp_mb = exposed_tensor_parallel(tp_mb, parts.gemm, t, hw)
     # Ring attention overlaps each K/V pass with the attention core's blocks.
-    cp_layer = per_layer(context_parallel_passes) * _context_parallel_seconds(
+    cp_layer = layer_mix(context_parallel_passes) * _context_parallel_seconds(
         kv_bytes_per_layer(model, b, t), t, c, hw
     )
     core_layer = (
@@ -891,7 +891,7 @@ def evaluate_layouts(
         )
         unpaired = unpaired_share(expert_overlap, p, v, m)
         per_layer = exposed_all_to_all(
-            per_layer(moe_all_to_alls) * a2a, shared, parts.layer, expert_overlap, unpaired
+            layer_mix(moe_all_to_alls) * a2a, shared, parts.layer, expert_overlap, unpaired
         )
         ep_mb = layers * moe_share * per_layer
     slot = compute_mb + tp_mb + cp_mb + pp_mb + ep_mb
