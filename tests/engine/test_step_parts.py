@@ -75,9 +75,14 @@ def test_a_chip_says_what_its_ceilings_rest_on():
     assert b200.evidence["matmul"].startswith("published:")
     assert v5p.evidence["matmul"].startswith("extrapolated:")
     assert a100.evidence["attention"].startswith("published: FlashAttention 2")
-    # B200's FP8 GEMMs: the H100's sustained fraction x the published ratio x B200's peak
-    expected = CE.H100_SUSTAINED_TFLOPS["fp8fast"] / 1978.9 * 1.0762 * 4500e12
+    # B200's large FP8 GEMMs: the H100's sustained fraction x the power cap's ratio (the GB200's
+    # drop from burst carried on the B200's burst ratio) x the B200's peak; bf16 has no
+    # published cap, so its burst ratio scales it.
+    expected = CE.H100_SUSTAINED_TFLOPS["fp8fast"] / 1978.9 * 1.0762 * (0.7744 / 1.0202) * 4500e12
     assert float(b200.gemm_flops("fp8fast", 1e6, 1e6)) == pytest.approx(expected, rel=1e-3)
+    bf16 = CE.H100_SUSTAINED_TFLOPS["bf16"] / 989.4 * 0.9658 * 2250e12
+    assert float(b200.gemm_flops("bf16", 1e6, 1e6)) == pytest.approx(bf16, rel=1e-3)
+    assert "carried from nvidia-gb200" in b200.evidence["matmul"]
 
 
 def test_every_measured_operator_group_within_ten_percent_at_the_median():

@@ -636,7 +636,29 @@ def render_ceilings_section() -> str:
             f"  {group:<30} {len(errors):>5} {median(errors):>15.1%} {within:>11.0%}"
             f" {max(errors):>8.1%}"
         )
-    return "\n".join(lines + occupancy_lines() + ridge_lines())
+    return "\n".join(lines + occupancy_lines() + ridge_lines() + sustained_lines())
+
+
+def sustained_lines() -> list[str]:
+    """The published power caps (engine.ceilings.PUBLISHED_SUSTAINED_RATIO) beside the burst
+    ratios, and the method's check on the lent H200."""
+    chip, azure, measured, burst = sustained_check()
+    lines = [
+        "Power caps of other chips: sustained matmul over the H100's (fractions of each peak), "
+        f"{CE.SUSTAINED_SOURCE}; the burst ratio (MAMF) beside it"
+    ]
+    for (acc, precision), ratio in CE.PUBLISHED_SUSTAINED_RATIO.items():
+        carried = CE.CARRIED_SUSTAINED.get(acc)
+        how = f"carried: {carried}'s drop from burst" if carried else "fitted: its Azure row"
+        burst_ratio = CE.PUBLISHED_MATMUL_RATIO[(acc, precision)]
+        lines.append(
+            f"  {acc:<18} {precision:<5} sustained {ratio:.3f}, burst {burst_ratio:.3f} ({how})"
+        )
+    lines.append(
+        f"  {chip:<18} fp8   checked: the Azure rows read {azure:.3f}, the lent pair measured "
+        f"{measured:.3f} sustained ({azure / measured - 1:+.1%}); its burst {burst:.3f}"
+    )
+    return lines
 
 
 def occupancy_lines() -> list[str]:
@@ -724,6 +746,21 @@ TRIAD_ROWS = {
     "nvidia-h200-141gb": "azure-h200-hbm-triad",
     "amd-mi300x": "azure-mi300x-hbm-triad",
 }
+# Sustained matmul over the H100's, one method on both (Azure's AI-benchmarking-guide: cuBLASLt
+# FP8 at m = n = k = 16384 after 10,000 warm-up iterations, each chip at its power cap): the
+# chip's row and the H100's. The power cap of these chips scales by it (engine.ceilings
+# .PUBLISHED_SUSTAINED_RATIO), their shape model still by the burst table's ratio.
+SUSTAINED_ROWS = {
+    ("nvidia-gb200", "fp8"): ("azure-gb200-fp8-gemm-16384", "azure-h100-fp8-gemm-16384"),
+}
+# Chips with no sustained row of their own that carry another's drop from burst to sustained:
+# the B200 is the GB200's GPU on a lower power limit (1,000 W against 1,200 W), so its cap
+# falls below its burst at least as far; the GB200's measured drop is carried, said so in the
+# plan's evidence (engine.ceilings.CARRIED_SUSTAINED).
+CARRIED_SUSTAINED_FROM = {("nvidia-b200", "fp8"): "nvidia-gb200"}
+# The sustained rows' check: the H200's row of the same table over the H100's, against the
+# sustained ratio measured on the lent pair (calibration/measured/device).
+SUSTAINED_CHECK_ROW = ("nvidia-h200-141gb", "fp8", "azure-h200-fp8-gemm-16384")
 # AMD parts: the MAMF table has their bf16 rows (torch.mm with TunableOp); their FP8 fraction is
 # the bf16 one times AMD's own FP8 / BF16 ratio of maximum achievable FLOPS (ROCm blog, measuring
 # max achievable FLOPS part 2: hipBLASLt, one method for both precisions).
@@ -772,8 +809,9 @@ def measured_pair_ratios(
 
 
 def derive_published_ratios() -> dict[str, Any]:
-    """PUBLISHED_MATMUL_RATIO, PUBLISHED_HBM_RATIO and FLASH2_AMPERE_RATIO of engine.ceilings
-    (a chip of MEASURED_PAIRS: its measured ratios instead of the published ones)."""
+    """PUBLISHED_MATMUL_RATIO, PUBLISHED_HBM_RATIO, FLASH2_AMPERE_RATIO and
+    PUBLISHED_SUSTAINED_RATIO of engine.ceilings (a chip of MEASURED_PAIRS: its measured ratios
+    instead of the published ones, MEASURED_SUSTAINED_RATIO)."""
     h100 = {"bf16": _fraction("mamf-h100-sxm-bf16"), "fp8": _fraction("mamf-h100-sxm-fp8")}
     matmul = {key: round(_fraction(pid) / h100[key[1]], 4) for key, pid in MAMF_ROWS.items()}
     for acc, (mamf, maf_bf16, maf_fp8) in AMD_ROWS.items():
@@ -790,9 +828,27 @@ def derive_published_ratios() -> dict[str, Any]:
             sustained[(acc, precision)] = capped[precision]
     a100 = _fraction("fa2-a100-80gb-fwdbwd-hdim128-causal")
     flash = round(a100 / (FLASH2_H100_CAUSAL_TFLOPS / CE.H100_PEAK_TFLOPS["bf16"]), 4)
+    published_sustained = {
+        key: round(_fraction(chip) / _fraction(h100_row), 4)
+        for key, (chip, h100_row) in SUSTAINED_ROWS.items()
+    }
+    for key, source in CARRIED_SUSTAINED_FROM.items():
+        drop = published_sustained[(source, key[1])] / matmul[(source, key[1])]
+        published_sustained[key] = round(matmul[key] * drop, 4)
     return {
         "PUBLISHED_MATMUL_RATIO": matmul,
         "PUBLISHED_HBM_RATIO": hbm,
         "FLASH2_AMPERE_RATIO": flash,
         "MEASURED_SUSTAINED_RATIO": sustained,
+        "PUBLISHED_SUSTAINED_RATIO": published_sustained,
     }
+
+
+def sustained_check() -> tuple[str, float, float, float]:
+    """(chip, the sustained ratio the Azure rows give, the lent pair's measured sustained ratio,
+    its measured burst ratio) for SUSTAINED_CHECK_ROW: how far the Azure method reads a power
+    cap where both are known."""
+    chip, precision, row = SUSTAINED_CHECK_ROW
+    azure = _fraction(row) / _fraction(SUSTAINED_ROWS[("nvidia-gb200", "fp8")][1])
+    burst, capped, _ = measured_pair_ratios(chip)
+    return chip, round(azure, 4), capped[precision], burst[precision]
