@@ -19,6 +19,7 @@ from ringmaster.calibration.llm_training import (
     training_points,
 )
 from ringmaster.engine import collectives as C
+from ringmaster.engine import context_parallel as CPAR
 from ringmaster.engine import llm_training as L
 from ringmaster.engine import recompute as R
 from ringmaster.engine.ceilings import TRITON_FLASH_ATTENTION_RATIO
@@ -369,9 +370,9 @@ def test_context_parallelism_divides_activations_and_costs_ring_passes():
     # activations: the layers' halve, and so do the logits
     assert float(two.memory.activations) == pytest.approx(float(one.memory.activations) / 2)
     # the K/V passes: an all-gather of a layer's K and V per pass, within the host on NVLink
-    kv = float(L.kv_bytes_per_layer(model, 1, 1))
+    kv = float(CPAR.kv_bytes_per_layer(model, 1, 1))
     assert kv == 2 * 2 * 65536 * 1024
-    one_pass = float(L._context_parallel_seconds(np.float64(kv), 1.0, 2.0, hw))
+    one_pass = float(CPAR.context_parallel_seconds(np.float64(kv), 1.0, 2.0, hw))
     nvlink = C.nccl_collective(C.ALL_GATHER, kv, 1.0, 2.0, hw.fabric(hw.nic_bandwidth / 4))
     assert one_pass == pytest.approx(float(nvlink.seconds))
     assert one_pass > kv / 2 / hw.intra_bandwidth  # at best the NVLink line rate

@@ -53,6 +53,11 @@ from ringmaster.engine.ceilings import (
     Ceilings,
     ceilings_for,
 )
+from ringmaster.engine.context_parallel import (
+    context_parallel_passes,
+    context_parallel_seconds,
+    kv_bytes_per_layer,
+)
 from ringmaster.engine.efficiency import (
     ICI_EFFICIENCY,
     ICI_HOP_LATENCY,
@@ -83,7 +88,6 @@ from ringmaster.engine.llm_layout_names import (
     RECOMPUTE_FULL,
     RECOMPUTE_NONE,
     RECOMPUTE_QKV_PROJ_OFFLOADED,
-    RECOMPUTE_SELECTIVE_OP,
     REDUCTION_SERVER,
     RING,
     SHARD_FULL,
@@ -142,15 +146,6 @@ I64 = NDArray[np.int64]
 TP_ALLREDUCES_PER_LAYER = 4
 TP_ALLREDUCES_RECOMPUTE = 2
 TP_ALLREDUCES_RECOMPUTE_BUT_QKV = TP_ALLREDUCES_RECOMPUTE - 0.5
-
-# Context parallelism (ring attention: Megatron-LM's context_parallel, torchtitan's CP): each
-# rank holds s / c tokens and passes its K and V around the ring, c - 1 chunks per pass, the
-# traffic of an all-gather of the sequence's K and V; backward passes K, V and their gradients
-# again (a reduce-scatter more): 3 all-gather-equivalents per layer per micro-batch (4 under
-# Full recompute), overlapped with the attention core's blocks (Liu et al. 2023, "Ring
-# Attention"; Megatron-Core docs, context_parallel).
-CP_KV_PASSES = 3
-CP_KV_PASSES_RECOMPUTE = 1
 
 # What the chip's measured ceilings (engine.ceilings) do not carry: a chip without its own
 # operator measurements runs its GEMMs at the H100's measured fractions of its own peak, times a
@@ -559,38 +554,6 @@ def _pipeline_send_seconds(nbytes: F64, tensor: F64, pipeline: F64, hw: LayoutHa
     return _f(np.where(pipeline > 1, 2.0 * one, 0.0))
 
 
-def kv_bytes_per_layer(model: Transformer, micro_batch: ArrayLike, tensor: ArrayLike) -> F64:
-    """A layer's K and V for the whole sequence on one tensor-parallel rank (bf16): what a
-    context-parallel ring passes around. Fewer KV heads than t are replicated, one per rank."""
-    width = np.maximum(model.kv_hidden / _f(tensor), float(model.head_dim))
-    return _f(2.0 * BYTES_ACTIVATION * model.sequence_length * _f(micro_batch) * width)
-
-
-def context_parallel_passes(recompute: ArrayLike) -> F64:
-    """All-gather equivalents of a layer's K and V per micro-batch: CP_KV_PASSES, plus
-    CP_KV_PASSES_RECOMPUTE where the attention core's forward is repeated."""
-    again = np.isin(np.asarray(recompute), (RECOMPUTE_NONE, RECOMPUTE_SELECTIVE_OP))
-    return _f(CP_KV_PASSES + np.where(again, 0, CP_KV_PASSES_RECOMPUTE))
-
-
-def _context_parallel_seconds(nbytes: F64, tensor: F64, context: F64, hw: LayoutHardware) -> F64:
-    """One all-gather of ``nbytes`` over the c context-parallel ranks (adjacent to the tensor
-    ranks, as Megatron-LM and torchtitan order them): on NVLink while t c fits in a host, else
-    across hosts with the group's share of the NIC (what NCCL runs, engine.collectives); over
-    the slice's ICI on a TPU."""
-    if hw.kind == "tpu":
-        one = (context - 1.0) / context * nbytes / hw.intra_bandwidth
-        return _f(np.where(context > 1, one + (context - 1.0) * hw.intra_hop_latency, 0.0))
-    g = float(hw.per_host)
-    per_host = np.clip(g / tensor, 1.0, context)
-    hosts = context / per_host
-    nic = hw.nic_bandwidth / (g / per_host)
-    coll = C.nccl_collective(
-        C.ALL_GATHER, nbytes, hosts, per_host, hw.fabric(nic), with_busbw=False
-    )
-    return _f(np.where(context > 1, coll.seconds, 0.0))
-
-
 class DataParallelComm(NamedTuple):
     seconds: F64  # the whole reduction per step
     strategy: I64  # STRATEGY_*
@@ -856,7 +819,7 @@ def evaluate_layouts(
     )
     tp_mb = exposed_tensor_parallel(tp_mb, parts.gemm, t, hw)
     # Ring attention overlaps each K/V pass with the attention core's blocks.
-    cp_layer = layer_mix(context_parallel_passes) * _context_parallel_seconds(
+    cp_layer = layer_mix(context_parallel_passes) * context_parallel_seconds(
         kv_bytes_per_layer(model, b, t), t, c, hw
     )
     core_layer = (
