@@ -99,6 +99,15 @@ class Parallelism(SpecModel):
     activation, as ``None`` does: Megatron-LM's --recompute-num-layers with --recompute-method
     block (Megatron-Bridge's recompute_num_layers). Megatron only; passed to workers as
     RINGMASTER_RECOMPUTE_LAYERS. Left out: every layer."""
+    activation_offload_layers: int | None = Field(default=None, ge=1, le=1023)
+    """Offload this many layers' activations to host memory in forward and bring them back in
+    backward, the copies beside the next layers' compute: Megatron-LM's --cpu-offloading
+    --cpu-offloading-num-layers N (activations only; Megatron-Bridge's cpu_offloading_num_layers,
+    which its GB200 Llama 3 70B FP8 recipe sets to 40). Megatron only, on one pipeline stage
+    without recompute (Megatron-Core refuses it otherwise), fewer than the model's layers. The
+    plan reports ``hostOffloadBytesPerAccelerator`` and the copies' exposed time
+    (``stepPartsSeconds.activationOffload``); passed to workers as
+    RINGMASTER_ACTIVATION_OFFLOAD_LAYERS."""
     context: IntOrAuto = AUTO
     """Context parallelism (ring attention: Megatron-LM's context_parallel_size, torchtitan's
     CP): each of the c ranks holds sequenceLength / c tokens of every sequence, dividing the
@@ -172,6 +181,7 @@ _LAYOUT = "self.parallelism.pipelineLayout"
 _VPP = "self.parallelism.virtualPipelineStages"
 _REC = "self.parallelism.activationRecompute"
 _REC_LAYERS = "self.parallelism.recomputeLayers"
+_OFFLOAD_LAYERS = "self.parallelism.activationOffloadLayers"
 _ARCH = "self.model.architecture"
 
 
@@ -340,6 +350,59 @@ RECOMPUTE_LAYERS_RULES: tuple[Rule, ...] = (
             s.parallelism is None
             or s.parallelism.recompute_layers is None
             or (s.framework is not None and s.framework.name == "Megatron")
+        ),
+    ),
+)
+
+# Megatron-Core's CPU offloading: its TransformerConfig refuses it with pipeline parallelism,
+# with any recompute, and for as many layers as the model has (transformer_config.py
+# __post_init__).
+ACTIVATION_OFFLOAD_RULES: tuple[Rule, ...] = (
+    Rule(
+        cel=(
+            f"!({_CEL_PARALLEL}) || !has({_OFFLOAD_LAYERS})"
+            " || (has(self.framework) && self.framework.name == 'Megatron')"
+        ),
+        message="parallelism.activationOffloadLayers is Megatron-LM's --cpu-offloading-num-layers:"
+        " set framework.name Megatron",
+        field_path=".parallelism.activationOffloadLayers",
+        reason="FieldValueForbidden",
+        check=lambda s: (
+            s.parallelism is None
+            or s.parallelism.activation_offload_layers is None
+            or (s.framework is not None and s.framework.name == "Megatron")
+        ),
+    ),
+    Rule(
+        cel=(
+            f"!({_CEL_PARALLEL}) || !has({_OFFLOAD_LAYERS}) || ((!has({_REC}) || {_REC} == 'Auto'"
+            f" || {_REC} == 'None') && (string({_P}) == 'Auto' || int({_P}) == 1))"
+        ),
+        message="parallelism.activationOffloadLayers runs on one pipeline stage without recompute"
+        " (Megatron-Core refuses it otherwise): pipeline 1 and activationRecompute None",
+        field_path=".parallelism.activationOffloadLayers",
+        reason="FieldValueForbidden",
+        check=lambda s: (
+            s.parallelism is None
+            or s.parallelism.activation_offload_layers is None
+            or (
+                s.parallelism.activation_recompute in (AUTO, "None")
+                and (_auto(s.parallelism.pipeline) or int(s.parallelism.pipeline) == 1)
+            )
+        ),
+    ),
+    Rule(
+        cel=(
+            f"!({_CEL_PARALLEL}) || !has({_OFFLOAD_LAYERS}) || {_OFFLOAD_LAYERS} < {_ARCH}.layers"
+        ),
+        message="parallelism.activationOffloadLayers must be fewer than model.architecture.layers"
+        " (Megatron-Core keeps the last layer on the device)",
+        field_path=".parallelism.activationOffloadLayers",
+        check=lambda s: (
+            s.parallelism is None
+            or s.model.architecture is None
+            or s.parallelism.activation_offload_layers is None
+            or s.parallelism.activation_offload_layers < s.model.architecture.layers
         ),
     ),
 )
@@ -720,4 +783,5 @@ PARALLELISM_RULES: tuple[Rule, ...] = (
     ),
     *MOE_FEATURE_RULES,
     *RECOMPUTE_LAYERS_RULES,
+    *ACTIVATION_OFFLOAD_RULES,
 )

@@ -585,6 +585,11 @@ class TrainingPlan(StatusModel):
     recompute_layers: int | None = None
     """Full recompute limited to this many layers of each model chunk
     (``spec.parallelism.recomputeLayers``); absent: every layer."""
+    activation_offload_layers: int | None = None
+    """Megatron's CPU offloading of this many layers' activations
+    (``spec.parallelism.activationOffloadLayers``); the host bytes are
+    ``hostOffloadBytesPerAccelerator``, the copies' exposed time
+    ``stepPartsSeconds.activationOffload``."""
     virtual_pipeline_stages: int | None = None
     context: int | None = None
     """Context-parallel ranks (ring attention)."""

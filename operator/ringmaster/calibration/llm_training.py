@@ -44,7 +44,7 @@ from ringmaster.engine.llm_layout_names import (
     SHARD_NONE,
     SHARDINGS,
 )
-from ringmaster.engine.llm_layout_search import LayoutRequest, LayoutSearch, search_layouts
+from ringmaster.engine.llm_layout_search import Layout, LayoutRequest, LayoutSearch, search_layouts
 from ringmaster.engine.llm_memory import (
     ALLOCATOR_OVERHEAD,
     FRAMEWORK_RESERVE_BYTES,
@@ -557,10 +557,15 @@ def published_layout_search(row: Mapping[str, Any], nic_gbps: float | None = Non
         micro_batch=int(row["micro_batch"]),
         recompute=None if recompute == "Auto" else recompute,
         recompute_layers=row.get("recompute_layers"),
+        offload_layers=row.get("offload_layers"),
         virtual_stages=int(row["virtual"]),
         strategy=RING,
     )
     return search_layouts(request, hw)
+
+
+def _offload(layout: Layout) -> str:
+    return f", {layout.offload_layers} layers offloaded" if layout.offload_layers else ""
 
 
 def throughput_report(points: Mapping[str, Any] | None = None) -> list[LlmRow]:
@@ -573,7 +578,7 @@ def throughput_report(points: Mapping[str, Any] | None = None) -> list[LlmRow]:
         chosen = published_layout_search(r, published_nic_gbps(r)).chosen
         setup = (
             f"{r['model']} s{r['seq']} {r['gpus']} GPUs TP{r['tensor']} CP{r['context']}"
-            f" PP{r['pipeline']} {r['precision']} ({chosen.recompute_policy})"
+            f" PP{r['pipeline']} {r['precision']} ({chosen.recompute_policy}{_offload(chosen)})"
         )
         predicted = chosen.tokens_per_second / int(r["gpus"])
         published = float(r["tokens_per_s_per_gpu"])

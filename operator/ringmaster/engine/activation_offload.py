@@ -58,6 +58,11 @@ OFFLOADING_RECOMPUTES = tuple(RECOMPUTES[code] for code in OFFLOADED_ELEMENTS)
 #   nvidia-h100-80gb: "PCIe Gen5: 128 GB/s" ([H100-DS], SXM5, both directions): 64 per direction.
 #   nvidia-h200-141gb: "PCIe Gen5: 128 GB/s" ([H200-DS], SXM, both directions): 64.
 #   nvidia-tesla-a100, nvidia-a100-80gb: "PCIe Gen4: 64 GB/s" ([A100-DS], both directions): 32.
+#   nvidia-b200: "PCIe Gen5: 128 GB/s" ([B200-DS], HGX B200, both directions): 64.
+#   nvidia-gb200: NVLink-C2C, "900 GB/s of bidirectional bandwidth" between the Grace CPU and the
+#     superchip's two Blackwell GPUs ([GB200-NVL72]): read as shared by the two, 900 / 2 / 2 =
+#     225 per GPU and direction (the lower reading; the link is not PCIe, but PCIE_EFFICIENCY,
+#     a serial link's overheads, is carried to it).
 # An accelerator missing here has no offloading plan: the planner refuses it by name.
 HOST_LINK_GBPS_PER_DIRECTION: dict[str, float] = {
     "tpu-v6e-slice": 32.0 * 16 * 128 / 130 / 8,
@@ -65,6 +70,8 @@ HOST_LINK_GBPS_PER_DIRECTION: dict[str, float] = {
     "nvidia-h200-141gb": 128.0 / 2,
     "nvidia-tesla-a100": 64.0 / 2,
     "nvidia-a100-80gb": 64.0 / 2,
+    "nvidia-b200": 128.0 / 2,
+    "nvidia-gb200": 900.0 / 2 / 2,
 }
 
 # The host DRAM a chip's offloaded activations can use: its share of the host's DRAM, as the
@@ -102,12 +109,22 @@ def host_memory_per_accelerator(accelerator: str) -> float:
     return math.inf if gib is None else gib * GIB
 
 
-def offload_refusal(recompute: str, accelerator: str) -> str | None:
-    """Why ``recompute`` cannot be planned on ``accelerator`` (no host-link figure to time its
-    copies by), or None."""
-    if recompute not in OFFLOADING_RECOMPUTES or accelerator in HOST_LINK_GBPS_PER_DIRECTION:
+def offload_refusal(
+    recompute: str, accelerator: str, offload_layers: int | None = None
+) -> str | None:
+    """Why ``recompute`` (or Megatron's CPU offloading of ``offload_layers``) cannot be planned
+    on ``accelerator`` (no host-link figure to time its copies by), or None."""
+    if accelerator in HOST_LINK_GBPS_PER_DIRECTION:
         return None
     known = ", ".join(sorted(HOST_LINK_GBPS_PER_DIRECTION))
+    if offload_layers:
+        return (
+            f"activationOffloadLayers offloads activations to host memory over the accelerator's"
+            f" host link, and the catalog states no host-link bandwidth for {accelerator}"
+            f" (known: {known})"
+        )
+    if recompute not in OFFLOADING_RECOMPUTES:
+        return None
     return (
         f"activationRecompute {recompute} offloads activations to host memory over the "
         f"accelerator's host link, and the catalog states no host-link bandwidth for "
@@ -184,3 +201,38 @@ def unknown_host_link(recompute: ArrayLike, host_link: float) -> NDArray[np.bool
     """Where an offloading policy meets a host link the catalog does not state: no plan can
     time its copies, so those layouts do not fit."""
     return np.asarray(offloads(recompute) & (host_link <= 0), dtype=bool)
+
+
+# Megatron-Core's CPU offloading (--cpu-offloading --cpu-offloading-num-layers N, activations
+# only, Transformer Engine's get_cpu_offload_context; TrainingJob ``activationOffloadLayers``):
+# the first N layers' saved tensors go to the host in forward and come back in backward, copied
+# on side streams beside the next layers' compute. Megatron-Core refuses it with pipeline
+# parallelism and with any recompute (megatron/core/transformer/transformer_config.py,
+# __post_init__: "no support for Pipeline parallelism with CPU offloading", "CPU offloading does
+# not work when activation recomputation is enabled"), so every layer keeps None's set and one
+# stage holds them all. While a layer's copy runs its tensors are still on the device: one
+# offloaded layer's set stays resident (an assumption: TE frees a layer's copies once the next
+# layer's forward has begun).
+OFFLOADED_LAYERS_RESIDENT = 1
+
+
+def offloaded_layers_off_device(offload_layers: int | None) -> float:
+    """Layers whose saved set is off the device at the peak under Megatron's CPU offloading."""
+    if not offload_layers:
+        return 0.0
+    return float(max(offload_layers - OFFLOADED_LAYERS_RESIDENT, 0))
+
+
+def layer_offload(
+    offload_layers: int | None,
+    stored_per_layer: ArrayLike,
+    host_link: float,
+    layer_seconds: ArrayLike,
+) -> tuple[F64, F64]:
+    """(host bytes per accelerator, exposed copy seconds per micro-batch) of Megatron's CPU
+    offloading of ``offload_layers`` layers, each ``stored_per_layer`` bytes (None's set) per
+    micro-batch: one micro-batch in flight (a single stage), each layer's copies beyond its own
+    forward and backward (:func:`exposed_offload_seconds`)."""
+    n = float(offload_layers or 0)
+    stored = _f(stored_per_layer)
+    return _f(n * stored), _f(n * exposed_offload_seconds(stored, host_link, layer_seconds))

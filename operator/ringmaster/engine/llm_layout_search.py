@@ -90,6 +90,9 @@ class LayoutRequest:
     # Full recompute of that many layers of each model chunk (Megatron-LM's
     # --recompute-num-layers, block method); None: every layer. Only with recompute Full.
     recompute_layers: int | None = None
+    # Megatron's CPU offloading of that many layers' activations (--cpu-offloading-num-layers):
+    # one stage, no recompute (engine.activation_offload.layer_offload).
+    offload_layers: int | None = None
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,7 @@ class Layout:
     host_offload_bytes: float = 0.0
     host_capacity_bytes: float = float("inf")
     recompute_layers: int | None = None  # Full recompute of that many layers a chunk
+    offload_layers: int | None = None  # Megatron's CPU offloading of that many layers
 
     @property
     def recompute_policy(self) -> str:
@@ -188,6 +192,8 @@ class Layout:
         if self.capacity_factor is not None:
             padded = ", padded" if self.pad_to_capacity else ""
             moe += f", capacity factor {self.capacity_factor:g}{padded}"
+        if self.offload_layers:
+            moe += f", {self.offload_layers} layers' activations offloaded to the host"
         return (
             f"tensor {self.tensor}{cp} x pipeline {self.pipeline}{v} x data {self.data}{ep}, "
             f"sharding {self.sharding}, micro-batch {self.micro_batch}, recompute "
@@ -307,6 +313,9 @@ def layout_grid(request: LayoutRequest, hw: LayoutHardware) -> dict[str, I64]:
         if request.recompute is not None
         else list(SEARCHED_RECOMPUTES)
     )
+    if request.offload_layers:  # Megatron-Core offloads on one stage, without recompute
+        pipelines = [p for p in pipelines if p == 1]
+        recomputes = [r for r in recomputes if r == RECOMPUTE_NONE]
     overlap = request.expert_overlap
     if overlap == OVERLAP_ONE_F_ONE_B:
         # Megatron-Core's preconditions (api.parallelism.MOE_FEATURE_RULES): no Full recompute,
@@ -378,6 +387,7 @@ def evaluate_grid(request: LayoutRequest, hw: LayoutHardware, grid: dict[str, I6
         pad_to_capacity=request.pad_to_capacity,
         expert_dispatch=dispatcher_named(request.expert_dispatch),
         recompute_layers=request.recompute_layers,
+        offload_layers=request.offload_layers,
     )
 
 
@@ -433,6 +443,7 @@ def _layout(
         host_offload_bytes=float(a.host_offload_bytes[i]),
         host_capacity_bytes=host_capacity,
         recompute_layers=a.recompute_layers,
+        offload_layers=a.offload_layers,
     )
 
 
@@ -464,6 +475,7 @@ def evaluate_layout(
         pad_to_capacity=layout.pad_to_capacity,
         expert_dispatch=dispatcher_named(layout.expert_dispatch),
         recompute_layers=layout.recompute_layers,
+        offload_layers=layout.offload_layers,
     )
 
 

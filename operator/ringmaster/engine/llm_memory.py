@@ -335,6 +335,7 @@ def memory_per_accelerator(
     dual_pipe: bool = False,
     loss_bytes_per_logit: float = BYTES_LOSS_PER_LOGIT,
     recomputed_share: ArrayLike = 1.0,
+    layers_off_device: float = 0.0,
 ) -> MemoryArrays:
     """Weights, gradients, optimizer state, activations and the reserve per accelerator, on the
     fullest of the first, a middle and the last pipeline stage. Context-parallel ranks hold the
@@ -349,7 +350,9 @@ def memory_per_accelerator(
     Table 2; deepseek-ai/DualPipe README.md @ 3da1bbe). ``loss_bytes_per_logit``: the loss's
     peak bytes per logit (BYTES_LOSS_PER_LOGIT eager, BYTES_LOSS_PER_LOGIT_FUSED fused).
     ``recomputed_share``: under Full recompute, the share of the layers that recompute (the rest
-    keep what None keeps: engine.recompute.recomputed_layer_share)."""
+    keep what None keeps: engine.recompute.recomputed_layer_share). ``layers_off_device``: the
+    first stage's layers whose activations Megatron's CPU offloading keeps in host memory
+    (engine.activation_offload.offloaded_layers_off_device)."""
     t, p, d, c, e = _f(tensor), _f(pipeline), _f(data), _f(context), _f(expert)
     etp = t if expert_tensor is None else _f(expert_tensor)
     shard = np.asarray(sharding)
@@ -386,14 +389,15 @@ def memory_per_accelerator(
         loss_bytes_per_logit * model.sequence_length * _f(micro_batch) * model.vocab / (t * c)
     ) * model.head_passes
     act_first = (
-        stages.first * stored * np.minimum(p, m) * interleave
+        (stages.first - layers_off_device) * stored * np.minimum(p, m) * interleave
         + transient
         + np.where(p > 1, 0.0, logits)
     )
     act_middle = np.where(
         p > 2, stages.middle * stored * np.minimum(p - 1.0, m) * interleave + transient, 0.0
     )
-    act_last = stages.last * stored + transient + logits
+    # With one stage the first is the last: the offloaded layers are off the device there too.
+    act_last = (stages.last - np.where(p > 1, 0.0, layers_off_device)) * stored + transient + logits
 
     def state(n: F64, layers: F64) -> tuple[F64, F64, F64]:
         x = layers * expert_layer  # routed experts: their own sharding group

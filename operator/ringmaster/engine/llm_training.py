@@ -40,6 +40,8 @@ from ringmaster.engine.activation_offload import (
     host_link_bandwidth,
     host_memory_per_accelerator,
     host_offload_bytes,
+    layer_offload,
+    offloaded_layers_off_device,
     unknown_host_link,
 )
 from ringmaster.engine.alpha_beta_collectives import (
@@ -100,6 +102,7 @@ from ringmaster.engine.llm_memory import (
     BYTES_GATHER,
     BYTES_REDUCE,
     MemoryArrays,
+    activation_bytes_per_layer,
     loss_bytes_per_logit,
     memory_per_accelerator,
     stage_layers,
@@ -686,6 +689,7 @@ class LayoutArrays(NamedTuple):
     pad_to_capacity: bool = False
     expert_dispatch: str = DEFAULT_DISPATCHER
     recompute_layers: int | None = None  # Full recompute of that many layers a chunk (None: all)
+    offload_layers: int | None = None  # Megatron's CPU offloading of that many layers
 
 
 def evaluate_layouts(
@@ -710,6 +714,7 @@ def evaluate_layouts(
     pad_to_capacity: bool = False,
     expert_dispatch: Dispatcher = DEFAULT_DISPATCHER,
     recompute_layers: int | None = None,
+    offload_layers: int | None = None,
 ) -> LayoutArrays:
     """Memory, fit, step time, tokens/s and MFU of every layout (arrays broadcast together).
     The caller guarantees divisibility (t p c | accelerators, d b | global batch, c | s,
@@ -722,7 +727,9 @@ def evaluate_layouts(
     that DualPipe cannot schedule (an odd pipeline, too few micro-batches) does not fit.
     ``recompute_layers``: Full recompute limited to that many layers of each model chunk
     (Megatron-LM's --recompute-method block with --recompute-num-layers: the rest keep
-    everything, as None does; engine.recompute.recomputed_layer_share); None: every layer."""
+    everything, as None does; engine.recompute.recomputed_layer_share); None: every layer.
+    ``offload_layers``: Megatron's CPU offloading of that many layers' activations
+    (engine.activation_offload.layer_offload): only a single stage without recompute fits."""
     load = routed_load(capacity_factor, pad_to_capacity)
     dual_pipe = expert_overlap == OVERLAP_DUALPIPE
     e = _f(expert)
@@ -744,6 +751,7 @@ def evaluate_layouts(
 
     partial = bool(np.any((rec == RECOMPUTE_FULL) & (share < 1.0)))
     kept = np.full_like(rec, RECOMPUTE_NONE)  # what the layers that do not recompute run
+    mem_fp8 = hw.compute_precision in ("fp8", "fp4")
 
     def layer_mix(quantity: Callable[[I64], F64]) -> F64:
         """A per-layer quantity of the policy; under a partial Full recompute, the layers that
@@ -766,12 +774,13 @@ def evaluate_layouts(
         flash_attention=flash_attention,
         sequence_parallel=sequence_parallel,
         allocator_overhead=hw.allocator_overhead,
-        fp8=hw.compute_precision in ("fp8", "fp4"),
+        fp8=mem_fp8,
         expert=e,
         expert_tensor=etp,
         dual_pipe=dual_pipe,
         loss_bytes_per_logit=loss_bytes_per_logit(hw.framework),
         recomputed_share=share,
+        layers_off_device=offloaded_layers_off_device(offload_layers),
     )
     # Offloaded activations live in the host's DRAM, which must hold them too, and cross a host
     # link whose bandwidth must be known.
@@ -806,6 +815,17 @@ def evaluate_layouts(
                 for a, z in zip(parts, parts_under(kept), strict=True)
             )
         )
+    if offload_layers:
+        kept_set, _ = activation_bytes_per_layer(
+            model, b, t, kept, c, flash_attention, sequence_parallel, mem_fp8
+        )
+        offloaded, copies = layer_offload(
+            offload_layers, kept_set, hw.host_link_bandwidth, parts.layer
+        )
+        host_bytes = host_bytes + offloaded
+        parts = parts._replace(activation_offload=parts.activation_offload + copies)
+        fits = fits & (p == 1) & (rec == RECOMPUTE_NONE) & (hw.host_link_bandwidth > 0)
+        fits = fits & (host_bytes <= hw.host_memory_per_accelerator)
     compute_mb = parts.total
     layers = stage_layers(model, p).middle
     act_bytes = BYTES_ACTIVATION * model.sequence_length * b * model.hidden / c
@@ -952,4 +972,5 @@ def evaluate_layouts(
         capacity_factor=capacity_factor,
         pad_to_capacity=pad_to_capacity,
         recompute_layers=recompute_layers,
+        offload_layers=offload_layers,
     )

@@ -202,6 +202,7 @@ LAYOUT_ENV = (
     ("RINGMASTER_GLOBAL_BATCH_SIZE", "globalBatchSize"),
     ("RINGMASTER_ACTIVATION_RECOMPUTE", "activationRecompute"),
     ("RINGMASTER_RECOMPUTE_LAYERS", "recomputeLayers"),
+    ("RINGMASTER_ACTIVATION_OFFLOAD_LAYERS", "activationOffloadLayers"),
     ("RINGMASTER_VIRTUAL_PIPELINE_STAGES", "virtualPipelineStages"),
     ("RINGMASTER_PIPELINE_LAYOUT", "pipelineLayout"),
     ("RINGMASTER_FRAMEWORK", "framework"),
@@ -218,6 +219,7 @@ OPTIONAL_LAYOUT_KEYS = frozenset(
         "expertPadToCapacity",
         "pipelineLayout",
         "recomputeLayers",
+        "activationOffloadLayers",
     }
 )
 

@@ -236,6 +236,7 @@ def layout_request(spec: Any) -> LayoutRequest:
         micro_batch=_fixed(par.micro_batch_size),
         recompute=_fixed(par.activation_recompute),
         recompute_layers=par.recompute_layers,
+        offload_layers=par.activation_offload_layers,
         context=_fixed(par.context),
         expert=_fixed(par.expert),
         expert_tensor=_fixed(par.expert_tensor),
@@ -338,7 +339,7 @@ def plan_layout(
     hw, network_notes = network_hardware(hw, host.machine, inputs.nccl_env)
     if bool(getattr(getattr(spec, "parallelism", None), "tensor_overlap", False)):
         hw = replace(hw, tensor_overlap=True)
-    refusal = offload_refusal(request.recompute or "", acc.name)
+    refusal = offload_refusal(request.recompute or "", acc.name, request.offload_layers)
     if refusal is not None:
         raise ValueError(f"spec.parallelism: {refusal}")
     try:
@@ -504,6 +505,7 @@ def _layout_fields(layout: Layout, global_batch: int, written: str | None = None
         "virtualPipelineStages": layout.virtual_stages,
         "activationRecompute": layout.recompute,
         **({"recomputeLayers": layout.recompute_layers} if layout.recompute_layers else {}),
+        **({"activationOffloadLayers": layout.offload_layers} if layout.offload_layers else {}),
         **_moe_schedule_fields(layout),
         **({"pipelineLayout": written} if written else {}),
     }
@@ -547,8 +549,8 @@ def step_parts(layout: Layout) -> dict[str, float]:
 
 
 def _host_offload(layout: Layout) -> dict[str, float]:
-    """The activations an offloading recompute policy keeps in host memory, per accelerator
-    (nothing for the policies that keep everything in HBM)."""
+    """The activations an offloading recompute policy (or Megatron's CPU offloading) keeps in
+    host memory, per accelerator (nothing where everything stays in HBM)."""
     if layout.host_offload_bytes <= 0:
         return {}
     return {"hostOffloadBytesPerAccelerator": _sig(layout.host_offload_bytes)}

@@ -55,6 +55,7 @@ GLOBAL = "RINGMASTER_GLOBAL_BATCH_SIZE"
 VIRTUAL = "RINGMASTER_VIRTUAL_PIPELINE_STAGES"
 RECOMPUTE = "RINGMASTER_ACTIVATION_RECOMPUTE"
 RECOMPUTE_LAYERS = "RINGMASTER_RECOMPUTE_LAYERS"
+OFFLOAD_LAYERS = "RINGMASTER_ACTIVATION_OFFLOAD_LAYERS"
 
 # The spec's settings a launcher's switches must agree with (planning.plausibility passes the
 # plan's values under these paths).
@@ -109,6 +110,7 @@ MEGATRON = Launcher(
         "--global-batch-size": GLOBAL,
         "--num-virtual-stages-per-pipeline-rank": VIRTUAL,
         "--recompute-num-layers": RECOMPUTE_LAYERS,
+        "--cpu-offloading-num-layers": OFFLOAD_LAYERS,
     },
     {"--overlap-p2p-communication": _PP_EXPOSED},
     ("--recompute-granularity", {"full": "Full", "selective": "Selective"}),
@@ -135,6 +137,7 @@ NEMO = Launcher(
         "train.global_batch_size": GLOBAL,
         "model.recompute_num_layers": RECOMPUTE_LAYERS,
         "model.activations_checkpoint_num_layers": RECOMPUTE_LAYERS,
+        "model.cpu_offloading_num_layers": OFFLOAD_LAYERS,
     },
     {"model.overlap_p2p_comm": _PP_EXPOSED},
     (
