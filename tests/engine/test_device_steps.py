@@ -396,7 +396,7 @@ def test_a_mixed_row_is_one_roofline_over_the_steps_tokens():
         + (16 + 256) * f(terms.elementwise_per_token)
         + f(terms.allreduce_base)
         + 16 * f(terms.allreduce_per_token)
-        + 256 * f(terms.prompt_allreduce_per_token)
+        + 256 * f(terms.allreduce_per_token)
     )
     assert f(terms.allreduce_base) == 0.0  # one GPU
     assert row.predicted == pytest.approx(expected, rel=1e-9)

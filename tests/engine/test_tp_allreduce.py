@@ -121,8 +121,9 @@ def test_the_engine_is_an_input_of_the_step():
     assert float(trtllm.allreduce_base) < float(vllm.allreduce_base) < float(nccl.allreduce_base)
     assert float(S.step_seconds(trtllm, 256.0, 0.0)) != float(S.step_seconds(vllm, 256.0, 0.0))
     # NCCL's model has no prompt rate of its own: a prompt token costs what a decode token does
-    assert np.isnan(float(nccl.allreduce_per_prompt_token))
-    assert float(nccl.prompt_allreduce_per_token) == float(nccl.allreduce_per_token)
+    assert float(S.step_allreduce_seconds(nccl, 0.0, 100.0)) == pytest.approx(
+        float(S.step_allreduce_seconds(nccl, 100.0, 0.0))
+    )
 
 
 def test_a_prompt_chunk_shares_the_decode_batchs_message():

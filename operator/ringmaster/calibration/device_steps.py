@@ -452,7 +452,6 @@ def _mixed_predicted(
     terms = terms._replace(
         allreduce_base=none,
         allreduce_per_token=none,
-        allreduce_per_prompt_token=none,
         allreduce_curve=none,
         allreduce_beyond_per_token=none,
     )

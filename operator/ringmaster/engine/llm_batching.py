@@ -377,7 +377,7 @@ def _closed_form_step(terms: ServingTerms, lam: F64, h: F64) -> F64:
     per_seq = per_seq + t.context_tokens * t.kv_read_per_token
     per_seq = per_seq + t.kv_read_per_sequence + t.elementwise_per_token
     per_prompt = (
-        t.prompt_allreduce_per_token
+        t.allreduce_per_token
         + curve
         + 0.5 * t.input_tokens * t.prefill_attention_per_context
         + t.elementwise_per_token

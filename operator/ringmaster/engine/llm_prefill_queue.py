@@ -188,7 +188,7 @@ def step_shape(terms: ServingTerms, n: ArrayLike, prompt_length: ArrayLike) -> S
         a=_f(t.overhead + t.allreduce_base + n * per_sequence),
         b=_f(
             (
-                t.prompt_allreduce_per_token
+                t.allreduce_per_token
                 + 0.5 * _f(prompt_length) * t.prefill_attention_per_context
                 + t.elementwise_per_token
             )

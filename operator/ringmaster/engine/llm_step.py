@@ -312,9 +312,6 @@ class ServingTerms(NamedTuple):
     # prefills; 0 on the decode side of a disaggregated endpoint, where the prompt's KV cache
     # arrives computed (engine.llm_disaggregation) and the request only joins the batch.
     prompt_compute: F64 = np.ones(())
-    # A prompt token's linear all-reduce cost where it differs from a decode token's (NaN: the
-    # same). An engine's measured kernel prices both on its curve (allreduce_curve, below).
-    allreduce_per_prompt_token: F64 = np.full((), np.nan)
     # The memory-bound kernels one token (decode or prompt) runs through the layers: norms,
     # residual adds, the FFN's activation, RoPE, as fused kernels move them at the chip's
     # streaming rate (engine.step_parts.fused_forward_elementwise_bytes).
@@ -337,12 +334,6 @@ class ServingTerms(NamedTuple):
     allreduce_curve_tokens: F64 = np.full((), np.inf)
     allreduce_beyond_per_token: F64 = np.zeros(())
 
-    @property
-    def prompt_allreduce_per_token(self) -> F64:
-        """A prompt token's all-reduce cost (allreduce_per_prompt_token, else a decode token's)."""
-        prompt = self.allreduce_per_prompt_token
-        return np.where(np.isnan(prompt), self.allreduce_per_token, prompt)
-
 
 def step_allreduce_seconds(terms: ServingTerms, decodes: ArrayLike, prompts: ArrayLike) -> F64:
     """The all-reduces' per-token part of a step of ``decodes`` decode tokens and ``prompts``
@@ -357,7 +348,7 @@ def step_allreduce_seconds(terms: ServingTerms, decodes: ArrayLike, prompts: Arr
         t.allreduce_beyond_per_token,
         n + p,
     )
-    return _f(n * t.allreduce_per_token + p * t.prompt_allreduce_per_token + curve)
+    return _f((n + p) * t.allreduce_per_token + curve)
 
 
 def allreduce_curve_floor_per_token(terms: ServingTerms) -> F64:
