@@ -315,14 +315,25 @@ def _cel_overlap_is(name: str) -> str:
     return f"has(self.parallelism) && has({_OVERLAP}) && {_OVERLAP} == '{name}'"
 
 
-# The mixture-of-experts training features (issue 42): the all-to-all overlap schedules and token
-# dropping, each refused where the launcher would refuse it. OneFOneB's preconditions are
-# Megatron-Core's (megatron/core/transformer/transformer_config.py, __post_init__ under
-# overlap_moe_expert_parallel_comm, NVIDIA/Megatron-LM @ d98e8a6: expert_model_parallel_size > 1,
-# virtual_pipeline_model_parallel_size set when pipeline > 1 (a virtual size of 1 is unset by
-# arguments.py), recompute_granularity != 'full'); DualPipe's are the DualPipe library's
-# (deepseek-ai/DualPipe dualpipe/dualpipe.py @ 3da1bbe: num_ranks % 2 == 0; one model chunk per
-# direction, so no interleaving).
+def _megatron_only(field: str, attribute: str, flag: str) -> Rule:
+    """``parallelism.<field>`` is a Megatron-LM setting (``flag``): refused unless the spec names
+    framework Megatron."""
+    return Rule(
+        cel=(
+            f"!({_CEL_PARALLEL}) || !has(self.parallelism.{field})"
+            " || (has(self.framework) && self.framework.name == 'Megatron')"
+        ),
+        message=f"parallelism.{field} is Megatron-LM's {flag}: set framework.name Megatron",
+        field_path=f".parallelism.{field}",
+        reason="FieldValueForbidden",
+        check=lambda s: (
+            s.parallelism is None
+            or getattr(s.parallelism, attribute) is None
+            or (s.framework is not None and s.framework.name == "Megatron")
+        ),
+    )
+
+
 # Full recompute limited to some layers: Megatron-LM's block method, which no other launcher has.
 RECOMPUTE_LAYERS_RULES: tuple[Rule, ...] = (
     Rule(
@@ -337,41 +348,15 @@ RECOMPUTE_LAYERS_RULES: tuple[Rule, ...] = (
             or s.parallelism.activation_recompute == "Full"
         ),
     ),
-    Rule(
-        cel=(
-            f"!({_CEL_PARALLEL}) || !has({_REC_LAYERS})"
-            " || (has(self.framework) && self.framework.name == 'Megatron')"
-        ),
-        message="parallelism.recomputeLayers is Megatron-LM's --recompute-num-layers (block "
-        "method): set framework.name Megatron",
-        field_path=".parallelism.recomputeLayers",
-        reason="FieldValueForbidden",
-        check=lambda s: (
-            s.parallelism is None
-            or s.parallelism.recompute_layers is None
-            or (s.framework is not None and s.framework.name == "Megatron")
-        ),
-    ),
+    _megatron_only("recomputeLayers", "recompute_layers", "--recompute-num-layers (block method)"),
 )
 
 # Megatron-Core's CPU offloading: its TransformerConfig refuses it with pipeline parallelism,
 # with any recompute, and for as many layers as the model has (transformer_config.py
 # __post_init__).
 ACTIVATION_OFFLOAD_RULES: tuple[Rule, ...] = (
-    Rule(
-        cel=(
-            f"!({_CEL_PARALLEL}) || !has({_OFFLOAD_LAYERS})"
-            " || (has(self.framework) && self.framework.name == 'Megatron')"
-        ),
-        message="parallelism.activationOffloadLayers is Megatron-LM's --cpu-offloading-num-layers:"
-        " set framework.name Megatron",
-        field_path=".parallelism.activationOffloadLayers",
-        reason="FieldValueForbidden",
-        check=lambda s: (
-            s.parallelism is None
-            or s.parallelism.activation_offload_layers is None
-            or (s.framework is not None and s.framework.name == "Megatron")
-        ),
+    _megatron_only(
+        "activationOffloadLayers", "activation_offload_layers", "--cpu-offloading-num-layers"
     ),
     Rule(
         cel=(
@@ -407,6 +392,14 @@ ACTIVATION_OFFLOAD_RULES: tuple[Rule, ...] = (
     ),
 )
 
+# The mixture-of-experts training features (issue 42): the all-to-all overlap schedules and token
+# dropping, each refused where the launcher would refuse it. OneFOneB's preconditions are
+# Megatron-Core's (megatron/core/transformer/transformer_config.py, __post_init__ under
+# overlap_moe_expert_parallel_comm, NVIDIA/Megatron-LM @ d98e8a6: expert_model_parallel_size > 1,
+# virtual_pipeline_model_parallel_size set when pipeline > 1 (a virtual size of 1 is unset by
+# arguments.py), recompute_granularity != 'full'); DualPipe's are the DualPipe library's
+# (deepseek-ai/DualPipe dualpipe/dualpipe.py @ 3da1bbe: num_ranks % 2 == 0; one model chunk per
+# direction, so no interleaving).
 MOE_FEATURE_RULES: tuple[Rule, ...] = (
     Rule(
         cel=f"!({_CEL_PARALLEL}) || !has({_OVERLAP}) || {_OVERLAP} == 'None' || {_CEL_IS_MOE}",
