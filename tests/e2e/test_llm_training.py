@@ -166,6 +166,72 @@ def test_a_torchtitan_job_gets_its_launcher_env_and_its_plan_shows_the_step_by_p
     assert admitted.returncode == 0, admitted.stderr
 
 
+def test_megatrons_partial_recompute_and_activation_offload_reach_the_plan_and_the_workers(
+    operator: OperatorProcess, cluster: Cluster, quiet_namespace: str
+):
+    """recomputeLayers and activationOffloadLayers on the real control plane: the plan and the
+    workers' env carry each; the apiserver refuses what Megatron-Core would (offload with
+    pipeline stages; recomputeLayers outside Megatron)."""
+    ns = quiet_namespace
+    jobs = {
+        "llama-recompute-10": {
+            "tensor": 8,
+            "pipeline": 4,
+            "activationRecompute": "Full",
+            "recomputeLayers": 10,
+        },
+        "llama-offload-40": {"tensor": 8, "activationOffloadLayers": 40},
+    }
+    wanted = {
+        "llama-recompute-10": ("recomputeLayers", "RINGMASTER_RECOMPUTE_LAYERS", 10),
+        "llama-offload-40": ("activationOffloadLayers", "RINGMASTER_ACTIVATION_OFFLOAD_LAYERS", 40),
+    }
+    for name, parallelism in jobs.items():
+        doc = example()
+        doc["metadata"]["name"] = name
+        doc["spec"]["framework"] = {"name": "Megatron"}
+        doc["spec"]["parallelism"].update(parallelism)
+        cluster.apply(doc, ns)
+        pods = wait_for(
+            lambda name=name: (
+                len(p := worker_pods(cluster, ns, name)) == 4
+                and all(q["spec"].get("nodeName") for q in p)
+                and p
+            ),
+            timeout=90,
+            what=f"{name}'s 4 worker pods, bound",
+        )
+        key, variable, value = wanted[name]
+        plan = job(cluster, ns, name)["status"]["plan"]
+        assert plan["fits"] is True and plan[key] == value, plan
+        if key == "activationOffloadLayers":
+            assert (plan["pipeline"], plan["activationRecompute"]) == (1, "None")
+            assert plan["hostOffloadBytesPerAccelerator"] > 0
+        for pod in pods:
+            env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+            assert env[variable] == str(value), (variable, env)
+        cluster.kubectl("delete", "tj", name, "-n", ns, "--wait=true")
+    refused = {
+        "--offload-staged": (
+            {"pipeline": 2, "activationOffloadLayers": 40},
+            "runs on one pipeline stage without recompute",
+        ),
+        "--recompute-titan": (
+            {"activationRecompute": "Full", "recomputeLayers": 4},
+            "recomputeLayers is Megatron-LM's --recompute-num-layers",
+        ),
+    }
+    for suffix, (parallelism, words) in refused.items():
+        bad = example()
+        bad["metadata"]["name"] = "llama" + suffix.replace("--", "-")
+        bad["spec"]["framework"] = {"name": "Megatron" if "offload" in suffix else "Torchtitan"}
+        bad["spec"]["parallelism"].update(parallelism)
+        result = cluster.kubectl(
+            "apply", "-n", ns, "-f", "-", input=yaml.safe_dump(bad), check=False
+        )
+        assert result.returncode != 0 and words in result.stderr, result.stderr
+
+
 def test_the_apiserver_refuses_a_layout_that_does_not_divide_naming_the_numbers(
     crds_installed: Cluster, quiet_namespace: str
 ):
