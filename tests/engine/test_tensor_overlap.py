@@ -78,7 +78,8 @@ def test_the_spec_states_it_and_the_plan_says_what_it_changed():
 
 
 # The published runs whose recipes overlap their TP collectives (NeMo-Framework-Launcher 24.07's
-# llama2_70b / llama3_70b: ub_tp_comm_overlap true; Megatron-Bridge 25.11's Llama recipes).
+# llama2_70b / llama3_70b: ub_tp_comm_overlap true; Megatron-Bridge's Llama recipes, 25.11 and
+# the 26.02 rows that share them).
 OVERLAPPED = {
     "nemo2407-llama2-70b",
     "nemo2407-llama3-70b",
@@ -86,6 +87,9 @@ OVERLAPPED = {
     "mbridge2511-gb200-llama31-405b",
     "mbridge2511-h100-llama3-70b",
     "mbridge2511-h100-llama31-405b",
+    "mbridge2602-gb200-llama31-405b",
+    "mbridge2602-h100-llama3-70b",
+    "mbridge2602-h100-llama31-405b",
 }
 
 
