@@ -10,39 +10,24 @@ import copy
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
 import pytest
 
 from ringmaster.api import parse_manifest
 from ringmaster.engine.activation_offload import layer_offload
-from ringmaster.engine.hardware import DEFAULT_CATALOG
 from ringmaster.engine.llm_layout_names import RECOMPUTE_FULL, RECOMPUTE_NONE
 from ringmaster.engine.llm_memory import activation_bytes_per_layer
-from ringmaster.engine.llm_training import evaluate_layouts, layout_hardware
 from ringmaster.manifests.training import layout_env
 from ringmaster.planning import plan_training
 from ringmaster.planning.layouts import layout_status
 from ringmaster.planning.training_flags import classify
 from tests.unit.test_llm_layouts import AUTO, load, refusals
-from tests.unit.test_recompute_layers import LLAMA3_8B
+from tests.unit.test_recompute_layers import H100, LLAMA3_8B, evaluate_8b
 
 pytestmark = pytest.mark.unit
 
-H100 = layout_hardware(DEFAULT_CATALOG.host("nvidia-h100-80gb", 8), 1, DEFAULT_CATALOG)
-
 
 def _evaluate(offload: int | None, hw=H100, pipeline: int = 1, recompute: int = RECOMPUTE_NONE):
-    return evaluate_layouts(
-        LLAMA3_8B,
-        hw,
-        tensor=np.array([1]),
-        pipeline=np.array([pipeline]),
-        sharding=np.array([3]),
-        micro_batch=np.array([1]),
-        recompute=np.array([recompute]),
-        global_batch=64,
-        offload_layers=offload,
-    )
+    return evaluate_8b(recompute, offload_layers=offload, hw=hw, pipeline=pipeline)
 
 
 def _stored() -> float:

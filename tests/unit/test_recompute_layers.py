@@ -15,7 +15,12 @@ import pytest
 from ringmaster.api import parse_manifest
 from ringmaster.engine.hardware import DEFAULT_CATALOG
 from ringmaster.engine.llm_layout_names import RECOMPUTE_FULL, RECOMPUTE_NONE
-from ringmaster.engine.llm_training import evaluate_layouts, layout_hardware
+from ringmaster.engine.llm_training import (
+    LayoutArrays,
+    LayoutHardware,
+    evaluate_layouts,
+    layout_hardware,
+)
 from ringmaster.engine.recompute import recomputed_layer_share
 from ringmaster.engine.transformer import Transformer
 from ringmaster.manifests.training import layout_env
@@ -38,8 +43,19 @@ LLAMA3_8B = Transformer(
 )
 
 
-def _evaluate(recompute: int, layers: int | None, pipeline: int = 1, virtual: int = 1):
-    hw = layout_hardware(DEFAULT_CATALOG.host("nvidia-h100-80gb", 8), 1, DEFAULT_CATALOG)
+H100 = layout_hardware(DEFAULT_CATALOG.host("nvidia-h100-80gb", 8), 1, DEFAULT_CATALOG)
+
+
+def evaluate_8b(
+    recompute: int,
+    *,
+    recompute_layers: int | None = None,
+    offload_layers: int | None = None,
+    hw: LayoutHardware = H100,
+    pipeline: int = 1,
+    virtual: int = 1,
+) -> LayoutArrays:
+    """Llama 3 8B on one host of H100s: tensor 1, FSDP, micro-batch 1, 64 sequences a step."""
     return evaluate_layouts(
         LLAMA3_8B,
         hw,
@@ -50,8 +66,13 @@ def _evaluate(recompute: int, layers: int | None, pipeline: int = 1, virtual: in
         recompute=np.array([recompute]),
         global_batch=64,
         virtual_stages=virtual,
-        recompute_layers=layers,
+        recompute_layers=recompute_layers,
+        offload_layers=offload_layers,
     )
+
+
+def _evaluate(recompute: int, layers: int | None) -> LayoutArrays:
+    return evaluate_8b(recompute, recompute_layers=layers)
 
 
 def test_the_share_is_the_layers_of_a_chunk_that_recompute() -> None:

@@ -750,9 +750,8 @@ TRIAD_ROWS = {
 # FP8 at m = n = k = 16384 after 10,000 warm-up iterations, each chip at its power cap): the
 # chip's row and the H100's. The power cap of these chips scales by it (engine.ceilings
 # .PUBLISHED_SUSTAINED_RATIO), their shape model still by the burst table's ratio.
-SUSTAINED_ROWS = {
-    ("nvidia-gb200", "fp8"): ("azure-gb200-fp8-gemm-16384", "azure-h100-fp8-gemm-16384"),
-}
+H100_SUSTAINED_ROW = "azure-h100-fp8-gemm-16384"
+SUSTAINED_ROWS = {("nvidia-gb200", "fp8"): ("azure-gb200-fp8-gemm-16384", H100_SUSTAINED_ROW)}
 # Chips with no sustained row of their own that carry another's drop from burst to sustained:
 # the B200 is the GB200's GPU on a lower power limit (1,000 W against 1,200 W), so its cap
 # falls below its burst at least as far; the GB200's measured drop is carried, said so in the
@@ -849,6 +848,6 @@ def sustained_check() -> tuple[str, float, float, float]:
     its measured burst ratio) for SUSTAINED_CHECK_ROW: how far the Azure method reads a power
     cap where both are known."""
     chip, precision, row = SUSTAINED_CHECK_ROW
-    azure = _fraction(row) / _fraction(SUSTAINED_ROWS[("nvidia-gb200", "fp8")][1])
+    azure = _fraction(row) / _fraction(H100_SUSTAINED_ROW)
     burst, capped, _ = measured_pair_ratios(chip)
     return chip, round(azure, 4), capped[precision], burst[precision]

@@ -38,6 +38,7 @@ from ringmaster.engine.llm_layout_names import (
     SHARD_GRADIENTS,
     SHARD_OPTIMIZER,
 )
+from ringmaster.engine.recompute import partial_recompute
 from ringmaster.engine.transformer import Transformer
 from ringmaster.engine.units import GIB
 
@@ -377,9 +378,7 @@ def memory_per_accelerator(
         model, micro_batch, t, rec, c, flash_attention, sequence_parallel, fp8
     )
     # Layers left out of a partial Full recompute keep None's set, which ``working`` is.
-    share = _f(recomputed_share)
-    partial = (rec == RECOMPUTE_FULL) & (share < 1.0)
-    stored = _f(np.where(partial, share * stored + (1.0 - share) * working, stored))
+    stored = partial_recompute(rec, recomputed_share, stored, working)
     # A policy that rebuilds layers holds one layer's working set while it does.
     transient = np.where(np.isin(rec, REBUILDS_LAYER), working, 0.0)
     # 1F1B: the first stage keeps min(p, m) micro-batches in flight, the second one fewer;
