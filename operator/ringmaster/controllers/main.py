@@ -135,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
         catalog,
         garbage_collection,
         inferenceendpoint,
+        kopf_readiness,
         poolprofile,
         reachability,
         reductionserverpool,
@@ -194,6 +195,8 @@ def run(args: argparse.Namespace) -> int:
     # kopf's retries of its watches are counted, not logged (controllers/reachability.py).
     logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
     garbage_collection.tune()
+    # Handlers are never held for good by a watcher that stopped before its first listing.
+    kopf_readiness.install()
     priority = None
     if args.peering is not None:
         priority = args.priority if args.priority is not None else random.randint(1, 2**31 - 1)
