@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from ringmaster.calibration import closed_loop_runs as CLR
 from ringmaster.calibration import serving_evidence as SV
 from ringmaster.calibration.llm_serving import CHECKED, LlmPointRow
 from ringmaster.calibration.serving_engines import EngineRow
@@ -30,12 +31,21 @@ def test_the_matrix_keeps_fitted_and_checked_runs_apart_per_cell():
     assert cells[("A100", "gpt-fast", "BF16")].fitted == 2
     assert cells[("A100", "gpt-fast", "BF16")].checked == 2
     b200 = cells[("B200", "TensorRT-LLM", "FP4")]
-    assert (b200.fitted, b200.checked) == (0, 32)  # TensorRT-LLM 1.0's 20 and v0.21's 12
+    # TensorRT-LLM 1.0's 20 and v0.21's 12, and the closed-loop runs whose TPOT is judged
+    closed = [
+        r
+        for r in CLR.closed_loop_runs()
+        if (r.gpu, r.engine, r.precision) == ("B200", "TensorRT-LLM", "FP4") and r.tpot_judged
+    ]
+    assert closed and (b200.fitted, b200.checked) == (0, 32 + len(closed))
     # one source's 8 offline runs fit vLLM's step fraction there; the other 41 only check it
     mi300x = cells[("MI300X", "vLLM", "FP8")]
     assert (mi300x.fitted, mi300x.checked) == (8, 41)
+    # the closed-loop runs are the only checks of vLLM and SGLang on NVIDIA parts
+    assert cells[("H100", "vLLM", "FP8")].checked > 30
+    assert cells[("H200", "SGLang", "FP8")].checked > 5
     # a cell no run reaches is absent, so a plan on it is extrapolated
-    assert ("H200", "SGLang", "FP8") not in cells
+    assert ("H100", "SGLang", "FP8") not in cells
 
 
 def test_a_latency_promised_sooner_counts_as_promising_more():
@@ -53,10 +63,20 @@ def test_a_latency_promised_sooner_counts_as_promising_more():
 
 def test_the_cell_text_names_the_checked_runs_or_says_extrapolated():
     b200 = SV.serving_cell_evidence("nvidia-b200", "TensorRT-LLM", "FP4")
-    assert b200.startswith("serving cell B200 x TensorRT-LLM x FP4: 32 checked runs")
-    vllm = SV.serving_cell_evidence("nvidia-h200-141gb", "vLLM", "FP8")
-    assert vllm.startswith("extrapolated: no checked serving run of vLLM on H200 at FP8")
-    assert "vLLM checked on MI300X FP8" in vllm
+    checked = _cells()[("B200", "TensorRT-LLM", "FP4")].checked
+    assert b200.startswith(f"serving cell B200 x TensorRT-LLM x FP4: {checked} checked runs")
+    vllm = SV.serving_cell_evidence("nvidia-a100-80gb", "vLLM", "FP8")
+    assert vllm.startswith("extrapolated: no checked serving run of vLLM on A100 at FP8")
+    assert "vLLM checked on" in vllm and "MI300X FP8" in vllm and "H100 FP8" in vllm
+    sglang = SV.serving_cell_evidence("nvidia-h100-80gb", "SGLang", "BF16")
+    assert sglang.endswith(")") and "(SGLang checked on H200 FP8: median" in sglang
+    h200 = SV.serving_cell_evidence("nvidia-h200-141gb", "vLLM", "FP8")
+    assert h200.startswith("serving cell H200 x vLLM x FP8:")
+
+
+def test_an_engine_no_run_checks_says_so(monkeypatch: pytest.MonkeyPatch):
+    others = tuple(c for c in SV.serving_cells() if c.framework != "SGLang")
+    monkeypatch.setattr(SV, "serving_cells", lambda: others)
     sglang = SV.serving_cell_evidence("nvidia-h100-80gb", "SGLang", "BF16")
     assert sglang.endswith("(no checked run of SGLang at all)")
 

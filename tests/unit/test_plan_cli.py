@@ -337,10 +337,10 @@ def test_an_llm_plan_shows_the_step_by_part_the_framework_and_its_evidence(capsy
 
 
 def test_an_llm_endpoints_plan_prints_its_evidence_and_serving_cell(capsys):
-    """A user sees when a serving number is a guess: the plan names the engine, then its cell
-    of the serving evidence matrix, here extrapolated (no checked vLLM run on an H100)."""
+    """A user sees what a serving number rests on: the plan names the engine, then its cell
+    of the serving evidence matrix (vLLM on the H100: the closed-loop runs measured there)."""
     code, out, _ = plan(capsys, EXAMPLES / "inferenceendpoint-llama3-8b-fp8-h100.yaml")
     assert code == 0
     evidence = next(line for line in out.splitlines() if line.startswith("evidence: "))
     assert evidence.startswith("evidence: engine vLLM (from the image")
-    assert "; extrapolated: no checked serving run of vLLM on H100 at FP8 (" in evidence
+    assert "; serving cell H100 x vLLM x FP8: " in evidence and "checked runs" in evidence

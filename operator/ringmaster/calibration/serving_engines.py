@@ -51,7 +51,7 @@ ACCELERATORS = {
     "MI300X": "amd-mi300x",
     "MI325X": "amd-mi325x",
 }
-PRECISION = {"fp8": "FP8", "bf16": "BF16", "fp16": "FP16"}
+PRECISION = {"fp8": "FP8", "bf16": "BF16", "fp16": "FP16", "fp4": "FP4"}
 
 
 @cache
@@ -123,7 +123,8 @@ def _terms(
     fp8_default = serving_engine(str(point["engine"])).default_fp8_kv_cache
     kv = (
         "FP8"
-        if precision == "FP8" and (stated == "fp8" or (stated == "unknown" and fp8_default))
+        if precision in ("FP8", "FP4")
+        and (stated == "fp8" or (stated == "unknown" and fp8_default))
         else "BF16"
     )
     workload = point["workload"]

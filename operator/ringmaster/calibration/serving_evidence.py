@@ -2,9 +2,11 @@
 the fitted and checked published runs in each cell and the checked rows' errors (issue 46).
 
 Its rows are the LLM serving table's (calibration.llm_serving: gpt-fast and TensorRT-LLM's own
-tables, fitted and checked) and the serving engines' runs (calibration.serving_engines: vLLM,
+tables, fitted and checked), the serving engines' runs (calibration.serving_engines: vLLM,
 SGLang and TensorRT-LLM from many sources: checked, but the rows that fit vLLM's step
-fraction on the MI300X). Every error is in one sign, + where the
+fraction on the MI300X) and the closed-loop runs' TPOT where the sample's statistic does not
+decide it (calibration.closed_loop_runs: AIConfigurator's measured vLLM, SGLang and
+TensorRT-LLM runs on the H100, H200 and B200; checked). Every error is in one sign, + where the
 engine promises more than ran: a throughput predicted higher, a latency predicted shorter.
 :func:`serving_cell_evidence` is what an LLM endpoint's plan states: its cell and the cell's
 checked error, or that no checked run of its engine on its accelerator at its precision exists.
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from statistics import median
 
+from ringmaster.calibration import closed_loop_runs as CLR
 from ringmaster.calibration import llm_serving as LC
 from ringmaster.calibration import serving_engines as SE
 from ringmaster.calibration.evidence import (
@@ -69,6 +72,19 @@ def serving_rows() -> list[ServingRow]:
                 e.promise_error,
             )
         )
+    for run in CLR.closed_loop_runs():
+        if run.tpot_judged:  # a TPOT is a latency: shorter predicted promises more
+            rows.append(
+                ServingRow(
+                    run.id,
+                    generation(run.accelerator),
+                    run.engine,
+                    run.precision,
+                    "checked",
+                    run.tpot_error,
+                    -run.tpot_error,
+                )
+            )
     return rows
 
 

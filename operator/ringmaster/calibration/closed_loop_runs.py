@@ -1,0 +1,199 @@
+"""Closed-loop serving runs measured on real GPUs, held against the engine (checked, never fitted).
+
+``measured/aiconfigurator_silicon.csv`` is the part of AIConfigurator's silicon sample
+(ai-dynamo/aiconfigurator aic-core/src/aiconfigurator_core/systems/silicon_sample.csv @
+095f58a51c4ca8e61b66ec108d86f223f8d559ce, Apache-2.0; benchmarks/aiconfigurator/silicon.py writes
+it) that the engine can state: vLLM, SGLang and TensorRT-LLM serving Llama 3.1 8B and 70B on one
+H100, H200 or B200 replica (tensor parallelism 1-8), at fixed input and output lengths, under a
+closed loop of 4-512 clients; each run's TTFT and TPOT in milliseconds, as the AIConfigurator team
+measured them (the sample does not say whether they are means or medians; AIConfigurator compares
+its own predictions with them as they stand). They are the only runs of vLLM and SGLang on NVIDIA
+parts the project holds.
+
+Each run is the engine's step (engine.llm_step: the engine's terms as a plan has them, the run's
+weights, the cache its engine defaults to) in a closed loop (engine.llm_closed_loop) with the
+cache the engine's memory fraction leaves, the default token budget and no max-num-seqs below the
+concurrency (4-512 clients; every engine's default cap is above). TPOT is the engine's decode step
+with the prompts beside it: it enters the serving evidence matrix, but where the prompts make the
+mean step more than AMBIGUOUS_PROMPT_SHARE longer than a step of the decodes alone: there a
+mean TPOT and a median inter-token gap part by more than that, and the sample does not say which
+it holds (those runs are counted and shown, not judged). TTFT is reported apart with what the
+runs carry beyond the model (the median milliseconds): the request's path outside the engine's
+steps (HTTP, tokenising, admission) and the bunching of equal-length requests in a closed loop
+(clients that start together finish together) are not in the model.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from statistics import median
+
+import numpy as np
+
+from ringmaster.calibration import serving_engines as SE
+from ringmaster.engine import llm_batching as B
+from ringmaster.engine import llm_closed_loop as CL
+from ringmaster.engine import llm_serving as L
+from ringmaster.engine import llm_step as S
+from ringmaster.engine.serving_engines import serving_engine
+
+RUNS = Path(__file__).resolve().parent / "measured" / "aiconfigurator_silicon.csv"
+# A mean step this much longer than its decodes alone: the sample's TPOT statistic decides the
+# figure (a mean's or a median's), and it is not stated.
+AMBIGUOUS_PROMPT_SHARE = 0.25
+SOURCE = (
+    "ai-dynamo/aiconfigurator aic-core/src/aiconfigurator_core/systems/silicon_sample.csv "
+    "@ 095f58a5"
+)
+
+
+@dataclass(frozen=True)
+class ClosedLoopRun:
+    id: str
+    engine: str
+    version: str
+    gpu: str  # the serving tables' name: H100, H200, B200
+    model: str
+    precision: str  # the weights': FP8, BF16, FP4
+    tp: int
+    input: int
+    output: int
+    concurrency: int
+    ttft_ms: float
+    tpot_ms: float
+    predicted_ttft_ms: float
+    predicted_tpot_ms: float
+    waits_for_slot: bool  # more clients than the model's slots: TTFT holds a queue
+    prompt_share: float  # the mean step over a step of its decodes alone, - 1
+
+    @property
+    def tpot_judged(self) -> bool:
+        """Whether the TPOT enters the evidence (the statistic does not decide it)."""
+        return self.prompt_share <= AMBIGUOUS_PROMPT_SHARE
+
+    @property
+    def tpot_error(self) -> float:
+        return self.predicted_tpot_ms / self.tpot_ms - 1.0
+
+    @property
+    def ttft_error(self) -> float:
+        return self.predicted_ttft_ms / self.ttft_ms - 1.0
+
+    @property
+    def accelerator(self) -> str:
+        return SE.ACCELERATORS[self.gpu]
+
+
+def _point(row: dict[str, str]) -> dict[str, object]:
+    """The run in calibration.serving_engines' terms (its _terms builds the step)."""
+    return {
+        "model": row["model"],
+        "gpu": row["gpu"],
+        "weights": row["weights"],
+        "kv_cache": "unknown",
+        "engine": row["engine"],
+        "tp": int(row["tp"]),
+        "workload": {"input": int(row["input"]), "output": int(row["output"])},
+    }
+
+
+def predict(row: dict[str, str]) -> CL.ClosedLoop:
+    """The closed loop of one run on the engine's step."""
+    point = _point(row)
+    terms, acc, model, precision = SE._terms(point)
+    tp = int(row["tp"])
+    weights = model.parameters * L.WEIGHT_BYTES[precision] / tp
+    share = serving_engine(row["engine"]).kv_memory_fraction(acc.memory_bytes, weights)
+    free = max(share * acc.memory_bytes - weights, 0.0)
+    terms = terms._replace(kv_cache_tokens=np.floor(free / float(terms.kv_bytes_per_token)))
+    n_in = float(row["input"])
+    concurrency = float(row["concurrency"])
+    budget = float(S.DEFAULT_MAX_NUM_BATCHED_TOKENS)
+    cap = B.capacity(terms, concurrency, budget, 0.0, input_lengths=B.Lengths(n_in, n_in))
+    return CL.closed_loop(terms, concurrency, max(float(cap.slots), 1.0), budget)
+
+
+@cache
+def closed_loop_runs() -> tuple[ClosedLoopRun, ...]:
+    out = []
+    with RUNS.open(encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            loop = predict(row)
+            out.append(
+                ClosedLoopRun(
+                    id=row["id"],
+                    engine=row["engine"],
+                    version=row["version"],
+                    gpu=row["gpu"],
+                    model=row["model"],
+                    precision=SE.PRECISION[row["weights"]],
+                    tp=int(row["tp"]),
+                    input=int(row["input"]),
+                    output=int(row["output"]),
+                    concurrency=int(row["concurrency"]),
+                    ttft_ms=float(row["ttft_ms"]),
+                    tpot_ms=float(row["tpot_ms"]),
+                    predicted_ttft_ms=loop.ttft * 1e3,
+                    predicted_tpot_ms=loop.tpot * 1e3,
+                    waits_for_slot=loop.waiting_seconds > 0.0,
+                    prompt_share=loop.tpot / loop.decode_only_step - 1.0,
+                )
+            )
+    return tuple(out)
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:+.1f}%"
+
+
+def render_closed_loop_section() -> str:
+    runs = closed_loop_runs()
+    cells: dict[tuple[str, str, str], list[ClosedLoopRun]] = defaultdict(list)
+    for r in runs:
+        cells[(r.gpu, r.engine, r.precision)].append(r)
+    lines = [
+        f"Closed-loop runs measured by AIConfigurator's team ({SOURCE}): {len(runs)} runs of "
+        "Llama 3.1 8B / 70B on one replica, 4-512 clients; checked, never fitted. TPOT: the "
+        "engine's mean step in the closed loop (engine.llm_closed_loop), in the serving "
+        "evidence matrix; TTFT apart (the request's path outside the engine's steps is not in "
+        "the model: the residual is what the runs carry beyond it, over the runs that wait for "
+        "no slot). Error: predicted / measured - 1 (- = the engine promises it sooner)",
+        f"{'accelerator':<11}{'engine':<14}{'weights':<8}{'runs':>5}{'judged':>7}{'TPOT |err|':>12}"
+        f"{'signed':>9}{'TTFT |err|':>12}{'signed':>9}{'TTFT residual':>15}",
+    ]
+    for (gpu, engine, precision), rows in sorted(cells.items()):
+        tpot = [r.tpot_error for r in rows if r.tpot_judged] or [math.nan]
+        ttft = [r.ttft_error for r in rows]
+        free = [r.ttft_ms - r.predicted_ttft_ms for r in rows if not r.waits_for_slot]
+        residual = f"{median(free):,.0f} ms" if free else "n/a"
+        lines.append(
+            f"{gpu:<11}{engine:<14}{precision:<8}{len(rows):>5}"
+            f"{sum(r.tpot_judged for r in rows):>7}"
+            f"{100 * median(abs(e) for e in tpot):>11.1f}%{_pct(median(tpot)):>9}"
+            f"{100 * median(abs(e) for e in ttft):>11.1f}%{_pct(median(ttft)):>9}"
+            f"{residual:>15}"
+        )
+    judged = [r for r in runs if r.tpot_judged]
+    tpot_all = [r.tpot_error for r in judged]
+    lines.append(
+        f"TPOT judged on {len(judged)} of {len(runs)} runs (the others' prompts make the mean "
+        f"step over {100 * AMBIGUOUS_PROMPT_SHARE:.0f}% longer than their decodes alone): "
+        f"median |error| {100 * median(abs(e) for e in tpot_all):.1f}%, signed "
+        f"{_pct(median(tpot_all))}; TTFT median |error| "
+        f"{100 * median(abs(r.ttft_error) for r in runs):.1f}%, signed "
+        f"{_pct(median(r.ttft_error for r in runs))}"
+    )
+    worst = max(judged, key=lambda r: abs(r.tpot_error))
+    lines.append(
+        f"largest TPOT error: {worst.id} ({worst.engine} {worst.gpu} TP{worst.tp} "
+        f"{worst.input}/{worst.output} at {worst.concurrency} clients): "
+        f"{worst.predicted_tpot_ms:.2f} ms against {worst.tpot_ms:.2f} ({_pct(worst.tpot_error)})"
+    )
+    if not math.isfinite(worst.tpot_error):
+        raise ValueError("a closed-loop run has no finite prediction")
+    return "\n".join(lines)
