@@ -53,27 +53,26 @@ async def spawn_then_revise_out(insights: Insights) -> aiotoggles.ToggleSet:
     )
     settings = kopf.OperatorSettings()
     identity = peering.Identity("test")
+
+    async def adjust() -> None:
+        """One pass of kopf's orchestrator over the insights as they stand."""
+        await orchestration.adjust_tasks(
+            processor=processor,
+            insights=insights,
+            settings=settings,
+            identity=identity,
+            ensemble=ensemble,
+        )
+
     insights.namespaces.add(None)
     insights.indexed_resources.add(WORKLOADS)
     insights.watched_resources.add(WORKLOADS)
-    await orchestration.adjust_tasks(
-        processor=processor,
-        insights=insights,
-        settings=settings,
-        identity=identity,
-        ensemble=ensemble,
-    )
+    await adjust()
     assert ensemble.watcher_tasks and not ensemble.operator_indexed.is_on()
     # A discovery read that does not list Workloads yet: the resource is revised out.
     insights.indexed_resources.discard(WORKLOADS)
     insights.watched_resources.discard(WORKLOADS)
-    await orchestration.adjust_tasks(
-        processor=processor,
-        insights=insights,
-        settings=settings,
-        identity=identity,
-        ensemble=ensemble,
-    )
+    await adjust()
     await asyncio.sleep(0)
     assert not ensemble.watcher_tasks
     return ensemble.operator_indexed

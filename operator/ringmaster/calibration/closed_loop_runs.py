@@ -124,6 +124,8 @@ def closed_loop_runs() -> tuple[ClosedLoopRun, ...]:
     with RUNS.open(encoding="utf-8") as f:
         for row in csv.DictReader(f):
             loop = predict(row)
+            if not (math.isfinite(loop.tpot) and math.isfinite(loop.ttft)):
+                raise ValueError(f"closed-loop run {row['id']} has no finite prediction")
             out.append(
                 ClosedLoopRun(
                     id=row["id"],
@@ -194,6 +196,4 @@ def render_closed_loop_section() -> str:
         f"{worst.input}/{worst.output} at {worst.concurrency} clients): "
         f"{worst.predicted_tpot_ms:.2f} ms against {worst.tpot_ms:.2f} ({_pct(worst.tpot_error)})"
     )
-    if not math.isfinite(worst.tpot_error):
-        raise ValueError("a closed-loop run has no finite prediction")
     return "\n".join(lines)
