@@ -14,9 +14,10 @@ Per step, as vLLM v1 does it:
    token at the end of the step, a decoding request one more.
 
 TTFT is first token minus arrival; TPOT is (last token - first token) / (output - 1), per request,
-as vLLM's benchmark_serving and MLPerf define them. Poisson arrivals; lengths from the endpoint's
-distributions (``Lengths.sample``). The first ``warmup`` of the requests (10% by default) are not
-measured.
+as vLLM's benchmark_serving and MLPerf define them. Poisson arrivals, or (``concurrency``) a closed
+loop of that many clients, each sending its next request the moment its last one finishes, all
+starting together (benchmark harnesses' --concurrency); lengths from the endpoint's distributions
+(``Lengths.sample``). The first ``warmup`` of the requests (10% by default) are not measured.
 
 The running set is held as numpy arrays in admission order, so a step costs a few dozen array
 operations whatever the batch (hundreds of sequences run at realistic loads): the budget is a
@@ -81,11 +82,18 @@ def simulate(
     seed: int = 0,
     offline: bool = False,
     warmup: float = 0.1,
+    concurrency: int | None = None,
 ) -> SimulationResult:
-    """Serve ``requests`` Poisson arrivals at ``rate`` (all at time 0 when ``offline``)."""
+    """Serve ``requests`` Poisson arrivals at ``rate`` (all at time 0 when ``offline``), or
+    (``concurrency``) a closed loop's: request ``i`` arrives when request ``i - concurrency``
+    finishes (``rate`` unused)."""
     rng = np.random.default_rng(seed)
-    gaps = rng.exponential(1.0 / rate, requests) if not offline else np.zeros(requests)
-    arrival = np.cumsum(gaps)
+    if concurrency is not None:
+        arrival = np.full(requests, np.inf)
+        arrival[:concurrency] = 0.0
+    else:
+        gaps = rng.exponential(1.0 / rate, requests) if not offline else np.zeros(requests)
+        arrival = np.cumsum(gaps)
     prompt = input_lengths.sample(rng, requests)
     output = np.maximum(output_lengths.sample(rng, requests), 1)
     # Per request (by id): what a waiting or preempted request keeps.
@@ -100,12 +108,15 @@ def simulate(
     free = int(kv_cache_tokens // KV_BLOCK_TOKENS)
     waiting: deque[int] = deque()
     arrived = 0
+    if concurrency is not None:  # the clients' first requests wait; the rest follow finishes
+        waiting.extend(range(min(concurrency, requests)))
+        arrived = requests
     now = 0.0
     preemptions = steps = 0
     running_time = elapsed = 0.0
     recomputed = 0
     occupied = np.zeros(max(max_num_seqs, 1) + 1)
-    start = float(arrival[int(requests * warmup)]) if requests else 0.0
+    start = float(arrival[int(requests * warmup)]) if requests and concurrency is None else 0.0
     while arrived < requests or waiting or ids.size:
         if arrived < requests and arrival[arrived] <= now:
             upto = int(np.searchsorted(arrival, now, side="right"))
@@ -195,6 +206,11 @@ def simulate(
         ends[emits] = generated[emitting] >= output[emitting]
         if ends.any():
             finish[ids[ends]] = now
+            if concurrency is not None:  # each client sends its next request now
+                follow = ids[ends] + concurrency
+                follow = follow[follow < requests]
+                arrival[follow] = now
+                waiting.extend(int(r) for r in np.sort(follow))
             free += int(blocks[ends].sum())
             keep = ~ends
             ids, computed, blocks = ids[keep], computed[keep], blocks[keep]

@@ -14,6 +14,7 @@ from ringmaster.calibration import closed_loop_runs as CLR
 from ringmaster.calibration import serving_evidence as SV
 from ringmaster.engine import llm_closed_loop as CL
 from ringmaster.engine import llm_step as S
+from ringmaster.engine.llm_batching import Lengths
 
 pytestmark = pytest.mark.unit
 
@@ -129,3 +130,32 @@ def test_calibrate_prints_the_runs_by_cell_with_the_ttft_beyond_the_model():
     assert "silicon_sample.csv @ 095f58a5" in text
     assert "H100       vLLM          FP8" in text and "TTFT residual" in text
     assert "TPOT judged on" in text and "largest TPOT error:" in text
+
+
+@pytest.mark.parametrize(("clients", "n_in", "n_out"), [(16, 1024, 1024), (64, 1024, 1024)])
+def test_the_mean_step_agrees_with_the_seeded_simulation_of_the_loop(
+    clients: int, n_in: int, n_out: int
+):
+    """The reference scheduler (tests/engine/llm_scheduler_reference.py, vLLM v1's, on the same
+    step) run as the closed loop: clients start together and each sends its next request when
+    its last one ends. TPOT agrees with the mean-value model where decodes make the steps; TTFT
+    does not, and the test says by how much: equal-length requests that start together finish
+    together, so their prompts come in waves the mean-value model spreads out."""
+    from tests.engine.llm_scheduler_reference import simulate
+
+    t = terms(n_in, n_out)
+    model = CL.closed_loop(t, clients, 10_000, BUDGET)
+    sim = simulate(
+        t,
+        1.0,
+        Lengths(n_in, n_in),
+        Lengths(n_out, n_out),
+        max_num_seqs=1024,
+        max_num_batched_tokens=int(BUDGET),
+        kv_cache_tokens=1_000_000,
+        requests=4 * clients,
+        warmup=0.25,
+        concurrency=clients,
+    )
+    assert float(sim.tpot.mean()) == pytest.approx(model.tpot, rel=0.08)
+    assert float(sim.ttft.mean()) > 2.0 * model.ttft  # the waves' prompts wait for each other
