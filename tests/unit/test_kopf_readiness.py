@@ -145,3 +145,16 @@ def test_a_worker_that_finishes_drops_nothing_twice() -> None:
         return [t.name for t in indexed]
 
     assert asyncio.run(scenario()) == ["another object"]
+
+
+def test_kopfs_watcher_and_worker_still_take_the_toggles_the_wrapper_passes():
+    """The wrapper passes ``operator_indexed`` and ``resource_indexed`` by name to kopf's own
+    watcher and worker (kopf>=1.37 in pyproject): a kopf that renames them fails here, not in a
+    running operator."""
+    import inspect
+
+    for original in (queueing.watcher, queueing.worker):
+        original = getattr(original, "__wrapped__", original)
+        params = inspect.signature(original).parameters
+        for name in ("operator_indexed", "resource_indexed"):
+            assert params[name].kind is inspect.Parameter.KEYWORD_ONLY, (original, name)

@@ -56,6 +56,7 @@ def releasing(original: Callable[..., Awaitable[None]]) -> Callable[..., Awaitab
     setattr(wrapped, _WRAPPED, True)
     wrapped.__name__ = getattr(original, "__name__", "wrapped")
     wrapped.__doc__ = original.__doc__
+    wrapped.__wrapped__ = original  # type: ignore[attr-defined]
     return wrapped
 
 
