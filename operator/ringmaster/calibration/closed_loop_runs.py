@@ -33,12 +33,9 @@ from functools import cache
 from pathlib import Path
 from statistics import median
 
-import numpy as np
-
 from ringmaster.calibration import serving_engines as SE
 from ringmaster.engine import llm_batching as B
 from ringmaster.engine import llm_closed_loop as CL
-from ringmaster.engine import llm_serving as L
 from ringmaster.engine import llm_step as S
 from ringmaster.engine.serving_engines import serving_engine
 
@@ -107,10 +104,9 @@ def predict(row: dict[str, str]) -> CL.ClosedLoop:
     point = _point(row)
     terms, acc, model, precision = SE._terms(point)
     tp = int(row["tp"])
-    weights = model.parameters * L.WEIGHT_BYTES[precision] / tp
+    weights = SE.weights_per_accelerator(model, precision, tp)
     share = serving_engine(row["engine"]).kv_memory_fraction(acc.memory_bytes, weights)
-    free = max(share * acc.memory_bytes - weights, 0.0)
-    terms = terms._replace(kv_cache_tokens=np.floor(free / float(terms.kv_bytes_per_token)))
+    terms = SE.with_cache(terms, acc, model, precision, tp, share)
     n_in = float(row["input"])
     concurrency = float(row["concurrency"])
     budget = float(S.DEFAULT_MAX_NUM_BATCHED_TOKENS)

@@ -143,6 +143,21 @@ def _terms(
     return terms, acc, model, precision
 
 
+def weights_per_accelerator(model: Transformer, precision: str, tp: int) -> float:
+    return model.parameters * L.WEIGHT_BYTES[precision] / tp
+
+
+def with_cache(
+    terms: S.ServingTerms, acc: Any, model: Transformer, precision: str, tp: int, share: float
+) -> S.ServingTerms:
+    """The terms with the KV cache that ``share`` of each accelerator's HBM leaves beside the
+    weights (the run's engine's memory fraction)."""
+    free = share * acc.memory_bytes - weights_per_accelerator(model, precision, tp)
+    return terms._replace(
+        kv_cache_tokens=np.floor(max(free, 0.0) / float(terms.kv_bytes_per_token))
+    )
+
+
 def _offline(point: dict[str, Any], step_fraction: float | None = None) -> float:
     workload = point["workload"]
     n_in, n_out = int(workload["input"]), int(workload["output"])
@@ -165,11 +180,7 @@ def _offline(point: dict[str, Any], step_fraction: float | None = None) -> float
     profile = serving_engine(point["engine"])
     settings = point.get("settings") or {}
     share = float(settings.get("gpu_memory_utilization", profile.memory_fraction))
-    w = L.WEIGHT_BYTES[precision]
-    free = share * acc.memory_bytes - model.parameters * w / int(point["tp"])
-    terms = terms._replace(
-        kv_cache_tokens=np.floor(max(free, 0.0) / float(terms.kv_bytes_per_token))
-    )
+    terms = with_cache(terms, acc, model, precision, int(point["tp"]), share)
     # an offline run of N prompts never runs more than N at once
     prompts = settings.get("num_prompts", workload.get("requests", np.inf))
     seqs = float(min(settings.get("max_num_seqs", 256), prompts))
