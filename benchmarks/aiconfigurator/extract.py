@@ -84,6 +84,13 @@ MOE_TOKENS = (1, 16, 64, 256, 1024, 4096, 16384)
 MOE_TP = (1, 8)  # a whole expert a rank, and sliced eight ways
 MOE_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "fp4"}
 MOE_DISTRIBUTION = "power_law_1.01"
+# What an FP8 GEMM's dynamic activation scale costs over a static one (quantize/<engine>/<version>/
+# computescale_perf.parquet: the engine's dynamic quantisation minus its static one, by m and
+# k). The collector's FP8 GEMMs quantise dynamically (collector/trtllm/collect_gemm.py: "the
+# collected fp8 GEMM includes the compute-scale overhead"); a checkpoint with calibrated scales
+# does not pay it. The table at the GEMM's own version where there is one, else the nearest
+# newer one of the engine on the system.
+COMPUTE_SCALE_FALLBACK = {"vllm": ("0.22.0", "0.24.0"), "sglang": ("0.5.14",), "trtllm": ()}
 
 
 def _table(repo: str, commit: str, path: str) -> list[dict[str, Any]] | None:
@@ -173,6 +180,28 @@ def _moe(rows: list[dict[str, Any]]) -> list[list[Any]]:
     return sorted([*key, us] for key, us in best.items())
 
 
+def _compute_scale(rows: list[dict[str, Any]]) -> list[list[Any]]:
+    keep = [
+        [r["m"], r["k"], round(r["latency"] * 1e3, 3)]
+        for r in rows
+        if r["quant_dtype"] == "fp8"
+        and (r["m"] in DECODE_M or r["m"] in PREFILL_M)
+        and r["k"] in WIDTHS
+    ]
+    return sorted(keep)
+
+
+def _compute_scale_table(
+    repo: str, commit: str, system: str, engine: str, version: str
+) -> tuple[str, list[dict[str, Any]]] | None:
+    for v in (version, *COMPUTE_SCALE_FALLBACK[engine]):
+        path = f"{DATA}/{system}/quantize/{engine}/{v}/computescale_perf.parquet"
+        rows = _table(repo, commit, path)
+        if rows:
+            return v, rows
+    return None
+
+
 DECODE_COLUMNS = ["kernel", "batch", "context", "heads", "kv_heads", "head_dim", "us"]
 
 
@@ -192,6 +221,7 @@ def extract(repo: str, commit: str) -> dict[str, Any]:
             print(f"skipped {system} {engine} {version}: no table at {commit}", file=sys.stderr)
             continue
         some = (gemm or decode or [{}])[0]
+        scale = _compute_scale_table(repo, commit, system, engine, version)
         tables.append(
             {
                 "system": system,
@@ -206,6 +236,8 @@ def extract(repo: str, commit: str) -> dict[str, Any]:
                 "prefill_attention": _prefill_attention(prefill or []),
                 "allreduce": _allreduce(allreduce or []),
                 "moe": [] if (engine, system, version) in PAIR_VERSIONS else _moe(moe or []),
+                "compute_scale_version": scale[0] if scale else None,
+                "compute_scale": _compute_scale(scale[1]) if scale else [],
             }
         )
     return {
@@ -225,6 +257,7 @@ def extract(repo: str, commit: str) -> dict[str, Any]:
                 "us",
             ],
             "moe": ["dtype", "tokens", "hidden", "inter", "experts", "topk", "tp", "us"],
+            "compute_scale": ["m", "k", "us"],
         },
         "tables": tables,
     }

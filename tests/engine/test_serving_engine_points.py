@@ -62,7 +62,7 @@ def test_engine_profiles_and_evidence():
     assert serving_evidence(trt, "nvidia-h100-80gb").startswith("TensorRT-LLM: step constants")
     # vLLM's batch rates on the MI300X are fitted on its own runs there; the MI325X carries them
     assert serving_evidence(serving_engine("vLLM"), "amd-mi300x").startswith(
-        "vLLM on amd-mi300x: its batch-proportional rates x 0.604, fitted on its own published"
+        "vLLM on amd-mi300x: its batch-proportional rates x 0.612, fitted on its own published"
     )
     mi325x = serving_evidence(serving_engine("vLLM"), "amd-mi325x")
     assert mi325x.startswith("extrapolated:") and "carried from vllm on amd-mi300x" in mi325x
@@ -70,7 +70,9 @@ def test_engine_profiles_and_evidence():
     # the kernels' evidence: the engine's own measured ones, or NCCL's formula
     b200 = serving_evidence(serving_engine("vLLM"), "nvidia-b200")
     assert (
-        "all-reduce, FP8 decode GEMMs, FP4 decode GEMMs, GEMM rates at decode and prompt batches,"
+        "all-reduce, FP8 decode GEMMs (static activation scales, as FP8 checkpoints carry them:"
+        " quantising online with dynamic scales costs more a call), FP4 decode GEMMs, GEMM rates"
+        " at decode and prompt batches,"
         " decode attention, MoE layers vLLM's own kernels measured"
     ) in b200
     mi300x = serving_evidence(serving_engine("vLLM"), "amd-mi300x")
@@ -160,7 +162,7 @@ def test_a_trtllm_bench_run_is_composed_on_the_engine_it_built_and_its_requests(
     """Azure's v0.15 runs built one engine per model for 2,048 / 2,048 and ran 1,000 requests
     on it with the default KV share: a row's prediction is that engine's (its batch cap from
     the build's lengths, never more sequences than requests), not the one trtllm-bench would
-    build for the row's own lengths, which promises 18 % more on the 8B's 128/128 row."""
+    build for the row's own lengths, which promises 10 % more on the 8B's 128/128 row."""
     from ringmaster.calibration import llm_serving as LC
 
     (point,) = [
@@ -173,7 +175,7 @@ def test_a_trtllm_bench_run_is_composed_on_the_engine_it_built_and_its_requests(
         row, c, build=(2048, 2048), requests=1000, kv_fraction=0.9
     )
     assert SE._offline(point) == pytest.approx(as_run)
-    assert LC.offline_tokens_per_second(row, c) > 1.15 * as_run
+    assert LC.offline_tokens_per_second(row, c) > 1.05 * as_run
     assert (
         LC.trtllm_bench(
             LC.MODELS["llama-3.1-8b"],

@@ -339,7 +339,9 @@ class InferenceEndpointSpec(SpecModel):
     precision: Precision = "FP16"
     """Arithmetic the model is served in; INT8 needs fewer replicas where the accelerator has
     INT8 throughput (T4, A100). LLM endpoints (with an architecture): BF16, FP16, FP8 (FP8
-    tensor cores: H100 and later), INT4 (weight-only, W4A16 as AWQ and GPTQ) or FP4 (NVFP4
+    tensor cores: H100 and later; planned as a checkpoint with calibrated static activation
+    scales, as ModelOpt's and llm-compressor's FP8 ones carry: quantising a 16-bit checkpoint
+    online computes each scale and costs more a GEMM, TensorRT-LLM's 7-9 us), INT4 (weight-only, W4A16 as AWQ and GPTQ) or FP4 (NVFP4
     weights and activations with one FP8 scale per 16 values, on FP4 tensor cores: Blackwell;
     elsewhere the endpoint is not planned and says why)."""
     kv_cache_precision: KvCachePrecision | None = None

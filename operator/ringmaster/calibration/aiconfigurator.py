@@ -87,6 +87,8 @@ class AicTable:
     decode_fp8: np.ndarray = field(default_factory=lambda: np.zeros((0, 5)))
     decode_fp8_seconds: np.ndarray = field(default_factory=lambda: np.zeros(0))
     rejected: tuple[tuple[str, int], ...] = ()  # (op, rows) faster than the datasheet allows
+    # the engine version whose dynamic-scale cost was taken off the FP8 GEMMs (static_fp8_gemms)
+    compute_scale_version: str | None = None
 
     @property
     def label(self) -> str:
@@ -144,11 +146,67 @@ def _possible(t: AicTable) -> AicTable:
     )  # fmt: skip
 
 
+def static_fp8_gemms(
+    accelerator: str,
+    dtype: np.ndarray,
+    mnk: np.ndarray,
+    seconds: np.ndarray,
+    scale_rows: list[list[float]],
+) -> np.ndarray:
+    """The FP8 GEMMs' seconds as a checkpoint with calibrated (static) activation scales runs
+    them. AIConfigurator's collector quantises an FP8 GEMM's activations dynamically, so each
+    FP8 row holds the scale's computation too (collector/trtllm/collect_gemm.py); its
+    compute-scale table measures that part alone, as the engine's dynamic quantisation minus
+    its static one by (m, k) (TensorRT-LLM's 7-9 us a call at decode batches, vLLM's ~1,
+    SGLang's 0). Taken off as AIConfigurator does for its ``fp8_static`` mode (its engine's
+    operators/gemm.rs), and floored at the GEMM's roofline as there. The published FP8
+    checkpoints (ModelOpt's, llm-compressor's FP8 scheme) carry static scales."""
+    if not scale_rows:
+        return seconds
+    acc = DEFAULT_CATALOG.accelerator(accelerator)
+    cost = {(int(m), int(k)): us * 1e-6 for m, k, us in scale_rows}
+    out = seconds.copy()
+    for i in np.flatnonzero(dtype == "fp8"):
+        m, n, k = mnk[i]
+        extra = cost.get((int(m), int(k)))
+        if extra is not None:
+            roofline = max(n * k / acc.memory_bandwidth, 2.0 * m * n * k / acc.peak("fp8"))
+            out[i] = max(seconds[i] - extra, roofline)
+    return out
+
+
+def scale_costs() -> dict[tuple[str, str], tuple[str, float]]:
+    """(accelerator, engine) -> (the compute-scale table's version, its median microseconds a
+    call at decode batches, M <= 64), for the tables whose FP8 rows had it taken off."""
+    out = {}
+    for t in aic_data()["tables"]:
+        small = [us for m, _, us in t.get("compute_scale", []) if m <= STREAM_MAX_M]
+        if small and (t["accelerator"], t["engine"]) not in out:
+            out[(t["accelerator"], t["engine"])] = (
+                str(t["compute_scale_version"]),
+                float(np.median(small)),
+            )
+    return out
+
+
+def _scale_summary() -> str:
+    by_engine: dict[str, list[float]] = {}
+    versions: dict[str, set[str]] = {}
+    for (_, engine), (version, us) in sorted(scale_costs().items()):
+        by_engine.setdefault(engine, []).append(us)
+        versions.setdefault(engine, set()).add(version)
+    return ", ".join(
+        f"{engine} {'/'.join(sorted(versions[engine]))} {min(us):.1f}-{max(us):.1f} us a call"
+        for engine, us in by_engine.items()
+    )
+
+
 @lru_cache(maxsize=1)
 def tables() -> tuple[AicTable, ...]:
     out = []
     for t in aic_data()["tables"]:
         dtype, mnk, gemm_s = _split(t["gemm"], 1)
+        gemm_s = static_fp8_gemms(t["accelerator"], dtype, mnk, gemm_s, t.get("compute_scale", []))
         dk, decode, decode_s = _split(t["decode_attention"], 1)
         pk, prefill, prefill_s = _split(t["prefill_attention"], 1)
         _, decode_fp8, decode_fp8_s = _split(t.get("decode_attention_fp8", []), 1)
@@ -157,7 +215,7 @@ def tables() -> tuple[AicTable, ...]:
         raw = AicTable(
             t["system"], t["accelerator"], t["engine"], t["version"],
             dtype, mnk, gemm_s, dk, decode, decode_s, pk, prefill, prefill_s, reduce, reduce_s,
-            decode_fp8, decode_fp8_s,
+            decode_fp8, decode_fp8_s, (), t.get("compute_scale_version"),
         )  # fmt: skip
         out.append(_possible(raw))
     return tuple(out)
@@ -330,6 +388,9 @@ def render_section() -> str:
         " engine's prompt-sized rows; every other row checked. Each serving engine's all-reduce"
         " (below), FP8 decode GEMMs (engine.serving_engines.ENGINE_FP8_DECODE_GEMM) and GEMM rates"
         " on Blackwell (ENGINE_GEMM_RATE, below) are fitted on the same tables.",
+        "FP8 GEMMs as a checkpoint with static activation scales runs them: each engine's"
+        " measured cost of computing a dynamic scale taken off every FP8 row first"
+        f" (static_fp8_gemms; {_scale_summary()}).",
         f"{'table':<26} {'op':<18} {'role':<8} {'rows':>5} {'median |err|':>13} {'signed':>8}",
     ]
     for c in check_rows():

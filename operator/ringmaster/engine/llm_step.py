@@ -164,14 +164,14 @@ LLM_COMPUTE_EFFICIENCY = 0.6653
 # on two H100s, ten mixes each); checked on
 # its other setups (70B on one H200, 405B on eight H100s and eight H200s) and on TensorRT-LLM's
 # FP8 TTFT of LLaMA-7B (36 ms for 2,048 tokens: -13%).
-LLM_FP8_COMPUTE_EFFICIENCY = 0.5977
+LLM_FP8_COMPUTE_EFFICIENCY = 0.5864
 # Achieved fraction of HBM bandwidth when the GEMMs stream the weights, and the fixed cost of one
 # step (kernel launches, synchronisation) of a 32-layer model. Fitted together on two points:
 # gpt-fast's batch-1 decode of Llama-2-7B (32 layers) in BF16 on A100-80GB at TP1 (104.9
 # tokens/s) and TP2 (168.8); checked at TP4 and TP8. The launches are per layer, so a model of L
 # layers pays L / 32 of it (405B's 126 layers: 5.2 ms a step): with it, the checked 405B rows of
 # the throughput table fall from +55% worst to +43%.
-LLM_MEMORY_EFFICIENCY = 0.8433
+LLM_MEMORY_EFFICIENCY = 0.8459
 LLM_STEP_OVERHEAD_SECONDS = 1.3110e-3
 OVERHEAD_FIT_LAYERS = 32
 # Paged decode attention: its achieved fraction of HBM bandwidth, the fixed work per sequence in
@@ -182,15 +182,16 @@ OVERHEAD_FIT_LAYERS = 32
 # FlashAttention fraction (engine.ceilings.H100_DECODE_ATTENTION). The other two are fitted with
 # LLM_FP8_COMPUTE_EFFICIENCY on the throughput table, through the batching model's offline
 # maximum (engine.llm_batching: the prompts' backlog chain), each step's all-reduces, FP8 GEMMs
-# and decode attention TensorRT-LLM's own: the fixed work lands at 43 tokens of context a
-# sequence (33 while a step's prompt tokens all-reduced apart from its decode tokens, 31 with the
-# all-reduce one line; 0 while prompts' attention ran at the FP8 GEMMs' rate), the
+# and decode attention TensorRT-LLM's own: the fixed work lands at 103 tokens of context a
+# sequence (43 while the FP8 GEMMs were charged the dynamic activation scale the table's static
+# checkpoints never compute, 33 while a step's prompt tokens all-reduced apart from its decode
+# tokens; 0 while prompts' attention ran at the FP8 GEMMs' rate), the
 # host's cost on its bound, zero: TensorRT-LLM's C++ runtime shows no per-sequence host cost the
 # table resolves. A Python-scheduled engine
 # (vLLM) pays more (its v0.6 release notes: the GPU idled a third of the time on CPU overheads)
 # that no published table isolates: docs/engine.md, "Out of reach".
 LLM_KV_READ_EFFICIENCY = H100_DECODE_ATTENTION[DECODE_ATTENTION_KERNEL][0]
-LLM_KV_SEQUENCE_TOKENS = 42.55
+LLM_KV_SEQUENCE_TOKENS = 103.32
 LLM_SEQUENCE_OVERHEAD_SECONDS = 0.0
 # The decode step composed from the H100's measured decode terms (engine.ceilings,
 # H100_DECODE_GEMM / H100_DECODE_ATTENTION): weights streamed at 0.84 of HBM through GEMMs at
