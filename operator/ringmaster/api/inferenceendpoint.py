@@ -341,9 +341,10 @@ class InferenceEndpointSpec(SpecModel):
     INT8 throughput (T4, A100). LLM endpoints (with an architecture): BF16, FP16, FP8 (FP8
     tensor cores: H100 and later; planned as a checkpoint with calibrated static activation
     scales, as ModelOpt's and llm-compressor's FP8 ones carry: quantising a 16-bit checkpoint
-    online computes each scale and costs more a GEMM, TensorRT-LLM's 7-9 us), INT4 (weight-only, W4A16 as AWQ and GPTQ) or FP4 (NVFP4
-    weights and activations with one FP8 scale per 16 values, on FP4 tensor cores: Blackwell;
-    elsewhere the endpoint is not planned and says why)."""
+    online computes each scale and costs more a GEMM, TensorRT-LLM's 7-9 us), INT4 (weight-only,
+    W4A16 as AWQ and GPTQ) or FP4 (NVFP4 weights and activations with one FP8 scale per 16
+    values, on FP4 tensor cores: Blackwell; elsewhere the endpoint is not planned and says
+    why)."""
     kv_cache_precision: KvCachePrecision | None = None
     """LLM endpoints: the KV cache's element type. Default: the activations' precision (FP8 for
     FP8, else 16-bit); FP8 halves the cache and doubles the sequences that fit."""
