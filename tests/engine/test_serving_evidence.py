@@ -43,7 +43,7 @@ def test_the_matrix_keeps_fitted_and_checked_runs_apart_per_cell():
     assert (mi300x.fitted, mi300x.checked) == (8, 41)
     # the closed-loop runs are the only checks of vLLM and SGLang on NVIDIA parts
     assert cells[("H100", "vLLM", "FP8")].checked > 30
-    assert cells[("H200", "SGLang", "FP8")].checked > 5
+    assert cells[("H200", "SGLang", "FP8")].checked >= 5
     # a cell no run reaches is absent, so a plan on it is extrapolated
     assert ("H100", "SGLang", "FP8") not in cells
 

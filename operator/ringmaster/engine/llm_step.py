@@ -126,6 +126,7 @@ from ringmaster.engine.serving_engines import (
     engine_moe,
     engine_step_fraction,
     prefill_attention_kernel,
+    prompts_run_apart,
     quantized_decode_gemm,
 )
 from ringmaster.engine.step_parts import fused_forward_elementwise_bytes
@@ -334,6 +335,10 @@ class ServingTerms(NamedTuple):
     allreduce_exponent: F64 = np.ones(())
     allreduce_curve_tokens: F64 = np.full((), np.inf)
     allreduce_beyond_per_token: F64 = np.zeros(())
+    # 1 where the engine runs a step's prompt tokens as a forward pass of their own after the
+    # decodes' (SGLang's default, serving_engines.prompts_run_apart): each pass streams the
+    # weights and pays the fixed costs; 0 where one pass carries both (vLLM, TensorRT-LLM).
+    prompts_apart: F64 = np.zeros(())
 
 
 def step_allreduce_seconds(terms: ServingTerms, decodes: ArrayLike, prompts: ArrayLike) -> F64:
@@ -827,6 +832,7 @@ def serving_terms(
         gemm_per_token_large_batch=_f(large_batch) + 0.0 * g,
         attention_groups=np.full_like(g, groups),
         expert_tile_tokens=np.full_like(g, tile_tokens),
+        prompts_apart=np.full_like(g, 1.0 if prompts_run_apart(serving_engine) else 0.0),
     )
 
 
@@ -872,11 +878,27 @@ def step_seconds(
     """One step that decodes ``sequences`` whose contexts sum to ``context_tokens`` (default:
     each at the mean context) and prefills ``prompt_tokens`` of prompts ``prompt_length`` long
     (default: the mean; a causal prompt token attends to half its prompt on average) alongside
-    (see the module's docstring)."""
+    (see the module's docstring). Where the engine runs prompts apart (``terms.prompts_apart``),
+    the step is the decodes' pass plus, when there are prompt tokens, the prompts' own."""
     n = _f(sequences)
     p = _f(prompt_tokens) * terms.prompt_compute
     context = n * terms.context_tokens if context_tokens is None else _f(context_tokens)
     length = terms.input_tokens if prompt_length is None else _f(prompt_length)
+    together = _forward_pass(terms, n, p, context, length)
+    apart = _f(terms.prompts_apart) > 0.0
+    if not np.any(apart):
+        return together
+    zero = np.zeros_like(n)
+    decodes = np.where(n > 0.0, _forward_pass(terms, n, zero, context, length), 0.0)
+    prompts = np.where(p > 0.0, _forward_pass(terms, zero, p, zero, length), 0.0)
+    # an empty step (nothing to run) keeps the one pass's fixed cost, as a mixing engine's
+    separate = np.where((n > 0.0) | (p > 0.0), decodes + prompts, together)
+    return _f(np.where(apart, separate, together))
+
+
+def _forward_pass(terms: ServingTerms, n: F64, p: F64, context: F64, length: F64) -> F64:
+    """One forward pass over ``n`` decodes (contexts summing to ``context``) and ``p`` computed
+    prompt tokens of prompts ``length`` long."""
     # Two rooflines, one per kernel family: the dense GEMMs against the dense weights, the
     # routed experts' grouped GEMMs against the experts the step touches.
     dense = np.maximum(

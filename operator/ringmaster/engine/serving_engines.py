@@ -48,6 +48,12 @@ class ServingEngine:
     # --kv-cache-dtype's value for an FP8 (e4m3) cache: vLLM and TensorRT-LLM take "fp8",
     # SGLang only "fp8_e4m3" / "fp8_e5m2" (sglang/srt/server_args.py); "auto" is 16-bit in all.
     fp8_kv_cache_value: str = "fp8"
+    # Whether a step carries the running decodes and a prompt chunk together (vLLM V1's chunked
+    # prefill, TensorRT-LLM's in-flight batching), or a prompt batch runs as a forward pass of
+    # its own while the decodes wait: SGLang's default (server_args.py: enable_mixed_chunk =
+    # False; managers/scheduler.py, Scheduler.run_step: a new prefill batch runs alone, first,
+    # and mixes with the running batch only under --enable-mixed-chunk).
+    mixes_prompts_with_decodes: bool = True
 
     def kv_memory_fraction(self, capacity: float, weights: float) -> float:
         """The share of each accelerator's HBM for weights + cache (llm_step.serving_terms's
@@ -77,6 +83,7 @@ ENGINES = {
         tensor_parallel_flag="--tp-size",
         fitted_on_own_runs=False,
         fp8_kv_cache_value="fp8_e4m3",
+        mixes_prompts_with_decodes=False,
     ),
     "TensorRT-LLM": ServingEngine(
         "TensorRT-LLM",
@@ -353,6 +360,14 @@ def prefill_attention_evidence(ceilings: Ceilings, nccl_arch: str) -> str:
     return f"; a prompt's attention at {name} forward rate ({source}){filled}"
 
 
+def prompts_run_apart(engine: str | None) -> bool:
+    """Whether ``engine`` runs a prompt batch as a forward pass of its own, the decodes waiting
+    (ServingEngine.mixes_prompts_with_decodes); the default engine mixes them."""
+    return not ENGINES.get(
+        engine or DEFAULT_SERVING_ENGINE, ENGINES[DEFAULT_SERVING_ENGINE]
+    ).mixes_prompts_with_decodes
+
+
 def quantized_decode_gemm(
     accelerator: str, engine: str | None, precision: str = "fp8"
 ) -> tuple[float, float] | None:
@@ -475,6 +490,11 @@ def serving_evidence(
         reduce += (
             f"; its tensor-parallel all-reduce NCCL's formula (no {engine.name} kernel measured"
             f"{at} on {accelerator})"
+        )
+    if not engine.mixes_prompts_with_decodes:
+        reduce += (
+            f"; {engine.name}'s prompt batches run as forward passes of their own, the decodes"
+            " waiting (its default: enable_mixed_chunk off)"
         )
     fraction, carried = engine_step_fraction(accelerator, engine.name)
     if fraction != 1.0 and carried is not None:
