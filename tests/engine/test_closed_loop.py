@@ -130,6 +130,16 @@ def test_calibrate_prints_the_runs_by_cell_with_the_ttft_beyond_the_model():
     assert "silicon_sample.csv @ 095f58a5" in text
     assert "H100       vLLM          FP8" in text and "TTFT residual" in text
     assert "TPOT judged on" in text and "largest TPOT error:" in text
+    assert "TTFT beyond the model by clients" in text
+
+
+def test_the_ttft_beyond_the_model_grows_with_the_clients():
+    """What the runs carry beyond the model's TTFT is no fixed cost a request: a few tens of
+    milliseconds at 4 clients, hundreds at 64 and more (the waves of equal-length clients)."""
+    growth = CLR.ttft_residual_by_clients()
+    assert list(growth) == sorted(growth) and min(growth) == 4 and max(growth) >= 64
+    assert growth[4] < 60.0 < 200.0 < growth[max(growth)]
+    assert growth[max(growth)] > 5 * growth[4]
 
 
 @pytest.mark.parametrize(("clients", "n_in", "n_out"), [(16, 1024, 1024), (64, 1024, 1024)])
