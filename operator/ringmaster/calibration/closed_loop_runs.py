@@ -82,6 +82,11 @@ class ClosedLoopRun:
         return self.predicted_ttft_ms / self.ttft_ms - 1.0
 
     @property
+    def ttft_beyond_model_ms(self) -> float:
+        """What the measured TTFT holds beyond the model's."""
+        return self.ttft_ms - self.predicted_ttft_ms
+
+    @property
     def accelerator(self) -> str:
         return SE.ACCELERATORS[self.gpu]
 
@@ -155,7 +160,7 @@ def ttft_residual_by_clients() -> dict[int, float]:
     by: dict[int, list[float]] = defaultdict(list)
     for r in closed_loop_runs():
         if not r.waits_for_slot:
-            by[r.concurrency].append(r.ttft_ms - r.predicted_ttft_ms)
+            by[r.concurrency].append(r.ttft_beyond_model_ms)
     return {
         c: float(median(v)) for c, v in sorted(by.items()) if len(v) >= RESIDUAL_CLIENTS_MIN_RUNS
     }
@@ -183,7 +188,7 @@ def render_closed_loop_section() -> str:
     for (gpu, engine, precision), rows in sorted(cells.items()):
         tpot = [r.tpot_error for r in rows if r.tpot_judged] or [math.nan]
         ttft = [r.ttft_error for r in rows]
-        free = [r.ttft_ms - r.predicted_ttft_ms for r in rows if not r.waits_for_slot]
+        free = [r.ttft_beyond_model_ms for r in rows if not r.waits_for_slot]
         residual = f"{median(free):,.0f} ms" if free else "n/a"
         lines.append(
             f"{gpu:<11}{engine:<14}{precision:<8}{len(rows):>5}"

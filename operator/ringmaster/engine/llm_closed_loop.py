@@ -3,7 +3,8 @@ request as soon as the last one's answer is complete (the ``--concurrency`` of b
 aiperf and genai-perf, vLLM's ``benchmark_serving --max-concurrency``, ``sglang.bench_serving
 --max-concurrency``). The replica batches continuously with chunked prefill: every step decodes
 one token of each running sequence and prefills prompt tokens up to the token budget beside them
-(engine.llm_step.step_seconds).
+(engine.llm_step.step_seconds, in one forward pass or, for an engine that runs prompts apart,
+two).
 
 Mean-value analysis at fixed lengths (input ``i``, output ``o``):
 
