@@ -20,6 +20,7 @@ first worker also deletes such clusters of workers that this run does not have.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -174,13 +175,11 @@ def operator(
         process.stop()
 
 
-@pytest.fixture
-def no_session_operator(request: pytest.FixtureRequest) -> Iterator[None]:
-    """No operator of the session acts during the test: the session's one, if an earlier test
-    started it, is stopped and started again afterwards. Two standalone operators on one
-    cluster would both act on the same jobs; and a test that writes status as the operator does
-    would see the operator write its own over it (the order dependency of test_admission.py)."""
-    process = request.config.stash.get(SESSION_OPERATOR, None)
+@contextlib.contextmanager
+def session_operator_paused(config: pytest.Config) -> Iterator[None]:
+    """The session's operator, if an earlier test started it, stopped for the block and started
+    again afterwards. Two standalone operators on one cluster would both act on the same jobs."""
+    process = config.stash.get(SESSION_OPERATOR, None)
     if process is None or process.process is None:
         yield
         return
@@ -189,6 +188,15 @@ def no_session_operator(request: pytest.FixtureRequest) -> Iterator[None]:
         yield
     finally:
         process.start()
+
+
+@pytest.fixture
+def no_session_operator(request: pytest.FixtureRequest) -> Iterator[None]:
+    """No operator of the session acts during the test (session_operator_paused): a test that
+    runs operators of its own, or writes status as the operator does, would see the session's
+    write its own over it (the order dependency of test_admission.py)."""
+    with session_operator_paused(request.config):
+        yield
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ import yaml
 
 from ringmaster.controllers.base import RESYNC_SECONDS
 from ringmaster.controllers.trainingjob import WAIT_REFRESH_SECONDS
+from tests.e2e.conftest import session_operator_paused
 from tests.e2e.kube import Cluster, OperatorProcess, wait_for
 from tests.e2e.test_trainingjob import (
     A100_POOL,
@@ -128,20 +129,23 @@ def sa_kubeconfig(cluster: Cluster, installed: dict[str, Any], tmp_path_factory)
 
 @pytest.fixture(scope="module")
 def sa_operator(
-    sa_kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory
+    sa_kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[OperatorProcess]:
     """`ringmaster run` authenticated only as the chart's ServiceAccount, reading the chart's
-    catalog ConfigMap as the Deployment does."""
+    catalog ConfigMap as the Deployment does; the only operator acting meanwhile (the session's,
+    started by a file this worker ran before, would race it for the same jobs: a gang Running,
+    then restarted under the test's feet)."""
     process = OperatorProcess(
         sa_kubeconfig,
         tmp_path_factory.mktemp("sa-op") / "operator.log",
         ("--catalog-configmap", f"{SYSTEM_NS}/{FULLNAME}-catalog"),
     )
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
+    with session_operator_paused(request.config):
+        process.start()
+        try:
+            yield process
+        finally:
+            process.stop()
 
 
 def forbidden_lines(log: Path) -> list[str]:
