@@ -64,14 +64,18 @@ def test_bf16_gemms_pay_no_kernel_and_fp4_ones_their_own():
             compute_precision="fp4", serving_engine=engine,
         )  # fmt: skip
 
-    stream, extra = E.ENGINE_FP4_DECODE_GEMM[("nvidia-b200", "trtllm")]
-    assert (stream, extra) != E.ENGINE_FP8_DECODE_GEMM[("nvidia-b200", "trtllm")]
-    trt, plain = fp4("TensorRT-LLM"), fp4(None)
-    assert float(trt.weights_read) == pytest.approx(float(plain.weights_read) / stream)
-    # NVFP4 streams its weights at about half the bf16 rate a byte at decode batches
-    assert 0.4 < stream < 0.65
-    extra_floor = MODEL.layers * S.DECODE_GEMMS_PER_LAYER * extra * 1e-6
-    assert float(trt.overhead) - float(plain.overhead) == pytest.approx(extra_floor)
+    for engine, key in (("vLLM", "vllm"), ("TensorRT-LLM", "trtllm")):
+        # vLLM's as its operator table gives it; TensorRT-LLM's as served (its table is the
+        # autotuner's fallback kernel: engine.serving_engines.SERVED_FP4_DECODE_GEMM)
+        table = E.SERVED_FP4_DECODE_GEMM if key == "trtllm" else E.ENGINE_FP4_DECODE_GEMM
+        stream, extra = table[("nvidia-b200", key)]
+        assert (stream, extra) != E.ENGINE_FP8_DECODE_GEMM[("nvidia-b200", key)]
+        served, plain = fp4(engine), fp4(None)
+        assert float(served.weights_read) == pytest.approx(float(plain.weights_read) / stream)
+        extra_floor = MODEL.layers * S.DECODE_GEMMS_PER_LAYER * extra * 1e-6
+        assert float(served.overhead) - float(plain.overhead) == pytest.approx(extra_floor)
+    # NVFP4 streams its weights at about half the bf16 rate a byte in vLLM's table
+    assert 0.4 < E.ENGINE_FP4_DECODE_GEMM[("nvidia-b200", "vllm")][0] < 0.65
 
 
 def test_an_engine_without_a_table_keeps_the_bf16_streaming():

@@ -1,4 +1,5 @@
-"""Closed-loop serving runs measured on real GPUs, held against the engine (checked, never fitted).
+"""Closed-loop serving runs measured on real GPUs, held against the engine (checked; TensorRT-LLM's
+B200 FP4 runs fit its served NVFP4 GEMMs, FITTED_CELLS).
 
 ``measured/aiconfigurator_silicon.csv`` is the part of AIConfigurator's silicon sample
 (ai-dynamo/aiconfigurator aic-core/src/aiconfigurator_core/systems/silicon_sample.csv @
@@ -47,6 +48,9 @@ SOURCE = (
     "ai-dynamo/aiconfigurator aic-core/src/aiconfigurator_core/systems/silicon_sample.csv "
     "@ 095f58a5"
 )
+# (gpu, engine, weights) of the runs a constant is fitted on: TensorRT-LLM's FP4 runs on the B200
+# fit its served NVFP4 GEMMs (calibration.served_fp4), as their TPOT over the FP8 runs'.
+FITTED_CELLS = frozenset({("B200", "TensorRT-LLM", "FP4")})
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,11 @@ class ClosedLoopRun:
     predicted_tpot_ms: float
     waits_for_slot: bool  # more clients than the model's slots: TTFT holds a queue
     prompt_share: float  # the mean step over a step of its decodes alone, - 1
+
+    @property
+    def role(self) -> str:
+        """fitted where a constant was fitted on the run (FITTED_CELLS), else checked."""
+        return "fitted" if (self.gpu, self.engine, self.precision) in FITTED_CELLS else "checked"
 
     @property
     def tpot_judged(self) -> bool:
@@ -177,7 +186,8 @@ def render_closed_loop_section() -> str:
         cells[(r.gpu, r.engine, r.precision)].append(r)
     lines = [
         f"Closed-loop runs measured by AIConfigurator's team ({SOURCE}): {len(runs)} runs of "
-        "Llama 3.1 8B / 70B on one replica, 4-512 clients; checked, never fitted. TPOT: the "
+        "Llama 3.1 8B / 70B on one replica, 4-512 clients; checked, but TensorRT-LLM's B200 FP4 "
+        "runs, which fit its served NVFP4 GEMMs (calibration.served_fp4). TPOT: the "
         "engine's mean step in the closed loop (engine.llm_closed_loop), in the serving "
         "evidence matrix; TTFT apart (the request's path outside the engine's steps is not in "
         "the model: the residual is what the runs carry beyond it, over the runs that wait for "
@@ -195,13 +205,14 @@ def render_closed_loop_section() -> str:
             f"{sum(r.tpot_judged for r in rows):>7}"
             f"{100 * median(abs(e) for e in tpot):>11.1f}%{_pct(median(tpot)):>9}"
             f"{100 * median(abs(e) for e in ttft):>11.1f}%{_pct(median(ttft)):>9}"
-            f"{residual:>15}"
+            f"{residual:>15}" + ("  fitted" if (gpu, engine, precision) in FITTED_CELLS else "")
         )
     judged = [r for r in runs if r.tpot_judged]
-    tpot_all = [r.tpot_error for r in judged]
+    tpot_all = [r.tpot_error for r in judged if r.role == "checked"]
     lines.append(
         f"TPOT judged on {len(judged)} of {len(runs)} runs (the others' prompts make the mean "
-        f"step over {100 * AMBIGUOUS_PROMPT_SHARE:.0f}% longer than their decodes alone): "
+        f"step over {100 * AMBIGUOUS_PROMPT_SHARE:.0f}% longer than their decodes alone), "
+        f"{len(tpot_all)} of them checked: "
         f"median |error| {100 * median(abs(e) for e in tpot_all):.1f}%, signed "
         f"{_pct(median(tpot_all))}; TTFT median |error| "
         f"{100 * median(abs(r.ttft_error) for r in runs):.1f}%, signed "

@@ -46,6 +46,7 @@ from ringmaster.calibration.points import (
     load_points,
 )
 from ringmaster.calibration.reduction_server import reduction_server_rows
+from ringmaster.calibration.served_fp4 import render_served_fp4_section
 from ringmaster.calibration.serving import serving_rows
 from ringmaster.calibration.serving_engines import render_serving_engines_section
 from ringmaster.calibration.serving_evidence import render_serving_matrix
@@ -207,6 +208,7 @@ def run(args: argparse.Namespace) -> int:
         print("\n" + render_moe_section())
         print("\n" + render_serving_engines_section())
         print("\n" + render_closed_loop_section())
+        print("\n" + render_served_fp4_section())
         print("\n" + render_device_section())
         print("\n" + evidence.render_evidence_matrix())
         print("\n" + render_serving_matrix())

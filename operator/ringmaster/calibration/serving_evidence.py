@@ -80,7 +80,7 @@ def serving_rows() -> list[ServingRow]:
                     generation(run.accelerator),
                     run.engine,
                     run.precision,
-                    "checked",
+                    run.role,
                     run.tpot_error,
                     -run.tpot_error,
                 )

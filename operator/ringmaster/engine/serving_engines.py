@@ -138,6 +138,25 @@ ENGINE_FP4_DECODE_GEMM: dict[tuple[str, str], tuple[float, float]] = {
     ("nvidia-gb200", "vllm"): (0.561, 2.7),
 }
 
+# TensorRT-LLM's NVFP4 GEMMs as it serves them. Its NVFP4 linear layers take their kernel from
+# TensorRT-LLM's AutoTuner, which trtllm-serve and trtllm-bench run at warm-up; outside a tuning
+# pass a shape the tuner never profiled runs the fallback kernel (tensorrt_llm/_torch/autotuner.py,
+# AutoTuner.choose_one: runners[0], tactic -1). AIConfigurator's collector times its GEMMs outside
+# one (collector/trtllm/collect_gemm.py @ 095f58a5 calls Linear.forward; its MoE collector tunes),
+# so ENGINE_FP4_DECODE_GEMM's TensorRT-LLM entries are that fallback: they put an FP4 step above
+# FP8's at every tensor parallelism, where the engine's measured runs have it 0.82x at TP1. These
+# are fitted instead (calibration.served_fp4.fit_served_fp4_decode) on the ratio of the FP4 runs'
+# TPOT to the FP8 runs' at the same tensor parallelism, lengths and clients in AIConfigurator's
+# closed-loop B200 sample (calibration.closed_loop_runs): what the two steps share (attention,
+# all-reduce, the host) cancels, the GEMMs' streaming (TP1) and cost a call (TP8) stay. vLLM's
+# table already gives its runs' ratio (0.86 against 0.79 at TP1, within 2 % from TP2). The GB200
+# carries the B200's: the same die and kernels, and no closed-loop run of its own.
+SERVED_FP4_DECODE_GEMM: dict[tuple[str, str], tuple[float, float]] = {
+    ("nvidia-b200", "trtllm"): (0.82, 5.4),
+    ("nvidia-gb200", "trtllm"): (0.82, 5.4),
+}
+SERVED_FP4_FITTED_ON = "nvidia-b200"
+
 # (accelerator, engine, precision) -> (decode, prompt): each engine's GEMM rate on a Blackwell
 # chip, as its fraction of the chip's peak at the precision over its fraction of the H100's (FP4
 # over the H100's FP8, which has no FP4 units), the median over the served shapes (narrow side
@@ -375,9 +394,28 @@ def quantized_decode_gemm(
     NVFP4) GEMMs at decode batches on the chip over its bf16 ones, or None where not measured."""
     if engine is None:
         return None
-    table = ENGINE_FP4_DECODE_GEMM if precision == "fp4" else ENGINE_FP8_DECODE_GEMM
-    fit = table.get((accelerator, ENGINE_KEYS.get(engine, engine)))
+    key = (accelerator, ENGINE_KEYS.get(engine, engine))
+    if precision == "fp4":
+        fit = SERVED_FP4_DECODE_GEMM.get(key) or ENGINE_FP4_DECODE_GEMM.get(key)
+    else:
+        fit = ENGINE_FP8_DECODE_GEMM.get(key)
     return None if fit is None else (fit[0], fit[1] * 1e-6)
+
+
+def fp4_gemm_evidence(accelerator: str, engine: str) -> str:
+    """How the plan's FP4 decode GEMMs of ``engine`` on the chip were measured."""
+    key = (accelerator, ENGINE_KEYS.get(engine, engine))
+    if key not in SERVED_FP4_DECODE_GEMM:
+        return "FP4 decode GEMMs"
+    carried = (
+        ""
+        if accelerator == SERVED_FP4_FITTED_ON
+        else f", carried from the {SERVED_FP4_FITTED_ON}'s"
+    )
+    return (
+        "FP4 decode GEMMs (as autotuned at warm-up: fitted on AIConfigurator's closed-loop FP4 /"
+        f" FP8 TPOTs{carried}; its operator table holds the tuner's fallback kernel)"
+    )
 
 
 def engine_gemm_rate(
@@ -459,7 +497,7 @@ def serving_evidence(
                 quantized_decode_gemm(accelerator, engine.name) is not None,
             ),
             (
-                "FP4 decode GEMMs",
+                fp4_gemm_evidence(accelerator, engine.name),
                 quantized_decode_gemm(accelerator, engine.name, "fp4") is not None,
             ),
             (
