@@ -48,9 +48,18 @@ def test_the_h100_over_itself_is_one():
         assert A.gemm_fraction_ratio(t, "fp4", A.DECODE_BAND_M) is None  # no FP4 units
 
 
-def test_the_step_runs_decode_and_prompt_tokens_at_the_engines_own_ratios_by_hand():
-    decode, prompt = E.ENGINE_GEMM_RATE[("nvidia-b200", "trtllm", "fp4")]
-    t = _terms(B200, "fp4", "TensorRT-LLM")
+@pytest.mark.parametrize(
+    ("engine", "ratios"),
+    [
+        ("vLLM", E.ENGINE_GEMM_RATE[("nvidia-b200", "vllm", "fp4")]),
+        # TensorRT-LLM's as served: its table is the autotuner's fallback (SERVED_FP4_GEMM_RATE)
+        ("TensorRT-LLM", E.SERVED_FP4_GEMM_RATE[("nvidia-b200", "trtllm", "fp4")]),
+    ],
+)
+def test_the_step_runs_decode_and_prompt_tokens_at_the_engines_own_ratios_by_hand(engine, ratios):
+    decode, prompt = ratios
+    assert E.engine_gemm_rate("nvidia-b200", engine, "fp4") == ratios
+    t = _terms(B200, "fp4", engine)
     e_c = float(S.compute_efficiency_for("fp4", S.DEFAULT_CONSTANTS))
     assert e_c == S.DEFAULT_CONSTANTS.fp8_compute_efficiency  # FP4 starts from the FP8 fraction
     flops = 2.0 * MODEL.matmul_parameters
@@ -145,7 +154,7 @@ def test_thousands_of_decodes_run_at_the_prompt_bands_rate_by_hand():
     """A step's decode GEMMs are one M: at 512 decodes or fewer the decode band's rate, from
     4,096 the prompt band's, between them the rate by log n; a chip without the engine's table
     has one rate at every batch."""
-    decode, prompt = E.ENGINE_GEMM_RATE[("nvidia-b200", "trtllm", "fp4")]
+    decode, prompt = E.engine_gemm_rate("nvidia-b200", "TensorRT-LLM", "fp4")
     t = _terms(B200, "fp4", "TensorRT-LLM")
     small = float(t.gemm_per_token)
     assert float(t.gemm_per_token_large_batch) == pytest.approx(small * decode / prompt)

@@ -586,18 +586,21 @@ def test_every_llm_point_is_reported_fitted_and_checked_apart(llm_points):
     # ENGINE_FP4_DECODE_GEMM); +10% to +62% (signed median +42%) while FP4 borrowed the FP8
     # fraction of its twice-higher peak and streamed at the bf16 rate; -12.5 % since the H100's
     # FP8 GEMMs they are stated over lost the dynamic scale the static checkpoints never compute
-    # (calibration.aiconfigurator.static_fp8_gemms): the collector's NVFP4 GEMMs keep a quantising
-    # pass of their activations that TensorRT-LLM fuses into the norm before them (docs/engine.md)
-    assert len(fp4) == 12 and all(abs(r.error) <= 0.25 for r in fp4)
-    assert statistics.median(abs(r.error) for r in fp4) <= 0.14
-    assert abs(statistics.median(r.error for r in fp4)) <= 0.14
+    # (calibration.aiconfigurator.static_fp8_gemms): the collector's NVFP4 GEMMs are the
+    # autotuner's fallback kernel; -0.7..+12.7 % (median |error| 4.2 %) with TensorRT-LLM's
+    # GEMMs as served (engine.serving_engines.SERVED_FP4_DECODE_GEMM, SERVED_FP4_GEMM_RATE, fitted
+    # on the closed-loop runs' FP4 / FP8 ratios, never on these rows)
+    assert len(fp4) == 12 and all(abs(r.error) <= 0.15 for r in fp4)
+    assert statistics.median(abs(r.error) for r in fp4) <= 0.07
+    assert abs(statistics.median(r.error for r in fp4)) <= 0.05
     # TensorRT-LLM 1.0's NVFP4 columns on the B200 and GB200 (the fitted table's own page, 40
     # rows no constant saw): +3% to +61% (signed median +32%) before; -3.6 % while FP4 was stated
-    # over the H100's FP8 GEMMs with their dynamic scale, -11.8 % without it (as above)
+    # over the H100's FP8 GEMMs with their dynamic scale, -11.8 % without it (as above), -1.9 %
+    # (median |error| 4.9 %, largest 13 %) with its GEMMs as served
     v1 = [r for r in rows if r.id == LC.V1_FP4_ID]
-    assert len(v1) == 40 and all(abs(r.error) <= 0.30 for r in v1)
-    assert statistics.median(abs(r.error) for r in v1) <= 0.13
-    assert abs(statistics.median(r.error for r in v1)) <= 0.13
+    assert len(v1) == 40 and all(abs(r.error) <= 0.15 for r in v1)
+    assert statistics.median(abs(r.error) for r in v1) <= 0.07
+    assert abs(statistics.median(r.error for r in v1)) <= 0.05
     # the static table's batch-768 row, +52% before the FP8 GEMM efficiency, within 10% now
     b768 = next(r for r in rows if "b768" in r.quantity)
     assert abs(b768.error) <= 0.10

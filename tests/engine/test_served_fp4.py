@@ -12,20 +12,18 @@ from ringmaster.engine import serving_engines as E
 pytestmark = pytest.mark.unit
 
 B200, GB200 = ("nvidia-b200", "trtllm"), ("nvidia-gb200", "trtllm")
+B200_FP4 = ("nvidia-b200", "trtllm", "fp4")
 
 
-def test_the_stored_terms_are_the_fits_optimum_at_their_resolution():
-    stream, extra = E.SERVED_FP4_DECODE_GEMM[B200]
-    best = F.misfit(stream, extra)
-    step_s, step_e = F.RESOLUTION
-    for neighbour in (
-        (stream + step_s, extra),
-        (stream - step_s, extra),
-        (stream, extra + step_e),
-        (stream, extra - step_e),
-    ):
-        assert F.misfit(*neighbour) >= best, neighbour
-    assert best < 0.04  # 2.8 %: the two terms give every tensor parallelism's ratio
+def test_the_stored_terms_are_what_the_fits_give_from_the_table():
+    """Both fits from the operator table's fallback entries, alternated: the stored terms (the
+    fit is what sets them, a refit keeps them)."""
+    decode, prompt = F.fit_served_fp4()
+    assert decode == E.SERVED_FP4_DECODE_GEMM[B200]
+    assert prompt == E.SERVED_FP4_GEMM_RATE[B200_FP4][1]
+    # the decode GEMMs' two terms give every tensor parallelism's TPOT ratio; the prompt's one
+    # ratio the first tokens'
+    assert F.misfit(*decode) < 0.04 and F.prompt_misfit(prompt) < 0.05
 
 
 def test_the_served_kernels_beat_the_fallback_the_table_timed():
@@ -42,6 +40,24 @@ def test_the_served_kernels_beat_the_fallback_the_table_timed():
         assert fallback[tp][1] > 1.1 * ratio, tp
     # the runs' signature: FP4 faster where its weights dominate, slower where calls do
     assert measured[1][0] < 0.9 and measured[8][0] > 1.0
+
+
+def test_the_served_prompt_gemms_beat_the_fallback_and_read_the_first_tokens():
+    table = E.ENGINE_GEMM_RATE[B200_FP4]
+    served = E.SERVED_FP4_GEMM_RATE[B200_FP4]
+    assert served[0] == table[0]  # the decode band's ratio stays the table's
+    assert served[1] > table[1]
+    assert F.prompt_misfit(table[1], E.ENGINE_FP4_DECODE_GEMM[B200]) > 3 * F.prompt_misfit(
+        served[1]
+    )
+    measured = F.prompt_ratios_by_tp(served[1])
+    assert set(measured) == {1, 2, 4, 8}
+    for tp, (ratio, predicted) in measured.items():
+        assert predicted == pytest.approx(ratio, rel=0.07), tp
+    # the pairs: long prompts, no slot to wait for, FP4's first token sooner
+    pairs = F.prompt_pairs()
+    assert len(pairs) >= 20
+    assert all(int(p.fp4["input"]) >= F.PROMPT_PAIR_MIN_INPUT and p.measured < 1.0 for p in pairs)
 
 
 def test_the_pairs_match_the_same_run_at_the_two_weights():

@@ -156,6 +156,16 @@ SERVED_FP4_DECODE_GEMM: dict[tuple[str, str], tuple[float, float]] = {
     ("nvidia-gb200", "trtllm"): (0.82, 5.4),
 }
 SERVED_FP4_FITTED_ON = "nvidia-b200"
+# The same for its NVFP4 GEMMs at prompt chunks: ENGINE_GEMM_RATE's TensorRT-LLM FP4 entries come
+# from that fallback kernel too. The prompt ratio is fitted (calibration.served_fp4) on the FP4 /
+# FP8 TTFT ratio of the closed-loop B200 runs with 8,192-token prompts that wait for no slot:
+# their first token is mostly the prompt's GEMMs, and what else it holds (attention, the request's
+# path, the waves of equal prompts) is the same at both weights. The decode ratio stays the
+# table's (the TPOT pairs fit the decode GEMMs' streaming and cost a call above).
+SERVED_FP4_GEMM_RATE: dict[tuple[str, str, str], tuple[float, float]] = {
+    ("nvidia-b200", "trtllm", "fp4"): (0.474, 0.771),
+    ("nvidia-gb200", "trtllm", "fp4"): (0.442, 0.771),
+}
 
 # (accelerator, engine, precision) -> (decode, prompt): each engine's GEMM rate on a Blackwell
 # chip, as its fraction of the chip's peak at the precision over its fraction of the H100's (FP4
@@ -413,8 +423,9 @@ def fp4_gemm_evidence(accelerator: str, engine: str) -> str:
         else f", carried from the {SERVED_FP4_FITTED_ON}'s"
     )
     return (
-        "FP4 decode GEMMs (as autotuned at warm-up: fitted on AIConfigurator's closed-loop FP4 /"
-        f" FP8 TPOTs{carried}; its operator table holds the tuner's fallback kernel)"
+        "FP4 decode and prompt GEMMs (as autotuned at warm-up: fitted on AIConfigurator's"
+        f" closed-loop FP4 / FP8 TPOTs and TTFTs{carried}; its operator table holds the tuner's"
+        " fallback kernel)"
     )
 
 
@@ -426,7 +437,8 @@ def engine_gemm_rate(
     if engine is None:
         return None
     precision = "bf16" if compute_precision in ("bf16", "fp16") else compute_precision
-    return ENGINE_GEMM_RATE.get((accelerator, ENGINE_KEYS.get(engine, engine), precision))
+    key = (accelerator, ENGINE_KEYS.get(engine, engine), precision)
+    return SERVED_FP4_GEMM_RATE.get(key) or ENGINE_GEMM_RATE.get(key)
 
 
 _IMAGE_HINTS = (
