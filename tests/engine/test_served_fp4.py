@@ -82,3 +82,12 @@ def test_the_gb200_carries_the_b200s_and_the_plan_says_which():
     assert "autotuned at warm-up" in b200 and "carried" not in b200.split("FP4 decode")[1][:120]
     assert "carried from the nvidia-b200's" in gb200
     assert "autotuned" not in E.serving_evidence(E.serving_engine("vLLM"), "nvidia-b200", 8)
+
+
+def test_calibrate_names_the_fit_and_its_checks():
+    from ringmaster.calibration.evidence import render_leave_one_out
+
+    text = render_leave_one_out()
+    assert "SERVED_FP4_DECODE_GEMM, SERVED_FP4_GEMM_RATE" in text
+    section = F.render_served_fp4_section()
+    assert "fallback kernel" in section and "TP8 1.05" in section

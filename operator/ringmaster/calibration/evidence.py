@@ -462,7 +462,13 @@ SINGLE_SOURCE = (
         "ENGINE_GEMM_RATE (engine.serving_engines)",
         "AIConfigurator's GEMM tables, each engine's Blackwell fraction of peak over its H100 one"
         " (its own engine's only; MEASURED_FP4_MATMUL_RATIO, their median, is left out above);"
-        " checked on TensorRT-LLM 1.0's and v0.21's NVFP4 runs on the B200 and GB200",
+        " TensorRT-LLM's NVFP4 entries replaced as served (below)",
+    ),
+    (
+        "SERVED_FP4_DECODE_GEMM, SERVED_FP4_GEMM_RATE (engine.serving_engines)",
+        "AIConfigurator's closed-loop B200 runs, TensorRT-LLM's FP4 over FP8 TPOT and TTFT"
+        " (calibration.served_fp4); checked on TensorRT-LLM 1.0's and v0.21's NVFP4 runs on the"
+        " B200 and GB200 (the GB200 carries the B200's)",
     ),
 )
 
