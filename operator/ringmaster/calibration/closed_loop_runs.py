@@ -129,33 +129,39 @@ def predict(row: dict[str, str]) -> CL.ClosedLoop:
 
 
 @cache
+def run_rows() -> tuple[dict[str, str], ...]:
+    """The sample's rows as RUNS holds them (predict takes one)."""
+    with RUNS.open(encoding="utf-8") as f:
+        return tuple(csv.DictReader(f))
+
+
+@cache
 def closed_loop_runs() -> tuple[ClosedLoopRun, ...]:
     out = []
-    with RUNS.open(encoding="utf-8") as f:
-        for row in csv.DictReader(f):
-            loop = predict(row)
-            if not (math.isfinite(loop.tpot) and math.isfinite(loop.ttft)):
-                raise ValueError(f"closed-loop run {row['id']} has no finite prediction")
-            out.append(
-                ClosedLoopRun(
-                    id=row["id"],
-                    engine=row["engine"],
-                    version=row["version"],
-                    gpu=row["gpu"],
-                    model=row["model"],
-                    precision=SE.PRECISION[row["weights"]],
-                    tp=int(row["tp"]),
-                    input=int(row["input"]),
-                    output=int(row["output"]),
-                    concurrency=int(row["concurrency"]),
-                    ttft_ms=float(row["ttft_ms"]),
-                    tpot_ms=float(row["tpot_ms"]),
-                    predicted_ttft_ms=loop.ttft * 1e3,
-                    predicted_tpot_ms=loop.tpot * 1e3,
-                    waits_for_slot=loop.waiting_seconds > 0.0,
-                    prompt_share=loop.tpot / loop.decode_only_step - 1.0,
-                )
+    for row in run_rows():
+        loop = predict(row)
+        if not (math.isfinite(loop.tpot) and math.isfinite(loop.ttft)):
+            raise ValueError(f"closed-loop run {row['id']} has no finite prediction")
+        out.append(
+            ClosedLoopRun(
+                id=row["id"],
+                engine=row["engine"],
+                version=row["version"],
+                gpu=row["gpu"],
+                model=row["model"],
+                precision=SE.PRECISION[row["weights"]],
+                tp=int(row["tp"]),
+                input=int(row["input"]),
+                output=int(row["output"]),
+                concurrency=int(row["concurrency"]),
+                ttft_ms=float(row["ttft_ms"]),
+                tpot_ms=float(row["tpot_ms"]),
+                predicted_ttft_ms=loop.ttft * 1e3,
+                predicted_tpot_ms=loop.tpot * 1e3,
+                waits_for_slot=loop.waiting_seconds > 0.0,
+                prompt_share=loop.tpot / loop.decode_only_step - 1.0,
             )
+        )
     return tuple(out)
 
 

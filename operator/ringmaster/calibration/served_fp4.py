@@ -18,7 +18,6 @@ rows and the GB200's runs stay checked.
 
 from __future__ import annotations
 
-import csv
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -56,8 +55,7 @@ def _pairs(metric: str, keep: Callable[[CLR.ClosedLoopRun], bool]) -> tuple[RunP
     """The matched FP4 / FP8 runs of TensorRT-LLM on the B200 that both pass ``keep``, by their
     ``metric`` ("tpot" or "ttft")."""
     kept = {r.id: r for r in CLR.closed_loop_runs() if keep(r)}
-    with CLR.RUNS.open(encoding="utf-8") as f:
-        rows = [r for r in csv.DictReader(f) if r["gpu"] == GPU and r["engine"] == ENGINE]
+    rows = [r for r in CLR.run_rows() if r["gpu"] == GPU and r["engine"] == ENGINE]
 
     def key(r: dict[str, str]) -> tuple[str, str, str, str, str]:
         return (r["model"], r["tp"], r["input"], r["output"], r["concurrency"])
