@@ -83,14 +83,16 @@ def simulate(
     offline: bool = False,
     warmup: float = 0.1,
     concurrency: int | None = None,
+    stagger: float = 0.0,
 ) -> SimulationResult:
     """Serve ``requests`` Poisson arrivals at ``rate`` (all at time 0 when ``offline``), or
     (``concurrency``) a closed loop's: request ``i`` arrives when request ``i - concurrency``
-    finishes (``rate`` unused)."""
+    finishes (``rate`` unused); the clients' first requests ``stagger`` seconds apart (0: all
+    together, and equal lengths keep them in waves)."""
     rng = np.random.default_rng(seed)
     if concurrency is not None:
         arrival = np.full(requests, np.inf)
-        arrival[:concurrency] = 0.0
+        arrival[:concurrency] = np.arange(min(concurrency, requests)) * stagger
     else:
         gaps = rng.exponential(1.0 / rate, requests) if not offline else np.zeros(requests)
         arrival = np.cumsum(gaps)
@@ -108,8 +110,11 @@ def simulate(
     free = int(kv_cache_tokens // KV_BLOCK_TOKENS)
     waiting: deque[int] = deque()
     arrived = 0
-    if concurrency is not None:  # the clients' first requests wait; the rest follow finishes
-        waiting.extend(range(min(concurrency, requests)))
+    clients = released = 0
+    firsts = np.zeros(0)
+    if concurrency is not None:  # the clients' first requests; the rest follow finishes
+        clients = min(concurrency, requests)
+        firsts = arrival[:clients].copy()
         arrived = requests
     now = 0.0
     preemptions = steps = 0
@@ -117,13 +122,17 @@ def simulate(
     recomputed = 0
     occupied = np.zeros(max(max_num_seqs, 1) + 1)
     start = float(arrival[int(requests * warmup)]) if requests and concurrency is None else 0.0
-    while arrived < requests or waiting or ids.size:
+    while arrived < requests or released < clients or waiting or ids.size:
+        if released < clients and firsts[released] <= now:
+            upto = int(np.searchsorted(firsts, now, side="right"))
+            waiting.extend(range(released, upto))
+            released = upto
         if arrived < requests and arrival[arrived] <= now:
             upto = int(np.searchsorted(arrival, now, side="right"))
             waiting.extend(range(arrived, upto))
             arrived = upto
         if not waiting and not ids.size:
-            now = float(arrival[arrived])
+            now = float(firsts[released] if released < clients else arrival[arrived])
             continue
         budget = max_num_batched_tokens
         # 1. the running requests, in order, within the budget

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from statistics import median
 
 import pytest
 from hypothesis import given, settings
@@ -39,11 +40,12 @@ def test_one_client_waits_for_nothing_and_keeps_littles_law():
     t = terms()
     one = CL.closed_loop(t, 1, 100, BUDGET)
     assert one.waiting_seconds == 0.0 and one.running == 1
-    cycle = one.ttft + (float(t.output_tokens) - 1.0) * one.tpot
+    cycle = one.ttft + (float(t.output_tokens) - 1.0) * one.step
     assert one.requests_per_second * cycle == pytest.approx(1.0, rel=1e-6)
-    # alone, a decode step is the batch-of-one step with its own prompt's share beside it
-    assert one.decode_only_step <= one.tpot
+    # alone, its decodes share no step with a prompt (its own made its first token)
+    assert one.tpot == pytest.approx(one.decode_only_step, rel=1e-9)
     assert one.tpot == pytest.approx(float(S.step_seconds(t, 1.0, 0.0)), rel=0.05)
+    assert one.step > one.tpot  # the mean step counts the step that carries its prompt
     # the first token: half a step under way, then the whole prompt in one step
     assert one.ttft > float(S.step_seconds(t, 0.0, 1024.0))
 
@@ -57,8 +59,9 @@ def test_one_client_waits_for_nothing_and_keeps_littles_law():
 def test_littles_law_holds_at_every_load(clients: int, n_in: int, n_out: int):
     t = terms(n_in, n_out)
     loop = CL.closed_loop(t, clients, 1_000, BUDGET)
-    in_system = loop.requests_per_second * (loop.ttft + (n_out - 1.0) * loop.tpot)
+    in_system = loop.requests_per_second * (loop.ttft + (n_out - 1.0) * loop.step)
     assert in_system == pytest.approx(clients, rel=1e-5)
+    assert loop.decode_only_step * (1 - 1e-9) <= loop.tpot <= loop.step * (1 + 1e-9)
     assert 0.0 <= loop.decoding <= loop.running == clients
     assert loop.prompt_tokens_per_step <= BUDGET + 1e-6 or n_in > BUDGET
 
@@ -111,17 +114,29 @@ def test_every_measured_run_is_read_and_predicted():
         assert 4 <= r.concurrency <= 512 and r.tp in (1, 2, 4, 8)
 
 
-def test_only_the_tpots_the_statistic_does_not_decide_enter_the_matrix():
+def test_every_runs_tpot_enters_the_matrix_in_a_latencys_sign():
     runs = CLR.closed_loop_runs()
-    judged = {r.id for r in runs if r.tpot_judged}
-    assert 0 < len(judged) < len(runs)
-    for r in runs:
-        assert r.tpot_judged == (r.prompt_share <= CLR.AMBIGUOUS_PROMPT_SHARE)
     in_matrix = {row.source for row in SV.serving_rows() if row.source in {r.id for r in runs}}
-    assert in_matrix == judged
+    assert in_matrix == {r.id for r in runs}
     matrix = {row.source: row for row in SV.serving_rows()}
-    some = next(r for r in runs if r.tpot_judged)
+    some = runs[0]
     assert matrix[some.id].promise == pytest.approx(-some.tpot_error)  # a latency's sign
+
+
+def test_the_sample_s_tpot_is_a_mean_the_prompt_heavy_runs_show_it():
+    """TensorRT-LLM's H100 runs with short answers: the prompts make the mean step 1.5-2.6x the
+    decodes' own, so a median inter-token gap (the decodes' step) and a mean TPOT part by that
+    much. The mean step, prompts priced in the steps that carry them, holds them; the decodes'
+    step is 2x short."""
+    heavy = [
+        r
+        for r in CLR.closed_loop_runs()
+        if (r.gpu, r.engine) == ("H100", "TensorRT-LLM") and r.prompt_share > 0.5
+    ]
+    assert len(heavy) >= 30
+    assert median(abs(r.tpot_error) for r in heavy) < 0.12
+    decodes_alone = [r.predicted_tpot_ms / (1.0 + r.prompt_share) / r.tpot_ms - 1 for r in heavy]
+    assert median(decodes_alone) < -0.4
 
 
 def test_calibrate_prints_the_runs_by_cell_with_the_ttft_beyond_the_model():
@@ -129,7 +144,8 @@ def test_calibrate_prints_the_runs_by_cell_with_the_ttft_beyond_the_model():
     assert text.startswith("Closed-loop runs measured by AIConfigurator's team")
     assert "silicon_sample.csv @ 095f58a5" in text
     assert "H100       vLLM          FP8" in text and "TTFT residual" in text
-    assert "TPOT judged on" in text and "largest TPOT error:" in text
+    assert "TPOT of all 685 runs" in text and "largest TPOT error:" in text
+    assert "prompts" in text.splitlines()[1]
     assert "TTFT beyond the model by clients" in text
 
 
@@ -142,20 +158,10 @@ def test_the_ttft_beyond_the_model_grows_with_the_clients():
     assert growth[max(growth)] > 5 * growth[4]
 
 
-@pytest.mark.parametrize(("clients", "n_in", "n_out"), [(16, 1024, 1024), (64, 1024, 1024)])
-def test_the_mean_step_agrees_with_the_seeded_simulation_of_the_loop(
-    clients: int, n_in: int, n_out: int
-):
-    """The reference scheduler (tests/engine/llm_scheduler_reference.py, vLLM v1's, on the same
-    step) run as the closed loop: clients start together and each sends its next request when
-    its last one ends. TPOT agrees with the mean-value model where decodes make the steps; TTFT
-    does not, and the test says by how much: equal-length requests that start together finish
-    together, so their prompts come in waves the mean-value model spreads out."""
+def _simulated_loop(t: S.ServingTerms, clients: int, n_in: int, n_out: int, stagger: float):
     from tests.engine.llm_scheduler_reference import simulate
 
-    t = terms(n_in, n_out)
-    model = CL.closed_loop(t, clients, 10_000, BUDGET)
-    sim = simulate(
+    return simulate(
         t,
         1.0,
         Lengths(n_in, n_in),
@@ -163,9 +169,56 @@ def test_the_mean_step_agrees_with_the_seeded_simulation_of_the_loop(
         max_num_seqs=1024,
         max_num_batched_tokens=int(BUDGET),
         kv_cache_tokens=1_000_000,
-        requests=4 * clients,
+        requests=8 * clients,
         warmup=0.25,
         concurrency=clients,
+        stagger=stagger,
     )
-    assert float(sim.tpot.mean()) == pytest.approx(model.tpot, rel=0.08)
-    assert float(sim.ttft.mean()) > 2.0 * model.ttft  # the waves' prompts wait for each other
+
+
+@pytest.mark.parametrize(
+    ("clients", "n_in", "n_out"),
+    [(16, 1024, 1024), (64, 1024, 1024), (8, 4096, 256), (16, 4096, 128)],
+)
+def test_the_loop_agrees_with_the_seeded_simulation_of_it(clients: int, n_in: int, n_out: int):
+    """The reference scheduler (tests/engine/llm_scheduler_reference.py, vLLM v1's, on the same
+    step) run as the closed loop, its clients' first requests a cycle's share apart (as jitter
+    spreads a real loop's): TPOT and TTFT agree with the mean-value model, prompts' steps and
+    all."""
+    t = terms(n_in, n_out)
+    model = CL.closed_loop(t, clients, 10_000, BUDGET)
+    sim = _simulated_loop(t, clients, n_in, n_out, 1.0 / model.requests_per_second)
+    assert float(sim.tpot.mean()) == pytest.approx(model.tpot, rel=0.05)
+    assert float(sim.ttft.mean()) == pytest.approx(model.ttft, rel=0.15)
+
+
+def test_a_prompt_rides_in_the_steps_that_carry_it_not_spread_over_all():
+    """Long prompts, short answers: the steps that carry a 4,096-token prompt are past the ridge
+    and the rest are not, so the mean step is the mixture of the two. One step at the mean
+    prompt tokens a step (the weights' read shared with the prompts) is 10 % short of the
+    simulation; the mixture is within 3 %."""
+    t = terms(4096, 256)
+    model = CL.closed_loop(t, 8, 10_000, BUDGET)
+    sim = float(_simulated_loop(t, 8, 4096, 256, 1.0 / model.requests_per_second).tpot.mean())
+    smeared = float(
+        S.step_seconds(
+            t,
+            model.decoding,
+            model.prompt_tokens_per_step,
+            model.decoding * float(t.context_tokens),
+            prompt_length=4096,
+        )
+    )
+    assert model.tpot == pytest.approx(sim, rel=0.03)
+    assert smeared < 0.92 * sim
+    assert model.decode_only_step < model.tpot < model.step * 1.001
+
+
+def test_clients_that_start_together_keep_their_prompts_in_waves():
+    """Equal-length requests that start together finish together: their prompts come in waves
+    that wait for each other, 3-5x the mean-value TTFT, which spreads them out."""
+    t = terms(1024, 1024)
+    model = CL.closed_loop(t, 16, 10_000, BUDGET)
+    sim = _simulated_loop(t, 16, 1024, 1024, 0.0)
+    assert float(sim.ttft.mean()) > 3.0 * model.ttft
+    assert float(sim.tpot.mean()) == pytest.approx(model.tpot, rel=0.05)

@@ -4,9 +4,9 @@ the fitted and checked published runs in each cell and the checked rows' errors 
 Its rows are the LLM serving table's (calibration.llm_serving: gpt-fast and TensorRT-LLM's own
 tables, fitted and checked), the serving engines' runs (calibration.serving_engines: vLLM,
 SGLang and TensorRT-LLM from many sources: checked, but the rows that fit vLLM's step
-fraction on the MI300X) and the closed-loop runs' TPOT where the sample's statistic does not
-decide it (calibration.closed_loop_runs: AIConfigurator's measured vLLM, SGLang and
-TensorRT-LLM runs on the H100, H200 and B200; checked). Every error is in one sign, + where the
+fraction on the MI300X) and the closed-loop runs' TPOT (calibration.closed_loop_runs:
+AIConfigurator's measured vLLM, SGLang and TensorRT-LLM runs on the H100, H200 and B200;
+checked, but TensorRT-LLM's B200 FP4 runs). Every error is in one sign, + where the
 engine promises more than ran: a throughput predicted higher, a latency predicted shorter.
 :func:`serving_cell_evidence` is what an LLM endpoint's plan states: its cell and the cell's
 checked error, or that no checked run of its engine on its accelerator at its precision exists.
@@ -72,19 +72,18 @@ def serving_rows() -> list[ServingRow]:
                 e.promise_error,
             )
         )
-    for run in CLR.closed_loop_runs():
-        if run.tpot_judged:  # a TPOT is a latency: shorter predicted promises more
-            rows.append(
-                ServingRow(
-                    run.id,
-                    generation(run.accelerator),
-                    run.engine,
-                    run.precision,
-                    run.role,
-                    run.tpot_error,
-                    -run.tpot_error,
-                )
+    for run in CLR.closed_loop_runs():  # a TPOT is a latency: shorter predicted promises more
+        rows.append(
+            ServingRow(
+                run.id,
+                generation(run.accelerator),
+                run.engine,
+                run.precision,
+                run.role,
+                run.tpot_error,
+                -run.tpot_error,
             )
+        )
     return rows
 
 

@@ -14,17 +14,23 @@ Mean-value analysis at fixed lengths (input ``i``, output ``o``):
   to end, then its prompt in chunks of what the budget leaves beside the decodes, each chunk a
   step that carries it whole (the prompt is not spread over the other steps: that is what a
   request's first token waits for). Then ``o - 1`` decode steps of the mean step ``tau``.
-- Little's law on the slots: ``X = R / (T_first + (o - 1) tau)`` requests a second; a mean step
-  carries ``X (o - 1) tau`` decodes and ``X i tau`` prompt tokens, which set ``tau``: the fixed
-  point is iterated (it contracts: a longer step admits the same tokens per request).
+- Little's law on the slots: ``X = R / (T_first + (o - 1) tau)`` requests a second; the steps
+  carry ``X (o - 1) tau`` decodes and ``X i tau`` prompt tokens a step on average, which set
+  ``tau``.
+- A prompt rides in the steps that carry it (:func:`mean_step`): whole where the budget leaves
+  room for it, so a fraction ``X i tau / i`` of the steps carry one and the rest none, and
+  ``tau`` is the mixture of the two steps, not one step at the mean prompt tokens (the step is
+  convex in its tokens past the ridge: the mixture is the longer). The fixed point in ``tau``
+  is found by regula falsi (iterating it oscillates where prompts are most of the work).
 - The budget bounds the prompt tokens a step takes: where ``X i tau`` would pass what the
   budget leaves beside the decodes, prompts queue for it, ``X`` is the budget's
   ``(budget - decodes) / (i tau)`` and the queue lengthens ``T_first`` to what Little's law
   leaves of ``R / X``.
-- ``TPOT = tau`` (the step a decoding sequence emits a token in, prompts of others included);
-  ``TTFT = wait + T_first``. Where the prompts are a large part of the mean step, the steps
-  that carry none are shorter (``decode_only_step``): a median inter-token gap is theirs, a mean
-  TPOT the mean step's.
+- ``TPOT`` is the mean of the steps a request decodes in: they carry the other ``R - 1``
+  requests' prompts, not its own (that step makes its first token); ``TTFT = wait + T_first``.
+  The steps that carry no prompt are shorter (``decode_only_step``): a median inter-token gap
+  is theirs. AIConfigurator's closed-loop runs, whose prompts make the mean step up to 2.6x the
+  decodes' alone, hold to the mean (calibration.closed_loop_runs).
 
 What a request costs outside the steps (the HTTP server, tokenising, the admission into the
 engine's loop) is not in it: calibration.closed_loop_runs prints what the measured TTFTs carry
@@ -34,18 +40,24 @@ beyond the model's.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from functools import cache
 from typing import NamedTuple
 
 from ringmaster.engine import llm_step as S
 
-# Rounds of the fixed point; it settles to 1e-6 relative within a dozen at every measured row.
-ROUNDS = 40
-TOLERANCE = 1e-7
+# Rounds of the fixed point's search (at most; it settles to this relative error within a
+# dozen at every measured run); the decodes and the request rate at a given step settle
+# together in a few rounds.
+ROUNDS = 60
+TOLERANCE = 1e-6
+DECODE_ROUNDS = 2
 
 
 class ClosedLoop(NamedTuple):
     ttft: float  # seconds: the slot's wait, then the first token
-    tpot: float  # seconds per output token after the first (the mean step)
+    tpot: float  # seconds per output token after the first (the mean step of a request's decodes)
+    step: float  # the mean step over every step
     requests_per_second: float
     running: float  # R: requests in slots
     decoding: float  # the mean step's decodes
@@ -54,21 +66,48 @@ class ClosedLoop(NamedTuple):
     decode_only_step: float  # the mean step's decodes alone: a step that carries no prompt
 
 
+StepAt = Callable[[float, float], float]
+"""(decodes, prompt tokens) -> seconds: a step of the loop's terms at those counts."""
+
+
+def step_at(terms: S.ServingTerms) -> StepAt:
+    """The terms' step at a count of decodes (each at the terms' context) and prompt tokens of
+    the terms' prompt, remembered: the loop asks for the same steps many times."""
+    context = float(terms.context_tokens)
+    prompt = float(terms.input_tokens)
+
+    @cache
+    def step(decodes: float, tokens: float) -> float:
+        return float(
+            S.step_seconds(terms, decodes, tokens, decodes * context, prompt_length=prompt)
+        )
+
+    return step
+
+
 def first_token_seconds(
-    terms: S.ServingTerms, decodes: float, tau: float, prompt: float, budget: float
+    step: StepAt, decodes: float, tau: float, prompt: float, budget: float
 ) -> float:
     """Half a step under way, then the prompt's chunks, each a step of ``decodes`` decodes and
     the chunk (what the budget leaves beside the decodes, at least one token)."""
     chunk = min(prompt, max(budget - decodes, 1.0))
     chunks = math.ceil(prompt / chunk)
     last = prompt - (chunks - 1) * chunk
-    context = decodes * float(terms.context_tokens)
+    full = (chunks - 1) * step(decodes, chunk) if chunks > 1 else 0.0
+    return 0.5 * tau + full + step(decodes, last)
 
-    def step(tokens: float) -> float:
-        return float(S.step_seconds(terms, decodes, tokens, context, prompt_length=prompt))
 
-    full = (chunks - 1) * step(chunk) if chunks > 1 else 0.0
-    return 0.5 * tau + full + step(last)
+def mean_step(step: StepAt, decodes: float, prompts: float, prompt: float, budget: float) -> float:
+    """The mean step with ``decodes`` decodes and ``prompts`` prompt tokens a step on average.
+    A prompt enters the step after its request's slot frees, whole where the budget leaves room
+    for it (else in chunks): a fraction of the steps carry it and the rest carry none, so the
+    mean is a mixture of the two steps, not one step at the mean prompt tokens. Past the ridge a
+    step that carries a prompt is longer than its tokens' share of a step that shares the
+    weights' read, so the mixture is the longer (Jensen's inequality on a convex step)."""
+    room = max(budget - decodes, 1.0)
+    carried = min(max(prompt, prompts), room)
+    share = min(prompts / carried, 1.0) if carried > 0.0 else 0.0
+    return share * step(decodes, carried) + (1.0 - share) * step(decodes, 0.0)
 
 
 def closed_loop(
@@ -82,13 +121,11 @@ def closed_loop(
     prompt = float(terms.input_tokens)
     decode_steps = max(float(terms.output_tokens) - 1.0, 0.0)
     running = min(float(concurrency), math.floor(slots))
-    context = float(terms.context_tokens)
-    tau = float(S.step_seconds(terms, running, 0.0))
-    decodes = running
+    step = step_at(terms)
 
     def settle(decodes: float, tau: float) -> tuple[float, float]:
-        """(requests a second, seconds to the first token) at a step of ``tau``."""
-        first = first_token_seconds(terms, decodes, tau, prompt, budget)
+        """(requests a second, seconds to the first token) at a mean step of ``tau``."""
+        first = first_token_seconds(step, decodes, tau, prompt, budget)
         rate = running / (first + decode_steps * tau)
         bound = max(budget - decodes, 1.0) / (prompt * tau)  # the budget's prompts a second
         if rate > bound:
@@ -96,24 +133,55 @@ def closed_loop(
             first = running / rate - decode_steps * tau
         return rate, first
 
+    def state(tau: float) -> tuple[float, float, float]:
+        """(decodes a step, requests a second, the mean step they make) at a mean step of
+        ``tau``."""
+        decodes = running
+        for _ in range(DECODE_ROUNDS):
+            rate, _ = settle(decodes, tau)
+            decodes = min(rate * decode_steps * tau, running)
+        rate, _ = settle(decodes, tau)
+        return decodes, rate, mean_step(step, decodes, rate * prompt * tau, prompt, budget)
+
+    # The mean step falls as the step it is computed at grows (a longer step admits the same
+    # prompts per request), so tau = mean_step(tau) has one root, bracketed by half a step of
+    # one decode and twice a step of a full budget; found by regula falsi (Illinois: an end kept
+    # twice running has its weight halved), which cannot leave the bracket (iterating the map
+    # itself oscillates where prompts are most of the work).
+    low = 0.5 * step(1.0, 0.0)
+    high = 2.0 * step(running, max(budget, prompt))
+    g_low, g_high = state(low)[2] - low, state(high)[2] - high
+    tau, side = low, 0
     for _ in range(ROUNDS):
-        rate, first = settle(decodes, tau)
-        decodes = min(rate * decode_steps * tau, running)
-        prompts = rate * prompt * tau
-        new = float(S.step_seconds(terms, decodes, prompts, decodes * context, prompt))
-        done = abs(new - tau) <= TOLERANCE * tau
-        tau = new
-        if done:
+        tau = high - g_high * (high - low) / (g_high - g_low)
+        g = state(tau)[2] - tau
+        if abs(g) <= TOLERANCE * tau:
             break
+        if g > 0.0:
+            low, g_low = tau, g
+            if side > 0:
+                g_high *= 0.5
+            side = 1
+        else:
+            high, g_high = tau, g
+            if side < 0:
+                g_low *= 0.5
+            side = -1
+    decodes, rate, _ = state(tau)
     rate, first = settle(decodes, tau)
     waiting = (float(concurrency) - running) / rate
+    # A request's decodes run in steps that carry the other requests' prompts, not its own (the
+    # step that carries its own makes its first token): their mean is its TPOT.
+    others = (running - 1.0) / running
+    tpot = mean_step(step, decodes, others * rate * prompt * tau, prompt, budget)
     return ClosedLoop(
         ttft=waiting + first,
-        tpot=tau,
+        tpot=tpot,
+        step=tau,
         requests_per_second=rate,
         running=running,
         decoding=decodes,
         prompt_tokens_per_step=rate * prompt * tau,
         waiting_seconds=waiting,
-        decode_only_step=float(S.step_seconds(terms, decodes, 0.0, decodes * context)),
+        decode_only_step=step(decodes, 0.0),
     )
