@@ -124,19 +124,20 @@ def test_every_runs_tpot_enters_the_matrix_in_a_latencys_sign():
 
 
 def test_the_sample_s_tpot_is_a_mean_the_prompt_heavy_runs_show_it():
-    """TensorRT-LLM's H100 runs with short answers: the prompts make the mean step 1.5-2.6x the
+    """TensorRT-LLM's H100 runs with short answers: the prompts make the mean step 1.5-5x the
     decodes' own, so a median inter-token gap (the decodes' step) and a mean TPOT part by that
-    much. The mean step, prompts priced in the steps that carry them, holds them; the decodes'
-    step is 2x short."""
+    much. The mean step, prompts priced in the steps that carry them, holds them (6.1 % median
+    over 93 runs); the decodes' step is 50 % short."""
     heavy = [
         r
         for r in CLR.closed_loop_runs()
         if (r.gpu, r.engine) == ("H100", "TensorRT-LLM") and r.prompt_share > 0.5
     ]
-    assert len(heavy) >= 30
-    assert median(abs(r.tpot_error) for r in heavy) < 0.12
+    assert len(heavy) >= 90
+    # one step at the mean prompt tokens held its own 77 such runs at 9.5 %
+    assert median(abs(r.tpot_error) for r in heavy) < 0.075
     decodes_alone = [r.predicted_tpot_ms / (1.0 + r.prompt_share) / r.tpot_ms - 1 for r in heavy]
-    assert median(decodes_alone) < -0.4
+    assert median(decodes_alone) < -0.45
 
 
 def test_calibrate_prints_the_runs_by_cell_with_the_ttft_beyond_the_model():

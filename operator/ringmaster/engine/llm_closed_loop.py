@@ -29,7 +29,7 @@ Mean-value analysis at fixed lengths (input ``i``, output ``o``):
 - ``TPOT`` is the mean of the steps a request decodes in: they carry the other ``R - 1``
   requests' prompts, not its own (that step makes its first token); ``TTFT = wait + T_first``.
   The steps that carry no prompt are shorter (``decode_only_step``): a median inter-token gap
-  is theirs. AIConfigurator's closed-loop runs, whose prompts make the mean step up to 2.6x the
+  is theirs. AIConfigurator's closed-loop runs, whose prompts make the mean step up to 5x the
   decodes' alone, hold to the mean (calibration.closed_loop_runs).
 
 What a request costs outside the steps (the HTTP server, tokenising, the admission into the
