@@ -109,8 +109,8 @@ def test_the_fp4_ceiling_lies_between_fp8_and_the_peaks_ratio(chip: str) -> None
             fp4 = ce.gemm_flops("fp4", width, tokens, sustained=sustained)
             fp8 = ce.gemm_flops("fp8", width, tokens, sustained=sustained)
             assert fp8 < fp4 < peaks * fp8
-    # measured at 1.2-1.4x FP8 where carrying FP8's fraction promised the 2x of the peaks
-    assert 1.2 < float(ce.gemm_flops("fp4", 8192, 8192) / ce.gemm_flops("fp8", 8192, 8192)) < 1.4
+    # measured at 1.4-1.55x FP8 where carrying FP8's fraction promised the 2x of the peaks
+    assert 1.4 < float(ce.gemm_flops("fp4", 8192, 8192) / ce.gemm_flops("fp8", 8192, 8192)) < 1.55
     assert ce.evidence["matmul-fp4"].startswith("measured: NVFP4")
 
 
@@ -129,16 +129,27 @@ def test_the_calibrate_section_shows_the_rates_and_the_ratio_they_replace():
 
 def test_the_fp4_ceiling_is_left_out_one_engine_at_a_time():
     """Its held-out error: each engine's NVFP4 prompt GEMMs predicted by the other two engines'
-    median (the kernels differ by engine, so the error is the estimate on an engine not seen)."""
+    median (the kernels differ by engine, so the error is the estimate on an engine not seen).
+    TensorRT-LLM enters the others' refits as it serves (its table is the autotuner's fallback
+    kernel), and is not held to that table itself."""
     rows = A.fp4_leave_one_engine_out()
     assert {(chip, engine) for chip, engine, *_ in rows} == {
-        (chip, engine) for chip in A.GEMM_RATE_CHIPS for engine in ("vllm", "sglang", "trtllm")
+        (chip, engine) for chip in A.GEMM_RATE_CHIPS for engine in ("vllm", "sglang")
     }
     for chip, _, fitted, refit, count, error in rows:
         assert fitted == CE.MEASURED_FP4_MATMUL_RATIO[chip]
-        # TensorRT-LLM's NVFP4 left out is the far one (35-36 %): over its own static FP8 on the
-        # H100 it reaches more of the FP4 peak than vLLM's and SGLang's kernels do
-        assert refit != fitted and count > 10 and 0.0 < error < 0.4
+        assert refit != fitted and count > 10 and 0.0 < error < 0.25
+
+
+def test_the_fp4_ceiling_takes_tensorrt_llm_as_it_serves():
+    """The median holds TensorRT-LLM's served NVFP4 prompt ratio, not its table's fallback: with
+    the fallback it would be vLLM's (0.69 on the B200)."""
+    served = E.SERVED_FP4_GEMM_RATE[("nvidia-b200", "trtllm", "fp4")][1]
+    table = E.ENGINE_GEMM_RATE[("nvidia-b200", "trtllm", "fp4")][1]
+    assert table < 0.6 < served
+    assert CE.MEASURED_FP4_MATMUL_RATIO["nvidia-b200"] == served
+    with_table = A._fp4_medians(A.derive_engine_gemm_rate())
+    assert with_table["nvidia-b200"] < CE.MEASURED_FP4_MATMUL_RATIO["nvidia-b200"] - 0.05
     from ringmaster.calibration.evidence import render_leave_one_out
 
     assert 'MEASURED_FP4_MATMUL_RATIO["b200"]' in render_leave_one_out()

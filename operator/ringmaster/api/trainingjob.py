@@ -220,9 +220,10 @@ class TrainingModel(SpecModel):
     ``bf16``, ``fp16``, ``fp8``, ``fp4``); omitted: ``bf16`` where the hardware has it, else
     ``fp16``, else ``fp32``. ``fp4`` is NVFP4 as Transformer Engine trains it (its
     NVFP4BlockScaling recipe; Megatron-LM's --fp4-format e2m1 --fp4-recipe nvfp4): the linear
-    layers' forward, data-gradient and weight-gradient GEMMs in FP4, about 16 % of them kept in
-    bf16 (NVIDIA, "Pretraining Large Language Models with NVFP4", arXiv 2509.25149), on chips
-    with FP4 tensor cores (B200, GB200). A precision the accelerator lacks (fp8 on an A100, fp4
+    layers' forward, data-gradient and weight-gradient GEMMs in FP4, none kept in bf16 (the
+    default of Megatron-Bridge and of its NVFP4 recipes; NVIDIA's accuracy recipe, arXiv
+    2509.25149, keeps about 16 % in bf16, which the engine does not state), on chips with FP4
+    tensor cores (B200, GB200). A precision the accelerator lacks (fp8 on an A100, fp4
     on an H100) is reported on the job."""
     fp8_recipe: Fp8Recipe | None = None
     """With computePrecision ``fp8`` and an architecture, which matmuls run in FP8: ``Linear``

@@ -44,7 +44,11 @@ import numpy as np
 from ringmaster.calibration.ceilings import _fit_decode_attention_terms, _fit_decode_gemm_terms
 from ringmaster.engine import ceilings as CE
 from ringmaster.engine.hardware import DEFAULT_CATALOG
-from ringmaster.engine.serving_engines import ENGINE_DECODE_ATTENTION, ENGINE_GEMM_RATE
+from ringmaster.engine.serving_engines import (
+    ENGINE_DECODE_ATTENTION,
+    ENGINE_GEMM_RATE,
+    SERVED_FP4_GEMM_RATE,
+)
 from ringmaster.engine.tp_allreduce import MIB, engine_allreduce_seconds, nccl_tp_allreduce_seconds
 
 AIC_FILE = Path(__file__).with_name("measured") / "aiconfigurator.json"
@@ -728,8 +732,31 @@ def derive_engine_gemm_rate() -> dict[tuple[str, str, str], tuple[float, float]]
 def derive_fp4_matmul_ratio() -> dict[str, float]:
     """What engine.ceilings.MEASURED_FP4_MATMUL_RATIO holds: the chip's NVFP4 fraction of its FP4
     peak over the H100's FP8 fraction of its FP8 peak at prompt-sized GEMMs, the median over the
-    three engines' tables (their FP8 kernels differ more than their FP4 ones)."""
-    return _fp4_medians(derive_engine_gemm_rate())
+    three engines (their FP8 kernels differ more than their FP4 ones), each engine's NVFP4 GEMMs
+    as it serves them: TensorRT-LLM's table is its autotuner's fallback kernel, so its served
+    prompt ratio stands in (served_fp4_prompt_ratios)."""
+    return _fp4_medians(_served_fp4_fits())
+
+
+def served_fp4_prompt_ratios() -> dict[tuple[str, str], float]:
+    """(chip, engine) -> the prompt band's NVFP4 ratio the engine serves where its operator table
+    is not that (engine.serving_engines.SERVED_FP4_GEMM_RATE: TensorRT-LLM's, fitted on its
+    closed-loop B200 runs, the GB200 carrying the B200's)."""
+    return {
+        (chip, engine): prompt
+        for (chip, engine, precision), (_, prompt) in SERVED_FP4_GEMM_RATE.items()
+        if precision == "fp4"
+    }
+
+
+def _served_fp4_fits() -> dict[tuple[str, str, str], tuple[float, float]]:
+    """derive_engine_gemm_rate's entries, the NVFP4 prompt band as each engine serves it."""
+    served = served_fp4_prompt_ratios()
+    fits = derive_engine_gemm_rate()
+    for (chip, engine, p), (decode, _) in fits.items():
+        if p == "fp4" and (chip, engine) in served:
+            fits[(chip, engine, p)] = (decode, served[(chip, engine)])
+    return fits
 
 
 def _fp4_medians(fits: dict[tuple[str, str, str], tuple[float, float]]) -> dict[str, float]:
@@ -743,12 +770,17 @@ def _fp4_medians(fits: dict[tuple[str, str, str], tuple[float, float]]) -> dict[
 def fp4_leave_one_engine_out() -> list[tuple[str, str, float, float, int, float]]:
     """(chip, engine left out, fitted ratio, refit without it, rows, median |error|) of
     MEASURED_FP4_MATMUL_RATIO: the other engines' median sets the ratio, and the left-out engine's
-    NVFP4 prompt rows are predicted by it over that engine's own H100 FP8 fraction."""
-    fits = derive_engine_gemm_rate()
+    NVFP4 prompt rows are predicted by it over that engine's own H100 FP8 fraction. An engine
+    whose table is not what it serves (TensorRT-LLM's fallback kernel) has no rows to hold the
+    refit to: it is left out of the others' refits as it serves, not checked itself."""
+    fits = _served_fp4_fits()
     fitted = _fp4_medians(fits)
+    served = served_fp4_prompt_ratios()
     out = []
     for t in _fitting_tables():
         if t.accelerator not in fitted or (t.accelerator, t.engine, "fp4") not in fits:
+            continue
+        if (t.accelerator, t.engine) in served:
             continue
         others = [
             prompt

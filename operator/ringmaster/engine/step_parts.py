@@ -76,12 +76,17 @@ ELEMENTWISE_FORWARD_SHARE = 0.35
 # carries the compiled figure, and the plan's evidence says so (fp8_cast_evidence).
 FP8_CAST_BYTES_PER_ELEMENT = {"compiled": 7.59, "eager": 60.8}
 FP8_CAST_BYTES_PER_ELEMENT["fused"] = FP8_CAST_BYTES_PER_ELEMENT["compiled"]
-# NVFP4 training (NVIDIA, "Pretraining Large Language Models with NVFP4", arXiv 2509.25149,
-# section 4: the 12B model's first two and last eight of 62 blocks kept in BF16) runs the
-# forward, data-gradient and weight-gradient GEMMs of the other linear layers in FP4; about 16 %
-# of the linear layers stay BF16. Taken as a share of every stage's linear FLOPs (Megatron-LM's
-# --first-last-layers-bf16 puts them on the first and last stages). Published, not fitted.
-NVFP4_BF16_LINEAR_SHARE = 0.16
+# NVFP4 training runs the forward, data-gradient and weight-gradient GEMMs of the linear layers
+# in FP4 (Transformer Engine's NVFP4BlockScaling). The share of them a recipe keeps in BF16,
+# as a share of every stage's linear FLOPs: none by default. Megatron-Bridge's
+# MixedPrecisionConfig leaves first_last_layers_bf16 False with 0 layers at either end in BF16,
+# and its NVFP4 performance recipe keeps that (src/megatron/bridge/training/mixed_precision.py
+# bf16_with_nvfp4_mixed, scripts/performance/utils/precision.py @ df0289c). NVIDIA's accuracy
+# recipe ("Pretraining Large Language Models with NVFP4", arXiv 2509.25149, section 4: the 12B
+# model's first two and last eight of 62 blocks, about 16 % of the linear layers) is an option a
+# job would set (Megatron-LM's --first-last-layers-bf16); until 2026-11-28 the engine charged it
+# to every NVFP4 job. Published, not fitted.
+NVFP4_BF16_LINEAR_SHARE = 0.0
 
 
 class MicroBatchParts(NamedTuple):
