@@ -102,8 +102,9 @@ def test_fewer_gpus_of_the_mesh_use_only_the_links_between_them() -> None:
 
 def test_xgmi_efficiency_is_its_fit_on_the_published_rccl_run() -> None:
     fabric = load_points(FABRIC_POINTS)
-    fill = E.PIPELINE_FILL_SECONDS_PER_STEP_BYTE
-    assert xgmi_efficiency(fabric, fill) == pytest.approx(E.XGMI_EFFICIENCY, abs=1e-4)
+    assert xgmi_efficiency(fabric, E.RING_FILL_LINK_STEPS) == pytest.approx(
+        E.XGMI_EFFICIENCY, abs=1e-4
+    )
     rows = xgmi_rows(fabric)
     fitted = [r for r in rows if r.status == FITTED]
     assert len(fitted) == 1 and abs(fitted[0].error or 0.0) <= fitted[0].tolerance

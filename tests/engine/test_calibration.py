@@ -57,10 +57,11 @@ def test_constants_are_the_ones_the_points_give(points):
 def test_a_changed_point_moves_the_derived_constant(points):
     changed = yaml.safe_load(yaml.safe_dump(points))
     changed["collectives"][0]["busbw_GBps"] = 150
-    # 8 GiB at busbw 150 GB/s, less the ring's pipeline fill (a full 512 KiB step), on 300 GB/s
+    # 8 GiB at busbw 150 GB/s, less the ring's fill (RING_FILL_LINK_STEPS full 512 KiB steps at
+    # the link's per-channel rate, which is the efficiency's own), on 300 GB/s
     seconds = 8 * 2**30 * 1.75 / 150e9
-    fill = E.PIPELINE_FILL_SECONDS_PER_STEP_BYTE * E.NCCL_STEP_BYTES
-    expected = 8 * 2**30 * 1.75 / (seconds - fill) / 300e9
+    fill_bytes = E.RING_FILL_LINK_STEPS * E.NCCL_ASSUMED_CHANNELS * E.NCCL_STEP_BYTES
+    expected = (8 * 2**30 * 1.75 + fill_bytes) / (seconds * 300e9)
     assert calibration.derive_constants(changed)["NVLINK_EFFICIENCY"] == pytest.approx(expected)
     rows = calibration.report(changed)
     nvlink = next(r for r in rows if r.id == "a100-nvlink-8gpu-allreduce")
@@ -106,18 +107,26 @@ def test_calibrate_json_is_json_with_every_row(capsys):
 
 
 def test_by_size_curves_fit_the_fill_on_one_and_check_it_on_the_others(points):
-    rows = [r for r in calibration.report(points) if "beyond bandwidth" in r.quantity]
+    report = calibration.report(points)
+    rows = [r for r in report if "beyond bandwidth at" in r.quantity]
     assert [r.status for r in rows].count(calibration.FITTED) == 1
     fitted = next(r for r in rows if r.status == calibration.FITTED)
     assert fitted.id == "p4de-efa-allreduce-2-hosts"
     assert {r.id for r in rows} >= {"p5-efa-allreduce-2-hosts", "a3mega-tcpxo-allreduce-2-hosts"}
-    # the mid-size ramp: 8 x A100 on NVLink at 1 GiB sits in the published 200-208 GB/s
+    # a ring inside one host: its fill at the link's rate is fitted on 8 x A100 (Azure) alone
+    link = [r for r in report if "full-step line" in r.quantity]
+    assert [(r.id, r.status) for r in link if r.status == calibration.FITTED] == [
+        ("a100-nvlink-8gpu-ring-by-size", calibration.FITTED)
+    ]
+    # and checks RCCL's xGMI ring at every size from 8 MiB (the network's fill put 256 MiB -37 %)
+    xgmi = [r for r in report if r.id == "mi300x-xgmi-8gpu-allreduce" and "busbw" in r.quantity]
+    assert len(xgmi) == 11 and all(r.error is not None and abs(r.error) < 0.14 for r in xgmi)
+    # the mid-size ramp: 8 x A100 on NVLink at 1 GiB, 8.5 % above issues 149 / 178's 200-208 GB/s
+    # band and 1.1 % under Azure's run at the same size (228.1)
     ramp = next(
-        r
-        for r in calibration.report(points)
-        if r.id == "a100-nvlink-8gpu-allreduce-by-size" and "1 GiB" in r.quantity
+        r for r in report if r.id == "a100-nvlink-8gpu-allreduce-by-size" and "1 GiB" in r.quantity
     )
-    assert ramp.status == calibration.CHECKED and ramp.error == 0.0
+    assert ramp.status == calibration.CHECKED and 0.0 < (ramp.error or 0.0) < 0.1
     # the fill fitted on a tree over EFA checks NVLSTree's largest chunks on 2 x p5 (NCCL 2.20)
     chunks = [r for r in calibration.report(points) if r.quantity.startswith("fill ms")]
     largest = [r for r in chunks if "512 KiB" in r.quantity or "256 KiB" in r.quantity]

@@ -157,8 +157,10 @@ def test_llm_foundry_rows_fit_one_kernel_constant_and_check_it_on_other_tables()
     assert abs(statistics.median(errors["a100-40"])) < 0.05
     assert statistics.median(abs(e) for e in errors["a100-40"]) < 0.10
     assert 0.0 < statistics.median(errors["h100"]) < 0.15
-    # With FlashAttention 2's rate instead the long sequences are 45-63 % optimistic.
-    assert statistics.median(long) < 0.10
+    # With FlashAttention 2's rate instead the long sequences are 45-63 % optimistic. 10.1 %
+    # since NVLink rings fill at their link's rate (the A100's GEMM fit fell 3 %, the Triton
+    # kernel's rose 5.5 %, and the H100 tables carry it): 7-9 % before.
+    assert statistics.median(long) < 0.12
 
 
 def test_without_the_2023_kernel_the_long_sequences_are_far_off():

@@ -222,7 +222,8 @@ def test_tensor_parallel_traffic_per_layer():
     # A100 (no NVLink SHARP): a ring of 8, 2(p-1)/p of the bytes over NVLink.
     a100 = hardware("nvidia-tesla-a100")
     assert a100.nvls_bandwidth == 0
-    ring = 2 * 7 / 8 * one / a100.intra_bandwidth + float(C.pipeline_fill(C.ALG_RING, one, 1, 8))
+    fill = float(C.pipeline_fill(C.ALG_RING, one, 1, 8, a100.intra_bandwidth))
+    ring = 2 * 7 / 8 * one / a100.intra_bandwidth + fill
     ring_latency = four_allreduces(a100) - 4 * ring
     assert 0 < ring_latency < 4 * 100e-6  # NCCL's base + per-hop ring latencies
 

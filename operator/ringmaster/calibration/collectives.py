@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ringmaster.calibration.link_fill import link_fill_rows, link_ring_efficiency
 from ringmaster.calibration.points import (
     BOUND,
     CHECKED,
@@ -350,14 +351,15 @@ def nvls_blackwell_efficiency(fabric: Mapping[str, Any], per_step_byte: float) -
     return size / t / DEFAULT_CATALOG.accelerator("nvidia-gb200").intra_bandwidth
 
 
-def xgmi_efficiency(fabric: Mapping[str, Any], per_step_byte: float) -> float:
+def xgmi_efficiency(fabric: Mapping[str, Any], ring_steps: float) -> float:
     """XGMI_EFFICIENCY from its fitted run: 8 x MI300X under RCCL, the ring's busbw at the fitted
-    size less its pipeline fill, over the xGMI line rate (7 links x 64 GB/s per direction)."""
+    size less its fill at the link's rate (``ring_steps``: RING_FILL_LINK_STEPS), over the xGMI
+    line rate (7 links x 64 GB/s per direction)."""
     p = _fabric_point(fabric, "xgmi", "mi300x-xgmi-8gpu-allreduce")
     size = int(p["fitted_size"])
     busbw = float(p["busbw_GBps_by_size"][size]) * 1e9
-    t = without_fill(size * 1.75 / busbw, per_step_byte, C.ALG_RING, size, 1, 8)
-    return size * 1.75 / t / DEFAULT_CATALOG.accelerator("amd-mi300x").intra_bandwidth
+    line = DEFAULT_CATALOG.accelerator("amd-mi300x").intra_bandwidth
+    return link_ring_efficiency(size, busbw, line, ring_steps)
 
 
 def nvls_plateau_algbw(points: Mapping[str, Any], per_step_byte: float) -> float:
@@ -476,13 +478,14 @@ def fabric_rows(fabric: Mapping[str, Any]) -> list[Row]:
         + gcp_rows(fabric)
         + nvlink_domain_rows(fabric)
         + xgmi_rows(fabric)
+        + link_fill_rows(fabric)
     )
 
 
 def xgmi_rows(fabric: Mapping[str, Any]) -> list[Row]:
     """8 x MI300X under RCCL on the xGMI mesh: the 8 GiB busbw fits XGMI_EFFICIENCY, the other
-    sizes of the run check it (ring, no NVLS); sizes where RCCL's early plateau leaves the
-    engine's pipeline fill (fitted on NCCL) beyond GOAL_MAX are out of reach, said so."""
+    sizes of the run check it and the ring's fill at the link's rate (ring, no NVLS); a size
+    beyond GOAL_MAX would be out of reach, said so."""
     mi300x = DEFAULT_CATALOG.accelerator("amd-mi300x")
     p = _fabric_point(fabric, "xgmi", "mi300x-xgmi-8gpu-allreduce")
     fitted = int(p["fitted_size"])
@@ -494,11 +497,7 @@ def xgmi_rows(fabric: Mapping[str, Any]) -> list[Row]:
         quantity = f"busbw GB/s, 8 x MI300X (xGMI, RCCL), {size / GIB:g} GiB, {alg}"
         err = relative_error(busbw, pub)
         fit = size == fitted
-        reach = (
-            f"{err:+.0%}: RCCL on xGMI is at its plateau by 256 MiB (its line through 1 and 8 GiB "
-            "meets M = 0 at 0.06 ms); the engine's pipeline fill, fitted on NCCL (0.94 ms), is "
-            "not RCCL's"
-        )
+        reach = f"{err:+.0%}: RCCL's ramp below 16 MiB (latency and protocol choice)"
         rows.append(
             _by_size_row(
                 p["id"],

@@ -16,15 +16,14 @@ from ringmaster.calibration.collectives import (
     nvls_tree_share,
     pipeline_fill_per_step_byte,
     tcp_shared_nic_efficiency,
-    without_fill,
     xgmi_efficiency,
 )
+from ringmaster.calibration.link_fill import link_ring_efficiency, ring_fill_link_steps
 from ringmaster.calibration.points import (
     RESNET50_OPERATIONS,
     load_points,
     point_by_id,
 )
-from ringmaster.engine import collectives as C
 from ringmaster.engine.units import GIB
 
 
@@ -34,12 +33,12 @@ def derive_constants(points: Mapping[str, Any]) -> dict[str, float]:
     fabric = load_points(FABRIC_POINTS)
     fill = pipeline_fill_per_step_byte(fabric)
     # NVLink: 8 x A100 busbw at 8 GiB (LARGE_MESSAGE_BYTES, where its row evaluates), less the
-    # ring's pipeline fill, over the line rate.
+    # ring's fill at the link's rate, over the line rate.
     nvlink_line = float(hw["nvidia-tesla-a100"]["nvlink_GBps_per_direction"]) * 1e9
     nvlink_bus = float(point_by_id(points, "a100-nvlink-8gpu-allreduce")["busbw_GBps"]) * 1e9
     size = 8 * GIB
-    ring = without_fill(size * 1.75 / nvlink_bus, fill, C.ALG_RING, size, 1, 8)
-    nvlink = size * 1.75 / ring / nvlink_line
+    ring_steps = ring_fill_link_steps(fabric)
+    nvlink = link_ring_efficiency(size, nvlink_bus, nvlink_line, ring_steps)
     one_nic = float(point_by_id(points, "one-100g-nic-internode-allreduce")["busbw_GBps"]) / 12.5
     gcp = [float(v) / 32.0 for v in point_by_id(points, "gcp-32gbe-tcp-2x1gpu")["busbw_Gbps"]]
     nic = statistics.mean([one_nic, *gcp])
@@ -58,7 +57,8 @@ def derive_constants(points: Mapping[str, Any]) -> dict[str, float]:
         "NIC_EFFICIENCY": nic,
         "NVLS_EFFICIENCY": nvls,
         "NVLS_EFFICIENCY_BLACKWELL": nvls_blackwell_efficiency(fabric, fill),
-        "XGMI_EFFICIENCY": xgmi_efficiency(fabric, fill),
+        "XGMI_EFFICIENCY": xgmi_efficiency(fabric, ring_steps),
+        "RING_FILL_LINK_STEPS": ring_steps,
         "EFA_EFFICIENCY": efa_efficiency(fabric, fill),
         "NVLS_TREE_SHARE": nvls_tree_share(fabric, points, fill),
         "TCP_SHARED_NIC_EFFICIENCY": tcp_shared_nic_efficiency(fabric, nic),

@@ -51,6 +51,15 @@ from ringmaster.engine.arrays import as_f64 as _f
 from ringmaster.engine.arrays import where
 from ringmaster.engine.efficiency import NCCL_BASE_LATENCY
 from ringmaster.engine.hardware import XGMI_LINKS_PER_GPU, Accelerator, MachineType
+
+# NCCL's four algorithm codes and the pipeline's steps live in engine.nccl_pipeline; re-exported.
+from ringmaster.engine.nccl_pipeline import ALG_NVLS as ALG_NVLS
+from ringmaster.engine.nccl_pipeline import ALG_NVLS_TREE as ALG_NVLS_TREE
+from ringmaster.engine.nccl_pipeline import ALG_RING as ALG_RING
+from ringmaster.engine.nccl_pipeline import ALG_TREE as ALG_TREE
+from ringmaster.engine.nccl_pipeline import LINK_FILL_LINKS, link_ring_fill, scaled_step
+from ringmaster.engine.nccl_pipeline import pipeline_fill as pipeline_fill
+from ringmaster.engine.nccl_pipeline import pipeline_step_bytes as pipeline_step_bytes
 from ringmaster.engine.units import US
 
 F64 = NDArray[np.float64]
@@ -77,11 +86,8 @@ KINDS = (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER)
 ALL_TO_ALL = "all-to-all"
 ALL_KINDS = (*KINDS, ALL_TO_ALL)
 
-# Algorithm codes (CollectiveTime.algorithm); names as NCCL_ALGO spells them.
-ALG_RING = 0
-ALG_TREE = 1
-ALG_NVLS = 2
-ALG_NVLS_TREE = 3
+# Algorithm codes (CollectiveTime.algorithm); names as NCCL_ALGO spells them. NCCL's four
+# (ALG_RING .. ALG_NVLS_TREE, 0-3) are engine.nccl_pipeline's.
 ALG_ICI = 4  # a TPU slice's torus (XLA)
 ALG_REDUCTION_SERVER = 5
 ALG_MULTISLICE = 6  # ICI inside slices, DCN between them
@@ -226,73 +232,6 @@ _INVERSE_TREE_CORRECTION = 1.0 / np.hstack(
 )
 
 
-# enqueue.cc calcCollChunking: NVLS and NVLSTree halve their chunk while the message is small
-# against concurrentOps (channels x NVLS heads) x chunk. Unrolled, the chunk is a step function of
-# bytes / concurrentOps: NVLS 16 KiB below 2 x 32 KiB, 32 KiB below 8 x 64 KiB, 64 KiB below
-# 64 x 128 KiB, else 128 KiB; NVLSTree (from at most 128 KiB) 32 KiB below 1 x 64 KiB, 64 KiB
-# below 4 x 128 KiB, else 128 KiB.
-_NVLS_CHUNK_EDGES = np.array([2.0 * 32768, 8.0 * 65536, 64.0 * 131072])
-_NVLS_CHUNKS = np.array([16384.0, 32768.0, 65536.0, 131072.0])
-_NVLS_TREE_CHUNK_EDGES = np.array([1.0 * 65536, 4.0 * 131072])
-_NVLS_TREE_CHUNKS = np.array([32768.0, 65536.0, 131072.0])
-
-
-def _scaled_step(alg: int, m: F64, hosts: F64, per_host: F64, scale: float) -> F64:
-    """``scale`` x :func:`pipeline_step_bytes`, with the scale folded into the constants (this
-    runs once per algorithm in every layout search)."""
-    channels = float(E.NCCL_ASSUMED_CHANNELS)
-    full = scale * E.NCCL_STEP_BYTES
-    if alg == ALG_RING:
-        ranks = hosts * per_host
-        if ranks.ndim == 0 or ranks.size < m.size:  # divide the smaller array
-            share = m * (scale / (channels * E.NCCL_RING_CHUNK_STEPS) / ranks)
-        else:
-            share = m * (scale / (channels * E.NCCL_RING_CHUNK_STEPS)) / ranks
-        return np.minimum(share, full)
-    if alg == ALG_TREE:
-        return np.minimum(m * (scale / channels), full)
-    per_op = m * (1.0 / (channels * per_host))
-    if alg == ALG_NVLS:
-        step: F64 = (scale * _NVLS_CHUNKS)[np.searchsorted(_NVLS_CHUNK_EDGES, per_op, "right")]
-        return step
-    if alg == ALG_NVLS_TREE:
-        tree = (scale * _NVLS_TREE_CHUNKS)[np.searchsorted(_NVLS_TREE_CHUNK_EDGES, per_op, "right")]
-        if np.any(hosts >= 4):  # NVLS_TREE_MAX_CHUNKSIZE: 64 KiB on 4 or more hosts
-            tree = np.where(hosts >= 4, np.minimum(tree, scale * 65536.0), tree)
-        return tree
-    raise ValueError(f"no NCCL pipeline for algorithm {alg}")
-
-
-def pipeline_step_bytes(
-    alg: int,
-    nbytes: ArrayLike,
-    hosts: ArrayLike,
-    per_host: ArrayLike,
-    nvls_tree_chunk: float | None = None,
-) -> F64:
-    """The bytes one channel moves per pipeline step of a Simple-protocol ``alg`` collective
-    (NCCL's chunking, enqueue.cc; efficiency.py names each constant): a 512 KiB step for the ring
-    and the tree, NVLS's chunks for NVLS and NVLSTree. Below one loop of the channels the step is
-    the message's share, so it grows with the message up to a full step. ``nvls_tree_chunk``
-    replays another NCCL's NVLSTree chunk (NCCL 2.20 started from the 512 KiB step; since 2.21
-    from NVLS_CHUNKSIZE), with enqueue.cc's four halving rules."""
-    m, n, g = _f(nbytes), _f(hosts), _f(per_host)
-    if alg != ALG_NVLS_TREE or nvls_tree_chunk is None:
-        return _scaled_step(alg, m, n, g, 1.0)
-    concurrent = float(E.NCCL_ASSUMED_CHANNELS) * g
-    chunk = np.broadcast_to(np.float64(nvls_tree_chunk), np.broadcast(m, concurrent).shape)
-    for factor, smaller in ((32.0, 262144.0), (16.0, 131072.0), (4.0, 65536.0), (1.0, 32768.0)):
-        chunk = np.where((m < factor * concurrent * chunk) & (chunk > smaller), smaller, chunk)
-    return np.where(n >= 4, np.minimum(chunk, 65536.0), chunk)
-
-
-def pipeline_fill(alg: int, nbytes: ArrayLike, hosts: ArrayLike, per_host: ArrayLike) -> F64:
-    """Seconds a Simple-protocol collective loses filling and draining its pipeline:
-    PIPELINE_FILL_SECONDS_PER_STEP_BYTE x :func:`pipeline_step_bytes`."""
-    k = E.PIPELINE_FILL_SECONDS_PER_STEP_BYTE
-    return _scaled_step(alg, _f(nbytes), _f(hosts), _f(per_host), k)
-
-
 def nccl_collective(
     kind: str,
     nbytes: ArrayLike,
@@ -351,6 +290,14 @@ def nccl_collective(
         inter_steps = where(multi, per_step * (n - 1.0), 0.0)
         intra_steps = per_step * (ranks - 1.0) - inter_steps
         simple_per_byte = factor / ring_bus  # per configuration; times the sizes below
+        # Inside one NVLink / xGMI domain the ring fills at its link's rate; across hosts, at
+        # the network's (engine.nccl_pipeline).
+        if link in LINK_FILL_LINKS:
+            ring_fill = link_ring_fill(m, n, g, intra)
+            if any_multi:
+                ring_fill = where(multi, scaled_step(ALG_RING, m, n, g, fill_scale), ring_fill)
+        else:
+            ring_fill = scaled_step(ALG_RING, m, n, g, fill_scale)
         for p in sorted(protos):
             if p == PROTO_LL:
                 per_byte = factor / np.minimum(ll_max, ring_bus * E.NCCL_RING_LL_FRACTION)
@@ -373,7 +320,7 @@ def nccl_collective(
                 threshold = where(multi, 64.0 * E.NCCL_ASSUMED_CHANNELS * ranks, np.inf)
                 raised = lat_us * E.NCCL_RING_PLATEAU.get(arch, 1.9)
                 lat_us = where(m >= threshold, raised, lat_us)
-            fill = _scaled_step(ALG_RING, m, n, g, fill_scale) if p == PROTO_SIMPLE else None
+            fill = ring_fill if p == PROTO_SIMPLE else None
             picker.offer(ALG_RING, p, lat_us * US, per_byte, ring_code, fill)
 
     # --- Tree (all-reduce, several hosts): a chain inside each host, a double binary tree across.
@@ -402,7 +349,7 @@ def nccl_collective(
                 (g - 1.0) * intra_lat["tree"][p] + depth * net_lat["tree"][p]
             )
             lat = where(multi, lat_us * US, np.inf)
-            fill = _scaled_step(ALG_TREE, m, n, g, fill_scale) if p == PROTO_SIMPLE else None
+            fill = scaled_step(ALG_TREE, m, n, g, fill_scale) if p == PROTO_SIMPLE else None
             picker.offer(ALG_TREE, p, lat, corrected, code, fill)
 
     # --- NVLS: the NVSwitch reduces (Hopper+ on NVSwitch, Simple only, all-reduce here).
@@ -417,7 +364,7 @@ def nccl_collective(
                 where(has_nvls & ~multi, nvls_lat, np.inf),
                 1.0 / safe,
                 np.int64(BOTTLENECK_INTRA),
-                _scaled_step(ALG_NVLS, m, n, g, fill_scale),
+                scaled_step(ALG_NVLS, m, n, g, fill_scale),
             )
         if ALG_NVLS_TREE in algos and any_multi:  # NVLS inside hosts, trees across them
             # The in-host NVLS phases reach NVLS_TREE_SHARE of one host's NVLS rate when the
@@ -435,7 +382,7 @@ def nccl_collective(
                 where(has_nvls & multi, lat_us * US, np.inf),
                 np.maximum(intra_side, net_side),
                 code,
-                _scaled_step(ALG_NVLS_TREE, m, n, g, fill_scale),
+                scaled_step(ALG_NVLS_TREE, m, n, g, fill_scale),
             )
     return picker.result(kind, m, ranks, with_busbw)
 

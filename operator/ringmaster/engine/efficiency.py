@@ -15,9 +15,9 @@ from ringmaster.engine.units import MIB, US
 
 # Achieved fraction of NVLink line rate for a large all-reduce. Calibrated: 8 x A100 on NVLink
 # reach busbw 230 GB/s of a 300 GB/s per-direction line rate at 8 GiB (nccl-tests issues 149,
-# 175), which still carries the ring's pipeline fill (PIPELINE_FILL_SECONDS_PER_STEP_BYTE x a
-# 512 KiB step, 0.94 ms of 65 ms): without it 233.3 GB/s.
-NVLINK_EFFICIENCY = 0.7778  # = 8 GiB x 1.75 / (8 GiB x 1.75 / 230 GB/s - fill) / 300
+# 175), which still carries the ring's fill at the link's rate (RING_FILL_LINK_STEPS steps,
+# 0.14 ms of 65 ms): without it 230.4 GB/s.
+NVLINK_EFFICIENCY = 0.7680  # = 8 GiB x 1.75 / (8 GiB x 1.75 / 230 GB/s - fill) / 300
 
 # Achieved fraction of a host NIC's line rate for a large inter-host all-reduce. Calibrated as the
 # mean of three published ratios: 12.2 / 12.5 GB/s on 100 Gbps NICs (nccl-tests issue 29) and
@@ -35,13 +35,12 @@ ICI_EFFICIENCY = NVLINK_EFFICIENCY
 # 64 GB/s = 448 GB/s per direction on the 8-GPU mesh) for a large ring all-reduce. Fitted on
 # 8 x MI300X (Azure ND MI300X v5, RCCL 2.22.3, all_reduce_perf in place): busbw 316.82 GB/s at
 # 8 GiB (Azure/AI-benchmarking-guide Azure_Results/ND_MI300X_v5_results.md, as in the
-# yosoyjay fork @ a8263ef), less the ring's pipeline fill (0.94 ms of 47.4 ms) -> 0.7214; the
-# 256 MiB - 4 GiB sizes of the same run are checked (calibration.collectives). AMD's own figure
-# agrees: about 48 of 64 GB/s per link usable (0.75; ROCm blogs, "Understanding RCCL Bandwidth
-# and xGMI Performance on AMD Instinct MI300X", 2025). RCCL reaches its plateau sooner than the
-# engine's fill (fitted on NCCL) says: its line through 1 and 8 GiB meets M = 0 at 0.06 ms, so
-# the engine is low below 1 GiB (-12 % there, -37 % at 256 MiB).
-XGMI_EFFICIENCY = 0.7214  # = 8 GiB x 1.75 / (8 GiB x 1.75 / 316.82 GB/s - fill) / 448
+# yosoyjay fork @ a8263ef), less the ring's fill at the link's rate (RING_FILL_LINK_STEPS, 0.1
+# ms of 47.4 ms) -> 0.7084; the 8 MiB - 4 GiB sizes of the same run are checked
+# (calibration.collectives, calibration.link_fill). AMD's own figure agrees: about 48 of 64 GB/s
+# per link usable (0.75; ROCm blogs, "Understanding RCCL Bandwidth and xGMI Performance on AMD
+# Instinct MI300X", 2025).
+XGMI_EFFICIENCY = 0.7084  # = 8 GiB x 1.75 / (8 GiB x 1.75 / 316.82 GB/s - fill) / 448
 
 # NVLink SHARP (NVLS): the NVSwitch reduces, so each GPU sends and receives the message once and
 # algbw = achieved fraction x NVLink line rate. Fitted on 8 x H100: busbw 480 GB/s = algbw 274.3
@@ -240,6 +239,16 @@ NCCL_NVLS_TREE_CHUNK_BYTES_MANY_HOSTS = 64 * 1024
 # micro-benchmarks/nccl-tests/README.md). Checked on GPUDirect-TCPXO, 8 x A100 NVLink and 2 x p5
 # (calibration.collectives).
 PIPELINE_FILL_SECONDS_PER_STEP_BYTE = 1.7845e-9  # = 0.936 ms / 512 KiB
+
+# A ring inside one NVLink or xGMI domain has no proxy or NIC in its pipeline: its fill is a few
+# of its steps, each at the link's per-channel rate (achieved link bandwidth / channels), so it
+# shrinks as links get faster (engine.nccl_pipeline). Fitted on one published by-size curve,
+# 8 x A100 on NVLink 3 (Azure's ND A100 v4, NCCL 2.18.5): the least-squares line through its
+# full-step sizes (256 MiB - 8 GiB) meets M = 0 at 0.17 ms; less the engine's latency, that is
+# this many steps at the run's own plateau (232 GB/s / 16 channels): 0.14 ms, against the 0.94
+# ms the network's fill charged. Checked on 8 x MI300X xGMI (RCCL) and on the curve's other
+# sizes (calibration.link_fill).
+RING_FILL_LINK_STEPS = 3.178  # steps; 0.144 ms on the A100's 233 GB/s, 0.096 ms on an H100's
 
 # --- compute -----------------------------------------------------------------------------------
 
