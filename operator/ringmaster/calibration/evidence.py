@@ -421,6 +421,7 @@ SINGLE_SOURCE = (
     ("EFA_EFFICIENCY", "awsome-distributed-training (2 x p4de, aws-ofi-nccl 1.8.1)"),
     ("TCP_SHARED_NIC_EFFICIENCY", "nccl issue 209 (4 x 8 V100)"),
     ("PIPELINE_FILL_SECONDS_PER_STEP_BYTE", "awsome-distributed-training (2 x p4de)"),
+    ("RING_FILL_LINK_STEPS", "Azure AI-benchmarking-guide (8 x A100 NVLink ring by size)"),
     ("INFERENCE_OVERHEAD_SECONDS", "MLPerf v0.7 A100 single-stream"),
     ("ALLOCATOR_OVERHEAD", "torchtitan docs/performance.md (H100 memory)"),
     (

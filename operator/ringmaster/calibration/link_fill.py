@@ -1,7 +1,7 @@
 """One host's collectives by size: the ring's fill at its link's rate (RING_FILL_LINK_STEPS,
-fitted on 8 x A100 NVLink, checked on 8 x MI300X xGMI) and NVLS by size on 8 x H100 and H200
-(the NVLS chunks' fill and NVLS_EFFICIENCY), from the ``nvlink_host`` and ``xgmi`` sections of
-fabric_points.yaml."""
+fitted on 8 x A100 NVLink, checked on 8 x MI300X xGMI and 4 x GB200) and NVLS by size on 8 x H100
+and H200 (the NVLS chunks' fill and NVLS_EFFICIENCY), from the ``nvlink_host`` and ``xgmi``
+sections of fabric_points.yaml."""
 
 from __future__ import annotations
 
@@ -35,6 +35,8 @@ _NVLS_CURVES = (
     ("nvlink_host", "h100-nvls-8gpu-by-size", "nvidia-h100-80gb"),
     ("nvlink_host", "h200-nvls-8gpu-by-size", "nvidia-h200-141gb"),
 )
+# Rings of fewer GPUs (a tensor-parallel group's size), checked by size only.
+_SMALL_RINGS = (("nvlink_host", "gb200-nvlink-4gpu-ring-by-size", "nvidia-gb200"),)
 RANKS = 8
 BUS_FACTOR = 2.0 * (RANKS - 1) / RANKS
 
@@ -133,20 +135,22 @@ def link_fill_rows(fabric: Mapping[str, Any]) -> list[Row]:
             rows.append(
                 Row(pid, quantity, published * 1e3, ours * 1e3, err, GOAL_MAX, CHECKED, note)
             )
-    for section, pid, name in (*_RING_CURVES[:1], *_NVLS_CURVES):
+    for section, pid, name in (*_RING_CURVES[:1], *_SMALL_RINGS, *_NVLS_CURVES):
         rows += _size_rows(_point(fabric, section, pid), DEFAULT_CATALOG.accelerator(name))
     return rows
 
 
 def _size_rows(point: Mapping[str, Any], accelerator: Accelerator) -> list[Row]:
+    ranks = int(point.get("ranks", RANKS))
+    env = point.get("env")
     rows: list[Row] = []
     for size, bus in _by_size(point):
         if size < SMALLEST_COMPARED:
             continue
-        t = C.intra_host_collective(C.ALL_REDUCE, float(size), RANKS, accelerator)
+        t = C.intra_host_collective(C.ALL_REDUCE, float(size), ranks, accelerator, env=env)
         ours = float(np.ravel(t.bus_bandwidth)[0])
         alg = C.ALGORITHM_NAMES[int(np.ravel(t.algorithm)[0])]
-        quantity = f"busbw GB/s, 8 x {accelerator.name}, {size / GIB:g} GiB, {alg}"
+        quantity = f"busbw GB/s, {ranks} x {accelerator.name}, {size / GIB:g} GiB, {alg}"
         err = relative_error(ours, bus)
         if abs(err) > GOAL_MAX:
             why = (
