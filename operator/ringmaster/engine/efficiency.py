@@ -231,13 +231,16 @@ NCCL_NVLS_TREE_CHUNK_BYTES_MANY_HOSTS = 64 * 1024
 
 # Pipeline fill: the first step of a collective crosses every stage of the pipeline (GPU chain,
 # proxies, NICs) before the last stage is busy, and the last step drains through them; NCCL's own
-# tuner leaves it out ("waiting for proper chunk modeling", tuning.cc). Each channel moves its
-# step at about the same rate whatever the fabric (NCCL scales bandwidth by adding channels), so
-# the fill is a time proportional to the step: seconds per byte of step. Fitted on one published
-# by-size curve, 2 x p4de.24xlarge (NCCL's Tree, 512 KiB steps): the line through its two largest
-# sizes meets M = 0 at 1.03 ms, less the model's latency (aws-samples/awsome-distributed-training
-# micro-benchmarks/nccl-tests/README.md). Checked on GPUDirect-TCPXO, 8 x A100 NVLink and 2 x p5
-# (calibration.collectives).
+# tuner leaves it out ("waiting for proper chunk modeling", tuning.cc). Through the network each
+# channel moves its step at about the same rate whatever the NICs' sum (a channel's step crosses
+# one 100 Gbps EFA NIC on 2 x p4de and on 2 x p5 alike), so the fill is a time proportional to
+# the step: seconds per byte of step, charged on collectives across hosts and on NVLS's chunks
+# (a ring inside one NVLink / xGMI domain pays RING_FILL_LINK_STEPS instead). Fitted on one
+# published by-size curve, 2 x p4de.24xlarge (NCCL's Tree, 512 KiB steps): the line through its
+# two largest sizes meets M = 0 at 1.03 ms, less the model's latency
+# (aws-samples/awsome-distributed-training micro-benchmarks/nccl-tests/README.md). Checked on
+# GPUDirect-TCPXO, 2 x p5's NVLSTree chunks and Azure's 8 x H100 / H200 NVLS curves
+# (calibration.collectives, calibration.link_fill).
 PIPELINE_FILL_SECONDS_PER_STEP_BYTE = 1.7845e-9  # = 0.936 ms / 512 KiB
 
 # A ring inside one NVLink or xGMI domain has no proxy or NIC in its pipeline: its fill is a few
