@@ -336,6 +336,26 @@ def test_an_llm_plan_shows_the_step_by_part_the_framework_and_its_evidence(capsy
     assert plan["framework"] == "Torchtitan" and parts["attention"] > 0 and parts["loss"] > 0
 
 
+def test_a_training_plan_says_which_collective_constants_its_chip_carries(capsys):
+    """The NVLink fraction and the ring's fill are fitted on A100s: an H100's plan says it
+    carries them; an A100's does not; NVLS names its own H100 fit."""
+    from ringmaster.calibration.evidence import collective_evidence
+
+    example = str(EXAMPLES / "trainingjob-llama3-8b-fsdp-h100.yaml")
+    assert main(["plan", example]) == 0
+    out = capsys.readouterr().out
+    assert "collectives: NVLink and a ring's fill fitted on 8 x A100 (carried to nvidia-h1" in out
+    assert "NVLS fitted on 8 x H100" in out
+    a100 = collective_evidence("nvidia-tesla-a100", "gpu", "nvlink", "ampere", False)
+    assert "carried" not in a100 and "NVLS" not in a100
+    b200 = collective_evidence("nvidia-b200", "gpu", "nvlink", "blackwell", True)
+    assert "carried to nvidia-b200" in b200 and "GB200 NVL72" in b200
+    mi300x = collective_evidence("amd-mi300x", "gpu", "xgmi", "cdna3", False)
+    assert "carried from 8 x A100" in mi300x
+    assert "borrowed" in collective_evidence("nvidia-tesla-t4", "gpu", "pcie", "turing", False)
+    assert "ICI" in collective_evidence("tpu-v5p", "tpu", "ici", "", False)
+
+
 def test_an_llm_endpoints_plan_prints_its_evidence_and_serving_cell(capsys):
     """A user sees what a serving number rests on: the plan names the engine, then its cell
     of the serving evidence matrix (vLLM on the H100: the closed-loop runs measured there)."""

@@ -489,3 +489,31 @@ def render_leave_one_out() -> str:
     lines.append("Single-source fits (no refit without their source; held-out error unknown):")
     lines.extend(f"  {name}: {source}" for name, source in SINGLE_SOURCE)
     return "\n".join(lines)
+
+
+def collective_evidence(name: str, kind: str, link: str, arch: str, nvls: bool) -> str:
+    """What the collectives inside a host or NVLink domain of ``name`` rest on (its ``kind``,
+    ``link``, NCCL ``arch`` and whether NVLS runs), naming every constant the chip carries from
+    another (the NVLink fraction and the ring's fill are fitted on A100s)."""
+    if kind == "tpu":
+        return "collectives: ICI at NVLink's fraction (borrowed: no published ICI curve)"
+    if link == "xgmi":
+        return (
+            "collectives: xGMI fitted on 8 x MI300X under RCCL (Azure); a ring's fill at the "
+            "link's rate carried from 8 x A100 NVLink (checked on 8 x MI300X)"
+        )
+    if link != "nvlink":
+        return (
+            "collectives: PCIe at NVLink's fraction and the network's fill a step "
+            "(borrowed: no published PCIe curve)"
+        )
+    carried = "" if arch == "ampere" else f"carried to {name}; "
+    text = (
+        f"collectives: NVLink and a ring's fill fitted on 8 x A100 ({carried}the fill checked on "
+        "4 x GB200, 8 x MI300X)"
+    )
+    if nvls and arch == "hopper":
+        text += "; NVLS fitted on 8 x H100 (checked on 8 x H200)"
+    elif nvls and arch == "blackwell":
+        text += "; NVLS fitted on one GB200 NVL72 rack (checked on 8 x B200)"
+    return text

@@ -455,9 +455,13 @@ def training_evidence(
     context: int = 1,
 ) -> str:
     """The calibration cell a prediction rests on (calibration.evidence), the checked
-    context-parallel runs' where the layout splits the sequence (``context`` above 1), and the
-    ceilings'."""
-    from ringmaster.calibration.evidence import cell_evidence, context_parallel_evidence
+    context-parallel runs' where the layout splits the sequence (``context`` above 1), what the
+    collectives inside a host rest on (several accelerators a host), and the ceilings'."""
+    from ringmaster.calibration.evidence import (
+        cell_evidence,
+        collective_evidence,
+        context_parallel_evidence,
+    )
 
     text = cell_evidence(accelerator, framework_name, precision)
     if context > 1:
@@ -478,7 +482,11 @@ def training_evidence(
 
         casts = fp8_cast_evidence(hw.framework)
         matmul = f"{matmul}; {casts}" if matmul else casts
-    return f"{text}; {matmul}" if matmul else text
+    text = f"{text}; {matmul}" if matmul else text
+    if hw.per_host > 1:  # collectives inside a host or NVLink domain; last, as status truncates
+        fabric = (hw.accelerator, hw.kind, hw.intra_link, hw.nccl_arch, hw.nvls_bandwidth > 0)
+        text = f"{text}; {collective_evidence(*fabric)}"
+    return text
 
 
 def _sig(x: float, digits: int = 6) -> float:
