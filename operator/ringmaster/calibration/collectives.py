@@ -22,12 +22,12 @@ from ringmaster.calibration.points import (
     LARGE_MESSAGE_BYTES,
     OUT_OF_REACH,
     VERBATIM,
-    PointsError,
     Row,
     load_points,
     point_by_id,
     range_error,
     relative_error,
+    section_point,
 )
 from ringmaster.engine import collectives as C
 from ringmaster.engine import efficiency as E
@@ -274,10 +274,7 @@ FABRIC_POINTS = Path(__file__).resolve().parent / "fabric_points.yaml"
 
 
 def _fabric_point(points: Mapping[str, Any], section: str, pid: str) -> dict[str, Any]:
-    for point in points.get(section) or []:
-        if point["id"] == pid:
-            return dict(point)
-    raise PointsError(f"{FABRIC_POINTS.name} has no {section} point with id {pid!r}")
+    return section_point(points, section, pid, FABRIC_POINTS.name)
 
 
 def _line_through_largest(times_us: Mapping[Any, Any]) -> tuple[float, float, int]:

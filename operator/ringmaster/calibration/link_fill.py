@@ -18,6 +18,7 @@ from ringmaster.calibration.points import (
     PointsError,
     Row,
     relative_error,
+    section_point,
 )
 from ringmaster.engine import collectives as C
 from ringmaster.engine import efficiency as E
@@ -42,10 +43,7 @@ BUS_FACTOR = 2.0 * (RANKS - 1) / RANKS
 
 
 def _point(fabric: Mapping[str, Any], section: str, pid: str) -> dict[str, Any]:
-    for point in fabric.get(section) or []:
-        if point["id"] == pid:
-            return dict(point)
-    raise PointsError(f"fabric_points.yaml has no {section} point with id {pid!r}")
+    return section_point(fabric, section, pid, "fabric_points.yaml")
 
 
 def _by_size(point: Mapping[str, Any]) -> list[tuple[int, float]]:
@@ -80,7 +78,7 @@ def engine_ring_line(accelerator: Accelerator, start: int) -> tuple[float, float
     s1, s2 = (float(x) for x in t.seconds)
     intercept = s2 - sizes[1] * (s2 - s1) / (sizes[1] - sizes[0])
     intra = C.link_bandwidth(accelerator, RANKS) * C.link_efficiency(accelerator.intra_link)
-    fill = float(C.pipeline_fill(C.ALG_RING, sizes[1], 1, RANKS, intra))
+    fill = float(C.pipeline_fill(C.ALG_RING, sizes[1], 1, RANKS, intra, accelerator.intra_link))
     return intercept, fill
 
 

@@ -97,6 +97,15 @@ def point_by_id(points: Mapping[str, Any], pid: str) -> dict[str, Any]:
         raise PointsError(f"points file has no point with id {pid!r}") from None
 
 
+def section_point(points: Mapping[str, Any], section: str, pid: str, where: str) -> dict[str, Any]:
+    """The point ``pid`` of ``section`` in a points file other than points.yaml (``where``
+    names it in the error)."""
+    for point in points.get(section) or []:
+        if point["id"] == pid:
+            return dict(point)
+    raise PointsError(f"{where} has no {section} point with id {pid!r}")
+
+
 def relative_error(predicted: float, published: float) -> float:
     return (predicted - published) / published
 

@@ -57,9 +57,9 @@ from ringmaster.engine.nccl_pipeline import ALG_NVLS as ALG_NVLS
 from ringmaster.engine.nccl_pipeline import ALG_NVLS_TREE as ALG_NVLS_TREE
 from ringmaster.engine.nccl_pipeline import ALG_RING as ALG_RING
 from ringmaster.engine.nccl_pipeline import ALG_TREE as ALG_TREE
-from ringmaster.engine.nccl_pipeline import LINK_FILL_LINKS, link_ring_fill, scaled_step
 from ringmaster.engine.nccl_pipeline import pipeline_fill as pipeline_fill
 from ringmaster.engine.nccl_pipeline import pipeline_step_bytes as pipeline_step_bytes
+from ringmaster.engine.nccl_pipeline import ring_fill, scaled_step
 from ringmaster.engine.units import US
 
 F64 = NDArray[np.float64]
@@ -290,14 +290,7 @@ def nccl_collective(
         inter_steps = where(multi, per_step * (n - 1.0), 0.0)
         intra_steps = per_step * (ranks - 1.0) - inter_steps
         simple_per_byte = factor / ring_bus  # per configuration; times the sizes below
-        # Inside one NVLink / xGMI domain the ring fills at its link's rate; across hosts, at
-        # the network's (engine.nccl_pipeline).
-        if link in LINK_FILL_LINKS:
-            ring_fill = link_ring_fill(m, n, g, intra)
-            if any_multi:
-                ring_fill = where(multi, scaled_step(ALG_RING, m, n, g, fill_scale), ring_fill)
-        else:
-            ring_fill = scaled_step(ALG_RING, m, n, g, fill_scale)
+        simple_fill = ring_fill(m, n, g, intra, link)  # engine.nccl_pipeline's policy
         for p in sorted(protos):
             if p == PROTO_LL:
                 per_byte = factor / np.minimum(ll_max, ring_bus * E.NCCL_RING_LL_FRACTION)
@@ -320,7 +313,7 @@ def nccl_collective(
                 threshold = where(multi, 64.0 * E.NCCL_ASSUMED_CHANNELS * ranks, np.inf)
                 raised = lat_us * E.NCCL_RING_PLATEAU.get(arch, 1.9)
                 lat_us = where(m >= threshold, raised, lat_us)
-            fill = ring_fill if p == PROTO_SIMPLE else None
+            fill = simple_fill if p == PROTO_SIMPLE else None
             picker.offer(ALG_RING, p, lat_us * US, per_byte, ring_code, fill)
 
     # --- Tree (all-reduce, several hosts): a chain inside each host, a double binary tree across.

@@ -100,16 +100,27 @@ def pipeline_fill(
     hosts: ArrayLike,
     per_host: ArrayLike,
     intra_bandwidth: ArrayLike | None = None,
+    link: str = "nvlink",
 ) -> F64:
-    """Seconds a Simple-protocol collective loses filling and draining its pipeline. A ring on
-    one host (``hosts`` 1) given its ``intra_bandwidth`` (the GPU's achieved NVLink / xGMI
-    bytes/s) pays :func:`link_ring_fill`; everything else PIPELINE_FILL_SECONDS_PER_STEP_BYTE x
-    :func:`pipeline_step_bytes`."""
+    """Seconds a Simple-protocol collective loses filling and draining its pipeline. A ring given
+    its ``intra_bandwidth`` (the GPU's achieved ``link`` bytes/s) pays :func:`ring_fill`;
+    everything else PIPELINE_FILL_SECONDS_PER_STEP_BYTE x :func:`pipeline_step_bytes`."""
     m, n, g = _f(nbytes), _f(hosts), _f(per_host)
-    network = scaled_step(alg, m, n, g, E.PIPELINE_FILL_SECONDS_PER_STEP_BYTE)
-    if alg != ALG_RING or intra_bandwidth is None:
-        return network
-    return where(n > 1, network, link_ring_fill(m, n, g, intra_bandwidth))
+    if alg == ALG_RING and intra_bandwidth is not None:
+        return ring_fill(m, n, g, intra_bandwidth, link)
+    return scaled_step(alg, m, n, g, E.PIPELINE_FILL_SECONDS_PER_STEP_BYTE)
+
+
+def ring_fill(m: F64, hosts: F64, per_host: F64, intra_bandwidth: ArrayLike, link: str) -> F64:
+    """Which fill a ring pays: inside one NVLink / xGMI domain (``hosts`` 1) at its link's rate
+    (:func:`link_ring_fill`), across hosts or on other links the network's per step byte."""
+    if link not in LINK_FILL_LINKS:
+        return scaled_step(ALG_RING, m, hosts, per_host, E.PIPELINE_FILL_SECONDS_PER_STEP_BYTE)
+    inside = link_ring_fill(m, hosts, per_host, intra_bandwidth)
+    if not np.any(hosts > 1):
+        return inside
+    network = scaled_step(ALG_RING, m, hosts, per_host, E.PIPELINE_FILL_SECONDS_PER_STEP_BYTE)
+    return where(hosts > 1, network, inside)
 
 
 def link_ring_fill(m: F64, hosts: F64, per_host: F64, intra_bandwidth: ArrayLike) -> F64:
