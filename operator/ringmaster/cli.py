@@ -26,6 +26,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "ringmaster.collective",
         "what nccl-tests should print on given hosts, or check a real run (--compare)",
     ),
+    "bench": (
+        "ringmaster.planning.bench",
+        "what a benchmark harness's closed loop should measure on an LLM endpoint's replica",
+    ),
     "crds": ("ringmaster.api.crdgen", "write the CustomResourceDefinitions generated from the API"),
     "cluster": ("ringmaster.localcluster", "bring the local kwok control plane up or down"),
 }

@@ -109,8 +109,10 @@ def test_the_fp4_ceiling_lies_between_fp8_and_the_peaks_ratio(chip: str) -> None
             fp4 = ce.gemm_flops("fp4", width, tokens, sustained=sustained)
             fp8 = ce.gemm_flops("fp8", width, tokens, sustained=sustained)
             assert fp8 < fp4 < peaks * fp8
-    # measured at 1.4-1.55x FP8 where carrying FP8's fraction promised the 2x of the peaks
-    assert 1.4 < float(ce.gemm_flops("fp4", 8192, 8192) / ce.gemm_flops("fp8", 8192, 8192)) < 1.55
+    # measured at 1.40-1.55x FP8 (1.40 on the B200 since TensorRT-LLM's served prompt ratio was
+    # refitted on TTFTs that hold the clients' starting wave) where carrying FP8's fraction
+    # promised the 2x of the peaks
+    assert 1.35 < float(ce.gemm_flops("fp4", 8192, 8192) / ce.gemm_flops("fp8", 8192, 8192)) < 1.55
     assert ce.evidence["matmul-fp4"].startswith("measured: NVFP4")
 
 

@@ -32,6 +32,15 @@ Mean-value analysis at fixed lengths (input ``i``, output ``o``):
   is theirs. AIConfigurator's closed-loop runs, whose prompts make the mean step up to 5x the
   decodes' alone, hold to the mean (calibration.closed_loop_runs).
 
+A harness's clients start together (aiperf waits for its warm-up's answers before the measured
+requests begin): their first prompts reach an idle replica at once, and the k-th waits for the
+k - 1 before it (:func:`starting_wave`, through the same steps). Equal lengths would keep such
+waves for good (every request of a wave ends in the same step); any spread in the lengths or the
+clients' round trips breaks them up within a round or so (the seeded reference scheduler with a
+1 % spread: tests/engine/test_closed_loop.py), after which the loop is the steady state above.
+A run of ``rounds`` requests a client therefore measures the starting wave in one ``rounds``-th
+of its requests and the steady state in the rest.
+
 What a request costs outside the steps (the HTTP server, tokenising, the admission into the
 engine's loop) is not in it: calibration.closed_loop_runs prints what the measured TTFTs carry
 beyond the model's.
@@ -44,6 +53,9 @@ from collections.abc import Callable
 from functools import cache
 from typing import NamedTuple
 
+import numpy as np
+from numpy.typing import NDArray
+
 from ringmaster.engine import llm_step as S
 
 # Rounds of the fixed point's search (at most; it settles to this relative error within a
@@ -55,7 +67,7 @@ DECODE_ROUNDS = 2
 
 
 class ClosedLoop(NamedTuple):
-    ttft: float  # seconds: the slot's wait, then the first token
+    ttft: float  # seconds: the run's mean (steady_ttft, and wave_ttft in one round of ``rounds``)
     tpot: float  # seconds per output token after the first (the mean step of a request's decodes)
     step: float  # the mean step over every step
     requests_per_second: float
@@ -64,6 +76,12 @@ class ClosedLoop(NamedTuple):
     prompt_tokens_per_step: float  # the mean step's prompt tokens
     waiting_seconds: float  # the slot's wait, part of ttft
     decode_only_step: float  # the mean step's decodes alone: a step that carries no prompt
+    steady_ttft: float  # seconds: the steady state's, the slot's wait, then the first token
+    wave_ttft: float  # seconds: the mean over the clients' first requests, which start together
+    # seconds: the run's TTFT quantiles, its requests' first tokens (one ``rounds``-th in the
+    # starting wave, the rest at the steady state's); the steady state's without ``rounds``
+    ttft_p90: float = 0.0
+    ttft_p99: float = 0.0
 
 
 StepAt = Callable[[float, float], float]
@@ -97,6 +115,41 @@ def first_token_seconds(
     return 0.5 * tau + full + step(decodes, last)
 
 
+def starting_wave(step: StepAt, clients: int, prompt: float, budget: float) -> NDArray[np.float64]:
+    """The first-token times, from their arrival, of ``clients`` prompts that reach an idle
+    replica together, first come first served as a scheduler admits them: each step carries the
+    decodes of the wave's requests already past their prompt and, in what the budget leaves
+    beside them, the next prompts' tokens (a chunk where one does not fit). The k-th prompt's
+    first token waits for the k - 1 prompts before it."""
+    times = np.empty(clients)
+    done, now, left = 0, 0.0, prompt  # left: the tokens of prompt ``done`` not yet computed
+    while done < clients:
+        room = max(budget - done, 1.0)
+        tokens, finished = 0.0, 0
+        while done + finished < clients and tokens < room:
+            take = min(left, room - tokens)
+            tokens += take
+            left -= take
+            if left > 0.0:
+                break
+            finished += 1
+            left = prompt
+        now += step(float(done), tokens)
+        times[done : done + finished] = now
+        done += finished
+    return times
+
+
+def run_quantile(steady: float, wave: NDArray[np.float64], rounds: float, q: float) -> float:
+    """The ``q`` quantile of a run's TTFTs: the starting wave's first requests (one ``rounds``-th
+    of them, ``wave``) among requests that wait ``steady`` (the steady state's spread is not
+    modelled: with fixed lengths its requests wait alike)."""
+    times = np.sort(np.append(wave, steady))
+    weights = np.full(times.size, 1.0 / (rounds * wave.size))
+    weights[np.searchsorted(times, steady)] += 1.0 - 1.0 / rounds
+    return float(times[min(int(np.searchsorted(np.cumsum(weights), q)), times.size - 1)])
+
+
 def mean_step(step: StepAt, decodes: float, prompts: float, prompt: float, budget: float) -> float:
     """The mean step with ``decodes`` decodes and ``prompts`` prompt tokens a step on average.
     A prompt enters the step after its request's slot frees, whole where the budget leaves room
@@ -111,11 +164,19 @@ def mean_step(step: StepAt, decodes: float, prompts: float, prompt: float, budge
 
 
 def closed_loop(
-    terms: S.ServingTerms, concurrency: float, slots: float, budget: float
+    terms: S.ServingTerms,
+    concurrency: float,
+    slots: float,
+    budget: float,
+    rounds: float | None = None,
 ) -> ClosedLoop:
-    """The replica's steady state under ``concurrency`` clients at the terms' lengths, with at
-    most ``slots`` requests running (max-num-seqs or the KV cache, whichever binds) and a step
-    budget of ``budget`` tokens."""
+    """The replica under ``concurrency`` clients at the terms' lengths, with at most ``slots``
+    requests running (max-num-seqs or the KV cache, whichever binds) and a step budget of
+    ``budget`` tokens: its steady state, and over a run of ``rounds`` requests a client that
+    start together, the run's mean TTFT (None: the steady state's, a run too long for its
+    start to show)."""
+    if rounds is not None and rounds < 1:
+        raise ValueError("rounds must be at least 1")
     if concurrency < 1 or slots < 1 or budget < 1:
         raise ValueError("concurrency, slots and budget must each be at least 1")
     prompt = float(terms.input_tokens)
@@ -174,8 +235,18 @@ def closed_loop(
     # step that carries its own makes its first token): their mean is its TPOT.
     others = (running - 1.0) / running
     tpot = mean_step(step, decodes, others * rate * prompt * tau, prompt, budget)
+    steady = waiting + first
+    # The clients beyond the slots wait for one in the starting wave as they do after it.
+    wave_times = waiting + starting_wave(step, int(running), prompt, budget)
+    wave = float(wave_times.mean())
+    ttft = steady if rounds is None else steady + (wave - steady) / rounds
+    quantiles = (
+        (steady, steady)
+        if rounds is None
+        else tuple(run_quantile(steady, wave_times, rounds, q) for q in (0.9, 0.99))
+    )
     return ClosedLoop(
-        ttft=waiting + first,
+        ttft=ttft,
         tpot=tpot,
         step=tau,
         requests_per_second=rate,
@@ -184,4 +255,8 @@ def closed_loop(
         prompt_tokens_per_step=rate * prompt * tau,
         waiting_seconds=waiting,
         decode_only_step=step(decodes, 0.0),
+        steady_ttft=steady,
+        wave_ttft=wave,
+        ttft_p90=quantiles[0],
+        ttft_p99=quantiles[1],
     )

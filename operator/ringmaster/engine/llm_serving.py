@@ -316,6 +316,8 @@ class LlmServingPrediction:
     # Mixture of experts: the routed experts a decode step at the chosen batch reads per MoE
     # layer (uniform routing; 0 for a dense model).
     experts_read_per_step: float = 0.0
+    # The chosen replica's step terms, for what is asked of it beyond the plan (planning.bench)
+    replica_terms: ServingTerms | None = field(default=None, repr=False, compare=False)
 
     @property
     def max_replicas_output_tokens_per_second(self) -> float | None:
@@ -983,5 +985,6 @@ def _predict_layout(
         load_curve=curve,
         max_num_batched_tokens=budget,
         experts_read_per_step=experts_read,
+        replica_terms=terms,
         **common,  # type: ignore[arg-type]
     )

@@ -152,19 +152,20 @@ ENGINE_FP4_DECODE_GEMM: dict[tuple[str, str], tuple[float, float]] = {
 # table already gives its runs' ratio (0.86 against 0.79 at TP1, within 2 % from TP2). The GB200
 # carries the B200's: the same die and kernels, and no closed-loop run of its own.
 SERVED_FP4_DECODE_GEMM: dict[tuple[str, str], tuple[float, float]] = {
-    ("nvidia-b200", "trtllm"): (0.79, 5.4),
-    ("nvidia-gb200", "trtllm"): (0.79, 5.4),
+    ("nvidia-b200", "trtllm"): (0.80, 5.5),
+    ("nvidia-gb200", "trtllm"): (0.80, 5.5),
 }
 SERVED_FP4_FITTED_ON = "nvidia-b200"
 # The same for its NVFP4 GEMMs at prompt chunks: ENGINE_GEMM_RATE's TensorRT-LLM FP4 entries come
 # from that fallback kernel too. The prompt ratio is fitted (calibration.served_fp4) on the FP4 /
 # FP8 TTFT ratio of the closed-loop B200 runs with 8,192-token prompts that wait for no slot:
-# their first token is mostly the prompt's GEMMs, and what else it holds (attention, the request's
-# path, the waves of equal prompts) is the same at both weights. The decode ratio stays the
-# table's (the TPOT pairs fit the decode GEMMs' streaming and cost a call above).
+# their first token is mostly the prompt's GEMMs (the clients' starting wave modelled with them,
+# engine.llm_closed_loop), and what else it holds (attention, the request's path) is the same at
+# both weights. The decode ratio stays the table's (the TPOT pairs fit the decode GEMMs'
+# streaming and cost a call above).
 SERVED_FP4_GEMM_RATE: dict[tuple[str, str, str], tuple[float, float]] = {
-    ("nvidia-b200", "trtllm", "fp4"): (0.474, 0.771),
-    ("nvidia-gb200", "trtllm", "fp4"): (0.442, 0.771),
+    ("nvidia-b200", "trtllm", "fp4"): (0.474, 0.753),
+    ("nvidia-gb200", "trtllm", "fp4"): (0.442, 0.753),
 }
 
 # (accelerator, engine, precision) -> (decode, prompt): each engine's GEMM rate on a Blackwell
