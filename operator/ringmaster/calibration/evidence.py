@@ -436,6 +436,11 @@ SINGLE_SOURCE = (
     ),
     ("LLM serving constants", "TensorRT-LLM perf overview, gpt-fast, TensorRT-LLM TTFT"),
     (
+        "SAMPLE_ROUNDS",
+        "AIConfigurator's closed-loop sample, its vLLM H200 runs' TTFTs (checked on its other "
+        "cells; the sample's harness, not the engine)",
+    ),
+    (
         "CHIP_DECODE_TERMS (A100, B200, GB200)",
         "AIConfigurator's vLLM operator databases, each chip over the H100 (the method checked on"
         " the H200's lent measurement)",
