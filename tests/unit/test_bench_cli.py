@@ -45,7 +45,7 @@ def test_the_bench_is_the_closed_loop_of_the_planned_replica():
     slots = B.capacity(terms, float(found.max_num_seqs), budget, 0.0, B.Lengths(n_in, n_in)).slots
     loop = CL.closed_loop(terms, 32, int(float(slots)), budget, 10.0)
     assert got.loop == loop
-    assert got.figures()["output_tokens_per_second"] == pytest.approx(
+    assert got.figures["output_tokens_per_second"] == pytest.approx(
         loop.requests_per_second * float(spec.tokens.output_mean)
     )
     assert f"--max-num-seqs {found.max_num_seqs}" in got.replica
@@ -93,7 +93,7 @@ def test_compare_holds_it_to_a_vllm_bench_result(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ):
     spec, name = _spec()
-    predicted = BE.bench(spec, name, 16, 160, active_catalog()).figures()
+    predicted = BE.bench(spec, name, 16, 160, active_catalog()).figures
     result = _vllm_result(
         tmp_path / "vllm.json",
         16,
@@ -112,11 +112,12 @@ def test_compare_holds_it_to_a_vllm_bench_result(
     assert body["error"]["tpotMeanMs"] == pytest.approx(-0.2, abs=1e-6)
     assert "ttftP90Ms" not in body["measured"]  # the run did not report it
     assert body["predicted"]["slots"] >= body["predicted"]["running"] == 16
+    assert body["load"] == {"concurrency": 16, "requests": 160}
 
 
 def test_compare_reads_aiperfs_export(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     spec, name = _spec()
-    predicted = BE.bench(spec, name, 8, 80, active_catalog()).figures()
+    predicted = BE.bench(spec, name, 8, 80, active_catalog()).figures
     export = {
         "time_to_first_token": {
             "unit": "ms",
@@ -167,3 +168,56 @@ def test_bad_input_is_one_line_and_status_2(capsys: pytest.CaptureFixture[str]):
     assert cli.main(["bench", str(LLAMA), "--concurrency", "4", "--requests", "8", *too_long]) == 2
     err = capsys.readouterr().err
     assert err.startswith("ringmaster bench: ") and len(err.strip().splitlines()) == 1
+
+
+def test_poisson_arrivals_are_the_plans_own_fixed_point():
+    """At the plan's per-replica rate, the bench's TTFT and TPOT p99 are the plan's."""
+    spec, name = _spec()
+    catalog = active_catalog()
+    found = predict_llm_serving_inputs(llm_serving_inputs(spec), catalog)
+    rate = float(spec.slo.target_requests_per_second) / found.replicas
+    got = BE.bench_rate(spec, name, rate, catalog)
+    assert found.ttft_p99_seconds is not None and found.tpot_p99_seconds is not None
+    assert got.figures["ttft_p99_ms"] == pytest.approx(found.ttft_p99_seconds * 1e3, rel=1e-9)
+    assert got.figures["tpot_p99_ms"] == pytest.approx(found.tpot_p99_seconds * 1e3, rel=1e-9)
+    assert got.figures["ttft_p50_ms"] < got.figures["ttft_p90_ms"] < got.figures["ttft_p99_ms"]
+    assert "ttft_mean_ms" not in got.figures  # the fixed point gives quantiles
+    faster = BE.bench_rate(spec, name, 1.4 * rate, catalog)
+    assert faster.figures["ttft_p99_ms"] >= got.figures["ttft_p99_ms"]
+
+
+def test_a_rate_past_the_offline_maximum_is_refused(capsys: pytest.CaptureFixture[str]):
+    assert cli.main(["bench", str(LLAMA), "--request-rate", "1e6"]) == 2
+    assert "past the replica's offline maximum" in capsys.readouterr().err
+    assert cli.main(["bench", str(LLAMA), "--request-rate", "5", "--requests", "50"]) == 2
+    assert "--requests goes with --concurrency" in capsys.readouterr().err
+    assert cli.main(["bench", str(LLAMA), "--concurrency", "5"]) == 2
+    assert "--concurrency needs --requests" in capsys.readouterr().err
+
+
+def test_compare_at_a_rate(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    spec, name = _spec()
+    predicted = BE.bench_rate(spec, name, 10.0, active_catalog()).figures
+    result = tmp_path / "rate.json"
+    body = {
+        "request_rate": 10.0,
+        "max_concurrency": None,
+        "completed": 1000,
+        "median_ttft_ms": predicted["ttft_p50_ms"] * 2,
+        "p99_tpot_ms": predicted["tpot_p99_ms"],
+        "mean_ttft_ms": 1.0,
+    }
+    result.write_text(json.dumps(body), encoding="utf-8")
+    args = ["--request-rate", "10", "--compare", str(result), "-o", "json"]
+    assert cli.main(["bench", str(LLAMA), *args]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["load"] == {"requestRate": 10.0}
+    assert out["error"]["ttftP50Ms"] == pytest.approx(-0.5, abs=1e-6)
+    assert out["error"]["tpotP99Ms"] == pytest.approx(0.0, abs=1e-6)
+    assert "ttftMeanMs" not in out["error"]  # a mean the fixed point does not predict
+    args = ["--request-rate", "20", "--compare", str(result)]
+    assert cli.main(["bench", str(LLAMA), *args]) == 2
+    assert "--request-rate 20, but" in capsys.readouterr().err
+    closed = _vllm_result(tmp_path / "closed.json", 16, 160, mean_ttft_ms=10.0)
+    assert cli.main(["bench", str(LLAMA), "--request-rate", "10", "--compare", str(closed)]) == 2
+    assert "capped its clients at 16" in capsys.readouterr().err
