@@ -335,3 +335,14 @@ def test_a_runs_ttft_tail_is_its_starting_wave(clients: int, n_out: int):
     assert model.ttft_p99 > 5 * model.steady_ttft
     steady = CL.closed_loop(t, clients, 10_000, BUDGET)
     assert steady.ttft_p99 == steady.ttft == steady.steady_ttft
+
+
+def test_a_closed_loops_ttft_names_the_cell_it_rests_on():
+    checked = CLR.ttft_evidence("nvidia-h100-80gb", "vLLM", "FP8")
+    assert checked.startswith("closed-loop TTFT checked: 45 runs of vLLM on nvidia-h100-80gb")
+    fitted = CLR.ttft_evidence("nvidia-h200-141gb", "vLLM", "FP8")
+    assert fitted.startswith("closed-loop TTFT fitted (SAMPLE_ROUNDS): 81 runs")
+    out = CLR.ttft_evidence("nvidia-h200-141gb", "SGLang", "FP8")
+    assert out.startswith("closed-loop TTFT out of reach: 46 runs") and "does not hold" in out
+    none = CLR.ttft_evidence("nvidia-a100-80gb", "vLLM", "BF16")
+    assert none.startswith("closed-loop TTFT: extrapolated, no measured run of vLLM")

@@ -71,7 +71,7 @@ def test_the_command_prints_the_predicted_figures(capsys: pytest.CaptureFixture[
     assert "16 clients, 160 requests (10 a client, starting together), 512 / 256 tokens" in out
     for words in ("TTFT mean (ms)", "TTFT p99 (ms)", "TPOT mean (ms)", "output tokens/s"):
         assert words in out
-    assert "evidence: engine vLLM" in out
+    assert "evidence: closed-loop TTFT checked: 45 runs of vLLM on nvidia-h100-80gb" in out
 
 
 def _vllm_result(path: Path, concurrency: int, requests: int, **figures: float) -> Path:

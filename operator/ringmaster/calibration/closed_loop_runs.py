@@ -211,6 +211,41 @@ def fit_sample_rounds(runs: tuple[ClosedLoopRun, ...] | None = None) -> float:
     return math.sqrt(low * high)
 
 
+# The cells whose closed-loop TTFT is out of the model's reach, and why (render_closed_loop_section)
+TTFT_OUT_OF_REACH = {
+    ("H100", "TensorRT-LLM", "BF16"): "its first tokens wait 80-860 ms at 8 clients where the "
+    "steady loop's is 12-113 ms: TensorRT-LLM 1.0.0rc3's own path, not in the model",
+    ("H200", "SGLang", "FP8"): "its first tokens wait for what the model does not hold",
+}
+
+
+def ttft_evidence(accelerator: str, engine: str, precision: str) -> str:
+    """What a closed loop's predicted TTFT rests on for ``engine`` on ``accelerator`` at
+    ``precision``: the measured runs' cell (fitted, checked with its errors, or out of reach),
+    else that none was measured."""
+    rows = [
+        r
+        for r in closed_loop_runs()
+        if (r.accelerator, r.engine, r.precision) == (accelerator, engine, precision)
+    ]
+    if not rows:
+        return (
+            f"closed-loop TTFT: extrapolated, no measured run of {engine} on {accelerator} at "
+            f"{precision} (the starting wave's rounds fitted on vLLM's H200 runs)"
+        )
+    errors = [r.ttft_error for r in rows]
+    cell = (rows[0].gpu, engine, precision)
+    figures = (
+        f"{len(rows)} runs of {engine} on {accelerator} at {precision} (AIConfigurator's "
+        f"sample), median |error| {100 * median(abs(e) for e in errors):.1f}%, signed "
+        f"{_pct(median(errors))}"
+    )
+    if cell in TTFT_OUT_OF_REACH:
+        return f"closed-loop TTFT out of reach: {figures}; {TTFT_OUT_OF_REACH[cell]}"
+    role = "fitted (SAMPLE_ROUNDS)" if cell == FITTED_TTFT_CELL else "checked"
+    return f"closed-loop TTFT {role}: {figures}"
+
+
 RESIDUAL_CLIENTS_MIN_RUNS = 20  # a client count's residual is shown from this many runs
 
 
@@ -296,11 +331,11 @@ def render_closed_loop_section() -> str:
         "TTFT beyond the model by clients (median over the runs that wait for no slot; "
         f"{RESIDUAL_CLIENTS_MIN_RUNS} runs or more): {growth}; beyond the steady state alone: "
         f"{steady}. The starting wave takes the growth with the clients; what stays is the "
-        "request's path outside the steps. Out of reach: TensorRT-LLM's H100 BF16 runs (8B; "
-        "80-860 ms at 8 clients, where the steady state's is 12-113 ms) and SGLang's (1,000-"
-        "8,000-token prompts at 20-512 clients), whose first tokens wait for what the model "
-        "does not hold; the same set's vLLM runs on the H200 (21) sit above it, their wave "
-        "a smaller share of the run than SAMPLE_ROUNDS gives (another harness: a longer run)"
+        "request's path outside the steps. Out of reach: "
+        + "; ".join(f"{' '.join(c)}: {why}" for c, why in TTFT_OUT_OF_REACH.items())
+        + ". SGLang's runs (1,000-8,000-token prompts at 20-512 clients) share a set with 21 "
+        "vLLM runs on the H200 that sit above the model, their wave a smaller share of the "
+        "run than SAMPLE_ROUNDS gives (another harness: a longer run)"
     )
     worst = max(runs, key=lambda r: abs(r.tpot_error))
     lines.append(

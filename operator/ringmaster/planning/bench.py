@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ringmaster.calibration.closed_loop_runs import ttft_evidence
 from ringmaster.engine import llm_batching as B
 from ringmaster.engine import llm_closed_loop as CL
 from ringmaster.engine.hardware import Catalog
@@ -221,7 +222,8 @@ def bench(
             + f"; the steady loop's TTFT {loop.steady_ttft * 1e3:,.4g} ms, the starting "
             f"wave's {loop.wave_ttft * 1e3:,.4g} ms (one request in {rounds:.3g})"
         ),
-        evidence=found.evidence,
+        evidence=f"{ttft_evidence(planned.accelerator, found.engine, found.precision)}; "
+        + found.evidence,
         loop=loop,
     )
 
