@@ -24,6 +24,7 @@ pytestmark = pytest.mark.unit
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 LLAMA = EXAMPLES / "inferenceendpoint-llama3-8b-fp8-h100.yaml"
 RESNET = EXAMPLES / "inferenceendpoint-resnet50-int8-t4.yaml"
+DISAGGREGATED = EXAMPLES / "inferenceendpoint-llama3-70b-disaggregated-h100.yaml"
 
 
 def _spec(path: Path = LLAMA):
@@ -157,9 +158,16 @@ def test_a_result_of_another_load_or_no_result_is_refused(
     assert "neither aiperf's" in capsys.readouterr().err
 
 
-def test_bad_input_is_one_line_and_status_2(capsys: pytest.CaptureFixture[str]):
+def test_bad_input_is_one_line_and_status_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     assert cli.main(["bench", str(RESNET), "--concurrency", "4", "--requests", "40"]) == 2
     assert "spec.model.architecture" in capsys.readouterr().err
+    assert cli.main(["bench", str(DISAGGREGATED), "--concurrency", "4", "--requests", "40"]) == 2
+    assert "spec.disaggregation.mode" in capsys.readouterr().err
+    static = tmp_path / "static.yaml"
+    text = LLAMA.read_text(encoding="utf-8")
+    static.write_text(text.replace("  precision: FP8", "  precision: FP8\n  batching: Static"))
+    assert cli.main(["bench", str(static), "--concurrency", "4", "--requests", "40"]) == 2
+    assert "spec.batching Static" in capsys.readouterr().err
     assert cli.main(["bench", str(LLAMA), "--concurrency", "8", "--requests", "4"]) == 2
     assert "fewer than the 8 clients" in capsys.readouterr().err
     assert cli.main(["bench", str(LLAMA), "--concurrency", "0", "--requests", "4"]) == 2

@@ -129,6 +129,17 @@ def _replica(
             "spec.model.architecture: the bench models an LLM endpoint's steps; this endpoint "
             "has no architecture"
         )
+    disaggregation = getattr(spec, "disaggregation", None)
+    if disaggregation is not None and str(disaggregation.mode) != "Aggregated":
+        raise BenchError(
+            f"spec.disaggregation.mode {disaggregation.mode}: the bench models one aggregated "
+            "replica, not prefill and decode sides apart; bench a copy with mode Aggregated"
+        )
+    if getattr(spec, "batching", None) == "Static":
+        raise BenchError(
+            "spec.batching Static: the bench models a continuously batching replica; a static "
+            "batch's latency is in `ringmaster plan`"
+        )
     planned = llm_serving_inputs(spec)
     found = predict_llm_serving_inputs(planned, catalog)
     if not found.feasible and found.max_num_seqs == 0:
