@@ -125,6 +125,11 @@ def starting_wave(step: StepAt, clients: int, prompt: float, budget: float) -> N
     done, now, left = 0, 0.0, prompt  # left: the tokens of prompt ``done`` not yet computed
     while done < clients:
         room = max(budget - done, 1.0)
+        # the steps that carry nothing but chunks of this prompt, all alike: taken at once
+        whole = math.ceil(left / room) - 1
+        if whole > 0:
+            now += whole * step(float(done), room)
+            left -= whole * room
         tokens, finished = 0.0, 0
         while done + finished < clients and tokens < room:
             take = min(left, room - tokens)
