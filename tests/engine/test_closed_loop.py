@@ -333,8 +333,9 @@ def test_a_runs_ttft_tail_is_its_starting_wave(clients: int, n_out: int):
     assert float(np.quantile(sim.ttft, 0.9)) == pytest.approx(model.ttft_p90, rel=0.05)
     assert float(np.quantile(sim.ttft, 0.99)) == pytest.approx(model.ttft_p99, rel=0.05)
     assert model.ttft_p99 > 5 * model.steady_ttft
+    assert model.ttft_p50 == model.steady_ttft  # the wave is one request in 8
     steady = CL.closed_loop(t, clients, 10_000, BUDGET)
-    assert steady.ttft_p99 == steady.ttft == steady.steady_ttft
+    assert steady.ttft_p50 == steady.ttft_p99 == steady.ttft == steady.steady_ttft
 
 
 def test_a_closed_loops_ttft_names_the_cell_it_rests_on():

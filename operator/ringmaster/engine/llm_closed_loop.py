@@ -80,6 +80,7 @@ class ClosedLoop(NamedTuple):
     wave_ttft: float  # seconds: the mean over the clients' first requests, which start together
     # seconds: the run's TTFT quantiles, its requests' first tokens (one ``rounds``-th in the
     # starting wave, the rest at the steady state's); the steady state's without ``rounds``
+    ttft_p50: float = 0.0
     ttft_p90: float = 0.0
     ttft_p99: float = 0.0
 
@@ -246,9 +247,9 @@ def closed_loop(
     wave = float(wave_times.mean())
     ttft = steady if rounds is None else steady + (wave - steady) / rounds
     quantiles = (
-        (steady, steady)
+        (steady, steady, steady)
         if rounds is None
-        else tuple(run_quantile(steady, wave_times, rounds, q) for q in (0.9, 0.99))
+        else tuple(run_quantile(steady, wave_times, rounds, q) for q in (0.5, 0.9, 0.99))
     )
     return ClosedLoop(
         ttft=ttft,
@@ -262,6 +263,7 @@ def closed_loop(
         decode_only_step=step(decodes, 0.0),
         steady_ttft=steady,
         wave_ttft=wave,
-        ttft_p90=quantiles[0],
-        ttft_p99=quantiles[1],
+        ttft_p50=quantiles[0],
+        ttft_p90=quantiles[1],
+        ttft_p99=quantiles[2],
     )

@@ -205,8 +205,6 @@ def bench(
     slots = max(int(float(cap.slots)), 1)
     rounds = requests / concurrency
     loop = CL.closed_loop(terms, concurrency, slots, budget, rounds)
-    wave = CL.starting_wave(CL.step_at(terms), int(loop.running), n_in.mean, budget)
-    median = CL.run_quantile(loop.steady_ttft, loop.waiting_seconds + wave, rounds, 0.5)
     waits = loop.waiting_seconds > 0.0
     return BenchPrediction(
         name=name,
@@ -218,7 +216,7 @@ def bench(
         replica=_replica_words(found, planned.accelerator),
         figures={
             "ttft_mean_ms": loop.ttft * 1e3,
-            "ttft_p50_ms": median * 1e3,
+            "ttft_p50_ms": loop.ttft_p50 * 1e3,
             "ttft_p90_ms": loop.ttft_p90 * 1e3,
             "ttft_p99_ms": loop.ttft_p99 * 1e3,
             "tpot_mean_ms": loop.tpot * 1e3,
