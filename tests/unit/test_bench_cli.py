@@ -229,3 +229,16 @@ def test_compare_at_a_rate(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     closed = _vllm_result(tmp_path / "closed.json", 16, 160, mean_ttft_ms=10.0)
     assert cli.main(["bench", str(LLAMA), "--request-rate", "10", "--compare", str(closed)]) == 2
     assert "capped its clients at 16" in capsys.readouterr().err
+
+
+def test_clients_beyond_the_cache_say_what_the_wait_leaves_out():
+    """More clients than the replica's cache holds sequences: they wait for a slot, and the
+    output says that an engine admitting on a prompt's blocks may start them sooner."""
+    spec, name = _spec()
+    catalog = active_catalog()
+    got = BE.bench(spec, name, 2000, 4000, catalog)
+    assert got.loop is not None and got.loop.waiting_seconds > 0.0
+    assert got.running == got.slots < 2000
+    assert "clients wait for one" in got.detail and "preempts" in got.detail
+    few = BE.bench(spec, name, 8, 80, catalog)
+    assert "wait" not in few.detail.split(";")[0]

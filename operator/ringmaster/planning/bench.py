@@ -227,7 +227,14 @@ def bench(
         slots=slots,
         detail=(
             f"running: {loop.running:,.0f} of {slots:,} slots"
-            + (f"; {concurrency - loop.running:,.0f} clients wait for one" if waits else "")
+            + (
+                f"; {concurrency - loop.running:,.0f} clients wait for one (the model holds a "
+                "whole sequence's cache for a slot; an engine that admits a request on its "
+                "prompt's blocks and preempts when the cache fills, as vLLM does, may start "
+                "them sooner and pay in recomputed prompts)"
+                if waits
+                else ""
+            )
             + f"; the steady loop's TTFT {loop.steady_ttft * 1e3:,.4g} ms, the starting "
             f"wave's {loop.wave_ttft * 1e3:,.4g} ms (one request in {rounds:.3g})"
         ),
