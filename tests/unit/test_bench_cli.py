@@ -242,3 +242,9 @@ def test_clients_beyond_the_cache_say_what_the_wait_leaves_out():
     assert "clients wait for one" in got.detail and "preempts" in got.detail
     few = BE.bench(spec, name, 8, 80, catalog)
     assert "wait" not in few.detail.split(";")[0]
+
+
+def test_a_wide_expert_parallel_replica_is_named_as_it_runs():
+    spec, name = _spec(EXAMPLES / "inferenceendpoint-deepseek-r1-wide-ep-h200.yaml")
+    got = BE.bench(spec, name, 16, 160, active_catalog())
+    assert got.replica.startswith("16 x nvidia-h200-141gb, TP1 x DP16 (attention), EP16, SGLang")

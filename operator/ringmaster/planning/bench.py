@@ -108,8 +108,15 @@ class MeasuredRun:
 
 
 def _replica_words(found: LlmServingPrediction, accelerator: str) -> str:
-    layout = f"TP{found.tensor_parallel}" + (
-        f" x PP{found.pipeline_parallel}" if found.pipeline_parallel > 1 else ""
+    layout = (
+        f"TP{found.tensor_parallel}"
+        + (f" x PP{found.pipeline_parallel}" if found.pipeline_parallel > 1 else "")
+        + (
+            f" x DP{found.attention_data_parallel} (attention)"
+            if found.attention_data_parallel > 1
+            else ""
+        )
+        + (f", EP{found.expert_parallel}" if found.expert_parallel > 1 else "")
     )
     count = found.tensor_parallel * found.pipeline_parallel * found.attention_data_parallel
     return (
