@@ -97,7 +97,7 @@ class ClosedLoopRun:
 
     def ttft_at(self, rounds: float) -> float:
         """The predicted TTFT (ms) of a run of ``rounds`` requests a client."""
-        return self.steady_ttft_ms + (self.wave_ttft_ms - self.steady_ttft_ms) / rounds
+        return CL.run_mean(self.steady_ttft_ms, self.wave_ttft_ms, rounds)
 
     @property
     def steady_ttft_error(self) -> float:

@@ -146,6 +146,12 @@ def starting_wave(step: StepAt, clients: int, prompt: float, budget: float) -> N
     return times
 
 
+def run_mean(steady: float, wave: float, rounds: float) -> float:
+    """A run's mean TTFT: its clients' first requests (one ``rounds``-th of them) at the starting
+    wave's mean ``wave``, the rest at the steady state's ``steady``."""
+    return steady + (wave - steady) / rounds
+
+
 def run_quantile(steady: float, wave: NDArray[np.float64], rounds: float, q: float) -> float:
     """The ``q`` quantile of a run's TTFTs: the starting wave's first requests (one ``rounds``-th
     of them, ``wave``) among requests that wait ``steady`` (the steady state's spread is not
@@ -245,7 +251,7 @@ def closed_loop(
     # The clients beyond the slots wait for one in the starting wave as they do after it.
     wave_times = waiting + starting_wave(step, int(running), prompt, budget)
     wave = float(wave_times.mean())
-    ttft = steady if rounds is None else steady + (wave - steady) / rounds
+    ttft = steady if rounds is None else run_mean(steady, wave, rounds)
     quantiles = (
         (steady, steady, steady)
         if rounds is None

@@ -33,13 +33,14 @@ import math
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ringmaster.calibration.closed_loop_runs import ttft_evidence
 from ringmaster.engine import llm_batching as B
 from ringmaster.engine import llm_closed_loop as CL
 from ringmaster.engine.hardware import Catalog
 from ringmaster.engine.llm_serving import LlmServingPrediction
+from ringmaster.engine.llm_step import ServingTerms
 from ringmaster.planning.plans import (
     PlanError,
     active_catalog,
@@ -126,11 +127,24 @@ def _replica_words(found: LlmServingPrediction, accelerator: str) -> str:
     )
 
 
+class _Replica(NamedTuple):
+    """The planned replica at the harness's lengths."""
+
+    accelerator: str
+    found: LlmServingPrediction  # the plan's prediction (its layout and flags)
+    terms: ServingTerms  # the replica's step at the harness's lengths
+    budget: float  # its --max-num-batched-tokens
+    n_in: B.Lengths  # the spec's distributions, or fixed where given
+    n_out: B.Lengths
+
+    def words(self) -> str:
+        return _replica_words(self.found, self.accelerator)
+
+
 def _replica(
     spec: Any, catalog: Catalog, input_tokens: int | None, output_tokens: int | None
-) -> tuple[Any, LlmServingPrediction, LlmServingPrediction, B.Lengths, B.Lengths]:
-    """(the plan's inputs, its prediction, the same replica's prediction at the harness's
-    lengths, and those lengths: the spec's distributions, or fixed where given)."""
+) -> _Replica:
+    """The replica the plan deploys, its step at the harness's lengths."""
     if getattr(spec.model, "architecture", None) is None:
         raise BenchError(
             "spec.model.architecture: the bench models an LLM endpoint's steps; this endpoint "
@@ -176,7 +190,14 @@ def _replica(
             f"the harness's requests ({n_in:,.0f} + {n_out:,.0f} tokens) do not run on this "
             f"endpoint's replica: {run.reason}"
         )
-    return planned, found, run, B.Lengths(n_in, in_p99), B.Lengths(n_out, out_p99)
+    return _Replica(
+        planned.accelerator,
+        found,
+        run.replica_terms,
+        float(found.max_num_batched_tokens),
+        B.Lengths(n_in, in_p99),
+        B.Lengths(n_out, out_p99),
+    )
 
 
 def bench(
@@ -198,10 +219,8 @@ def bench(
             f"--requests {requests} is fewer than the {concurrency} clients: each client sends "
             "one request or more"
         )
-    planned, found, run, n_in, n_out = _replica(spec, catalog, input_tokens, output_tokens)
-    terms = run.replica_terms
-    assert terms is not None  # _replica refuses a replica without its terms
-    budget = float(found.max_num_batched_tokens)
+    r = _replica(spec, catalog, input_tokens, output_tokens)
+    terms, budget, n_in, n_out, found = r.terms, r.budget, r.n_in, r.n_out, r.found
     cap = B.capacity(
         terms,
         float(found.max_num_seqs),
@@ -220,7 +239,7 @@ def bench(
         rate=None,
         input_tokens=n_in.mean,
         output_tokens=n_out.mean,
-        replica=_replica_words(found, planned.accelerator),
+        replica=r.words(),
         figures={
             "ttft_mean_ms": loop.ttft * 1e3,
             "ttft_p50_ms": loop.ttft_p50 * 1e3,
@@ -245,7 +264,7 @@ def bench(
             + f"; the steady loop's TTFT {loop.steady_ttft * 1e3:,.4g} ms, the starting "
             f"wave's {loop.wave_ttft * 1e3:,.4g} ms (one request in {rounds:.3g})"
         ),
-        evidence=f"{ttft_evidence(planned.accelerator, found.engine, found.precision)}; "
+        evidence=f"{ttft_evidence(r.accelerator, found.engine, found.precision)}; "
         + found.evidence,
         loop=loop,
     )
@@ -263,10 +282,8 @@ def bench_rate(
     plan deploys it: the latency fixed point's TTFT and TPOT quantiles (the plan's)."""
     if not (rate > 0.0 and math.isfinite(rate)):
         raise BenchError("--request-rate: give a positive number of requests a second")
-    planned, found, run, n_in, n_out = _replica(spec, catalog, input_tokens, output_tokens)
-    terms = run.replica_terms
-    assert terms is not None  # _replica refuses a replica without its terms
-    budget = float(found.max_num_batched_tokens)
+    r = _replica(spec, catalog, input_tokens, output_tokens)
+    terms, budget, n_in, n_out, found = r.terms, r.budget, r.n_in, r.n_out, r.found
     cap = B.capacity(terms, float(found.max_num_seqs), budget, 0.0, input_lengths=n_in)
     offline = float(cap.rate)
     if rate >= offline:
@@ -293,7 +310,7 @@ def bench_rate(
         rate=rate,
         input_tokens=n_in.mean,
         output_tokens=n_out.mean,
-        replica=_replica_words(found, planned.accelerator),
+        replica=r.words(),
         figures=figures,
         running=float(at.running),
         slots=slots,
