@@ -176,6 +176,12 @@ def test_bad_input_is_one_line_and_status_2(tmp_path: Path, capsys: pytest.Captu
     assert cli.main(["bench", str(LLAMA), "--concurrency", "4", "--requests", "8", *too_long]) == 2
     err = capsys.readouterr().err
     assert err.startswith("ringmaster bench: ") and len(err.strip().splitlines()) == 1
+    # the manifest is read as `ringmaster plan` reads it: the same words for the same fault
+    for path, words in ((tmp_path / "absent.yaml", "no such file"), (tmp_path, "is a directory")):
+        assert cli.main(["bench", str(path), "--concurrency", "4", "--requests", "8"]) == 2
+        assert capsys.readouterr().err == f"ringmaster bench: {path}: {words}" + (
+            ", not a manifest file\n" if words == "is a directory" else "\n"
+        )
 
 
 def test_poisson_arrivals_are_the_plans_own_fixed_point():

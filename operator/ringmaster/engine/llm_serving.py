@@ -47,12 +47,23 @@ from ringmaster.engine.ceilings import Ceilings, ceilings_for
 from ringmaster.engine.expert_dispatch import DEFAULT_DISPATCHER, Dispatcher, dispatcher_named
 from ringmaster.engine.hardware import (
     DEFAULT_CATALOG,
-    Accelerator,
     Catalog,
     Host,
-    UnknownHardwareError,
 )
 from ringmaster.engine.llm_batching import Lengths
+from ringmaster.engine.llm_serving_fit import (
+    COMPUTE_PRECISION,
+    DEFAULT_KV_PRECISION,
+    INT4_GROUP_SIZE,
+    KV_BYTES,
+    KV_CACHE_PRECISIONS,
+    MXFP4_BLOCK,
+    NVFP4_BLOCK,
+    PRECISIONS,
+    UNITS_WORDS,
+    WEIGHT_BYTES,
+    does_not_fit,
+)
 from ringmaster.engine.llm_static import StaticReplica
 from ringmaster.engine.llm_step import (
     DEFAULT_MAX_NUM_BATCHED_TOKENS,
@@ -90,10 +101,15 @@ from ringmaster.engine.serving_engines import (
 )
 from ringmaster.engine.serving_hosts import host_share, replica_hosts
 from ringmaster.engine.transformer import Transformer
-from ringmaster.engine.units import GB, GIB
+from ringmaster.engine.units import GB
 
 __all__ = [
+    "COMPUTE_PRECISION",
+    "DEFAULT_KV_PRECISION",
     "HBM_RESERVE_FRACTION",
+    "INT4_GROUP_SIZE",
+    "KV_BYTES",
+    "KV_CACHE_PRECISIONS",
     "LLM_COMPUTE_EFFICIENCY",
     "LLM_FP8_COMPUTE_EFFICIENCY",
     "LLM_KV_READ_EFFICIENCY",
@@ -101,6 +117,10 @@ __all__ = [
     "LLM_MEMORY_EFFICIENCY",
     "LLM_SEQUENCE_OVERHEAD_SECONDS",
     "LLM_STEP_OVERHEAD_SECONDS",
+    "MXFP4_BLOCK",
+    "NVFP4_BLOCK",
+    "PRECISIONS",
+    "WEIGHT_BYTES",
     "Layout",
     "LlmServingInputs",
     "LlmServingPrediction",
@@ -117,36 +137,6 @@ __all__ = [
 
 # Choices of (budget, batch) searched in full after the coarse look (the rest cannot win).
 _REFINE = 3
-# AWQ's and GPTQ's default group size: one FP16 scale per 128 weights (AWQ, Lin et al. 2024).
-INT4_GROUP_SIZE = 128
-
-# NVFP4's block: 16 E2M1 values share one FP8 (E4M3) scale (NVIDIA's "Introducing NVFP4" blog,
-# 2025, and TensorRT Model Optimizer's NVFP4 format; the per-tensor FP32 scale is negligible).
-# MXFP4 (OCP Microscaling spec v1.0, 2023): 32 values share one 8-bit E8M0 scale.
-NVFP4_BLOCK = 16
-MXFP4_BLOCK = 32
-
-PRECISIONS = ("BF16", "FP16", "FP8", "INT4", "FP4")
-KV_CACHE_PRECISIONS = ("BF16", "FP16", "FP8")
-WEIGHT_BYTES: dict[str, float] = {
-    "BF16": 2.0,
-    "FP16": 2.0,
-    "FP8": 1.0,
-    "INT4": 0.5 + 2.0 / INT4_GROUP_SIZE,
-    "FP4": 0.5 + 1.0 / NVFP4_BLOCK,
-}
-# The precision the matrix units compute in: W4A16 dequantises to 16-bit.
-COMPUTE_PRECISION = {"BF16": "bf16", "FP16": "fp16", "FP8": "fp8", "INT4": "bf16", "FP4": "fp4"}
-KV_BYTES = {"BF16": 2.0, "FP16": 2.0, "FP8": 1.0}
-# The KV cache's default precision for each weight precision: the activations' precision (FP4
-# engines keep an FP8 cache: TensorRT-LLM's NVFP4 checkpoints quantise the KV cache to FP8).
-DEFAULT_KV_PRECISION = {"BF16": "BF16", "FP16": "FP16", "FP8": "FP8", "INT4": "FP16", "FP4": "FP8"}
-# The tensor cores each low precision needs, in words for the reasons.
-_UNITS = {
-    "fp8": "FP8 tensor cores (H100 and later)",
-    "fp4": "FP4 tensor cores (Blackwell: B200, GB200)",
-}
-
 # What binds the sustainable rate (the constraint) ...
 BINDS_TTFT = 0
 BINDS_TPOT = 1
@@ -328,89 +318,6 @@ class LlmServingPrediction:
 
 def _ms(seconds: float) -> str:
     return f"{seconds:.3g} s" if seconds >= 1.0 else f"{seconds * 1e3:.3g} ms"
-
-
-def _gb(nbytes: float) -> str:
-    return f"{nbytes / GIB:.3g} GiB"
-
-
-def _params(n: float) -> str:
-    return f"{n / 1e9:.3g}B" if n >= 1e9 else f"{n / 1e6:.3g}M"
-
-
-def _fits(
-    model: Transformer,
-    acc: Accelerator,
-    tp: int,
-    w: float,
-    tokens: float,
-    kv: float,
-    pp: int = 1,
-) -> bool:
-    free = acc.memory_bytes * (1.0 - HBM_RESERVE_FRACTION) - model.parameters * w / (tp * pp)
-    return free >= kv_bytes_per_token_per_accelerator(model, tp, kv, pp, tokens) * tokens
-
-
-def _host_shapes(catalog: Catalog, accelerator: str) -> list[int]:
-    shapes = []
-    for count in (1, 2, 4, 8, 16):
-        try:
-            catalog.default_machine(accelerator, count)
-        except UnknownHardwareError:
-            continue
-        shapes.append(count)
-    return shapes
-
-
-def _does_not_fit(
-    inputs: LlmServingInputs,
-    acc: Accelerator,
-    catalog: Catalog,
-    tokens: float,
-    kv: float,
-    layout: Layout,
-) -> str:
-    """Why the weights (and one sequence) do not fit, with the numbers and what would."""
-    model, precision = inputs.model, inputs.precision
-    tp, pp = layout.tensor, layout.pipeline
-    need = model.parameters * WEIGHT_BYTES[precision]
-    name = inputs.model_name or _params(model.parameters)
-    g = tp * pp
-    have = f"{g} x {acc.name} have" if g > 1 else f"one {acc.name} has"
-    text = (
-        f"{name} in {precision} needs {_gb(need)} of weights; {have} {_gb(acc.memory_bytes * g)}"
-        f" ({HBM_RESERVE_FRACTION:.0%} reserved)"
-    )
-    if need / g <= acc.memory_bytes * (1.0 - HBM_RESERVE_FRACTION):
-        text += f" and no room left for one sequence of {tokens:,.0f} tokens"
-    shapes = _host_shapes(catalog, acc.name)
-    largest = max(shapes, default=1)
-    bigger = [*shapes, *(largest * k for k in (2, 3, 4, 6, 8))]
-    options = [
-        f"perReplica: {n}" + (f" ({n // largest} hosts)" if n > largest else "")
-        for n in bigger
-        if n > g
-        and model.heads % min(n, largest) == 0
-        and _fits(
-            model,
-            acc,
-            min(n, largest),
-            WEIGHT_BYTES[precision],
-            tokens,
-            kv,
-            max(1, n // largest),
-        )
-    ][:1]
-    for other in ("FP8", "FP4", "INT4"):
-        smaller = WEIGHT_BYTES[other] < WEIGHT_BYTES[precision]
-        units = COMPUTE_PRECISION[other]
-        runs = units not in _UNITS or acc.supports(units)
-        if smaller and runs and _fits(model, acc, tp, WEIGHT_BYTES[other], tokens, kv, pp):
-            options.append(other)
-            break
-    if options:
-        text += "; use " + " or ".join(options)
-    return text
 
 
 class _Replica:
@@ -735,13 +642,14 @@ def _predict_layout(
     reason: str | None = None
     compute = COMPUTE_PRECISION[precision]
     for p, what in ((compute, "weights"), ("fp8" if kv_precision == "FP8" else compute, "")):
-        if p in _UNITS and not acc.supports(p) and reason is None:
+        if p in UNITS_WORDS and not acc.supports(p) and reason is None:
             field_name = "precision" if what else "kvCachePrecision"
             instead = (
                 "BF16" if not what else ("FP8 or INT4" if acc.supports("fp8") else "BF16 or INT4")
             )
             reason = (
-                f"{field_name} {p.upper()} needs {_UNITS[p]}; {acc.name} has none: use {instead}"
+                f"{field_name} {p.upper()} needs {UNITS_WORDS[p]}; {acc.name} has none: "
+                f"use {instead}"
             )
     if reason is None and model.heads % tp:
         reason = (
@@ -752,7 +660,7 @@ def _predict_layout(
         reason = f"{pp} pipeline stages exceed the model's {model.layers} layers"
     ep = _expert_degree(inputs, model, tp, dp)
     dispatcher = _dispatcher(inputs, model)
-    usable = reason is None or compute not in _UNITS
+    usable = reason is None or compute not in UNITS_WORDS
     peak = acc.peak(compute) if usable else acc.peak("bf16")
     weights_per_acc = float(
         weights_bytes_per_accelerator(model, w, tp, pp, dp, inputs.redundant_experts)
@@ -796,7 +704,17 @@ def _predict_layout(
     max_model_len = min(model.sequence_length, cache_tokens // dp)
     max_sequences = int(cache_tokens // max(1.0, in_mean + out_mean))
     if reason is None and max_model_len < longest:
-        reason = _does_not_fit(inputs, acc, catalog, longest, kv, layout)
+        reason = does_not_fit(
+            inputs.model,
+            inputs.model_name,
+            inputs.precision,
+            acc,
+            catalog,
+            longest,
+            kv,
+            layout.tensor,
+            layout.pipeline,
+        )
     if reason is None and longest > model.sequence_length:
         reason = (
             f"a p99 request of {longest:,.0f} tokens (input + output) is longer than the "

@@ -41,15 +41,13 @@ from ringmaster.engine import llm_closed_loop as CL
 from ringmaster.engine.hardware import Catalog
 from ringmaster.engine.llm_serving import LlmServingPrediction
 from ringmaster.engine.llm_step import ServingTerms
+from ringmaster.planning.command import EXIT_INTERNAL, EXIT_USAGE, UsageError, read_input
 from ringmaster.planning.plans import (
     PlanError,
     active_catalog,
     llm_serving_inputs,
     predict_llm_serving_inputs,
 )
-
-EXIT_USAGE = 2
-EXIT_INTERNAL = 1
 
 # Figures a harness reports, in the order the table prints them: (key, words).
 FIGURES = (
@@ -543,13 +541,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _endpoint(path: str) -> tuple[Any, str]:
     from ringmaster.api import InferenceEndpointSpec, ManifestError, load_manifests
 
-    if path == "-":
-        text, source = sys.stdin.read(), "<stdin>"
-    else:
-        try:
-            text, source = Path(path).read_text(encoding="utf-8"), path
-        except OSError as exc:
-            raise BenchError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    text, source = read_input(path)
     try:
         manifests = load_manifests(text, source=source)
     except ManifestError as exc:
@@ -577,7 +569,7 @@ def run(args: argparse.Namespace) -> int:
         if measured is not None:
             check_load(predicted, measured)
         out = (render_json if args.output == "json" else render_table)(predicted, measured)
-    except (BenchError, PlanError) as exc:
+    except (BenchError, PlanError, UsageError) as exc:
         print(f"ringmaster bench: {' '.join(str(exc).split())}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as exc:  # a bug, not bad input: still one line, and a different status

@@ -112,7 +112,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-class _Usage(Exception):
+class UsageError(Exception):
     """A bad-input error; the message is the one line the user sees."""
 
 
@@ -120,20 +120,21 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def _read(path: str) -> tuple[str, str]:
+def read_input(path: str) -> tuple[str, str]:
+    """(text, source) of a manifest file, ``-`` for stdin; UsageError where it cannot be read."""
     if path == "-":
         return sys.stdin.read(), "<stdin>"
     p = Path(path)
     try:
         return p.read_text(encoding="utf-8"), path
     except FileNotFoundError:
-        raise _Usage(f"{path}: no such file") from None
+        raise UsageError(f"{path}: no such file") from None
     except IsADirectoryError:
-        raise _Usage(f"{path}: is a directory, not a manifest file") from None
+        raise UsageError(f"{path}: is a directory, not a manifest file") from None
     except UnicodeDecodeError:
-        raise _Usage(f"{path}: not a UTF-8 text file") from None
+        raise UsageError(f"{path}: not a UTF-8 text file") from None
     except OSError as exc:
-        raise _Usage(f"{path}: cannot read: {exc.strerror}") from None
+        raise UsageError(f"{path}: cannot read: {exc.strerror}") from None
 
 
 def _plans(text: str, source: str, catalog: Catalog, jobs_sharing_pool: int = 1) -> list[Any]:
@@ -143,9 +144,9 @@ def _plans(text: str, source: str, catalog: Catalog, jobs_sharing_pool: int = 1)
     try:
         manifests = load_manifests(text, source=source)
     except ManifestError as exc:
-        raise _Usage(str(exc)) from None
+        raise UsageError(str(exc)) from None
     if not manifests:
-        raise _Usage(f"{source}: no TrainingJob or InferenceEndpoint documents")
+        raise UsageError(f"{source}: no TrainingJob or InferenceEndpoint documents")
     out: list[Any] = []
     for m in manifests:
         if isinstance(m.spec, TrainingJobSpec):
@@ -209,7 +210,7 @@ def _sweep_output(
 ) -> str:
     targets = [(m, p) for m, p in plans if p is not None]
     if len(targets) != 1:
-        raise _Usage("--sweep: the file must hold exactly one TrainingJob or InferenceEndpoint")
+        raise UsageError("--sweep: the file must hold exactly one TrainingJob or InferenceEndpoint")
     m, plan = targets[0]
     if isinstance(plan, LlmInferenceReport):
         epoints = sweep_llm_endpoint(m.spec, m.name, sweep, catalog)
@@ -306,7 +307,7 @@ def _pyplot() -> Any:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise _Usage("--plot needs matplotlib: pip install 'ringmaster[plot]'") from None
+        raise UsageError("--plot needs matplotlib: pip install 'ringmaster[plot]'") from None
     return plt
 
 
@@ -420,7 +421,7 @@ def _plot_load_curve(path: str, plan: LlmInferenceReport) -> None:
     line, the sustainable rate and the offline maximum."""
     p = plan.prediction
     if not p.load_curve:
-        raise _Usage(f"--plot: {plan.name}: no load curve (the model does not fit: {p.reason})")
+        raise UsageError(f"--plot: {plan.name}: no load curve (the model does not fit: {p.reason})")
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharex=True)
     rates = [c.requests_per_second for c in p.load_curve]
@@ -469,7 +470,7 @@ def _save(fig: Any, plt: Any, path: str) -> None:
         fig.tight_layout()
         fig.savefig(path, dpi=120)
     except OSError as exc:
-        raise _Usage(f"--plot: {path}: cannot write: {exc.strerror}") from None
+        raise UsageError(f"--plot: {path}: cannot write: {exc.strerror}") from None
     finally:
         plt.close(fig)
 
@@ -490,11 +491,11 @@ def _calibration(path: str | None) -> Any:
 
     from ringmaster.observe.calibration import ClusterCalibration
 
-    text, source = _read(path)
+    text, source = read_input(path)
     try:
         return ClusterCalibration.from_config_map_or_file(yaml.load(text, Loader=KubectlYamlLoader))
     except (ValueError, yaml.YAMLError) as exc:
-        raise _Usage(f"{source}: not a cluster calibration: {exc}") from None
+        raise UsageError(f"{source}: not a cluster calibration: {exc}") from None
 
 
 def _corrected(m: Any, plan: Any, calibration: Any) -> dict[str, Any] | None:
@@ -570,7 +571,7 @@ def _profiles(paths: list[str] | None, machine_type: str | None, catalog: Catalo
     operator's rule: several pools of one machine type, the slowest)."""
     if not paths:
         if machine_type is not None:
-            raise _Usage("--profile-machine-type: give --profile FILE too")
+            raise UsageError("--profile-machine-type: give --profile FILE too")
         return catalog
     import yaml
 
@@ -578,11 +579,11 @@ def _profiles(paths: list[str] | None, machine_type: str | None, catalog: Catalo
 
     measured = []
     for path in paths:
-        text, source = _read(path)
+        text, source = read_input(path)
         try:
             data = yaml.load(text, Loader=KubectlYamlLoader)
         except yaml.YAMLError as exc:
-            raise _Usage(f"{source}: invalid YAML: {str(exc).splitlines()[0]}") from None
+            raise UsageError(f"{source}: invalid YAML: {str(exc).splitlines()[0]}") from None
         try:
             measured += measurements_from_document(
                 data,
@@ -592,7 +593,7 @@ def _profiles(paths: list[str] | None, machine_type: str | None, catalog: Catalo
                 pool=Path(source).stem,
             )
         except ProfileError as exc:
-            raise _Usage(str(exc)) from None
+            raise UsageError(str(exc)) from None
     return with_pool_profiles(catalog, choose_pool_profiles(measured))
 
 
@@ -614,9 +615,9 @@ def run(args: argparse.Namespace) -> int:
         catalog = _profiles(
             getattr(args, "profile", None), getattr(args, "profile_machine_type", None), catalog
         )
-        text, source = _read(args.file)
+        text, source = read_input(args.file)
         if args.jobs_sharing_pool < 1:
-            raise _Usage("--jobs-sharing-pool: give a count of 1 or more")
+            raise UsageError("--jobs-sharing-pool: give a count of 1 or more")
         plans = _plans(text, source, catalog, args.jobs_sharing_pool)
         for line in _unused_profiles(plans, catalog):
             print(line, file=sys.stderr)
@@ -627,13 +628,13 @@ def run(args: argparse.Namespace) -> int:
             if args.plot:
                 llm = [plan for _, plan in plans if isinstance(plan, LlmInferenceReport)]
                 if not llm:
-                    raise _Usage(
+                    raise UsageError(
                         "--plot draws a sweep (give --sweep FIELD=RANGE too) or an LLM "
                         "endpoint's load curve"
                     )
                 _plot_load_curve(args.plot, llm[0])
             out = _render(plans, catalog, args.output, calibration)
-    except (_Usage, PlanError) as exc:
+    except (UsageError, PlanError) as exc:
         print(f"ringmaster plan: {_one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as exc:  # a bug, not bad input: still one line, and a different status
