@@ -109,3 +109,59 @@ def test_calibrate_prints_the_matrix_and_its_summary():
     assert rows == sum(c.checked for c in SV.serving_cells())
     assert f"checked rows: {rows}, median |error| {med:.1%}" in text
     assert "MI300X     vLLM" in text  # AMD's generation by name, not the catalog's key
+
+
+def test_a_mixture_of_experts_has_cells_of_its_own():
+    """Llama 4 Maverick's TensorRT-LLM rows sit in MoE cells: a dense cell's error is never
+    theirs, and an MoE cell holds no dense run."""
+    rows = SV.serving_rows()
+    v1 = [r for r in rows if r.source == "trtllm-1.0-perf-overview-maverick"]
+    assert len(v1) == 17 and all(r.moe for r in v1)
+    # v0.21's page mixes Maverick (4 + 7 rows) with dense NVFP4 Llamas under one source
+    mixed = [r for r in rows if r.source == "trtllm-perf-overview-moe-fp4"]
+    assert sum(r.moe for r in mixed) == 11 and sum(not r.moe for r in mixed) == 12
+    assert {r.source for r in rows if r.moe} == {v1[0].source, mixed[0].source}
+    cells = _cells()
+    moe = cells[("H100", "TensorRT-LLM (MoE)", "FP8")]
+    dense = cells[("H100", "TensorRT-LLM", "FP8")]
+    h100 = [r for r in rows if r.generation == "H100" and r.engine == "TensorRT-LLM"]
+    assert moe.checked == sum(r.moe and r.precision == "FP8" for r in h100)
+    assert dense.checked + dense.fitted == sum(not r.moe and r.precision == "FP8" for r in h100)
+    assert "H100       TensorRT-LLM (MoE) FP8" in SV.render_serving_matrix()
+    assert "By model: mixture of experts: " in SV.render_serving_matrix()
+
+
+def test_a_mixture_of_experts_plan_never_quotes_a_dense_cell_as_its_own():
+    # the H100 TensorRT-LLM MoE cell is checked: an MoE plan there names it
+    moe = SV.serving_cell_evidence("nvidia-h100-80gb", "TensorRT-LLM", "FP8", moe=True)
+    assert moe.startswith("serving cell H100 x TensorRT-LLM (MoE) x FP8:")
+    # vLLM has no checked MoE run: extrapolated, the dense cell named as dense runs
+    vllm = SV.serving_cell_evidence("nvidia-h100-80gb", "vLLM", "FP8", moe=True)
+    assert vllm.startswith("extrapolated: no checked mixture-of-experts serving run of vLLM")
+    assert "its dense cell H100 x vLLM x FP8:" in vllm and "dense models only" in vllm
+    assert SV.serving_cell_evidence("nvidia-h100-80gb", "vLLM", "FP8").startswith(
+        "serving cell H100 x vLLM x FP8:"
+    )
+    # where the engine's MoE runs are elsewhere, they are named
+    b200 = SV.serving_cell_evidence("nvidia-b200", "TensorRT-LLM", "FP8", moe=True)
+    assert "(TensorRT-LLM's mixtures of experts checked on H100 FP8: median" in b200
+    # the plan of a mixture of experts states it
+    inputs = LlmServingInputs(
+        KNOWN_TRANSFORMERS["mixtral-8x7b"], "nvidia-h100-80gb", 2, "FP8", 1000, 500, 2.0, 0.05,
+        target_requests_per_second=5,
+    )  # fmt: skip
+    plan = predict_llm_serving_inputs(inputs, DEFAULT_CATALOG)
+    cell = plan.evidence.split("; ")[1]
+    assert cell.startswith("extrapolated: no checked mixture-of-experts serving run of vLLM")
+
+
+def test_the_closed_loops_are_dense_runs_and_say_so_for_a_mixture_of_experts():
+    dense = CLR.ttft_evidence("nvidia-h100-80gb", "vLLM", "FP8")
+    assert dense.startswith("closed-loop TTFT checked: 45 runs")
+    moe = CLR.ttft_evidence("nvidia-h100-80gb", "vLLM", "FP8", moe=True)
+    assert moe.startswith("closed-loop TTFT: extrapolated for a mixture of experts from 45 runs")
+    assert "dense Llama 3.1 models only" in moe
+    out = CLR.ttft_evidence("nvidia-h200-141gb", "SGLang", "FP8", moe=True)
+    assert out.startswith("closed-loop TTFT out of reach:") and "dense Llama 3.1" in out
+    none = CLR.ttft_evidence("nvidia-a100-80gb", "vLLM", "BF16", moe=True)
+    assert "no measured mixture-of-experts run of vLLM" in none

@@ -316,6 +316,33 @@ def test_a_context_parallel_plan_states_the_checked_cp_runs_beside_its_cell():
     assert other is not None and "context parallelism" not in other.evidence
 
 
+def test_a_mixture_of_experts_plan_states_the_checked_moe_runs_beside_its_cell():
+    """The cells hold dense models: a mixture of experts' plan says what its own runs are (the
+    whole MoE steps and the expert exchanges checked, with their errors); a dense one's does
+    not."""
+    from pathlib import Path
+
+    import yaml
+
+    from ringmaster.api import parse_manifest
+    from ringmaster.calibration.evidence import moe_training_evidence
+    from ringmaster.calibration.moe import moe_rows
+    from ringmaster.planning import plan_training
+
+    said = moe_training_evidence()
+    steps = [r for r in moe_rows() if r.quantity.startswith("MoE training")]
+    assert steps and all(f"{r.id} {r.error:+.1%}" in said for r in steps)
+    assert said.startswith("mixture of experts: the cells hold dense models only")
+    assert said in render_evidence_matrix()
+    examples = Path(__file__).parents[2] / "examples"
+    moe = yaml.safe_load((examples / "trainingjob-qwen3-30b-a3b-h100.yaml").read_text())
+    plan = plan_training(parse_manifest(moe).spec)
+    assert plan.layout is not None and said in plan.layout.evidence
+    dense = yaml.safe_load((examples / "trainingjob-llama3-8b-fsdp-h100.yaml").read_text())
+    other = plan_training(parse_manifest(dense).spec).layout
+    assert other is not None and "mixture of experts" not in other.evidence
+
+
 # --- attention occupancy (step_kernels, 2026-11-27d) ---------------------------------------------
 
 

@@ -219,19 +219,21 @@ TTFT_OUT_OF_REACH = {
 }
 
 
-def ttft_evidence(accelerator: str, engine: str, precision: str) -> str:
+def ttft_evidence(accelerator: str, engine: str, precision: str, moe: bool = False) -> str:
     """What a closed loop's predicted TTFT rests on for ``engine`` on ``accelerator`` at
     ``precision``: the measured runs' cell (fitted, checked with its errors, or out of reach),
-    else that none was measured."""
+    else that none was measured. The runs are dense Llama 3.1 8B / 70B: for a mixture of experts
+    (``moe``) the closed loop is extrapolated from them, and the text says so first."""
     rows = [
         r
         for r in closed_loop_runs()
         if (r.accelerator, r.engine, r.precision) == (accelerator, engine, precision)
     ]
     if not rows:
+        kind = "mixture-of-experts " if moe else ""
         return (
-            f"closed-loop TTFT: extrapolated, no measured run of {engine} on {accelerator} at "
-            f"{precision} (the starting wave's rounds fitted on vLLM's H200 runs)"
+            f"closed-loop TTFT: extrapolated, no measured {kind}run of {engine} on {accelerator} "
+            f"at {precision} (the starting wave's rounds fitted on vLLM's H200 runs)"
         )
     errors = [r.ttft_error for r in rows]
     cell = (rows[0].gpu, engine, precision)
@@ -240,6 +242,10 @@ def ttft_evidence(accelerator: str, engine: str, precision: str) -> str:
         f"sample), median |error| {100 * median(abs(e) for e in errors):.1f}%, signed "
         f"{_pct(median(errors))}"
     )
+    if moe:
+        figures = f"{figures}; dense Llama 3.1 models only, no mixture of experts"
+        if cell not in TTFT_OUT_OF_REACH:
+            return f"closed-loop TTFT: extrapolated for a mixture of experts from {figures}"
     if cell in TTFT_OUT_OF_REACH:
         return f"closed-loop TTFT out of reach: {figures}; {TTFT_OUT_OF_REACH[cell]}"
     role = "fitted (SAMPLE_ROUNDS)" if cell == FITTED_TTFT_CELL else "checked"

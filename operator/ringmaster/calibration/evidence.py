@@ -235,6 +235,30 @@ def context_parallel_evidence() -> str:
     )
 
 
+def moe_training_evidence() -> str:
+    """What a mixture of experts' training prediction rests on, beyond its cell (whose rows are
+    dense models): the checked whole MoE steps and the checked expert exchanges
+    (calibration.moe), with their errors."""
+    from ringmaster.calibration.moe import moe_rows
+
+    rows = moe_rows()
+    steps = [r for r in rows if r.quantity.startswith("MoE training") and r.error is not None]
+    exchanges = [
+        r.error for r in rows if not r.quantity.startswith("MoE training") and r.error is not None
+    ]
+    step_words = ", ".join(f"{r.id} {r.error:+.1%}" for r in steps) if steps else "none"
+    exchange_words = (
+        f"{len(exchanges)} checked expert exchanges (all-to-all, DeepEP), median |error| "
+        f"{median(abs(e) for e in exchanges):.1%}"
+        if exchanges
+        else "no checked expert exchange"
+    )
+    return (
+        f"mixture of experts: the cells hold dense models only; checked whole MoE steps: "
+        f"{step_words}; {exchange_words}"
+    )
+
+
 # Issue 41's held-out goals, against which the checked rows are summarised: the median |error| of
 # all of them, and no cell's signed median beyond +-5 % (no systematic optimism or pessimism).
 HELD_OUT_MEDIAN_GOAL = 0.10
@@ -274,7 +298,8 @@ def render_evidence_matrix() -> str:
     )
     lines.append(
         f"By feature: {context_parallel_evidence()} (a context-parallel plan states it beside "
-        "its cell)"
+        f"its cell); {moe_training_evidence()} (a mixture of experts' plan states it beside its "
+        "cell)"
     )
     lines.append(
         "Every other cell is extrapolated: the plan says so (status.plan.evidence). Operator "

@@ -112,6 +112,9 @@ class LlmPointRow:
     accelerator: str = ""
     engine: str = TRTLLM
     precision: str = "FP8"
+    # The model is a mixture of experts: the evidence matrix keeps its rows apart from the dense
+    # ones (calibration.serving_evidence), whose step they do not check.
+    moe: bool = False
 
     @property
     def error(self) -> float:
@@ -655,6 +658,7 @@ def llm_serving_rows(
                 CHECKED_TOLERANCE if fitted else None,
                 accelerator=GPUS[r.gpu],
                 precision=r.precision,
+                moe=MODELS[r.model].is_moe,
             )
         )
     rows.extend(static_batch_rows(c, serving))
@@ -673,6 +677,7 @@ def llm_serving_rows(
                 MAVERICK_TOLERANCE if r.model == "llama-4-maverick" else None,
                 accelerator=GPUS[r.gpu],
                 precision=r.precision,
+                moe=MODELS[r.model].is_moe,
             )
         )
     for r in throughput_rows(serving, V1_BLACKWELL_SECTION):
@@ -688,6 +693,7 @@ def llm_serving_rows(
                 MAVERICK_TOLERANCE if maverick else None,
                 accelerator=GPUS[r.gpu],
                 precision=r.precision,
+                moe=MODELS[r.model].is_moe,
             )
         )
     return rows

@@ -72,6 +72,7 @@ class EngineRow:
     scenario: str = "offline"
     precision: str = "FP8"  # the weights'
     role: str = "checked"  # fitted: the row sets ENGINE_STEP_FRACTION
+    moe: bool = False  # a mixture of experts (the evidence matrix keeps it apart)
 
     @property
     def promise_error(self) -> float | None:
@@ -335,6 +336,7 @@ def engine_rows() -> list[EngineRow]:
                 str(p["scenario"]),
                 PRECISION.get(str(p["weights"]).lower(), "FP8"),
                 "fitted" if p.get("fit") == FIT_MARK else "checked",
+                p["model"] in MODELS and MODELS[p["model"]].is_moe,
             )
         )
     return rows

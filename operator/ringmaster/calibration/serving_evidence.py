@@ -8,8 +8,12 @@ fraction on the MI300X) and the closed-loop runs' TPOT (calibration.closed_loop_
 AIConfigurator's measured vLLM, SGLang and TensorRT-LLM runs on the H100, H200 and B200;
 checked, but TensorRT-LLM's B200 FP4 runs). Every error is in one sign, + where the
 engine promises more than ran: a throughput predicted higher, a latency predicted shorter.
-:func:`serving_cell_evidence` is what an LLM endpoint's plan states: its cell and the cell's
-checked error, or that no checked run of its engine on its accelerator at its precision exists.
+A mixture of experts' runs sit in cells of their own (the engine named with MOE_SUFFIX): their
+step has parts a dense model's has not (the routed experts' grouped GEMMs, the experts' share of
+the weights), so a dense cell's error says nothing of them, and theirs would hide a dense cell's.
+:func:`serving_cell_evidence` is what an LLM endpoint's plan states: its cell (the MoE one for a
+mixture of experts) and the cell's checked error, or that no checked run of its engine on its
+accelerator at its precision exists.
 """
 
 from __future__ import annotations
@@ -41,6 +45,21 @@ class ServingRow:
     role: str  # fitted | checked
     error: float  # predicted / published - 1 of the row's own quantity
     promise: float  # the same in the matrix's sign: + = the engine promises more
+    moe: bool = False  # a mixture of experts' run: a cell of its own
+
+    @property
+    def cell_engine(self) -> str:
+        """The engine as the matrix's column names the row's cell."""
+        return engine_column(self.engine, self.moe)
+
+
+# A mixture of experts' cells: the engine's name with this after it.
+MOE_SUFFIX = " (MoE)"
+ENGINE_COLUMN = 18  # "TensorRT-LLM (MoE)"
+
+
+def engine_column(engine: str, moe: bool) -> str:
+    return f"{engine}{MOE_SUFFIX}" if moe else engine
 
 
 def serving_rows() -> list[ServingRow]:
@@ -54,6 +73,7 @@ def serving_rows() -> list[ServingRow]:
             r.role,
             r.error,
             r.promise_error,
+            r.moe,
         )
         for r in LC.llm_serving_rows(training_points_for_report())
     ]
@@ -70,6 +90,7 @@ def serving_rows() -> list[ServingRow]:
                 e.role,
                 e.error,
                 e.promise_error,
+                e.moe,
             )
         )
     for run in CLR.closed_loop_runs():  # a TPOT is a latency: shorter predicted promises more
@@ -93,7 +114,7 @@ def serving_cells() -> tuple[Cell, ...]:
     its time's), its signed median in the matrix's sign."""
     grouped: dict[tuple[str, str, str], list[ServingRow]] = defaultdict(list)
     for row in serving_rows():
-        grouped[(row.generation, row.engine, row.precision)].append(row)
+        grouped[(row.generation, row.cell_engine, row.precision)].append(row)
     cells = []
     for (gen, engine, precision), rows in sorted(grouped.items()):
         checked = [r for r in rows if r.role == "checked"]
@@ -111,23 +132,49 @@ def serving_cells() -> tuple[Cell, ...]:
     return tuple(cells)
 
 
-def serving_cell_evidence(accelerator: str, engine: str, precision: str) -> str:
+def serving_cell_evidence(accelerator: str, engine: str, precision: str, moe: bool = False) -> str:
     """What an LLM endpoint's prediction for ``engine`` on ``accelerator`` with ``precision``
-    weights rests on: its cell's checked runs, or "extrapolated" and where the engine was
-    checked instead."""
+    weights rests on: its cell's checked runs (a mixture of experts' ``moe`` cell), or
+    "extrapolated" and where the engine (its mixtures of experts) was checked instead; for a
+    mixture of experts without a checked run of its own, the dense cell's figures too, named as
+    the dense runs' they are."""
     gen = generation(accelerator)
+    column = engine_column(engine, moe)
     cells = serving_cells()
-    for cell in cells:
-        if (cell.generation, cell.framework, cell.precision) == (gen, engine, precision):
-            if cell.checked:
-                return f"serving cell {cell.describe()}, signed median {cell.checked_signed:+.1%}"
-            break
-    nearest = [c for c in cells if c.framework == engine and c.checked]
+    by_key = {(c.generation, c.framework, c.precision): c for c in cells}
+    cell = by_key.get((gen, column, precision))
+    if cell is not None and cell.checked:
+        return f"serving cell {cell.describe()}, signed median {cell.checked_signed:+.1%}"
+    kind = "mixture-of-experts serving run" if moe else "serving run"
+    nearest = [c for c in cells if c.framework == column and c.checked]
     near = "; ".join(
         f"{c.generation} {c.precision}: median {c.checked_median:.1%}" for c in nearest
     )
-    tail = f" ({engine} checked on {near})" if near else f" (no checked run of {engine} at all)"
-    return f"extrapolated: no checked serving run of {engine} on {gen} at {precision}{tail}"
+    what = f"{engine}'s mixtures of experts" if moe else engine
+    tail = f" ({what} checked on {near})" if near else f" (no checked run of {what} at all)"
+    text = f"extrapolated: no checked {kind} of {engine} on {gen} at {precision}{tail}"
+    dense = by_key.get((gen, engine, precision))
+    if moe and dense is not None and dense.checked:
+        text += (
+            f"; its dense cell {dense.describe()} (dense models only: the routed experts' part "
+            "of the step is not checked by them)"
+        )
+    return text
+
+
+def moe_serving_evidence() -> str:
+    """The checked mixture-of-experts serving runs (whose engines and chips), their median
+    |error| and signed median: the matrix's MoE cells in one line."""
+    rows = [r for r in serving_rows() if r.moe and r.role == "checked"]
+    if not rows:
+        return "mixture of experts: no checked serving run"
+    engines = ", ".join(sorted({r.engine for r in rows}))
+    chips = ", ".join(sorted({r.generation for r in rows}))
+    return (
+        f"mixture of experts: {len(rows)} checked serving runs ({engines} on {chips}), median "
+        f"|error| {median(abs(r.error) for r in rows):.1%}, signed median "
+        f"{median(r.promise for r in rows):+.1%}"
+    )
 
 
 def serving_checked_summary() -> tuple[int, float, float]:
@@ -144,15 +191,20 @@ def render_serving_matrix() -> str:
         "Evidence matrix (serving): accelerator x serving engine x weight precision; fitted /"
         " checked rows, the checked median |error| and signed median (+ = the engine promises"
         " more: a throughput higher, a latency shorter)",
-        f"{'accelerator':<10} {'engine':<13} {'precision':<9} {'fitted':>6} {'checked':>7}"
+        f"{'accelerator':<10} {'engine':<{ENGINE_COLUMN}} {'precision':<9} {'fitted':>6}"
+        f" {'checked':>7}"
         f" {'median |error|':>14} {'signed':>8}",
     ]
-    lines.extend(c.table_row(13) for c in serving_cells())
+    lines.extend(c.table_row(ENGINE_COLUMN) for c in serving_cells())
     rows, med, signed_all = serving_checked_summary()
     lines.append(
         f"checked rows: {rows}, median |error| {med:.1%} (goal <= {HELD_OUT_MEDIAN_GOAL:.0%}),"
         f" signed median {signed_all:+.1%}; '!': a cell of {LEAN_MIN_ROWS} checked rows or more"
         f" whose signed median is beyond +-{HELD_OUT_SIGNED_GOAL:.0%}. Every other cell is"
         " extrapolated, and an endpoint's plan says so (status.plan.evidence)."
+    )
+    lines.append(
+        f"By model: {moe_serving_evidence()}; a mixture of experts' plan states its own cell"
+        f" (engine{MOE_SUFFIX}), never a dense one's as its own"
     )
     return "\n".join(lines)

@@ -134,6 +134,7 @@ class _Replica(NamedTuple):
     budget: float  # its --max-num-batched-tokens
     n_in: B.Lengths  # the spec's distributions, or fixed where given
     n_out: B.Lengths
+    moe: bool  # a mixture of experts (the closed-loop evidence holds dense runs only)
 
     def words(self) -> str:
         return _replica_words(self.found, self.accelerator)
@@ -195,6 +196,7 @@ def _replica(
         float(found.max_num_batched_tokens),
         B.Lengths(n_in, in_p99),
         B.Lengths(n_out, out_p99),
+        planned.model.is_moe,
     )
 
 
@@ -262,7 +264,7 @@ def bench(
             + f"; the steady loop's TTFT {loop.steady_ttft * 1e3:,.4g} ms, the starting "
             f"wave's {loop.wave_ttft * 1e3:,.4g} ms (one request in {rounds:.3g})"
         ),
-        evidence=f"{ttft_evidence(r.accelerator, found.engine, found.precision)}; "
+        evidence=f"{ttft_evidence(r.accelerator, found.engine, found.precision, r.moe)}; "
         + found.evidence,
         loop=loop,
     )

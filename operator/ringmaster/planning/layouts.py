@@ -359,7 +359,7 @@ def plan_layout(
         request.model, chosen.tensor, chosen.pipeline, chosen.expert, chosen.expert_tensor_degree
     )
     evidence = f"{framework_label}; " + training_evidence(
-        acc.name, profile.name, hw.compute_precision, hw, chosen.context
+        acc.name, profile.name, hw.compute_precision, hw, chosen.context, request.model.is_moe
     )
     notes = [
         f"layout: {chosen.describe()} ({search.evaluated} layouts evaluated)",
@@ -453,17 +453,23 @@ def training_evidence(
     precision: str,
     hw: L.LayoutHardware,
     context: int = 1,
+    moe: bool = False,
 ) -> str:
     """The calibration cell a prediction rests on (calibration.evidence), the checked
-    context-parallel runs' where the layout splits the sequence (``context`` above 1), what the
-    collectives inside a host rest on (several accelerators a host), and the ceilings'."""
+    context-parallel runs' where the layout splits the sequence (``context`` above 1), the
+    checked mixture-of-experts runs' for a mixture of experts (``moe``: the cells hold dense
+    models), what the collectives inside a host rest on (several accelerators a host), and the
+    ceilings'."""
     from ringmaster.calibration.evidence import (
         cell_evidence,
         collective_evidence,
         context_parallel_evidence,
+        moe_training_evidence,
     )
 
     text = cell_evidence(accelerator, framework_name, precision)
+    if moe:
+        text = f"{text}; {moe_training_evidence()}"
     if context > 1:
         text = f"{text}; {context_parallel_evidence()}"
     matmul = hw.ceilings.evidence.get("matmul", "")

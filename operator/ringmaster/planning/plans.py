@@ -704,11 +704,14 @@ def predict_llm_serving_inputs(inputs: LlmServingInputs, catalog: Catalog) -> Ll
 
 def with_serving_cell(inputs: LlmServingInputs, found: LlmServingPrediction) -> str:
     """The plan's evidence with the serving evidence matrix's cell the prediction rests on
-    (calibration.serving_evidence) after the engine's name, near the front of a text status
-    truncates, as a training plan names its framework and then its cell."""
+    (calibration.serving_evidence; a mixture of experts' own cell) after the engine's name,
+    near the front of a text status truncates, as a training plan names its framework and then
+    its cell."""
     from ringmaster.calibration.serving_evidence import serving_cell_evidence
 
-    cell = serving_cell_evidence(inputs.accelerator, found.engine, found.precision)
+    cell = serving_cell_evidence(
+        inputs.accelerator, found.engine, found.precision, moe=inputs.model.is_moe
+    )
     engine, _, rest = found.evidence.partition("; ")
     if not engine.startswith("engine ") or not rest:
         return f"{cell}; {found.evidence}" if found.evidence else cell
