@@ -553,8 +553,9 @@ def test_llm_constants_are_the_ones_their_points_give(llm_points):
 
 def test_every_llm_point_is_reported_fitted_and_checked_apart(llm_points):
     rows = LC.llm_serving_rows(llm_points)
-    # + TensorRT-LLM 0.6.1's 70B rows, v0.21's MoE / FP4 rows, 1.0's Blackwell FP4 and Maverick
-    assert len(rows) == 14 + 60 + 9 + 23 + 40 + 17
+    # + TensorRT-LLM 0.6.1's 70B rows, v0.21's MoE / FP4 rows, 1.0's Blackwell FP4 and Maverick,
+    # and 1.0's other MoE columns (Scout, Qwen3 235B-A22B and 30B-A3B, Maverick in NVFP4)
+    assert len(rows) == 14 + 60 + 9 + 23 + 40 + 17 + 93
     fitted = [r for r in rows if r.role == LC.FITTED]
     assert {r.quantity.split()[0] for r in fitted} == {
         "llama2-7b-tp1",

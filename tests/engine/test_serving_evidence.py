@@ -120,7 +120,10 @@ def test_a_mixture_of_experts_has_cells_of_its_own():
     # v0.21's page mixes Maverick (4 + 7 rows) with dense NVFP4 Llamas under one source
     mixed = [r for r in rows if r.source == "trtllm-perf-overview-moe-fp4"]
     assert sum(r.moe for r in mixed) == 11 and sum(not r.moe for r in mixed) == 12
-    assert {r.source for r in rows if r.moe} == {v1[0].source, mixed[0].source}
+    # 1.0's other MoE columns: Scout, Qwen3 235B-A22B and 30B-A3B, Maverick in NVFP4
+    other = [r for r in rows if r.source == "trtllm-1.0-perf-overview-moe"]
+    assert len(other) == 93 and all(r.moe for r in other)
+    assert {r.source for r in rows if r.moe} == {v1[0].source, mixed[0].source, other[0].source}
     cells = _cells()
     moe = cells[("H100", "TensorRT-LLM (MoE)", "FP8")]
     dense = cells[("H100", "TensorRT-LLM", "FP8")]
@@ -144,7 +147,8 @@ def test_a_mixture_of_experts_plan_never_quotes_a_dense_cell_as_its_own():
     )
     # where the engine's MoE runs are elsewhere, they are named
     b200 = SV.serving_cell_evidence("nvidia-b200", "TensorRT-LLM", "FP8", moe=True)
-    assert "(TensorRT-LLM's mixtures of experts checked on H100 FP8: median" in b200
+    assert "(TensorRT-LLM's mixtures of experts checked on B200 FP4: median" in b200
+    assert "H100 FP8: median" in b200
     # the plan of a mixture of experts states it
     inputs = LlmServingInputs(
         KNOWN_TRANSFORMERS["mixtral-8x7b"], "nvidia-h100-80gb", 2, "FP8", 1000, 500, 2.0, 0.05,
