@@ -466,6 +466,12 @@ SINGLE_SOURCE = (
         "cells; the sample's harness, not the engine)",
     ),
     (
+        "HOST_SECONDS_PER_REQUEST (engine.serving_engines)",
+        "NVIDIA/TensorRT-LLM pull request #10273: host_step_time a step at 1,536 requests on a"
+        " GB200's Grace (measured, not fitted; checked on TensorRT-LLM 1.0's GB200 MoE columns;"
+        " x86 hosts and other engines' loops not modelled)",
+    ),
+    (
         "CHIP_DECODE_TERMS (A100, B200, GB200)",
         "AIConfigurator's vLLM operator databases, each chip over the H100 (the method checked on"
         " the H200's lent measurement)",

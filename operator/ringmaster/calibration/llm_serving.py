@@ -371,12 +371,14 @@ V1_MOE_SECTION = "trtllm_perf_overview_v1_moe"
 V1_MOE_ID = "trtllm-1.0-perf-overview-moe"
 # The bound the Maverick rows are held to (an honest "out of reach", see llm_serving_rows).
 MAVERICK_TOLERANCE = 2.0
-# The bound 1.0's other MoE columns are held to, the largest error they show, reported rather
-# than refitted: their one-GPU rows (Qwen3-30B-A3B, Scout on one B200 / GB200) run at what the
-# host's scheduler loop allows, not the GPU's step (the same Blackwell GPU under GB200's Grace
-# CPU runs Qwen3-30B-A3B's 128/128 at 0.61 of B200's x86 host, Scout's at 0.79), which the engine
-# does not model; the multi-GPU columns turn on an expert-parallel degree the page leaves out.
-V1_MOE_TOLERANCE = 4.5
+# The bound 1.0's other MoE columns are held to, about the largest error they show, reported
+# rather than refitted: their one-GPU rows (Qwen3-30B-A3B, Scout on one B200 / GB200) run at what
+# the host's scheduler loop allows, not the GPU's step (the same Blackwell GPU under GB200's Grace
+# CPU runs Qwen3-30B-A3B's 128/128 at 0.61 of B200's x86 host, Scout's at 0.79); the loop is
+# modelled where measured (Grace, engine.serving_engines.HOST_SECONDS_PER_REQUEST), not on the
+# B200's x86 host (its Qwen3-30B-A3B 128/128 row +202 %); the multi-GPU columns turn on an
+# expert-parallel degree the page leaves out.
+V1_MOE_TOLERANCE = 2.1
 
 
 def offline_tokens_per_second(

@@ -152,6 +152,9 @@ class StepShape(NamedTuple):
     allreduce_exponent: F64 = np.ones(())
     allreduce_tokens: F64 = np.full((), np.inf)
     allreduce_beyond: F64 = np.zeros(())
+    # the host's loop (terms' host_per_request): a step is at least its requests' host time
+    host_per_request: F64 = np.zeros(())
+    prompt_length: F64 = np.ones(())
 
     def at(self, p: ArrayLike) -> F64:
         p = _f(p)
@@ -169,7 +172,11 @@ class StepShape(NamedTuple):
             touched = expert_fraction_read(self.miss, tokens)
             computed = self.expert_gemm * (tokens + self.expert_tile * touched)
             dense = dense + np.maximum(computed, self.experts * touched)
-        return _f(self.a + self.b * p + dense)
+        step = self.a + self.b * p + dense
+        if np.any(self.host_per_request):
+            requests = self.n + p * self.prompt_compute / np.maximum(self.prompt_length, 1.0)
+            step = np.maximum(step, requests * self.host_per_request)
+        return _f(step)
 
 
 def step_shape(terms: ServingTerms, n: ArrayLike, prompt_length: ArrayLike) -> StepShape:
@@ -207,6 +214,8 @@ def step_shape(terms: ServingTerms, n: ArrayLike, prompt_length: ArrayLike) -> S
         allreduce_exponent=_f(t.allreduce_exponent),
         allreduce_tokens=_f(t.allreduce_curve_tokens),
         allreduce_beyond=_f(t.allreduce_beyond_per_token),
+        host_per_request=_f(t.host_per_request),
+        prompt_length=_f(prompt_length),
     )
 
 

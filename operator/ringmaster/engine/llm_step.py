@@ -125,6 +125,7 @@ from ringmaster.engine.serving_engines import (
     engine_kv_read_fraction,
     engine_moe,
     engine_step_fraction,
+    host_seconds_per_request,
     prefill_attention_kernel,
     prompts_run_apart,
     quantized_decode_gemm,
@@ -339,6 +340,10 @@ class ServingTerms(NamedTuple):
     # decodes' (SGLang's default, serving_engines.prompts_run_apart): each pass streams the
     # weights and pays the fixed costs; 0 where one pass carries both (vLLM, TensorRT-LLM).
     prompts_apart: F64 = np.zeros(())
+    # The host's seconds a request in the step costs (the engine's scheduler loop on the host's
+    # CPU, serving_engines.HOST_SECONDS_PER_REQUEST), which an overlapping scheduler runs beside
+    # the GPU: the step is the longer of the two; 0 where not measured.
+    host_per_request: F64 = np.zeros(())
 
 
 def step_allreduce_seconds(terms: ServingTerms, decodes: ArrayLike, prompts: ArrayLike) -> F64:
@@ -833,6 +838,10 @@ def serving_terms(
         attention_groups=np.full_like(g, groups),
         expert_tile_tokens=np.full_like(g, tile_tokens),
         prompts_apart=np.full_like(g, 1.0 if prompts_run_apart(serving_engine) else 0.0),
+        # each attention data-parallel group's rank runs its own loop over its share
+        host_per_request=np.full_like(
+            g, host_seconds_per_request(serving_engine, accelerator.name) / groups
+        ),
     )
 
 
@@ -907,7 +916,7 @@ def _forward_pass(terms: ServingTerms, n: F64, p: F64, context: F64, length: F64
     )
     experts = np.maximum(expert_compute_seconds(terms, n + p), expert_read_seconds(terms, n + p))
     gemm = _f(dense + experts)
-    return (
+    device = (
         terms.overhead
         + terms.allreduce_base
         + n * terms.sequence_overhead
@@ -918,6 +927,17 @@ def _forward_pass(terms: ServingTerms, n: F64, p: F64, context: F64, length: F64
         + n * terms.kv_read_per_sequence
         + p * 0.5 * length * terms.prefill_attention_per_context
     )
+    return _f(np.maximum(device, host_seconds(terms, n, p, length)))
+
+
+def host_seconds(
+    terms: ServingTerms, decodes: ArrayLike, prompts: ArrayLike, length: ArrayLike
+) -> F64:
+    """The host's loop over a step's requests (its decodes and the prompts it carries, each
+    ``length`` tokens): what an overlapping scheduler hides behind the GPU's step up to its
+    length (ServingTerms.host_per_request)."""
+    requests = _f(decodes) + _f(prompts) / np.maximum(_f(length), 1.0)
+    return _f(requests * terms.host_per_request)
 
 
 def prefill_seconds(terms: ServingTerms, prompt_tokens: ArrayLike) -> F64:

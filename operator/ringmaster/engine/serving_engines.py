@@ -390,6 +390,28 @@ def prefill_attention_evidence(ceilings: Ceilings, nccl_arch: str) -> str:
     return f"; a prompt's attention at {name} forward rate ({source}){filled}"
 
 
+# The host's work a step (TensorRT-LLM's PyTorch backend: its scheduler, the inputs' preparation,
+# the sampler's bookkeeping, request by request), which its overlap scheduler runs while the GPU
+# runs the step before: a step takes the longer of the two (engine.llm_step.step_seconds). Measured
+# on a GB200's Grace CPU: 45.11 ms of "host_step_time" a step at 1,536 running requests a rank
+# (GPT-OSS-120B, attention data parallelism 2, max_batch_size 1,536, 3,072 clients, 1k / 1k,
+# NVIDIA/TensorRT-LLM pull request #10273, 2025-12-24, the C++ scheduler's figure): 29.4 us a
+# request. Only Grace's loop under TensorRT-LLM is measured; an x86 host's (DGX H100 / H200 /
+# B200) and vLLM's or SGLang's loops are not modelled, and the plan's evidence says so.
+HOST_SECONDS_PER_REQUEST: dict[tuple[str, str], float] = {
+    ("TensorRT-LLM", "grace"): 45.11e-3 / 1536
+}
+# The CPU a chip's hosts carry where it is not an x86 server's: a GB200 tray's Grace.
+HOST_CPU = {"nvidia-gb200": "grace"}
+
+
+def host_seconds_per_request(engine: str | None, accelerator: str) -> float:
+    """The host's seconds a running request costs a step under ``engine``'s overlap scheduler on
+    ``accelerator``'s host (HOST_SECONDS_PER_REQUEST), 0 where not measured."""
+    cpu = HOST_CPU.get(accelerator, "x86")
+    return HOST_SECONDS_PER_REQUEST.get((engine or DEFAULT_SERVING_ENGINE, cpu), 0.0)
+
+
 def prompts_run_apart(engine: str | None) -> bool:
     """Whether ``engine`` runs a prompt batch as a forward pass of its own, the decodes waiting
     (ServingEngine.mixes_prompts_with_decodes); the default engine mixes them."""
@@ -546,6 +568,13 @@ def serving_evidence(
         reduce += (
             f"; {engine.name}'s prompt batches run as forward passes of their own, the decodes"
             " waiting (its default: enable_mixed_chunk off)"
+        )
+    host = host_seconds_per_request(engine.name, accelerator)
+    if host > 0.0:
+        reduce += (
+            f"; a step at least its host loop's {host * 1e6:.3g} us a request ({engine.name} on"
+            f" {HOST_CPU.get(accelerator, 'x86')}, measured: NVIDIA/TensorRT-LLM pull request"
+            " #10273)"
         )
     fraction, carried = engine_step_fraction(accelerator, engine.name)
     if fraction != 1.0 and carried is not None:
