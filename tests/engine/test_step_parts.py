@@ -320,6 +320,7 @@ def test_a_mixture_of_experts_plan_states_the_checked_moe_runs_beside_its_cell()
     """The cells hold dense models: a mixture of experts' plan says what its own runs are (the
     whole MoE steps and the expert exchanges checked, with their errors); a dense one's does
     not."""
+    import statistics
     from pathlib import Path
 
     import yaml
@@ -331,7 +332,10 @@ def test_a_mixture_of_experts_plan_states_the_checked_moe_runs_beside_its_cell()
 
     said = moe_training_evidence()
     steps = [r for r in moe_rows() if r.quantity.startswith("MoE training")]
-    assert steps and all(f"{r.id} {r.error:+.1%}" in said for r in steps)
+    # DeepSeek-V3 on 2,048 H800 and Megatron-Bridge 26.02's eleven on GB200, B200 and H100
+    assert len(steps) == 12 and f"{len(steps)} checked whole MoE steps, median |error| " in said
+    errors = sorted(abs(r.error) for r in steps)
+    assert f"median |error| {statistics.median(errors):.1%}" in said
     assert said.startswith("mixture of experts: the cells hold dense models only")
     assert said in render_evidence_matrix()
     examples = Path(__file__).parents[2] / "examples"

@@ -15,6 +15,7 @@ from ringmaster.calibration.points import CHECKED, Row, load_points, relative_er
 from ringmaster.engine import collectives as C
 from ringmaster.engine import expert_dispatch as X
 from ringmaster.engine import llm_training as L
+from ringmaster.engine.efficiency import NIC_EFFICIENCY
 from ringmaster.engine.frameworks import DEFAULT_GPU_FRAMEWORK
 from ringmaster.engine.frameworks import framework as framework_profile
 from ringmaster.engine.hardware import DEFAULT_CATALOG, Accelerator, Catalog, Host, MachineType
@@ -138,9 +139,16 @@ TRAINING_TOLERANCE = 0.6
 
 
 def predicted_tokens_per_gpu(point: dict[str, Any], catalog: Catalog) -> float:
-    """Tokens per second per GPU of the run's own layout, as the layout engine predicts it."""
-    acc, machine = _hardware(point["accelerator"], catalog)
-    host = Host(machine=machine, accelerator=acc, count=int(point.get("per_host", 8)))
+    """Tokens per second per GPU of the run's own layout, as the layout engine predicts it: the
+    run's micro-batch and virtual stages where it states them, its hosts' NIC where it names one
+    (``nic_gbps``), an NVLink domain of several hosts (GB200 NVL72) as one NCCL node as a job's
+    plan has it, recompute ``Auto`` (unstated) searched."""
+    per_host = int(point.get("per_host", 8))
+    if point["accelerator"] == "h800":
+        acc, machine = _hardware(point["accelerator"], catalog)
+        host = Host(machine=machine, accelerator=acc, count=per_host)
+    else:
+        host = catalog.host(point["accelerator"], per_host)
     hosts = int(point["hosts"])
     model = replace(KNOWN_TRANSFORMERS[point["model"]], sequence_length=point["sequence_length"])
     hw = L.layout_hardware(
@@ -150,6 +158,13 @@ def predicted_tokens_per_gpu(point: dict[str, Any], catalog: Catalog) -> float:
         compute_precision=point["compute_precision"],
         framework=framework_profile(point.get("framework", DEFAULT_GPU_FRAMEWORK)),
     )
+    if "nic_gbps" in point:
+        hw = replace(
+            hw, nic_bandwidth=gbps_to_bytes_per_second(float(point["nic_gbps"])) * NIC_EFFICIENCY
+        )
+    hw, _ = L.on_nvlink_domain(hw, host.machine)
+    recompute = point["recompute"]
+    micro_batch = point.get("micro_batch")
     request = LayoutRequest(
         model,
         int(point["global_batch"]),
@@ -158,7 +173,8 @@ def predicted_tokens_per_gpu(point: dict[str, Any], catalog: Catalog) -> float:
         context=int(point["context"]),
         expert=int(point["expert"]),
         sharding=point["sharding"],
-        recompute=point["recompute"],
+        micro_batch=None if micro_batch is None else int(micro_batch),
+        recompute=None if recompute == "Auto" else recompute,
         expert_overlap=str(point.get("expert_overlap", "None")),
         expert_dispatch=str(point.get("expert_dispatch", "AllToAll")),
         virtual_stages=int(point.get("virtual", 1)),
