@@ -48,7 +48,7 @@ def test_a_step_is_the_longer_of_the_gpu_and_the_hosts_loop():
     assert float(S.step_seconds(terms, 16.0, 0.0)) == float(S.step_seconds(device_only, 16.0, 0.0))
     assert float(S.step_seconds(terms, 4096.0, 0.0)) == pytest.approx(4096 * PER_REQUEST)
     # a prompt is a request of the loop too: 8,192 prompt tokens of 128 are 64 of them
-    host = S.host_seconds(terms, 4000.0, 8192.0, 128.0)
+    host = S.host_seconds(terms.host_per_request, 4000.0, 8192.0, 128.0)
     assert float(host) == pytest.approx((4000 + 64) * PER_REQUEST)
 
 

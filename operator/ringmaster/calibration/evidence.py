@@ -235,18 +235,23 @@ def context_parallel_evidence() -> str:
     )
 
 
+@lru_cache(maxsize=1)
 def moe_training_evidence() -> str:
     """What a mixture of experts' training prediction rests on, beyond its cell (whose rows are
     dense models): the checked whole MoE steps and the checked expert exchanges
-    (calibration.moe), with their errors."""
+    (calibration.moe), with their errors. The packaged points' (a plan states it: computed
+    once)."""
     from ringmaster.calibration.moe import moe_rows
 
-    rows = moe_rows()
-    steps = [r for r in rows if r.quantity.startswith("MoE training") and r.error is not None]
-    exchanges = [
-        r.error for r in rows if not r.quantity.startswith("MoE training") and r.error is not None
-    ]
-    errors = {r.id: r.error for r in steps if r.error is not None}
+    errors: dict[str, float] = {}
+    exchanges: list[float] = []
+    for r in moe_rows():
+        if r.error is None:
+            continue
+        if r.quantity.startswith("MoE training"):
+            errors[r.id] = r.error
+        else:
+            exchanges.append(r.error)
     worst = max(errors, key=lambda k: abs(errors[k]), default="")
     step_words = (
         f"{len(errors)} checked whole MoE steps, median |error| "

@@ -40,6 +40,7 @@ from ringmaster.engine.llm_step import (
     ServingTerms,
     decode_gemm_seconds_per_token,
     expert_fraction_read,
+    host_seconds,
 )
 from ringmaster.engine.tp_allreduce import curve_seconds
 
@@ -174,8 +175,10 @@ class StepShape(NamedTuple):
             dense = dense + np.maximum(computed, self.experts * touched)
         step = self.a + self.b * p + dense
         if np.any(self.host_per_request):
-            requests = self.n + p * self.prompt_compute / np.maximum(self.prompt_length, 1.0)
-            step = np.maximum(step, requests * self.host_per_request)
+            host = host_seconds(
+                self.host_per_request, self.n, p * self.prompt_compute, self.prompt_length
+            )
+            step = np.maximum(step, host)
         return _f(step)
 
 

@@ -927,17 +927,17 @@ def _forward_pass(terms: ServingTerms, n: F64, p: F64, context: F64, length: F64
         + n * terms.kv_read_per_sequence
         + p * 0.5 * length * terms.prefill_attention_per_context
     )
-    return _f(np.maximum(device, host_seconds(terms, n, p, length)))
+    return _f(np.maximum(device, host_seconds(terms.host_per_request, n, p, length)))
 
 
 def host_seconds(
-    terms: ServingTerms, decodes: ArrayLike, prompts: ArrayLike, length: ArrayLike
+    per_request: ArrayLike, decodes: ArrayLike, prompts: ArrayLike, length: ArrayLike
 ) -> F64:
     """The host's loop over a step's requests (its decodes and the prompts it carries, each
-    ``length`` tokens): what an overlapping scheduler hides behind the GPU's step up to its
-    length (ServingTerms.host_per_request)."""
+    ``length`` tokens) at ``per_request`` seconds each (ServingTerms.host_per_request): what an
+    overlapping scheduler hides behind the GPU's step up to its length."""
     requests = _f(decodes) + _f(prompts) / np.maximum(_f(length), 1.0)
-    return _f(requests * terms.host_per_request)
+    return _f(requests * _f(per_request))
 
 
 def prefill_seconds(terms: ServingTerms, prompt_tokens: ArrayLike) -> F64:

@@ -405,11 +405,16 @@ HOST_SECONDS_PER_REQUEST: dict[tuple[str, str], float] = {
 HOST_CPU = {"nvidia-gb200": "grace"}
 
 
+def host_cpu(accelerator: str) -> str:
+    """The CPU of ``accelerator``'s hosts: HOST_CPU's, else an x86 server's."""
+    return HOST_CPU.get(accelerator, "x86")
+
+
 def host_seconds_per_request(engine: str | None, accelerator: str) -> float:
     """The host's seconds a running request costs a step under ``engine``'s overlap scheduler on
     ``accelerator``'s host (HOST_SECONDS_PER_REQUEST), 0 where not measured."""
-    cpu = HOST_CPU.get(accelerator, "x86")
-    return HOST_SECONDS_PER_REQUEST.get((engine or DEFAULT_SERVING_ENGINE, cpu), 0.0)
+    key = (engine or DEFAULT_SERVING_ENGINE, host_cpu(accelerator))
+    return HOST_SECONDS_PER_REQUEST.get(key, 0.0)
 
 
 def prompts_run_apart(engine: str | None) -> bool:
@@ -573,7 +578,7 @@ def serving_evidence(
     if host > 0.0:
         reduce += (
             f"; a step at least its host loop's {host * 1e6:.3g} us a request ({engine.name} on"
-            f" {HOST_CPU.get(accelerator, 'x86')}, measured: NVIDIA/TensorRT-LLM pull request"
+            f" {host_cpu(accelerator)}, measured: NVIDIA/TensorRT-LLM pull request"
             " #10273)"
         )
     fraction, carried = engine_step_fraction(accelerator, engine.name)
