@@ -83,8 +83,15 @@ def test_the_global_batch_rule_does_not_divide_by_expert() -> None:
     assert not crd and not python
 
 
-def test_plan_json_reports_total_and_active_parameters_and_the_all_to_all(capsys) -> None:
-    assert main(["plan", "-o", "json", str(QWEN)]) == 0
+def test_plan_json_reports_total_and_active_parameters_and_the_all_to_all(capsys, tmp_path) -> None:
+    # expert parallelism pinned: left to the engine, one host of H100s now keeps every expert
+    # on each rank (a dropless layer's host sync is paid per layer and micro-batch on a GPU,
+    # so the search prefers few layers per GPU: engine.frameworks.MEGATRON_MOE_SYNC_SECONDS)
+    doc = copy.deepcopy(load())
+    doc["spec"]["parallelism"]["expert"] = 4
+    pinned = tmp_path / "qwen-ep4.yaml"
+    pinned.write_text(yaml.safe_dump(doc))
+    assert main(["plan", "-o", "json", str(pinned)]) == 0
     out = json.loads(capsys.readouterr().out)
     plan = out[0] if isinstance(out, list) else out
     moe = plan["moe"]
@@ -118,3 +125,28 @@ def test_expert_parallel_degree_reaches_every_worker_pod() -> None:
         # each expert over the tensor degree or folded onto one rank: what the plan chose
         assert decision.status.plan.expert_tensor in (1, 2)
         assert env["RINGMASTER_EXPERT_TENSOR_PARALLEL"] == str(decision.status.plan.expert_tensor)
+
+
+def test_cuda_graph_is_megatron_only_at_apply_and_in_the_plan(capsys, tmp_path) -> None:
+    """spec.framework.cudaGraph: refused by the CRD's CEL and the API for another framework; a
+    full iteration takes the dropless layers' host syncs out of the plan, which names them
+    otherwise."""
+    doc = copy.deepcopy(load())
+    doc["spec"]["framework"] = {"name": "Torchtitan", "cudaGraph": "FullIteration"}
+    crd, python = _refusals(doc)
+    assert any("cudaGraph" in m for m in crd) and "applies to Megatron only" in python
+    steps = {}
+    for graph in ("None", "FullIteration"):
+        doc["spec"]["framework"] = {"name": "Megatron", "cudaGraph": graph}
+        doc["spec"]["parallelism"]["expert"] = 4
+        path = tmp_path / f"qwen-{graph}.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        assert main(["plan", "-o", "json", str(path)]) == 0
+        out = json.loads(capsys.readouterr().out)
+        plan = out[0] if isinstance(out, list) else out
+        steps[graph] = plan["moe"]["hostSyncSecondsPerLayer"]
+        assert main(["plan", str(path)]) == 0
+        text = capsys.readouterr().out
+        assert ("a dropless MoE layer's host sync" in text) == (graph == "None")
+        assert f"CUDA graphs {graph} (spec.framework)" in text
+    assert steps["None"] > 0 and steps["FullIteration"] == 0

@@ -49,6 +49,8 @@ COMPILABLE_FRAMEWORKS = ("Torchtitan", "DeepSpeed", "LLMFoundry", "PyTorch")
 # The frameworks whose recompute early stop is a setting (engine.frameworks.EARLY_STOP_SETTABLE).
 EARLY_STOP_FRAMEWORKS = ("Torchtitan", "LLMFoundry", "PyTorch")
 AttentionKernel = Literal["FlashAttention2", "cuDNN"]
+# Megatron-Core's CUDA graphs (engine.frameworks.CUDA_GRAPHS; a test keeps them equal).
+CudaGraph = Literal["None", "Layers", "FullIteration"]
 
 
 # The largest published multislice run joined 199 slices of 256 v5e chips (Google Cloud blog,
@@ -171,6 +173,14 @@ class TrainingFramework(SpecModel):
     2025-08 release; MaxText's XLA always drops it, Megatron's and DeepSpeed's reentrant
     checkpoints always rerun it). Hugging Face Trainer's ``gradient_checkpointing`` is
     reentrant unless told otherwise: ``false`` for it."""
+    cuda_graph: CudaGraph | None = None
+    """Megatron-Core's CUDA graphs (Megatron only): ``None`` (eager, Megatron-Core's default),
+    ``Layers`` (Transformer Engine's per-layer graphs of the scopes a recipe names:
+    ``--cuda-graph-impl transformer_engine``) or ``FullIteration`` (the whole forward and
+    backward replayed as one graph: ``--cuda-graph-impl full_iteration``, a mixture of experts'
+    experts padded to a per-rank capacity). Outside a full iteration a dropless MoE layer's host
+    sync costs each layer and micro-batch about 4 ms (engine.frameworks.
+    MEGATRON_MOE_SYNC_SECONDS, fitted on Megatron-Bridge's runs); the plan names it."""
 
     cel_rules = (
         Rule(
@@ -181,6 +191,12 @@ class TrainingFramework(SpecModel):
             ),
             field_path=".recomputeStopsEarly",
             check=lambda f: f.recompute_stops_early is None or f.name in EARLY_STOP_FRAMEWORKS,
+        ),
+        Rule(
+            cel="!has(self.cudaGraph) || self.name == 'Megatron'",
+            message="cudaGraph (Megatron-Core's CUDA graphs) applies to Megatron only",
+            field_path=".cudaGraph",
+            check=lambda f: f.cuda_graph is None or f.name == "Megatron",
         ),
         Rule(
             cel=f"!self.compile || self.name in {list(COMPILABLE_FRAMEWORKS)}",

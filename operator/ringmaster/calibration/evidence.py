@@ -25,6 +25,7 @@ from statistics import median
 from ringmaster.calibration import llm_training as T
 from ringmaster.calibration.device_steps import DeviceRow, device_rows
 from ringmaster.calibration.multislice import multislice_report
+from ringmaster.calibration.points import CHECKED
 from ringmaster.engine import llm_training as L
 
 _GENERATIONS = (
@@ -246,7 +247,7 @@ def moe_training_evidence() -> str:
     errors: dict[str, float] = {}
     exchanges: list[float] = []
     for r in moe_rows():
-        if r.error is None:
+        if r.error is None or r.status != CHECKED:
             continue
         if r.quantity.startswith("MoE training"):
             errors[r.id] = r.error
@@ -393,6 +394,19 @@ def _occupancy_kernel_fits() -> list[LeaveOneOut]:
     ]
 
 
+def _moe_sync_fits() -> list[LeaveOneOut]:
+    """engine.frameworks.MEGATRON_MOE_SYNC_SECONDS (ms here), fitted on two sources: each left
+    out, its rows predicted with the other's fit (calibration.moe.moe_sync_leave_one_out)."""
+    from ringmaster.calibration.moe import moe_sync_leave_one_out
+
+    return [
+        LeaveOneOut(
+            "MEGATRON_MOE_SYNC_SECONDS (ms)", source, fitted * 1e3, refit * 1e3, rows, error
+        )
+        for source, fitted, refit, rows, error in moe_sync_leave_one_out()
+    ]
+
+
 def _two_source_fits() -> list[LeaveOneOut]:
     """Constants of engine.efficiency fitted as a mean over two sources: each source left out,
     the other alone sets the constant, and the left-out source's rows are predicted with it."""
@@ -528,7 +542,7 @@ def render_leave_one_out() -> str:
         f" {'median |error|':>15}",
     ]
     rows = [*leave_one_source_out(), *_two_source_fits(), *_fp4_engine_fits()]
-    for r in [*rows, *_occupancy_kernel_fits()]:
+    for r in [*rows, *_occupancy_kernel_fits(), *_moe_sync_fits()]:
         lines.append(
             f"{r.constant:<46} {r.source:<40} {r.fitted:>7.3f} {r.refitted:>7.3f} {r.rows:>5}"
             f" {r.median_error:>15.1%}"

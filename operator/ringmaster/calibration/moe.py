@@ -1,7 +1,10 @@
-"""Mixture of experts: the all-to-all (dispatch / combine) model beside published figures
-(``moe_points.yaml`` next to this module, each with its source). Every row is checked: the
-all-to-all model adds no fitted constant (it reuses the NVLink and NIC efficiencies fitted on
-all-reduce points), so these rows test the physics, not a fit.
+"""Mixture of experts: the all-to-all (dispatch / combine) model and whole MoE training steps
+beside published figures (``moe_points.yaml`` next to this module, each with its source). The
+all-to-all rows are checked: the all-to-all model adds no fitted constant (it reuses the NVLink
+and NIC efficiencies fitted on all-reduce points), so they test the physics, not a fit. The
+training rows are checked but for those ``role: fitted``, on which :func:`moe_sync_fit` fits
+engine.frameworks.MEGATRON_MOE_SYNC_SECONDS (a dropless layer's exposed host sync); a test
+keeps the constant equal to the fit.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ringmaster.calibration.points import CHECKED, Row, load_points, relative_error
+from ringmaster.calibration.points import CHECKED, FITTED, Row, load_points, relative_error
 from ringmaster.engine import collectives as C
 from ringmaster.engine import expert_dispatch as X
 from ringmaster.engine import llm_training as L
@@ -124,7 +127,7 @@ def moe_rows(catalog: Catalog | None = None, points: dict[str, Any] | None = Non
                     predicted,
                     relative_error(predicted, published),
                     float(point.get("tolerance", tolerance)),
-                    CHECKED,
+                    point.get("role", CHECKED),
                     point.get("note", "") or point["source"],
                     model=MOE_MODEL,
                 )
@@ -138,11 +141,16 @@ def moe_rows(catalog: Catalog | None = None, points: dict[str, Any] | None = Non
 TRAINING_TOLERANCE = 0.6
 
 
-def predicted_tokens_per_gpu(point: dict[str, Any], catalog: Catalog) -> float:
+def predicted_tokens_per_gpu(
+    point: dict[str, Any], catalog: Catalog, moe_sync_seconds: float | None = None
+) -> float:
     """Tokens per second per GPU of the run's own layout, as the layout engine predicts it: the
     run's micro-batch and virtual stages where it states them, its hosts' NIC where it names one
     (``nic_gbps``), an NVLink domain of several hosts (GB200 NVL72) as one NCCL node as a job's
-    plan has it, recompute ``Auto`` (unstated) searched."""
+    plan has it, recompute ``Auto`` (unstated) searched, Megatron-Core's CUDA graphs
+    (``cuda_graph``) and the router's forced balance (``force_balanced``) where the run states
+    them. ``moe_sync_seconds``: the framework's MoE host sync in place of its own where it has
+    one (the fit)."""
     per_host = int(point.get("per_host", 8))
     if point["accelerator"] == "h800":
         acc, machine = _hardware(point["accelerator"], catalog)
@@ -151,12 +159,13 @@ def predicted_tokens_per_gpu(point: dict[str, Any], catalog: Catalog) -> float:
         host = catalog.host(point["accelerator"], per_host)
     hosts = int(point["hosts"])
     model = replace(KNOWN_TRANSFORMERS[point["model"]], sequence_length=point["sequence_length"])
+    profile = framework_profile(
+        point.get("framework", DEFAULT_GPU_FRAMEWORK), cuda_graph=point.get("cuda_graph")
+    )
+    if moe_sync_seconds is not None and profile.moe_sync_seconds:  # not under a full graph
+        profile = replace(profile, moe_sync_seconds=moe_sync_seconds)
     hw = L.layout_hardware(
-        host,
-        hosts,
-        catalog,
-        compute_precision=point["compute_precision"],
-        framework=framework_profile(point.get("framework", DEFAULT_GPU_FRAMEWORK)),
+        host, hosts, catalog, compute_precision=point["compute_precision"], framework=profile
     )
     if "nic_gbps" in point:
         hw = replace(
@@ -178,6 +187,69 @@ def predicted_tokens_per_gpu(point: dict[str, Any], catalog: Catalog) -> float:
         expert_overlap=str(point.get("expert_overlap", "None")),
         expert_dispatch=str(point.get("expert_dispatch", "AllToAll")),
         virtual_stages=int(point.get("virtual", 1)),
+        # Forced balance (Megatron-Core's --moe-router-force-load-balancing, which benchmarks
+        # set): every expert takes the mean, the load a capacity factor of 1 bounds it to.
+        capacity_factor=1.0 if point.get("force_balanced") else None,
     )
     layout = search_layouts(request, hw).chosen
     return layout.tokens_per_second / (hosts * host.count)
+
+
+def _implied_sync_seconds(point: dict[str, Any], catalog: Catalog) -> float:
+    """The MoE host sync a row implies: the seconds a layer and micro-batch at which the engine
+    predicts the row's published throughput (bisection: more sync, fewer tokens)."""
+    published = float(point["published_tokens_per_second_per_gpu"])
+    low, high = 0.0, 0.05
+    for _ in range(40):
+        mid = 0.5 * (low + high)
+        if predicted_tokens_per_gpu(point, catalog, mid) > published:
+            low = mid
+        else:
+            high = mid
+    return 0.5 * (low + high)
+
+
+def moe_sync_fit(
+    points: dict[str, Any] | None = None,
+    catalog: Catalog | None = None,
+    leave_out: str | None = None,
+) -> tuple[float, int]:
+    """engine.frameworks.MEGATRON_MOE_SYNC_SECONDS from the ``role: fitted`` training rows: the
+    mean of the sync each implies, and how many rows; ``leave_out``: without that source's rows
+    (a row's ``fit_source``)."""
+    catalog = catalog or DEFAULT_CATALOG
+    data = points if points is not None else load_points(MOE_POINTS)
+    rows = [
+        p
+        for p in data.get("training", [])
+        if p.get("role") == FITTED and p.get("fit_source") != leave_out
+    ]
+    implied = [_implied_sync_seconds(p, catalog) for p in rows]
+    return sum(implied) / len(implied), len(implied)
+
+
+def moe_sync_leave_one_out(
+    points: dict[str, Any] | None = None, catalog: Catalog | None = None
+) -> list[tuple[str, float, float, int, float]]:
+    """Each source of the fit left out: (source, fitted, refitted, its rows, their median
+    |error| under the refit)."""
+    catalog = catalog or DEFAULT_CATALOG
+    data = points if points is not None else load_points(MOE_POINTS)
+    fitted = [p for p in data.get("training", []) if p.get("role") == FITTED]
+    whole, _ = moe_sync_fit(data, catalog)
+    out = []
+    for source in sorted({p["fit_source"] for p in fitted}):
+        refit, _ = moe_sync_fit(data, catalog, leave_out=source)
+        own = [p for p in fitted if p["fit_source"] == source]
+        errors = sorted(
+            abs(
+                predicted_tokens_per_gpu(p, catalog, refit)
+                / float(p["published_tokens_per_second_per_gpu"])
+                - 1
+            )
+            for p in own
+        )
+        mid = len(errors) // 2
+        median = errors[mid] if len(errors) % 2 else 0.5 * (errors[mid - 1] + errors[mid])
+        out.append((source, whole, refit, len(own), median))
+    return out

@@ -84,6 +84,27 @@ HOST_SECONDS_PER_KERNEL = 8e-6
 HF_EAGER = "hf_eager"
 KERNELS_PER_LAYER = {"eager": 70, "compiled": 25, "fused": 30}
 
+# Megatron-Core's CUDA graphs (--cuda-graph-impl; spec.framework.cudaGraph): "None" (eager),
+# "Layers" (Transformer Engine's per-layer graphs of the scopes a recipe names: attention, the
+# MoE router and its preprocessing) or "FullIteration" (the whole forward and backward replayed
+# as one graph, which needs static shapes: a mixture of experts' per-rank expert capacity).
+CUDA_GRAPHS = ("None", "Layers", "FullIteration")
+FULL_ITERATION = "FullIteration"
+# Exposed host time per dropless MoE layer per micro-batch under Megatron-Core outside a
+# full-iteration CUDA graph, forward and backward. A dropless layer reads its tokens-per-expert
+# counts back to the host for the grouped GEMMs' sizes and the dispatcher's buffers
+# (megatron/core/transformer/moe/token_dispatcher.py: cuda_dtoh_point, cuda_sync_point, .item()),
+# a stream synchronisation a layer, after which the host issues the layer's remaining kernels
+# behind the GPU instead of ahead of it: a fixed cost a layer and micro-batch, whatever its
+# tokens (Megatron-Bridge's Qwen3-30B-A3B at 26.04.01 leaves 3.9-4.7 ms a layer beyond the GPU's
+# work at one, four and four 4,096-token sequences a micro-batch on H100, B200 and GB200).
+# Fitted (calibration.moe.moe_sync_fit: the mean of the sync each row implies) on those three
+# rows and on the measured eager step of Megatron-Bridge docs/training/cuda-graphs.md @ 067f987d
+# (H100, EP 16 over two hosts); leaving either source out moves it to 3.2 or 4.3 ms. Checked on
+# the other releases and models (calibration/moe_points.yaml). A full-iteration graph
+# (Megatron-Bridge 26.06's GB200 recipes) or experts padded to capacity take it away: 0.
+MEGATRON_MOE_SYNC_SECONDS = 4.07e-3
+
 
 @dataclass(frozen=True)
 class Framework:
@@ -128,6 +149,10 @@ class Framework:
     # NeMo-Framework-Launcher 24.07's llama2_70b.yaml sets overlap_p2p_comm: true, as
     # Megatron-Bridge's recipes do). The step does not model it (planning.layouts says so).
     overlaps_pipeline_sends: bool = False
+    # Exposed host seconds a dropless MoE layer adds a micro-batch (MEGATRON_MOE_SYNC_SECONDS
+    # under Megatron-Core outside a full-iteration graph; not measured for the others: 0).
+    moe_sync_seconds: float = 0.0
+    cuda_graph: str = "None"  # CUDA_GRAPHS (Megatron-Core only)
 
     def attention_kernel(self, nccl_arch: str) -> str:
         return self.attention if nccl_arch in ("hopper", "blackwell") else self.attention_ampere
@@ -151,6 +176,7 @@ _BASE = {
         True,
         caches_fp8_weights=True,
         overlaps_pipeline_sends=True,
+        moe_sync_seconds=MEGATRON_MOE_SYNC_SECONDS,
     ),
     "Torchtitan": Framework(
         "Torchtitan",
@@ -220,11 +246,13 @@ def framework(
     compiled: bool = False,
     attention: str | None = None,
     recompute_stops_early: bool | None = None,
+    cuda_graph: str | None = None,
 ) -> Framework:
     """The profile of ``name``; ``compiled``: torch.compile on (Inductor fuses the memory-bound
     ops and the loss); ``attention``: an attention kernel the job names (ATTENTION_KERNELS);
     ``recompute_stops_early``: the run's stack where it differs from the profile's current
-    default (a published run on an older PyTorch or torchtitan)."""
+    default (a published run on an older PyTorch or torchtitan); ``cuda_graph``: Megatron-Core's
+    CUDA graphs (CUDA_GRAPHS; a full iteration takes the MoE layers' host syncs away)."""
     if name not in _BASE:
         raise ValueError(f"framework {name!r}: expected one of {', '.join(FRAMEWORKS)}")
     base = _BASE[name]
@@ -249,6 +277,13 @@ def framework(
                 f"{', '.join(EARLY_STOP_SETTABLE)} only"
             )
         base = replace(base, recompute_stops_early=recompute_stops_early)
+    if cuda_graph is not None and cuda_graph != base.cuda_graph:
+        if cuda_graph not in CUDA_GRAPHS:
+            raise ValueError(f"cuda graph {cuda_graph!r}: expected one of {', '.join(CUDA_GRAPHS)}")
+        if name != "Megatron":
+            raise ValueError(f"framework {name}: cudaGraph is a setting of Megatron only")
+        sync = 0.0 if cuda_graph == FULL_ITERATION else base.moe_sync_seconds
+        base = replace(base, cuda_graph=cuda_graph, moe_sync_seconds=sync)
     return base
 
 

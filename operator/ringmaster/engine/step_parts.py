@@ -15,6 +15,8 @@ The engine's third layer (DESIGN.md): a micro-batch on the busiest pipeline stag
   (:attr:`Framework.memory_bound`), a recomputing policy's forward share again, FP8's casts;
 - **the loss** over the vocabulary (last stage; vocabulary-parallel over the tensor ranks);
 - **host gaps**: an eager stack's layer cannot run faster than the host issues its kernels;
+  a dropless MoE layer under Megatron-Core adds its host sync's exposed time a micro-batch
+  (engine.frameworks.MEGATRON_MOE_SYNC_SECONDS) unless a full-iteration CUDA graph runs it;
 - **activation offload**: a policy that offloads activations to host memory (MaxText's
   qkv_proj_offloaded, minimal_offloaded) pays the copies a layer's compute does not hide
   (:mod:`ringmaster.engine.activation_offload`);
@@ -299,6 +301,8 @@ def micro_batch_parts(
     layer_gpu = linear + attention + per_layer_mb
     host_floor = fw.host_kernels_per_layer * hw.host_seconds_per_kernel
     layer_gap = np.maximum(host_floor - layer_gpu, 0.0)
+    if model.experts > 1:  # a dropless MoE layer's host sync (engine.frameworks), its share
+        layer_gap = layer_gap + (model.moe_layers / model.layers) * fw.moe_sync_seconds
     offloaded = offload_bytes_per_layer(model, micro_batch, tensor, r, context)
     layer_offload = exposed_offload_seconds(offloaded, hw.host_link_bandwidth, layer_gpu)
 

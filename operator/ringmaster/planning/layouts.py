@@ -136,9 +136,11 @@ def resolve_framework(spec: Any, kind: str) -> tuple[Framework, str]:
             compiled=bool(given.compile),
             attention=given.attention_kernel,
             recompute_stops_early=given.recompute_stops_early,
+            cuda_graph=given.cuda_graph,
         )
         compiled = " with torch.compile" if profile.compiled else ""
-        return profile, f"framework {profile.name}{compiled} (spec.framework)"
+        graphs = "" if given.cuda_graph is None else f", CUDA graphs {given.cuda_graph}"
+        return profile, f"framework {profile.name}{compiled}{graphs} (spec.framework)"
     template = getattr(spec, "template", None)
     name, why = infer_framework(getattr(template, "image", None), kind)
     return framework(name), f"framework {name} ({why})"
@@ -634,6 +636,8 @@ def moe_json(plan: LayoutPlan) -> dict[str, Any]:
         "allToAllShare": _sig(c.expert_parallel_seconds / c.step_seconds, 4)
         if c.step_seconds > 0
         else 0.0,
+        # a dropless layer's exposed host sync a layer and micro-batch (engine.frameworks)
+        "hostSyncSecondsPerLayer": _sig(plan.hardware.framework.moe_sync_seconds),
     }
 
 

@@ -231,11 +231,23 @@ def render_layout(plan: LayoutPlan) -> str:
             f"{model.active_parameters / 1e9:.3g}B active ({model.active_experts} of "
             f"{model.experts} experts{_shared(model.shared_experts)}, {model.moe_layers} MoE "
             f"layers); expert parallel {c.expert}; dispatch/combine all-to-all "
-            f"{c.expert_parallel_seconds:.3g} s, {share:.0%} of the step"
+            f"{c.expert_parallel_seconds:.3g} s, {share:.0%} of the step{_moe_sync(plan)}"
         )
     if plan.search.reason:
         lines.append(f"does not fit: {plan.search.reason}")
     return "\n".join(lines)
+
+
+def _moe_sync(plan: LayoutPlan) -> str:
+    """The dropless MoE layers' host syncs the step pays (engine.frameworks), if any."""
+    sync = plan.hardware.framework.moe_sync_seconds
+    if not sync:
+        return ""
+    return (
+        f"; a dropless MoE layer's host sync {sync * 1e3:.3g} ms a layer and micro-batch, in the"
+        " host gaps (Megatron-Core outside a full-iteration CUDA graph: spec.framework.cudaGraph;"
+        " fitted on Megatron-Bridge's runs, engine.frameworks.MEGATRON_MOE_SYNC_SECONDS)"
+    )
 
 
 def _shared(shared: int) -> str:
