@@ -35,6 +35,7 @@ from ringmaster.calibration.multislice import render_multislice_section
 from ringmaster.calibration.points import (
     CHECKED,
     EXIT_USAGE,
+    FITTED,
     GOAL_MAX,
     GOAL_MEDIAN,
     LLM_SERVING_MODEL,
@@ -103,12 +104,22 @@ def kv_transfer_summary_line(rows: list[Row]) -> str:
 
 
 def moe_summary_line(rows: list[Row]) -> str:
-    errors = [abs(r.error) for r in rows if r.model == MOE_MODEL and r.error is not None]
+    """The MoE points: the all-to-alls and whole training steps checked, and the training rows
+    that fit the dropless layers' host sync (engine.frameworks.MEGATRON_MOE_SYNC_SECONDS)."""
+    moe = [r for r in rows if r.model == MOE_MODEL and r.error is not None]
+    errors = [abs(r.error) for r in moe if r.status != FITTED]
+    fitted = [abs(r.error) for r in moe if r.status == FITTED]
     if not errors:
         return "mixture of experts: no points"
+    fit_words = (
+        f"{len(fitted)} fitted (error median {statistics.median(fitted):.1%})"
+        if fitted
+        else "0 fitted"
+    )
     return (
-        f"mixture of experts (all-to-all): {len(errors)} checked points, 0 fitted; median "
-        f"|error| {statistics.median(errors):.1%}, largest {max(errors):.1%}"
+        f"mixture of experts (all-to-all, training steps): {len(errors)} checked points, "
+        f"{fit_words}; checked median |error| {statistics.median(errors):.1%}, largest "
+        f"{max(errors):.1%}"
     )
 
 

@@ -23,6 +23,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ringmaster.engine import collectives as C
+from ringmaster.engine.efficiency import OVERLAP_INTERFERENCE
 from ringmaster.engine.expert_dispatch import (
     DEFAULT_DISPATCHER,
     Dispatcher,
@@ -190,12 +191,17 @@ def exposed_all_to_all(
     hide behind the other micro-batch's whole layer (``layer_compute``, forward + backward), so
     max(0, all_to_all - layer_compute); an unpaired chunk's stay exposed in full (Megatron-Core
     computes the shared experts before the dispatch under the overlap: fine_grained_callables.py,
-    and asserts moe_shared_expert_overlap off)."""
+    and asserts moe_shared_expert_overlap off). What hides still takes its kernels' SMs from the
+    compute beside it, OVERLAP_INTERFERENCE of the hidden seconds, as the data-parallel
+    collectives' do (DeepSeek-V3's report, section 3.2.1: its all-to-all kernels run on 20 of the
+    H800's 132 SMs; DeepEP's Buffer defaults to 20)."""
     a2a, shared, layer = _f(all_to_all), _f(shared_compute), _f(layer_compute)
     if overlap == OVERLAP_NONE:
-        return _f(np.maximum(a2a - shared, 0.0))
+        hidden = np.minimum(a2a, shared)
+        return _f(a2a - hidden + OVERLAP_INTERFERENCE * hidden)
     u = _f(unpaired)
-    return _f((1.0 - u) * np.maximum(a2a - layer, 0.0) + u * a2a)
+    hidden = (1.0 - u) * np.minimum(a2a, layer)
+    return _f(a2a - hidden + OVERLAP_INTERFERENCE * hidden)
 
 
 def dualpipe_bubble(slot: ArrayLike, compute: ArrayLike, pipeline: ArrayLike) -> F64:
