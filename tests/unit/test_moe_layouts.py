@@ -150,3 +150,22 @@ def test_cuda_graph_is_megatron_only_at_apply_and_in_the_plan(capsys, tmp_path) 
         assert ("a dropless MoE layer's host sync" in text) == (graph == "None")
         assert f"CUDA graphs {graph} (spec.framework)" in text
     assert steps["None"] > 0 and steps["FullIteration"] == 0
+
+
+def test_the_cuda_graph_setting_reaches_every_worker_pod() -> None:
+    """spec.framework.cudaGraph is in status.plan and the workers' RINGMASTER_CUDA_GRAPH (the
+    launcher's --cuda-graph-impl); a Megatron job that names none runs eagerly ("None")."""
+    for given, expected in ((None, "None"), ("FullIteration", "FullIteration")):
+        world = TrainingWorld({"h100-highgpu-8g": 1})
+        doc = copy.deepcopy(load())
+        doc["spec"]["parallelism"].update(expert=4, tensor=2, pipeline=1, context=1)
+        doc["spec"]["framework"] = {"name": "Megatron"}
+        if given is not None:
+            doc["spec"]["framework"]["cudaGraph"] = given
+        spec = TrainingJobSpec.model_validate(doc["spec"])
+        decision = world.decide(job(spec, name="qwen-graphs"), planner=real_planner)
+        pods = [o for o in decision.create if o["kind"] == "Pod"]
+        assert pods and decision.status.plan.cuda_graph == expected
+        for pod in pods:
+            env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+            assert env["RINGMASTER_CUDA_GRAPH"] == expected

@@ -648,6 +648,9 @@ class TrainingPlan(StatusModel):
     framework: str | None = None
     """The framework the step is composed for (``spec.framework.name``, else inferred: the
     evidence says how); the workers get it as ``RINGMASTER_FRAMEWORK``."""
+    cuda_graph: str | None = None
+    """Megatron's CUDA graphs the step assumes (``spec.framework.cudaGraph``; ``None`` when left
+    out); the workers get it as ``RINGMASTER_CUDA_GRAPH``."""
     step_parts_seconds: dict[str, float] | None = None
     """The step, part by part (seconds per step on the busiest accelerator): gemm, attention,
     memoryBound, loss, hostGap, optimizer, and the exposed communication and pipeline bubble;

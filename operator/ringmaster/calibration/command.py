@@ -106,9 +106,9 @@ def kv_transfer_summary_line(rows: list[Row]) -> str:
 def moe_summary_line(rows: list[Row]) -> str:
     """The MoE points: the all-to-alls and whole training steps checked, and the training rows
     that fit the dropless layers' host sync (engine.frameworks.MEGATRON_MOE_SYNC_SECONDS)."""
-    moe = [r for r in rows if r.model == MOE_MODEL and r.error is not None]
-    errors = [abs(r.error) for r in moe if r.status != FITTED]
-    fitted = [abs(r.error) for r in moe if r.status == FITTED]
+    moe = [(r.status, abs(r.error)) for r in rows if r.model == MOE_MODEL and r.error is not None]
+    errors = [e for status, e in moe if status != FITTED]
+    fitted = [e for status, e in moe if status == FITTED]
     if not errors:
         return "mixture of experts: no points"
     fit_words = (

@@ -206,6 +206,7 @@ LAYOUT_ENV = (
     ("RINGMASTER_VIRTUAL_PIPELINE_STAGES", "virtualPipelineStages"),
     ("RINGMASTER_PIPELINE_LAYOUT", "pipelineLayout"),
     ("RINGMASTER_FRAMEWORK", "framework"),
+    ("RINGMASTER_CUDA_GRAPH", "cudaGraph"),
 )
 
 
@@ -220,6 +221,7 @@ OPTIONAL_LAYOUT_KEYS = frozenset(
         "pipelineLayout",
         "recomputeLayers",
         "activationOffloadLayers",
+        "cudaGraph",
     }
 )
 

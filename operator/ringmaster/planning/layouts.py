@@ -618,6 +618,12 @@ def _is_moe(plan: LayoutPlan) -> bool:
     return plan.model is not None and plan.model.is_moe
 
 
+def _cuda_graph(plan: LayoutPlan) -> str | None:
+    """Megatron's CUDA graphs the step assumes (engine.frameworks.CUDA_GRAPHS); None elsewhere."""
+    profile = plan.hardware.framework
+    return profile.cuda_graph if profile.name == "Megatron" else None
+
+
 def moe_json(plan: LayoutPlan) -> dict[str, Any]:
     """A mixture of experts' figures: its total and active parameters, the expert-parallel
     degree, and the dispatch / combine all-to-alls on the step's critical path."""
@@ -653,6 +659,7 @@ def layout_status(plan: LayoutPlan) -> dict[str, Any]:
         "mfu": _sig(c.mfu, 4),
         "memoryPerAcceleratorBytes": _memory(c),
         "framework": plan.framework_label or None,
+        "cudaGraph": _cuda_graph(plan),
         "stepPartsSeconds": step_parts(c),
         **_host_offload(c),
         "evidence": plan.evidence[:1024] or None,
