@@ -9,6 +9,7 @@ keeps the constant equal to the fit.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -241,15 +242,13 @@ def moe_sync_leave_one_out(
     for source in sorted({p["fit_source"] for p in fitted}):
         refit, _ = moe_sync_fit(data, catalog, leave_out=source)
         own = [p for p in fitted if p["fit_source"] == source]
-        errors = sorted(
+        errors = [
             abs(
                 predicted_tokens_per_gpu(p, catalog, refit)
                 / float(p["published_tokens_per_second_per_gpu"])
                 - 1
             )
             for p in own
-        )
-        mid = len(errors) // 2
-        median = errors[mid] if len(errors) % 2 else 0.5 * (errors[mid - 1] + errors[mid])
-        out.append((source, whole, refit, len(own), median))
+        ]
+        out.append((source, whole, refit, len(own), statistics.median(errors)))
     return out
