@@ -334,9 +334,9 @@ def test_a_mixture_of_experts_plan_states_the_checked_moe_runs_beside_its_cell()
     steps = [
         r for r in moe_rows() if r.quantity.startswith("MoE training") and r.status == "checked"
     ]
-    # DeepSeek-V3 on 2,048 H800 and Megatron-Bridge's 51 of seven releases on GB200, B200 and
-    # H100 (its four fitted rows apart)
-    assert len(steps) == 52 and f"{len(steps)} checked whole MoE steps, median |error| " in said
+    # DeepSeek-V3 on 2,048 H800, Megatron-Bridge's 51 of seven releases on GB200, B200 and H100
+    # (its four fitted rows apart) and torchtitan's two on B200
+    assert len(steps) == 54 and f"{len(steps)} checked whole MoE steps, median |error| " in said
     errors = sorted(abs(r.error) for r in steps)
     assert f"median |error| {statistics.median(errors):.1%}" in said
     assert said.startswith("mixture of experts: the cells hold dense models only")
@@ -344,7 +344,18 @@ def test_a_mixture_of_experts_plan_states_the_checked_moe_runs_beside_its_cell()
     examples = Path(__file__).parents[2] / "examples"
     moe = yaml.safe_load((examples / "trainingjob-qwen3-30b-a3b-h100.yaml").read_text())
     plan = plan_training(parse_manifest(moe).spec)
-    assert plan.layout is not None and said in plan.layout.evidence
+    # the plan names its framework's own checked MoE steps (the example's image: Megatron)
+    own = moe_training_evidence("Megatron")
+    assert plan.layout is not None and own in plan.layout.evidence
+    assert ", Megatron's 52: median |error| " in own and own.startswith(said.split("; 21 ")[0])
+    titan = moe_training_evidence("Torchtitan")
+    titan_errors = [r.error for r in steps if r.id.startswith("torchtitan-")]
+    assert (
+        f"Torchtitan's 2: median |error| {statistics.median(map(abs, titan_errors)):.1%}" in titan
+    )
+    assert ", none of them DeepSpeed's (extrapolated for DeepSpeed)" in moe_training_evidence(
+        "DeepSpeed"
+    )
     dense = yaml.safe_load((examples / "trainingjob-llama3-8b-fsdp-h100.yaml").read_text())
     other = plan_training(parse_manifest(dense).spec).layout
     assert other is not None and "mixture of experts" not in other.evidence

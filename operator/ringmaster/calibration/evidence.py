@@ -236,14 +236,20 @@ def context_parallel_evidence() -> str:
     )
 
 
-@lru_cache(maxsize=1)
-def moe_training_evidence() -> str:
+@lru_cache(maxsize=8)
+def moe_training_evidence(framework: str | None = None) -> str:
     """What a mixture of experts' training prediction rests on, beyond its cell (whose rows are
     dense models): the checked whole MoE steps and the checked expert exchanges
-    (calibration.moe), with their errors. The packaged points' (a plan states it: computed
-    once)."""
-    from ringmaster.calibration.moe import moe_rows
+    (calibration.moe), with their errors; with ``framework``, that framework's own checked MoE
+    steps, or that it has none (the others' are not its evidence). The packaged points' (a plan
+    states it: computed once a framework)."""
+    from ringmaster.calibration.moe import MOE_POINTS, moe_rows
+    from ringmaster.calibration.points import load_points
 
+    frameworks = {
+        p["id"]: str(p.get("framework", "PyTorch"))
+        for p in load_points(MOE_POINTS).get("training", [])
+    }
     errors: dict[str, float] = {}
     exchanges: list[float] = []
     for r in moe_rows():
@@ -262,6 +268,14 @@ def moe_training_evidence() -> str:
         if errors
         else "no checked whole MoE step"
     )
+    if framework is not None:
+        own = [e for k, e in errors.items() if frameworks.get(k) == framework]
+        step_words += (
+            f", {framework}'s {len(own)}: median |error| {median(abs(e) for e in own):.1%}, "
+            f"signed median {median(own):+.1%}"
+            if own
+            else f", none of them {framework}'s (extrapolated for {framework})"
+        )
     exchange_words = (
         f"{len(exchanges)} checked expert exchanges (all-to-all, DeepEP), median |error| "
         f"{median(abs(e) for e in exchanges):.1%}"

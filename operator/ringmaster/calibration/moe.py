@@ -161,7 +161,9 @@ def predicted_tokens_per_gpu(
     hosts = int(point["hosts"])
     model = replace(KNOWN_TRANSFORMERS[point["model"]], sequence_length=point["sequence_length"])
     profile = framework_profile(
-        point.get("framework", DEFAULT_GPU_FRAMEWORK), cuda_graph=point.get("cuda_graph")
+        point.get("framework", DEFAULT_GPU_FRAMEWORK),
+        compiled=bool(point.get("compile", False)),
+        cuda_graph=point.get("cuda_graph"),
     )
     if moe_sync_seconds is not None and profile.moe_sync_seconds:  # not under a full graph
         profile = replace(profile, moe_sync_seconds=moe_sync_seconds)

@@ -471,7 +471,7 @@ def training_evidence(
 
     text = cell_evidence(accelerator, framework_name, precision)
     if moe:
-        text = f"{text}; {moe_training_evidence()}"
+        text = f"{text}; {moe_training_evidence(framework_name)}"
     if context > 1:
         text = f"{text}; {context_parallel_evidence()}"
     matmul = hw.ceilings.evidence.get("matmul", "")
