@@ -245,9 +245,10 @@ def moe_training_evidence(framework: str | None = None) -> str:
     states it: computed once a framework)."""
     from ringmaster.calibration.moe import MOE_POINTS, moe_rows
     from ringmaster.calibration.points import load_points
+    from ringmaster.engine.frameworks import DEFAULT_GPU_FRAMEWORK
 
-    frameworks = {
-        p["id"]: str(p.get("framework", "PyTorch"))
+    frameworks = {  # each training row's framework, as calibration.moe predicts it
+        p["id"]: str(p.get("framework", DEFAULT_GPU_FRAMEWORK))
         for p in load_points(MOE_POINTS).get("training", [])
     }
     errors: dict[str, float] = {}
