@@ -212,6 +212,12 @@ def _implied_sync_seconds(point: dict[str, Any], catalog: Catalog) -> float:
     return 0.5 * (low + high)
 
 
+def _implied_syncs(data: dict[str, Any], catalog: Catalog) -> list[tuple[dict[str, Any], float]]:
+    """Each ``role: fitted`` training row with the sync it implies (computed once a row)."""
+    rows = [p for p in data.get("training", []) if p.get("role") == FITTED]
+    return [(p, _implied_sync_seconds(p, catalog)) for p in rows]
+
+
 def moe_sync_fit(
     points: dict[str, Any] | None = None,
     catalog: Catalog | None = None,
@@ -222,13 +228,8 @@ def moe_sync_fit(
     (a row's ``fit_source``)."""
     catalog = catalog or DEFAULT_CATALOG
     data = points if points is not None else load_points(MOE_POINTS)
-    rows = [
-        p
-        for p in data.get("training", [])
-        if p.get("role") == FITTED and p.get("fit_source") != leave_out
-    ]
-    implied = [_implied_sync_seconds(p, catalog) for p in rows]
-    return sum(implied) / len(implied), len(implied)
+    implied = [s for p, s in _implied_syncs(data, catalog) if p.get("fit_source") != leave_out]
+    return statistics.fmean(implied), len(implied)
 
 
 def moe_sync_leave_one_out(
@@ -238,12 +239,12 @@ def moe_sync_leave_one_out(
     |error| under the refit)."""
     catalog = catalog or DEFAULT_CATALOG
     data = points if points is not None else load_points(MOE_POINTS)
-    fitted = [p for p in data.get("training", []) if p.get("role") == FITTED]
-    whole, _ = moe_sync_fit(data, catalog)
+    implied = _implied_syncs(data, catalog)
+    whole = statistics.fmean(s for _, s in implied)
     out = []
-    for source in sorted({p["fit_source"] for p in fitted}):
-        refit, _ = moe_sync_fit(data, catalog, leave_out=source)
-        own = [p for p in fitted if p["fit_source"] == source]
+    for source in sorted({p["fit_source"] for p, _ in implied}):
+        refit = statistics.fmean(s for p, s in implied if p["fit_source"] != source)
+        own = [p for p, _ in implied if p["fit_source"] == source]
         errors = [
             abs(
                 predicted_tokens_per_gpu(p, catalog, refit)
