@@ -287,6 +287,12 @@ def framework(
     return base
 
 
+def moe_sync_paid(profile: Framework, padded: bool) -> float:
+    """The dropless MoE layers' host sync a step under ``profile`` pays a layer and micro-batch:
+    none where every expert's input is padded to its capacity (``padded``: static shapes)."""
+    return 0.0 if padded else profile.moe_sync_seconds
+
+
 # Image names that say which framework a pod runs, for jobs that do not say it themselves.
 _IMAGE_HINTS = (
     ("torchtitan", "Torchtitan"),

@@ -81,6 +81,7 @@ from ringmaster.engine.frameworks import (
     DEFAULT_TPU_FRAMEWORK,
     HOST_SECONDS_PER_KERNEL,
     Framework,
+    moe_sync_paid,
 )
 from ringmaster.engine.frameworks import framework as framework_profile
 from ringmaster.engine.hardware import DEFAULT_CATALOG, Accelerator, Catalog, Host, MachineType
@@ -731,9 +732,9 @@ def evaluate_layouts(
     ``offload_layers``: Megatron's CPU offloading of that many layers' activations
     (engine.activation_offload.layer_offload): only a single stage without recompute fits."""
     load = routed_load(capacity_factor, pad_to_capacity)
-    if pad_to_capacity and hw.framework.moe_sync_seconds:
-        # every expert's input padded to its capacity: static shapes, no host sync a layer
-        hw = replace(hw, framework=replace(hw.framework, moe_sync_seconds=0.0))
+    sync = moe_sync_paid(hw.framework, pad_to_capacity)
+    if sync != hw.framework.moe_sync_seconds:
+        hw = replace(hw, framework=replace(hw.framework, moe_sync_seconds=sync))
     dual_pipe = expert_overlap == OVERLAP_DUALPIPE
     e = _f(expert)
     t = _f(tensor)

@@ -19,7 +19,7 @@ from ringmaster.engine import collectives as C
 from ringmaster.engine import llm_training as L
 from ringmaster.engine import nccl_settings
 from ringmaster.engine.activation_offload import offload_refusal
-from ringmaster.engine.frameworks import Framework, framework, infer_framework
+from ringmaster.engine.frameworks import Framework, framework, infer_framework, moe_sync_paid
 from ringmaster.engine.hardware import Catalog
 from ringmaster.engine.llm_layout_names import RECOMPUTES
 from ringmaster.engine.llm_layout_search import (
@@ -643,7 +643,9 @@ def moe_json(plan: LayoutPlan) -> dict[str, Any]:
         if c.step_seconds > 0
         else 0.0,
         # a dropless layer's exposed host sync a layer and micro-batch (engine.frameworks)
-        "hostSyncSecondsPerLayer": _sig(plan.hardware.framework.moe_sync_seconds),
+        "hostSyncSecondsPerLayer": _sig(
+            moe_sync_paid(plan.hardware.framework, bool(c.pad_to_capacity))
+        ),
     }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ringmaster.engine.frameworks import moe_sync_paid
 from ringmaster.engine.inference import InferencePrediction
 from ringmaster.engine.llm_serving import LlmServingPrediction
 from ringmaster.engine.training import REDUCTION_SERVER, RING, TrainingPrediction
@@ -240,7 +241,7 @@ def render_layout(plan: LayoutPlan) -> str:
 
 def _moe_sync(plan: LayoutPlan) -> str:
     """The dropless MoE layers' host syncs the step pays (engine.frameworks), if any."""
-    sync = plan.hardware.framework.moe_sync_seconds
+    sync = moe_sync_paid(plan.hardware.framework, bool(plan.chosen.pad_to_capacity))
     if not sync:
         return ""
     return (
