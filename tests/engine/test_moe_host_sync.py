@@ -105,3 +105,13 @@ def test_checked_runs_the_sync_explains(row_id: str) -> None:
     without = predicted_tokens_per_gpu(row, DEFAULT_CATALOG, moe_sync_seconds=0.0)
     assert abs(with_sync / published - 1) < 0.15
     assert without / published - 1 > 0.15
+
+
+def test_what_a_step_pays_is_what_the_plan_names() -> None:
+    """One function decides the sync a step pays: padded experts pay none."""
+    from ringmaster.engine.frameworks import moe_sync_paid
+
+    megatron = framework("Megatron")
+    assert moe_sync_paid(megatron, False) == MEGATRON_MOE_SYNC_SECONDS
+    assert moe_sync_paid(megatron, True) == 0.0
+    assert moe_sync_paid(framework("Megatron", cuda_graph="FullIteration"), False) == 0.0
