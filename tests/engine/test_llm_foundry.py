@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from ringmaster.api import parse_manifest
-from ringmaster.api.trainingjob import COMPILABLE_FRAMEWORKS
+from ringmaster.api.training_model import COMPILABLE_FRAMEWORKS
 from ringmaster.calibration.evidence import cell_evidence, training_cells
 from ringmaster.calibration.llm_training import (
     _layout_model,

@@ -23,6 +23,7 @@ from ringmaster.engine import context_parallel as CPAR
 from ringmaster.engine import llm_training as L
 from ringmaster.engine import recompute as R
 from ringmaster.engine.ceilings import TRITON_FLASH_ATTENTION_RATIO
+from ringmaster.engine.frameworks import framework as framework_profile
 from ringmaster.engine.hardware import DEFAULT_CATALOG
 from ringmaster.engine.llm_layout_names import (
     RECOMPUTE_FULL,
@@ -244,7 +245,7 @@ def test_memory_bound_time_by_hand():
     from ringmaster.engine.step_parts import ELEMENTWISE_FORWARD_SHARE, micro_batch_parts
 
     hw = replace(
-        hardware("nvidia-h100-80gb", per_host=8), framework=L.framework_profile("Torchtitan")
+        hardware("nvidia-h100-80gb", per_host=8), framework=framework_profile("Torchtitan")
     )
     tokens = 2 * LLAMA_7B.sequence_length
     h, f = LLAMA_7B.hidden, LLAMA_7B.ffn_hidden
@@ -261,7 +262,7 @@ def test_memory_bound_time_by_hand():
     assert float(full.memory_bound) == pytest.approx(
         32 * layer * (1 + ELEMENTWISE_FORWARD_SHARE), rel=1e-9
     )
-    fused = replace(hw, framework=L.framework_profile("Megatron"))
+    fused = replace(hw, framework=framework_profile("Megatron"))
     assert float(micro_batch_parts(LLAMA_7B, fused, 2, 1, 1, RECOMPUTE_NONE).memory_bound) < float(
         eager.memory_bound
     )
@@ -300,7 +301,7 @@ def test_hugging_face_modules_by_hand_in_both_regimes():
     assert float(ddp.memory_bound) == pytest.approx(by_hand("autocast"), rel=1e-9)
     assert float(fsdp.memory_bound) == pytest.approx(by_hand("bf16"), rel=1e-9)
     assert float(fsdp.memory_bound) < float(ddp.memory_bound)
-    deepspeed = replace(hw, framework=L.framework_profile("DeepSpeed"))  # bf16 weights always
+    deepspeed = replace(hw, framework=framework_profile("DeepSpeed"))  # bf16 weights always
     unsharded = micro_batch_parts(LLAMA_7B, deepspeed, 2, 1, 1, RECOMPUTE_NONE)
     assert float(unsharded.memory_bound) == pytest.approx(by_hand("bf16"), rel=1e-9)
 

@@ -11,7 +11,7 @@ from typing import Any, get_args
 
 import pytest
 
-from ringmaster.api.trainingjob import CudaGraph
+from ringmaster.api.training_model import CudaGraph
 from ringmaster.calibration.moe import MOE_POINTS, moe_sync_fit, predicted_tokens_per_gpu
 from ringmaster.calibration.points import load_points
 from ringmaster.engine import llm_training as L

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from ringmaster.api import parse_manifest
-from ringmaster.api.trainingjob import EARLY_STOP_FRAMEWORKS
+from ringmaster.api.training_model import EARLY_STOP_FRAMEWORKS
 from ringmaster.engine import llm_training as L
 from ringmaster.engine import recompute as R
 from ringmaster.engine.frameworks import EARLY_STOP_SETTABLE, FRAMEWORKS, framework

@@ -64,11 +64,11 @@ from ringmaster.api.reductionserverpool import (
     ReductionServerPoolStatus,
 )
 from ringmaster.api.resource import Resource
+from ringmaster.api.training_model import GradientDType, TrainingModel
 from ringmaster.api.trainingjob import (
     DEFAULT_REDUCER_MACHINE_TYPE,
     TRAINING_JOB,
     Communication,
-    GradientDType,
     ReductionServerSettings,
     RunPolicy,
     Strategy,
@@ -76,7 +76,6 @@ from ringmaster.api.trainingjob import (
     TrainingJobPhase,
     TrainingJobSpec,
     TrainingJobStatus,
-    TrainingModel,
     TrainingPlan,
     TrainingProgress,
     WorkerCounts,

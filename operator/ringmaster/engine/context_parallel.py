@@ -15,7 +15,7 @@ from ringmaster.engine.llm_memory import BYTES_ACTIVATION
 from ringmaster.engine.transformer import Transformer
 
 if TYPE_CHECKING:
-    from ringmaster.engine.llm_training import LayoutHardware
+    from ringmaster.engine.layout_hardware import LayoutHardware
 
 # Context parallelism (ring attention: Megatron-LM's context_parallel, torchtitan's CP): each
 # rank holds s / c tokens and passes its K and V around the ring, c - 1 chunks per pass, the

@@ -35,7 +35,7 @@ from ringmaster.engine.llm_layout_names import RECOMPUTE_FULL, RECOMPUTE_QKV_PRO
 from ringmaster.engine.transformer import Transformer
 
 if TYPE_CHECKING:
-    from ringmaster.engine.llm_training import LayoutHardware
+    from ringmaster.engine.layout_hardware import LayoutHardware
 
 F64 = NDArray[np.float64]
 

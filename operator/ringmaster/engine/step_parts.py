@@ -54,7 +54,7 @@ from ringmaster.engine.transformer import Transformer
 
 if TYPE_CHECKING:
     from ringmaster.engine.ceilings import Ceilings
-    from ringmaster.engine.llm_training import LayoutHardware
+    from ringmaster.engine.layout_hardware import LayoutHardware
 
 F64 = NDArray[np.float64]
 

@@ -47,7 +47,8 @@ from ringmaster.engine.training import (
 from ringmaster.engine.transformer import LatentAttention, Transformer
 
 AUTO = "Auto"
-PARAMETERS_TOLERANCE = 0.03  # as the API's CEL rule (api.trainingjob.PARAMETERS_TOLERANCE_PERCENT)
+# as the API's CEL rule (api.training_model.PARAMETERS_TOLERANCE_PERCENT)
+PARAMETERS_TOLERANCE = 0.03
 
 
 def transformer_of(arch: Any, sequence_length: int | None = None) -> Transformer:
