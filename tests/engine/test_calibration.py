@@ -88,24 +88,30 @@ def test_calibrate_command_prints_the_table(capsys, tmp_path):
     assert "Evidence matrix (training)" in out and "A100       Torchtitan  bf16" in out
     assert "Leave one source out" in out and 'GEMM_STEP_FIT["tpu"]' in out
     assert "Serving engines (serving_engine_points.yaml" in out
-    # docs/engine.md's excerpt of this output is this output (it once showed a table of long ago)
-    excerpt = _docs_calibrate_excerpt()
-    assert len(excerpt) > 20
-    missing = [line for line in excerpt if line not in out.splitlines()]
-    assert not missing, f"docs/engine.md's calibrate excerpt is stale: {missing[:3]}"
+    # the docs' excerpts of this output are this output (they once showed tables of long ago)
+    excerpt = _docs_calibrate_excerpts()
+    assert len(excerpt) > 80
+    printed = {line.rstrip() for line in out.splitlines()}
+    missing = [line for line in excerpt if line not in printed]
+    assert not missing, f"a calibrate excerpt in docs/ is stale: {missing[:3]}"
     assert main(["calibrate", "--points", str(tmp_path / "none.yaml")]) == 2
     assert "cannot read" in capsys.readouterr().err
 
 
-DOCS_EXCERPT_INTRO = "Its first rows and its last lines at this tree"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
-def _docs_calibrate_excerpt() -> list[str]:
-    """The lines of docs/engine.md's calibrate excerpt, but its points file's path and ``...``."""
-    text = (Path(__file__).resolve().parents[2] / "docs" / "engine.md").read_text()
-    block = text.split(DOCS_EXCERPT_INTRO, 1)[1].split("```", 2)[1]
-    lines = [line.rstrip() for line in block.strip("\n").splitlines()]
-    return [line for line in lines[1:] if line and line != "..."]
+def _docs_calibrate_excerpts() -> list[str]:
+    """The lines of the docs' excerpts of calibrate's output: docs/engine.md's first rows (but
+    its points file's path and ``...``) and docs/llm-training.md's LLM training table (but the
+    line that says which rows it leaves out)."""
+    engine = (DOCS / "engine.md").read_text()
+    block = engine.split("Its first rows and its last lines at this tree", 1)[1].split("```", 2)[1]
+    lines = [line.rstrip() for line in block.strip("\n").splitlines()][1:]
+    training = (DOCS / "llm-training.md").read_text()
+    block = "LLM training (fitted rows" + training.split("LLM training (fitted rows", 1)[1]
+    lines += [line.rstrip() for line in block.split("```", 1)[0].splitlines()]
+    return [line for line in lines if line and line != "..." and not line.startswith("(")]
 
 
 def test_calibrate_json_is_json_with_every_row(capsys):
