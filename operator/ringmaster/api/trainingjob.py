@@ -404,6 +404,10 @@ class TrainingPlan(StatusModel):
     recompute_layers: int | None = None
     """Full recompute limited to this many layers of each model chunk
     (``spec.parallelism.recomputeLayers``); absent: every layer."""
+    compiler_remat_share: float | None = None
+    """MaxText: the share of what ``activationRecompute`` saves beyond Full that XLA recomputes
+    so that the step fits the chip (its rematerialisation under the memory limit); absent:
+    none."""
     activation_offload_layers: int | None = None
     """Megatron's CPU offloading of this many layers' activations
     (``spec.parallelism.activationOffloadLayers``); the host bytes are

@@ -153,6 +153,12 @@ class Framework:
     # under Megatron-Core outside a full-iteration graph; not measured for the others: 0).
     moe_sync_seconds: float = 0.0
     cuda_graph: str = "None"  # CUDA_GRAPHS (Megatron-Core only)
+    # The compiler rematerialises under memory pressure: XLA's HloRematerialization pass
+    # (openxla/xla xla/hlo/transforms/simplifiers/hlo_rematerialization.h: "rematerializes
+    # instructions to reduce peak memory use" to a memory limit, the chip's HBM on TPU) recomputes
+    # saved values rather than failing, so a remat policy whose saved tensors overflow the chip
+    # still runs, slower (engine.recompute.compiler_remat_share). PyTorch's stacks fail instead.
+    compiler_remat: bool = False
 
     def attention_kernel(self, nccl_arch: str) -> str:
         return self.attention if nccl_arch in ("hopper", "blackwell") else self.attention_ampere
@@ -202,6 +208,7 @@ _BASE = {
         False,
         overlaps_tensor_parallel_on_tpu=True,
         recompute_stops_early=True,
+        compiler_remat=True,
     ),
     "DeepSpeed": Framework(
         "DeepSpeed", "flash2", "flash2", HF_EAGER, "eager_upcast", "adamw_fused", False, True, True

@@ -149,11 +149,18 @@ class Layout:
     host_capacity_bytes: float = float("inf")
     recompute_layers: int | None = None  # Full recompute of that many layers a chunk
     offload_layers: int | None = None  # Megatron's CPU offloading of that many layers
+    # The share of what the policy saves beyond Full that the compiler (XLA) recomputes to fit
+    # (engine.recompute.compiler_remat_share).
+    compiler_remat: float = 0.0
 
     @property
     def recompute_policy(self) -> str:
         """The recompute policy as the plan names it: ``Full (5 layers a chunk)`` where Full
-        recompute is limited to some layers."""
+        recompute is limited to some layers; ``Minimal (XLA rematerialises 15 % of what it saves
+        beyond Full)`` where the compiler recomputes part of what the policy would save."""
+        if self.compiler_remat > 0.0:
+            share = f"{self.compiler_remat * 100:.0f} %"
+            return f"{self.recompute} (XLA rematerialises {share} of what it saves beyond Full)"
         if self.recompute_layers is None:
             return self.recompute
         layers = "layer" if self.recompute_layers == 1 else "layers"
@@ -444,6 +451,7 @@ def _layout(
         host_capacity_bytes=host_capacity,
         recompute_layers=a.recompute_layers,
         offload_layers=a.offload_layers,
+        compiler_remat=float(np.broadcast_to(a.compiler_remat, a.step_seconds.shape)[i]),
     )
 
 

@@ -111,6 +111,8 @@ from ringmaster.engine.moe_training import (
 )
 from ringmaster.engine.recompute import (
     busiest_rank_parameters_per_layer,
+    compiler_remat_share,
+    mix_with_full,
     partial_recompute,
     recompute_flops_per_token_per_layer,
     recomputed_layer_share,
@@ -416,6 +418,9 @@ class LayoutArrays(NamedTuple):
     expert_dispatch: str = DEFAULT_DISPATCHER
     recompute_layers: int | None = None  # Full recompute of that many layers a chunk (None: all)
     offload_layers: int | None = None  # Megatron's CPU offloading of that many layers
+    # The share of the policy's surplus over Full a rematerialising compiler recomputes to fit
+    # (engine.recompute.compiler_remat_share; 0: none).
+    compiler_remat: F64 | float = 0.0
 
 
 def evaluate_layouts(
@@ -481,36 +486,61 @@ def evaluate_layouts(
     partial = bool(np.any((rec == RECOMPUTE_FULL) & (share < 1.0)))
     kept = np.full_like(rec, RECOMPUTE_NONE)  # what the layers that do not recompute run
     mem_fp8 = hw.compute_precision in ("fp8", "fp4")
+    # A rematerialising compiler (XLA) recomputes what its policy saves beyond Full's rather than
+    # overflow the chip: that share of the surplus leaves the memory and joins the recompute.
+    full = np.full_like(rec, RECOMPUTE_FULL)
+    remat = np.zeros(())
 
     def layer_mix(quantity: Callable[[I64], F64]) -> F64:
         """A per-layer quantity of the policy; under a partial Full recompute, the layers that
-        recompute weigh ``share`` and the rest are None's."""
-        if not partial:
-            return quantity(rec)
-        return partial_recompute(rec, share, quantity(rec), quantity(kept))
+        recompute weigh ``share`` and the rest are None's; where a compiler rematerialises,
+        moved towards Full's by its share."""
+        value = quantity(rec)
+        if partial:
+            value = partial_recompute(rec, share, value, quantity(kept))
+        if remats:
+            value = mix_with_full(remat, value, quantity(full))
+        return value
 
-    mem = memory_per_accelerator(
-        model,
-        tensor=t,
-        pipeline=p,
-        data=d,
-        sharding=shard,
-        micro_batch=b,
-        micro_batches=m,
-        recompute=rec,
-        virtual_stages=v,
-        context=c,
-        flash_attention=flash_attention,
-        sequence_parallel=sequence_parallel,
-        allocator_overhead=hw.allocator_overhead,
-        fp8=mem_fp8,
-        expert=e,
-        expert_tensor=etp,
-        dual_pipe=dual_pipe,
-        loss_bytes_per_logit=loss_bytes_per_logit(hw.framework),
-        recomputed_share=share,
-        layers_off_device=offloaded_layers_off_device(offload_layers),
-    )
+    def memory_under(policy: I64) -> MemoryArrays:
+        return memory_per_accelerator(
+            model,
+            tensor=t,
+            pipeline=p,
+            data=d,
+            sharding=shard,
+            micro_batch=b,
+            micro_batches=m,
+            recompute=policy,
+            virtual_stages=v,
+            context=c,
+            flash_attention=flash_attention,
+            sequence_parallel=sequence_parallel,
+            allocator_overhead=hw.allocator_overhead,
+            fp8=mem_fp8,
+            expert=e,
+            expert_tensor=etp,
+            dual_pipe=dual_pipe,
+            loss_bytes_per_logit=loss_bytes_per_logit(hw.framework),
+            recomputed_share=share,
+            layers_off_device=offloaded_layers_off_device(offload_layers),
+        )
+
+    mem = memory_under(rec)
+    if hw.framework.compiler_remat:
+        full_activations = memory_under(full).activations
+        remat = compiler_remat_share(
+            mem.total, mem.activations, full_activations, hw.memory_bytes, hw.allocator_overhead
+        )
+        freed = remat * (mem.activations - full_activations)
+        total = mem.total - freed * (1.0 + hw.allocator_overhead)
+        mem = mem._replace(
+            activations=mem.activations - freed,
+            reserve=mem.reserve - freed * hw.allocator_overhead,
+            # what the compiler frees is what overflowed: the chip full, not a rounding over it
+            total=np.where((remat > 0.0) & (remat < 1.0), hw.memory_bytes, total),
+        )
+    remats = bool(np.any(remat > 0.0))
     # Offloaded activations live in the host's DRAM, which must hold them too, and cross a host
     # link whose bandwidth must be known.
     host_bytes = host_offload_bytes(model, b, t, p, m, rec, v, c)
@@ -543,6 +573,10 @@ def evaluate_layouts(
                 partial_recompute(rec, share, a, z)
                 for a, z in zip(parts, parts_under(kept), strict=True)
             )
+        )
+    if remats:
+        parts = MicroBatchParts(
+            *(mix_with_full(remat, a, z) for a, z in zip(parts, parts_under(full), strict=True))
         )
     if offload_layers:
         kept_set, _ = activation_bytes_per_layer(
@@ -702,4 +736,5 @@ def evaluate_layouts(
         pad_to_capacity=pad_to_capacity,
         recompute_layers=recompute_layers,
         offload_layers=offload_layers,
+        compiler_remat=f(remat),
     )

@@ -134,3 +134,31 @@ def partial_recompute(
     s = as_f64(share)
     mixed = s * as_f64(recomputing) + (1.0 - s) * as_f64(keeping)
     return as_f64(np.where(np.asarray(recompute) == RECOMPUTE_FULL, mixed, recomputing))
+
+
+def compiler_remat_share(
+    total: ArrayLike,
+    activations: ArrayLike,
+    full_activations: ArrayLike,
+    capacity: ArrayLike,
+    allocator_overhead: float = 0.0,
+) -> F64:
+    """The share of what a recompute policy saves beyond Full's that a rematerialising compiler
+    (Framework.compiler_remat: XLA's HloRematerialization) recomputes so that the step fits:
+    the bytes over ``capacity`` over the bytes the policy keeps beyond Full (``activations`` -
+    ``full_activations``, with the allocator's slack on them), 0 where the policy fits, at most 1
+    (Full itself; a layout that overflows even then does not fit). XLA picks the values it
+    recomputes by cost per byte freed, the cheapest first; the share prices them at the
+    policy's mean (every saved projection costs about 2 h FLOPs an element to rebuild, the
+    FFN's output 2 f), so it overstates the cost a little where the FFN's outputs go first."""
+    room = (as_f64(activations) - as_f64(full_activations)) * (1.0 + allocator_overhead)
+    excess = as_f64(total) - as_f64(capacity)
+    share = np.where((excess > 0.0) & (room > 0.0), excess / np.where(room > 0.0, room, 1.0), 0.0)
+    return as_f64(np.clip(share, 0.0, 1.0))
+
+
+def mix_with_full(share: ArrayLike, policy: ArrayLike, full: ArrayLike) -> F64:
+    """A per-layer quantity where ``share`` of a policy's surplus over Full is recomputed:
+    the policy's value moved that far towards Full's."""
+    s = as_f64(share)
+    return as_f64((1.0 - s) * as_f64(policy) + s * as_f64(full))

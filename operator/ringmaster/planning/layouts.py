@@ -45,6 +45,7 @@ from ringmaster.engine.training import (
     slice_shape,
 )
 from ringmaster.engine.transformer import LatentAttention, Transformer
+from ringmaster.engine.units import GIB
 
 AUTO = "Auto"
 # as the API's CEL rule (api.training_model.PARAMETERS_TOLERANCE_PERCENT)
@@ -156,6 +157,17 @@ def tensor_overlap_note(hw: L.LayoutHardware, tensor: int) -> str:
     return (
         "tensor-parallel collectives overlapped with their GEMMs (parallelism.tensorOverlap): "
         f"one chunk in {tensor} exposed, and what the GEMMs cannot cover"
+    )
+
+
+def compiler_remat_note(layout: Layout) -> str:
+    """Where XLA recomputes part of what the layout's recompute policy would save, to fit."""
+    return (
+        f"XLA rematerialises {layout.compiler_remat * 100:.0f} % of what recompute"
+        f" {layout.recompute} saves beyond Full, so the step fits the chip's"
+        f" {layout.capacity_bytes / GIB:.1f} GiB: its rematerialisation pass recomputes saved"
+        " values under the memory limit rather than fail (priced at the policy's mean cost a"
+        " byte: engine.recompute.compiler_remat_share)"
     )
 
 
@@ -373,6 +385,8 @@ def plan_layout(
     rerun = recompute_note(profile, chosen.recompute)
     if rerun is not None:
         notes.append(rerun)
+    if chosen.compiler_remat > 0.0:
+        notes.append(compiler_remat_note(chosen))
     if hw.tensor_overlap:
         notes.append(tensor_overlap_note(hw, chosen.tensor))
     sends = pipeline_send_note(profile, chosen)
@@ -522,6 +536,7 @@ def _layout_fields(layout: Layout, global_batch: int, written: str | None = None
         "virtualPipelineStages": layout.virtual_stages,
         "activationRecompute": layout.recompute,
         **({"recomputeLayers": layout.recompute_layers} if layout.recompute_layers else {}),
+        **({"compilerRematShare": _sig(layout.compiler_remat, 4)} if layout.compiler_remat else {}),
         **({"activationOffloadLayers": layout.offload_layers} if layout.offload_layers else {}),
         **_moe_schedule_fields(layout),
         **({"pipelineLayout": written} if written else {}),

@@ -1,0 +1,99 @@
+"""A rematerialising compiler (XLA under MaxText) recomputes what its remat policy would save beyond
+the chip rather than fail: the layout fits, at the recompute's price (engine.recompute)."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from ringmaster.calibration.llm_training import maxtext_model
+from ringmaster.engine import llm_training as L
+from ringmaster.engine.frameworks import framework
+from ringmaster.engine.hardware import DEFAULT_CATALOG
+from ringmaster.engine.llm_layout_names import (
+    RECOMPUTE_FULL,
+    RECOMPUTE_MINIMAL,
+    RECOMPUTES,
+    SHARD_FULL,
+)
+from ringmaster.engine.recompute import compiler_remat_share, mix_with_full
+from ringmaster.planning.layouts import compiler_remat_note
+
+pytestmark = pytest.mark.unit
+
+
+def test_the_share_is_the_overflow_over_what_the_policy_keeps_beyond_full_by_hand():
+    # 100 bytes on a 90-byte chip; the policy keeps 60 of activations, Full 20: 10 of the 40
+    assert float(compiler_remat_share(100.0, 60.0, 20.0, 90.0)) == pytest.approx(0.25)
+    # the allocator's slack rides on what is freed: 10 of 40 x 1.1
+    assert float(compiler_remat_share(100.0, 60.0, 20.0, 90.0, 0.1)) == pytest.approx(10 / 44)
+    assert float(compiler_remat_share(80.0, 60.0, 20.0, 90.0)) == 0.0  # it fits as it is
+    assert float(compiler_remat_share(100.0, 20.0, 20.0, 90.0)) == 0.0  # Full: nothing to drop
+    assert float(compiler_remat_share(200.0, 60.0, 20.0, 90.0)) == 1.0  # Full does not fit either
+    assert float(mix_with_full(0.25, 4.0, 8.0)) == pytest.approx(5.0)
+
+
+def _v5p_64b(framework_name: str = "MaxText", capacity: float | None = None):
+    """MaxText's 64B config on a v5p-128 (64 chips): TP 4 x FSDP 16, 12 sequences of 2,048 a
+    tensor group (per_device_batch_size 3), under ``recompute`` (src/maxtext/configs/tpu/v5p/
+    64b.sh: remat_policy minimal)."""
+    host = DEFAULT_CATALOG.host("tpu-v5p-slice", 4)
+    hw = L.layout_hardware(
+        host, 16, DEFAULT_CATALOG, slice_axes=(4, 4, 4), framework=framework(framework_name)
+    )
+    if capacity is not None:
+        hw = replace(hw, memory_bytes=capacity)
+    model = maxtext_model(64)
+
+    def run(recompute: int) -> L.LayoutArrays:
+        return L.evaluate_layouts(
+            model,
+            hw,
+            tensor=np.array([4]),
+            pipeline=np.array([1]),
+            sharding=np.array([SHARD_FULL]),
+            micro_batch=np.array([12]),
+            recompute=np.array([recompute]),
+            global_batch=192,
+        )
+
+    return hw, run
+
+
+def test_minimal_overflows_the_v5p_and_xla_recomputes_part_of_it_to_fit():
+    hw, run = _v5p_64b()
+    minimal, full = run(RECOMPUTE_MINIMAL), run(RECOMPUTE_FULL)
+    assert bool(minimal.fits[0]) and bool(full.fits[0])
+    share = float(minimal.compiler_remat[0])
+    assert 0.05 < share < 0.5
+    assert float(minimal.memory.total[0]) == pytest.approx(hw.memory_bytes)
+    assert float(full.compiler_remat[0]) == 0.0
+    # unbounded, Minimal would need more than the chip; with room it pays no recompute
+    _, roomy = _v5p_64b(capacity=4 * hw.memory_bytes)
+    free = roomy(RECOMPUTE_MINIMAL)
+    assert float(free.memory.total[0]) > hw.memory_bytes
+    assert float(free.compiler_remat[0]) == 0.0
+    # the time: between Minimal's with room and Full's, at the share of the way
+    t_min, t_full, t = (float(x.step_seconds[0]) for x in (free, full, minimal))
+    assert t_min < t < t_full
+    assert (t - t_min) / (t_full - t_min) == pytest.approx(share, rel=0.05)
+
+
+def test_a_stack_without_a_rematerialising_compiler_still_refuses_it():
+    _, run = _v5p_64b("PyTorch")
+    minimal = run(RECOMPUTE_MINIMAL)
+    assert not bool(minimal.fits[0])
+    assert float(minimal.compiler_remat[0]) == 0.0
+
+
+def test_the_plan_names_the_share_and_the_policy():
+    from ringmaster.calibration.llm_training import published_layout_search, training_points
+
+    row = next(r for r in training_points()["published_layouts"] if r["id"] == "maxtext-v5p-64b")
+    search = published_layout_search(row)
+    chosen = search.chosen
+    assert search.fits and chosen.recompute == RECOMPUTES[RECOMPUTE_MINIMAL]
+    assert 0.0 < chosen.compiler_remat < 1.0
+    assert "XLA rematerialises" in chosen.describe()
+    note = compiler_remat_note(chosen)
+    assert f"{chosen.compiler_remat * 100:.0f} % of what recompute Minimal" in note
