@@ -94,6 +94,6 @@ def test_the_plan_names_the_share_and_the_policy():
     chosen = search.chosen
     assert search.fits and chosen.recompute == RECOMPUTES[RECOMPUTE_MINIMAL]
     assert 0.0 < chosen.compiler_remat < 1.0
-    assert "XLA rematerialises" in chosen.describe()
+    assert "Minimal + XLA remat" in chosen.describe()
     note = compiler_remat_note(chosen)
     assert f"{chosen.compiler_remat * 100:.0f} % of what recompute Minimal" in note

@@ -113,6 +113,7 @@ TINY = Transformer(2, 8, 2, 16, 4, kv_heads=1, ffn_hidden=16, gated_ffn=True)
         ("SelectiveOp", 4 * 8 + 4 + 16),  # x, wq, wv, attention out, w1, w2 outputs
         ("Minimal", 4 * 8 + 2 * 4 + 2 * 16),  # x and every projection's output
         ("SaveDotExceptMlp", 3 * 8 + 2 * 4),  # x, Q, K, V, out-projection
+        ("SaveDotExceptMlpwi", 4 * 8 + 2 * 4),  # those and the FFN's output projection
     ],
 )
 def test_each_recompute_policy_by_hand(policy, elements):
@@ -315,6 +316,7 @@ def test_hugging_face_modules_by_hand_in_both_regimes():
         ("SelectiveOp", lambda h, kv, f, core: 2 * (h * kv + h * h + h * f)),  # wk, wo, w3
         ("Minimal", lambda h, kv, f, core: core),
         ("SaveDotExceptMlp", lambda h, kv, f, core: 2 * 3 * h * f + core),
+        ("SaveDotExceptMlpwi", lambda h, kv, f, core: 2 * 2 * h * f + core),  # gate and up
     ],
 )
 def test_recompute_flops_per_policy(policy, per_layer):

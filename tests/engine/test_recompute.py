@@ -21,6 +21,7 @@ from ringmaster.engine.llm_layout_names import (
     RECOMPUTE_NONE,
     RECOMPUTE_QKV_PROJ_OFFLOADED,
     RECOMPUTE_SAVE_DOT_EXCEPT_MLP,
+    RECOMPUTE_SAVE_DOT_EXCEPT_MLPWI,
     RECOMPUTE_SELECTIVE,
     RECOMPUTE_SELECTIVE_OP,
     RECOMPUTES,
@@ -53,8 +54,14 @@ def test_early_stop_drops_the_ffn_output_projection_by_hand():
         assert _per_layer(LLAMA, policy, False) - _per_layer(LLAMA, policy, True) == (
             pytest.approx(2.0 * h * f)
         )
-    # the core alone, or a gated FFN's w3 under SelectiveOp: nothing after them goes unneeded
-    for policy in (RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_SELECTIVE_OP):
+    # the core alone, a gated FFN's w3 under SelectiveOp, or its input projections under
+    # SaveDotExceptMlpwi (which keeps the output projection's): nothing after them goes unneeded
+    for policy in (
+        RECOMPUTE_NONE,
+        RECOMPUTE_SELECTIVE,
+        RECOMPUTE_SELECTIVE_OP,
+        RECOMPUTE_SAVE_DOT_EXCEPT_MLPWI,
+    ):
         assert _per_layer(LLAMA, policy, True) == _per_layer(LLAMA, policy, False)
 
 

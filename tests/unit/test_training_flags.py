@@ -132,6 +132,13 @@ def test_a_recompute_policy_is_read_in_the_launchers_own_words() -> None:
         layout,
     )
     assert maxtext is not None and maxtext.conflicts == ()
+    # MaxText's save_dot_except_mlpwi is its own policy, not save_dot_except_mlp's
+    mlpwi = classify(
+        ["python3", "MaxText/train.py"],
+        ["base.yml", "remat_policy=save_dot_except_mlpwi"],
+        {**LAYOUT, "RINGMASTER_ACTIVATION_RECOMPUTE": "SaveDotExceptMlpwi"},
+    )
+    assert mlpwi is not None and mlpwi.conflicts == ()
     other = classify(
         ["python3", "MaxText/train.py"], ["base.yml", "remat_policy=save_qkv_proj"], layout
     )

@@ -54,6 +54,7 @@ Recompute = Literal[
     "SaveDotExceptMlp",
     "QkvProjOffloaded",
     "MinimalOffloaded",
+    "SaveDotExceptMlpwi",
 ]
 ExpertOverlap = Literal["None", "OneFOneB", "DualPipe"]
 # How tokens reach their experts (engine.expert_dispatch): NCCL's all-to-all or DeepEP's kernels.
@@ -85,8 +86,9 @@ class Parallelism(SpecModel):
     """What is recomputed in backward instead of kept (README, "LLM training layouts", maps each
     to its launcher's flag): ``None`` (FlashAttention, nothing recomputed), ``Selective``
     (Megatron-LM's: the attention core), ``Full`` (every layer from its input),
-    ``SelectiveOp`` (torchtitan's op-level selective AC), ``Minimal`` and ``SaveDotExceptMlp``
-    (MaxText's remat policies ``minimal`` and ``save_dot_except_mlp``), ``QkvProjOffloaded``
+    ``SelectiveOp`` (torchtitan's op-level selective AC), ``Minimal``, ``SaveDotExceptMlp`` and
+    ``SaveDotExceptMlpwi`` (MaxText's remat policies ``minimal``, ``save_dot_except_mlp`` and
+    ``save_dot_except_mlpwi``, which also keeps the FFN's output projection), ``QkvProjOffloaded``
     (MaxText's ``qkv_proj_offloaded``: Q, K and V go to the host's pinned memory, the rest of
     the layer is recomputed) and ``MinimalOffloaded`` (MaxText's ``minimal_offloaded``: every
     projection's output goes to host memory, the attention core is recomputed); with both only

@@ -13,11 +13,12 @@ SHARDINGS = ("None", "Optimizer", "Gradients", "Full")  # codes 0..3, each shard
 # None (FlashAttention, nothing recomputed), Selective (Megatron-LM's --recompute-granularity
 # selective: the attention core), Full (every layer from its input: Megatron-LM's granularity
 # full, torchtitan's mode full, MaxText's remat_policy full), SelectiveOp (torchtitan's op-level
-# selective AC), Minimal and SaveDotExceptMlp (MaxText's remat policies minimal and
-# save_dot_except_mlp), QkvProjOffloaded and MinimalOffloaded (MaxText's qkv_proj_offloaded and
-# minimal_offloaded: what they save goes to the host's pinned memory, not HBM;
-# engine.activation_offload). ``Auto`` searches the first three, which every launcher has. New
-# policies go at the end, so that the codes already in tables and tests keep their meaning.
+# selective AC), Minimal, SaveDotExceptMlp and SaveDotExceptMlpwi (MaxText's remat policies
+# minimal, save_dot_except_mlp and save_dot_except_mlpwi), QkvProjOffloaded and
+# MinimalOffloaded (MaxText's qkv_proj_offloaded and minimal_offloaded: what they save goes to
+# the host's pinned memory, not HBM; engine.activation_offload). ``Auto`` searches the first
+# three, which every launcher has. New policies go at the end, so that the codes already in
+# tables and tests keep their meaning.
 RECOMPUTES = (
     "None",
     "Selective",
@@ -27,6 +28,7 @@ RECOMPUTES = (
     "SaveDotExceptMlp",
     "QkvProjOffloaded",
     "MinimalOffloaded",
+    "SaveDotExceptMlpwi",
 )
 SHARD_NONE, SHARD_OPTIMIZER, SHARD_GRADIENTS, SHARD_FULL = range(4)
 (
@@ -38,6 +40,7 @@ SHARD_NONE, SHARD_OPTIMIZER, SHARD_GRADIENTS, SHARD_FULL = range(4)
     RECOMPUTE_SAVE_DOT_EXCEPT_MLP,
     RECOMPUTE_QKV_PROJ_OFFLOADED,
     RECOMPUTE_MINIMAL_OFFLOADED,
+    RECOMPUTE_SAVE_DOT_EXCEPT_MLPWI,
 ) = range(len(RECOMPUTES))
 FP8_RECIPES = ("Linear", "AllMatmuls")  # with computePrecision fp8: what runs in FP8
 RING, REDUCTION_SERVER = "Ring", "ReductionServer"

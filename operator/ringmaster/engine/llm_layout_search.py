@@ -156,11 +156,10 @@ class Layout:
     @property
     def recompute_policy(self) -> str:
         """The recompute policy as the plan names it: ``Full (5 layers a chunk)`` where Full
-        recompute is limited to some layers; ``Minimal (XLA rematerialises 15 % of what it saves
-        beyond Full)`` where the compiler recomputes part of what the policy would save."""
+        recompute is limited to some layers; ``Minimal + XLA remat 15 %`` where the compiler
+        recomputes that share of what the policy keeps beyond Full, to fit."""
         if self.compiler_remat > 0.0:
-            share = f"{self.compiler_remat * 100:.0f} %"
-            return f"{self.recompute} (XLA rematerialises {share} of what it saves beyond Full)"
+            return f"{self.recompute} + XLA remat {self.compiler_remat * 100:.0f} %"
         if self.recompute_layers is None:
             return self.recompute
         layers = "layer" if self.recompute_layers == 1 else "layers"

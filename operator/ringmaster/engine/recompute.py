@@ -34,12 +34,14 @@ def recompute_flops_per_token_per_layer(
     """Forward FLOPs a policy repeats in backward, per token per layer: Full the whole layer;
     Selective and Minimal the attention core (Korthikanti et al. 2022, section 5: 2.7% of the
     FLOPs for GPT-3 175B); SelectiveOp the matmuls it did not save (wk, wo and the FFN's third:
-    w3 gated, w2 standard); SaveDotExceptMlp the FFN and the core; QkvProjOffloaded the whole
-    layer but the Q, K and V projections (fetched back from the host); MinimalOffloaded, as
-    Minimal, the core. ``load``: the busiest expert-parallel rank's routed tokens over the mean
-    (engine.moe_training.routed_load). ``stops_early``: the framework's recompute stops once
-    backward's saved tensors are rebuilt (Framework.recompute_stops_early), so a policy that
-    reruns the FFN's output projection does not (:func:`unneeded_recompute_flops_per_token`)."""
+    w3 gated, w2 standard); SaveDotExceptMlp the FFN and the core; SaveDotExceptMlpwi the
+    FFN's input projections (gate and up; the one of a standard FFN) and the core;
+    QkvProjOffloaded the whole layer but the Q, K and V projections (fetched back from the
+    host); MinimalOffloaded, as Minimal, the core. ``load``: the busiest expert-parallel
+    rank's routed tokens over the mean (engine.moe_training.routed_load). ``stops_early``: the
+    framework's recompute stops once backward's saved tensors are rebuilt
+    (Framework.recompute_stops_early), so a policy that reruns the FFN's output projection does
+    not (:func:`unneeded_recompute_flops_per_token`)."""
     r = np.asarray(recompute)
     h, kv, f = float(model.hidden), float(model.kv_hidden), float(model.ffn_hidden)
     core = model.attention_flops_per_token(model.sequence_length) / model.layers
@@ -56,10 +58,17 @@ def recompute_flops_per_token_per_layer(
             2.0 * model.ffn_parameters_per_layer + core,
             full - 2.0 * qkv,
             core,
+            2.0 * model.ffn_parameters_per_layer * ffn_input_share(model) + core,
         ]
     )
     again = as_f64(per_token[r])
     return again - early_stop_skip(model, r) if stops_early else again
+
+
+def ffn_input_share(model: Transformer) -> float:
+    """The FFN's input projections' share of its weights: gate and up of three (gated), the
+    first of two (standard)."""
+    return 2.0 / 3.0 if model.gated_ffn else 0.5
 
 
 def early_stop_skip(model: Transformer, recompute: ArrayLike) -> F64:

@@ -194,6 +194,7 @@ MAXTEXT = Launcher(
             "none": "None",
             "minimal": "Minimal",
             "save_dot_except_mlp": "SaveDotExceptMlp",
+            "save_dot_except_mlpwi": "SaveDotExceptMlpwi",
             "qkv_proj_offloaded": "QkvProjOffloaded",
             "minimal_offloaded": "MinimalOffloaded",
         },
