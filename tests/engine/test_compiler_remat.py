@@ -97,3 +97,51 @@ def test_the_plan_names_the_share_and_the_policy():
     assert "Minimal + XLA remat" in chosen.describe()
     note = compiler_remat_note(chosen)
     assert f"{chosen.compiler_remat * 100:.0f} % of what recompute Minimal" in note
+
+
+def test_a_maxtext_job_plans_it_and_its_status_carries_the_share():
+    """MaxText's v5p 64B config as a TrainingJob: it plans, fits and says how much XLA
+    rematerialises (status.plan.compilerRematShare, which the status schema takes)."""
+    from ringmaster.api import parse_manifest
+    from ringmaster.api.trainingjob import TrainingPlan
+    from ringmaster.planning import plan_training
+    from ringmaster.planning.layouts import layout_status
+
+    doc = {
+        "apiVersion": "ringmaster.dev/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": "maxtext-64b-v5p-128"},
+        "spec": {
+            "workers": 16,
+            "accelerator": {"type": "tpu-v5p-slice", "perWorker": 4, "topology": "4x4x4"},
+            "framework": {"name": "MaxText"},
+            "model": {
+                "architecture": {
+                    "layers": 64,
+                    "hiddenSize": 8192,
+                    "attentionHeads": 64,
+                    "ffnHiddenSize": 28672,
+                    "ffnType": "Gated",
+                    "vocabSize": 32000,
+                    "sequenceLength": 2048,
+                }
+            },
+            "parallelism": {
+                "tensor": 4,
+                "pipeline": 1,
+                "sharding": "Full",
+                "microBatchSize": 12,
+                "globalBatchSize": 192,
+                "activationRecompute": "Minimal",
+            },
+            "template": {"image": "maxtext:latest"},
+        },
+    }
+    plan = plan_training(parse_manifest(doc).spec)
+    assert plan.layout is not None and plan.layout.search.fits
+    chosen = plan.layout.chosen
+    assert 0.1 < chosen.compiler_remat < 0.3
+    status = layout_status(plan.layout)
+    assert status["compilerRematShare"] == pytest.approx(chosen.compiler_remat, rel=1e-3)
+    assert TrainingPlan.model_validate(status).compiler_remat_share == status["compilerRematShare"]
+    assert any("XLA rematerialises" in n for n in plan.prediction.notes)
