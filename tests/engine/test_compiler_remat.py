@@ -145,3 +145,33 @@ def test_a_maxtext_job_plans_it_and_its_status_carries_the_share():
     assert status["compilerRematShare"] == pytest.approx(chosen.compiler_remat, rel=1e-3)
     assert TrainingPlan.model_validate(status).compiler_remat_share == status["compilerRematShare"]
     assert any("XLA rematerialises" in n for n in plan.prediction.notes)
+
+
+def test_the_search_leans_on_it_only_where_the_policy_is_given_or_nothing_else_fits():
+    """Left to choose (recompute Auto), the search prefers a policy that fits on its own, even
+    where None with most of it rematerialised would be priced faster: XLA's rematerialisation
+    is what a stated policy gets, not a plan to aim for."""
+    from ringmaster.calibration.llm_training import published_layout_search
+
+    row = {
+        "id": "maxtext-v5p-llama2-70b",
+        "model": "llama-2-70b",
+        "seq": 4096,
+        "accelerator": "tpu-v5p-slice",
+        "gpus": 512,
+        "per_host": 4,
+        "topology": "8x8x8",
+        "global_batch": 2048,
+        "micro_batch": 4,
+        "tensor": 1,
+        "pipeline": 1,
+        "context": 1,
+        "virtual": 1,
+        "sharding": "Full",
+        "precision": "bf16",
+    }
+    auto = published_layout_search({**row, "recompute": "Auto"})
+    assert auto.fits and auto.chosen.compiler_remat == 0.0
+    stated = published_layout_search({**row, "recompute": "None"})
+    assert stated.fits and stated.chosen.compiler_remat > 0.5
+    assert stated.chosen.step_seconds < auto.chosen.step_seconds  # priced faster, still not chosen

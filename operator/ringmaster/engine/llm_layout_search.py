@@ -503,6 +503,13 @@ def search_layouts(request: LayoutRequest, hw: LayoutHardware) -> LayoutSearch:
     a = evaluate_grid(request, hw, grid)
     cap = hw.memory_bytes
     fitting = np.flatnonzero(a.fits)
+    # A policy the search picks is one the launcher can run as stated: where the recompute is
+    # left to it, layouts that fit only by the compiler's rematerialisation (XLA recomputing what
+    # the policy would keep, an unplanned recompute it may refuse far over the limit: openxla
+    # docs/errors/error_1000.md, "Aborting compilation early") yield to any that fit on their own.
+    on_their_own = np.flatnonzero(a.fits & (np.broadcast_to(a.compiler_remat, a.fits.shape) == 0))
+    if request.recompute is None and on_their_own.size:
+        fitting = on_their_own
     if fitting.size:
         order = fitting[
             np.lexsort(
