@@ -175,3 +175,20 @@ def test_the_search_leans_on_it_only_where_the_policy_is_given_or_nothing_else_f
     stated = published_layout_search({**row, "recompute": "None"})
     assert stated.fits and stated.chosen.compiler_remat > 0.5
     assert stated.chosen.step_seconds < auto.chosen.step_seconds  # priced faster, still not chosen
+
+
+def test_maxtext_loss_keeps_the_logits_and_their_gradient_not_an_fp32_copy():
+    """XLA fuses the cross-entropy: MaxText's published Llama 3.1 8B step on a v6e-256 (32,768
+    tokens x 128,256 logits a chip, tpu-recipes training/trillium/Llama3.1-8B-MaxText) fits a
+    32 GB chip, which an eager loss's fp32 copies (10 bytes a logit: 42 GB) could not."""
+    from ringmaster.engine.llm_memory import (
+        BYTES_LOSS_PER_LOGIT,
+        BYTES_LOSS_PER_LOGIT_FUSED,
+        loss_bytes_per_logit,
+    )
+
+    logits = 4 * 8192 * 128256
+    chip = 32e9
+    assert loss_bytes_per_logit(framework("MaxText")) == BYTES_LOSS_PER_LOGIT_FUSED
+    assert BYTES_LOSS_PER_LOGIT_FUSED * logits < chip < BYTES_LOSS_PER_LOGIT * logits
+    assert loss_bytes_per_logit(framework("PyTorch")) == BYTES_LOSS_PER_LOGIT  # eager upcast
