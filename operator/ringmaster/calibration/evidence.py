@@ -125,6 +125,8 @@ def _training_rows() -> list[CellRow]:
     for size, pub, pred in T._maxtext(points, L.GEMM_STEP_FIT["tpu"]):
         role = "fitted" if size in T.FITTED_MAXTEXT else "checked"
         rows.append(CellRow("maxtext-v5e", "TPU v5e", "MaxText", "bf16", role, pred / pub - 1))
+    for _, pub, pred, _ in T.maxtext_v5p():
+        rows.append(CellRow("maxtext-v5p", "TPU v5p", "MaxText", "bf16", "checked", pred / pub - 1))
     # The published layouts' throughput rows, each planned once (calibration.llm_training).
     measured = {r.id: r for r in T.throughput_report()}
     for row in T.training_points()["published_layouts"]:
@@ -362,6 +364,12 @@ def leave_one_source_out() -> list[LeaveOneOut]:
             T._torchtitan,
         ),
         ('GEMM_STEP_FIT["tpu"]', "maxtext-v5e", "tpu", T._maxtext),
+        (
+            'GEMM_STEP_FIT["tpu"] (its checked source)',
+            "maxtext-v5p",
+            "tpu",
+            lambda _, fit: [(label, pub, pred) for label, pub, pred, _ in T.maxtext_v5p(fit)],
+        ),
     )
     out = []
     for constant, source, family, report in fits:

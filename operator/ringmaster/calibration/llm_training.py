@@ -83,20 +83,26 @@ TORCHTITAN_MODELS = {
 }
 
 
+def maxtext_scales(params_billion: int) -> tuple[int, int, int, int]:
+    """(emb, heads, mlp, layers) of MaxText's ``global_parameter_scale`` model: base.yml's emb
+    2048, 16 heads of 128, MLP 7168 and 16 layers, each doubled in turn as the scale doubles
+    (MaxText/pyconfig.py get_individual_scales: of log2(scale) = 3 b + r, heads and MLP double
+    b + (r > 0) times, emb b + (r > 1), layers b)."""
+    if params_billion < 1 or params_billion & (params_billion - 1):
+        raise ValueError(f"global_parameter_scale {params_billion}: a power of 2")
+    base, rem = divmod(params_billion.bit_length() - 1, 3)
+    wide = base + int(rem > 0)
+    return 2048 << (base + int(rem > 1)), 16 << wide, 7168 << wide, 16 << base
+
+
 def maxtext_model(params_billion: int) -> Transformer:
-    """MaxText's ``global_parameter_scale`` models (MaxText/pyconfig.py get_individual_scales on
-    base.yml: emb 2048, 16 heads of 128, MLP 7168 gated SiLU, 16 layers, vocabulary 32,000).
-    At scales 16 and 128 MaxText's attention is twice as wide (heads x 128) as the model
-    width; engine.transformer ties them, so the surplus attention weights are moved into the
-    FFN: the same parameters and matmul FLOPs, attention-core FLOPs counted at the model width
-    (a 3% under-count of the step's FLOPs at 16B)."""
-    shapes = {  # scale: (emb, heads, mlp, layers)
-        16: (4096, 64, 28672, 32),
-        32: (8192, 64, 28672, 32),
-        64: (8192, 64, 28672, 64),
-        128: (8192, 128, 57344, 64),
-    }
-    emb, heads, mlp, layers = shapes[params_billion]
+    """MaxText's ``global_parameter_scale`` models (:func:`maxtext_scales`, gated SiLU,
+    vocabulary 32,000). Where MaxText's attention is wider (heads x 128) than the model
+    width (scales 16, 128 and 1024: twice), engine.transformer ties them, so the surplus
+    attention weights are moved into the FFN: the same parameters and matmul FLOPs,
+    attention-core FLOPs counted at the model width (a 3% under-count of the step's FLOPs at
+    16B)."""
+    emb, heads, mlp, layers = maxtext_scales(params_billion)
     width = heads * 128
     surplus = 4 * emb * width - 4 * emb * emb  # Q, K, V, O at the attention width
     return Transformer(
@@ -278,6 +284,52 @@ def _maxtext(points: Mapping[str, Any], fit: float) -> list[tuple[float, float, 
     return out
 
 
+# The v5p slices of MaxText's scale table: chips -> the slice's axes (v5p-128 is 4x4x4).
+V5P_SLICE_AXES = {
+    64: (4, 4, 4),
+    128: (4, 4, 8),
+    256: (4, 8, 8),
+    512: (8, 8, 8),
+    1024: (8, 8, 16),
+    2048: (8, 16, 16),
+}
+
+
+def maxtext_v5p(fit: float | None = None) -> list[tuple[str, float, float, float]]:
+    """(row label, published MFU, predicted MFU, XLA's rematerialised share) of MaxText's v5p
+    scale table (llm_training_points.yaml ``maxtext_v5p``): one slice, FSDP over the chips that
+    the tensor degree leaves, the config's micro-batch and remat policy, under MaxText (XLA
+    recomputes what a policy would keep beyond the chip)."""
+    host = DEFAULT_CATALOG.host("tpu-v5p-slice", 4)
+    out = []
+    for size, chips, batch, tensor, recompute, mfu in training_points()["maxtext_v5p"]["rows"]:
+        axes = V5P_SLICE_AXES[int(chips)]
+        hw = L.layout_hardware(
+            host,
+            int(chips) // host.count,
+            DEFAULT_CATALOG,
+            slice_axes=axes,
+            wrapped=tpu_wrapped_axes(host.accelerator, axes),
+            framework=framework_profile("MaxText"),
+        )
+        if fit is not None:
+            hw = replace(hw, step_fit=fit)
+        a = _one(
+            maxtext_model(int(size)),
+            hw,
+            tensor=int(tensor),
+            pipeline=1,
+            sharding=SHARD_FULL,
+            micro_batch=int(batch) * int(tensor),
+            recompute=RECOMPUTES.index(str(recompute)),
+            global_batch=int(chips) * int(batch),
+        )
+        label = f"{size}B on {chips} chips, {recompute}"
+        predicted, remat = (float(x) for x in (a.mfu, a.compiler_remat))
+        out.append((label, float(mfu), predicted, remat))
+    return out
+
+
 def point_by_id(points: Mapping[str, Any], pid: str) -> dict[str, Any]:
     for point in points.get("llm_training") or []:
         if point.get("id") == pid:
@@ -353,6 +405,9 @@ def llm_report(points: Mapping[str, Any]) -> list[LlmRow]:
     for size, pub, pred in _maxtext(points, L.GEMM_STEP_FIT["tpu"]):
         role = "fitted" if size in FITTED_MAXTEXT else "checked"
         rows.append(LlmRow("maxtext-v5e", f"{size:g}B", "MFU", pub, pred, role))
+    for label, pub, pred, remat in maxtext_v5p():
+        setup = f"{label} + XLA remat {remat * 100:.0f} %" if remat > 0 else label
+        rows.append(LlmRow("maxtext-v5p", setup, "MFU", pub, pred, "checked"))
     rows.extend(memory_report())
     rows.extend(throughput_report())
     return rows

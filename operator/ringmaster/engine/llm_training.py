@@ -420,7 +420,7 @@ class LayoutArrays(NamedTuple):
     offload_layers: int | None = None  # Megatron's CPU offloading of that many layers
     # The share of the policy's surplus over Full a rematerialising compiler recomputes to fit
     # (engine.recompute.compiler_remat_share; 0: none).
-    compiler_remat: F64 | float = 0.0
+    compiler_remat: F64 = np.zeros(())
 
 
 def evaluate_layouts(
