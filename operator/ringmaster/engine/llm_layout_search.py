@@ -450,7 +450,7 @@ def _layout(
         host_capacity_bytes=host_capacity,
         recompute_layers=a.recompute_layers,
         offload_layers=a.offload_layers,
-        compiler_remat=float(np.broadcast_to(a.compiler_remat, a.step_seconds.shape)[i]),
+        compiler_remat=float(a.compiler_remat[i]),
     )
 
 
@@ -507,7 +507,7 @@ def search_layouts(request: LayoutRequest, hw: LayoutHardware) -> LayoutSearch:
     # left to it, layouts that fit only by the compiler's rematerialisation (XLA recomputing what
     # the policy would keep, an unplanned recompute it may refuse far over the limit: openxla
     # docs/errors/error_1000.md, "Aborting compilation early") yield to any that fit on their own.
-    on_their_own = np.flatnonzero(a.fits & (np.broadcast_to(a.compiler_remat, a.fits.shape) == 0))
+    on_their_own = np.flatnonzero(a.fits & (a.compiler_remat == 0))
     if request.recompute is None and on_their_own.size:
         fitting = on_their_own
     if fitting.size:

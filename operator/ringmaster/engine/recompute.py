@@ -158,8 +158,8 @@ def compiler_remat_share(
     ``full_activations``, with the allocator's slack on them), 0 where the policy fits, at most 1
     (Full itself; a layout that overflows even then does not fit). XLA picks the values it
     recomputes by cost per byte freed, the cheapest first; the share prices them at the
-    policy's mean (every saved projection costs about 2 h FLOPs an element to rebuild, the
-    FFN's output 2 f), so it overstates the cost a little where the FFN's outputs go first."""
+    policy's mean (a saved projection costs about 2 h FLOPs an element to rebuild, the FFN's
+    output projection 2 f), so it overstates the cost a little where the cheap ones suffice."""
     room = (as_f64(activations) - as_f64(full_activations)) * (1.0 + allocator_overhead)
     excess = as_f64(total) - as_f64(capacity)
     share = np.where((excess > 0.0) & (room > 0.0), excess / np.where(room > 0.0, room, 1.0), 0.0)
