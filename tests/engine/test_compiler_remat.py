@@ -65,7 +65,9 @@ def test_minimal_overflows_the_v5p_and_xla_recomputes_part_of_it_to_fit():
     minimal, full = run(RECOMPUTE_MINIMAL), run(RECOMPUTE_FULL)
     assert bool(minimal.fits[0]) and bool(full.fits[0])
     share = float(minimal.compiler_remat[0])
-    assert 0.05 < share < 0.5
+    # Minimal needs 97.8 GiB of the 95.74 XLA may allocate on a v5p: a few % of its surplus
+    # over Full leaves the memory
+    assert 0.01 < share < 0.1
     assert float(minimal.memory.total[0]) == pytest.approx(hw.memory_bytes)
     assert float(full.compiler_remat[0]) == 0.0
     # unbounded, Minimal would need more than the chip; with room it pays no recompute
@@ -140,7 +142,7 @@ def test_a_maxtext_job_plans_it_and_its_status_carries_the_share():
     plan = plan_training(parse_manifest(doc).spec)
     assert plan.layout is not None and plan.layout.search.fits
     chosen = plan.layout.chosen
-    assert 0.1 < chosen.compiler_remat < 0.3
+    assert 0.01 < chosen.compiler_remat < 0.1
     status = layout_status(plan.layout)
     assert status["compilerRematShare"] == pytest.approx(chosen.compiler_remat, rel=1e-3)
     assert TrainingPlan.model_validate(status).compiler_remat_share == status["compilerRematShare"]

@@ -695,5 +695,6 @@ def test_tpu_tensor_parallel_uses_the_slice():
     assert set(grid["tensor"].tolist()) == {1, 2, 4, 8, 16}
     r = search_layouts(LayoutRequest(LLAMA_7B, global_batch=256), hw)
     assert r.fits
-    assert replace(hw, kind="tpu").memory_bytes == 16e9
-    assert r.chosen.total_bytes <= 16e9 and GIB > 0
+    # what XLA may allocate on a v5e (engine.hardware, [XLA-HBM])
+    assert replace(hw, kind="tpu").memory_bytes == 15.75 * GIB
+    assert r.chosen.total_bytes <= 15.75 * GIB

@@ -46,6 +46,17 @@ Sources used below, abbreviated:
             A datasheet's "80 GB" is 80 GiB of HBM stacks less what the driver keeps, not
             80 x 10^9 bytes: read as decimal, an H100 holds 74.5 GiB and the engine refused
             layouts that ran (issue 36). Parts without such a figure keep the datasheet's GB.
+  [XLA-HBM] A TPU's memory as XLA may allocate it (jax ``Device.memory_stats()["bytes_limit"]``,
+            the "of N G hbm" of XLA:TPU's out-of-memory message), the TPU's [SMI]: the runtime's
+            own share is already outside it (openxla/xla docs/errors/error_1000.md: "a small
+            portion of memory is reserved for XLA Runtime internals"). v5p 95.74 GiB (MaxText
+            docs/guides/monitoring_and_debugging/understand_logs_and_metrics.md @ e591f30c, a
+            v5p-8's "Using (GB) 44.63 / 95.74"); v6e 33,550,237,696 bytes = 31,996 MiB
+            (vllm-project/vllm pull request 16211, 2025-04-25: a Google engineer's usage stats
+            on one v6e, "gpu_memory_per_device": 33550237696, read through torch_xla); v5e
+            15.75 GiB (XLA:TPU's "Used 28.59G of 15.75G hbm" on a v5e-8, m-cahill/tunix-rt
+            ProjectFiles/Milestones/Phase3/M38_summary.md @ 1583ca29). The v4 and older keep
+            the datasheet's GB: no device-reported figure found.
   [NCCL]    NVIDIA/nccl src/graph/tuning.cc (commit 5067397, 2026): NVLS needs Hopper or newer
             on an NVSwitch host; the LL/LL128 tables are indexed by GPU generation.
   [GB200-NVL72] NVIDIA GB200 NVL72 product page and datasheet (2024-25): per rack of 72 GPUs
@@ -561,7 +572,8 @@ _ACCELERATORS: tuple[Accelerator, ...] = (
         "ici",
         50,  # [points] 400 GB/s bidirectional over 4 links = 50 GB/s per link per direction
         1.20,  # [GCE-PRICE] 2024: 1.20 USD per chip-hour
-        "[points], [TPU-DOCS] 2024, [GCE-PRICE] 2024",
+        "[points], [TPU-DOCS] 2024, [GCE-PRICE] 2024, [XLA-HBM]",
+        device_mib=15.75 * 1024,  # [XLA-HBM]
         ici_link_bandwidth=50 * GB,
         ici_wrap_axis=16,  # [TPU-DOCS] a v5e pod is 16x16; only the full pod wraps
         ici_wrap_chips=256,
@@ -576,7 +588,8 @@ _ACCELERATORS: tuple[Accelerator, ...] = (
         "ici",
         100,  # [TPU-V5P] 4,800 Gbps per chip / 6 links = 800 Gbps = 100 GB/s per link
         4.20,  # [GCE-PRICE] 2024: 4.20 USD per chip-hour
-        "[TPU-V5P] 2024, [points], [GCE-PRICE] 2024",
+        "[TPU-V5P] 2024, [points], [GCE-PRICE] 2024, [XLA-HBM]",
+        device_mib=95.74 * 1024,  # [XLA-HBM]
         ici_link_bandwidth=100 * GB,
         ici_wrap_axis=4,  # [TPU-V5P] like v4: slices of whole 4x4x4 cubes close into tori
         ici_wrap_chips=64,
@@ -591,7 +604,8 @@ _ACCELERATORS: tuple[Accelerator, ...] = (
         "ici",
         112,  # [TPU-V6E] 3,584 Gbps per chip / 4 links = 896 Gbps = 112 GB/s per link
         2.70,  # [GCE-PRICE] 2025: 2.70 USD per chip-hour
-        "[TPU-V6E] 2024, [points], [GCE-PRICE] 2025",
+        "[TPU-V6E] 2024, [points], [GCE-PRICE] 2025, [XLA-HBM]",
+        device_mib=31996,  # [XLA-HBM]
         ici_link_bandwidth=112 * GB,
         ici_wrap_axis=16,  # [TPU-V6E] a v6e pod is 16x16; only the full pod wraps
         ici_wrap_chips=256,

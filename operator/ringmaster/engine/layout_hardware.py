@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+import numpy as np
 from numpy.typing import ArrayLike
 
 from ringmaster.engine import collectives as C
@@ -17,6 +18,7 @@ from ringmaster.engine.activation_offload import (
     host_link_bandwidth,
     host_memory_per_accelerator,
 )
+from ringmaster.engine.arrays import F64
 from ringmaster.engine.ceilings import (
     H100_BURST_TFLOPS,
     H100_SUSTAINED_TFLOPS,
@@ -48,6 +50,7 @@ from ringmaster.engine.llm_layout_names import (
 )
 from ringmaster.engine.llm_memory import (
     ALLOCATOR_SLACK_AT_LIMIT,
+    FRAMEWORK_RESERVE_BYTES,
 )
 from ringmaster.engine.profiled import profiled_pool
 from ringmaster.engine.training import (
@@ -120,6 +123,9 @@ class LayoutHardware:
     # The caching allocator's slack over activations: PyTorch's on GPUs; XLA assigns buffers
     # ahead of time on TPUs, so none there.
     allocator_overhead: float = ALLOCATOR_SLACK_AT_LIMIT
+    # What the runtime holds outside the framework's allocations: the CUDA context and NCCL's
+    # buffers on a GPU; none on a TPU, whose catalog memory is what XLA may allocate.
+    runtime_reserve_bytes: float = FRAMEWORK_RESERVE_BYTES
     # Peaks of the matmuls outside the layers' linear layers (attention core, LM head): the
     # compute precision's, except under FP8 recipes, which keep some of them in bf16.
     attention_peak_flops: float = 0.0  # 0: peak_flops
@@ -154,6 +160,13 @@ class LayoutHardware:
     @property
     def accelerators(self) -> int:
         return self.hosts * self.per_host
+
+    def sharded_data_ranks(self, data: ArrayLike) -> F64:
+        """The data-parallel ranks a layout's ZeRO / FSDP sharding spans: all of them, but in a
+        multislice job only one slice's (MaxText shards over its ICI fsdp axis and replicates
+        over dcn_data_parallelism's slices: its logical axis rules map no weight axis to
+        'data')."""
+        return np.asarray(data, dtype=np.float64) / self.slices
 
     def with_precision(self, precision: str) -> LayoutHardware:
         """The same hardware computing at ``precision`` (the LM head stays bf16 under FP8)."""
@@ -278,6 +291,7 @@ def layout_hardware(
         step_fit_source=fit_source,
         attention_derate=derate,
         allocator_overhead=0.0 if acc.kind == "tpu" else ALLOCATOR_SLACK_AT_LIMIT,
+        runtime_reserve_bytes=0.0 if acc.kind == "tpu" else FRAMEWORK_RESERVE_BYTES,
         attention_peak_flops=attention_peak,
         head_peak_flops=half,
         slice_axes=slice_axes or (hosts * host.count // max(slices, 1), 1, 1),

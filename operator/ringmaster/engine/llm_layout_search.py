@@ -31,7 +31,6 @@ from ringmaster.engine.llm_memory import (
     BYTES_GRADIENTS,
     BYTES_OPTIMIZER,
     BYTES_WEIGHTS,
-    FRAMEWORK_RESERVE_BYTES,
     loss_bytes_per_logit,
     memory_per_accelerator,
     valid_pipeline,
@@ -593,7 +592,7 @@ def _single(request: LayoutRequest, hw: LayoutHardware, layout: Layout, **change
         request.model,
         tensor=fields["tensor"],
         pipeline=fields["pipeline"],
-        data=d,
+        data=hw.sharded_data_ranks(d),
         sharding=fields["sharding"],
         micro_batch=fields["micro_batch"],
         micro_batches=request.global_batch / (d * fields["micro_batch"]),
@@ -605,6 +604,7 @@ def _single(request: LayoutRequest, hw: LayoutHardware, layout: Layout, **change
         expert=fields["expert"],
         dual_pipe=request.expert_overlap == OVERLAP_DUALPIPE,
         loss_bytes_per_logit=loss_bytes_per_logit(hw.framework),
+        runtime_reserve=hw.runtime_reserve_bytes,
         # a folded expert degree stays; the default one follows the tensor degree
         expert_tensor=change.get(
             "expert_tensor",
@@ -705,7 +705,7 @@ def _does_not_fit(closest: Layout, hw: LayoutHardware, request: LayoutRequest) -
     tips = _levers(request, hw, closest)
     if not tips:
         model_state = request.model.parameters * (BYTES_WEIGHTS + BYTES_GRADIENTS + BYTES_OPTIMIZER)
-        needed = math.ceil(model_state / max(hw.memory_bytes - FRAMEWORK_RESERVE_BYTES, 1.0))
+        needed = math.ceil(model_state / max(hw.memory_bytes - hw.runtime_reserve_bytes, 1.0))
         tips.append(
             f"more accelerators: weights, gradients and optimizer state alone are "
             f"{_gib(model_state)}, at least {needed} x {_gib(hw.memory_bytes)} fully sharded"

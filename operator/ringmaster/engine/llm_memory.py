@@ -139,6 +139,9 @@ REBUILDS_LAYER = (
 # cuBLAS workspaces (about 0.5-0.8 GiB on H100 with CUDA 12 lazy loading) and NCCL's buffers
 # (NCCL_BUFFSIZE 4 MiB per channel and peer, for the TP, DP, PP and CP communicators). Assumed,
 # not calibrated: frameworks' memory figures (torch.cuda.max_memory_reserved) leave it out.
+# A GPU's: on a TPU the memory the catalog holds is what XLA may allocate (engine.hardware,
+# [XLA-HBM]), its runtime's share already outside it, so none is reserved there
+# (layout_hardware.LayoutHardware.runtime_reserve_bytes).
 FRAMEWORK_RESERVE_BYTES = 2.0 * GIB
 
 # The caching allocator's slack over the activations it churns through (blocks split and
@@ -341,6 +344,7 @@ def memory_per_accelerator(
     loss_bytes_per_logit: float = BYTES_LOSS_PER_LOGIT,
     recomputed_share: ArrayLike = 1.0,
     layers_off_device: float = 0.0,
+    runtime_reserve: float = FRAMEWORK_RESERVE_BYTES,
 ) -> MemoryArrays:
     """Weights, gradients, optimizer state, activations and the reserve per accelerator, on the
     fullest of the first, a middle and the last pipeline stage. Context-parallel ranks hold the
@@ -357,7 +361,9 @@ def memory_per_accelerator(
     ``recomputed_share``: under Full recompute, the share of the layers that recompute (the rest
     keep what None keeps: engine.recompute.recomputed_layer_share). ``layers_off_device``: the
     first stage's layers whose activations Megatron's CPU offloading keeps in host memory
-    (engine.activation_offload.offloaded_layers_off_device)."""
+    (engine.activation_offload.offloaded_layers_off_device). ``runtime_reserve``: the memory
+    the runtime holds outside the framework's allocations (FRAMEWORK_RESERVE_BYTES on a GPU).
+    ``data``: the ranks the sharding spans (a multislice job's ranks inside one slice)."""
     t, p, d, c, e = _f(tensor), _f(pipeline), _f(data), _f(context), _f(expert)
     etp = t if expert_tensor is None else _f(expert_tensor)
     shard = np.asarray(sharding)
@@ -438,6 +444,6 @@ def memory_per_accelerator(
     gradients = choose(g1, g2, g3)
     optimizer = choose(o1, o2, o3)
     activations = choose(act_first, act_middle, act_last)
-    reserve = activations * allocator_overhead + FRAMEWORK_RESERVE_BYTES
+    reserve = activations * allocator_overhead + runtime_reserve
     total = weights + gradients + optimizer + activations + reserve
     return MemoryArrays(weights, gradients, optimizer, activations, reserve, total)

@@ -507,7 +507,7 @@ def evaluate_layouts(
             model,
             tensor=t,
             pipeline=p,
-            data=d,
+            data=hw.sharded_data_ranks(d),
             sharding=shard,
             micro_batch=b,
             micro_batches=m,
@@ -524,6 +524,7 @@ def evaluate_layouts(
             loss_bytes_per_logit=loss_bytes_per_logit(hw.framework),
             recomputed_share=share,
             layers_off_device=offloaded_layers_off_device(offload_layers),
+            runtime_reserve=hw.runtime_reserve_bytes,
         )
 
     mem = memory_under(rec)
@@ -677,7 +678,8 @@ def evaluate_layouts(
     exposed_full = dp.seconds - np.minimum(hideable, compute_mb * m)
     exposed = np.where(shard == SHARD_FULL, exposed_full, exposed_bucketed)
     exposed = np.where(dc > 1, exposed, 0.0)
-    optimizer = optimizer_seconds(model, hw, worst, dc, shard, m)
+    # each slice of a multislice job updates its own replica of the states
+    optimizer = optimizer_seconds(model, hw, worst, hw.sharded_data_ranks(d) * c, shard, m)
     # What hides behind the compute still takes NCCL's SMs (and HBM) from it, as in the
     # data-parallel model (engine.training); a TPU's collectives run on its DMA engines.
     interference = (0.0 if hw.kind == "tpu" else OVERLAP_INTERFERENCE) * (dp.seconds - exposed)
