@@ -114,6 +114,7 @@ TINY = Transformer(2, 8, 2, 16, 4, kv_heads=1, ffn_hidden=16, gated_ffn=True)
         ("Minimal", 4 * 8 + 2 * 4 + 2 * 16),  # x and every projection's output
         ("SaveDotExceptMlp", 3 * 8 + 2 * 4),  # x, Q, K, V, out-projection
         ("SaveDotExceptMlpwi", 4 * 8 + 2 * 4),  # those and the FFN's output projection
+        ("MinimalWithContext", 5 * 8 + 2 * 4 + 2 * 16),  # Minimal's and the attention's output
     ],
 )
 def test_each_recompute_policy_by_hand(policy, elements):
@@ -317,6 +318,7 @@ def test_hugging_face_modules_by_hand_in_both_regimes():
         ("Minimal", lambda h, kv, f, core: core),
         ("SaveDotExceptMlp", lambda h, kv, f, core: 2 * 3 * h * f + core),
         ("SaveDotExceptMlpwi", lambda h, kv, f, core: 2 * 2 * h * f + core),  # gate and up
+        ("MinimalWithContext", lambda h, kv, f, core: 0),  # it keeps the attention's output
     ],
 )
 def test_recompute_flops_per_policy(policy, per_layer):
@@ -698,3 +700,22 @@ def test_tpu_tensor_parallel_uses_the_slice():
     # what XLA may allocate on a v5e (engine.hardware, [XLA-HBM])
     assert replace(hw, kind="tpu").memory_bytes == 15.75 * GIB
     assert r.chosen.total_bytes <= 15.75 * GIB
+
+
+def test_minimal_with_context_keeps_the_core_s_output_and_does_not_rerun_it():
+    """MaxText's minimal_with_context (minimal_flash) keeps Minimal's dots and the attention's
+    output: h more elements a token than Minimal, no attention forward in backward; the norms and
+    the activation are rebuilt as under Minimal (the layer's elementwise forward again)."""
+    hw = hardware()
+    minimal = micro_batch_parts(LLAMA_7B, hw, 1, 1, 1, RECOMPUTES.index("Minimal"))
+    context = micro_batch_parts(LLAMA_7B, hw, 1, 1, 1, RECOMPUTES.index("MinimalWithContext"))
+    none = micro_batch_parts(LLAMA_7B, hw, 1, 1, 1, RECOMPUTE_NONE)
+    assert float(context.attention) == pytest.approx(float(none.attention))
+    assert float(context.attention) < float(minimal.attention)
+    assert float(context.gemm) == pytest.approx(float(minimal.gemm))
+    assert float(context.memory_bound) == pytest.approx(float(minimal.memory_bound))
+    kept = [
+        float(activation_bytes_per_layer(LLAMA_7B, 1, 1, RECOMPUTES.index(p))[0])
+        for p in ("Minimal", "MinimalWithContext")
+    ]
+    assert kept[1] - kept[0] == 2 * LLAMA_7B.hidden * LLAMA_7B.sequence_length

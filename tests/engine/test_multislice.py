@@ -4,6 +4,7 @@ and scaling, and the published MaxText multislice figures."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ from ringmaster.calibration.llm_training import maxtext_model
 from ringmaster.calibration.multislice import maxtext_mfu, multislice_report, v5e_slices
 from ringmaster.engine import collectives as C
 from ringmaster.engine import llm_training as L
+from ringmaster.engine.frameworks import framework
 from ringmaster.engine.hardware import DEFAULT_CATALOG
 from ringmaster.engine.llm_layout_names import RECOMPUTE_FULL, RING, SHARD_FULL
 from ringmaster.engine.llm_layout_search import LayoutRequest, layout_grid
@@ -83,7 +85,8 @@ def test_the_multislice_examples_plan_with_dcn_in_the_gradient_reduction():
         report = plan_training(spec)
         status = report.to_status()
         assert status.slices == spec.accelerator.slices
-        assert status.dcn_share is not None and 0.0 <= status.dcn_share < 0.05
+        # MaxText leaves the cross-slice all-reduce after backward: all of it is the DCN's share
+        assert status.dcn_share is not None and 0.0 < status.dcn_share < 0.10
         assert status.fits
 
 
@@ -114,17 +117,19 @@ def test_weak_scaling_keeps_each_slice_s_share_and_the_table_names_the_best_coun
     assert "fastest: 4 slices" in text and "cheapest per token: 1 slices" in text
 
 
-def test_maxtext_multislice_loses_mfu_with_slices_but_less_than_published():
+def test_maxtext_multislice_loses_mfu_with_slices_about_as_published():
     # The model's DCN term only loses MFU, more with more slices (each slice updates its own
-    # replica of the optimizer states: nothing gains); the published losses are larger
-    # (docs/engine.md: what the model leaves out), by at most this much.
+    # replica of the optimizer states: nothing gains). MaxText leaves the cross-slice all-reduce
+    # after backward (Framework.hides_cross_replica_reduction): behind backward, the model kept
+    # 20 of the 20 published losses too small (mean |error| 7.7 %); exposed, 5.0 %.
     for size, batch in ((16, 6), (32, 4), (64, 2), (128, 1)):
         mfu = [maxtext_mfu(size, batch, n) for n in (1, 2, 8, 32)]
         assert all(b <= a * (1.0 + 1e-12) for a, b in itertools.pairwise(mfu))
     kept = [r for r in multislice_report() if r.quantity == "MFU kept from 1 slice"]
     assert len(kept) == 20
-    assert all(r.predicted >= r.published for r in kept)
-    assert float(np.mean([abs(r.error) for r in kept])) < 0.10
+    assert float(np.mean([abs(r.error) for r in kept])) < 0.06
+    hidden = replace(framework("MaxText"), hides_cross_replica_reduction=True)
+    assert maxtext_mfu(64, 2, 32, hidden) > maxtext_mfu(64, 2, 32)
 
 
 def _maxtext_32b_on(slices: int) -> L.LayoutArrays:

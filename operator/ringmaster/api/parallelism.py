@@ -55,6 +55,7 @@ Recompute = Literal[
     "QkvProjOffloaded",
     "MinimalOffloaded",
     "SaveDotExceptMlpwi",
+    "MinimalWithContext",
 ]
 ExpertOverlap = Literal["None", "OneFOneB", "DualPipe"]
 # How tokens reach their experts (engine.expert_dispatch): NCCL's all-to-all or DeepEP's kernels.
@@ -88,7 +89,10 @@ class Parallelism(SpecModel):
     (Megatron-LM's: the attention core), ``Full`` (every layer from its input),
     ``SelectiveOp`` (torchtitan's op-level selective AC), ``Minimal``, ``SaveDotExceptMlp`` and
     ``SaveDotExceptMlpwi`` (MaxText's remat policies ``minimal``, ``save_dot_except_mlp`` and
-    ``save_dot_except_mlpwi``, which also keeps the FFN's output projection), ``QkvProjOffloaded``
+    ``save_dot_except_mlpwi``, which also keeps the FFN's output projection),
+    ``MinimalWithContext`` (MaxText's ``minimal_with_context``, once ``minimal_flash``: Minimal's
+    projections and the attention's output, so the attention core is not rerun),
+    ``QkvProjOffloaded``
     (MaxText's ``qkv_proj_offloaded``: Q, K and V go to the host's pinned memory, the rest of
     the layer is recomputed) and ``MinimalOffloaded`` (MaxText's ``minimal_offloaded``: every
     projection's output goes to host memory, the attention core is recomputed); with both only
@@ -162,6 +166,16 @@ class Parallelism(SpecModel):
     i mod pipeline; it must place every layer and MTP module once, the embedding first and the
     loss last (Megatron's checks: a plan that breaks one fails, naming it). Needs pipeline set;
     the plan costs each rank's layers as written. Passed as RINGMASTER_PIPELINE_LAYOUT."""
+    data_replicas: Int = Field(default=1, ge=1, le=4096)
+    """Hybrid sharding (HSDP) on GPUs: the data-parallel ranks form this many replica groups,
+    ZeRO / FSDP sharding spans one group's ranks (data / dataReplicas), and the groups
+    all-reduce their gradient shards over the hosts' NICs: torchtitan's
+    --parallelism.data_parallel_replicate_degree, PyTorch FSDP's HYBRID_SHARD (one group a
+    host), MaxText's dcn_data_parallelism over GPU hosts (with ici_fsdp_parallelism inside
+    one). Each chip then holds and updates its group's shard, not the whole job's. Must divide
+    the data-parallel degree (a layout whose degree it does not divide is not searched) and
+    the accelerators; changes nothing with sharding None. A TPU job's slices replicate
+    already (accelerator.slices): TPUs take 1. Passed to workers as RINGMASTER_DATA_REPLICAS."""
     expert_dispatch: ExpertDispatch = "AllToAll"
     """How a mixture of experts' tokens reach their experts: ``AllToAll`` (Megatron-Core's
     alltoall token dispatcher: NCCL all-to-alls of bf16 activations, a copy per expert) or
@@ -521,6 +535,38 @@ MOE_FEATURE_RULES: tuple[Rule, ...] = (
     ),
 )
 
+_REPLICAS = "self.parallelism.dataReplicas"
+
+# Hybrid sharding: the replica groups split the accelerators whole, on GPUs (a TPU's slices are
+# its replica groups).
+DATA_REPLICAS_RULES: tuple[Rule, ...] = (
+    Rule(
+        cel=(
+            f"!has(self.parallelism) || !has({_REPLICAS}) || {_REPLICAS} == 1"
+            f" || ({_ACCELERATORS}) % {_REPLICAS} == 0"
+        ),
+        message="parallelism.dataReplicas must divide the accelerators (workers x perWorker)",
+        field_path=".parallelism.dataReplicas",
+        check=lambda s: (
+            s.parallelism is None
+            or s.parallelism.data_replicas == 1
+            or (s.workers * s.accelerator.per_worker) % s.parallelism.data_replicas == 0
+        ),
+    ),
+    Rule(
+        cel=(f"!has(self.parallelism) || !has({_REPLICAS}) || {_REPLICAS} == 1 || !{_ACC_IS_TPU}"),
+        message="parallelism.dataReplicas is hybrid sharding over GPU hosts: a TPU job's "
+        "slices replicate its states (accelerator.slices); TPUs take 1",
+        field_path=".parallelism.dataReplicas",
+        reason="FieldValueForbidden",
+        check=lambda s: (
+            s.parallelism is None
+            or s.parallelism.data_replicas == 1
+            or not is_tpu(s.accelerator.type)
+        ),
+    ),
+)
+
 # The rules on spec.parallelism, which need the spec's workers, accelerator and
 # model.architecture: TrainingJobSpec's first rules, in this order.
 PARALLELISM_RULES: tuple[Rule, ...] = (
@@ -779,4 +825,5 @@ PARALLELISM_RULES: tuple[Rule, ...] = (
     *MOE_FEATURE_RULES,
     *RECOMPUTE_LAYERS_RULES,
     *ACTIVATION_OFFLOAD_RULES,
+    *DATA_REPLICAS_RULES,
 )

@@ -397,6 +397,9 @@ class TrainingPlan(StatusModel):
     tensor: int | None = None
     pipeline: int | None = None
     data: int | None = None
+    data_replicas: int | None = None
+    """Hybrid sharding's replica groups (``spec.parallelism.dataReplicas``; 1: the sharding
+    spans every data-parallel rank)."""
     sharding: str | None = None
     micro_batch_size: int | None = None
     global_batch_size: int | None = None

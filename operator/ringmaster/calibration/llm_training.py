@@ -548,8 +548,11 @@ def _layout_model(row: Mapping[str, Any]) -> Transformer:
 DGX_H100_NIC_GBPS = 8 * 400
 
 
-def published_nic_gbps(row: Mapping[str, Any]) -> float:
-    """A published run's NIC bandwidth per host: its ``nic_gbps`` key, else a DGX H100's."""
+def published_nic_gbps(row: Mapping[str, Any]) -> float | None:
+    """A published run's NIC bandwidth per host: its ``nic_gbps`` key, else a DGX H100's; None
+    where the row names its machine type (``machine``: the catalog's NICs and transport)."""
+    if "machine" in row and "nic_gbps" not in row:
+        return None
     return float(row.get("nic_gbps", DGX_H100_NIC_GBPS))
 
 
@@ -570,7 +573,8 @@ def published_layout_search(row: Mapping[str, Any], nic_gbps: float | None = Non
     """The search with every field the published run fixed (recompute ``Auto`` where the source
     names none), on the run's accelerators (with ``nic_gbps`` per host where given)."""
     per_host = int(row.get("per_host", 8))
-    host = DEFAULT_CATALOG.host(str(row["accelerator"]), per_host)
+    machine = row.get("machine")
+    host = DEFAULT_CATALOG.host(str(row["accelerator"]), per_host, machine and str(machine))
     hosts = int(row["gpus"]) // per_host
     axes = None
     wrapped = (False, False, False)
@@ -599,6 +603,8 @@ def published_layout_search(row: Mapping[str, Any], nic_gbps: float | None = Non
         hw = replace(hw, nic_bandwidth=gbps_to_bytes_per_second(nic_gbps) * NIC_EFFICIENCY)
     if row.get("tensor_overlap"):  # the run's recipe overlaps its TP collectives
         hw = replace(hw, tensor_overlap=True)
+    if "data_replicas" in row:  # hybrid sharding: MaxText's dcn_data_parallelism over GPU hosts
+        hw = replace(hw, data_replicas=int(row["data_replicas"]))
     # An NVLink domain of several hosts (GB200 NVL72) is one NCCL node, as a job's plan has it.
     hw, _ = L.on_nvlink_domain(hw, host.machine)
     recompute = str(row["recompute"])

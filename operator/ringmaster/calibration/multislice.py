@@ -14,7 +14,7 @@ Points: ``multislice_points.yaml`` beside this module, each with its source.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ import yaml
 
 from ringmaster.calibration.llm_training import TOLERANCE, maxtext_model
 from ringmaster.engine import llm_training as L
+from ringmaster.engine.frameworks import Framework
 from ringmaster.engine.hardware import DEFAULT_CATALOG
 from ringmaster.engine.llm_layout_names import RECOMPUTE_FULL, RING, SHARD_FULL
 from ringmaster.engine.training import dcn_bandwidth
@@ -64,12 +65,18 @@ def v5e_slices(slices: int) -> L.LayoutHardware:
     )
 
 
-def maxtext_mfu(params_billion: int, per_device_batch: int, slices: int) -> float:
-    """The engine's MFU for MaxText's configs/v5e/<size>b.sh on ``slices`` v5e-256 slices."""
+def maxtext_mfu(
+    params_billion: int, per_device_batch: int, slices: int, framework: Framework | None = None
+) -> float:
+    """The engine's MFU for MaxText's configs/v5e/<size>b.sh on ``slices`` v5e-256 slices
+    (``framework``: another profile than MaxText's, to compare)."""
     tensor = 16 if params_billion == 128 else 1
+    hw = v5e_slices(slices)
+    if framework is not None:
+        hw = replace(hw, framework=framework)
     arrays = L.evaluate_layouts(
         maxtext_model(params_billion),
-        v5e_slices(slices),
+        hw,
         global_batch=256 * slices * per_device_batch,
         tensor=tensor,
         pipeline=1,

@@ -107,6 +107,12 @@ class LayoutHardware:
     # tensor / pipeline / context stay inside a slice, data parallelism spans the slices.
     slices: int = 1
     dcn_bandwidth: float = 0.0  # a host's achieved DCN bandwidth, bytes/s
+    # Hybrid sharding on GPUs (spec.parallelism.dataReplicas): the data-parallel ranks form this
+    # many replica groups; ZeRO / FSDP sharding spans one group's ranks and the groups all-reduce
+    # their gradient shards over the hosts' NICs (torchtitan's data_parallel_replicate_degree,
+    # FSDP's HYBRID_SHARD, MaxText's dcn_data_parallelism over GPU hosts). A TPU's slices do
+    # this already (``slices``).
+    data_replicas: int = 1
     wrapped: tuple[bool, bool, bool] = (False, False, False)
     reducers: int = 0  # reduction-server reducers (0: none considered)
     reducer_bandwidth: float = 0.0  # achieved, bytes/s, per reducer
@@ -161,12 +167,18 @@ class LayoutHardware:
     def accelerators(self) -> int:
         return self.hosts * self.per_host
 
+    @property
+    def replica_groups(self) -> int:
+        """The groups the data-parallel ranks are replicated over, each sharding its states
+        alone: a multislice job's slices, or a GPU job's hybrid-sharding replicas."""
+        return self.slices * self.data_replicas
+
     def sharded_data_ranks(self, data: ArrayLike) -> F64:
         """The data-parallel ranks a layout's ZeRO / FSDP sharding spans: all of them, but in a
         multislice job only one slice's (MaxText shards over its ICI fsdp axis and replicates
         over dcn_data_parallelism's slices: its logical axis rules map no weight axis to
-        'data')."""
-        return np.asarray(data, dtype=np.float64) / self.slices
+        'data'), and under hybrid sharding one replica group's."""
+        return np.asarray(data, dtype=np.float64) / self.replica_groups
 
     def with_precision(self, precision: str) -> LayoutHardware:
         """The same hardware computing at ``precision`` (the LM head stays bf16 under FP8)."""

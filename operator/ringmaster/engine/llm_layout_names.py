@@ -13,8 +13,9 @@ SHARDINGS = ("None", "Optimizer", "Gradients", "Full")  # codes 0..3, each shard
 # None (FlashAttention, nothing recomputed), Selective (Megatron-LM's --recompute-granularity
 # selective: the attention core), Full (every layer from its input: Megatron-LM's granularity
 # full, torchtitan's mode full, MaxText's remat_policy full), SelectiveOp (torchtitan's op-level
-# selective AC), Minimal, SaveDotExceptMlp and SaveDotExceptMlpwi (MaxText's remat policies
-# minimal, save_dot_except_mlp and save_dot_except_mlpwi), QkvProjOffloaded and
+# selective AC), Minimal, SaveDotExceptMlp, SaveDotExceptMlpwi and MinimalWithContext (MaxText's
+# remat policies minimal, save_dot_except_mlp, save_dot_except_mlpwi and minimal_with_context,
+# once minimal_flash), QkvProjOffloaded and
 # MinimalOffloaded (MaxText's qkv_proj_offloaded and minimal_offloaded: what they save goes to
 # the host's pinned memory, not HBM; engine.activation_offload). ``Auto`` searches the first
 # three, which every launcher has. New policies go at the end, so that the codes already in
@@ -29,6 +30,7 @@ RECOMPUTES = (
     "QkvProjOffloaded",
     "MinimalOffloaded",
     "SaveDotExceptMlpwi",
+    "MinimalWithContext",
 )
 SHARD_NONE, SHARD_OPTIMIZER, SHARD_GRADIENTS, SHARD_FULL = range(4)
 (
@@ -41,6 +43,7 @@ SHARD_NONE, SHARD_OPTIMIZER, SHARD_GRADIENTS, SHARD_FULL = range(4)
     RECOMPUTE_QKV_PROJ_OFFLOADED,
     RECOMPUTE_MINIMAL_OFFLOADED,
     RECOMPUTE_SAVE_DOT_EXCEPT_MLPWI,
+    RECOMPUTE_MINIMAL_WITH_CONTEXT,
 ) = range(len(RECOMPUTES))
 FP8_RECIPES = ("Linear", "AllMatmuls")  # with computePrecision fp8: what runs in FP8
 RING, REDUCTION_SERVER = "Ring", "ReductionServer"

@@ -338,7 +338,7 @@ def layout_grid(request: LayoutRequest, hw: LayoutHardware) -> dict[str, I64]:
                 if (n // hw.slices) % (t * p * c):
                     continue
                 d = n // (t * p * c)
-                if request.global_batch % d:
+                if request.global_batch % d or d % hw.data_replicas:
                     continue
                 per_replica = request.global_batch // d
                 micro = (
@@ -731,6 +731,8 @@ def _no_layout_message(request: LayoutRequest, hw: LayoutHardware) -> str:
         parts.append(f"micro-batch {request.micro_batch}")
     if request.expert is not None:
         parts.append(f"expert {request.expert} ({m.experts} experts)")
+    if hw.data_replicas > 1:
+        parts.append(f"dataReplicas {hw.data_replicas}")
     schedule = ""
     if request.expert_overlap == OVERLAP_DUALPIPE:
         schedule = (
@@ -747,5 +749,5 @@ def _no_layout_message(request: LayoutRequest, hw: LayoutHardware) -> str:
         + " (heads must divide by tensor; pipeline stages hold ceil(layers / pipeline) layers,"
         " the first and last share the rest; the sequence by 2 x context; accelerators by"
         " tensor x context x pipeline; the global batch by data x micro-batch; expert must"
-        f" divide the experts and data x context{schedule})"
+        f" divide the experts and data x context; data by dataReplicas{schedule})"
     )

@@ -28,6 +28,7 @@ from ringmaster.engine.llm_layout_names import (
     RECOMPUTE_FULL,
     RECOMPUTE_MINIMAL,
     RECOMPUTE_MINIMAL_OFFLOADED,
+    RECOMPUTE_MINIMAL_WITH_CONTEXT,
     RECOMPUTE_NONE,
     RECOMPUTE_QKV_PROJ_OFFLOADED,
     RECOMPUTE_SAVE_DOT_EXCEPT_MLP,
@@ -96,6 +97,8 @@ FSDP_RESIDENT_LAYERS = 2
 #     output (Q, K, V, out, wi_0, wi_1, wo): 4h + 2h_kv + 2f (gated; f standard).
 #   SaveDotExceptMlp (MaxText): the input, Q, K, V and the attention projection: 3h + 2h_kv.
 #   SaveDotExceptMlpwi (MaxText): those and the FFN's output projection (mlpwo): 4h + 2h_kv.
+#   MinimalWithContext (MaxText minimal_with_context, once minimal_flash: Minimal's dots and the
+#     attention's output, named "context"): 5h + 2h_kv + 2f (gated; f standard).
 #   QkvProjOffloaded and MinimalOffloaded (MaxText save_and_offload_only_these_names with
 #     names_which_can_be_saved=[]: maxtext_utils.get_save_and_offload_names): in HBM only the
 #     scanned layer's input, as Full; what they name goes to host memory
@@ -110,6 +113,7 @@ SAVED_ELEMENTS: dict[int, tuple[int, int, int, int]] = {  # (h, h_kv, f gated, f
     RECOMPUTE_QKV_PROJ_OFFLOADED: (1, 0, 0, 0),
     RECOMPUTE_MINIMAL_OFFLOADED: (1, 0, 0, 0),
     RECOMPUTE_SAVE_DOT_EXCEPT_MLPWI: (4, 2, 0, 0),
+    RECOMPUTE_MINIMAL_WITH_CONTEXT: (5, 2, 2, 1),
 }
 # With FP8 linear layers, Transformer Engine keeps each linear layer's input for the weight
 # gradient as its FP8 cast (transformer_engine.pytorch.module.linear / layernorm_linear /
@@ -121,7 +125,7 @@ BYTES_FP8 = 1.0
 # norms' inputs and outputs: Korthikanti et al. 2022, Table 2's 10 s b h of "tensor parallel"
 # without dropout masks), whole on every rank without sequence parallelism. The offloading
 # policies keep the input alone in HBM, as Full.
-REPLICATED_WITHOUT_SP = (4, 4, 1, 2, 1, 1, 1, 1, 1)
+REPLICATED_WITHOUT_SP = (4, 4, 1, 2, 1, 1, 1, 1, 1, 1)
 # Policies that rebuild a layer during backward, so that layer's working set is resident then.
 REBUILDS_LAYER = (
     RECOMPUTE_FULL,
@@ -129,6 +133,7 @@ REBUILDS_LAYER = (
     RECOMPUTE_MINIMAL,
     RECOMPUTE_SAVE_DOT_EXCEPT_MLP,
     RECOMPUTE_SAVE_DOT_EXCEPT_MLPWI,
+    RECOMPUTE_MINIMAL_WITH_CONTEXT,  # the norms and the activation it does not keep
     # Both rebuild in backward what they neither keep nor offload (QkvProjOffloaded the layer
     # but Q, K and V; MinimalOffloaded the attention core), with the fetched tensors back in HBM.
     RECOMPUTE_QKV_PROJ_OFFLOADED,

@@ -355,6 +355,26 @@ def _data_parallel_seconds(
     return DataParallelComm(_f(np.where(use, rs, ring)), use.astype(np.int64))
 
 
+def hybrid_replica_seconds(
+    nbytes: ArrayLike, tensor: ArrayLike, pipeline: ArrayLike, data: ArrayLike, hw: LayoutHardware
+) -> F64:
+    """The cross-group part of a GPU job's hybrid-sharded gradient reduction of ``nbytes`` per
+    rank over ``data`` ranks (LayoutHardware.data_replicas groups of ``data / R``): after the
+    reduce-scatter inside its group each rank holds nbytes / (data / R) and all-reduces it with
+    its R - 1 counterparts, one in each other group, every rank of a host at once (the groups'
+    ranks are contiguous, so two counterparts are t x data / R ranks apart: across hosts once a
+    group fills one). 0 without replicas, and on a TPU (its slices: multislice_dcn_seconds)."""
+    replicas = float(hw.data_replicas)
+    if replicas <= 1.0 or hw.kind == "tpu":
+        return np.zeros(np.shape(_f(nbytes) * _f(data)))
+    inner = np.maximum(_f(data) / replicas, 1.0)
+    apart = _f(tensor) * inner
+    counterparts = np.full(np.shape(apart), replicas)
+    return _data_parallel_seconds(_f(nbytes) / inner, apart, _f(pipeline), counterparts, hw, RING)[
+        0
+    ]
+
+
 def multislice_dcn_seconds(nbytes: ArrayLike, data: ArrayLike, hw: LayoutHardware) -> F64:
     """The cross-slice part of a multislice job's gradient reduction of ``nbytes`` per rank over
     ``data`` ranks (``data / slices`` in each slice): after the reduce-scatter inside the slice
@@ -666,18 +686,28 @@ def evaluate_layouts(
         ),
     )
     dc = d * c
-    dp = _data_parallel_seconds(dp_bytes, t, p, dc, hw, strategy, reducible=shard != SHARD_FULL)
+    # Hybrid sharding (GPU): the sharded collectives run inside one replica group, whose
+    # gradient shards are then all-reduced across the groups; unsharded, one all-reduce of all.
+    sharded = shard != SHARD_NONE
+    group = np.where(sharded, dc / hw.data_replicas, dc)
+    dp = _data_parallel_seconds(dp_bytes, t, p, group, hw, strategy, reducible=shard != SHARD_FULL)
+    across = np.where(sharded, hybrid_replica_seconds(reduce_bytes, t, p, dc, hw), 0.0)
     # Multislice (MaxText's dcn_data_parallelism): sharding and gathers stay inside a slice; the
-    # gradients are all-reduced across slices over DCN, behind backward like the rest.
-    dp = dp._replace(seconds=dp.seconds + multislice_dcn_seconds(reduce_bytes, dc, hw))
+    # gradients are all-reduced across slices over DCN.
+    across = across + multislice_dcn_seconds(reduce_bytes, dc, hw)
+    # The cross-replica all-reduce hides behind backward like the rest, or not at all where the
+    # framework leaves it after backward (Framework.hides_cross_replica_reduction).
+    hides = hw.framework.hides_cross_replica_reduction
+    hidden_pool = dp.seconds + across if hides else dp.seconds
     # Unsharded gradients are reduced while the last micro-batch's backward runs (DDP buckets,
     # Megatron's overlap_grad_reduce); full sharding's gathers prefetch behind every layer's
     # compute but the first.
-    exposed_bucketed = exposed_communication(dp.seconds, compute_mb, reduce_bytes)
-    hideable = dp.seconds * (1.0 - 1.0 / layers)
-    exposed_full = dp.seconds - np.minimum(hideable, compute_mb * m)
+    exposed_bucketed = exposed_communication(hidden_pool, compute_mb, reduce_bytes)
+    hideable = hidden_pool * (1.0 - 1.0 / layers)
+    exposed_full = hidden_pool - np.minimum(hideable, compute_mb * m)
     exposed = np.where(shard == SHARD_FULL, exposed_full, exposed_bucketed)
-    exposed = np.where(dc > 1, exposed, 0.0)
+    exposed = np.where(dc > 1, exposed, 0.0) + (0.0 if hides else across)
+    dp = dp._replace(seconds=dp.seconds + across)
     # each slice of a multislice job updates its own replica of the states
     optimizer = optimizer_seconds(model, hw, worst, hw.sharded_data_ranks(d) * c, shard, m)
     # What hides behind the compute still takes NCCL's SMs (and HBM) from it, as in the

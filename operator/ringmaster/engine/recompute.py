@@ -37,9 +37,12 @@ def recompute_flops_per_token_per_layer(
     w3 gated, w2 standard); SaveDotExceptMlp the FFN and the core; SaveDotExceptMlpwi the
     FFN's input projections (gate and up; the one of a standard FFN) and the core;
     QkvProjOffloaded the whole layer but the Q, K and V projections (fetched back from the
-    host); MinimalOffloaded, as Minimal, the core. ``load``: the busiest expert-parallel
-    rank's routed tokens over the mean (engine.moe_training.routed_load). ``stops_early``: the
-    framework's recompute stops once backward's saved tensors are rebuilt
+    host); MinimalOffloaded, as Minimal, the core; MinimalWithContext nothing of the matmuls
+    (it keeps the attention's output, so the core is not rerun: only the norms and the
+    activation, memory-bound kernels the step's elementwise part prices). ``load``: the
+    busiest expert-parallel rank's routed tokens over the mean
+    (engine.moe_training.routed_load). ``stops_early``: the framework's recompute stops once
+    backward's saved tensors are rebuilt
     (Framework.recompute_stops_early), so a policy that reruns the FFN's output projection does
     not (:func:`unneeded_recompute_flops_per_token`)."""
     r = np.asarray(recompute)
@@ -59,6 +62,7 @@ def recompute_flops_per_token_per_layer(
             full - 2.0 * qkv,
             core,
             2.0 * model.ffn_parameters_per_layer * ffn_input_share(model) + core,
+            0.0,
         ]
     )
     again = as_f64(per_token[r])

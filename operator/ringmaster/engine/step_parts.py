@@ -39,6 +39,7 @@ from ringmaster.engine import recompute as R
 from ringmaster.engine.activation_offload import exposed_offload_seconds, offload_bytes_per_layer
 from ringmaster.engine.frameworks import HF_EAGER, Framework
 from ringmaster.engine.llm_layout_names import (
+    RECOMPUTE_MINIMAL_WITH_CONTEXT,
     RECOMPUTE_NONE,
     RECOMPUTE_SELECTIVE_OP,
     SHARD_NONE,
@@ -61,6 +62,10 @@ F64 = NDArray[np.float64]
 # FlashAttention's backward does 2.5 x the forward's FLOPs (FlashAttention-2 paper, section 4.1:
 # the backward has 5 matmuls to the forward's 2); the measured file counts it the same way.
 ATTENTION_BACKWARD_FLOPS = 2.5
+# The policies that do not run the attention core's forward again: None and SelectiveOp keep its
+# inputs and output, MinimalWithContext its output ("context": FlashAttention's backward needs
+# its output and statistics, not a second forward).
+KEEPS_THE_CORE = (RECOMPUTE_NONE, RECOMPUTE_SELECTIVE_OP, RECOMPUTE_MINIMAL_WITH_CONTEXT)
 # The share of a memory-bound kernel's forward + backward time that is its forward (what a
 # recomputing policy runs again): the median over the measured eager rmsnorm, RoPE and SwiGLU rows
 # of fwd / (fwd + bwd) time is 0.27 / 0.49 / 0.36; 0.35 for all. Measured (h100-sxm-ops.yaml).
@@ -135,7 +140,7 @@ def _linear_flops_per_token_per_layer(
     r = np.asarray(recompute)
     core = model.attention_flops_per_token(model.sequence_length) / model.layers
     again = R.recompute_flops_per_token_per_layer(model, r, load, stops_early)
-    core_again = np.where(np.isin(r, (RECOMPUTE_NONE, RECOMPUTE_SELECTIVE_OP)), 0.0, core)
+    core_again = np.where(np.isin(r, KEEPS_THE_CORE), 0.0, core)
     return _f(forward), _f(2.0 * forward + again - core_again)
 
 
@@ -164,7 +169,7 @@ def expert_tokens(
 def _core_again(model: Transformer, recompute: ArrayLike) -> F64:
     """1 where the policy recomputes the attention core's forward, else 0."""
     r = np.asarray(recompute)
-    return np.where(np.isin(r, (RECOMPUTE_NONE, RECOMPUTE_SELECTIVE_OP)), 0.0, 1.0)
+    return np.where(np.isin(r, KEEPS_THE_CORE), 0.0, 1.0)
 
 
 def _gemm_seconds(

@@ -197,6 +197,7 @@ LAYOUT_ENV = (
     ("RINGMASTER_EXPERT_CAPACITY_FACTOR", "expertCapacityFactor"),
     ("RINGMASTER_EXPERT_PAD_TO_CAPACITY", "expertPadToCapacity"),
     ("RINGMASTER_DATA_PARALLEL", "data"),
+    ("RINGMASTER_DATA_REPLICAS", "dataReplicas"),
     ("RINGMASTER_SHARDING", "sharding"),
     ("RINGMASTER_MICRO_BATCH_SIZE", "microBatchSize"),
     ("RINGMASTER_GLOBAL_BATCH_SIZE", "globalBatchSize"),

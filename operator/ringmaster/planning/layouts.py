@@ -354,6 +354,14 @@ def plan_layout(
     hw, network_notes = network_hardware(hw, host.machine, inputs.nccl_env)
     if bool(getattr(getattr(spec, "parallelism", None), "tensor_overlap", False)):
         hw = replace(hw, tensor_overlap=True)
+    replicas = int(getattr(getattr(spec, "parallelism", None), "data_replicas", 1) or 1)
+    if replicas > 1:
+        if acc.kind == "tpu":
+            raise ValueError(
+                "spec.parallelism.dataReplicas: a TPU job's slices replicate its states "
+                "(accelerator.slices); TPUs take 1"
+            )
+        hw = replace(hw, data_replicas=replicas)
     refusal = offload_refusal(request.recompute or "", acc.name, request.offload_layers)
     if refusal is not None:
         raise ValueError(f"spec.parallelism: {refusal}")
@@ -389,6 +397,8 @@ def plan_layout(
         notes.append(compiler_remat_note(chosen))
     if hw.tensor_overlap:
         notes.append(tensor_overlap_note(hw, chosen.tensor))
+    if hw.data_replicas > 1:
+        notes.append(hybrid_sharding_note(hw, chosen))
     sends = pipeline_send_note(profile, chosen)
     if sends is not None:
         notes.append(sends)
@@ -665,12 +675,28 @@ def moe_json(plan: LayoutPlan) -> dict[str, Any]:
     }
 
 
+def hybrid_sharding_note(hw: L.LayoutHardware, chosen: Layout) -> str:
+    """What spec.parallelism.dataReplicas does to the chosen layout."""
+    group = chosen.data * chosen.context // hw.data_replicas
+    if chosen.sharding == "None":
+        return (
+            f"hybrid sharding: {hw.data_replicas} replica groups, but sharding None keeps every "
+            "state whole: one all-reduce over all data-parallel ranks, as without them"
+        )
+    return (
+        f"hybrid sharding: {hw.data_replicas} replica groups of {group} data-parallel ranks; "
+        f"sharding {chosen.sharding} spans one group (each chip holds 1/{group} of the states), "
+        "the groups all-reduce their gradient shards over the NICs"
+    )
+
+
 def layout_status(plan: LayoutPlan) -> dict[str, Any]:
     """status.plan's layout fields (camelCase), the one place that maps a layout to status."""
     c = plan.chosen
     out = {
         "layout": c.name,
         **_layout_fields(c, plan.global_batch, _written(plan)),
+        "dataReplicas": plan.hardware.data_replicas,
         "fits": plan.search.fits,
         "reason": plan.search.reason,
         "tokensPerSecond": _sig(c.tokens_per_second),

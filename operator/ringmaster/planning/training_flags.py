@@ -50,6 +50,7 @@ PP = "RINGMASTER_PIPELINE_PARALLEL"
 CP = "RINGMASTER_CONTEXT_PARALLEL"
 EP = "RINGMASTER_EXPERT_PARALLEL"
 ETP = "RINGMASTER_EXPERT_TENSOR_PARALLEL"
+REPLICAS = "RINGMASTER_DATA_REPLICAS"
 MICRO = "RINGMASTER_MICRO_BATCH_SIZE"
 GLOBAL = "RINGMASTER_GLOBAL_BATCH_SIZE"
 VIRTUAL = "RINGMASTER_VIRTUAL_PIPELINE_STAGES"
@@ -160,6 +161,7 @@ TORCHTITAN = Launcher(
         "--parallelism.context_parallel_degree": CP,
         "--parallelism.expert_parallel_degree": EP,
         "--parallelism.expert_tensor_parallel_degree": ETP,
+        "--parallelism.data_parallel_replicate_degree": REPLICAS,
         "--training.local_batch_size": MICRO,
         "--training.global_batch_size": GLOBAL,
     },
@@ -195,6 +197,8 @@ MAXTEXT = Launcher(
             "minimal": "Minimal",
             "save_dot_except_mlp": "SaveDotExceptMlp",
             "save_dot_except_mlpwi": "SaveDotExceptMlpwi",
+            "minimal_with_context": "MinimalWithContext",
+            "minimal_flash": "MinimalWithContext",  # its name before minimal_with_context
             "qkv_proj_offloaded": "QkvProjOffloaded",
             "minimal_offloaded": "MinimalOffloaded",
         },
