@@ -31,7 +31,9 @@ from ringmaster.engine.llm_layout_names import (
     RECOMPUTE_SELECTIVE,
     RECOMPUTES,
     SHARD_FULL,
+    SHARD_GRADIENTS,
     SHARD_NONE,
+    SHARD_OPTIMIZER,
 )
 from ringmaster.engine.llm_layout_search import (
     LayoutRequest,
@@ -48,6 +50,7 @@ from ringmaster.engine.llm_memory import (
     memory_per_accelerator,
     stage_layers,
     valid_pipeline,
+    weight_bytes,
 )
 from ringmaster.engine.step_parts import micro_batch_parts
 from ringmaster.engine.transformer import KNOWN_TRANSFORMERS, Transformer
@@ -719,3 +722,27 @@ def test_minimal_with_context_keeps_the_core_s_output_and_does_not_rerun_it():
         for p in ("Minimal", "MinimalWithContext")
     ]
     assert kept[1] - kept[0] == 2 * LLAMA_7B.hidden * LLAMA_7B.sequence_length
+
+
+def test_a_framework_whose_parameters_are_the_fp32_copy_keeps_no_bf16_copy_when_fully_sharded():
+    """Megatron-LM's optimizer keeps bf16 weights beside its fp32 masters (18 bytes a parameter
+    with Adam); torchtitan's FSDP2 parameters are the fp32 copy, cast as they are gathered: a
+    bf16 copy stays only where the gathered weights are kept between forward and backward."""
+    megatron, titan = framework_profile("Megatron"), framework_profile("Torchtitan")
+    shardings = np.array([SHARD_NONE, SHARD_OPTIMIZER, SHARD_GRADIENTS, SHARD_FULL])
+    assert weight_bytes(megatron, shardings).tolist() == [2.0, 2.0, 2.0, 2.0]
+    assert weight_bytes(titan, shardings).tolist() == [0.0, 2.0, 2.0, 0.0]
+    hw = hardware()
+    common = dict(global_batch=8, tensor=1, pipeline=1, micro_batch=1, recompute=RECOMPUTE_FULL)
+    by = {
+        name: L.evaluate_layouts(
+            LLAMA_7B, replace(hw, framework=framework_profile(name)), sharding=SHARD_FULL, **common
+        )
+        for name in ("Megatron", "Torchtitan")
+    }
+    assert float(by["Megatron"].memory.weights - by["Torchtitan"].memory.weights) == pytest.approx(
+        LLAMA_7B.parameters * 2.0 / 8, rel=1e-6
+    )
+    assert float(by["Torchtitan"].memory.optimizer) == pytest.approx(
+        float(by["Megatron"].memory.optimizer)
+    )

@@ -49,7 +49,9 @@ from ringmaster.engine.llm_memory import (
     ALLOCATOR_OVERHEAD,
     FRAMEWORK_RESERVE_BYTES,
     memory_per_accelerator,
+    weight_bytes,
 )
+from ringmaster.engine.recompute import remat_percent
 from ringmaster.engine.training import _wrapped as tpu_wrapped_axes
 from ringmaster.engine.transformer import KNOWN_TRANSFORMERS, Transformer
 from ringmaster.engine.units import GIB, gbps_to_bytes_per_second
@@ -406,7 +408,7 @@ def llm_report(points: Mapping[str, Any]) -> list[LlmRow]:
         role = "fitted" if size in FITTED_MAXTEXT else "checked"
         rows.append(LlmRow("maxtext-v5e", f"{size:g}B", "MFU", pub, pred, role))
     for label, pub, pred, remat in maxtext_v5p():
-        setup = f"{label} + XLA remat {remat * 100:.0f} %" if remat > 0 else label
+        setup = f"{label} + XLA remat {remat_percent(remat)} %" if remat > 0 else label
         rows.append(LlmRow("maxtext-v5p", setup, "MFU", pub, pred, "checked"))
     rows.extend(memory_report())
     rows.extend(throughput_report())
@@ -470,6 +472,10 @@ def training_points(path: Path = LLM_TRAINING_POINTS) -> dict[str, Any]:
     return dict(data or {})
 
 
+# torchtitan's FSDP2: fp32 parameters, a bf16 copy kept only where it keeps them gathered.
+TORCHTITAN = framework_profile("Torchtitan")
+
+
 def _memory_predicted(row: Mapping[str, Any], overhead: float) -> float:
     """GiB the caching allocator holds at peak for a torchtitan memory row: the engine's total
     less the runtime outside the allocator (FRAMEWORK_RESERVE_BYTES)."""
@@ -478,17 +484,19 @@ def _memory_predicted(row: Mapping[str, Any], overhead: float) -> float:
     d = int(row["gpus"]) // (t * p * c)
     local = int(row["local_batch"])
     micro = 1 if p > 1 else local  # torchtitan's pipeline micro-batch is 1 sequence
+    sharding = SHARDINGS.index(str(row.get("sharding", "Full")))
     mem = memory_per_accelerator(
         model,
         tensor=t,
         pipeline=p,
         data=d,
-        sharding=SHARDINGS.index(str(row.get("sharding", "Full"))),
+        sharding=sharding,
         micro_batch=micro,
         micro_batches=local // micro,
         recompute=RECOMPUTES.index(str(row["recompute"])),
         context=c,
         allocator_overhead=overhead,
+        bf16_weight_bytes=weight_bytes(TORCHTITAN, sharding),
     )
     return (float(mem.total) - FRAMEWORK_RESERVE_BYTES) / GIB
 

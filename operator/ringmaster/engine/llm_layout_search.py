@@ -30,10 +30,10 @@ from ringmaster.engine.llm_layout_names import (
 from ringmaster.engine.llm_memory import (
     BYTES_GRADIENTS,
     BYTES_OPTIMIZER,
-    BYTES_WEIGHTS,
     loss_bytes_per_logit,
     memory_per_accelerator,
     valid_pipeline,
+    weight_bytes,
 )
 from ringmaster.engine.llm_training import (
     I64,
@@ -47,6 +47,7 @@ from ringmaster.engine.moe_training import (
     OVERLAP_ONE_F_ONE_B,
     dualpipe_runs,
 )
+from ringmaster.engine.recompute import remat_percent
 from ringmaster.engine.transformer import Transformer
 from ringmaster.engine.units import GIB
 
@@ -158,7 +159,7 @@ class Layout:
         recompute is limited to some layers; ``Minimal + XLA remat 15 %`` where the compiler
         recomputes that share of what the policy keeps beyond Full, to fit."""
         if self.compiler_remat > 0.0:
-            return f"{self.recompute} + XLA remat {self.compiler_remat * 100:.0f} %"
+            return f"{self.recompute} + XLA remat {remat_percent(self.compiler_remat)} %"
         if self.recompute_layers is None:
             return self.recompute
         layers = "layer" if self.recompute_layers == 1 else "layers"
@@ -605,6 +606,7 @@ def _single(request: LayoutRequest, hw: LayoutHardware, layout: Layout, **change
         dual_pipe=request.expert_overlap == OVERLAP_DUALPIPE,
         loss_bytes_per_logit=loss_bytes_per_logit(hw.framework),
         runtime_reserve=hw.runtime_reserve_bytes,
+        bf16_weight_bytes=weight_bytes(hw.framework, fields["sharding"]),
         # a folded expert degree stays; the default one follows the tensor degree
         expert_tensor=change.get(
             "expert_tensor",
@@ -704,7 +706,8 @@ def _does_not_fit(closest: Layout, hw: LayoutHardware, request: LayoutRequest) -
     )
     tips = _levers(request, hw, closest)
     if not tips:
-        model_state = request.model.parameters * (BYTES_WEIGHTS + BYTES_GRADIENTS + BYTES_OPTIMIZER)
+        kept = float(weight_bytes(hw.framework, SHARD_FULL))
+        model_state = request.model.parameters * (kept + BYTES_GRADIENTS + BYTES_OPTIMIZER)
         needed = math.ceil(model_state / max(hw.memory_bytes - hw.runtime_reserve_bytes, 1.0))
         tips.append(
             f"more accelerators: weights, gradients and optimizer state alone are "

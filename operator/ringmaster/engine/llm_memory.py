@@ -58,6 +58,15 @@ F64 = NDArray[np.float64]
 BYTES_WEIGHTS = 2.0
 BYTES_GRADIENTS = 4.0
 BYTES_OPTIMIZER = 12.0
+# Those 18 are the state of an optimizer that keeps fp32 masters beside the bf16 weights it
+# computes with and copies them back after each update (Megatron-LM's and DeepSpeed's
+# mixed-precision optimizers: Framework.copies_weights_back). Where the parameters are the fp32
+# copy, cast to bf16 layer by layer as they are computed with or gathered (PyTorch FSDP2's
+# MixedPrecisionPolicy(param_dtype=bf16): torchtitan; FSDP1's MixedPrecision: llm-foundry;
+# autocast over fp32 weights; MaxText's weight_dtype float32), the fp32 parameter and Adam's
+# moments are BYTES_OPTIMIZER's 12, and a bf16 copy stays only where the framework keeps the
+# gathered weights between forward and backward (:func:`weight_bytes`): 16 bytes with the
+# gradient under full sharding or none, not 18.
 # Bytes of a stored activation element (bf16).
 BYTES_ACTIVATION = 2.0
 # Bytes per logit at the loss's peak, on the last stage: the fp32 logits the cross-entropy
@@ -154,13 +163,13 @@ FRAMEWORK_RESERVE_BYTES = 2.0 * GIB
 # bytes. Model state lives in a few long-lived buffers and adds none. Calibrated
 # (ringmaster.calibration.llm_training, fitted on torchtitan's Llama 3.1 8B FSDP rows on 8 and
 # 128 H100, the published memory figures of a plain eager run); a test keeps it equal to the fit.
-ALLOCATOR_OVERHEAD = 0.233
+ALLOCATOR_OVERHEAD = 0.25
 # What the allocator still needs beyond the live tensors when memory runs short: when a request
 # fails, PyTorch's caching allocator frees the blocks it caches and retries before it reports
 # out-of-memory, so the slack that ALLOCATOR_OVERHEAD measures (reserved memory in runs with room
 # to spare) is not a requirement. Whether a layout fits is judged at the limit: near zero there
 # (issue 41's H100 measurement: "allocator slack about 10 % of activations, near zero close to
-# the limit"), and at most 9.7% in every one of llm-foundry's 183 published runs on 8-128
+# the limit"), and at most 9.9% in every one of llm-foundry's 183 published runs on 8-128
 # A100 / H100 (the tightest: MPT-1B at 2,048 tokens, micro-batch 10 on 32 A100-40GB; the engine's
 # activations with the fused loss, its states and FRAMEWORK_RESERVE_BYTES), 36 of which would not
 # fit with ALLOCATOR_OVERHEAD. Plans count memory at the limit; the calibration's memory rows
@@ -321,6 +330,21 @@ class MemoryArrays(NamedTuple):
     total: F64
 
 
+def weight_bytes(framework: Framework, sharding: ArrayLike) -> F64:
+    """The bf16 weights a rank holds for compute, per parameter, beside the fp32 parameters or
+    masters of BYTES_OPTIMIZER: always under an optimizer that copies its masters back
+    (Megatron-LM, DeepSpeed); under one whose parameters are the fp32 copy only where it keeps
+    them gathered between forward and backward (Optimizer and Gradients sharding: FSDP's
+    SHARD_GRAD_OP, torchtitan's pipeline stages), not under Full (its gathers are transient,
+    FSDP_RESIDENT_LAYERS) nor without sharding (the fp32 parameters are the weights, autocast
+    casting them)."""
+    shard = np.asarray(sharding)
+    if framework.copies_weights_back:
+        return _f(np.full(np.shape(shard), BYTES_WEIGHTS))
+    kept = (shard == SHARD_OPTIMIZER) | (shard == SHARD_GRADIENTS)
+    return _f(np.where(kept, BYTES_WEIGHTS, 0.0))
+
+
 def loss_bytes_per_logit(framework: Framework) -> float:
     """The loss's peak bytes per logit under ``framework``: one fused kernel keeps the bf16 logits
     only; an eager loss works on an fp32 copy."""
@@ -350,6 +374,7 @@ def memory_per_accelerator(
     recomputed_share: ArrayLike = 1.0,
     layers_off_device: float = 0.0,
     runtime_reserve: float = FRAMEWORK_RESERVE_BYTES,
+    bf16_weight_bytes: ArrayLike = BYTES_WEIGHTS,
 ) -> MemoryArrays:
     """Weights, gradients, optimizer state, activations and the reserve per accelerator, on the
     fullest of the first, a middle and the last pipeline stage. Context-parallel ranks hold the
@@ -368,6 +393,7 @@ def memory_per_accelerator(
     first stage's layers whose activations Megatron's CPU offloading keeps in host memory
     (engine.activation_offload.offloaded_layers_off_device). ``runtime_reserve``: the memory
     the runtime holds outside the framework's allocations (FRAMEWORK_RESERVE_BYTES on a GPU).
+    ``bf16_weight_bytes``: per parameter, the framework's at the sharding (:func:`weight_bytes`).
     ``data``: the ranks the sharding spans (a multislice job's ranks inside one slice)."""
     t, p, d, c, e = _f(tensor), _f(pipeline), _f(data), _f(context), _f(expert)
     etp = t if expert_tensor is None else _f(expert_tensor)
@@ -413,10 +439,12 @@ def memory_per_accelerator(
     # With one stage the first is the last: the offloaded layers are off the device there too.
     act_last = (stages.last - np.where(p > 1, 0.0, layers_off_device)) * stored + transient + logits
 
+    bf16 = _f(bf16_weight_bytes)
+
     def state(n: F64, layers: F64) -> tuple[F64, F64, F64]:
         x = layers * expert_layer  # routed experts: their own sharding group
         dense = n - x
-        w = dense * BYTES_WEIGHTS / weights_div + x * BYTES_WEIGHTS / expert_weights_div
+        w = dense * bf16 / weights_div + x * bf16 / expert_weights_div
         g = dense * BYTES_GRADIENTS / grads_div + x * BYTES_GRADIENTS / expert_grads_div
         o = dense * BYTES_OPTIMIZER / optim_div + x * BYTES_OPTIMIZER / expert_optim_div
         return w + gathered, g, o

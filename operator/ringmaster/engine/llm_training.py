@@ -96,6 +96,7 @@ from ringmaster.engine.llm_memory import (
     memory_per_accelerator,
     stage_layers,
     stage_parameters,
+    weight_bytes,
 )
 from ringmaster.engine.moe_training import (
     OVERLAP_DUALPIPE,
@@ -545,6 +546,7 @@ def evaluate_layouts(
             recomputed_share=share,
             layers_off_device=offloaded_layers_off_device(offload_layers),
             runtime_reserve=hw.runtime_reserve_bytes,
+            bf16_weight_bytes=weight_bytes(hw.framework, shard),
         )
 
     mem = memory_under(rec)

@@ -170,6 +170,13 @@ def compiler_remat_share(
     return as_f64(np.clip(share, 0.0, 1.0))
 
 
+def remat_percent(share: float) -> str:
+    """A compiler's rematerialised share as the plan prints it: whole percent, ``<1`` for a
+    share that rounds to none but is not."""
+    text = f"{share * 100:.0f}"
+    return "<1" if share > 0.0 and text == "0" else text
+
+
 def mix_with_full(share: ArrayLike, policy: ArrayLike, full: ArrayLike) -> F64:
     """A per-layer quantity where ``share`` of a policy's surplus over Full is recomputed:
     the policy's value moved that far towards Full's."""

@@ -33,7 +33,7 @@ from ringmaster.engine.llm_layout_search import (
 )
 from ringmaster.engine.llm_memory import BYTES_REDUCE, stage_parameters
 from ringmaster.engine.pipeline_layout import LayoutError, stage_split
-from ringmaster.engine.recompute import RERUNS_FFN_OUTPUT
+from ringmaster.engine.recompute import RERUNS_FFN_OUTPUT, remat_percent
 from ringmaster.engine.training import (
     REDUCTION_SERVER,
     RING,
@@ -163,7 +163,7 @@ def tensor_overlap_note(hw: L.LayoutHardware, tensor: int) -> str:
 def compiler_remat_note(layout: Layout) -> str:
     """Where XLA recomputes part of what the layout's recompute policy would save, to fit."""
     return (
-        f"XLA rematerialises {layout.compiler_remat * 100:.0f} % of what recompute"
+        f"XLA rematerialises {remat_percent(layout.compiler_remat)} % of what recompute"
         f" {layout.recompute} saves beyond Full, so the step fits the chip's"
         f" {layout.capacity_bytes / GIB:.1f} GiB: its rematerialisation pass recomputes saved"
         " values under the memory limit rather than fail (priced at the policy's mean cost a"
