@@ -34,6 +34,7 @@ from ringmaster.engine import recompute as R
 from ringmaster.engine.efficiency import NIC_EFFICIENCY
 from ringmaster.engine.frameworks import framework as framework_profile
 from ringmaster.engine.hardware import DEFAULT_CATALOG
+from ringmaster.engine.jax_runtime import jax_hardware
 from ringmaster.engine.llm_layout_names import (
     RECOMPUTE_FULL,
     RECOMPUTE_NONE,
@@ -613,6 +614,7 @@ def published_layout_search(row: Mapping[str, Any], nic_gbps: float | None = Non
         hw = replace(hw, tensor_overlap=True)
     if "data_replicas" in row:  # hybrid sharding: MaxText's dcn_data_parallelism over GPU hosts
         hw = replace(hw, data_replicas=int(row["data_replicas"]))
+    hw, _ = jax_hardware(hw, {str(k): str(v) for k, v in (row.get("env") or {}).items()})
     # An NVLink domain of several hosts (GB200 NVL72) is one NCCL node, as a job's plan has it.
     hw, _ = L.on_nvlink_domain(hw, host.machine)
     recompute = str(row["recompute"])

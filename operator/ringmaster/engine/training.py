@@ -408,6 +408,8 @@ class TrainingInputs:
     reducer_share: float = 1.0
     # The workers' environment as (name, value) pairs: NCCL_ALGO / NCCL_PROTO restrict NCCL.
     nccl_env: tuple[tuple[str, str], ...] = ()
+    # The workers' XLA_* variables (engine.jax_runtime: JAX's memory pool, XLA's remat pass).
+    xla_env: tuple[tuple[str, str], ...] = ()
     # TPU multislice: slices of `topology`, workers / slices hosts each, joined over DCN.
     slices: int = 1
 

@@ -21,6 +21,7 @@ from ringmaster.engine import nccl_settings
 from ringmaster.engine.activation_offload import offload_refusal
 from ringmaster.engine.frameworks import Framework, framework, infer_framework, moe_sync_paid
 from ringmaster.engine.hardware import Catalog
+from ringmaster.engine.jax_runtime import jax_hardware
 from ringmaster.engine.llm_layout_names import RECOMPUTES
 from ringmaster.engine.llm_layout_search import (
     Layout,
@@ -352,6 +353,8 @@ def plan_layout(
         framework=profile,
     )
     hw, network_notes = network_hardware(hw, host.machine, inputs.nccl_env)
+    hw, jax_notes = jax_hardware(hw, inputs.xla_env)
+    network_notes += jax_notes
     if bool(getattr(getattr(spec, "parallelism", None), "tensor_overlap", False)):
         hw = replace(hw, tensor_overlap=True)
     replicas = int(getattr(getattr(spec, "parallelism", None), "data_replicas", 1) or 1)

@@ -254,14 +254,18 @@ class TrainingReport:
         return layout_status(self.layout) if self.layout is not None else {}
 
 
-def _nccl_env(spec: _TrainingSpec) -> tuple[tuple[str, str], ...]:
+def _env_with_prefix(spec: _TrainingSpec, prefix: str) -> tuple[tuple[str, str], ...]:
     template = getattr(spec, "template", None)
     env = getattr(template, "env", None) or []
     return tuple(
         (str(e.name), str(e.value))
         for e in env
-        if str(getattr(e, "name", "")).startswith("NCCL_") and getattr(e, "value", None)
+        if str(getattr(e, "name", "")).startswith(prefix) and getattr(e, "value", None)
     )
+
+
+def _nccl_env(spec: _TrainingSpec) -> tuple[tuple[str, str], ...]:
+    return _env_with_prefix(spec, "NCCL_")
 
 
 def training_inputs(
@@ -296,6 +300,7 @@ def training_inputs(
         compute_precision=None if precision is None else str(precision),
         reducer_share=reducer_share,
         nccl_env=_nccl_env(spec),
+        xla_env=_env_with_prefix(spec, "XLA_"),
         slices=spec.accelerator.slices,
     )
 
@@ -332,7 +337,7 @@ def _engine_error(exc: Exception) -> PlanError:
     text = str(exc)
     if text.startswith(("spec.", "communication.", "model.")):
         return PlanError(text if text.startswith("spec.") else f"spec.{text}")
-    if text.startswith(("NCCL_ALGO", "NCCL_PROTO")):
+    if text.startswith(("NCCL_ALGO", "NCCL_PROTO", "XLA_")):
         return PlanError(f"spec.template.env: {text}")
     if text.startswith("reducer share"):
         return PlanError(f"reducerShare: {text}")

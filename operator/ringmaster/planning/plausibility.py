@@ -18,6 +18,7 @@ from typing import Any
 from ringmaster.api.architecture import architecture_parameters
 from ringmaster.engine import nccl_settings
 from ringmaster.engine.hardware import Catalog
+from ringmaster.engine.jax_runtime import ignored_settings
 from ringmaster.manifests.inference import serving_env
 from ringmaster.manifests.training import layout_env
 from ringmaster.planning import serving_flags, training_flags
@@ -27,6 +28,7 @@ from ringmaster.planning.plans import (
     InferenceReport,
     LlmInferenceReport,
     TrainingReport,
+    _env_with_prefix,
     _nccl_env,
     active_catalog,
     plan_inference,
@@ -155,6 +157,17 @@ def training_warnings(
             )
         )
 
+    xla = _ignored_xla_settings(spec, layout)
+    if xla:
+        warnings.append(
+            Implausible(
+                "spec.template.env",
+                "XlaSettingIgnored",
+                "JAX / XLA settings the plan does not model (the step is XLA's default for "
+                f"them): {'; '.join(xla)}",
+            )
+        )
+
     chosen = plan.chosen
     if chosen.step_seconds > LONGEST_PLAUSIBLE_STEP_SECONDS:
         days = chosen.step_seconds / SECONDS_PER_DAY
@@ -232,6 +245,17 @@ def _training_flag_warnings(spec: Any, plan: TrainingReport) -> list[Implausible
             )
         )
     return out
+
+
+def _ignored_xla_settings(spec: Any, layout: Any) -> tuple[str, ...]:
+    """A JAX job's XLA_* settings the plan does not read (engine.jax_runtime)."""
+    if layout is None:
+        return ()
+    hw = layout.hardware
+    try:
+        return ignored_settings(_env_with_prefix(spec, "XLA_"), hw.framework.name, hw.kind)
+    except ValueError:  # a bad memory fraction: the plan itself already refused it
+        return ()
 
 
 def _ignored_nccl_settings(spec: Any) -> tuple[str, ...]:
