@@ -215,7 +215,7 @@ def render_bad_input_doc(rows: list[BadInput]) -> str:
         "variable the plan does not read, a flag of `XLA_FLAGS` other than "
         "`--xla_disable_hlo_passes=rematerialization` (by name), or "
         "`XLA_PYTHON_CLIENT_ALLOCATOR=platform` (its allocations' cost); the memory fraction and "
-        "the remat flag are modelled (docs/llm-training.md, \"JAX's memory pool\") |",
+        'the remat flag are modelled (docs/llm-training.md, "JAX\'s memory pool") |',
         "| `FP8SlowerThanBF16` | `spec.model.computePrecision` | FP8 whose scaling runs op by op "
         "(torchtitan or plain PyTorch with `spec.framework.compile` off) is predicted slower than "
         "the same layout in bf16; the message gives both steps and the compiled one "
