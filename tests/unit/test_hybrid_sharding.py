@@ -24,7 +24,7 @@ from ringmaster.engine.llm_layout_search import LayoutRequest, NoLayoutError, se
 from ringmaster.engine.llm_memory import BYTES_GATHER, BYTES_GRADIENTS, BYTES_OPTIMIZER
 from ringmaster.manifests.training import layout_env
 from ringmaster.planning import plan_training
-from ringmaster.planning.layouts import layout_status
+from ringmaster.planning.layouts import _search_replicas, layout_status, replica_candidates
 from ringmaster.planning.training_flags import classify
 from tests.unit.test_llm_layouts import refusals
 from tests.unit.test_recompute_layers import LLAMA3_8B
@@ -148,3 +148,35 @@ def test_the_plan_its_note_the_env_and_torchtitan_s_flag_carry_it() -> None:
     )
     assert flags is not None
     assert [c.variable for c in flags.conflicts] == ["RINGMASTER_DATA_REPLICAS"]
+
+
+def test_auto_searches_none_and_one_group_a_host_and_takes_the_faster() -> None:
+    """Llama 2 7B at 1,024 tokens, one sequence a micro-batch, on 4 a3-highgpu-8g: fully sharded
+    over 32 GPUs its weights' gathers cross the TCPX NICs every micro-batch and stay exposed;
+    one group a host gathers over NVLink: Auto takes 4 groups. On one host, or a TPU, it is 1."""
+    model = replace(LLAMA3_8B, sequence_length=1024)
+    request = LayoutRequest(
+        model, global_batch=128, tensor=1, pipeline=1, context=1, sharding="Full", micro_batch=1
+    )
+    hw = _hosts(1, hosts=4)
+    steps = {r: search_layouts(request, replace(hw, data_replicas=r)).chosen for r in (1, 4)}
+    assert steps[4].step_seconds < steps[1].step_seconds
+    chosen_hw, search = _search_replicas(request, hw, "Auto")
+    assert chosen_hw.data_replicas == 4
+    assert search.chosen.step_seconds == pytest.approx(steps[4].step_seconds)
+    assert replica_candidates(_hosts(1, hosts=1), "Auto") == [1]
+    tpu = L.layout_hardware(
+        DEFAULT_CATALOG.host("tpu-v5-lite-podslice", 4), 4, DEFAULT_CATALOG, slice_axes=(4, 4, 1)
+    )
+    assert replica_candidates(tpu, "Auto") == [1]
+    with pytest.raises(ValueError, match="TPUs take 1"):
+        replica_candidates(tpu, 2)
+
+
+def test_auto_is_taken_at_the_api_and_the_plan_names_its_choice() -> None:
+    assert refusals(_job(dataReplicas="Auto")) == ([], [])
+    plan = plan_training(parse_manifest(_job(dataReplicas="Auto")).spec)
+    assert plan.layout is not None
+    # two hosts whose FSDP gathers already hide behind compute: one group a host only doubles
+    # each chip's states and optimizer step, so Auto keeps none
+    assert layout_status(plan.layout)["dataReplicas"] == 1

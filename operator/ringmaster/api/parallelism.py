@@ -166,7 +166,7 @@ class Parallelism(SpecModel):
     i mod pipeline; it must place every layer and MTP module once, the embedding first and the
     loss last (Megatron's checks: a plan that breaks one fails, naming it). Needs pipeline set;
     the plan costs each rank's layers as written. Passed as RINGMASTER_PIPELINE_LAYOUT."""
-    data_replicas: Int = Field(default=1, ge=1, le=4096)
+    data_replicas: IntOrAuto = 1
     """Hybrid sharding (HSDP) on GPUs: the data-parallel ranks form this many replica groups,
     ZeRO / FSDP sharding spans one group's ranks (data / dataReplicas), and the groups
     all-reduce their gradient shards over the hosts' NICs: torchtitan's
@@ -175,7 +175,9 @@ class Parallelism(SpecModel):
     one). Each chip then holds and updates its group's shard, not the whole job's. Must divide
     the data-parallel degree (a layout whose degree it does not divide is not searched) and
     the accelerators; changes nothing with sharding None. A TPU job's slices replicate
-    already (accelerator.slices): TPUs take 1. Passed to workers as RINGMASTER_DATA_REPLICAS."""
+    already (accelerator.slices): TPUs take 1. ``Auto`` lets the search choose between none
+    and one group a host, the faster that fits (1 on a TPU or one host). Passed to workers as
+    RINGMASTER_DATA_REPLICAS."""
     expert_dispatch: ExpertDispatch = "AllToAll"
     """How a mixture of experts' tokens reach their experts: ``AllToAll`` (Megatron-Core's
     alltoall token dispatcher: NCCL all-to-alls of bf16 activations, a copy per expert) or
@@ -536,32 +538,36 @@ MOE_FEATURE_RULES: tuple[Rule, ...] = (
 )
 
 _REPLICAS = "self.parallelism.dataReplicas"
+_CEL_REPLICAS_FIXED = _cel_degree(_REPLICAS)  # Auto: 1 here (none fixed)
 
 # Hybrid sharding: the replica groups split the accelerators whole, on GPUs (a TPU's slices are
 # its replica groups).
 DATA_REPLICAS_RULES: tuple[Rule, ...] = (
     Rule(
         cel=(
-            f"!has(self.parallelism) || !has({_REPLICAS}) || {_REPLICAS} == 1"
-            f" || ({_ACCELERATORS}) % {_REPLICAS} == 0"
+            f"!has(self.parallelism) || !has({_REPLICAS}) || {_CEL_REPLICAS_FIXED} == 1"
+            f" || ({_ACCELERATORS}) % {_CEL_REPLICAS_FIXED} == 0"
         ),
         message="parallelism.dataReplicas must divide the accelerators (workers x perWorker)",
         field_path=".parallelism.dataReplicas",
         check=lambda s: (
             s.parallelism is None
-            or s.parallelism.data_replicas == 1
-            or (s.workers * s.accelerator.per_worker) % s.parallelism.data_replicas == 0
+            or _degree(s.parallelism.data_replicas) == 1
+            or (s.workers * s.accelerator.per_worker) % _degree(s.parallelism.data_replicas) == 0
         ),
     ),
     Rule(
-        cel=(f"!has(self.parallelism) || !has({_REPLICAS}) || {_REPLICAS} == 1 || !{_ACC_IS_TPU}"),
+        cel=(
+            f"!has(self.parallelism) || !has({_REPLICAS}) || {_CEL_REPLICAS_FIXED} == 1"
+            f" || !{_ACC_IS_TPU}"
+        ),
         message="parallelism.dataReplicas is hybrid sharding over GPU hosts: a TPU job's "
         "slices replicate its states (accelerator.slices); TPUs take 1",
         field_path=".parallelism.dataReplicas",
         reason="FieldValueForbidden",
         check=lambda s: (
             s.parallelism is None
-            or s.parallelism.data_replicas == 1
+            or _degree(s.parallelism.data_replicas) == 1
             or not is_tpu(s.accelerator.type)
         ),
     ),

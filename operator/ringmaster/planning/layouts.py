@@ -357,21 +357,11 @@ def plan_layout(
     network_notes += jax_notes
     if bool(getattr(getattr(spec, "parallelism", None), "tensor_overlap", False)):
         hw = replace(hw, tensor_overlap=True)
-    replicas = int(getattr(getattr(spec, "parallelism", None), "data_replicas", 1) or 1)
-    if replicas > 1:
-        if acc.kind == "tpu":
-            raise ValueError(
-                "spec.parallelism.dataReplicas: a TPU job's slices replicate its states "
-                "(accelerator.slices); TPUs take 1"
-            )
-        hw = replace(hw, data_replicas=replicas)
     refusal = offload_refusal(request.recompute or "", acc.name, request.offload_layers)
     if refusal is not None:
         raise ValueError(f"spec.parallelism: {refusal}")
-    try:
-        search = search_layouts(request, hw)
-    except NoLayoutError as exc:
-        raise ValueError(f"spec.parallelism: {exc}") from None
+    wanted = getattr(getattr(spec, "parallelism", None), "data_replicas", 1)
+    hw, search = _search_replicas(request, hw, wanted)
     chosen = search.chosen
     strategies = {
         RING: _strategy(RING, _at_strategy(request, hw, chosen, RING), hw, request.global_batch)
@@ -676,6 +666,50 @@ def moe_json(plan: LayoutPlan) -> dict[str, Any]:
             moe_sync_paid(plan.hardware.framework, bool(c.pad_to_capacity))
         ),
     }
+
+
+def replica_candidates(hw: L.LayoutHardware, wanted: int | str | None) -> list[int]:
+    """The hybrid-sharding replica counts to search: the spec's, or under ``Auto`` none and one
+    group a host (GPU jobs of several hosts; 1 elsewhere)."""
+    if wanted == AUTO:
+        return [1, hw.hosts] if hw.kind == "gpu" and hw.hosts > 1 else [1]
+    replicas = int(wanted or 1)
+    if replicas > 1 and hw.kind == "tpu":
+        raise ValueError(
+            "spec.parallelism.dataReplicas: a TPU job's slices replicate its states "
+            "(accelerator.slices); TPUs take 1"
+        )
+    return [replicas]
+
+
+def _search_replicas(
+    request: LayoutRequest, hw: L.LayoutHardware, wanted: int | str | None
+) -> tuple[L.LayoutHardware, LayoutSearch]:
+    """The layout search at each replica count (replica_candidates): the fastest that fits,
+    fewer groups on a tie; a count no layout divides is passed over (refused where it was the
+    spec's one)."""
+    best: tuple[L.LayoutHardware, LayoutSearch] | None = None
+    error: NoLayoutError | None = None
+    for replicas in replica_candidates(hw, wanted):
+        candidate = replace(hw, data_replicas=replicas)
+        try:
+            search = search_layouts(request, candidate)
+        except NoLayoutError as exc:
+            error = error or exc
+            continue
+        if best is None or _beats(search, best[1]):
+            best = (candidate, search)
+    if best is None:
+        raise ValueError(f"spec.parallelism: {error}")
+    return best
+
+
+def _beats(a: LayoutSearch, b: LayoutSearch) -> bool:
+    """Whether search ``a``'s choice beats ``b``'s: one that fits over one that does not, then a
+    step shorter by more than 0.1 %."""
+    if a.fits != b.fits:
+        return a.fits
+    return a.chosen.step_seconds < b.chosen.step_seconds * (1.0 - 1e-3)
 
 
 def hybrid_sharding_note(hw: L.LayoutHardware, chosen: Layout) -> str:
