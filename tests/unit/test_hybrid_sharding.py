@@ -161,7 +161,8 @@ def test_auto_searches_none_and_one_group_a_host_and_takes_the_faster() -> None:
     hw = _hosts(1, hosts=4)
     steps = {r: search_layouts(request, replace(hw, data_replicas=r)).chosen for r in (1, 4)}
     assert steps[4].step_seconds < steps[1].step_seconds
-    chosen_hw, search = _search_replicas(request, hw, "Auto")
+    chosen_hw, search, tried = _search_replicas(request, hw, "Auto")
+    assert sorted(tried) == [1, 4]
     assert chosen_hw.data_replicas == 4
     assert search.chosen.step_seconds == pytest.approx(steps[4].step_seconds)
     assert replica_candidates(_hosts(1, hosts=1), "Auto") == [1]
@@ -180,3 +181,4 @@ def test_auto_is_taken_at_the_api_and_the_plan_names_its_choice() -> None:
     # two hosts whose FSDP gathers already hide behind compute: one group a host only doubles
     # each chip's states and optimizer step, so Auto keeps none
     assert layout_status(plan.layout)["dataReplicas"] == 1
+    assert any(n.startswith("dataReplicas Auto: 1 kept (1 group: ") for n in plan.prediction.notes)

@@ -361,7 +361,7 @@ def plan_layout(
     if refusal is not None:
         raise ValueError(f"spec.parallelism: {refusal}")
     wanted = getattr(getattr(spec, "parallelism", None), "data_replicas", 1)
-    hw, search = _search_replicas(request, hw, wanted)
+    hw, search, tried = _search_replicas(request, hw, wanted)
     chosen = search.chosen
     strategies = {
         RING: _strategy(RING, _at_strategy(request, hw, chosen, RING), hw, request.global_batch)
@@ -392,6 +392,8 @@ def plan_layout(
         notes.append(tensor_overlap_note(hw, chosen.tensor))
     if hw.data_replicas > 1:
         notes.append(hybrid_sharding_note(hw, chosen))
+    if len(tried) > 1:
+        notes.append(replicas_auto_note(hw.data_replicas, tried))
     sends = pipeline_send_note(profile, chosen)
     if sends is not None:
         notes.append(sends)
@@ -684,12 +686,13 @@ def replica_candidates(hw: L.LayoutHardware, wanted: int | str | None) -> list[i
 
 def _search_replicas(
     request: LayoutRequest, hw: L.LayoutHardware, wanted: int | str | None
-) -> tuple[L.LayoutHardware, LayoutSearch]:
+) -> tuple[L.LayoutHardware, LayoutSearch, dict[int, LayoutSearch]]:
     """The layout search at each replica count (replica_candidates): the fastest that fits,
-    fewer groups on a tie; a count no layout divides is passed over (refused where it was the
-    spec's one)."""
+    fewer groups on a tie, and every count's search; a count no layout divides is passed over
+    (refused where it was the spec's one)."""
     best: tuple[L.LayoutHardware, LayoutSearch] | None = None
     error: NoLayoutError | None = None
+    tried: dict[int, LayoutSearch] = {}
     for replicas in replica_candidates(hw, wanted):
         candidate = replace(hw, data_replicas=replicas)
         try:
@@ -697,11 +700,22 @@ def _search_replicas(
         except NoLayoutError as exc:
             error = error or exc
             continue
+        tried[replicas] = search
         if best is None or _beats(search, best[1]):
             best = (candidate, search)
     if best is None:
         raise ValueError(f"spec.parallelism: {error}")
-    return best
+    return best[0], best[1], tried
+
+
+def replicas_auto_note(chosen: int, tried: dict[int, LayoutSearch]) -> str:
+    """What ``dataReplicas: Auto`` compared and kept."""
+    steps = "; ".join(
+        f"{r} group{'s' if r > 1 else ''}: {s.chosen.step_seconds:.3g} s"
+        + ("" if s.fits else " (does not fit)")
+        for r, s in sorted(tried.items())
+    )
+    return f"dataReplicas Auto: {chosen} kept ({steps})"
 
 
 def _beats(a: LayoutSearch, b: LayoutSearch) -> bool:
