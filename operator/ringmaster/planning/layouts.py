@@ -711,7 +711,7 @@ def _search_replicas(
 def replicas_auto_note(chosen: int, tried: dict[int, LayoutSearch]) -> str:
     """What ``dataReplicas: Auto`` compared and kept."""
     steps = "; ".join(
-        f"{r} group{'s' if r > 1 else ''}: {s.chosen.step_seconds:.3g} s"
+        f"{r} group{'s' if r > 1 else ''}: {s.chosen.step_seconds:.4g} s"
         + ("" if s.fits else " (does not fit)")
         for r, s in sorted(tried.items())
     )
