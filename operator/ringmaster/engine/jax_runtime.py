@@ -51,6 +51,10 @@ class JaxSettings:
     other: tuple[str, ...]  # XLA_* variables the plan does not read
 
 
+def _values(env: Sequence[tuple[str, str]] | Mapping[str, str]) -> dict[str, str]:
+    return dict(env.items() if isinstance(env, Mapping) else env)
+
+
 def _fraction(name: str, value: str) -> float:
     try:
         fraction = float(value)
@@ -64,7 +68,7 @@ def _fraction(name: str, value: str) -> float:
 def jax_settings(env: Sequence[tuple[str, str]] | Mapping[str, str]) -> JaxSettings:
     """The JAX / XLA settings of a pod's environment (its ``XLA_*`` variables); a memory
     fraction that is not one is refused (ValueError naming the variable)."""
-    values = dict(env.items() if isinstance(env, Mapping) else env)
+    values = _values(env)
     fraction = None
     for name in MEMORY_FRACTION_VARIABLES:  # the new name wins where both are set
         if name in values:
@@ -86,7 +90,7 @@ def jax_hardware(
 ) -> tuple[LayoutHardware, list[str]]:
     """The layout hardware as JAX runs the job (the module's docstring), and the notes that say
     so; unchanged, with notes only, for a stack that does not run XLA on a GPU."""
-    values = dict(env.items() if isinstance(env, Mapping) else env)
+    values = _values(env)
     if not values:
         return hw, []
     settings = jax_settings(values)
@@ -136,7 +140,7 @@ def ignored_settings(
     """What in a JAX job's ``XLA_*`` variables may change its step and the plan does not read:
     every other variable, XLA_FLAGS' other flags (by name), the platform allocator's cost; none
     on a stack that does not run XLA on a GPU (the plan's notes say so)."""
-    values = dict(env.items() if isinstance(env, Mapping) else env)
+    values = _values(env)
     if not values or framework_name not in XLA_FRAMEWORKS or kind != "gpu":
         return ()
     settings = jax_settings(values)

@@ -30,7 +30,6 @@ from ringmaster.engine.llm_layout_names import (
 from ringmaster.engine.llm_memory import (
     BYTES_GRADIENTS,
     BYTES_OPTIMIZER,
-    loss_bytes_per_logit,
     memory_per_accelerator,
     valid_pipeline,
     weight_bytes,
@@ -40,6 +39,7 @@ from ringmaster.engine.llm_training import (
     LayoutArrays,
     LayoutHardware,
     evaluate_layouts,
+    hardware_memory_terms,
 )
 from ringmaster.engine.moe_training import (
     OVERLAP_DUALPIPE,
@@ -593,20 +593,15 @@ def _single(request: LayoutRequest, hw: LayoutHardware, layout: Layout, **change
         request.model,
         tensor=fields["tensor"],
         pipeline=fields["pipeline"],
-        data=hw.sharded_data_ranks(d),
-        sharding=fields["sharding"],
         micro_batch=fields["micro_batch"],
         micro_batches=request.global_batch / (d * fields["micro_batch"]),
         recompute=fields["recompute"],
         virtual_stages=layout.virtual_stages,
         context=fields["context"],
-        allocator_overhead=hw.allocator_overhead,
         fp8=hw.compute_precision in ("fp8", "fp4"),
         expert=fields["expert"],
         dual_pipe=request.expert_overlap == OVERLAP_DUALPIPE,
-        loss_bytes_per_logit=loss_bytes_per_logit(hw.framework),
-        runtime_reserve=hw.runtime_reserve_bytes,
-        bf16_weight_bytes=weight_bytes(hw.framework, fields["sharding"]),
+        **hardware_memory_terms(hw, d, fields["sharding"]),
         # a folded expert degree stays; the default one follows the tensor degree
         expert_tensor=change.get(
             "expert_tensor",

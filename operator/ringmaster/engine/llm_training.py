@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -356,6 +356,23 @@ def _data_parallel_seconds(
     return DataParallelComm(_f(np.where(use, rs, ring)), use.astype(np.int64))
 
 
+def hardware_memory_terms(
+    hw: LayoutHardware, data: ArrayLike, sharding: ArrayLike
+) -> dict[str, Any]:
+    """The arguments of memory_per_accelerator that the hardware and its framework fix: the
+    ranks the sharding spans of ``data`` (one slice's or replica group's), the allocator's slack
+    at the limit, the runtime's reserve, the loss's bytes a logit and the bf16 weights kept at
+    ``sharding`` (the one place a layout's memory reads them)."""
+    return {
+        "data": hw.sharded_data_ranks(data),
+        "sharding": sharding,
+        "allocator_overhead": hw.allocator_overhead,
+        "runtime_reserve": hw.runtime_reserve_bytes,
+        "loss_bytes_per_logit": loss_bytes_per_logit(hw.framework),
+        "bf16_weight_bytes": weight_bytes(hw.framework, sharding),
+    }
+
+
 def hybrid_replica_seconds(
     nbytes: ArrayLike, tensor: ArrayLike, pipeline: ArrayLike, data: ArrayLike, hw: LayoutHardware
 ) -> F64:
@@ -528,8 +545,6 @@ def evaluate_layouts(
             model,
             tensor=t,
             pipeline=p,
-            data=hw.sharded_data_ranks(d),
-            sharding=shard,
             micro_batch=b,
             micro_batches=m,
             recompute=policy,
@@ -537,16 +552,13 @@ def evaluate_layouts(
             context=c,
             flash_attention=flash_attention,
             sequence_parallel=sequence_parallel,
-            allocator_overhead=hw.allocator_overhead,
             fp8=mem_fp8,
             expert=e,
             expert_tensor=etp,
             dual_pipe=dual_pipe,
-            loss_bytes_per_logit=loss_bytes_per_logit(hw.framework),
             recomputed_share=share,
             layers_off_device=offloaded_layers_off_device(offload_layers),
-            runtime_reserve=hw.runtime_reserve_bytes,
-            bf16_weight_bytes=weight_bytes(hw.framework, shard),
+            **hardware_memory_terms(hw, d, shard),
         )
 
     mem = memory_under(rec)
