@@ -210,12 +210,12 @@ def test_a_timeout_fails_that_pod_only_and_keeps_its_last_sample() -> None:
             fast.body = vllm_later()
             started = time.monotonic()
             late = await scraper.observe(KEY, pods, PATH, 10.0)
-            assert time.monotonic() - started < 5.0  # the 0.2 s timeout, not the 30 s sleep
+            assert time.monotonic() - started < 5.0  # the 1 s timeout, not the 30 s sleep
             assert late.windows["slow"] is None and "slow" not in late.samples
-            assert late.errors == {"slow": "timeout after 0.2 s"}
+            assert late.errors == {"slow": "timeout after 1 s"}
             fresh = late.windows["fast"]
             assert fresh is not None and fresh.requests_per_second == pytest.approx(8.0)
-            assert late.describe() == "1 of 2 pods answered; slow: timeout after 0.2 s"
+            assert late.describe() == "1 of 2 pods answered; slow: timeout after 1 s"
             assert scraper.remembered(KEY) == {"fast", "slow"}
             # Answering again, the slow pod's window runs from its last answer, 20 s before.
             slow.delay, slow.body = 0.0, sglang_later()
@@ -223,7 +223,9 @@ def test_a_timeout_fails_that_pod_only_and_keeps_its_last_sample() -> None:
         assert back is not None and back.seconds == 20.0
         assert back.requests_per_second == pytest.approx(6.0)  # 120 / 20
 
-    run(scenario, timeout=0.2)
+    # 1 s, not 0.2: on a loaded CI machine (5 workers on 2 cores) the pod's answer after its
+    # delay is lifted took longer than 0.2 s once (2026-11-29) and the last window was lost
+    run(scenario, timeout=1.0)
 
 
 @pytest.mark.parametrize(
