@@ -270,10 +270,15 @@ def test_the_evidence_matrix_shows_each_cells_lean_and_flags_the_systematic_ones
             and abs(c.checked_signed) > HELD_OUT_SIGNED_GOAL
         )
         assert (c in leaning) == leans
-    # one checked row is a case, not a lean: TPU v6e's single MaxText run is off by a third
-    single = next(c for c in cells if c.generation == "TPU v6e")
-    assert single.checked == 1 and abs(single.checked_signed) > HELD_OUT_SIGNED_GOAL
-    assert single not in leaning
+    # fewer than LEAN_MIN_ROWS checked rows are cases, not a lean: torchtitan's two FP8 runs on
+    # H200 are off by a ninth
+    few = next(
+        c
+        for c in cells
+        if (c.generation, c.framework, c.precision) == ("H200", "Torchtitan", "fp8")
+    )
+    assert few.checked < LEAN_MIN_ROWS and abs(few.checked_signed) > HELD_OUT_SIGNED_GOAL
+    assert few not in leaning
     rows, med, signed = checked_summary()
     assert rows == sum(c.checked for c in cells)
     assert 0.0 < med < 0.5 and abs(signed) < med
@@ -282,6 +287,15 @@ def test_the_evidence_matrix_shows_each_cells_lean_and_flags_the_systematic_ones
     for c in leaning:
         head = f"{c.generation:<10} {c.framework:<11} {c.precision:<9}"
         assert next(ln for ln in text.splitlines() if ln.startswith(head)).endswith("!")
+    # a plan's evidence says which way its cell leans, not only how far it scatters
+    for c in cells:
+        if not c.checked:
+            continue
+        said = c.describe()
+        assert f"signed median {c.checked_signed:+.1%}" in said
+        assert ("(a lean: the engine promised " in said) == c.leans
+    v6e = next(c for c in leaning if c.generation == "TPU v6e")
+    assert "promised more than these runs delivered" in v6e.describe()
 
 
 def test_a_context_parallel_plan_states_the_checked_cp_runs_beside_its_cell():
@@ -417,6 +431,28 @@ def test_attention_occupancy_by_hand():
     assert ce.evidence["attention-occupancy"].startswith("measured")
     mi300x = CE.ceilings_for(DEFAULT_CATALOG.accelerator("amd-mi300x"))
     assert mi300x.sms == 304 and mi300x.evidence["attention-occupancy"].startswith("carried")
+
+
+def test_a_v6e_runs_head_dim_128_attention_at_half_its_arrays():
+    """v6e's 256 x 256 matrix units run attention's head-dimension side half empty at
+    head_dim 128 (the 128-wide arrays of v5p, which the carried rates were checked on, are full);
+    a head dimension of 256 fills them. Its GEMMs are untouched."""
+    v5p = CE.ceilings_for(DEFAULT_CATALOG.accelerator("tpu-v5p-slice"))
+    v6e = CE.ceilings_for(DEFAULT_CATALOG.accelerator("tpu-v6e-slice"))
+    assert (v5p.mxu_width, v6e.mxu_width) == (128.0, 256.0)
+
+    def share(ce: CE.Ceilings, head_dim: float) -> float:  # of the chip's own peak
+        rate = float(ce.attention_flops("cudnn", "forward", 8192, head_dim))
+        return rate / ce.peak_flops["bf16"]
+
+    assert share(v6e, 128) == pytest.approx(0.5 * share(v5p, 128), rel=1e-12)
+    assert share(v6e, 64) == pytest.approx(0.5 * share(v5p, 64), rel=1e-12)
+    assert share(v6e, 256) == pytest.approx(share(v5p, 256), rel=1e-12)
+    gemm = [float(c.gemm_flops("bf16", 8192, 8192)) / c.peak_flops["bf16"] for c in (v5p, v6e)]
+    assert gemm[0] == pytest.approx(gemm[1], rel=1e-12)
+    assert "256-wide matrix units" in v6e.evidence["attention"]
+    h100 = CE.ceilings_for(DEFAULT_CATALOG.accelerator("nvidia-h100-80gb"))
+    assert h100.mxu_width is None  # a GPU: no systolic array width
 
 
 @given(

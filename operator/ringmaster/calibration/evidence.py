@@ -101,13 +101,19 @@ class Cell:
         )
 
     def describe(self) -> str:
+        """The cell as a plan's evidence states it: its checked runs' median |error| and signed
+        median, and which way it leans where it does (a plan there is off that way, not only
+        that far)."""
         where = f"{self.generation} x {self.framework} x {self.precision}"
-        if self.checked:
-            return (
-                f"{where}: {self.checked} checked runs, median |error| "
-                f"{self.checked_median:.1%}" + (f", {self.fitted} fitted" if self.fitted else "")
-            )
-        return f"{where}: {self.fitted} fitted runs, none checked"
+        if not self.checked:
+            return f"{where}: {self.fitted} fitted runs, none checked"
+        text = f"{where}: {self.checked} checked runs, median |error| {self.checked_median:.1%}"
+        if self.checked_signed is not None:
+            text += f", signed median {self.checked_signed:+.1%}"
+            if self.leans:
+                way = "more" if self.checked_signed > 0 else "less"
+                text += f" (a lean: the engine promised {way} than these runs delivered)"
+        return text + (f", {self.fitted} fitted" if self.fitted else "")
 
 
 def _training_rows() -> list[CellRow]:

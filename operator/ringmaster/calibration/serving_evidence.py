@@ -144,7 +144,7 @@ def serving_cell_evidence(accelerator: str, engine: str, precision: str, moe: bo
     by_key = {(c.generation, c.framework, c.precision): c for c in cells}
     cell = by_key.get((gen, column, precision))
     if cell is not None and cell.checked:
-        return f"serving cell {cell.describe()}, signed median {cell.checked_signed:+.1%}"
+        return f"serving cell {cell.describe()}"
     kind = "mixture-of-experts serving run" if moe else "serving run"
     nearest = [c for c in cells if c.framework == column and c.checked]
     near = "; ".join(

@@ -95,6 +95,33 @@ ATTENTION_SMS = {
     "amd-mi325x": 304.0,
 }
 H100_SMS = 132.0
+# A TPU's matrix units are systolic arrays this many multiply-accumulators a side: 128 x 128 on
+# v2 to v5p ("An MXU is composed of 128 x 128 multiply-accumulators in a systolic array", Cloud
+# TPU system architecture), 256 x 256 on v6e ("Each TensorCore contains two 256x256
+# matrix-multiply units", Cloud TPU v6e documentation). Attention's matmuls carry the head
+# dimension on one side (Q K^T and dO V^T contract over it; P V, dS K, dS^T Q and P^T dO produce
+# it), so an array wider than the head dimension runs them partly empty: head_dim / width of it.
+# The attention rates a TPU carries (the H100's kernels' fractions of peak) were checked on
+# 128-wide arrays (MaxText on v5e and v5p): a chip runs attention at its fill over theirs
+# (:func:`mxu_attention_fill`). Architecture, not fitted; the GEMMs' sides (hidden and FFN widths,
+# multiples of 256) fill either array.
+TPU_MXU_WIDTH = {
+    "tpu-v2": 128.0,
+    "tpu-v3-slice": 128.0,
+    "tpu-v4-podslice": 128.0,
+    "tpu-v5-lite-podslice": 128.0,
+    "tpu-v5p-slice": 128.0,
+    "tpu-v6e-slice": 256.0,
+}
+CHECKED_MXU_WIDTH = 128.0
+
+
+def mxu_attention_fill(width: float, head_dim: float) -> float:
+    """Attention's rate on ``width``-wide matrix units over its rate on the 128-wide ones its
+    carried rates were checked on: the share of the array a head dimension fills, relative."""
+    return min(1.0, head_dim / width) / min(1.0, head_dim / CHECKED_MXU_WIDTH)
+
+
 OCCUPANCY_MEASURED_CHIPS = frozenset({"nvidia-h100-80gb", "nvidia-h200-141gb"})
 
 # Memory-bound kernels, forward + backward, picoseconds per element (the median over hidden
@@ -370,6 +397,8 @@ class Ceilings:
     grouped_stream_cap: float | None = None
     # where attention's tiles run (ATTENTION_SMS); None: no occupancy modelled (a TPU)
     sms: float | None = H100_SMS
+    # a TPU's matrix-unit width (TPU_MXU_WIDTH); None: a GPU
+    mxu_width: float | None = None
 
     def gemm_flops(
         self, precision: str, width: ArrayLike, tokens: ArrayLike, *, sustained: bool = True
@@ -392,8 +421,10 @@ class Ceilings:
         else:
             e, s0, d0 = self.attention[(kernel, direction)]
         s = np.asarray(sequence, dtype=np.float64)
+        fill = 1.0 if self.mxu_width is None else mxu_attention_fill(self.mxu_width, head_dim)
         return np.asarray(
-            e / (1.0 + s0 / s + d0 / float(head_dim)) * self.peak_flops["bf16"], dtype=np.float64
+            e / (1.0 + s0 / s + d0 / float(head_dim)) * self.peak_flops["bf16"] * fill,
+            dtype=np.float64,
         )
 
     def attention_occupancy(
@@ -638,6 +669,14 @@ def ceilings_for(acc: Accelerator) -> Ceilings:
         attention_evidence = (
             "published: FlashAttention 2 on A100 over H100 (Dao-AILab/flash-attention benchmarks)"
         )
+    if acc.kind == "tpu":
+        width = TPU_MXU_WIDTH.get(acc.name)
+        attention_evidence += (
+            f"; on {width:.0f}-wide matrix units (Cloud TPU architecture): the head dimension's"
+            f" fill over the 128-wide arrays the rates were checked on"
+            if width is not None
+            else f"; {acc.name}'s matrix-unit width is not in the catalog: 128 assumed"
+        )
     hbm_ratio = PUBLISHED_HBM_RATIO.get(acc.name, 1.0)
     hbm = acc.memory_bandwidth * (H100_COPY_GBPS / H100_DATASHEET_HBM_GBPS) * hbm_ratio
     memory_evidence = MEASURED_H100
@@ -727,6 +766,7 @@ def ceilings_for(acc: Accelerator) -> Ceilings:
             GROUPED_STREAM_CAP_GBPS * GB if acc.name in GROUPED_STREAM_CAP_CHIPS else None
         ),
         sms=None if acc.kind == "tpu" else ATTENTION_SMS.get(acc.name, H100_SMS),
+        mxu_width=TPU_MXU_WIDTH.get(acc.name, CHECKED_MXU_WIDTH) if acc.kind == "tpu" else None,
     )
 
 
