@@ -282,3 +282,79 @@ def test_auto_does_not_search_the_offloading_policies():
     assert set(grid["recompute"].tolist()) == set(SEARCHED_RECOMPUTES)
     assert not set(OFFLOADED_ELEMENTS) & set(SEARCHED_RECOMPUTES)
     assert SHARD_FULL in set(grid["sharding"].tolist())
+
+
+# --- MaxText's offloaded layer inputs (spec.parallelism.offloadLayerInputs) --------------------
+
+LLAMA31_70B = replace(KNOWN_TRANSFORMERS["llama-3.1-70b"], sequence_length=8192)
+
+
+def llama31_70b_request(micro_batch: int = 5) -> LayoutRequest:
+    """tpu-recipes' Llama 3.1 70B on v6e-256 (llama3_1_70b_8192: per_device_batch_size 5, FSDP
+    over the slice, remat custom with decoder_layer_input, query_proj, key_proj and value_proj
+    offloaded: QkvProjOffloaded with the layer inputs offloaded)."""
+    return LayoutRequest(
+        model=LLAMA31_70B,
+        global_batch=256 * micro_batch,
+        tensor=1,
+        pipeline=1,
+        context=1,
+        sharding="Full",
+        micro_batch=micro_batch,
+        recompute="QkvProjOffloaded",
+    )
+
+
+def test_offloaded_layer_inputs_leave_hbm_for_the_host_by_hand():
+    """Each layer's input, 5 x 8,192 tokens x h 8,192 x 2 bytes, moves from HBM to the host: the
+    activations drop and the host bytes rise by 80 of them, and each layer copies one more."""
+    hw = v6e_256()
+    kept = search_layouts(llama31_70b_request(), hw).chosen
+    moved = search_layouts(llama31_70b_request(), replace(hw, offload_layer_inputs=True)).chosen
+    one = 5 * 8192 * 8192 * 2
+    assert kept.activations_bytes - moved.activations_bytes == pytest.approx(80 * one, rel=1e-9)
+    assert moved.host_offload_bytes - kept.host_offload_bytes == pytest.approx(80 * one, rel=1e-9)
+    code = RECOMPUTES.index("QkvProjOffloaded")
+    plain = offload_bytes_per_layer(LLAMA31_70B, 5, 1, code)
+    assert float(offload_bytes_per_layer(LLAMA31_70B, 5, 1, code, layer_inputs=True)) == (
+        pytest.approx(float(plain) + one)
+    )
+    # the published layout fits only with them off the chip (50 GiB of layer inputs a chip)
+    assert moved.fits and not kept.fits
+    assert moved.step_seconds == pytest.approx(kept.step_seconds, rel=0.02)
+
+
+def test_xla_shares_the_logits_and_a_rebuilt_layer_pytorch_keeps_both():
+    """The loss's logits are freed once the head's backward has run, before the last layer is
+    rebuilt: a compiler's buffer assignment (MaxText) peaks at the larger of the two, PyTorch's
+    caching allocator (torchtitan's memory rows) at their sum."""
+    from ringmaster.engine.llm_memory import activation_bytes_per_layer, memory_per_accelerator
+
+    code = RECOMPUTES.index("Full")
+    common = dict(
+        tensor=1,
+        pipeline=1,
+        data=8,
+        sharding=SHARD_FULL,
+        micro_batch=2,
+        micro_batches=1,
+        recompute=code,
+        allocator_overhead=0.0,
+        loss_bytes_per_logit=4.0,
+    )
+    both = memory_per_accelerator(LLAMA31_70B, **common, shared_peak=False)
+    shared = memory_per_accelerator(LLAMA31_70B, **common, shared_peak=True)
+    _, working = activation_bytes_per_layer(LLAMA31_70B, 2, 1, code)
+    logits = 4.0 * 2 * 8192 * LLAMA31_70B.vocab
+    assert float(both.activations - shared.activations) == pytest.approx(
+        min(float(working), logits), rel=1e-9
+    )
+    assert framework("MaxText").compiler_buffers and not framework("PyTorch").compiler_buffers
+
+
+def test_offloaded_layer_inputs_need_a_known_host_link():
+    message = offload_refusal("Full", "tpu-v5p-slice", layer_inputs=True)
+    assert message is not None and "offloadLayerInputs" in message and "tpu-v5p-slice" in message
+    assert offload_refusal("Full", "tpu-v6e-slice", layer_inputs=True) is None
+    hw = replace(v6e_256(), host_link_bandwidth=0.0, offload_layer_inputs=True)
+    assert not search_layouts(replace(maxtext_request("Full")), hw).fits

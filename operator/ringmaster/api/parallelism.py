@@ -114,6 +114,14 @@ class Parallelism(SpecModel):
     plan reports ``hostOffloadBytesPerAccelerator`` and the copies' exposed time
     (``stepPartsSeconds.activationOffload``); passed to workers as
     RINGMASTER_ACTIVATION_OFFLOAD_LAYERS."""
+    offload_layer_inputs: bool = False
+    """Offload every layer's input to host memory beside what activationRecompute keeps or
+    offloads: MaxText's ``decoder_layer_input: offload`` (its ``remat_policy=custom``, which
+    tpu-recipes' v6e recipes set with the query, key and value projections offloaded:
+    QkvProjOffloaded with this). MaxText only. The layer inputs leave HBM for the host's DRAM
+    (``hostOffloadBytesPerAccelerator``) and cross the host link beside each layer's compute
+    (``stepPartsSeconds.activationOffload``); passed to workers as
+    RINGMASTER_OFFLOAD_LAYER_INPUTS."""
     context: IntOrAuto = AUTO
     """Context parallelism (ring attention: Megatron-LM's context_parallel_size, torchtitan's
     CP): each of the c ranks holds sequenceLength / c tokens of every sequence, dividing the
@@ -407,6 +415,25 @@ ACTIVATION_OFFLOAD_RULES: tuple[Rule, ...] = (
             or s.parallelism.activation_offload_layers is None
             or s.parallelism.activation_offload_layers < s.model.architecture.layers
         ),
+    ),
+)
+
+# MaxText's decoder_layer_input offload: its custom remat policy's name for the scanned layer's
+# input (MaxText src/maxtext/layers/decoders.py, checkpoint_name(inputs, "decoder_layer_input")).
+LAYER_INPUT_OFFLOAD_RULE = Rule(
+    cel=(
+        "!has(self.parallelism) || !has(self.parallelism.offloadLayerInputs)"
+        " || !self.parallelism.offloadLayerInputs"
+        " || (has(self.framework) && self.framework.name == 'MaxText')"
+    ),
+    message="parallelism.offloadLayerInputs is MaxText's decoder_layer_input offload (its custom"
+    " remat policy): set framework.name MaxText",
+    field_path=".parallelism.offloadLayerInputs",
+    reason="FieldValueForbidden",
+    check=lambda s: (
+        s.parallelism is None
+        or not s.parallelism.offload_layer_inputs
+        or (s.framework is not None and s.framework.name == "MaxText")
     ),
 )
 
@@ -831,5 +858,6 @@ PARALLELISM_RULES: tuple[Rule, ...] = (
     *MOE_FEATURE_RULES,
     *RECOMPUTE_LAYERS_RULES,
     *ACTIVATION_OFFLOAD_RULES,
+    LAYER_INPUT_OFFLOAD_RULE,
     *DATA_REPLICAS_RULES,
 )

@@ -411,6 +411,9 @@ class TrainingPlan(StatusModel):
     """MaxText: the share of what ``activationRecompute`` saves beyond Full that XLA recomputes
     so that the step fits the chip (its rematerialisation under the memory limit); absent:
     none."""
+    offload_layer_inputs: bool | None = None
+    """MaxText's decoder_layer_input offload (``spec.parallelism.offloadLayerInputs``): every
+    layer's input in host memory, in ``hostOffloadBytesPerAccelerator``."""
     activation_offload_layers: int | None = None
     """Megatron's CPU offloading of this many layers' activations
     (``spec.parallelism.activationOffloadLayers``); the host bytes are

@@ -31,7 +31,7 @@ from ringmaster.engine.llm_layout_names import (
     RECOMPUTE_QKV_PROJ_OFFLOADED,
     RECOMPUTES,
 )
-from ringmaster.engine.llm_memory import BYTES_ACTIVATION, stage_layers
+from ringmaster.engine.llm_memory import BYTES_ACTIVATION, layer_input_bytes, stage_layers
 from ringmaster.engine.transformer import Transformer
 from ringmaster.engine.units import GB, GIB
 
@@ -110,13 +110,23 @@ def host_memory_per_accelerator(accelerator: str) -> float:
 
 
 def offload_refusal(
-    recompute: str, accelerator: str, offload_layers: int | None = None
+    recompute: str,
+    accelerator: str,
+    offload_layers: int | None = None,
+    layer_inputs: bool = False,
 ) -> str | None:
-    """Why ``recompute`` (or Megatron's CPU offloading of ``offload_layers``) cannot be planned
-    on ``accelerator`` (no host-link figure to time its copies by), or None."""
+    """Why ``recompute`` (or Megatron's CPU offloading of ``offload_layers``, or MaxText's
+    offloaded ``layer_inputs``) cannot be planned on ``accelerator`` (no host-link figure to
+    time its copies by), or None."""
     if accelerator in HOST_LINK_GBPS_PER_DIRECTION:
         return None
     known = ", ".join(sorted(HOST_LINK_GBPS_PER_DIRECTION))
+    if layer_inputs:
+        return (
+            f"offloadLayerInputs offloads every layer's input to host memory over the"
+            f" accelerator's host link, and the catalog states no host-link bandwidth for"
+            f" {accelerator} (known: {known})"
+        )
     if offload_layers:
         return (
             f"activationOffloadLayers offloads activations to host memory over the accelerator's"
@@ -150,13 +160,19 @@ def offload_bytes_per_layer(
     tensor: ArrayLike,
     recompute: ArrayLike,
     context: ArrayLike = 1,
+    layer_inputs: bool = False,
 ) -> F64:
     """Bytes one accelerator offloads per layer per micro-batch: OFFLOADED_ELEMENTS x 2 bytes
     (bf16) x its s b / c tokens / t (the tensors are split over the tensor ranks as the saved
-    ones are: engine.llm_memory.activation_bytes_per_layer)."""
+    ones are: engine.llm_memory.activation_bytes_per_layer), and the layer's input where
+    ``layer_inputs`` (MaxText's ``decoder_layer_input: offload``, under any policy: MaxText's
+    custom remat names it beside the policy's own)."""
     tokens = _f(micro_batch) * model.sequence_length / _f(context)
     elements = offloaded_elements(model, recompute)
-    return _f(BYTES_ACTIVATION * elements * tokens / _f(tensor))
+    own = BYTES_ACTIVATION * elements * tokens / _f(tensor)
+    if layer_inputs:
+        own = own + layer_input_bytes(model, micro_batch, tensor, context)
+    return _f(own)
 
 
 def host_offload_bytes(
@@ -168,6 +184,7 @@ def host_offload_bytes(
     recompute: ArrayLike,
     virtual_stages: ArrayLike = 1,
     context: ArrayLike = 1,
+    layer_inputs: bool = False,
 ) -> F64:
     """Host bytes per accelerator at the peak: every layer of the stage, for every micro-batch
     in flight, the way HBM holds saved activations (engine.llm_memory.memory_per_accelerator:
@@ -175,7 +192,9 @@ def host_offload_bytes(
     1 + (p - 1) / (p v) interleaved; the last stage one)."""
     p, m, v = _f(pipeline), _f(micro_batches), _f(virtual_stages)
     stages = stage_layers(model, p)
-    per_layer = offload_bytes_per_layer(model, micro_batch, tensor, recompute, context)
+    per_layer = offload_bytes_per_layer(
+        model, micro_batch, tensor, recompute, context, layer_inputs
+    )
     interleave = np.where(v > 1, 1.0 + (p - 1.0) / (p * v), 1.0)
     first = stages.first * np.minimum(p, m) * interleave
     return _f(per_layer * np.maximum(first, stages.last))
@@ -197,10 +216,12 @@ def exposed_offload_seconds(
     return _f(np.maximum(transfer - _f(layer_seconds), 0.0))
 
 
-def unknown_host_link(recompute: ArrayLike, host_link: float) -> NDArray[np.bool_]:
-    """Where an offloading policy meets a host link the catalog does not state: no plan can
-    time its copies, so those layouts do not fit."""
-    return np.asarray(offloads(recompute) & (host_link <= 0), dtype=bool)
+def unknown_host_link(
+    recompute: ArrayLike, host_link: float, layer_inputs: bool = False
+) -> NDArray[np.bool_]:
+    """Where an offloading policy (or offloaded ``layer_inputs``) meets a host link the catalog
+    does not state: no plan can time its copies, so those layouts do not fit."""
+    return np.asarray((offloads(recompute) | layer_inputs) & (host_link <= 0), dtype=bool)
 
 
 # Megatron-Core's CPU offloading (--cpu-offloading --cpu-offloading-num-layers N, activations

@@ -159,6 +159,12 @@ class Framework:
     # saved values rather than failing, so a remat policy whose saved tensors overflow the chip
     # still runs, slower (engine.recompute.compiler_remat_share). PyTorch's stacks fail instead.
     compiler_remat: bool = False
+    # The compiler assigns the step's buffers by liveness (XLA's buffer assignment over its heap
+    # simulator): tensors never live at once share memory, so the loss's logits (freed once the
+    # head's backward ran) and a rebuilt layer's working set (made after) peak as the larger of
+    # the two. PyTorch's caching allocator keeps freed blocks reserved: its stacks count both
+    # (torchtitan's published memory rows, calibration.llm_training, fit the sum).
+    compiler_buffers: bool = False
     # The all-reduce of the gradient shards across replica groups (a multislice job's slices over
     # DCN; hybrid sharding's groups over the NICs) runs behind backward like the rest of the
     # data-parallel reduction (PyTorch FSDP2's and Megatron's per-bucket hooks: assumed, no
@@ -218,6 +224,7 @@ _BASE = {
         overlaps_tensor_parallel_on_tpu=True,
         recompute_stops_early=True,
         compiler_remat=True,
+        compiler_buffers=True,
         hides_cross_replica_reduction=False,
         # XLA fuses the cross-entropy into the reductions over the logits: what is live at its
         # peak is the logits and their gradient, not an fp32 copy of them. MaxText's published

@@ -113,6 +113,9 @@ class LayoutHardware:
     # FSDP's HYBRID_SHARD, MaxText's dcn_data_parallelism over GPU hosts). A TPU's slices do
     # this already (``slices``).
     data_replicas: int = 1
+    # MaxText's decoder_layer_input offload (spec.parallelism.offloadLayerInputs): every layer's
+    # input goes to host memory beside what the recompute policy offloads.
+    offload_layer_inputs: bool = False
     wrapped: tuple[bool, bool, bool] = (False, False, False)
     reducers: int = 0  # reduction-server reducers (0: none considered)
     reducer_bandwidth: float = 0.0  # achieved, bytes/s, per reducer

@@ -273,6 +273,20 @@ def _saved_elements(model: Transformer, recompute: ArrayLike) -> F64:
     return _f(row[..., 0] * model.hidden + row[..., 1] * model.kv_hidden + f * model.ffn_hidden)
 
 
+def layer_input_bytes(
+    model: Transformer,
+    micro_batch: ArrayLike,
+    tensor: ArrayLike,
+    context: ArrayLike = 1,
+    sequence_parallel: bool = True,
+) -> F64:
+    """One layer's input per micro-batch on a rank (bf16, h wide): split over the tensor ranks
+    under sequence parallelism, whole on each without it (one of REPLICATED_WITHOUT_SP's)."""
+    tokens = _f(micro_batch) * model.sequence_length / _f(context)
+    split = _f(tensor) if sequence_parallel else _f(1.0)
+    return _f(BYTES_ACTIVATION * model.hidden * tokens / split)
+
+
 def activation_bytes_per_layer(
     model: Transformer,
     micro_batch: ArrayLike,
@@ -375,6 +389,8 @@ def memory_per_accelerator(
     layers_off_device: float = 0.0,
     runtime_reserve: float = FRAMEWORK_RESERVE_BYTES,
     bf16_weight_bytes: ArrayLike = BYTES_WEIGHTS,
+    layer_inputs_on_host: bool = False,
+    shared_peak: bool = False,
 ) -> MemoryArrays:
     """Weights, gradients, optimizer state, activations and the reserve per accelerator, on the
     fullest of the first, a middle and the last pipeline stage. Context-parallel ranks hold the
@@ -394,7 +410,13 @@ def memory_per_accelerator(
     (engine.activation_offload.offloaded_layers_off_device). ``runtime_reserve``: the memory
     the runtime holds outside the framework's allocations (FRAMEWORK_RESERVE_BYTES on a GPU).
     ``bf16_weight_bytes``: per parameter, the framework's at the sharding (:func:`weight_bytes`).
-    ``data``: the ranks the sharding spans (a multislice job's ranks inside one slice)."""
+    ``data``: the ranks the sharding spans (a multislice job's ranks inside one slice).
+    ``layer_inputs_on_host``: every layer's input is offloaded to host memory (MaxText's
+    ``decoder_layer_input: offload``), out of what the policy keeps in HBM
+    (engine.activation_offload.layer_input_bytes). ``shared_peak``: the framework's buffers
+    are assigned by liveness at compile time (Framework.compiler_buffers), so the logits, freed
+    once the head's backward has run, and a rebuilt layer's working set, made after, share
+    memory: the peak holds the larger, not both."""
     t, p, d, c, e = _f(tensor), _f(pipeline), _f(data), _f(context), _f(expert)
     etp = t if expert_tensor is None else _f(expert_tensor)
     shard = np.asarray(sharding)
@@ -420,6 +442,8 @@ def memory_per_accelerator(
     )
     # Layers left out of a partial Full recompute keep None's set, which ``working`` is.
     stored = partial_recompute(rec, recomputed_share, stored, working)
+    if layer_inputs_on_host:
+        stored = stored - layer_input_bytes(model, micro_batch, t, c, sequence_parallel)
     # A policy that rebuilds layers holds one layer's working set while it does.
     transient = np.where(np.isin(rec, REBUILDS_LAYER), working, 0.0)
     # 1F1B: the first stage keeps min(p, m) micro-batches in flight, the second one fewer;
@@ -428,16 +452,18 @@ def memory_per_accelerator(
     logits = (  # one set per head pass: the model's and each MTP module's loss
         loss_bytes_per_logit * model.sequence_length * _f(micro_batch) * model.vocab / (t * c)
     ) * model.head_passes
-    act_first = (
-        (stages.first - layers_off_device) * stored * np.minimum(p, m) * interleave
-        + transient
-        + np.where(p > 1, 0.0, logits)
-    )
+    # The loss's logits and a rebuilt layer's working set are never live at once: a static
+    # buffer assignment shares them; PyTorch's caching allocator keeps both reserved
+    # (torchtitan's memory rows fit the sum: calibration.llm_training).
+    peak = np.maximum(transient, logits) if shared_peak else transient + logits
+    act_first = (stages.first - layers_off_device) * stored * np.minimum(
+        p, m
+    ) * interleave + np.where(p > 1, transient, peak)
     act_middle = np.where(
         p > 2, stages.middle * stored * np.minimum(p - 1.0, m) * interleave + transient, 0.0
     )
     # With one stage the first is the last: the offloaded layers are off the device there too.
-    act_last = (stages.last - np.where(p > 1, 0.0, layers_off_device)) * stored + transient + logits
+    act_last = (stages.last - np.where(p > 1, 0.0, layers_off_device)) * stored + peak
 
     bf16 = _f(bf16_weight_bytes)
 

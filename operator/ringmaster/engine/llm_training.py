@@ -361,8 +361,9 @@ def hardware_memory_terms(
 ) -> dict[str, Any]:
     """The arguments of memory_per_accelerator that the hardware and its framework fix: the
     ranks the sharding spans of ``data`` (one slice's or replica group's), the allocator's slack
-    at the limit, the runtime's reserve, the loss's bytes a logit and the bf16 weights kept at
-    ``sharding`` (the one place a layout's memory reads them)."""
+    at the limit, the runtime's reserve, the loss's bytes a logit, the bf16 weights kept at
+    ``sharding``, the layer inputs offloaded and whether buffers are assigned by liveness (the one
+    place a layout's memory reads them)."""
     return {
         "data": hw.sharded_data_ranks(data),
         "sharding": sharding,
@@ -370,6 +371,8 @@ def hardware_memory_terms(
         "runtime_reserve": hw.runtime_reserve_bytes,
         "loss_bytes_per_logit": loss_bytes_per_logit(hw.framework),
         "bf16_weight_bytes": weight_bytes(hw.framework, sharding),
+        "layer_inputs_on_host": hw.offload_layer_inputs,
+        "shared_peak": hw.framework.compiler_buffers,
     }
 
 
@@ -578,9 +581,9 @@ def evaluate_layouts(
     remats = bool(np.any(remat > 0.0))
     # Offloaded activations live in the host's DRAM, which must hold them too, and cross a host
     # link whose bandwidth must be known.
-    host_bytes = host_offload_bytes(model, b, t, p, m, rec, v, c)
+    host_bytes = host_offload_bytes(model, b, t, p, m, rec, v, c, hw.offload_layer_inputs)
     fits = (mem.total <= hw.memory_bytes) & (host_bytes <= hw.host_memory_per_accelerator)
-    fits = fits & ~unknown_host_link(rec, hw.host_link_bandwidth)
+    fits = fits & ~unknown_host_link(rec, hw.host_link_bandwidth, hw.offload_layer_inputs)
     if dual_pipe:
         fits = fits & dualpipe_runs(p, m)
 

@@ -308,7 +308,9 @@ def micro_batch_parts(
     layer_gap = np.maximum(host_floor - layer_gpu, 0.0)
     if model.experts > 1:  # a dropless MoE layer's host sync (engine.frameworks), its share
         layer_gap = layer_gap + (model.moe_layers / model.layers) * fw.moe_sync_seconds
-    offloaded = offload_bytes_per_layer(model, micro_batch, tensor, r, context)
+    offloaded = offload_bytes_per_layer(
+        model, micro_batch, tensor, r, context, hw.offload_layer_inputs
+    )
     layer_offload = exposed_offload_seconds(offloaded, hw.host_link_bandwidth, layer_gpu)
 
     # LM head (last stage) and the loss, once more per MTP module (the head is shared).

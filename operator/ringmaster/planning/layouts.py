@@ -357,7 +357,11 @@ def plan_layout(
     network_notes += jax_notes
     if bool(getattr(getattr(spec, "parallelism", None), "tensor_overlap", False)):
         hw = replace(hw, tensor_overlap=True)
-    refusal = offload_refusal(request.recompute or "", acc.name, request.offload_layers)
+    if bool(getattr(getattr(spec, "parallelism", None), "offload_layer_inputs", False)):
+        hw = replace(hw, offload_layer_inputs=True)
+    refusal = offload_refusal(
+        request.recompute or "", acc.name, request.offload_layers, hw.offload_layer_inputs
+    )
     if refusal is not None:
         raise ValueError(f"spec.parallelism: {refusal}")
     wanted = getattr(getattr(spec, "parallelism", None), "data_replicas", 1)
@@ -748,6 +752,7 @@ def layout_status(plan: LayoutPlan) -> dict[str, Any]:
         "layout": c.name,
         **_layout_fields(c, plan.global_batch, _written(plan)),
         "dataReplicas": plan.hardware.data_replicas,
+        "offloadLayerInputs": plan.hardware.offload_layer_inputs,
         "fits": plan.search.fits,
         "reason": plan.search.reason,
         "tokensPerSecond": _sig(c.tokens_per_second),

@@ -222,7 +222,9 @@ def render_layout(plan: LayoutPlan) -> str:
         )
         lines.append(
             f"host memory per accelerator GiB: offloaded activations "
-            f"{_gib(c.host_offload_bytes)}{host_room} (recompute {c.recompute})"
+            f"{_gib(c.host_offload_bytes)}{host_room} (recompute {c.recompute}"
+            + (", every layer's input too" if plan.hardware.offload_layer_inputs else "")
+            + ")"
         )
     model = plan.model
     if model is not None and model.is_moe:
