@@ -69,11 +69,14 @@ def v6e_256() -> L.LayoutHardware:
     )
 
 
-def maxtext_request(recompute: str, micro_batch: int = 2) -> LayoutRequest:
+def maxtext_request(
+    recompute: str, micro_batch: int = 2, model: Transformer = LLAMA2_70B_4K
+) -> LayoutRequest:
     """MaxText's llama2_70b_4096 on v6e-256: per_device_batch_size 2 (micro-batch 2, one per
-    step), ici_fsdp_transpose_parallelism -1 (FSDP over the 256 chips), sequence 4096."""
+    step), ici_fsdp_transpose_parallelism -1 (FSDP over the 256 chips), sequence 4096; another
+    ``model`` on the same slice and layout."""
     return LayoutRequest(
-        model=LLAMA2_70B_4K,
+        model=model,
         global_batch=256 * micro_batch,
         tensor=1,
         pipeline=1,
@@ -289,20 +292,11 @@ def test_auto_does_not_search_the_offloading_policies():
 LLAMA31_70B = replace(KNOWN_TRANSFORMERS["llama-3.1-70b"], sequence_length=8192)
 
 
-def llama31_70b_request(micro_batch: int = 5) -> LayoutRequest:
+def llama31_70b_request() -> LayoutRequest:
     """tpu-recipes' Llama 3.1 70B on v6e-256 (llama3_1_70b_8192: per_device_batch_size 5, FSDP
     over the slice, remat custom with decoder_layer_input, query_proj, key_proj and value_proj
     offloaded: QkvProjOffloaded with the layer inputs offloaded)."""
-    return LayoutRequest(
-        model=LLAMA31_70B,
-        global_batch=256 * micro_batch,
-        tensor=1,
-        pipeline=1,
-        context=1,
-        sharding="Full",
-        micro_batch=micro_batch,
-        recompute="QkvProjOffloaded",
-    )
+    return maxtext_request("QkvProjOffloaded", 5, LLAMA31_70B)
 
 
 def test_offloaded_layer_inputs_leave_hbm_for_the_host_by_hand():
