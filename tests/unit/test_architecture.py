@@ -123,6 +123,9 @@ PUBLISHED = {
     # include the vision encoder, which the text model here lacks).
     "llama-4-scout": 109e9,
     "llama-4-maverick": 400e9,
+    # Gemma 3 12B: 1,012M embedding + 10,759M non-embedding parameters (Gemma 3 technical
+    # report, arXiv 2503.19786, Table 1; its 417M vision encoder left out).
+    "gemma-3-12b": 11.771e9,
 }
 # How close each published count is reachable, where not within 0.5%: Kimi K2's 1.04T and
 # Scout's 109B count parts outside the text decoder (the report's rounding, the vision encoder).

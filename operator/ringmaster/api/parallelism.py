@@ -122,6 +122,13 @@ class Parallelism(SpecModel):
     (``hostOffloadBytesPerAccelerator``) and cross the host link beside each layer's compute
     (``stepPartsSeconds.activationOffload``); passed to workers as
     RINGMASTER_OFFLOAD_LAYER_INPUTS."""
+    vocab_tiling: int | None = Field(default=None, ge=1, le=4096)
+    """Compute the loss in this many chunks of the tokens: MaxText's ``num_vocab_tiling``, which
+    tpu-recipes' Gemma 3 recipes set to 16 (a 262k vocabulary's logits would not fit a v6e
+    chip). The logits' memory divides by it; each chunk's logits and loss are computed again in
+    backward (MaxText's custom VJP), one more forward of the LM head. MaxText only; MaxText
+    requires it to divide a chip's micro-batch tokens. Passed to workers as
+    RINGMASTER_VOCAB_TILING. Left out: 1."""
     context: IntOrAuto = AUTO
     """Context parallelism (ring attention: Megatron-LM's context_parallel_size, torchtitan's
     CP): each of the c ranks holds sequenceLength / c tokens of every sequence, dividing the
@@ -433,6 +440,23 @@ LAYER_INPUT_OFFLOAD_RULE = Rule(
     check=lambda s: (
         s.parallelism is None
         or not s.parallelism.offload_layer_inputs
+        or (s.framework is not None and s.framework.name == "MaxText")
+    ),
+)
+
+# MaxText's vocabulary tiling (num_vocab_tiling, src/maxtext/configs/base.yml).
+VOCAB_TILING_RULE = Rule(
+    cel=(
+        "!has(self.parallelism) || !has(self.parallelism.vocabTiling)"
+        " || self.parallelism.vocabTiling == 1"
+        " || (has(self.framework) && self.framework.name == 'MaxText')"
+    ),
+    message="parallelism.vocabTiling is MaxText's num_vocab_tiling: set framework.name MaxText",
+    field_path=".parallelism.vocabTiling",
+    reason="FieldValueForbidden",
+    check=lambda s: (
+        s.parallelism is None
+        or s.parallelism.vocab_tiling in (None, 1)
         or (s.framework is not None and s.framework.name == "MaxText")
     ),
 )
@@ -859,5 +883,6 @@ PARALLELISM_RULES: tuple[Rule, ...] = (
     *RECOMPUTE_LAYERS_RULES,
     *ACTIVATION_OFFLOAD_RULES,
     LAYER_INPUT_OFFLOAD_RULE,
+    VOCAB_TILING_RULE,
     *DATA_REPLICAS_RULES,
 )

@@ -411,6 +411,9 @@ class TrainingPlan(StatusModel):
     """MaxText: the share of what ``activationRecompute`` saves beyond Full that XLA recomputes
     so that the step fits the chip (its rematerialisation under the memory limit); absent:
     none."""
+    vocab_tiling: int | None = None
+    """MaxText's vocabulary tiling (``spec.parallelism.vocabTiling``): the loss in this many
+    chunks; 1: none."""
     offload_layer_inputs: bool | None = None
     """MaxText's decoder_layer_input offload (``spec.parallelism.offloadLayerInputs``): every
     layer's input in host memory, in ``hostOffloadBytesPerAccelerator``."""

@@ -616,6 +616,8 @@ def published_layout_search(row: Mapping[str, Any], nic_gbps: float | None = Non
         hw = replace(hw, data_replicas=int(row["data_replicas"]))
     if row.get("offload_layer_inputs"):  # MaxText's custom remat: decoder_layer_input offloaded
         hw = replace(hw, offload_layer_inputs=True)
+    if "vocab_tiling" in row:  # MaxText's num_vocab_tiling
+        hw = replace(hw, vocab_tiles=int(row["vocab_tiling"]))
     hw, _ = jax_hardware(hw, {str(k): str(v) for k, v in (row.get("env") or {}).items()})
     # An NVLink domain of several hosts (GB200 NVL72) is one NCCL node, as a job's plan has it.
     hw, _ = L.on_nvlink_domain(hw, host.machine)

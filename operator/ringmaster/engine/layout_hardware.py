@@ -116,6 +116,9 @@ class LayoutHardware:
     # MaxText's decoder_layer_input offload (spec.parallelism.offloadLayerInputs): every layer's
     # input goes to host memory beside what the recompute policy offloads.
     offload_layer_inputs: bool = False
+    # MaxText's num_vocab_tiling (spec.parallelism.vocabTiling): the loss computed in this many
+    # chunks of the tokens, each chunk's logits recomputed in backward (engine.step_parts).
+    vocab_tiles: int = 1
     wrapped: tuple[bool, bool, bool] = (False, False, False)
     reducers: int = 0  # reduction-server reducers (0: none considered)
     reducer_bandwidth: float = 0.0  # achieved, bytes/s, per reducer

@@ -369,7 +369,7 @@ def hardware_memory_terms(
         "sharding": sharding,
         "allocator_overhead": hw.allocator_overhead,
         "runtime_reserve": hw.runtime_reserve_bytes,
-        "loss_bytes_per_logit": loss_bytes_per_logit(hw.framework),
+        "loss_bytes_per_logit": loss_bytes_per_logit(hw.framework) / hw.vocab_tiles,
         "bf16_weight_bytes": weight_bytes(hw.framework, sharding),
         "layer_inputs_on_host": hw.offload_layer_inputs,
         "shared_peak": hw.framework.compiler_buffers,

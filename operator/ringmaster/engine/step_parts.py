@@ -315,14 +315,22 @@ def micro_batch_parts(
 
     # LM head (last stage) and the loss, once more per MTP module (the head is shared).
     head_flops = 2.0 * model.vocab * model.hidden * tokens * model.head_passes
+    # Vocabulary tiling (MaxText's num_vocab_tiling) keeps no chunk's logits for backward: its
+    # custom VJP computes each chunk's logits and loss again there (maxtext utils/
+    # vocabulary_tiling.py), one more forward of the head and of the loss's forward share.
+    again = 1.0 if hw.vocab_tiles > 1 else 0.0
     head = _gemm_seconds(
         hw.with_precision("bf16"),
-        _f(head_flops),
+        _f(head_flops * (1.0 + again)),
         _f(2.0 * head_flops),
         np.minimum(model.hidden, model.vocab / t),
         rank_tokens,
     )
-    loss = _f(ce.loss_seconds(fw.loss, rank_tokens * model.vocab / t) * model.head_passes)
+    loss = _f(
+        ce.loss_seconds(fw.loss, rank_tokens * model.vocab / t)
+        * model.head_passes
+        * (1.0 + again * ELEMENTWISE_FORWARD_SHARE)
+    )
 
     mid = stages.middle * (layer_gpu + layer_offload)
     last = stages.last * (layer_gpu + layer_offload) + head + loss + head_extra

@@ -651,6 +651,25 @@ KNOWN_TRANSFORMERS: dict[str, Transformer] = {
         active_experts=8,
         expert_ffn_hidden=768,
     ),
+    # google/gemma-3-12b-pt (text_config): 48 layers, hidden 3,840, 16 heads of 256, 8 KV heads,
+    # a gated FFN of 15,360 (GeGLU), vocabulary 262,208, tied embeddings, sliding_window 1,024 on
+    # five layers of six (sliding_window_pattern 6; MaxText configs/models/gemma3-12b.yml @
+    # e591f30c the same, its vocabulary padded to 262,144). Its pre- and post-norms (four a layer)
+    # are counted as two.
+    "gemma-3-12b": Transformer(
+        48,
+        3840,
+        16,
+        262208,
+        131072,
+        kv_heads=8,
+        head_dim=256,
+        ffn_hidden=15360,
+        gated_ffn=True,
+        tied_embeddings=True,
+        sliding_window=1024,
+        full_attention_every=6,
+    ),
     # openai/gpt-oss-120b and openai/gpt-oss-20b: 128 (32) experts of intermediate_size 2880,
     # top-4 (experts_per_token), head_dim 64; sliding_window 128 on every other layer
     # (layer_types alternates sliding_attention, full_attention from layer 0; the gpt-oss model

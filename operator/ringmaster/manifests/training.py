@@ -205,6 +205,7 @@ LAYOUT_ENV = (
     ("RINGMASTER_RECOMPUTE_LAYERS", "recomputeLayers"),
     ("RINGMASTER_ACTIVATION_OFFLOAD_LAYERS", "activationOffloadLayers"),
     ("RINGMASTER_OFFLOAD_LAYER_INPUTS", "offloadLayerInputs"),
+    ("RINGMASTER_VOCAB_TILING", "vocabTiling"),
     ("RINGMASTER_VIRTUAL_PIPELINE_STAGES", "virtualPipelineStages"),
     ("RINGMASTER_PIPELINE_LAYOUT", "pipelineLayout"),
     ("RINGMASTER_FRAMEWORK", "framework"),

@@ -359,6 +359,9 @@ def plan_layout(
         hw = replace(hw, tensor_overlap=True)
     if bool(getattr(getattr(spec, "parallelism", None), "offload_layer_inputs", False)):
         hw = replace(hw, offload_layer_inputs=True)
+    tiles = getattr(getattr(spec, "parallelism", None), "vocab_tiling", None)
+    if tiles:
+        hw = replace(hw, vocab_tiles=int(tiles))
     refusal = offload_refusal(
         request.recompute or "", acc.name, request.offload_layers, hw.offload_layer_inputs
     )
@@ -396,6 +399,12 @@ def plan_layout(
         notes.append(tensor_overlap_note(hw, chosen.tensor))
     if hw.data_replicas > 1:
         notes.append(hybrid_sharding_note(hw, chosen))
+    if hw.vocab_tiles > 1:
+        notes.append(
+            f"vocabTiling {hw.vocab_tiles}: the loss in {hw.vocab_tiles} chunks of the tokens,"
+            " the logits' memory divided by it; each chunk's logits computed again in backward"
+            " (one more forward of the LM head)"
+        )
     if len(tried) > 1:
         notes.append(replicas_auto_note(hw.data_replicas, tried))
     sends = pipeline_send_note(profile, chosen)
@@ -753,6 +762,7 @@ def layout_status(plan: LayoutPlan) -> dict[str, Any]:
         **_layout_fields(c, plan.global_batch, _written(plan)),
         "dataReplicas": plan.hardware.data_replicas,
         "offloadLayerInputs": plan.hardware.offload_layer_inputs,
+        "vocabTiling": plan.hardware.vocab_tiles,
         "fits": plan.search.fits,
         "reason": plan.search.reason,
         "tokensPerSecond": _sig(c.tokens_per_second),
