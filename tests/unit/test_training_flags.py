@@ -116,6 +116,11 @@ def test_nemo_overrides_torchtitans_spellings_and_maxtexts_fill_value() -> None:
     assert maxtext is not None and [c.setting for c in maxtext.conflicts] == [
         "ici_context_parallelism"
     ]
+    # MaxText's num_vocab_tiling is held to the plan's vocabTiling (RINGMASTER_VOCAB_TILING)
+    tiled = {**LAYOUT, "RINGMASTER_VOCAB_TILING": "16"}
+    for literal, conflicts in (("16", []), ("8", ["num_vocab_tiling"])):
+        run = classify(["python3", "-m", "MaxText.train"], [f"num_vocab_tiling={literal}"], tiled)
+        assert run is not None and [c.setting for c in run.conflicts] == conflicts
 
 
 def test_an_unknown_launcher_is_left_alone() -> None:

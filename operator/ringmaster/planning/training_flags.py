@@ -57,6 +57,7 @@ VIRTUAL = "RINGMASTER_VIRTUAL_PIPELINE_STAGES"
 RECOMPUTE = "RINGMASTER_ACTIVATION_RECOMPUTE"
 RECOMPUTE_LAYERS = "RINGMASTER_RECOMPUTE_LAYERS"
 OFFLOAD_LAYERS = "RINGMASTER_ACTIVATION_OFFLOAD_LAYERS"
+VOCAB_TILING = "RINGMASTER_VOCAB_TILING"
 
 # The spec's settings a launcher's switches must agree with (planning.plausibility passes the
 # plan's values under these paths).
@@ -187,6 +188,7 @@ MAXTEXT = Launcher(
         "ici_context_parallelism": CP,
         "ici_expert_parallelism": EP,
         "per_device_batch_size": MICRO,
+        "num_vocab_tiling": VOCAB_TILING,
     },
     {},
     (
