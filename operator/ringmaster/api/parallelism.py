@@ -425,40 +425,40 @@ ACTIVATION_OFFLOAD_RULES: tuple[Rule, ...] = (
     ),
 )
 
-# MaxText's decoder_layer_input offload: its custom remat policy's name for the scanned layer's
-# input (MaxText src/maxtext/layers/decoders.py, checkpoint_name(inputs, "decoder_layer_input")).
-LAYER_INPUT_OFFLOAD_RULE = Rule(
-    cel=(
-        "!has(self.parallelism) || !has(self.parallelism.offloadLayerInputs)"
-        " || !self.parallelism.offloadLayerInputs"
-        " || (has(self.framework) && self.framework.name == 'MaxText')"
-    ),
-    message="parallelism.offloadLayerInputs is MaxText's decoder_layer_input offload (its custom"
-    " remat policy): set framework.name MaxText",
-    field_path=".parallelism.offloadLayerInputs",
-    reason="FieldValueForbidden",
-    check=lambda s: (
-        s.parallelism is None
-        or not s.parallelism.offload_layer_inputs
-        or (s.framework is not None and s.framework.name == "MaxText")
-    ),
-)
 
-# MaxText's vocabulary tiling (num_vocab_tiling, src/maxtext/configs/base.yml).
-VOCAB_TILING_RULE = Rule(
-    cel=(
-        "!has(self.parallelism) || !has(self.parallelism.vocabTiling)"
-        " || self.parallelism.vocabTiling == 1"
-        " || (has(self.framework) && self.framework.name == 'MaxText')"
-    ),
-    message="parallelism.vocabTiling is MaxText's num_vocab_tiling: set framework.name MaxText",
-    field_path=".parallelism.vocabTiling",
-    reason="FieldValueForbidden",
-    check=lambda s: (
-        s.parallelism is None
-        or s.parallelism.vocab_tiling in (None, 1)
-        or (s.framework is not None and s.framework.name == "MaxText")
-    ),
+def _maxtext_only(field: str, attribute: str, flag: str, unset_cel: str, unset: Any) -> Rule:
+    """``parallelism.<field>`` is a MaxText setting (``flag``): refused unless the spec names
+    framework MaxText, or the field holds its default (``unset_cel`` of the field in CEL,
+    ``unset`` of its value in Python)."""
+    return Rule(
+        cel=(
+            f"!has(self.parallelism) || !has(self.parallelism.{field})"
+            f" || {unset_cel.format(f'self.parallelism.{field}')}"
+            " || (has(self.framework) && self.framework.name == 'MaxText')"
+        ),
+        message=f"parallelism.{field} is MaxText's {flag}: set framework.name MaxText",
+        field_path=f".parallelism.{field}",
+        reason="FieldValueForbidden",
+        check=lambda s: (
+            s.parallelism is None
+            or unset(getattr(s.parallelism, attribute))
+            or (s.framework is not None and s.framework.name == "MaxText")
+        ),
+    )
+
+
+# MaxText's decoder_layer_input offload: its custom remat policy's name for the scanned layer's
+# input (MaxText src/maxtext/layers/decoders.py, checkpoint_name(inputs, "decoder_layer_input")),
+# and its vocabulary tiling (num_vocab_tiling, src/maxtext/configs/base.yml).
+LAYER_INPUT_OFFLOAD_RULE = _maxtext_only(
+    "offloadLayerInputs",
+    "offload_layer_inputs",
+    "decoder_layer_input offload (its custom remat policy)",
+    "!{}",
+    lambda v: not v,
+)
+VOCAB_TILING_RULE = _maxtext_only(
+    "vocabTiling", "vocab_tiling", "num_vocab_tiling", "{} == 1", lambda v: v in (None, 1)
 )
 
 # The mixture-of-experts training features (issue 42): the all-to-all overlap schedules and token
