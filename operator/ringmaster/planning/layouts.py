@@ -355,19 +355,19 @@ def plan_layout(
     hw, network_notes = network_hardware(hw, host.machine, inputs.nccl_env)
     hw, jax_notes = jax_hardware(hw, inputs.xla_env)
     network_notes += jax_notes
-    if bool(getattr(getattr(spec, "parallelism", None), "tensor_overlap", False)):
-        hw = replace(hw, tensor_overlap=True)
-    if bool(getattr(getattr(spec, "parallelism", None), "offload_layer_inputs", False)):
-        hw = replace(hw, offload_layer_inputs=True)
-    tiles = getattr(getattr(spec, "parallelism", None), "vocab_tiling", None)
-    if tiles:
-        hw = replace(hw, vocab_tiles=int(tiles))
+    par = getattr(spec, "parallelism", None)
+    hw = replace(
+        hw,
+        tensor_overlap=hw.tensor_overlap or bool(getattr(par, "tensor_overlap", False)),
+        offload_layer_inputs=bool(getattr(par, "offload_layer_inputs", False)),
+        vocab_tiles=int(getattr(par, "vocab_tiling", None) or 1),
+    )
     refusal = offload_refusal(
         request.recompute or "", acc.name, request.offload_layers, hw.offload_layer_inputs
     )
     if refusal is not None:
         raise ValueError(f"spec.parallelism: {refusal}")
-    wanted = getattr(getattr(spec, "parallelism", None), "data_replicas", 1)
+    wanted = getattr(par, "data_replicas", 1)
     hw, search, tried = _search_replicas(request, hw, wanted)
     chosen = search.chosen
     strategies = {
