@@ -348,22 +348,41 @@ def _cel_overlap_is(name: str) -> str:
     return f"has(self.parallelism) && has({_OVERLAP}) && {_OVERLAP} == '{name}'"
 
 
-def _megatron_only(field: str, attribute: str, flag: str) -> Rule:
-    """``parallelism.<field>`` is a Megatron-LM setting (``flag``): refused unless the spec names
-    framework Megatron."""
+def _framework_only(
+    name: str,
+    field: str,
+    attribute: str,
+    flag: str,
+    guard: str,
+    unset_cel: str | None = None,
+    unset: Any = lambda v: v is None,
+) -> Rule:
+    """``parallelism.<field>`` is framework ``name``'s setting (``flag``, named with its owner:
+    "MaxText's num_vocab_tiling"): refused unless the spec names that framework or the field
+    holds its default. ``guard``: the CEL that exempts a spec the rule does not apply to;
+    ``unset_cel`` (of the field) and ``unset`` (of its value): a value as good as absent."""
+    default = "" if unset_cel is None else f" || {unset_cel.format(f'self.parallelism.{field}')}"
     return Rule(
         cel=(
-            f"!({_CEL_PARALLEL}) || !has(self.parallelism.{field})"
-            " || (has(self.framework) && self.framework.name == 'Megatron')"
+            f"{guard} || !has(self.parallelism.{field}){default}"
+            f" || (has(self.framework) && self.framework.name == '{name}')"
         ),
-        message=f"parallelism.{field} is Megatron-LM's {flag}: set framework.name Megatron",
+        message=f"parallelism.{field} is {flag}: set framework.name {name}",
         field_path=f".parallelism.{field}",
         reason="FieldValueForbidden",
         check=lambda s: (
             s.parallelism is None
-            or getattr(s.parallelism, attribute) is None
-            or (s.framework is not None and s.framework.name == "Megatron")
+            or unset(getattr(s.parallelism, attribute))
+            or (s.framework is not None and s.framework.name == name)
         ),
+    )
+
+
+def _megatron_only(field: str, attribute: str, flag: str) -> Rule:
+    """``parallelism.<field>`` is a Megatron-LM setting (``flag``): refused unless the spec names
+    framework Megatron."""
+    return _framework_only(
+        "Megatron", field, attribute, f"Megatron-LM's {flag}", f"!({_CEL_PARALLEL})"
     )
 
 
@@ -427,23 +446,9 @@ ACTIVATION_OFFLOAD_RULES: tuple[Rule, ...] = (
 
 
 def _maxtext_only(field: str, attribute: str, flag: str, unset_cel: str, unset: Any) -> Rule:
-    """``parallelism.<field>`` is a MaxText setting (``flag``): refused unless the spec names
-    framework MaxText, or the field holds its default (``unset_cel`` of the field in CEL,
-    ``unset`` of its value in Python)."""
-    return Rule(
-        cel=(
-            f"!has(self.parallelism) || !has(self.parallelism.{field})"
-            f" || {unset_cel.format(f'self.parallelism.{field}')}"
-            " || (has(self.framework) && self.framework.name == 'MaxText')"
-        ),
-        message=f"parallelism.{field} is MaxText's {flag}: set framework.name MaxText",
-        field_path=f".parallelism.{field}",
-        reason="FieldValueForbidden",
-        check=lambda s: (
-            s.parallelism is None
-            or unset(getattr(s.parallelism, attribute))
-            or (s.framework is not None and s.framework.name == "MaxText")
-        ),
+    """``parallelism.<field>`` is a MaxText setting (``flag``), as good as absent at its default."""
+    return _framework_only(
+        "MaxText", field, attribute, f"MaxText's {flag}", "!has(self.parallelism)", unset_cel, unset
     )
 
 
