@@ -117,7 +117,7 @@ def test_a_static_batch_is_batch_x_output_over_prefill_plus_output_decode_steps(
     """TensorRT-LLM 0.6.1's static-batching table (LLaMA-7B, fixed lengths, the batch stated):
     the plan's offline maximum is the calibration's static-batch formula at the published
     batch (where the cache holds it), and within 17% of the published rate (the A100's
-    batch-384 row, the farthest, -15.9 %: the refit per-sequence KV work, 103 tokens, charges
+    batch-384 row, the farthest: the refit per-sequence KV work, 85 tokens, charges
     its 384 short sequences more than the 43 did)."""
     p = L.predict_llm_serving(_row_inputs(row))
     assert p.batching == "Static" and p.max_batch_size == row["batch"]

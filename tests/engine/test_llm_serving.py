@@ -686,3 +686,22 @@ def test_calibrate_gives_each_checked_serving_source_its_lean():
     for source, count, _, signed in LC.checked_sources(LC.llm_serving_rows(points)):
         lean = count >= LC.LEAN_MIN_ROWS and abs(signed) > LC.LEAN_SIGNED_BOUND
         assert sources[source].endswith("!") == lean, source
+
+
+def test_the_pages_runs_are_their_request_counts_in_waves():
+    """TensorRT-LLM 1.0's perf-overview runs $num_requests per lengths (3,000 at 128/2048):
+    every row of its three sections carries the count, the v0.21 section (no table read) none,
+    and a run of 2.2 waves reports less than the offline maximum."""
+    for section in ("trtllm_perf_overview", LC.V1_BLACKWELL_SECTION, LC.V1_MOE_SECTION):
+        assert all(math.isfinite(r.requests) for r in LC.throughput_rows(None, section))
+    assert all(math.isinf(r.requests) for r in LC.throughput_rows(None, LC.MOE_FP4_SECTION))
+    (row,) = [
+        r
+        for r in LC.throughput_rows(None)
+        if r.setup == ("llama-3.1-405b", "H200", 8) and (r.input, r.output) == (128, 2048)
+    ]
+    assert row.requests == 3000
+    c = LC.engine_constants()
+    run = LC.offline_tokens_per_second(row, c)
+    steady = LC.offline_tokens_per_second(row, c, requests=math.inf)
+    assert 0.85 < run / steady < 0.98

@@ -62,7 +62,7 @@ def test_engine_profiles_and_evidence():
     assert serving_evidence(trt, "nvidia-h100-80gb").startswith("TensorRT-LLM: step constants")
     # vLLM's batch rates on the MI300X are fitted on its own runs there; the MI325X carries them
     assert serving_evidence(serving_engine("vLLM"), "amd-mi300x").startswith(
-        "vLLM on amd-mi300x: its batch-proportional rates x 0.616, fitted on its own published"
+        "vLLM on amd-mi300x: its batch-proportional rates x 0.613, fitted on its own published"
     )
     mi325x = serving_evidence(serving_engine("vLLM"), "amd-mi325x")
     assert mi325x.startswith("extrapolated:") and "carried from vllm on amd-mi300x" in mi325x

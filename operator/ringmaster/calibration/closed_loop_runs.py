@@ -59,7 +59,7 @@ FITTED_CELLS = frozenset({("B200", "TensorRT-LLM", "FP4")})
 # backend_templates/benchmark/bench_run.sh.j2 @ 095f58a5; aiperf waits for the warm-up's answers
 # before it measures, ai-dynamo/aiperf docs/tutorials/warmup.md @ 13992dbd): whether the sample ran
 # about 9 rounds, or 20 whose starting wave took two rounds to break up, it cannot tell.
-SAMPLE_ROUNDS = 9.06
+SAMPLE_ROUNDS = 9.02
 FITTED_TTFT_CELL = ("H200", "vLLM", "FP8")
 
 

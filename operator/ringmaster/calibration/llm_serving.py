@@ -328,6 +328,7 @@ class ThroughputRow:
     output: int
     published: float  # output tokens/s of the replica
     precision: str = "FP8"  # the weights' (the KV cache is FP8)
+    requests: float = math.inf  # the run's request count (trtllm-bench's $num_requests)
 
     @property
     def setup(self) -> tuple[str, str, int]:
@@ -344,6 +345,7 @@ def throughput_rows(
     table = (data or serving_points()).get(section)
     if table is None:
         return []
+    requests = {(int(i), int(o)): float(n) for i, o, n in table.get("requests", [])}
     return [
         ThroughputRow(
             str(s["model"]),
@@ -353,6 +355,7 @@ def throughput_rows(
             int(o),
             float(v),
             str(s.get("precision", table.get("precision", "FP8"))),
+            requests.get((int(i), int(o)), math.inf),
         )
         for s in table["setups"]
         for i, o, v in s["rows"]
@@ -385,13 +388,14 @@ def offline_tokens_per_second(
     row: ThroughputRow,
     constants: Mapping[str, float],
     build: tuple[int, int] | None = None,
-    requests: float = math.inf,
+    requests: float | None = None,
     kv_fraction: float = TRTLLM_KV_FRACTION,
 ) -> float:
-    """The batching model's offline maximum with trtllm-bench's settings: max_batch_size and
+    """The batching model's offline run with trtllm-bench's settings: max_batch_size and
     max_num_tokens from the lengths the engine was built for (``build``: the row's own unless
-    given), never more sequences at once than the run's ``requests``, the KV cache at
-    ``kv_fraction`` of the memory the weights leave."""
+    given), the run's ``requests`` (the row's own unless given) over its makespan
+    (engine.llm_batching.offline_run: waves of the slots), the KV cache at ``kv_fraction`` of the
+    memory the weights leave."""
     model = MODELS[row.model]
     acc = DEFAULT_CATALOG.accelerator(GPUS[row.gpu])
     w = L.WEIGHT_BYTES[row.precision]
@@ -400,10 +404,10 @@ def offline_tokens_per_second(
     terms = terms._replace(kv_cache_tokens=np.floor(free / terms.kv_bytes_per_token))
     built_in, built_out = build or (row.input, row.output)
     bs, tokens = trtllm_bench(model, acc, row.tp, built_in, built_out, w)
-    bs = int(min(bs, requests))
+    n = row.requests if requests is None else requests
     fixed = B.Lengths(row.input, row.input)
-    cap = B.capacity(terms, bs, tokens, 0.0, reserve_whole=True, input_lengths=fixed)
-    return float(cap.rate) * row.output
+    rate = B.offline_run(terms, n, bs, tokens, reserve_whole=True, input_lengths=fixed)
+    return float(rate) * row.output
 
 
 # --- the fit -------------------------------------------------------------------------------------

@@ -182,13 +182,12 @@ def _offline(point: dict[str, Any], step_fraction: float | None = None) -> float
     settings = point.get("settings") or {}
     share = float(settings.get("gpu_memory_utilization", profile.memory_fraction))
     terms = with_cache(terms, acc, model, precision, int(point["tp"]), share)
-    # an offline run of N prompts never runs more than N at once
-    prompts = settings.get("num_prompts", workload.get("requests", np.inf))
-    seqs = float(min(settings.get("max_num_seqs", 256), prompts))
+    # an offline run of N prompts: its output over its makespan (waves of the slots)
+    prompts = float(settings.get("num_prompts", workload.get("requests", np.inf)))
+    seqs = float(settings.get("max_num_seqs", 256))
     budget = float(settings.get("max_num_batched_tokens", S.DEFAULT_MAX_NUM_BATCHED_TOKENS))
     fixed = B.Lengths(n_in, n_in)
-    cap = B.capacity(terms, seqs, budget, 0.0, input_lengths=fixed)
-    return float(cap.rate) * n_out
+    return float(B.offline_run(terms, prompts, seqs, budget, input_lengths=fixed)) * n_out
 
 
 def _static_latency(point: dict[str, Any], step_fraction: float | None = None) -> float:

@@ -552,17 +552,17 @@ def _peak_key(gemm_key: str) -> str:
 # dynamic scale's measured cost taken off: calibration.aiconfigurator.static_fp8_gemms; each side
 # then holds one quantising pass of its activations), each engine's as it serves them:
 # TensorRT-LLM's table is its autotuner's fallback kernel (0.553 on the B200), so its served
-# prompt ratio (engine.serving_engines.SERVED_FP4_GEMM_RATE, 0.753, fitted on its closed-loop
+# prompt ratio (engine.serving_engines.SERVED_FP4_GEMM_RATE, 0.754, fitted on its closed-loop
 # B200 runs; the GB200 carries it) stands in (calibration.aiconfigurator.derive_fp4_matmul_ratio;
 # a test keeps them equal). With the fallback the median was vLLM's 0.69 (B200) / 0.662
 # (GB200): Megatron-Bridge's NVFP4 Llama 3 70B / 405B pre-training on GB200s (26.02, checked)
 # ran 32-35 % faster than the engine put it there, 27-30 % at 0.771 (the rest was mostly the
-# tensor-parallel rings: docs/llm-training.md). 0.753 against the 1.08 FP8 carries on the B200:
+# tensor-parallel rings: docs/llm-training.md). 0.754 against the 1.08 FP8 carries on the B200:
 # NVFP4 runs 1.4x the chip's FP8, not the 2x its peak promises. No published FP4 GEMM figure
 # has a nameable primary source (calibration/ceilings_points.yaml, b200-fp4). A chip without a
 # table carries FP8's fractions to its FP4 peak (FP4_CARRIED_EVIDENCE). FP4 is never more than
 # fp4 / fp8 peak faster than FP8 either way.
-MEASURED_FP4_MATMUL_RATIO: dict[str, float] = {"nvidia-b200": 0.753, "nvidia-gb200": 0.753}
+MEASURED_FP4_MATMUL_RATIO: dict[str, float] = {"nvidia-b200": 0.754, "nvidia-gb200": 0.754}
 FP4_EVIDENCE = (
     "measured: NVFP4 GEMMs' fraction of the FP4 peak over the H100's FP8 fraction, median of"
     " vLLM, SGLang and TensorRT-LLM (AIConfigurator's operator databases), on the H100's"

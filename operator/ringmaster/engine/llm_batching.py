@@ -240,6 +240,42 @@ def capacity(
     return Capacity(c, rate, tau, h, p, kv_slots, binds.astype(np.int64))
 
 
+def offline_run(
+    terms: ServingTerms,
+    prompts: ArrayLike,
+    max_num_seqs: ArrayLike,
+    max_num_batched_tokens: ArrayLike = DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    reserve_whole: bool = False,
+    input_lengths: Lengths | None = None,
+) -> F64:
+    """The rate, requests/s, of an offline run of ``prompts`` requests of one length queued at
+    once (a benchmark harness's num_prompts / num_requests): their count over the run's makespan,
+    which is what such a harness reports. Requests of one length move through the slots in
+    waves: ``k = floor(N / c)`` full waves at the offline maximum's pace (``c / lambda_max``
+    each), then the ``r = N - k c`` left as a wave of their own at the pace ``r`` slots keep (a
+    smaller batch runs its steps faster, but where the weights' stream sets the step, not ``c /
+    r`` times faster); an unbounded run is the offline maximum."""
+    n = _f(prompts)
+    full = capacity(terms, max_num_seqs, max_num_batched_tokens, 0.0, reserve_whole, input_lengths)
+    finite = np.isfinite(n)
+    slots = np.maximum(full.slots, 1.0)
+    waves = np.where(finite, np.floor(n / slots), 0.0)
+    rest = np.where(finite, n - waves * slots, 0.0)
+    last = capacity(
+        terms,
+        np.minimum(_f(max_num_seqs), np.maximum(rest, 1.0)),
+        max_num_batched_tokens,
+        0.0,
+        reserve_whole,
+        input_lengths,
+    )
+    with np.errstate(divide="ignore", invalid="ignore"):
+        makespan = waves * slots / full.rate + np.where(rest >= 1.0, rest / last.rate, 0.0)
+        rate = np.where(finite & (makespan > 0.0), n / makespan, full.rate)
+    # a remainder under one request (slots need not be whole) is no wave of its own
+    return _f(np.where(full.rate > 0.0, np.minimum(rate, full.rate), 0.0))
+
+
 def hold_steps(n_out: ArrayLike, n_in: ArrayLike, budget: ArrayLike, running: ArrayLike) -> F64:
     """Steps a request holds its slot: its prefill chunks, then out - 1 decode steps."""
     room = np.maximum(_f(budget) - _f(running), 1.0)

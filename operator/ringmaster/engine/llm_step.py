@@ -166,7 +166,7 @@ LLM_COMPUTE_EFFICIENCY = 0.6653
 # on two H100s, ten mixes each); checked on
 # its other setups (70B on one H200, 405B on eight H100s and eight H200s) and on TensorRT-LLM's
 # FP8 TTFT of LLaMA-7B (36 ms for 2,048 tokens: -13%).
-LLM_FP8_COMPUTE_EFFICIENCY = 0.5864
+LLM_FP8_COMPUTE_EFFICIENCY = 0.5898
 # Achieved fraction of HBM bandwidth when the GEMMs stream the weights, and the fixed cost of one
 # step (kernel launches, synchronisation) of a 32-layer model. Fitted together on two points:
 # gpt-fast's batch-1 decode of Llama-2-7B (32 layers) in BF16 on A100-80GB at TP1 (104.9
@@ -183,17 +183,18 @@ OVERHEAD_FIT_LAYERS = 32
 # on the H100 reads an FP8 cache at 0.86 of HBM, vLLM at 0.75), else the H100's measured
 # FlashAttention fraction (engine.ceilings.H100_DECODE_ATTENTION). The other two are fitted with
 # LLM_FP8_COMPUTE_EFFICIENCY on the throughput table, through the batching model's offline
-# maximum (engine.llm_batching: the prompts' backlog chain), each step's all-reduces, FP8 GEMMs
-# and decode attention TensorRT-LLM's own: the fixed work lands at 103 tokens of context a
-# sequence (43 while the FP8 GEMMs were charged the dynamic activation scale the table's static
-# checkpoints never compute, 33 while a step's prompt tokens all-reduced apart from its decode
-# tokens; 0 while prompts' attention ran at the FP8 GEMMs' rate), the
-# host's cost on its bound, zero: TensorRT-LLM's C++ runtime shows no per-sequence host cost the
-# table resolves. A Python-scheduled engine
+# run (engine.llm_batching: the prompts' backlog chain; the page's request count in waves of the
+# slots, offline_run), each step's all-reduces, FP8 GEMMs and decode attention TensorRT-LLM's
+# own: the fixed work lands at 85 tokens of context a sequence (103 while the runs were taken for
+# the offline maximum, 43 while the FP8 GEMMs were charged the dynamic activation scale the
+# table's static checkpoints never compute, 33 while a step's prompt tokens all-reduced apart from
+# its decode tokens; 0 while prompts' attention ran at the FP8 GEMMs' rate), the host's cost on
+# its bound, zero: TensorRT-LLM's C++ runtime shows no per-sequence host cost the table
+# resolves. A Python-scheduled engine
 # (vLLM) pays more (its v0.6 release notes: the GPU idled a third of the time on CPU overheads)
 # that no published table isolates: docs/engine.md, "Out of reach".
 LLM_KV_READ_EFFICIENCY = H100_DECODE_ATTENTION[DECODE_ATTENTION_KERNEL][0]
-LLM_KV_SEQUENCE_TOKENS = 103.32
+LLM_KV_SEQUENCE_TOKENS = 84.63
 LLM_SEQUENCE_OVERHEAD_SECONDS = 0.0
 # The decode step composed from the H100's measured decode terms (engine.ceilings,
 # H100_DECODE_GEMM / H100_DECODE_ATTENTION): weights streamed at 0.84 of HBM through GEMMs at

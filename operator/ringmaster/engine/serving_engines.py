@@ -152,8 +152,8 @@ ENGINE_FP4_DECODE_GEMM: dict[tuple[str, str], tuple[float, float]] = {
 # table already gives its runs' ratio (0.86 against 0.79 at TP1, within 2 % from TP2). The GB200
 # carries the B200's: the same die and kernels, and no closed-loop run of its own.
 SERVED_FP4_DECODE_GEMM: dict[tuple[str, str], tuple[float, float]] = {
-    ("nvidia-b200", "trtllm"): (0.80, 5.5),
-    ("nvidia-gb200", "trtllm"): (0.80, 5.5),
+    ("nvidia-b200", "trtllm"): (0.78, 5.3),
+    ("nvidia-gb200", "trtllm"): (0.78, 5.3),
 }
 SERVED_FP4_FITTED_ON = "nvidia-b200"
 # The same for its NVFP4 GEMMs at prompt chunks: ENGINE_GEMM_RATE's TensorRT-LLM FP4 entries come
@@ -164,8 +164,8 @@ SERVED_FP4_FITTED_ON = "nvidia-b200"
 # both weights. The decode ratio stays the table's (the TPOT pairs fit the decode GEMMs'
 # streaming and cost a call above).
 SERVED_FP4_GEMM_RATE: dict[tuple[str, str, str], tuple[float, float]] = {
-    ("nvidia-b200", "trtllm", "fp4"): (0.474, 0.753),
-    ("nvidia-gb200", "trtllm", "fp4"): (0.442, 0.753),
+    ("nvidia-b200", "trtllm", "fp4"): (0.474, 0.754),
+    ("nvidia-gb200", "trtllm", "fp4"): (0.442, 0.754),
 }
 
 # (accelerator, engine, precision) -> (decode, prompt): each engine's GEMM rate on a Blackwell
@@ -326,9 +326,9 @@ def engine_moe(
 # .fit_engine_step_fraction refits it; a test keeps it equal) and checked on other sources' runs.
 # The step's floors (the weights streamed once, launches, the all-reduce's latency) keep the
 # carried rates: the published batch-1 latencies agree with them. vLLM on the MI300X (ROCm builds,
-# TP1 and TP8 alike) runs its batch at 0.616 of the rates carried from the H100.
+# TP1 and TP8 alike) runs its batch at 0.613 of the rates carried from the H100.
 ENGINE_STEP_FRACTION: dict[tuple[str, str], float] = {
-    ("amd-mi300x", "vllm"): 0.616,
+    ("amd-mi300x", "vllm"): 0.613,
 }
 # Where no run of its own exists: the same CDNA3 silicon and ROCm kernels (hipBLASLt, RCCL)
 # carry the fitted entry, and the plan's evidence says so.
