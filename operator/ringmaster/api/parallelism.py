@@ -129,6 +129,13 @@ class Parallelism(SpecModel):
     backward (MaxText's custom VJP), one more forward of the LM head. MaxText only; MaxText
     requires it to divide a chip's micro-batch tokens. Passed to workers as
     RINGMASTER_VOCAB_TILING. Left out: 1."""
+    iota_embed: bool = False
+    """Look the tokens' embeddings up as a one-hot matmul on the matrix units: MaxText's
+    ``use_iota_embed``, which its TPU scripts and tpu-recipes' v5e, v5p and v6e recipes set (a
+    gather is slow on a TPU). Its forward and the table's gradient are two GEMMs over the
+    vocabulary, 4 x vocabulary x hidden FLOPs a token on the first stage
+    (``stepPartsSeconds.gemm``), where a gather moves one row. MaxText only; passed to workers
+    as RINGMASTER_IOTA_EMBED. Left out: false, MaxText's default."""
     context: IntOrAuto = AUTO
     """Context parallelism (ring attention: Megatron-LM's context_parallel_size, torchtitan's
     CP): each of the c ranks holds sequenceLength / c tokens of every sequence, dividing the
@@ -454,7 +461,8 @@ def _maxtext_only(field: str, attribute: str, flag: str, unset_cel: str, unset: 
 
 # MaxText's decoder_layer_input offload: its custom remat policy's name for the scanned layer's
 # input (MaxText src/maxtext/layers/decoders.py, checkpoint_name(inputs, "decoder_layer_input")),
-# and its vocabulary tiling (num_vocab_tiling, src/maxtext/configs/base.yml).
+# its vocabulary tiling (num_vocab_tiling, src/maxtext/configs/base.yml) and its one-hot
+# embedding lookup (use_iota_embed, src/maxtext/layers/embeddings.py).
 LAYER_INPUT_OFFLOAD_RULE = _maxtext_only(
     "offloadLayerInputs",
     "offload_layer_inputs",
@@ -465,6 +473,7 @@ LAYER_INPUT_OFFLOAD_RULE = _maxtext_only(
 VOCAB_TILING_RULE = _maxtext_only(
     "vocabTiling", "vocab_tiling", "num_vocab_tiling", "{} == 1", lambda v: v in (None, 1)
 )
+IOTA_EMBED_RULE = _maxtext_only("iotaEmbed", "iota_embed", "use_iota_embed", "!{}", lambda v: not v)
 
 # The mixture-of-experts training features (issue 42): the all-to-all overlap schedules and token
 # dropping, each refused where the launcher would refuse it. OneFOneB's preconditions are
@@ -889,5 +898,6 @@ PARALLELISM_RULES: tuple[Rule, ...] = (
     *ACTIVATION_OFFLOAD_RULES,
     LAYER_INPUT_OFFLOAD_RULE,
     VOCAB_TILING_RULE,
+    IOTA_EMBED_RULE,
     *DATA_REPLICAS_RULES,
 )

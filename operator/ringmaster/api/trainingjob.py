@@ -414,6 +414,9 @@ class TrainingPlan(StatusModel):
     vocab_tiling: int | None = None
     """MaxText's vocabulary tiling (``spec.parallelism.vocabTiling``): the loss in this many
     chunks; 1: none."""
+    iota_embed: bool | None = None
+    """MaxText's one-hot embedding lookup (``spec.parallelism.iotaEmbed``): two GEMMs over the
+    vocabulary in the step's GEMMs."""
     offload_layer_inputs: bool | None = None
     """MaxText's decoder_layer_input offload (``spec.parallelism.offloadLayerInputs``): every
     layer's input in host memory, in ``hostOffloadBytesPerAccelerator``."""

@@ -187,7 +187,9 @@ def _tpu_v5e_256(fit: float) -> L.LayoutHardware:
     hw = L.layout_hardware(
         host, 64, DEFAULT_CATALOG, slice_axes=(16, 16, 1), wrapped=(True, True, False)
     )
-    return replace(hw, step_fit=fit)
+    # configs/v5e/{16b,32b,64b,128b}.sh run use_iota_embed=true (as every MaxText script the
+    # points name: maxtext @ 76bd53b0f)
+    return replace(hw, step_fit=fit, iota_embed=True)
 
 
 def _one(model: Transformer, hw: L.LayoutHardware, **layout: Any) -> L.LayoutArrays:
@@ -315,6 +317,7 @@ def maxtext_v5p(fit: float | None = None) -> list[tuple[str, float, float, float
             wrapped=tpu_wrapped_axes(host.accelerator, axes),
             framework=framework_profile("MaxText"),
         )
+        hw = replace(hw, iota_embed=True)  # configs/v5p/<size>b.sh: use_iota_embed=true
         if fit is not None:
             hw = replace(hw, step_fit=fit)
         a = _one(
@@ -618,6 +621,8 @@ def published_layout_search(row: Mapping[str, Any], nic_gbps: float | None = Non
         hw = replace(hw, offload_layer_inputs=True)
     if "vocab_tiling" in row:  # MaxText's num_vocab_tiling
         hw = replace(hw, vocab_tiles=int(row["vocab_tiling"]))
+    if row.get("iota_embed"):  # MaxText's use_iota_embed: the lookup as a one-hot matmul
+        hw = replace(hw, iota_embed=True)
     hw, _ = jax_hardware(hw, {str(k): str(v) for k, v in (row.get("env") or {}).items()})
     # An NVLink domain of several hosts (GB200 NVL72) is one NCCL node, as a job's plan has it.
     hw, _ = L.on_nvlink_domain(hw, host.machine)

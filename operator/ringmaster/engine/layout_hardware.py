@@ -65,7 +65,7 @@ from ringmaster.engine.training import (
 # (calibration.llm_training; the other rows checked): the A100 holds more of its peak than the
 # power-capped H100 does. TPU: MaxText's 16B row on a v5e-256 slice (XLA on the MXU). A test keeps
 # both equal to their fits; the plan names them as step-level fits.
-GEMM_STEP_FIT = {"ampere": 0.886, "tpu": 1.148}
+GEMM_STEP_FIT = {"ampere": 0.886, "tpu": 1.153}
 
 LINK_EFFICIENCY = {
     "nvlink": NVLINK_EFFICIENCY,
@@ -119,6 +119,9 @@ class LayoutHardware:
     # MaxText's num_vocab_tiling (spec.parallelism.vocabTiling): the loss computed in this many
     # chunks of the tokens, each chunk's logits recomputed in backward (engine.step_parts).
     vocab_tiles: int = 1
+    # MaxText's use_iota_embed (spec.parallelism.iotaEmbed): the embedding lookup as a one-hot
+    # matmul, forward and the table's gradient (engine.step_parts).
+    iota_embed: bool = False
     wrapped: tuple[bool, bool, bool] = (False, False, False)
     reducers: int = 0  # reduction-server reducers (0: none considered)
     reducer_bandwidth: float = 0.0  # achieved, bytes/s, per reducer

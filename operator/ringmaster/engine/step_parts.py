@@ -4,8 +4,9 @@ The engine's third layer (DESIGN.md): a micro-batch on the busiest pipeline stag
 
 - **GEMMs**: the linear layers' FLOPs (forward at its precision's fast-accumulation rate under
   FP8, backward without: Transformer Engine's and torchao's defaults), recompute's, and the LM
-  head's, each at the chip's GEMM rate for its shape (:meth:`Ceilings.gemm_flops`), capped by the
-  power-limited sustained rate;
+  head's (and MaxText's one-hot embedding lookup on the first stage, ``use_iota_embed``), each at
+  the chip's GEMM rate for its shape (:meth:`Ceilings.gemm_flops`), capped by the power-limited
+  sustained rate;
 - **attention**: the causal core (half the square) forward and backward (2.5 x the forward's
   FLOPs, FlashAttention's count) at the framework's kernel's measured rate for the sequence
   length and head dimension; without a fused kernel (materialised scores: Megatron-LM 2021), as
@@ -332,12 +333,33 @@ def micro_batch_parts(
         * (1.0 + again * ELEMENTWISE_FORWARD_SHARE)
     )
 
-    mid = stages.middle * (layer_gpu + layer_offload)
-    last = stages.last * (layer_gpu + layer_offload) + head + loss + head_extra
-    last_is_busiest = last >= mid
-    n = np.where(last_is_busiest, stages.last, stages.middle)
+    # MaxText's iota embedding (use_iota_embed) looks the tokens up as a one-hot matmul on the
+    # matrix units (layers/embeddings.py, Embed.__call__): [tokens, V] x [V, h] in forward and
+    # the table's gradient, [V, tokens] x [tokens, h], in backward (the ids take none), on the
+    # first stage, where a gather moves one row a token.
+    embed = np.zeros(())
+    if hw.iota_embed:
+        embed_flops = _f(2.0 * model.vocab * model.hidden * tokens)
+        embed = _gemm_seconds(
+            hw.with_precision("bf16"),
+            embed_flops,
+            embed_flops,
+            np.minimum(model.hidden, model.vocab / t),
+            rank_tokens,
+        )
+    single = _f(pipeline) <= 1
+    layer_stage = layer_gpu + layer_offload
+    first = stages.first * layer_stage + embed  # the busiest only with stages apart
+    mid = stages.middle * layer_stage
+    last = stages.last * layer_stage + head + loss + head_extra + np.where(single, embed, 0.0)
+    first_is_busiest = ~single & (first > np.maximum(mid, last))
+    last_is_busiest = ~first_is_busiest & (last >= mid)
+    n = np.where(
+        first_is_busiest, stages.first, np.where(last_is_busiest, stages.last, stages.middle)
+    )
+    stage_gemm = np.where(last_is_busiest, head + np.where(single, embed, 0.0), 0.0)
     return MicroBatchParts(
-        gemm=_f(n * linear + np.where(last_is_busiest, head, 0.0)),
+        gemm=_f(n * linear + stage_gemm + np.where(first_is_busiest, embed, 0.0)),
         attention=_f(n * attention),
         memory_bound=_f(n * per_layer_mb + np.where(last_is_busiest, head_extra, 0.0)),
         loss=_f(np.where(last_is_busiest, loss, 0.0)),

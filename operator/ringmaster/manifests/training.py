@@ -206,6 +206,7 @@ LAYOUT_ENV = (
     ("RINGMASTER_ACTIVATION_OFFLOAD_LAYERS", "activationOffloadLayers"),
     ("RINGMASTER_OFFLOAD_LAYER_INPUTS", "offloadLayerInputs"),
     ("RINGMASTER_VOCAB_TILING", "vocabTiling"),
+    ("RINGMASTER_IOTA_EMBED", "iotaEmbed"),
     ("RINGMASTER_VIRTUAL_PIPELINE_STAGES", "virtualPipelineStages"),
     ("RINGMASTER_PIPELINE_LAYOUT", "pipelineLayout"),
     ("RINGMASTER_FRAMEWORK", "framework"),

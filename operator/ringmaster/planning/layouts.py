@@ -361,6 +361,7 @@ def plan_layout(
         tensor_overlap=hw.tensor_overlap or bool(getattr(par, "tensor_overlap", False)),
         offload_layer_inputs=bool(getattr(par, "offload_layer_inputs", False)),
         vocab_tiles=int(getattr(par, "vocab_tiling", None) or 1),
+        iota_embed=bool(getattr(par, "iota_embed", False)),
     )
     refusal = offload_refusal(
         request.recompute or "", acc.name, request.offload_layers, hw.offload_layer_inputs
@@ -404,6 +405,13 @@ def plan_layout(
             f"vocabTiling {hw.vocab_tiles}: the loss in {hw.vocab_tiles} chunks of the tokens,"
             " the logits' memory divided by it; each chunk's logits computed again in backward"
             " (one more forward of the LM head)"
+        )
+    if hw.iota_embed:
+        notes.append(
+            "iotaEmbed: the embedding looked up as a one-hot matmul on the matrix units, its"
+            " forward and the table's gradient 4 x vocabulary x hidden FLOPs a token among the"
+            " GEMMs (the one-hot operand's memory not modelled: XLA fuses its compare into the"
+            " dot)"
         )
     if len(tried) > 1:
         notes.append(replicas_auto_note(hw.data_replicas, tried))
@@ -763,6 +771,7 @@ def layout_status(plan: LayoutPlan) -> dict[str, Any]:
         "dataReplicas": plan.hardware.data_replicas,
         "offloadLayerInputs": plan.hardware.offload_layer_inputs,
         "vocabTiling": plan.hardware.vocab_tiles,
+        "iotaEmbed": plan.hardware.iota_embed,
         "fits": plan.search.fits,
         "reason": plan.search.reason,
         "tokensPerSecond": _sig(c.tokens_per_second),

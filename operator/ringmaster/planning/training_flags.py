@@ -63,6 +63,7 @@ VOCAB_TILING = "RINGMASTER_VOCAB_TILING"
 # plan's values under these paths).
 EARLY_STOP = "framework.recomputeStopsEarly"
 TENSOR_OVERLAP = "parallelism.tensorOverlap"
+IOTA_EMBED = "parallelism.iotaEmbed"
 _PP_EXPOSED = "the plan charges the pipeline's sends as exposed"
 
 
@@ -205,6 +206,7 @@ MAXTEXT = Launcher(
             "minimal_offloaded": "MinimalOffloaded",
         },
     ),
+    spec_switches={"use_iota_embed": (IOTA_EMBED, "true")},
 )
 LAUNCHERS = (MEGATRON, TORCHTITAN, MAXTEXT, NEMO)
 _TRUE = frozenset({"true", "1", "yes"})
@@ -263,8 +265,8 @@ def classify(
     """The layout flags of the first launcher the command line starts, against the plan's
     variables (``layout_env``: manifests.training.layout_env of the plan, as a mapping), the
     container's ``env`` and the framework settings the plan's step assumed
-    (``spec_settings``: EARLY_STOP / TENSOR_OVERLAP -> "true" / "false"). None where no known
-    launcher starts."""
+    (``spec_settings``: EARLY_STOP / TENSOR_OVERLAP / IOTA_EMBED -> "true" / "false"). None
+    where no known launcher starts."""
     words = command_words(command, args)
     variables = {**(env or {}), **shell_assignments(words)}
     for launcher in LAUNCHERS:
