@@ -15,7 +15,12 @@ from ringmaster.engine import recompute as R
 from ringmaster.engine.frameworks import framework
 from ringmaster.engine.hardware import DEFAULT_CATALOG
 from ringmaster.engine.llm_layout_names import RECOMPUTE_NONE
-from ringmaster.engine.step_parts import micro_batch_parts
+from ringmaster.engine.step_parts import (
+    ATTENTION_BACKWARD_FLOPS,
+    layer_attention_flops,
+    micro_batch_parts,
+    ring_attention_flops,
+)
 from ringmaster.engine.transformer import KNOWN_TRANSFORMERS, Transformer
 
 # 4 layers, 4 heads of 64 (one layer's scores and weighted sum: 2 x 4 x (64 + 64) = 1024 FLOPs
@@ -147,7 +152,8 @@ def _h100(fw: str) -> L.LayoutHardware:
 @pytest.mark.parametrize("fw", ["Megatron", "PyTorch"])
 def test_the_training_step_reads_the_window(fw: str):
     """gpt-oss-20b at 8192 tokens: the window shortens the attention part of the step (with a
-    fused kernel) in proportion to the causal FLOPs; a window as long as the sequence is full
+    fused kernel) by the causal FLOPs, each layer's at its kernel's rate for its key loop (the
+    windowed ones' 128 keys run slower per FLOP); a window as long as the sequence is full
     attention's step."""
     model = replace(KNOWN_TRANSFORMERS["gpt-oss-20b"], sequence_length=8192)
     full = replace(model, sliding_window=0, full_attention_every=0)
@@ -160,7 +166,20 @@ def test_the_training_step_reads_the_window(fw: str):
     expected = float(
         model.causal_attention_flops_per_token(8192) / full.causal_attention_flops_per_token(8192)
     )
-    assert float(windowed.attention) == pytest.approx(expected * float(dense.attention), rel=1e-9)
+    ce, kernel = hw.ceilings, hw.framework.attention_kernel(hw.nccl_arch)
+
+    def seconds_per_forward_flop(m: Transformer, rate) -> float:  # type: ignore[no-untyped-def]
+        return 1.0 / float(rate(ce, kernel, "forward", m, 1)) + ATTENTION_BACKWARD_FLOPS / float(
+            rate(ce, kernel, "backward", m, 1)
+        )
+
+    slower = seconds_per_forward_flop(model, layer_attention_flops) / seconds_per_forward_flop(
+        full, ring_attention_flops
+    )
+    assert 1.0 < slower < 1.2  # 3 % of its attention FLOPs in 128-key windows
+    assert float(windowed.attention) == pytest.approx(
+        expected * slower * float(dense.attention), rel=1e-9
+    )
     assert float(windowed.gemm) == pytest.approx(float(dense.gemm), rel=1e-12)
     assert R.hardware_flops_per_token(model, RECOMPUTE_NONE) < R.hardware_flops_per_token(
         full, RECOMPUTE_NONE
@@ -210,6 +229,14 @@ def test_serving_holds_and_reads_a_windowed_cache_and_caps_prompt_attention() ->
     ratio = float(model.causal_attention_flops_per_token(8000.0)) / float(
         full.causal_attention_flops_per_token(8000.0)
     )
+    # the windowed layers' FLOPs run at their 128-key loop's rate (engine.llm_step)
+    from ringmaster.engine.ceilings import ceilings_for
+
+    chip, kernel = ceilings_for(h100), S.prefill_attention_kernel(h100.nccl_arch)
+    prompt_rate = float(chip.attention_flops(kernel, "forward", 8000.0, model.head_dim))
+    windowed_rate = float(chip.attention_flops(kernel, "forward", 256.0, model.head_dim))
+    share = float(model.windowed_attention_share(8000.0))
+    slower = prompt_rate * ((1.0 - share) / prompt_rate + share / windowed_rate)
     assert float(windowed.prefill_attention_per_context) == pytest.approx(
-        ratio * float(everything.prefill_attention_per_context)
+        ratio * slower * float(everything.prefill_attention_per_context)
     )

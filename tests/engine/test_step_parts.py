@@ -28,6 +28,7 @@ from ringmaster.engine.hardware import DEFAULT_CATALOG
 from ringmaster.engine.llm_layout_names import RECOMPUTE_NONE, SHARD_FULL, SHARD_NONE
 from ringmaster.engine.step_parts import (
     ATTENTION_BACKWARD_FLOPS,
+    layer_attention_flops,
     micro_batch_parts,
     optimizer_seconds,
     ring_attention_flops,
@@ -455,6 +456,39 @@ def test_a_v6e_runs_head_dim_128_attention_at_half_its_arrays():
     assert h100.mxu_width is None  # a GPU: no systolic array width
 
 
+def test_a_windowed_layers_attention_runs_at_its_windows_key_loop():
+    """Sliding-window layers loop over the window's keys, not half the sequence: their calls
+    run as a causal call of twice the window does, slower per FLOP where the window is short
+    (Gemma 3: five of six layers at 1,024 keys); the mean over the layers is by their FLOPs. A
+    window as long as the sequence changes nothing, and neither does its absence."""
+    v6e = CE.ceilings_for(DEFAULT_CATALOG.accelerator("tpu-v6e-slice"))
+    gemma = replace(
+        LLAMA_8B,
+        layers=48,
+        hidden=3840,
+        heads=16,
+        head_dim=256,
+        sequence_length=32768,
+        sliding_window=1024,
+        full_attention_every=6,
+    )
+    share = float(gemma.windowed_attention_share(32768))
+    assert 0.2 < share < 0.3  # 40 windowed layers of 48, at 2w - w^2 / S keys against S
+    for direction in ("forward", "backward"):
+        full = float(v6e.attention_flops("cudnn", direction, 32768, 256))
+        windowed = float(v6e.attention_flops("cudnn", direction, 2048, 256))
+        mean = float(layer_attention_flops(v6e, "cudnn", direction, gemma, 1))
+        assert mean == pytest.approx(1.0 / ((1.0 - share) / full + share / windowed), rel=1e-12)
+        assert windowed < mean < full
+        # a window that covers the sequence, and none at all: the full layers' rate
+        wide = replace(gemma, sliding_window=32768)
+        plain = replace(gemma, sliding_window=0, full_attention_every=0)
+        for model in (wide, plain):
+            assert float(layer_attention_flops(v6e, "cudnn", direction, model, 1)) == (
+                pytest.approx(float(ring_attention_flops(v6e, "cudnn", direction, model, 1)))
+            )
+
+
 @given(
     sequences=st.floats(1, 64),
     heads=st.floats(1, 128),
@@ -532,3 +566,23 @@ def test_the_occupancy_left_one_kernel_out_predicts_it_within_8_percent():
         assert fitted == CE.ATTENTION_OCCUPANCY[0] and refit != fitted
         assert count == 36 and error < 0.08, kernel
     assert "ATTENTION_OCCUPANCY (alpha)" in render_leave_one_out()
+
+
+def test_a_windowed_prompts_attention_runs_at_its_windows_key_loop_too():
+    """Serving's prefill: a prompt's windowed layers run at the window's key loop as training's
+    do (engine.llm_step), so a FLOP of a short-windowed prompt costs more than a full one's."""
+    from ringmaster.engine import llm_step as S
+
+    h100 = DEFAULT_CATALOG.accelerator("nvidia-h100-80gb")
+    windowed = replace(LLAMA_8B, sliding_window=512, full_attention_every=2)
+    plain = replace(LLAMA_8B, sliding_window=0, full_attention_every=0)
+
+    def seconds_per_flop(model: Transformer, prompt: float) -> float:
+        terms = S.serving_terms(model, h100, 1, h100.peak("bf16"), 2.0, 2.0, prompt, 128.0)
+        flops = model.causal_attention_flops_per_token(prompt) / (0.5 * prompt)
+        return float(terms.prefill_attention_per_context) / float(flops)
+
+    # an eighth of its FLOPs in 512-key windows, at about two thirds of the full layers' rate
+    assert seconds_per_flop(windowed, 8192) > 1.02 * seconds_per_flop(plain, 8192)
+    # a prompt the window covers runs as the full model's
+    assert seconds_per_flop(windowed, 512) == pytest.approx(seconds_per_flop(plain, 512))

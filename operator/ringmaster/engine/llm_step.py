@@ -771,11 +771,16 @@ def serving_terms(
         if attention_prompts is None
         else _f(attention_prompts)
     )
-    attention_rate = (
-        chip.attention_flops(kernel, "forward", np.maximum(n_in, 1.0), model.head_dim)
-        * chip.attention_occupancy(prompts, model.heads / g, n_in)
-        * g
-    )
+    # a windowed layer's calls (sliding-window attention) loop over the window's keys, as a
+    # causal call of twice the window does (engine.step_parts.layer_attention_flops)
+    prompt_length = np.maximum(n_in, 1.0)
+    kernel_rate = chip.attention_flops(kernel, "forward", prompt_length, model.head_dim)
+    if model.windowed_layers:
+        windowed_share = model.windowed_attention_share(prompt_length)
+        loop = np.minimum(prompt_length, 2.0 * model.sliding_window)
+        windowed = chip.attention_flops(kernel, "forward", loop, model.head_dim)
+        kernel_rate = _f(1.0 / ((1.0 - windowed_share) / kernel_rate + windowed_share / windowed))
+    attention_rate = kernel_rate * chip.attention_occupancy(prompts, model.heads / g, n_in) * g
     share = 1.0 - HBM_RESERVE_FRACTION if kv_memory_fraction is None else _f(kv_memory_fraction)
     held = weights_bytes_per_accelerator(model, w, g, pp, attention_data, redundant_experts)
     free = capacity * share - held

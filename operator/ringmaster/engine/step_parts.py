@@ -251,8 +251,8 @@ def micro_batch_parts(
         # sequence: few of them leave SMs idle (Ceilings.attention_occupancy); the backward's
         # key-block tiles count as the forward's query tiles
         filled = ce.attention_occupancy(micro_batch, model.heads / t, model.sequence_length / c)
-        fwd_rate = ring_attention_flops(ce, kernel, "forward", model, c) * filled
-        bwd_rate = ring_attention_flops(ce, kernel, "backward", model, c) * filled
+        fwd_rate = layer_attention_flops(ce, kernel, "forward", model, c) * filled
+        bwd_rate = layer_attention_flops(ce, kernel, "backward", model, c) * filled
         derate = hw.attention_derate
         attention = (causal_fwd * (1.0 + redo) / fwd_rate) + (
             ATTENTION_BACKWARD_FLOPS * causal_fwd / bwd_rate
@@ -397,6 +397,24 @@ def ring_attention_flops(
     rate_own = ce.attention_flops(kernel, direction, s / c, d)
     rate_whole = ce.attention_flops(kernel, direction, 2.0 * s / c, d)
     return _f(1.0 / (own / rate_own + (1.0 - own) / rate_whole))
+
+
+def layer_attention_flops(
+    ce: Ceilings, kernel: str, direction: str, model: Transformer, context: ArrayLike
+) -> F64:
+    """The kernel's rate over a layer's attention FLOPs, the mean over the model's layers (by
+    their FLOPs): a full layer's calls at :func:`ring_attention_flops`, a windowed layer's
+    (sliding-window attention) with the window as their key loop, as a causal call of twice the
+    window runs it (its mean loop), never longer than the rank's own share of the sequence: a
+    short loop spreads a tile's fixed cost over fewer tiles (Ceilings.attention_flops)."""
+    full = ring_attention_flops(ce, kernel, direction, model, context)
+    if not model.windowed_layers:
+        return full
+    share = model.windowed_attention_share(model.sequence_length)
+    own = model.sequence_length / _f(context)
+    loop = np.minimum(own, 2.0 * model.sliding_window)
+    windowed = ce.attention_flops(kernel, direction, loop, model.head_dim)
+    return _f(1.0 / ((1.0 - share) / full + share / windowed))
 
 
 def _hf_eager_seconds(

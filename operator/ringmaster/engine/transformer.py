@@ -431,6 +431,15 @@ class Transformer:
         windowed = self._windowed_whole_context(s)
         return self.full_attention_layers * s + self.windowed_layers * windowed
 
+    def windowed_attention_share(self, sequence: ArrayLike) -> F64:
+        """The windowed layers' share of the attention FLOPs over a causal sequence of
+        ``sequence`` tokens (0 without a window)."""
+        s = np.asarray(sequence, dtype=np.float64)
+        if not self.windowed_layers:
+            return np.zeros_like(s)
+        windowed = self.windowed_layers * self._windowed_whole_context(s)
+        return np.asarray(windowed / self._whole_context_keys(s), dtype=np.float64)
+
     def attention_flops_per_token(self, context: float) -> float:
         """Forward FLOPs of attention scores and weighted sum per token of a sequence of
         ``context`` tokens, over all layers, in the whole-context count of MFU figures (the
