@@ -16,6 +16,7 @@ from ringmaster.api.base import Int, Rule, SpecModel
 from ringmaster.api.quantity import Count
 
 GradientDType = Literal["fp32", "bf16", "fp16"]
+OptimizerMomentsDType = Literal["fp32", "bf16"]
 ComputePrecision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
 Fp8Recipe = Literal["Linear", "AllMatmuls"]
 FrameworkName = Literal["Megatron", "Torchtitan", "MaxText", "DeepSpeed", "LLMFoundry", "PyTorch"]
@@ -117,6 +118,16 @@ class TrainingModel(SpecModel):
     plans memory and the tensor / pipeline / data-parallel layout (spec.parallelism)."""
     gradient_dtype: GradientDType = Field(default="fp32", alias="gradientDType")
     """Element type of the gradients that are all-reduced."""
+    optimizer_moments_dtype: OptimizerMomentsDType = Field(
+        default="fp32", alias="optimizerMomentsDType"
+    )
+    """Element type of Adam's first and second moments: ``fp32`` (every framework's default)
+    or ``bf16``, Megatron-Core's precision-aware optimizer (``--use-precision-aware-optimizer
+    --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16``, which Megatron-Bridge's DeepSeek recipes
+    set; the DeepSeek-V3 report, section 3.3.2): 8 bytes of optimizer state a parameter beside
+    the fp32 master instead of 12, and an optimizer step that moves 20 bytes a parameter
+    instead of 28. ``bf16`` with framework Megatron only. Passed to workers as
+    RINGMASTER_OPTIMIZER_MOMENTS_DTYPE."""
     compute_seconds_per_step: float | None = Field(default=None, gt=0, le=86400)
     """Measured forward+backward time of one step on one worker (give this or flopsPerSample)."""
     flops_per_sample: Count | None = None

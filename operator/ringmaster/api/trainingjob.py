@@ -228,6 +228,22 @@ class TrainingJobSpec(SpecModel):
     cel_rules = (
         *PARALLELISM_RULES,
         *SPEC_ALTERNATIVE_RULES,
+        # Megatron-Core's precision-aware optimizer (--exp-avg-dtype, --exp-avg-sq-dtype bf16).
+        Rule(
+            cel=(
+                "!has(self.model.optimizerMomentsDType)"
+                " || self.model.optimizerMomentsDType == 'fp32'"
+                " || (has(self.framework) && self.framework.name == 'Megatron')"
+            ),
+            message="model.optimizerMomentsDType bf16 is Megatron-Core's precision-aware "
+            "optimizer (--exp-avg-dtype bf16): set framework.name Megatron",
+            field_path=".model.optimizerMomentsDType",
+            reason="FieldValueForbidden",
+            check=lambda s: (
+                s.model.optimizer_moments_dtype == "fp32"
+                or (s.framework is not None and s.framework.name == "Megatron")
+            ),
+        ),
         Rule(
             cel=(
                 f"!{_ACC_IS_TPU}"
@@ -414,6 +430,9 @@ class TrainingPlan(StatusModel):
     vocab_tiling: int | None = None
     """MaxText's vocabulary tiling (``spec.parallelism.vocabTiling``): the loss in this many
     chunks; 1: none."""
+    optimizer_moments_dtype: str | None = Field(default=None, alias="optimizerMomentsDType")
+    """Adam's moments' element type (``spec.model.optimizerMomentsDType``): ``fp32`` or
+    ``bf16``, in the optimizer state and the optimizer step."""
     iota_embed: bool | None = None
     """MaxText's one-hot embedding lookup (``spec.parallelism.iotaEmbed``): two GEMMs over the
     vocabulary in the step's GEMMs."""

@@ -122,6 +122,9 @@ class LayoutHardware:
     # MaxText's use_iota_embed (spec.parallelism.iotaEmbed): the embedding lookup as a one-hot
     # matmul, forward and the table's gradient (engine.step_parts).
     iota_embed: bool = False
+    # Adam's moments' bytes each (spec.model.optimizerMomentsDType): 4 (fp32), or 2 under
+    # Megatron-Core's precision-aware optimizer (engine.llm_memory.optimizer_state_bytes).
+    optimizer_moment_bytes: float = 4.0
     wrapped: tuple[bool, bool, bool] = (False, False, False)
     reducers: int = 0  # reduction-server reducers (0: none considered)
     reducer_bandwidth: float = 0.0  # achieved, bytes/s, per reducer

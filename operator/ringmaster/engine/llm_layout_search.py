@@ -29,8 +29,8 @@ from ringmaster.engine.llm_layout_names import (
 )
 from ringmaster.engine.llm_memory import (
     BYTES_GRADIENTS,
-    BYTES_OPTIMIZER,
     memory_per_accelerator,
+    optimizer_state_bytes,
     valid_pipeline,
     weight_bytes,
 )
@@ -702,7 +702,8 @@ def _does_not_fit(closest: Layout, hw: LayoutHardware, request: LayoutRequest) -
     tips = _levers(request, hw, closest)
     if not tips:
         kept = float(weight_bytes(hw.framework, SHARD_FULL))
-        model_state = request.model.parameters * (kept + BYTES_GRADIENTS + BYTES_OPTIMIZER)
+        state = optimizer_state_bytes(hw.optimizer_moment_bytes)
+        model_state = request.model.parameters * (kept + BYTES_GRADIENTS + state)
         needed = math.ceil(model_state / max(hw.memory_bytes - hw.runtime_reserve_bytes, 1.0))
         tips.append(
             f"more accelerators: weights, gradients and optimizer state alone are "

@@ -58,6 +58,11 @@ F64 = NDArray[np.float64]
 BYTES_WEIGHTS = 2.0
 BYTES_GRADIENTS = 4.0
 BYTES_OPTIMIZER = 12.0
+# Adam's two moments, fp32 each in those 12; Megatron-Core's precision-aware optimizer keeps them
+# in bf16 (--exp-avg-dtype / --exp-avg-sq-dtype bf16: Megatron-Bridge's DeepSeek recipes, the
+# DeepSeek-V3 report section 3.3.2) beside the fp32 master: 8 bytes (optimizer_state_bytes).
+BYTES_MOMENT_FP32 = 4.0
+MOMENT_BYTES = {"fp32": BYTES_MOMENT_FP32, "bf16": 2.0}  # spec.model.optimizerMomentsDType
 # Those 18 are the state of an optimizer that keeps fp32 masters beside the bf16 weights it
 # computes with and copies them back after each update (Megatron-LM's and DeepSpeed's
 # mixed-precision optimizers: Framework.copies_weights_back). Where the parameters are the fp32
@@ -344,6 +349,12 @@ class MemoryArrays(NamedTuple):
     total: F64
 
 
+def optimizer_state_bytes(moment_bytes: float = BYTES_MOMENT_FP32) -> float:
+    """Optimizer state a parameter: the fp32 master and Adam's two moments of ``moment_bytes``
+    each (BYTES_OPTIMIZER at fp32)."""
+    return BYTES_OPTIMIZER - 2.0 * (BYTES_MOMENT_FP32 - moment_bytes)
+
+
 def weight_bytes(framework: Framework, sharding: ArrayLike) -> F64:
     """The bf16 weights a rank holds for compute, per parameter, beside the fp32 parameters or
     masters of BYTES_OPTIMIZER: always under an optimizer that copies its masters back
@@ -391,6 +402,7 @@ def memory_per_accelerator(
     bf16_weight_bytes: ArrayLike = BYTES_WEIGHTS,
     layer_inputs_on_host: bool = False,
     shared_peak: bool = False,
+    optimizer_bytes: float = BYTES_OPTIMIZER,
 ) -> MemoryArrays:
     """Weights, gradients, optimizer state, activations and the reserve per accelerator, on the
     fullest of the first, a middle and the last pipeline stage. Context-parallel ranks hold the
@@ -416,7 +428,8 @@ def memory_per_accelerator(
     (engine.activation_offload.layer_input_bytes). ``shared_peak``: the framework's buffers
     are assigned by liveness at compile time (Framework.compiler_buffers), so the logits, freed
     once the head's backward has run, and a rebuilt layer's working set, made after, share
-    memory: the peak holds the larger, not both."""
+    memory: the peak holds the larger, not both. ``optimizer_bytes``: optimizer state a
+    parameter (:func:`optimizer_state_bytes`: BYTES_OPTIMIZER with fp32 moments)."""
     t, p, d, c, e = _f(tensor), _f(pipeline), _f(data), _f(context), _f(expert)
     etp = t if expert_tensor is None else _f(expert_tensor)
     shard = np.asarray(sharding)
@@ -472,7 +485,7 @@ def memory_per_accelerator(
         dense = n - x
         w = dense * bf16 / weights_div + x * bf16 / expert_weights_div
         g = dense * BYTES_GRADIENTS / grads_div + x * BYTES_GRADIENTS / expert_grads_div
-        o = dense * BYTES_OPTIMIZER / optim_div + x * BYTES_OPTIMIZER / expert_optim_div
+        o = dense * optimizer_bytes / optim_div + x * optimizer_bytes / expert_optim_div
         return w + gathered, g, o
 
     w1, g1, o1 = state(params.first, stages.first)

@@ -207,6 +207,7 @@ LAYOUT_ENV = (
     ("RINGMASTER_OFFLOAD_LAYER_INPUTS", "offloadLayerInputs"),
     ("RINGMASTER_VOCAB_TILING", "vocabTiling"),
     ("RINGMASTER_IOTA_EMBED", "iotaEmbed"),
+    ("RINGMASTER_OPTIMIZER_MOMENTS_DTYPE", "optimizerMomentsDType"),
     ("RINGMASTER_VIRTUAL_PIPELINE_STAGES", "virtualPipelineStages"),
     ("RINGMASTER_PIPELINE_LAYOUT", "pipelineLayout"),
     ("RINGMASTER_FRAMEWORK", "framework"),

@@ -58,6 +58,7 @@ RECOMPUTE = "RINGMASTER_ACTIVATION_RECOMPUTE"
 RECOMPUTE_LAYERS = "RINGMASTER_RECOMPUTE_LAYERS"
 OFFLOAD_LAYERS = "RINGMASTER_ACTIVATION_OFFLOAD_LAYERS"
 VOCAB_TILING = "RINGMASTER_VOCAB_TILING"
+MOMENTS = "RINGMASTER_OPTIMIZER_MOMENTS_DTYPE"
 
 # The spec's settings a launcher's switches must agree with (planning.plausibility passes the
 # plan's values under these paths).
@@ -114,6 +115,9 @@ MEGATRON = Launcher(
         "--num-virtual-stages-per-pipeline-rank": VIRTUAL,
         "--recompute-num-layers": RECOMPUTE_LAYERS,
         "--cpu-offloading-num-layers": OFFLOAD_LAYERS,
+        # Megatron-Core's precision-aware optimizer: Adam's moments' dtype
+        "--exp-avg-dtype": MOMENTS,
+        "--exp-avg-sq-dtype": MOMENTS,
     },
     {"--overlap-p2p-communication": _PP_EXPOSED},
     ("--recompute-granularity", {"full": "Full", "selective": "Selective"}),
