@@ -1,9 +1,13 @@
-"""``spec.model.optimizerMomentsDType``: Adam's moments in bf16 under Megatron-Core's
-precision-aware optimizer (--use-precision-aware-optimizer --exp-avg-dtype bf16
---exp-avg-sq-dtype bf16: Megatron-Bridge's DeepSeek recipes, the DeepSeek-V3 report section
-3.3.2). The optimizer state is 8 bytes a parameter beside the fp32 master, not 12, and the
-optimizer step moves 20 bytes a parameter, not 28; the plan, its status and the workers' env say
-so, the launcher's literals are held to it, and the API refuses it outside Megatron."""
+"""``spec.model.optimizerMomentsDType`` and ``gradientDType`` in an LLM layout.
+
+Adam's moments in bf16 under Megatron-Core's precision-aware optimizer
+(--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16: Megatron-Bridge's
+DeepSeek recipes, the DeepSeek-V3 report section 3.3.2): the optimizer state is 8 bytes a
+parameter beside the fp32 master, not 12, and the optimizer step moves 20 bytes a parameter, not
+28; the plan, its status and the workers' env say so, the launcher's literals are held to it, and
+the API refuses it outside Megatron. The gradients in bf16 (Megatron-Core's main_grads_dtype,
+torchtitan's mixed_precision_reduce) halve the gradient buffer and the data-parallel reduction's
+bytes (a layout read them as fp32 before, whatever gradientDType said)."""
 
 from __future__ import annotations
 
@@ -23,7 +27,9 @@ from tests.unit.test_llm_layouts import AUTO, load, refusals
 pytestmark = pytest.mark.unit
 
 
-def _job(moments: str | None, framework: str = "Megatron") -> dict[str, Any]:
+def _job(
+    moments: str | None, framework: str = "Megatron", gradients: str | None = None
+) -> dict[str, Any]:
     doc = copy.deepcopy(load(AUTO))
     doc["spec"]["framework"] = {"name": framework}
     # a fixed layout, so that both plans run the same one
@@ -38,11 +44,13 @@ def _job(moments: str | None, framework: str = "Megatron") -> dict[str, Any]:
     }
     if moments is not None:
         doc["spec"]["model"]["optimizerMomentsDType"] = moments
+    if gradients is not None:
+        doc["spec"]["model"]["gradientDType"] = gradients
     return doc
 
 
-def _plan(moments: str | None):
-    plan = plan_training(parse_manifest(_job(moments)).spec)
+def _plan(moments: str | None, gradients: str | None = None):
+    plan = plan_training(parse_manifest(_job(moments, gradients=gradients)).spec)
     assert plan.layout is not None
     return plan
 
@@ -86,3 +94,18 @@ def test_the_api_takes_bf16_on_megatron_only() -> None:
     doc = _job("fp16")
     with pytest.raises(ValueError, match="optimizerMomentsDType"):
         parse_manifest(doc)
+
+
+def test_bf16_gradients_halve_the_gradient_buffer_and_its_reduction() -> None:
+    bf16, fp32 = _plan(None, "bf16"), _plan(None)
+    b, f = bf16.layout.chosen, fp32.layout.chosen
+    assert b.gradients_bytes == pytest.approx(f.gradients_bytes / 2.0, rel=1e-9)
+    for part in ("weights_bytes", "optimizer_bytes", "activations_bytes"):
+        assert getattr(b, part) == pytest.approx(getattr(f, part), rel=1e-12)
+    # the reduction strategies' gradient bytes (ring or reduction server) are half as many
+    assert bf16.prediction.gradient_bytes == pytest.approx(
+        fp32.prediction.gradient_bytes / 2.0, rel=1e-9
+    )
+    # the reduce-scatter moves half the bytes; the weights' all-gather is unchanged
+    assert b.data_parallel_seconds < f.data_parallel_seconds
+    assert b.step_seconds < f.step_seconds

@@ -117,7 +117,10 @@ class TrainingModel(SpecModel):
     """A transformer's shape: with it the engine derives parameters and FLOPs per token and
     plans memory and the tensor / pipeline / data-parallel layout (spec.parallelism)."""
     gradient_dtype: GradientDType = Field(default="fp32", alias="gradientDType")
-    """Element type of the gradients that are all-reduced."""
+    """Element type of the gradients that are all-reduced: with an architecture, also what the
+    gradient buffer holds a parameter (fp32: 4 bytes, every framework's default; bf16:
+    Megatron-Core's main_grads_dtype / grad_reduce_in_bf16, torchtitan's
+    mixed_precision_reduce)."""
     optimizer_moments_dtype: OptimizerMomentsDType = Field(
         default="fp32", alias="optimizerMomentsDType"
     )

@@ -125,6 +125,10 @@ class LayoutHardware:
     # Adam's moments' bytes each (spec.model.optimizerMomentsDType): 4 (fp32), or 2 under
     # Megatron-Core's precision-aware optimizer (engine.llm_memory.optimizer_state_bytes).
     optimizer_moment_bytes: float = 4.0
+    # The gradients' bytes a parameter (spec.model.gradientDType): what the gradient buffer holds
+    # and the data-parallel reduction moves, 4 (fp32 main grads, every framework's default) or 2
+    # (Megatron-Core's main_grads_dtype / grad_reduce_in_bf16, torchtitan's mixed_precision_reduce).
+    gradient_bytes: float = 4.0
     wrapped: tuple[bool, bool, bool] = (False, False, False)
     reducers: int = 0  # reduction-server reducers (0: none considered)
     reducer_bandwidth: float = 0.0  # achieved, bytes/s, per reducer

@@ -28,7 +28,6 @@ from ringmaster.engine.llm_layout_names import (
     STRATEGY_REDUCTION_SERVER,
 )
 from ringmaster.engine.llm_memory import (
-    BYTES_GRADIENTS,
     memory_per_accelerator,
     optimizer_state_bytes,
     valid_pipeline,
@@ -703,7 +702,7 @@ def _does_not_fit(closest: Layout, hw: LayoutHardware, request: LayoutRequest) -
     if not tips:
         kept = float(weight_bytes(hw.framework, SHARD_FULL))
         state = optimizer_state_bytes(hw.optimizer_moment_bytes)
-        model_state = request.model.parameters * (kept + BYTES_GRADIENTS + state)
+        model_state = request.model.parameters * (kept + hw.gradient_bytes + state)
         needed = math.ceil(model_state / max(hw.memory_bytes - hw.runtime_reserve_bytes, 1.0))
         tips.append(
             f"more accelerators: weights, gradients and optimizer state alone are "

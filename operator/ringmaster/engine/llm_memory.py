@@ -83,10 +83,10 @@ BYTES_LOSS_PER_LOGIT = 10.0
 # v1.0.9 saves the logits, their log-sum-exp and the labels, and its backward writes a new bf16
 # gradient): the logits (2) and their gradient (2); the fp32 values stay in registers. Counted.
 BYTES_LOSS_PER_LOGIT_FUSED = 4.0
-# Bytes per parameter all-gathered under sharding (the bf16 working copy) and reduce-scattered
-# or all-reduced (fp32 gradients, as BYTES_GRADIENTS).
+# Bytes per parameter all-gathered under sharding (the bf16 working copy); the gradients are
+# reduce-scattered or all-reduced at their own bytes (LayoutHardware.gradient_bytes: fp32 as
+# BYTES_GRADIENTS unless the job states bf16).
 BYTES_GATHER = BYTES_WEIGHTS
-BYTES_REDUCE = BYTES_GRADIENTS
 
 # Full sharding gathers a layer's weights just before use and prefetches the next one (PyTorch
 # FSDP's default BackwardPrefetch.BACKWARD_PRE and FSDP2's implicit prefetch of one layer):
@@ -403,6 +403,7 @@ def memory_per_accelerator(
     layer_inputs_on_host: bool = False,
     shared_peak: bool = False,
     optimizer_bytes: float = BYTES_OPTIMIZER,
+    gradient_bytes: float = BYTES_GRADIENTS,
 ) -> MemoryArrays:
     """Weights, gradients, optimizer state, activations and the reserve per accelerator, on the
     fullest of the first, a middle and the last pipeline stage. Context-parallel ranks hold the
@@ -429,7 +430,8 @@ def memory_per_accelerator(
     are assigned by liveness at compile time (Framework.compiler_buffers), so the logits, freed
     once the head's backward has run, and a rebuilt layer's working set, made after, share
     memory: the peak holds the larger, not both. ``optimizer_bytes``: optimizer state a
-    parameter (:func:`optimizer_state_bytes`: BYTES_OPTIMIZER with fp32 moments)."""
+    parameter (:func:`optimizer_state_bytes`: BYTES_OPTIMIZER with fp32 moments);
+    ``gradient_bytes``: the gradient buffer's a parameter (BYTES_GRADIENTS in fp32)."""
     t, p, d, c, e = _f(tensor), _f(pipeline), _f(data), _f(context), _f(expert)
     etp = t if expert_tensor is None else _f(expert_tensor)
     shard = np.asarray(sharding)
@@ -484,7 +486,7 @@ def memory_per_accelerator(
         x = layers * expert_layer  # routed experts: their own sharding group
         dense = n - x
         w = dense * bf16 / weights_div + x * bf16 / expert_weights_div
-        g = dense * BYTES_GRADIENTS / grads_div + x * BYTES_GRADIENTS / expert_grads_div
+        g = dense * gradient_bytes / grads_div + x * gradient_bytes / expert_grads_div
         o = dense * optimizer_bytes / optim_div + x * optimizer_bytes / expert_optim_div
         return w + gathered, g, o
 

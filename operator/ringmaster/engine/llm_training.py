@@ -89,7 +89,6 @@ from ringmaster.engine.llm_layout_names import (
 from ringmaster.engine.llm_memory import (
     BYTES_ACTIVATION,
     BYTES_GATHER,
-    BYTES_REDUCE,
     MemoryArrays,
     activation_bytes_per_layer,
     loss_bytes_per_logit,
@@ -375,6 +374,7 @@ def hardware_memory_terms(
         "layer_inputs_on_host": hw.offload_layer_inputs,
         "shared_peak": hw.framework.compiler_buffers,
         "optimizer_bytes": optimizer_state_bytes(hw.optimizer_moment_bytes),
+        "gradient_bytes": hw.gradient_bytes,
     }
 
 
@@ -690,10 +690,11 @@ def evaluate_layouts(
     if dual_pipe:  # a rank holds stage i and stage p - 1 - i (the first rank: first and last)
         worst = np.maximum(params.first + params.last, 2.0 * params.middle)
     # All-reduce-equivalent bytes (an all-gather or a reduce-scatter of X moves half of an
-    # all-reduce of X): None all-reduces fp32 gradients; Optimizer / Gradients reduce-scatter
-    # them and all-gather bf16 weights; Full also gathers the weights for forward and backward of
-    # every micro-batch. The group is the data x context ranks that hold the same weights.
-    reduce_bytes = worst * BYTES_REDUCE
+    # all-reduce of X): None all-reduces the gradients (fp32 unless the job reduces them in
+    # bf16: LayoutHardware.gradient_bytes); Optimizer / Gradients reduce-scatter them and
+    # all-gather bf16 weights; Full also gathers the weights for forward and backward of every
+    # micro-batch. The group is the data x context ranks that hold the same weights.
+    reduce_bytes = worst * hw.gradient_bytes
     gather_bytes = worst * BYTES_GATHER
     dp_bytes = np.where(
         shard == SHARD_NONE,

@@ -32,7 +32,7 @@ from ringmaster.engine.llm_layout_search import (
     evaluate_layout,
     search_layouts,
 )
-from ringmaster.engine.llm_memory import BYTES_REDUCE, MOMENT_BYTES, stage_parameters
+from ringmaster.engine.llm_memory import MOMENT_BYTES, stage_parameters
 from ringmaster.engine.pipeline_layout import LayoutError, stage_split
 from ringmaster.engine.recompute import RERUNS_FFN_OUTPUT, remat_percent
 from ringmaster.engine.training import (
@@ -46,7 +46,7 @@ from ringmaster.engine.training import (
     slice_shape,
 )
 from ringmaster.engine.transformer import LatentAttention, Transformer
-from ringmaster.engine.units import GIB
+from ringmaster.engine.units import DTYPE_BYTES, GIB
 
 AUTO = "Auto"
 # as the API's CEL rule (api.training_model.PARAMETERS_TOLERANCE_PERCENT)
@@ -365,6 +365,7 @@ def plan_layout(
         optimizer_moment_bytes=MOMENT_BYTES[
             str(getattr(spec.model, "optimizer_moments_dtype", None) or "fp32")
         ],
+        gradient_bytes=float(DTYPE_BYTES[str(getattr(spec.model, "gradient_dtype", "fp32"))]),
     )
     refusal = offload_refusal(
         request.recompute or "", acc.name, request.offload_layers, hw.offload_layer_inputs
@@ -438,7 +439,7 @@ def plan_layout(
         accelerator=acc.name,
         workers=inputs.workers,
         per_worker=inputs.per_worker,
-        gradient_bytes=float(np.maximum(params.first, params.last)) * BYTES_REDUCE,
+        gradient_bytes=float(np.maximum(params.first, params.last)) * hw.gradient_bytes,
         compute_seconds=chosen.step_seconds - chosen.exposed_data_parallel_seconds,
         compute_source="architecture",
         notes=tuple(notes),
