@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 import pytest
@@ -24,6 +23,7 @@ from ringmaster.manifests.training import layout_env
 from ringmaster.planning import plan_training
 from ringmaster.planning.layouts import layout_status
 from ringmaster.planning.training_flags import IOTA_EMBED, classify
+from tests.unit.test_maxtext_memory_options import llama31, v6e_job
 
 pytestmark = pytest.mark.unit
 
@@ -84,40 +84,16 @@ def test_under_a_pipeline_the_lookup_sits_on_the_first_stage() -> None:
     assert added(32, 8) == 0.0
 
 
-JOB: dict[str, Any] = {
-    "apiVersion": "ringmaster.dev/v1alpha1",
-    "kind": "TrainingJob",
-    "metadata": {"name": "llama31-8b-v6e-16"},
-    "spec": {
-        "workers": 4,
-        "accelerator": {"type": "tpu-v6e-slice", "perWorker": 4, "topology": "4x4"},
-        "framework": {"name": "MaxText"},
-        "model": {
-            "name": "llama-3.1-8b",
-            "architecture": {
-                "layers": 32,
-                "hiddenSize": 4096,
-                "attentionHeads": 32,
-                "kvHeads": 8,
-                "ffnHiddenSize": 14336,
-                "ffnType": "Gated",
-                "vocabSize": 128256,
-                "sequenceLength": 8192,
-            },
-        },
-        "parallelism": {
-            "tensor": 1,
-            "pipeline": 1,
-            "context": 1,
-            "sharding": "Full",
-            "microBatchSize": 3,
-            "globalBatchSize": 48,
-            "activationRecompute": "Full",
-            "iotaEmbed": True,
-        },
-        "template": {"image": "maxtext:latest"},
-    },
-}
+JOB = v6e_job(
+    "llama31-8b-v6e-16",
+    4,
+    "4x4",
+    llama31("llama-3.1-8b", 32, 4096, 32, 14336),
+    microBatchSize=3,
+    globalBatchSize=48,
+    activationRecompute="Full",
+    iotaEmbed=True,
+)
 
 
 def _plan(iota: bool):

@@ -28,40 +28,60 @@ pytestmark = pytest.mark.unit
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
-JOB: dict[str, Any] = {
-    "apiVersion": "ringmaster.dev/v1alpha1",
-    "kind": "TrainingJob",
-    "metadata": {"name": "llama31-70b-v6e-256"},
-    "spec": {
-        "workers": 64,
-        "accelerator": {"type": "tpu-v6e-slice", "perWorker": 4, "topology": "16x16"},
-        "framework": {"name": "MaxText"},
-        "model": {
-            "name": "llama-3.1-70b",
-            "architecture": {
-                "layers": 80,
-                "hiddenSize": 8192,
-                "attentionHeads": 64,
-                "kvHeads": 8,
-                "ffnHiddenSize": 28672,
-                "ffnType": "Gated",
-                "vocabSize": 128256,
-                "sequenceLength": 8192,
+
+def v6e_job(
+    name: str, workers: int, topology: str, model: dict[str, Any], **parallelism: Any
+) -> dict[str, Any]:
+    """A MaxText TrainingJob on a v6e slice of ``workers`` four-chip hosts: FSDP over the slice
+    (tensor, pipeline and context 1), ``parallelism`` the rest of tpu-recipes' layout."""
+    return {
+        "apiVersion": "ringmaster.dev/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": name},
+        "spec": {
+            "workers": workers,
+            "accelerator": {"type": "tpu-v6e-slice", "perWorker": 4, "topology": topology},
+            "framework": {"name": "MaxText"},
+            "model": model,
+            "parallelism": {
+                "tensor": 1,
+                "pipeline": 1,
+                "context": 1,
+                "sharding": "Full",
+                **parallelism,
             },
+            "template": {"image": "maxtext:latest"},
         },
-        "parallelism": {
-            "tensor": 1,
-            "pipeline": 1,
-            "context": 1,
-            "sharding": "Full",
-            "microBatchSize": 5,
-            "globalBatchSize": 1280,
-            "activationRecompute": "QkvProjOffloaded",
-            "offloadLayerInputs": True,
+    }
+
+
+def llama31(name: str, layers: int, hidden: int, heads: int, ffn: int) -> dict[str, Any]:
+    """A Llama 3.1 model at tpu-recipes' 8,192 tokens (8 KV heads, its 128,256 vocabulary)."""
+    return {
+        "name": name,
+        "architecture": {
+            "layers": layers,
+            "hiddenSize": hidden,
+            "attentionHeads": heads,
+            "kvHeads": 8,
+            "ffnHiddenSize": ffn,
+            "ffnType": "Gated",
+            "vocabSize": 128256,
+            "sequenceLength": 8192,
         },
-        "template": {"image": "maxtext:latest"},
-    },
-}
+    }
+
+
+JOB = v6e_job(
+    "llama31-70b-v6e-256",
+    64,
+    "16x16",
+    llama31("llama-3.1-70b", 80, 8192, 64, 28672),
+    microBatchSize=5,
+    globalBatchSize=1280,
+    activationRecompute="QkvProjOffloaded",
+    offloadLayerInputs=True,
+)
 
 
 def _plan(offload: bool):
@@ -96,28 +116,16 @@ def test_the_api_refuses_it_outside_maxtext() -> None:
     parse_manifest(doc)  # false is every framework's default
 
 
-GEMMA3: dict[str, Any] = {
-    "apiVersion": "ringmaster.dev/v1alpha1",
-    "kind": "TrainingJob",
-    "metadata": {"name": "gemma3-12b-v6e-256"},
-    "spec": {
-        "workers": 64,
-        "accelerator": {"type": "tpu-v6e-slice", "perWorker": 4, "topology": "16x16"},
-        "framework": {"name": "MaxText"},
-        "model": {"name": "gemma-3-12b"},
-        "parallelism": {
-            "tensor": 1,
-            "pipeline": 1,
-            "context": 1,
-            "sharding": "Full",
-            "microBatchSize": 1,
-            "globalBatchSize": 256,
-            "activationRecompute": "Full",
-            "vocabTiling": 16,
-        },
-        "template": {"image": "maxtext:latest"},
-    },
-}
+GEMMA3 = v6e_job(
+    "gemma3-12b-v6e-256",
+    64,
+    "16x16",
+    {"name": "gemma-3-12b"},
+    microBatchSize=1,
+    globalBatchSize=256,
+    activationRecompute="Full",
+    vocabTiling=16,
+)
 
 
 def _gemma3(tiles: int | None):

@@ -24,7 +24,6 @@ from ringmaster.engine.frameworks import DEFAULT_GPU_FRAMEWORK
 from ringmaster.engine.frameworks import framework as framework_profile
 from ringmaster.engine.hardware import DEFAULT_CATALOG, Accelerator, Catalog, Host, MachineType
 from ringmaster.engine.llm_layout_search import LayoutRequest, search_layouts
-from ringmaster.engine.llm_memory import MOMENT_BYTES
 from ringmaster.engine.transformer import KNOWN_TRANSFORMERS
 from ringmaster.engine.units import GB, gbps_to_bytes_per_second
 
@@ -177,7 +176,7 @@ def predicted_tokens_per_gpu(
         )
     hw, _ = L.on_nvlink_domain(hw, host.machine)
     if "optimizer_moments" in point:  # Adam's moments' dtype, where the run states it
-        hw = replace(hw, optimizer_moment_bytes=MOMENT_BYTES[str(point["optimizer_moments"])])
+        hw = replace(hw, optimizer_moments=str(point["optimizer_moments"]))
     recompute = point["recompute"]
     micro_batch = point.get("micro_batch")
     request = LayoutRequest(

@@ -51,6 +51,7 @@ from ringmaster.engine.llm_layout_names import (
 from ringmaster.engine.llm_memory import (
     ALLOCATOR_SLACK_AT_LIMIT,
     FRAMEWORK_RESERVE_BYTES,
+    MOMENT_BYTES,
 )
 from ringmaster.engine.profiled import profiled_pool
 from ringmaster.engine.training import (
@@ -122,9 +123,9 @@ class LayoutHardware:
     # MaxText's use_iota_embed (spec.parallelism.iotaEmbed): the embedding lookup as a one-hot
     # matmul, forward and the table's gradient (engine.step_parts).
     iota_embed: bool = False
-    # Adam's moments' bytes each (spec.model.optimizerMomentsDType): 4 (fp32), or 2 under
+    # Adam's moments' dtype (spec.model.optimizerMomentsDType): fp32, or bf16 under
     # Megatron-Core's precision-aware optimizer (engine.llm_memory.optimizer_state_bytes).
-    optimizer_moment_bytes: float = 4.0
+    optimizer_moments: str = "fp32"
     # The gradients' bytes a parameter (spec.model.gradientDType): what the gradient buffer holds
     # and the data-parallel reduction moves, 4 (fp32 main grads, every framework's default) or 2
     # (Megatron-Core's main_grads_dtype / grad_reduce_in_bf16, torchtitan's mixed_precision_reduce).
@@ -182,6 +183,11 @@ class LayoutHardware:
     @property
     def accelerators(self) -> int:
         return self.hosts * self.per_host
+
+    @property
+    def optimizer_moment_bytes(self) -> float:
+        """Bytes of each of Adam's moments a parameter (MOMENT_BYTES of optimizer_moments)."""
+        return MOMENT_BYTES[self.optimizer_moments]
 
     @property
     def replica_groups(self) -> int:

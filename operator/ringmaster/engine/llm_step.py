@@ -130,7 +130,7 @@ from ringmaster.engine.serving_engines import (
     prompts_run_apart,
     quantized_decode_gemm,
 )
-from ringmaster.engine.step_parts import fused_forward_elementwise_bytes
+from ringmaster.engine.step_parts import fused_forward_elementwise_bytes, with_windowed_layers
 from ringmaster.engine.tp_allreduce import (
     CURVE_TOP_BYTES,
     LINK_EFFICIENCY,
@@ -771,15 +771,17 @@ def serving_terms(
         if attention_prompts is None
         else _f(attention_prompts)
     )
-    # a windowed layer's calls (sliding-window attention) loop over the window's keys, as a
-    # causal call of twice the window does (engine.step_parts.layer_attention_flops)
+    # a windowed layer's calls (sliding-window attention) loop over the window's keys
     prompt_length = np.maximum(n_in, 1.0)
-    kernel_rate = chip.attention_flops(kernel, "forward", prompt_length, model.head_dim)
-    if model.windowed_layers:
-        windowed_share = model.windowed_attention_share(prompt_length)
-        loop = np.minimum(prompt_length, 2.0 * model.sliding_window)
-        windowed = chip.attention_flops(kernel, "forward", loop, model.head_dim)
-        kernel_rate = _f(1.0 / ((1.0 - windowed_share) / kernel_rate + windowed_share / windowed))
+    kernel_rate = with_windowed_layers(
+        chip,
+        kernel,
+        "forward",
+        model,
+        prompt_length,
+        prompt_length,
+        chip.attention_flops(kernel, "forward", prompt_length, model.head_dim),
+    )
     attention_rate = kernel_rate * chip.attention_occupancy(prompts, model.heads / g, n_in) * g
     share = 1.0 - HBM_RESERVE_FRACTION if kv_memory_fraction is None else _f(kv_memory_fraction)
     held = weights_bytes_per_accelerator(model, w, g, pp, attention_data, redundant_experts)

@@ -409,13 +409,30 @@ def layer_attention_flops(
     window runs it (its mean loop), never longer than the rank's own share of the sequence: a
     short loop spreads a tile's fixed cost over fewer tiles (Ceilings.attention_flops)."""
     full = ring_attention_flops(ce, kernel, direction, model, context)
-    if not model.windowed_layers:
-        return full
-    share = model.windowed_attention_share(model.sequence_length)
     own = model.sequence_length / _f(context)
-    loop = np.minimum(own, 2.0 * model.sliding_window)
+    return with_windowed_layers(ce, kernel, direction, model, model.sequence_length, own, full)
+
+
+def with_windowed_layers(
+    ce: Ceilings,
+    kernel: str,
+    direction: str,
+    model: Transformer,
+    sequence: ArrayLike,
+    own: ArrayLike,
+    full: ArrayLike,
+) -> F64:
+    """``full`` (the full layers' rate) averaged by FLOPs with the windowed layers' over a causal
+    sequence of ``sequence`` tokens: their key loop is the window, as a causal call of twice the
+    window has it, never longer than ``own`` (the tokens of a call); ``full`` where the model has
+    no window. Training's layers (:func:`layer_attention_flops`) and serving's prompts
+    (engine.llm_step) alike."""
+    if not model.windowed_layers:
+        return _f(full)
+    share = model.windowed_attention_share(sequence)
+    loop = np.minimum(_f(own), 2.0 * model.sliding_window)
     windowed = ce.attention_flops(kernel, direction, loop, model.head_dim)
-    return _f(1.0 / ((1.0 - share) / full + share / windowed))
+    return _f(1.0 / ((1.0 - share) / _f(full) + share / windowed))
 
 
 def _hf_eager_seconds(

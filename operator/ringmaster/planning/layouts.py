@@ -32,7 +32,7 @@ from ringmaster.engine.llm_layout_search import (
     evaluate_layout,
     search_layouts,
 )
-from ringmaster.engine.llm_memory import MOMENT_BYTES, stage_parameters
+from ringmaster.engine.llm_memory import stage_parameters
 from ringmaster.engine.pipeline_layout import LayoutError, stage_split
 from ringmaster.engine.recompute import RERUNS_FFN_OUTPUT, remat_percent
 from ringmaster.engine.training import (
@@ -362,9 +362,7 @@ def plan_layout(
         offload_layer_inputs=bool(getattr(par, "offload_layer_inputs", False)),
         vocab_tiles=int(getattr(par, "vocab_tiling", None) or 1),
         iota_embed=bool(getattr(par, "iota_embed", False)),
-        optimizer_moment_bytes=MOMENT_BYTES[
-            str(getattr(spec.model, "optimizer_moments_dtype", None) or "fp32")
-        ],
+        optimizer_moments=str(getattr(spec.model, "optimizer_moments_dtype", None) or "fp32"),
         gradient_bytes=float(DTYPE_BYTES[str(getattr(spec.model, "gradient_dtype", "fp32"))]),
     )
     refusal = offload_refusal(
@@ -410,7 +408,7 @@ def plan_layout(
             " the logits' memory divided by it; each chunk's logits computed again in backward"
             " (one more forward of the LM head)"
         )
-    if hw.optimizer_moment_bytes != MOMENT_BYTES["fp32"]:
+    if hw.optimizer_moments != "fp32":
         notes.append(
             "optimizerMomentsDType bf16: Adam's moments in bf16 beside the fp32 master (8 bytes"
             " of optimizer state a parameter, not 12); the optimizer step's time scaled by the"
@@ -782,9 +780,7 @@ def layout_status(plan: LayoutPlan) -> dict[str, Any]:
         "offloadLayerInputs": plan.hardware.offload_layer_inputs,
         "vocabTiling": plan.hardware.vocab_tiles,
         "iotaEmbed": plan.hardware.iota_embed,
-        "optimizerMomentsDType": next(
-            k for k, v in MOMENT_BYTES.items() if v == plan.hardware.optimizer_moment_bytes
-        ),
+        "optimizerMomentsDType": plan.hardware.optimizer_moments,
         "fits": plan.search.fits,
         "reason": plan.search.reason,
         "tokensPerSecond": _sig(c.tokens_per_second),
