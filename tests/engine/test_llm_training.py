@@ -694,6 +694,32 @@ def test_every_layout_a_published_run_used_fits(row):
     )
 
 
+def _published(pid: str) -> dict:
+    return next(dict(r) for r in training_points()["published_layouts"] if r["id"] == pid)
+
+
+def test_a_layout_published_as_out_of_memory_does_not_fit():
+    """FlagPerf's A800 ablation (llama3_8B-megatron/README.md @ 93730d18) ran Llama 3 8B at
+    8,192 tokens as PP1 DP8 TP1 and published OOM beside its PP2 DP4 row (3,698.7 tokens/s): the
+    engine refuses the one and plans the other."""
+    row = _published("flagperf-mcore-a800-llama3-8b-pp2")
+    assert published_layout_search(row).fits
+    oom = published_layout_search(row | {"id": "oom", "pipeline": 1})
+    assert not oom.fits
+    assert oom.chosen.total_bytes > oom.chosen.capacity_bytes
+
+
+def test_an_export_part_s_nvlink_slows_its_collectives_and_nothing_else():
+    """A800 / H800 rows name their NVLink (nvlink_gbps 200 a direction): the same chip's
+    kernels, its tensor-parallel collectives slower than on the A100's 300 GB/s."""
+    row = _published("flagperf-mcore-a800-llama3-8b-tp8")
+    a800 = published_layout_search(row).chosen
+    a100 = published_layout_search({k: v for k, v in row.items() if k != "nvlink_gbps"}).chosen
+    assert a800.tensor_parallel_seconds > 1.4 * a100.tensor_parallel_seconds
+    assert a800.gemm_seconds == pytest.approx(a100.gemm_seconds)
+    assert a800.attention_seconds == pytest.approx(a100.attention_seconds)
+
+
 def test_tpu_tensor_parallel_uses_the_slice():
     hw = hardware("tpu-v5-lite-podslice", 64, 4, slice_axes=(16, 16, 1))
     grid = layout_grid(LayoutRequest(LLAMA_7B, global_batch=256), hw)

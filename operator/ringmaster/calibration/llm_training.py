@@ -55,7 +55,7 @@ from ringmaster.engine.llm_memory import (
 from ringmaster.engine.recompute import remat_percent
 from ringmaster.engine.training import _wrapped as tpu_wrapped_axes
 from ringmaster.engine.transformer import KNOWN_TRANSFORMERS, Transformer
-from ringmaster.engine.units import GIB, gbps_to_bytes_per_second
+from ringmaster.engine.units import GB, GIB, gbps_to_bytes_per_second
 
 # Rows whose published figure sets a constant; every other row is a check.
 # Alternate rows of Table 1 across its range of widths (h / t from 1,024 to 2,560), so the
@@ -542,9 +542,16 @@ def memory_report(points: Mapping[str, Any] | None = None) -> list[LlmRow]:
 def _layout_model(row: Mapping[str, Any]) -> Transformer:
     spec = row["model"]
     seq = int(row["seq"])
-    if isinstance(spec, Mapping):
+    if isinstance(spec, Mapping):  # a shape the catalog does not name (ChatGLM3-6B)
         return Transformer(
-            int(spec["layers"]), int(spec["hidden"]), int(spec["heads"]), int(spec["vocab"]), seq
+            int(spec["layers"]),
+            int(spec["hidden"]),
+            int(spec["heads"]),
+            int(spec["vocab"]),
+            seq,
+            kv_heads=int(spec.get("kv_heads", 0)),
+            ffn_hidden=int(spec.get("ffn_hidden", 0)),
+            gated_ffn=bool(spec.get("gated_ffn", False)),
         )
     name = str(spec)
     if name.startswith("mpt-"):
@@ -587,6 +594,9 @@ def published_layout_search(row: Mapping[str, Any], nic_gbps: float | None = Non
     per_host = int(row.get("per_host", 8))
     machine = row.get("machine")
     host = DEFAULT_CATALOG.host(str(row["accelerator"]), per_host, machine and str(machine))
+    if "nvlink_gbps" in row:  # the export parts' NVLink (A800, H800): the same chip, fewer links
+        acc = replace(host.accelerator, intra_bandwidth=float(row["nvlink_gbps"]) * GB)
+        host = replace(host, accelerator=acc)
     hosts = int(row["gpus"]) // per_host
     axes = None
     wrapped = (False, False, False)
@@ -644,6 +654,11 @@ def published_layout_search(row: Mapping[str, Any], nic_gbps: float | None = Non
     return search_layouts(request, hw)
 
 
+def _model_label(row: Mapping[str, Any]) -> str:
+    spec = row["model"]
+    return str(spec["name"]) if isinstance(spec, Mapping) else str(spec)
+
+
 def _offload(layout: Layout) -> str:
     return f", {layout.offload_layers} layers offloaded" if layout.offload_layers else ""
 
@@ -657,7 +672,7 @@ def throughput_report(points: Mapping[str, Any] | None = None) -> list[LlmRow]:
             continue
         chosen = published_layout_search(r, published_nic_gbps(r)).chosen
         setup = (
-            f"{r['model']} s{r['seq']} {r['gpus']} GPUs TP{r['tensor']} CP{r['context']}"
+            f"{_model_label(r)} s{r['seq']} {r['gpus']} GPUs TP{r['tensor']} CP{r['context']}"
             f" PP{r['pipeline']} {r['precision']} ({chosen.recompute_policy}{_offload(chosen)})"
         )
         predicted = chosen.tokens_per_second / int(r["gpus"])
