@@ -170,6 +170,17 @@ class Parallelism(SpecModel):
     tp_comm_overlap; torchtitan's --parallelism.enable_async_tensor_parallel). The plan then
     charges one chunk in ``tensor`` of each collective, and what exceeds the micro-batch's
     GEMMs, instead of the whole of it. Needs ``tensor`` above 1 to change anything."""
+    overlap_gradient_reduction: bool = True
+    """Whether the data-parallel reduction of the gradients runs behind backward, bucket by
+    bucket as backward produces them (PyTorch DDP's hooks; Megatron-Core's --overlap-grad-reduce
+    with --overlap-param-gather, which Megatron-Bridge's and NeMo's recipes set; DeepSpeed's
+    overlap_comm), or, ``false``, after the last micro-batch's backward on the step's critical
+    path, with the distributed optimizer's gather of the updated weights after the step
+    (Megatron-LM's own default without those switches; DeepSpeed ZeRO-1 and -2 by default).
+    ``false`` takes sharding None, Optimizer or Gradients: FSDP's and ZeRO-3's (Full) gathers and
+    reductions run layer by layer. Passed to workers as RINGMASTER_OVERLAP_GRAD_REDUCE, ``true``
+    or empty: ``${RINGMASTER_OVERLAP_GRAD_REDUCE:+--overlap-grad-reduce
+    --overlap-param-gather}`` passes Megatron-LM's switches only when on."""
     expert_capacity_factor: float | None = Field(default=None, gt=0, le=64)
     """Token dropping (Megatron-Core's --moe-expert-capacity-factor): each expert takes at most
     ceil(factor x tokens x activeExperts / experts) of a rank's tokens, the rest are dropped.
@@ -474,6 +485,27 @@ VOCAB_TILING_RULE = _maxtext_only(
     "vocabTiling", "vocab_tiling", "num_vocab_tiling", "{} == 1", lambda v: v in (None, 1)
 )
 IOTA_EMBED_RULE = _maxtext_only("iotaEmbed", "iota_embed", "use_iota_embed", "!{}", lambda v: not v)
+
+# The reduction after backward is a bucketed reduction's setting (DDP, Megatron's distributed
+# optimizer, ZeRO-1 / -2); FSDP's and ZeRO-3's run layer by layer, prefetched.
+_GRAD_OVERLAP = "self.parallelism.overlapGradientReduction"
+GRADIENT_OVERLAP_RULE = Rule(
+    cel=(
+        f"!has(self.parallelism) || !has({_GRAD_OVERLAP}) || {_GRAD_OVERLAP}"
+        " || !has(self.parallelism.sharding) || self.parallelism.sharding != 'Full'"
+    ),
+    message="parallelism.overlapGradientReduction false is the bucketed reduction's setting "
+    "(Megatron-LM without --overlap-grad-reduce, DeepSpeed ZeRO-1 / -2's overlap_comm false): "
+    "sharding Full (FSDP, ZeRO-3) gathers and reduces layer by layer; set sharding None, "
+    "Optimizer, Gradients or Auto",
+    field_path=".parallelism.overlapGradientReduction",
+    reason="FieldValueForbidden",
+    check=lambda s: (
+        s.parallelism is None
+        or s.parallelism.overlap_gradient_reduction
+        or s.parallelism.sharding != "Full"
+    ),
+)
 
 # The mixture-of-experts training features (issue 42): the all-to-all overlap schedules and token
 # dropping, each refused where the launcher would refuse it. OneFOneB's preconditions are
@@ -899,5 +931,6 @@ PARALLELISM_RULES: tuple[Rule, ...] = (
     LAYER_INPUT_OFFLOAD_RULE,
     VOCAB_TILING_RULE,
     IOTA_EMBED_RULE,
+    GRADIENT_OVERLAP_RULE,
     *DATA_REPLICAS_RULES,
 )

@@ -436,6 +436,9 @@ class TrainingPlan(StatusModel):
     iota_embed: bool | None = None
     """MaxText's one-hot embedding lookup (``spec.parallelism.iotaEmbed``): two GEMMs over the
     vocabulary in the step's GEMMs."""
+    overlap_gradient_reduction: bool | None = None
+    """Whether the data-parallel reduction runs behind backward
+    (``spec.parallelism.overlapGradientReduction``); false: after it, in the step."""
     offload_layer_inputs: bool | None = None
     """MaxText's decoder_layer_input offload (``spec.parallelism.offloadLayerInputs``): every
     layer's input in host memory, in ``hostOffloadBytesPerAccelerator``."""

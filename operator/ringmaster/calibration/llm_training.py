@@ -625,6 +625,8 @@ def published_layout_search(row: Mapping[str, Any], nic_gbps: float | None = Non
         hw = replace(hw, nic_bandwidth=gbps_to_bytes_per_second(nic_gbps) * NIC_EFFICIENCY)
     if row.get("tensor_overlap"):  # the run's recipe overlaps its TP collectives
         hw = replace(hw, tensor_overlap=True)
+    if row.get("overlap_grad_reduce") is False:  # Megatron-LM without --overlap-grad-reduce
+        hw = replace(hw, overlaps_gradient_reduction=False)
     if "data_replicas" in row:  # hybrid sharding: MaxText's dcn_data_parallelism over GPU hosts
         hw = replace(hw, data_replicas=int(row["data_replicas"]))
     if row.get("offload_layer_inputs"):  # MaxText's custom remat: decoder_layer_input offloaded

@@ -179,6 +179,10 @@ class LayoutHardware:
     # The run overlaps its tensor-parallel collectives with the GEMMs they feed or drain
     # (spec.parallelism.tensorOverlap: exposed_tensor_parallel_seconds).
     tensor_overlap: bool = False
+    # The data-parallel reduction runs behind backward, bucket by bucket (DDP's hooks, Megatron's
+    # --overlap-grad-reduce, DeepSpeed's overlap_comm), or after the last backward, on the step's
+    # critical path (spec.parallelism.overlapGradientReduction false: Megatron-LM's own default).
+    overlaps_gradient_reduction: bool = True
 
     @property
     def accelerators(self) -> int:

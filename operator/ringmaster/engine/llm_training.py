@@ -722,7 +722,11 @@ def evaluate_layouts(
     # Unsharded gradients are reduced while the last micro-batch's backward runs (DDP buckets,
     # Megatron's overlap_grad_reduce); full sharding's gathers prefetch behind every layer's
     # compute but the first.
-    exposed_bucketed = exposed_communication(hidden_pool, compute_mb, reduce_bytes)
+    exposed_bucketed = (
+        exposed_communication(hidden_pool, compute_mb, reduce_bytes)
+        if hw.overlaps_gradient_reduction
+        else hidden_pool  # all of it after backward (and the optimizer's gather after the step)
+    )
     hideable = hidden_pool * (1.0 - 1.0 / layers)
     exposed_full = hidden_pool - np.minimum(hideable, compute_mb * m)
     exposed = np.where(shard == SHARD_FULL, exposed_full, exposed_bucketed)

@@ -207,6 +207,7 @@ LAYOUT_ENV = (
     ("RINGMASTER_OFFLOAD_LAYER_INPUTS", "offloadLayerInputs"),
     ("RINGMASTER_VOCAB_TILING", "vocabTiling"),
     ("RINGMASTER_IOTA_EMBED", "iotaEmbed"),
+    ("RINGMASTER_OVERLAP_GRAD_REDUCE", "overlapGradientReduction"),
     ("RINGMASTER_OPTIMIZER_MOMENTS_DTYPE", "optimizerMomentsDType"),
     ("RINGMASTER_VIRTUAL_PIPELINE_STAGES", "virtualPipelineStages"),
     ("RINGMASTER_PIPELINE_LAYOUT", "pipelineLayout"),
@@ -239,12 +240,23 @@ def _env_value(value: Any) -> str:
     return str(value)
 
 
+# Switches a launcher takes bare: "true", or "" when off, so that its
+# ${VAR:+--overlap-grad-reduce --overlap-param-gather} passes them only when on.
+SWITCH_LAYOUT_KEYS = frozenset({"overlapGradientReduction"})
+
+
+def _layout_value(key: str, value: Any) -> str:
+    if key in SWITCH_LAYOUT_KEYS:
+        return "true" if value else ""
+    return _env_value(value)
+
+
 def layout_env(plan: Mapping[str, Any] | None) -> list[dict[str, str]]:
     """The chosen layout as environment variables; none for a job without an architecture."""
     if not plan or plan.get("tensor") is None:
         return []
     return [
-        {"name": name, "value": _env_value(plan.get(key))}
+        {"name": name, "value": _layout_value(key, plan.get(key))}
         for name, key in LAYOUT_ENV
         if key in plan or key in OPTIONAL_LAYOUT_KEYS
     ]

@@ -149,6 +149,17 @@ def resolve_framework(spec: Any, kind: str) -> tuple[Framework, str]:
     return framework(name), f"framework {name} ({why})"
 
 
+def gradient_reduction_note(chosen: Layout) -> str:
+    """What spec.parallelism.overlapGradientReduction false costs the chosen layout."""
+    if chosen.data * chosen.context == 1:
+        return "overlapGradientReduction false: one data-parallel rank, nothing to reduce"
+    return (
+        "overlapGradientReduction false: the data-parallel reduction after the last backward"
+        f" and the optimizer's gather after the step, {_sig(chosen.exposed_data_parallel_seconds)}"
+        " s of the step on its critical path (Megatron-LM without --overlap-grad-reduce)"
+    )
+
+
 def tensor_overlap_note(hw: L.LayoutHardware, tensor: int) -> str:
     """What spec.parallelism.tensorOverlap changes in the chosen layout's step."""
     if hw.kind == "tpu":
@@ -362,6 +373,7 @@ def plan_layout(
         offload_layer_inputs=bool(getattr(par, "offload_layer_inputs", False)),
         vocab_tiles=int(getattr(par, "vocab_tiling", None) or 1),
         iota_embed=bool(getattr(par, "iota_embed", False)),
+        overlaps_gradient_reduction=bool(getattr(par, "overlap_gradient_reduction", True)),
         optimizer_moments=str(getattr(spec.model, "optimizer_moments_dtype", None) or "fp32"),
         gradient_bytes=float(DTYPE_BYTES[str(getattr(spec.model, "gradient_dtype", "fp32"))]),
     )
@@ -414,6 +426,8 @@ def plan_layout(
             " of optimizer state a parameter, not 12); the optimizer step's time scaled by the"
             " bytes it moves, 20 a parameter for the 28 measured with fp32 moments"
         )
+    if not hw.overlaps_gradient_reduction:
+        notes.append(gradient_reduction_note(chosen))
     if hw.iota_embed:
         notes.append(
             "iotaEmbed: the embedding looked up as a one-hot matmul on the matrix units, its"
@@ -780,6 +794,7 @@ def layout_status(plan: LayoutPlan) -> dict[str, Any]:
         "offloadLayerInputs": plan.hardware.offload_layer_inputs,
         "vocabTiling": plan.hardware.vocab_tiles,
         "iotaEmbed": plan.hardware.iota_embed,
+        "overlapGradientReduction": plan.hardware.overlaps_gradient_reduction,
         "optimizerMomentsDType": plan.hardware.optimizer_moments,
         "fits": plan.search.fits,
         "reason": plan.search.reason,

@@ -223,6 +223,7 @@ def _training_flag_warnings(spec: Any, plan: TrainingReport) -> list[Implausible
         training_flags.EARLY_STOP: "true" if hw.framework.recompute_stops_early else "false",
         training_flags.TENSOR_OVERLAP: "true" if hw.tensor_overlap else "false",
         training_flags.IOTA_EMBED: "true" if hw.iota_embed else "false",
+        training_flags.GRAD_OVERLAP: "true" if hw.overlaps_gradient_reduction else "false",
     }
     flags = training_flags.classify(template.command, template.args, planned, env, assumed)
     if flags is None:

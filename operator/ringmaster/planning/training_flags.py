@@ -65,6 +65,8 @@ MOMENTS = "RINGMASTER_OPTIMIZER_MOMENTS_DTYPE"
 EARLY_STOP = "framework.recomputeStopsEarly"
 TENSOR_OVERLAP = "parallelism.tensorOverlap"
 IOTA_EMBED = "parallelism.iotaEmbed"
+GRAD_OVERLAP = "parallelism.overlapGradientReduction"
+GRAD_OVERLAP_ENV = "RINGMASTER_OVERLAP_GRAD_REDUCE"
 _PP_EXPOSED = "the plan charges the pipeline's sends as exposed"
 
 
@@ -86,6 +88,9 @@ class Launcher:
     spec_switches: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     # Of those, the ones that never take a value (argparse's store_true).
     bare_switches: frozenset[str] = frozenset()
+    # Spec switches whose absence from the line means a setting: name -> (its path under spec,
+    # what absence means, the plan's variable a line passes it by instead).
+    absent_switches: Mapping[str, tuple[str, str, str]] = field(default_factory=dict)
 
 
 def _script(*suffixes: str) -> Callable[[list[str], int], int]:
@@ -122,8 +127,14 @@ MEGATRON = Launcher(
     {"--overlap-p2p-communication": _PP_EXPOSED},
     ("--recompute-granularity", {"full": "Full", "selective": "Selective"}),
     {"--fp8-format": ("fp8", ""), "--fp4-format": ("fp4", "")},
-    {"--tp-comm-overlap": (TENSOR_OVERLAP, "true")},
-    frozenset({"--tp-comm-overlap"}),
+    {
+        "--tp-comm-overlap": (TENSOR_OVERLAP, "true"),
+        "--overlap-grad-reduce": (GRAD_OVERLAP, "true"),
+    },
+    frozenset({"--tp-comm-overlap", "--overlap-grad-reduce"}),
+    # Megatron-LM reduces the gradients after backward unless told (arguments.py:
+    # --overlap-grad-reduce, store_true)
+    {"--overlap-grad-reduce": (GRAD_OVERLAP, "false", GRAD_OVERLAP_ENV)},
 )
 # NeMo 1 (megatron_gpt_pretraining.py with Hydra) and Megatron-Bridge's run scripts: overrides of
 # the model's and the trainer's config, wherever they appear on the line.
@@ -155,6 +166,7 @@ NEMO = Launcher(
     {
         "model.ub_tp_comm_overlap": (TENSOR_OVERLAP, "true"),
         "comm_overlap.tp_comm_overlap": (TENSOR_OVERLAP, "true"),
+        "ddp.overlap_grad_reduce": (GRAD_OVERLAP, "true"),
     },
 )
 TORCHTITAN = Launcher(
@@ -290,6 +302,20 @@ def classify(
         conflicts: list[Conflict] = []
         ignored: list[tuple[str, str]] = []
         precision: tuple[str, str] | None = None
+        seen = {_normalise(raw, launcher.style) for raw, _ in pairs}
+        for name, (spec_field, absent, passed_as) in launcher.absent_switches.items():
+            if name in seen or any(passed_as in word for word in found):
+                continue  # stated on the line, or passed as the plan's variable
+            conflict = _against_spec(
+                name,
+                "(absent)",
+                absent,
+                spec_field,
+                spec_settings or {},
+                f" or pass ${{{passed_as}:+{name}}}",
+            )
+            if conflict is not None:
+                conflicts.append(conflict)
         for raw, value in pairs:
             name = _normalise(raw, launcher.style)
             if name in launcher.precision:
@@ -346,15 +372,29 @@ def _spec_switch(
         stated = "true" if on == (bare == "true") else "false"
     else:
         return None  # a variable or a word this module cannot read
-    if stated == assumed:
+    shown = "(a bare switch)" if value is None else value
+    return _against_spec(raw, shown, stated, spec_field, settings)
+
+
+def _against_spec(
+    raw: str,
+    shown: str,
+    stated: str,
+    spec_field: str,
+    settings: Mapping[str, str],
+    alternative: str = "",
+) -> Conflict | None:
+    """The line's ``stated`` setting against the spec's the plan's step assumed."""
+    assumed = settings.get(spec_field)
+    if assumed is None or stated == assumed:
         return None
     return Conflict(
         raw,
-        "(a bare switch)" if value is None else value,
+        shown,
         assumed,
         f"spec.{spec_field}",
         whose=f"spec.{spec_field} is",
-        remedy=f"set spec.{spec_field}: {stated}, which the plan's step then prices",
+        remedy=f"set spec.{spec_field}: {stated}, which the plan's step then prices{alternative}",
     )
 
 
