@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import numpy as np
 import pytest
 
 from ringmaster.api import parse_manifest
@@ -18,6 +19,7 @@ from ringmaster.calibration.llm_training import (
     published_nic_gbps,
     training_points,
 )
+from ringmaster.engine.llm_layout_names import SHARDINGS
 from ringmaster.manifests.training import layout_env
 from ringmaster.planning import plan_training
 from ringmaster.planning.layouts import layout_status
@@ -97,19 +99,46 @@ def test_the_plan_states_it_and_passes_it() -> None:
     assert not any(n.startswith("overlapGradientReduction") for n in behind.prediction.notes)
 
 
-def test_the_search_keeps_full_sharding_out_and_the_api_refuses_it() -> None:
-    doc = _job(False)
-    doc["spec"]["parallelism"]["sharding"] = "Auto"
-    chosen = plan_training(parse_manifest(doc).spec).layout.chosen
-    assert chosen.sharding != "Full"
+def test_it_leaves_full_sharding_alone_and_the_api_refuses_the_two_together() -> None:
+    """FSDP's and ZeRO-3's gathers and reductions run layer by layer: the setting is the bucketed
+    reduction's. Under sharding Auto a Full layout keeps its per-layer overlap, and the plan
+    says the setting does not apply to it."""
+
+    def steps(overlap: bool | None) -> tuple[np.ndarray, np.ndarray]:
+        arrays = plan_training(parse_manifest(_job(overlap, "Auto")).spec).layout.search.arrays
+        full = arrays.sharding == SHARDINGS.index("Full")
+        return arrays.step_seconds[full], arrays.step_seconds[~full]
+
+    (after_full, after_rest), (behind_full, behind_rest) = steps(False), steps(None)
+    assert after_full.size > 0
+    np.testing.assert_allclose(after_full, behind_full)
+    assert (after_rest >= behind_rest).all() and (after_rest > behind_rest).any()
     assert refusals(_job(False)) == ([], [])
     crd, python = refusals(_job(False, "Full"))
     field = "spec.parallelism.overlapGradientReduction"
     assert [(kind, path) for kind, path, _ in crd] == [("cel", field)]  # at kubectl apply
     assert [path for path, _ in python] == [field]
     assert crd[0][2] == python[0][1]
-    with pytest.raises(ValueError, match="overlapGradientReduction false is the bucketed"):
-        parse_manifest(_job(False, "Full"))
+    assert refusals(_job(True, "Full")) == ([], [])
+
+
+def test_deepspeed_s_zero_1_and_2_leave_it_off_unless_told() -> None:
+    """DeepSpeed's overlap_comm is off for ZeRO-1 / -2 when its config leaves it unset
+    (deepspeed/runtime/zero/config.py: overlap_comm_valid, stage == 3); every other framework's
+    default overlaps."""
+
+    def plan(overlap: bool | None, framework: str = "DeepSpeed"):
+        doc = _job(overlap)
+        doc["spec"]["framework"] = {"name": framework}
+        doc["spec"]["template"]["args"] = ["sleep 1"]  # no Megatron-LM line to read
+        return plan_training(parse_manifest(doc).spec)
+
+    default, told = plan(None), plan(True)
+    assert layout_status(default.layout)["overlapGradientReduction"] is False
+    assert layout_status(told.layout)["overlapGradientReduction"] is True
+    assert default.layout.chosen.step_seconds > told.layout.chosen.step_seconds
+    assert any("DeepSpeed's default" in n for n in default.prediction.notes)
+    assert layout_status(plan(None, "PyTorch").layout)["overlapGradientReduction"] is True
 
 
 MEGATRON = ["torchrun", "pretrain_gpt.py", "--use-distributed-optimizer"]

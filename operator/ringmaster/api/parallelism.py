@@ -170,17 +170,19 @@ class Parallelism(SpecModel):
     tp_comm_overlap; torchtitan's --parallelism.enable_async_tensor_parallel). The plan then
     charges one chunk in ``tensor`` of each collective, and what exceeds the micro-batch's
     GEMMs, instead of the whole of it. Needs ``tensor`` above 1 to change anything."""
-    overlap_gradient_reduction: bool = True
+    overlap_gradient_reduction: bool | None = None
     """Whether the data-parallel reduction of the gradients runs behind backward, bucket by
     bucket as backward produces them (PyTorch DDP's hooks; Megatron-Core's --overlap-grad-reduce
     with --overlap-param-gather, which Megatron-Bridge's and NeMo's recipes set; DeepSpeed's
     overlap_comm), or, ``false``, after the last micro-batch's backward on the step's critical
     path, with the distributed optimizer's gather of the updated weights after the step
-    (Megatron-LM's own default without those switches; DeepSpeed ZeRO-1 and -2 by default).
-    ``false`` takes sharding None, Optimizer or Gradients: FSDP's and ZeRO-3's (Full) gathers and
-    reductions run layer by layer. Passed to workers as RINGMASTER_OVERLAP_GRAD_REDUCE, ``true``
-    or empty: ``${RINGMASTER_OVERLAP_GRAD_REDUCE:+--overlap-grad-reduce
-    --overlap-param-gather}`` passes Megatron-LM's switches only when on."""
+    (Megatron-LM's own default without those switches). Left out: the framework's default,
+    true but for DeepSpeed, whose ZeRO-1 and -2 leave overlap_comm off. It applies to sharding
+    None, Optimizer and Gradients: FSDP's and ZeRO-3's (Full) gathers and reductions run layer
+    by layer (``false`` with sharding Full is refused; under Auto the plan says which applies).
+    Passed to workers as RINGMASTER_OVERLAP_GRAD_REDUCE, ``true`` or empty:
+    ``${RINGMASTER_OVERLAP_GRAD_REDUCE:+--overlap-grad-reduce --overlap-param-gather}`` passes
+    Megatron-LM's switches only when on."""
     expert_capacity_factor: float | None = Field(default=None, gt=0, le=64)
     """Token dropping (Megatron-Core's --moe-expert-capacity-factor): each expert takes at most
     ceil(factor x tokens x activeExperts / experts) of a rank's tokens, the rest are dropped.
@@ -502,7 +504,7 @@ GRADIENT_OVERLAP_RULE = Rule(
     reason="FieldValueForbidden",
     check=lambda s: (
         s.parallelism is None
-        or s.parallelism.overlap_gradient_reduction
+        or s.parallelism.overlap_gradient_reduction is not False
         or s.parallelism.sharding != "Full"
     ),
 )

@@ -174,6 +174,13 @@ class Framework:
     # largest 21.1 % -> 14.0 %, hidden -> exposed) and its A3 Llama 2 7B table over 1-16 VMs of
     # H100s (GPUDirect-TCPX: 2-16 VMs +36..+48 % hidden, +4..+15 % exposed).
     hides_cross_replica_reduction: bool = True
+    # Whether the bucketed data-parallel reduction (sharding None, Optimizer, Gradients) runs
+    # behind backward when the job does not say (spec.parallelism.overlapGradientReduction):
+    # DDP's hooks always; Megatron-Bridge's and NeMo's recipes pass --overlap-grad-reduce
+    # (Megatron-LM's own lines are read for it: planning.training_flags); DeepSpeed's ZeRO-1 and
+    # -2 do not (deepspeed/runtime/zero/config.py, DeepSpeedZeroConfig.overlap_comm_valid: an
+    # unset overlap_comm is stage == 3). Full sharding prefetches layer by layer whatever this says.
+    overlaps_gradient_reduction: bool = True
 
     def attention_kernel(self, nccl_arch: str) -> str:
         return self.attention if nccl_arch in ("hopper", "blackwell") else self.attention_ampere
@@ -234,7 +241,16 @@ _BASE = {
         fused_loss_memory=True,
     ),
     "DeepSpeed": Framework(
-        "DeepSpeed", "flash2", "flash2", HF_EAGER, "eager_upcast", "adamw_fused", False, True, True
+        "DeepSpeed",
+        "flash2",
+        "flash2",
+        HF_EAGER,
+        "eager_upcast",
+        "adamw_fused",
+        False,
+        True,
+        True,
+        overlaps_gradient_reduction=False,
     ),
     "LLMFoundry": Framework(
         "LLMFoundry",

@@ -313,8 +313,6 @@ def layout_grid(request: LayoutRequest, hw: LayoutHardware) -> dict[str, I64]:
         if request.sharding is not None
         else list(range(len(SHARDINGS)))
     )
-    if not hw.overlaps_gradient_reduction:  # a bucketed reduction's setting: FSDP's is per layer
-        shardings = [s for s in shardings if s != SHARD_FULL]
     recomputes = (
         [RECOMPUTES.index(request.recompute)]
         if request.recompute is not None
@@ -637,7 +635,7 @@ def _levers(request: LayoutRequest, hw: LayoutHardware, closest: Layout) -> list
     micro = [("microBatchSize: 1", {"micro_batch": 1})] if closest.micro_batch > 1 else []
     sharding = (
         [("sharding: Full", {"sharding": SHARD_FULL})]
-        if closest.sharding != "Full" and closest.data * c > 1 and hw.overlaps_gradient_reduction
+        if closest.sharding != "Full" and closest.data * c > 1
         else []
     )
     tensors = [

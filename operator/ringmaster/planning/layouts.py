@@ -149,14 +149,25 @@ def resolve_framework(spec: Any, kind: str) -> tuple[Framework, str]:
     return framework(name), f"framework {name} ({why})"
 
 
-def gradient_reduction_note(chosen: Layout) -> str:
-    """What spec.parallelism.overlapGradientReduction false costs the chosen layout."""
+def _overlaps_gradient_reduction(par: Any, profile: Framework) -> bool:
+    """spec.parallelism.overlapGradientReduction, else the framework's default."""
+    stated = getattr(par, "overlap_gradient_reduction", None)
+    return profile.overlaps_gradient_reduction if stated is None else bool(stated)
+
+
+def gradient_reduction_note(chosen: Layout, profile: Framework) -> str:
+    """What the data-parallel reduction after backward costs the chosen layout."""
+    head = "overlapGradientReduction false"
+    if not profile.overlaps_gradient_reduction:
+        head += f" ({profile.name}'s default: ZeRO-1 / -2 leave overlap_comm off)"
+    if chosen.sharding == "Full":
+        return f"{head}: not for sharding Full, whose gathers and reductions run layer by layer"
     if chosen.data * chosen.context == 1:
-        return "overlapGradientReduction false: one data-parallel rank, nothing to reduce"
+        return f"{head}: one data-parallel rank, nothing to reduce"
     return (
-        "overlapGradientReduction false: the data-parallel reduction after the last backward"
-        f" and the optimizer's gather after the step, {_sig(chosen.exposed_data_parallel_seconds)}"
-        " s of the step on its critical path (Megatron-LM without --overlap-grad-reduce)"
+        f"{head}: the data-parallel reduction after the last backward and the optimizer's"
+        f" gather after the step, {_sig(chosen.exposed_data_parallel_seconds)} s of the step on"
+        " its critical path"
     )
 
 
@@ -373,7 +384,7 @@ def plan_layout(
         offload_layer_inputs=bool(getattr(par, "offload_layer_inputs", False)),
         vocab_tiles=int(getattr(par, "vocab_tiling", None) or 1),
         iota_embed=bool(getattr(par, "iota_embed", False)),
-        overlaps_gradient_reduction=bool(getattr(par, "overlap_gradient_reduction", True)),
+        overlaps_gradient_reduction=_overlaps_gradient_reduction(par, profile),
         optimizer_moments=str(getattr(spec.model, "optimizer_moments_dtype", None) or "fp32"),
         gradient_bytes=float(DTYPE_BYTES[str(getattr(spec.model, "gradient_dtype", "fp32"))]),
     )
@@ -427,7 +438,7 @@ def plan_layout(
             " bytes it moves, 20 a parameter for the 28 measured with fp32 moments"
         )
     if not hw.overlaps_gradient_reduction:
-        notes.append(gradient_reduction_note(chosen))
+        notes.append(gradient_reduction_note(chosen, profile))
     if hw.iota_embed:
         notes.append(
             "iotaEmbed: the embedding looked up as a one-hot matmul on the matrix units, its"
