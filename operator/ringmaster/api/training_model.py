@@ -17,6 +17,11 @@ from ringmaster.api.quantity import Count
 
 GradientDType = Literal["fp32", "bf16", "fp16"]
 OptimizerMomentsDType = Literal["fp32", "bf16"]
+ParameterDType = Literal["fp32", "bf16"]
+# The frameworks whose parameters may themselves be bf16, with no fp32 copy: MaxText's
+# weight_dtype bfloat16 and plain PyTorch's model.to(torch.bfloat16) (a test keeps the CEL's
+# list equal).
+BF16_PARAMETER_FRAMEWORKS = ("MaxText", "PyTorch")
 ComputePrecision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
 Fp8Recipe = Literal["Linear", "AllMatmuls"]
 FrameworkName = Literal["Megatron", "Torchtitan", "MaxText", "DeepSpeed", "LLMFoundry", "PyTorch"]
@@ -116,21 +121,32 @@ class TrainingModel(SpecModel):
     architecture: TransformerArchitecture | None = None
     """A transformer's shape: with it the engine derives parameters and FLOPs per token and
     plans memory and the tensor / pipeline / data-parallel layout (spec.parallelism)."""
-    gradient_dtype: GradientDType = Field(default="fp32", alias="gradientDType")
+    gradient_dtype: GradientDType | None = Field(default=None, alias="gradientDType")
     """Element type of the gradients that are all-reduced: with an architecture, also what the
     gradient buffer holds a parameter (fp32: 4 bytes, every framework's default; bf16:
     Megatron-Core's main_grads_dtype / grad_reduce_in_bf16, torchtitan's
-    mixed_precision_reduce)."""
-    optimizer_moments_dtype: OptimizerMomentsDType = Field(
-        default="fp32", alias="optimizerMomentsDType"
+    mixed_precision_reduce). Left out: fp32, or bf16 with parameterDType bf16."""
+    optimizer_moments_dtype: OptimizerMomentsDType | None = Field(
+        default=None, alias="optimizerMomentsDType"
     )
     """Element type of Adam's first and second moments: ``fp32`` (every framework's default)
     or ``bf16``, Megatron-Core's precision-aware optimizer (``--use-precision-aware-optimizer
     --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16``, which Megatron-Bridge's DeepSeek recipes
     set; the DeepSeek-V3 report, section 3.3.2): 8 bytes of optimizer state a parameter beside
     the fp32 master instead of 12, and an optimizer step that moves 20 bytes a parameter
-    instead of 28. ``bf16`` with framework Megatron only. Passed to workers as
-    RINGMASTER_OPTIMIZER_MOMENTS_DTYPE."""
+    instead of 28. ``bf16`` with framework Megatron only. Left out: fp32, or bf16 with
+    parameterDType bf16. Passed to workers as RINGMASTER_OPTIMIZER_MOMENTS_DTYPE."""
+    parameter_dtype: ParameterDType = Field(default="fp32", alias="parameterDType")
+    """Element type of the parameters the optimizer updates: ``fp32`` (every framework's
+    default: fp32 parameters cast to bf16 for compute, or fp32 masters beside the bf16 weights)
+    or ``bf16``, no fp32 copy at all: MaxText's ``weight_dtype: bfloat16`` (tpu-recipes'
+    Llama 3.1 70B on a v6e-32, its Mixtral 8x22B and DeepSeek-V3 configs) and plain PyTorch's
+    ``model.to(torch.bfloat16)``. The gradients and Adam's moments take the parameters' dtype
+    then (MaxText's mu_dtype and nu inherit weight_dtype; PyTorch's AdamW keeps its states in
+    the parameters' dtype; the gradients of bf16 parameters are bf16): 8 bytes a parameter of
+    state instead of 16, and an optimizer step that moves 14 bytes a parameter instead of 28.
+    ``bf16`` with framework MaxText or PyTorch, gradientDType and optimizerMomentsDType left out
+    or bf16. Passed to workers as RINGMASTER_PARAMETER_DTYPE."""
     compute_seconds_per_step: float | None = Field(default=None, gt=0, le=86400)
     """Measured forward+backward time of one step on one worker (give this or flopsPerSample)."""
     flops_per_sample: Count | None = None
@@ -154,6 +170,18 @@ class TrainingModel(SpecModel):
     (the default: the layers' linear layers, as Transformer Engine's default recipe and
     torchtitan's Float8 on nn.Linear; the attention core and the LM head stay bf16) or
     ``AllMatmuls`` (the attention core too, as Transformer Engine's FP8 attention)."""
+
+    @property
+    def gradient_element_type(self) -> str:
+        """The gradients' dtype as the job runs them: bf16 parameters have bf16 gradients."""
+        return "bf16" if self.parameter_dtype == "bf16" else str(self.gradient_dtype or "fp32")
+
+    @property
+    def moment_element_type(self) -> str:
+        """Adam's moments' dtype as the job keeps them: bf16 parameters' moments are bf16."""
+        if self.parameter_dtype == "bf16":
+            return "bf16"
+        return str(self.optimizer_moments_dtype or "fp32")
 
     cel_rules = (
         Rule(

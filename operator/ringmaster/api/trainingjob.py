@@ -28,7 +28,11 @@ from ringmaster.api.base import Int, Rule, SpecModel, StatusModel, StoredObject
 from ringmaster.api.common import Condition, MachineType, PodTemplate, conditions_field
 from ringmaster.api.parallelism import PARALLELISM_RULES, Parallelism
 from ringmaster.api.resource import AGE, PrinterColumn, Resource, SpecChange, condition_reason
-from ringmaster.api.training_model import TrainingFramework, TrainingModel
+from ringmaster.api.training_model import (
+    BF16_PARAMETER_FRAMEWORKS,
+    TrainingFramework,
+    TrainingModel,
+)
 
 DEFAULT_REDUCER_MACHINE_TYPE = "n1-highcpu-16"
 # The reducer image Vertex AI documents for its Reduction Server ("Distributed training" docs).
@@ -240,8 +244,48 @@ class TrainingJobSpec(SpecModel):
             field_path=".model.optimizerMomentsDType",
             reason="FieldValueForbidden",
             check=lambda s: (
-                s.model.optimizer_moments_dtype == "fp32"
+                s.model.optimizer_moments_dtype in (None, "fp32")
                 or (s.framework is not None and s.framework.name == "Megatron")
+            ),
+        ),
+        # Parameters kept in bf16 with no fp32 copy (MaxText's weight_dtype bfloat16, PyTorch's
+        # model.to(torch.bfloat16)); their gradients and moments take their dtype.
+        Rule(
+            cel=(
+                "!has(self.model.parameterDType) || self.model.parameterDType == 'fp32'"
+                " || (has(self.framework)"
+                f" && self.framework.name in {list(BF16_PARAMETER_FRAMEWORKS)})"
+            ),
+            message="model.parameterDType bf16 (no fp32 copy of the parameters) is MaxText's "
+            "weight_dtype bfloat16 or plain PyTorch's bf16 model: set framework.name MaxText or "
+            "PyTorch (Megatron and DeepSpeed keep fp32 masters; torchtitan's and llm-foundry's "
+            "FSDP keep fp32 parameters)",
+            field_path=".model.parameterDType",
+            reason="FieldValueForbidden",
+            check=lambda s: (
+                s.model.parameter_dtype == "fp32"
+                or (s.framework is not None and s.framework.name in BF16_PARAMETER_FRAMEWORKS)
+            ),
+        ),
+        Rule(
+            cel=(
+                "!has(self.model.parameterDType) || self.model.parameterDType == 'fp32'"
+                " || ((!has(self.model.gradientDType) || self.model.gradientDType == 'bf16')"
+                " && (!has(self.model.optimizerMomentsDType)"
+                " || self.model.optimizerMomentsDType == 'bf16'))"
+            ),
+            message="model.parameterDType bf16: the gradients and Adam's moments are bf16 with "
+            "the parameters (MaxText's mu_dtype and nu inherit weight_dtype, PyTorch's AdamW "
+            "states take the parameters' dtype): leave gradientDType and optimizerMomentsDType "
+            "out",
+            field_path=".model.parameterDType",
+            reason="FieldValueInvalid",
+            check=lambda s: (
+                s.model.parameter_dtype == "fp32"
+                or (
+                    s.model.gradient_dtype in (None, "bf16")
+                    and s.model.optimizer_moments_dtype in (None, "bf16")
+                )
             ),
         ),
         Rule(
@@ -433,6 +477,9 @@ class TrainingPlan(StatusModel):
     optimizer_moments_dtype: str | None = Field(default=None, alias="optimizerMomentsDType")
     """Adam's moments' element type (``spec.model.optimizerMomentsDType``): ``fp32`` or
     ``bf16``, in the optimizer state and the optimizer step."""
+    parameter_dtype: str | None = Field(default=None, alias="parameterDType")
+    """The parameters' element type (``spec.model.parameterDType``): ``fp32`` or ``bf16`` (no
+    fp32 copy: the gradients and Adam's moments bf16 with them)."""
     iota_embed: bool | None = None
     """MaxText's one-hot embedding lookup (``spec.parallelism.iotaEmbed``): two GEMMs over the
     vocabulary in the step's GEMMs."""

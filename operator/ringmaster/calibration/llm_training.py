@@ -635,6 +635,8 @@ def published_layout_search(row: Mapping[str, Any], nic_gbps: float | None = Non
         hw = replace(hw, vocab_tiles=int(row["vocab_tiling"]))
     if row.get("iota_embed"):  # MaxText's use_iota_embed: the lookup as a one-hot matmul
         hw = replace(hw, iota_embed=True)
+    if row.get("parameter_dtype") == "bf16":  # MaxText's weight_dtype bfloat16: no fp32 copy
+        hw = replace(hw, parameter_dtype="bf16", optimizer_moments="bf16", gradient_bytes=2.0)
     hw, _ = jax_hardware(hw, {str(k): str(v) for k, v in (row.get("env") or {}).items()})
     # An NVLink domain of several hosts (GB200 NVL72) is one NCCL node, as a job's plan has it.
     hw, _ = L.on_nvlink_domain(hw, host.machine)

@@ -52,6 +52,8 @@ from ringmaster.engine.llm_memory import (
     ALLOCATOR_SLACK_AT_LIMIT,
     FRAMEWORK_RESERVE_BYTES,
     MOMENT_BYTES,
+    PARAMETER_BYTES,
+    optimizer_state_bytes,
 )
 from ringmaster.engine.profiled import profiled_pool
 from ringmaster.engine.training import (
@@ -130,6 +132,9 @@ class LayoutHardware:
     # and the data-parallel reduction moves, 4 (fp32 main grads, every framework's default) or 2
     # (Megatron-Core's main_grads_dtype / grad_reduce_in_bf16, torchtitan's mixed_precision_reduce).
     gradient_bytes: float = 4.0
+    # The parameters' own dtype (spec.model.parameterDType): fp32 (the parameters, or the masters
+    # beside bf16 weights), or bf16 with no fp32 copy (MaxText's weight_dtype bfloat16).
+    parameter_dtype: str = "fp32"
     wrapped: tuple[bool, bool, bool] = (False, False, False)
     reducers: int = 0  # reduction-server reducers (0: none considered)
     reducer_bandwidth: float = 0.0  # achieved, bytes/s, per reducer
@@ -192,6 +197,16 @@ class LayoutHardware:
     def optimizer_moment_bytes(self) -> float:
         """Bytes of each of Adam's moments a parameter (MOMENT_BYTES of optimizer_moments)."""
         return MOMENT_BYTES[self.optimizer_moments]
+
+    @property
+    def parameter_bytes(self) -> float:
+        """Bytes of the parameter (or master) the optimizer updates (PARAMETER_BYTES)."""
+        return PARAMETER_BYTES[self.parameter_dtype]
+
+    @property
+    def optimizer_state_bytes(self) -> float:
+        """The optimizer's state a parameter: the parameter (master) and Adam's two moments."""
+        return optimizer_state_bytes(self.optimizer_moment_bytes, self.parameter_bytes)
 
     @property
     def replica_groups(self) -> int:

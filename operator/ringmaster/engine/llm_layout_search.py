@@ -29,7 +29,6 @@ from ringmaster.engine.llm_layout_names import (
 )
 from ringmaster.engine.llm_memory import (
     memory_per_accelerator,
-    optimizer_state_bytes,
     valid_pipeline,
     weight_bytes,
 )
@@ -701,7 +700,7 @@ def _does_not_fit(closest: Layout, hw: LayoutHardware, request: LayoutRequest) -
     tips = _levers(request, hw, closest)
     if not tips:
         kept = float(weight_bytes(hw.framework, SHARD_FULL))
-        state = optimizer_state_bytes(hw.optimizer_moment_bytes)
+        state = hw.optimizer_state_bytes
         model_state = request.model.parameters * (kept + hw.gradient_bytes + state)
         needed = math.ceil(model_state / max(hw.memory_bytes - hw.runtime_reserve_bytes, 1.0))
         tips.append(

@@ -63,6 +63,10 @@ BYTES_OPTIMIZER = 12.0
 # DeepSeek-V3 report section 3.3.2) beside the fp32 master: 8 bytes (optimizer_state_bytes).
 BYTES_MOMENT_FP32 = 4.0
 MOMENT_BYTES = {"fp32": BYTES_MOMENT_FP32, "bf16": 2.0}  # spec.model.optimizerMomentsDType
+# The parameter (or master) the optimizer updates: fp32 in those 12, bf16 where the parameters
+# are bf16 with no fp32 copy (spec.model.parameterDType: MaxText's weight_dtype bfloat16).
+BYTES_PARAMETER_FP32 = 4.0
+PARAMETER_BYTES = {"fp32": BYTES_PARAMETER_FP32, "bf16": 2.0}
 # Those 18 are the state of an optimizer that keeps fp32 masters beside the bf16 weights it
 # computes with and copies them back after each update (Megatron-LM's and DeepSpeed's
 # mixed-precision optimizers: Framework.copies_weights_back). Where the parameters are the fp32
@@ -349,10 +353,17 @@ class MemoryArrays(NamedTuple):
     total: F64
 
 
-def optimizer_state_bytes(moment_bytes: float = BYTES_MOMENT_FP32) -> float:
-    """Optimizer state a parameter: the fp32 master and Adam's two moments of ``moment_bytes``
-    each (BYTES_OPTIMIZER at fp32)."""
-    return BYTES_OPTIMIZER - 2.0 * (BYTES_MOMENT_FP32 - moment_bytes)
+def optimizer_state_bytes(
+    moment_bytes: float = BYTES_MOMENT_FP32, parameter_bytes: float = BYTES_PARAMETER_FP32
+) -> float:
+    """Optimizer state a parameter: the master (the parameter itself where it is the copy the
+    optimizer updates) and Adam's two moments of ``moment_bytes`` each (BYTES_OPTIMIZER at
+    fp32)."""
+    return (
+        BYTES_OPTIMIZER
+        - 2.0 * (BYTES_MOMENT_FP32 - moment_bytes)
+        - (BYTES_PARAMETER_FP32 - parameter_bytes)
+    )
 
 
 def weight_bytes(framework: Framework, sharding: ArrayLike) -> F64:

@@ -93,7 +93,6 @@ from ringmaster.engine.llm_memory import (
     activation_bytes_per_layer,
     loss_bytes_per_logit,
     memory_per_accelerator,
-    optimizer_state_bytes,
     stage_layers,
     stage_parameters,
     weight_bytes,
@@ -373,7 +372,7 @@ def hardware_memory_terms(
         "bf16_weight_bytes": weight_bytes(hw.framework, sharding),
         "layer_inputs_on_host": hw.offload_layer_inputs,
         "shared_peak": hw.framework.compiler_buffers,
-        "optimizer_bytes": optimizer_state_bytes(hw.optimizer_moment_bytes),
+        "optimizer_bytes": hw.optimizer_state_bytes,
         "gradient_bytes": hw.gradient_bytes,
     }
 

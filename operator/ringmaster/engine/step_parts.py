@@ -47,6 +47,7 @@ from ringmaster.engine.llm_layout_names import (
 )
 from ringmaster.engine.llm_memory import (
     BYTES_ACTIVATION,
+    BYTES_GRADIENTS,
     BYTES_MOMENT_FP32,
     REBUILDS_LAYER,
     routed_expert_parameters_per_layer,
@@ -652,8 +653,8 @@ def micro_batch_scores_bytes(
     return _f(2.0 * _f(micro_batch) * model.heads / _f(tensor) * s * s / _f(context))
 
 
-# AdamW's bytes a parameter beside its moments: the fp32 parameter read and written, its fp32
-# gradient read.
+# AdamW's bytes a parameter beside its moments, as measured: the fp32 parameter read and written,
+# its fp32 gradient read.
 ADAM_FIXED_BYTES = 12.0
 
 
@@ -672,15 +673,18 @@ def optimizer_seconds(
     params = _f(rank_parameters)
     updated = np.where(np.asarray(sharding) == SHARD_NONE, params, params / _f(shard_ranks))
     # The measured AdamW moved 28 bytes a parameter (the fp32 parameter read and written, its
-    # gradient read, each fp32 moment read and written): bf16 moments move 20, in that ratio
-    # (derived from the bytes, not measured).
-    moments = ADAM_FIXED_BYTES + 4.0 * hw.optimizer_moment_bytes
-    adam = moments / (ADAM_FIXED_BYTES + 4.0 * BYTES_MOMENT_FP32)
+    # gradient read, each fp32 moment read and written): bf16 moments move 20, bf16 parameters
+    # with their bf16 gradients and moments 14, in that ratio (derived from the bytes, not
+    # measured).
+    moved = 2.0 * hw.parameter_bytes + hw.gradient_bytes + 4.0 * hw.optimizer_moment_bytes
+    adam = moved / (ADAM_FIXED_BYTES + 4.0 * BYTES_MOMENT_FP32)
     seconds = ce.optimizer_seconds(fw.optimizer, 1.0) * updated * adam
-    seconds = seconds + ce.optimizer_seconds("zero_grads", 1.0) * params
+    # the gradient buffer's passes (zeroed, accumulated into), measured on fp32 gradients
+    grads = hw.gradient_bytes / BYTES_GRADIENTS
+    seconds = seconds + ce.optimizer_seconds("zero_grads", 1.0) * params * grads
     if fw.copies_weights_back:
         seconds = seconds + ce.optimizer_seconds("copy_back", 1.0) * updated
     if not fw.fused_grad_accumulation:
         extra = np.maximum(_f(micro_batches) - 1.0, 0.0)
-        seconds = seconds + ce.optimizer_seconds("grad_accumulate", 1.0) * params * extra
+        seconds = seconds + ce.optimizer_seconds("grad_accumulate", 1.0) * params * extra * grads
     return _f(seconds)

@@ -209,6 +209,7 @@ LAYOUT_ENV = (
     ("RINGMASTER_IOTA_EMBED", "iotaEmbed"),
     ("RINGMASTER_OVERLAP_GRAD_REDUCE", "overlapGradientReduction"),
     ("RINGMASTER_OPTIMIZER_MOMENTS_DTYPE", "optimizerMomentsDType"),
+    ("RINGMASTER_PARAMETER_DTYPE", "parameterDType"),
     ("RINGMASTER_VIRTUAL_PIPELINE_STAGES", "virtualPipelineStages"),
     ("RINGMASTER_PIPELINE_LAYOUT", "pipelineLayout"),
     ("RINGMASTER_FRAMEWORK", "framework"),

@@ -288,7 +288,7 @@ def training_inputs(
         per_worker=spec.accelerator.per_worker,
         workers=spec.workers,
         parameters=float(model.parameters) if model.parameters is not None else 0.0,
-        gradient_dtype=str(model.gradient_dtype),
+        gradient_dtype=model.gradient_element_type,
         compute_seconds_per_step=model.compute_seconds_per_step,
         flops_per_sample=None if model.flops_per_sample is None else float(model.flops_per_sample),
         batch_per_accelerator=model.batch_size_per_accelerator,

@@ -125,13 +125,14 @@ def training_warnings(
     prediction = plan.prediction
     accelerators = prediction.workers * prediction.per_worker
     accelerator = catalog.accelerator(prediction.accelerator)
-    needed = parameters * DTYPE_BYTES.get(str(model.gradient_dtype), 4) * MIN_TRAINING_COPIES
+    needed = parameters * DTYPE_BYTES.get(model.gradient_element_type, 4) * MIN_TRAINING_COPIES
     if needed / accelerators > accelerator.memory_bytes:
         warnings.append(
             Implausible(
                 size_field,
                 "ExceedsAcceleratorMemory",
-                f"weights and gradients alone ({model.gradient_dtype}) need {_bytes(needed)}: "
+                f"weights and gradients alone ({model.gradient_element_type}) need"
+                f" {_bytes(needed)}: "
                 f"{_bytes(needed / accelerators)} per accelerator even sharded over all "
                 f"{accelerators} of the gang, more than the {_bytes(accelerator.memory_bytes)} "
                 f"of one {accelerator.name}",
@@ -224,6 +225,7 @@ def _training_flag_warnings(spec: Any, plan: TrainingReport) -> list[Implausible
         training_flags.TENSOR_OVERLAP: "true" if hw.tensor_overlap else "false",
         training_flags.IOTA_EMBED: "true" if hw.iota_embed else "false",
         training_flags.GRAD_OVERLAP: "true" if hw.overlaps_gradient_reduction else "false",
+        training_flags.PARAMETER_DTYPE: hw.parameter_dtype,
     }
     flags = training_flags.classify(template.command, template.args, planned, env, assumed)
     if flags is None:

@@ -65,6 +65,7 @@ MOMENTS = "RINGMASTER_OPTIMIZER_MOMENTS_DTYPE"
 EARLY_STOP = "framework.recomputeStopsEarly"
 TENSOR_OVERLAP = "parallelism.tensorOverlap"
 IOTA_EMBED = "parallelism.iotaEmbed"
+PARAMETER_DTYPE = "model.parameterDType"
 GRAD_OVERLAP = "parallelism.overlapGradientReduction"
 GRAD_OVERLAP_ENV = "RINGMASTER_OVERLAP_GRAD_REDUCE"
 _PP_EXPOSED = "the plan charges the pipeline's sends as exposed"
@@ -91,6 +92,9 @@ class Launcher:
     # Spec switches whose absence from the line means a setting: name -> (its path under spec,
     # what absence means, the plan's variable a line passes it by instead).
     absent_switches: Mapping[str, tuple[str, str, str]] = field(default_factory=dict)
+    # Of the spec switches, those that take a word, not a boolean: name -> {its word: the
+    # spec's}.
+    value_names: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
 def _script(*suffixes: str) -> Callable[[list[str], int], int]:
@@ -222,7 +226,11 @@ MAXTEXT = Launcher(
             "minimal_offloaded": "MinimalOffloaded",
         },
     ),
-    spec_switches={"use_iota_embed": (IOTA_EMBED, "true")},
+    spec_switches={
+        "use_iota_embed": (IOTA_EMBED, "true"),
+        "weight_dtype": (PARAMETER_DTYPE, ""),
+    },
+    value_names={"weight_dtype": {"float32": "fp32", "bfloat16": "bf16"}},
 )
 LAUNCHERS = (MEGATRON, TORCHTITAN, MAXTEXT, NEMO)
 _TRUE = frozenset({"true", "1", "yes"})
@@ -304,7 +312,7 @@ def classify(
         precision: tuple[str, str] | None = None
         seen = {_normalise(raw, launcher.style) for raw, _ in pairs}
         for name, (spec_field, absent, passed_as) in launcher.absent_switches.items():
-            if name in seen or any(passed_as in word for word in found):
+            if name in seen or any(passed_as in w for w in found):
                 continue  # stated on the line, or passed as the plan's variable
             conflict = _against_spec(
                 name,
@@ -328,9 +336,19 @@ def classify(
                     ignored.append((raw, launcher.not_modelled[name]))
                 continue
             if name in launcher.spec_switches:
-                conflict = _spec_switch(
-                    raw, value, launcher.spec_switches[name], spec_settings or {}
-                )
+                vocabulary = launcher.value_names.get(name)
+                if vocabulary is not None:  # a word: the spec's value under the launcher's name
+                    stated = vocabulary.get((value or "").strip().lower())
+                    spec_field = launcher.spec_switches[name][0]
+                    conflict = (
+                        None
+                        if stated is None or value is None
+                        else _against_spec(raw, value, stated, spec_field, spec_settings or {})
+                    )
+                else:
+                    conflict = _spec_switch(
+                        raw, value, launcher.spec_switches[name], spec_settings or {}
+                    )
                 if conflict is not None:
                     conflicts.append(conflict)
                 continue
