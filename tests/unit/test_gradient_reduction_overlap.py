@@ -7,7 +7,6 @@ falls as much only with the reduction after backward."""
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import numpy as np
@@ -25,23 +24,13 @@ from ringmaster.planning import plan_training
 from ringmaster.planning.layouts import layout_status
 from ringmaster.planning.plausibility import training_warnings
 from ringmaster.planning.training_flags import GRAD_OVERLAP, classify
-from tests.unit.test_llm_layouts import AUTO, load, refusals
+from tests.unit.test_llm_layouts import fixed_layout_job, refusals
 
 pytestmark = pytest.mark.unit
 
 
 def _job(overlap: bool | None, sharding: str = "Optimizer") -> dict[str, Any]:
-    doc = copy.deepcopy(load(AUTO))
-    doc["spec"]["framework"] = {"name": "Megatron"}
-    doc["spec"]["parallelism"] = {
-        "tensor": 8,
-        "pipeline": 1,
-        "context": 1,
-        "sharding": sharding,
-        "microBatchSize": 1,
-        "globalBatchSize": 128,
-        "activationRecompute": "Selective",
-    }
+    doc = fixed_layout_job("Megatron", sharding)
     if overlap is not None:
         doc["spec"]["parallelism"]["overlapGradientReduction"] = overlap
     return doc

@@ -32,6 +32,25 @@ def load(path: Path) -> dict[str, Any]:
     return yaml.safe_load(path.read_text())
 
 
+def fixed_layout_job(
+    framework: str, sharding: str = "Optimizer", recompute: str = "Selective"
+) -> dict[str, Any]:
+    """The Llama 2 70B example at one layout (tensor 8, one stage, micro-batch 1, 128 sequences)
+    and ``framework``, so that two plans of a setting's values run the same layout."""
+    doc = copy.deepcopy(load(AUTO))
+    doc["spec"]["framework"] = {"name": framework}
+    doc["spec"]["parallelism"] = {
+        "tensor": 8,
+        "pipeline": 1,
+        "context": 1,
+        "sharding": sharding,
+        "microBatchSize": 1,
+        "globalBatchSize": 128,
+        "activationRecompute": recompute,
+    }
+    return doc
+
+
 def refusals(doc: dict[str, Any]) -> tuple[list[tuple[str, str, str]], list[tuple[str, str]]]:
     crd = offline_admit(doc)
     try:

@@ -11,7 +11,6 @@ bytes (a layout read them as fp32 before, whatever gradientDType said)."""
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pytest
@@ -22,7 +21,7 @@ from ringmaster.manifests.training import layout_env
 from ringmaster.planning import plan_training
 from ringmaster.planning.layouts import layout_status
 from ringmaster.planning.training_flags import classify
-from tests.unit.test_llm_layouts import AUTO, load, refusals
+from tests.unit.test_llm_layouts import fixed_layout_job, refusals
 
 pytestmark = pytest.mark.unit
 
@@ -30,18 +29,7 @@ pytestmark = pytest.mark.unit
 def _job(
     moments: str | None, framework: str = "Megatron", gradients: str | None = None
 ) -> dict[str, Any]:
-    doc = copy.deepcopy(load(AUTO))
-    doc["spec"]["framework"] = {"name": framework}
-    # a fixed layout, so that both plans run the same one
-    doc["spec"]["parallelism"] = {
-        "tensor": 8,
-        "pipeline": 1,
-        "context": 1,
-        "sharding": "Optimizer",
-        "microBatchSize": 1,
-        "globalBatchSize": 128,
-        "activationRecompute": "Selective",
-    }
+    doc = fixed_layout_job(framework)  # one layout, so that both plans run the same one
     if moments is not None:
         doc["spec"]["model"]["optimizerMomentsDType"] = moments
     if gradients is not None:

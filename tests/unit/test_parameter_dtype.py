@@ -6,7 +6,6 @@ fp32 parameters the engine refused it."""
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pytest
@@ -18,23 +17,13 @@ from ringmaster.manifests.training import layout_env
 from ringmaster.planning import plan_training
 from ringmaster.planning.layouts import layout_status
 from ringmaster.planning.training_flags import PARAMETER_DTYPE, classify
-from tests.unit.test_llm_layouts import AUTO, load, refusals
+from tests.unit.test_llm_layouts import fixed_layout_job, refusals
 
 pytestmark = pytest.mark.unit
 
 
 def _job(parameters: str | None, framework: str = "PyTorch", **model: str) -> dict[str, Any]:
-    doc = copy.deepcopy(load(AUTO))
-    doc["spec"]["framework"] = {"name": framework}
-    doc["spec"]["parallelism"] = {
-        "tensor": 8,
-        "pipeline": 1,
-        "context": 1,
-        "sharding": "Optimizer",
-        "microBatchSize": 1,
-        "globalBatchSize": 128,
-        "activationRecompute": "Full",
-    }
+    doc = fixed_layout_job(framework, recompute="Full")
     doc["spec"]["template"]["args"] = ["sleep 1"]
     if parameters is not None:
         doc["spec"]["model"]["parameterDType"] = parameters
