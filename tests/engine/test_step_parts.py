@@ -3,6 +3,7 @@ the evidence behind a verdict."""
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import replace
 
 import numpy as np
@@ -21,6 +22,7 @@ from ringmaster.calibration.evidence import (
     render_evidence_matrix,
     training_cells,
 )
+from ringmaster.calibration.llm_training import flagperf_a800
 from ringmaster.engine import ceilings as CE
 from ringmaster.engine import llm_training as L
 from ringmaster.engine.frameworks import FRAMEWORKS, framework, infer_framework
@@ -245,6 +247,16 @@ def test_the_evidence_matrix_separates_fitted_checked_and_extrapolated():
     assert "accelerator framework" in render_evidence_matrix()
     loso = {r.source: r for r in leave_one_source_out()}
     assert loso["maxtext-v5e"].refitted == 1.0 and loso["maxtext-v5e"].median_error > 0
+    # FlagPerf's 2024 Megatron-Core runs on the A100's chip check the 2021-fitted Ampere step
+    # fit: nearer with it than without (fit 1.0)
+    flagperf = loso["flagperf-mcore-a800"]
+    assert flagperf.rows == 7 and flagperf.constant.endswith("(its checked source)")
+    with_fit = [
+        abs(pred / pub - 1.0) for _, pub, pred in flagperf_a800({}, L.GEMM_STEP_FIT["ampere"])
+    ]
+    assert statistics.median(with_fit) < flagperf.median_error
+    # DeepSpeed's cells: checked now (FlagPerf), B200 still extrapolated
+    assert "1 checked run, " in cell_evidence("nvidia-a100-80gb", "DeepSpeed", "bf16")
 
 
 def test_the_evidence_matrix_shows_each_cells_lean_and_flags_the_systematic_ones():

@@ -107,7 +107,8 @@ class Cell:
         where = f"{self.generation} x {self.framework} x {self.precision}"
         if not self.checked:
             return f"{where}: {self.fitted} fitted runs, none checked"
-        text = f"{where}: {self.checked} checked runs, median |error| {self.checked_median:.1%}"
+        runs = "run" if self.checked == 1 else "runs"
+        text = f"{where}: {self.checked} checked {runs}, median |error| {self.checked_median:.1%}"
         if self.checked_signed is not None:
             text += f", signed median {self.checked_signed:+.1%}"
             if self.leans:
@@ -368,6 +369,12 @@ def leave_one_source_out() -> list[LeaveOneOut]:
             "torchtitan-a100-fsdp",
             "ampere",
             T._torchtitan,
+        ),
+        (
+            'GEMM_STEP_FIT["ampere"] (its checked source)',
+            T.FLAGPERF_A800,
+            "ampere",
+            T.flagperf_a800,
         ),
         ('GEMM_STEP_FIT["tpu"]', "maxtext-v5e", "tpu", T._maxtext),
         (

@@ -588,9 +588,12 @@ def published_framework(row: Mapping[str, Any]) -> str:
     return "Megatron"
 
 
-def published_layout_search(row: Mapping[str, Any], nic_gbps: float | None = None) -> LayoutSearch:
+def published_layout_search(
+    row: Mapping[str, Any], nic_gbps: float | None = None, step_fit: float | None = None
+) -> LayoutSearch:
     """The search with every field the published run fixed (recompute ``Auto`` where the source
-    names none), on the run's accelerators (with ``nic_gbps`` per host where given)."""
+    names none), on the run's accelerators (with ``nic_gbps`` per host where given); ``step_fit``
+    in place of the chip's fitted GEMM step fit (the leave-one-source-out refit)."""
     per_host = int(row.get("per_host", 8))
     machine = row.get("machine")
     host = DEFAULT_CATALOG.host(str(row["accelerator"]), per_host, machine and str(machine))
@@ -623,6 +626,8 @@ def published_layout_search(row: Mapping[str, Any], nic_gbps: float | None = Non
     )
     if nic_gbps is not None:
         hw = replace(hw, nic_bandwidth=gbps_to_bytes_per_second(nic_gbps) * NIC_EFFICIENCY)
+    if step_fit is not None:
+        hw = replace(hw, step_fit=step_fit)
     if row.get("tensor_overlap"):  # the run's recipe overlaps its TP collectives
         hw = replace(hw, tensor_overlap=True)
     if row.get("overlap_grad_reduce") is False:  # Megatron-LM without --overlap-grad-reduce
@@ -661,6 +666,22 @@ def published_layout_search(row: Mapping[str, Any], nic_gbps: float | None = Non
 def _model_label(row: Mapping[str, Any]) -> str:
     spec = row["model"]
     return str(spec["name"]) if isinstance(spec, Mapping) else str(spec)
+
+
+FLAGPERF_A800 = "flagperf-mcore-a800"
+
+
+def flagperf_a800(_: Mapping[str, Any], fit: float) -> list[tuple[str, float, float]]:
+    """(row, published, predicted tokens/s per GPU) of FlagPerf's Megatron-Core runs on the A800
+    (the A100's chip; llm_training_points.yaml), at GEMM step fit ``fit``: a checked source of
+    GEMM_STEP_FIT["ampere"]."""
+    out = []
+    for r in training_points()["published_layouts"]:
+        if str(r["id"]).startswith(FLAGPERF_A800):
+            chosen = published_layout_search(r, published_nic_gbps(r), step_fit=fit).chosen
+            published = float(r["tokens_per_s_per_gpu"])
+            out.append((str(r["id"]), published, chosen.tokens_per_second / int(r["gpus"])))
+    return out
 
 
 def _offload(layout: Layout) -> str:
