@@ -127,6 +127,13 @@ def test_deepspeed_s_zero_1_and_2_leave_it_off_unless_told() -> None:
     assert layout_status(told.layout)["overlapGradientReduction"] is True
     assert default.layout.chosen.step_seconds > told.layout.chosen.step_seconds
     assert any("DeepSpeed's default" in n for n in default.prediction.notes)
+    assert not any("DeepSpeed's default" in n for n in plan(False).prediction.notes)
+    zero3_doc = _job(None, "Full")
+    zero3_doc["spec"]["framework"] = {"name": "DeepSpeed"}
+    zero3_doc["spec"]["template"]["args"] = ["sleep 1"]
+    zero3 = plan_training(parse_manifest(zero3_doc).spec)
+    assert zero3.layout.chosen.sharding == "Full"  # ZeRO-3 overlaps its own: no note
+    assert not any(n.startswith("overlapGradientReduction") for n in zero3.prediction.notes)
     assert layout_status(plan(None, "PyTorch").layout)["overlapGradientReduction"] is True
 
 

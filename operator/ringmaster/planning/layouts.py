@@ -155,13 +155,20 @@ def _overlaps_gradient_reduction(par: Any, profile: Framework) -> bool:
     return profile.overlaps_gradient_reduction if stated is None else bool(stated)
 
 
-def gradient_reduction_note(chosen: Layout, profile: Framework) -> str:
-    """What the data-parallel reduction after backward costs the chosen layout."""
-    head = "overlapGradientReduction false"
-    if not profile.overlaps_gradient_reduction:
-        head += f" ({profile.name}'s default: ZeRO-1 / -2 leave overlap_comm off)"
-    if chosen.sharding == "Full":
-        return f"{head}: not for sharding Full, whose gathers and reductions run layer by layer"
+def gradient_reduction_note(chosen: Layout, profile: Framework, stated: bool | None) -> str | None:
+    """What the data-parallel reduction after backward costs the chosen layout: ``stated``, the
+    job's overlapGradientReduction (None: the framework's default, which was off)."""
+    if stated is None:
+        if chosen.sharding == "Full":
+            return None  # ZeRO-3 overlaps its own: nothing the job left out applies
+        head = (
+            f"overlapGradientReduction left out: {profile.name}'s default, off (ZeRO-1 / -2 leave"
+            " overlap_comm off)"
+        )
+    else:
+        head = "overlapGradientReduction false"
+        if chosen.sharding == "Full":
+            return f"{head}: not for sharding Full, whose gathers and reductions run layer by layer"
     if chosen.data * chosen.context == 1:
         return f"{head}: one data-parallel rank, nothing to reduce"
     return (
@@ -439,7 +446,11 @@ def plan_layout(
             " bytes it moves, 20 a parameter for the 28 measured with fp32 moments"
         )
     if not hw.overlaps_gradient_reduction:
-        notes.append(gradient_reduction_note(chosen, profile))
+        note = gradient_reduction_note(
+            chosen, profile, getattr(par, "overlap_gradient_reduction", None)
+        )
+        if note is not None:
+            notes.append(note)
     if hw.parameter_dtype != "fp32":
         notes.append(
             "parameterDType bf16: the parameters, their gradients and Adam's moments in bf16 with"
