@@ -160,7 +160,8 @@ class Parallelism(SpecModel):
     Megatron-Core's default), ``OneFOneB`` (Megatron-Core's --overlap-moe-expert-parallel-comm:
     in 1F1B's steady state one micro-batch's forward runs beside another's backward, each one's
     all-to-alls behind the other's compute; needs expert > 1, pipeline 1 or
-    virtualPipelineStages > 1, and no Full recompute) or ``DualPipe`` (DeepSeek-V3's
+    virtualPipelineStages > 1, and no Full recompute; Megatron-Bridge's published runs realise
+    none of that hiding, and the plan prices it so) or ``DualPipe`` (DeepSeek-V3's
     bidirectional pipeline: the same overlap, a bubble of (pipeline/2 - 1)(F&B + B - 3W) and
     two stages' weights per rank; needs an even pipeline and virtualPipelineStages 1). A dense
     model takes None."""

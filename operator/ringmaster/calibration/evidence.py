@@ -443,6 +443,17 @@ def _moe_sync_fits() -> list[LeaveOneOut]:
     ]
 
 
+def _overlap_fits() -> list[LeaveOneOut]:
+    """engine.frameworks.MEGATRON_ONE_F_ONE_B_REALISED, fitted on one release: without it the
+    schedule's ideal hiding (1), its rows and the checked releases' predicted with it."""
+    from ringmaster.calibration.moe import overlap_leave_one_out
+
+    return [
+        LeaveOneOut("MEGATRON_ONE_F_ONE_B_REALISED", source, fitted, refit, rows, error)
+        for source, fitted, refit, rows, error in overlap_leave_one_out()
+    ]
+
+
 def _two_source_fits() -> list[LeaveOneOut]:
     """Constants of engine.efficiency fitted as a mean over two sources: each source left out,
     the other alone sets the constant, and the left-out source's rows are predicted with it."""
@@ -578,7 +589,7 @@ def render_leave_one_out() -> str:
         f" {'median |error|':>15}",
     ]
     rows = [*leave_one_source_out(), *_two_source_fits(), *_fp4_engine_fits()]
-    for r in [*rows, *_occupancy_kernel_fits(), *_moe_sync_fits()]:
+    for r in [*rows, *_occupancy_kernel_fits(), *_moe_sync_fits(), *_overlap_fits()]:
         lines.append(
             f"{r.constant:<46} {r.source:<40} {r.fitted:>7.3f} {r.refitted:>7.3f} {r.rows:>5}"
             f" {r.median_error:>15.1%}"

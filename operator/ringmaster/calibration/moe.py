@@ -143,7 +143,10 @@ TRAINING_TOLERANCE = 0.6
 
 
 def predicted_tokens_per_gpu(
-    point: dict[str, Any], catalog: Catalog, moe_sync_seconds: float | None = None
+    point: dict[str, Any],
+    catalog: Catalog,
+    moe_sync_seconds: float | None = None,
+    one_f_one_b_realised: float | None = None,
 ) -> float:
     """Tokens per second per GPU of the run's own layout, as the layout engine predicts it: the
     run's micro-batch and virtual stages where it states them, its hosts' NIC where it names one
@@ -151,7 +154,8 @@ def predicted_tokens_per_gpu(
     plan has it, recompute ``Auto`` (unstated) searched, Megatron-Core's CUDA graphs
     (``cuda_graph``) and the router's forced balance (``force_balanced``) where the run states
     them. ``moe_sync_seconds``: the framework's MoE host sync in place of its own where it has
-    one (the fit)."""
+    one (the fit); ``one_f_one_b_realised``: the share of OneFOneB's hiding realised in place of
+    the framework's (the overlap fit)."""
     per_host = int(point.get("per_host", 8))
     if point["accelerator"] == "h800":
         acc, machine = _hardware(point["accelerator"], catalog)
@@ -167,6 +171,8 @@ def predicted_tokens_per_gpu(
     )
     if moe_sync_seconds is not None and profile.moe_sync_seconds:  # not under a full graph
         profile = replace(profile, moe_sync_seconds=moe_sync_seconds)
+    if one_f_one_b_realised is not None:
+        profile = replace(profile, one_f_one_b_realised=one_f_one_b_realised)
     hw = L.layout_hardware(
         host, hosts, catalog, compute_precision=point["compute_precision"], framework=profile
     )
@@ -215,9 +221,51 @@ def _implied_sync_seconds(point: dict[str, Any], catalog: Catalog) -> float:
 
 
 def _implied_syncs(data: dict[str, Any], catalog: Catalog) -> list[tuple[dict[str, Any], float]]:
-    """Each ``role: fitted`` training row with the sync it implies (computed once a row)."""
-    rows = [p for p in data.get("training", []) if p.get("role") == FITTED]
+    """Each ``role: fitted`` training row of the sync (no other ``fit``) with the sync it
+    implies (computed once a row)."""
+    rows = [p for p in data.get("training", []) if p.get("role") == FITTED and "fit" not in p]
     return [(p, _implied_sync_seconds(p, catalog)) for p in rows]
+
+
+# The rows that fit engine.frameworks.MEGATRON_ONE_F_ONE_B_REALISED: ``fit: expert_overlap``.
+OVERLAP_FIT = "expert_overlap"
+
+
+def implied_overlap_share(point: dict[str, Any], catalog: Catalog) -> float:
+    """The share of OneFOneB's ideal hiding a run realises: where its published step lies between
+    the engine's step with none of the hiding (0) and with all of it (1); the step is linear in
+    it at the run's layout."""
+    step = {
+        share: 1.0 / predicted_tokens_per_gpu(point, catalog, one_f_one_b_realised=share)
+        for share in (0.0, 1.0)
+    }
+    published = 1.0 / float(point["published_tokens_per_second_per_gpu"])
+    return (step[0.0] - published) / (step[0.0] - step[1.0])
+
+
+def overlap_runs(data: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The training rows under OneFOneB that check or fit the realised share (GPT-OSS-120B's
+    left out: its step is not explained, the rows say why)."""
+    data = data if data is not None else load_points(MOE_POINTS)
+    return [
+        p
+        for p in data.get("training", [])
+        if p.get("expert_overlap") == "OneFOneB" and p.get("model") != "gpt-oss-120b"
+    ]
+
+
+def overlap_realised_fit(
+    points: dict[str, Any] | None = None, catalog: Catalog | None = None
+) -> tuple[float, int]:
+    """MEGATRON_ONE_F_ONE_B_REALISED from its ``fit: expert_overlap`` rows: the median of the
+    share each implies, clamped to [0, 1] (rounded to 0.01), and how many rows."""
+    catalog = catalog or DEFAULT_CATALOG
+    shares = [
+        implied_overlap_share(p, catalog)
+        for p in overlap_runs(points)
+        if p.get("role") == FITTED and p.get("fit") == OVERLAP_FIT
+    ]
+    return round(min(max(statistics.median(shares), 0.0), 1.0), 2), len(shares)
 
 
 def moe_sync_fit(
@@ -256,4 +304,32 @@ def moe_sync_leave_one_out(
             for p in own
         ]
         out.append((source, whole, refit, len(own), statistics.median(errors)))
+    return out
+
+
+def overlap_leave_one_out(
+    points: dict[str, Any] | None = None, catalog: Catalog | None = None
+) -> list[tuple[str, float, float, int, float]]:
+    """The overlap fit's one source left out (the schedule's ideal hiding, 1, in its place): its
+    rows and the checked ones, (source, fitted, refit, rows, their median |error| under it)."""
+    catalog = catalog or DEFAULT_CATALOG
+    fitted, _ = overlap_realised_fit(points, catalog)
+    runs = overlap_runs(points)
+    out = []
+    for label, rows in (
+        (
+            "Megatron-Bridge 26.06 (OneFOneB)",
+            [p for p in runs if p.get("fit") == OVERLAP_FIT],
+        ),
+        ("its checked runs (26.02-26.08)", [p for p in runs if p.get("fit") != OVERLAP_FIT]),
+    ):
+        errors = [
+            abs(
+                predicted_tokens_per_gpu(p, catalog, one_f_one_b_realised=1.0)
+                / float(p["published_tokens_per_second_per_gpu"])
+                - 1
+            )
+            for p in rows
+        ]
+        out.append((label, fitted, 1.0, len(rows), statistics.median(errors)))
     return out

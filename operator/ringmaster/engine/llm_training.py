@@ -676,7 +676,12 @@ def evaluate_layouts(
         )
         unpaired = unpaired_share(expert_overlap, p, v, m)
         per_layer = exposed_all_to_all(
-            layer_mix(moe_all_to_alls) * a2a, shared, parts.layer, expert_overlap, unpaired
+            layer_mix(moe_all_to_alls) * a2a,
+            shared,
+            parts.layer,
+            expert_overlap,
+            unpaired,
+            hw.framework.one_f_one_b_realised,
         )
         ep_mb = layers * moe_share * per_layer
     slot = compute_mb + tp_mb + cp_mb + pp_mb + ep_mb

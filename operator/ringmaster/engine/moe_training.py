@@ -184,6 +184,7 @@ def exposed_all_to_all(
     layer_compute: ArrayLike,
     overlap: str,
     unpaired: ArrayLike,
+    realised: float = 1.0,
 ) -> F64:
     """Exposed all-to-all seconds per MoE layer per micro-batch, of ``all_to_all`` in all.
     ``None``: the shared experts' compute runs beside them (--moe-shared-expert-overlap), so
@@ -194,13 +195,16 @@ def exposed_all_to_all(
     and asserts moe_shared_expert_overlap off). What hides still takes its kernels' SMs from the
     compute beside it, OVERLAP_INTERFERENCE of the hidden seconds, as the data-parallel
     collectives' do (DeepSeek-V3's report, section 3.2.1: its all-to-all kernels run on 20 of the
-    H800's 132 SMs; DeepEP's Buffer defaults to 20)."""
+    H800's 132 SMs; DeepEP's Buffer defaults to 20). ``realised``: the share of that hiding the
+    schedule realises under OneFOneB (engine.frameworks.MEGATRON_ONE_F_ONE_B_REALISED);
+    DualPipe's is whole."""
     a2a, shared, layer = _f(all_to_all), _f(shared_compute), _f(layer_compute)
     if overlap == OVERLAP_NONE:
         hidden = np.minimum(a2a, shared)
         return _f(a2a - hidden + OVERLAP_INTERFERENCE * hidden)
     u = _f(unpaired)
-    hidden = (1.0 - u) * np.minimum(a2a, layer)
+    share = realised if overlap == OVERLAP_ONE_F_ONE_B else 1.0
+    hidden = share * (1.0 - u) * np.minimum(a2a, layer)
     return _f(a2a - hidden + OVERLAP_INTERFERENCE * hidden)
 
 
