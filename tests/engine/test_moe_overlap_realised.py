@@ -62,3 +62,25 @@ def test_an_unrealised_overlap_hides_nothing_and_dualpipe_keeps_its_own() -> Non
     assert float(ideal) == pytest.approx(OVERLAP_INTERFERENCE * a2a)
     dual = exposed_all_to_all(a2a, shared, layer, OVERLAP_DUALPIPE, 0.0, 0.0)
     assert float(dual) == pytest.approx(OVERLAP_INTERFERENCE * a2a)
+
+
+def test_a_plan_under_it_says_so() -> None:
+    from pathlib import Path
+
+    import yaml
+
+    from ringmaster.api import parse_manifest
+    from ringmaster.planning import plan_training
+
+    examples = Path(__file__).parents[2] / "examples"
+    doc = yaml.safe_load((examples / "trainingjob-qwen3-30b-a3b-h100.yaml").read_text())
+    doc["spec"]["parallelism"]["expertOverlap"] = "OneFOneB"
+    doc["spec"]["parallelism"]["pipeline"] = 1
+    plan = plan_training(parse_manifest(doc).spec)
+    assert any(
+        n.startswith("expertOverlap OneFOneB: Megatron's published runs realise 0%")
+        for n in plan.prediction.notes
+    )
+    doc["spec"]["parallelism"]["expertOverlap"] = "None"
+    plain = plan_training(parse_manifest(doc).spec)
+    assert not any(n.startswith("expertOverlap") for n in plain.prediction.notes)

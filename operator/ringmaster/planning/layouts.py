@@ -451,6 +451,13 @@ def plan_layout(
         )
         if note is not None:
             notes.append(note)
+    if request.expert_overlap == "OneFOneB" and hw.framework.one_f_one_b_realised < 1.0:
+        notes.append(
+            f"expertOverlap OneFOneB: {hw.framework.name}'s published runs realise"
+            f" {hw.framework.one_f_one_b_realised:.0%} of its hiding"
+            " (engine.frameworks.MEGATRON_ONE_F_ONE_B_REALISED): the exchange is charged about"
+            " whole, and the shared experts no longer run beside it"
+        )
     if hw.parameter_dtype != "fp32":
         notes.append(
             "parameterDType bf16: the parameters, their gradients and Adam's moments in bf16 with"
