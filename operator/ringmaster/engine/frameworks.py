@@ -108,7 +108,7 @@ MEGATRON_MOE_SYNC_SECONDS = 4.07e-3
 # (--overlap-moe-expert-parallel-comm: spec.parallelism.expertOverlap OneFOneB, one micro-batch's
 # dispatch and combine behind another's layer) realises in Megatron-Bridge's published runs. The
 # engine's overlap would hide 80-85 % of each exchange on those runs; each run's throughput lies
-# where none of it is hidden (the implied share -0.13..+0.23 over 14 runs of five releases, H100
+# where none of it is hidden (the implied share -0.13..+0.40 over 14 runs of seven releases, H100
 # without graphs and GB200 under full-iteration graphs, Qwen3-30B-A3B, Qwen3-235B-A22B and
 # DeepSeek-V3). Fitted (calibration.moe.overlap_realised_fit: the median of the share its runs
 # imply, clamped to [0, 1]) on 26.06's three GB200 runs; checked on 26.02, 26.02.01, 26.04,
