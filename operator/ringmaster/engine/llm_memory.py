@@ -359,11 +359,7 @@ def optimizer_state_bytes(
     """Optimizer state a parameter: the master (the parameter itself where it is the copy the
     optimizer updates) and Adam's two moments of ``moment_bytes`` each (BYTES_OPTIMIZER at
     fp32)."""
-    return (
-        BYTES_OPTIMIZER
-        - 2.0 * (BYTES_MOMENT_FP32 - moment_bytes)
-        - (BYTES_PARAMETER_FP32 - parameter_bytes)
-    )
+    return parameter_bytes + 2.0 * moment_bytes
 
 
 def weight_bytes(framework: Framework, sharding: ArrayLike) -> F64:

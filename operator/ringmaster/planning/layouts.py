@@ -33,6 +33,7 @@ from ringmaster.engine.llm_layout_search import (
     search_layouts,
 )
 from ringmaster.engine.llm_memory import stage_parameters
+from ringmaster.engine.moe_training import OVERLAP_ONE_F_ONE_B
 from ringmaster.engine.pipeline_layout import LayoutError, stage_split
 from ringmaster.engine.recompute import RERUNS_FFN_OUTPUT, remat_percent
 from ringmaster.engine.training import (
@@ -147,12 +148,6 @@ def resolve_framework(spec: Any, kind: str) -> tuple[Framework, str]:
     template = getattr(spec, "template", None)
     name, why = infer_framework(getattr(template, "image", None), kind)
     return framework(name), f"framework {name} ({why})"
-
-
-def _overlaps_gradient_reduction(par: Any, profile: Framework) -> bool:
-    """spec.parallelism.overlapGradientReduction, else the framework's default."""
-    stated = getattr(par, "overlap_gradient_reduction", None)
-    return profile.overlaps_gradient_reduction if stated is None else bool(stated)
 
 
 def gradient_reduction_note(chosen: Layout, profile: Framework, stated: bool | None) -> str | None:
@@ -385,13 +380,17 @@ def plan_layout(
     hw, jax_notes = jax_hardware(hw, inputs.xla_env)
     network_notes += jax_notes
     par = getattr(spec, "parallelism", None)
+    # spec.parallelism.overlapGradientReduction, else (None) the framework's default
+    stated_overlap = getattr(par, "overlap_gradient_reduction", None)
     hw = replace(
         hw,
         tensor_overlap=hw.tensor_overlap or bool(getattr(par, "tensor_overlap", False)),
         offload_layer_inputs=bool(getattr(par, "offload_layer_inputs", False)),
         vocab_tiles=int(getattr(par, "vocab_tiling", None) or 1),
         iota_embed=bool(getattr(par, "iota_embed", False)),
-        overlaps_gradient_reduction=_overlaps_gradient_reduction(par, profile),
+        overlaps_gradient_reduction=(
+            profile.overlaps_gradient_reduction if stated_overlap is None else stated_overlap
+        ),
         optimizer_moments=spec.model.moment_element_type,
         gradient_bytes=float(DTYPE_BYTES[spec.model.gradient_element_type]),
         parameter_dtype=str(spec.model.parameter_dtype),
@@ -446,12 +445,10 @@ def plan_layout(
             " bytes it moves, 20 a parameter for the 28 measured with fp32 moments"
         )
     if not hw.overlaps_gradient_reduction:
-        note = gradient_reduction_note(
-            chosen, profile, getattr(par, "overlap_gradient_reduction", None)
-        )
+        note = gradient_reduction_note(chosen, profile, stated_overlap)
         if note is not None:
             notes.append(note)
-    if request.expert_overlap == "OneFOneB" and hw.framework.one_f_one_b_realised < 1.0:
+    if request.expert_overlap == OVERLAP_ONE_F_ONE_B and hw.framework.one_f_one_b_realised < 1.0:
         notes.append(
             f"expertOverlap OneFOneB: {hw.framework.name}'s published runs realise"
             f" {hw.framework.one_f_one_b_realised:.0%} of its hiding"

@@ -336,19 +336,13 @@ def classify(
                     ignored.append((raw, launcher.not_modelled[name]))
                 continue
             if name in launcher.spec_switches:
-                vocabulary = launcher.value_names.get(name)
-                if vocabulary is not None:  # a word: the spec's value under the launcher's name
-                    stated = vocabulary.get((value or "").strip().lower())
-                    spec_field = launcher.spec_switches[name][0]
-                    conflict = (
-                        None
-                        if stated is None or value is None
-                        else _against_spec(raw, value, stated, spec_field, spec_settings or {})
-                    )
-                else:
-                    conflict = _spec_switch(
-                        raw, value, launcher.spec_switches[name], spec_settings or {}
-                    )
+                conflict = _spec_switch(
+                    raw,
+                    value,
+                    launcher.spec_switches[name],
+                    spec_settings or {},
+                    launcher.value_names.get(name),
+                )
                 if conflict is not None:
                     conflicts.append(conflict)
                 continue
@@ -375,14 +369,24 @@ def classify(
 
 
 def _spec_switch(
-    raw: str, value: str | None, meaning: tuple[str, str], settings: Mapping[str, str]
+    raw: str,
+    value: str | None,
+    meaning: tuple[str, str],
+    settings: Mapping[str, str],
+    vocabulary: Mapping[str, str] | None = None,
 ) -> Conflict | None:
     """A switch whose literal disagrees with the spec's setting the plan's step assumed; None
-    where it agrees, is not a literal, or the plan assumed nothing."""
+    where it agrees, is not a literal, or the plan assumed nothing. ``vocabulary``: a switch that
+    takes a word, its words' values in the spec's terms (MaxText's weight_dtype)."""
     spec_field, bare = meaning
     assumed = settings.get(spec_field)
     if assumed is None:
         return None
+    if vocabulary is not None:
+        word = vocabulary.get((value or "").strip().lower())
+        if value is None or word is None:
+            return None  # a word this module cannot read
+        return _against_spec(raw, value, word, spec_field, settings)
     if value is None:
         stated = bare
     elif value.strip().lower() in _TRUE | _FALSE:
