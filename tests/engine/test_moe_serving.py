@@ -131,14 +131,25 @@ def test_deepseek_v3_in_fp8_needs_more_than_one_h100_host_and_says_so() -> None:
     assert on_h200.feasible, on_h200.reason
 
 
-def test_expert_parallel_keeps_memory_and_adds_all_to_alls() -> None:
+def test_expert_parallel_keeps_memory_and_exchanges_only_where_tokens_differ() -> None:
     tp, ep = _terms(MIXTRAL, 2, 1), _terms(MIXTRAL, 2, 2)
     assert float(ep.expert_weights_read) == float(tp.expert_weights_read)
     assert float(ep.kv_cache_tokens) == float(tp.kv_cache_tokens)
-    # 32 MoE layers trade their FFN all-reduce for a dispatch and a combine all-to-all.
-    assert float(ep.allreduce_base) > float(tp.allreduce_base)
+    # Under attention tensor parallelism every rank holds the step's tokens: it runs its own
+    # experts on them and the partial sums are all-reduced, as the sliced experts' are (vLLM's
+    # use_all2all_kernels needs dp_size > 1; TensorRT-LLM all-reduces without attention DP).
+    assert float(ep.allreduce_base) == float(tp.allreduce_base)
+    assert float(ep.allreduce_per_token) == float(tp.allreduce_per_token)
     dense = _terms(MIXTRAL_TWIN, 2)
     assert float(tp.allreduce_base) == pytest.approx(float(dense.allreduce_base))
+    # DeepEP asked, or attention data parallelism (each group its own tokens): the 32 MoE layers
+    # trade their FFN all-reduce for a dispatch and a combine.
+    args = (MIXTRAL, H100, 2, H100.peak("bf16"), 2.0, 2.0, 1000.0, 1000.0)
+    deepep = S.serving_terms(*args, expert_parallel=2, dispatcher="DeepEP")
+    assert float(deepep.allreduce_base) > float(tp.allreduce_base)
+    wide = S.serving_terms(*args[:2], 1, *args[3:], expert_parallel=2, attention_data=2)
+    alone = S.serving_terms(*args[:2], 1, *args[3:])
+    assert float(wide.allreduce_base) > float(alone.allreduce_base) == 0.0
 
 
 @pytest.mark.parametrize(

@@ -71,9 +71,15 @@ distinct experts at a given batch: the model is an upper bound on the step there
 Every weight stays resident (memory follows all the parameters, sharded over the replica's
 accelerators). Expert parallelism (``ep`` > 1, vLLM's ``--enable-expert-parallel``: EP spans the
 replica's tensor-parallel ranks) shards whole experts instead of slicing each: the bytes per
-accelerator are the same, and the MoE layers' reduction becomes a dispatch and a combine
-all-to-all of the step's tokens x top-k x hidden (:func:`ringmaster.engine.collectives.
-intra_host_collective`, NVLink), folded into the step's collective terms.
+accelerator are the same. Under attention data parallelism (or with DeepEP asked) the MoE
+layers' reduction becomes a dispatch and a combine all-to-all of the step's tokens x top-k x
+hidden (:func:`ringmaster.engine.collectives.intra_host_collective`, NVLink), folded into the
+step's collective terms; with attention tensor-parallel every rank already holds the step's
+tokens, runs its own experts on them, and the partial sums are all-reduced as sliced experts'
+are (vllm-project/vllm vllm/model_executor/layers/fused_moe/config.py @ 002d6073,
+``FusedMoEParallelConfig.use_all2all_kernels``: EP and dp_size > 1; NVIDIA/TensorRT-LLM
+tensorrt_llm/_torch/modules/fused_moe/fused_moe_cutlass.py @ 000a01de,
+``reducescatter_or_allreduce``: an all-reduce without attention DP).
 
 Multi-head latent attention caches one latent of ``kv_lora_rank + qk_rope_head_dim`` per token
 per layer (DeepSeek-V3; vLLM's MLA backend), whole on every tensor-parallel rank (vLLM's MLA
@@ -591,9 +597,13 @@ def serving_terms(
     kv_per_token = kv_elements_per_token_per_accelerator(model, g, n_in + n_out) * kv_bytes
     kv_read_bytes = kv_elements_per_token_per_accelerator(model, g, context) * kv_bytes
     one_token = ACTIVATION_BYTES * model.hidden
-    # With EP the MoE layers' FFN all-reduce gives way to a dispatch and a combine all-to-all:
-    # each rank sends its 1/ep of the step's tokens, k copies each (DeepEP / vLLM's all2all).
-    moe_a2a = model.moe_layers if expert_parallel > 1 else 0
+    # EP under attention data parallelism (each group's own tokens), or with DeepEP asked: the
+    # MoE layers' all-reduce gives way to a dispatch and a combine all-to-all, each rank sending
+    # its 1/ep of the step's tokens, k copies each. With attention tensor-parallel every rank
+    # holds the step's tokens already: it runs its own experts on them and the partial sums are
+    # all-reduced, as sliced experts' are (the module's docstring).
+    exchanges = expert_parallel > 1 and (attention_data > 1 or dispatcher == "DeepEP")
+    moe_a2a = model.moe_layers if exchanges else 0
     allreduces = 2.0 * model.layers - moe_a2a
     if span is not None and span.tensor_hosts(ranks) > 1:
         assert span.fabric is not None, "tensor parallelism across hosts needs the hosts' fabric"
