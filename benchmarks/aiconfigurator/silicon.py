@@ -5,9 +5,17 @@ measured on real GPUs (aic-core/src/aiconfigurator_core/systems/silicon_sample.c
 (vLLM, SGLang, TensorRT-LLM) serving one model on one system at fixed input and output lengths
 under a closed loop of ``silicon_concurrency`` clients, with the run's TTFT and TPOT in
 milliseconds. This script reads it from a git checkout at one commit and keeps the aggregated
-(not disaggregated) runs of the dense models and chips the engine knows by name: Llama 3.1 8B and
-70B on the H100, H200 and B200. The rest (mixture-of-experts models, Qwen3-32B, disaggregated
-deployments, B300 / GB300) is left out, so the file stays small.
+(not disaggregated) runs on one host of the chips the engine knows by name (H100, H200, B200) of
+the models its catalog holds: Llama 3.1 8B and 70B, Qwen3-32B, and the mixtures of experts
+Qwen3-235B-A22B, DeepSeek-V3 / R1 (one architecture), gpt-oss-120b and Kimi K2.5 (Kimi K2's
+text model under a vision encoder the runs do not use), at the layouts the engine can state
+(``layout``). Left out, so the file stays small and every run is one the engine can express:
+disaggregated deployments, B300 / GB200 / GB300, more than 8 GPUs, pipeline parallelism, experts
+both sliced and sharded (MoE TP and EP both above 1), Kimi K2.5's INT4 checkpoint (its routed
+experts INT4, the rest BF16: two weight precisions in one model), and MiniMax-M2.5, GLM-5 and
+Qwen3.5 (not in the catalog; Qwen3.5's linear-attention layers are not modelled), and
+nvidia/Qwen3-32B-NVFP4's one B200 run (416 clients of 15,500-token contexts: 845 GB of FP8 cache
+on two GPUs of 180 GB, so it ran on what the sample does not state, prefix reuse or offload).
 
     python benchmarks/aiconfigurator/silicon.py /path/to/aiconfigurator.git <commit>
 """
@@ -30,9 +38,20 @@ MODELS = {
     "meta-llama/Llama-3.1-70B": "llama-3.1-70b",
     "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b",
     "nvidia/Llama-3.1-8B-Instruct-FP8": "llama-3.1-8b",
+    "Qwen/Qwen3-32B": "qwen3-32b",
+    "Qwen/Qwen3-235B-A22B-FP8": "qwen3-235b-a22b",
+    "deepseek-ai/DeepSeek-R1": "deepseek-v3",
+    "deepseek-ai/DeepSeek-V3": "deepseek-v3",
+    "nvidia/DeepSeek-R1-NVFP4": "deepseek-v3",
+    "nvidia/DeepSeek-V3.1-NVFP4": "deepseek-v3",
+    "openai/gpt-oss-120b": "gpt-oss-120b",
+    "moonshotai/Kimi-K2.5": "kimi-k2",
 }
+MIXTURES = {"qwen3-235b-a22b", "deepseek-v3", "gpt-oss-120b", "kimi-k2"}
 SYSTEMS = {"h100_sxm": "H100", "h200_sxm": "H200", "b200_sxm": "B200"}
+HOPPER = {"H100", "H200"}
 ENGINES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+HOST_GPUS = 8
 COLUMNS = (
     "id",
     "engine",
@@ -41,6 +60,8 @@ COLUMNS = (
     "model",
     "weights",
     "tp",
+    "attention_dp",
+    "ep",
     "input",
     "output",
     "concurrency",
@@ -49,26 +70,61 @@ COLUMNS = (
 )
 
 
+def _size(value: str) -> int:
+    """A degree as the sample writes it: blank or 0 where it does not apply (1)."""
+    return max(int(value or 1), 1)
+
+
+def layout(r: dict[str, str], model: str) -> tuple[int, int] | None:
+    """(attention data-parallel groups, expert-parallel degree) of a run in the engine's terms,
+    or None where the engine cannot state it. The sample's agg runs are ``tp_size`` ranks of
+    attention in each of ``attention_dp_size`` groups, the experts over the same ranks as
+    ``moe_tp_size`` x ``moe_ep_size``: sliced experts (EP 1) or whole ones over every rank."""
+    tp, dp = _size(r["tp_size"]), _size(r["attention_dp_size"])
+    moe_tp, moe_ep = _size(r["moe_tp_size"]), _size(r["moe_ep_size"])
+    if tp * dp > HOST_GPUS or _size(r["pp_size"]) != 1:
+        return None
+    if model not in MIXTURES:
+        return (1, 1) if dp == 1 else None
+    if moe_tp * moe_ep != tp * dp:
+        return None
+    if moe_ep == 1:
+        return (1, 1) if dp == 1 else None
+    return (dp, moe_ep) if moe_tp == 1 else None
+
+
+def weights(r: dict[str, str], gpu: str) -> str:
+    """The weights' precision: an empty one is the checkpoint's own (bf16); 4-bit weights on a
+    Hopper chip (gpt-oss's MXFP4) run against 16-bit activations (no FP4 units): int4, the
+    engine's W4A16."""
+    precision = (r["precision"] or "bf16").lower()
+    return "int4" if precision == "fp4" and gpu in HOPPER else precision
+
+
 def rows(text: str) -> list[dict[str, str]]:
     kept = []
     for r in csv.DictReader(io.StringIO(text)):
         if r["mode"] != "agg" or r["model_path"] not in MODELS or r["system"] not in SYSTEMS:
             continue
-        if int(r["pp_size"] or 1) != 1:
+        model = MODELS[r["model_path"]]
+        if model == "kimi-k2" and r["precision"].lower() == "int4":
             continue
+        shape = layout(r, model)
         found = re.search(r"silicon_concurrency=(\d+)", r["silicon_data_source"])
-        if found is None:
+        if shape is None or found is None:
             continue
+        gpu = SYSTEMS[r["system"]]
         kept.append(
             {
                 "id": r["id"],
                 "engine": ENGINES[r["backend"]],
                 "version": r["backend_version"] or "unstated",
-                "gpu": SYSTEMS[r["system"]],
-                "model": MODELS[r["model_path"]],
-                # An empty precision is the checkpoint's own: bf16.
-                "weights": (r["precision"] or "bf16").lower(),
+                "gpu": gpu,
+                "model": model,
+                "weights": weights(r, gpu),
                 "tp": r["tp_size"],
+                "attention_dp": str(shape[0]),
+                "ep": str(shape[1]),
                 "input": r["isl"],
                 "output": r["osl"],
                 "concurrency": found[1],

@@ -104,14 +104,31 @@ def test_nonsense_is_refused():
 
 def test_every_measured_run_is_read_and_predicted():
     runs = CLR.closed_loop_runs()
-    assert len(runs) == 685
+    assert len(CLR.llama_runs()) == 685 and len(runs) == 2120
     assert {r.engine for r in runs} == {"vLLM", "SGLang", "TensorRT-LLM"}
     assert {r.gpu for r in runs} == {"H100", "H200", "B200"}
-    assert {r.precision for r in runs} == {"FP8", "BF16", "FP4"}
+    assert {r.precision for r in runs} == {"FP8", "BF16", "FP4", "INT4"}
     for r in runs:
         assert math.isfinite(r.predicted_tpot_ms) and r.predicted_tpot_ms > 0
         assert math.isfinite(r.predicted_ttft_ms) and r.predicted_ttft_ms > 0
-        assert 4 <= r.concurrency <= 512 and r.tp in (1, 2, 4, 8)
+        assert 1 <= r.concurrency <= 512 and r.tp * r.attention_dp in (1, 2, 4, 8)
+        # the experts over every rank, or sliced (EP 1); a dense model has none
+        assert r.ep in (1, r.tp * r.attention_dp) and (r.moe or r.ep == r.attention_dp == 1)
+
+
+def test_the_other_models_runs_are_checked_only_and_fit_nothing():
+    """Qwen3-32B and the mixtures of experts (taken in 2026-11-29) check the engine; the fits on
+    these runs (FITTED_CELLS, SAMPLE_ROUNDS, the served FP4 GEMMs) keep Llama 3.1's alone."""
+    others = [r for r in CLR.closed_loop_runs() if r.model not in CLR.FIT_MODELS]
+    assert {r.model for r in others} == {
+        "qwen3-32b", "qwen3-235b-a22b", "deepseek-v3", "gpt-oss-120b", "kimi-k2"
+    }  # fmt: skip
+    assert {r.role for r in others} == {r.ttft_role for r in others} == {"checked"}
+    assert any(r.cell in CLR.FITTED_CELLS for r in others)  # a fitted cell's other models
+    assert any(r.attention_dp > 1 for r in others) and any(r.ep > 1 for r in others)
+    text = CLR.render_more_models_section()
+    assert "qwen3-235b-a22b H100  TensorRT-LLM  FP8     TP8 EP8" in text
+    assert "mixture of experts: " in text.splitlines()[-1]
 
 
 def test_every_runs_tpot_enters_the_matrix_in_a_latencys_sign():
@@ -130,7 +147,7 @@ def test_the_sample_s_tpot_is_a_mean_the_prompt_heavy_runs_show_it():
     over 93 runs); the decodes' step is 50 % short."""
     heavy = [
         r
-        for r in CLR.closed_loop_runs()
+        for r in CLR.llama_runs()
         if (r.gpu, r.engine) == ("H100", "TensorRT-LLM") and r.prompt_share > 0.5
     ]
     assert len(heavy) >= 90
@@ -168,7 +185,7 @@ def test_the_sample_rounds_are_their_fit_and_hold_the_cells_they_were_not_fitted
     runs within 15 % (the steady state alone: 45 % short), TensorRT-LLM's H200 and B200 FP8 runs
     within 25 % (65-70 % short alone)."""
     assert CLR.fit_sample_rounds() == pytest.approx(CLR.SAMPLE_ROUNDS, abs=0.005)
-    runs = CLR.closed_loop_runs()
+    runs = CLR.llama_runs()
 
     def cell(gpu: str, engine: str, precision: str) -> list[CLR.ClosedLoopRun]:
         return [r for r in runs if (r.gpu, r.engine, r.precision) == (gpu, engine, precision)]

@@ -87,7 +87,7 @@ def test_sglangs_closed_loop_tpot_holds_its_prompt_passes():
         CL.closed_loop(apart, 128, 512, budget).tpot
         > CL.closed_loop(together, 128, 512, budget).tpot
     )
-    runs = [r for r in CLR.closed_loop_runs() if r.engine == "SGLang"]
+    runs = [r for r in CLR.llama_runs() if r.engine == "SGLang"]
     assert len(runs) == 46
     assert median(abs(r.tpot_error) for r in runs) < 0.12
     assert abs(median(r.tpot_error for r in runs)) < 0.09

@@ -114,6 +114,7 @@ PUBLISHED = {
     "kimi-k2": 1.04e12,
     # Qwen3-235B-A22B: 235B / 22B; Qwen3-30B-A3B: 30.5B / 3.3B (the Qwen model cards).
     "qwen3-235b-a22b": 235e9,
+    "qwen3-32b": 32.8e9,  # Qwen/Qwen3-32B's model card: 32.8B parameters
     "qwen3-30b-a3b": 30.5e9,
     # gpt-oss: 116.83B / 5.13B and 20.91B / 3.61B (OpenAI's gpt-oss model card, Table 1:
     # its active count leaves the embedding out).

@@ -52,6 +52,10 @@ SOURCE = (
 # (gpu, engine, weights) of the runs a constant is fitted on: TensorRT-LLM's FP4 runs on the B200
 # fit its served NVFP4 GEMMs (calibration.served_fp4), as their TPOT over the FP8 runs'.
 FITTED_CELLS = frozenset({("B200", "TensorRT-LLM", "FP4")})
+# The models those fits (FITTED_CELLS, SAMPLE_ROUNDS, calibration.served_fp4) were made on: Llama
+# 3.1 8B and 70B, the sample's first extract. Every other model's runs (Qwen3-32B and the
+# mixtures of experts, taken in on 2026-11-29) are checked only, in every cell.
+FIT_MODELS = frozenset({"llama-3.1-8b", "llama-3.1-70b"})
 # The requests a client sends in a run, over which the starting wave's extra wait spreads: fitted
 # on FITTED_TTFT_CELL's TTFTs (fit_sample_rounds; a test keeps it equal to its fit), as the rounds
 # at which their predicted / measured TTFT has a median of 1. AIConfigurator's own aiperf template
@@ -72,6 +76,8 @@ class ClosedLoopRun:
     model: str
     precision: str  # the weights': FP8, BF16, FP4
     tp: int
+    attention_dp: int  # attention data-parallel groups of tp ranks (1: none)
+    ep: int  # expert-parallel degree (1: the experts sliced over the ranks, or a dense model)
     input: int
     output: int
     concurrency: int
@@ -85,15 +91,26 @@ class ClosedLoopRun:
     wave_ttft_ms: float  # the mean TTFT of the clients' first requests, which start together
 
     @property
+    def moe(self) -> bool:
+        """A mixture of experts' run (a cell of its own in the serving evidence matrix)."""
+        return SE.MODELS[self.model].is_moe
+
+    @property
+    def cell(self) -> tuple[str, str, str]:
+        return (self.gpu, self.engine, self.precision)
+
+    @property
     def role(self) -> str:
-        """fitted where a constant was fitted on the run (FITTED_CELLS), else checked."""
-        return "fitted" if (self.gpu, self.engine, self.precision) in FITTED_CELLS else "checked"
+        """fitted where a constant was fitted on the run (FITTED_CELLS, FIT_MODELS), else
+        checked."""
+        fitted = self.cell in FITTED_CELLS and self.model in FIT_MODELS
+        return "fitted" if fitted else "checked"
 
     @property
     def ttft_role(self) -> str:
         """fitted in FITTED_TTFT_CELL (SAMPLE_ROUNDS) and where the TPOT is, else checked."""
-        cell = (self.gpu, self.engine, self.precision)
-        return "fitted" if cell == FITTED_TTFT_CELL else self.role
+        fitted = self.cell == FITTED_TTFT_CELL and self.model in FIT_MODELS
+        return "fitted" if fitted else self.role
 
     def ttft_at(self, rounds: float) -> float:
         """The predicted TTFT (ms) of a run of ``rounds`` requests a client."""
@@ -130,6 +147,8 @@ def _point(row: dict[str, str]) -> dict[str, object]:
         "kv_cache": "unknown",
         "engine": row["engine"],
         "tp": int(row["tp"]),
+        "ep": int(row.get("ep") or 1),
+        "attention_dp": int(row.get("attention_dp") or 1),
         "workload": {"input": int(row["input"]), "output": int(row["output"])},
     }
 
@@ -138,13 +157,14 @@ def predict(row: dict[str, str]) -> CL.ClosedLoop:
     """The closed loop of one run on the engine's step."""
     point = _point(row)
     terms, acc, model, precision = SE._terms(point)
-    tp = int(row["tp"])
-    weights = SE.weights_per_accelerator(model, precision, tp)
+    tp, groups = int(row["tp"]), int(row.get("attention_dp") or 1)
+    weights = SE.weights_per_accelerator(model, precision, tp, groups)
     share = serving_engine(row["engine"]).kv_memory_fraction(acc.memory_bytes, weights)
-    terms = SE.with_cache(terms, acc, model, precision, tp, share)
+    terms = SE.with_cache(terms, acc, model, precision, tp, share, groups)
     n_in = float(row["input"])
     concurrency = float(row["concurrency"])
-    budget = float(S.DEFAULT_MAX_NUM_BATCHED_TOKENS)
+    # each attention group schedules its own budget (engine.llm_serving's replica does the same)
+    budget = float(S.DEFAULT_MAX_NUM_BATCHED_TOKENS) * groups
     cap = B.capacity(terms, concurrency, budget, 0.0, input_lengths=B.Lengths(n_in, n_in))
     return CL.closed_loop(terms, concurrency, max(float(cap.slots), 1.0), budget, SAMPLE_ROUNDS)
 
@@ -172,6 +192,8 @@ def closed_loop_runs() -> tuple[ClosedLoopRun, ...]:
                 model=row["model"],
                 precision=SE.PRECISION[row["weights"]],
                 tp=int(row["tp"]),
+                attention_dp=int(row.get("attention_dp") or 1),
+                ep=int(row.get("ep") or 1),
                 input=int(row["input"]),
                 output=int(row["output"]),
                 concurrency=int(row["concurrency"]),
@@ -188,15 +210,19 @@ def closed_loop_runs() -> tuple[ClosedLoopRun, ...]:
     return tuple(out)
 
 
+def llama_runs() -> tuple[ClosedLoopRun, ...]:
+    """The runs of the models the fits were made on (FIT_MODELS): the sections and residuals
+    that describe those fits read these alone."""
+    return tuple(r for r in closed_loop_runs() if r.model in FIT_MODELS)
+
+
 def fit_sample_rounds(runs: tuple[ClosedLoopRun, ...] | None = None) -> float:
     """SAMPLE_ROUNDS: the rounds at which FITTED_TTFT_CELL's runs' predicted / measured TTFTs
     have a median of 1 (a median: the cell also holds runs of 100-token answers from another
     harness that show no starting wave; the predicted TTFT falls as the rounds grow, so
     bisection)."""
     cell = [
-        r
-        for r in (runs or closed_loop_runs())
-        if (r.gpu, r.engine, r.precision) == FITTED_TTFT_CELL
+        r for r in (runs or llama_runs()) if r.cell == FITTED_TTFT_CELL and r.model in FIT_MODELS
     ]
 
     def bias(rounds: float) -> float:
@@ -222,13 +248,15 @@ TTFT_OUT_OF_REACH = {
 def ttft_evidence(accelerator: str, engine: str, precision: str, moe: bool = False) -> str:
     """What a closed loop's predicted TTFT rests on for ``engine`` on ``accelerator`` at
     ``precision``: the measured runs' cell (fitted, checked with its errors, or out of reach),
-    else that none was measured. The runs are dense Llama 3.1 8B / 70B: for a mixture of experts
-    (``moe``) the closed loop is extrapolated from them, and the text says so first."""
-    rows = [
+    else that none was measured. A mixture of experts (``moe``) reads its own runs (the
+    mixtures of experts'), else is extrapolated from the dense models' and says so first."""
+    same = [
         r
         for r in closed_loop_runs()
         if (r.accelerator, r.engine, r.precision) == (accelerator, engine, precision)
     ]
+    own = [r for r in same if r.moe == moe]
+    rows = own or same
     if not rows:
         kind = "mixture-of-experts " if moe else ""
         return (
@@ -237,18 +265,22 @@ def ttft_evidence(accelerator: str, engine: str, precision: str, moe: bool = Fal
         )
     errors = [r.ttft_error for r in rows]
     cell = (rows[0].gpu, engine, precision)
+    kind = "mixture-of-experts runs" if rows[0].moe else "runs"
     figures = (
-        f"{len(rows)} runs of {engine} on {accelerator} at {precision} (AIConfigurator's "
+        f"{len(rows)} {kind} of {engine} on {accelerator} at {precision} (AIConfigurator's "
         f"sample), median |error| {100 * median(abs(e) for e in errors):.1f}%, signed "
         f"{_pct(median(errors))}"
     )
-    if moe:
-        figures = f"{figures}; dense Llama 3.1 models only, no mixture of experts"
+    if moe and not own:
+        figures = f"{figures}; dense models only, no mixture of experts"
         if cell not in TTFT_OUT_OF_REACH:
             return f"closed-loop TTFT: extrapolated for a mixture of experts from {figures}"
+    if moe and own:
+        return f"closed-loop TTFT checked: {figures}"
     if cell in TTFT_OUT_OF_REACH:
         return f"closed-loop TTFT out of reach: {figures}; {TTFT_OUT_OF_REACH[cell]}"
-    role = "fitted (SAMPLE_ROUNDS)" if cell == FITTED_TTFT_CELL else "checked"
+    fitted = cell == FITTED_TTFT_CELL and any(r.model in FIT_MODELS for r in rows)
+    role = "fitted (SAMPLE_ROUNDS)" if fitted else "checked"
     return f"closed-loop TTFT {role}: {figures}"
 
 
@@ -261,7 +293,7 @@ def ttft_residual_by_clients(steady: bool = False) -> dict[int, float]:
     queue for a slot is in the model), every cell together; the counts with
     RESIDUAL_CLIENTS_MIN_RUNS runs or more."""
     by: dict[int, list[float]] = defaultdict(list)
-    for r in closed_loop_runs():
+    for r in llama_runs():
         if not r.waits_for_slot:
             model = r.steady_ttft_ms if steady else r.predicted_ttft_ms
             by[r.concurrency].append(r.ttft_ms - model)
@@ -275,7 +307,7 @@ def _pct(x: float) -> str:
 
 
 def render_closed_loop_section() -> str:
-    runs = closed_loop_runs()
+    runs = llama_runs()
     cells: dict[tuple[str, str, str], list[ClosedLoopRun]] = defaultdict(list)
     for r in runs:
         cells[(r.gpu, r.engine, r.precision)].append(r)
@@ -349,4 +381,49 @@ def render_closed_loop_section() -> str:
         f"{worst.input}/{worst.output} at {worst.concurrency} clients): "
         f"{worst.predicted_tpot_ms:.2f} ms against {worst.tpot_ms:.2f} ({_pct(worst.tpot_error)})"
     )
+    return "\n".join(lines)
+
+
+def _layout_words(r: ClosedLoopRun) -> str:
+    if r.attention_dp > 1:
+        return f"ADP{r.attention_dp} TP{r.tp} EP{r.ep}"
+    return f"TP{r.tp}" + (f" EP{r.ep}" if r.ep > 1 else "")
+
+
+def render_more_models_section() -> str:
+    """The sample's runs of the models the fits were not made on (checked only): Qwen3-32B and
+    the mixtures of experts, by model, chip, engine, weights and layout."""
+    runs = [r for r in closed_loop_runs() if r.model not in FIT_MODELS]
+    groups: dict[tuple[str, str, str, str, str], list[ClosedLoopRun]] = defaultdict(list)
+    for r in runs:
+        groups[(r.model, r.gpu, r.engine, r.precision, _layout_words(r))].append(r)
+    lines = [
+        f"Closed-loop runs of the other models in the same sample ({SOURCE}), checked only: "
+        f"{len(runs)} runs of Qwen3-32B and the mixtures of experts Qwen3-235B-A22B, "
+        "DeepSeek-V3 / R1, gpt-oss-120b and Kimi K2.5 (Kimi K2's text model) on one host, at "
+        "each run's layout (attention TP x data-parallel groups, the experts sliced or EP); "
+        "gpt-oss's MXFP4 on Hopper is W4A16 (INT4 here). TPOT in the serving evidence matrix "
+        "(a mixture of experts in its engine's MoE cells); TTFT as above. Error: predicted / "
+        "measured - 1",
+        f"{'model':<16}{'gpu':<6}{'engine':<14}{'weights':<8}{'layout':<16}{'runs':>5}"
+        f"{'TPOT |err|':>12}{'signed':>9}{'TTFT |err|':>12}{'signed':>9}",
+    ]
+    for (model, gpu, engine, precision, layout), rows in sorted(groups.items()):
+        tpot = [r.tpot_error for r in rows]
+        ttft = [r.ttft_error for r in rows]
+        lines.append(
+            f"{model:<16}{gpu:<6}{engine:<14}{precision:<8}{layout:<16}{len(rows):>5}"
+            f"{100 * median(abs(e) for e in tpot):>11.1f}%{_pct(median(tpot)):>9}"
+            f"{100 * median(abs(e) for e in ttft):>11.1f}%{_pct(median(ttft)):>9}"
+        )
+    for label, keep in (("dense", False), ("mixture of experts", True)):
+        chosen = [r for r in runs if r.moe == keep]
+        if chosen:
+            tpot = [r.tpot_error for r in chosen]
+            ttft = [r.ttft_error for r in chosen]
+            lines.append(
+                f"{label}: {len(chosen)} runs, TPOT median |error| "
+                f"{100 * median(abs(e) for e in tpot):.1f}% (signed {_pct(median(tpot))}), TTFT "
+                f"{100 * median(abs(e) for e in ttft):.1f}% (signed {_pct(median(ttft))})"
+            )
     return "\n".join(lines)

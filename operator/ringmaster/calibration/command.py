@@ -21,7 +21,10 @@ from ringmaster.calibration import evidence, llm_training
 from ringmaster.calibration.aic_moe import render_moe_section
 from ringmaster.calibration.aiconfigurator import render_section as render_aiconfigurator_section
 from ringmaster.calibration.ceilings import render_ceilings_section
-from ringmaster.calibration.closed_loop_runs import render_closed_loop_section
+from ringmaster.calibration.closed_loop_runs import (
+    render_closed_loop_section,
+    render_more_models_section,
+)
 from ringmaster.calibration.collectives import collective_rows
 from ringmaster.calibration.device_steps import render_device_section
 from ringmaster.calibration.kv_transfer import KV_TRANSFER_MODEL, kv_transfer_rows
@@ -219,6 +222,7 @@ def run(args: argparse.Namespace) -> int:
         print("\n" + render_moe_section())
         print("\n" + render_serving_engines_section())
         print("\n" + render_closed_loop_section())
+        print("\n" + render_more_models_section())
         print("\n" + render_served_fp4_section())
         print("\n" + render_device_section())
         print("\n" + evidence.render_evidence_matrix())

@@ -177,10 +177,14 @@ def _terms(
     constants: Mapping[str, float],
     serving_engine: str | None = TRTLLM,
     step_fraction: float | None = None,
+    expert_parallel: int = 1,
+    attention_data: int = 1,
 ) -> S.ServingTerms:
     """The step's terms as the calibration rows ran: TensorRT-LLM's (its all-reduce) unless
     ``serving_engine`` says otherwise (gpt-fast: None, PyTorch's NCCL); ``step_fraction``: the
-    engine's on the chip (None: engine.serving_engines.ENGINE_STEP_FRACTION's)."""
+    engine's on the chip (None: engine.serving_engines.ENGINE_STEP_FRACTION's); a mixture of
+    experts' ``expert_parallel`` and ``attention_data`` as engine.llm_step.serving_terms has
+    them."""
     compute = L.COMPUTE_PRECISION[precision]
     return S.serving_terms(
         model,
@@ -195,6 +199,8 @@ def _terms(
         constants=_constants(constants),
         serving_engine=serving_engine,
         step_fraction=step_fraction,
+        expert_parallel=expert_parallel,
+        attention_data=attention_data,
     )
 
 

@@ -55,7 +55,11 @@ def _pairs(metric: str, keep: Callable[[CLR.ClosedLoopRun], bool]) -> tuple[RunP
     """The matched FP4 / FP8 runs of TensorRT-LLM on the B200 that both pass ``keep``, by their
     ``metric`` ("tpot" or "ttft")."""
     kept = {r.id: r for r in CLR.closed_loop_runs() if keep(r)}
-    rows = [r for r in CLR.run_rows() if r["gpu"] == GPU and r["engine"] == ENGINE]
+    rows = [
+        r
+        for r in CLR.run_rows()
+        if r["gpu"] == GPU and r["engine"] == ENGINE and r["model"] in CLR.FIT_MODELS
+    ]
 
     def key(r: dict[str, str]) -> tuple[str, str, str, str, str]:
         return (r["model"], r["tp"], r["input"], r["output"], r["concurrency"])

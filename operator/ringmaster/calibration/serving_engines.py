@@ -45,13 +45,18 @@ CHECKED_TOLERANCE = 0.75  # as calibration.llm_serving's checked rows
 MODELS: dict[str, Transformer] = {
     **LC.MODELS,
     "llama-3.1-70b": replace(KNOWN_TRANSFORMERS["llama-3-70b"], sequence_length=131072),
+    # the closed-loop sample's other models (calibration.closed_loop_runs)
+    **{
+        name: KNOWN_TRANSFORMERS[name]
+        for name in ("qwen3-32b", "deepseek-v3", "gpt-oss-120b", "kimi-k2")
+    },
 }
 ACCELERATORS = {
     **LC.GPUS,
     "MI300X": "amd-mi300x",
     "MI325X": "amd-mi325x",
 }
-PRECISION = {"fp8": "FP8", "bf16": "BF16", "fp16": "FP16", "fp4": "FP4"}
+PRECISION = {"fp8": "FP8", "bf16": "BF16", "fp16": "FP16", "fp4": "FP4", "int4": "INT4"}
 
 
 @cache
@@ -140,20 +145,35 @@ def _terms(
         LC.engine_constants(),
         str(point["engine"]),
         step_fraction,
+        expert_parallel=int(point.get("ep", 1)),
+        attention_data=int(point.get("attention_dp", 1)),
     )
     return terms, acc, model, precision
 
 
-def weights_per_accelerator(model: Transformer, precision: str, tp: int) -> float:
-    return model.parameters * L.WEIGHT_BYTES[precision] / tp
+def weights_per_accelerator(
+    model: Transformer, precision: str, tp: int, attention_data: int = 1
+) -> float:
+    """One accelerator's weights: a mixture of experts' dense parts over each attention group's
+    ``tp``, its routed experts over all ``tp x attention_data`` ranks."""
+    w = L.WEIGHT_BYTES[precision]
+    if not model.is_moe:
+        return model.parameters * w / tp
+    return float(S.weights_bytes_per_accelerator(model, w, tp, 1, attention_data))
 
 
 def with_cache(
-    terms: S.ServingTerms, acc: Any, model: Transformer, precision: str, tp: int, share: float
+    terms: S.ServingTerms,
+    acc: Any,
+    model: Transformer,
+    precision: str,
+    tp: int,
+    share: float,
+    attention_data: int = 1,
 ) -> S.ServingTerms:
     """The terms with the KV cache that ``share`` of each accelerator's HBM leaves beside the
     weights (the run's engine's memory fraction)."""
-    free = share * acc.memory_bytes - weights_per_accelerator(model, precision, tp)
+    free = share * acc.memory_bytes - weights_per_accelerator(model, precision, tp, attention_data)
     return terms._replace(
         kv_cache_tokens=np.floor(max(free, 0.0) / float(terms.kv_bytes_per_token))
     )

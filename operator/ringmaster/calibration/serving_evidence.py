@@ -103,6 +103,7 @@ def serving_rows() -> list[ServingRow]:
                 run.role,
                 run.tpot_error,
                 -run.tpot_error,
+                run.moe,
             )
         )
     return rows

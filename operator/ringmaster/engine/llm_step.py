@@ -216,6 +216,12 @@ LLM_SEQUENCE_OVERHEAD_SECONDS = 0.0
 MEASURED_DECODE = False
 # Activations travel in 16-bit whatever the weights are (FP8 and W4A16 kernels emit BF16/FP16).
 ACTIVATION_BYTES = 2.0
+# The M tile of a MoE op with 4-bit weights under 16-bit math (W4A16): Marlin's MoE kernel takes
+# the first of 8, 16, 32, 48, 64 rows with tokens x top-k / experts / rows < 0.9, 8 at decode
+# batches (vllm-project/vllm vllm/model_executor/layers/fused_moe/fused_marlin_moe.py @ 129ab7c6).
+# The engines' measured MoE tables (serving_engines.ENGINE_MOE) are 16-bit, FP8 and FP4 kernels
+# tiled at 32-128 rows; a W4A16 step keeps their floor and fractions, at this tile.
+W4A16_MOE_TILE_ROWS = 8.0
 # vLLM's KV-cache block: 16 tokens (vllm/config CacheConfig block_size default). A sequence holds
 # whole blocks, so half a block more than its tokens on average.
 KV_BLOCK_TOKENS = 16
@@ -749,6 +755,8 @@ def serving_terms(
     # The engine's own fused MoE op measured on the chip (serving_engines.ENGINE_MOE): its
     # experts' streaming fraction, its FLOPs' fraction of the peak, its tile and its floor a MoE
     # layer (a single expert is the dense FFN it is, routed by nothing).
+    # (4-bit weights under 16-bit math, W4A16, tile M finer: W4A16_MOE_TILE_ROWS.)
+    w4a16 = compute_precision in ("bf16", "fp16") and bool(np.all(w < ACTIVATION_BYTES))
     moe_op = (
         engine_moe(accelerator.name, serving_engine, compute_precision)
         if model.experts > 1 and ceilings is None
@@ -757,6 +765,8 @@ def serving_terms(
     tile_tokens = 0.0
     if moe_op is not None:
         (moe_floor_us, f_s, e_m, tile_rows), _ = moe_op
+        if w4a16:
+            tile_rows = W4A16_MOE_TILE_ROWS
         expert_rate = _f(peak_flops) * g * e_m * fraction
         expert_hbm = hbm * f_s
         floors_seconds = floors_seconds + model.moe_layers * moe_floor_us * US

@@ -557,6 +557,19 @@ KNOWN_TRANSFORMERS: dict[str, Transformer] = {
     # vocabulary 256,000, untied embeddings, sequence 4,096.
     "nemotron-4-15b": Transformer(32, 6144, 48, 256000, 4096, kv_heads=8, ffn_hidden=24576),
     "nemotron-4-340b": Transformer(96, 18432, 96, 256000, 4096, kv_heads=8, ffn_hidden=73728),
+    # Qwen/Qwen3-32B config.json: 64 layers, hidden 5,120, 64 heads of head_dim 128 (apart from
+    # hidden / heads), 8 KV heads, SwiGLU 25,600, vocabulary 151,936, 40,960 positions, untied.
+    "qwen3-32b": Transformer(
+        64,
+        5120,
+        64,
+        151936,
+        40960,
+        kv_heads=8,
+        head_dim=128,
+        ffn_hidden=25600,
+        gated_ffn=True,
+    ),
     # --- mixtures of experts: each model's config.json on Hugging Face (the repository named
     # beside it, file config.json; Llama 4's text_config), in the fields' own names:
     # num_hidden_layers, hidden_size, num_attention_heads, num_key_value_heads, head_dim,
