@@ -227,3 +227,32 @@ def test_prefill_runs_on_active_parameters() -> None:
     assert float(t.prefill_gemm_per_token) == pytest.approx(
         (2.0 * MIXTRAL.active_layer_parameters - 2.0 * _routed_active(MIXTRAL) + head) / rate
     )
+
+
+def test_a_w4a16_moe_step_tiles_its_grouped_gemms_at_marlins_rows() -> None:
+    """4-bit weights under 16-bit math (gpt-oss's MXFP4 on Hopper) run a kernel that tiles M at
+    8 rows at decode (Marlin's MoE), not the 16-bit op's measured tile: the engine's MoE floor
+    and fractions stay, its tile does not."""
+    from ringmaster.engine.llm_serving_fit import WEIGHT_BYTES
+    from ringmaster.engine.serving_engines import ENGINE_MOE
+
+    gpt_oss = KNOWN_TRANSFORMERS["gpt-oss-120b"]
+    h200 = DEFAULT_CATALOG.accelerator("nvidia-h200-141gb")
+
+    def terms(weight_bytes: float) -> S.ServingTerms:
+        return S.serving_terms(
+            gpt_oss, h200, 1, h200.peak("bf16"), weight_bytes, 2.0, 1024.0, 1024.0,
+            serving_engine="TensorRT-LLM",
+        )  # fmt: skip
+
+    w4a16, bf16 = terms(WEIGHT_BYTES["INT4"]), terms(2.0)
+    per_expert = gpt_oss.experts / gpt_oss.active_experts
+    tile = ENGINE_MOE[("nvidia-h200-141gb", "trtllm", "bf16")][3]
+    assert float(bf16.expert_tile_tokens) == pytest.approx(tile * per_expert)
+    assert float(w4a16.expert_tile_tokens) == pytest.approx(S.W4A16_MOE_TILE_ROWS * per_expert)
+    assert tile > S.W4A16_MOE_TILE_ROWS
+    # at a decode batch the padded rows were most of the step: now far fewer
+    batch = np.array(64.0)
+    assert float(S.expert_compute_seconds(w4a16, batch)) < 0.2 * float(
+        S.expert_compute_seconds(bf16, batch)
+    )
