@@ -15,7 +15,8 @@ both sliced and sharded (MoE TP and EP both above 1), Kimi K2.5's INT4 checkpoin
 experts INT4, the rest BF16: two weight precisions in one model), and MiniMax-M2.5, GLM-5 and
 Qwen3.5 (not in the catalog; Qwen3.5's linear-attention layers are not modelled), and
 nvidia/Qwen3-32B-NVFP4's one B200 run (416 clients of 15,500-token contexts: 845 GB of FP8 cache
-on two GPUs of 180 GB, so it ran on what the sample does not state, prefix reuse or offload).
+on two GPUs of 180 GB, so it ran on what the sample does not state, prefix reuse or offload). A
+run the sample lists more than once (the same measurement under two ids) is kept once.
 
     python benchmarks/aiconfigurator/silicon.py /path/to/aiconfigurator.git <commit>
 """
@@ -132,7 +133,12 @@ def rows(text: str) -> list[dict[str, str]]:
                 "tpot_ms": f"{float(r['silicon_tpot_ms']):.4f}",
             }
         )
-    return sorted(kept, key=lambda r: r["id"])
+    # The sample lists some runs more than once (DeepSeek-V3 and R1 paths, two database dumps):
+    # one of each, its first id, so that no measurement counts twice.
+    unique: dict[tuple[str, ...], dict[str, str]] = {}
+    for run in sorted(kept, key=lambda r: r["id"]):
+        unique.setdefault(tuple(v for k, v in run.items() if k != "id"), run)
+    return sorted(unique.values(), key=lambda r: r["id"])
 
 
 def main(repo: str, commit: str) -> None:

@@ -129,7 +129,7 @@ def test_a_mixture_of_experts_has_cells_of_its_own():
     tables = {r.source for r in rows if r.moe and r.source not in loops}
     assert tables == {v1[0].source, mixed[0].source, other[0].source}
     assert all(r.moe == loops[r.source].moe for r in rows if r.source in loops)
-    assert sum(r.moe for r in loops.values()) > 1000
+    assert sum(r.moe for r in loops.values()) > 800
     cells = _cells()
     moe = cells[("H100", "TensorRT-LLM (MoE)", "FP8")]
     dense = cells[("H100", "TensorRT-LLM", "FP8")]
@@ -173,7 +173,7 @@ def test_the_closed_loops_are_dense_runs_and_say_so_for_a_mixture_of_experts():
     assert "dense models only, no mixture of experts" in moe
     # where the sample holds mixtures of experts (DeepSeek-R1, Qwen3-235B on SGLang), theirs
     own = CLR.ttft_evidence("nvidia-h200-141gb", "SGLang", "FP8", moe=True)
-    assert own.startswith("closed-loop TTFT checked: 69 mixture-of-experts runs of SGLang")
+    assert own.startswith("closed-loop TTFT checked: 39 mixture-of-experts runs of SGLang")
     out = CLR.ttft_evidence("nvidia-h200-141gb", "SGLang", "FP8")
     assert out.startswith("closed-loop TTFT out of reach: 46 runs")
     none = CLR.ttft_evidence("nvidia-a100-80gb", "vLLM", "BF16", moe=True)

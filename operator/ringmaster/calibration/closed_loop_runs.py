@@ -129,6 +129,14 @@ class ClosedLoopRun:
         return self.predicted_ttft_ms / self.ttft_ms - 1.0
 
     @property
+    def latency_error(self) -> float:
+        """A request's whole latency, TTFT + (output - 1) x TPOT, predicted / measured - 1: what
+        no harness's split between the first token and the rest moves."""
+        tail = self.output - 1
+        predicted = self.predicted_ttft_ms + tail * self.predicted_tpot_ms
+        return predicted / (self.ttft_ms + tail * self.tpot_ms) - 1.0
+
+    @property
     def ttft_beyond_model_ms(self) -> float:
         """What the measured TTFT holds beyond the model's."""
         return self.ttft_ms - self.predicted_ttft_ms
@@ -403,10 +411,11 @@ def render_more_models_section() -> str:
         "DeepSeek-V3 / R1, gpt-oss-120b and Kimi K2.5 (Kimi K2's text model) on one host, at "
         "each run's layout (attention TP x data-parallel groups, the experts sliced or EP); "
         "gpt-oss's MXFP4 on Hopper is W4A16 (INT4 here). TPOT in the serving evidence matrix "
-        "(a mixture of experts in its engine's MoE cells); TTFT as above. Error: predicted / "
-        "measured - 1",
+        "(a mixture of experts in its engine's MoE cells); TTFT as above; latency: a request's "
+        "whole, TTFT + (output - 1) x TPOT, which no harness's split between the first token and "
+        "the rest moves. Error: predicted / measured - 1",
         f"{'model':<16}{'gpu':<6}{'engine':<14}{'weights':<8}{'layout':<16}{'runs':>5}"
-        f"{'TPOT |err|':>12}{'signed':>9}{'TTFT |err|':>12}{'signed':>9}",
+        f"{'TPOT |err|':>12}{'signed':>9}{'TTFT |err|':>12}{'signed':>9}{'latency':>9}",
     ]
     for (model, gpu, engine, precision, layout), rows in sorted(groups.items()):
         tpot = [r.tpot_error for r in rows]
@@ -415,15 +424,19 @@ def render_more_models_section() -> str:
             f"{model:<16}{gpu:<6}{engine:<14}{precision:<8}{layout:<16}{len(rows):>5}"
             f"{100 * median(abs(e) for e in tpot):>11.1f}%{_pct(median(tpot)):>9}"
             f"{100 * median(abs(e) for e in ttft):>11.1f}%{_pct(median(ttft)):>9}"
+            f"{_pct(median(r.latency_error for r in rows)):>9}"
         )
     for label, keep in (("dense", False), ("mixture of experts", True)):
         chosen = [r for r in runs if r.moe == keep]
         if chosen:
             tpot = [r.tpot_error for r in chosen]
             ttft = [r.ttft_error for r in chosen]
+            latency = [r.latency_error for r in chosen]
             lines.append(
                 f"{label}: {len(chosen)} runs, TPOT median |error| "
                 f"{100 * median(abs(e) for e in tpot):.1f}% (signed {_pct(median(tpot))}), TTFT "
-                f"{100 * median(abs(e) for e in ttft):.1f}% (signed {_pct(median(ttft))})"
+                f"{100 * median(abs(e) for e in ttft):.1f}% (signed {_pct(median(ttft))}), a "
+                f"request's latency {100 * median(abs(e) for e in latency):.1f}% (signed "
+                f"{_pct(median(latency))})"
             )
     return "\n".join(lines)
