@@ -51,7 +51,7 @@ def test_every_fit_holds_on_shapes_it_did_not_see():
 def test_an_engines_moe_layer_by_hand():
     """Qwen3-30B-A3B on one H100 under vLLM, bf16: the routed experts stream at f_s of the HBM,
     their rows (padded by m0 a touched expert) run at e_m of the peak, a floor a MoE layer."""
-    (floor_us, f_s, e_m, m0), dtype = engine_moe("nvidia-h100-80gb", "vLLM", "bf16")
+    (floor_us, per_expert_us, f_s, e_m, m0), dtype = engine_moe("nvidia-h100-80gb", "vLLM", "bf16")
     assert dtype == "bf16"
     t = _terms(QWEN3_30B, "vLLM")
     m = QWEN3_30B
@@ -73,7 +73,29 @@ def test_an_engines_moe_layer_by_hand():
         experts = float(S.step_seconds(t, n, 0.0) - S.step_seconds(none, n, 0.0))
         assert experts == pytest.approx(m.moe_layers * layer, rel=1e-9)
     # the floor sits in the step's fixed cost: a profiled pool (no engine table) has none of it
-    assert float(t.overhead) >= m.moe_layers * floor_us * 1e-6
+    assert float(t.overhead) >= m.moe_layers * (floor_us + per_expert_us * m.experts) * 1e-6
+
+
+def test_the_moe_op_s_fixed_part_grows_with_the_experts_a_rank_holds():
+    """TensorRT-LLM's block-FP8 op on the H100: floor + per-expert x local experts a layer. Under
+    expert parallelism a rank holds 1/ep of them: DeepSeek-V3 at EP 8 pays the floor and 32
+    experts' share a layer, sliced over TP 8 all 256; a measured table without the term (vLLM's
+    bf16 op, 0 us an expert) keeps one floor."""
+    (_, per_expert_us, *_), dtype = engine_moe("nvidia-h100-80gb", "TensorRT-LLM", "fp8")
+    assert dtype == "fp8_block" and per_expert_us > 0.2
+    v3 = KNOWN_TRANSFORMERS["deepseek-v3"]
+
+    def overhead(ep: int) -> float:
+        terms = S.serving_terms(
+            v3, H100, 8, H100.peak("fp8"), 1.0, 1.0, 1024.0, 1024.0,
+            compute_precision="fp8", serving_engine="TensorRT-LLM", expert_parallel=ep,
+        )  # fmt: skip
+        return float(terms.overhead)
+
+    assert overhead(1) - overhead(8) == pytest.approx(
+        v3.moe_layers * per_expert_us * (256 - 32) * 1e-6, rel=1e-9
+    )
+    assert engine_moe("nvidia-h100-80gb", "vLLM", "bf16")[0][1] == 0.0
 
 
 def test_which_table_a_precision_reads():

@@ -247,7 +247,7 @@ def test_a_w4a16_moe_step_tiles_its_grouped_gemms_at_marlins_rows() -> None:
 
     w4a16, bf16 = terms(WEIGHT_BYTES["INT4"]), terms(2.0)
     per_expert = gpt_oss.experts / gpt_oss.active_experts
-    tile = ENGINE_MOE[("nvidia-h200-141gb", "trtllm", "bf16")][3]
+    tile = ENGINE_MOE[("nvidia-h200-141gb", "trtllm", "bf16")][4]
     assert float(bf16.expert_tile_tokens) == pytest.approx(tile * per_expert)
     assert float(w4a16.expert_tile_tokens) == pytest.approx(S.W4A16_MOE_TILE_ROWS * per_expert)
     assert tile > S.W4A16_MOE_TILE_ROWS
@@ -256,3 +256,23 @@ def test_a_w4a16_moe_step_tiles_its_grouped_gemms_at_marlins_rows() -> None:
     assert float(S.expert_compute_seconds(w4a16, batch)) < 0.2 * float(
         S.expert_compute_seconds(bf16, batch)
     )
+
+
+def test_an_expert_parallel_plan_under_tensor_parallel_attention_says_it_exchanges_nothing() -> (
+    None
+):
+    """The plan names what the step prices: with attention tensor-parallel the experts' partial
+    sums are all-reduced, and an expertDispatch asked for there is named as not applying."""
+    base = L.LlmServingInputs(
+        QWEN3_30B, "nvidia-h100-80gb", 2, "BF16", 1000, 200, 2.0, 0.1, expert_parallel=2
+    )
+    words = "under tensor-parallel attention: every rank holds the step's tokens"
+    plain = L.predict_llm_serving(base)
+    assert any(words in n and "expertDispatch" not in n for n in plain.notes)
+    asked = L.predict_llm_serving(replace(base, expert_dispatch="AllToAll"))
+    assert any("expertDispatch AllToAll applies under attention data parallelism" in n
+               for n in asked.notes)  # fmt: skip
+    deepep = L.predict_llm_serving(replace(base, expert_dispatch="DeepEP"))
+    assert not any(words in n for n in deepep.notes)
+    sliced = L.predict_llm_serving(replace(base, expert_parallel=1))
+    assert not any(words in n for n in sliced.notes)

@@ -9,12 +9,18 @@ fastest kernel per shape; 12-17 expert shapes: Mixtral, Qwen3, DeepSeek-V3, Kimi
 gpt-oss, GLM, MiniMax and others). Each (chip, engine, weight dtype) is fitted, least squares of
 the log error, as the step prices a MoE layer (engine.llm_step.step_seconds):
 
-    floor + max(touched experts' weights / (f_s x HBM),
+    floor + per_expert x local experts
+          + max(touched experts' weights / (f_s x HBM),
                 (tokens x k + m0 x touched experts) expert rows' FLOPs / (e_m x peak))
 
 with the touched experts E (1 - (1 - k/E)^tokens) (engine.llm_step.expert_fraction_read): each
 expert the step touches computes its rows padded by a tile of m0 rows (16-256), so a grouped
-GEMM's efficiency grows with its tokens an expert, as a kernel's M tiles make it. What
+GEMM's efficiency grows with its tokens an expert, as a kernel's M tiles make it; the fixed
+part grows with the experts the rank holds (the router's top-k over them, the grouped GEMM's
+per-expert offsets and problem sizes: at one token the tables' 8-expert shapes take 30-40 us,
+their 256-384-expert ones 85-130 us on the same kernel), 0 where an engine's kernel shows none
+(2026-11-29: a floor alone put TensorRT-LLM's block-FP8 op at 70-92 us a layer whatever its
+experts, 19-24 % off these tables held out, 11-14 % with the term). What
 engine.serving_engines.ENGINE_MOE holds (a test keeps it equal to :func:`derive_engine_moe`).
 Without it the step streamed the experts at the dense decode GEMMs' fraction, ran their FLOPs at
 the dense GEMMs' rate and had no floor: 13-75 % short of these tables. Each fit is checked by
@@ -44,6 +50,7 @@ MOE_PEAK = {"bf16": "BF16", "fp8": "FP8", "fp8_block": "FP8", "fp4": "FP4"}
 MIN_ROWS = 40  # a (chip, engine, dtype) with fewer rows is not fitted
 # The fit's grids: a coarse pass over the whole range, then the fine grid around its best.
 FLOORS_US = (0.0, 150.0, 1.0)
+PER_EXPERT_US = (0.0, 0.5, 0.02)
 STREAM_FRACTIONS = (0.20, 1.0, 0.01)
 COMPUTE_FRACTIONS = (0.02, 1.0, 0.01)
 COARSE = 5  # grid steps a coarse step spans
@@ -65,14 +72,26 @@ class MoeRows:
     touched: np.ndarray  # the experts the tokens touch
     seconds: np.ndarray
 
+    @property
+    def local_experts(self) -> np.ndarray:
+        """The experts one rank holds: all of them in these tables (whole or sliced)."""
+        return self.shape[:, 2]
+
     def compute_seconds(self, tile_rows: float) -> np.ndarray:
         return self.row_seconds * (self.rows + tile_rows * self.touched)
 
     def predicted(
-        self, floor_us: float, f_s: float, e_m: float, tile_rows: float, hbm: float
+        self,
+        floor_us: float,
+        per_expert_us: float,
+        f_s: float,
+        e_m: float,
+        tile_rows: float,
+        hbm: float,
     ) -> np.ndarray:
         stream = self.stream_bytes / (f_s * hbm)
-        return floor_us * 1e-6 + np.maximum(stream, self.compute_seconds(tile_rows) / e_m)
+        fixed = (floor_us + per_expert_us * self.local_experts) * 1e-6
+        return fixed + np.maximum(stream, self.compute_seconds(tile_rows) / e_m)
 
     def subset(self, keep: np.ndarray) -> MoeRows:
         return MoeRows(
@@ -119,31 +138,50 @@ def _grid(bounds: tuple[float, float, float], step: float, around: float | None)
 
 
 def _search(
-    rows: MoeRows, hbm: float, tile: float, floors: np.ndarray, fs: np.ndarray, es: np.ndarray
-) -> tuple[float, float, float, float]:
-    """(sse, floor us, f_s, e_m) of the grids with the least squared log error at tile ``tile``:
-    every floor, and for each every (f_s, e_m) pair at once."""
+    rows: MoeRows,
+    hbm: float,
+    tile: float,
+    floors: np.ndarray,
+    per_expert: np.ndarray,
+    fs: np.ndarray,
+    es: np.ndarray,
+) -> tuple[float, float, float, float, float]:
+    """(sse, floor us, per-expert us, f_s, e_m) of the grids with the least squared log error
+    at tile ``tile``: every floor, and for each every (per-expert, f_s, e_m) at once."""
     stream = rows.stream_bytes[None, None, :] / (fs[:, None, None] * hbm)
     compute = rows.compute_seconds(tile)[None, None, :] / es[None, :, None]
-    body = np.maximum(stream, compute)
-    best = (np.inf, 0.0, 1.0, 1.0)
+    body = np.maximum(stream, compute)[None]
+    local = per_expert[:, None, None, None] * rows.local_experts[None, None, None, :]
+    best = (np.inf, 0.0, 0.0, 1.0, 1.0)
     for floor in floors:
-        sse = np.sum(np.log((floor * 1e-6 + body) / rows.seconds) ** 2, axis=-1)
-        i, j = np.unravel_index(int(np.argmin(sse)), sse.shape)
-        if sse[i, j] < best[0]:
-            best = (float(sse[i, j]), float(floor), float(fs[i]), float(es[j]))
+        fixed = (floor + local) * 1e-6
+        sse = np.sum(np.log((fixed + body) / rows.seconds) ** 2, axis=-1)
+        k, i, j = np.unravel_index(int(np.argmin(sse)), sse.shape)
+        if sse[k, i, j] < best[0]:
+            best = (
+                float(sse[k, i, j]),
+                float(floor),
+                float(per_expert[k]),
+                float(fs[i]),
+                float(es[j]),
+            )
     return best
 
 
 def fit_moe(
-    rows: MoeRows, tiles: tuple[float, ...] = TILE_ROWS, fine: bool = True
-) -> tuple[float, float, float, float]:
-    """(floor us, f_s, e_m, m0) with the least squared log error: for each tile of ``tiles``, a
-    coarse grid over the whole range (5 us, 0.05, 0.05), then (``fine``) the fine one (1 us,
-    0.01, 0.01) within a coarse step of its best."""
+    rows: MoeRows,
+    tiles: tuple[float, ...] = TILE_ROWS,
+    fine: bool = True,
+    per_expert_us: float | None = None,
+) -> tuple[float, float, float, float, float]:
+    """(floor us, per-expert us, f_s, e_m, m0) with the least squared log error: for each tile
+    of ``tiles``, a coarse grid over the whole range (5 us, 0.1 us, 0.05, 0.05), then
+    (``fine``) the fine one (1 us, 0.02 us, 0.01, 0.01) within a coarse step of its best;
+    ``per_expert_us`` given: held at it."""
     hbm = DEFAULT_CATALOG.accelerator(rows.accelerator).memory_bandwidth
-    grids = (FLOORS_US, STREAM_FRACTIONS, COMPUTE_FRACTIONS)
-    best = (np.inf, 0.0, 1.0, 1.0, 0.0)
+    per = PER_EXPERT_US if per_expert_us is None else (per_expert_us, per_expert_us, 1.0)
+    grids = (FLOORS_US, per, STREAM_FRACTIONS, COMPUTE_FRACTIONS)
+    best = (np.inf, 0.0, 0.0, 1.0, 1.0, 0.0)
     for tile in tiles:
         found = _search(rows, hbm, tile, *(_grid(g, COARSE * g[2], None) for g in grids))
         if fine:
@@ -152,12 +190,12 @@ def fit_moe(
             )
         if found[0] < best[0]:
             best = (*found, float(tile))
-    _, floor, f_s, e_m, tile = best
-    return round(floor, 1), round(f_s, 2), round(e_m, 2), tile
+    _, floor, per_expert, f_s, e_m, tile = best
+    return round(floor, 1), round(per_expert, 2), round(f_s, 2), round(e_m, 2), tile
 
 
 @lru_cache(maxsize=1)
-def derive_engine_moe() -> dict[tuple[str, str, str], tuple[float, float, float, float]]:
+def derive_engine_moe() -> dict[tuple[str, str, str], tuple[float, float, float, float, float]]:
     """What engine.serving_engines.ENGINE_MOE holds."""
     return {(r.accelerator, r.engine, r.dtype): fit_moe(r) for r in moe_rows()}
 
@@ -186,7 +224,8 @@ def moe_checks() -> tuple[MoeCheck, ...]:
             alone = np.all(rows.shape == shape, axis=1)
             if alone.all():
                 continue
-            refit = fit_moe(rows.subset(~alone), (fitted[3],), fine=False)
+            # at the fit's tile and per-expert term, as a refit of the rest would hold them
+            refit = fit_moe(rows.subset(~alone), (fitted[4],), fine=False, per_expert_us=fitted[1])
             mine = rows.subset(alone)
             held.append(float(np.median(np.abs(mine.predicted(*refit, hbm) / mine.seconds - 1))))
         out.append(
@@ -206,18 +245,20 @@ def render_moe_section() -> str:
     """The MoE block of ``ringmaster calibrate``: each engine's MoE op fit per chip and dtype."""
     lines = [
         "Serving engines' MoE layers (engine.serving_engines.ENGINE_MOE; AIConfigurator's MoE"
-        " tables, power-law routing, experts whole or sliced 8 ways): floor + max(touched"
-        " experts' weights / (f_s HBM), (tokens k + m0 touched) rows' FLOPs / (e_m peak)),"
-        " fitted per chip x engine x dtype; held out: each expert shape refitted without it",
-        f"{'table':<34} {'floor us':>8} {'f_s':>5} {'e_m':>5} {'m0':>4} {'rows':>5} {'shapes':>6}"
-        f" {'fitted':>7} {'held out':>9} {'worst':>7}",
+        " tables, power-law routing, experts whole or sliced 8 ways): floor + per-expert x"
+        " local experts + max(touched experts' weights / (f_s HBM), (tokens k + m0 touched)"
+        " rows' FLOPs / (e_m peak)), fitted per chip x engine x dtype; held out: each expert"
+        " shape refitted without it",
+        f"{'table':<34} {'floor us':>8} {'/expert':>7} {'f_s':>5} {'e_m':>5} {'m0':>4} {'rows':>5}"
+        f" {'shapes':>6} {'fitted':>7} {'held out':>9} {'worst':>7}",
     ]
     fits = derive_engine_moe()
     for c in moe_checks():
         accelerator, engine, dtype = c.label.split(" ")
-        floor, f_s, e_m, tile = fits[(accelerator, engine, dtype)]
+        floor, per_expert, f_s, e_m, tile = fits[(accelerator, engine, dtype)]
         lines.append(
-            f"{c.label:<34} {floor:>8.0f} {f_s:>5.2f} {e_m:>5.2f} {tile:>4.0f} {c.rows:>5}"
+            f"{c.label:<34} {floor:>8.0f} {per_expert:>7.2f} {f_s:>5.2f} {e_m:>5.2f} {tile:>4.0f}"
+            f" {c.rows:>5}"
             f" {c.shapes:>6} {c.fitted:>7.1%} {c.held_out:>9.1%} {c.worst_held_out:>7.1%}"
         )
     held = [c.held_out for c in moe_checks()]

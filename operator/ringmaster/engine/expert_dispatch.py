@@ -60,6 +60,17 @@ def dispatcher_named(name: str) -> Dispatcher:
     return name
 
 
+def exchanges_tokens(expert_parallel: int, attention_data: int, dispatcher: Dispatcher) -> bool:
+    """Whether an expert-parallel MoE layer dispatches its tokens and combines them: under
+    attention data parallelism (each group's own tokens), or with DeepEP asked. With attention
+    tensor-parallel every rank holds the step's tokens already: it runs its own experts on them
+    and the partial sums are all-reduced, as sliced experts' are (vllm-project/vllm
+    vllm/model_executor/layers/fused_moe/config.py @ 002d6073, ``use_all2all_kernels``: EP and
+    dp_size > 1; NVIDIA/TensorRT-LLM tensorrt_llm/_torch/modules/fused_moe/fused_moe_cutlass.py
+    @ 000a01de, ``reducescatter_or_allreduce``: an all-reduce without attention DP)."""
+    return expert_parallel > 1 and (attention_data > 1 or dispatcher == "DeepEP")
+
+
 def dispatch_token_bytes(hidden: int, dispatcher: Dispatcher) -> float:
     """One token's bytes in one dispatch copy."""
     if dispatcher == "DeepEP":
@@ -203,6 +214,7 @@ __all__ = [
     "dispatch_token_bytes",
     "dispatcher_named",
     "exchange_seconds",
+    "exchanges_tokens",
     "peer_latency",
     "remote_host_copies",
 ]

@@ -44,7 +44,12 @@ import numpy as np
 from ringmaster.engine import collectives
 from ringmaster.engine import llm_batching as batching
 from ringmaster.engine.ceilings import Ceilings, ceilings_for
-from ringmaster.engine.expert_dispatch import DEFAULT_DISPATCHER, Dispatcher, dispatcher_named
+from ringmaster.engine.expert_dispatch import (
+    DEFAULT_DISPATCHER,
+    Dispatcher,
+    dispatcher_named,
+    exchanges_tokens,
+)
 from ringmaster.engine.hardware import (
     DEFAULT_CATALOG,
     Catalog,
@@ -660,6 +665,18 @@ def _predict_layout(
         reason = f"{pp} pipeline stages exceed the model's {model.layers} layers"
     ep = _expert_degree(inputs, model, tp, dp)
     dispatcher = _dispatcher(inputs, model)
+    if ep > 1 and not exchanges_tokens(ep, dp, dispatcher):
+        asked = inputs.expert_dispatch
+        notes.append(
+            f"expert parallelism {ep} under tensor-parallel attention: every rank holds the "
+            "step's tokens and all-reduces its experts' partial sums, as sliced experts do; no "
+            "dispatch or combine"
+            + (
+                f" (expertDispatch {asked} applies under attention data parallelism)"
+                if asked
+                else ""
+            )
+        )
     usable = reason is None or compute not in UNITS_WORDS
     peak = acc.peak(compute) if usable else acc.peak("bf16")
     weights_per_acc = float(

@@ -122,6 +122,7 @@ from ringmaster.engine.expert_dispatch import (
     DispatchKernels,
     ExpertGroup,
     dispatch_combine_seconds,
+    exchanges_tokens,
 )
 from ringmaster.engine.hardware import Accelerator, MachineType
 from ringmaster.engine.profiled import ceilings_hbm_ratio, ceilings_matmul_ratio
@@ -603,12 +604,10 @@ def serving_terms(
     kv_per_token = kv_elements_per_token_per_accelerator(model, g, n_in + n_out) * kv_bytes
     kv_read_bytes = kv_elements_per_token_per_accelerator(model, g, context) * kv_bytes
     one_token = ACTIVATION_BYTES * model.hidden
-    # EP under attention data parallelism (each group's own tokens), or with DeepEP asked: the
-    # MoE layers' all-reduce gives way to a dispatch and a combine all-to-all, each rank sending
-    # its 1/ep of the step's tokens, k copies each. With attention tensor-parallel every rank
-    # holds the step's tokens already: it runs its own experts on them and the partial sums are
-    # all-reduced, as sliced experts' are (the module's docstring).
-    exchanges = expert_parallel > 1 and (attention_data > 1 or dispatcher == "DeepEP")
+    # Where the tokens are exchanged (expert_dispatch.exchanges_tokens), the MoE layers'
+    # all-reduce gives way to a dispatch and a combine all-to-all, each rank sending its 1/ep of
+    # the step's tokens, k copies each.
+    exchanges = exchanges_tokens(expert_parallel, attention_data, dispatcher)
     moe_a2a = model.moe_layers if exchanges else 0
     allreduces = 2.0 * model.layers - moe_a2a
     if span is not None and span.tensor_hosts(ranks) > 1:
@@ -764,12 +763,18 @@ def serving_terms(
     )
     tile_tokens = 0.0
     if moe_op is not None:
-        (moe_floor_us, f_s, e_m, tile_rows), _ = moe_op
+        (moe_floor_us, per_expert_us, f_s, e_m, tile_rows), _ = moe_op
         if w4a16:
             tile_rows = W4A16_MOE_TILE_ROWS
         expert_rate = _f(peak_flops) * g * e_m * fraction
         expert_hbm = hbm * f_s
-        floors_seconds = floors_seconds + model.moe_layers * moe_floor_us * US
+        # the experts one rank holds: all of them sliced, or its share under expert parallelism
+        local_experts = (
+            model.experts * expert_slot_ratio(model, redundant_experts) / expert_parallel
+        )
+        floors_seconds = (
+            floors_seconds + model.moe_layers * (moe_floor_us + per_expert_us * local_experts) * US
+        )
         tile_tokens = (
             tile_rows
             * model.experts

@@ -247,55 +247,56 @@ ENGINE_DECODE_ATTENTION: dict[tuple[str, str, str], tuple[float, float]] = {
 }
 
 
-# (accelerator, engine, MoE weight dtype) -> (floor us, f_s, e_m, m0): the engine's fused MoE op
-# for one layer's routed experts (router top-k, permutation, grouped GEMMs, weighted sum) as
-# floor + max(touched experts' weights / (f_s x HBM), (tokens x k + m0 x touched experts) rows'
-# FLOPs / (e_m x peak)): each touched expert's rows padded by an M tile of m0, fitted on
-# AIConfigurator's measured MoE tables (calibration.aic_moe.derive_engine_moe refits every entry;
-# a test keeps them equal). Without it a MoE layer streamed its experts at the dense decode GEMMs'
-# fraction, ran their FLOPs at the dense GEMMs' rate and had no floor: 13-75 % short.
-ENGINE_MOE: dict[tuple[str, str, str], tuple[float, float, float, float]] = {
-    ("nvidia-a100-80gb", "sglang", "bf16"): (48.0, 0.88, 0.38, 64.0),
-    ("nvidia-a100-80gb", "trtllm", "bf16"): (75.0, 0.96, 0.46, 64.0),
-    ("nvidia-a100-80gb", "vllm", "bf16"): (30.0, 0.86, 0.37, 64.0),
-    ("nvidia-b200", "sglang", "bf16"): (45.0, 0.8, 0.19, 64.0),
-    ("nvidia-b200", "sglang", "fp4"): (55.0, 1.0, 0.12, 32.0),
-    ("nvidia-b200", "sglang", "fp8_block"): (47.0, 0.63, 0.15, 64.0),
-    ("nvidia-b200", "trtllm", "bf16"): (39.0, 0.94, 0.43, 128.0),
-    ("nvidia-b200", "trtllm", "fp4"): (22.0, 0.89, 0.36, 128.0),
-    ("nvidia-b200", "trtllm", "fp8"): (46.0, 0.96, 0.22, 64.0),
-    ("nvidia-b200", "trtllm", "fp8_block"): (92.0, 0.79, 0.37, 128.0),
-    ("nvidia-b200", "vllm", "bf16"): (32.0, 0.8, 0.35, 128.0),
-    ("nvidia-b200", "vllm", "fp4"): (22.0, 0.75, 0.3, 128.0),
-    ("nvidia-b200", "vllm", "fp8"): (37.0, 0.78, 0.18, 64.0),
-    ("nvidia-b200", "vllm", "fp8_block"): (35.0, 0.65, 0.09, 32.0),
-    ("nvidia-gb200", "sglang", "bf16"): (47.0, 0.85, 0.18, 64.0),
-    ("nvidia-gb200", "sglang", "fp4"): (52.0, 1.0, 0.11, 32.0),
-    ("nvidia-gb200", "sglang", "fp8_block"): (52.0, 0.65, 0.15, 64.0),
-    ("nvidia-gb200", "trtllm", "bf16"): (37.0, 1.0, 0.41, 128.0),
-    ("nvidia-gb200", "trtllm", "fp4"): (20.0, 0.93, 0.34, 128.0),
-    ("nvidia-gb200", "trtllm", "fp8"): (43.0, 1.0, 0.22, 64.0),
-    ("nvidia-gb200", "trtllm", "fp8_block"): (90.0, 0.82, 0.35, 128.0),
-    ("nvidia-gb200", "vllm", "bf16"): (28.0, 0.8, 0.33, 128.0),
-    ("nvidia-gb200", "vllm", "fp4"): (21.0, 0.77, 0.28, 128.0),
-    ("nvidia-gb200", "vllm", "fp8"): (39.0, 0.87, 0.18, 64.0),
-    ("nvidia-gb200", "vllm", "fp8_block"): (39.0, 0.75, 0.08, 32.0),
-    ("nvidia-h100-80gb", "sglang", "bf16"): (34.0, 0.9, 0.25, 64.0),
-    ("nvidia-h100-80gb", "sglang", "fp8_block"): (47.0, 0.89, 0.26, 64.0),
-    ("nvidia-h100-80gb", "trtllm", "bf16"): (36.0, 0.85, 0.37, 128.0),
-    ("nvidia-h100-80gb", "trtllm", "fp8"): (38.0, 0.78, 0.34, 128.0),
-    ("nvidia-h100-80gb", "trtllm", "fp8_block"): (70.0, 0.95, 0.2, 64.0),
-    ("nvidia-h100-80gb", "vllm", "bf16"): (24.0, 0.95, 0.42, 128.0),
-    ("nvidia-h100-80gb", "vllm", "fp8"): (30.0, 0.85, 0.37, 128.0),
-    ("nvidia-h100-80gb", "vllm", "fp8_block"): (42.0, 0.93, 0.25, 64.0),
-    ("nvidia-h200-141gb", "sglang", "bf16"): (35.0, 0.88, 0.28, 64.0),
-    ("nvidia-h200-141gb", "sglang", "fp8_block"): (44.0, 0.82, 0.28, 64.0),
-    ("nvidia-h200-141gb", "trtllm", "bf16"): (38.0, 0.8, 0.5, 128.0),
-    ("nvidia-h200-141gb", "trtllm", "fp8"): (43.0, 1.0, 0.33, 64.0),
-    ("nvidia-h200-141gb", "trtllm", "fp8_block"): (76.0, 0.96, 0.18, 32.0),
-    ("nvidia-h200-141gb", "vllm", "bf16"): (26.0, 0.93, 0.38, 64.0),
-    ("nvidia-h200-141gb", "vllm", "fp8"): (33.0, 0.9, 0.31, 64.0),
-    ("nvidia-h200-141gb", "vllm", "fp8_block"): (39.0, 0.88, 0.28, 64.0),
+# (accelerator, engine, MoE weight dtype) -> (floor us, per-expert us, f_s, e_m, m0): the engine's
+# fused MoE op for one layer's routed experts (router top-k, permutation, grouped GEMMs, weighted
+# sum) as floor + per-expert x the experts the rank holds + max(touched experts' weights / (f_s x
+# HBM), (tokens x k + m0 x touched experts) rows' FLOPs / (e_m x peak)): each touched expert's
+# rows padded by an M tile of m0, fitted on AIConfigurator's measured MoE tables
+# (calibration.aic_moe.derive_engine_moe refits every entry; a test keeps them equal). Without it
+# a MoE layer streamed its experts at the dense decode GEMMs' fraction, ran their FLOPs at the
+# dense GEMMs' rate and had no floor: 13-75 % short.
+ENGINE_MOE: dict[tuple[str, str, str], tuple[float, float, float, float, float]] = {
+    ("nvidia-a100-80gb", "sglang", "bf16"): (40.0, 0.04, 0.89, 0.38, 64.0),
+    ("nvidia-a100-80gb", "trtllm", "bf16"): (60.0, 0.18, 0.97, 0.46, 64.0),
+    ("nvidia-a100-80gb", "vllm", "bf16"): (20.0, 0.06, 0.86, 0.37, 64.0),
+    ("nvidia-b200", "sglang", "bf16"): (45.0, 0.0, 0.8, 0.19, 64.0),
+    ("nvidia-b200", "sglang", "fp4"): (22.0, 0.18, 1.0, 0.12, 32.0),
+    ("nvidia-b200", "sglang", "fp8_block"): (45.0, 0.02, 0.64, 0.15, 64.0),
+    ("nvidia-b200", "trtllm", "bf16"): (36.0, 0.02, 0.94, 0.43, 128.0),
+    ("nvidia-b200", "trtllm", "fp4"): (6.0, 0.1, 0.91, 0.37, 128.0),
+    ("nvidia-b200", "trtllm", "fp8"): (33.0, 0.08, 0.96, 0.22, 64.0),
+    ("nvidia-b200", "trtllm", "fp8_block"): (29.0, 0.42, 0.85, 0.3, 64.0),
+    ("nvidia-b200", "vllm", "bf16"): (32.0, 0.0, 0.8, 0.35, 128.0),
+    ("nvidia-b200", "vllm", "fp4"): (22.0, 0.0, 0.75, 0.3, 128.0),
+    ("nvidia-b200", "vllm", "fp8"): (37.0, 0.0, 0.78, 0.18, 64.0),
+    ("nvidia-b200", "vllm", "fp8_block"): (34.0, 0.02, 0.65, 0.09, 32.0),
+    ("nvidia-gb200", "sglang", "bf16"): (47.0, 0.0, 0.85, 0.18, 64.0),
+    ("nvidia-gb200", "sglang", "fp4"): (20.0, 0.18, 1.0, 0.11, 32.0),
+    ("nvidia-gb200", "sglang", "fp8_block"): (40.0, 0.06, 0.66, 0.15, 64.0),
+    ("nvidia-gb200", "trtllm", "bf16"): (25.0, 0.06, 0.99, 0.41, 128.0),
+    ("nvidia-gb200", "trtllm", "fp4"): (6.0, 0.1, 0.99, 0.36, 128.0),
+    ("nvidia-gb200", "trtllm", "fp8"): (30.0, 0.08, 1.0, 0.23, 64.0),
+    ("nvidia-gb200", "trtllm", "fp8_block"): (29.0, 0.4, 0.88, 0.28, 64.0),
+    ("nvidia-gb200", "vllm", "bf16"): (28.0, 0.0, 0.8, 0.33, 128.0),
+    ("nvidia-gb200", "vllm", "fp4"): (17.0, 0.02, 0.77, 0.28, 128.0),
+    ("nvidia-gb200", "vllm", "fp8"): (39.0, 0.0, 0.87, 0.18, 64.0),
+    ("nvidia-gb200", "vllm", "fp8_block"): (35.0, 0.02, 0.75, 0.08, 32.0),
+    ("nvidia-h100-80gb", "sglang", "bf16"): (30.0, 0.02, 0.9, 0.25, 64.0),
+    ("nvidia-h100-80gb", "sglang", "fp8_block"): (34.0, 0.06, 0.9, 0.25, 64.0),
+    ("nvidia-h100-80gb", "trtllm", "bf16"): (36.0, 0.0, 0.85, 0.37, 128.0),
+    ("nvidia-h100-80gb", "trtllm", "fp8"): (24.0, 0.08, 0.78, 0.34, 128.0),
+    ("nvidia-h100-80gb", "trtllm", "fp8_block"): (15.0, 0.3, 0.95, 0.2, 64.0),
+    ("nvidia-h100-80gb", "vllm", "bf16"): (24.0, 0.0, 0.95, 0.42, 128.0),
+    ("nvidia-h100-80gb", "vllm", "fp8"): (30.0, 0.0, 0.85, 0.37, 128.0),
+    ("nvidia-h100-80gb", "vllm", "fp8_block"): (38.0, 0.02, 0.93, 0.25, 64.0),
+    ("nvidia-h200-141gb", "sglang", "bf16"): (31.0, 0.02, 0.88, 0.28, 64.0),
+    ("nvidia-h200-141gb", "sglang", "fp8_block"): (30.0, 0.06, 0.82, 0.28, 64.0),
+    ("nvidia-h200-141gb", "trtllm", "bf16"): (38.0, 0.0, 0.8, 0.5, 128.0),
+    ("nvidia-h200-141gb", "trtllm", "fp8"): (30.0, 0.08, 1.0, 0.33, 64.0),
+    ("nvidia-h200-141gb", "trtllm", "fp8_block"): (20.0, 0.34, 1.0, 0.18, 32.0),
+    ("nvidia-h200-141gb", "vllm", "bf16"): (26.0, 0.0, 0.93, 0.38, 64.0),
+    ("nvidia-h200-141gb", "vllm", "fp8"): (33.0, 0.0, 0.9, 0.31, 64.0),
+    ("nvidia-h200-141gb", "vllm", "fp8_block"): (34.0, 0.02, 0.88, 0.28, 64.0),
 }
 # FP8 MoE checkpoints as published (DeepSeek-V3 / R1, Kimi-K2, Qwen3, GLM) scale their weights in
 # 128 x 128 blocks: an engine's block-scaled kernel where it has one, else its per-tensor one.
@@ -304,9 +305,10 @@ MOE_DTYPE_ORDER = {"fp8": ("fp8_block", "fp8"), "fp4": ("fp4",), "bf16": ("bf16"
 
 def engine_moe(
     accelerator: str, engine: str | None, compute_precision: str
-) -> tuple[tuple[float, float, float, float], str] | None:
-    """((floor us, f_s, e_m, m0), table dtype) of ``engine``'s MoE op on the chip at the weights'
-    precision (16-bit as bf16), or None where it was not measured (ENGINE_MOE)."""
+) -> tuple[tuple[float, float, float, float, float], str] | None:
+    """((floor us, per-expert us, f_s, e_m, m0), table dtype) of ``engine``'s MoE op on the
+    chip at the weights' precision (16-bit as bf16), or None where it was not measured
+    (ENGINE_MOE)."""
     if engine is None:
         return None
     key = ENGINE_KEYS.get(engine, engine)
