@@ -418,25 +418,33 @@ def render_more_models_section() -> str:
         f"{'TPOT |err|':>12}{'signed':>9}{'TTFT |err|':>12}{'signed':>9}{'latency':>9}",
     ]
     for (model, gpu, engine, precision, layout), rows in sorted(groups.items()):
-        tpot = [r.tpot_error for r in rows]
-        ttft = [r.ttft_error for r in rows]
+        tpot, ttft, latency = _medians(rows)
         lines.append(
             f"{model:<16}{gpu:<6}{engine:<14}{precision:<8}{layout:<16}{len(rows):>5}"
-            f"{100 * median(abs(e) for e in tpot):>11.1f}%{_pct(median(tpot)):>9}"
-            f"{100 * median(abs(e) for e in ttft):>11.1f}%{_pct(median(ttft)):>9}"
-            f"{_pct(median(r.latency_error for r in rows)):>9}"
+            f"{100 * tpot[0]:>11.1f}%{_pct(tpot[1]):>9}{100 * ttft[0]:>11.1f}%{_pct(ttft[1]):>9}"
+            f"{_pct(latency[1]):>9}"
         )
     for label, keep in (("dense", False), ("mixture of experts", True)):
         chosen = [r for r in runs if r.moe == keep]
         if chosen:
-            tpot = [r.tpot_error for r in chosen]
-            ttft = [r.ttft_error for r in chosen]
-            latency = [r.latency_error for r in chosen]
+            tpot, ttft, latency = _medians(chosen)
             lines.append(
-                f"{label}: {len(chosen)} runs, TPOT median |error| "
-                f"{100 * median(abs(e) for e in tpot):.1f}% (signed {_pct(median(tpot))}), TTFT "
-                f"{100 * median(abs(e) for e in ttft):.1f}% (signed {_pct(median(ttft))}), a "
-                f"request's latency {100 * median(abs(e) for e in latency):.1f}% (signed "
-                f"{_pct(median(latency))})"
+                f"{label}: {len(chosen)} runs, TPOT median |error| {100 * tpot[0]:.1f}% (signed "
+                f"{_pct(tpot[1])}), TTFT {100 * ttft[0]:.1f}% (signed {_pct(ttft[1])}), a "
+                f"request's latency {100 * latency[0]:.1f}% (signed {_pct(latency[1])})"
             )
     return "\n".join(lines)
+
+
+def _medians(
+    runs: list[ClosedLoopRun],
+) -> tuple[tuple[float, float], tuple[float, float], tuple[float, float]]:
+    """(median |error|, signed median) of the runs' TPOT, TTFT and whole latency."""
+    out = []
+    for errors in (
+        [r.tpot_error for r in runs],
+        [r.ttft_error for r in runs],
+        [r.latency_error for r in runs],
+    ):
+        out.append((float(median(abs(e) for e in errors)), float(median(errors))))
+    return out[0], out[1], out[2]
