@@ -272,7 +272,7 @@ def ttft_evidence(accelerator: str, engine: str, precision: str, moe: bool = Fal
             f"at {precision} (the starting wave's rounds fitted on vLLM's H200 runs)"
         )
     errors = [r.ttft_error for r in rows]
-    cell = (rows[0].gpu, engine, precision)
+    cell = rows[0].cell
     kind = "mixture-of-experts runs" if rows[0].moe else "runs"
     figures = (
         f"{len(rows)} {kind} of {engine} on {accelerator} at {precision} (AIConfigurator's "
@@ -318,7 +318,7 @@ def render_closed_loop_section() -> str:
     runs = llama_runs()
     cells: dict[tuple[str, str, str], list[ClosedLoopRun]] = defaultdict(list)
     for r in runs:
-        cells[(r.gpu, r.engine, r.precision)].append(r)
+        cells[r.cell].append(r)
     lines = [
         f"Closed-loop runs measured by AIConfigurator's team ({SOURCE}): {len(runs)} runs of "
         "Llama 3.1 8B / 70B on one replica, 4-512 clients; checked, but TensorRT-LLM's B200 FP4 "

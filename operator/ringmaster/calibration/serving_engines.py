@@ -157,8 +157,6 @@ def weights_per_accelerator(
     """One accelerator's weights: a mixture of experts' dense parts over each attention group's
     ``tp``, its routed experts over all ``tp x attention_data`` ranks."""
     w = L.WEIGHT_BYTES[precision]
-    if not model.is_moe:
-        return model.parameters * w / tp
     return float(S.weights_bytes_per_accelerator(model, w, tp, 1, attention_data))
 
 
