@@ -80,11 +80,23 @@ def test_the_cell_text_names_the_checked_runs_or_says_extrapolated():
     assert h200.startswith("serving cell H200 x vLLM x FP8:")
 
 
-def test_an_engine_no_run_checks_says_so(monkeypatch: pytest.MonkeyPatch):
+def test_an_engine_no_run_checks_says_so():
     others = tuple(c for c in SV.serving_cells() if c.framework != "SGLang")
-    monkeypatch.setattr(SV, "serving_cells", lambda: others)
-    sglang = SV.serving_cell_evidence("nvidia-h100-80gb", "SGLang", "BF16")
+    sglang = SV.serving_cell_evidence("nvidia-h100-80gb", "SGLang", "BF16", cells=others)
     assert sglang.endswith("(no checked run of SGLang at all)")
+
+
+def test_the_stored_cells_a_plan_reads_are_the_live_ones():
+    """A plan reads STORED_SERVING_CELLS (the live cells predict every closed-loop run, ~5 s):
+    they must be what the engine and its rows give now."""
+    live = SV.serving_cells()
+    assert SV.stored_serving_cells() == live, (
+        "stale serving_cells.json: run python3 -c 'from ringmaster.calibration.serving_evidence"
+        " import write_stored_serving_cells as w; w()'"
+    )
+    assert (
+        SV.cells_json(live) == SV.STORED_SERVING_CELLS.read_text()
+    )  # written as the writer writes it
 
 
 def test_the_plan_names_its_cell_after_its_engine():

@@ -17,9 +17,12 @@ from ringmaster.calibration.ceilings import (
     operator_rows,
 )
 from ringmaster.calibration.evidence import (
+    STORED_TRAINING_CELLS,
     cell_evidence,
+    cells_json,
     leave_one_source_out,
     render_evidence_matrix,
+    stored_training_cells,
     training_cells,
 )
 from ringmaster.calibration.llm_training import flagperf_a800
@@ -257,6 +260,21 @@ def test_the_evidence_matrix_separates_fitted_checked_and_extrapolated():
     assert statistics.median(with_fit) < flagperf.median_error
     # DeepSpeed's cells: checked now (FlagPerf), B200 still extrapolated
     assert "1 checked run, " in cell_evidence("nvidia-a100-80gb", "DeepSpeed", "bf16")
+
+
+def test_the_stored_training_cells_a_plan_reads_are_the_live_ones():
+    """A plan reads STORED_TRAINING_CELLS (the live cells plan every published layout): they
+    must be what the engine and its rows give now."""
+    live = training_cells()
+    assert stored_training_cells() == live, (
+        "stale training_cells.json: run python3 -c 'from ringmaster.calibration.evidence import"
+        " write_stored_training_cells as w; w()'"
+    )
+    assert cells_json(live) == STORED_TRAINING_CELLS.read_text(encoding="utf-8")
+    # a plan's text is the live cells' text
+    assert cell_evidence("nvidia-a100-80gb", "Torchtitan", "bf16") == cell_evidence(
+        "nvidia-a100-80gb", "Torchtitan", "bf16", cells=live
+    )
 
 
 def test_the_evidence_matrix_shows_each_cells_lean_and_flags_the_systematic_ones():

@@ -23,8 +23,8 @@ from statistics import median
 from typing import Any, NamedTuple
 
 import numpy as np
-import yaml
 
+from ringmaster.calibration.points import read_yaml
 from ringmaster.engine import ceilings as CE
 
 MEASURED_H100 = Path(__file__).with_name("measured") / "h100-sxm-ops.yaml"
@@ -33,8 +33,7 @@ GEMM_MIN_TOKENS = 1024  # training-size GEMMs; decode-size ones are serving's (a
 
 @lru_cache(maxsize=1)
 def measured_h100() -> dict[str, Any]:
-    with MEASURED_H100.open() as f:
-        data: dict[str, Any] = yaml.safe_load(f)
+    data: dict[str, Any] = read_yaml(MEASURED_H100)
     return data
 
 
@@ -721,8 +720,7 @@ PUBLISHED_CEILINGS = Path(__file__).with_name("ceilings_points.yaml")
 
 @lru_cache(maxsize=1)
 def published_ceilings() -> dict[str, dict[str, Any]]:
-    with PUBLISHED_CEILINGS.open() as f:
-        return {p["id"]: p for p in yaml.safe_load(f)["points"]}
+    return {p["id"]: p for p in read_yaml(PUBLISHED_CEILINGS)["points"]}
 
 
 def _fraction(pid: str) -> float:

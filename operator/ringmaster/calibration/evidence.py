@@ -17,9 +17,11 @@ back to what the engine does without it (the H100's measured fractions carried o
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import lru_cache
+from pathlib import Path
 from statistics import median
 
 from ringmaster.calibration import llm_training as T
@@ -191,10 +193,40 @@ def training_cells() -> tuple[Cell, ...]:
     return tuple(cells)
 
 
-def cell_evidence(accelerator: str, framework: str, precision: str) -> str:
-    """What a prediction for ``framework`` on ``accelerator`` at ``precision`` rests on."""
+def cells_json(cells: tuple[Cell, ...]) -> str:
+    """A matrix's cells as their stored file holds them."""
+    return json.dumps([asdict(c) for c in cells], indent=1) + "\n"
+
+
+def read_cells(path: Path) -> tuple[Cell, ...]:
+    return tuple(Cell(**c) for c in json.loads(path.read_text(encoding="utf-8")))
+
+
+# The training cells as training_cells() computes them (it plans every published layout, ~0.5 s),
+# for plans to read; written by write_stored_training_cells(), kept equal by
+# tests/engine/test_evidence.py.
+STORED_TRAINING_CELLS = Path(__file__).with_name("training_cells.json")
+
+
+@lru_cache(maxsize=1)
+def stored_training_cells() -> tuple[Cell, ...]:
+    return read_cells(STORED_TRAINING_CELLS)
+
+
+def write_stored_training_cells() -> None:
+    """Rewrite STORED_TRAINING_CELLS from the live cells, after a change to the engine or its
+    rows."""
+    STORED_TRAINING_CELLS.write_text(cells_json(training_cells()), encoding="utf-8")
+
+
+def cell_evidence(
+    accelerator: str, framework: str, precision: str, cells: tuple[Cell, ...] | None = None
+) -> str:
+    """What a prediction for ``framework`` on ``accelerator`` at ``precision`` rests on, read
+    from ``cells`` (the stored ones by default)."""
     gen = generation(accelerator)
-    cells = training_cells()
+    if cells is None:
+        cells = stored_training_cells()
     for cell in cells:
         if (cell.generation, cell.framework, cell.precision) == (gen, framework, precision):
             if cell.checked:

@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from ringmaster.calibration.points import read_yaml
 from ringmaster.engine import ceilings as CE
 from ringmaster.engine import llm_batching as B
 from ringmaster.engine import llm_serving as L
@@ -147,9 +148,7 @@ def _section(points: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 @cache
 def serving_points() -> dict[str, Any]:
-    import yaml
-
-    data: dict[str, Any] = yaml.safe_load(SERVING_POINTS.read_text(encoding="utf-8"))
+    data: dict[str, Any] = read_yaml(SERVING_POINTS)
     return data
 
 

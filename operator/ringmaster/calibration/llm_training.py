@@ -27,8 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from ringmaster.calibration.points import read_yaml
 from ringmaster.engine import llm_training as L
 from ringmaster.engine import recompute as R
 from ringmaster.engine.efficiency import NIC_EFFICIENCY
@@ -472,7 +471,7 @@ MEMORY_MODELS = {
 
 def training_points(path: Path = LLM_TRAINING_POINTS) -> dict[str, Any]:
     """The package's own LLM training points (memory figures, layouts that ran)."""
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data = read_yaml(path)
     return dict(data or {})
 
 

@@ -18,9 +18,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ringmaster.calibration.llm_training import TOLERANCE, maxtext_model
+from ringmaster.calibration.points import read_yaml
 from ringmaster.engine import llm_training as L
 from ringmaster.engine.frameworks import Framework
 from ringmaster.engine.hardware import DEFAULT_CATALOG
@@ -48,7 +47,7 @@ class MultisliceRow:
 
 
 def multislice_points(path: Path = MULTISLICE_POINTS) -> dict[str, Any]:
-    return dict(yaml.safe_load(path.read_text()))
+    return dict(read_yaml(path))
 
 
 def v5e_slices(slices: int) -> L.LayoutHardware:

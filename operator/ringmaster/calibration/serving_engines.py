@@ -30,9 +30,9 @@ from statistics import median
 from typing import Any
 
 import numpy as np
-import yaml
 
 from ringmaster.calibration import llm_serving as LC
+from ringmaster.calibration.points import read_yaml
 from ringmaster.engine import llm_batching as B
 from ringmaster.engine import llm_serving as L
 from ringmaster.engine import llm_step as S
@@ -61,7 +61,7 @@ PRECISION = {"fp8": "FP8", "bf16": "BF16", "fp16": "FP16", "fp4": "FP4", "int4":
 
 @cache
 def engine_points() -> list[dict[str, Any]]:
-    data: dict[str, Any] = yaml.safe_load(ENGINE_POINTS.read_text(encoding="utf-8"))
+    data: dict[str, Any] = read_yaml(ENGINE_POINTS)
     return list(data["points"])
 
 

@@ -13,7 +13,8 @@ step has parts a dense model's has not (the routed experts' grouped GEMMs, the e
 the weights), so a dense cell's error says nothing of them, and theirs would hide a dense cell's.
 :func:`serving_cell_evidence` is what an LLM endpoint's plan states: its cell (the MoE one for a
 mixture of experts) and the cell's checked error, or that no checked run of its engine on its
-accelerator at its precision exists.
+accelerator at its precision exists. A plan reads the cells as stored (STORED_SERVING_CELLS, a
+test keeps them equal to the live ones), since the live ones predict every closed-loop run (~5 s).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from statistics import median
 
 from ringmaster.calibration import closed_loop_runs as CLR
@@ -31,7 +33,9 @@ from ringmaster.calibration.evidence import (
     HELD_OUT_SIGNED_GOAL,
     LEAN_MIN_ROWS,
     Cell,
+    cells_json,
     generation,
+    read_cells,
 )
 from ringmaster.calibration.llm_training import training_points_for_report
 
@@ -133,15 +137,33 @@ def serving_cells() -> tuple[Cell, ...]:
     return tuple(cells)
 
 
-def serving_cell_evidence(accelerator: str, engine: str, precision: str, moe: bool = False) -> str:
+# The cells as serving_cells() computes them, written by write_stored_serving_cells()
+# (tests/engine/test_serving_evidence.py keeps it equal to them).
+STORED_SERVING_CELLS = Path(__file__).with_name("serving_cells.json")
+
+
+@lru_cache(maxsize=1)
+def stored_serving_cells() -> tuple[Cell, ...]:
+    """The cells a plan reads: serving_cells() as last written to STORED_SERVING_CELLS."""
+    return read_cells(STORED_SERVING_CELLS)
+
+
+def serving_cell_evidence(
+    accelerator: str,
+    engine: str,
+    precision: str,
+    moe: bool = False,
+    cells: tuple[Cell, ...] | None = None,
+) -> str:
     """What an LLM endpoint's prediction for ``engine`` on ``accelerator`` with ``precision``
     weights rests on: its cell's checked runs (a mixture of experts' ``moe`` cell), or
     "extrapolated" and where the engine (its mixtures of experts) was checked instead; for a
     mixture of experts without a checked run of its own, the dense cell's figures too, named as
-    the dense runs' they are."""
+    the dense runs' they are. ``cells`` defaults to the stored ones."""
     gen = generation(accelerator)
     column = engine_column(engine, moe)
-    cells = serving_cells()
+    if cells is None:
+        cells = stored_serving_cells()
     by_key = {(c.generation, c.framework, c.precision): c for c in cells}
     cell = by_key.get((gen, column, precision))
     if cell is not None and cell.checked:
@@ -209,3 +231,9 @@ def render_serving_matrix() -> str:
         f" (engine{MOE_SUFFIX}), never a dense one's as its own"
     )
     return "\n".join(lines)
+
+
+def write_stored_serving_cells() -> None:
+    """Rewrite STORED_SERVING_CELLS from the live cells, after a change to the engine or its
+    rows."""
+    STORED_SERVING_CELLS.write_text(cells_json(serving_cells()), encoding="utf-8")
