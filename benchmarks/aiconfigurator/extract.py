@@ -84,6 +84,26 @@ MOE_TOKENS = (1, 16, 64, 256, 1024, 4096, 16384)
 MOE_TP = (1, 8)  # a whole expert a rank, and sliced eight ways
 MOE_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "fp4"}
 MOE_DISTRIBUTION = "power_law_1.01"
+# gpt-oss's experts as each engine runs its MXFP4 checkpoint on each chip, stored as the table's
+# MoE dtype "mxfp4" (16-bit activations) or "mxfp4_mxfp8" (MXFP8 activations): (version, AIC
+# moe_dtype). vLLM: the 0.24.0 collector's tables, which run vLLM's own backend selection as
+# serving does (collector/vllm/collect_moe.py) and name it: OpenAI's Triton MXFP4 experts on
+# Hopper, FlashInfer's TRT-LLM MXFP4 x BF16 experts on Blackwell (0.19.0's "vllm_mxfp4_moe" on
+# the B200 is 3-4x slower than either and names no backend). TensorRT-LLM: its deployment guide
+# for GPT-OSS (1.2.0rc2.post2 on): MXFP8 activations on the TRTLLM MoE backend on Blackwell,
+# BF16 activations on Hopper. Each table holds gpt-oss's two expert shapes (120b, 20b) and few
+# others, so every token count it ran is kept (MOE_TOKENS thins the other tables).
+GPT_OSS_MOE = {
+    ("vllm", "h100_sxm"): ("0.24.0", "w4a16_mxfp4"),
+    ("vllm", "h200_sxm"): ("0.24.0", "w4a16_mxfp4"),
+    ("vllm", "b200_sxm"): ("0.24.0", "w4a16_mxfp4"),
+    ("vllm", "gb200"): ("0.24.0", "w4a16_mxfp4"),
+    ("trtllm", "h100_sxm"): ("1.3.0rc20", "w4a16_mxfp4"),
+    ("trtllm", "h200_sxm"): ("1.3.0rc20", "w4a16_mxfp4"),
+    ("trtllm", "b200_sxm"): ("1.3.0rc20", "w4a8_mxfp4_mxfp8"),
+    ("trtllm", "gb200"): ("1.3.0rc20", "w4a8_mxfp4_mxfp8"),
+}
+GPT_OSS_MOE_DTYPES = {"w4a16_mxfp4": "mxfp4", "w4a8_mxfp4_mxfp8": "mxfp4_mxfp8"}
 # What an FP8 GEMM's dynamic activation scale costs over a static one (quantize/<engine>/<version>/
 # computescale_perf.parquet: the engine's dynamic quantisation minus its static one, by m and
 # k). The collector's FP8 GEMMs quantise dynamically (collector/trtllm/collect_gemm.py: "the
@@ -160,17 +180,24 @@ def _allreduce(rows: list[dict[str, Any]]) -> list[list[Any]]:
     return sorted(keep)
 
 
-def _moe(rows: list[dict[str, Any]]) -> list[list[Any]]:
+def _moe(rows: list[dict[str, Any]], gpt_oss: str | None = None) -> list[list[Any]]:
+    """The fastest kernel per shape and token count; ``gpt_oss``: the AIC moe_dtype of gpt-oss's
+    own op (GPT_OSS_MOE), whose rows are the only ones kept, at every token count."""
     best: dict[tuple[Any, ...], float] = {}
     for r in rows:
-        dtype = MOE_DTYPES.get(r["moe_dtype"])
+        if gpt_oss is None:
+            dtype = MOE_DTYPES.get(r["moe_dtype"])
+            tokens_ok = r["num_tokens"] in MOE_TOKENS
+        else:
+            dtype = GPT_OSS_MOE_DTYPES[gpt_oss] if r["moe_dtype"] == gpt_oss else None
+            tokens_ok = True
         if (
             dtype is None
             or r["moe_ep_size"] != 1
             or r["moe_tp_size"] not in MOE_TP
             or r["distribution"] != MOE_DISTRIBUTION
             or "nongated" in r["kernel_source"]
-            or r["num_tokens"] not in MOE_TOKENS
+            or not tokens_ok
         ):
             continue
         key = (dtype, r["num_tokens"], r["hidden_size"], r["inter_size"], r["num_experts"],
@@ -222,6 +249,11 @@ def extract(repo: str, commit: str) -> dict[str, Any]:
             continue
         some = (gemm or decode or [{}])[0]
         scale = _compute_scale_table(repo, commit, system, engine, version)
+        mxfp4 = GPT_OSS_MOE.get((engine, system))
+        mxfp4_rows = []
+        if mxfp4 is not None and (engine, system, version) not in PAIR_VERSIONS:
+            own = _table(repo, commit, f"{DATA}/{system}/moe/{engine}/{mxfp4[0]}/moe_perf.parquet")
+            mxfp4_rows = _moe(own or [], gpt_oss=mxfp4[1])
         tables.append(
             {
                 "system": system,
@@ -235,7 +267,11 @@ def extract(repo: str, commit: str) -> dict[str, Any]:
                 "decode_attention_fp8": _decode_attention(decode or [], "fp8"),
                 "prefill_attention": _prefill_attention(prefill or []),
                 "allreduce": _allreduce(allreduce or []),
-                "moe": [] if (engine, system, version) in PAIR_VERSIONS else _moe(moe or []),
+                "moe": []
+                if (engine, system, version) in PAIR_VERSIONS
+                else _moe(moe or []) + mxfp4_rows,
+                # the version gpt-oss's own MoE rows (dtype mxfp4 / mxfp4_mxfp8) come from
+                "moe_mxfp4_version": mxfp4[0] if mxfp4_rows and mxfp4 else None,
                 "compute_scale_version": scale[0] if scale else None,
                 "compute_scale": _compute_scale(scale[1]) if scale else [],
             }

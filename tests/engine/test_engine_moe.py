@@ -12,6 +12,7 @@ from ringmaster.engine import llm_serving as L
 from ringmaster.engine import llm_step as S
 from ringmaster.engine.hardware import DEFAULT_CATALOG
 from ringmaster.engine.serving_engines import (
+    CARRIED_ENGINE_MOE,
     ENGINE_MOE,
     engine_moe,
     serving_engine,
@@ -40,7 +41,10 @@ def test_the_table_is_its_fit():
 
 def test_every_fit_holds_on_shapes_it_did_not_see():
     checks = M.moe_checks()
-    assert len(checks) == len(ENGINE_MOE)
+    # every measured entry is checked; the carried ones are another engine's fit
+    assert len(checks) == len(ENGINE_MOE) - sum(
+        (key, dtype) in CARRIED_ENGINE_MOE for _, key, dtype in ENGINE_MOE
+    )
     assert all(c.fitted < 0.35 and c.held_out < 0.35 for c in checks), [
         c for c in checks if c.fitted >= 0.35 or c.held_out >= 0.35
     ]

@@ -230,22 +230,29 @@ def test_prefill_runs_on_active_parameters() -> None:
 
 
 def test_a_w4a16_moe_step_tiles_its_grouped_gemms_at_marlins_rows() -> None:
-    """4-bit weights under 16-bit math (gpt-oss's MXFP4 on Hopper) run a kernel that tiles M at
-    8 rows at decode (Marlin's MoE), not the 16-bit op's measured tile: the engine's MoE floor
-    and fractions stay, its tile does not."""
+    """4-bit weights under 16-bit math (an INT4 MoE checkpoint without an op of its own
+    measured) run a kernel that tiles M at 8 rows at decode (Marlin's MoE), not the 16-bit op's
+    measured tile: the engine's MoE floor and fractions stay, its tile does not. gpt-oss's
+    MXFP4 experts run their own measured op, at its tile."""
     from ringmaster.engine.llm_serving_fit import WEIGHT_BYTES
     from ringmaster.engine.serving_engines import ENGINE_MOE
 
     gpt_oss = KNOWN_TRANSFORMERS["gpt-oss-120b"]
+    int4_moe = replace(gpt_oss, mxfp4_experts=False)  # its shape, uniformly quantised
     h200 = DEFAULT_CATALOG.accelerator("nvidia-h200-141gb")
 
-    def terms(weight_bytes: float) -> S.ServingTerms:
+    def terms(weight_bytes: float, model: Transformer = int4_moe) -> S.ServingTerms:
         return S.serving_terms(
-            gpt_oss, h200, 1, h200.peak("bf16"), weight_bytes, 2.0, 1024.0, 1024.0,
+            model, h200, 1, h200.peak("bf16"), weight_bytes, 2.0, 1024.0, 1024.0,
             serving_engine="TensorRT-LLM",
         )  # fmt: skip
 
     w4a16, bf16 = terms(WEIGHT_BYTES["INT4"]), terms(2.0)
+    mxfp4 = terms(WEIGHT_BYTES["INT4"], gpt_oss)
+    own_tile = ENGINE_MOE[("nvidia-h200-141gb", "trtllm", "mxfp4")][4]
+    assert float(mxfp4.expert_tile_tokens) == pytest.approx(
+        own_tile * gpt_oss.experts / gpt_oss.active_experts
+    )
     per_expert = gpt_oss.experts / gpt_oss.active_experts
     tile = ENGINE_MOE[("nvidia-h200-141gb", "trtllm", "bf16")][4]
     assert float(bf16.expert_tile_tokens) == pytest.approx(tile * per_expert)

@@ -64,6 +64,7 @@ def _api(t: Transformer) -> TransformerArchitecture:
             size=t.sliding_window, full_attention_every=t.full_attention_every or None
         ),
         mtp_layers=t.mtp_layers or None,
+        expert_weights="MXFP4" if t.mxfp4_experts else None,
     )
 
 
@@ -397,7 +398,8 @@ def test_engine_refuses_impossible_shapes(kwargs: dict[str, int], message: str) 
         ({"kvHeads": 5}, "kvHeads 5 must divide attentionHeads 32"),
         ({"experts": 8}, "experts and activeExperts go together"),
         ({"experts": 8, "activeExperts": 9}, "activeExperts 9 must be at most experts 8"),
-        ({"sharedExperts": 1}, "sharedExperts, expertFfnHiddenSize, firstDenseLayers and"),
+        ({"sharedExperts": 1}, "sharedExperts, expertFfnHiddenSize, firstDenseLayers,"),
+        ({"expertWeights": "MXFP4"}, "moeLayerFrequency and expertWeights need experts"),
         (
             {"experts": 8, "activeExperts": 2, "firstDenseLayers": 32},
             "firstDenseLayers and moeLayerFrequency leave no MoE layer",

@@ -38,6 +38,8 @@ GPT_OSS_120B: dict[str, Any] = {
     "experts": 128,
     "active_experts": 4,
     "sliding_window": SlidingWindow(size=128, full_attention_every=2),
+    # quantization_config: quant_method mxfp4, the experts only (engine.checkpoint_formats)
+    "expert_weights": "MXFP4",
 }
 
 

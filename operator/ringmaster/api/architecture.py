@@ -111,6 +111,13 @@ class TransformerArchitecture(SpecModel):
     """Sliding-window attention (gpt-oss, Mistral 7B v0.1, Gemma 2 and 3): fewer attention
     FLOPs per token and, where the serving engine frees what falls out of the window (vLLM's
     hybrid KV cache manager), a smaller KV cache. Omitted: every layer attends to all tokens."""
+    expert_weights: Literal["MXFP4"] | None = None
+    """The format the checkpoint ships its routed experts in, where it differs from the other
+    weights: ``MXFP4`` (gpt-oss: config.json's quantization_config quant_method mxfp4, its
+    attention, router, embeddings and LM head in BF16). At precision INT4 (Hopper) or FP4
+    (Blackwell) the plan serves the checkpoint as it ships: the experts at 4.25 bits a weight
+    on the engine's MXFP4 MoE op, every other weight in BF16 with BF16 GEMMs. Omitted: every
+    weight at the endpoint's precision."""
     mtp_layers: Int | None = Field(default=None, ge=0, le=16)
     """Multi-token-prediction modules trained beside the model (DeepSeek-V3's
     ``num_nextn_predict_layers``: 1; Megatron-Core's ``--mtp-num-layers``), each one transformer
@@ -200,10 +207,11 @@ class TransformerArchitecture(SpecModel):
         Rule(
             cel=(
                 "has(self.experts) || (!has(self.sharedExperts) && !has(self.expertFfnHiddenSize)"
-                " && !has(self.firstDenseLayers) && !has(self.moeLayerFrequency))"
+                " && !has(self.firstDenseLayers) && !has(self.moeLayerFrequency)"
+                " && !has(self.expertWeights))"
             ),
-            message="sharedExperts, expertFfnHiddenSize, firstDenseLayers and "
-            "moeLayerFrequency need experts",
+            message="sharedExperts, expertFfnHiddenSize, firstDenseLayers, "
+            "moeLayerFrequency and expertWeights need experts",
             field_path=".experts",
             reason="FieldValueRequired",
             check=lambda s: (
@@ -213,6 +221,7 @@ class TransformerArchitecture(SpecModel):
                     and s.expert_ffn_hidden_size is None
                     and s.first_dense_layers is None
                     and s.moe_layer_frequency is None
+                    and s.expert_weights is None
                 )
             ),
         ),

@@ -36,9 +36,10 @@ from statistics import median
 import numpy as np
 
 from ringmaster.calibration.aiconfigurator import GEMM_WEIGHT_BYTES, aic_data
+from ringmaster.engine.checkpoint_formats import MXFP4_WEIGHT_BYTES
 from ringmaster.engine.hardware import DEFAULT_CATALOG
 from ringmaster.engine.llm_step import expert_fraction_read
-from ringmaster.engine.serving_engines import ENGINE_MOE
+from ringmaster.engine.serving_engines import CARRIED_ENGINE_MOE, ENGINE_MOE
 
 # A weight's bytes per MoE dtype: the GEMMs', block-scaled FP8 as FP8 (its scales negligible)
 MOE_WEIGHT_BYTES = {
@@ -46,8 +47,21 @@ MOE_WEIGHT_BYTES = {
     "fp8": GEMM_WEIGHT_BYTES["fp8"],
     "fp8_block": GEMM_WEIGHT_BYTES["fp8"],
     "fp4": GEMM_WEIGHT_BYTES["fp4"],
+    # gpt-oss's MXFP4 experts, under 16-bit activations or MXFP8 ones (GPT_OSS_MOE in
+    # benchmarks/aiconfigurator/extract.py: the op each engine runs on each chip)
+    "mxfp4": MXFP4_WEIGHT_BYTES,
+    "mxfp4_mxfp8": MXFP4_WEIGHT_BYTES,
 }
-MOE_PEAK = {"bf16": "BF16", "fp8": "FP8", "fp8_block": "FP8", "fp4": "FP4"}
+# the math's peak: the activations' (MXFP4 weights are dequantised in the kernel under 16-bit
+# activations; MXFP8 activations run on the FP8 tensor cores)
+MOE_PEAK = {
+    "bf16": "BF16",
+    "fp8": "FP8",
+    "fp8_block": "FP8",
+    "fp4": "FP4",
+    "mxfp4": "BF16",
+    "mxfp4_mxfp8": "FP8",
+}
 MIN_ROWS = 40  # a (chip, engine, dtype) with fewer rows is not fitted
 # The fit's grids: a coarse pass over the whole range, then the fine grid around its best.
 FLOORS_US = (0.0, 150.0, 1.0)
@@ -197,8 +211,14 @@ def fit_moe(
 
 @lru_cache(maxsize=1)
 def derive_engine_moe() -> dict[tuple[str, str, str], tuple[float, float, float, float, float]]:
-    """What engine.serving_engines.ENGINE_MOE holds."""
-    return {(r.accelerator, r.engine, r.dtype): fit_moe(r) for r in moe_rows()}
+    """What engine.serving_engines.ENGINE_MOE holds: each measured table's fit, and the ops
+    CARRIED_ENGINE_MOE takes from another engine on the same chip."""
+    fits = {(r.accelerator, r.engine, r.dtype): fit_moe(r) for r in moe_rows()}
+    for (engine, dtype), source in CARRIED_ENGINE_MOE.items():
+        for (accelerator, measured, table), terms in list(fits.items()):
+            if measured == source and table == dtype:
+                fits.setdefault((accelerator, engine, dtype), terms)
+    return fits
 
 
 @dataclass(frozen=True)
@@ -262,6 +282,12 @@ def render_moe_section() -> str:
             f"{c.label:<34} {floor:>8.0f} {per_expert:>7.2f} {f_s:>5.2f} {e_m:>5.2f} {tile:>4.0f}"
             f" {c.rows:>5}"
             f" {c.shapes:>6} {c.fitted:>7.1%} {c.held_out:>9.1%} {c.worst_held_out:>7.1%}"
+        )
+    for (engine, dtype), source in sorted(CARRIED_ENGINE_MOE.items()):
+        chips = sorted(a for a, e, d in fits if (e, d) == (engine, dtype))
+        lines.append(
+            f"carried: {engine} {dtype} on {', '.join(chips)} is {source}'s fit on the chip (the"
+            " same kernels, engine.serving_engines.CARRIED_ENGINE_MOE)"
         )
     held = [c.held_out for c in moe_checks()]
     lines.append(

@@ -410,7 +410,8 @@ def render_more_models_section() -> str:
         f"{len(runs)} runs of Qwen3-32B and the mixtures of experts Qwen3-235B-A22B, "
         "DeepSeek-V3 / R1, gpt-oss-120b and Kimi K2.5 (Kimi K2's text model) on one host, at "
         "each run's layout (attention TP x data-parallel groups, the experts sliced or EP); "
-        "gpt-oss's MXFP4 on Hopper is W4A16 (INT4 here). TPOT in the serving evidence matrix "
+        "gpt-oss's MXFP4 checkpoint is INT4 here on Hopper, FP4 on Blackwell, served as it "
+        "ships (engine.checkpoint_formats). TPOT in the serving evidence matrix "
         "(a mixture of experts in its engine's MoE cells); TTFT as above; latency: a request's "
         "whole, TTFT + (output - 1) x TPOT, which no harness's split between the first token and "
         "the rest moves. Error: predicted / measured - 1",

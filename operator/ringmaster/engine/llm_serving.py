@@ -44,6 +44,7 @@ import numpy as np
 from ringmaster.engine import collectives
 from ringmaster.engine import llm_batching as batching
 from ringmaster.engine.ceilings import Ceilings, ceilings_for
+from ringmaster.engine.checkpoint_formats import checkpoint_note
 from ringmaster.engine.expert_dispatch import (
     DEFAULT_DISPATCHER,
     Dispatcher,
@@ -677,6 +678,9 @@ def _predict_layout(
                 else ""
             )
         )
+    checkpoint = checkpoint_note(model, float(w), inputs.engine, acc.name)
+    if checkpoint:
+        notes.append(checkpoint)
     usable = reason is None or compute not in UNITS_WORDS
     peak = acc.peak(compute) if usable else acc.peak("bf16")
     weights_per_acc = float(

@@ -113,6 +113,7 @@ from ringmaster.engine.ceilings import (
     hbm_ratio,
     matmul_ratio,
 )
+from ringmaster.engine.checkpoint_formats import MXFP4_EXPERTS, checkpoint_weights
 from ringmaster.engine.efficiency import (
     NETWORK_HOP_LATENCY,
 )
@@ -499,12 +500,13 @@ def weights_bytes_per_accelerator(
     """The weights one accelerator holds: everything over ``tp x pipeline``; under attention
     data parallelism the dense parts over each group's ``tp`` and the routed experts, with
     their redundant copies, over all ``tp x attention_data`` ranks."""
-    w = _f(weight_bytes_per_parameter)
+    split = checkpoint_weights(model, weight_bytes_per_parameter)
     g = _f(tp)
     routed = float(model.routed_expert_parameters)
     slots = expert_slot_ratio(model, redundant_experts)
     dense = float(model.parameters) - routed
-    return (dense / g + routed * slots / (g * attention_data)) * w / pipeline
+    experts = routed * slots / (g * attention_data) * split.expert_bytes
+    return (dense / g * split.dense_bytes + experts) / pipeline
 
 
 def expert_slot_ratio(model: Transformer, redundant_experts: int) -> float:
@@ -569,6 +571,9 @@ def serving_terms(
     DEFAULT_MAX_NUM_BATCHED_TOKENS over the mean prompt, one at least). ``step_fraction``: what
     the batch-proportional parts reach of the carried rates (None: the engine's on the chip,
     serving_engines.ENGINE_STEP_FRACTION; 1.0 with a profiled pool's ceilings)."""
+    split = checkpoint_weights(model, weight_bytes_per_parameter)
+    if split.mxfp4_experts:  # the checkpoint's dense GEMMs in BF16 (engine.checkpoint_formats)
+        compute_precision, peak_flops = "bf16", accelerator.peak("bf16")
     g = _f(tp)
     groups = float(attention_data)
     pp = 1 if span is None else span.pipeline
@@ -756,17 +761,20 @@ def serving_terms(
     # layer (a single expert is the dense FFN it is, routed by nothing).
     # (4-bit weights under 16-bit math, W4A16, tile M finer: W4A16_MOE_TILE_ROWS.)
     w4a16 = compute_precision in ("bf16", "fp16") and bool(np.all(w < ACTIVATION_BYTES))
+    moe_key = MXFP4_EXPERTS if split.mxfp4_experts else compute_precision
     moe_op = (
-        engine_moe(accelerator.name, serving_engine, compute_precision)
+        engine_moe(accelerator.name, serving_engine, moe_key)
         if model.experts > 1 and ceilings is None
         else None
     )
     tile_tokens = 0.0
     if moe_op is not None:
-        (moe_floor_us, per_expert_us, f_s, e_m, tile_rows), _ = moe_op
-        if w4a16:
+        (moe_floor_us, per_expert_us, f_s, e_m, tile_rows), moe_dtype = moe_op
+        if w4a16 and moe_dtype == "bf16":  # 4-bit weights on the 16-bit op's table
             tile_rows = W4A16_MOE_TILE_ROWS
-        expert_rate = _f(peak_flops) * g * e_m * fraction
+        # the op's math at its activations' peak (MXFP8 activations: the FP8 units)
+        moe_peak = accelerator.peak("fp8") if moe_dtype == "mxfp4_mxfp8" else peak_flops
+        expert_rate = _f(moe_peak) * g * e_m * fraction
         expert_hbm = hbm * f_s
         # the experts one rank holds: all of them sliced, or its share under expert parallelism
         local_experts = (
@@ -845,7 +853,7 @@ def serving_terms(
         sequence_overhead=np.full_like(g, constants.sequence_overhead / groups),
         allreduce_base=base,
         allreduce_per_token=per_token,
-        weights_read=passes * dense_read * w / g / dense_weight_hbm,
+        weights_read=passes * dense_read * split.dense_bytes / g / dense_weight_hbm,
         gemm_per_token=gemm_per_token,
         prefill_gemm_per_token=(
             layer_flops + 2.0 * model.vocab * model.hidden / np.maximum(n_in, 1.0)
@@ -859,7 +867,11 @@ def serving_terms(
         input_tokens=n_in,
         kv_cache_tokens=groups * np.floor(np.maximum(free, 0.0) / kv_per_token),
         kv_bytes_per_token=kv_per_token,
-        expert_weights_read=passes * routed_experts * w / (g * groups) / expert_hbm,
+        expert_weights_read=passes
+        * routed_experts
+        * split.expert_bytes
+        / (g * groups)
+        / expert_hbm,
         expert_miss_per_token=np.full_like(g, miss),
         expert_gemm_per_token=_f(expert_gemm_per_token) + 0.0 * g,
         allreduce_curve=_f(allreduce_curve) + 0.0 * g,

@@ -266,10 +266,13 @@ ENGINE_MOE: dict[tuple[str, str, str], tuple[float, float, float, float, float]]
     ("nvidia-b200", "trtllm", "fp4"): (6.0, 0.1, 0.91, 0.37, 128.0),
     ("nvidia-b200", "trtllm", "fp8"): (33.0, 0.08, 0.96, 0.22, 64.0),
     ("nvidia-b200", "trtllm", "fp8_block"): (29.0, 0.42, 0.85, 0.3, 64.0),
+    ("nvidia-b200", "trtllm", "mxfp4_mxfp8"): (22.0, 0.0, 0.95, 0.4, 64.0),
     ("nvidia-b200", "vllm", "bf16"): (32.0, 0.0, 0.8, 0.35, 128.0),
     ("nvidia-b200", "vllm", "fp4"): (22.0, 0.0, 0.75, 0.3, 128.0),
     ("nvidia-b200", "vllm", "fp8"): (37.0, 0.0, 0.78, 0.18, 64.0),
     ("nvidia-b200", "vllm", "fp8_block"): (34.0, 0.02, 0.65, 0.09, 32.0),
+    ("nvidia-b200", "vllm", "mxfp4"): (15.0, 0.06, 0.41, 0.18, 32.0),
+    ("nvidia-b200", "vllm", "mxfp4_mxfp8"): (22.0, 0.0, 0.95, 0.4, 64.0),
     ("nvidia-gb200", "sglang", "bf16"): (47.0, 0.0, 0.85, 0.18, 64.0),
     ("nvidia-gb200", "sglang", "fp4"): (20.0, 0.18, 1.0, 0.11, 32.0),
     ("nvidia-gb200", "sglang", "fp8_block"): (40.0, 0.06, 0.66, 0.15, 64.0),
@@ -277,10 +280,13 @@ ENGINE_MOE: dict[tuple[str, str, str], tuple[float, float, float, float, float]]
     ("nvidia-gb200", "trtllm", "fp4"): (6.0, 0.1, 0.99, 0.36, 128.0),
     ("nvidia-gb200", "trtllm", "fp8"): (30.0, 0.08, 1.0, 0.23, 64.0),
     ("nvidia-gb200", "trtllm", "fp8_block"): (29.0, 0.4, 0.88, 0.28, 64.0),
+    ("nvidia-gb200", "trtllm", "mxfp4_mxfp8"): (21.0, 0.0, 0.92, 0.36, 64.0),
     ("nvidia-gb200", "vllm", "bf16"): (28.0, 0.0, 0.8, 0.33, 128.0),
     ("nvidia-gb200", "vllm", "fp4"): (17.0, 0.02, 0.77, 0.28, 128.0),
     ("nvidia-gb200", "vllm", "fp8"): (39.0, 0.0, 0.87, 0.18, 64.0),
     ("nvidia-gb200", "vllm", "fp8_block"): (35.0, 0.02, 0.75, 0.08, 32.0),
+    ("nvidia-gb200", "vllm", "mxfp4"): (14.0, 0.06, 0.43, 0.17, 32.0),
+    ("nvidia-gb200", "vllm", "mxfp4_mxfp8"): (21.0, 0.0, 0.92, 0.36, 64.0),
     ("nvidia-h100-80gb", "sglang", "bf16"): (30.0, 0.02, 0.9, 0.25, 64.0),
     ("nvidia-h100-80gb", "sglang", "fp8_block"): (34.0, 0.06, 0.9, 0.25, 64.0),
     ("nvidia-h100-80gb", "trtllm", "bf16"): (36.0, 0.0, 0.85, 0.37, 128.0),
@@ -289,26 +295,44 @@ ENGINE_MOE: dict[tuple[str, str, str], tuple[float, float, float, float, float]]
     ("nvidia-h100-80gb", "vllm", "bf16"): (24.0, 0.0, 0.95, 0.42, 128.0),
     ("nvidia-h100-80gb", "vllm", "fp8"): (30.0, 0.0, 0.85, 0.37, 128.0),
     ("nvidia-h100-80gb", "vllm", "fp8_block"): (38.0, 0.02, 0.93, 0.25, 64.0),
+    ("nvidia-h100-80gb", "vllm", "mxfp4"): (36.0, 0.04, 0.8, 0.34, 32.0),
     ("nvidia-h200-141gb", "sglang", "bf16"): (31.0, 0.02, 0.88, 0.28, 64.0),
     ("nvidia-h200-141gb", "sglang", "fp8_block"): (30.0, 0.06, 0.82, 0.28, 64.0),
     ("nvidia-h200-141gb", "trtllm", "bf16"): (38.0, 0.0, 0.8, 0.5, 128.0),
     ("nvidia-h200-141gb", "trtllm", "fp8"): (30.0, 0.08, 1.0, 0.33, 64.0),
     ("nvidia-h200-141gb", "trtllm", "fp8_block"): (20.0, 0.34, 1.0, 0.18, 32.0),
+    ("nvidia-h200-141gb", "trtllm", "mxfp4"): (72.0, 0.0, 0.74, 0.3, 16.0),
     ("nvidia-h200-141gb", "vllm", "bf16"): (26.0, 0.0, 0.93, 0.38, 64.0),
     ("nvidia-h200-141gb", "vllm", "fp8"): (33.0, 0.0, 0.9, 0.31, 64.0),
     ("nvidia-h200-141gb", "vllm", "fp8_block"): (34.0, 0.02, 0.88, 0.28, 64.0),
+    ("nvidia-h200-141gb", "vllm", "mxfp4"): (34.0, 0.04, 0.57, 0.34, 32.0),
 }
 # FP8 MoE checkpoints as published (DeepSeek-V3 / R1, Kimi-K2, Qwen3, GLM) scale their weights in
 # 128 x 128 blocks: an engine's block-scaled kernel where it has one, else its per-tensor one.
-MOE_DTYPE_ORDER = {"fp8": ("fp8_block", "fp8"), "fp4": ("fp4",), "bf16": ("bf16",)}
+# (engine key, MoE dtype) whose op on a chip is another engine's measured one: vLLM's GPT-OSS
+# recipe runs its MXFP4 experts under MXFP8 activations on Blackwell
+# (VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1: vllm-project/recipes OpenAI/GPT-OSS.md @ 00143a1a),
+# FlashInfer's trtllm_fp4_block_scale_moe, the TRT-LLM-gen kernels TensorRT-LLM's TRTLLM MoE
+# backend runs; AIConfigurator measured vLLM's default MXFP4 x BF16 path only, so the op is
+# TensorRT-LLM's (calibration.aic_moe copies its fit, the plan says so).
+CARRIED_ENGINE_MOE: dict[tuple[str, str], str] = {("vllm", "mxfp4_mxfp8"): "trtllm"}
+# gpt-oss's MXFP4 experts (engine.checkpoint_formats): under MXFP8 activations where the engine
+# runs them so on the chip (TensorRT-LLM on Blackwell), else under 16-bit ones; without either
+# measured, the engine's 16-bit op at a W4A16 kernel's tile (llm_step.W4A16_MOE_TILE_ROWS).
+MOE_DTYPE_ORDER = {
+    "fp8": ("fp8_block", "fp8"),
+    "fp4": ("fp4",),
+    "bf16": ("bf16",),
+    "mxfp4": ("mxfp4_mxfp8", "mxfp4", "bf16"),
+}
 
 
 def engine_moe(
     accelerator: str, engine: str | None, compute_precision: str
 ) -> tuple[tuple[float, float, float, float, float], str] | None:
     """((floor us, per-expert us, f_s, e_m, m0), table dtype) of ``engine``'s MoE op on the
-    chip at the weights' precision (16-bit as bf16), or None where it was not measured
-    (ENGINE_MOE)."""
+    chip at the weights' precision (16-bit as bf16; "mxfp4": a checkpoint's MXFP4 experts), or
+    None where it was not measured (ENGINE_MOE)."""
     if engine is None:
         return None
     key = ENGINE_KEYS.get(engine, engine)

@@ -114,6 +114,9 @@ class Transformer:
     sliding_window: int = 0  # keys a windowed layer attends to; 0: every layer attends to all
     full_attention_every: int = 0  # with a window, every this-many-th layer is full; 0: none
     mtp_layers: int = 0  # multi-token-prediction modules (DeepSeek-V3's num_nextn_predict_layers)
+    # The published checkpoint's routed experts in MXFP4 and every other weight in BF16 (gpt-oss;
+    # engine.checkpoint_formats): a 4-bit serving precision runs it as it ships.
+    mxfp4_experts: bool = False
     # A pipeline layout's layers per rank, for the pipeline degree it was written for
     # (spec.parallelism.pipelineLayout: engine.pipeline_layout); None: the engine's own split.
     stage_split: StageSplit | None = None
@@ -710,6 +713,7 @@ KNOWN_TRANSFORMERS: dict[str, Transformer] = {
         active_experts=4,
         sliding_window=128,
         full_attention_every=2,
+        mxfp4_experts=True,
     ),
     "gpt-oss-20b": Transformer(
         24,
@@ -725,6 +729,7 @@ KNOWN_TRANSFORMERS: dict[str, Transformer] = {
         active_experts=4,
         sliding_window=128,
         full_attention_every=2,
+        mxfp4_experts=True,
     ),
     # meta-llama/Llama-4-Scout-17B-16E and meta-llama/Llama-4-Maverick-17B-128E (text_config):
     # top-1 of 16 (128) experts + 1 shared expert of intermediate_size 8192; Maverick's

@@ -88,6 +88,7 @@ def transformer_of(arch: Any, sequence_length: int | None = None) -> Transformer
         sliding_window=window.size if window is not None else 0,
         full_attention_every=(window.full_attention_every or 0) if window is not None else 0,
         mtp_layers=arch.mtp_layers or 0,
+        mxfp4_experts=arch.expert_weights == "MXFP4",
     )
 
 
@@ -477,6 +478,11 @@ def plan_layout(
     if eager_fp8 is not None and not eager_fp8.loses_to_bf16:  # else a warning says it
         notes.append(eager_fp8.describe())
     notes += network_notes
+    if request.model.mxfp4_experts:  # a served checkpoint's format: not what training holds
+        notes.append(
+            "architecture.expertWeights MXFP4 describes the served checkpoint: training holds "
+            "and computes its experts at the job's precision, as every other weight"
+        )
     prediction = TrainingPrediction(
         chosen_strategy=chosen.strategy,
         strategies=strategies,
