@@ -48,18 +48,25 @@ def test_every_fit_holds_on_shapes_it_did_not_see():
     assert all(c.fitted < 0.35 and c.held_out < 0.35 for c in checks), [
         c for c in checks if c.fitted >= 0.35 or c.held_out >= 0.35
     ]
-    assert np.median([c.held_out for c in checks]) < 0.2
+    # 15.4 % before an expert slice's shape term (engine.expert_gemms), 11.0 % with it
+    assert np.median([c.held_out for c in checks]) < 0.12
     assert "held out, median over" in M.render_moe_section()
 
 
 def test_an_engines_moe_layer_by_hand():
     """Qwen3-30B-A3B on one H100 under vLLM, bf16: the routed experts stream at f_s of the HBM,
-    their rows (padded by m0 a touched expert) run at e_m of the peak, a floor a MoE layer."""
+    their rows (padded by m0 a touched expert) run at e_m of the peak times the whole expert's
+    shape term (1 / (1 + 220 / width), width the FLOP-weighted narrow side of its gate + up
+    (2048 x 1536) and down (768 x 2048) GEMMs: 1152), a floor a MoE layer."""
     (floor_us, per_expert_us, f_s, e_m, m0), dtype = engine_moe("nvidia-h100-80gb", "vLLM", "bf16")
     assert dtype == "bf16"
     t = _terms(QWEN3_30B, "vLLM")
     m = QWEN3_30B
     expert = 3 * m.hidden * m.expert_ffn_hidden
+    assert (m.hidden, m.expert_ffn_hidden) == (2048, 768)
+    width = (2048 * 1536 + 768 * 2048) / (2048 * 1536 / 1536 + 768 * 2048 / 768)
+    assert width == 1152.0
+    e_m = e_m / (1.0 + 220.0 / width)
     assert float(t.expert_weights_read) == pytest.approx(
         m.moe_layers * m.experts * expert * 2.0 / (f_s * H100.memory_bandwidth)
     )

@@ -125,6 +125,7 @@ from ringmaster.engine.expert_dispatch import (
     dispatch_combine_seconds,
     exchanges_tokens,
 )
+from ringmaster.engine.expert_gemms import expert_gemm_width, expert_shape_factor
 from ringmaster.engine.hardware import Accelerator, MachineType
 from ringmaster.engine.profiled import ceilings_hbm_ratio, ceilings_matmul_ratio
 from ringmaster.engine.serving_engines import (
@@ -463,13 +464,8 @@ def expert_shape_ratio(model: Transformer, tp: ArrayLike, expert_parallel: int, 
     if not model.is_moe:
         return np.ones(np.shape(tp))
     g = _f(tp)
-    h = float(model.hidden)
     split = g if expert_parallel == 1 else np.ones_like(g)
-    ffn = float(model.expert_ffn_hidden)
-    up_n = (2.0 if model.gated_ffn else 1.0) * ffn
-    gemms = ((h, up_n / split), (ffn / split, h))
-    flops = sum(k * n for k, n in gemms)
-    width = flops / sum(k * n / np.minimum(k, n) for k, n in gemms)
+    width = expert_gemm_width(model.hidden, model.expert_ffn_hidden, split, model.gated_ffn)
     dense = decode_gemm_width(model, g)
     half = H100_GEMM_HALF_DIM[key]
     ratio: F64 = (1.0 + half / dense) / (1.0 + half / width)
@@ -774,7 +770,9 @@ def serving_terms(
             tile_rows = W4A16_MOE_TILE_ROWS
         # the op's math at its activations' peak (MXFP8 activations: the FP8 units)
         moe_peak = accelerator.peak("fp8") if moe_dtype == "mxfp4_mxfp8" else peak_flops
-        expert_rate = _f(moe_peak) * g * e_m * fraction
+        slices = g if expert_parallel == 1 else np.ones_like(g)  # experts sliced, or whole
+        width = expert_gemm_width(model.hidden, model.expert_ffn_hidden, slices, model.gated_ffn)
+        expert_rate = _f(moe_peak) * g * e_m * fraction * expert_shape_factor(width, moe_dtype)
         expert_hbm = hbm * f_s
         # the experts one rank holds: all of them sliced, or its share under expert parallelism
         local_experts = (
