@@ -48,7 +48,7 @@ def test_every_fit_holds_on_shapes_it_did_not_see():
     assert all(c.fitted < 0.35 and c.held_out < 0.35 for c in checks), [
         c for c in checks if c.fitted >= 0.35 or c.held_out >= 0.35
     ]
-    # 15.4 % before an expert slice's shape term (engine.expert_gemms), 11.0 % with it
+    # 15.4 % before an expert slice's shape term (engine.expert_slices), 11.0 % with it
     assert np.median([c.held_out for c in checks]) < 0.12
     assert "held out, median over" in M.render_moe_section()
 

@@ -70,7 +70,7 @@ def test_gb200s_one_gpu_moe_rows_come_closer_and_its_dense_rows_stay(
     """TensorRT-LLM 1.0's one-GPU MoE columns on the GB200 (Qwen3-30B-A3B, Llama 4 Scout) are
     host-bound; its dense NVFP4 columns (Llama 70B / 405B) are not, and do not move. (The MoE
     rows' median |error| 85 % without the loop, 54 % with it, since the MoE op carries its
-    expert slice's GEMM shape, engine.expert_gemms; 47 % with it before.)"""
+    expert slice's GEMM shape, engine.expert_slices; 47 % with it before.)"""
     points = training_points_for_report()
 
     def gb200_rows() -> dict[str, dict[str, float]]:

@@ -14,7 +14,7 @@ the log error, as the step prices a MoE layer (engine.llm_step.step_seconds):
                 (tokens x k + m0 x touched experts) expert rows' FLOPs / (e_m x shape x peak))
 
 with the touched experts E (1 - (1 - k/E)^tokens) (engine.llm_step.expert_fraction_read), shape
-the GEMM shape term of the expert's slice on a rank (engine.expert_gemms, the H100 grid's K_p, not
+the GEMM shape term of the expert's slice on a rank (engine.expert_slices, the H100 grid's K_p, not
 refitted: a slice 8 ways narrow runs its FLOPs slower than the whole expert does): each
 expert the step touches computes its rows padded by a tile of m0 rows (16-256), so a grouped
 GEMM's efficiency grows with its tokens an expert, as a kernel's M tiles make it; the fixed
@@ -39,7 +39,7 @@ import numpy as np
 
 from ringmaster.calibration.aiconfigurator import GEMM_WEIGHT_BYTES, aic_data
 from ringmaster.engine.checkpoint_formats import MXFP4_WEIGHT_BYTES
-from ringmaster.engine.expert_gemms import expert_gemm_width, expert_shape_factor
+from ringmaster.engine.expert_slices import expert_gemm_width, expert_shape_factor
 from ringmaster.engine.hardware import DEFAULT_CATALOG
 from ringmaster.engine.llm_step import expert_fraction_read
 from ringmaster.engine.serving_engines import CARRIED_ENGINE_MOE, ENGINE_MOE
@@ -140,7 +140,7 @@ def moe_rows() -> tuple[MoeRows, ...]:
                     dtype,
                     np.stack([hidden, inter, experts, topk], axis=1),
                     touched * expert_bytes,
-                    # at the peak times the expert slice's shape term (engine.expert_gemms)
+                    # at the peak times the expert slice's shape term (engine.expert_slices)
                     row_flops / (acc.peak(MOE_PEAK[dtype]) * expert_shape_factor(width, dtype)),
                     tokens * topk,
                     touched,
@@ -273,7 +273,7 @@ def render_moe_section() -> str:
         "Serving engines' MoE layers (engine.serving_engines.ENGINE_MOE; AIConfigurator's MoE"
         " tables, power-law routing, experts whole or sliced 8 ways): floor + per-expert x"
         " local experts + max(touched experts' weights / (f_s HBM), (tokens k + m0 touched)"
-        " rows' FLOPs / (e_m shape peak)), shape the expert slice's (engine.expert_gemms),"
+        " rows' FLOPs / (e_m shape peak)), shape the expert slice's (engine.expert_slices),"
         " fitted per chip x engine x dtype; held out: each expert"
         " shape refitted without it",
         f"{'table':<34} {'floor us':>8} {'/expert':>7} {'f_s':>5} {'e_m':>5} {'m0':>4} {'rows':>5}"

@@ -125,7 +125,7 @@ from ringmaster.engine.expert_dispatch import (
     dispatch_combine_seconds,
     exchanges_tokens,
 )
-from ringmaster.engine.expert_gemms import expert_gemm_width, expert_shape_factor
+from ringmaster.engine.expert_slices import expert_gemm_width, expert_shape_factor
 from ringmaster.engine.hardware import Accelerator, MachineType
 from ringmaster.engine.profiled import ceilings_hbm_ratio, ceilings_matmul_ratio
 from ringmaster.engine.serving_engines import (

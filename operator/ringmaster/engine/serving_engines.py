@@ -251,7 +251,7 @@ ENGINE_DECODE_ATTENTION: dict[tuple[str, str, str], tuple[float, float]] = {
 # fused MoE op for one layer's routed experts (router top-k, permutation, grouped GEMMs, weighted
 # sum) as floor + per-expert x the experts the rank holds + max(touched experts' weights / (f_s x
 # HBM), (tokens x k + m0 x touched experts) rows' FLOPs / (e_m x shape x peak)): each touched
-# expert's rows padded by an M tile of m0, shape the expert slice's (engine.expert_gemms), fitted
+# expert's rows padded by an M tile of m0, shape the expert slice's (engine.expert_slices), fitted
 # on AIConfigurator's measured MoE tables
 # (calibration.aic_moe.derive_engine_moe refits every entry; a test keeps them equal). Without it
 # a MoE layer streamed its experts at the dense decode GEMMs' fraction, ran their FLOPs at the
