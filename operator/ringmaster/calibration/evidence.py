@@ -204,7 +204,7 @@ def read_cells(path: Path) -> tuple[Cell, ...]:
 
 # The training cells as training_cells() computes them (it plans every published layout, ~0.5 s),
 # for plans to read; written by write_stored_training_cells(), kept equal by
-# tests/engine/test_evidence.py.
+# tests/engine/test_step_parts.py.
 STORED_TRAINING_CELLS = Path(__file__).with_name("training_cells.json")
 
 
