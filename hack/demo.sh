@@ -29,8 +29,9 @@ step "local cluster (etcd, kube-apiserver, kube-scheduler, kube-controller-manag
 #   8 replicas x 4 GPUs (4 hosts) + the INT4 70B's 2 x 1 GPU (1 host) = 9.
 # - h100-highgpu-8g (8 x H100): the FSDP fine-tune's 2 hosts + the MoE fine-tune's 1 + the 405B
 #   endpoint's 4 replicas x 2 hosts (one LeaderWorkerSet group each, on hosts of exactly 8 H100)
-#   + 1 host for Llama-3-8B's 3 x 1 GPU and Mixtral's 1 x 2 + the disaggregated 70B's 3 prefill
-#   replicas x 8 GPUs (3 hosts) and 2 decode replicas x 2 (1 host) = 16.
+#   + 1 host for Llama-3-8B's 4 x 1 GPU and Mixtral's 1 x 2 + the disaggregated 70B's 3 prefill
+#   replicas x 8 GPUs (3 hosts) and 2 decode replicas x 2 (1 host) + 1 host for gpt-oss-120b's
+#   3 x 1 GPU = 17.
 # - the multislice slices, one node pool per slice: 2 v5e 16x16 slices of 64 hosts
 #   (tpu-v5e-16x16-a/b) and 4 v5p 4x4x4 slices of 16 hosts (tpu-v5p-4x4x4-a..d).
 # The other pools keep their default sizes (`ringmaster cluster --help`): a v5e 2x4 slice of 2
@@ -38,7 +39,7 @@ step "local cluster (etcd, kube-apiserver, kube-scheduler, kube-controller-manag
 # The cluster is `ringmaster cluster up`'s default, ringmaster (the e2e tests' clusters are
 # ringmaster-e2e*, the scale bench's ringmaster-scale), so `make cluster-down` deletes it.
 ringmaster cluster up --lws --gie --pool a100-highgpu-8g=17 --pool reducers=41 \
-  --pool a100-ultragpu-8g=9 --pool h100-highgpu-8g=16 \
+  --pool a100-ultragpu-8g=9 --pool h100-highgpu-8g=17 \
   --pool tpu-v5e-16x16-a=64 --pool tpu-v5e-16x16-b=64 \
   --pool tpu-v5p-4x4x4-a=16 --pool tpu-v5p-4x4x4-b=16 \
   --pool tpu-v5p-4x4x4-c=16 --pool tpu-v5p-4x4x4-d=16
