@@ -136,3 +136,17 @@ def test_a_training_plan_names_the_served_checkpoints_format_as_not_its_own():
     said = "architecture.expertWeights MXFP4 describes the served checkpoint"
     assert not any(said in n for n in plain.prediction.notes)
     assert any(said in n for n in marked.prediction.notes)
+
+
+def test_what_a_replica_must_hold_is_the_checkpoint_everywhere_the_plan_asks():
+    """The fit check, its refusal and the disaggregated sides' sizes count the checkpoint as it
+    ships (60.7 GiB), not every weight at INT4 (56.4 GiB)."""
+    from ringmaster.engine.checkpoint_formats import checkpoint_bytes
+    from ringmaster.engine.llm_serving_fit import does_not_fit
+
+    assert checkpoint_bytes(GPT_OSS, WEIGHT_BYTES["INT4"]) / GIB == pytest.approx(60.69, abs=0.01)
+    a100 = DEFAULT_CATALOG.accelerator("nvidia-tesla-a100")
+    said = does_not_fit(GPT_OSS, "gpt-oss-120b", "INT4", a100, DEFAULT_CATALOG, 4096, 2.0, 1, 1)
+    assert said.startswith("gpt-oss-120b in INT4 needs 60.7 GiB of weights")
+    # at FP8, a requantised checkpoint: every weight a byte
+    assert checkpoint_bytes(GPT_OSS, 1.0) == pytest.approx(GPT_OSS.parameters)

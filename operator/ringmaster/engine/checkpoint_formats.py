@@ -56,6 +56,15 @@ def checkpoint_weights(model: Transformer, weight_bytes: ArrayLike) -> Checkpoin
     return CheckpointWeights(w, w, False)
 
 
+def checkpoint_bytes(model: Transformer, weight_bytes: float) -> float:
+    """The whole checkpoint's bytes served at ``weight_bytes`` a weight (its own split where it
+    applies): what a replica must hold."""
+    split = checkpoint_weights(model, weight_bytes)
+    routed = float(model.routed_expert_parameters)
+    dense = float(model.parameters) - routed
+    return float(dense * split.dense_bytes + routed * split.expert_bytes)
+
+
 def checkpoint_note(
     model: Transformer, weight_bytes: float, engine: str | None, accelerator: str
 ) -> str | None:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numpy.typing import ArrayLike
 
+from ringmaster.engine.checkpoint_formats import checkpoint_bytes
 from ringmaster.engine.hardware import DEFAULT_CATALOG, Catalog, Host
 from ringmaster.engine.llm_serving import (
     DEFAULT_KV_PRECISION,
@@ -236,7 +237,7 @@ def side_sizes(inputs: LlmServingInputs, catalog: Catalog, given: int | None) ->
         (m.accelerator_count for m in catalog.machines.values() if m.accelerator == acc.name),
         default=inputs.per_replica,
     )
-    weights = inputs.model.parameters * WEIGHT_BYTES[inputs.precision.upper()]
+    weights = checkpoint_bytes(inputs.model, WEIGHT_BYTES[inputs.precision.upper()])
     # Weights in at most 3/4 of the HBM: the rest for the cache and the reserve.
     smallest = 1
     while smallest < host_max and weights > 0.75 * acc.memory_bytes * smallest:

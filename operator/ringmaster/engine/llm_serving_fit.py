@@ -6,6 +6,7 @@ them; the reasons are what a plan's ``DoesNotFit`` says.
 
 from __future__ import annotations
 
+from ringmaster.engine.checkpoint_formats import checkpoint_bytes
 from ringmaster.engine.hardware import Accelerator, Catalog, UnknownHardwareError
 from ringmaster.engine.llm_step import HBM_RESERVE_FRACTION, kv_bytes_per_token_per_accelerator
 from ringmaster.engine.transformer import Transformer
@@ -59,7 +60,7 @@ def fits(
     kv: float,
     pp: int = 1,
 ) -> bool:
-    free = acc.memory_bytes * (1.0 - HBM_RESERVE_FRACTION) - model.parameters * w / (tp * pp)
+    free = acc.memory_bytes * (1.0 - HBM_RESERVE_FRACTION) - checkpoint_bytes(model, w) / (tp * pp)
     return free >= kv_bytes_per_token_per_accelerator(model, tp, kv, pp, tokens) * tokens
 
 
@@ -86,7 +87,7 @@ def does_not_fit(
     pp: int,
 ) -> str:
     """Why the weights (and one sequence) do not fit, with the numbers and what would."""
-    need = model.parameters * WEIGHT_BYTES[precision]
+    need = checkpoint_bytes(model, WEIGHT_BYTES[precision])
     name = name or _params(model.parameters)
     g = tp * pp
     have = f"{g} x {acc.name} have" if g > 1 else f"one {acc.name} has"
