@@ -19,6 +19,7 @@ from ringmaster.engine.checkpoint_formats import (
 from ringmaster.engine.hardware import DEFAULT_CATALOG
 from ringmaster.engine.llm_serving import LlmServingInputs, predict_llm_serving
 from ringmaster.engine.llm_serving_fit import WEIGHT_BYTES
+from ringmaster.engine.moe_op import W4A16_MOE_TILE_ROWS
 from ringmaster.engine.serving_engines import ENGINE_MOE
 from ringmaster.engine.transformer import KNOWN_TRANSFORMERS
 from ringmaster.engine.units import GIB
@@ -76,7 +77,7 @@ def test_the_step_streams_bf16_dense_weights_and_runs_the_engines_mxfp4_op():
     per_expert = GPT_OSS.experts / GPT_OSS.active_experts
     tile = ENGINE_MOE[("nvidia-h200-141gb", "vllm", "mxfp4")][4]
     assert float(own.expert_tile_tokens) == pytest.approx(tile * per_expert)
-    assert float(flat.expert_tile_tokens) == pytest.approx(S.W4A16_MOE_TILE_ROWS * per_expert)
+    assert float(flat.expert_tile_tokens) == pytest.approx(W4A16_MOE_TILE_ROWS * per_expert)
     # FP4 on the B200: the dense GEMMs still BF16 (the BF16 peak, not FP4's)
     b200 = _terms(GPT_OSS, "nvidia-b200", "FP4", "TensorRT-LLM")
     b200_fp4 = _terms(replace(GPT_OSS, mxfp4_experts=False), "nvidia-b200", "FP4", "TensorRT-LLM")

@@ -9,6 +9,7 @@ import pytest
 from ringmaster.engine import llm_serving as L
 from ringmaster.engine import llm_step as S
 from ringmaster.engine.hardware import DEFAULT_CATALOG
+from ringmaster.engine.moe_op import W4A16_MOE_TILE_ROWS
 from ringmaster.engine.transformer import KNOWN_TRANSFORMERS, Transformer
 
 pytestmark = pytest.mark.unit
@@ -256,8 +257,8 @@ def test_a_w4a16_moe_step_tiles_its_grouped_gemms_at_marlins_rows() -> None:
     per_expert = gpt_oss.experts / gpt_oss.active_experts
     tile = ENGINE_MOE[("nvidia-h200-141gb", "trtllm", "bf16")][4]
     assert float(bf16.expert_tile_tokens) == pytest.approx(tile * per_expert)
-    assert float(w4a16.expert_tile_tokens) == pytest.approx(S.W4A16_MOE_TILE_ROWS * per_expert)
-    assert tile > S.W4A16_MOE_TILE_ROWS
+    assert float(w4a16.expert_tile_tokens) == pytest.approx(W4A16_MOE_TILE_ROWS * per_expert)
+    assert tile > W4A16_MOE_TILE_ROWS
     # at a decode batch the padded rows were most of the step: now far fewer
     batch = np.array(64.0)
     assert float(S.expert_compute_seconds(w4a16, batch)) < 0.2 * float(

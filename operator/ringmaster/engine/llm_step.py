@@ -113,7 +113,7 @@ from ringmaster.engine.ceilings import (
     hbm_ratio,
     matmul_ratio,
 )
-from ringmaster.engine.checkpoint_formats import MXFP4_EXPERTS, checkpoint_weights
+from ringmaster.engine.checkpoint_formats import checkpoint_weights
 from ringmaster.engine.efficiency import (
     NETWORK_HOP_LATENCY,
 )
@@ -125,14 +125,18 @@ from ringmaster.engine.expert_dispatch import (
     dispatch_combine_seconds,
     exchanges_tokens,
 )
-from ringmaster.engine.expert_slices import expert_gemm_width, expert_shape_factor
+from ringmaster.engine.expert_slices import expert_gemm_width
 from ringmaster.engine.hardware import Accelerator, MachineType
+from ringmaster.engine.moe_op import (
+    ACTIVATION_BYTES,
+    expert_slot_ratio,
+    moe_step_terms,
+)
 from ringmaster.engine.profiled import ceilings_hbm_ratio, ceilings_matmul_ratio
 from ringmaster.engine.serving_engines import (
     ENGINE_GEMM_BAND_TOKENS,
     engine_gemm_rate,
     engine_kv_read_fraction,
-    engine_moe,
     engine_step_fraction,
     host_seconds_per_request,
     prefill_attention_kernel,
@@ -217,14 +221,6 @@ LLM_SEQUENCE_OVERHEAD_SECONDS = 0.0
 # decode GEMMs' compute kept at the fitted fraction (the weights, KV and floors measured) the
 # checked rows are at 26.5 % (+9.3 %): no better either. docs: issue 46, part 5.
 MEASURED_DECODE = False
-# Activations travel in 16-bit whatever the weights are (FP8 and W4A16 kernels emit BF16/FP16).
-ACTIVATION_BYTES = 2.0
-# The M tile of a MoE op with 4-bit weights under 16-bit math (W4A16): Marlin's MoE kernel takes
-# the first of 8, 16, 32, 48, 64 rows with tokens x top-k / experts / rows < 0.9, 8 at decode
-# batches (vllm-project/vllm vllm/model_executor/layers/fused_moe/fused_marlin_moe.py @ 129ab7c6).
-# The engines' measured MoE tables (serving_engines.ENGINE_MOE) are 16-bit, FP8 and FP4 kernels
-# tiled at 32-128 rows; a W4A16 step keeps their floor and fractions, at this tile.
-W4A16_MOE_TILE_ROWS = 8.0
 # vLLM's KV-cache block: 16 tokens (vllm/config CacheConfig block_size default). A sequence holds
 # whole blocks, so half a block more than its tokens on average.
 KV_BLOCK_TOKENS = 16
@@ -505,11 +501,6 @@ def weights_bytes_per_accelerator(
     return (dense / g * split.dense_bytes + experts) / pipeline
 
 
-def expert_slot_ratio(model: Transformer, redundant_experts: int) -> float:
-    """Expert slots (routed experts plus redundant copies) over the routed experts."""
-    return (model.experts + redundant_experts) / model.experts if model.experts else 1.0
-
-
 def serving_terms(
     model: Transformer,
     accelerator: Accelerator,
@@ -752,41 +743,26 @@ def serving_terms(
     routed_flops = 2.0 * routed_active
     expert_rate = decode_rate * expert_shape_ratio(model, g, expert_parallel, gemm_key)
     expert_hbm = weight_hbm
-    # The engine's own fused MoE op measured on the chip (serving_engines.ENGINE_MOE): its
-    # experts' streaming fraction, its FLOPs' fraction of the peak, its tile and its floor a MoE
-    # layer (a single expert is the dense FFN it is, routed by nothing).
-    # (4-bit weights under 16-bit math, W4A16, tile M finer: W4A16_MOE_TILE_ROWS.)
-    w4a16 = compute_precision in ("bf16", "fp16") and bool(np.all(w < ACTIVATION_BYTES))
-    moe_key = MXFP4_EXPERTS if split.mxfp4_experts else compute_precision
-    moe_op = (
-        engine_moe(accelerator.name, serving_engine, moe_key)
-        if model.experts > 1 and ceilings is None
-        else None
+    # The engine's own fused MoE op measured on the chip (engine.moe_op), where it has one.
+    moe = moe_step_terms(
+        model,
+        accelerator,
+        g,
+        peak_flops=peak_flops,
+        fraction=fraction,
+        hbm=hbm,
+        weight_bytes=w,
+        compute_precision=compute_precision,
+        mxfp4_experts=split.mxfp4_experts,
+        serving_engine=serving_engine,
+        measured=ceilings is None,
+        expert_parallel=expert_parallel,
+        redundant_experts=redundant_experts,
+        carried_rate=expert_rate,
+        carried_hbm=expert_hbm,
     )
-    tile_tokens = 0.0
-    if moe_op is not None:
-        (moe_floor_us, per_expert_us, f_s, e_m, tile_rows), moe_dtype = moe_op
-        if w4a16 and moe_dtype == "bf16":  # 4-bit weights on the 16-bit op's table
-            tile_rows = W4A16_MOE_TILE_ROWS
-        # the op's math at its activations' peak (MXFP8 activations: the FP8 units)
-        moe_peak = accelerator.peak("fp8") if moe_dtype == "mxfp4_mxfp8" else peak_flops
-        slices = g if expert_parallel == 1 else np.ones_like(g)  # experts sliced, or whole
-        width = expert_gemm_width(model.hidden, model.expert_ffn_hidden, slices, model.gated_ffn)
-        expert_rate = _f(moe_peak) * g * e_m * fraction * expert_shape_factor(width, moe_dtype)
-        expert_hbm = hbm * f_s
-        # the experts one rank holds: all of them sliced, or its share under expert parallelism
-        local_experts = (
-            model.experts * expert_slot_ratio(model, redundant_experts) / expert_parallel
-        )
-        floors_seconds = (
-            floors_seconds + model.moe_layers * (moe_floor_us + per_expert_us * local_experts) * US
-        )
-        tile_tokens = (
-            tile_rows
-            * model.experts
-            * expert_slot_ratio(model, redundant_experts)
-            / (model.active_experts)
-        )
+    expert_rate, expert_hbm, tile_tokens = moe.expert_rate, moe.expert_hbm, moe.tile_tokens
+    floors_seconds = floors_seconds + moe.floor_seconds
     layer_flops = 2.0 * model.active_layer_parameters - routed_flops  # attention, dense, shared
     # a prompt token's attention per token of its prompt: causal, at the mean prompt (linear in
     # the prompt without a window; a window caps what each token attends to)

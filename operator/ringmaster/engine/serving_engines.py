@@ -319,7 +319,7 @@ ENGINE_MOE: dict[tuple[str, str, str], tuple[float, float, float, float, float]]
 CARRIED_ENGINE_MOE: dict[tuple[str, str], str] = {("vllm", "mxfp4_mxfp8"): "trtllm"}
 # gpt-oss's MXFP4 experts (engine.checkpoint_formats): under MXFP8 activations where the engine
 # runs them so on the chip (TensorRT-LLM on Blackwell), else under 16-bit ones; without either
-# measured, the engine's 16-bit op at a W4A16 kernel's tile (llm_step.W4A16_MOE_TILE_ROWS).
+# measured, the engine's 16-bit op at a W4A16 kernel's tile (moe_op.W4A16_MOE_TILE_ROWS).
 MOE_DTYPE_ORDER = {
     "fp8": ("fp8_block", "fp8"),
     "fp4": ("fp4",),
