@@ -37,7 +37,7 @@ def test_every_measured_step_becomes_a_checked_row():
     # the first H100 call's 3B runs ran out of memory on the 80 GB part (no row); the second
     # H100 call adds two autocast rows and three bf16-weight rows (forward + backward only);
     # the third (2026-11-26c) fourteen bf16-weight rows: compiled bf16 and FP8, eager bf16 and FP8
-    assert (len(rows("training", "h100")), len(rows("training", "h200"))) == (5, 5)
+    assert (len(rows("training", "h100")), len(rows("training", "26-h200"))) == (5, 5)
     assert len(rows("training-fwd-bwd", "26b-h100")) == 3
     assert len(rows("training-fwd-bwd", "26c-h100")) == 14
     assert (len(rows("decode", "26-h100")), len(rows("decode", "26-h200"))) == (15, 17)
@@ -50,6 +50,13 @@ def test_every_measured_step_becomes_a_checked_row():
         assert (len(rows(group, "27-h100")), len(rows(group, "27-h200"))) == (6, 6)
     assert len(rows("training-fwd-bwd", "27-h200")) == 5
     assert (len(rows("grouped-gemm", "h100")), len(rows("grouped-gemm", "h200"))) == (50, 50)
+    # 2026-11-30: MoE steps on the H200 (5 whole, 13 forward + backward), its routing ops
+    assert (len(rows("training", "30-h200")), len(rows("training-fwd-bwd", "30-h200"))) == (5, 13)
+    assert (
+        len(rows("moe-routing-eager", "30-h200"))
+        == len(rows("moe-routing-compiled", "30-h200"))
+        == 3
+    )
     for r in D.device_rows():
         assert r.measured > 0 and r.predicted > 0
         assert r.error == pytest.approx(r.predicted / r.measured - 1.0)
@@ -85,19 +92,20 @@ def test_a_decode_row_is_the_kernels_composed_by_hand():
 def test_the_training_rows_fill_their_evidence_cells():
     cells = {(c.generation, c.framework, c.precision): c for c in training_cells()}
     # H100 bf16: 5 whole steps, 9 forward + backward with bf16 weights (4 of them compiled);
-    # H200 bf16: 5 whole steps, 5 forward + backward (4 of them with full recompute)
-    for gen, precision, n in (("H100", "bf16", 14), ("H200", "bf16", 10), ("H100", "fp8", 8)):
+    # H200 bf16: 5 whole steps, 5 forward + backward (4 of them with full recompute), and the
+    # MoE call's 5 whole steps and 13 forward + backward
+    for gen, precision, n in (("H100", "bf16", 14), ("H200", "bf16", 28), ("H100", "fp8", 8)):
         cell = cells[(gen, "PyTorch", precision)]
         assert (cell.checked, cell.fitted) == (n, 0)
     said = cell_evidence("nvidia-h200-141gb", "PyTorch", "bf16")
-    assert said.startswith("H200 x PyTorch x bf16: 10 checked runs")
+    assert said.startswith("H200 x PyTorch x bf16: 28 checked runs")
 
 
 def test_the_training_parts_are_the_profilers_categories():
     """PyTorch 2.11's SDPA ran cuDNN's attention on both chips (the profiler's kernel names):
     with it the predicted attention is nearer the measured one on every row than with
     FlashAttention 2, the kernel the PyTorch profile assumed before these measurements."""
-    for r in rows("training", "h100") + rows("training", "h200"):
+    for r in rows("training", "h100") + rows("training", "26-h200"):
         parts = {name: (m, p) for name, m, p in r.parts}
         measured, predicted = parts["attention"]
         if "expand_kv" in r.setup:
@@ -157,9 +165,16 @@ def test_the_section_reports_every_group_with_its_role():
     for group in ("training", "decode", "prefill"):
         for chip in ("h100", "h200"):
             assert f"2026-11-26-{chip}" in text and group in text
-    roles = {(r.group, r.source): r.role for r in D.device_rows()}
-    assert roles.pop(("grouped-gemm", "2026-11-26-h100")) == "fitted"
-    assert set(roles.values()) == {"checked"}
+    fitted = {
+        (r.group, r.source, r.setup.split()[0]) for r in D.device_rows() if r.role == "fitted"
+    }
+    assert {(g, s) for g, s, _ in fitted} == {
+        ("grouped-gemm", "2026-11-26-h100"),
+        ("moe-routing-eager", "2026-11-30-h200"),
+        ("moe-routing-compiled", "2026-11-30-h200"),
+    }
+    for group in ("moe-routing-eager", "moe-routing-compiled"):
+        assert {m for g, _, m in fitted if g == group} == set(D.MOE_ROUTING_FIT_MODELS)
 
 
 @pytest.mark.parametrize("chip", ["h100", "h200"])

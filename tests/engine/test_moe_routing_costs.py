@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from ringmaster.engine import llm_training as L
+from ringmaster.engine import moe_routing as R
 from ringmaster.engine import step_parts as P
 from ringmaster.engine.ceilings import H100_STREAM_GBPS
 from ringmaster.engine.frameworks import framework
@@ -27,8 +28,8 @@ def test_routing_bytes_per_token_by_hand() -> None:
     # permute + unpermute, forward and backward: 4 x (8 + 1) x 2048 x 2 bytes = 147,456;
     # expert parallelism's sort by local expert: 4 x 8 x 2048 x 2 = 131,072 more;
     # the router over 128 experts in fp32, 6 passes: 3,072
-    local = float(P.moe_routing_bytes_per_token(QWEN3_30B, np.asarray(False)))
-    spread = float(P.moe_routing_bytes_per_token(QWEN3_30B, np.asarray(True)))
+    local = float(R.moe_routing_bytes_per_token(QWEN3_30B, np.asarray(False)))
+    spread = float(R.moe_routing_bytes_per_token(QWEN3_30B, np.asarray(True)))
     assert local == 147_456 + 3_072
     assert spread == 147_456 + 131_072 + 3_072
 
@@ -46,7 +47,7 @@ def test_the_routing_is_in_the_memory_bound_part_of_every_moe_layer() -> None:
     is 0) differs by exactly the MoE layers' routing bytes at the streaming rate."""
     moe, hw = _parts(QWEN3_30B, 8)
     tokens = QWEN3_30B.sequence_length  # one sequence, tensor 1: every token on this rank
-    moved = float(P.moe_routing_bytes_per_token(QWEN3_30B, np.asarray(True)))
+    moved = float(R.moe_routing_bytes_per_token(QWEN3_30B, np.asarray(True)))
     per_layer = (
         (QWEN3_30B.moe_layers / QWEN3_30B.layers)
         * tokens

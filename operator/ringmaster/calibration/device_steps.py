@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from statistics import median
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -39,6 +39,10 @@ from ringmaster.engine.ceilings import DECODE_GEMMS_PER_LAYER, ceilings_for
 from ringmaster.engine.frameworks import framework as framework_profile
 from ringmaster.engine.hardware import DEFAULT_CATALOG
 from ringmaster.engine.llm_layout_names import RECOMPUTE_FULL, RECOMPUTE_NONE, SHARD_NONE
+from ringmaster.engine.moe_routing import (
+    MOE_COMPILED_BYTES_PER_ROUTED_ELEMENT,
+    MOE_EAGER_BYTES_PER_ELEMENT,
+)
 from ringmaster.engine.step_parts import ce_stream_bytes_per_s
 from ringmaster.engine.transformer import KNOWN_TRANSFORMERS, Transformer
 
@@ -105,6 +109,10 @@ def training_model(config: dict[str, Any], sequence: int) -> Transformer:
         kv_heads=config["kv_heads"],
         ffn_hidden=config["ffn"],
         gated_ffn=True,
+        head_dim=config["head_dim"],
+        experts=config.get("experts", 0),
+        active_experts=config.get("top_k", 0),
+        expert_ffn_hidden=config.get("expert_ffn", 0),
     )
 
 
@@ -148,6 +156,9 @@ TRAINING_PARTS = (
     "train_eager_fp8",
     "train_recompute",
     "train_mpt",
+    "train_moe",
+    "train_moe_compiled",
+    "train_moe_balanced",
 )
 
 
@@ -205,7 +216,7 @@ def _training_row(folder: Path, data: dict[str, Any], r: dict[str, Any]) -> Devi
     on bf16 parameters and states, which no framework profile models (FSDP and DeepSpeed keep
     fp32 ones): their rows compare forward + backward only."""
     acc = _accelerator(folder)
-    variant = str(r.get("variant", "autocast"))
+    variant = str(r.get("variant", "autocast")).removesuffix("_balanced")
     bf16_weights, compiled, precision = VARIANTS[variant.removesuffix("_ckpt")]
     recompute = RECOMPUTE_FULL if variant.endswith("_ckpt") else RECOMPUTE_NONE
     config = data["configs"][r["model"]]
@@ -611,13 +622,103 @@ def fit_grouped_stream_cap() -> float:
     return median(grouped_stream_rates(GROUPED_FIT_FOLDER)) / 1e9
 
 
+# The MoE widths the routing's bytes are fitted on (engine.moe_routing); the other measured
+# width checks them.
+MOE_ROUTING_FIT_MODELS = ("qwen3-30b-a3b-4l", "olmoe-1b-7b-8l")
+MOE_OPS_TOKENS = 8192  # benchmarks/device/train_parts.py _moe_ops
+
+
+class MoeOpTerms(NamedTuple):
+    model: str
+    routed_s: float  # eager: dispatch + combine; compiled: the layer less its grouped GEMMs
+    token_s: float  # eager: router + sort; compiled: 0 (inside the layer's)
+    routed_elements: float  # tokens x top-k x hidden
+    token_elements: float  # tokens x hidden
+
+
+def moe_op_terms(folder: Path, kind: str) -> list[MoeOpTerms]:
+    """Each width's MoE routing measured in ``folder``, forward + backward (the sort has none):
+    ``eager`` from its ops apart (moe_ops), ``compiled`` as the compiled layer less its compiled
+    grouped GEMMs (moe_ops_compiled: Inductor fuses across the ops of one graph)."""
+    data = _load(folder, "moe_ops" if kind == "eager" else "moe_ops_compiled")
+    configs = _load(folder, "train_moe")
+    if data is None or configs is None:
+        return []
+    out = []
+    for model in dict.fromkeys(r["model"] for r in data["rows"]):
+        op = {r["op"]: r for r in data["rows"] if r["model"] == model}
+        c = configs["configs"][model]
+        if kind == "eager":
+            routed = (op["dispatch"]["fwdbwd_ms"] + op["combine"]["fwdbwd_ms"]) / 1e3
+            token = (op["router"]["fwdbwd_ms"] + op["sort"]["fwd_ms"]) / 1e3
+        else:
+            routed = (op["layer_balanced"]["fwdbwd_ms"] - op["experts"]["fwdbwd_ms"]) / 1e3
+            token = 0.0
+        elements = MOE_OPS_TOKENS * c["hidden"]
+        out.append(MoeOpTerms(model, routed, token, elements * c["top_k"], elements))
+    return out
+
+
+def _h200_stream_bytes_per_s() -> float:
+    """The lent H200's streaming rate: H100_STREAM_GBPS over its HBM scale."""
+    ce = ceilings_for(DEFAULT_CATALOG.accelerator(CHIPS["h200"]))
+    return ce_stream_bytes_per_s() / ce.hbm_scale
+
+
+def fit_moe_routing_bytes(kind: str) -> dict[str, float]:
+    """engine.moe_routing's measured bytes (``kind``: eager | compiled): the median over the fit
+    widths of each term's seconds per element at the lent H200's streaming rate."""
+    rate = _h200_stream_bytes_per_s()
+    terms = [
+        t
+        for folder in _folders()
+        for t in moe_op_terms(folder, kind)
+        if t.model in MOE_ROUTING_FIT_MODELS
+    ]
+    fit = {"routed": round(median(t.routed_s / t.routed_elements * rate for t in terms), 2)}
+    if kind == "eager":
+        fit["token"] = round(median(t.token_s / t.token_elements * rate for t in terms), 2)
+    return fit
+
+
+def _moe_ops_rows(folder: Path) -> list[DeviceRow]:
+    """Each width's MoE routing, eager and compiled, against engine.moe_routing's bytes."""
+    acc = _accelerator(folder)
+    per_byte = ceilings_for(DEFAULT_CATALOG.accelerator(acc)).hbm_scale / ce_stream_bytes_per_s()
+    bytes_per = {
+        "eager": MOE_EAGER_BYTES_PER_ELEMENT,
+        "compiled": {"routed": MOE_COMPILED_BYTES_PER_ROUTED_ELEMENT, "token": 0.0},
+    }
+    what = {
+        "eager": "router + sort + dispatch + combine",
+        "compiled": "compiled layer less its grouped GEMMs",
+    }
+    rows = []
+    for kind in ("eager", "compiled"):
+        b = bytes_per[kind]
+        for t in moe_op_terms(folder, kind):
+            predicted = (b["routed"] * t.routed_elements + b["token"] * t.token_elements) * per_byte
+            rows.append(
+                DeviceRow(
+                    folder.name,
+                    f"moe-routing-{kind}",
+                    f"{t.model} {MOE_OPS_TOKENS} tokens {what[kind]}",
+                    acc,
+                    t.routed_s + t.token_s,
+                    predicted,
+                    role="fitted" if t.model in MOE_ROUTING_FIT_MODELS else "checked",
+                )
+            )
+    return rows
+
+
 @lru_cache(maxsize=1)
 def device_rows() -> tuple[DeviceRow, ...]:
     rows: list[DeviceRow] = []
     for folder in _folders():
         rows += _training_rows(folder) + _decode_rows(folder) + _prefill_rows(folder)
         rows += _grouped_rows(folder) + _serving_fused_rows(folder)
-        rows += _serving_mixed_rows(folder)
+        rows += _serving_mixed_rows(folder) + _moe_ops_rows(folder)
     return tuple(rows)
 
 
@@ -679,22 +780,52 @@ def _interference_lines() -> list[str]:
     return lines
 
 
+def _moe_lines(rows: tuple[DeviceRow, ...]) -> list[str]:
+    """The eager routing's fit, and the MoE steps by how their routing ran."""
+    moe = [r for r in rows if r.group.startswith("training") and r.setup.split()[0] in MOE_MODELS]
+    if not moe:
+        return []
+    eager, compiled = fit_moe_routing_bytes("eager"), fit_moe_routing_bytes("compiled")
+    out = [
+        f"MoE routing (torchtitan's layer; fitted on {' and '.join(MOE_ROUTING_FIT_MODELS)}): "
+        f"eager ops {eager['routed']:.1f} bytes per routed element and {eager['token']:.1f} per "
+        f"token x hidden, compiled {compiled['routed']:.1f} per routed element; "
+        "engine.moe_routing"
+    ]
+    for label, chosen in (
+        ("eager", [r for r in moe if " eager " in r.setup]),
+        ("compiled", [r for r in moe if " eager " not in r.setup]),
+    ):
+        if chosen:
+            med, signed, low, high = group_summary(chosen)
+            out.append(
+                f"  MoE steps on one GPU, {label}: {len(chosen)} at {med:.1%} ({signed:+.1%}, "
+                f"{low:+.1%}..{high:+.1%})"
+            )
+    return out
+
+
+# The measured MoE shapes (benchmarks/device/train_parts.py TRAIN_CONFIGS).
+MOE_MODELS = ("qwen3-30b-a3b-4l", "mixtral-8x7b-2l", "olmoe-1b-7b-8l")
+
+
 def render_device_section() -> str:
     rows = device_rows()
     lines = [
         "Measured on the lent GPUs (calibration/measured/device; checked, but the H100's grouped "
-        "GEMMs, which fit the grouped kernel's streaming cap): predicted / measured - 1",
-        f"{'group':<16} {'source':<16} {'role':<7} {'rows':>4} {'median |err|':>12} "
+        "GEMMs, which fit the grouped kernel's streaming cap, and the H200's MoE routing of two "
+        "widths, which fits the routing's bytes): predicted / measured - 1",
+        f"{'group':<20} {'source':<16} {'role':<7} {'rows':>4} {'median |err|':>12} "
         f"{'signed':>8} {'range':>17}",
     ]
-    keys = sorted({(r.group, r.source) for r in rows})
-    for group, source in keys:
-        chosen = [r for r in rows if (r.group, r.source) == (group, source)]
+    for group, source, role in sorted({(r.group, r.source, r.role) for r in rows}):
+        chosen = [r for r in rows if (r.group, r.source, r.role) == (group, source, role)]
         med, signed, low, high = group_summary(chosen)
         lines.append(
-            f"{group:<16} {source:<16} {chosen[0].role:<7} {len(chosen):>4} {med:>12.1%} "
+            f"{group:<20} {source:<16} {role:<7} {len(chosen):>4} {med:>12.1%} "
             f"{signed:>+8.1%} {low:>+8.1%}..{high:>+7.1%}"
         )
+    keys = sorted({(r.group, r.source) for r in rows})
     lines.append("Parts (device time by kernel category, summed over the rows):")
     for group, source in keys:
         if not (group.startswith("training") or group.endswith("-fused")):
@@ -715,6 +846,7 @@ def render_device_section() -> str:
     )
     lines += _mixed_lines(sorted({r.source for r in rows if r.group == "mixed-fused"}))
     lines += _interference_lines()
+    lines += _moe_lines(rows)
     fit = fit_fp8_cast_bytes()
     fit_rows = fp8_cast_fit_rows()
     if fit_rows:

@@ -503,12 +503,12 @@ def evaluate_layouts(
     everything, as None does; engine.recompute.recomputed_layer_share); None: every layer.
     ``offload_layers``: Megatron's CPU offloading of that many layers' activations
     (engine.activation_offload.layer_offload): only a single stage without recompute fits."""
-    load = routed_load(capacity_factor, pad_to_capacity)
     sync = moe_sync_paid(hw.framework, pad_to_capacity)
     if sync != hw.framework.moe_sync_seconds:
         hw = replace(hw, framework=replace(hw.framework, moe_sync_seconds=sync))
     dual_pipe = expert_overlap == OVERLAP_DUALPIPE
     e = _f(expert)
+    load = routed_load(capacity_factor, pad_to_capacity, e)
     t = _f(tensor)
     etp = t if expert_tensor is None else _f(expert_tensor)
     p = _f(pipeline)

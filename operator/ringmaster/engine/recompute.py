@@ -28,7 +28,7 @@ from ringmaster.engine.transformer import Transformer
 def recompute_flops_per_token_per_layer(
     model: Transformer,
     recompute: ArrayLike,
-    load: float = MOE_LOAD_IMBALANCE,
+    load: ArrayLike = MOE_LOAD_IMBALANCE,
     stops_early: bool = False,
 ) -> F64:
     """Forward FLOPs a policy repeats in backward, per token per layer: Full the whole layer;
@@ -51,21 +51,25 @@ def recompute_flops_per_token_per_layer(
     full = 2.0 * busiest_rank_parameters_per_layer(model, load) + core
     # The Q, K and V projections: the attention's weights but the output projection's.
     qkv = model.attention_parameters_per_layer - model.hidden * model.heads * model.v_head_dim
-    per_token = np.array(
-        [
-            0.0,
-            core,
-            full,
-            2.0 * (h * kv + h * h + h * f),
-            core,
-            2.0 * model.ffn_parameters_per_layer + core,
-            full - 2.0 * qkv,
-            core,
-            2.0 * model.ffn_parameters_per_layer * ffn_input_share(model) + core,
-            0.0,
-        ]
+    per_policy = [
+        0.0,
+        core,
+        full,
+        2.0 * (h * kv + h * h + h * f),
+        core,
+        2.0 * model.ffn_parameters_per_layer + core,
+        full - 2.0 * qkv,
+        core,
+        2.0 * model.ffn_parameters_per_layer * ffn_input_share(model) + core,
+        0.0,
+    ]
+    # ``full`` carries the load's shape (one per expert-parallel degree): pick per element.
+    shape = np.broadcast_shapes(r.shape, np.shape(full))
+    again = as_f64(
+        np.choose(
+            np.broadcast_to(r, shape), [np.broadcast_to(as_f64(v), shape) for v in per_policy]
+        )
     )
-    again = as_f64(per_token[r])
     return again - early_stop_skip(model, r) if stops_early else again
 
 
@@ -103,8 +107,8 @@ def unneeded_recompute_flops_per_token(model: Transformer) -> float:
 
 
 def busiest_rank_parameters_per_layer(
-    model: Transformer, load: float = MOE_LOAD_IMBALANCE
-) -> float:
+    model: Transformer, load: ArrayLike = MOE_LOAD_IMBALANCE
+) -> F64 | float:
     """The weights a token multiplies through in a layer (the active ones, mean over layers),
     with the routed experts' share scaled by ``load`` (MOE_LOAD_IMBALANCE dropless; a capacity
     factor bounds it: engine.moe_training.routed_load): the busiest expert-parallel rank's work
@@ -112,7 +116,7 @@ def busiest_rank_parameters_per_layer(
     if model.experts <= 1:  # dense, or one expert: nothing to balance
         return model.parameters_per_layer
     routed = model.moe_layers * model.active_experts * model.expert_parameters / model.layers
-    return model.active_parameters_per_layer + (load - 1.0) * routed
+    return model.active_parameters_per_layer + (as_f64(load) - 1.0) * routed
 
 
 def recompute_flops_per_token(model: Transformer, recompute: ArrayLike) -> F64:

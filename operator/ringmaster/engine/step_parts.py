@@ -46,13 +46,13 @@ from ringmaster.engine.llm_layout_names import (
     SHARD_NONE,
 )
 from ringmaster.engine.llm_memory import (
-    BYTES_ACTIVATION,
     BYTES_GRADIENTS,
     BYTES_MOMENT_FP32,
     REBUILDS_LAYER,
     routed_expert_parameters_per_layer,
     stage_layers,
 )
+from ringmaster.engine.moe_routing import moe_routing_bytes_per_token, routing_kind
 from ringmaster.engine.moe_training import MOE_LOAD_IMBALANCE
 from ringmaster.engine.transformer import Transformer
 
@@ -132,7 +132,7 @@ def _f(x: ArrayLike) -> F64:
 def _linear_flops_per_token_per_layer(
     model: Transformer,
     recompute: ArrayLike,
-    load: float = MOE_LOAD_IMBALANCE,
+    load: ArrayLike = MOE_LOAD_IMBALANCE,
     stops_early: bool = False,
 ) -> tuple[F64, F64]:
     """(forward, backward + recompute) linear-layer FLOPs per token per layer, on the busiest
@@ -147,25 +147,26 @@ def _linear_flops_per_token_per_layer(
     return _f(forward), _f(2.0 * forward + again - core_again)
 
 
-def _routed_share(model: Transformer, forward: F64, load: float = MOE_LOAD_IMBALANCE) -> F64:
+def _routed_share(model: Transformer, forward: F64, load: ArrayLike = MOE_LOAD_IMBALANCE) -> F64:
     """The routed experts' share of a layer's linear FLOPs on the busiest expert-parallel rank
     (their ``load`` included); 0 for a dense model. The backward and the recompute are taken in
     the same share (they run the same matrices)."""
     if model.experts <= 1:
         return _f(0.0)
     routed = model.moe_layers * model.active_experts * model.expert_parameters / model.layers
-    return _f(2.0 * load * routed / forward)
+    return _f(2.0 * _f(load) * routed / forward)
 
 
 def expert_tokens(
-    model: Transformer, rank_tokens: ArrayLike, expert: ArrayLike, load: float = 1.0
+    model: Transformer, rank_tokens: ArrayLike, expert: ArrayLike, load: ArrayLike = 1.0
 ) -> F64:
     """Tokens one local expert's GEMM multiplies in a micro-batch: the ``expert`` ranks of an
     expert-parallel group send it their tokens routed to it, ``top-k / experts`` of each rank's
     (Megatron-Core's grouped GEMM runs each local expert on its own tokens: a GEMM of that M,
     not of the micro-batch's), times ``load`` for the busiest expert (1: the mean;
     engine.moe_training.routed_load: a capacity factor's cap, or its padded capacity)."""
-    per_expert = _f(rank_tokens) * _f(expert) * model.active_experts / max(model.experts, 1) * load
+    per_expert = _f(rank_tokens) * _f(expert) * model.active_experts / max(model.experts, 1)
+    per_expert = per_expert * _f(load)
     return _f(np.maximum(per_expert, 1.0))
 
 
@@ -206,7 +207,7 @@ def micro_batch_parts(
     expert: ArrayLike = 1,
     sharding: ArrayLike = SHARD_NONE,
     expert_tensor: ArrayLike | None = None,
-    load: float = MOE_LOAD_IMBALANCE,
+    load: ArrayLike = MOE_LOAD_IMBALANCE,
 ) -> MicroBatchParts:
     """The parts of one micro-batch on the busiest stage (see the module's docstring).
     ``expert``: the expert-parallel degree of a mixture of experts (the tokens each local
@@ -287,7 +288,7 @@ def micro_batch_parts(
         activation = ce.elementwise_seconds(mode, "swiglu", 1.0) * rank_tokens * ffn_width
         per_layer_mb = norms + adds + rotary + activation
     if model.experts > 1:  # routing and the tokens' permutation, the MoE layers' share of them
-        moved = moe_routing_bytes_per_token(model, _f(expert) > 1)
+        moved = moe_routing_bytes_per_token(model, _f(expert) > 1, routing_kind(mode))
         per_layer_mb = per_layer_mb + (model.moe_layers / model.layers) * (
             sp_tokens * moved * ce.hbm_scale / ce_stream_bytes_per_s()
         )
@@ -610,32 +611,6 @@ def _activation_width(model: Transformer) -> float:
     moe = model.moe_layers
     active = (model.active_experts + model.shared_experts) * model.expert_ffn_hidden
     return (moe * active + (model.layers - moe) * model.ffn_hidden) / model.layers
-
-
-# A MoE layer's memory-bound work around its experts, forward and backward, per token entering
-# it (Megatron-Core's token dispatcher, megatron/core/transformer/moe/moe_utils.py permute /
-# unpermute and router.py, NVIDIA/Megatron-LM @ d98e8a6):
-# - the permutation gathers each token into its k experts' order (read h, write k h, bf16) and
-#   the unpermutation sums the k outputs back, weighted by the router's probabilities (read k h,
-#   write h); backward runs each the other way: 4 x (k + 1) x h elements of 2 bytes;
-# - with expert parallelism the received tokens are sorted by local expert once more
-#   (sort_chunks_by_idxs) before the experts and after them: 4 x k x h more;
-# - the router's scores, top-k and probabilities over the E experts in fp32, forward and
-#   backward: 6 passes of E x 4 bytes.
-# All at the streaming rate of a fused kernel (H100_STREAM_GBPS: TE's fused permute, XLA's
-# fusions), a lower bound for an eager framework's gather and scatter.
-MOE_PERMUTE_PASSES = 4.0
-MOE_ROUTER_PASSES = 6.0
-
-
-def moe_routing_bytes_per_token(model: Transformer, expert_parallel: ArrayLike) -> F64:
-    """Bytes one token's routing, permutation and unpermutation move in a MoE layer, forward
-    and backward (see MOE_PERMUTE_PASSES)."""
-    k, h = float(model.active_experts), float(model.hidden)
-    permute = MOE_PERMUTE_PASSES * (k + 1.0) * h * BYTES_ACTIVATION
-    sort = np.where(expert_parallel, MOE_PERMUTE_PASSES * k * h * BYTES_ACTIVATION, 0.0)
-    router = MOE_ROUTER_PASSES * float(model.experts) * 4.0
-    return _f(permute + sort + router)
 
 
 def ce_stream_bytes_per_s() -> float:

@@ -573,7 +573,10 @@ def training_evidence(
 
     text = cell_evidence(accelerator, framework_name, precision)
     if moe:
-        text = f"{text}; {moe_training_evidence(framework_name)}"
+        from ringmaster.engine.moe_routing import moe_routing_evidence
+
+        routing = moe_routing_evidence(hw.framework)
+        text = f"{text}; {moe_training_evidence(framework_name)}; {routing}"
     if context > 1:
         text = f"{text}; {context_parallel_evidence()}"
     matmul = hw.ceilings.evidence.get("matmul", "")
