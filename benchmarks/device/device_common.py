@@ -61,3 +61,18 @@ def rotated_gemm_us(n: int, k: int, m: int, l2: int) -> tuple[float, int]:
             torch.mm(x, w.t())
 
     return median_ms(graphed(calls), reps=10) / sets * 1e3, sets
+
+
+def fwd_bwd_ms(fn: Any, inputs: list[torch.Tensor], reps: int = 10) -> tuple[float, float]:
+    """(forward ms, forward + backward ms) of ``fn(*inputs)``, gradients w.r.t. every input."""
+
+    def forward() -> Any:
+        return fn(*inputs)
+
+    out = forward()
+    grad = torch.randn_like(out)
+
+    def both() -> None:
+        torch.autograd.grad(fn(*inputs), inputs, grad)
+
+    return median_ms(forward, reps), median_ms(both, reps)

@@ -3,8 +3,9 @@
 
     python3 benchmarks/device/measure.py PART OUT.json
 
-PART: decode, prefill, decode_ops, grouped (here) or a training part (train_parts.py:
-TRAINING_PARTS; its helpers in device_common.py).
+PART: decode, prefill, decode_ops, grouped, grouped_fp8 (here), a MoE part (moe_parts.py:
+MOE_PARTS) or a training part (train_parts.py: TRAINING_PARTS); their helpers are in
+device_common.py.
 
 Run by benchmarks/device/run.sh on the device machine (never in CI: it needs a GPU). Each part
 writes its own JSON, so one that fails leaves the others' figures. Every time is the median of
@@ -52,6 +53,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from device_common import BF16, DEV, GIB, graphed, median_ms, randn, rotated_gemm_us, rotation
+from moe_parts import MOE_PARTS
 from serving_parts import (
     measure_interference,
     measure_serving_fused,
@@ -381,11 +383,67 @@ def measure_grouped(out: dict[str, Any]) -> None:
     )
 
 
+def measure_grouped_fp8(out: dict[str, Any]) -> None:
+    """The same expert GEMMs in FP8 (torch._scaled_grouped_mm: E4M3 operands pre-quantised,
+    rowwise float32 scales, bf16 out: torchao's float8 MoE training path on Hopper) beside bf16
+    torch._grouped_mm, each from one CUDA graph."""
+    rows: list[dict[str, Any]] = []
+    errors: dict[str, str] = {}
+    out["grouped_fp8"] = {"rows": rows, "errors": errors}
+    e4m3 = torch.float8_e4m3fn
+    for name, (hidden, ffn, experts) in MOE_SHAPES.items():
+        for gemm, (n, k) in (("gate_up", (2 * ffn, hidden)), ("down", (hidden, ffn))):
+            w = randn(experts, n, k)
+            w8 = w.to(e4m3)
+            w_scale = torch.ones(experts, n, device=DEV, dtype=torch.float32)
+            for per_expert in (8, 32, 128, 512, 2048):
+                tokens = per_expert * experts
+                if tokens * max(n, k) * 2 > 8 * GIB:
+                    continue
+                x = randn(tokens, k)
+                x8 = x.to(e4m3)
+                x_scale = torch.ones(tokens, device=DEV, dtype=torch.float32)
+                offs = torch.arange(1, experts + 1, device=DEV, dtype=torch.int32) * per_expert
+                row: dict[str, Any] = {
+                    "model": name,
+                    "gemm": gemm,
+                    "experts": experts,
+                    "tokens_per_expert": per_expert,
+                    "n": n,
+                    "k": k,
+                }
+                flops = 2 * tokens * n * k
+                for key, call in (
+                    (
+                        "bf16",
+                        lambda x=x, w=w, o=offs: torch._grouped_mm(x, w.transpose(-2, -1), offs=o),
+                    ),
+                    (
+                        "fp8",
+                        lambda a=x8, b=w8, sa=x_scale, sb=w_scale, o=offs: torch._scaled_grouped_mm(
+                            a, b.transpose(-2, -1), sa, sb, offs=o, out_dtype=torch.bfloat16
+                        ),
+                    ),
+                ):
+                    try:
+                        us = median_ms(graphed(call), 10) * 1e3
+                        row[f"{key}_us"] = round(us, 3)
+                        row[f"{key}_tflops"] = round(flops / (us * 1e-6) / 1e12, 1)
+                    except Exception as error:  # recorded; the other key still runs
+                        errors[f"{name}/{gemm}/{key}"] = repr(error)[:300]
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+                del x, x8
+            del w, w8
+            torch.cuda.empty_cache()
+
+
 PARTS = {
     "decode": measure_decode,
     "prefill": measure_prefill,
     "decode_ops": measure_decode_ops,
     "grouped": measure_grouped,
+    "grouped_fp8": measure_grouped_fp8,
     "serving_fused": lambda out: measure_serving_fused(out, Llama(LLAMA_8B), attention_backend),
     "serving_mixed": lambda out: measure_serving_mixed(
         out, lambda config: Llama(config or LLAMA_8B), attention_backend
@@ -395,6 +453,7 @@ PARTS = {
     ),
     "interference": measure_interference,
     **TRAINING_PARTS,
+    **MOE_PARTS,
 }
 
 

@@ -565,31 +565,37 @@ def _grouped_rows(folder: Path) -> list[DeviceRow]:
     streamed under the grouped kernel's cap, or the FLOPs at the decode-batch rate of the
     expert's width, and a floor). The H100's rows fit the cap (fit_grouped_stream_cap); the
     H200's check it."""
-    data = _load(folder, "grouped")
-    if data is None:
-        return []
     acc = _accelerator(folder)
     ce = ceilings_for(DEFAULT_CATALOG.accelerator(acc))
     rows = []
-    for r in data["rows"]:
-        if "grouped_us" not in r:
-            continue
-        n, k, experts, m = int(r["n"]), int(r["k"]), int(r["experts"]), int(r["tokens_per_expert"])
-        width = k if r["gemm"] == "down" else n / 2  # the expert's FFN width
-        predicted = _scalar(
-            ce.grouped_gemm_seconds("bf16", 2.0 * experts * n * k, 2.0 * m * experts * n * k, width)
-        )
-        rows.append(
-            DeviceRow(
-                folder.name,
-                "grouped-gemm",
-                f"{r['model']} {r['gemm']} {experts} experts x {m} tokens",
-                acc,
-                float(r["grouped_us"]) * 1e-6,
-                predicted,
-                role="fitted" if folder.name == GROUPED_FIT_FOLDER else "checked",
+    # (part, the time's key, group, precision the engine prices, bytes a weight)
+    for part, key, group, precision, weight_bytes in (
+        ("grouped", "grouped_us", "grouped-gemm", "bf16", 2.0),
+        ("grouped_fp8", "bf16_us", "grouped-gemm", "bf16", 2.0),
+        ("grouped_fp8", "fp8_us", "grouped-gemm-fp8", "fp8fast", 1.0),
+    ):
+        data = _load(folder, part)
+        for r in [] if data is None else data["rows"]:
+            if key not in r:
+                continue
+            n, k, e, m = int(r["n"]), int(r["k"]), int(r["experts"]), int(r["tokens_per_expert"])
+            width = k if r["gemm"] == "down" else n / 2  # the expert's FFN width
+            flops = 2.0 * m * e * n * k
+            predicted = _scalar(
+                ce.grouped_gemm_seconds(precision, weight_bytes * e * n * k, flops, width)
             )
-        )
+            rows.append(
+                DeviceRow(
+                    folder.name,
+                    group,
+                    f"{r['model']} {r['gemm']} {e} experts x {m} tokens",
+                    acc,
+                    float(r[key]) * 1e-6,
+                    predicted,
+                    precision="fp8" if weight_bytes == 1.0 else "bf16",
+                    role="fitted" if folder.name == GROUPED_FIT_FOLDER else "checked",
+                )
+            )
     return rows
 
 
@@ -625,7 +631,7 @@ def fit_grouped_stream_cap() -> float:
 # The MoE widths the routing's bytes are fitted on (engine.moe_routing); the other measured
 # width checks them.
 MOE_ROUTING_FIT_MODELS = ("qwen3-30b-a3b-4l", "olmoe-1b-7b-8l")
-MOE_OPS_TOKENS = 8192  # benchmarks/device/train_parts.py _moe_ops
+MOE_OPS_TOKENS = 8192  # benchmarks/device/moe_parts.py _moe_ops
 
 
 class MoeOpTerms(NamedTuple):
@@ -805,7 +811,7 @@ def _moe_lines(rows: tuple[DeviceRow, ...]) -> list[str]:
     return out
 
 
-# The measured MoE shapes (benchmarks/device/train_parts.py TRAIN_CONFIGS).
+# The measured MoE shapes (benchmarks/device/moe_parts.py MOE_TRAIN_CONFIGS).
 MOE_MODELS = ("qwen3-30b-a3b-4l", "mixtral-8x7b-2l", "olmoe-1b-7b-8l")
 
 

@@ -325,6 +325,16 @@ AIC_SOURCE = "ai-dynamo/aiconfigurator @ 095f58a5, its vLLM operator databases"
 # no cap, their decode GEMMs' streaming fraction alone (said in their evidence).
 GROUPED_STREAM_CAP_GBPS = 2614.0
 GROUPED_STREAM_CAP_CHIPS = ("nvidia-h100-80gb", "nvidia-h200-141gb")
+# FP8 grouped GEMMs are priced by the FP8 decode terms under the bf16 cap; torch's rowwise FP8
+# kernel (torch._scaled_grouped_mm, torchao's float8 MoE path) ran slower than that on a lent
+# H200 (calibration/measured/device/2026-11-30-h200/grouped_fp8.json, 50 calls: -21.5 % at the
+# median, most at 512+ tokens an expert, 0.44-0.69 of the FP8 peak; streaming 1.9-2.7 TB/s by
+# the expert's size). Checked, not fitted: Transformer Engine's and DeepGEMM's grouped FP8
+# kernels, which the published FP8 MoE runs use, were not measured.
+GROUPED_FP8_CHECK = (
+    "torch._scaled_grouped_mm ran 21 % slower on a lent H200, checked: "
+    "calibration/measured/device/2026-11-30-h200"
+)
 MEASURED_SUSTAINED_RATIO: dict[tuple[str, str], float] = {
     ("nvidia-h200-141gb", "bf16"): 0.9715,
     ("nvidia-h200-141gb", "fp8"): 0.9741,
@@ -753,7 +763,8 @@ def ceilings_for(acc: Accelerator) -> Ceilings:
             "grouped-gemm": (
                 f"measured: torch._grouped_mm streams experts' weights at most "
                 f"{GROUPED_STREAM_CAP_GBPS:,.0f} GB/s (fitted on a lent H100, checked on a lent "
-                "H200: calibration/measured/device)"
+                "H200: calibration/measured/device); FP8 grouped GEMMs carried from the FP8 "
+                f"decode terms under that cap ({GROUPED_FP8_CHECK})"
                 if acc.name in GROUPED_STREAM_CAP_CHIPS
                 else f"extrapolated: no grouped expert GEMM measured on {acc.name}; its decode "
                 "GEMMs' streaming fraction"

@@ -104,6 +104,13 @@ FULL_ITERATION = "FullIteration"
 # the other releases and models (calibration/moe_points.yaml). A full-iteration graph
 # (Megatron-Bridge 26.06's GB200 recipes) or experts padded to capacity take it away: 0.
 MEGATRON_MOE_SYNC_SECONDS = 4.07e-3
+# torchtitan's expert-parallel dispatchers read the counts back too, a MoE layer and forward:
+# the all-to-all's splits (torchtitan/models/common/token_dispatcher.py @ b5bcd76c6,
+# "this would incur a device-to-host sync", input_splits.tolist()) and DeepEP's compact layout
+# (torchtitan/distributed/deepep/deepep.py, do_cpu_sync=True: "host sync, so this path is NOT
+# cudagraph-able"). Not measured for torchtitan: Megatron-Core's fitted cost, carried (the
+# plan's evidence says so); checked on torchtitan's two B200 Qwen3-30B-A3B runs.
+TORCHTITAN_MOE_SYNC_SECONDS = MEGATRON_MOE_SYNC_SECONDS
 # The share of the exchange's ideal hiding that Megatron-Core's batch-level expert overlap
 # (--overlap-moe-expert-parallel-comm: spec.parallelism.expertOverlap OneFOneB, one micro-batch's
 # dispatch and combine behind another's layer) realises in Megatron-Bridge's published runs. The
@@ -162,8 +169,13 @@ class Framework:
     # Megatron-Bridge's recipes do). The step does not model it (planning.layouts says so).
     overlaps_pipeline_sends: bool = False
     # Exposed host seconds a dropless MoE layer adds a micro-batch (MEGATRON_MOE_SYNC_SECONDS
-    # under Megatron-Core outside a full-iteration graph; not measured for the others: 0).
+    # under Megatron-Core outside a full-iteration graph; torchtitan's expert-parallel
+    # dispatchers carry it; 0 for the others, which read no counts back).
     moe_sync_seconds: float = 0.0
+    # Whether the sync is paid without expert parallelism too: Megatron-Core's dispatchers read
+    # the tokens per expert back at every degree; torchtitan's local dispatcher keeps them on the
+    # device (torch._grouped_mm takes device offsets) and syncs only to size its all-to-alls.
+    moe_sync_without_expert_parallel: bool = True
     # The share of the ideal hiding a batch-level expert overlap (OneFOneB) realises: 1 where
     # unmeasured; Megatron-Core's MEGATRON_ONE_F_ONE_B_REALISED.
     one_f_one_b_realised: float = 1.0
@@ -233,6 +245,8 @@ _BASE = {
         False,
         True,
         fp8_casts="eager",
+        moe_sync_seconds=TORCHTITAN_MOE_SYNC_SECONDS,
+        moe_sync_without_expert_parallel=False,
     ),
     "MaxText": Framework(
         "MaxText",

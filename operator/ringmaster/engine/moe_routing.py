@@ -101,16 +101,25 @@ def moe_routing_bytes_per_token(
 
 
 def moe_routing_evidence(fw: Framework) -> str:
-    """Where a MoE layer's routing cost for ``fw`` comes from."""
+    """Where a MoE layer's routing cost for ``fw`` comes from, and its host sync's."""
     kind = routing_kind(fw.memory_bound)
     if kind == "fused":
-        return (
+        text = (
             f"MoE routing: {fw.name}'s fused permutation at each tensor's bytes once (not "
             "measured: a lower bound)"
         )
-    carried = "" if fw.name in MOE_MEASURED_FRAMEWORKS else f", carried to {fw.name}'s own layer"
-    how = "eager ops" if kind == "eager" else "torch.compile-d layer"
-    return f"MoE routing: torchtitan's {how} measured {MEASURED_ON}{carried}"
+    else:
+        carried = (
+            "" if fw.name in MOE_MEASURED_FRAMEWORKS else f", carried to {fw.name}'s own layer"
+        )
+        how = "eager ops" if kind == "eager" else "torch.compile-d layer"
+        text = f"MoE routing: torchtitan's {how} measured {MEASURED_ON}{carried}"
+    if fw.moe_sync_seconds and not fw.moe_sync_without_expert_parallel:
+        text += (
+            f"; its expert-parallel dispatch's host sync a layer at Megatron-Core's fitted "
+            f"{fw.moe_sync_seconds * 1e3:.2f} ms, carried"
+        )
+    return text
 
 
 __all__ = [

@@ -311,7 +311,8 @@ def micro_batch_parts(
     host_floor = fw.host_kernels_per_layer * hw.host_seconds_per_kernel
     layer_gap = np.maximum(host_floor - layer_gpu, 0.0)
     if model.experts > 1:  # a dropless MoE layer's host sync (engine.frameworks), its share
-        layer_gap = layer_gap + (model.moe_layers / model.layers) * fw.moe_sync_seconds
+        synced = (_f(expert) > 1) | fw.moe_sync_without_expert_parallel
+        layer_gap = layer_gap + (model.moe_layers / model.layers) * fw.moe_sync_seconds * synced
     offloaded = offload_bytes_per_layer(
         model, micro_batch, tensor, r, context, hw.offload_layer_inputs
     )

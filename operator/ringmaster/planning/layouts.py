@@ -576,7 +576,10 @@ def training_evidence(
         from ringmaster.engine.moe_routing import moe_routing_evidence
 
         routing = moe_routing_evidence(hw.framework)
+        grouped = hw.ceilings.evidence.get("grouped-gemm", "")
         text = f"{text}; {moe_training_evidence(framework_name)}; {routing}"
+        if grouped:
+            text = f"{text}; grouped expert GEMMs {grouped}"
     if context > 1:
         text = f"{text}; {context_parallel_evidence()}"
     matmul = hw.ceilings.evidence.get("matmul", "")
