@@ -48,7 +48,8 @@ import json
 import sys
 import time
 import traceback
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -325,10 +326,17 @@ MOE_SHAPES = {
 }
 
 
-def measure_grouped(out: dict[str, Any]) -> None:
-    rows: list[dict[str, Any]] = []
-    errors: dict[str, str] = {}
-    out["grouped"] = {"rows": rows, "errors": errors}
+class GroupedCase(NamedTuple):
+    row: dict[str, Any]  # the case's identity: model, gemm, experts, tokens_per_expert, n, k
+    w: torch.Tensor  # [E, N, K] expert weights, bf16
+    x: torch.Tensor  # [E x tokens an expert, K] routed tokens, bf16
+    offs: torch.Tensor  # the experts' end offsets, int32
+    flops: int
+
+
+def grouped_cases() -> Iterator[GroupedCase]:
+    """Every MOE_SHAPES expert GEMM (gate + up, down) at 8-2,048 tokens an expert, equal tokens
+    each (up to 8 GiB of activations)."""
     for name, (hidden, ffn, experts) in MOE_SHAPES.items():
         for gemm, (n, k) in (("gate_up", (2 * ffn, hidden)), ("down", (hidden, ffn))):
             w = randn(experts, n, k)
@@ -336,7 +344,6 @@ def measure_grouped(out: dict[str, Any]) -> None:
                 tokens = per_expert * experts
                 if tokens * max(n, k) * 2 > 8 * GIB:
                     continue
-                x = randn(tokens, k)
                 offs = torch.arange(1, experts + 1, device=DEV, dtype=torch.int32) * per_expert
                 row: dict[str, Any] = {
                     "model": name,
@@ -346,35 +353,43 @@ def measure_grouped(out: dict[str, Any]) -> None:
                     "n": n,
                     "k": k,
                 }
-                flops = 2 * tokens * n * k
-                try:
-                    wt = w.transpose(-2, -1)  # [E, K, N] column-major, what the kernel wants
-                    grouped = graphed(
-                        lambda x=x, wt=wt, offs=offs: torch._grouped_mm(x, wt, offs=offs)
-                    )
-                    us = median_ms(grouped, 10) * 1e3
-                    row["grouped_us"] = round(us, 3)
-                    row["grouped_tflops"] = round(flops / (us * 1e-6) / 1e12, 1)
-                except Exception as error:  # recorded, the loop and dense still run
-                    errors[f"{name}/{gemm}"] = repr(error)[:300]
-                xs = x.view(experts, per_expert, k)
-
-                def loop(xs=xs, w=w, experts=experts):
-                    for e in range(experts):
-                        torch.mm(xs[e], w[e].t())
-
-                us = median_ms(graphed(loop), 10) * 1e3
-                row["loop_us"] = round(us, 3)
-                row["loop_tflops"] = round(flops / (us * 1e-6) / 1e12, 1)
-                wide = randn(n, k)
-                us = median_ms(graphed(lambda x=x, wide=wide: torch.mm(x, wide.t())), 10) * 1e3
-                row["dense_all_tokens_us"] = round(us, 3)
-                row["dense_all_tokens_tflops"] = round(flops / (us * 1e-6) / 1e12, 1)
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-                del x, wide
+                yield GroupedCase(row, w, randn(tokens, k), offs, 2 * tokens * n * k)
             del w
             torch.cuda.empty_cache()
+
+
+def timed(row: dict[str, Any], key: str, call: Any, flops: int) -> None:
+    """``row``'s ``key``_us and ``key``_tflops: ``call`` replayed from one CUDA graph."""
+    us = median_ms(graphed(call), 10) * 1e3
+    row[f"{key}_us"] = round(us, 3)
+    row[f"{key}_tflops"] = round(flops / (us * 1e-6) / 1e12, 1)
+
+
+def measure_grouped(out: dict[str, Any]) -> None:
+    rows: list[dict[str, Any]] = []
+    errors: dict[str, str] = {}
+    out["grouped"] = {"rows": rows, "errors": errors}
+    for case in grouped_cases():
+        row, w, x, offs, flops = case
+        experts, n, k = row["experts"], row["n"], row["k"]
+        try:
+            wt = w.transpose(-2, -1)  # [E, K, N] column-major, what the kernel wants
+            timed(
+                row, "grouped", lambda x=x, wt=wt, o=offs: torch._grouped_mm(x, wt, offs=o), flops
+            )
+        except Exception as error:  # recorded, the loop and dense still run
+            errors[f"{row['model']}/{row['gemm']}"] = repr(error)[:300]
+        xs = x.view(experts, row["tokens_per_expert"], k)
+
+        def loop(xs: torch.Tensor = xs, w: torch.Tensor = w, experts: int = experts) -> None:
+            for e in range(experts):
+                torch.mm(xs[e], w[e].t())
+
+        timed(row, "loop", loop, flops)
+        wide = randn(n, k)
+        timed(row, "dense_all_tokens", lambda x=x, wide=wide: torch.mm(x, wide.t()), flops)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
     out["grouped"]["what"] = (
         "bf16; grouped = torch._grouped_mm over the rank's experts, equal "
         "tokens each; loop = one torch.mm per expert; dense_all_tokens = "
@@ -391,51 +406,26 @@ def measure_grouped_fp8(out: dict[str, Any]) -> None:
     errors: dict[str, str] = {}
     out["grouped_fp8"] = {"rows": rows, "errors": errors}
     e4m3 = torch.float8_e4m3fn
-    for name, (hidden, ffn, experts) in MOE_SHAPES.items():
-        for gemm, (n, k) in (("gate_up", (2 * ffn, hidden)), ("down", (hidden, ffn))):
-            w = randn(experts, n, k)
-            w8 = w.to(e4m3)
-            w_scale = torch.ones(experts, n, device=DEV, dtype=torch.float32)
-            for per_expert in (8, 32, 128, 512, 2048):
-                tokens = per_expert * experts
-                if tokens * max(n, k) * 2 > 8 * GIB:
-                    continue
-                x = randn(tokens, k)
-                x8 = x.to(e4m3)
-                x_scale = torch.ones(tokens, device=DEV, dtype=torch.float32)
-                offs = torch.arange(1, experts + 1, device=DEV, dtype=torch.int32) * per_expert
-                row: dict[str, Any] = {
-                    "model": name,
-                    "gemm": gemm,
-                    "experts": experts,
-                    "tokens_per_expert": per_expert,
-                    "n": n,
-                    "k": k,
-                }
-                flops = 2 * tokens * n * k
-                for key, call in (
-                    (
-                        "bf16",
-                        lambda x=x, w=w, o=offs: torch._grouped_mm(x, w.transpose(-2, -1), offs=o),
-                    ),
-                    (
-                        "fp8",
-                        lambda a=x8, b=w8, sa=x_scale, sb=w_scale, o=offs: torch._scaled_grouped_mm(
-                            a, b.transpose(-2, -1), sa, sb, offs=o, out_dtype=torch.bfloat16
-                        ),
-                    ),
-                ):
-                    try:
-                        us = median_ms(graphed(call), 10) * 1e3
-                        row[f"{key}_us"] = round(us, 3)
-                        row[f"{key}_tflops"] = round(flops / (us * 1e-6) / 1e12, 1)
-                    except Exception as error:  # recorded; the other key still runs
-                        errors[f"{name}/{gemm}/{key}"] = repr(error)[:300]
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-                del x, x8
-            del w, w8
-            torch.cuda.empty_cache()
+    for case in grouped_cases():
+        row, w, x, offs, flops = case
+        w8, x8 = w.to(e4m3), x.to(e4m3)
+        w_scale = torch.ones(row["experts"], row["n"], device=DEV, dtype=torch.float32)
+        x_scale = torch.ones(x.shape[0], device=DEV, dtype=torch.float32)
+        for key, call in (
+            ("bf16", lambda x=x, w=w, o=offs: torch._grouped_mm(x, w.transpose(-2, -1), offs=o)),
+            (
+                "fp8",
+                lambda a=x8, b=w8, sa=x_scale, sb=w_scale, o=offs: torch._scaled_grouped_mm(
+                    a, b.transpose(-2, -1), sa, sb, offs=o, out_dtype=torch.bfloat16
+                ),
+            ),
+        ):
+            try:
+                timed(row, key, call, flops)
+            except Exception as error:  # recorded; the other key still runs
+                errors[f"{row['model']}/{row['gemm']}/{key}"] = repr(error)[:300]
+        rows.append(row)
+        print(json.dumps(row), flush=True)
 
 
 PARTS = {
