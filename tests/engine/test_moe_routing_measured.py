@@ -197,3 +197,18 @@ def test_torchtitans_expert_parallel_dispatch_pays_a_host_sync_a_layer():
     said = R.moe_routing_evidence(titan)
     assert "host sync a layer at Megatron-Core's fitted 4.07 ms, carried" in said
     assert "host sync" not in R.moe_routing_evidence(framework("Megatron"))
+
+
+def test_calibrate_prints_each_routing_fit_with_a_width_left_out():
+    """The two fit widths left out in turn (the other width's ops alone refit the term): the
+    eager per-routed-element term holds within 1 %, its per-token term within 15 %; the compiled
+    layer's one term moves 30-44 %, which calibrate prints (a loose fit, said)."""
+    from ringmaster.calibration.evidence import render_leave_one_out
+
+    rows = D.moe_routing_leave_one_width_out()
+    assert len(rows) == 6
+    errors = {(name, source.split()[0]): error for name, source, *_, error in rows}
+    assert errors[('MOE_EAGER_BYTES_PER_ELEMENT["routed"]', "qwen3-30b-a3b-4l")] < 0.01
+    assert max(e for (n, _), e in errors.items() if n.endswith('["token"]')) < 0.15
+    assert min(e for (n, _), e in errors.items() if n.startswith("MOE_COMPILED")) > 0.25
+    assert "MOE_COMPILED_BYTES_PER_ROUTED_ELEMENT" in render_leave_one_out()

@@ -687,6 +687,43 @@ def fit_moe_routing_bytes(kind: str) -> dict[str, float]:
     return fit
 
 
+def moe_routing_leave_one_width_out() -> list[tuple[str, str, float, float, int, float]]:
+    """Each fit width left out of each routing fit: (constant, the width, fitted, refitted on
+    the other width, 1 row, that width's |error| under the refit), per term."""
+    rate = _h200_stream_bytes_per_s()
+    out = []
+    for kind, constant in (
+        ("eager", "MOE_EAGER_BYTES_PER_ELEMENT"),
+        ("compiled", "MOE_COMPILED_BYTES_PER_ROUTED_ELEMENT"),
+    ):
+        terms = [
+            t
+            for folder in _folders()
+            for t in moe_op_terms(folder, kind)
+            if t.model in MOE_ROUTING_FIT_MODELS
+        ]
+        whole = fit_moe_routing_bytes(kind)
+        for term in ("routed", "token") if kind == "eager" else ("routed",):
+            seconds = "routed_s" if term == "routed" else "token_s"
+            elements = "routed_elements" if term == "routed" else "token_elements"
+            for left in terms:
+                (other,) = [t for t in terms if t.model != left.model]
+                refit = getattr(other, seconds) / getattr(other, elements) * rate
+                own = getattr(left, seconds) / getattr(left, elements) * rate
+                name = constant if kind == "compiled" else f'{constant}["{term}"]'
+                out.append(
+                    (
+                        name,
+                        f"{left.model} ops, lent H200",
+                        whole[term],
+                        refit,
+                        1,
+                        abs(refit / own - 1),
+                    )
+                )
+    return out
+
+
 def _moe_ops_rows(folder: Path) -> list[DeviceRow]:
     """Each width's MoE routing, eager and compiled, against engine.moe_routing's bytes."""
     acc = _accelerator(folder)

@@ -475,6 +475,14 @@ def _moe_sync_fits() -> list[LeaveOneOut]:
     ]
 
 
+def _moe_routing_fits() -> list[LeaveOneOut]:
+    """engine.moe_routing's measured bytes, fitted on two widths' ops on a lent H200: each width
+    left out, its ops predicted with the other's fit."""
+    from ringmaster.calibration.device_steps import moe_routing_leave_one_width_out
+
+    return [LeaveOneOut(*row) for row in moe_routing_leave_one_width_out()]
+
+
 def _overlap_fits() -> list[LeaveOneOut]:
     """engine.frameworks.MEGATRON_ONE_F_ONE_B_REALISED, fitted on one release: without it the
     schedule's ideal hiding (1), its rows and the checked releases' predicted with it."""
@@ -621,7 +629,8 @@ def render_leave_one_out() -> str:
         f" {'median |error|':>15}",
     ]
     rows = [*leave_one_source_out(), *_two_source_fits(), *_fp4_engine_fits()]
-    for r in [*rows, *_occupancy_kernel_fits(), *_moe_sync_fits(), *_overlap_fits()]:
+    rows += [*_occupancy_kernel_fits(), *_moe_sync_fits(), *_overlap_fits()]
+    for r in [*rows, *_moe_routing_fits()]:
         lines.append(
             f"{r.constant:<46} {r.source:<40} {r.fitted:>7.3f} {r.refitted:>7.3f} {r.rows:>5}"
             f" {r.median_error:>15.1%}"
