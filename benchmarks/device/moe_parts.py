@@ -138,6 +138,17 @@ def measure_moe_ops(out: dict[str, Any]) -> None:
         torch.cuda.empty_cache()
 
 
+def measure_moe_ops_autocast(out: dict[str, Any]) -> None:
+    """The same eager ops under bf16 autocast over fp32 weights (DDP with AMP, Accelerate, the
+    Hugging Face Trainer): the residual stream in fp32, so the dispatch gathers fp32 rows before
+    their bf16 cast and the combine scatters fp32; the whole layer under autocast."""
+    rows: list[dict[str, Any]] = []
+    out["moe_ops_autocast"] = {"rows": rows, "what": "as moe_ops, the residual stream in fp32"}
+    for model in ("qwen3-30b-a3b-4l", "olmoe-1b-7b-8l", "mixtral-8x7b-2l"):
+        _moe_ops(model, rows, residual=torch.float32)
+        torch.cuda.empty_cache()
+
+
 def measure_moe_ops_compiled(out: dict[str, Any]) -> None:
     """The same ops each torch.compile-d (Inductor's kernels, as a compiled torchtitan block
     runs its routing), the whole layer too."""
@@ -152,7 +163,11 @@ def measure_moe_ops_compiled(out: dict[str, Any]) -> None:
 
 
 def _moe_ops(
-    model: str, rows: list[dict[str, Any]], tokens: int = 8192, compiled: bool = False
+    model: str,
+    rows: list[dict[str, Any]],
+    tokens: int = 8192,
+    compiled: bool = False,
+    residual: torch.dtype = BF16,
 ) -> None:
     def add(op: str, fn: Any, inputs: list[torch.Tensor], fwd_only: bool = False) -> None:
         if compiled:
@@ -169,8 +184,8 @@ def _moe_ops(
     c = MOE_TRAIN_CONFIGS[model]
     h, e, k = c["hidden"], c["experts"], c["top_k"]
     torch.manual_seed(0)
-    moe = MoeFfn(c).to(DEV).to(BF16)
-    x = torch.randn(tokens, h, device=DEV, dtype=BF16).requires_grad_()
+    moe = MoeFfn(c).to(DEV).to(residual)  # fp32 weights under autocast
+    x = torch.randn(tokens, h, device=DEV, dtype=residual).requires_grad_()
 
     def router(x: torch.Tensor, wr: torch.Tensor) -> torch.Tensor:
         scores = F.softmax(F.linear(x.float(), wr.float()), dim=-1)
@@ -187,16 +202,17 @@ def _moe_ops(
 
     add("sort", sort, [ids], fwd_only=True)
     order = torch.argsort(ids.view(-1), stable=True) // k
-    add("dispatch", lambda x: x[order], [x])
+    add("dispatch", lambda x: x[order].bfloat16(), [x])  # MoeFfn's; the cast a no-op in bf16
     y = torch.randn(tokens * k, h, device=DEV, dtype=BF16).requires_grad_()
     top = torch.rand(tokens * k, device=DEV).requires_grad_()
     index = order[:, None].expand(-1, h)
 
     def combine(y: torch.Tensor, top: torch.Tensor, deterministic: bool = True) -> Any:
-        scaled = (y.float() * top[:, None]).to(BF16)
+        scaled = (y.float() * top[:, None]).to(residual)
         torch.use_deterministic_algorithms(deterministic)
         try:
-            return torch.zeros(tokens, h, device=DEV, dtype=BF16).scatter_add(0, index, scaled)
+            out = torch.zeros(tokens, h, device=DEV, dtype=residual)
+            return out.scatter_add(0, index, scaled)
         finally:
             torch.use_deterministic_algorithms(False)
 
@@ -210,13 +226,20 @@ def _moe_ops(
         mid = F.silu(grouped(routed, w1.transpose(-2, -1)))
         return grouped(mid * grouped(routed, w3.transpose(-2, -1)), w2.transpose(-2, -1))
 
-    add("experts", experts, [routed, moe.w1, moe.w3, moe.w2])
+    weights = [w.detach().to(BF16).requires_grad_() for w in (moe.w1, moe.w3, moe.w2)]
+    add("experts", experts, [routed, *weights])
     MoeFfn.balanced = True
-    add("layer_balanced", lambda xs, *_: moe(xs), [x.view(1, tokens, h), *moe.parameters()])
+
+    def layer(xs: torch.Tensor, *_: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cuda", dtype=BF16, enabled=residual != BF16):
+            return moe(xs)
+
+    add("layer_balanced", layer, [x.view(1, tokens, h), *moe.parameters()])
     MoeFfn.balanced = False
 
 
 MOE_PARTS: dict[str, Any] = {
     "moe_ops": measure_moe_ops,
+    "moe_ops_autocast": measure_moe_ops_autocast,
     "moe_ops_compiled": measure_moe_ops_compiled,
 }

@@ -85,10 +85,10 @@ def routed_load(
     Megatron-LM @ d98e8a6), so the busiest takes min(MOE_LOAD_IMBALANCE, factor) x the mean;
     padded to capacity (--moe-pad-expert-input-to-capacity) every expert takes exactly the
     factor x the mean, dropped or not. ``expert``: the expert-parallel degree (None: more than
-    one rank). At ``expert`` = 1 one rank holds every expert and runs
-    every routed token, whatever their spread: the mean (a skewed router changes the grouped
-    GEMM's shapes, not its FLOPs: +5-14 % on the experts' GEMMs of a lent H200's steps at 1.1-7x
-    the mean on the busiest expert, calibration/measured/device/2026-11-30-h200)."""
+    one rank). At ``expert`` = 1 one rank holds every expert and runs every routed token,
+    whatever their spread: the mean (a skewed router changes the grouped GEMM's shapes, not its
+    FLOPs: +5-14 % on the experts' GEMMs of a lent H200's steps at 1.1-7x the mean on the
+    busiest expert, calibration/measured/device/2026-11-30-h200)."""
     e = np.asarray(2.0 if expert is None else expert, dtype=np.float64)
     if pad_to_capacity and capacity_factor is not None:
         return np.full(e.shape, float(capacity_factor))
