@@ -16,7 +16,7 @@ from ringmaster.engine import moe_routing as R
 from ringmaster.engine import moe_training as M
 from ringmaster.engine import step_parts as P
 from ringmaster.engine.ceilings import ceilings_for
-from ringmaster.engine.frameworks import framework
+from ringmaster.engine.frameworks import framework, moe_sync_paid, moe_sync_source
 from ringmaster.engine.hardware import DEFAULT_CATALOG
 from ringmaster.engine.layout_hardware import layout_hardware
 from ringmaster.engine.llm_layout_names import RECOMPUTE_FULL, RECOMPUTE_NONE, SHARD_NONE
@@ -195,8 +195,16 @@ def test_torchtitans_expert_parallel_dispatch_pays_a_host_sync_a_layer():
     sync = QWEN3_30B.moe_layers * titan.moe_sync_seconds
     assert gaps[8] - gaps[1] == pytest.approx(sync, rel=1e-9)
     said = R.moe_routing_evidence(titan)
-    assert "host sync a layer at Megatron-Core's fitted 4.07 ms, carried" in said
+    assert "above one expert-parallel rank, its dispatch's host sync a layer at" in said
+    assert "Megatron-Core's fitted 4.07 ms, carried" in said
     assert "host sync" not in R.moe_routing_evidence(framework("Megatron"))
+    # what a plan reports as paid follows the layout's degree, and names where it comes from
+    megatron = framework("Megatron")
+    assert moe_sync_paid(titan, False, 1) == 0.0 < moe_sync_paid(titan, False, 8)
+    assert moe_sync_paid(megatron, False, 1) == moe_sync_paid(megatron, False, 8) > 0.0
+    assert moe_sync_paid(titan, True, 8) == 0.0  # padded to capacity: static shapes
+    assert "TORCHTITAN_MOE_SYNC_SECONDS" in moe_sync_source(titan)
+    assert "MEGATRON_MOE_SYNC_SECONDS" in moe_sync_source(megatron)
 
 
 def test_calibrate_prints_each_routing_fit_with_a_width_left_out():

@@ -169,3 +169,25 @@ def test_the_cuda_graph_setting_reaches_every_worker_pod() -> None:
         for pod in pods:
             env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
             assert env["RINGMASTER_CUDA_GRAPH"] == expected
+
+
+def test_torchtitans_plan_pays_and_names_its_host_sync_above_one_rank(capsys, tmp_path) -> None:
+    """Torchtitan's expert-parallel dispatchers read their counts back (Megatron-Core's fitted
+    sync, carried): a plan at expert 4 pays it and names where it comes from; at expert 1 the
+    local dispatcher keeps them on the device and the plan pays and says nothing."""
+    doc = copy.deepcopy(load())
+    doc["spec"]["framework"] = {"name": "Torchtitan"}
+    doc["spec"]["parallelism"].update(sharding="Full")
+    paid = {}
+    for expert in (1, 4):
+        doc["spec"]["parallelism"]["expert"] = expert
+        path = tmp_path / f"qwen-titan-ep{expert}.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        assert main(["plan", "-o", "json", str(path)]) == 0
+        out = json.loads(capsys.readouterr().out)
+        plan = out[0] if isinstance(out, list) else out
+        paid[expert] = plan["moe"]["hostSyncSecondsPerLayer"]
+        assert main(["plan", str(path)]) == 0
+        text = capsys.readouterr().out
+        assert ("TORCHTITAN_MOE_SYNC_SECONDS" in text) == (expert > 1)
+    assert paid[1] == 0 and paid[4] == pytest.approx(4.07e-3)

@@ -363,10 +363,27 @@ def framework(
     return base
 
 
-def moe_sync_paid(profile: Framework, padded: bool) -> float:
+def moe_sync_paid(profile: Framework, padded: bool, expert: int | None = None) -> float:
     """The dropless MoE layers' host sync a step under ``profile`` pays a layer and micro-batch:
-    none where every expert's input is padded to its capacity (``padded``: static shapes)."""
-    return 0.0 if padded else profile.moe_sync_seconds
+    none where every expert's input is padded to its capacity (``padded``: static shapes), nor
+    at one rank (``expert`` 1) where the framework reads no counts back there
+    (Framework.moe_sync_without_expert_parallel); ``expert`` None: any degree."""
+    if padded or (expert == 1 and not profile.moe_sync_without_expert_parallel):
+        return 0.0
+    return profile.moe_sync_seconds
+
+
+def moe_sync_source(profile: Framework) -> str:
+    """Where ``profile``'s MoE host sync comes from, for a plan to say."""
+    if profile.moe_sync_without_expert_parallel:
+        return (
+            "Megatron-Core outside a full-iteration CUDA graph: spec.framework.cudaGraph; fitted"
+            " on Megatron-Bridge's runs, engine.frameworks.MEGATRON_MOE_SYNC_SECONDS"
+        )
+    return (
+        f"{profile.name}'s expert-parallel dispatch reads its counts back; Megatron-Core's fitted"
+        " cost, carried: engine.frameworks.TORCHTITAN_MOE_SYNC_SECONDS"
+    )
 
 
 # Image names that say which framework a pod runs, for jobs that do not say it themselves.

@@ -116,8 +116,8 @@ def moe_routing_evidence(fw: Framework) -> str:
         text = f"MoE routing: torchtitan's {how} measured {MEASURED_ON}{carried}"
     if fw.moe_sync_seconds and not fw.moe_sync_without_expert_parallel:
         text += (
-            f"; its expert-parallel dispatch's host sync a layer at Megatron-Core's fitted "
-            f"{fw.moe_sync_seconds * 1e3:.2f} ms, carried"
+            f"; above one expert-parallel rank, its dispatch's host sync a layer at "
+            f"Megatron-Core's fitted {fw.moe_sync_seconds * 1e3:.2f} ms, carried"
         )
     return text
 

@@ -753,7 +753,7 @@ def moe_json(plan: LayoutPlan) -> dict[str, Any]:
         else 0.0,
         # a dropless layer's exposed host sync a layer and micro-batch (engine.frameworks)
         "hostSyncSecondsPerLayer": _sig(
-            moe_sync_paid(plan.hardware.framework, bool(c.pad_to_capacity))
+            moe_sync_paid(plan.hardware.framework, bool(c.pad_to_capacity), c.expert)
         ),
     }
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ringmaster.engine.frameworks import moe_sync_paid
+from ringmaster.engine.frameworks import moe_sync_paid, moe_sync_source
 from ringmaster.engine.inference import InferencePrediction
 from ringmaster.engine.llm_serving import LlmServingPrediction
 from ringmaster.engine.training import REDUCTION_SERVER, RING, TrainingPrediction
@@ -243,13 +243,13 @@ def render_layout(plan: LayoutPlan) -> str:
 
 def _moe_sync(plan: LayoutPlan) -> str:
     """The dropless MoE layers' host syncs the step pays (engine.frameworks), if any."""
-    sync = moe_sync_paid(plan.hardware.framework, bool(plan.chosen.pad_to_capacity))
+    c = plan.chosen
+    sync = moe_sync_paid(plan.hardware.framework, bool(c.pad_to_capacity), c.expert)
     if not sync:
         return ""
     return (
         f"; a dropless MoE layer's host sync {sync * 1e3:.3g} ms a layer and micro-batch, in the"
-        " host gaps (Megatron-Core outside a full-iteration CUDA graph: spec.framework.cudaGraph;"
-        " fitted on Megatron-Bridge's runs, engine.frameworks.MEGATRON_MOE_SYNC_SECONDS)"
+        f" host gaps ({moe_sync_source(plan.hardware.framework)})"
     )
 
 
