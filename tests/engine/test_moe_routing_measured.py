@@ -71,8 +71,18 @@ def test_each_memory_bound_mode_routes_its_own_way():
     moved = {k: float(R.moe_routing_bytes_per_token(QWEN3_30B, one, k)) for k in R.ROUTING_KINDS}
     assert 13 < moved["eager"] / moved["fused"] < 16
     assert 2.5 < moved["compiled"] / moved["fused"] < 3.5
-    for name, kind in (("PyTorch", "eager"), ("Torchtitan", "eager"), ("Megatron", "fused")):
-        assert R.routing_kind(framework(name).memory_bound) == kind, name
+    for name, kind in (
+        ("PyTorch", "eager"),
+        ("Torchtitan", "eager"),
+        ("DeepSpeed", "eager"),
+        ("Megatron", "fused"),
+        ("LLMFoundry", "fused"),  # eager norms, but MegaBlocks' own gather / scatter kernels
+    ):
+        fw = framework(name)
+        assert R.routing_kind(fw.memory_bound, fw.name) == kind, name
+    assert framework("LLMFoundry").memory_bound == "eager"
+    said = R.moe_routing_evidence(framework("LLMFoundry"))
+    assert "LLMFoundry's MegaBlocks' Triton gather and scatter" in said
     assert R.routing_kind(framework("Torchtitan", compiled=True).memory_bound) == "compiled"
     said = R.moe_routing_evidence(framework("DeepSpeed"))
     assert said.endswith("carried to DeepSpeed's own layer")

@@ -6,7 +6,8 @@ the step's memory-bound part). Three ways to run it, by the framework's memory-b
 - **fused** (Transformer Engine's fused permute, XLA's fusions): each tensor moved once, a lower
   bound (not measured);
 - **eager** (torchtitan's modules, plain PyTorch, Hugging Face-style stacks): op by op, as
-  torchtitan's local dispatcher composes it, measured apart on a lent H200;
+  torchtitan's local dispatcher composes it, measured apart on a lent H200 (llm-foundry's
+  MegaBlocks layer, whose gather and scatter are kernels of its own, is fused);
 - **compiled** (torch.compile-d blocks): the same code in Inductor's kernels, measured as the
   whole compiled layer less its grouped GEMMs on the same H200.
 """
@@ -53,8 +54,8 @@ MOE_ROUTER_PASSES = 6.0
 # Qwen3-30B-A3B's and OLMoE-1B-7B's widths (calibration.device_steps.fit_moe_routing_bytes),
 # checked on Mixtral 8x7B's and on the whole MoE steps of the same call. About 14x the fused
 # bound (Qwen3-30B-A3B: 2.19 MB a token a layer against 0.15): the combine's fp32 round trip
-# and scatter_add, the gather's index_put gradient. DeepSpeed's own MoE (einsum dispatch) and
-# llm-foundry's (MegaBlocks) are priced the same, carried (moe_routing_evidence says so).
+# and scatter_add, the gather's index_put gradient. DeepSpeed's own MoE (einsum dispatch) is
+# priced the same, carried (moe_routing_evidence says so).
 MOE_EAGER_BYTES_PER_ELEMENT = {"routed": 112.51, "token": 170.84}
 # Compiled: the whole MoE layer torch.compile-d less its grouped GEMMs compiled alone
 # (calibration/measured/device/2026-11-30-h200/moe_ops_compiled.json; Inductor fuses the
@@ -65,6 +66,11 @@ MOE_EAGER_BYTES_PER_ELEMENT = {"routed": 112.51, "token": 170.84}
 MOE_COMPILED_BYTES_PER_ROUTED_ELEMENT = 27.35
 
 ROUTING_KINDS = ("fused", "eager", "compiled")
+# Frameworks whose MoE layer routes through kernels of its own whatever their memory-bound mode:
+# llm-foundry's MoE FFNs are MegaBlocks', whose gather and scatter are Triton kernels with the
+# scores' weighting in the scatter (databricks/megablocks megablocks/ops/padded_gather.py,
+# padded_scatter.py, megablocks/backend/kernels.py): priced at the fused bound, not measured.
+OWN_ROUTING_KERNELS = {"LLMFoundry": "MegaBlocks' Triton gather and scatter"}
 # The frameworks whose own MoE layer is the measured one (torchtitan's, and plain PyTorch
 # running the same code); the others carry it.
 MOE_MEASURED_FRAMEWORKS = ("Torchtitan", "PyTorch")
@@ -75,8 +81,11 @@ def _f(x: ArrayLike) -> F64:
     return np.asarray(x, dtype=np.float64)
 
 
-def routing_kind(memory_bound: str) -> str:
-    """How a framework's memory-bound mode (Framework.memory_bound) runs the routing."""
+def routing_kind(memory_bound: str, framework: str = "") -> str:
+    """How a framework (its name) with that memory-bound mode (Framework.memory_bound) runs the
+    routing: its own kernels where OWN_ROUTING_KERNELS names them, else by the mode."""
+    if framework in OWN_ROUTING_KERNELS:
+        return "fused"
     if memory_bound in ("eager", HF_EAGER):
         return "eager"
     return "compiled" if memory_bound == "compiled" else "fused"
@@ -102,11 +111,12 @@ def moe_routing_bytes_per_token(
 
 def moe_routing_evidence(fw: Framework) -> str:
     """Where a MoE layer's routing cost for ``fw`` comes from, and its host sync's."""
-    kind = routing_kind(fw.memory_bound)
+    kind = routing_kind(fw.memory_bound, fw.name)
     if kind == "fused":
+        kernels = OWN_ROUTING_KERNELS.get(fw.name, "fused permutation")
         text = (
-            f"MoE routing: {fw.name}'s fused permutation at each tensor's bytes once (not "
-            "measured: a lower bound)"
+            f"MoE routing: {fw.name}'s {kernels} at each tensor's bytes once (not measured: a "
+            "lower bound)"
         )
     else:
         carried = (
@@ -125,6 +135,7 @@ def moe_routing_evidence(fw: Framework) -> str:
 __all__ = [
     "MOE_COMPILED_BYTES_PER_ROUTED_ELEMENT",
     "MOE_EAGER_BYTES_PER_ELEMENT",
+    "OWN_ROUTING_KERNELS",
     "ROUTING_KINDS",
     "moe_routing_bytes_per_token",
     "moe_routing_evidence",

@@ -288,7 +288,8 @@ def micro_batch_parts(
         activation = ce.elementwise_seconds(mode, "swiglu", 1.0) * rank_tokens * ffn_width
         per_layer_mb = norms + adds + rotary + activation
     if model.experts > 1:  # routing and the tokens' permutation, the MoE layers' share of them
-        moved = moe_routing_bytes_per_token(model, _f(expert) > 1, routing_kind(mode))
+        kind = routing_kind(mode, fw.name)
+        moved = moe_routing_bytes_per_token(model, _f(expert) > 1, kind)
         per_layer_mb = per_layer_mb + (model.moe_layers / model.layers) * (
             sp_tokens * moved * ce.hbm_scale / ce_stream_bytes_per_s()
         )
