@@ -29,6 +29,15 @@ def load() -> dict[str, Any]:
     return doc
 
 
+def plan_json_and_table(doc: dict[str, Any], path: Path, capsys: Any) -> tuple[Any, str]:
+    """``ringmaster plan`` of ``doc`` (written to ``path``): its JSON plan and its table."""
+    path.write_text(yaml.safe_dump(doc))
+    assert main(["plan", "-o", "json", str(path)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert main(["plan", str(path)]) == 0
+    return (out[0] if isinstance(out, list) else out), capsys.readouterr().out
+
+
 def _refusals(doc: dict[str, Any]) -> tuple[list[str], str]:
     """What the CRD (offline, its CEL) and parse_manifest say about ``doc``."""
     crd = [str(e) for e in offline_admit(doc)]
@@ -139,14 +148,8 @@ def test_cuda_graph_is_megatron_only_at_apply_and_in_the_plan(capsys, tmp_path) 
     for graph in ("None", "FullIteration"):
         doc["spec"]["framework"] = {"name": "Megatron", "cudaGraph": graph}
         doc["spec"]["parallelism"]["expert"] = 4
-        path = tmp_path / f"qwen-{graph}.yaml"
-        path.write_text(yaml.safe_dump(doc))
-        assert main(["plan", "-o", "json", str(path)]) == 0
-        out = json.loads(capsys.readouterr().out)
-        plan = out[0] if isinstance(out, list) else out
+        plan, text = plan_json_and_table(doc, tmp_path / f"qwen-{graph}.yaml", capsys)
         steps[graph] = plan["moe"]["hostSyncSecondsPerLayer"]
-        assert main(["plan", str(path)]) == 0
-        text = capsys.readouterr().out
         assert ("a dropless MoE layer's host sync" in text) == (graph == "None")
         assert f"CUDA graphs {graph} (spec.framework)" in text
     assert steps["None"] > 0 and steps["FullIteration"] == 0
@@ -181,13 +184,7 @@ def test_torchtitans_plan_pays_and_names_its_host_sync_above_one_rank(capsys, tm
     paid = {}
     for expert in (1, 4):
         doc["spec"]["parallelism"]["expert"] = expert
-        path = tmp_path / f"qwen-titan-ep{expert}.yaml"
-        path.write_text(yaml.safe_dump(doc))
-        assert main(["plan", "-o", "json", str(path)]) == 0
-        out = json.loads(capsys.readouterr().out)
-        plan = out[0] if isinstance(out, list) else out
+        plan, text = plan_json_and_table(doc, tmp_path / f"qwen-titan-ep{expert}.yaml", capsys)
         paid[expert] = plan["moe"]["hostSyncSecondsPerLayer"]
-        assert main(["plan", str(path)]) == 0
-        text = capsys.readouterr().out
         assert ("TORCHTITAN_MOE_SYNC_SECONDS" in text) == (expert > 1)
     assert paid[1] == 0 and paid[4] == pytest.approx(4.07e-3)

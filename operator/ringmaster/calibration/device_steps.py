@@ -671,56 +671,53 @@ def _h200_stream_bytes_per_s() -> float:
     return ce_stream_bytes_per_s() / ce.hbm_scale
 
 
-def fit_moe_routing_bytes(kind: str) -> dict[str, float]:
-    """engine.moe_routing's measured bytes (``kind``: eager | compiled): the median over the fit
-    widths of each term's seconds per element at the lent H200's streaming rate."""
-    rate = _h200_stream_bytes_per_s()
-    terms = [
+def _fit_width_terms(kind: str) -> list[MoeOpTerms]:
+    """The routing ``kind``'s measured terms of the widths it is fitted on."""
+    return [
         t
         for folder in _folders()
         for t in moe_op_terms(folder, kind)
         if t.model in MOE_ROUTING_FIT_MODELS
     ]
-    fit = {"routed": round(median(t.routed_s / t.routed_elements * rate for t in terms), 2)}
-    if kind == "eager":
-        fit["token"] = round(median(t.token_s / t.token_elements * rate for t in terms), 2)
-    return fit
+
+
+def _term_bytes(t: MoeOpTerms, term: str) -> float:
+    """One width's ``term`` (routed | token) as bytes per element at the H200's streaming
+    rate."""
+    seconds, elements = (
+        (t.routed_s, t.routed_elements) if term == "routed" else (t.token_s, t.token_elements)
+    )
+    return seconds / elements * _h200_stream_bytes_per_s()
+
+
+def _terms_of(kind: str) -> tuple[str, ...]:
+    return ("routed", "token") if kind == "eager" else ("routed",)
+
+
+def fit_moe_routing_bytes(kind: str) -> dict[str, float]:
+    """engine.moe_routing's measured bytes (``kind``: eager | compiled): the median over the fit
+    widths of each term's seconds per element at the lent H200's streaming rate."""
+    terms = _fit_width_terms(kind)
+    return {term: round(median(_term_bytes(t, term) for t in terms), 2) for term in _terms_of(kind)}
 
 
 def moe_routing_leave_one_width_out() -> list[tuple[str, str, float, float, int, float]]:
     """Each fit width left out of each routing fit: (constant, the width, fitted, refitted on
     the other width, 1 row, that width's |error| under the refit), per term."""
-    rate = _h200_stream_bytes_per_s()
     out = []
     for kind, constant in (
         ("eager", "MOE_EAGER_BYTES_PER_ELEMENT"),
         ("compiled", "MOE_COMPILED_BYTES_PER_ROUTED_ELEMENT"),
     ):
-        terms = [
-            t
-            for folder in _folders()
-            for t in moe_op_terms(folder, kind)
-            if t.model in MOE_ROUTING_FIT_MODELS
-        ]
+        terms = _fit_width_terms(kind)
         whole = fit_moe_routing_bytes(kind)
-        for term in ("routed", "token") if kind == "eager" else ("routed",):
-            seconds = "routed_s" if term == "routed" else "token_s"
-            elements = "routed_elements" if term == "routed" else "token_elements"
+        for term in _terms_of(kind):
+            name = constant if kind == "compiled" else f'{constant}["{term}"]'
             for left in terms:
                 (other,) = [t for t in terms if t.model != left.model]
-                refit = getattr(other, seconds) / getattr(other, elements) * rate
-                own = getattr(left, seconds) / getattr(left, elements) * rate
-                name = constant if kind == "compiled" else f'{constant}["{term}"]'
-                out.append(
-                    (
-                        name,
-                        f"{left.model} ops, lent H200",
-                        whole[term],
-                        refit,
-                        1,
-                        abs(refit / own - 1),
-                    )
-                )
+                refit, own = _term_bytes(other, term), _term_bytes(left, term)
+                source = f"{left.model} ops, lent H200"
+                out.append((name, source, whole[term], refit, 1, abs(refit / own - 1)))
     return out
 
 

@@ -63,6 +63,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
 FRAMEWORKS = ("Megatron", "Torchtitan", "MaxText", "DeepSpeed", "LLMFoundry", "PyTorch")
 DEFAULT_GPU_FRAMEWORK = "PyTorch"
 DEFAULT_TPU_FRAMEWORK = "MaxText"
@@ -363,12 +366,18 @@ def framework(
     return base
 
 
+def moe_sync_at(profile: Framework, expert: ArrayLike) -> NDArray[np.bool_]:
+    """Whether ``profile``'s MoE host sync is paid at each expert-parallel degree: at every one
+    where its dispatchers read the counts back at one rank too
+    (Framework.moe_sync_without_expert_parallel), else above one rank only."""
+    return np.asarray(np.asarray(expert) > 1) | profile.moe_sync_without_expert_parallel
+
+
 def moe_sync_paid(profile: Framework, padded: bool, expert: int | None = None) -> float:
     """The dropless MoE layers' host sync a step under ``profile`` pays a layer and micro-batch:
     none where every expert's input is padded to its capacity (``padded``: static shapes), nor
-    at one rank (``expert`` 1) where the framework reads no counts back there
-    (Framework.moe_sync_without_expert_parallel); ``expert`` None: any degree."""
-    if padded or (expert == 1 and not profile.moe_sync_without_expert_parallel):
+    at a degree where it is not paid (:func:`moe_sync_at`); ``expert`` None: any degree."""
+    if padded or (expert is not None and not moe_sync_at(profile, expert)):
         return 0.0
     return profile.moe_sync_seconds
 

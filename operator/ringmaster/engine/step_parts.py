@@ -38,7 +38,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ringmaster.engine import recompute as R
 from ringmaster.engine.activation_offload import exposed_offload_seconds, offload_bytes_per_layer
-from ringmaster.engine.frameworks import HF_EAGER, Framework
+from ringmaster.engine.frameworks import HF_EAGER, Framework, moe_sync_at
 from ringmaster.engine.llm_layout_names import (
     RECOMPUTE_MINIMAL_WITH_CONTEXT,
     RECOMPUTE_NONE,
@@ -312,7 +312,7 @@ def micro_batch_parts(
     host_floor = fw.host_kernels_per_layer * hw.host_seconds_per_kernel
     layer_gap = np.maximum(host_floor - layer_gpu, 0.0)
     if model.experts > 1:  # a dropless MoE layer's host sync (engine.frameworks), its share
-        synced = (_f(expert) > 1) | fw.moe_sync_without_expert_parallel
+        synced = moe_sync_at(fw, expert)
         layer_gap = layer_gap + (model.moe_layers / model.layers) * fw.moe_sync_seconds * synced
     offloaded = offload_bytes_per_layer(
         model, micro_batch, tensor, r, context, hw.offload_layer_inputs
